@@ -1,0 +1,42 @@
+# The two commands of the README, and the builds behind them.
+#   make demo   install what is missing, build, run the main job on an embedded default
+#   make test   install what is missing, build twice (release; clang with ASan+UBSan and
+#               the fuzz targets) and run every test through CTest
+JOBS ?= $(shell nproc)
+FUZZ_SECONDS ?= 20
+
+.PHONY: all build demo test test-release test-sanitize bench clean
+
+all: build
+
+build:
+	scripts/deps.sh build
+	cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+	cmake --build build -j $(JOBS)
+
+demo: build
+	scripts/demo.sh
+
+test: test-release test-sanitize
+
+test-release:
+	scripts/deps.sh test
+	cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DDLREC_WERROR=ON >/dev/null
+	cmake --build build -j $(JOBS)
+	cd build && ctest --output-on-failure -j $(JOBS)
+
+# Sanitizers make every test slower; the fuzz targets need clang.
+test-sanitize:
+	scripts/deps.sh test
+	CC=clang cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDLREC_WERROR=ON \
+	  -DDLREC_SANITIZE=ON -DDLREC_FUZZ=ON -DDLREC_FUZZ_SECONDS=$(FUZZ_SECONDS) >/dev/null
+	cmake --build build-asan -j $(JOBS)
+	cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  ctest --output-on-failure -j $(JOBS)
+
+bench: build
+	scripts/deps.sh bench
+	bench/run.sh
+
+clean:
+	rm -rf build build-asan

@@ -1,0 +1,31 @@
+/* A bump allocator for memory planned once and freed together.
+ *
+ * Blocks are allocated as needed; dlrec_arena_alloc never moves earlier
+ * allocations. Everything is released by dlrec_arena_free. Not thread-safe.
+ */
+#ifndef DLREC_ARENA_H
+#define DLREC_ARENA_H
+
+#include <stddef.h>
+
+typedef struct dlrec_arena_block dlrec_arena_block;
+typedef struct dlrec_arena {
+  dlrec_arena_block *head;  /* newest block */
+  size_t block_bytes;       /* default size of a new block */
+  size_t used_bytes;        /* bytes handed out, padding included */
+} dlrec_arena;
+
+/* Initializes an empty arena whose blocks are at least block_bytes. */
+void dlrec_arena_init(dlrec_arena *a, size_t block_bytes);
+
+/* Returns `bytes` of zeroed memory aligned to `align` (a power of two up to
+ * 4096), valid until dlrec_arena_free; NULL with an error set on failure. */
+void *dlrec_arena_alloc(dlrec_arena *a, size_t bytes, size_t align);
+
+/* Copies a string into the arena. */
+char *dlrec_arena_strdup(dlrec_arena *a, const char *s);
+
+/* Releases every block; the arena can be reused after dlrec_arena_init. */
+void dlrec_arena_free(dlrec_arena *a);
+
+#endif

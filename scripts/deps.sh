@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs the Debian packages dlrec needs for one purpose, only when missing.
+#   scripts/deps.sh build   compiler, CMake, cJSON
+#   scripts/deps.sh test    build + clang/libFuzzer runtime for the sanitizer and fuzz builds
+#   scripts/deps.sh bench   test + python3-pandas for the side-by-side ETL benchmark
+# Runs `apt-get update` itself the first time something is missing. Needs root
+# (or sudo) only when it has something to install.
+set -euo pipefail
+
+want=(build-essential cmake pkg-config libcjson-dev)
+case "${1:-build}" in
+  build) ;;
+  test) want+=(clang libclang-rt-dev python3) ;;
+  bench) want+=(clang libclang-rt-dev python3 python3-pandas) ;;
+  *) echo "usage: $0 build|test|bench" >&2; exit 2 ;;
+esac
+
+missing=()
+for p in "${want[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "deps: installing ${missing[*]}" >&2
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

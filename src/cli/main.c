@@ -1,0 +1,56 @@
+/* `dlrec`: one program for ETL, training, evaluation and serving of
+ * recommendation models. Dispatches to the subcommands. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+#ifndef DLREC_VERSION
+#define DLREC_VERSION "dev"
+#endif
+
+static const struct {
+  const char *name;
+  int (*fn)(int, char **);
+  const char *summary;
+} commands[] = {
+    {"synth", cmd_synth, "write synthetic click logs (Criteo layout) with known click probabilities"},
+    {"etl", cmd_etl, "fit vocabularies and statistics on raw rows; encode rows into .dlr files"},
+    {"inspect", cmd_inspect, "print a .dlr file's schema and row groups and verify every checksum"},
+};
+
+static void usage(FILE *out) {
+  fprintf(out,
+          "dlrec %s: deep-learning recommendation models, from click logs to served predictions\n\n"
+          "usage: dlrec COMMAND [options]   (dlrec COMMAND --help for a command's options)\n\n"
+          "commands:\n",
+          DLREC_VERSION);
+  for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+    fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
+  fprintf(out,
+          "  %-10s print the version\n\n"
+          "Every command takes -q/--quiet (no progress bars) and -v/--verbose (debug logs).\n"
+          "Environment: DLREC_LOG=debug|info|warn|error, DLREC_PROGRESS=0.\n",
+          "version");
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return 2;
+  }
+  const char *cmd = argv[1];
+  if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
+    usage(stdout);
+    return 0;
+  }
+  if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
+    printf("dlrec %s\n", DLREC_VERSION);
+    return 0;
+  }
+  for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+    if (!strcmp(cmd, commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
+  fprintf(stderr, "dlrec: unknown command '%s'\n\n", cmd);
+  usage(stderr);
+  return 2;
+}
