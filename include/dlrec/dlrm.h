@@ -1,0 +1,91 @@
+/* DLRM (Naumov et al. 2019): a bottom MLP on the dense features, embedding
+ * bags on the categorical ones, the pairwise dot interaction, a top MLP and a
+ * sigmoid.
+ *
+ * A model (dlrec_dlrm) holds the parameters: the dense ones in one flat array
+ * (so one optimizer call and one checkpoint record cover them) and the fused
+ * embedding table. A workspace (dlrec_dlrm_ws) holds every activation and
+ * gradient buffer for batches of up to max_batch rows, planned once; the
+ * trainer owns one, and each serving thread owns its own while they share
+ * one model read-only.
+ */
+#ifndef DLREC_DLRM_H
+#define DLREC_DLRM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dlrec/embed.h"
+#include "dlrec/loader.h"
+#include "dlrec/nn.h"
+#include "dlrec/schema.h"
+#include "dlrec/status.h"
+
+#define DLREC_MLP_MAX_LAYERS 8
+
+typedef struct dlrec_dlrm_shape {
+  uint32_t emb_dim;                       /* D: embedding width = the bottom MLP's last width */
+  uint32_t n_bottom;                      /* bottom MLP layers (>= 1), all ReLU */
+  uint32_t bottom[DLREC_MLP_MAX_LAYERS];  /* their output widths */
+  uint32_t n_top;                         /* top MLP layers (>= 1), ReLU but the last */
+  uint32_t top[DLREC_MLP_MAX_LAYERS];     /* their output widths; the last is 1 (the logit) */
+  dlrec_bag_mode pooling;                 /* how multi-hot bags pool */
+} dlrec_dlrm_shape;
+
+typedef struct dlrec_dlrm dlrec_dlrm;
+typedef struct dlrec_dlrm_ws dlrec_dlrm_ws;
+
+/* Creates a model for data of `schema` (its dense and sparse columns and the
+ * fused table's rows), with parameters zeroed. Checks the shape against the
+ * schema (bottom's last width == emb_dim, top's last == 1). */
+dlrec_status dlrec_dlrm_create(dlrec_dlrm **m, const dlrec_dlrm_shape *shape, const dlrec_schema *schema);
+void dlrec_dlrm_free(dlrec_dlrm *m); /* accepts NULL */
+
+/* Initializes the parameters from seed, as the DLRM reference does: MLP
+ * weights normal with std sqrt(2 / (fan_in + fan_out)) (Xavier), biases normal
+ * with std sqrt(1 / fan_out), each column's embedding rows uniform in
+ * ±sqrt(1 / its rows). The same for any thread count. */
+dlrec_status dlrec_dlrm_init(dlrec_dlrm *m, uint64_t seed);
+
+const dlrec_dlrm_shape *dlrec_dlrm_get_shape(const dlrec_dlrm *m);
+const dlrec_schema *dlrec_dlrm_schema(const dlrec_dlrm *m);
+/* The flat dense parameters (n floats), valid for the model's life. */
+float *dlrec_dlrm_dense_params(dlrec_dlrm *m, size_t *n);
+const float *dlrec_dlrm_dense_params_const(const dlrec_dlrm *m, size_t *n);
+dlrec_table *dlrec_dlrm_table(dlrec_dlrm *m);
+const dlrec_table *dlrec_dlrm_table_const(const dlrec_dlrm *m);
+/* Multiply-adds of the MLPs and the interaction for one sample (for FLOP/s). */
+double dlrec_dlrm_flops_per_sample(const dlrec_dlrm *m, int training);
+
+/* A workspace for batches of up to max_batch rows of model m's shape. */
+dlrec_status dlrec_dlrm_ws_create(dlrec_dlrm_ws **ws, const dlrec_dlrm *m, uint32_t max_batch);
+void dlrec_dlrm_ws_free(dlrec_dlrm_ws *ws); /* accepts NULL */
+
+/* Scores a batch: prob[b] = σ(logit_b) for b < batch->rows (<= max_batch).
+ * Reads the model only, so threads with their own workspaces may share it.
+ * A batch with ids outside the table is refused. */
+dlrec_status dlrec_dlrm_predict(const dlrec_dlrm *m, dlrec_dlrm_ws *ws, const dlrec_batch *batch, float *prob);
+
+/* Optimizers of one training run. */
+typedef struct dlrec_dlrm_optim {
+  dlrec_optim_config dense;   /* dense.lr is the base learning rate */
+  float *dense_state;         /* dlrec_optim_state_floats(&dense, n) floats */
+  dlrec_sparse_optim *sparse; /* on the model's table */
+  float sparse_lr;            /* the sparse optimizer's base learning rate */
+} dlrec_dlrm_optim;
+
+/* One training step on a labeled batch: forward, loss, backward, then the
+ * sparse update of the touched embedding rows (fused into backward) and the
+ * dense update, each with its base learning rate times lr_scale (the
+ * schedule's warmup/decay factor); step is the 1-based update number (Adam). Writes the batch's mean loss and, if prob is not NULL, the batch's
+ * predictions before the update. */
+dlrec_status dlrec_dlrm_train_step(dlrec_dlrm *m, dlrec_dlrm_ws *ws, dlrec_dlrm_optim *opt, const dlrec_batch *batch,
+                                   float lr_scale, uint64_t step, double *loss, float *prob);
+
+/* For gradient checks: forward + backward without any update, leaving the
+ * dense gradients in *grad (n floats, valid until the next call) and d_emb
+ * (B, F, D) in *d_emb. */
+dlrec_status dlrec_dlrm_gradients(dlrec_dlrm *m, dlrec_dlrm_ws *ws, const dlrec_batch *batch, double *loss,
+                                  const float **grad, const float **d_emb);
+
+#endif
