@@ -1,0 +1,60 @@
+/* The training configuration: a JSON file (docs/config.md) read into a
+ * struct with every value checked. Unknown keys are errors, so a typo is
+ * reported rather than silently ignored; missing keys take the defaults of
+ * dlrec_train_config_default (the Criteo Kaggle DLRM). */
+#ifndef DLREC_TRAIN_CONFIG_H
+#define DLREC_TRAIN_CONFIG_H
+
+#include <stdint.h>
+
+#include <cjson/cJSON.h>
+
+#include "dlrec/dlrm.h"
+#include "dlrec/status.h"
+
+typedef struct dlrec_train_config {
+  char name[64];                       /* the model's name (serving uses it); default "dlrm" */
+  dlrec_dlrm_shape shape;              /* model */
+  dlrec_optim_config dense;            /* dense optimizer (lr = base rate) */
+  dlrec_sparse_optim_config sparse;    /* sparse optimizer (lr = base rate) */
+  /* Schedule: lr scale rises linearly over warmup_steps, stays 1, then from
+   * decay_start_step decays polynomially ((1 - t)^decay_power) to
+   * min_lr_scale over decay_steps (the DLRM reference's schedule). */
+  uint64_t warmup_steps, decay_start_step, decay_steps;
+  double decay_power, min_lr_scale;
+  uint32_t batch_size;
+  uint32_t epochs;
+  uint64_t max_steps;                  /* 0: no limit beyond epochs */
+  uint32_t threads;                    /* 0: all cores */
+  uint64_t seed;
+  int deterministic;                   /* bitwise reproducible runs (fixed thread counts) */
+  double target_auc;                   /* stop once validation AUC reaches it; 0 = off */
+  uint64_t eval_interval_steps;        /* 0: evaluate at the end only */
+  uint32_t eval_batch_size;
+  uint64_t eval_max_rows;              /* 0: the whole validation file */
+  uint64_t checkpoint_interval_steps;  /* 0: checkpoint at the end only */
+  uint32_t checkpoint_keep;            /* checkpoints kept (newest first), >= 1 */
+  uint64_t log_interval_steps;
+  /* loader */
+  int shuffle;
+  uint32_t window_groups, slice_rows, prefetch;
+} dlrec_train_config;
+
+/* The Criteo Kaggle DLRM: embedding dim 16, bottom 512-256-64-16, top
+ * 512-256-1, SGD lr 0.1 for both, batch 128, one epoch, seed 1. */
+void dlrec_train_config_default(dlrec_train_config *c);
+
+/* Reads and validates a config; errors name the file and the field
+ * ("cfg.json: field 'optimizer.dense.type': expected one of sgd, adam, adagrad"). */
+dlrec_status dlrec_train_config_read(const char *path, dlrec_train_config *c);
+/* The same from parsed JSON; `what` names its source in errors. */
+dlrec_status dlrec_train_config_from_json(const cJSON *j, const char *what, dlrec_train_config *c);
+
+/* The complete config as JSON (every field, defaults included), so a
+ * checkpoint records exactly what ran. The caller frees it (cJSON_Delete). */
+cJSON *dlrec_train_config_to_json(const dlrec_train_config *c);
+
+/* The learning-rate scale at 1-based step `step`. */
+double dlrec_lr_scale(const dlrec_train_config *c, uint64_t step);
+
+#endif

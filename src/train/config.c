@@ -1,0 +1,349 @@
+/* The training configuration: defaults, JSON reading with strict checks, and
+ * the learning-rate schedule. */
+#include "dlrec/train_config.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "dlrec/json.h"
+
+void dlrec_train_config_default(dlrec_train_config *c) {
+  memset(c, 0, sizeof *c);
+  snprintf(c->name, sizeof c->name, "dlrm");
+  dlrec_dlrm_shape sh = {.emb_dim = 16, .n_bottom = 4, .bottom = {512, 256, 64, 16}, .n_top = 3,
+                         .top = {512, 256, 1}, .pooling = DLREC_BAG_SUM};
+  c->shape = sh;
+  dlrec_optim_config_default(&c->dense, DLREC_OPTIM_SGD);
+  c->dense.lr = 0.1f;
+  dlrec_sparse_optim_config_default(&c->sparse, DLREC_SPARSE_SGD);
+  c->sparse.lr = 0.1f;
+  c->decay_power = 2.0;
+  c->batch_size = 128;
+  c->epochs = 1;
+  c->seed = 1;
+  c->eval_batch_size = 16384;
+  c->checkpoint_keep = 2;
+  c->log_interval_steps = 1000;
+  c->shuffle = 1;
+  c->window_groups = 8;
+  c->slice_rows = 32;
+  c->prefetch = 4;
+}
+
+/* Field readers that name the path ("cfg.json: training") in errors. */
+typedef struct ctx {
+  char what[256];
+} ctx;
+
+static ctx sub(const ctx *parent, const char *key) {
+  ctx c;
+  snprintf(c.what, sizeof c.what, "%.200s%s%.48s", parent->what, strchr(parent->what, ':') ? "." : ": ", key);
+  return c;
+}
+
+static dlrec_status get_u32(const cJSON *o, const char *key, const ctx *x, uint64_t lo, uint64_t hi, uint32_t *out) {
+  uint64_t v;
+  dlrec_status s = dlrec_json_get_u64_or(o, key, x->what, *out, &v);
+  if (s != DLREC_OK) return s;
+  if (v < lo || v > hi)
+    return dlrec_error(DLREC_ERR_INVALID, "%s: field '%s': %llu is out of range [%llu, %llu]", x->what, key,
+                       (unsigned long long)v, (unsigned long long)lo, (unsigned long long)hi);
+  *out = (uint32_t)v;
+  return DLREC_OK;
+}
+
+static dlrec_status get_u64(const cJSON *o, const char *key, const ctx *x, uint64_t *out) {
+  return dlrec_json_get_u64_or(o, key, x->what, *out, out);
+}
+
+static dlrec_status get_float(const cJSON *o, const char *key, const ctx *x, double lo, double hi, float *out) {
+  double v;
+  dlrec_status s = dlrec_json_get_double_or(o, key, x->what, *out, &v);
+  if (s != DLREC_OK) return s;
+  if (!(v >= lo && v <= hi))
+    return dlrec_error(DLREC_ERR_INVALID, "%s: field '%s': %g is out of range [%g, %g]", x->what, key, v, lo, hi);
+  *out = (float)v;
+  return DLREC_OK;
+}
+
+static dlrec_status get_double(const cJSON *o, const char *key, const ctx *x, double lo, double hi, double *out) {
+  float f = (float)*out;
+  dlrec_status s = get_float(o, key, x, lo, hi, &f);
+  if (s == DLREC_OK && cJSON_GetObjectItemCaseSensitive(o, key)) *out = cJSON_GetObjectItemCaseSensitive(o, key)->valuedouble;
+  return s;
+}
+
+static dlrec_status get_choice(const cJSON *o, const char *key, const ctx *x, const char *const *names, int *out) {
+  const char *v;
+  dlrec_status s = dlrec_json_get_string_or(o, key, x->what, NULL, &v);
+  if (s != DLREC_OK || !v) return s;
+  for (int i = 0; names[i]; i++)
+    if (!strcmp(v, names[i])) {
+      *out = i;
+      return DLREC_OK;
+    }
+  char list[256] = "";
+  for (int i = 0; names[i]; i++) {
+    strncat(list, i ? ", " : "", sizeof list - strlen(list) - 1);
+    strncat(list, names[i], sizeof list - strlen(list) - 1);
+  }
+  return dlrec_error(DLREC_ERR_INVALID, "%s: field '%s': '%s' is not one of %s", x->what, key, v, list);
+}
+
+static dlrec_status get_widths(const cJSON *o, const char *key, const ctx *x, uint32_t *n, uint32_t *w) {
+  const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, key);
+  if (!a) return DLREC_OK;
+  if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) < 1 || cJSON_GetArraySize(a) > DLREC_MLP_MAX_LAYERS)
+    return dlrec_error(DLREC_ERR_INVALID, "%s: field '%s': expected an array of 1 to %d layer widths", x->what, key,
+                       DLREC_MLP_MAX_LAYERS);
+  uint32_t i = 0;
+  for (const cJSON *e = a->child; e; e = e->next, i++) {
+    if (!cJSON_IsNumber(e) || e->valuedouble < 1 || e->valuedouble > 65536 || floor(e->valuedouble) != e->valuedouble)
+      return dlrec_error(DLREC_ERR_INVALID, "%s: field '%s[%u]': expected a width in [1, 65536]", x->what, key, i);
+    w[i] = (uint32_t)e->valuedouble;
+  }
+  *n = i;
+  return DLREC_OK;
+}
+
+#define TRY(expr)                            \
+  do {                                       \
+    dlrec_status st_ = (expr);               \
+    if (st_ != DLREC_OK) return st_;         \
+  } while (0)
+
+static const cJSON *section(const cJSON *j, const char *key) {
+  const cJSON *s = cJSON_GetObjectItemCaseSensitive(j, key);
+  return s ? s : NULL;
+}
+
+static dlrec_status read_model(const cJSON *o, const ctx *x, dlrec_train_config *c) {
+  static const char *keys[] = {"type", "embedding_dim", "bottom_mlp", "top_mlp", "pooling", NULL};
+  TRY(dlrec_json_check_keys(o, x->what, keys));
+  static const char *types[] = {"dlrm", NULL};
+  int type = 0;
+  TRY(get_choice(o, "type", x, types, &type));
+  TRY(get_u32(o, "embedding_dim", x, 1, DLREC_EMBED_MAX_DIM, &c->shape.emb_dim));
+  TRY(get_widths(o, "bottom_mlp", x, &c->shape.n_bottom, c->shape.bottom));
+  TRY(get_widths(o, "top_mlp", x, &c->shape.n_top, c->shape.top));
+  static const char *pools[] = {"sum", "mean", NULL};
+  int pool = (int)c->shape.pooling;
+  TRY(get_choice(o, "pooling", x, pools, &pool));
+  c->shape.pooling = (dlrec_bag_mode)pool;
+  if (c->shape.bottom[c->shape.n_bottom - 1] != c->shape.emb_dim)
+    return dlrec_error(DLREC_ERR_INVALID, "%s: bottom_mlp must end with embedding_dim (%u), not %u", x->what,
+                       c->shape.emb_dim, c->shape.bottom[c->shape.n_bottom - 1]);
+  if (c->shape.top[c->shape.n_top - 1] != 1)
+    return dlrec_error(DLREC_ERR_INVALID, "%s: top_mlp must end with 1 (the logit), not %u", x->what,
+                       c->shape.top[c->shape.n_top - 1]);
+  return DLREC_OK;
+}
+
+static dlrec_status read_dense_optim(const cJSON *o, const ctx *x, dlrec_optim_config *d) {
+  static const char *keys[] = {"type", "lr", "weight_decay", "beta1", "beta2", "eps", "initial_accumulator", NULL};
+  TRY(dlrec_json_check_keys(o, x->what, keys));
+  static const char *types[] = {"sgd", "adam", "adagrad", NULL};
+  int kind = (int)d->kind;
+  TRY(get_choice(o, "type", x, types, &kind));
+  if (kind != (int)d->kind) { /* a new kind brings its own defaults, then the fields override */
+    float lr = d->lr;
+    dlrec_optim_config_default(d, (dlrec_optim_kind)kind);
+    d->lr = lr;
+  }
+  TRY(get_float(o, "lr", x, 0, 1e3, &d->lr));
+  TRY(get_float(o, "weight_decay", x, 0, 1e3, &d->weight_decay));
+  TRY(get_float(o, "beta1", x, 0, 0.999999, &d->beta1));
+  TRY(get_float(o, "beta2", x, 0, 0.9999999, &d->beta2));
+  TRY(get_float(o, "eps", x, 0, 1, &d->eps));
+  TRY(get_float(o, "initial_accumulator", x, 0, 1e6, &d->initial_accumulator));
+  return DLREC_OK;
+}
+
+static dlrec_status read_sparse_optim(const cJSON *o, const ctx *x, dlrec_sparse_optim_config *s) {
+  static const char *keys[] = {"type", "lr", "weight_decay", "beta1", "beta2", "eps", "initial_accumulator", NULL};
+  TRY(dlrec_json_check_keys(o, x->what, keys));
+  static const char *types[] = {"sgd", "rowwise_adagrad", "lazy_adam", NULL};
+  int kind = (int)s->kind;
+  TRY(get_choice(o, "type", x, types, &kind));
+  if (kind != (int)s->kind) {
+    float lr = s->lr;
+    dlrec_sparse_optim_config_default(s, (dlrec_sparse_optim_kind)kind);
+    s->lr = lr;
+  }
+  TRY(get_float(o, "lr", x, 0, 1e3, &s->lr));
+  TRY(get_float(o, "weight_decay", x, 0, 1e3, &s->weight_decay));
+  TRY(get_float(o, "beta1", x, 0, 0.999999, &s->beta1));
+  TRY(get_float(o, "beta2", x, 0, 0.9999999, &s->beta2));
+  TRY(get_float(o, "eps", x, 0, 1, &s->eps));
+  TRY(get_float(o, "initial_accumulator", x, 0, 1e6, &s->initial_accumulator));
+  return DLREC_OK;
+}
+
+dlrec_status dlrec_train_config_from_json(const cJSON *j, const char *what, dlrec_train_config *c) {
+  dlrec_train_config_default(c);
+  ctx top;
+  snprintf(top.what, sizeof top.what, "%s", what);
+  static const char *keys[] = {"name", "model", "optimizer", "schedule", "training", "loader", "eval", "checkpoint",
+                               "log", NULL};
+  TRY(dlrec_json_check_keys(j, what, keys));
+  const char *name;
+  TRY(dlrec_json_get_string_or(j, "name", what, c->name, &name));
+  if (!name[0] || strlen(name) >= sizeof c->name || strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.") != strlen(name))
+    return dlrec_error(DLREC_ERR_INVALID, "%s: field 'name': '%s' must be 1 to %zu letters, digits, '_', '-' or '.'",
+                       what, name, sizeof c->name - 1);
+  memmove(c->name, name, strlen(name) + 1);
+  const cJSON *o;
+  ctx x;
+  if ((o = section(j, "model"))) {
+    x = sub(&top, "model");
+    TRY(read_model(o, &x, c));
+  }
+  if ((o = section(j, "optimizer"))) {
+    x = sub(&top, "optimizer");
+    static const char *okeys[] = {"dense", "sparse", NULL};
+    TRY(dlrec_json_check_keys(o, x.what, okeys));
+    const cJSON *d = section(o, "dense"), *s = section(o, "sparse");
+    ctx xd = sub(&x, "dense"), xs = sub(&x, "sparse");
+    if (d) TRY(read_dense_optim(d, &xd, &c->dense));
+    if (s) TRY(read_sparse_optim(s, &xs, &c->sparse));
+  }
+  if ((o = section(j, "schedule"))) {
+    x = sub(&top, "schedule");
+    static const char *k[] = {"warmup_steps", "decay_start_step", "decay_steps", "decay_power", "min_lr_scale", NULL};
+    TRY(dlrec_json_check_keys(o, x.what, k));
+    TRY(get_u64(o, "warmup_steps", &x, &c->warmup_steps));
+    TRY(get_u64(o, "decay_start_step", &x, &c->decay_start_step));
+    TRY(get_u64(o, "decay_steps", &x, &c->decay_steps));
+    TRY(get_double(o, "decay_power", &x, 0, 100, &c->decay_power));
+    TRY(get_double(o, "min_lr_scale", &x, 0, 1, &c->min_lr_scale));
+  }
+  if ((o = section(j, "training"))) {
+    x = sub(&top, "training");
+    static const char *k[] = {"batch_size", "epochs", "max_steps", "threads", "seed", "deterministic", "target_auc", NULL};
+    TRY(dlrec_json_check_keys(o, x.what, k));
+    TRY(get_u32(o, "batch_size", &x, 1, 1u << 20, &c->batch_size));
+    TRY(get_u32(o, "epochs", &x, 1, 100000, &c->epochs));
+    TRY(get_u64(o, "max_steps", &x, &c->max_steps));
+    TRY(get_u32(o, "threads", &x, 0, 4096, &c->threads));
+    TRY(get_u64(o, "seed", &x, &c->seed));
+    TRY(dlrec_json_get_bool_or(o, "deterministic", x.what, c->deterministic, &c->deterministic));
+    TRY(get_double(o, "target_auc", &x, 0, 1, &c->target_auc));
+  }
+  if ((o = section(j, "loader"))) {
+    x = sub(&top, "loader");
+    static const char *k[] = {"shuffle", "window_groups", "slice_rows", "prefetch", NULL};
+    TRY(dlrec_json_check_keys(o, x.what, k));
+    TRY(dlrec_json_get_bool_or(o, "shuffle", x.what, c->shuffle, &c->shuffle));
+    TRY(get_u32(o, "window_groups", &x, 1, 1u << 20, &c->window_groups));
+    TRY(get_u32(o, "slice_rows", &x, 1, 1u << 24, &c->slice_rows));
+    TRY(get_u32(o, "prefetch", &x, 1, 64, &c->prefetch));
+  }
+  if ((o = section(j, "eval"))) {
+    x = sub(&top, "eval");
+    static const char *k[] = {"interval_steps", "batch_size", "max_rows", NULL};
+    TRY(dlrec_json_check_keys(o, x.what, k));
+    TRY(get_u64(o, "interval_steps", &x, &c->eval_interval_steps));
+    TRY(get_u32(o, "batch_size", &x, 1, 1u << 20, &c->eval_batch_size));
+    TRY(get_u64(o, "max_rows", &x, &c->eval_max_rows));
+  }
+  if ((o = section(j, "checkpoint"))) {
+    x = sub(&top, "checkpoint");
+    static const char *k[] = {"interval_steps", "keep", NULL};
+    TRY(dlrec_json_check_keys(o, x.what, k));
+    TRY(get_u64(o, "interval_steps", &x, &c->checkpoint_interval_steps));
+    TRY(get_u32(o, "keep", &x, 1, 1000, &c->checkpoint_keep));
+  }
+  if ((o = section(j, "log"))) {
+    x = sub(&top, "log");
+    static const char *k[] = {"interval_steps", NULL};
+    TRY(dlrec_json_check_keys(o, x.what, k));
+    TRY(get_u64(o, "interval_steps", &x, &c->log_interval_steps));
+    if (c->log_interval_steps == 0) return dlrec_error(DLREC_ERR_INVALID, "%s: field 'interval_steps' must be >= 1", x.what);
+  }
+  return DLREC_OK;
+}
+
+dlrec_status dlrec_train_config_read(const char *path, dlrec_train_config *c) {
+  cJSON *j;
+  TRY(dlrec_json_read(path, &j));
+  dlrec_status s = dlrec_train_config_from_json(j, path, c);
+  cJSON_Delete(j);
+  return s;
+}
+
+static cJSON *widths_json(const uint32_t *w, uint32_t n) {
+  cJSON *a = cJSON_CreateArray();
+  for (uint32_t i = 0; i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(w[i]));
+  return a;
+}
+
+cJSON *dlrec_train_config_to_json(const dlrec_train_config *c) {
+  static const char *dense_types[] = {"sgd", "adam", "adagrad"};
+  static const char *sparse_types[] = {"sgd", "rowwise_adagrad", "lazy_adam"};
+  cJSON *j = cJSON_CreateObject();
+  cJSON_AddStringToObject(j, "name", c->name);
+  cJSON *m = cJSON_AddObjectToObject(j, "model");
+  cJSON_AddStringToObject(m, "type", "dlrm");
+  cJSON_AddNumberToObject(m, "embedding_dim", c->shape.emb_dim);
+  cJSON_AddItemToObject(m, "bottom_mlp", widths_json(c->shape.bottom, c->shape.n_bottom));
+  cJSON_AddItemToObject(m, "top_mlp", widths_json(c->shape.top, c->shape.n_top));
+  cJSON_AddStringToObject(m, "pooling", c->shape.pooling == DLREC_BAG_MEAN ? "mean" : "sum");
+  cJSON *o = cJSON_AddObjectToObject(j, "optimizer");
+  cJSON *d = cJSON_AddObjectToObject(o, "dense");
+  cJSON_AddStringToObject(d, "type", dense_types[c->dense.kind]);
+  cJSON_AddNumberToObject(d, "lr", c->dense.lr);
+  cJSON_AddNumberToObject(d, "weight_decay", c->dense.weight_decay);
+  cJSON_AddNumberToObject(d, "beta1", c->dense.beta1);
+  cJSON_AddNumberToObject(d, "beta2", c->dense.beta2);
+  cJSON_AddNumberToObject(d, "eps", c->dense.eps);
+  cJSON_AddNumberToObject(d, "initial_accumulator", c->dense.initial_accumulator);
+  cJSON *s = cJSON_AddObjectToObject(o, "sparse");
+  cJSON_AddStringToObject(s, "type", sparse_types[c->sparse.kind]);
+  cJSON_AddNumberToObject(s, "lr", c->sparse.lr);
+  cJSON_AddNumberToObject(s, "weight_decay", c->sparse.weight_decay);
+  cJSON_AddNumberToObject(s, "beta1", c->sparse.beta1);
+  cJSON_AddNumberToObject(s, "beta2", c->sparse.beta2);
+  cJSON_AddNumberToObject(s, "eps", c->sparse.eps);
+  cJSON_AddNumberToObject(s, "initial_accumulator", c->sparse.initial_accumulator);
+  cJSON *sc = cJSON_AddObjectToObject(j, "schedule");
+  cJSON_AddNumberToObject(sc, "warmup_steps", (double)c->warmup_steps);
+  cJSON_AddNumberToObject(sc, "decay_start_step", (double)c->decay_start_step);
+  cJSON_AddNumberToObject(sc, "decay_steps", (double)c->decay_steps);
+  cJSON_AddNumberToObject(sc, "decay_power", c->decay_power);
+  cJSON_AddNumberToObject(sc, "min_lr_scale", c->min_lr_scale);
+  cJSON *t = cJSON_AddObjectToObject(j, "training");
+  cJSON_AddNumberToObject(t, "batch_size", c->batch_size);
+  cJSON_AddNumberToObject(t, "epochs", c->epochs);
+  cJSON_AddNumberToObject(t, "max_steps", (double)c->max_steps);
+  cJSON_AddNumberToObject(t, "threads", c->threads);
+  cJSON_AddNumberToObject(t, "seed", (double)c->seed);
+  cJSON_AddBoolToObject(t, "deterministic", c->deterministic);
+  cJSON_AddNumberToObject(t, "target_auc", c->target_auc);
+  cJSON *l = cJSON_AddObjectToObject(j, "loader");
+  cJSON_AddBoolToObject(l, "shuffle", c->shuffle);
+  cJSON_AddNumberToObject(l, "window_groups", c->window_groups);
+  cJSON_AddNumberToObject(l, "slice_rows", c->slice_rows);
+  cJSON_AddNumberToObject(l, "prefetch", c->prefetch);
+  cJSON *e = cJSON_AddObjectToObject(j, "eval");
+  cJSON_AddNumberToObject(e, "interval_steps", (double)c->eval_interval_steps);
+  cJSON_AddNumberToObject(e, "batch_size", c->eval_batch_size);
+  cJSON_AddNumberToObject(e, "max_rows", (double)c->eval_max_rows);
+  cJSON *k = cJSON_AddObjectToObject(j, "checkpoint");
+  cJSON_AddNumberToObject(k, "interval_steps", (double)c->checkpoint_interval_steps);
+  cJSON_AddNumberToObject(k, "keep", c->checkpoint_keep);
+  cJSON *g = cJSON_AddObjectToObject(j, "log");
+  cJSON_AddNumberToObject(g, "interval_steps", (double)c->log_interval_steps);
+  return j;
+}
+
+double dlrec_lr_scale(const dlrec_train_config *c, uint64_t step) {
+  if (c->warmup_steps && step <= c->warmup_steps) return (double)step / (double)c->warmup_steps;
+  if (c->decay_steps && step > c->decay_start_step) {
+    double t = (double)(step - c->decay_start_step) / (double)c->decay_steps;
+    if (t >= 1) return c->min_lr_scale;
+    double s = pow(1 - t, c->decay_power);
+    return s > c->min_lr_scale ? s : c->min_lr_scale;
+  }
+  return 1.0;
+}
