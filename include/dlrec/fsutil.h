@@ -31,6 +31,12 @@ dlrec_status dlrec_fsync_dir(const char *dir);
 /* Creates a directory (and missing parents); an existing one is fine. */
 dlrec_status dlrec_mkdirs(const char *path);
 
+/* Copies a regular file to dst (created or replaced), fsync'd. */
+dlrec_status dlrec_copy_file(const char *src, const char *dst);
+
+/* Removes a file or a directory tree; a missing path is fine. */
+dlrec_status dlrec_remove_tree(const char *path);
+
 /* Joins dir and name into out (size out_size); an error if it does not fit. */
 dlrec_status dlrec_path_join(char *out, size_t out_size, const char *dir, const char *name);
 

@@ -17,6 +17,9 @@ static const struct {
     {"synth", cmd_synth, "write synthetic click logs (Criteo layout) with known click probabilities"},
     {"etl", cmd_etl, "fit vocabularies and statistics on raw rows; encode rows into .dlr files"},
     {"inspect", cmd_inspect, "print a .dlr file's schema and row groups and verify every checksum"},
+    {"train", cmd_train, "train a DLRM on .dlr files, with evaluation and resumable checkpoints"},
+    {"eval", cmd_eval, "print AUC, logloss, NE and calibration of a trained model on .dlr data"},
+    {"predict", cmd_predict, "score raw rows or .dlr files with a trained model, in input order"},
 };
 
 static void usage(FILE *out) {

@@ -1,6 +1,7 @@
 /* File helpers with errors that name the path. */
 #include "dlrec/fsutil.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -147,5 +148,52 @@ dlrec_status dlrec_mkdirs(const char *path) {
 dlrec_status dlrec_path_join(char *out, size_t out_size, const char *dir, const char *name) {
   int n = snprintf(out, out_size, "%s/%s", dir, name);
   if (n < 0 || (size_t)n >= out_size) return dlrec_error(DLREC_ERR_INVALID, "path too long: %s/%s", dir, name);
+  return DLREC_OK;
+}
+
+dlrec_status dlrec_copy_file(const char *src, const char *dst) {
+  int in = open(src, O_RDONLY | O_CLOEXEC);
+  if (in < 0) return dlrec_error(DLREC_ERR_IO, "%s: %s", src, strerror(errno));
+  int out = open(dst, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (out < 0) {
+    close(in);
+    return dlrec_error(DLREC_ERR_IO, "%s: %s", dst, strerror(errno));
+  }
+  enum { CHUNK = 1 << 20 };
+  char *buf = malloc(CHUNK);
+  dlrec_status s = buf ? DLREC_OK : dlrec_error(DLREC_ERR_NOMEM, "out of memory");
+  while (s == DLREC_OK) {
+    size_t got = 0;
+    s = dlrec_read_full(in, buf, CHUNK, &got, src);
+    if (s != DLREC_OK || got == 0) break;
+    s = dlrec_write_all(out, buf, got, dst);
+  }
+  free(buf);
+  if (s == DLREC_OK && fsync(out) != 0) s = dlrec_error(DLREC_ERR_IO, "%s: fsync failed: %s", dst, strerror(errno));
+  close(in);
+  if (close(out) != 0 && s == DLREC_OK) s = dlrec_error(DLREC_ERR_IO, "%s: close failed: %s", dst, strerror(errno));
+  return s;
+}
+
+dlrec_status dlrec_remove_tree(const char *path) {
+  struct stat st;
+  if (lstat(path, &st) != 0) return errno == ENOENT ? DLREC_OK : dlrec_error(DLREC_ERR_IO, "%s: %s", path, strerror(errno));
+  if (S_ISDIR(st.st_mode)) {
+    DIR *d = opendir(path);
+    if (!d) return dlrec_error(DLREC_ERR_IO, "%s: %s", path, strerror(errno));
+    struct dirent *e;
+    dlrec_status s = DLREC_OK;
+    while (s == DLREC_OK && (e = readdir(d))) {
+      if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+      char sub[4096];
+      s = dlrec_path_join(sub, sizeof sub, path, e->d_name);
+      if (s == DLREC_OK) s = dlrec_remove_tree(sub);
+    }
+    closedir(d);
+    if (s != DLREC_OK) return s;
+    if (rmdir(path) != 0) return dlrec_error(DLREC_ERR_IO, "%s: cannot remove: %s", path, strerror(errno));
+    return DLREC_OK;
+  }
+  if (unlink(path) != 0) return dlrec_error(DLREC_ERR_IO, "%s: cannot remove: %s", path, strerror(errno));
   return DLREC_OK;
 }

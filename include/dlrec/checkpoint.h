@@ -1,0 +1,75 @@
+/* Checkpoints of a training run, and the models that evaluation, prediction
+ * and serving load from them.
+ *
+ * A run directory RUN holds checkpoints RUN/ckpt-STEP/ and a file RUN/latest
+ * naming the newest complete one. A checkpoint is written as
+ * RUN/ckpt-STEP.tmp/, every file fsync'd, then renamed, then `latest` is
+ * replaced atomically, so a crash at any moment leaves the previous
+ * checkpoint intact and `latest` pointing at a complete one. Contents
+ * (docs/formats.md):
+ *   manifest.json     format version, progress (step, samples, loader
+ *                     position), every file with its size and CRC32C
+ *   config.json       the complete training config
+ *   etl/              the ETL state the data was encoded with
+ *   dense.bin         the dense parameters        } tensor files: header,
+ *   table.bin         the fused embedding table   } arrays with a CRC32C
+ *   optim.bin         optimizer state (dense and sparse)  each
+ * A torn, truncated or corrupt checkpoint is refused with an error naming
+ * the file; so is one whose config or data does not match the run resuming.
+ */
+#ifndef DLREC_CHECKPOINT_H
+#define DLREC_CHECKPOINT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dlrec/dlrm.h"
+#include "dlrec/etl.h"
+#include "dlrec/loader.h"
+#include "dlrec/status.h"
+#include "dlrec/train_config.h"
+
+#define DLREC_CHECKPOINT_VERSION 1
+
+typedef struct dlrec_train_progress {
+  uint64_t step;           /* optimizer steps done */
+  uint64_t samples;        /* samples trained on */
+  dlrec_position position; /* the loader's position after the last trained batch */
+  double valid_auc;        /* the last validation AUC; NaN if none yet */
+} dlrec_train_progress;
+
+/* Saves model, optimizer state (opt may be NULL: a model-only checkpoint)
+ * and progress as RUN/ckpt-STEP, points RUN/latest at it, and removes the
+ * oldest checkpoints beyond `keep`. etl_dir's files are copied in. */
+dlrec_status dlrec_checkpoint_save(const char *run_dir, const dlrec_train_config *cfg, const char *etl_dir,
+                                   const dlrec_dlrm *m, const dlrec_dlrm_optim *opt,
+                                   const dlrec_train_progress *p, uint32_t keep);
+
+/* Resolves `path` to a checkpoint directory: path itself if it holds a
+ * manifest.json, else the checkpoint that path/latest names. */
+dlrec_status dlrec_checkpoint_resolve(const char *path, char *out, size_t out_size);
+
+/* A model loaded from a checkpoint, for evaluation, prediction and serving. */
+typedef struct dlrec_model {
+  char dir[1024];           /* the checkpoint directory */
+  dlrec_train_config config;
+  dlrec_etl *etl;           /* the checkpoint's ETL state */
+  dlrec_dlrm *dlrm;
+  dlrec_train_progress progress;
+} dlrec_model;
+
+/* Loads the checkpoint at `path` (see dlrec_checkpoint_resolve): config,
+ * ETL state, parameters, after checking every file's size and checksum.
+ * The caller frees *out with dlrec_model_free. */
+dlrec_status dlrec_model_load(const char *path, dlrec_model **out);
+void dlrec_model_free(dlrec_model *m); /* accepts NULL */
+
+/* For --resume: loads parameters, optimizer state and progress of the
+ * checkpoint at `path` into an existing training setup of the same config
+ * (the model shape, optimizers, batch size, seed and loader settings must be
+ * those the checkpoint was written with, else DLREC_ERR_INVALID says which
+ * field differs). */
+dlrec_status dlrec_checkpoint_load_training(const char *path, const dlrec_train_config *cfg, dlrec_dlrm *m,
+                                            dlrec_dlrm_optim *opt, dlrec_train_progress *p);
+
+#endif

@@ -1,0 +1,28 @@
+/* Batch prediction: scores rows with a checkpoint's model, one probability
+ * per line in input order. Raw rows (the format the model's ETL state was fit
+ * on) are encoded with that state, exactly as `etl apply` encodes them;
+ * .dlr files are scored as they are. */
+#ifndef DLREC_PREDICT_H
+#define DLREC_PREDICT_H
+
+#include <stdint.h>
+
+#include "dlrec/checkpoint.h"
+#include "dlrec/status.h"
+
+typedef struct dlrec_predict_opts {
+  uint32_t batch_rows;  /* rows per forward pass; 4096 */
+  int no_label;         /* raw input rows have no label column */
+  int progress;         /* show a progress bar; 1 */
+} dlrec_predict_opts;
+
+void dlrec_predict_opts_default(dlrec_predict_opts *o);
+
+/* Scores `input` (raw rows, "-" for stdin, or a .dlr file) and writes one
+ * probability per line ("%.9g", exact for a float) to `output` ("-" for
+ * stdout; a file is written atomically). A bad raw row stops the run with
+ * "FILE:LINE: field N (NAME): reason" and nothing is written at output. */
+dlrec_status dlrec_predict_file(const dlrec_model *m, const char *input, const char *output,
+                                const dlrec_predict_opts *o, uint64_t *rows);
+
+#endif

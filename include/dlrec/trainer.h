@@ -1,0 +1,65 @@
+/* Training and evaluation runs: the loop around the model, loader,
+ * optimizers, metrics and checkpoints.
+ *
+ * A training run writes into RUN:
+ *   RUN/metrics.jsonl  one JSON object per logging interval (step, samples,
+ *                      epoch, loss, lr_scale, samples_per_s) and per
+ *                      evaluation (the same plus "valid": {auc, logloss, ...})
+ *   RUN/ckpt-STEP/     checkpoints (checkpoint.h), RUN/latest the newest
+ * SIGINT or SIGTERM stops at the end of the current step, saves a
+ * checkpoint, and returns DLREC_OK with result.interrupted set.
+ */
+#ifndef DLREC_TRAINER_H
+#define DLREC_TRAINER_H
+
+#include <stdint.h>
+
+#include "dlrec/dlrm.h"
+#include "dlrec/metrics.h"
+#include "dlrec/status.h"
+#include "dlrec/train_config.h"
+
+typedef struct dlrec_train_args {
+  const char *config_path;        /* NULL: the defaults of dlrec_train_config_default */
+  const char *const *train;       /* .dlr files */
+  int n_train;
+  const char *valid;              /* a .dlr file, or NULL */
+  const char *etl_dir;            /* the ETL state the files were encoded with */
+  const char *run_dir;
+  int resume;                     /* continue from RUN's latest checkpoint */
+  int deterministic;              /* force deterministic mode (else the config's) */
+  uint32_t threads;               /* 0: the config's */
+  uint64_t max_steps;             /* 0: the config's */
+} dlrec_train_args;
+
+typedef struct dlrec_train_result {
+  uint64_t steps, samples;        /* totals of the run, resumed part included */
+  uint64_t steps_this_run;
+  double seconds;                 /* of this run's training loop */
+  double samples_per_s;           /* of this run's training loop */
+  double last_loss;               /* mean loss of the last logging interval */
+  int has_valid;                  /* valid holds the final evaluation */
+  dlrec_metrics valid;
+  int interrupted;                /* stopped by a signal (a checkpoint was saved) */
+  int reached_target;             /* stopped at the config's target AUC */
+} dlrec_train_result;
+
+dlrec_status dlrec_train(const dlrec_train_args *a, dlrec_train_result *r);
+
+/* Scores every row of the .dlr files in order (no shuffle) with batches of
+ * `batch` rows, up to max_rows (0: all), on `threads` threads. With an
+ * evaluator the metrics are computed into *out (the data must be labeled);
+ * with scores, each prediction is passed to the callback in row order. */
+typedef dlrec_status (*dlrec_score_fn)(void *ctx, const float *prob, const float *label, uint32_t n);
+dlrec_status dlrec_score_files(const dlrec_dlrm *m, const char *const *paths, int n_paths, uint32_t batch,
+                               uint64_t max_rows, dlrec_score_fn fn, void *ctx);
+dlrec_status dlrec_evaluate(const dlrec_dlrm *m, const char *const *paths, int n_paths, uint32_t batch,
+                            uint64_t max_rows, dlrec_metrics *out);
+
+/* The metrics as a JSON object (the CLI's and metrics.jsonl's format). */
+struct cJSON *dlrec_metrics_to_json(const dlrec_metrics *m);
+
+/* Sets the threads that OpenMP and OpenBLAS use (0: all cores). */
+void dlrec_set_compute_threads(uint32_t threads);
+
+#endif

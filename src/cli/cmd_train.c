@@ -1,0 +1,95 @@
+/* `dlrec train`: train a model on .dlr files. */
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "dlrec/json.h"
+#include "dlrec/trainer.h"
+
+static void usage(FILE *out) {
+  fprintf(out,
+          "usage: dlrec train --config CFG.json --train T.dlr [--train T2.dlr ...] [--valid V.dlr]\n"
+          "                   --etl ETLDIR --out RUN [--resume] [options]\n\n"
+          "Trains a DLRM on encoded rows (see 'dlrec etl apply') and writes RUN/: checkpoints\n"
+          "(RUN/ckpt-STEP, RUN/latest), RUN/metrics.jsonl, and a summary on stdout (JSON).\n\n"
+          "  --config FILE       training config (docs/config.md; examples/dlrm_criteo.json);\n"
+          "                      without it, the Criteo Kaggle DLRM defaults\n"
+          "  --train FILE        training data (.dlr); repeat for several files\n"
+          "  --valid FILE        validation data (.dlr): AUC, logloss, NE, calibration at the\n"
+          "                      config's eval interval and at the end\n"
+          "  --etl DIR           the ETL state the data was encoded with (copied into checkpoints)\n"
+          "  --out RUN           the run directory\n"
+          "  --resume            continue from RUN's latest checkpoint, exactly where it stopped\n"
+          "  --deterministic     bitwise reproducible: same config and threads, same parameters\n"
+          "  --threads N         compute threads (default: the config's, 0 = all cores)\n"
+          "  --max-steps N       stop after N steps in all (default: the config's)\n"
+          "  -q, --quiet         no progress bar\n"
+          "  -v, --verbose       debug logs\n\n"
+          "SIGINT or SIGTERM stops after the current step and saves a checkpoint.\n");
+}
+
+int cmd_train(int argc, char **argv) {
+  static const struct option opts[] = {
+      {"config", required_argument, 0, 'c'}, {"train", required_argument, 0, 't'},
+      {"valid", required_argument, 0, 'V'},  {"etl", required_argument, 0, 'e'},
+      {"out", required_argument, 0, 'o'},    {"resume", no_argument, 0, 'r'},
+      {"deterministic", no_argument, 0, 'd'}, {"threads", required_argument, 0, 'j'},
+      {"max-steps", required_argument, 0, 's'}, {"help", no_argument, 0, 'h'},
+      {"quiet", no_argument, 0, 'q'},        {"verbose", no_argument, 0, 'v'},
+      {0, 0, 0, 0}};
+  dlrec_train_args a = {0};
+  const char *train[64];
+  int c;
+  optind = 1;
+  while ((c = getopt_long(argc, argv, "hqv", opts, NULL)) != -1) {
+    uint64_t v;
+    switch (c) {
+    case 'c': a.config_path = optarg; break;
+    case 't':
+      if (a.n_train == 64) return cli_usage_error("train", "at most 64 --train files");
+      train[a.n_train++] = optarg;
+      break;
+    case 'V': a.valid = optarg; break;
+    case 'e': a.etl_dir = optarg; break;
+    case 'o': a.run_dir = optarg; break;
+    case 'r': a.resume = 1; break;
+    case 'd': a.deterministic = 1; break;
+    case 'j':
+      if (cli_parse_u64("--threads", optarg, 1, 4096, &v) != DLREC_OK) return cli_usage_error("train", "%s", dlrec_last_error());
+      a.threads = (uint32_t)v;
+      break;
+    case 's':
+      if (cli_parse_u64("--max-steps", optarg, 1, UINT64_MAX, &v) != DLREC_OK)
+        return cli_usage_error("train", "%s", dlrec_last_error());
+      a.max_steps = v;
+      break;
+    case 'h': usage(stdout); return 0;
+    case 'q': cli_common_option("-q"); break;
+    case 'v': cli_common_option("-v"); break;
+    default: return cli_usage_error("train", "unknown option");
+    }
+  }
+  if (optind < argc) return cli_usage_error("train", "unexpected argument '%s'", argv[optind]);
+  if (!a.n_train) return cli_usage_error("train", "--train is required");
+  if (!a.etl_dir) return cli_usage_error("train", "--etl is required");
+  if (!a.run_dir) return cli_usage_error("train", "--out is required");
+  a.train = train;
+  dlrec_train_result r;
+  if (dlrec_train(&a, &r) != DLREC_OK) return cli_fail("train");
+  cJSON *j = cJSON_CreateObject();
+  cJSON_AddNumberToObject(j, "steps", (double)r.steps);
+  cJSON_AddNumberToObject(j, "samples", (double)r.samples);
+  cJSON_AddNumberToObject(j, "seconds", r.seconds);
+  cJSON_AddNumberToObject(j, "samples_per_s", r.samples_per_s);
+  if (isfinite(r.last_loss)) cJSON_AddNumberToObject(j, "train_loss", r.last_loss);
+  if (r.has_valid) cJSON_AddItemToObject(j, "valid", dlrec_metrics_to_json(&r.valid));
+  if (r.interrupted) cJSON_AddBoolToObject(j, "interrupted", 1);
+  if (r.reached_target) cJSON_AddBoolToObject(j, "reached_target_auc", 1);
+  char *text = cJSON_Print(j);
+  printf("%s\n", text ? text : "{}");
+  cJSON_free(text);
+  cJSON_Delete(j);
+  return r.interrupted ? 130 : 0;
+}

@@ -1,0 +1,155 @@
+/* Batch prediction from raw rows or .dlr files. */
+#include "dlrec/predict.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dlrec/fsutil.h"
+#include "dlrec/parse.h"
+#include "dlrec/progress.h"
+#include "dlrec/trainer.h"
+
+void dlrec_predict_opts_default(dlrec_predict_opts *o) {
+  o->batch_rows = 4096;
+  o->no_label = 0;
+  o->progress = 1;
+}
+
+/* The output stream: a temp file renamed on success, or stdout. */
+typedef struct sink {
+  FILE *f;
+  const char *path;
+  char tmp[4096];
+  uint64_t rows;
+  dlrec_progress *bar;
+} sink;
+
+static dlrec_status sink_open(sink *s, const char *path) {
+  s->path = path;
+  if (!strcmp(path, "-")) {
+    s->f = stdout;
+    return DLREC_OK;
+  }
+  if (snprintf(s->tmp, sizeof s->tmp, "%s.tmp", path) >= (int)sizeof s->tmp)
+    return dlrec_error(DLREC_ERR_INVALID, "%s: path too long", path);
+  s->f = fopen(s->tmp, "w");
+  if (!s->f) return dlrec_error(DLREC_ERR_IO, "%s: %s", s->tmp, strerror(errno));
+  return DLREC_OK;
+}
+
+static dlrec_status sink_write(void *ctx, const float *prob, const float *label, uint32_t n) {
+  (void)label;
+  sink *s = ctx;
+  for (uint32_t i = 0; i < n; i++)
+    if (fprintf(s->f, "%.9g\n", prob[i]) < 0) return dlrec_error(DLREC_ERR_IO, "%s: write failed: %s", s->path, strerror(errno));
+  s->rows += n;
+  dlrec_progress_add(s->bar, n);
+  return DLREC_OK;
+}
+
+static dlrec_status sink_close(sink *s, dlrec_status st) {
+  if (s->f == stdout) {
+    if (fflush(stdout) != 0 && st == DLREC_OK) st = dlrec_error(DLREC_ERR_IO, "stdout: write failed: %s", strerror(errno));
+    return st;
+  }
+  if (s->f) {
+    if (st == DLREC_OK && (fflush(s->f) != 0 || fsync(fileno(s->f)) != 0))
+      st = dlrec_error(DLREC_ERR_IO, "%s: write failed: %s", s->tmp, strerror(errno));
+    if (fclose(s->f) != 0 && st == DLREC_OK) st = dlrec_error(DLREC_ERR_IO, "%s: close failed: %s", s->tmp, strerror(errno));
+  }
+  if (st == DLREC_OK) st = dlrec_rename_durable(s->tmp, s->path);
+  if (st != DLREC_OK) unlink(s->tmp);
+  return st;
+}
+
+static int is_dlr(const char *path) {
+  size_t n = strlen(path);
+  return n > 4 && !strcmp(path + n - 4, ".dlr");
+}
+
+/* Raw rows: read lines, encode each with the checkpoint's ETL state into a
+ * batch of one-hot columns, score full batches. */
+static dlrec_status predict_raw(const dlrec_model *m, const char *input, const dlrec_predict_opts *o, sink *out) {
+  const dlrec_schema *sc = dlrec_etl_schema(m->etl);
+  uint32_t B = o->batch_rows, F = sc->n_sparse, D = sc->n_dense;
+  FILE *in = strcmp(input, "-") ? fopen(input, "r") : stdin;
+  if (!in) return dlrec_error(DLREC_ERR_IO, "%s: %s", input, strerror(errno));
+  float *dense = malloc((size_t)B * D * sizeof *dense), *labels = malloc(B * sizeof *labels);
+  float *prob = malloc(B * sizeof *prob);
+  uint32_t *ids = malloc((size_t)B * F * sizeof *ids), *cols = malloc((size_t)B * F * sizeof *cols);
+  uint32_t *offsets = malloc((B + 1) * sizeof *offsets);
+  dlrec_dlrm_ws *ws = NULL;
+  char *line = NULL;
+  size_t cap = 0;
+  dlrec_status s = dense && labels && prob && ids && cols && offsets ? DLREC_OK : dlrec_error(DLREC_ERR_NOMEM, "out of memory");
+  if (s == DLREC_OK) s = dlrec_dlrm_ws_create(&ws, m->dlrm, B);
+  for (uint32_t i = 0; i <= B && offsets; i++) offsets[i] = i; /* one id per row and column */
+  dlrec_batch batch;
+  memset(&batch, 0, sizeof batch);
+  batch.dense = dense;
+  batch.labels = NULL;
+  for (uint32_t c = 0; c < F && cols; c++) {
+    batch.offsets[c] = offsets;
+    batch.ids[c] = cols + (size_t)c * B;
+  }
+  uint64_t lineno = 0;
+  uint32_t n = 0;
+  int csv = dlrec_etl_format(m->etl) == DLREC_FORMAT_CSV;
+  while (s == DLREC_OK) {
+    ssize_t len = getline(&line, &cap, in);
+    if (len >= 0) {
+      lineno++;
+      if (csv && lineno == 1) continue; /* the header */
+      while (len && (line[len - 1] == '\n' || line[len - 1] == '\r')) len--;
+      s = dlrec_etl_encode_line(m->etl, line, (size_t)len, !o->no_label, labels + n, dense + (size_t)n * D,
+                                ids + (size_t)n * F);
+      if (s != DLREC_OK) {
+        dlrec_error_context("%s:%llu: ", input, (unsigned long long)lineno);
+        break;
+      }
+      /* Rows are encoded row-major (F ids per row); the batch wants one
+       * array per column. */
+      for (uint32_t c = 0; c < F; c++) cols[(size_t)c * B + n] = ids[(size_t)n * F + c];
+      n++;
+    } else if (ferror(in)) {
+      s = dlrec_error(DLREC_ERR_IO, "%s: read failed: %s", input, strerror(errno));
+    }
+    if (s == DLREC_OK && (n == B || (len < 0 && n > 0))) {
+      batch.rows = n;
+      s = dlrec_dlrm_predict(m->dlrm, ws, &batch, prob);
+      if (s == DLREC_OK) s = sink_write(out, prob, NULL, n);
+      n = 0;
+    }
+    if (len < 0) break;
+  }
+  free(line);
+  dlrec_dlrm_ws_free(ws);
+  free(dense);
+  free(labels);
+  free(prob);
+  free(ids);
+  free(cols);
+  free(offsets);
+  if (in != stdin) fclose(in);
+  return s;
+}
+
+dlrec_status dlrec_predict_file(const dlrec_model *m, const char *input, const char *output,
+                                const dlrec_predict_opts *o, uint64_t *rows) {
+  sink out = {0};
+  dlrec_status s = sink_open(&out, output);
+  if (s != DLREC_OK) return s;
+  out.bar = o->progress ? dlrec_progress_start("predict", 0, "rows") : NULL;
+  if (is_dlr(input)) {
+    const char *paths[] = {input};
+    s = dlrec_score_files(m->dlrm, paths, 1, o->batch_rows, 0, sink_write, &out);
+  } else {
+    s = predict_raw(m, input, o, &out);
+  }
+  dlrec_progress_finish(out.bar);
+  if (rows) *rows = out.rows;
+  return sink_close(&out, s);
+}

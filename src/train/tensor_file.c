@@ -1,0 +1,180 @@
+/* Tensor files. Layout (little-endian):
+ *   0   magic "DLRTNSR1"
+ *   8   u32 version (1)
+ *   12  u32 number of arrays n
+ *   16  u64 file size in bytes
+ *   24  u32 CRC32C of the array table
+ *   28  u32 CRC32C of bytes 0..28
+ *   32  n entries of 64 bytes: name[40] (NUL-padded), u32 dtype, u32 CRC32C
+ *       of the data, u64 count, u64 offset
+ *   data of each array at its offset (64-byte aligned)
+ */
+#include "train/tensor_file.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "dlrec/crc32c.h"
+#include "dlrec/fsutil.h"
+
+#define MAGIC "DLRTNSR1"
+#define VERSION 1
+#define HEADER_BYTES 32
+#define ENTRY_BYTES 64
+#define MAX_ARRAYS 64
+#define CHUNK (8u << 20)
+
+typedef struct entry {
+  char name[TENSOR_NAME_MAX];
+  uint32_t dtype, crc;
+  uint64_t count, offset;
+} entry;
+_Static_assert(sizeof(entry) == ENTRY_BYTES, "entry layout");
+
+static uint64_t align64(uint64_t x) { return (x + 63) & ~(uint64_t)63; }
+
+dlrec_status tensor_file_write(const char *path, const tensor_desc *arrays, int n) {
+  if (n < 0 || n > MAX_ARRAYS) return dlrec_error(DLREC_ERR_INTERNAL, "%s: %d arrays", path, n);
+  entry table[MAX_ARRAYS];
+  memset(table, 0, sizeof table);
+  uint64_t off = align64(HEADER_BYTES + (uint64_t)n * ENTRY_BYTES);
+  for (int i = 0; i < n; i++) {
+    if (strlen(arrays[i].name) >= TENSOR_NAME_MAX) return dlrec_error(DLREC_ERR_INTERNAL, "tensor name too long");
+    memcpy(table[i].name, arrays[i].name, strlen(arrays[i].name));
+    table[i].dtype = arrays[i].dtype;
+    table[i].count = arrays[i].count;
+    table[i].offset = off;
+    table[i].crc = dlrec_crc32c(0, arrays[i].data, arrays[i].count * 4);
+    off = align64(off + arrays[i].count * 4);
+  }
+  unsigned char header[HEADER_BYTES] = {0};
+  memcpy(header, MAGIC, 8);
+  uint32_t version = VERSION, count = (uint32_t)n, table_crc = dlrec_crc32c(0, table, (size_t)n * ENTRY_BYTES);
+  memcpy(header + 8, &version, 4);
+  memcpy(header + 12, &count, 4);
+  memcpy(header + 16, &off, 8);
+  memcpy(header + 24, &table_crc, 4);
+  uint32_t header_crc = dlrec_crc32c(0, header, 28);
+  memcpy(header + 28, &header_crc, 4);
+
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return dlrec_error(DLREC_ERR_IO, "%s: %s", path, strerror(errno));
+  dlrec_status s = dlrec_pwrite_all(fd, header, HEADER_BYTES, 0, path);
+  if (s == DLREC_OK) s = dlrec_pwrite_all(fd, table, (size_t)n * ENTRY_BYTES, HEADER_BYTES, path);
+  for (int i = 0; s == DLREC_OK && i < n; i++) {
+    const char *p = arrays[i].data;
+    uint64_t left = arrays[i].count * 4, at = table[i].offset;
+    while (s == DLREC_OK && left) {
+      size_t k = left > CHUNK ? CHUNK : (size_t)left;
+      s = dlrec_pwrite_all(fd, p, k, at, path);
+      p += k;
+      at += k;
+      left -= k;
+    }
+  }
+  if (s == DLREC_OK && ftruncate(fd, (off_t)off) != 0)
+    s = dlrec_error(DLREC_ERR_IO, "%s: cannot set size: %s", path, strerror(errno));
+  if (s == DLREC_OK && fsync(fd) != 0) s = dlrec_error(DLREC_ERR_IO, "%s: fsync failed: %s", path, strerror(errno));
+  if (close(fd) != 0 && s == DLREC_OK) s = dlrec_error(DLREC_ERR_IO, "%s: close failed: %s", path, strerror(errno));
+  return s;
+}
+
+static dlrec_status read_at(int fd, void *buf, size_t n, uint64_t off, const char *path) {
+  char *p = buf;
+  while (n) {
+    ssize_t r = pread(fd, p, n, (off_t)off);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return dlrec_error(DLREC_ERR_IO, "%s: read failed: %s", path, strerror(errno));
+    if (r == 0) return dlrec_error(DLREC_ERR_CORRUPT, "%s: truncated at offset %llu", path, (unsigned long long)off);
+    p += r;
+    n -= (size_t)r;
+    off += (uint64_t)r;
+  }
+  return DLREC_OK;
+}
+
+static const char *dtype_name(uint32_t t) { return t == TENSOR_F32 ? "f32" : t == TENSOR_U32 ? "u32" : "?"; }
+
+static dlrec_status check_layout(const char *path, int fd, entry *table, uint32_t *n_out) {
+  struct stat st;
+  if (fstat(fd, &st) != 0) return dlrec_error(DLREC_ERR_IO, "%s: %s", path, strerror(errno));
+  unsigned char header[HEADER_BYTES];
+  if ((uint64_t)st.st_size < HEADER_BYTES)
+    return dlrec_error(DLREC_ERR_CORRUPT, "%s: truncated: %lld bytes, shorter than the header", path, (long long)st.st_size);
+  dlrec_status s = read_at(fd, header, HEADER_BYTES, 0, path);
+  if (s != DLREC_OK) return s;
+  if (memcmp(header, MAGIC, 8) != 0) return dlrec_error(DLREC_ERR_CORRUPT, "%s: not a dlrec tensor file (bad magic)", path);
+  uint32_t version, n, table_crc, header_crc;
+  uint64_t size;
+  memcpy(&version, header + 8, 4);
+  memcpy(&n, header + 12, 4);
+  memcpy(&size, header + 16, 8);
+  memcpy(&table_crc, header + 24, 4);
+  memcpy(&header_crc, header + 28, 4);
+  if (dlrec_crc32c(0, header, 28) != header_crc)
+    return dlrec_error(DLREC_ERR_CORRUPT, "%s: header checksum mismatch at offset 0", path);
+  if (version != VERSION)
+    return dlrec_error(DLREC_ERR_VERSION, "%s: tensor file version %u, this build reads version %d", path, version, VERSION);
+  if (size != (uint64_t)st.st_size)
+    return dlrec_error(DLREC_ERR_CORRUPT, "%s: truncated or extended: header says %llu bytes, file has %lld", path,
+                       (unsigned long long)size, (long long)st.st_size);
+  if (n > MAX_ARRAYS) return dlrec_error(DLREC_ERR_CORRUPT, "%s: %u arrays, at most %d", path, n, MAX_ARRAYS);
+  s = read_at(fd, table, (size_t)n * ENTRY_BYTES, HEADER_BYTES, path);
+  if (s != DLREC_OK) return s;
+  if (dlrec_crc32c(0, table, (size_t)n * ENTRY_BYTES) != table_crc)
+    return dlrec_error(DLREC_ERR_CORRUPT, "%s: array table checksum mismatch at offset %d", path, HEADER_BYTES);
+  for (uint32_t i = 0; i < n; i++) {
+    entry *e = &table[i];
+    if (!memchr(e->name, '\0', TENSOR_NAME_MAX) || (e->dtype != TENSOR_F32 && e->dtype != TENSOR_U32) ||
+        e->count > size / 4 || e->offset > size || e->offset + e->count * 4 > size)
+      return dlrec_error(DLREC_ERR_CORRUPT, "%s: array %u: bad entry (outside the file or unknown type)", path, i);
+  }
+  *n_out = n;
+  return DLREC_OK;
+}
+
+dlrec_status tensor_file_read(const char *path, const tensor_desc *arrays, int n) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return dlrec_error(DLREC_ERR_IO, "%s: %s", path, strerror(errno));
+  entry table[MAX_ARRAYS];
+  uint32_t have = 0;
+  dlrec_status s = check_layout(path, fd, table, &have);
+  if (s == DLREC_OK && have != (uint32_t)n)
+    s = dlrec_error(DLREC_ERR_INVALID, "%s: holds %u arrays, expected %d (a checkpoint of another configuration?)", path,
+                    have, n);
+  for (int i = 0; s == DLREC_OK && i < n; i++) {
+    const entry *e = NULL;
+    for (uint32_t k = 0; k < have && !e; k++)
+      if (!strcmp(table[k].name, arrays[i].name)) e = &table[k];
+    if (!e) {
+      s = dlrec_error(DLREC_ERR_INVALID, "%s: no array '%s' (a checkpoint of another configuration?)", path, arrays[i].name);
+      break;
+    }
+    if (e->dtype != arrays[i].dtype || e->count != arrays[i].count) {
+      s = dlrec_error(DLREC_ERR_INVALID, "%s: array '%s' holds %llu %s values, the model needs %llu %s", path, e->name,
+                      (unsigned long long)e->count, dtype_name(e->dtype), (unsigned long long)arrays[i].count,
+                      dtype_name(arrays[i].dtype));
+      break;
+    }
+    char *p = arrays[i].data;
+    uint64_t left = e->count * 4, at = e->offset;
+    uint32_t crc = 0;
+    while (s == DLREC_OK && left) {
+      size_t k = left > CHUNK ? CHUNK : (size_t)left;
+      s = read_at(fd, p, k, at, path);
+      if (s == DLREC_OK) crc = dlrec_crc32c(crc, p, k);
+      p += k;
+      at += k;
+      left -= k;
+    }
+    if (s == DLREC_OK && crc != e->crc)
+      s = dlrec_error(DLREC_ERR_CORRUPT, "%s: array '%s' at offset %llu: checksum mismatch (stored 0x%08x, computed 0x%08x)",
+                      path, e->name, (unsigned long long)e->offset, e->crc, crc);
+  }
+  close(fd);
+  return s;
+}

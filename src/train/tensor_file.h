@@ -1,0 +1,31 @@
+/* Tensor files: named arrays of floats or uint32s, each with a CRC32C, under
+ * a checksummed header (docs/formats.md, "Checkpoint tensor files"). The
+ * checkpoint's dense.bin, table.bin and optim.bin are tensor files. */
+#ifndef DLREC_TENSOR_FILE_H
+#define DLREC_TENSOR_FILE_H
+
+#include <stdint.h>
+
+#include "dlrec/status.h"
+
+#define TENSOR_NAME_MAX 40
+
+typedef enum tensor_dtype { TENSOR_F32 = 1, TENSOR_U32 = 2 } tensor_dtype;
+
+typedef struct tensor_desc {
+  const char *name;   /* < TENSOR_NAME_MAX bytes */
+  tensor_dtype dtype;
+  uint64_t count;     /* elements */
+  void *data;         /* read: the destination; write: the source */
+} tensor_desc;
+
+/* Writes the arrays to path (created or replaced) and fsyncs it. */
+dlrec_status tensor_file_write(const char *path, const tensor_desc *arrays, int n);
+
+/* Reads exactly the named arrays (any order in the file) into their data,
+ * checking the header, that the file holds these arrays with these counts and
+ * types and nothing else, and every checksum. Errors name the file and the
+ * array ("table.bin: array 'table': checksum mismatch"). */
+dlrec_status tensor_file_read(const char *path, const tensor_desc *arrays, int n);
+
+#endif

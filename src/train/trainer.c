@@ -1,0 +1,356 @@
+/* The training loop: loader -> train step -> logging, evaluation and
+ * checkpoints at intervals; resume; graceful stop on SIGINT/SIGTERM. */
+#include "dlrec/trainer.h"
+
+#include <cblas.h>
+#include <errno.h>
+#include <math.h>
+#include <omp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dlrec/checkpoint.h"
+#include "dlrec/etl.h"
+#include "dlrec/fsutil.h"
+#include "dlrec/json.h"
+#include "dlrec/loader.h"
+#include "dlrec/log.h"
+#include "dlrec/progress.h"
+
+static volatile sig_atomic_t g_stop;
+
+static void on_signal(int sig) {
+  (void)sig;
+  g_stop = 1;
+}
+
+void dlrec_set_compute_threads(uint32_t threads) {
+  int n = threads ? (int)threads : omp_get_num_procs();
+  omp_set_num_threads(n);
+  openblas_set_num_threads(n);
+}
+
+cJSON *dlrec_metrics_to_json(const dlrec_metrics *m) {
+  cJSON *j = cJSON_CreateObject();
+  cJSON_AddNumberToObject(j, "rows", (double)m->count);
+  /* NaN is not JSON: undefined metrics are null. */
+#define NUM(key, v) (isfinite(v) ? cJSON_AddNumberToObject(j, key, v) : cJSON_AddNullToObject(j, key))
+  NUM("auc", m->auc);
+  NUM("logloss", m->logloss);
+  NUM("ne", m->ne);
+  NUM("calibration", m->calibration);
+  NUM("ctr", m->ctr);
+  NUM("mean_prediction", m->mean_pred);
+#undef NUM
+  return j;
+}
+
+dlrec_status dlrec_score_files(const dlrec_dlrm *m, const char *const *paths, int n_paths, uint32_t batch,
+                               uint64_t max_rows, dlrec_score_fn fn, void *ctx) {
+  dlrec_loader_opts o;
+  dlrec_loader_opts_default(&o);
+  o.batch_rows = batch;
+  o.shuffle = 0;
+  o.epochs = 1;
+  dlrec_loader *ld = NULL;
+  dlrec_dlrm_ws *ws = NULL;
+  float *prob = malloc(batch * sizeof *prob);
+  dlrec_status s = prob ? dlrec_loader_open(&ld, paths, n_paths, &o) : dlrec_error(DLREC_ERR_NOMEM, "out of memory");
+  if (s == DLREC_OK && !dlrec_schema_equal(dlrec_loader_schema(ld), dlrec_dlrm_schema(m)))
+    s = dlrec_error(DLREC_ERR_INVALID, "%s: encoded with another ETL state than the model's (the schemas differ)",
+                    paths[0]);
+  if (s == DLREC_OK) s = dlrec_dlrm_ws_create(&ws, m, batch);
+  uint64_t done = 0;
+  while (s == DLREC_OK && (!max_rows || done < max_rows)) {
+    const dlrec_batch *b;
+    s = dlrec_loader_next(ld, &b);
+    if (s != DLREC_OK) break;
+    uint32_t n = b->rows;
+    if (max_rows && done + n > max_rows) n = (uint32_t)(max_rows - done);
+    s = dlrec_dlrm_predict(m, ws, b, prob);
+    if (s == DLREC_OK) s = fn(ctx, prob, b->labels, n);
+    done += n;
+  }
+  if (s == DLREC_END) s = DLREC_OK;
+  dlrec_dlrm_ws_free(ws);
+  dlrec_loader_close(ld);
+  free(prob);
+  return s;
+}
+
+static dlrec_status add_to_evaluator(void *ctx, const float *prob, const float *label, uint32_t n) {
+  if (!label) return dlrec_error(DLREC_ERR_INVALID, "evaluation needs labeled data");
+  return dlrec_evaluator_add(ctx, prob, label, n);
+}
+
+dlrec_status dlrec_evaluate(const dlrec_dlrm *m, const char *const *paths, int n_paths, uint32_t batch,
+                            uint64_t max_rows, dlrec_metrics *out) {
+  dlrec_evaluator *ev;
+  dlrec_status s = dlrec_evaluator_create(&ev, 0);
+  if (s == DLREC_OK) s = dlrec_score_files(m, paths, n_paths, batch, max_rows, add_to_evaluator, ev);
+  if (s == DLREC_OK) s = dlrec_evaluator_compute(ev, out);
+  dlrec_evaluator_free(ev);
+  return s;
+}
+
+/* ---- the run ---- */
+
+typedef struct run {
+  const dlrec_train_args *a;
+  dlrec_train_config cfg;
+  char metrics_path[4096];
+  FILE *metrics;
+  dlrec_dlrm *model;
+  dlrec_dlrm_ws *ws;
+  dlrec_dlrm_optim opt;
+  dlrec_loader *loader;
+  dlrec_train_progress prog;
+} run;
+
+static void run_free(run *r) {
+  if (r->metrics) fclose(r->metrics);
+  dlrec_loader_close(r->loader);
+  dlrec_dlrm_ws_free(r->ws);
+  dlrec_sparse_optim_free(r->opt.sparse);
+  free(r->opt.dense_state);
+  dlrec_dlrm_free(r->model);
+}
+
+static dlrec_status log_json(run *r, cJSON *j) {
+  char *text = cJSON_PrintUnformatted(j);
+  cJSON_Delete(j);
+  if (!text) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
+  int ok = fprintf(r->metrics, "%s\n", text) >= 0 && fflush(r->metrics) == 0;
+  free(text);
+  return ok ? DLREC_OK : dlrec_error(DLREC_ERR_IO, "%s: write failed: %s", r->metrics_path, strerror(errno));
+}
+
+/* On resume, metrics.jsonl keeps only the lines up to the checkpoint's step:
+ * the steps after it are trained again and logged again. */
+static dlrec_status truncate_metrics(const char *path, uint64_t step) {
+  char *text;
+  size_t n;
+  if (dlrec_read_file(path, (size_t)1 << 30, &text, &n) != DLREC_OK) return DLREC_OK; /* none yet */
+  size_t keep = 0;
+  for (size_t i = 0; i < n;) {
+    char *nl = memchr(text + i, '\n', n - i);
+    size_t end = nl ? (size_t)(nl - text) + 1 : n;
+    cJSON *j = cJSON_ParseWithLength(text + i, end - i);
+    const cJSON *st = j ? cJSON_GetObjectItemCaseSensitive(j, "step") : NULL;
+    int keep_line = nl && st && cJSON_IsNumber(st) && st->valuedouble <= (double)step;
+    cJSON_Delete(j);
+    if (!keep_line) break; /* a torn last line, or past the checkpoint */
+    keep = end;
+    i = end;
+  }
+  dlrec_status s = dlrec_write_file_atomic(path, text, keep);
+  free(text);
+  return s;
+}
+
+static dlrec_status evaluate_now(run *r, dlrec_metrics *out) {
+  const char *paths[] = {r->a->valid};
+  dlrec_status s = dlrec_evaluate(r->model, paths, 1, r->cfg.eval_batch_size, r->cfg.eval_max_rows, out);
+  if (s != DLREC_OK) return dlrec_error_context("evaluating on %s: ", r->a->valid);
+  r->prog.valid_auc = out->auc;
+  return DLREC_OK;
+}
+
+static dlrec_status checkpoint_now(run *r) {
+  double t0 = dlrec_now();
+  dlrec_status s = dlrec_checkpoint_save(r->a->run_dir, &r->cfg, r->a->etl_dir, r->model, &r->opt, &r->prog,
+                                         r->cfg.checkpoint_keep);
+  if (s == DLREC_OK) DLREC_DEBUG("checkpoint at step %llu in %.2f s", (unsigned long long)r->prog.step, dlrec_now() - t0);
+  return s;
+}
+
+static dlrec_status setup(run *r) {
+  const dlrec_train_args *a = r->a;
+  dlrec_status s = DLREC_OK;
+  if (a->config_path) s = dlrec_train_config_read(a->config_path, &r->cfg);
+  else dlrec_train_config_default(&r->cfg);
+  if (s != DLREC_OK) return s;
+  if (a->deterministic) r->cfg.deterministic = 1;
+  if (a->threads) r->cfg.threads = a->threads;
+  if (a->max_steps) r->cfg.max_steps = a->max_steps;
+  dlrec_set_compute_threads(r->cfg.threads);
+  if (r->cfg.deterministic) omp_set_dynamic(0);
+
+  dlrec_etl *etl;
+  if ((s = dlrec_etl_load(&etl, a->etl_dir)) != DLREC_OK) return s;
+  dlrec_schema schema = *dlrec_etl_schema(etl);
+  dlrec_etl_free(etl);
+
+  dlrec_loader_opts lo;
+  dlrec_loader_opts_default(&lo);
+  lo.batch_rows = r->cfg.batch_size;
+  lo.shuffle = r->cfg.shuffle;
+  lo.window_groups = r->cfg.window_groups;
+  lo.slice_rows = r->cfg.slice_rows;
+  lo.seed = r->cfg.seed;
+  lo.epochs = r->cfg.epochs;
+  lo.prefetch = r->cfg.prefetch;
+  if ((s = dlrec_loader_open(&r->loader, a->train, a->n_train, &lo)) != DLREC_OK) return s;
+  if (!dlrec_schema_equal(dlrec_loader_schema(r->loader), &schema))
+    return dlrec_error(DLREC_ERR_INVALID, "%s: encoded with another ETL state than %s (the schemas differ)", a->train[0],
+                       a->etl_dir);
+  if (!schema.has_label) return dlrec_error(DLREC_ERR_INVALID, "%s: has no labels to train on", a->train[0]);
+
+  if ((s = dlrec_dlrm_create(&r->model, &r->cfg.shape, &schema)) != DLREC_OK) return s;
+  if ((s = dlrec_dlrm_ws_create(&r->ws, r->model, r->cfg.batch_size)) != DLREC_OK) return s;
+  size_t n_params;
+  dlrec_dlrm_dense_params(r->model, &n_params);
+  r->opt.dense = r->cfg.dense;
+  size_t state = dlrec_optim_state_floats(&r->opt.dense, n_params);
+  if (state && !(r->opt.dense_state = malloc(state * sizeof(float))))
+    return dlrec_error(DLREC_ERR_NOMEM, "cannot allocate the dense optimizer state");
+  if ((s = dlrec_optim_state_init(&r->opt.dense, r->opt.dense_state, n_params)) != DLREC_OK) return s;
+  r->opt.sparse_lr = r->cfg.sparse.lr;
+  if ((s = dlrec_sparse_optim_create(&r->opt.sparse, dlrec_dlrm_table(r->model), &r->cfg.sparse)) != DLREC_OK) return s;
+
+  if ((s = dlrec_mkdirs(a->run_dir)) != DLREC_OK) return s;
+  if ((s = dlrec_path_join(r->metrics_path, sizeof r->metrics_path, a->run_dir, "metrics.jsonl")) != DLREC_OK) return s;
+  r->prog.valid_auc = NAN;
+  if (a->resume) {
+    s = dlrec_checkpoint_load_training(a->run_dir, &r->cfg, r->model, &r->opt, &r->prog);
+    if (s == DLREC_OK) s = dlrec_loader_seek(r->loader, r->prog.position);
+    if (s == DLREC_OK) s = truncate_metrics(r->metrics_path, r->prog.step);
+    if (s != DLREC_OK) return s;
+    DLREC_INFO("resuming from step %llu (epoch %llu, row %llu)", (unsigned long long)r->prog.step,
+               (unsigned long long)r->prog.position.epoch, (unsigned long long)r->prog.position.row);
+  } else {
+    if ((s = dlrec_dlrm_init(r->model, r->cfg.seed)) != DLREC_OK) return s;
+    r->prog.position = dlrec_loader_position(r->loader);
+    remove(r->metrics_path); /* a fresh run starts a fresh log */
+  }
+  r->metrics = fopen(r->metrics_path, "a");
+  if (!r->metrics) return dlrec_error(DLREC_ERR_IO, "%s: %s", r->metrics_path, strerror(errno));
+  return DLREC_OK;
+}
+
+static cJSON *step_json(const run *r, double loss, double lr_scale, double rate) {
+  cJSON *j = cJSON_CreateObject();
+  cJSON_AddNumberToObject(j, "step", (double)r->prog.step);
+  cJSON_AddNumberToObject(j, "samples", (double)r->prog.samples);
+  cJSON_AddNumberToObject(j, "epoch", (double)r->prog.position.epoch);
+  if (isfinite(loss)) cJSON_AddNumberToObject(j, "loss", loss);
+  cJSON_AddNumberToObject(j, "lr_scale", lr_scale);
+  cJSON_AddNumberToObject(j, "samples_per_s", rate);
+  return j;
+}
+
+dlrec_status dlrec_train(const dlrec_train_args *a, dlrec_train_result *res) {
+  memset(res, 0, sizeof *res);
+  res->last_loss = NAN;
+  run r = {.a = a};
+  dlrec_status s = setup(&r);
+  if (s != DLREC_OK) {
+    run_free(&r);
+    return s;
+  }
+  const dlrec_train_config *c = &r.cfg;
+  g_stop = 0;
+  struct sigaction sa = {0}, old_int, old_term;
+  sa.sa_handler = on_signal;
+  sigaction(SIGINT, &sa, &old_int);
+  sigaction(SIGTERM, &sa, &old_term);
+
+  uint64_t epoch_rows = dlrec_loader_epoch_rows(r.loader);
+  uint64_t total = epoch_rows * c->epochs;
+  if (c->max_steps && c->max_steps * c->batch_size < total) total = c->max_steps * c->batch_size;
+  dlrec_progress *bar = dlrec_progress_start("train", total, "samples");
+  dlrec_progress_add(bar, r.prog.samples < total ? r.prog.samples : total);
+  double t0 = dlrec_now(), t_log = t0, loss_sum = 0;
+  uint64_t loss_rows = 0, rows_log = 0, start_samples = r.prog.samples, start_step = r.prog.step;
+  double eval_seconds = 0;
+  int state_ok = 1; /* the parameters are those after r.prog.step whole steps */
+  while (!g_stop && (!c->max_steps || r.prog.step < c->max_steps)) {
+    const dlrec_batch *b;
+    s = dlrec_loader_next(r.loader, &b);
+    if (s == DLREC_END) {
+      s = DLREC_OK;
+      break;
+    }
+    if (s != DLREC_OK) break;
+    double loss, scale = dlrec_lr_scale(c, r.prog.step + 1);
+    s = dlrec_dlrm_train_step(r.model, r.ws, &r.opt, b, (float)scale, r.prog.step + 1, &loss, NULL);
+    if (s != DLREC_OK || !isfinite(loss)) state_ok = 0;
+    if (s != DLREC_OK) break;
+    if (!isfinite(loss)) {
+      s = dlrec_error(DLREC_ERR_INVALID,
+                      "training diverged at step %llu (loss is %g): lower the learning rates or add warmup",
+                      (unsigned long long)r.prog.step + 1, loss);
+      break;
+    }
+    r.prog.step++;
+    r.prog.samples += b->rows;
+    r.prog.position = b->end;
+    loss_sum += loss * b->rows;
+    loss_rows += b->rows;
+    rows_log += b->rows;
+    dlrec_progress_add(bar, b->rows);
+    if (r.prog.step % c->log_interval_steps == 0) {
+      double now = dlrec_now();
+      res->last_loss = loss_sum / (double)loss_rows;
+      dlrec_progress_note(bar, "loss %.4f", res->last_loss);
+      s = log_json(&r, step_json(&r, res->last_loss, scale, rows_log / (now - t_log)));
+      loss_sum = 0;
+      loss_rows = rows_log = 0;
+      t_log = now;
+      if (s != DLREC_OK) break;
+    }
+    if (a->valid && c->eval_interval_steps && r.prog.step % c->eval_interval_steps == 0) {
+      double te = dlrec_now();
+      dlrec_metrics m;
+      if ((s = evaluate_now(&r, &m)) != DLREC_OK) break;
+      cJSON *j = step_json(&r, NAN, scale, 0);
+      cJSON_DeleteItemFromObject(j, "samples_per_s");
+      cJSON_AddItemToObject(j, "valid", dlrec_metrics_to_json(&m));
+      if ((s = log_json(&r, j)) != DLREC_OK) break;
+      dlrec_progress_note(bar, "loss %.4f auc %.4f", isfinite(res->last_loss) ? res->last_loss : loss, m.auc);
+      eval_seconds += dlrec_now() - te;
+      if (c->target_auc > 0 && m.auc >= c->target_auc) {
+        res->reached_target = 1;
+        break;
+      }
+    }
+    if (c->checkpoint_interval_steps && r.prog.step % c->checkpoint_interval_steps == 0 &&
+        (s = checkpoint_now(&r)) != DLREC_OK)
+      break;
+  }
+  double loop_seconds = dlrec_now() - t0 - eval_seconds;
+  dlrec_progress_finish(bar);
+  if (s == DLREC_OK && loss_rows) res->last_loss = loss_sum / (double)loss_rows;
+  res->interrupted = g_stop && s == DLREC_OK;
+  if (s == DLREC_OK && a->valid && !res->interrupted) {
+    s = evaluate_now(&r, &res->valid);
+    if (s == DLREC_OK) {
+      res->has_valid = 1;
+      cJSON *j = step_json(&r, res->last_loss, dlrec_lr_scale(c, r.prog.step), 0);
+      cJSON_DeleteItemFromObject(j, "samples_per_s");
+      cJSON_AddItemToObject(j, "valid", dlrec_metrics_to_json(&res->valid));
+      s = log_json(&r, j);
+    }
+  }
+  /* The final checkpoint: also after a signal or an error in the data or the
+   * evaluation, so that the steps trained are not lost; never after a failed
+   * or diverged step, whose parameters must not replace a good checkpoint. */
+  if (state_ok) {
+    dlrec_error_copy e;
+    dlrec_error_save(&e);
+    dlrec_status cs = r.prog.step > start_step || !a->resume ? checkpoint_now(&r) : DLREC_OK;
+    if (s == DLREC_OK) s = cs;
+    else dlrec_error_restore(&e);
+  }
+  sigaction(SIGINT, &old_int, NULL);
+  sigaction(SIGTERM, &old_term, NULL);
+  res->steps = r.prog.step;
+  res->samples = r.prog.samples;
+  res->steps_this_run = r.prog.step - start_step;
+  res->seconds = loop_seconds;
+  res->samples_per_s = loop_seconds > 0 ? (double)(r.prog.samples - start_samples) / loop_seconds : 0;
+  run_free(&r);
+  return s;
+}
