@@ -1,0 +1,192 @@
+/* Training runs through the CLI: resume gives bitwise the same parameters as
+ * an uninterrupted run, a run killed with SIGKILL resumes and completes, a
+ * corrupt or mismatched checkpoint is refused, predict and eval agree. */
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "dlrec/fsutil.h"
+#include "test.h"
+
+/* Synthesizes rows, fits the ETL and encodes train/valid files in tmpdir. */
+static int make_data(int rows) {
+  char *out = NULL;
+  int rc = test_run_cli(&out, "synth -q --rows %d --seed 3 --max-cardinality 2000 --out '%s' && '%s' etl fit -q --input '%s' "
+                        "--out '%s' --min-count 2 && '%s' etl apply -q --etl '%s' --input '%s' --out '%s' "
+                        "--valid-fraction 0.2 --valid-out '%s' --seed 1",
+                        rows, test_path("clicks.tsv"), getenv("DLREC_BIN"), test_path("clicks.tsv"), test_path("etl"),
+                        getenv("DLREC_BIN"), test_path("etl"), test_path("clicks.tsv"), test_path("train.dlr"),
+                        test_path("valid.dlr"));
+  if (rc != 0) fprintf(stderr, "data setup failed (%d): %s\n", rc, out ? out : "");
+  free(out);
+  return rc;
+}
+
+static const char *CONFIG =
+    "{\"model\": {\"embedding_dim\": 8, \"bottom_mlp\": [32, 8], \"top_mlp\": [32, 1]},"
+    " \"optimizer\": {\"dense\": {\"type\": \"adam\", \"lr\": 0.002}, \"sparse\": {\"type\": \"rowwise_adagrad\", \"lr\": 0.05}},"
+    " \"training\": {\"batch_size\": 128, \"epochs\": 2, \"threads\": 2, \"seed\": 5, \"deterministic\": true},"
+    " \"loader\": {\"window_groups\": 2, \"slice_rows\": 8},"
+    " \"checkpoint\": {\"interval_steps\": 10, \"keep\": 3}, \"log\": {\"interval_steps\": 10}}";
+
+static int files_equal(const char *a, const char *b) {
+  char *x, *y;
+  size_t nx, ny;
+  if (dlrec_read_file(a, 1u << 30, &x, &nx) != DLREC_OK) return 0;
+  if (dlrec_read_file(b, 1u << 30, &y, &ny) != DLREC_OK) {
+    free(x);
+    return 0;
+  }
+  int eq = nx == ny && memcmp(x, y, nx) == 0;
+  free(x);
+  free(y);
+  return eq;
+}
+
+static int train(const char *run, const char *extra) {
+  char *out = NULL;
+  int rc = test_run_cli(&out, "train -q --config '%s' --train '%s' --etl '%s' --out '%s' %s", test_path("cfg.json"),
+                        test_path("train.dlr"), test_path("etl"), test_path(run), extra);
+  if (rc != 0) fprintf(stderr, "train %s %s -> %d: %s\n", run, extra, rc, out ? out : "");
+  free(out);
+  return rc;
+}
+
+TEST(resume_is_bitwise_identical) {
+  CHECK(make_data(20000) == 0);
+  CHECK(test_write_file(test_path("cfg.json"), CONFIG, (size_t)-1) == 0);
+  /* 2 epochs of ~125 steps: stop in the middle of the second epoch. */
+  CHECK(train("straight", "--max-steps 180") == 0);
+  CHECK(train("resumed", "--max-steps 95") == 0);
+  CHECK(train("resumed", "--max-steps 180 --resume") == 0);
+  const char *files[] = {"dense.bin", "table.bin", "optim.bin"};
+  for (int i = 0; i < 3; i++) {
+    char a[2048], b[2048];
+    snprintf(a, sizeof a, "%s/ckpt-000000000180/%s", test_path("straight"), files[i]);
+    snprintf(b, sizeof b, "%s/ckpt-000000000180/%s", test_path("resumed"), files[i]);
+    if (!files_equal(a, b)) test_fail(__FILE__, __LINE__, "%s differs after resume", files[i]);
+  }
+  /* The log of the resumed run has each step once. */
+  char *log;
+  size_t n;
+  CHECK_OK(dlrec_read_file(test_path("resumed/metrics.jsonl"), 1u << 20, &log, &n));
+  int steps90 = 0;
+  for (char *p = log; (p = strstr(p, "\"step\":90,")); p++) steps90++;
+  free(log);
+  CHECK_EQ(steps90, 1);
+}
+
+TEST(sigkill_then_resume_completes) {
+  CHECK(make_data(20000) == 0);
+  CHECK(test_write_file(test_path("cfg.json"), CONFIG, (size_t)-1) == 0);
+  pid_t pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    execl(getenv("DLREC_BIN"), "dlrec", "train", "-q", "--config", test_path("cfg.json"), "--train",
+          test_path("train.dlr"), "--etl", test_path("etl"), "--out", test_path("run"), (char *)NULL);
+    _exit(127);
+  }
+  /* Kill it once it has written a checkpoint or two, mid-training. */
+  char latest[2048];
+  snprintf(latest, sizeof latest, "%s/latest", test_path("run"));
+  struct stat st;
+  for (int i = 0; i < 3000 && stat(latest, &st) != 0; i++) usleep(10000);
+  usleep(30000);
+  kill(pid, SIGKILL);
+  int status;
+  waitpid(pid, &status, 0);
+  CHECK(WIFSIGNALED(status) || WIFEXITED(status));
+  CHECK(stat(latest, &st) == 0);
+  CHECK(train("run", "--resume") == 0);
+  char *out = NULL;
+  int rc = test_run_cli(&out, "eval --model '%s' --data '%s'", test_path("run"), test_path("valid.dlr"));
+  int ok = rc == 0 && out && strstr(out, "\"auc\"");
+  if (!ok) fprintf(stderr, "eval -> %d: %s\n", rc, out ? out : "");
+  free(out);
+  CHECK(ok);
+}
+
+static void flip_byte(const char *path, long offset) {
+  FILE *f = fopen(path, "r+b");
+  if (!f) return;
+  fseek(f, offset, SEEK_SET);
+  int c = fgetc(f);
+  fseek(f, offset, SEEK_SET);
+  fputc(c ^ 0x40, f);
+  fclose(f);
+}
+
+TEST(corrupt_or_mismatched_checkpoint_is_refused) {
+  CHECK(make_data(8000) == 0);
+  CHECK(test_write_file(test_path("cfg.json"), CONFIG, (size_t)-1) == 0);
+  CHECK(train("run", "--max-steps 20") == 0);
+  char path[2048], *out = NULL;
+  /* A flipped byte in the table. */
+  snprintf(path, sizeof path, "%s/ckpt-000000000020/table.bin", test_path("run"));
+  flip_byte(path, 4096);
+  int rc = test_run_cli(&out, "train -q --config '%s' --train '%s' --etl '%s' --out '%s' --resume --max-steps 30",
+                        test_path("cfg.json"), test_path("train.dlr"), test_path("etl"), test_path("run"));
+  CHECK(rc == 1);
+  CHECK(out && strstr(out, "table.bin") && strstr(out, "checksum mismatch"));
+  free(out);
+  rc = test_run_cli(&out, "eval --model '%s' --data '%s'", test_path("run"), test_path("valid.dlr"));
+  CHECK(rc == 1 && out && strstr(out, "checksum mismatch"));
+  free(out);
+  flip_byte(path, 4096); /* repaired */
+  /* A torn file: shorter than the manifest says. */
+  snprintf(path, sizeof path, "%s/ckpt-000000000020/dense.bin", test_path("run"));
+  struct stat st;
+  CHECK(stat(path, &st) == 0);
+  CHECK(truncate(path, st.st_size - 100) == 0);
+  rc = test_run_cli(&out, "eval --model '%s' --data '%s'", test_path("run"), test_path("valid.dlr"));
+  CHECK(rc == 1 && out && strstr(out, "dense.bin") && strstr(out, "torn"));
+  free(out);
+  /* A config that differs from the checkpoint's. */
+  CHECK(train("run2", "--max-steps 20") == 0);
+  const char *other = "{\"model\": {\"embedding_dim\": 4, \"bottom_mlp\": [32, 4], \"top_mlp\": [32, 1]}}";
+  CHECK(test_write_file(test_path("cfg.json"), other, (size_t)-1) == 0);
+  rc = test_run_cli(&out, "train -q --config '%s' --train '%s' --etl '%s' --out '%s' --resume", test_path("cfg.json"),
+                    test_path("train.dlr"), test_path("etl"), test_path("run2"));
+  CHECK(rc == 1 && out && strstr(out, "differs"));
+  free(out);
+  /* No checkpoint at all. */
+  rc = test_run_cli(&out, "eval --model '%s' --data '%s'", test_path("nothing"), test_path("valid.dlr"));
+  CHECK(rc == 1 && out && strstr(out, "nothing"));
+  free(out);
+}
+
+TEST(predict_matches_eval_and_raw_rows_match_dlr) {
+  CHECK(make_data(8000) == 0);
+  CHECK(test_write_file(test_path("cfg.json"), CONFIG, (size_t)-1) == 0);
+  CHECK(train("run", "--max-steps 30") == 0);
+  char *out = NULL;
+  /* The same rows scored from raw text (encoded with the checkpoint's ETL
+   * state) and from the .dlr file ETL apply wrote must be bitwise equal. */
+  CHECK(test_run_cli(&out, "etl apply -q --etl '%s' --input '%s' --out '%s'", test_path("etl"), test_path("clicks.tsv"),
+                     test_path("all.dlr")) == 0);
+  free(out);
+  CHECK(test_run_cli(&out, "predict -q --model '%s' --input '%s' --out '%s'", test_path("run"), test_path("clicks.tsv"),
+                     test_path("raw.scores")) == 0);
+  free(out);
+  /* Same batch size: sgemm's blocking makes scores depend on it in the last
+   * bits (batch-invariant inference is the server's issue). */
+  CHECK(test_run_cli(&out, "predict -q --model '%s' --input '%s' --out '%s'", test_path("run"),
+                     test_path("all.dlr"), test_path("dlr.scores")) == 0);
+  free(out);
+  CHECK(files_equal(test_path("raw.scores"), test_path("dlr.scores")));
+  char *scores;
+  size_t n;
+  CHECK_OK(dlrec_read_file(test_path("raw.scores"), 1u << 26, &scores, &n));
+  int lines = 0;
+  for (size_t i = 0; i < n; i++) lines += scores[i] == '\n';
+  free(scores);
+  CHECK_EQ(lines, 8000);
+  /* A bad raw row names its line. */
+  CHECK(test_write_file(test_path("bad.tsv"), "1\t1\t2\t3\t4\t5\t6\t7\t8\t9\t10\t11\t12\t13\tzz\n", (size_t)-1) == 0);
+  int rc = test_run_cli(&out, "predict -q --model '%s' --input '%s' --out '%s'", test_path("run"), test_path("bad.tsv"),
+                        test_path("bad.scores"));
+  CHECK(rc == 1 && out && strstr(out, "bad.tsv:1"));
+  free(out);
+  CHECK(access(test_path("bad.scores"), F_OK) != 0); /* nothing written on failure */
+}
