@@ -1,0 +1,191 @@
+/* Embeddings: one fused table per width, bag lookups, and the sparse backward
+ * fused with the optimizer.
+ *
+ * Every categorical column owns a contiguous range of rows of one fused fp32
+ * table (global id = the column's first row + local id, as the ETL encodes
+ * them), so a batch's lookups of all columns are gathers from one array.
+ *
+ * A training step uses it as:
+ *
+ *   dlrec_table_create(&t, rows, dim);                 // once
+ *   dlrec_table_init_uniform(t, ranges, n_cols, seed); // once
+ *   dlrec_sparse_optim_create(&o, t, &optim_config);   // once
+ *   scratch = malloc(dlrec_bag_backward_scratch_bytes(t, max_ids)); // once
+ *   ...
+ *   dlrec_bag_forward(t, &bags, DLREC_BAG_SUM, emb);   // emb (B, F, D)
+ *   ... dense forward, loss, dense backward down to d_emb (B, F, D) ...
+ *   dlrec_bag_backward_update(t, o, &bags, DLREC_BAG_SUM, d_emb, scratch, bytes);
+ *
+ * The backward never materializes a dense gradient of the table: it reduces
+ * the gradients of the rows the batch touched, per unique row, in a fixed
+ * order, and updates only those rows in place. The result is bitwise the
+ * same for any number of OpenMP threads.
+ */
+#ifndef DLREC_EMBED_H
+#define DLREC_EMBED_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dlrec/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The widest table: a row's gradient is reduced on the stack. */
+#define DLREC_EMBED_MAX_DIM 1024
+/* The most columns (bags per sample) in one batch. */
+#define DLREC_BAG_MAX_COLS 4096
+
+/* ---- the table ----------------------------------------------------------- */
+
+typedef struct dlrec_table dlrec_table;
+
+/* A column's rows in the fused table: [begin, end). */
+typedef struct dlrec_row_range {
+  uint64_t begin, end;
+} dlrec_row_range;
+
+/* Creates a zeroed table of `rows` rows of `dim` floats. Each row is padded to
+ * `stride` floats, the next multiple of 4 (16 bytes), so that rows are
+ * vector-aligned; the padding stays zero. Memory comes from an anonymous
+ * mmap with a transparent-huge-page hint, since lookups are random accesses
+ * over gigabytes where 4 KiB pages would miss the TLB on nearly every row.
+ * 1 <= rows <= 2^32 (ids are 32-bit), 1 <= dim <= DLREC_EMBED_MAX_DIM.
+ * On success *t is owned by the caller (dlrec_table_free). */
+dlrec_status dlrec_table_create(dlrec_table **t, uint64_t rows, uint32_t dim);
+
+/* Initializes the rows of each column uniformly in [-a_c, a_c] with
+ * a_c = sqrt(1 / n_c) and n_c the column's row count (the DLRM reference's
+ * initialization, one table per column there). Rows outside every range are
+ * set to zero. The values depend only on the seed and the ranges: rows are
+ * drawn in fixed chunks, chunk k from dlrec_rng_seed(seed, k), in parallel,
+ * so the table is the same for any thread count. Ranges must be non-empty,
+ * ascending, non-overlapping and inside the table. */
+dlrec_status dlrec_table_init_uniform(dlrec_table *t, const dlrec_row_range *ranges, uint32_t n_ranges,
+                                      uint64_t seed);
+
+/* Releases the table (accepts NULL). */
+void dlrec_table_free(dlrec_table *t);
+
+uint64_t dlrec_table_rows(const dlrec_table *t);
+uint32_t dlrec_table_dim(const dlrec_table *t);
+uint32_t dlrec_table_stride(const dlrec_table *t); /* floats from one row to the next */
+
+/* The rows: (rows, stride) floats, row r at data + r * stride, valid until
+ * dlrec_table_free. For checkpoints and tests; writes must keep the padding
+ * zero. */
+float *dlrec_table_data(dlrec_table *t);
+const float *dlrec_table_data_const(const dlrec_table *t);
+
+/* ---- bag lookups ---------------------------------------------------------- */
+
+typedef enum dlrec_bag_mode {
+  DLREC_BAG_SUM = 0,  /* the sum of the bag's rows */
+  DLREC_BAG_MEAN = 1, /* their mean; an empty bag gives zeros */
+} dlrec_bag_mode;
+
+/* One batch's bags in CSR form per column, the dlrec_batch layout of
+ * loader.h: sample b of column c holds the global ids
+ * ids[c][offsets[c][b] .. offsets[c][b+1]). Build it from a batch with
+ *   dlrec_bag_batch bags = {batch->rows, F, batch->offsets, batch->ids};   */
+typedef struct dlrec_bag_batch {
+  uint32_t rows;                  /* B, samples */
+  uint32_t cols;                  /* F, columns (bags per sample), 1 to DLREC_BAG_MAX_COLS */
+  const uint32_t *const *offsets; /* F arrays of (B + 1), non-decreasing */
+  const uint32_t *const *ids;     /* F arrays of ids, each of offsets[c][B] values at least */
+} dlrec_bag_batch;
+
+/* Checks a batch against a table: shapes, non-decreasing offsets, and every
+ * id < rows. Returns DLREC_ERR_INVALID naming the first bad column, sample
+ * and id. dlrec_bag_forward and dlrec_bag_backward_update check the same
+ * things as they go, so callers need this only to check a batch up front. */
+dlrec_status dlrec_bag_check(const dlrec_table *t, const dlrec_bag_batch *bags);
+
+/* Pools each bag: out[b][c] = sum (or mean) of the rows of sample b's ids in
+ * column c. out is (B, F, D) with D = dim (not stride), ready for the
+ * interaction. A batch that fails dlrec_bag_check is refused with its error;
+ * out's contents are then unspecified. */
+dlrec_status dlrec_bag_forward(const dlrec_table *t, const dlrec_bag_batch *bags, dlrec_bag_mode mode, float *out);
+
+/* ---- sparse optimizers ---------------------------------------------------- */
+
+typedef enum dlrec_sparse_optim_kind {
+  DLREC_SPARSE_SGD = 0,
+  DLREC_SPARSE_ROWWISE_ADAGRAD = 1, /* one accumulator per row (FBGEMM's row-wise Adagrad) */
+  DLREC_SPARSE_LAZY_ADAM = 2,       /* Adam on touched rows only, per-row step counts */
+} dlrec_sparse_optim_kind;
+
+/* Hyperparameters. weight_decay is the L2 kind (g += weight_decay * w) and,
+ * like every update here, applies only to the rows a batch touches. */
+typedef struct dlrec_sparse_optim_config {
+  dlrec_sparse_optim_kind kind;
+  float lr;
+  float weight_decay;
+  float beta1, beta2;        /* lazy Adam */
+  float eps;                 /* Adagrad and Adam */
+  float initial_accumulator; /* row-wise Adagrad */
+} dlrec_sparse_optim_config;
+
+/* Defaults for kind: lr 0.01, weight_decay 0, beta1 0.9, beta2 0.999,
+ * eps 1e-8 (Adam) or 1e-10 (Adagrad), initial_accumulator 0. */
+void dlrec_sparse_optim_config_default(dlrec_sparse_optim_config *c, dlrec_sparse_optim_kind kind);
+
+/* The optimizer of one table, holding its state (mmap'd like the table):
+ *   SGD:               none
+ *   row-wise Adagrad:  accum (rows): the running sum of the mean over the row
+ *                      of the squared gradient
+ *   lazy Adam:         m, v (rows, stride) and steps (rows): how many updates
+ *                      each row has had, which sets its bias correction
+ * The table must outlive the optimizer. */
+typedef struct dlrec_sparse_optim dlrec_sparse_optim;
+
+dlrec_status dlrec_sparse_optim_create(dlrec_sparse_optim **o, const dlrec_table *t,
+                                       const dlrec_sparse_optim_config *c);
+void dlrec_sparse_optim_free(dlrec_sparse_optim *o); /* accepts NULL */
+
+/* Changes the learning rate for later updates (warmup and decay schedules). */
+dlrec_status dlrec_sparse_optim_set_lr(dlrec_sparse_optim *o, float lr);
+
+/* The optimizer's state arrays, for checkpoints and tests; NULL where the
+ * kind has none. Valid until dlrec_sparse_optim_free. */
+typedef struct dlrec_sparse_optim_state {
+  uint64_t rows;
+  uint32_t stride;
+  float *accum;    /* (rows) row-wise Adagrad */
+  float *m, *v;    /* (rows, stride) lazy Adam; padding zero */
+  uint32_t *steps; /* (rows) lazy Adam */
+} dlrec_sparse_optim_state;
+void dlrec_sparse_optim_state_view(dlrec_sparse_optim *o, dlrec_sparse_optim_state *s);
+
+/* ---- the fused sparse backward -------------------------------------------- */
+
+/* Bytes of scratch that dlrec_bag_backward_update needs for a batch of at
+ * most max_ids ids in all (B times the sum of the columns' max hotness).
+ * Plan it once; the scratch holds nothing between calls. */
+size_t dlrec_bag_backward_scratch_bytes(const dlrec_table *t, uint64_t max_ids);
+
+/* The backward of dlrec_bag_forward fused with the optimizer step. Given
+ * d_out = dL/dout (B, F, D):
+ *   1. lists (row, sample, column) for every id of the batch, in column,
+ *      sample, position order;
+ *   2. sorts the list by row, stably (a parallel radix sort), so that each
+ *      row's contributions are contiguous and in that fixed order;
+ *   3. for each unique row, sums its gradient contributions in that order
+ *      (scaled by 1/|bag| for DLREC_BAG_MEAN) and applies o's update to the
+ *      row in place.
+ * Rows the batch does not touch are not read or written, nor is their
+ * optimizer state. The same row appearing several times in a batch gets one
+ * update with the sum of its gradients. Bitwise deterministic for any thread
+ * count. A batch that fails dlrec_bag_check, or scratch smaller than
+ * dlrec_bag_backward_scratch_bytes for this batch, is refused before any row
+ * changes. scratch needs no particular alignment (it is aligned inside, and
+ * the size query counts the slack). */
+dlrec_status dlrec_bag_backward_update(dlrec_table *t, dlrec_sparse_optim *o, const dlrec_bag_batch *bags,
+                                       dlrec_bag_mode mode, const float *d_out, void *scratch, size_t scratch_bytes);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,123 @@
+/* The fused embedding table: anonymous-mmap storage, padded rows, and the
+ * DLRM reference initialization drawn in thread-independent chunks.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "dlrec/embed.h"
+#include "dlrec/rng.h"
+
+/* Rows drawn from one random stream during initialization. The value is part
+ * of what a seed means: changing it changes every initial table. */
+#define INIT_CHUNK_ROWS 4096
+
+struct dlrec_table {
+  uint64_t rows;
+  uint32_t dim;
+  uint32_t stride;
+  float *data;      /* (rows, stride) */
+  size_t map_bytes; /* the mapping's length, for munmap */
+};
+
+dlrec_status dlrec_table_create(dlrec_table **out, uint64_t rows, uint32_t dim) {
+  if (!out) return dlrec_error(DLREC_ERR_INVALID, "table_create: NULL result pointer");
+  *out = NULL;
+  if (rows < 1 || rows > (1ull << 32))
+    return dlrec_error(DLREC_ERR_INVALID, "table_create: %llu rows; ids are 32-bit, so 1 to 2^32",
+                       (unsigned long long)rows);
+  if (dim < 1 || dim > DLREC_EMBED_MAX_DIM)
+    return dlrec_error(DLREC_ERR_INVALID, "table_create: dim %u, must be 1 to %d", dim, DLREC_EMBED_MAX_DIM);
+  const uint32_t stride = (dim + 3) & ~3u;
+  /* rows <= 2^32 and stride <= 1024: the product fits in 64 bits, though not
+   * necessarily in the address space. */
+  const unsigned long long bytes = (unsigned long long)rows * stride * sizeof(float);
+  if (bytes > (unsigned long long)(SIZE_MAX / 2))
+    return dlrec_error(DLREC_ERR_NOMEM, "table_create: %llu bytes do not fit the address space", bytes);
+  dlrec_table *t = calloc(1, sizeof *t);
+  if (!t) return dlrec_error(DLREC_ERR_NOMEM, "table_create: out of memory");
+  /* Anonymous mappings are zero-filled (the padding's zeros come free) and
+   * their pages are only backed when first touched, so a table larger than
+   * what a run touches costs only what it touches. */
+  void *p = mmap(NULL, (size_t)bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) {
+    int e = errno;
+    free(t);
+    return dlrec_error(DLREC_ERR_NOMEM, "table_create: mmap of %llu bytes (%llu rows x %u floats): %s", bytes,
+                       (unsigned long long)rows, stride, strerror(e));
+  }
+#ifdef MADV_HUGEPAGE
+  (void)madvise(p, (size_t)bytes, MADV_HUGEPAGE); /* a hint: without THP it fails harmlessly */
+#endif
+  t->rows = rows;
+  t->dim = dim;
+  t->stride = stride;
+  t->data = p;
+  t->map_bytes = (size_t)bytes;
+  *out = t;
+  return DLREC_OK;
+}
+
+void dlrec_table_free(dlrec_table *t) {
+  if (!t) return;
+  munmap(t->data, t->map_bytes);
+  free(t);
+}
+
+uint64_t dlrec_table_rows(const dlrec_table *t) { return t->rows; }
+uint32_t dlrec_table_dim(const dlrec_table *t) { return t->dim; }
+uint32_t dlrec_table_stride(const dlrec_table *t) { return t->stride; }
+float *dlrec_table_data(dlrec_table *t) { return t->data; }
+const float *dlrec_table_data_const(const dlrec_table *t) { return t->data; }
+
+/* The index of the first range whose end is above row r (n when none). */
+static uint32_t first_range_after(const dlrec_row_range *ranges, uint32_t n, uint64_t r) {
+  uint32_t lo = 0, hi = n;
+  while (lo < hi) {
+    uint32_t mid = lo + (hi - lo) / 2;
+    if (ranges[mid].end <= r) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+dlrec_status dlrec_table_init_uniform(dlrec_table *t, const dlrec_row_range *ranges, uint32_t n_ranges,
+                                      uint64_t seed) {
+  if (!t || (!ranges && n_ranges)) return dlrec_error(DLREC_ERR_INVALID, "table_init_uniform: NULL argument");
+  for (uint32_t i = 0; i < n_ranges; i++) {
+    const dlrec_row_range *g = &ranges[i];
+    if (g->begin >= g->end || g->end > t->rows || (i > 0 && g->begin < ranges[i - 1].end))
+      return dlrec_error(DLREC_ERR_INVALID,
+                         "table_init_uniform: range %u [%llu, %llu) is empty, overlaps the previous one, or "
+                         "is outside the table of %llu rows",
+                         i, (unsigned long long)g->begin, (unsigned long long)g->end, (unsigned long long)t->rows);
+  }
+  const uint64_t chunks = (t->rows + INIT_CHUNK_ROWS - 1) / INIT_CHUNK_ROWS;
+  const uint32_t dim = t->dim, stride = t->stride;
+  /* Chunks are independent random streams, so any thread may draw any chunk
+   * and the table does not depend on the schedule. Writing in parallel also
+   * spreads the first touch of the pages over the threads' NUMA nodes. */
+#pragma omp parallel for schedule(dynamic, 4)
+  for (uint64_t k = 0; k < chunks; k++) {
+    dlrec_rng rng;
+    dlrec_rng_seed(&rng, seed, k);
+    const uint64_t r0 = k * INIT_CHUNK_ROWS;
+    const uint64_t r1 = r0 + INIT_CHUNK_ROWS < t->rows ? r0 + INIT_CHUNK_ROWS : t->rows;
+    uint32_t ri = first_range_after(ranges, n_ranges, r0);
+    for (uint64_t r = r0; r < r1; r++) {
+      float *row = t->data + r * stride;
+      while (ri < n_ranges && ranges[ri].end <= r) ri++;
+      if (ri < n_ranges && r >= ranges[ri].begin) {
+        /* DLRM: np.random.uniform(-sqrt(1/n), sqrt(1/n)) with n the column's rows. */
+        const double a = sqrt(1.0 / (double)(ranges[ri].end - ranges[ri].begin));
+        for (uint32_t d = 0; d < dim; d++) row[d] = (float)((2.0 * dlrec_rng_uniform(&rng) - 1.0) * a);
+      } else {
+        for (uint32_t d = 0; d < dim; d++) row[d] = 0.0f;
+      }
+      for (uint32_t d = dim; d < stride; d++) row[d] = 0.0f;
+    }
+  }
+  return DLREC_OK;
+}

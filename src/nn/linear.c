@@ -1,0 +1,95 @@
+/* The linear (fully connected) layer: forward, fused bias+ReLU forward, and
+ * backward, with the matrix products in OpenBLAS.
+ *
+ * Weights are (OUT, IN) row-major like PyTorch's nn.Linear, so the forward is
+ * in · Wᵀ and a checkpoint of PyTorch weights loads without a transpose.
+ */
+#include <cblas.h>
+#include <stddef.h>
+
+#include "dlrec/nn.h"
+
+/* Elementwise passes smaller than this run on one thread: waking the OpenMP
+ * team costs more than the pass itself. */
+#define PARALLEL_MIN 32768
+
+static dlrec_status check_dims(const char *what, const void *a, const void *b, const void *c, int B, int IN,
+                               int OUT) {
+  if (!a || !b || !c) return dlrec_error(DLREC_ERR_INVALID, "%s: NULL buffer", what);
+  if (B < 1 || IN < 1 || OUT < 1)
+    return dlrec_error(DLREC_ERR_INVALID, "%s: bad shape B=%d IN=%d OUT=%d", what, B, IN, OUT);
+  return DLREC_OK;
+}
+
+/* Adds the bias to every row of out (B, OUT) and optionally applies the ReLU,
+ * in one pass so that the activations are read and written once. */
+static void bias_act(float *restrict out, const float *restrict bias, int B, int OUT, int relu) {
+  size_t total = (size_t)B * (size_t)OUT;
+#pragma omp parallel for schedule(static) if (total >= PARALLEL_MIN)
+  for (int b = 0; b < B; b++) {
+    float *restrict row = out + (size_t)b * OUT;
+    if (bias && relu) {
+      for (int o = 0; o < OUT; o++) {
+        float v = row[o] + bias[o];
+        row[o] = v > 0.0f ? v : 0.0f;
+      }
+    } else if (bias) {
+      for (int o = 0; o < OUT; o++) row[o] += bias[o];
+    } else if (relu) {
+      for (int o = 0; o < OUT; o++) row[o] = row[o] > 0.0f ? row[o] : 0.0f;
+    }
+  }
+}
+
+static dlrec_status forward(float *out, const float *in, const float *weight, const float *bias, int B, int IN,
+                            int OUT, int relu, const char *what) {
+  dlrec_status st = check_dims(what, out, in, weight, B, IN, OUT);
+  if (st != DLREC_OK) return st;
+  // out (B, OUT) = in (B, IN) · Wᵀ (IN, OUT)
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, OUT, IN, 1.0f, in, IN, weight, IN, 0.0f, out, OUT);
+  if (bias || relu) bias_act(out, bias, B, OUT, relu);
+  return DLREC_OK;
+}
+
+dlrec_status dlrec_linear_forward(float *out, const float *in, const float *weight, const float *bias, int B,
+                                  int IN, int OUT) {
+  return forward(out, in, weight, bias, B, IN, OUT, 0, "linear_forward");
+}
+
+dlrec_status dlrec_linear_relu_forward(float *out, const float *in, const float *weight, const float *bias,
+                                       int B, int IN, int OUT) {
+  return forward(out, in, weight, bias, B, IN, OUT, 1, "linear_relu_forward");
+}
+
+/* dbias (OUT) += column sums of dout (B, OUT). Threads split the columns, not
+ * the rows, so each sum runs over b in order: the result does not depend on
+ * the thread count, and each thread streams whole rows' slices. */
+static void bias_backward(float *restrict dbias, const float *restrict dout, int B, int OUT) {
+  enum { BLOCK = 64 };
+  int blocks = (OUT + BLOCK - 1) / BLOCK;
+  size_t total = (size_t)B * (size_t)OUT;
+#pragma omp parallel for schedule(static) if (total >= PARALLEL_MIN && blocks > 1)
+  for (int blk = 0; blk < blocks; blk++) {
+    int o0 = blk * BLOCK, o1 = o0 + BLOCK < OUT ? o0 + BLOCK : OUT;
+    float acc[BLOCK];
+    for (int o = o0; o < o1; o++) acc[o - o0] = dbias[o];
+    for (int b = 0; b < B; b++) {
+      const float *restrict row = dout + (size_t)b * OUT;
+      for (int o = o0; o < o1; o++) acc[o - o0] += row[o];
+    }
+    for (int o = o0; o < o1; o++) dbias[o] = acc[o - o0];
+  }
+}
+
+dlrec_status dlrec_linear_backward(float *din, float *dweight, float *dbias, const float *dout, const float *in,
+                                   const float *weight, int B, int IN, int OUT) {
+  dlrec_status st = check_dims("linear_backward", dweight, dout, in, B, IN, OUT);
+  if (st != DLREC_OK) return st;
+  if (din && !weight) return dlrec_error(DLREC_ERR_INVALID, "linear_backward: din needs the weights");
+  // dW (OUT, IN) += doutᵀ (OUT, B) · in (B, IN)
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OUT, IN, B, 1.0f, dout, OUT, in, IN, 1.0f, dweight, IN);
+  if (dbias) bias_backward(dbias, dout, B, OUT);
+  // din (B, IN) = dout (B, OUT) · W (OUT, IN)
+  if (din) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, IN, OUT, 1.0f, dout, OUT, weight, IN, 0.0f, din, IN);
+  return DLREC_OK;
+}

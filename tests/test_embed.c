@@ -1,0 +1,627 @@
+/* Embeddings: table layout and initialization, bag forward against a naive
+ * loop, the fused backward against finite differences and against naive
+ * reference optimizers over several steps, determinism across thread counts,
+ * and refusal of corrupt batches. */
+#include <omp.h>
+
+#include "dlrec/embed.h"
+#include "dlrec/rng.h"
+#include "test.h"
+
+/* ---- a test batch: CSR bags per column, owned by the struct --------------- */
+
+typedef struct test_batch {
+  uint32_t B, F;
+  uint32_t *offsets[8];
+  uint32_t *ids[8];
+  dlrec_bag_batch bags;
+} test_batch;
+
+/* B samples x F columns (F <= 8), each bag 0..max_hot ids (at least min_hot),
+ * ids drawn from [0, rows) with a skew toward small ids, so that rows repeat
+ * within and across bags as hot rows do. */
+static void batch_make(test_batch *tb, uint32_t B, uint32_t F, uint32_t min_hot, uint32_t max_hot, uint64_t rows,
+                       uint64_t seed) {
+  dlrec_rng r;
+  dlrec_rng_seed(&r, seed, 0);
+  tb->B = B;
+  tb->F = F;
+  for (uint32_t c = 0; c < F; c++) {
+    tb->offsets[c] = malloc((B + 1) * sizeof(uint32_t));
+    tb->ids[c] = malloc(((size_t)B * max_hot + 1) * sizeof(uint32_t));
+    tb->offsets[c][0] = 0;
+    for (uint32_t b = 0; b < B; b++) {
+      uint32_t n = min_hot + dlrec_rng_below(&r, max_hot - min_hot + 1);
+      for (uint32_t k = 0; k < n; k++) {
+        double u = dlrec_rng_uniform(&r);
+        tb->ids[c][tb->offsets[c][b] + k] = (uint32_t)((double)rows * u * u * u); /* skewed */
+      }
+      tb->offsets[c][b + 1] = tb->offsets[c][b] + n;
+    }
+  }
+  tb->bags.rows = B;
+  tb->bags.cols = F;
+  tb->bags.offsets = (const uint32_t *const *)tb->offsets;
+  tb->bags.ids = (const uint32_t *const *)tb->ids;
+}
+
+static uint64_t batch_ids(const test_batch *tb) {
+  uint64_t n = 0;
+  for (uint32_t c = 0; c < tb->F; c++) n += tb->offsets[c][tb->B];
+  return n;
+}
+
+static void batch_free(test_batch *tb) {
+  for (uint32_t c = 0; c < tb->F; c++) free(tb->offsets[c]), free(tb->ids[c]);
+}
+
+static void fill(float *v, size_t n, dlrec_rng *r, float lo, float hi) {
+  for (size_t i = 0; i < n; i++) v[i] = lo + (hi - lo) * (float)dlrec_rng_uniform(r);
+}
+
+/* The naive pooling in double: out (B, F, D). */
+static void ref_bag_forward(double *out, const float *data, uint32_t stride, uint32_t D, const test_batch *tb,
+                            int mean) {
+  for (uint32_t b = 0; b < tb->B; b++)
+    for (uint32_t c = 0; c < tb->F; c++) {
+      double *o = out + ((size_t)b * tb->F + c) * D;
+      const uint32_t lo = tb->offsets[c][b], hi = tb->offsets[c][b + 1];
+      for (uint32_t d = 0; d < D; d++) {
+        double s = 0;
+        for (uint32_t k = lo; k < hi; k++) s += data[(size_t)tb->ids[c][k] * stride + d];
+        o[d] = mean && hi > lo ? s / (hi - lo) : s;
+      }
+    }
+}
+
+static dlrec_table *table_random(uint64_t rows, uint32_t dim, uint64_t seed) {
+  dlrec_table *t = NULL;
+  if (dlrec_table_create(&t, rows, dim) != DLREC_OK) return NULL;
+  dlrec_row_range all = {0, rows};
+  if (dlrec_table_init_uniform(t, &all, 1, seed) != DLREC_OK) {
+    dlrec_table_free(t);
+    return NULL;
+  }
+  return t;
+}
+
+static size_t table_bytes(dlrec_table *t) {
+  return (size_t)dlrec_table_rows(t) * dlrec_table_stride(t) * sizeof(float);
+}
+
+/* ---- the table ------------------------------------------------------------- */
+
+TEST(table_layout_and_zero_padding) {
+  dlrec_table *t;
+  CHECK_OK(dlrec_table_create(&t, 100, 5));
+  CHECK_EQ(dlrec_table_rows(t), 100);
+  CHECK_EQ(dlrec_table_dim(t), 5);
+  CHECK_EQ(dlrec_table_stride(t), 8);
+  CHECK(((uintptr_t)dlrec_table_data(t) & 63) == 0);
+  for (size_t i = 0; i < 100 * 8; i++) CHECK(dlrec_table_data(t)[i] == 0.0f);
+  dlrec_table_free(t);
+  CHECK_OK(dlrec_table_create(&t, 1, 16));
+  CHECK_EQ(dlrec_table_stride(t), 16);
+  dlrec_table_free(t);
+  CHECK_ERR(dlrec_table_create(&t, 0, 16), DLREC_ERR_INVALID, "rows");
+  CHECK_ERR(dlrec_table_create(&t, (1ull << 32) + 1, 16), DLREC_ERR_INVALID, "rows");
+  CHECK_ERR(dlrec_table_create(&t, 10, 0), DLREC_ERR_INVALID, "dim");
+  CHECK_ERR(dlrec_table_create(&t, 10, DLREC_EMBED_MAX_DIM + 1), DLREC_ERR_INVALID, "dim");
+  dlrec_table_free(NULL);
+}
+
+TEST(table_init_bounds_per_column_and_thread_independent) {
+  /* Three columns of very different sizes, a gap of rows in no column, and
+   * rows past the last column. */
+  const uint64_t rows = 30000;
+  const uint32_t dim = 5;
+  const dlrec_row_range ranges[] = {{0, 3}, {3, 10003}, {10003, 20000}, {20100, 29000}};
+  const int n_ranges = 4;
+  const int threads = omp_get_max_threads();
+  dlrec_table *t1, *t3, *t4;
+  CHECK_OK(dlrec_table_create(&t1, rows, dim));
+  CHECK_OK(dlrec_table_create(&t3, rows, dim));
+  CHECK_OK(dlrec_table_create(&t4, rows, dim));
+  /* Dirty the tables first: init must write every value, padding included. */
+  memset(dlrec_table_data(t1), 0x7f, table_bytes(t1));
+  memset(dlrec_table_data(t3), 0x7f, table_bytes(t3));
+  omp_set_num_threads(1);
+  dlrec_status s1 = dlrec_table_init_uniform(t1, ranges, n_ranges, 42);
+  omp_set_num_threads(3);
+  dlrec_status s3 = dlrec_table_init_uniform(t3, ranges, n_ranges, 42);
+  omp_set_num_threads(threads);
+  CHECK_OK(s1);
+  CHECK_OK(s3);
+  CHECK(memcmp(dlrec_table_data(t1), dlrec_table_data(t3), table_bytes(t1)) == 0);
+  CHECK_OK(dlrec_table_init_uniform(t4, ranges, n_ranges, 43));
+  CHECK(memcmp(dlrec_table_data(t1), dlrec_table_data(t4), table_bytes(t1)) != 0);
+
+  const float *data = dlrec_table_data(t1);
+  const uint32_t stride = dlrec_table_stride(t1);
+  for (int g = 0; g < n_ranges; g++) {
+    const float a = (float)sqrt(1.0 / (double)(ranges[g].end - ranges[g].begin));
+    double sum = 0, maxabs = 0;
+    for (uint64_t r = ranges[g].begin; r < ranges[g].end; r++)
+      for (uint32_t d = 0; d < dim; d++) {
+        float v = data[r * stride + d];
+        CHECK(fabsf(v) <= a);
+        sum += v;
+        if (fabs(v) > maxabs) maxabs = fabs(v);
+      }
+    const double n = (double)(ranges[g].end - ranges[g].begin) * dim;
+    /* The values fill the range: the largest is near a, the mean near 0
+     * (standard error a / sqrt(3n)). */
+    if (n > 100) {
+      CHECK(maxabs > 0.99 * a);
+      CHECK(fabs(sum / n) < 5 * a / sqrt(3 * n));
+    }
+  }
+  /* Rows in no column are zero; the padding is zero everywhere. */
+  for (uint64_t r = 0; r < rows; r++) {
+    int in_col = 0;
+    for (int g = 0; g < n_ranges; g++) in_col |= r >= ranges[g].begin && r < ranges[g].end;
+    for (uint32_t d = 0; d < stride; d++)
+      if (!in_col || d >= dim) CHECK(data[r * stride + d] == 0.0f);
+  }
+  const dlrec_row_range overlap[] = {{0, 10}, {5, 20}};
+  CHECK_ERR(dlrec_table_init_uniform(t1, overlap, 2, 1), DLREC_ERR_INVALID, "range 1");
+  const dlrec_row_range outside[] = {{0, rows + 1}};
+  CHECK_ERR(dlrec_table_init_uniform(t1, outside, 1, 1), DLREC_ERR_INVALID, "range 0");
+  dlrec_table_free(t1);
+  dlrec_table_free(t3);
+  dlrec_table_free(t4);
+}
+
+/* ---- bag forward ------------------------------------------------------------ */
+
+static void check_bag_forward(uint64_t rows, uint32_t dim, uint32_t B, uint32_t F, uint32_t max_hot, int mean) {
+  dlrec_table *t = table_random(rows, dim, 5);
+  if (!t) {
+    test_fail(__FILE__, __LINE__, "table: %s", dlrec_last_error());
+    return;
+  }
+  test_batch tb;
+  batch_make(&tb, B, F, 0, max_hot, rows, dim * 31 + B);
+  float *out = malloc((size_t)B * F * dim * sizeof(float));
+  double *ref = malloc((size_t)B * F * dim * sizeof(double));
+  for (size_t i = 0; i < (size_t)B * F * dim; i++) out[i] = NAN; /* empty bags must write zeros */
+  ref_bag_forward(ref, dlrec_table_data(t), dlrec_table_stride(t), dim, &tb, mean);
+  if (dlrec_bag_forward(t, &tb.bags, mean ? DLREC_BAG_MEAN : DLREC_BAG_SUM, out) != DLREC_OK)
+    test_fail(__FILE__, __LINE__, "bag_forward: %s", dlrec_last_error());
+  for (size_t i = 0; i < (size_t)B * F * dim && !test_failed_now(); i++)
+    if (!(fabs(out[i] - ref[i]) <= 1e-6 + 1e-6 * fabs(ref[i])))
+      test_fail(__FILE__, __LINE__, "bag dim %u mean %d: out[%zu] = %.9g, reference %.9g", dim, mean, i, out[i],
+                ref[i]);
+  free(out);
+  free(ref);
+  batch_free(&tb);
+  dlrec_table_free(t);
+}
+
+TEST(bag_forward_matches_naive) {
+  for (int mean = 0; mean <= 1; mean++) {
+    check_bag_forward(1000, 16, 37, 5, 4, mean);
+    check_bag_forward(1000, 5, 37, 3, 3, mean);   /* padded rows, generic width */
+    check_bag_forward(50, 32, 300, 8, 2, mean);   /* threaded, heavy repeats */
+    check_bag_forward(200, 128, 9, 2, 6, mean);
+    check_bag_forward(1, 3, 4, 1, 3, mean);        /* a one-row table */
+  }
+}
+
+/* ---- the fused backward ------------------------------------------------------ */
+
+typedef struct backward_ctx {
+  dlrec_sparse_optim *o;
+  void *scratch;
+  size_t scratch_bytes;
+} backward_ctx;
+
+static dlrec_status ctx_open(backward_ctx *x, dlrec_table *t, const dlrec_sparse_optim_config *c, uint64_t max_ids) {
+  x->scratch_bytes = dlrec_bag_backward_scratch_bytes(t, max_ids);
+  x->scratch = malloc(x->scratch_bytes);
+  return dlrec_sparse_optim_create(&x->o, t, c);
+}
+
+static void ctx_close(backward_ctx *x) {
+  dlrec_sparse_optim_free(x->o);
+  free(x->scratch);
+}
+
+/* The gradient of L = Σ R ⊙ bag(table) with respect to the table, read off
+ * an SGD step with lr = 1 (the row's change), against central differences of
+ * the double-precision reference. */
+static void check_bag_gradient(int mean) {
+  const uint64_t rows = 40;
+  const uint32_t dim = 6, B = 7, F = 3;
+  dlrec_table *t = table_random(rows, dim, 9);
+  test_batch tb;
+  batch_make(&tb, B, F, 0, 4, rows, 100 + mean);
+  dlrec_rng r;
+  dlrec_rng_seed(&r, 10, 0);
+  float *R = malloc((size_t)B * F * dim * sizeof(float));
+  fill(R, (size_t)B * F * dim, &r, -1, 1);
+  const uint32_t stride = dlrec_table_stride(t);
+  const size_t n = rows * stride;
+  float *before = malloc(n * sizeof(float));
+  memcpy(before, dlrec_table_data(t), n * sizeof(float));
+  dlrec_sparse_optim_config c;
+  dlrec_sparse_optim_config_default(&c, DLREC_SPARSE_SGD);
+  c.lr = 1.0f;
+  backward_ctx x;
+  if (ctx_open(&x, t, &c, batch_ids(&tb)) != DLREC_OK ||
+      dlrec_bag_backward_update(t, x.o, &tb.bags, mean ? DLREC_BAG_MEAN : DLREC_BAG_SUM, R, x.scratch,
+                                x.scratch_bytes) != DLREC_OK)
+    test_fail(__FILE__, __LINE__, "backward: %s", dlrec_last_error());
+  double *out = malloc((size_t)B * F * dim * sizeof(double));
+  float *pert = malloc(n * sizeof(float));
+  memcpy(pert, before, n * sizeof(float));
+  /* L is linear in the table, so central differences are exact up to
+   * rounding; h is a power of two so that w ± h is exact in float. */
+  const float h = 0.125f;
+  for (uint64_t row = 0; row < rows && !test_failed_now(); row++)
+    for (uint32_t d = 0; d < dim; d++) {
+      size_t i = row * stride + d;
+      pert[i] = before[i] + h;
+      ref_bag_forward(out, pert, stride, dim, &tb, mean);
+      double lp = 0, lm = 0;
+      for (size_t k = 0; k < (size_t)B * F * dim; k++) lp += out[k] * R[k];
+      pert[i] = before[i] - h;
+      ref_bag_forward(out, pert, stride, dim, &tb, mean);
+      for (size_t k = 0; k < (size_t)B * F * dim; k++) lm += out[k] * R[k];
+      pert[i] = before[i];
+      double fd = (lp - lm) / (2 * h), got = (double)before[i] - dlrec_table_data(t)[i];
+      if (!(fabs(got - fd) <= 1e-5 + 1e-5 * fabs(fd))) {
+        test_fail(__FILE__, __LINE__, "mean %d: d table[%llu][%u] = %.7g, finite difference %.7g", mean,
+                  (unsigned long long)row, d, got, fd);
+        break;
+      }
+    }
+  ctx_close(&x);
+  free(R), free(before), free(out), free(pert);
+  batch_free(&tb);
+  dlrec_table_free(t);
+}
+
+TEST(bag_backward_gradient_matches_finite_differences) {
+  check_bag_gradient(0);
+  check_bag_gradient(1);
+}
+
+TEST(bag_backward_sums_repeated_rows_exactly) {
+  /* From a zero table, SGD with lr = 1 leaves -g in each row: with sum
+   * pooling that is the float sum of the row's output gradients in (column,
+   * sample, position) order, bitwise. Rows 0 and 1 repeat within bags and
+   * across columns; row 2 is never touched. */
+  dlrec_table *t;
+  CHECK_OK(dlrec_table_create(&t, 4, 3));
+  uint32_t off0[] = {0, 3, 4}, ids0[] = {1, 0, 1, 3};
+  uint32_t off1[] = {0, 0, 2}, ids1[] = {1, 1};
+  const uint32_t *offs[] = {off0, off1}, *idss[] = {ids0, ids1};
+  dlrec_bag_batch bags = {2, 2, offs, idss};
+  /* d_out (B=2, F=2, D=3) */
+  float dout[12] = {0.1f, 0.2f, 0.3f, /* b0 c0 */ 9, 9, 9, /* b0 c1: empty bag */
+                    1e7f, -1.0f, 0.5f, /* b1 c0 */ 1.0f, 3.0f, -2.0f /* b1 c1 */};
+  dlrec_sparse_optim_config c;
+  dlrec_sparse_optim_config_default(&c, DLREC_SPARSE_SGD);
+  c.lr = 1.0f;
+  backward_ctx x;
+  CHECK_OK(ctx_open(&x, t, &c, 6));
+  CHECK_OK(dlrec_bag_backward_update(t, x.o, &bags, DLREC_BAG_SUM, dout, x.scratch, x.scratch_bytes));
+  const float *w = dlrec_table_data(t);
+  for (int d = 0; d < 3; d++) {
+    float g0 = 0.0f + dout[d];                                      /* row 0: b0 c0 */
+    float g1 = ((((0.0f + dout[d]) + dout[d]) + dout[9 + d]) + dout[9 + d]); /* b0c0 x2, b1c1 x2 */
+    float g3 = 0.0f + dout[6 + d];                                  /* row 3: b1 c0 */
+    CHECK(w[0 * 4 + d] == -g0);
+    CHECK(w[1 * 4 + d] == -g1);
+    CHECK(w[2 * 4 + d] == 0.0f);
+    CHECK(w[3 * 4 + d] == -g3);
+  }
+  /* Mean pooling scales each bag's gradient by 1/|bag|. */
+  memset(dlrec_table_data(t), 0, table_bytes(t));
+  CHECK_OK(dlrec_bag_backward_update(t, x.o, &bags, DLREC_BAG_MEAN, dout, x.scratch, x.scratch_bytes));
+  for (int d = 0; d < 3; d++) {
+    CHECK_NEAR(-w[0 * 4 + d], dout[d] / 3.0, 1e-7, 1e-6);
+    CHECK_NEAR(-w[1 * 4 + d], 2 * dout[d] / 3.0 + dout[9 + d], 1e-7, 1e-6);
+    CHECK(w[2 * 4 + d] == 0.0f);
+    CHECK_NEAR(-w[3 * 4 + d], dout[6 + d], 1e-7, 1e-6);
+  }
+  for (int r = 0; r < 4; r++) CHECK(w[r * 4 + 3] == 0.0f); /* padding */
+  ctx_close(&x);
+  dlrec_table_free(t);
+}
+
+/* The naive reference of the three sparse optimizers: per batch, a dense
+ * gradient of the table, then an update in double of the touched rows. The
+ * gradient is summed in float in (column, sample, position) order, the order
+ * the API promises, so that a hot row's sum of thousands of terms matches to
+ * the bit rather than to a tolerance that would hide real errors. */
+typedef struct ref_state {
+  double *w, *accum, *m, *v;
+  uint32_t *steps;
+} ref_state;
+
+static void ref_step(ref_state *s, const dlrec_sparse_optim_config *c, const test_batch *tb, const float *dout,
+                     uint64_t rows, uint32_t D, int mean) {
+  float *g = calloc(rows * D, sizeof(float));
+  char *touched = calloc(rows, 1);
+  for (uint32_t cc = 0; cc < tb->F; cc++)
+    for (uint32_t b = 0; b < tb->B; b++) {
+      const uint32_t lo = tb->offsets[cc][b], hi = tb->offsets[cc][b + 1];
+      const float inv = mean ? 1.0f / (float)(hi - lo) : 1.0f;
+      for (uint32_t k = lo; k < hi; k++) {
+        const uint32_t r = tb->ids[cc][k];
+        touched[r] = 1;
+        for (uint32_t d = 0; d < D; d++) {
+          const float go = dout[((size_t)b * tb->F + cc) * D + d];
+          g[(size_t)r * D + d] += mean ? inv * go : go;
+        }
+      }
+    }
+  double gr[64];
+  for (uint64_t r = 0; r < rows; r++) {
+    if (!touched[r]) continue;
+    double *w = s->w + r * D;
+    for (uint32_t d = 0; d < D; d++) gr[d] = g[r * D + d] + (double)c->weight_decay * w[d];
+    if (c->kind == DLREC_SPARSE_SGD) {
+      for (uint32_t d = 0; d < D; d++) w[d] -= c->lr * gr[d];
+    } else if (c->kind == DLREC_SPARSE_ROWWISE_ADAGRAD) {
+      double sq = 0;
+      for (uint32_t d = 0; d < D; d++) sq += gr[d] * gr[d];
+      s->accum[r] += sq / D;
+      for (uint32_t d = 0; d < D; d++) w[d] -= c->lr * gr[d] / (sqrt(s->accum[r]) + c->eps);
+    } else {
+      const uint32_t t = ++s->steps[r];
+      double *m = s->m + r * D, *v = s->v + r * D;
+      for (uint32_t d = 0; d < D; d++) {
+        m[d] = c->beta1 * m[d] + (1 - (double)c->beta1) * gr[d];
+        v[d] = c->beta2 * v[d] + (1 - (double)c->beta2) * gr[d] * gr[d];
+        double mh = m[d] / (1 - pow(c->beta1, t)), vh = v[d] / (1 - pow(c->beta2, t));
+        w[d] -= c->lr * mh / (sqrt(vh) + c->eps);
+      }
+    }
+  }
+  free(g);
+  free(touched);
+}
+
+/* B = 64 gives a list of a few hundred items; B = 2048 one of ~15000, where
+ * runs of a hot row cross the update phase's chunks, the radix sort cuts the
+ * list into chunks, and OpenMP threads share the work. */
+static void check_sparse_optimizer(dlrec_sparse_optim_kind kind, float wd, int mean, uint32_t B) {
+  const uint64_t rows = 300;
+  const uint32_t D = 16, F = 3, STEPS = 4;
+  dlrec_sparse_optim_config c;
+  dlrec_sparse_optim_config_default(&c, kind);
+  c.lr = 0.05f;
+  c.weight_decay = wd;
+  c.initial_accumulator = kind == DLREC_SPARSE_ROWWISE_ADAGRAD ? 0.1f : 0.0f;
+  dlrec_table *t = table_random(rows, D, 11);
+  const uint32_t stride = dlrec_table_stride(t);
+  ref_state s = {calloc(rows * D, sizeof(double)), calloc(rows, sizeof(double)), calloc(rows * D, sizeof(double)),
+                 calloc(rows * D, sizeof(double)), calloc(rows, sizeof(uint32_t))};
+  for (uint64_t r = 0; r < rows; r++) {
+    s.accum[r] = c.initial_accumulator;
+    for (uint32_t d = 0; d < D; d++) s.w[r * D + d] = dlrec_table_data(t)[r * stride + d];
+  }
+  backward_ctx x;
+  if (ctx_open(&x, t, &c, (uint64_t)B * F * 4) != DLREC_OK) test_fail(__FILE__, __LINE__, "%s", dlrec_last_error());
+  dlrec_sparse_optim_state st;
+  dlrec_sparse_optim_state_view(x.o, &st);
+  dlrec_rng r;
+  dlrec_rng_seed(&r, 12, (uint64_t)kind);
+  float *dout = malloc((size_t)B * F * D * sizeof(float));
+  float *before = malloc(rows * stride * sizeof(float));
+  for (uint32_t step = 0; step < STEPS && !test_failed_now(); step++) {
+    test_batch tb;
+    /* Ids from the lower 2/3 of the table only (skewed, so rows repeat): the
+     * top third is never touched and must never change. */
+    batch_make(&tb, B, F, 0, 4, rows * 2 / 3, 1000 + step);
+    fill(dout, (size_t)B * F * D, &r, -1, 1);
+    memcpy(before, dlrec_table_data(t), rows * stride * sizeof(float));
+    ref_step(&s, &c, &tb, dout, rows, D, mean);
+    if (dlrec_bag_backward_update(t, x.o, &tb.bags, mean ? DLREC_BAG_MEAN : DLREC_BAG_SUM, dout, x.scratch,
+                                  x.scratch_bytes) != DLREC_OK)
+      test_fail(__FILE__, __LINE__, "backward: %s", dlrec_last_error());
+    const float *w = dlrec_table_data(t);
+    for (uint64_t row = 0; row < rows && !test_failed_now(); row++) {
+      for (uint32_t d = 0; d < D; d++) {
+        const double ref = s.w[row * D + d], got = w[row * stride + d];
+        if (row >= rows * 2 / 3 && got != before[row * stride + d])
+          test_fail(__FILE__, __LINE__, "untouched row %llu changed", (unsigned long long)row);
+        else if (!(fabs(got - ref) <= 1e-6 + 1e-5 * fabs(ref)))
+          test_fail(__FILE__, __LINE__, "kind %d step %u: w[%llu][%u] = %.9g, reference %.9g", kind, step,
+                    (unsigned long long)row, d, got, ref);
+        if (test_failed_now()) break;
+        if (kind == DLREC_SPARSE_LAZY_ADAM &&
+            !(fabs(st.m[row * stride + d] - s.m[row * D + d]) <= 1e-6 &&
+              fabs(st.v[row * stride + d] - s.v[row * D + d]) <= 1e-7 + 1e-5 * s.v[row * D + d]))
+          test_fail(__FILE__, __LINE__, "Adam state [%llu][%u]: m %.9g vs %.9g, v %.9g vs %.9g",
+                    (unsigned long long)row, d, st.m[row * stride + d], s.m[row * D + d], st.v[row * stride + d],
+                    s.v[row * D + d]);
+      }
+      if (kind == DLREC_SPARSE_LAZY_ADAM && st.steps[row] != s.steps[row])
+        test_fail(__FILE__, __LINE__, "row %llu: %u Adam steps, reference %u", (unsigned long long)row,
+                  st.steps[row], s.steps[row]);
+      if (kind == DLREC_SPARSE_ROWWISE_ADAGRAD && !(fabs(st.accum[row] - s.accum[row]) <= 1e-6 * s.accum[row]))
+        test_fail(__FILE__, __LINE__, "row %llu: accumulator %.9g, reference %.9g", (unsigned long long)row,
+                  st.accum[row], s.accum[row]);
+    }
+    batch_free(&tb);
+  }
+  /* Lazy Adam: rows touched in some steps only have fewer steps, and the
+   * untouched third none. */
+  if (kind == DLREC_SPARSE_LAZY_ADAM && !test_failed_now()) {
+    int partial = 0;
+    for (uint64_t row = 0; row < rows; row++) {
+      partial += st.steps[row] > 0 && st.steps[row] < STEPS;
+      if (row >= rows * 2 / 3 && (st.steps[row] != 0 || st.m[row * stride] != 0.0f))
+        test_fail(__FILE__, __LINE__, "untouched row %llu has Adam state", (unsigned long long)row);
+    }
+    if (partial == 0 && B <= 64) test_fail(__FILE__, __LINE__, "test setup: no row skipped a step");
+  }
+  ctx_close(&x);
+  free(dout), free(before);
+  free(s.w), free(s.accum), free(s.m), free(s.v), free(s.steps);
+  dlrec_table_free(t);
+}
+
+TEST(sparse_sgd_matches_reference) {
+  check_sparse_optimizer(DLREC_SPARSE_SGD, 0.0f, 0, 64);
+  check_sparse_optimizer(DLREC_SPARSE_SGD, 0.02f, 1, 64);
+  check_sparse_optimizer(DLREC_SPARSE_SGD, 0.0f, 0, 2048);
+}
+
+TEST(sparse_rowwise_adagrad_matches_reference) {
+  check_sparse_optimizer(DLREC_SPARSE_ROWWISE_ADAGRAD, 0.0f, 0, 64);
+  check_sparse_optimizer(DLREC_SPARSE_ROWWISE_ADAGRAD, 0.02f, 1, 64);
+  check_sparse_optimizer(DLREC_SPARSE_ROWWISE_ADAGRAD, 0.0f, 1, 2048);
+}
+
+TEST(sparse_lazy_adam_matches_reference) {
+  check_sparse_optimizer(DLREC_SPARSE_LAZY_ADAM, 0.0f, 0, 64);
+  check_sparse_optimizer(DLREC_SPARSE_LAZY_ADAM, 0.02f, 1, 64);
+  check_sparse_optimizer(DLREC_SPARSE_LAZY_ADAM, 0.0f, 0, 2048);
+}
+
+/* Three steps of backward + update from the same start with `threads`
+ * threads; returns the table and the optimizer's state concatenated. */
+static char *run_steps(dlrec_sparse_optim_kind kind, uint64_t rows, uint32_t dim, int threads, size_t *bytes) {
+  dlrec_table *t = table_random(rows, dim, 21);
+  dlrec_sparse_optim_config c;
+  dlrec_sparse_optim_config_default(&c, kind);
+  c.weight_decay = 1e-3f;
+  const uint32_t B = 2048, F = 6;
+  backward_ctx x;
+  if (!t || ctx_open(&x, t, &c, (uint64_t)B * F * 3) != DLREC_OK) return NULL;
+  float *dout = malloc((size_t)B * F * dim * sizeof(float));
+  dlrec_rng r;
+  dlrec_rng_seed(&r, 22, 0);
+  const int keep = omp_get_max_threads();
+  omp_set_num_threads(threads);
+  int ok = 1;
+  for (int step = 0; step < 3 && ok; step++) {
+    test_batch tb;
+    batch_make(&tb, B, F, 1, 3, rows, 500 + step);
+    fill(dout, (size_t)B * F * dim, &r, -1, 1);
+    ok = dlrec_bag_backward_update(t, x.o, &tb.bags, step == 1 ? DLREC_BAG_MEAN : DLREC_BAG_SUM, dout, x.scratch,
+                                   x.scratch_bytes) == DLREC_OK;
+    batch_free(&tb);
+  }
+  omp_set_num_threads(keep);
+  dlrec_sparse_optim_state st;
+  dlrec_sparse_optim_state_view(x.o, &st);
+  const size_t tb_bytes = table_bytes(t);
+  size_t extra = 0;
+  if (st.accum) extra = rows * sizeof(float);
+  if (st.m) extra = 2 * rows * dim * sizeof(float) + rows * sizeof(uint32_t);
+  char *all = ok ? malloc(tb_bytes + extra) : NULL;
+  if (all) {
+    memcpy(all, dlrec_table_data(t), tb_bytes);
+    if (st.accum) memcpy(all + tb_bytes, st.accum, rows * sizeof(float));
+    if (st.m) {
+      memcpy(all + tb_bytes, st.m, rows * dim * sizeof(float));
+      memcpy(all + tb_bytes + rows * dim * sizeof(float), st.v, rows * dim * sizeof(float));
+      memcpy(all + tb_bytes + 2 * rows * dim * sizeof(float), st.steps, rows * sizeof(uint32_t));
+    }
+    *bytes = tb_bytes + extra;
+  }
+  free(dout);
+  ctx_close(&x);
+  dlrec_table_free(t);
+  return all;
+}
+
+TEST(sparse_update_bitwise_identical_across_thread_counts) {
+  /* 36k ids per batch (threaded paths); rows of 16 and 19 bits, so the radix
+   * sort runs 2 passes (result in place) and 3 passes (result in the copy). */
+  const uint64_t rows_list[] = {50000, 300000};
+  const uint32_t dims[] = {16, 24};
+  for (int kind = DLREC_SPARSE_SGD; kind <= DLREC_SPARSE_LAZY_ADAM; kind++)
+    for (int i = 0; i < 2; i++) {
+      size_t n1 = 0, n4 = 0;
+      char *a = run_steps((dlrec_sparse_optim_kind)kind, rows_list[i], dims[i], 1, &n1);
+      char *b = run_steps((dlrec_sparse_optim_kind)kind, rows_list[i], dims[i], 4, &n4);
+      int same = a && b && n1 == n4 && memcmp(a, b, n1) == 0;
+      free(a);
+      free(b);
+      if (!a || !b) test_fail(__FILE__, __LINE__, "run failed: %s", dlrec_last_error());
+      if (!same) test_fail(__FILE__, __LINE__, "kind %d rows %llu: 1 and 4 threads differ", kind,
+                           (unsigned long long)rows_list[i]);
+      if (test_failed_now()) return;
+    }
+}
+
+TEST(one_row_table_needs_no_sort) {
+  dlrec_table *t;
+  CHECK_OK(dlrec_table_create(&t, 1, 2));
+  uint32_t off[] = {0, 2, 3}, ids[] = {0, 0, 0};
+  const uint32_t *offs[] = {off}, *idss[] = {ids};
+  dlrec_bag_batch bags = {2, 1, offs, idss};
+  float dout[4] = {1, 2, 3, 4};
+  dlrec_sparse_optim_config c;
+  dlrec_sparse_optim_config_default(&c, DLREC_SPARSE_SGD);
+  c.lr = 1.0f;
+  backward_ctx x;
+  CHECK_OK(ctx_open(&x, t, &c, 3));
+  CHECK_OK(dlrec_bag_backward_update(t, x.o, &bags, DLREC_BAG_SUM, dout, x.scratch, x.scratch_bytes));
+  CHECK(dlrec_table_data(t)[0] == -(1.0f + 1.0f + 3.0f));
+  CHECK(dlrec_table_data(t)[1] == -(2.0f + 2.0f + 4.0f));
+  ctx_close(&x);
+  dlrec_table_free(t);
+}
+
+/* ---- corrupt input ------------------------------------------------------------ */
+
+TEST(corrupt_batches_are_errors_and_change_nothing) {
+  dlrec_table *t = table_random(10, 4, 3);
+  CHECK(t != NULL);
+  uint32_t off0[] = {0, 1, 3}, ids0[] = {2, 9, 10}; /* 10 is one past the table */
+  const uint32_t *offs[] = {off0}, *idss[] = {ids0};
+  dlrec_bag_batch bags = {2, 1, offs, idss};
+  float out[8], dout[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+  CHECK_ERR(dlrec_bag_check(t, &bags), DLREC_ERR_INVALID, "column 0, sample 1: id 10 is outside the table of 10 rows");
+  CHECK_ERR(dlrec_bag_forward(t, &bags, DLREC_BAG_SUM, out), DLREC_ERR_INVALID, "bag_forward: embedding batch: column 0, sample 1: id 10");
+  dlrec_sparse_optim_config c;
+  dlrec_sparse_optim_config_default(&c, DLREC_SPARSE_LAZY_ADAM);
+  backward_ctx x;
+  CHECK_OK(ctx_open(&x, t, &c, 3));
+  float before[40];
+  memcpy(before, dlrec_table_data(t), sizeof before);
+  CHECK_ERR(dlrec_bag_backward_update(t, x.o, &bags, DLREC_BAG_SUM, dout, x.scratch, x.scratch_bytes),
+            DLREC_ERR_INVALID, "id 10 is outside");
+  CHECK(memcmp(before, dlrec_table_data(t), sizeof before) == 0);
+  dlrec_sparse_optim_state st;
+  dlrec_sparse_optim_state_view(x.o, &st);
+  for (int r = 0; r < 10; r++) CHECK(st.steps[r] == 0);
+
+  /* Offsets that decrease, or run past the column's end. */
+  uint32_t bad_off[] = {0, 3, 1};
+  offs[0] = bad_off;
+  ids0[2] = 1;
+  CHECK_ERR(dlrec_bag_check(t, &bags), DLREC_ERR_INVALID, "offsets decrease");
+  CHECK_ERR(dlrec_bag_forward(t, &bags, DLREC_BAG_SUM, out), DLREC_ERR_INVALID, "offsets decrease");
+  CHECK_ERR(dlrec_bag_backward_update(t, x.o, &bags, DLREC_BAG_SUM, dout, x.scratch, x.scratch_bytes),
+            DLREC_ERR_INVALID, "offsets");
+  uint32_t bad_off2[] = {2, 3, 1};
+  offs[0] = bad_off2;
+  CHECK_ERR(dlrec_bag_backward_update(t, x.o, &bags, DLREC_BAG_SUM, dout, x.scratch, x.scratch_bytes),
+            DLREC_ERR_INVALID, "offsets end (1) before they begin (2)");
+  CHECK(memcmp(before, dlrec_table_data(t), sizeof before) == 0);
+
+  /* Scratch planned for a smaller batch, an optimizer of another table. */
+  offs[0] = off0;
+  CHECK_ERR(dlrec_bag_backward_update(t, x.o, &bags, DLREC_BAG_SUM, dout, x.scratch, 100), DLREC_ERR_INVALID,
+            "scratch of 100 bytes");
+  dlrec_table *t2 = table_random(10, 4, 3);
+  CHECK_ERR(dlrec_bag_backward_update(t2, x.o, &bags, DLREC_BAG_SUM, dout, x.scratch, x.scratch_bytes),
+            DLREC_ERR_INVALID, "another table");
+  CHECK_ERR(dlrec_bag_forward(t, &bags, (dlrec_bag_mode)7, out), DLREC_ERR_INVALID, "mode");
+  dlrec_sparse_optim *o2;
+  c.beta2 = 1.0f;
+  CHECK_ERR(dlrec_sparse_optim_create(&o2, t, &c), DLREC_ERR_INVALID, "betas");
+  CHECK_ERR(dlrec_sparse_optim_set_lr(x.o, -1.0f), DLREC_ERR_INVALID, "lr");
+  dlrec_table_free(t2);
+  ctx_close(&x);
+  dlrec_table_free(t);
+}
