@@ -8,7 +8,7 @@
 # (or sudo) only when it has something to install.
 set -euo pipefail
 
-want=(build-essential cmake pkg-config libcjson-dev libopenblas-dev)
+want=(build-essential cmake pkg-config libcjson-dev libopenblas-openmp-dev)
 case "${1:-build}" in
   build) ;;
   test) want+=(clang libclang-rt-dev libomp-dev python3 python3-numpy) ;;
