@@ -1,11 +1,273 @@
-/* `dlrec etl` (placeholder until implemented). */
+/* `dlrec etl fit` and `dlrec etl apply`: vocabularies and statistics from raw
+ * rows, then raw rows encoded into .dlr files. See docs/etl.md. */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "cli/cli.h"
+#include "dlrec/dlr.h"
+#include "dlrec/etl.h"
+#include "dlrec/log.h"
+#include "dlrec/progress.h"
+
+static void usage_etl(FILE *out) {
+  fprintf(out,
+          "usage: dlrec etl fit   --input FILE... --out ETLDIR [options]\n"
+          "       dlrec etl apply --etl ETLDIR --input FILE... --out OUT.dlr [options]\n"
+          "\n"
+          "fit reads raw rows once and writes the ETL state (ETLDIR/etl.json and\n"
+          "ETLDIR/vocab.bin): per categorical column a vocabulary ordered by frequency\n"
+          "(rare values fold into one out-of-vocabulary id, empty values get an id of\n"
+          "their own), per dense column count, min, max, mean and std.\n"
+          "apply encodes rows with that state into a .dlr file for training.\n"
+          "\n"
+          "Inputs are Criteo TSV (label, I1..I13, C1..C26; the default) or CSV with a\n"
+          "header and a --schema. '-' reads standard input, e.g.\n"
+          "  zcat day_0.gz | dlrec etl fit --input - --out etl/\n"
+          "\n"
+          "See 'dlrec etl fit --help', 'dlrec etl apply --help' and docs/etl.md.\n");
+}
+
+static void usage_fit(FILE *out) {
+  fprintf(out,
+          "usage: dlrec etl fit --input FILE... --out ETLDIR [options]\n"
+          "\n"
+          "Streams the input once and writes the ETL state to ETLDIR.\n"
+          "\n"
+          "options:\n"
+          "  --input FILE...         raw rows; several files are read in order; '-' is stdin\n"
+          "  --out ETLDIR            the state directory (created; files replaced atomically)\n"
+          "  --format criteo|csv     input format (default criteo: tab-separated, no header)\n"
+          "  --schema SPEC           CSV columns by role, e.g. 'label=click;ignore=id;cat=*'\n"
+          "                          or 'label=label;dense=I1..I13;cat=C1..C26' (docs/etl.md)\n"
+          "  --no-label              the rows have no label (Criteo: 39 fields)\n"
+          "  --min-count K           values seen fewer than K times share the OOV id (default 1)\n"
+          "  --hash-buckets N        a column with more than N kept values is hashed into N\n"
+          "                          buckets, ranked by frequency (default 0: never)\n"
+          "  --dense-transform T     log (log(1 + max(x, 0)), the default) or none\n"
+          "  --standardize           encode dense values as (t - mean) / std\n"
+          "  --skip-bad-rows N       skip up to N bad rows, warning about each (default 0)\n"
+          "  --max-line-bytes N      longer lines are bad rows (default 1048576)\n"
+          "  --threads N             worker threads (default: all cores); the state does not\n"
+          "                          depend on it\n"
+          "  -q, --quiet             no progress bar and no summary\n"
+          "  -v, --verbose           debug logs\n"
+          "\n"
+          "example:\n"
+          "  dlrec etl fit --input day_0.tsv day_1.tsv --out etl/ --min-count 4\n");
+}
+
+static void usage_apply(FILE *out) {
+  fprintf(out,
+          "usage: dlrec etl apply --etl ETLDIR --input FILE... --out OUT.dlr [options]\n"
+          "\n"
+          "Encodes raw rows (same format as fit's) into a .dlr file, rows in input order.\n"
+          "Values fit never saw (or saw fewer than --min-count times) get their column's\n"
+          "OOV id; empty values its missing id.\n"
+          "\n"
+          "options:\n"
+          "  --etl ETLDIR            the state written by 'dlrec etl fit'\n"
+          "  --input FILE...         raw rows; '-' is stdin\n"
+          "  --out OUT.dlr           the encoded rows (written atomically)\n"
+          "  --valid-fraction F      send about F of the rows to --valid-out: a row goes there\n"
+          "  --valid-out V.dlr       iff a hash of (seed, file index, line number) is below F,\n"
+          "  --seed S                so the split depends on nothing else (default seed 0)\n"
+          "  --row-group-rows N      rows per row group (default 65536)\n"
+          "  --no-label              the rows have no label (unlabeled output)\n"
+          "  --skip-bad-rows N       skip up to N bad rows, warning about each (default 0)\n"
+          "  --max-line-bytes N      longer lines are bad rows (default 1048576)\n"
+          "  --threads N             worker threads (default: all cores)\n"
+          "  -q, --quiet             no progress bar and no summary\n"
+          "  -v, --verbose           debug logs\n"
+          "\n"
+          "example:\n"
+          "  dlrec etl apply --etl etl/ --input day_0.tsv --out train.dlr \\\n"
+          "      --valid-fraction 0.05 --valid-out valid.dlr --seed 1\n");
+}
+
+/* Options shared by both subcommands, parsed in one place. */
+typedef struct etl_args {
+  const char *cmd; /* "etl fit" / "etl apply" */
+  const char **inputs;
+  int n_inputs;
+  const char *out, *etl, *valid_out;
+  dlrec_etl_fit_opts fit;
+  dlrec_etl_apply_opts apply;
+} etl_args;
+
+/* The value of option argv[*i] ("--opt value" or "--opt=value"); NULL after
+ * printing a usage error when it is missing. */
+static const char *value_of(const etl_args *a, int argc, char **argv, int *i, const char *inline_value) {
+  if (inline_value) return inline_value;
+  if (*i + 1 >= argc) {
+    cli_usage_error(a->cmd, "%s needs a value", argv[*i]);
+    return NULL;
+  }
+  return argv[++*i];
+}
+
+#define U64_OPT(NAME, MIN, MAX, DST)                                                     \
+  else if (!strcmp(name, NAME)) {                                                        \
+    uint64_t v_;                                                                         \
+    if (!(v = value_of(a, argc, argv, &i, iv))) return 2;                               \
+    if (cli_parse_u64(NAME, v, MIN, MAX, &v_) != DLREC_OK)                              \
+      return cli_usage_error(a->cmd, "%s", dlrec_last_error());                         \
+    DST = v_;                                                                            \
+  }
+
+/* Parses argv into a; returns -1 to go on, or an exit code (0 after --help). */
+static int parse_args(etl_args *a, int is_fit, int argc, char **argv) {
+  a->inputs = calloc((size_t)argc, sizeof *a->inputs);
+  if (!a->inputs) return cli_usage_error(a->cmd, "out of memory");
+  uint64_t threads = 0, skip = 0, max_line = DLREC_MAX_LINE_BYTES_DEFAULT, block = 0;
+  for (int i = 1; i < argc; i++) {
+    const char *arg = argv[i], *v;
+    if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
+      is_fit ? usage_fit(stdout) : usage_apply(stdout);
+      return 0;
+    }
+    if (cli_common_option(arg)) continue;
+    char name[64];
+    const char *iv = NULL, *eq = strchr(arg, '=');
+    if (!strncmp(arg, "--", 2) && eq && (size_t)(eq - arg) < sizeof name) {
+      memcpy(name, arg, (size_t)(eq - arg));
+      name[eq - arg] = '\0';
+      iv = eq + 1;
+    } else {
+      snprintf(name, sizeof name, "%s", arg);
+    }
+    if (!strcmp(name, "--input")) {
+      int before = a->n_inputs;
+      if (iv) a->inputs[a->n_inputs++] = iv;
+      while (!iv && i + 1 < argc && (argv[i + 1][0] != '-' || !strcmp(argv[i + 1], "-")))
+        a->inputs[a->n_inputs++] = argv[++i];
+      if (a->n_inputs == before) return cli_usage_error(a->cmd, "--input needs at least one file ('-' for stdin)");
+    } else if (!strcmp(name, "--out")) {
+      if (!(v = value_of(a, argc, argv, &i, iv))) return 2;
+      if (!*v) return cli_usage_error(a->cmd, "--out: empty name");
+      a->out = v;
+    }
+    U64_OPT("--skip-bad-rows", 0, UINT64_MAX / 2, skip)
+    U64_OPT("--threads", 1, 1024, threads)
+    U64_OPT("--max-line-bytes", 1, 1u << 30, max_line)
+    U64_OPT("--block-bytes", 1, 1u << 30, block)
+    else if (is_fit && !strcmp(name, "--format")) {
+      if (!(v = value_of(a, argc, argv, &i, iv))) return 2;
+      if (dlrec_format_parse(v, &a->fit.format) != DLREC_OK) return cli_usage_error(a->cmd, "--format: %s", dlrec_last_error());
+    } else if (is_fit && !strcmp(name, "--schema")) {
+      if (!(v = value_of(a, argc, argv, &i, iv))) return 2;
+      a->fit.schema_spec = v;
+    } else if (!strcmp(name, "--no-label")) {
+      a->fit.has_label = 0;
+      a->apply.no_label = 1;
+    }
+    U64_OPT("--min-count", 1, UINT64_MAX / 2, a->fit.min_count)
+    U64_OPT("--hash-buckets", 0, UINT32_MAX - 2, a->fit.hash_buckets)
+    else if (is_fit && !strcmp(name, "--dense-transform")) {
+      if (!(v = value_of(a, argc, argv, &i, iv))) return 2;
+      if (!strcmp(v, "log") || !strcmp(v, "log1p")) a->fit.dense_transform = DLREC_DENSE_LOG;
+      else if (!strcmp(v, "none")) a->fit.dense_transform = DLREC_DENSE_NONE;
+      else return cli_usage_error(a->cmd, "--dense-transform: expected log or none, got '%s'", v);
+    } else if (is_fit && !strcmp(name, "--standardize")) {
+      a->fit.standardize = 1;
+    } else if (!is_fit && !strcmp(name, "--etl")) {
+      if (!(v = value_of(a, argc, argv, &i, iv))) return 2;
+      a->etl = v;
+    } else if (!is_fit && !strcmp(name, "--valid-out")) {
+      if (!(v = value_of(a, argc, argv, &i, iv))) return 2;
+      if (!*v) return cli_usage_error(a->cmd, "--valid-out: empty name");
+      a->apply.valid_out = v;
+    } else if (!is_fit && !strcmp(name, "--valid-fraction")) {
+      if (!(v = value_of(a, argc, argv, &i, iv))) return 2;
+      if (cli_parse_double("--valid-fraction", v, 0, 0.999999, &a->apply.valid_fraction) != DLREC_OK)
+        return cli_usage_error(a->cmd, "%s", dlrec_last_error());
+    }
+    U64_OPT("--seed", 0, UINT64_MAX, a->apply.seed)
+    U64_OPT("--row-group-rows", 1, DLREC_DLR_MAX_GROUP_ROWS, a->apply.row_group_rows)
+    else {
+      return cli_usage_error(a->cmd, "unknown option '%s'", arg);
+    }
+    /* Options of the other subcommand parse above but are not allowed. */
+    static const char *const fit_only[] = {"--min-count", "--hash-buckets", NULL};
+    static const char *const apply_only[] = {"--seed", "--row-group-rows", NULL};
+    for (const char *const *p = is_fit ? apply_only : fit_only; *p; p++)
+      if (!strcmp(name, *p)) return cli_usage_error(a->cmd, "unknown option '%s'", name);
+  }
+  a->fit.skip_bad_rows = a->apply.skip_bad_rows = skip;
+  a->fit.threads = a->apply.threads = (int)threads;
+  a->fit.max_line_bytes = a->apply.max_line_bytes = (size_t)max_line;
+  a->fit.block_bytes = a->apply.block_bytes = (size_t)block;
+  if (a->n_inputs == 0) return cli_usage_error(a->cmd, "--input is required");
+  if (!a->out) return cli_usage_error(a->cmd, "--out is required");
+  if (!is_fit && !a->etl) return cli_usage_error(a->cmd, "--etl is required");
+  if (is_fit && a->fit.format == DLREC_FORMAT_CSV && !a->fit.schema_spec)
+    return cli_usage_error(a->cmd, "--format csv needs --schema (e.g. 'label=click;ignore=id;cat=*')");
+  if (is_fit && a->fit.format == DLREC_FORMAT_CRITEO && a->fit.schema_spec)
+    return cli_usage_error(a->cmd, "--schema needs --format csv (Criteo's columns are fixed)");
+  if (!is_fit && (a->apply.valid_fraction > 0) != (a->apply.valid_out != NULL))
+    return cli_usage_error(a->cmd, "--valid-fraction and --valid-out go together");
+  return -1;
+}
+
+static int run_fit(int argc, char **argv) {
+  etl_args a = {.cmd = "etl fit"};
+  dlrec_etl_fit_opts_default(&a.fit);
+  dlrec_etl_apply_opts_default(&a.apply);
+  int rc = parse_args(&a, 1, argc, argv);
+  if (rc >= 0) {
+    free(a.inputs);
+    return rc;
+  }
+  dlrec_etl_report rep;
+  dlrec_status st = dlrec_etl_fit(a.inputs, a.n_inputs, a.out, &a.fit, &rep);
+  free(a.inputs);
+  if (st != DLREC_OK) return cli_fail("etl fit");
+  DLREC_INFO("etl fit: %llu rows (%llu bad rows skipped), %.1f MB in %.2f s: %.0f rows/s; state in %s",
+             (unsigned long long)rep.rows, (unsigned long long)rep.bad_rows, rep.bytes / 1e6, rep.seconds,
+             rep.seconds > 0 ? rep.rows / rep.seconds : 0.0, a.out);
+  return 0;
+}
+
+static int run_apply(int argc, char **argv) {
+  etl_args a = {.cmd = "etl apply"};
+  dlrec_etl_fit_opts_default(&a.fit);
+  dlrec_etl_apply_opts_default(&a.apply);
+  int rc = parse_args(&a, 0, argc, argv);
+  if (rc >= 0) {
+    free(a.inputs);
+    return rc;
+  }
+  dlrec_etl *e;
+  if (dlrec_etl_load(&e, a.etl) != DLREC_OK) {
+    free(a.inputs);
+    return cli_fail("etl apply");
+  }
+  dlrec_etl_report rep;
+  dlrec_status st = dlrec_etl_apply(e, a.inputs, a.n_inputs, a.out, &a.apply, &rep);
+  dlrec_etl_free(e);
+  free(a.inputs);
+  if (st != DLREC_OK) return cli_fail("etl apply");
+  DLREC_INFO("etl apply: %llu rows (%llu to %s, %llu to %s; %llu bad rows skipped), %.1f MB in %.2f s: %.0f rows/s",
+             (unsigned long long)rep.rows, (unsigned long long)(rep.rows - rep.valid_rows), a.out,
+             (unsigned long long)rep.valid_rows, a.apply.valid_out ? a.apply.valid_out : "-",
+             (unsigned long long)rep.bad_rows, rep.bytes / 1e6, rep.seconds,
+             rep.seconds > 0 ? rep.rows / rep.seconds : 0.0);
+  return 0;
+}
 
 int cmd_etl(int argc, char **argv) {
-  (void)argc;
-  (void)argv;
-  fprintf(stderr, "dlrec etl: not implemented yet\n");
-  return 1;
+  if (argc < 2) {
+    usage_etl(stderr);
+    return 2;
+  }
+  const char *sub = argv[1];
+  if (!strcmp(sub, "-h") || !strcmp(sub, "--help") || !strcmp(sub, "help")) {
+    usage_etl(stdout);
+    return 0;
+  }
+  if (!strcmp(sub, "fit")) return run_fit(argc - 1, argv + 1);
+  if (!strcmp(sub, "apply")) return run_apply(argc - 1, argv + 1);
+  fprintf(stderr, "dlrec etl: unknown subcommand '%s' (expected fit or apply)\n\n", sub);
+  usage_etl(stderr);
+  return 2;
 }

@@ -1,0 +1,183 @@
+/* ETL: fit vocabularies and dense statistics on raw rows, then encode rows
+ * into .dlr files with them — NVTabular's fit/apply model, in C.
+ *
+ * fit streams the input once and writes the ETL state, a directory holding
+ * etl.json (settings, columns, statistics, id ranges) and vocab.bin (per
+ * categorical column the kept keys in id order with their counts, or a
+ * hashed column's bucket order). apply, and any server, loads the state and
+ * encodes raw text with the same functions, so that a row encodes the same
+ * in training and serving. docs/etl.md describes the options, the id layout
+ * and both files byte by byte.
+ *
+ * Id layout of categorical column c, local ids (global = id_begin + local):
+ *   0      missing (empty field)
+ *   1      out of vocabulary (seen fewer than min_count times in fit, or unseen)
+ *   2..    kept values by descending fit frequency (ties: smaller key first),
+ * or, for a column hashed because its kept cardinality exceeded hash_buckets
+ * N: 2 + rank(dlrec_mix64(key) % N), the buckets ranked by descending fit
+ * frequency (ties: smaller bucket first); id 1 is then never used.
+ *
+ * Dense values: t = log(1 + max(x, 0)) (log transform, the default) or t = x;
+ * with standardize, (t - mean) / std using fit's mean and population std of
+ * t (std 0 divides by 1); a missing value encodes as 0.
+ */
+#ifndef DLREC_ETL_H
+#define DLREC_ETL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dlrec/parse.h"
+#include "dlrec/schema.h"
+#include "dlrec/status.h"
+
+#define DLREC_ETL_VERSION 1
+
+typedef enum dlrec_dense_transform {
+  DLREC_DENSE_LOG = 0,  /* log(1 + max(x, 0)) */
+  DLREC_DENSE_NONE = 1, /* x */
+} dlrec_dense_transform;
+
+/* What a fit or apply run did. */
+typedef struct dlrec_etl_report {
+  uint64_t rows;       /* rows counted (fit) or written (apply, both outputs) */
+  uint64_t valid_rows; /* apply: rows written to the validation output */
+  uint64_t bad_rows;   /* rows skipped under skip_bad_rows (each was warned about) */
+  uint64_t bytes;      /* input bytes read */
+  double seconds;
+} dlrec_etl_report;
+
+/* ---- fit ---- */
+
+typedef struct dlrec_etl_fit_opts {
+  dlrec_input_format format;  /* DLREC_FORMAT_CRITEO */
+  const char *schema_spec;    /* CSV only (required there): "label=click;ignore=id;cat=*" */
+  int has_label;              /* 1; 0 for unlabeled rows (Criteo: 39 fields). For CSV the
+                                 SPEC decides (label= or not); 0 with label= is an error */
+  uint64_t min_count;         /* 1: keep every value; K: values seen < K times -> OOV */
+  uint64_t hash_buckets;      /* 0: never hash; N: hash columns of more than N kept values */
+  dlrec_dense_transform dense_transform; /* DLREC_DENSE_LOG */
+  int standardize;            /* 0 */
+  uint64_t skip_bad_rows;     /* 0: the first bad row fails the run */
+  int threads;                /* worker threads; 0: dlrec_default_threads() */
+  size_t max_line_bytes;      /* DLREC_MAX_LINE_BYTES_DEFAULT */
+  size_t block_bytes;         /* read size; 0: DLREC_BLOCK_BYTES_DEFAULT (tests use tiny ones) */
+  int progress;               /* 1: a progress bar (see progress.h) */
+} dlrec_etl_fit_opts;
+
+/* Fills o with the defaults above. */
+void dlrec_etl_fit_opts_default(dlrec_etl_fit_opts *o);
+
+/* Reads inputs[0..n_inputs) ("-" for stdin) once and writes the ETL state
+ * to out_dir (created if needed; etl.json and vocab.bin replaced atomically).
+ * The result does not depend on threads or block_bytes. Bad rows fail the run
+ * with "FILE:LINE: field N (NAME): reason" unless skip_bad_rows allows them;
+ * no rows at all is an error. rep may be NULL. */
+dlrec_status dlrec_etl_fit(const char *const *inputs, int n_inputs, const char *out_dir,
+                           const dlrec_etl_fit_opts *o, dlrec_etl_report *rep);
+
+/* ---- the state ---- */
+
+typedef struct dlrec_etl dlrec_etl;
+
+/* Loads and validates the state in dir. Corrupt, truncated, mismatched
+ * (etl.json and vocab.bin of different fits) or newer-version files are
+ * refused with an error naming the file. Free with dlrec_etl_free. */
+dlrec_status dlrec_etl_load(dlrec_etl **e, const char *dir);
+void dlrec_etl_free(dlrec_etl *e); /* accepts NULL */
+
+/* The encoded schema: label (if fit had one), dense columns, categorical
+ * columns (hotness 1) with their global id ranges. Valid as long as e. */
+const dlrec_schema *dlrec_etl_schema(const dlrec_etl *e);
+
+/* The input format fit read; apply and encode_line expect the same. */
+dlrec_input_format dlrec_etl_format(const dlrec_etl *e);
+/* The CSV header names fit read (NULL and 0 for Criteo); valid as long as e. */
+const char *const *dlrec_etl_header(const dlrec_etl *e, uint32_t *n);
+/* Rows, positive labels and skipped bad rows of the fit. */
+uint64_t dlrec_etl_rows(const dlrec_etl *e);
+uint64_t dlrec_etl_positives(const dlrec_etl *e);
+
+typedef struct dlrec_etl_dense_info {
+  uint64_t count, missing; /* non-missing and missing values in fit */
+  double min, max;         /* of the raw values (0 when count is 0) */
+  double mean, std;        /* of the transformed values t (population std) */
+  dlrec_dense_transform transform;
+  int standardize;
+} dlrec_etl_dense_info;
+
+/* Statistics of dense column col (< schema n_dense). */
+dlrec_status dlrec_etl_dense_info_get(const dlrec_etl *e, uint32_t col, dlrec_etl_dense_info *out);
+
+typedef struct dlrec_etl_cat_info {
+  dlrec_key_kind key_kind;  /* how text becomes a key */
+  uint64_t salt;            /* DLREC_KEY_HASH's seed */
+  int hashed;               /* 1: ids are ranked hash buckets */
+  uint64_t size;            /* local ids: 2 + kept, or 2 + buckets */
+  uint64_t id_begin, id_end;
+  uint64_t distinct;        /* distinct values seen in fit */
+  uint64_t kept;            /* values with count >= min_count */
+  uint64_t missing, oov;    /* fit rows with the value missing / below min_count */
+  /* Vocabulary columns: kept keys and their counts in id order (local id 2 + i). */
+  const uint64_t *keys, *counts;
+  /* Hashed columns: bucket -> rank, and counts in rank order (local id 2 + rank). */
+  const uint32_t *bucket_rank;
+  const uint64_t *bucket_counts;
+  uint64_t buckets;
+} dlrec_etl_cat_info;
+
+/* Vocabulary and counts of categorical column col (< schema n_sparse); the
+ * arrays stay valid as long as e. */
+dlrec_status dlrec_etl_cat_info_get(const dlrec_etl *e, uint32_t col, dlrec_etl_cat_info *out);
+
+/* ---- encoding (thread-safe: the state is read-only) ---- */
+
+/* Encodes dense column col's raw text s[0..n) (n == 0: missing -> 0). A value
+ * that is not a number is DLREC_ERR_PARSE ("field 3 (I3): not a number: 'x'",
+ * the field counted as in a fit line). */
+dlrec_status dlrec_etl_encode_dense(const dlrec_etl *e, uint32_t col, const char *s, size_t n, float *out);
+
+/* Encodes categorical column col's raw text to its global id: missing (n ==
+ * 0), out of vocabulary, a kept value or a bucket. A value the column's key
+ * kind refuses (not hex, for Criteo) is DLREC_ERR_PARSE. */
+dlrec_status dlrec_etl_encode_cat(const dlrec_etl *e, uint32_t col, const char *s, size_t n, uint32_t *id);
+
+/* Encodes one raw line in fit's input format (without its line end): for
+ * Criteo, 40 fields (39 when with_label is 0); for CSV, the fit header's
+ * columns in its order (without the label column when with_label is 0).
+ * Writes *label (when with_label), dense[n_dense] and ids[n_sparse] (global
+ * ids). This is exactly what apply does to each row. */
+dlrec_status dlrec_etl_encode_line(const dlrec_etl *e, const char *line, size_t n, int with_label, float *label,
+                                   float *dense, uint32_t *ids);
+
+/* ---- apply ---- */
+
+typedef struct dlrec_etl_apply_opts {
+  int no_label;             /* 0; 1: the input has no label column (unlabeled output) */
+  double valid_fraction;    /* 0: no split; F in (0, 1): about F of the rows go to valid_out */
+  const char *valid_out;    /* the validation .dlr (required when valid_fraction > 0) */
+  uint64_t seed;            /* the split's seed */
+  uint32_t row_group_rows;  /* 65536 */
+  uint64_t skip_bad_rows;   /* 0 */
+  int threads;              /* 0: dlrec_default_threads() */
+  size_t max_line_bytes;    /* DLREC_MAX_LINE_BYTES_DEFAULT */
+  size_t block_bytes;       /* 0: DLREC_BLOCK_BYTES_DEFAULT */
+  int progress;             /* 1 */
+} dlrec_etl_apply_opts;
+
+void dlrec_etl_apply_opts_default(dlrec_etl_apply_opts *o);
+
+/* 1 when line `line` (1-based) of input file `file_index` (0-based, in the
+ * order given to apply) goes to the validation output: the top 53 bits of
+ * mix(mix(mix(seed) ^ file_index) ^ line), as a fraction of 2^53, are below
+ * fraction. Independent of threads and block sizes. */
+int dlrec_etl_is_valid_row(uint64_t seed, uint32_t file_index, uint64_t line, double fraction);
+
+/* Encodes inputs (in order; "-" for stdin) with e into the .dlr file out
+ * (and valid_out), rows in input order. Written atomically: nothing appears
+ * at out unless the run succeeds. An input of no rows writes an empty file
+ * and warns. rep may be NULL. */
+dlrec_status dlrec_etl_apply(const dlrec_etl *e, const char *const *inputs, int n_inputs, const char *out,
+                             const dlrec_etl_apply_opts *o, dlrec_etl_report *rep);
+
+#endif

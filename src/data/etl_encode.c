@@ -1,0 +1,169 @@
+/* The loaded ETL state at work: accessors, the line layouts of
+ * encode_line, and the encoders that apply and serving share (the
+ * per-value parts are inline in etl_internal.h). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "data/etl_internal.h"
+
+/* A CSV header line for names (each quoted, so any name survives). */
+static char *header_line(char *const *names, uint32_t n, const char *skip, size_t *len) {
+  size_t cap = 1;
+  for (uint32_t i = 0; i < n; i++) cap += 2 * strlen(names[i]) + 3;
+  char *s = malloc(cap), *p = s;
+  if (!s) return NULL;
+  int first = 1;
+  for (uint32_t i = 0; i < n; i++) {
+    if (skip && !strcmp(names[i], skip)) continue;
+    if (!first) *p++ = ',';
+    first = 0;
+    *p++ = '"';
+    for (const char *q = names[i]; *q; q++) {
+      if (*q == '"') *p++ = '"';
+      *p++ = *q;
+    }
+    *p++ = '"';
+  }
+  *p = '\0';
+  *len = (size_t)(p - s);
+  return s;
+}
+
+dlrec_status etl_build_layouts(dlrec_etl *e) {
+  for (int with = 0; with <= 1; with++) {
+    if (with && !e->schema.has_label) break;
+    dlrec_status st;
+    if (e->format == DLREC_FORMAT_CRITEO) {
+      st = dlrec_layout_criteo(&e->layout[with], with);
+    } else {
+      size_t len;
+      char *line = header_line(e->header, e->n_header, with ? NULL : e->schema.label_name, &len);
+      if (!line) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
+      st = dlrec_layout_csv(&e->layout[with], &e->cols, with, line, len, "etl.json header");
+      free(line);
+    }
+    if (st != DLREC_OK) return st;
+  }
+  return DLREC_OK;
+}
+
+/* ---- accessors ---- */
+
+const dlrec_schema *dlrec_etl_schema(const dlrec_etl *e) { return &e->schema; }
+dlrec_input_format dlrec_etl_format(const dlrec_etl *e) { return e->format; }
+uint64_t dlrec_etl_rows(const dlrec_etl *e) { return e->rows; }
+uint64_t dlrec_etl_positives(const dlrec_etl *e) { return e->positives; }
+
+const char *const *dlrec_etl_header(const dlrec_etl *e, uint32_t *n) {
+  *n = e->n_header;
+  return (const char *const *)e->header;
+}
+
+dlrec_status dlrec_etl_dense_info_get(const dlrec_etl *e, uint32_t col, dlrec_etl_dense_info *out) {
+  if (col >= e->schema.n_dense)
+    return dlrec_error(DLREC_ERR_INVALID, "dense column %u out of range (%u columns)", col, e->schema.n_dense);
+  const etl_dense *d = &e->dense[col];
+  *out = (dlrec_etl_dense_info){d->count, d->missing, d->min, d->max, d->mean, d->std, e->transform, e->standardize};
+  return DLREC_OK;
+}
+
+dlrec_status dlrec_etl_cat_info_get(const dlrec_etl *e, uint32_t col, dlrec_etl_cat_info *out) {
+  if (col >= e->schema.n_sparse)
+    return dlrec_error(DLREC_ERR_INVALID, "categorical column %u out of range (%u columns)", col, e->schema.n_sparse);
+  const etl_cat *c = &e->cat[col];
+  *out = (dlrec_etl_cat_info){
+      .key_kind = c->key_kind,
+      .salt = c->salt,
+      .hashed = c->hashed,
+      .size = c->size,
+      .id_begin = c->id_begin,
+      .id_end = c->id_begin + c->size,
+      .distinct = c->distinct,
+      .kept = c->kept,
+      .missing = c->missing,
+      .oov = c->oov,
+      .keys = c->hashed ? NULL : c->keys,
+      .counts = c->hashed ? NULL : c->counts,
+      .bucket_rank = c->hashed ? c->bucket_rank : NULL,
+      .bucket_counts = c->hashed ? c->bucket_counts : NULL,
+      .buckets = c->buckets,
+  };
+  return DLREC_OK;
+}
+
+/* ---- encoders ---- */
+
+double etl_log1p_table[ETL_LOG_TABLE];
+
+__attribute__((constructor)) static void init_log1p_table(void) {
+  for (int i = 0; i < ETL_LOG_TABLE; i++) etl_log1p_table[i] = log1p((double)i);
+}
+
+static const dlrec_layout *default_layout(const dlrec_etl *e) { return e->layout[e->schema.has_label ? 1 : 0]; }
+
+dlrec_status dlrec_etl_encode_dense(const dlrec_etl *e, uint32_t col, const char *s, size_t n, float *out) {
+  if (col >= e->schema.n_dense)
+    return dlrec_error(DLREC_ERR_INVALID, "dense column %u out of range (%u columns)", col, e->schema.n_dense);
+  const char *why = etl_dense_value(e, col, s, n, out);
+  if (!why) return DLREC_OK;
+  const dlrec_layout *L = default_layout(e);
+  return dlrec_parse_error(NULL, dlrec_layout_dense_field(L, col), e->schema.dense_names[col], why, s, n);
+}
+
+dlrec_status dlrec_etl_encode_cat(const dlrec_etl *e, uint32_t col, const char *s, size_t n, uint32_t *id) {
+  if (col >= e->schema.n_sparse)
+    return dlrec_error(DLREC_ERR_INVALID, "categorical column %u out of range (%u columns)", col, e->schema.n_sparse);
+  const char *why = etl_cat_id(e, col, s, n, id);
+  if (!why) return DLREC_OK;
+  const dlrec_layout *L = default_layout(e);
+  return dlrec_parse_error(NULL, dlrec_layout_cat_field(L, col), e->schema.sparse[col].name, why, s, n);
+}
+
+dlrec_status etl_encode_row(const dlrec_etl *e, const dlrec_layout *L, const dlrec_raw_row *row, int with_label,
+                            const dlrec_where *w, float *label, float *dense, uint32_t *ids) {
+  const char *why;
+  if (with_label && (why = dlrec_parse_label(row->label.s, row->label.n, label)) != NULL)
+    return dlrec_parse_error(w, L->label_field, e->schema.label_name, why, row->label.s, row->label.n);
+  /* Keys first, with their table slots prefetched, so that the cache misses
+   * of a row's lookups overlap each other and the dense parsing. */
+  uint64_t keys[DLREC_MAX_SPARSE], hashes[DLREC_MAX_SPARSE];
+  uint32_t nc = e->schema.n_sparse, nd = e->schema.n_dense;
+  for (uint32_t c = 0; c < nc; c++) {
+    const dlrec_text t = row->cat[c];
+    if (t.n == 0) continue;
+    if ((why = dlrec_cat_key(e->cat[c].key_kind, e->cat[c].salt, t.s, t.n, &keys[c])) != NULL)
+      return dlrec_parse_error(w, L->cat_field[c], e->schema.sparse[c].name, why, t.s, t.n);
+    hashes[c] = keymap_hash(keys[c]);
+    if (!e->cat[c].hashed) keymap_prefetch(&e->cat[c].map, hashes[c]);
+  }
+  for (uint32_t d = 0; d < nd; d++) {
+    const dlrec_text t = row->dense[d];
+    if ((why = etl_dense_value(e, d, t.s, t.n, &dense[d])) != NULL)
+      return dlrec_parse_error(w, L->dense_field[d], e->schema.dense_names[d], why, t.s, t.n);
+  }
+  for (uint32_t c = 0; c < nc; c++) {
+    const etl_cat *k = &e->cat[c];
+    ids[c] = (uint32_t)(k->id_begin + (row->cat[c].n == 0 ? ETL_LOCAL_MISSING : etl_cat_local(k, keys[c], hashes[c])));
+  }
+  return DLREC_OK;
+}
+
+dlrec_status dlrec_etl_encode_line(const dlrec_etl *e, const char *line, size_t n, int with_label, float *label,
+                                   float *dense, uint32_t *ids) {
+  if (with_label && !e->schema.has_label)
+    return dlrec_error(DLREC_ERR_INVALID, "encode_line: the ETL state has no label column");
+  const dlrec_layout *L = e->layout[with_label ? 1 : 0];
+  /* One row view per thread, and a scratch buffer on the stack for the usual
+   * short lines: serving calls this per request row, so no allocation here. */
+  static _Thread_local dlrec_raw_row row;
+  char small[4096];
+  char *scratch = small;
+  if (e->format == DLREC_FORMAT_CSV && n >= sizeof small) {
+    scratch = malloc(n + 1);
+    if (!scratch) return dlrec_error(DLREC_ERR_NOMEM, "encode_line: out of memory");
+  }
+  dlrec_status st = dlrec_parse_row(L, line, n, scratch, &row, NULL);
+  if (st == DLREC_OK) st = etl_encode_row(e, L, &row, with_label, NULL, label, dense, ids);
+  if (scratch != small) free(scratch);
+  return st;
+}

@@ -1,0 +1,532 @@
+/* ETL fit: one streaming pass over the input that counts every categorical
+ * value and gathers dense statistics, then the vocabularies (frequency
+ * order, min-count threshold, hashing of oversized columns) and the state.
+ *
+ * The pipeline: the caller's thread reads blocks of whole lines; workers
+ * parse them and count values into their own hash maps (counting commutes,
+ * so the totals do not depend on which worker saw which block); the caller's
+ * thread then takes each block's transformed dense values in input order,
+ * so that floating-point sums, and the state, are the same for any thread
+ * count and block size.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "data/etl_internal.h"
+#include "dlrec/log.h"
+#include "dlrec/pipeline.h"
+#include "dlrec/progress.h"
+
+void dlrec_etl_fit_opts_default(dlrec_etl_fit_opts *o) {
+  *o = (dlrec_etl_fit_opts){
+      .format = DLREC_FORMAT_CRITEO,
+      .has_label = 1,
+      .min_count = 1,
+      .dense_transform = DLREC_DENSE_LOG,
+      .max_line_bytes = DLREC_MAX_LINE_BYTES_DEFAULT,
+      .progress = 1,
+  };
+}
+
+typedef struct fit_worker {
+  keymap maps[DLREC_MAX_SPARSE];
+  uint64_t cat_missing[DLREC_MAX_SPARSE];
+  dlrec_raw_row row;
+  char *scratch; /* CSV unescaping, max_line_bytes + 1 */
+} fit_worker;
+
+typedef struct fit_job {
+  dlrec_block block;
+  uint32_t file;
+  uint64_t bytes; /* input bytes the block stands for (progress) */
+  uint64_t rows, positives;
+  uint64_t cap;        /* rows t has room for */
+  double *t;           /* (n_dense, cap): transformed values, NAN when missing */
+  double *dmin, *dmax; /* (n_dense) of the raw values */
+  uint64_t *dcount;    /* (n_dense) non-missing values */
+  etl_badlist bad;
+} fit_job;
+
+/* Shifted sums of one dense column (shift = its first value), for a mean and
+ * variance without the cancellation of raw sums of squares. */
+typedef struct dense_acc {
+  int started;
+  double shift, s1, s2;
+  uint64_t count;
+  double min, max;
+} dense_acc;
+
+typedef struct fit_ctx {
+  etl_inputs in;
+  const dlrec_etl_fit_opts *o;
+  dlrec_columns cols;
+  uint32_t nd, nc;
+  fit_worker *workers;
+  int n_workers;
+  uint64_t rows, positives, bad, bytes;
+  dense_acc acc[DLREC_MAX_DENSE];
+  dlrec_progress *progress;
+} fit_ctx;
+
+static dlrec_status fit_produce(void *vctx, void *vjob, uint64_t seq) {
+  fit_ctx *x = vctx;
+  fit_job *j = vjob;
+  (void)seq;
+  return etl_inputs_next(&x->in, &j->block, &j->file, &j->bytes);
+}
+
+static dlrec_status job_reserve(fit_job *j, uint64_t rows, uint32_t nd) {
+  if (rows <= j->cap) return DLREC_OK;
+  uint64_t cap = rows + rows / 4 + 64;
+  double *t = realloc(j->t, (size_t)(cap * nd + 1) * sizeof *t);
+  if (!t) return dlrec_error(DLREC_ERR_NOMEM, "fit: out of memory for a block of %llu rows", (unsigned long long)rows);
+  j->t = t;
+  j->cap = cap;
+  return DLREC_OK;
+}
+
+/* Parses and counts one line; nothing of a bad row is counted. */
+static dlrec_status fit_row(fit_ctx *x, fit_worker *W, fit_job *j, const dlrec_layout *L, const char *s, size_t n,
+                            const dlrec_where *w) {
+  const etl_column_keys *ck = &x->in.keys;
+  if (n > x->o->max_line_bytes) return etl_line_too_long(w, x->o->max_line_bytes);
+  dlrec_status st = dlrec_parse_row(L, s, n, W->scratch, &W->row, w);
+  if (st != DLREC_OK) return st;
+  const dlrec_raw_row *row = &W->row;
+  const char *why;
+  float label = 0;
+  if (L->has_label && (why = dlrec_parse_label(row->label.s, row->label.n, &label)) != NULL)
+    return dlrec_parse_error(w, L->label_field, x->cols.label, why, row->label.s, row->label.n);
+  uint64_t keys[DLREC_MAX_SPARSE], hashes[DLREC_MAX_SPARSE];
+  double vals[DLREC_MAX_DENSE];
+  for (uint32_t c = 0; c < x->nc; c++) {
+    const dlrec_text t = row->cat[c];
+    if (t.n == 0) continue;
+    if ((why = dlrec_cat_key(ck->kind[c], ck->salt[c], t.s, t.n, &keys[c])) != NULL)
+      return dlrec_parse_error(w, L->cat_field[c], x->cols.cat[c], why, t.s, t.n);
+    hashes[c] = keymap_hash(keys[c]);
+    keymap_prefetch(&W->maps[c], hashes[c]);
+  }
+  for (uint32_t d = 0; d < x->nd; d++) {
+    const dlrec_text t = row->dense[d];
+    if (t.n && (why = dlrec_parse_number(t.s, t.n, &vals[d])) != NULL)
+      return dlrec_parse_error(w, L->dense_field[d], x->cols.dense[d], why, t.s, t.n);
+  }
+  /* The row is good: count it. */
+  uint64_t r = j->rows++;
+  j->positives += label != 0;
+  for (uint32_t d = 0; d < x->nd; d++) {
+    double *t = &j->t[d * j->cap + r];
+    if (row->dense[d].n == 0) {
+      *t = NAN;
+      continue;
+    }
+    double v = vals[d];
+    *t = etl_transform(x->o->dense_transform, v);
+    if (v < j->dmin[d]) j->dmin[d] = v;
+    if (v > j->dmax[d]) j->dmax[d] = v;
+    j->dcount[d]++;
+  }
+  for (uint32_t c = 0; c < x->nc; c++) {
+    if (row->cat[c].n == 0) {
+      W->cat_missing[c]++;
+      continue;
+    }
+    if (keymap_count(&W->maps[c], keys[c], hashes[c]) != DLREC_OK)
+      return dlrec_error_context("fit: column %s: ", x->cols.cat[c]);
+  }
+  return DLREC_OK;
+}
+
+static dlrec_status fit_work(void *vctx, void *vjob, int worker) {
+  fit_ctx *x = vctx;
+  fit_job *j = vjob;
+  fit_worker *W = &x->workers[worker];
+  j->rows = j->positives = 0;
+  etl_badlist_clear(&j->bad);
+  for (uint32_t d = 0; d < x->nd; d++) {
+    j->dmin[d] = INFINITY;
+    j->dmax[d] = -INFINITY;
+    j->dcount[d] = 0;
+  }
+  dlrec_status st = job_reserve(j, j->block.lines, x->nd);
+  if (st != DLREC_OK) return st;
+  const dlrec_layout *L = x->in.layouts[j->file];
+  dlrec_where w = {x->in.names[j->file], j->block.first_line};
+  const char *p = j->block.data, *end = p + j->block.n;
+  for (; p < end; w.line++) {
+    const char *nl = memchr(p, '\n', (size_t)(end - p));
+    const char *s = p;
+    size_t n = (size_t)((nl ? nl : end) - p);
+    p = nl ? nl + 1 : end;
+    st = fit_row(x, W, j, L, s, n, &w);
+    if (st == DLREC_OK) continue;
+    if (st != DLREC_ERR_PARSE || x->o->skip_bad_rows == 0) return st;
+    st = etl_badlist_add(&j->bad, dlrec_last_error());
+    if (st != DLREC_OK) return st;
+    if (j->bad.n > x->o->skip_bad_rows) break; /* the run fails at the consumer */
+  }
+  return DLREC_OK;
+}
+
+static dlrec_status fit_consume(void *vctx, void *vjob, uint64_t seq) {
+  fit_ctx *x = vctx;
+  fit_job *j = vjob;
+  (void)seq;
+  dlrec_status st = etl_badlist_report(&j->bad, &x->bad, x->o->skip_bad_rows);
+  if (st != DLREC_OK) return st;
+  /* In input order: the sums below are the same for any threads and blocks. */
+  for (uint32_t d = 0; d < x->nd; d++) {
+    dense_acc *a = &x->acc[d];
+    const double *t = j->t + d * j->cap;
+    uint64_t r = 0;
+    if (!a->started) {
+      for (; r < j->rows && isnan(t[r]); r++) {
+      }
+      if (r < j->rows) {
+        a->started = 1;
+        a->shift = t[r];
+      }
+    }
+    /* One running sum across blocks: partial sums per block would make the
+     * rounding depend on where blocks end. */
+    double shift = a->shift, s1 = a->s1, s2 = a->s2;
+    for (; r < j->rows; r++) {
+      double v = t[r] - shift;
+      if (isnan(v)) continue;
+      s1 += v;
+      s2 += v * v;
+    }
+    a->s1 = s1;
+    a->s2 = s2;
+    a->count += j->dcount[d];
+    if (j->dmin[d] < a->min) a->min = j->dmin[d];
+    if (j->dmax[d] > a->max) a->max = j->dmax[d];
+  }
+  x->rows += j->rows;
+  x->positives += j->positives;
+  x->bytes += j->bytes;
+  dlrec_progress_add(x->progress, j->bytes);
+  return DLREC_OK;
+}
+
+/* ---- vocabularies ---- */
+
+typedef struct kc {
+  uint64_t key, count;
+} kc;
+
+static int kc_order(const void *pa, const void *pb) {
+  const kc *a = pa, *b = pb;
+  if (a->count != b->count) return a->count > b->count ? -1 : 1;
+  return (a->key > b->key) - (a->key < b->key);
+}
+
+/* Sorts by count descending, then key ascending: an LSD radix sort on the
+ * key bytes and then the inverted count bytes (stable passes), skipping the
+ * passes where every item has the same byte (high key bytes of 8-digit hex
+ * keys, high count bytes). Much faster than qsort for millions of keys. */
+static void sort_kc(kc *a, uint64_t n) {
+  if (n < 64) {
+    qsort(a, n, sizeof *a, kc_order);
+    return;
+  }
+  kc *tmp = malloc(n * sizeof *tmp);
+  uint64_t (*hist)[256] = calloc(16, sizeof *hist);
+  if (!tmp || !hist) {
+    free(tmp), free(hist);
+    qsort(a, n, sizeof *a, kc_order);
+    return;
+  }
+  for (uint64_t i = 0; i < n; i++) {
+    uint64_t k = a[i].key, c = ~a[i].count;
+    for (int b = 0; b < 8; b++) {
+      hist[b][(k >> (8 * b)) & 0xff]++;
+      hist[8 + b][(c >> (8 * b)) & 0xff]++;
+    }
+  }
+  kc *src = a, *dst = tmp;
+  for (int pass = 0; pass < 16; pass++) {
+    int shift = 8 * (pass & 7);
+    uint64_t *h = hist[pass];
+    int trivial = 0;
+    for (int b = 0; b < 256; b++) trivial |= h[b] == n;
+    if (trivial) continue;
+    uint64_t sum = 0;
+    for (int b = 0; b < 256; b++) {
+      uint64_t t = h[b];
+      h[b] = sum;
+      sum += t;
+    }
+    for (uint64_t i = 0; i < n; i++) {
+      uint64_t v = pass < 8 ? src[i].key : ~src[i].count;
+      dst[h[(v >> shift) & 0xff]++] = src[i];
+    }
+    kc *t = src;
+    src = dst;
+    dst = t;
+  }
+  if (src != a) memcpy(a, src, n * sizeof *a);
+  free(tmp);
+  free(hist);
+}
+
+typedef struct collect {
+  kc *v;
+  uint64_t n;
+} collect;
+
+static void collect_fn(void *ctx, uint64_t key, uint64_t val) {
+  collect *c = ctx;
+  c->v[c->n++] = (kc){key, val};
+}
+
+/* Builds column c's vocabulary (or bucket ranks) from its counts in m, which
+ * it frees; own[0..2) receive the arrays it allocates. */
+static dlrec_status finish_column(const dlrec_etl_fit_opts *o, etl_cat *c, keymap *m, void **own) {
+  c->distinct = m->n;
+  collect all = {malloc((m->n ? m->n : 1) * sizeof(kc)), 0};
+  if (!all.v) return dlrec_error(DLREC_ERR_NOMEM, "fit: out of memory for %llu keys", (unsigned long long)m->n);
+  keymap_each(m, collect_fn, &all);
+  keymap_free(m);
+  uint64_t kept = 0;
+  c->oov = 0;
+  for (uint64_t i = 0; i < all.n; i++) {
+    if (all.v[i].count >= o->min_count) kept++;
+    else c->oov += all.v[i].count;
+  }
+  c->kept = kept;
+  if (o->hash_buckets && kept > o->hash_buckets) {
+    /* Hashed: every value, rare ones too, counts toward its bucket; buckets
+     * are ranked like values, so the hot ones stay a prefix of the range. */
+    uint64_t nb = o->hash_buckets;
+    kc *b = calloc(nb, sizeof *b);
+    uint32_t *rank = malloc(nb * sizeof *rank);
+    uint64_t *counts = malloc(nb * sizeof *counts);
+    if (!b || !rank || !counts) {
+      free(b), free(rank), free(counts), free(all.v);
+      return dlrec_error(DLREC_ERR_NOMEM, "fit: out of memory for %llu buckets", (unsigned long long)nb);
+    }
+    for (uint64_t i = 0; i < nb; i++) b[i].key = i;
+    for (uint64_t i = 0; i < all.n; i++) b[dlrec_mix64(all.v[i].key) % nb].count += all.v[i].count;
+    free(all.v);
+    sort_kc(b, nb);
+    for (uint64_t r = 0; r < nb; r++) {
+      rank[b[r].key] = (uint32_t)r;
+      counts[r] = b[r].count;
+    }
+    free(b);
+    c->hashed = 1;
+    c->buckets = nb;
+    c->bucket_rank = rank;
+    c->bucket_counts = counts;
+    c->size = ETL_LOCAL_FIRST + nb;
+    own[0] = rank;
+    own[1] = counts;
+    return DLREC_OK;
+  }
+  uint64_t k = 0;
+  for (uint64_t i = 0; i < all.n; i++)
+    if (all.v[i].count >= o->min_count) all.v[k++] = all.v[i];
+  sort_kc(all.v, kept);
+  uint64_t *keys = malloc((kept ? kept : 1) * sizeof *keys), *counts = malloc((kept ? kept : 1) * sizeof *counts);
+  if (!keys || !counts) {
+    free(keys), free(counts), free(all.v);
+    return dlrec_error(DLREC_ERR_NOMEM, "fit: out of memory for %llu keys", (unsigned long long)kept);
+  }
+  for (uint64_t i = 0; i < kept; i++) {
+    keys[i] = all.v[i].key;
+    counts[i] = all.v[i].count;
+  }
+  free(all.v);
+  c->keys = keys;
+  c->counts = counts;
+  c->size = ETL_LOCAL_FIRST + kept;
+  own[0] = keys;
+  own[1] = counts;
+  return DLREC_OK;
+}
+
+/* Merges the workers' counts and builds every column, columns in parallel. */
+static dlrec_status finish_columns(fit_ctx *x, dlrec_etl *e) {
+  dlrec_status st = DLREC_OK;
+  int nt = x->n_workers;
+  dlrec_error_copy *errs = calloc(x->nc ? x->nc : 1, sizeof *errs);
+  dlrec_status *sts = calloc(x->nc ? x->nc : 1, sizeof *sts);
+  if (!errs || !sts) {
+    free(errs), free(sts);
+    return dlrec_error(DLREC_ERR_NOMEM, "fit: out of memory");
+  }
+#pragma omp parallel for schedule(dynamic) num_threads(nt)
+  for (uint32_t c = 0; c < x->nc; c++) {
+    etl_cat *k = &e->cat[c];
+    dlrec_status s = DLREC_OK;
+    k->missing = 0;
+    for (int w = 0; w < x->n_workers; w++) {
+      k->missing += x->workers[w].cat_missing[c];
+      if (w > 0 && s == DLREC_OK) s = keymap_merge_add(&x->workers[0].maps[c], &x->workers[w].maps[c]);
+      if (w > 0) keymap_free(&x->workers[w].maps[c]);
+    }
+    k->key_kind = x->in.keys.kind[c];
+    k->salt = x->in.keys.salt[c];
+    if (s == DLREC_OK) s = finish_column(x->o, k, &x->workers[0].maps[c], &e->owned[2 * c]);
+    sts[c] = s;
+    if (s != DLREC_OK) dlrec_error_save(&errs[c]);
+  }
+  e->n_owned = (int)(2 * x->nc);
+  for (uint32_t c = 0; c < x->nc && st == DLREC_OK; c++)
+    if (sts[c] != DLREC_OK) st = dlrec_error_restore(&errs[c]);
+  free(errs);
+  free(sts);
+  return st;
+}
+
+/* Fills e from the counts and sums gathered by the run. */
+static dlrec_status build_state(fit_ctx *x, dlrec_etl *e) {
+  const dlrec_etl_fit_opts *o = x->o;
+  e->format = o->format;
+  e->cols = x->in.cols;
+  e->min_count = o->min_count;
+  e->hash_buckets = o->hash_buckets;
+  e->transform = o->dense_transform;
+  e->standardize = o->standardize;
+  e->rows = x->rows;
+  e->positives = x->positives;
+  e->bad_rows = x->bad;
+  if (o->format == DLREC_FORMAT_CSV) {
+    e->spec = strdup(o->schema_spec);
+    e->header = x->in.header; /* handed over */
+    e->n_header = x->in.n_header;
+    x->in.header = NULL;
+    if (!e->spec) return dlrec_error(DLREC_ERR_NOMEM, "fit: out of memory");
+  }
+  dlrec_schema *s = &e->schema;
+  s->has_label = x->cols.has_label;
+  strcpy(s->label_name, x->cols.label);
+  s->n_dense = x->nd;
+  s->n_sparse = x->nc;
+  for (uint32_t d = 0; d < x->nd; d++) {
+    strcpy(s->dense_names[d], x->cols.dense[d]);
+    const dense_acc *a = &x->acc[d];
+    etl_dense *out = &e->dense[d];
+    out->count = a->count;
+    out->missing = x->rows - a->count;
+    if (a->count) {
+      double n = (double)a->count, m1 = a->s1 / n;
+      out->mean = a->shift + m1;
+      double var = a->s2 / n - m1 * m1;
+      out->std = var > 0 ? sqrt(var) : 0.0;
+      out->min = a->min;
+      out->max = a->max;
+    }
+  }
+  dlrec_status st = finish_columns(x, e);
+  if (st != DLREC_OK) return st;
+  uint64_t next = 0;
+  for (uint32_t c = 0; c < x->nc; c++) {
+    dlrec_sparse_col *col = &s->sparse[c];
+    strcpy(col->name, x->cols.cat[c]);
+    col->hotness = col->max_hotness = 1;
+    col->id_begin = e->cat[c].id_begin = next;
+    next += e->cat[c].size;
+    col->id_end = next;
+  }
+  s->table_rows = next;
+  if (next > (uint64_t)UINT32_MAX + 1)
+    return dlrec_error(DLREC_ERR_INVALID,
+                       "fit: the columns need %llu ids, more than 2^32: raise --min-count or set --hash-buckets",
+                       (unsigned long long)next);
+  return dlrec_schema_validate(s, "fit");
+}
+
+static dlrec_status check_opts(const dlrec_etl_fit_opts *o) {
+  if (o->min_count < 1) return dlrec_error(DLREC_ERR_INVALID, "--min-count must be at least 1");
+  if (o->hash_buckets > UINT32_MAX - 2)
+    return dlrec_error(DLREC_ERR_INVALID, "--hash-buckets must be below 2^32 - 2");
+  if (o->format == DLREC_FORMAT_CSV && !o->schema_spec)
+    return dlrec_error(DLREC_ERR_INVALID, "--format csv needs --schema (e.g. 'label=click;ignore=id;cat=*')");
+  if (o->format == DLREC_FORMAT_CRITEO && o->schema_spec)
+    return dlrec_error(DLREC_ERR_INVALID, "--schema is for --format csv (Criteo's columns are fixed)");
+  if (o->max_line_bytes == 0 || o->max_line_bytes > (1u << 30))
+    return dlrec_error(DLREC_ERR_INVALID, "--max-line-bytes must be in [1, 2^30]");
+  return DLREC_OK;
+}
+
+dlrec_status dlrec_etl_fit(const char *const *inputs, int n_inputs, const char *out_dir,
+                           const dlrec_etl_fit_opts *o, dlrec_etl_report *rep) {
+  double t0 = dlrec_now();
+  dlrec_status st = check_opts(o);
+  if (st != DLREC_OK) return st;
+  fit_ctx *x = calloc(1, sizeof *x);
+  if (!x) return dlrec_error(DLREC_ERR_NOMEM, "fit: out of memory");
+  x->o = o;
+  int threads = o->threads > 0 ? o->threads : dlrec_default_threads();
+  x->n_workers = threads;
+  int n_jobs = 2 * threads + 2;
+  fit_job *jobs = calloc((size_t)n_jobs, sizeof *jobs);
+  void **slots = calloc((size_t)n_jobs, sizeof *slots);
+  x->workers = calloc((size_t)threads, sizeof *x->workers);
+  dlrec_etl *e = calloc(1, sizeof *e);
+  if (!jobs || !slots || !x->workers || !e) st = dlrec_error(DLREC_ERR_NOMEM, "fit: out of memory");
+  if (st == DLREC_OK)
+    st = etl_inputs_init(&x->in, inputs, n_inputs, o->format, o->schema_spec, NULL, o->has_label, o->block_bytes,
+                         o->max_line_bytes);
+  if (st == DLREC_OK) {
+    x->cols = x->in.cols;
+    x->nd = x->cols.n_dense;
+    x->nc = x->cols.n_cat;
+  }
+  for (uint32_t d = 0; d < x->nd; d++) x->acc[d] = (dense_acc){.min = INFINITY, .max = -INFINITY};
+  for (int w = 0; st == DLREC_OK && w < threads; w++) {
+    fit_worker *W = &x->workers[w];
+    W->scratch = malloc(o->max_line_bytes + 1);
+    if (!W->scratch) st = dlrec_error(DLREC_ERR_NOMEM, "fit: out of memory");
+    for (uint32_t c = 0; st == DLREC_OK && c < x->nc; c++) st = keymap_init(&W->maps[c], 1024);
+  }
+  for (int i = 0; st == DLREC_OK && i < n_jobs; i++) {
+    fit_job *j = &jobs[i];
+    slots[i] = j;
+    j->dmin = malloc((x->nd + 1) * sizeof(double));
+    j->dmax = malloc((x->nd + 1) * sizeof(double));
+    j->dcount = malloc((x->nd + 1) * sizeof(uint64_t));
+    if (!j->dmin || !j->dmax || !j->dcount) st = dlrec_error(DLREC_ERR_NOMEM, "fit: out of memory");
+  }
+  if (st == DLREC_OK) {
+    if (o->progress) x->progress = dlrec_progress_start("etl fit", x->in.total_bytes, "bytes");
+    dlrec_pipeline_ops ops = {fit_produce, fit_work, fit_consume};
+    st = dlrec_pipeline_run(&ops, x, slots, n_jobs, threads);
+    if (x->progress) dlrec_progress_note(x->progress, "%llu rows", (unsigned long long)x->rows);
+    dlrec_progress_finish(x->progress);
+  }
+  if (st == DLREC_OK && x->rows == 0)
+    st = x->bad ? dlrec_error(DLREC_ERR_PARSE, "no rows in the input: all %llu rows were bad", (unsigned long long)x->bad)
+                : dlrec_error(DLREC_ERR_PARSE, "no rows in the input (%s%s): nothing to fit", x->in.names[0],
+                              n_inputs > 1 ? ", ..." : "");
+  if (st == DLREC_OK) st = build_state(x, e);
+  if (st == DLREC_OK) st = etl_save(e, out_dir);
+  if (st == DLREC_OK && x->bad) DLREC_WARN("fit: skipped %llu bad rows in all", (unsigned long long)x->bad);
+  if (rep) *rep = (dlrec_etl_report){.rows = x->rows, .bad_rows = x->bad, .bytes = x->bytes, .seconds = dlrec_now() - t0};
+  /* Cleanup. */
+  for (int w = 0; x->workers && w < threads; w++) {
+    for (uint32_t c = 0; c < DLREC_MAX_SPARSE; c++) keymap_free(&x->workers[w].maps[c]);
+    free(x->workers[w].scratch);
+  }
+  for (int i = 0; jobs && i < n_jobs; i++) {
+    dlrec_block_free(&jobs[i].block);
+    free(jobs[i].t);
+    free(jobs[i].dmin);
+    free(jobs[i].dmax);
+    free(jobs[i].dcount);
+    etl_badlist_free(&jobs[i].bad);
+  }
+  etl_inputs_free(&x->in);
+  dlrec_etl_free(e);
+  free(jobs);
+  free(slots);
+  free(x->workers);
+  free(x);
+  return st;
+}

@@ -1,0 +1,191 @@
+/* Internal: the ETL state in memory, shared by fit (etl_fit.c: builds and
+ * saves it), the files (etl_state.c), the encoders (etl_encode.c) and apply
+ * (etl_apply.c); and what fit and apply share when they read inputs
+ * (etl_run.c). */
+#ifndef DLREC_DATA_ETL_INTERNAL_H
+#define DLREC_DATA_ETL_INTERNAL_H
+
+#include <math.h>
+
+#include "data/keymap.h"
+#include "data/layout.h"
+#include "dlrec/etl.h"
+
+#define ETL_JSON "etl.json"
+#define ETL_VOCAB "vocab.bin"
+#define ETL_FORMAT_NAME "dlrec-etl"
+#define ETL_LOCAL_MISSING 0u
+#define ETL_LOCAL_OOV 1u
+#define ETL_LOCAL_FIRST 2u
+
+typedef struct etl_dense {
+  uint64_t count, missing;
+  double min, max, mean, std;
+  double inv_std; /* 1 / std, or 1 when std is 0 (a constant column) */
+} etl_dense;
+
+typedef struct etl_cat {
+  dlrec_key_kind key_kind;
+  uint64_t salt;
+  int hashed;
+  uint64_t buckets;   /* hashed: N */
+  uint64_t kept;      /* keys with count >= min_count */
+  uint64_t distinct, missing, oov;
+  uint64_t size;      /* local ids */
+  uint64_t id_begin;
+  /* Vocabulary columns: keys[i], counts[i] of local id 2 + i (kept entries). */
+  const uint64_t *keys, *counts;
+  /* Hashed columns: rank of each bucket; counts in rank order. */
+  const uint32_t *bucket_rank;
+  const uint64_t *bucket_counts;
+  keymap map; /* vocabulary columns: key -> local id (built by the loader) */
+} etl_cat;
+
+struct dlrec_etl {
+  dlrec_input_format format;
+  char *spec;            /* CSV SPEC as given to fit */
+  char **header;         /* CSV: fit's header names (one malloc'd block) */
+  uint32_t n_header;
+  dlrec_columns cols;
+  dlrec_schema schema;
+  uint64_t min_count, hash_buckets;
+  dlrec_dense_transform transform;
+  int standardize;
+  uint64_t rows, positives, bad_rows;
+  etl_dense dense[DLREC_MAX_DENSE];
+  etl_cat cat[DLREC_MAX_SPARSE];
+  dlrec_layout *layout[2]; /* encode_line's layouts without / with the label */
+  void *owned[2 * DLREC_MAX_SPARSE + 1]; /* buffers that keys/counts/ranks point into */
+  int n_owned;
+};
+
+/* Writes e (keys, counts and ranks from its arrays) to dir atomically:
+ * vocab.bin first, then etl.json, which records vocab.bin's size and CRC. */
+dlrec_status etl_save(const dlrec_etl *e, const char *dir);
+
+/* Builds encode_line's layouts (CSV: from the header). */
+dlrec_status etl_build_layouts(dlrec_etl *e);
+
+/* ---- the per-value encoders, shared by apply and the public functions ---- */
+
+/* log1p(x) of the integers 0..ETL_LOG_TABLE-1, computed by log1p itself (so
+ * identical to it): most raw counts are small integers, and a table lookup
+ * is much cheaper than log1p. */
+#define ETL_LOG_TABLE 1024
+extern double etl_log1p_table[ETL_LOG_TABLE];
+
+/* The dense transform t(x). */
+static inline double etl_transform(dlrec_dense_transform tr, double x) {
+  if (tr != DLREC_DENSE_LOG) return x;
+  if (!(x > 0)) return 0.0; /* log(1 + max(x, 0)) */
+  if (x < ETL_LOG_TABLE) {
+    uint32_t i = (uint32_t)x;
+    if ((double)i == x) return etl_log1p_table[i];
+  }
+  return log1p(x);
+}
+
+/* Transformed, standardized value of dense column col; NULL or a reason. */
+static inline const char *etl_dense_value(const dlrec_etl *e, uint32_t col, const char *s, size_t n, float *out) {
+  if (n == 0) {
+    *out = 0.0f;
+    return NULL;
+  }
+  double x;
+  const char *why = dlrec_parse_number(s, n, &x);
+  if (why) return why;
+  double t = etl_transform(e->transform, x);
+  if (e->standardize) t = (t - e->dense[col].mean) * e->dense[col].inv_std;
+  *out = (float)t;
+  return NULL;
+}
+
+/* Local id of a key in categorical column col. */
+static inline uint32_t etl_cat_local(const etl_cat *c, uint64_t key, uint64_t hash) {
+  if (c->hashed) return ETL_LOCAL_FIRST + c->bucket_rank[dlrec_mix64(key) % c->buckets];
+  const uint64_t *v = keymap_find_h(&c->map, key, hash);
+  return v ? (uint32_t)*v : ETL_LOCAL_OOV;
+}
+
+/* Global id of categorical column col's raw text; NULL or a reason. */
+static inline const char *etl_cat_id(const dlrec_etl *e, uint32_t col, const char *s, size_t n, uint32_t *id) {
+  const etl_cat *c = &e->cat[col];
+  if (n == 0) {
+    *id = (uint32_t)(c->id_begin + ETL_LOCAL_MISSING);
+    return NULL;
+  }
+  uint64_t key;
+  const char *why = dlrec_cat_key(c->key_kind, c->salt, s, n, &key);
+  if (why) return why;
+  *id = (uint32_t)(c->id_begin + etl_cat_local(c, key, keymap_hash(key)));
+  return NULL;
+}
+
+/* Encodes one split row (label if with_label, dense, ids) as apply does; a
+ * bad value is DLREC_ERR_PARSE naming w (may be NULL) and the field of L. */
+dlrec_status etl_encode_row(const dlrec_etl *e, const dlrec_layout *L, const dlrec_raw_row *row, int with_label,
+                            const dlrec_where *w, float *label, float *dense, uint32_t *ids);
+
+/* ---- running fit and apply over input files (etl_run.c) ---- */
+
+/* How each categorical column derives keys: hex for Criteo, a salted hash of
+ * the text for CSV. */
+typedef struct etl_column_keys {
+  dlrec_key_kind kind[DLREC_MAX_SPARSE];
+  uint64_t salt[DLREC_MAX_SPARSE];
+} etl_column_keys;
+
+void etl_column_keys_init(etl_column_keys *k, dlrec_input_format f, const dlrec_columns *c);
+
+/* The input files of a run, read one after the other as blocks of lines. */
+typedef struct etl_inputs {
+  const char *const *paths;
+  uint32_t n;
+  dlrec_input_format format;
+  int has_label;
+  size_t block_bytes, max_line_bytes;
+  dlrec_columns cols;     /* the columns every file's layout looks for */
+  char **header;          /* CSV: the first file's header names (one block) */
+  uint32_t n_header;
+  etl_column_keys keys;
+  dlrec_layout **layouts; /* (n) per file, built when the file is opened */
+  char **names;           /* (n) file names for messages */
+  uint64_t total_bytes;   /* sizes added up; 0 when one is unknown (a pipe) */
+  uint64_t header_bytes;  /* CSV header bytes read and not yet reported as done */
+  uint32_t next;          /* next file to open */
+  uint32_t cur;           /* the open file */
+  dlrec_reader *r;
+} etl_inputs;
+
+/* Checks that every input exists. For CSV with a SPEC (fit), reads the first
+ * file's header and resolves the SPEC into in->cols; otherwise uses cols. */
+dlrec_status etl_inputs_init(etl_inputs *in, const char *const *paths, int n, dlrec_input_format format,
+                             const char *spec, const dlrec_columns *cols, int has_label, size_t block_bytes,
+                             size_t max_line_bytes);
+/* The next block of any file, with the file's index; DLREC_END after the
+ * last. *bytes is the input it stands for (the block, plus any CSV header
+ * read since the last call), for progress. */
+dlrec_status etl_inputs_next(etl_inputs *in, dlrec_block *b, uint32_t *file, uint64_t *bytes);
+void etl_inputs_free(etl_inputs *in);
+
+/* Bad rows a worker skipped in one block: their messages, in order. */
+typedef struct etl_badlist {
+  char *text; /* NUL-separated messages */
+  size_t len, cap;
+  uint64_t n;
+} etl_badlist;
+
+static inline void etl_badlist_clear(etl_badlist *b) {
+  b->len = 0;
+  b->n = 0;
+}
+dlrec_status etl_badlist_add(etl_badlist *b, const char *msg);
+/* Warns about each bad row, adding to *total; the row that takes *total over
+ * limit is an error instead. */
+dlrec_status etl_badlist_report(const etl_badlist *b, uint64_t *total, uint64_t limit);
+void etl_badlist_free(etl_badlist *b);
+
+/* "FILE:LINE: line longer than N bytes (--max-line-bytes)". */
+dlrec_status etl_line_too_long(const dlrec_where *w, size_t max);
+
+#endif

@@ -1,0 +1,931 @@
+/* ETL fit/apply: vocabularies, hashing, dense statistics, determinism, the
+ * round trip against a naive re-encoding done here, the train/valid split,
+ * bad rows, CSV, the state files and the CLI. */
+#include <sys/stat.h>
+
+#include "dlrec/dlr.h"
+#include "dlrec/etl.h"
+#include "dlrec/fsutil.h"
+#include "dlrec/hash.h"
+#include "test.h"
+
+/* ---- helpers ---- */
+
+/* test_path's buffers rotate after 8 calls: keep a path for a whole test. */
+static const char *keep(const char *p) {
+  static char pool[64][1024];
+  static int next;
+  char *b = pool[next++ & 63];
+  snprintf(b, sizeof pool[0], "%s", p);
+  return b;
+}
+
+/* A Criteo line: label, I1 = dense, I2..I13 empty, C1 = c1, C2 = c2, C3.. empty
+ * (written out, not stripped). */
+static void crow(char *buf, size_t cap, const char *label, const char *i1, const char *c1, const char *c2) {
+  int k = snprintf(buf, cap, "%s\t%s", label, i1);
+  for (int i = 2; i <= 13; i++) k += snprintf(buf + k, cap - (size_t)k, "\t");
+  k += snprintf(buf + k, cap - (size_t)k, "\t%s\t%s", c1, c2);
+  for (int i = 3; i <= 26; i++) k += snprintf(buf + k, cap - (size_t)k, "\t");
+  snprintf(buf + k, cap - (size_t)k, "\n");
+}
+
+static char *read_all(const char *path, size_t *n) {
+  char *s = NULL;
+  size_t m = 0;
+  if (dlrec_read_file(path, 1u << 30, &s, &m) != DLREC_OK) return NULL;
+  if (n) *n = m;
+  return s;
+}
+
+static int same_file(const char *a, const char *b) {
+  size_t na, nb;
+  char *x = read_all(a, &na), *y = read_all(b, &nb);
+  int same = x && y && na == nb && !memcmp(x, y, na);
+  free(x);
+  free(y);
+  return same;
+}
+
+static dlrec_etl_fit_opts fit_opts(void) {
+  dlrec_etl_fit_opts o;
+  dlrec_etl_fit_opts_default(&o);
+  o.progress = 0;
+  o.threads = 2;
+  return o;
+}
+
+static dlrec_etl_apply_opts apply_opts(void) {
+  dlrec_etl_apply_opts o;
+  dlrec_etl_apply_opts_default(&o);
+  o.progress = 0;
+  o.threads = 2;
+  return o;
+}
+
+/* The hand-built input of the vocabulary tests: C1 counts a:3, b:3 ("b" and
+ * "B" are one key), d:2 ("d" and "0d" too), c:1, e:1, f0:1, one missing;
+ * C2 holds 12 values seen once, for hashing. */
+static const char *small_input(void) {
+  static const char *rows[][4] = {
+      {"1", "5", "a", "1"},   {"0", "", "b", "2"},   {"0", "-3", "a", "3"}, {"1", "260.0", "b", "4"},
+      {"0", "7", "c", "5"},   {"0", "0", "d", "6"},  {"1", "12", "0d", "7"}, {"0", "1e2", "a", "8"},
+      {"0", "", "B", "9"},    {"1", "2", "", "a"},   {"0", "3", "e", "b"},  {"0", "99999", "f0", "c"},
+  };
+  const char *path = keep(test_path("small.tsv"));
+  char buf[8192] = "";
+  size_t k = 0;
+  for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+    crow(buf + k, sizeof buf - k, rows[i][0], rows[i][1], rows[i][2], rows[i][3]);
+    k += strlen(buf + k);
+  }
+  if (test_write_file(path, buf, k) != 0) return NULL;
+  return path;
+}
+
+/* ---- fit on a small hand-built input ---- */
+
+TEST(fit_frequency_order_tie_break_min_count_and_missing) {
+  const char *in = small_input();
+  CHECK(in != NULL);
+  dlrec_etl_fit_opts o = fit_opts();
+  o.min_count = 2;
+  const char *dir = keep(test_path("etl"));
+  CHECK_OK(dlrec_etl_fit(&in, 1, dir, &o, NULL));
+  dlrec_etl *e;
+  CHECK_OK(dlrec_etl_load(&e, dir));
+  const dlrec_schema *s = dlrec_etl_schema(e);
+  CHECK_EQ(s->n_dense, 13);
+  CHECK_EQ(s->n_sparse, 26);
+  CHECK(s->has_label);
+  CHECK_EQ_U64(dlrec_etl_rows(e), 12);
+  CHECK_EQ_U64(dlrec_etl_positives(e), 4);
+  dlrec_etl_cat_info c1;
+  CHECK_OK(dlrec_etl_cat_info_get(e, 0, &c1));
+  /* a:3 and b:3 tie (the smaller key first), d:2 kept; c, e, f0 fold into OOV. */
+  CHECK_EQ_U64(c1.kept, 3);
+  CHECK_EQ_U64(c1.distinct, 6);
+  CHECK_EQ_U64(c1.missing, 1);
+  CHECK_EQ_U64(c1.oov, 3);
+  CHECK_EQ_U64(c1.keys[0], 0xa);
+  CHECK_EQ_U64(c1.counts[0], 3);
+  CHECK_EQ_U64(c1.keys[1], 0xb);
+  CHECK_EQ_U64(c1.counts[1], 3);
+  CHECK_EQ_U64(c1.keys[2], 0xd);
+  CHECK_EQ_U64(c1.counts[2], 2);
+  CHECK_EQ_U64(c1.id_begin, 0);
+  CHECK_EQ_U64(c1.size, 5);
+  uint32_t id;
+  CHECK_OK(dlrec_etl_encode_cat(e, 0, "", 0, &id));
+  CHECK_EQ(id, 0); /* missing */
+  CHECK_OK(dlrec_etl_encode_cat(e, 0, "c", 1, &id));
+  CHECK_EQ(id, 1); /* rare */
+  CHECK_OK(dlrec_etl_encode_cat(e, 0, "1234", 4, &id));
+  CHECK_EQ(id, 1); /* unseen */
+  CHECK_OK(dlrec_etl_encode_cat(e, 0, "B", 1, &id));
+  CHECK_EQ(id, 3);
+  CHECK_OK(dlrec_etl_encode_cat(e, 0, "0000000a", 8, &id));
+  CHECK_EQ(id, 2);
+  CHECK_OK(dlrec_etl_encode_cat(e, 0, "D", 1, &id));
+  CHECK_EQ(id, 4);
+  CHECK_ERR(dlrec_etl_encode_cat(e, 0, "xyz", 3, &id), DLREC_ERR_PARSE, "field 15 (C1): not a hex key: 'xyz'");
+  /* C2: 12 distinct values seen once each, all below min-count 2. */
+  dlrec_etl_cat_info c2;
+  CHECK_OK(dlrec_etl_cat_info_get(e, 1, &c2));
+  CHECK_EQ_U64(c2.kept, 0);
+  CHECK_EQ_U64(c2.oov, 12);
+  CHECK_EQ_U64(c2.id_begin, 5);
+  CHECK_EQ_U64(c2.size, 2);
+  CHECK_OK(dlrec_etl_encode_cat(e, 1, "1", 1, &id));
+  CHECK_EQ(id, 6);
+  /* Columns never present: just the missing and OOV ids. */
+  dlrec_etl_cat_info c26;
+  CHECK_OK(dlrec_etl_cat_info_get(e, 25, &c26));
+  CHECK_EQ_U64(c26.missing, 12);
+  CHECK_EQ_U64(c26.id_end, s->table_rows);
+  CHECK_EQ_U64(s->table_rows, 5 + 2 + 24 * 2);
+  CHECK_EQ(s->sparse[3].hotness, 1);
+  dlrec_etl_free(e);
+}
+
+TEST(fit_hashing_ranks_buckets_by_frequency) {
+  const char *in = small_input();
+  CHECK(in != NULL);
+  dlrec_etl_fit_opts o = fit_opts();
+  o.hash_buckets = 4; /* C2 has 12 kept values: hashed; C1 has 6: hashed too */
+  const char *dir = keep(test_path("etl"));
+  CHECK_OK(dlrec_etl_fit(&in, 1, dir, &o, NULL));
+  dlrec_etl *e;
+  CHECK_OK(dlrec_etl_load(&e, dir));
+  dlrec_etl_cat_info c2;
+  CHECK_OK(dlrec_etl_cat_info_get(e, 1, &c2));
+  CHECK(c2.hashed);
+  CHECK_EQ_U64(c2.size, 6);
+  /* Reference: the 12 keys 1..c each once, bucket = mix64(key) % 4, ranked
+   * by count descending then bucket ascending. */
+  uint64_t count[4] = {0};
+  for (uint64_t k = 1; k <= 12; k++) count[dlrec_mix64(k) % 4]++;
+  uint32_t rank[4];
+  for (int b = 0; b < 4; b++) {
+    rank[b] = 0;
+    for (int o2 = 0; o2 < 4; o2++)
+      if (count[o2] > count[b] || (count[o2] == count[b] && o2 < b)) rank[b]++;
+  }
+  for (int b = 0; b < 4; b++) {
+    CHECK_EQ(c2.bucket_rank[b], rank[b]);
+    CHECK_EQ_U64(c2.bucket_counts[rank[b]], count[b]);
+  }
+  for (uint64_t k = 1; k <= 12; k++) {
+    char s[8];
+    snprintf(s, sizeof s, "%llx", (unsigned long long)k);
+    uint32_t id;
+    CHECK_OK(dlrec_etl_encode_cat(e, 1, s, strlen(s), &id));
+    CHECK_EQ(id, c2.id_begin + 2 + rank[dlrec_mix64(k) % 4]);
+  }
+  /* An unseen value still lands in a bucket; missing keeps id 0. */
+  uint32_t id;
+  CHECK_OK(dlrec_etl_encode_cat(e, 1, "abcdef", 6, &id));
+  CHECK_EQ(id, c2.id_begin + 2 + rank[dlrec_mix64(0xabcdef) % 4]);
+  CHECK_OK(dlrec_etl_encode_cat(e, 1, "", 0, &id));
+  CHECK_EQ(id, c2.id_begin);
+  /* C3 has no values: kept 0 <= 4, not hashed. */
+  dlrec_etl_cat_info c3;
+  CHECK_OK(dlrec_etl_cat_info_get(e, 2, &c3));
+  CHECK(!c3.hashed);
+  dlrec_etl_free(e);
+}
+
+TEST(fit_dense_stats_match_a_naive_computation) {
+  const char *in = small_input();
+  CHECK(in != NULL);
+  dlrec_etl_fit_opts o = fit_opts();
+  o.standardize = 1;
+  const char *dir = keep(test_path("etl"));
+  CHECK_OK(dlrec_etl_fit(&in, 1, dir, &o, NULL));
+  dlrec_etl *e;
+  CHECK_OK(dlrec_etl_load(&e, dir));
+  /* I1 values: 5, -, -3, 260.0, 7, 0, 12, 1e2, -, 2, 3, 99999 */
+  const double x[] = {5, -3, 260, 7, 0, 12, 100, 2, 3, 99999};
+  double sum = 0, sum2 = 0;
+  for (int i = 0; i < 10; i++) sum += log(1 + (x[i] > 0 ? x[i] : 0));
+  double mean = sum / 10;
+  for (int i = 0; i < 10; i++) {
+    double d = log(1 + (x[i] > 0 ? x[i] : 0)) - mean;
+    sum2 += d * d;
+  }
+  double sd = sqrt(sum2 / 10);
+  dlrec_etl_dense_info d;
+  CHECK_OK(dlrec_etl_dense_info_get(e, 0, &d));
+  CHECK_EQ_U64(d.count, 10);
+  CHECK_EQ_U64(d.missing, 2);
+  CHECK_NEAR(d.min, -3, 0, 0);
+  CHECK_NEAR(d.max, 99999, 0, 0);
+  CHECK_NEAR(d.mean, mean, 1e-12, 1e-12);
+  CHECK_NEAR(d.std, sd, 1e-12, 1e-12);
+  float v;
+  CHECK_OK(dlrec_etl_encode_dense(e, 0, "12", 2, &v));
+  CHECK_NEAR(v, (log(13.0) - mean) / sd, 1e-6, 1e-6);
+  CHECK_OK(dlrec_etl_encode_dense(e, 0, "", 0, &v));
+  CHECK_EQ(v, 0); /* missing -> 0 after the transform */
+  CHECK_ERR(dlrec_etl_encode_dense(e, 0, "1x", 2, &v), DLREC_ERR_PARSE, "field 2 (I1): not a number: '1x'");
+  /* I2 is always missing: count 0, and standardizing cannot divide by 0. */
+  CHECK_OK(dlrec_etl_dense_info_get(e, 1, &d));
+  CHECK_EQ_U64(d.count, 0);
+  CHECK_OK(dlrec_etl_encode_dense(e, 1, "3", 1, &v));
+  CHECK(isfinite(v));
+  dlrec_etl_free(e);
+  /* --dense-transform none: t = x. */
+  o.standardize = 0;
+  o.dense_transform = DLREC_DENSE_NONE;
+  CHECK_OK(dlrec_etl_fit(&in, 1, dir, &o, NULL));
+  CHECK_OK(dlrec_etl_load(&e, dir));
+  CHECK_OK(dlrec_etl_dense_info_get(e, 0, &d));
+  CHECK_NEAR(d.mean, (5 - 3 + 260 + 7 + 0 + 12 + 100 + 2 + 3 + 99999) / 10.0, 1e-9, 1e-12);
+  CHECK_OK(dlrec_etl_encode_dense(e, 0, "-3", 2, &v));
+  CHECK_EQ(v, -3);
+  dlrec_etl_free(e);
+}
+
+/* ---- synthetic data through the CLI ---- */
+
+/* Writes `rows` synthetic rows to path; 0 on success. */
+static int synth(const char *path, int rows, int seed, int max_card) {
+  char *out = NULL;
+  int rc = test_run_cli(&out, "synth --rows %d --seed %d --max-cardinality %d --out '%s' -q", rows, seed, max_card,
+                        path);
+  if (rc != 0) fprintf(stderr, "synth failed (%d): %s\n", rc, out ? out : "");
+  free(out);
+  return rc;
+}
+
+TEST(fit_is_independent_of_threads_and_blocks) {
+  const char *in = keep(test_path("s.tsv"));
+  CHECK_EQ(synth(in, 5000, 11, 300), 0);
+  dlrec_etl_fit_opts o = fit_opts();
+  o.min_count = 2;
+  o.hash_buckets = 100;
+  o.threads = 1;
+  CHECK_OK(dlrec_etl_fit(&in, 1, test_path("a"), &o, NULL));
+  o.threads = 3;
+  o.block_bytes = 777; /* lines (~240 bytes) span blocks */
+  CHECK_OK(dlrec_etl_fit(&in, 1, test_path("b"), &o, NULL));
+  o.threads = 2;
+  o.block_bytes = 100000;
+  CHECK_OK(dlrec_etl_fit(&in, 1, test_path("c"), &o, NULL));
+  CHECK(same_file(test_path("a/etl.json"), test_path("b/etl.json")));
+  CHECK(same_file(test_path("a/vocab.bin"), test_path("b/vocab.bin")));
+  CHECK(same_file(test_path("a/etl.json"), test_path("c/etl.json")));
+  CHECK(same_file(test_path("a/vocab.bin"), test_path("c/vocab.bin")));
+  /* And apply writes the same bytes too. */
+  dlrec_etl *e;
+  CHECK_OK(dlrec_etl_load(&e, test_path("a")));
+  dlrec_etl_apply_opts ao = apply_opts();
+  ao.threads = 1;
+  ao.row_group_rows = 1000;
+  CHECK_OK(dlrec_etl_apply(e, &in, 1, test_path("a.dlr"), &ao, NULL));
+  ao.threads = 3;
+  ao.block_bytes = 500;
+  CHECK_OK(dlrec_etl_apply(e, &in, 1, test_path("b.dlr"), &ao, NULL));
+  CHECK(same_file(test_path("a.dlr"), test_path("b.dlr")));
+  dlrec_etl_free(e);
+}
+
+TEST(several_inputs_read_as_one_stream) {
+  const char *in = keep(test_path("s.tsv"));
+  CHECK_EQ(synth(in, 2000, 8, 100), 0);
+  size_t n;
+  char *text = read_all(in, &n);
+  CHECK(text != NULL);
+  char *mid = text + n / 2;
+  while (*mid != '\n') mid++;
+  mid++;
+  CHECK(test_write_file(test_path("p1.tsv"), text, (size_t)(mid - text)) == 0);
+  CHECK(test_write_file(test_path("p2.tsv"), mid, n - (size_t)(mid - text)) == 0);
+  free(text);
+  const char *parts[] = {keep(test_path("p1.tsv")), keep(test_path("p2.tsv"))};
+  dlrec_etl_fit_opts o = fit_opts();
+  CHECK_OK(dlrec_etl_fit(&in, 1, test_path("one"), &o, NULL));
+  CHECK_OK(dlrec_etl_fit(parts, 2, test_path("two"), &o, NULL));
+  CHECK(same_file(test_path("one/etl.json"), test_path("two/etl.json")));
+  CHECK(same_file(test_path("one/vocab.bin"), test_path("two/vocab.bin")));
+  /* apply over both parts writes the same rows as over the whole file. */
+  dlrec_etl *e;
+  CHECK_OK(dlrec_etl_load(&e, test_path("one")));
+  dlrec_etl_apply_opts ao = apply_opts();
+  CHECK_OK(dlrec_etl_apply(e, &in, 1, test_path("one.dlr"), &ao, NULL));
+  CHECK_OK(dlrec_etl_apply(e, parts, 2, test_path("two.dlr"), &ao, NULL));
+  CHECK(same_file(test_path("one.dlr"), test_path("two.dlr")));
+  dlrec_etl_free(e);
+  /* A missing input fails before any work. */
+  const char *bad[] = {parts[0], keep(test_path("nope.tsv"))};
+  CHECK_ERR(dlrec_etl_fit(bad, 2, test_path("x"), &o, NULL), DLREC_ERR_IO, "nope.tsv");
+}
+
+/* The naive reference: per column, the sorted distinct keys with counts. */
+typedef struct ref_col {
+  uint64_t *keys; /* sorted ascending */
+  uint64_t *counts;
+  uint32_t *local;
+  uint64_t n;
+  int hashed;
+  uint32_t rank[64];
+  uint64_t begin, size;
+} ref_col;
+
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* Splits text into lines and each line into 40 fields (tabs; missing tail
+ * empty). Returns the number of lines; fields[l][f] point into text. */
+static int split_rows(char *text, char *(*fields)[40], int max_rows) {
+  int n = 0;
+  char *p = text;
+  while (*p && n < max_rows) {
+    char *nl = strchr(p, '\n');
+    if (nl) *nl = '\0';
+    int f = 0;
+    char *q = p;
+    for (; f < 40; f++) {
+      fields[n][f] = q;
+      char *tab = q ? strchr(q, '\t') : NULL;
+      if (tab) *tab = '\0';
+      q = tab ? tab + 1 : NULL;
+    }
+    for (f = 0; f < 40; f++)
+      if (!fields[n][f]) fields[n][f] = "";
+    n++;
+    if (!nl) break;
+    p = nl + 1;
+  }
+  return n;
+}
+
+static void ref_build(ref_col *rc, char *(*fields)[40], int rows, int col, uint64_t min_count, uint64_t buckets) {
+  uint64_t *all = malloc(sizeof(uint64_t) * (size_t)rows), m = 0;
+  for (int r = 0; r < rows; r++)
+    if (fields[r][14 + col][0]) all[m++] = strtoull(fields[r][14 + col], NULL, 16);
+  qsort(all, m, sizeof *all, cmp_u64);
+  rc->keys = malloc(sizeof(uint64_t) * (m + 1));
+  rc->counts = malloc(sizeof(uint64_t) * (m + 1));
+  rc->local = malloc(sizeof(uint32_t) * (m + 1));
+  rc->n = 0;
+  for (uint64_t i = 0; i < m; i++) {
+    if (rc->n && rc->keys[rc->n - 1] == all[i]) {
+      rc->counts[rc->n - 1]++;
+    } else {
+      rc->keys[rc->n] = all[i];
+      rc->counts[rc->n++] = 1;
+    }
+  }
+  uint64_t kept = 0;
+  for (uint64_t i = 0; i < rc->n; i++) kept += rc->counts[i] >= min_count;
+  rc->hashed = buckets && kept > buckets;
+  if (rc->hashed) {
+    uint64_t bc[64] = {0};
+    for (uint64_t i = 0; i < rc->n; i++) bc[dlrec_mix64(rc->keys[i]) % buckets] += rc->counts[i];
+    for (uint64_t b = 0; b < buckets; b++) {
+      rc->rank[b] = 0;
+      for (uint64_t o = 0; o < buckets; o++)
+        if (bc[o] > bc[b] || (bc[o] == bc[b] && o < b)) rc->rank[b]++;
+    }
+    rc->size = 2 + buckets;
+  } else {
+    /* Local id of a kept key: 2 + the number of kept keys ordered before it. */
+    for (uint64_t i = 0; i < rc->n; i++) {
+      rc->local[i] = 1;
+      if (rc->counts[i] < min_count) continue;
+      uint32_t before = 0;
+      for (uint64_t j = 0; j < rc->n; j++)
+        if (rc->counts[j] >= min_count &&
+            (rc->counts[j] > rc->counts[i] || (rc->counts[j] == rc->counts[i] && rc->keys[j] < rc->keys[i])))
+          before++;
+      rc->local[i] = 2 + before;
+    }
+    rc->size = 2 + kept;
+  }
+  free(all);
+}
+
+static uint32_t ref_id(const ref_col *rc, const char *s, uint64_t buckets) {
+  if (!s[0]) return (uint32_t)rc->begin;
+  uint64_t key = strtoull(s, NULL, 16);
+  if (rc->hashed) return (uint32_t)(rc->begin + 2 + rc->rank[dlrec_mix64(key) % buckets]);
+  uint64_t *hit = bsearch(&key, rc->keys, rc->n, sizeof key, cmp_u64);
+  return (uint32_t)(rc->begin + (hit ? rc->local[hit - rc->keys] : 1));
+}
+
+/* Valid membership by the documented formula, written out here. */
+static int ref_valid(uint64_t seed, uint32_t file, uint64_t line, double f) {
+  uint64_t h = dlrec_mix64(dlrec_mix64(dlrec_mix64(seed) ^ file) ^ line);
+  return (double)(h >> 11) / 9007199254740992.0 < f;
+}
+
+/* One decoded row of a .dlr file. */
+typedef struct dec_row {
+  float label, dense[13];
+  uint32_t ids[26];
+} dec_row;
+
+static dec_row *read_dlr(const char *path, uint64_t *rows) {
+  dlrec_dlr *f;
+  if (dlrec_dlr_open(&f, path) != DLREC_OK) return NULL;
+  uint64_t n = dlrec_dlr_rows(f), k = 0;
+  dec_row *out = calloc(n + 1, sizeof *out);
+  for (uint32_t g = 0; g < dlrec_dlr_row_groups(f); g++) {
+    dlrec_rowgroup rg;
+    if (dlrec_dlr_verify(f, g) != DLREC_OK || dlrec_dlr_row_group(f, g, &rg) != DLREC_OK) {
+      free(out);
+      dlrec_dlr_close(f);
+      return NULL;
+    }
+    for (uint32_t r = 0; r < rg.rows; r++, k++) {
+      out[k].label = rg.labels ? rg.labels[r] : -1;
+      for (int d = 0; d < 13; d++) out[k].dense[d] = rg.dense[(size_t)r * 13 + d];
+      for (int c = 0; c < 26; c++) out[k].ids[c] = rg.ids[c][r];
+    }
+  }
+  dlrec_dlr_close(f);
+  *rows = k;
+  return out;
+}
+
+TEST(round_trip_matches_naive_reencoding_with_valid_split) {
+  const int rows = 4000;
+  const uint64_t min_count = 3, buckets = 24, seed = 9;
+  const double frac = 0.2;
+  const char *in = keep(test_path("s.tsv")), *etl = test_path("etl");
+  const char *train = keep(test_path("train.dlr")), *valid = test_path("valid.dlr");
+  CHECK_EQ(synth(in, rows, 5, 60), 0);
+  char *out = NULL;
+  int rc = test_run_cli(&out, "etl fit --input '%s' --out '%s' --min-count %llu --hash-buckets %llu --threads 2 -q",
+                        in, etl, (unsigned long long)min_count, (unsigned long long)buckets);
+  if (rc) fprintf(stderr, "%s\n", out);
+  free(out);
+  CHECK_EQ(rc, 0);
+  rc = test_run_cli(&out,
+                    "etl apply --etl '%s' --input '%s' --out '%s' --valid-fraction %g --valid-out '%s' --seed %llu "
+                    "--row-group-rows 333 -q",
+                    etl, in, train, frac, valid, (unsigned long long)seed);
+  if (rc) fprintf(stderr, "%s\n", out);
+  free(out);
+  CHECK_EQ(rc, 0);
+
+  /* The reference, from the text alone. */
+  size_t n;
+  char *text = read_all(in, &n);
+  CHECK(text != NULL);
+  char *copy = malloc(n + 1);
+  memcpy(copy, text, n + 1);
+  char *(*fields)[40] = calloc((size_t)rows + 1, sizeof *fields);
+  CHECK_EQ(split_rows(text, fields, rows + 1), rows);
+  ref_col *ref = calloc(26, sizeof *ref);
+  uint64_t next = 0;
+  int hashed = 0;
+  for (int c = 0; c < 26; c++) {
+    ref_build(&ref[c], fields, rows, c, min_count, buckets);
+    ref[c].begin = next;
+    next += ref[c].size;
+    hashed += ref[c].hashed;
+  }
+  CHECK(hashed > 0 && hashed < 26); /* both kinds of column are exercised */
+
+  uint64_t nt = 0, nv = 0;
+  dec_row *t = read_dlr(train, &nt), *v = read_dlr(valid, &nv);
+  CHECK(t && v);
+  CHECK_EQ_U64(nt + nv, rows);
+  CHECK(nv > rows * frac * 0.7 && nv < rows * frac * 1.3);
+  dlrec_etl *e;
+  CHECK_OK(dlrec_etl_load(&e, etl));
+  CHECK_EQ_U64(dlrec_etl_schema(e)->table_rows, next);
+  /* Every row, every value: rows of each output in input order. */
+  uint64_t ti = 0, vi = 0;
+  char *line = copy;
+  for (int r = 0; r < rows && !test_failed_now(); r++) {
+    char *nl = strchr(line, '\n');
+    int is_valid = ref_valid(seed, 0, (uint64_t)r + 1, frac);
+    const dec_row *got = is_valid ? &v[vi++] : &t[ti++];
+    CHECK(is_valid ? vi <= nv : ti <= nt);
+    CHECK_EQ(got->label, atoi(fields[r][0]));
+    for (int d = 0; d < 13; d++) {
+      const char *s = fields[r][1 + d];
+      float want = s[0] ? (float)log1p(fmax(strtod(s, NULL), 0.0)) : 0.0f;
+      CHECK(got->dense[d] == want);
+    }
+    for (int c = 0; c < 26; c++) CHECK_EQ(got->ids[c], ref_id(&ref[c], fields[r][14 + c], buckets));
+    /* Serving encodes the raw line to the same values. */
+    float label, dense[13];
+    uint32_t ids[26];
+    CHECK_OK(dlrec_etl_encode_line(e, line, (size_t)(nl - line), 1, &label, dense, ids));
+    CHECK(label == got->label && !memcmp(dense, got->dense, sizeof dense) && !memcmp(ids, got->ids, sizeof ids));
+    line = nl + 1;
+  }
+  CHECK_EQ_U64(ti, nt);
+  CHECK_EQ_U64(vi, nv);
+  dlrec_etl_free(e);
+  for (int c = 0; c < 26; c++) free(ref[c].keys), free(ref[c].counts), free(ref[c].local);
+  free(ref);
+  free(fields);
+  free(text);
+  free(copy);
+  free(t);
+  free(v);
+}
+
+TEST(valid_split_is_deterministic_per_seed) {
+  const char *in = keep(test_path("s.tsv"));
+  CHECK_EQ(synth(in, 3000, 2, 50), 0);
+  dlrec_etl_fit_opts o = fit_opts();
+  CHECK_OK(dlrec_etl_fit(&in, 1, test_path("etl"), &o, NULL));
+  dlrec_etl *e;
+  CHECK_OK(dlrec_etl_load(&e, test_path("etl")));
+  dlrec_etl_apply_opts ao = apply_opts();
+  ao.valid_fraction = 0.3;
+  ao.seed = 4;
+  ao.valid_out = keep(test_path("v1.dlr"));
+  dlrec_etl_report rep;
+  CHECK_OK(dlrec_etl_apply(e, &in, 1, test_path("t1.dlr"), &ao, &rep));
+  CHECK_EQ_U64(rep.rows, 3000);
+  ao.valid_out = keep(test_path("v2.dlr"));
+  ao.threads = 1;
+  ao.block_bytes = 1000;
+  CHECK_OK(dlrec_etl_apply(e, &in, 1, test_path("t2.dlr"), &ao, NULL));
+  CHECK(same_file(test_path("t1.dlr"), test_path("t2.dlr")));
+  CHECK(same_file(test_path("v1.dlr"), test_path("v2.dlr")));
+  ao.seed = 5;
+  ao.valid_out = keep(test_path("v3.dlr"));
+  dlrec_etl_report rep3;
+  CHECK_OK(dlrec_etl_apply(e, &in, 1, test_path("t3.dlr"), &ao, &rep3));
+  CHECK(!same_file(test_path("v1.dlr"), test_path("v3.dlr")));
+  CHECK_EQ_U64(rep3.rows, 3000);
+  /* The documented formula decides membership. */
+  uint64_t want = 0;
+  for (uint64_t line = 1; line <= 3000; line++) want += ref_valid(4, 0, line, 0.3);
+  CHECK_EQ_U64(rep.valid_rows, want);
+  for (uint64_t line = 1; line <= 3000; line++) CHECK_EQ(dlrec_etl_is_valid_row(4, 0, line, 0.3), ref_valid(4, 0, line, 0.3));
+  dlrec_etl_free(e);
+}
+
+/* ---- bad rows ---- */
+
+/* A file whose lines 3, 5, 7, 8, 9 and 10 are bad in different ways. */
+static const char *bad_input(void) {
+  char good[1024], buf[16384] = "";
+  crow(good, sizeof good, "1", "3", "aa", "bb");
+  strcat(buf, good);
+  strcat(buf, good);
+  char b[1024];
+  crow(b, sizeof b, "0", "3", "aa", "xyz!"); /* line 3: C2 not hex */
+  strcat(buf, b);
+  strcat(buf, good);
+  crow(b, sizeof b, "0", "3.5.1", "aa", "bb"); /* line 5: I1 not a number */
+  strcat(buf, b);
+  strcat(buf, good);
+  crow(b, sizeof b, "2", "3", "aa", "bb"); /* line 7: label */
+  strcat(buf, b);
+  strcat(buf, "1\t2\t3\t4\t5\t6\t7\t8\t9\t10\t11\t12\t13\t14\ta\tb\tc\td\te\tf\t1\t2\t3\t4\t5\t6\t7\t8\t9\t10\t11\t12\t13\t14\t15\t16\t17\t18\t19\t20\t21\n"); /* line 8: 41 fields */
+  strcat(buf, "1\t");
+  for (int i = 0; i < 400; i++) strcat(buf, "9"); /* line 9: 402 bytes > --max-line-bytes 300 */
+  strcat(buf, "\n");
+  size_t k = strlen(buf);
+  memcpy(buf + k, "1\t2\0\t3\n", 7); /* line 10: NUL */
+  k += 7;
+  memcpy(buf + k, good, strlen(good));
+  k += strlen(good);
+  const char *path = keep(test_path("bad.tsv"));
+  return test_write_file(path, buf, k) == 0 ? path : NULL;
+}
+
+TEST(bad_rows_stop_or_are_skipped_and_counted) {
+  const char *in = bad_input();
+  CHECK(in != NULL);
+  char *out = NULL;
+  int rc = test_run_cli(&out, "etl fit --input '%s' --out '%s' --max-line-bytes 300", in, test_path("etl"));
+  CHECK_EQ(rc, 1);
+  CHECK(strstr(out, "bad.tsv:3: field 16 (C2): not a hex key: 'xyz!'") != NULL);
+  free(out);
+  /* Six bad rows: allowing six works, with a warning for each and a total. */
+  rc = test_run_cli(&out, "etl fit --input '%s' --out '%s' --max-line-bytes 300 --skip-bad-rows 6", in,
+                    test_path("etl"));
+  CHECK_EQ(rc, 0);
+  static const char *want[] = {"bad.tsv:3: field 16 (C2): not a hex key",
+                               "bad.tsv:5: field 2 (I1): not a number: '3.5.1'",
+                               "bad.tsv:7: field 1 (label): label is not 0 or 1: '2'",
+                               "bad.tsv:8: more than 40 fields (field 41 is unexpected)",
+                               "bad.tsv:9: line longer than 300 bytes",
+                               "bad.tsv:10: field 2 (I1): NUL byte in field",
+                               "skipped 6 bad rows in all"};
+  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+    if (!strstr(out, want[i])) test_fail(__FILE__, __LINE__, "missing '%s' in:\n%s", want[i], out);
+    CHECK(strstr(out, want[i]) != NULL);
+  }
+  free(out);
+  dlrec_etl *e;
+  CHECK_OK(dlrec_etl_load(&e, test_path("etl")));
+  CHECK_EQ_U64(dlrec_etl_rows(e), 5);
+  dlrec_etl_free(e);
+  /* Allowing two: the third bad row (line 7) is the error. */
+  rc = test_run_cli(&out, "etl apply --etl '%s' --input '%s' --out '%s' --max-line-bytes 300 --skip-bad-rows 2",
+                    test_path("etl"), in, test_path("o.dlr"));
+  CHECK_EQ(rc, 1);
+  CHECK(strstr(out, "bad.tsv:7: field 1 (label): label is not 0 or 1: '2' (bad row 3; --skip-bad-rows allows 2)"));
+  free(out);
+  struct stat st;
+  CHECK(stat(test_path("o.dlr"), &st) != 0); /* nothing left behind */
+  /* apply skips the same six. */
+  dlrec_etl_report rep;
+  dlrec_etl_apply_opts ao = apply_opts();
+  ao.skip_bad_rows = 6;
+  ao.max_line_bytes = 300;
+  ao.block_bytes = 64;
+  CHECK_OK(dlrec_etl_load(&e, test_path("etl")));
+  CHECK_OK(dlrec_etl_apply(e, &in, 1, test_path("o.dlr"), &ao, &rep));
+  CHECK_EQ_U64(rep.rows, 5);
+  CHECK_EQ_U64(rep.bad_rows, 6);
+  dlrec_etl_free(e);
+}
+
+TEST(empty_input_fit_fails_apply_writes_empty_file) {
+  const char *empty = keep(test_path("empty.tsv"));
+  CHECK(test_write_file(empty, "", 0) == 0);
+  dlrec_etl_fit_opts o = fit_opts();
+  CHECK_ERR(dlrec_etl_fit(&empty, 1, test_path("etl"), &o, NULL), DLREC_ERR_PARSE, "no rows");
+  const char *in = small_input();
+  CHECK_OK(dlrec_etl_fit(&in, 1, test_path("etl"), &o, NULL));
+  char *out = NULL;
+  int rc = test_run_cli(&out, "etl apply --etl '%s' --input '%s' --out '%s'", test_path("etl"), empty,
+                        test_path("e.dlr"));
+  CHECK_EQ(rc, 0);
+  CHECK(strstr(out, "no rows") != NULL);
+  free(out);
+  dlrec_dlr *f;
+  CHECK_OK(dlrec_dlr_open(&f, test_path("e.dlr")));
+  CHECK_EQ_U64(dlrec_dlr_rows(f), 0);
+  dlrec_dlr_close(f);
+}
+
+/* ---- formats and inputs ---- */
+
+TEST(criteo_unlabeled_crlf_and_stdin) {
+  const char *in = small_input();
+  CHECK(in != NULL);
+  char *out = NULL;
+  /* fit from stdin gives the same state as from the file. */
+  int rc = test_run_cli(&out, "etl fit --input - --out '%s' -q < '%s'", test_path("a"), in);
+  CHECK_EQ(rc, 0);
+  free(out);
+  rc = test_run_cli(&out, "etl fit --input '%s' --out '%s' -q", in, test_path("b"));
+  CHECK_EQ(rc, 0);
+  free(out);
+  CHECK(same_file(test_path("a/vocab.bin"), test_path("b/vocab.bin")));
+  /* The same rows without labels, with CRLF and stripped tails, no final newline. */
+  size_t n;
+  char *text = read_all(in, &n);
+  CHECK(text != NULL);
+  char *unl = malloc(2 * n + 1), *p = unl;
+  for (char *line = text; *line;) {
+    char *nl = strchr(line, '\n');
+    char *tab = strchr(line, '\t');
+    size_t len = (size_t)(nl - tab - 1);
+    while (len && tab[len] == '\t') len--; /* strip trailing empty fields */
+    memcpy(p, tab + 1, len);
+    p += len;
+    if (nl[1]) p += sprintf(p, "\r\n");
+    line = nl + 1;
+  }
+  *p = '\0';
+  CHECK(test_write_file(test_path("u.tsv"), unl, (size_t)-1) == 0);
+  rc = test_run_cli(&out, "etl apply --etl '%s' --input '%s' --out '%s' --no-label -q", test_path("a"),
+                    test_path("u.tsv"), test_path("u.dlr"));
+  if (rc) fprintf(stderr, "%s\n", out);
+  CHECK_EQ(rc, 0);
+  free(out);
+  rc = test_run_cli(&out, "etl apply --etl '%s' --input '%s' --out '%s' -q", test_path("a"), in, test_path("l.dlr"));
+  CHECK_EQ(rc, 0);
+  free(out);
+  uint64_t nu, nl;
+  dec_row *u = read_dlr(test_path("u.dlr"), &nu), *l = read_dlr(test_path("l.dlr"), &nl);
+  CHECK(u && l);
+  CHECK_EQ_U64(nu, 12);
+  CHECK_EQ_U64(nl, 12);
+  for (int r = 0; r < 12; r++) {
+    CHECK(u[r].label == -1); /* no label column */
+    CHECK(!memcmp(u[r].dense, l[r].dense, sizeof u[r].dense) && !memcmp(u[r].ids, l[r].ids, sizeof u[r].ids));
+  }
+  free(u), free(l), free(text), free(unl);
+}
+
+TEST(csv_with_schema_quotes_and_reordered_header) {
+  const char *fit_csv =
+      "id,click,hour,site,app,\"dev,ice\"\n"
+      "1,0,14102100,s1,a1,\"d\"\"1\"\n"
+      "2,1,14102101,s2,a1,\n"
+      "3,0,14102100,s1,\"a,2\",x\r\n"
+      "4,1,,s1,a1,\"d\"\"1\"\n";
+  CHECK(test_write_file(test_path("f.csv"), fit_csv, (size_t)-1) == 0);
+  const char *in = keep(test_path("f.csv"));
+  dlrec_etl_fit_opts o = fit_opts();
+  o.format = DLREC_FORMAT_CSV;
+  o.schema_spec = "label=click;ignore=id;dense=hour;cat=*";
+  CHECK_OK(dlrec_etl_fit(&in, 1, test_path("etl"), &o, NULL));
+  dlrec_etl *e;
+  CHECK_OK(dlrec_etl_load(&e, test_path("etl")));
+  const dlrec_schema *s = dlrec_etl_schema(e);
+  CHECK_EQ(s->n_dense, 1);
+  CHECK_EQ(s->n_sparse, 3);
+  CHECK_STR(s->sparse[2].name, "dev,ice");
+  CHECK_STR(s->label_name, "click");
+  /* site: s1 x3, s2 x1 -> s1 = 2, s2 = 3; keys are salted hashes of the text. */
+  dlrec_etl_cat_info site, dev;
+  CHECK_OK(dlrec_etl_cat_info_get(e, 0, &site));
+  CHECK_EQ(site.key_kind, DLREC_KEY_HASH);
+  CHECK_EQ_U64(site.salt, dlrec_cat_salt("site"));
+  CHECK_EQ_U64(site.keys[0], dlrec_hash_bytes("s1", 2, dlrec_cat_salt("site")));
+  uint32_t id;
+  CHECK_OK(dlrec_etl_encode_cat(e, 0, "s2", 2, &id));
+  CHECK_EQ(id, site.id_begin + 3);
+  CHECK_OK(dlrec_etl_cat_info_get(e, 2, &dev));
+  CHECK_EQ_U64(dev.keys[0], dlrec_hash_bytes("d\"1", 3, dlrec_cat_salt("dev,ice"))); /* unescaped */
+  CHECK_EQ_U64(dev.missing, 1);
+  /* A line in fit's column order encodes like apply. */
+  float label, dense[1];
+  uint32_t ids[3];
+  CHECK_OK(dlrec_etl_encode_line(e, "9,1,14102100,s2,\"a,2\",zz", 24, 1, &label, dense, ids));
+  CHECK(label == 1);
+  CHECK_NEAR(dense[0], log1p(14102100.0), 0, 1e-7);
+  CHECK_EQ(ids[0], site.id_begin + 3);
+  CHECK_EQ(ids[2], dev.id_begin + 1); /* zz: unseen */
+  /* apply on a file with the columns in another order and no id column. */
+  const char *apply_csv = "app,\"dev,ice\",site,click,hour\n\"a,2\",zz,s2,1,14102100\n";
+  CHECK(test_write_file(test_path("g.csv"), apply_csv, (size_t)-1) == 0);
+  const char *in2 = keep(test_path("g.csv"));
+  dlrec_etl_apply_opts ao = apply_opts();
+  CHECK_OK(dlrec_etl_apply(e, &in2, 1, test_path("g.dlr"), &ao, NULL));
+  dlrec_dlr *f;
+  CHECK_OK(dlrec_dlr_open(&f, test_path("g.dlr")));
+  dlrec_rowgroup rg;
+  CHECK_OK(dlrec_dlr_row_group(f, 0, &rg));
+  CHECK(rg.labels[0] == 1 && rg.dense[0] == dense[0]);
+  for (int c = 0; c < 3; c++) CHECK_EQ(rg.ids[c][0], ids[c]);
+  dlrec_dlr_close(f);
+  /* A file missing a feature column is refused at its header. */
+  CHECK(test_write_file(test_path("h.csv"), "site,click,hour\ns1,0,1\n", (size_t)-1) == 0);
+  const char *in3 = keep(test_path("h.csv"));
+  CHECK_ERR(dlrec_etl_apply(e, &in3, 1, test_path("h.dlr"), &ao, NULL), DLREC_ERR_PARSE,
+            "h.csv:1: header has no categorical column 'app'");
+  dlrec_etl_free(e);
+  /* CSV row errors name the column. */
+  CHECK(test_write_file(test_path("b.csv"), "id,click,hour,site,app,\"dev,ice\"\n1,0,x1,s,a,d\n", (size_t)-1) == 0);
+  const char *in4 = keep(test_path("b.csv"));
+  CHECK_ERR(dlrec_etl_fit(&in4, 1, test_path("etl2"), &o, NULL), DLREC_ERR_PARSE,
+            "b.csv:2: field 3 (hour): not a number: 'x1'");
+}
+
+/* ---- the state files ---- */
+
+static void copy_state(const char *from, const char *to) {
+  dlrec_mkdirs(to);
+  const char *names[] = {"etl.json", "vocab.bin"};
+  for (int i = 0; i < 2; i++) {
+    char a[2048], b[2048];
+    snprintf(a, sizeof a, "%s/%s", from, names[i]);
+    snprintf(b, sizeof b, "%s/%s", to, names[i]);
+    size_t n = 0;
+    char *d = read_all(a, &n);
+    if (d) test_write_file(b, d, n);
+    free(d);
+  }
+}
+
+static dlrec_status load_status(const char *dir) {
+  dlrec_etl *e = NULL;
+  dlrec_status st = dlrec_etl_load(&e, dir);
+  dlrec_etl_free(e);
+  return st;
+}
+
+/* Replaces the first `from` in path's text with `to`. */
+static int edit_file(const char *path, const char *from, const char *to) {
+  size_t n;
+  char *s = read_all(path, &n);
+  char *p = s ? strstr(s, from) : NULL;
+  if (!p) {
+    free(s);
+    return -1;
+  }
+  char *t = malloc(n + strlen(to) + 1);
+  size_t k = (size_t)(p - s);
+  memcpy(t, s, k);
+  strcpy(t + k, to);
+  strcat(t, p + strlen(from));
+  int rc = test_write_file(path, t, (size_t)-1);
+  free(s);
+  free(t);
+  return rc;
+}
+
+TEST(corrupt_or_mismatched_state_is_refused) {
+  const char *in = small_input();
+  dlrec_etl_fit_opts o = fit_opts();
+  CHECK_OK(dlrec_etl_fit(&in, 1, test_path("good"), &o, NULL));
+  CHECK_OK(load_status(test_path("good")));
+  /* A flipped byte anywhere in vocab.bin. */
+  size_t n;
+  char *v = read_all(test_path("good/vocab.bin"), &n);
+  CHECK(v && n > 64);
+  size_t offs[] = {0, 9, 20, 30, 40, n / 2, n - 1};
+  for (size_t i = 0; i < sizeof offs / sizeof offs[0]; i++) {
+    copy_state(test_path("good"), test_path("bad"));
+    v[offs[i]] ^= 0x10;
+    CHECK(test_write_file(test_path("bad/vocab.bin"), v, n) == 0);
+    v[offs[i]] ^= 0x10;
+    dlrec_status st = load_status(test_path("bad"));
+    if (st != DLREC_ERR_CORRUPT) test_fail(__FILE__, __LINE__, "offset %zu: %s", offs[i], dlrec_last_error());
+    CHECK_EQ(st, DLREC_ERR_CORRUPT);
+    CHECK(strstr(dlrec_last_error(), "vocab.bin") != NULL);
+  }
+  /* Truncated. */
+  copy_state(test_path("good"), test_path("bad"));
+  CHECK(test_write_file(test_path("bad/vocab.bin"), v, n - 8) == 0);
+  CHECK_ERR(load_status(test_path("bad")), DLREC_ERR_CORRUPT, "truncated");
+  free(v);
+  /* vocab.bin of another fit. */
+  o.min_count = 2;
+  CHECK_OK(dlrec_etl_fit(&in, 1, test_path("other"), &o, NULL));
+  copy_state(test_path("good"), test_path("bad"));
+  size_t m = 0;
+  char *ov = read_all(test_path("other/vocab.bin"), &m);
+  CHECK(ov != NULL);
+  CHECK(test_write_file(test_path("bad/vocab.bin"), ov, m) == 0);
+  free(ov);
+  CHECK_ERR(load_status(test_path("bad")), DLREC_ERR_CORRUPT, "different fits");
+  /* etl.json: syntax, version, unknown field, inconsistent numbers. */
+  char jp[2048];
+  snprintf(jp, sizeof jp, "%s", test_path("bad/etl.json"));
+  copy_state(test_path("good"), test_path("bad"));
+  CHECK(edit_file(jp, "\"rows\":", "\"rows\"::") == 0);
+  CHECK_ERR(load_status(test_path("bad")), DLREC_ERR_PARSE, "etl.json:");
+  copy_state(test_path("good"), test_path("bad"));
+  CHECK(edit_file(jp, "\"version\":\t1", "\"version\":\t2") == 0);
+  CHECK_ERR(load_status(test_path("bad")), DLREC_ERR_VERSION, "version 2");
+  copy_state(test_path("good"), test_path("bad"));
+  CHECK(edit_file(jp, "\"standardize\"", "\"standardise\"") == 0);
+  CHECK_ERR(load_status(test_path("bad")), DLREC_ERR_INVALID, "standardise");
+  copy_state(test_path("good"), test_path("bad"));
+  CHECK(edit_file(jp, "\"size\":\t8", "\"size\":\t9") == 0);
+  CHECK_ERR(load_status(test_path("bad")), DLREC_ERR_INVALID, "inconsistent");
+  copy_state(test_path("good"), test_path("bad"));
+  CHECK(edit_file(jp, "\"rows\":\t12", "\"rows\":\t13") == 0);
+  CHECK(load_status(test_path("bad")) != DLREC_OK);
+  CHECK_ERR(load_status(test_path("nowhere")), DLREC_ERR_IO, "etl.json");
+}
+
+/* ---- the CLI ---- */
+
+TEST(cli_help_and_usage_errors) {
+  char *out = NULL;
+  CHECK_EQ(test_run_cli(&out, "etl --help"), 0);
+  CHECK(strstr(out, "dlrec etl fit") && strstr(out, "dlrec etl apply"));
+  free(out);
+  CHECK_EQ(test_run_cli(&out, "etl fit --help"), 0);
+  CHECK(strstr(out, "--min-count") && strstr(out, "--schema"));
+  free(out);
+  CHECK_EQ(test_run_cli(&out, "etl apply --help"), 0);
+  CHECK(strstr(out, "--valid-fraction"));
+  free(out);
+  struct {
+    const char *args, *want;
+  } bad[] = {
+      {"etl", "usage"},
+      {"etl frob", "unknown subcommand 'frob'"},
+      {"etl fit --out x", "--input is required"},
+      {"etl fit --input a", "--out is required"},
+      {"etl fit --input a --out x --min-count x", "--min-count"},
+      {"etl fit --input a --out x --min-count 0", "--min-count"},
+      {"etl fit --input a --out x --bogus", "unknown option '--bogus'"},
+      {"etl fit --input a --out x --format tsv", "--format"},
+      {"etl fit --input a --out x --format csv", "--format csv needs --schema"},
+      {"etl fit --input a --out x --dense-transform sqrt", "--dense-transform"},
+      {"etl fit --input a --out x --seed 3", "unknown option '--seed'"},
+      {"etl apply --input a --out x", "--etl is required"},
+      {"etl apply --etl e --input a --out x --valid-fraction 0.1", "go together"},
+      {"etl apply --etl e --input a --out x --valid-fraction 1.5 --valid-out v", "--valid-fraction"},
+      {"etl apply --etl e --input a --out x --min-count 3", "unknown option '--min-count'"},
+      {"etl apply --etl e --input --out x", "--input needs at least one file"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    int rc = test_run_cli(&out, "%s", bad[i].args);
+    if (rc != 2 || !strstr(out, bad[i].want))
+      test_fail(__FILE__, __LINE__, "'%s': exit %d, output: %s", bad[i].args, rc, out);
+    free(out);
+    CHECK_EQ(rc, 2);
+  }
+  /* Failures exit 1 with the error. */
+  CHECK_EQ(test_run_cli(&out, "etl fit --input '%s' --out '%s'", test_path("none.tsv"), test_path("x")), 1);
+  CHECK(strstr(out, "none.tsv: No such file"));
+  free(out);
+  CHECK_EQ(test_run_cli(&out, "etl apply --etl '%s' --input a --out b", test_path("none")), 1);
+  CHECK(strstr(out, "etl.json"));
+  free(out);
+}
