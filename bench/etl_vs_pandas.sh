@@ -25,7 +25,7 @@ trap 'rm -rf "$work"' EXIT
 data=$work/data.tsv
 
 now() { date +%s.%N; }
-secs() { echo "$2 - $1" | bc -l; }
+secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.6f", b - a }'; }
 
 echo "etl_vs_pandas: $rows rows, $(nproc) cores, dlrec $("$bin" version | cut -d' ' -f2)"
 "$bin" synth --rows "$rows" --out "$data" -q

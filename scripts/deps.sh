@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages dlrec needs for one purpose, only when missing.
 #   scripts/deps.sh build   compiler, CMake, cJSON, OpenBLAS
-#   scripts/deps.sh test    build + clang, its libFuzzer and OpenMP runtimes (sanitizer and fuzz
-#                           builds), NumPy (the reference that golden files come from)
+#   scripts/deps.sh test    build + clang with its sanitizer/libFuzzer and OpenMP runtimes
+#                           (the ASan+UBSan and fuzz build)
 #   scripts/deps.sh bench   test + python3-pandas for the side-by-side ETL benchmark
 # Runs `apt-get update` itself the first time something is missing. Needs root
 # (or sudo) only when it has something to install.
@@ -11,8 +11,8 @@ set -euo pipefail
 want=(build-essential cmake pkg-config libcjson-dev libopenblas-openmp-dev)
 case "${1:-build}" in
   build) ;;
-  test) want+=(clang libclang-rt-dev libomp-dev python3 python3-numpy) ;;
-  bench) want+=(clang libclang-rt-dev libomp-dev python3 python3-numpy python3-pandas) ;;
+  test) want+=(clang libclang-rt-dev libomp-dev) ;;
+  bench) want+=(clang libclang-rt-dev libomp-dev python3 python3-pandas) ;;
   *) echo "usage: $0 build|test|bench" >&2; exit 2 ;;
 esac
 

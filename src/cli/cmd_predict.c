@@ -10,7 +10,7 @@ static void usage(FILE *out) {
   fprintf(out,
           "usage: dlrec predict --model RUN --input FILE --out SCORES [--no-label] [--batch N] [--threads N]\n\n"
           "Writes one click probability per input row, in input order, to SCORES ('-' for stdout).\n"
-          "FILE is a .dlr file, or raw rows ('-' for stdin) in the format the model's ETL state was\n"
+          "FILE is a .dlr file (by its .dlr extension), or raw rows ('-' for stdin) in the format the model's ETL state was\n"
           "fit on (Criteo TSV or CSV with its header), encoded with that state exactly as\n"
           "'dlrec etl apply' does. RUN is a run directory (its latest checkpoint) or a checkpoint.\n\n"
           "  --no-label   raw rows have no label column (e.g. Criteo's 39-field test files)\n");

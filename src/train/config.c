@@ -22,7 +22,7 @@ void dlrec_train_config_default(dlrec_train_config *c) {
   c->batch_size = 128;
   c->epochs = 1;
   c->seed = 1;
-  c->eval_batch_size = 16384;
+  c->eval_batch_size = 4096;
   c->checkpoint_keep = 2;
   c->log_interval_steps = 1000;
   c->shuffle = 1;

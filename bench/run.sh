@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# All benchmarks, side by side with their peers or the machine's limit.
+# (make bench; never part of the tests.)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bench/etl_vs_pandas.sh "${ETL_ROWS:-5000000}"
+echo
+build/bench_loader --rows "${LOADER_ROWS:-5000000}"
