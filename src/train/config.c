@@ -113,10 +113,7 @@ static dlrec_status get_widths(const cJSON *o, const char *key, const ctx *x, ui
     if (st_ != DLREC_OK) return st_;         \
   } while (0)
 
-static const cJSON *section(const cJSON *j, const char *key) {
-  const cJSON *s = cJSON_GetObjectItemCaseSensitive(j, key);
-  return s ? s : NULL;
-}
+static const cJSON *section(const cJSON *j, const char *key) { return cJSON_GetObjectItemCaseSensitive(j, key); }
 
 static dlrec_status read_model(const cJSON *o, const ctx *x, dlrec_train_config *c) {
   static const char *keys[] = {"type", "embedding_dim", "bottom_mlp", "top_mlp", "pooling", NULL};
@@ -140,29 +137,37 @@ static dlrec_status read_model(const cJSON *o, const ctx *x, dlrec_train_config 
   return DLREC_OK;
 }
 
-static dlrec_status read_dense_optim(const cJSON *o, const ctx *x, dlrec_optim_config *d) {
+/* The hyperparameters the dense and sparse optimizers share, by name. */
+typedef struct hyper {
+  float *lr, *weight_decay, *beta1, *beta2, *eps, *initial_accumulator;
+} hyper;
+
+static dlrec_status read_hyper(const cJSON *o, const ctx *x, const hyper *h) {
   static const char *keys[] = {"type", "lr", "weight_decay", "beta1", "beta2", "eps", "initial_accumulator", NULL};
   TRY(dlrec_json_check_keys(o, x->what, keys));
+  TRY(get_float(o, "lr", x, 0, 1e3, h->lr));
+  TRY(get_float(o, "weight_decay", x, 0, 1e3, h->weight_decay));
+  TRY(get_float(o, "beta1", x, 0, 0.999999, h->beta1));
+  TRY(get_float(o, "beta2", x, 0, 0.9999999, h->beta2));
+  TRY(get_float(o, "eps", x, 0, 1, h->eps));
+  return get_float(o, "initial_accumulator", x, 0, 1e6, h->initial_accumulator);
+}
+
+/* A new kind brings its own defaults (keeping the lr), then the fields override. */
+static dlrec_status read_dense_optim(const cJSON *o, const ctx *x, dlrec_optim_config *d) {
   static const char *types[] = {"sgd", "adam", "adagrad", NULL};
   int kind = (int)d->kind;
   TRY(get_choice(o, "type", x, types, &kind));
-  if (kind != (int)d->kind) { /* a new kind brings its own defaults, then the fields override */
+  if (kind != (int)d->kind) {
     float lr = d->lr;
     dlrec_optim_config_default(d, (dlrec_optim_kind)kind);
     d->lr = lr;
   }
-  TRY(get_float(o, "lr", x, 0, 1e3, &d->lr));
-  TRY(get_float(o, "weight_decay", x, 0, 1e3, &d->weight_decay));
-  TRY(get_float(o, "beta1", x, 0, 0.999999, &d->beta1));
-  TRY(get_float(o, "beta2", x, 0, 0.9999999, &d->beta2));
-  TRY(get_float(o, "eps", x, 0, 1, &d->eps));
-  TRY(get_float(o, "initial_accumulator", x, 0, 1e6, &d->initial_accumulator));
-  return DLREC_OK;
+  hyper h = {&d->lr, &d->weight_decay, &d->beta1, &d->beta2, &d->eps, &d->initial_accumulator};
+  return read_hyper(o, x, &h);
 }
 
 static dlrec_status read_sparse_optim(const cJSON *o, const ctx *x, dlrec_sparse_optim_config *s) {
-  static const char *keys[] = {"type", "lr", "weight_decay", "beta1", "beta2", "eps", "initial_accumulator", NULL};
-  TRY(dlrec_json_check_keys(o, x->what, keys));
   static const char *types[] = {"sgd", "rowwise_adagrad", "lazy_adam", NULL};
   int kind = (int)s->kind;
   TRY(get_choice(o, "type", x, types, &kind));
@@ -171,13 +176,8 @@ static dlrec_status read_sparse_optim(const cJSON *o, const ctx *x, dlrec_sparse
     dlrec_sparse_optim_config_default(s, (dlrec_sparse_optim_kind)kind);
     s->lr = lr;
   }
-  TRY(get_float(o, "lr", x, 0, 1e3, &s->lr));
-  TRY(get_float(o, "weight_decay", x, 0, 1e3, &s->weight_decay));
-  TRY(get_float(o, "beta1", x, 0, 0.999999, &s->beta1));
-  TRY(get_float(o, "beta2", x, 0, 0.9999999, &s->beta2));
-  TRY(get_float(o, "eps", x, 0, 1, &s->eps));
-  TRY(get_float(o, "initial_accumulator", x, 0, 1e6, &s->initial_accumulator));
-  return DLREC_OK;
+  hyper h = {&s->lr, &s->weight_decay, &s->beta1, &s->beta2, &s->eps, &s->initial_accumulator};
+  return read_hyper(o, x, &h);
 }
 
 dlrec_status dlrec_train_config_from_json(const cJSON *j, const char *what, dlrec_train_config *c) {
