@@ -6,3 +6,5 @@ cd "$(dirname "$0")/.."
 bench/etl_vs_pandas.sh "${ETL_ROWS:-5000000}"
 echo
 build/bench_loader --rows "${LOADER_ROWS:-5000000}"
+echo
+bench/train_vs_torch.sh

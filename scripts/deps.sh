@@ -3,7 +3,7 @@
 #   scripts/deps.sh build   compiler, CMake, cJSON, OpenBLAS
 #   scripts/deps.sh test    build + clang with its sanitizer/libFuzzer and OpenMP runtimes
 #                           (the ASan+UBSan and fuzz build)
-#   scripts/deps.sh bench   test + python3-pandas for the side-by-side ETL benchmark
+#   scripts/deps.sh bench   test + python3-pandas and python3-torch, the peers of the benchmarks
 # Runs `apt-get update` itself the first time something is missing. Needs root
 # (or sudo) only when it has something to install.
 set -euo pipefail
@@ -12,7 +12,7 @@ want=(build-essential cmake pkg-config libcjson-dev libopenblas-openmp-dev)
 case "${1:-build}" in
   build) ;;
   test) want+=(clang libclang-rt-dev libomp-dev) ;;
-  bench) want+=(clang libclang-rt-dev libomp-dev python3 python3-pandas) ;;
+  bench) want+=(clang libclang-rt-dev libomp-dev python3 python3-pandas python3-torch) ;;
   *) echo "usage: $0 build|test|bench" >&2; exit 2 ;;
 esac
 

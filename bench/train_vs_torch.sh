@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# DLRM training speed and quality, dlrec against PyTorch, on the same data.
+#
+# usage: bench/train_vs_torch.sh            (ROWS=1000000 CAP=200000 by default)
+#        ROWS=100000 bench/train_vs_torch.sh
+#
+# Synthesizes ROWS Criteo-like rows (categorical columns capped at CAP
+# distinct values), fits the ETL (--min-count 2) and encodes train.dlr and
+# valid.dlr (10% held out). Then, for each batch size in BATCHES (default
+# "128 2048"), trains one epoch of the Kaggle-shaped DLRM
+# (examples/dlrm_criteo.json: SGD lr 0.1 dense and sparse) with
+#   - dlrec train, THREADS compute threads (default 2);
+#   - bench/torch_dlrm.py, the same architecture, init scheme and optimizer in
+#     PyTorch (nn.EmbeddingBag sparse=True + torch.optim.SGD), with 1 and with
+#     2 threads (TORCH_THREADS), keeping the faster run;
+# and prints samples/s (the training loop, data loading included, evaluation
+# excluded, on both sides) and the validation AUC of each.
+# Needs /usr/bin/python3 with torch and numpy (Debian python3-torch) and a
+# built dlrec (build/dlrec, or DLREC_BIN).
+set -euo pipefail
+
+rows=${ROWS:-1000000}
+cap=${CAP:-200000}
+batches=${BATCHES:-128 2048}
+threads=${THREADS:-2}
+torch_threads=${TORCH_THREADS:-1 2}
+# Both engines run under the same OpenMP wait policy, passive by default: with
+# an active (spinning) policy on a machine with as many cores as compute
+# threads, idle OpenMP workers spin against the other threads of the process
+# (dlrec's prefetching loader, PyTorch's autograd) and time out of the run.
+wait=${OMP_WAIT_POLICY:-PASSIVE}
+root=$(cd "$(dirname "$0")/.." && pwd)
+bin=${DLREC_BIN:-$root/build/dlrec}
+py=${PYTHON:-/usr/bin/python3}
+[ -x "$bin" ] || { echo "train_vs_torch: no dlrec at $bin (run 'make build' or set DLREC_BIN)" >&2; exit 1; }
+if ! "$py" -c 'import torch, numpy' 2>/dev/null; then
+  echo "install python3-torch (apt-get install python3-torch)"
+  exit 1
+fi
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/dlrec-train-bench.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+
+# Peak RSS through GNU time when there is one; otherwise none is reported.
+timev=
+if [ -x /usr/bin/time ] && /usr/bin/time -v true 2>/dev/null; then timev=/usr/bin/time; fi
+# run_rss RSSFILE CMD...: runs CMD (stdout passes through), its peak RSS in KiB into RSSFILE
+run_rss() {
+  local rss=$1
+  shift
+  if [ -n "$timev" ]; then
+    "$timev" -v -o "$rss.time" "$@"
+    awk -F': *' '/Maximum resident set size/ { print $2 }' "$rss.time" > "$rss"
+  else
+    "$@"
+    echo "" > "$rss"
+  fi
+}
+# json_get FILE EXPR: a value from a JSON file (python's json; EXPR indexes 'j')
+json_get() { "$py" -c "import json,sys; j=json.load(open(sys.argv[1])); v=$2; print('nan' if v is None else v)" "$1"; }
+
+echo "train_vs_torch: $rows rows (cap $cap), $(nproc) cores, dlrec $("$bin" version | cut -d' ' -f2)," \
+  "torch $("$py" -c 'import torch; print(torch.__version__)')"
+"$bin" synth --rows "$rows" --max-cardinality "$cap" --out "$work/clicks.tsv" -q
+"$bin" etl fit --input "$work/clicks.tsv" --out "$work/etl" --min-count 2 -q
+"$bin" etl apply --etl "$work/etl" --input "$work/clicks.tsv" --out "$work/train.dlr" \
+  --valid-fraction 0.1 --valid-out "$work/valid.dlr" --seed 7 -q
+rm -f "$work/clicks.tsv"
+"$bin" inspect "$work/train.dlr" --json > "$work/inspect.json"
+train_rows=$(json_get "$work/inspect.json" "j['rows']")
+table_rows=$(json_get "$work/inspect.json" "j['sparse'][-1]['id_end']")
+valid_rows=$("$bin" inspect "$work/valid.dlr" --json | "$py" -c 'import json,sys; print(json.load(sys.stdin)["rows"])')
+echo "  data: $train_rows train rows, $valid_rows valid rows, 26 tables with $table_rows rows in all"
+
+results=()
+for b in $batches; do
+  # dlrec: examples/dlrm_criteo.json with this batch size, THREADS threads, one epoch
+  cfg=$work/cfg-$b.json
+  "$py" - "$root/examples/dlrm_criteo.json" "$cfg" "$b" "$threads" <<'EOF'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["training"].update(batch_size=int(sys.argv[3]), threads=int(sys.argv[4]), epochs=1)
+json.dump(c, open(sys.argv[2], "w"), indent=2)
+EOF
+  echo "  batch $b: dlrec ($threads threads) ..."
+  OMP_WAIT_POLICY=$wait run_rss "$work/dlrec-$b.rss" "$bin" train --config "$cfg" --train "$work/train.dlr" --valid "$work/valid.dlr" \
+    --etl "$work/etl" --out "$work/run-$b" -q > "$work/dlrec-$b.json"
+  rm -rf "$work/run-$b"
+  d_sps=$(json_get "$work/dlrec-$b.json" "j['samples_per_s']")
+  d_auc=$(json_get "$work/dlrec-$b.json" "j['valid']['auc']")
+  d_rss=$(cat "$work/dlrec-$b.rss")
+
+  # PyTorch: each thread count, keep the fastest
+  t_sps=0 t_auc=nan t_thr=0 t_rss=
+  for t in $torch_threads; do
+    echo "  batch $b: pytorch ($t threads) ..."
+    OMP_WAIT_POLICY=$wait run_rss "$work/torch-$b-$t.rss" "$py" "$root/bench/torch_dlrm.py" \
+      --train "$work/train.dlr" --valid "$work/valid.dlr" --batch "$b" --threads "$t" > "$work/torch-$b-$t.json"
+    s=$(json_get "$work/torch-$b-$t.json" "j['samples_per_s']")
+    a=$(json_get "$work/torch-$b-$t.json" "j['auc']")
+    echo "    $(cat "$work/torch-$b-$t.json")"
+    if awk -v s="$s" -v best="$t_sps" 'BEGIN { exit !(s > best) }'; then
+      t_sps=$s t_auc=$a t_thr=$t t_rss=$(cat "$work/torch-$b-$t.rss")
+    fi
+  done
+  echo "    dlrec: $(tr -d ' \t\n' < "$work/dlrec-$b.json")"
+  results+=("$b $d_sps $t_sps $t_thr $d_auc $t_auc ${d_rss:--} ${t_rss:--}")
+done
+
+echo
+echo "DLRM (13-512-256-64-16, 26 x EmbeddingBag dim 16, dot, 367-512-256-1), SGD lr 0.1, 1 epoch of $train_rows rows"
+echo "dlrec: $threads threads; pytorch: best of threads {$torch_threads}; both OMP_WAIT_POLICY=$wait"
+printf '%6s %14s %14s %8s %9s %9s %9s %11s %11s\n' batch dlrec_samp/s torch_samp/s speedup dlrec_AUC torch_AUC AUC_diff dlrec_RSS torch_RSS
+for r in "${results[@]}"; do
+  set -- $r
+  awk -v b="$1" -v ds="$2" -v ts="$3" -v tt="$4" -v da="$5" -v ta="$6" -v dr="$7" -v tr="$8" 'BEGIN {
+    drs = (dr == "-") ? "-" : sprintf("%.0f MiB", dr / 1024)
+    trs = (tr == "-") ? "-" : sprintf("%.0f MiB", tr / 1024)
+    printf "%6d %14.0f %11.0f(%dt) %7.2fx %9.4f %9.4f %+9.4f %11s %11s\n", b, ds, ts, tt, ds / ts, da, ta, da - ta, drs, trs
+  }'
+done
+# Embedding tables: table_rows x 16 f32 (dlrec pads rows to a multiple of 4
+# floats: 16 already is). Plain SGD keeps no optimizer state on either side.
+awk -v n="$table_rows" 'BEGIN {
+  printf "embedding tables: %d rows x 16 f32 = %.1f MiB; optimizer state (SGD): 0 bytes\n", n, n * 16 * 4 / 1048576
+}'
