@@ -26,8 +26,10 @@ static dlrec_status train_lr(const char *train, const char *valid, double *auc) 
   dlrec_status s = dlrec_loader_open(&ld, tp, 1, &o);
   if (s != DLREC_OK) return s;
   const dlrec_schema *sc = dlrec_loader_schema(ld);
+  /* Copied out: the schema lives only as long as this loader. */
   uint32_t F = sc->n_sparse, D = sc->n_dense;
-  size_t n_w = sc->table_rows + D + 1; /* ids, dense, bias */
+  uint64_t T = sc->table_rows;
+  size_t n_w = T + D + 1; /* ids, dense, bias */
   double *w = calloc(n_w, sizeof *w), *g2 = calloc(n_w, sizeof *g2);
   const double lr = 0.05;
   const dlrec_batch *b;
@@ -35,10 +37,10 @@ static dlrec_status train_lr(const char *train, const char *valid, double *auc) 
     for (uint32_t r = 0; r < b->rows; r++) {
       double z = w[n_w - 1];
       for (uint32_t c = 0; c < F; c++) z += w[b->ids[c][r]];
-      for (uint32_t k = 0; k < D; k++) z += w[sc->table_rows + k] * b->dense[(size_t)r * D + k];
+      for (uint32_t k = 0; k < D; k++) z += w[T + k] * b->dense[(size_t)r * D + k];
       double g = 1 / (1 + exp(-z)) - b->labels[r];
       for (uint32_t j = 0; j <= F + D; j++) {
-        size_t i = j < F ? b->ids[j][r] : j < F + D ? sc->table_rows + (j - F) : n_w - 1;
+        size_t i = j < F ? b->ids[j][r] : j < F + D ? T + (j - F) : n_w - 1;
         double gi = j < F || j == F + D ? g : g * b->dense[(size_t)r * D + (j - F)];
         g2[i] += gi * gi;
         w[i] -= lr * gi / (sqrt(g2[i]) + 1e-8);
@@ -57,7 +59,7 @@ static dlrec_status train_lr(const char *train, const char *valid, double *auc) 
     for (uint32_t r = 0; r < b->rows; r++) {
       double z = w[n_w - 1];
       for (uint32_t c = 0; c < F; c++) z += w[b->ids[c][r]];
-      for (uint32_t k = 0; k < D; k++) z += w[sc->table_rows + k] * b->dense[(size_t)r * D + k];
+      for (uint32_t k = 0; k < D; k++) z += w[T + k] * b->dense[(size_t)r * D + k];
       p[r] = (float)(1 / (1 + exp(-z)));
     }
     if ((s = dlrec_evaluator_add(ev, p, b->labels, b->rows)) != DLREC_OK) break;
