@@ -258,15 +258,6 @@ static float *to_floats(const golden_section *s) {
     }                                                                                     \
   } while (0)
 
-#define GOLDEN_OK(expr)                                                                   \
-  do {                                                                                    \
-    dlrec_status st_ = (expr);                                                            \
-    if (st_ != DLREC_OK) {                                                                \
-      test_fail(__FILE__, __LINE__, "%s: %s: %s", #expr, dlrec_status_name(st_), dlrec_last_error()); \
-      return;                                                                             \
-    }                                                                                     \
-  } while (0)
-
 static void run_golden(golden_run *r, const char *path) {
   golden *g = &r->g;
   if (golden_load(g, path) != 0) {
@@ -320,9 +311,9 @@ static void run_golden(golden_run *r, const char *path) {
     s.sparse[c].max_hotness = (uint32_t)maxh->v[c];
     s.sparse[c].hotness = maxh->v[c] == 1 ? 1 : 0; /* fixed one-hot, or multi-hot */
   }
-  GOLDEN_OK(dlrec_schema_validate(&s, "golden schema"));
-  GOLDEN_OK(dlrec_dlrm_create(&r->m, &sh, &s));
-  GOLDEN_OK(dlrec_dlrm_ws_create(&r->ws, r->m, (uint32_t)B));
+  CHECK_OK(dlrec_schema_validate(&s, "golden schema"));
+  CHECK_OK(dlrec_dlrm_create(&r->m, &sh, &s));
+  CHECK_OK(dlrec_dlrm_ws_create(&r->ws, r->m, (uint32_t)B));
 
   /* Parameters and table rows, into the model (the table's row padding stays zero). */
   size_t n_params;
@@ -385,11 +376,11 @@ static void run_golden(golden_run *r, const char *path) {
   GOLDEN_REQUIRE(probs && loss && grad && d_emb);
 
   int bad = 0;
-  GOLDEN_OK(dlrec_dlrm_predict(r->m, r->ws, &batch, r->prob));
+  CHECK_OK(dlrec_dlrm_predict(r->m, r->ws, &batch, r->prob));
   bad += compare("probs", r->prob, NULL, probs->v, (size_t)B, ATOL, RTOL);
   double got_loss = NAN;
   const float *got_grad, *got_demb;
-  GOLDEN_OK(dlrec_dlrm_gradients(r->m, r->ws, &batch, &got_loss, &got_grad, &got_demb));
+  CHECK_OK(dlrec_dlrm_gradients(r->m, r->ws, &batch, &got_loss, &got_grad, &got_demb));
   bad += compare("loss", NULL, &got_loss, loss->v, 1, ATOL, RTOL);
   bad += compare("grad", got_grad, NULL, grad->v, n_params, ATOL, RTOL);
   bad += compare("d_emb", got_demb, NULL, d_emb->v, (size_t)(B * F * D), ATOL, RTOL);

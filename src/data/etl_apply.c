@@ -110,10 +110,9 @@ static dlrec_status apply_work(void *vctx, void *vjob, int worker) {
   dlrec_where w = {x->in.names[j->file], j->block.first_line};
   const char *p = j->block.data, *end = p + j->block.n;
   for (; p < end; w.line++) {
-    const char *nl = memchr(p, '\n', (size_t)(end - p));
-    const char *s = p;
-    size_t n = (size_t)((nl ? nl : end) - p);
-    p = nl ? nl + 1 : end;
+    const char *s;
+    size_t n;
+    etl_next_line(&p, end, &s, &n);
     int v = x->split && dlrec_etl_is_valid_row(x->o->seed, j->file, w.line, x->o->valid_fraction);
     enc_buf *b = &j->out[v];
     uint32_t r = b->rows;

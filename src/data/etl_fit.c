@@ -158,10 +158,9 @@ static dlrec_status fit_work(void *vctx, void *vjob, int worker) {
   dlrec_where w = {x->in.names[j->file], j->block.first_line};
   const char *p = j->block.data, *end = p + j->block.n;
   for (; p < end; w.line++) {
-    const char *nl = memchr(p, '\n', (size_t)(end - p));
-    const char *s = p;
-    size_t n = (size_t)((nl ? nl : end) - p);
-    p = nl ? nl + 1 : end;
+    const char *s;
+    size_t n;
+    etl_next_line(&p, end, &s, &n);
     st = fit_row(x, W, j, L, s, n, &w);
     if (st == DLREC_OK) continue;
     if (st != DLREC_ERR_PARSE || x->o->skip_bad_rows == 0) return st;

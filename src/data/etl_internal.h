@@ -6,6 +6,7 @@
 #define DLREC_DATA_ETL_INTERNAL_H
 
 #include <math.h>
+#include <string.h>
 
 #include "data/keymap.h"
 #include "data/layout.h"
@@ -75,6 +76,16 @@ dlrec_status etl_build_layouts(dlrec_etl *e);
 extern double etl_log1p_table[ETL_LOG_TABLE];
 
 /* The dense transform t(x). */
+/* The next line of a block (without its '\n'): sets *s and *n and advances
+ * *p past it. The caller loops while *p < end; a last line without a final
+ * newline ends at end. */
+static inline void etl_next_line(const char **p, const char *end, const char **s, size_t *n) {
+  const char *nl = memchr(*p, '\n', (size_t)(end - *p));
+  *s = *p;
+  *n = (size_t)((nl ? nl : end) - *p);
+  *p = nl ? nl + 1 : end;
+}
+
 static inline double etl_transform(dlrec_dense_transform tr, double x) {
   if (tr != DLREC_DENSE_LOG) return x;
   if (!(x > 0)) return 0.0; /* log(1 + max(x, 0)) */
