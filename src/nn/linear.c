@@ -21,33 +21,36 @@ static dlrec_status check_dims(const char *what, const void *a, const void *b, c
   return DLREC_OK;
 }
 
-/* Adds the bias to every row of out (B, OUT) and optionally applies the ReLU,
- * in one pass so that the activations are read and written once. */
-static void bias_act(float *restrict out, const float *restrict bias, int B, int OUT, int relu) {
+/* Fills every row of out (B, OUT) with the bias (zeros without one), so that
+ * the product accumulates onto it with beta = 1. With beta = 0 OpenBLAS
+ * first clears C with scalar stores (sgemm_beta), which took 8% of a
+ * training step at batch 2048; this vectorized fill costs the same bytes
+ * and saves the separate bias pass. */
+static void fill_bias(float *restrict out, const float *restrict bias, int B, int OUT) {
   size_t total = (size_t)B * (size_t)OUT;
 #pragma omp parallel for schedule(static) if (total >= PARALLEL_MIN)
   for (int b = 0; b < B; b++) {
     float *restrict row = out + (size_t)b * OUT;
-    if (bias && relu) {
-      for (int o = 0; o < OUT; o++) {
-        float v = row[o] + bias[o];
-        row[o] = v > 0.0f ? v : 0.0f;
-      }
-    } else if (bias) {
-      for (int o = 0; o < OUT; o++) row[o] += bias[o];
-    } else if (relu) {
-      for (int o = 0; o < OUT; o++) row[o] = row[o] > 0.0f ? row[o] : 0.0f;
-    }
+    if (bias)
+      for (int o = 0; o < OUT; o++) row[o] = bias[o];
+    else
+      for (int o = 0; o < OUT; o++) row[o] = 0.0f;
   }
+}
+
+static void relu_inplace(float *restrict x, size_t n) {
+#pragma omp parallel for schedule(static) if (n >= PARALLEL_MIN)
+  for (size_t i = 0; i < n; i++) x[i] = x[i] > 0.0f ? x[i] : 0.0f;
 }
 
 static dlrec_status forward(float *out, const float *in, const float *weight, const float *bias, int B, int IN,
                             int OUT, int relu, const char *what) {
   dlrec_status st = check_dims(what, out, in, weight, B, IN, OUT);
   if (st != DLREC_OK) return st;
-  // out (B, OUT) = in (B, IN) · Wᵀ (IN, OUT)
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, OUT, IN, 1.0f, in, IN, weight, IN, 0.0f, out, OUT);
-  if (bias || relu) bias_act(out, bias, B, OUT, relu);
+  fill_bias(out, bias, B, OUT);
+  // out (B, OUT) += in (B, IN) · Wᵀ (IN, OUT)
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, OUT, IN, 1.0f, in, IN, weight, IN, 1.0f, out, OUT);
+  if (relu) relu_inplace(out, (size_t)B * (size_t)OUT);
   return DLREC_OK;
 }
 
@@ -89,7 +92,10 @@ dlrec_status dlrec_linear_backward(float *din, float *dweight, float *dbias, con
   // dW (OUT, IN) += doutᵀ (OUT, B) · in (B, IN)
   cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OUT, IN, B, 1.0f, dout, OUT, in, IN, 1.0f, dweight, IN);
   if (dbias) bias_backward(dbias, dout, B, OUT);
-  // din (B, IN) = dout (B, OUT) · W (OUT, IN)
-  if (din) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, IN, OUT, 1.0f, dout, OUT, weight, IN, 0.0f, din, IN);
+  // din (B, IN) = dout (B, OUT) · W (OUT, IN), onto zeros for the reason of fill_bias
+  if (din) {
+    fill_bias(din, NULL, B, IN);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, IN, OUT, 1.0f, dout, OUT, weight, IN, 1.0f, din, IN);
+  }
   return DLREC_OK;
 }
