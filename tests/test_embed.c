@@ -174,14 +174,15 @@ TEST(table_init_bounds_per_column_and_thread_independent) {
 
 /* ---- bag forward ------------------------------------------------------------ */
 
-static void check_bag_forward(uint64_t rows, uint32_t dim, uint32_t B, uint32_t F, uint32_t max_hot, int mean) {
+static void check_bag_forward(uint64_t rows, uint32_t dim, uint32_t B, uint32_t F, uint32_t min_hot, uint32_t max_hot,
+                              int mean) {
   dlrec_table *t = table_random(rows, dim, 5);
   if (!t) {
     test_fail(__FILE__, __LINE__, "table: %s", dlrec_last_error());
     return;
   }
   test_batch tb;
-  batch_make(&tb, B, F, 0, max_hot, rows, dim * 31 + B);
+  batch_make(&tb, B, F, min_hot, max_hot, rows, dim * 31 + B);
   float *out = malloc((size_t)B * F * dim * sizeof(float));
   double *ref = malloc((size_t)B * F * dim * sizeof(double));
   for (size_t i = 0; i < (size_t)B * F * dim; i++) out[i] = NAN; /* empty bags must write zeros */
@@ -200,11 +201,13 @@ static void check_bag_forward(uint64_t rows, uint32_t dim, uint32_t B, uint32_t 
 
 TEST(bag_forward_matches_naive) {
   for (int mean = 0; mean <= 1; mean++) {
-    check_bag_forward(1000, 16, 37, 5, 4, mean);
-    check_bag_forward(1000, 5, 37, 3, 3, mean);   /* padded rows, generic width */
-    check_bag_forward(50, 32, 300, 8, 2, mean);   /* threaded, heavy repeats */
-    check_bag_forward(200, 128, 9, 2, 6, mean);
-    check_bag_forward(1, 3, 4, 1, 3, mean);        /* a one-row table */
+    check_bag_forward(1000, 16, 37, 5, 0, 4, mean);
+    check_bag_forward(1000, 5, 37, 3, 0, 3, mean);   /* padded rows, generic width */
+    check_bag_forward(50, 32, 300, 8, 0, 2, mean);   /* threaded, heavy repeats */
+    check_bag_forward(200, 128, 9, 2, 0, 6, mean);
+    check_bag_forward(1, 3, 4, 1, 0, 3, mean);        /* a one-row table */
+    check_bag_forward(5000, 16, 1000, 8, 1, 1, mean); /* one-hot columns: the fast path, threaded */
+    check_bag_forward(5000, 7, 300, 3, 1, 1, mean);
   }
 }
 
@@ -594,6 +597,12 @@ TEST(corrupt_batches_are_errors_and_change_nothing) {
   dlrec_sparse_optim_state st;
   dlrec_sparse_optim_state_view(x.o, &st);
   for (int r = 0; r < 10; r++) CHECK(st.steps[r] == 0);
+
+  /* A bad id in a one-hot column (the lookup's fast path). */
+  uint32_t hot_off[] = {0, 1, 2}, hot_ids[] = {3, 10};
+  const uint32_t *hot_offs[] = {hot_off}, *hot_idss[] = {hot_ids};
+  dlrec_bag_batch hot = {2, 1, hot_offs, hot_idss};
+  CHECK_ERR(dlrec_bag_forward(t, &hot, DLREC_BAG_SUM, out), DLREC_ERR_INVALID, "column 0, sample 1: id 10");
 
   /* Offsets that decrease, or run past the column's end. */
   uint32_t bad_off[] = {0, 3, 1};
