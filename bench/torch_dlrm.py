@@ -29,7 +29,7 @@ timed loop; evaluation is not (as in dlrec's samples_per_s).
 
 Evaluation: exact AUC by ranking (ties get their average rank), logloss from
 the logits. Prints one JSON line:
-  {"engine":"pytorch","batch":B,"threads":N,"samples_per_s":..,"auc":..,"logloss":..}
+  {"engine":"pytorch","batch":B,"threads":N,"samples_per_s":..,"auc":..,"logloss":..,"calibration":..}
 (plus a few more fields).
 """
 
@@ -267,10 +267,11 @@ def main():
     # logloss from the logits: softplus(z) - y z, stable for any z
     logloss = float(np.mean(np.logaddexp(0.0, z) - y * z))
     auc = auc_exact(y, z)  # the sigmoid is monotone: ranking the logits is ranking the probabilities
+    calibration = float(np.mean(1.0 / (1.0 + np.exp(-z))) / np.mean(y))  # mean prediction / observed CTR
     print(json.dumps({
         "engine": "pytorch", "batch": a.batch, "threads": a.threads,
         "samples_per_s": samples / train_s if train_s > 0 else 0.0,
-        "auc": auc, "logloss": logloss,
+        "auc": auc, "logloss": logloss, "calibration": calibration,
         "samples": samples, "steps": steps, "seconds": train_s, "train_loss_last_batch": train_loss,
         "valid_rows": int(y.shape[0]), "torch": torch.__version__,
     }))

@@ -54,12 +54,26 @@ float *dlrec_dlrm_dense_params(dlrec_dlrm *m, size_t *n);
 const float *dlrec_dlrm_dense_params_const(const dlrec_dlrm *m, size_t *n);
 dlrec_table *dlrec_dlrm_table(dlrec_dlrm *m);
 const dlrec_table *dlrec_dlrm_table_const(const dlrec_dlrm *m);
-/* Multiply-adds of the MLPs and the interaction for one sample (for FLOP/s). */
-double dlrec_dlrm_flops_per_sample(const dlrec_dlrm *m, int training);
 
 /* A workspace for batches of up to max_batch rows of model m's shape. */
 dlrec_status dlrec_dlrm_ws_create(dlrec_dlrm_ws **ws, const dlrec_dlrm *m, uint32_t max_batch);
 void dlrec_dlrm_ws_free(dlrec_dlrm_ws *ws); /* accepts NULL */
+
+/* Where a workspace's forward and backward passes spent their time, summed
+ * since the workspace was created (wall seconds, read with dlrec_now()
+ * around each phase; the clock reads cost ~0.1 us a phase). */
+typedef struct dlrec_dlrm_profile {
+  uint64_t forward_rows;  /* rows through the forward pass */
+  uint64_t backward_rows; /* rows through the backward pass */
+  uint64_t lookups;       /* ids pooled by the embedding forward */
+  double mlp_flops;       /* the MLPs' flops (2 per multiply-add), forward and backward */
+  double mlp;             /* the MLPs: GEMMs, bias, ReLU, forward and backward */
+  double emb_forward;     /* embedding bag lookups and pooling */
+  double emb_update;      /* the fused sparse backward + optimizer update */
+  double interaction;     /* dot interaction, forward and backward */
+  double other;           /* loss, sigmoid, dense optimizer step */
+} dlrec_dlrm_profile;
+void dlrec_dlrm_ws_profile(const dlrec_dlrm_ws *ws, dlrec_dlrm_profile *p);
 
 /* Scores a batch: prob[b] = σ(logit_b) for b < batch->rows (<= max_batch).
  * Reads the model only, so threads with their own workspaces may share it.

@@ -42,6 +42,8 @@ typedef struct dlrec_train_result {
   dlrec_metrics valid;
   int interrupted;                /* stopped by a signal (a checkpoint was saved) */
   int reached_target;             /* stopped at the config's target AUC */
+  dlrec_dlrm_profile profile;     /* where this run's training steps spent their time */
+  double loader_wait;             /* seconds the loop waited for the loader's next batch */
 } dlrec_train_result;
 
 dlrec_status dlrec_train(const dlrec_train_args *a, dlrec_train_result *r);

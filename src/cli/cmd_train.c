@@ -30,6 +30,23 @@ static void usage(FILE *out) {
           "SIGINT or SIGTERM stops after the current step and saves a checkpoint.\n");
 }
 
+/* Where the training loop's time went, with the rates that compare to the
+ * machine's limits (bench/roofline): MLP GFLOP/s against sgemm's, embedding
+ * ids per second against a random gather's. */
+static cJSON *profile_json(const dlrec_train_result *r) {
+  const dlrec_dlrm_profile *p = &r->profile;
+  cJSON *j = cJSON_CreateObject();
+  cJSON_AddNumberToObject(j, "mlp_seconds", p->mlp);
+  cJSON_AddNumberToObject(j, "mlp_gflops", p->mlp > 0 ? p->mlp_flops / p->mlp / 1e9 : 0);
+  cJSON_AddNumberToObject(j, "embedding_forward_seconds", p->emb_forward);
+  cJSON_AddNumberToObject(j, "embedding_forward_ids_per_s", p->emb_forward > 0 ? p->lookups / p->emb_forward : 0);
+  cJSON_AddNumberToObject(j, "embedding_update_seconds", p->emb_update);
+  cJSON_AddNumberToObject(j, "interaction_seconds", p->interaction);
+  cJSON_AddNumberToObject(j, "other_seconds", p->other);
+  cJSON_AddNumberToObject(j, "loader_wait_seconds", r->loader_wait);
+  return j;
+}
+
 int cmd_train(int argc, char **argv) {
   static const struct option opts[] = {
       {"config", required_argument, 0, 'c'}, {"train", required_argument, 0, 't'},
@@ -85,6 +102,7 @@ int cmd_train(int argc, char **argv) {
   cJSON_AddNumberToObject(j, "samples_per_s", r.samples_per_s);
   if (isfinite(r.last_loss)) cJSON_AddNumberToObject(j, "train_loss", r.last_loss);
   if (r.has_valid) cJSON_AddItemToObject(j, "valid", dlrec_metrics_to_json(&r.valid));
+  cJSON_AddItemToObject(j, "profile", profile_json(&r));
   if (r.interrupted) cJSON_AddBoolToObject(j, "interrupted", 1);
   if (r.reached_target) cJSON_AddBoolToObject(j, "reached_target_auc", 1);
   char *text = cJSON_Print(j);

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "dlrec/arena.h"
+#include "dlrec/progress.h"
 #include "dlrec/rng.h"
 
 typedef struct layer {
@@ -42,7 +43,24 @@ struct dlrec_dlrm_ws {
   float *grad;                             /* (n_params) */
   void *scratch;                           /* the sparse backward's */
   size_t scratch_bytes;
+  dlrec_dlrm_profile prof;
 };
+
+/* Adds the seconds since *t to *acc and restarts *t. */
+static void lap(double *acc, double *t) {
+  double now = dlrec_now();
+  *acc += now - *t;
+  *t = now;
+}
+
+/* Flops (2 per multiply-add) of an MLP's forward for one row. */
+static double mlp_flops_row(const layer *ls, uint32_t n) {
+  double f = 0;
+  for (uint32_t l = 0; l < n; l++) f += 2.0 * ls[l].in * ls[l].out;
+  return f;
+}
+
+void dlrec_dlrm_ws_profile(const dlrec_dlrm_ws *ws, dlrec_dlrm_profile *p) { *p = ws->prof; }
 
 static dlrec_status plan_mlp(layer *ls, uint32_t n, const uint32_t *widths, uint32_t in, size_t *off,
                              const char *which) {
@@ -138,16 +156,6 @@ const float *dlrec_dlrm_dense_params_const(const dlrec_dlrm *m, size_t *n) {
 dlrec_table *dlrec_dlrm_table(dlrec_dlrm *m) { return m->table; }
 const dlrec_table *dlrec_dlrm_table_const(const dlrec_dlrm *m) { return m->table; }
 
-double dlrec_dlrm_flops_per_sample(const dlrec_dlrm *m, int training) {
-  /* 2 flops per multiply-add; backward costs twice the forward (din and dW). */
-  double f = 0;
-  for (uint32_t l = 0; l < m->shape.n_bottom; l++) f += 2.0 * m->bottom[l].in * m->bottom[l].out;
-  for (uint32_t l = 0; l < m->shape.n_top; l++) f += 2.0 * m->top[l].in * m->top[l].out;
-  uint32_t F = m->schema.n_sparse;
-  f += 2.0 * m->shape.emb_dim * (F + 1) * F / 2;
-  return training ? 3 * f : f;
-}
-
 static uint32_t widest(const dlrec_dlrm *m) {
   uint32_t w = m->inter_dim > m->shape.emb_dim ? m->inter_dim : m->shape.emb_dim;
   for (uint32_t l = 0; l < m->shape.n_bottom; l++) w = m->bottom[l].out > w ? m->bottom[l].out : w;
@@ -205,15 +213,21 @@ static dlrec_status forward(const dlrec_dlrm *m, dlrec_dlrm_ws *ws, const dlrec_
   if (b->rows < 1 || b->rows > ws->max_batch)
     return dlrec_error(DLREC_ERR_INVALID, "batch of %u rows, the workspace holds 1 to %u", b->rows, ws->max_batch);
   int B = (int)b->rows, F = (int)m->schema.n_sparse, D = (int)m->shape.emb_dim;
+  dlrec_dlrm_profile *p = &ws->prof;
+  double t = dlrec_now();
   dlrec_bag_batch bags = bags_of(m, b);
   dlrec_status st = dlrec_bag_forward(m->table, &bags, m->shape.pooling, ws->emb);
+  for (int c = 0; st == DLREC_OK && c < F; c++) p->lookups += b->offsets[c][B] - b->offsets[c][0];
+  lap(&p->emb_forward, &t);
   const float *in = b->dense;
   for (uint32_t l = 0; st == DLREC_OK && l < m->shape.n_bottom; l++) {
     const layer *L = &m->bottom[l];
     st = dlrec_linear_relu_forward(ws->bot[l], in, m->params + L->w, m->params + L->b, B, (int)L->in, (int)L->out);
     in = ws->bot[l];
   }
+  lap(&p->mlp, &t);
   if (st == DLREC_OK) st = dlrec_interaction_dot_forward(ws->inter, in, ws->emb, B, F, D);
+  lap(&p->interaction, &t);
   in = ws->inter;
   for (uint32_t l = 0; st == DLREC_OK && l < m->shape.n_top; l++) {
     const layer *L = &m->top[l];
@@ -223,24 +237,33 @@ static dlrec_status forward(const dlrec_dlrm *m, dlrec_dlrm_ws *ws, const dlrec_
       st = dlrec_linear_forward(ws->top[l], in, m->params + L->w, m->params + L->b, B, (int)L->in, (int)L->out);
     in = ws->top[l];
   }
+  lap(&p->mlp, &t);
+  p->forward_rows += (uint64_t)B;
+  p->mlp_flops += B * (mlp_flops_row(m->bottom, m->shape.n_bottom) + mlp_flops_row(m->top, m->shape.n_top));
   return st;
 }
 
 dlrec_status dlrec_dlrm_predict(const dlrec_dlrm *m, dlrec_dlrm_ws *ws, const dlrec_batch *batch, float *prob) {
   dlrec_status st = forward(m, ws, batch);
   if (st != DLREC_OK) return st;
-  return dlrec_sigmoid_forward(prob, ws->top[m->shape.n_top - 1], batch->rows);
+  double t = dlrec_now();
+  st = dlrec_sigmoid_forward(prob, ws->top[m->shape.n_top - 1], batch->rows);
+  lap(&ws->prof.other, &t);
+  return st;
 }
 
 /* Loss and backward down to ws->grad (dense) and ws->d_emb. */
 static dlrec_status backward(dlrec_dlrm *m, dlrec_dlrm_ws *ws, const dlrec_batch *b, double *loss) {
   if (!b->labels) return dlrec_error(DLREC_ERR_INVALID, "training needs labeled data");
   int B = (int)b->rows, F = (int)m->schema.n_sparse, D = (int)m->shape.emb_dim;
+  dlrec_dlrm_profile *p = &ws->prof;
+  double t = dlrec_now();
   const float *logits = ws->top[m->shape.n_top - 1];
   dlrec_status st = dlrec_bce_logits_forward(loss, logits, b->labels, B);
   float *dout = ws->d_a, *dnext = ws->d_b;
   if (st == DLREC_OK) st = dlrec_bce_logits_backward(dout, logits, b->labels, B);
   memset(ws->grad, 0, m->n_params * sizeof(float));
+  lap(&p->other, &t);
   float *g = ws->grad;
   for (int l = (int)m->shape.n_top - 1; st == DLREC_OK && l >= 0; l--) {
     const layer *L = &m->top[l];
@@ -253,7 +276,9 @@ static dlrec_status backward(dlrec_dlrm *m, dlrec_dlrm_ws *ws, const dlrec_batch
     dnext = t;
   }
   const float *x = ws->bot[m->shape.n_bottom - 1];
+  lap(&p->mlp, &t);
   if (st == DLREC_OK) st = dlrec_interaction_dot_backward(ws->dx, ws->d_emb, ws->d_inter, x, ws->emb, B, F, D);
+  lap(&p->interaction, &t);
   /* The bottom MLP's last layer has a ReLU too: mask dx with its output. */
   if (st == DLREC_OK) st = dlrec_relu_backward(ws->dx, ws->dx, x, (size_t)B * D);
   dout = ws->dx;
@@ -267,6 +292,11 @@ static dlrec_status backward(dlrec_dlrm *m, dlrec_dlrm_ws *ws, const dlrec_batch
     dout = din;
     dnext = (dnext == ws->d_a) ? ws->d_b : ws->d_a;
   }
+  lap(&p->mlp, &t);
+  p->backward_rows += (uint64_t)B;
+  /* Backward: dW everywhere, din everywhere but the first bottom layer. */
+  p->mlp_flops += B * (2 * mlp_flops_row(m->bottom, m->shape.n_bottom) + 2 * mlp_flops_row(m->top, m->shape.n_top) -
+                       2.0 * m->bottom[0].in * m->bottom[0].out);
   return st;
 }
 
@@ -285,13 +315,17 @@ dlrec_status dlrec_dlrm_train_step(dlrec_dlrm *m, dlrec_dlrm_ws *ws, dlrec_dlrm_
   if (st == DLREC_OK && prob) st = dlrec_sigmoid_forward(prob, ws->top[m->shape.n_top - 1], batch->rows);
   if (st == DLREC_OK) st = backward(m, ws, batch, loss);
   if (st != DLREC_OK) return st;
+  double t = dlrec_now();
   dlrec_bag_batch bags = bags_of(m, batch);
   st = dlrec_sparse_optim_set_lr(opt->sparse, opt->sparse_lr * lr_scale);
   if (st == DLREC_OK)
     st = dlrec_bag_backward_update(m->table, opt->sparse, &bags, m->shape.pooling, ws->d_emb, ws->scratch,
                                    ws->scratch_bytes);
+  lap(&ws->prof.emb_update, &t);
   if (st != DLREC_OK) return st;
   dlrec_optim_config dense = opt->dense;
   dense.lr = opt->dense.lr * lr_scale;
-  return dlrec_optim_step(&dense, m->params, ws->grad, opt->dense_state, m->n_params, step);
+  st = dlrec_optim_step(&dense, m->params, ws->grad, opt->dense_state, m->n_params, step);
+  lap(&ws->prof.other, &t);
+  return st;
 }

@@ -268,7 +268,9 @@ dlrec_status dlrec_train(const dlrec_train_args *a, dlrec_train_result *res) {
   int state_ok = 1; /* the parameters are those after r.prog.step whole steps */
   while (!g_stop && (!c->max_steps || r.prog.step < c->max_steps)) {
     const dlrec_batch *b;
+    double tw = dlrec_now();
     s = dlrec_loader_next(r.loader, &b);
+    res->loader_wait += dlrec_now() - tw;
     if (s == DLREC_END) {
       s = DLREC_OK;
       break;
@@ -351,6 +353,7 @@ dlrec_status dlrec_train(const dlrec_train_args *a, dlrec_train_result *res) {
   res->steps_this_run = r.prog.step - start_step;
   res->seconds = loop_seconds;
   res->samples_per_s = loop_seconds > 0 ? (double)(r.prog.samples - start_samples) / loop_seconds : 0;
+  if (r.ws) dlrec_dlrm_ws_profile(r.ws, &res->profile);
   run_free(&r);
   return s;
 }

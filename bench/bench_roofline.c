@@ -1,0 +1,290 @@
+/* The machine's limits for DLRM training, measured in the same run as the
+ * trainer they are compared with (bench/train_vs_torch.sh):
+ *
+ *   bench_roofline --data T.dlr [--batch 2048] [--threads 2] [--dim 16]
+ *                  [--bottom 512,256,64,16] [--top 512,256,1] [--seconds 1]
+ *
+ * Prints one JSON object:
+ *   sgemm_peak_gflops    OpenBLAS sgemm on 2048 x 2048 x 2048, the best of
+ *                        its runs: the MLP roofline
+ *   sgemm_model_gflops   the same sgemm calls a training step makes (forward,
+ *                        dW and din of every layer of the given MLPs at this
+ *                        batch size), flops over their summed time
+ *   gather_ids_per_s     a plain gather of one embedding row (dim floats, rows
+ *                        padded to 16 bytes) per id, of the file's own ids in
+ *                        batches of --batch rows, OpenMP over samples, with
+ *                        the rows of 4 samples ahead prefetched: the
+ *                        embedding roofline for this data
+ *   random_gather_ids_per_s  the same with ids uniform over the table
+ *   bag_forward_ids_per_s    dlrec_bag_forward on the same batches
+ * Threads: --threads for OpenMP and OpenBLAS (the trainer's setting). */
+#include <cblas.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dlrec/embed.h"
+#include "dlrec/loader.h"
+#include "dlrec/nn.h"
+#include "dlrec/progress.h"
+#include "dlrec/rng.h"
+
+void openblas_set_num_threads(int n);
+
+#define MAX_BATCHES 64
+#define MAX_LAYERS 8
+
+static void die(const char *what) {
+  fprintf(stderr, "bench_roofline: %s: %s\n", what, dlrec_last_error());
+  exit(1);
+}
+
+static void *xmalloc(size_t n) {
+  void *p = aligned_alloc(64, (n + 63) / 64 * 64);
+  if (!p) {
+    fprintf(stderr, "bench_roofline: out of memory (%zu bytes)\n", n);
+    exit(1);
+  }
+  return p;
+}
+
+static float *random_floats(size_t n, uint64_t seed) {
+  float *p = xmalloc(n * sizeof(float));
+  dlrec_rng r;
+  dlrec_rng_seed(&r, seed, 0);
+  for (size_t i = 0; i < n; i++) p[i] = (float)(dlrec_rng_uniform(&r) - 0.5);
+  return p;
+}
+
+static int parse_widths(const char *s, uint32_t *w) {
+  int n = 0;
+  for (char *end; *s && n < MAX_LAYERS; s = *end ? end + 1 : end) {
+    long v = strtol(s, &end, 10);
+    if (end == s || v < 1 || v > 65536 || (*end && *end != ',')) return 0;
+    w[n++] = (uint32_t)v;
+  }
+  return *s ? 0 : n;
+}
+
+/* Runs fn until `seconds` have passed (at least twice) and returns the best
+ * rate of work units per second over its runs. */
+typedef void (*work_fn)(void *ctx);
+static double best_rate(work_fn fn, void *ctx, double units, double seconds) {
+  fn(ctx); /* warm up: page faults, thread start */
+  double best = 0, t_end = dlrec_now() + seconds;
+  for (int runs = 0; runs < 2 || dlrec_now() < t_end; runs++) {
+    double t0 = dlrec_now();
+    fn(ctx);
+    double r = units / (dlrec_now() - t0);
+    if (r > best) best = r;
+  }
+  return best;
+}
+
+typedef struct gemm {
+  int ta, tb, M, N, K; /* row-major C (M, N) = op(A) op(B), A and B as the trainer lays them out */
+  float *a, *b, *c;
+} gemm;
+
+static void run_gemm(void *ctx) {
+  const gemm *g = ctx;
+  int lda = g->ta ? g->M : g->K, ldb = g->tb ? g->K : g->N;
+  cblas_sgemm(CblasRowMajor, g->ta ? CblasTrans : CblasNoTrans, g->tb ? CblasTrans : CblasNoTrans, g->M, g->N, g->K,
+              1.0f, g->a, lda, g->b, ldb, 1.0f, g->c, g->N);
+}
+
+static gemm make_gemm(int ta, int tb, int M, int N, int K) {
+  gemm g = {ta, tb, M, N, K, random_floats((size_t)M * K, 1), random_floats((size_t)K * N, 2),
+            random_floats((size_t)M * N, 3)};
+  return g;
+}
+
+static void free_gemm(gemm *g) {
+  free(g->a);
+  free(g->b);
+  free(g->c);
+}
+
+/* The GEMMs of one MLP layer (in -> out) at batch B, as src/nn/linear.c
+ * calls them: forward (B, out) = in · Wᵀ, dW (out, in) = doutᵀ · in, and
+ * din (B, in) = dout · W unless the layer is the network's first. Returns
+ * the seconds they take at their best rates. */
+static double layer_seconds(int B, int in, int out, int first, double seconds, double *flops) {
+  gemm g[3] = {make_gemm(0, 1, B, out, in), make_gemm(1, 0, out, in, B), make_gemm(0, 0, B, in, out)};
+  double s = 0, f = 2.0 * B * in * out;
+  for (int i = 0; i < (first ? 2 : 3); i++) {
+    s += f / best_rate(run_gemm, &g[i], f, seconds);
+    *flops += f;
+  }
+  for (int i = 0; i < 3; i++) free_gemm(&g[i]);
+  return s;
+}
+
+typedef struct gather {
+  const float *table;
+  uint32_t stride, dim, cols;
+  int n_batches;
+  uint32_t rows[MAX_BATCHES];
+  uint32_t *ids[MAX_BATCHES]; /* (rows, cols) sample-major */
+  float *out;                 /* (rows, cols, dim) */
+} gather;
+
+static void run_gather(void *ctx) {
+  const gather *g = ctx;
+  const size_t row_bytes = g->dim * sizeof(float);
+  for (int k = 0; k < g->n_batches; k++) {
+    const uint32_t *ids = g->ids[k];
+#pragma omp parallel for schedule(static)
+    for (uint32_t b = 0; b < g->rows[k]; b++)
+      for (uint32_t c = 0; c < g->cols; c++) {
+        size_t i = (size_t)b * g->cols + c;
+        if (b + 4 < g->rows[k]) __builtin_prefetch(g->table + (size_t)ids[i + 4 * g->cols] * g->stride);
+        memcpy(g->out + i * g->dim, g->table + (size_t)ids[i] * g->stride, row_bytes);
+      }
+  }
+}
+
+typedef struct bags {
+  const dlrec_table *table;
+  int n_batches;
+  dlrec_bag_batch batch[MAX_BATCHES];
+  float *out;
+} bags;
+
+static void run_bags(void *ctx) {
+  const bags *g = ctx;
+  for (int k = 0; k < g->n_batches; k++)
+    if (dlrec_bag_forward(g->table, &g->batch[k], DLREC_BAG_SUM, g->out) != DLREC_OK) die("bag forward");
+}
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: bench_roofline --data T.dlr [--batch 2048] [--threads 2] [--dim 16]\n"
+          "                      [--bottom 512,256,64,16] [--top 512,256,1] [--seconds 1]\n"
+          "Measures sgemm's peak and its rate on the MLPs' shapes, and embedding gathers of\n"
+          "the file's ids, and prints them as one JSON object.\n");
+}
+
+int main(int argc, char **argv) {
+  const char *data = NULL;
+  int batch = 2048, threads = 2, dim = 16;
+  double seconds = 1;
+  uint32_t bottom[MAX_LAYERS] = {512, 256, 64, 16}, top[MAX_LAYERS] = {512, 256, 1};
+  int n_bottom = 4, n_top = 3;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      usage(stdout);
+      return 0;
+    }
+    if (!v) {
+      usage(stderr);
+      return 2;
+    }
+    i++;
+    if (!strcmp(a, "--data")) data = v;
+    else if (!strcmp(a, "--batch")) batch = atoi(v);
+    else if (!strcmp(a, "--threads")) threads = atoi(v);
+    else if (!strcmp(a, "--dim")) dim = atoi(v);
+    else if (!strcmp(a, "--seconds")) seconds = atof(v);
+    else if (!strcmp(a, "--bottom")) n_bottom = parse_widths(v, bottom);
+    else if (!strcmp(a, "--top")) n_top = parse_widths(v, top);
+    else {
+      usage(stderr);
+      return 2;
+    }
+  }
+  if (!data || batch < 1 || batch > 65536 || threads < 1 || dim < 1 || dim > DLREC_EMBED_MAX_DIM || !n_bottom ||
+      !n_top || seconds <= 0) {
+    usage(stderr);
+    return 2;
+  }
+  omp_set_num_threads(threads);
+  openblas_set_num_threads(threads);
+
+  /* The file's first batches, in file order. */
+  dlrec_loader_opts o;
+  dlrec_loader_opts_default(&o);
+  o.batch_rows = (uint32_t)batch;
+  o.shuffle = 0;
+  o.epochs = 1;
+  dlrec_loader *l;
+  if (dlrec_loader_open(&l, &data, 1, &o) != DLREC_OK) die(data);
+  const dlrec_schema *s = dlrec_loader_schema(l);
+  uint32_t F = s->n_sparse, n_dense = s->n_dense;
+  gather g = {.dim = (uint32_t)dim, .cols = F};
+  bags bg = {0};
+  const dlrec_batch *b;
+  dlrec_status st;
+  uint64_t lookups = 0;
+  while (g.n_batches < MAX_BATCHES && (st = dlrec_loader_next(l, &b)) == DLREC_OK) {
+    int k = g.n_batches++;
+    g.rows[k] = b->rows;
+    g.ids[k] = xmalloc((size_t)b->rows * F * sizeof(uint32_t));
+    uint32_t *off = xmalloc(((size_t)b->rows + 1) * F * sizeof(uint32_t)), *ids = xmalloc((size_t)b->rows * F * 4);
+    for (uint32_t c = 0; c < F; c++) {
+      if (b->offsets[c][b->rows] - b->offsets[c][0] != b->rows) {
+        fprintf(stderr, "bench_roofline: %s: column %u is not one-hot\n", data, c);
+        return 1;
+      }
+      for (uint32_t r = 0; r <= b->rows; r++) off[(size_t)c * (b->rows + 1) + r] = r;
+      for (uint32_t r = 0; r < b->rows; r++) {
+        uint32_t id = b->ids[c][b->offsets[c][0] + r];
+        g.ids[k][(size_t)r * F + c] = id;
+        ids[(size_t)c * b->rows + r] = id;
+      }
+    }
+    bg.batch[k].rows = b->rows;
+    bg.batch[k].cols = F;
+    const uint32_t **offs = xmalloc(F * sizeof *offs), **idp = xmalloc(F * sizeof *idp);
+    for (uint32_t c = 0; c < F; c++) {
+      offs[c] = off + (size_t)c * (b->rows + 1);
+      idp[c] = ids + (size_t)c * b->rows;
+    }
+    bg.batch[k].offsets = offs;
+    bg.batch[k].ids = idp;
+    lookups += (uint64_t)b->rows * F;
+  }
+  if (!g.n_batches) die("no batches");
+  uint64_t table_rows = s->table_rows;
+  dlrec_loader_close(l);
+
+  dlrec_table *t;
+  if (dlrec_table_create(&t, table_rows, (uint32_t)dim) != DLREC_OK) die("table");
+  dlrec_row_range all = {0, table_rows};
+  if (dlrec_table_init_uniform(t, &all, 1, 1) != DLREC_OK) die("table init");
+  g.table = dlrec_table_data_const(t);
+  g.stride = dlrec_table_stride(t);
+  g.out = xmalloc((size_t)batch * F * dim * sizeof(float));
+  bg.table = t;
+  bg.n_batches = g.n_batches;
+  bg.out = g.out;
+
+  double gather_rate = best_rate(run_gather, &g, (double)lookups, seconds);
+  double bag_rate = best_rate(run_bags, &bg, (double)lookups, seconds);
+  dlrec_rng r;
+  dlrec_rng_seed(&r, 7, 0);
+  for (int k = 0; k < g.n_batches; k++)
+    for (size_t i = 0; i < (size_t)g.rows[k] * F; i++) g.ids[k][i] = (uint32_t)(dlrec_rng_u64(&r) % table_rows);
+  double random_rate = best_rate(run_gather, &g, (double)lookups, seconds);
+
+  gemm sq = make_gemm(0, 1, 2048, 2048, 2048);
+  double peak = best_rate(run_gemm, &sq, 2.0 * 2048 * 2048 * 2048, seconds) / 1e9;
+  free_gemm(&sq);
+  double model_s = 0, model_flops = 0;
+  uint32_t inter = (uint32_t)dlrec_interaction_dot_dim((int)F, dim);
+  for (int i = 0; i < n_bottom; i++)
+    model_s += layer_seconds(batch, i ? (int)bottom[i - 1] : (int)n_dense, (int)bottom[i], i == 0, seconds / 4,
+                             &model_flops);
+  for (int i = 0; i < n_top; i++)
+    model_s += layer_seconds(batch, i ? (int)top[i - 1] : (int)inter, (int)top[i], 0, seconds / 4, &model_flops);
+
+  printf("{\"batch\": %d, \"threads\": %d, \"sgemm_peak_gflops\": %.1f, \"sgemm_model_gflops\": %.1f, "
+         "\"gather_ids_per_s\": %.0f, \"random_gather_ids_per_s\": %.0f, \"bag_forward_ids_per_s\": %.0f, "
+         "\"table_rows\": %llu}\n",
+         batch, threads, peak, model_flops / model_s / 1e9, gather_rate, random_rate, bag_rate,
+         (unsigned long long)table_rows);
+  dlrec_table_free(t);
+  return 0;
+}
