@@ -6,12 +6,13 @@
  * row of a table far larger than the caches, so its speed is the memory
  * system's latency and the number of misses in flight. Rows are padded to
  * 16 bytes (with dim 16, one row is one cache line), samples are split over
- * threads in chunks of 256, each chunk is pooled a column at a time, and the
+ * threads in chunks of up to 256, each chunk is pooled a column at a time, and the
  * row of the sample PREFETCH_SAMPLES places ahead in the column is prefetched
  * so that several misses overlap. Columns with exactly one id per sample
  * (Criteo's) take a loop that reads no per-bag offsets. bench_roofline
  * compares the lookup with a plain prefetching gather of the same ids.
  */
+#include <omp.h>
 #include <string.h>
 
 #include "dlrec/embed.h"
@@ -163,12 +164,15 @@ dlrec_status dlrec_bag_forward(const dlrec_table *t, const dlrec_bag_batch *bags
   int bad = 0;
   uint8_t one_hot[DLREC_BAG_MAX_COLS];
   for (uint32_t c = 0; c < bags->cols; c++) one_hot[c] = is_one_hot(bags->offsets[c], B);
-  /* Chunks of samples: each thread runs a column's loop over a chunk. */
-  enum { CHUNK = 256 };
-  const uint32_t chunks = (B + CHUNK - 1) / CHUNK;
+  /* Chunks of up to 256 samples, at least one per thread: each thread runs
+   * a column's loop over a chunk. */
+  const uint32_t threads = (uint32_t)omp_get_max_threads();
+  uint32_t chunk = (B + threads - 1) / threads;
+  chunk = chunk > 256 ? 256 : chunk < 16 ? 16 : chunk;
+  const uint32_t chunks = (B + chunk - 1) / chunk;
 #pragma omp parallel for schedule(static) reduction(| : bad) if (B > 32)
   for (uint32_t k = 0; k < chunks; k++) {
-    uint32_t b0 = k * CHUNK, b1 = b0 + CHUNK < B ? b0 + CHUNK : B;
+    uint32_t b0 = k * chunk, b1 = b0 + chunk < B ? b0 + chunk : B;
     bad |= pool_range(data, stride, rows, bags, one_hot, mean, b0, b1, out, dim);
   }
   /* The lookup checked as it went; the slow pass runs only to name the
