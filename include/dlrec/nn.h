@@ -146,6 +146,45 @@ dlrec_status dlrec_optim_state_init(const dlrec_optim_config *c, float *state, s
 dlrec_status dlrec_optim_step(const dlrec_optim_config *c, float *param, const float *grad, float *state, size_t n,
                               uint64_t step);
 
+/* ---- batch-invariant linear layer for inference --------------------------- */
+
+/* A linear layer whose outputs are bitwise reproducible: each out[b][o] is
+ *   acc = bias[o] (0 without a bias);
+ *   acc = fma(in[b][k], W[o][k], acc) for k = 0 .. IN-1 in increasing order;
+ *   out[b][o] = relu ? (acc > 0 ? acc : 0) : acc
+ * with one rounding per multiply-add where the target has FMA (separately
+ * rounded multiply and add otherwise). The value depends only on row b and
+ * the weights: not on B, the other rows, the row's position in the batch or
+ * the thread count. Bits may differ between builds (compiler, flags, FMA or
+ * not) and from dlrec_linear_forward, whose sgemm orders its sums by the
+ * matrix sizes. For scoring; training keeps dlrec_linear_*. */
+typedef struct dlrec_packed_linear dlrec_packed_linear;
+
+/* Packs weight (OUT, IN), row-major as in dlrec_linear_forward, and bias
+ * (OUT, or NULL for none) into a new layer at *out, which the caller frees
+ * with dlrec_packed_linear_free. The arrays are copied and not kept.
+ * 1 <= IN, OUT <= 65536. DLREC_ERR_NOMEM when allocation fails; *out is NULL
+ * on any failure. */
+dlrec_status dlrec_packed_linear_create(dlrec_packed_linear **out, const float *weight, const float *bias, int IN,
+                                        int OUT);
+
+/* Re-packs new values of the same shape (IN, OUT as created) into p without
+ * allocating, e.g. after training steps and before an evaluation; bias NULL
+ * means none (zeros). Must not run while a forward on p runs. */
+dlrec_status dlrec_packed_linear_update(dlrec_packed_linear *p, const float *weight, const float *bias);
+
+/* Frees p; NULL is allowed. */
+void dlrec_packed_linear_free(dlrec_packed_linear *p);
+
+/* out = act(in · Wᵀ + bias) with act the ReLU when relu != 0, in the fixed
+ * order above.
+ *   in  (B, IN)
+ *   out (B, OUT), must not overlap in
+ * B >= 1. OpenMP threads split the rows (large B) or the output panels
+ * (small B); layers below about a million multiply-adds run on the calling
+ * thread. p is only read: concurrent forwards on one p are allowed. */
+dlrec_status dlrec_packed_linear_forward(const dlrec_packed_linear *p, const float *in, float *out, int B, int relu);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,277 @@
+/* The batch-invariant linear layer (src/nn/linear_packed.c): values against a
+ * naive double-precision loop, and bitwise invariance of each row's output
+ * under the batch size, the row's neighbours and position, and the thread
+ * count. */
+#include <float.h>
+#include <omp.h>
+
+#include "dlrec/nn.h"
+#include "dlrec/rng.h"
+#include "test.h"
+
+/* Uniform values in [lo, hi). */
+static void fill(float *v, size_t n, dlrec_rng *r, float lo, float hi) {
+  for (size_t i = 0; i < n; i++) v[i] = lo + (hi - lo) * (float)dlrec_rng_uniform(r);
+}
+
+static float *fvec(size_t n) { return calloc(n ? n : 1, sizeof(float)); }
+
+/* A layer's random parameters and input. */
+typedef struct case_data {
+  int B, IN, OUT;
+  float *in, *w, *bias; /* (B, IN), (OUT, IN), (OUT) */
+} case_data;
+
+static case_data make_case(int B, int IN, int OUT, uint64_t seed) {
+  case_data c = {B, IN, OUT, fvec((size_t)B * IN), fvec((size_t)OUT * IN), fvec((size_t)OUT)};
+  dlrec_rng r;
+  dlrec_rng_seed(&r, seed, (uint64_t)B * 1000003u + (uint64_t)IN * 1009u + (uint64_t)OUT);
+  fill(c.in, (size_t)B * IN, &r, -1, 1);
+  fill(c.w, (size_t)OUT * IN, &r, -1, 1);
+  fill(c.bias, (size_t)OUT, &r, -1, 1);
+  return c;
+}
+
+static void free_case(case_data *c) { free(c->in), free(c->w), free(c->bias); }
+
+/* Runs the packed forward with the given OpenMP thread count; 0 on success. */
+static int run_forward(const dlrec_packed_linear *p, const float *in, float *out, int B, int relu, int threads) {
+  int keep = omp_get_max_threads();
+  omp_set_num_threads(threads);
+  dlrec_status st = dlrec_packed_linear_forward(p, in, out, B, relu);
+  omp_set_num_threads(keep);
+  if (st != DLREC_OK) test_fail(__FILE__, __LINE__, "packed_linear_forward: %s", dlrec_last_error());
+  return st == DLREC_OK ? 0 : -1;
+}
+
+/* ---- against the naive reference ---------------------------------------------- */
+
+/* Compares out (B, OUT) with a double-precision loop. The tolerance is the
+ * error bound of a sum of IN + 1 terms in fp32, (IN + 1) u Σ|term| with u =
+ * 2^-24, which any summation order meets; a ReLU does not widen it. */
+static int check_against_reference(const case_data *c, const float *out, int with_bias, int relu) {
+  for (int b = 0; b < c->B; b++)
+    for (int o = 0; o < c->OUT; o++) {
+      double s = with_bias ? c->bias[o] : 0.0, mag = fabs(s);
+      for (int k = 0; k < c->IN; k++) {
+        double t = (double)c->in[(size_t)b * c->IN + k] * c->w[(size_t)o * c->IN + k];
+        s += t, mag += fabs(t);
+      }
+      if (relu && s < 0) s = 0;
+      const double tol = (c->IN + 1) * (FLT_EPSILON / 2) * mag + 1e-30;
+      const float v = out[(size_t)b * c->OUT + o];
+      if (!(fabs(v - s) <= tol) || (relu && !(v >= 0))) {
+        test_fail(__FILE__, __LINE__, "B=%d IN=%d OUT=%d bias=%d relu=%d: out[%d][%d] = %.9g, reference %.9g (tol %.3g)",
+                  c->B, c->IN, c->OUT, with_bias, relu, b, o, v, s, tol);
+        return -1;
+      }
+    }
+  return 0;
+}
+
+static int check_shape(int B, int IN, int OUT, int with_bias, int relu, int threads) {
+  case_data c = make_case(B, IN, OUT, 1);
+  float *out = fvec((size_t)B * OUT);
+  dlrec_packed_linear *p = NULL;
+  int rc = -1;
+  dlrec_status st = dlrec_packed_linear_create(&p, c.w, with_bias ? c.bias : NULL, IN, OUT);
+  if (st != DLREC_OK)
+    test_fail(__FILE__, __LINE__, "packed_linear_create: %s", dlrec_last_error());
+  else if (run_forward(p, c.in, out, B, relu, threads) == 0)
+    rc = check_against_reference(&c, out, with_bias, relu);
+  dlrec_packed_linear_free(p);
+  free(out);
+  free_case(&c);
+  return rc;
+}
+
+TEST(packed_linear_matches_naive) {
+  /* Odd widths, every row tail (B mod 6) and output tail (OUT mod 16). */
+  const int ins[] = {1, 3, 17, 64, 367};
+  const int outs[] = {1, 3, 16, 17, 33, 100};
+  const int bs[] = {1, 3, 5, 6, 10, 64, 1000};
+  for (int i = 0; i < 5; i++)
+    for (int o = 0; o < 6; o++)
+      for (int b = 0; b < 7; b++) {
+        const int B = bs[b], IN = ins[i], OUT = outs[o];
+        if ((double)B * IN * OUT > 4e6 && !(IN == 367 && OUT == 100)) continue; /* keep the sanitizer run short */
+        CHECK(check_shape(B, IN, OUT, 1, 0, 2) == 0);
+      }
+  /* Random shapes, with and without bias and ReLU, on 1 and 2 threads. */
+  dlrec_rng r;
+  dlrec_rng_seed(&r, 7, 0);
+  for (int t = 0; t < 24; t++) {
+    const int B = 1 + (int)dlrec_rng_below(&r, 300), IN = 1 + (int)dlrec_rng_below(&r, 400);
+    const int OUT = 1 + (int)dlrec_rng_below(&r, 200);
+    CHECK(check_shape(B, IN, OUT, t & 1, (t >> 1) & 1, 1 + (t & 2) / 2) == 0);
+  }
+  /* Past the parallel threshold, with both thread splits (rows, panels). */
+  CHECK(check_shape(1, 1100, 1000, 1, 1, 2) == 0);
+  CHECK(check_shape(40, 700, 130, 1, 0, 2) == 0);
+  CHECK(check_shape(300, 257, 300, 1, 0, 2) == 0);
+}
+
+/* ---- bitwise invariance ----------------------------------------------------------- */
+
+/* For one layer: out of the whole batch (2 threads) against each row alone
+ * (B = 1, from its own misaligned buffer), the rows in a random order, the
+ * batch on 1 and 3 threads, and every sub-batch of 1 .. 13 rows starting at
+ * each of the first 7 rows (every row tail at every position). */
+static void check_invariance(int B, int IN, int OUT, int relu) {
+  case_data c = make_case(B, IN, OUT, 2);
+  const size_t row_bytes = (size_t)OUT * sizeof(float);
+  float *ref = fvec((size_t)B * OUT), *out = fvec((size_t)B * OUT), *perm_in = fvec((size_t)B * IN);
+  float *one_in = fvec((size_t)IN + 1), *one_out = fvec((size_t)OUT + 1);
+  uint32_t *perm = calloc((size_t)B, sizeof *perm);
+  dlrec_packed_linear *p = NULL;
+  dlrec_status st = dlrec_packed_linear_create(&p, c.w, c.bias, IN, OUT);
+  int fails = st != DLREC_OK;
+  if (st != DLREC_OK) test_fail(__FILE__, __LINE__, "packed_linear_create: %s", dlrec_last_error());
+  if (!fails) fails += run_forward(p, c.in, ref, B, relu, 2) != 0;
+  if (!fails) fails += check_against_reference(&c, ref, 1, relu) != 0;
+
+  /* Each row alone, its input and output one float off the allocation's alignment. */
+  for (int b = 0; b < B && !fails; b++) {
+    memcpy(one_in + 1, c.in + (size_t)b * IN, (size_t)IN * sizeof(float));
+    fails += run_forward(p, one_in + 1, one_out + 1, 1, relu, 2) != 0;
+    if (!fails && memcmp(one_out + 1, ref + (size_t)b * OUT, row_bytes) != 0) {
+      test_fail(__FILE__, __LINE__, "B=%d IN=%d OUT=%d relu=%d: row %d alone differs from the batch", B, IN, OUT, relu,
+                b);
+      fails++;
+    }
+  }
+  /* The rows permuted: out row i is the batch's row perm[i]. */
+  dlrec_rng r;
+  dlrec_rng_seed(&r, 3, (uint64_t)B);
+  for (int b = 0; b < B; b++) perm[b] = (uint32_t)b;
+  dlrec_rng_shuffle_u32(&r, perm, (uint32_t)B);
+  for (int b = 0; b < B; b++)
+    memcpy(perm_in + (size_t)b * IN, c.in + (size_t)perm[b] * IN, (size_t)IN * sizeof(float));
+  if (!fails) fails += run_forward(p, perm_in, out, B, relu, 2) != 0;
+  for (int b = 0; b < B && !fails; b++)
+    if (memcmp(out + (size_t)b * OUT, ref + (size_t)perm[b] * OUT, row_bytes) != 0) {
+      test_fail(__FILE__, __LINE__, "B=%d IN=%d OUT=%d: row %u moved to %d differs", B, IN, OUT, perm[b], b);
+      fails++;
+    }
+  /* Other thread counts. */
+  for (int threads = 1; threads <= 3 && !fails; threads += 2) {
+    memset(out, 0, (size_t)B * row_bytes);
+    fails += run_forward(p, c.in, out, B, relu, threads) != 0;
+    if (!fails && memcmp(out, ref, (size_t)B * row_bytes) != 0) {
+      test_fail(__FILE__, __LINE__, "B=%d IN=%d OUT=%d: %d thread(s) differ from 2", B, IN, OUT, threads);
+      fails++;
+    }
+  }
+  /* Sub-batches. */
+  for (int start = 0; start < 7 && start < B && !fails; start++)
+    for (int n = 1; n <= 13 && start + n <= B && !fails; n++) {
+      fails += run_forward(p, c.in + (size_t)start * IN, out, n, relu, 2) != 0;
+      if (!fails && memcmp(out, ref + (size_t)start * OUT, (size_t)n * row_bytes) != 0) {
+        test_fail(__FILE__, __LINE__, "B=%d IN=%d OUT=%d: rows %d .. %d as a batch of %d differ", B, IN, OUT, start,
+                  start + n - 1, n);
+        fails++;
+      }
+    }
+  dlrec_packed_linear_free(p);
+  free(ref), free(out), free(perm_in), free(one_in), free(one_out), free(perm);
+  free_case(&c);
+}
+
+TEST(packed_linear_bitwise_invariant) {
+  check_invariance(64, 367, 100, 0);
+  check_invariance(64, 367, 100, 1);
+  check_invariance(1000, 17, 130, 0); /* many row blocks: threads split the rows */
+  check_invariance(13, 3, 1, 1);
+  check_invariance(37, 1100, 1000, 0); /* past the parallel threshold at B = 1: threads split the panels */
+  check_invariance(200, 512, 256, 1);  /* a Kaggle layer, split by rows */
+}
+
+/* ---- ReLU, bias, update ------------------------------------------------------------ */
+
+TEST(packed_linear_relu_and_null_bias) {
+  const int B = 50, IN = 37, OUT = 45;
+  case_data c = make_case(B, IN, OUT, 4);
+  const size_t n = (size_t)B * OUT;
+  float *lin = fvec(n), *act = fvec(n), *nob = fvec(n), *zb = fvec(n), *zeros = fvec((size_t)OUT);
+  dlrec_packed_linear *p = NULL, *q = NULL, *z = NULL;
+  CHECK_OK(dlrec_packed_linear_create(&p, c.w, c.bias, IN, OUT));
+  CHECK_OK(dlrec_packed_linear_create(&q, c.w, NULL, IN, OUT));
+  CHECK_OK(dlrec_packed_linear_create(&z, c.w, zeros, IN, OUT));
+  int ok = run_forward(p, c.in, lin, B, 0, 2) == 0 && run_forward(p, c.in, act, B, 1, 2) == 0 &&
+           run_forward(q, c.in, nob, B, 0, 2) == 0 && run_forward(z, c.in, zb, B, 0, 2) == 0;
+  /* The ReLU is max(x, 0) of the same sums, bitwise; some of each sign. */
+  size_t neg = 0, pos = 0;
+  for (size_t i = 0; ok && i < n; i++) {
+    const float want = lin[i] > 0 ? lin[i] : 0.0f;
+    if (memcmp(&act[i], &want, sizeof want) != 0) {
+      test_fail(__FILE__, __LINE__, "relu out[%zu] = %.9g, linear %.9g", i, act[i], lin[i]);
+      ok = 0;
+    }
+    neg += lin[i] < 0, pos += lin[i] > 0;
+  }
+  if (ok && (neg == 0 || pos == 0)) test_fail(__FILE__, __LINE__, "test setup: %zu negative, %zu positive", neg, pos);
+  /* No bias: the reference without one, and the same bits as a zero bias. */
+  if (ok) ok = check_against_reference(&c, nob, 0, 0) == 0 && check_against_reference(&c, lin, 1, 0) == 0;
+  if (ok && memcmp(nob, zb, n * sizeof(float)) != 0) test_fail(__FILE__, __LINE__, "NULL bias differs from zeros");
+  dlrec_packed_linear_free(p), dlrec_packed_linear_free(q), dlrec_packed_linear_free(z);
+  free(lin), free(act), free(nob), free(zb), free(zeros);
+  free_case(&c);
+}
+
+TEST(packed_linear_update) {
+  const int B = 20, IN = 29, OUT = 19;
+  case_data c1 = make_case(B, IN, OUT, 5), c2 = make_case(B, IN, OUT, 6);
+  const size_t bytes = (size_t)B * OUT * sizeof(float);
+  float *o1 = fvec(bytes / 4), *o2 = fvec(bytes / 4), *fresh = fvec(bytes / 4), *tmp = fvec(bytes / 4);
+  dlrec_packed_linear *p = NULL, *q = NULL;
+  CHECK_OK(dlrec_packed_linear_create(&p, c1.w, c1.bias, IN, OUT));
+  CHECK_OK(dlrec_packed_linear_create(&q, c2.w, c2.bias, IN, OUT));
+  int ok = run_forward(p, c1.in, o1, B, 0, 2) == 0 && run_forward(q, c1.in, fresh, B, 0, 2) == 0;
+  /* New weights and bias: what a freshly created layer gives, and not the old. */
+  ok = ok && dlrec_packed_linear_update(p, c2.w, c2.bias) == DLREC_OK && run_forward(p, c1.in, o2, B, 0, 2) == 0;
+  if (ok && (memcmp(o2, fresh, bytes) != 0 || memcmp(o2, o1, bytes) == 0)) {
+    test_fail(__FILE__, __LINE__, "update: %s", memcmp(o2, fresh, bytes) ? "differs from a fresh layer" : "no change");
+    ok = 0;
+  }
+  /* Without the bias: the bias is gone. */
+  ok = ok && dlrec_packed_linear_update(p, c2.w, NULL) == DLREC_OK && run_forward(p, c1.in, tmp, B, 0, 2) == 0;
+  case_data probe = c2;
+  probe.in = c1.in;
+  if (ok) ok = check_against_reference(&probe, tmp, 0, 0) == 0;
+  /* Back to the first values: the first outputs, bitwise. */
+  ok = ok && dlrec_packed_linear_update(p, c1.w, c1.bias) == DLREC_OK && run_forward(p, c1.in, tmp, B, 0, 2) == 0;
+  if (ok && memcmp(tmp, o1, bytes) != 0) test_fail(__FILE__, __LINE__, "update back to the first weights differs");
+  dlrec_packed_linear_free(p), dlrec_packed_linear_free(q);
+  free(o1), free(o2), free(fresh), free(tmp);
+  free_case(&c1), free_case(&c2);
+}
+
+TEST(packed_linear_bad_arguments) {
+  float w[6] = {1, 2, 3, 4, 5, 6}, b[2] = {0}, in[3] = {1, 1, 1}, out[2] = {7, 7};
+  dlrec_packed_linear *p = (dlrec_packed_linear *)w; /* must be reset to NULL on failure */
+  CHECK_ERR(dlrec_packed_linear_create(NULL, w, b, 3, 2), DLREC_ERR_INVALID, "NULL");
+  CHECK_ERR(dlrec_packed_linear_create(&p, NULL, b, 3, 2), DLREC_ERR_INVALID, "NULL");
+  CHECK(p == NULL);
+  p = (dlrec_packed_linear *)w;
+  CHECK_ERR(dlrec_packed_linear_create(&p, w, b, 0, 2), DLREC_ERR_INVALID, "IN=0");
+  CHECK(p == NULL);
+  CHECK_ERR(dlrec_packed_linear_create(&p, w, b, 3, 0), DLREC_ERR_INVALID, "OUT=0");
+  CHECK_ERR(dlrec_packed_linear_create(&p, w, b, -3, 2), DLREC_ERR_INVALID, "bad shape");
+  CHECK_ERR(dlrec_packed_linear_create(&p, w, b, 3, 65537), DLREC_ERR_INVALID, "bad shape");
+  CHECK_ERR(dlrec_packed_linear_create(&p, w, b, 1 << 20, 2), DLREC_ERR_INVALID, "bad shape");
+  CHECK(p == NULL);
+  CHECK_OK(dlrec_packed_linear_create(&p, w, b, 3, 2));
+  CHECK_ERR(dlrec_packed_linear_forward(NULL, in, out, 1, 0), DLREC_ERR_INVALID, "NULL");
+  CHECK_ERR(dlrec_packed_linear_forward(p, NULL, out, 1, 0), DLREC_ERR_INVALID, "NULL");
+  CHECK_ERR(dlrec_packed_linear_forward(p, in, NULL, 1, 0), DLREC_ERR_INVALID, "NULL");
+  CHECK_ERR(dlrec_packed_linear_forward(p, in, out, 0, 0), DLREC_ERR_INVALID, "B=0");
+  CHECK_ERR(dlrec_packed_linear_forward(p, in, out, -5, 1), DLREC_ERR_INVALID, "B=-5");
+  CHECK(out[0] == 7 && out[1] == 7); /* refused calls touch nothing */
+  CHECK_ERR(dlrec_packed_linear_update(NULL, w, b), DLREC_ERR_INVALID, "NULL");
+  CHECK_ERR(dlrec_packed_linear_update(p, NULL, b), DLREC_ERR_INVALID, "NULL");
+  /* The valid call still works: W = [[1 2 3] [4 5 6]], x = [1 1 1]. */
+  CHECK_OK(dlrec_packed_linear_forward(p, in, out, 1, 0));
+  CHECK(out[0] == 6 && out[1] == 15);
+  dlrec_packed_linear_free(p);
+  dlrec_packed_linear_free(NULL);
+}
