@@ -161,11 +161,14 @@ TEST(dlrm_training_steps_lower_the_loss) {
   }
   CHECK(loss < 0.5 * first); /* one batch memorized */
   float p2[4];
-  CHECK_OK(dlrec_dlrm_predict(m, ws, &tb.b, p2));
+  dlrec_dlrm_scorer *scorer;
+  CHECK_OK(dlrec_dlrm_scorer_create(&scorer, m));
+  CHECK_OK(dlrec_dlrm_predict(scorer, ws, &tb.b, p2));
   for (int i = 0; i < 4; i++) CHECK(fabsf(p2[i] - tb.labels[i]) < 0.5f);
   /* A batch with an id outside the table is refused, not a crash. */
   tb.ids[0][0] = (uint32_t)s.table_rows + 3;
-  CHECK_ERR(dlrec_dlrm_predict(m, ws, &tb.b, p2), DLREC_ERR_INVALID, "");
+  CHECK_ERR(dlrec_dlrm_predict(scorer, ws, &tb.b, p2), DLREC_ERR_INVALID, "");
+  dlrec_dlrm_scorer_free(scorer);
   dlrec_sparse_optim_free(opt.sparse);
   dlrec_dlrm_ws_free(ws);
   dlrec_dlrm_free(m);

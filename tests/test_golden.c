@@ -222,6 +222,7 @@ typedef struct golden_run {
   golden g;
   dlrec_dlrm *m;
   dlrec_dlrm_ws *ws;
+  dlrec_dlrm_scorer *scorer;
   uint32_t *off[DLREC_MAX_SPARSE], *ids[DLREC_MAX_SPARSE];
   float *dense, *labels, *prob;
 } golden_run;
@@ -234,6 +235,7 @@ static void golden_run_free(golden_run *r) {
   free(r->dense);
   free(r->labels);
   free(r->prob);
+  dlrec_dlrm_scorer_free(r->scorer);
   dlrec_dlrm_ws_free(r->ws);
   dlrec_dlrm_free(r->m);
   golden_free(&r->g);
@@ -376,7 +378,9 @@ static void run_golden(golden_run *r, const char *path) {
   GOLDEN_REQUIRE(probs && loss && grad && d_emb);
 
   int bad = 0;
-  CHECK_OK(dlrec_dlrm_predict(r->m, r->ws, &batch, r->prob));
+  /* Scoring packs the weights as they are now, after they were set above. */
+  CHECK_OK(dlrec_dlrm_scorer_create(&r->scorer, r->m));
+  CHECK_OK(dlrec_dlrm_predict(r->scorer, r->ws, &batch, r->prob));
   bad += compare("probs", r->prob, NULL, probs->v, (size_t)B, ATOL, RTOL);
   double got_loss = NAN;
   const float *got_grad, *got_demb;

@@ -243,12 +243,75 @@ static dlrec_status forward(const dlrec_dlrm *m, dlrec_dlrm_ws *ws, const dlrec_
   return st;
 }
 
-dlrec_status dlrec_dlrm_predict(const dlrec_dlrm *m, dlrec_dlrm_ws *ws, const dlrec_batch *batch, float *prob) {
-  dlrec_status st = forward(m, ws, batch);
-  if (st != DLREC_OK) return st;
-  double t = dlrec_now();
-  st = dlrec_sigmoid_forward(prob, ws->top[m->shape.n_top - 1], batch->rows);
-  lap(&ws->prof.other, &t);
+/* ---- batch-invariant scoring ---------------------------------------------- */
+
+struct dlrec_dlrm_scorer {
+  const dlrec_dlrm *m;
+  dlrec_packed_linear *bottom[DLREC_MLP_MAX_LAYERS], *top[DLREC_MLP_MAX_LAYERS];
+};
+
+void dlrec_dlrm_scorer_free(dlrec_dlrm_scorer *s) {
+  if (!s) return;
+  for (uint32_t l = 0; l < DLREC_MLP_MAX_LAYERS; l++) {
+    dlrec_packed_linear_free(s->bottom[l]);
+    dlrec_packed_linear_free(s->top[l]);
+  }
+  free(s);
+}
+
+dlrec_status dlrec_dlrm_scorer_create(dlrec_dlrm_scorer **out, const dlrec_dlrm *m) {
+  *out = NULL;
+  dlrec_dlrm_scorer *s = calloc(1, sizeof *s);
+  if (!s) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
+  s->m = m;
+  dlrec_status st = DLREC_OK;
+  for (uint32_t l = 0; st == DLREC_OK && l < m->shape.n_bottom; l++) {
+    const layer *L = &m->bottom[l];
+    st = dlrec_packed_linear_create(&s->bottom[l], m->params + L->w, m->params + L->b, (int)L->in, (int)L->out);
+  }
+  for (uint32_t l = 0; st == DLREC_OK && l < m->shape.n_top; l++) {
+    const layer *L = &m->top[l];
+    st = dlrec_packed_linear_create(&s->top[l], m->params + L->w, m->params + L->b, (int)L->in, (int)L->out);
+  }
+  if (st != DLREC_OK) {
+    dlrec_dlrm_scorer_free(s);
+    return st;
+  }
+  *out = s;
+  return DLREC_OK;
+}
+
+dlrec_status dlrec_dlrm_scorer_update(dlrec_dlrm_scorer *s) {
+  const dlrec_dlrm *m = s->m;
+  dlrec_status st = DLREC_OK;
+  for (uint32_t l = 0; st == DLREC_OK && l < m->shape.n_bottom; l++)
+    st = dlrec_packed_linear_update(s->bottom[l], m->params + m->bottom[l].w, m->params + m->bottom[l].b);
+  for (uint32_t l = 0; st == DLREC_OK && l < m->shape.n_top; l++)
+    st = dlrec_packed_linear_update(s->top[l], m->params + m->top[l].w, m->params + m->top[l].b);
+  return st;
+}
+
+const dlrec_dlrm *dlrec_dlrm_scorer_model(const dlrec_dlrm_scorer *s) { return s->m; }
+
+dlrec_status dlrec_dlrm_predict(const dlrec_dlrm_scorer *s, dlrec_dlrm_ws *ws, const dlrec_batch *b, float *prob) {
+  const dlrec_dlrm *m = s->m;
+  if (b->rows < 1 || b->rows > ws->max_batch)
+    return dlrec_error(DLREC_ERR_INVALID, "batch of %u rows, the workspace holds 1 to %u", b->rows, ws->max_batch);
+  int B = (int)b->rows, F = (int)m->schema.n_sparse, D = (int)m->shape.emb_dim;
+  dlrec_bag_batch bags = bags_of(m, b);
+  dlrec_status st = dlrec_bag_forward(m->table, &bags, m->shape.pooling, ws->emb);
+  const float *in = b->dense;
+  for (uint32_t l = 0; st == DLREC_OK && l < m->shape.n_bottom; l++) {
+    st = dlrec_packed_linear_forward(s->bottom[l], in, ws->bot[l], B, 1);
+    in = ws->bot[l];
+  }
+  if (st == DLREC_OK) st = dlrec_interaction_dot_forward(ws->inter, in, ws->emb, B, F, D);
+  in = ws->inter;
+  for (uint32_t l = 0; st == DLREC_OK && l < m->shape.n_top; l++) {
+    st = dlrec_packed_linear_forward(s->top[l], in, ws->top[l], B, l + 1 < m->shape.n_top);
+    in = ws->top[l];
+  }
+  if (st == DLREC_OK) st = dlrec_sigmoid_forward(prob, ws->top[m->shape.n_top - 1], (size_t)B);
   return st;
 }
 

@@ -82,10 +82,12 @@ static dlrec_status predict_raw(const dlrec_model *m, const char *input, const d
   uint32_t *ids = malloc((size_t)B * F * sizeof *ids), *cols = malloc((size_t)B * F * sizeof *cols);
   uint32_t *offsets = malloc((B + 1) * sizeof *offsets);
   dlrec_dlrm_ws *ws = NULL;
+  dlrec_dlrm_scorer *scorer = NULL;
   char *line = NULL;
   size_t cap = 0;
   dlrec_status s = dense && labels && prob && ids && cols && offsets ? DLREC_OK : dlrec_error(DLREC_ERR_NOMEM, "out of memory");
   if (s == DLREC_OK) s = dlrec_dlrm_ws_create(&ws, m->dlrm, B);
+  if (s == DLREC_OK) s = dlrec_dlrm_scorer_create(&scorer, m->dlrm);
   for (uint32_t i = 0; i <= B && offsets; i++) offsets[i] = i; /* one id per row and column */
   dlrec_batch batch;
   memset(&batch, 0, sizeof batch);
@@ -119,13 +121,14 @@ static dlrec_status predict_raw(const dlrec_model *m, const char *input, const d
     }
     if (s == DLREC_OK && (n == B || (len < 0 && n > 0))) {
       batch.rows = n;
-      s = dlrec_dlrm_predict(m->dlrm, ws, &batch, prob);
+      s = dlrec_dlrm_predict(scorer, ws, &batch, prob);
       if (s == DLREC_OK) s = sink_write(out, prob, NULL, n);
       n = 0;
     }
     if (len < 0) break;
   }
   free(line);
+  dlrec_dlrm_scorer_free(scorer);
   dlrec_dlrm_ws_free(ws);
   free(dense);
   free(labels);

@@ -61,7 +61,9 @@ dlrec_status dlrec_score_files(const dlrec_dlrm *m, const char *const *paths, in
   if (s == DLREC_OK && !dlrec_schema_equal(dlrec_loader_schema(ld), dlrec_dlrm_schema(m)))
     s = dlrec_error(DLREC_ERR_INVALID, "%s: encoded with another ETL state than the model's (the schemas differ)",
                     paths[0]);
+  dlrec_dlrm_scorer *sc = NULL;
   if (s == DLREC_OK) s = dlrec_dlrm_ws_create(&ws, m, batch);
+  if (s == DLREC_OK) s = dlrec_dlrm_scorer_create(&sc, m);
   uint64_t done = 0;
   while (s == DLREC_OK && (!max_rows || done < max_rows)) {
     const dlrec_batch *b;
@@ -69,11 +71,12 @@ dlrec_status dlrec_score_files(const dlrec_dlrm *m, const char *const *paths, in
     if (s != DLREC_OK) break;
     uint32_t n = b->rows;
     if (max_rows && done + n > max_rows) n = (uint32_t)(max_rows - done);
-    s = dlrec_dlrm_predict(m, ws, b, prob);
+    s = dlrec_dlrm_predict(sc, ws, b, prob);
     if (s == DLREC_OK) s = fn(ctx, prob, b->labels, n);
     done += n;
   }
   if (s == DLREC_END) s = DLREC_OK;
+  dlrec_dlrm_scorer_free(sc);
   dlrec_dlrm_ws_free(ws);
   dlrec_loader_close(ld);
   free(prob);
