@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The main job on an embedded default: synthesize Criteo-like click logs with
 # known click probabilities, fit the ETL, encode train/valid .dlr files,
-# verify them, train the Kaggle-shaped DLRM for one epoch, evaluate it, and
+# verify them, train the Kaggle-shaped DLRM for one epoch, evaluate it,
 # report its AUC next to the best possible one (that of the true
-# probabilities).
+# probabilities), then serve the model over HTTP, score three rows through
+# the server and through `dlrec predict`, and stop the server.
 #   DEMO_ROWS   rows to synthesize (default 2000000)
 #   DEMO_DIR    where the files go (default build/demo)
 set -euo pipefail
@@ -50,6 +51,38 @@ $BIN eval --model "$DIR/run" --data "$DIR/valid.dlr" | tee "$DIR/eval.json"
 auc=$(grep '"auc"' "$DIR/eval.json" | tr -dc '0-9.')
 best=$(grep -o 'true p: AUC [0-9.]*' "$DIR/synth.log" | awk '{ print $4 }')
 printf '\n   AUC %s; best possible (true click probabilities) %s\n' "$auc" "$best"
+
+say "serve: the model over HTTP (KServe v2 / Triton protocol); three rows through the server and predict"
+rm -f "$DIR/serve.port"
+$BIN serve --model "$DIR/run" --port 0 --port-file "$DIR/serve.port" -q &
+server=$!
+trap 'kill "$server" 2>/dev/null || true' EXIT
+for _ in $(seq 200); do [ -s "$DIR/serve.port" ] && break; sleep 0.05; done
+port=$(cat "$DIR/serve.port")
+# A request without curl or python: bash's /dev/tcp. Prints the response body.
+http() { # METHOD PATH [BODY]
+  local body=${3:-}
+  exec 3<>"/dev/tcp/127.0.0.1/$port"
+  printf '%s %s HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s' \
+    "$1" "$2" "${#body}" "$body" >&3
+  sed '1,/^\r$/d' <&3
+  exec 3<&-
+}
+head -3 "$DIR/clicks.tsv" | cut -f2- > "$DIR/rows.tsv"
+# The raw features as a client logs them: 13 dense and 26 categorical strings per row.
+request=$(awk -F'\t' '
+  function row(from, to,   i, s) { s = "["; for (i = from; i <= to; i++) s = s (i > from ? "," : "") "\"" $i "\""; return s "]" }
+  { d = d (NR > 1 ? "," : "") row(1, 13); c = c (NR > 1 ? "," : "") row(14, 39) }
+  END { printf "{\"id\":\"demo\",\"inputs\":[{\"name\":\"dense\",\"datatype\":\"BYTES\",\"shape\":[%d,13],\"data\":[%s]},", NR, d
+        printf "{\"name\":\"categorical\",\"datatype\":\"BYTES\",\"shape\":[%d,26],\"data\":[%s]}]}", NR, c }' "$DIR/rows.tsv")
+printf '   GET /v2/health/ready: '; LC_ALL=C http GET /v2/health/ready >/dev/null && echo ok
+printf '   GET /v2/models/dlrm:  '; LC_ALL=C http GET /v2/models/dlrm; echo
+printf '   POST /v2/models/dlrm/infer: '; LC_ALL=C http POST /v2/models/dlrm/infer "$request"; echo
+$BIN predict --model "$DIR/run" --input "$DIR/rows.tsv" --no-label --out "$DIR/rows.scores" -q
+printf '   dlrec predict on the same rows: %s\n' "$(paste -sd, "$DIR/rows.scores")"
+kill "$server"
+wait "$server" || true
+trap - EXIT
 
 say "done: files in $DIR"
 ls -l "$DIR" | awk 'NR > 1 { printf "   %-14s %10.1f MB\n", $9, $5 / 1e6 }'

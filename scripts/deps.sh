@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
 # Installs the Debian packages dlrec needs for one purpose, only when missing.
-#   scripts/deps.sh build   compiler, CMake, cJSON, OpenBLAS
+#   scripts/deps.sh build   compiler, CMake, cJSON, OpenBLAS, libmicrohttpd
 #   scripts/deps.sh test    build + clang with its sanitizer/libFuzzer and OpenMP runtimes
-#                           (the ASan+UBSan and fuzz build)
+#                           (the ASan+UBSan and fuzz build), python3-venv (the Triton
+#                           client test installs tritonclient from PyPI into a venv)
 #   scripts/deps.sh bench   test + python3-pandas and python3-torch, the peers of the benchmarks
 # Runs `apt-get update` itself the first time something is missing. Needs root
 # (or sudo) only when it has something to install.
 set -euo pipefail
 
-want=(build-essential cmake pkg-config libcjson-dev libopenblas-openmp-dev)
+want=(build-essential cmake pkg-config libcjson-dev libopenblas-openmp-dev libmicrohttpd-dev)
 case "${1:-build}" in
   build) ;;
-  test) want+=(clang libclang-rt-dev libomp-dev) ;;
-  bench) want+=(clang libclang-rt-dev libomp-dev python3 python3-pandas python3-torch) ;;
+  test) want+=(clang libclang-rt-dev libomp-dev python3-venv) ;;
+  bench) want+=(clang libclang-rt-dev libomp-dev python3-venv python3 python3-pandas python3-torch wrk) ;;
   *) echo "usage: $0 build|test|bench" >&2; exit 2 ;;
 esac
 

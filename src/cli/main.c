@@ -22,6 +22,7 @@ static const struct {
     {"train", cmd_train, "train a DLRM on .dlr files, with evaluation and resumable checkpoints"},
     {"eval", cmd_eval, "print AUC, logloss, NE and calibration of a trained model on .dlr data"},
     {"predict", cmd_predict, "score raw rows or .dlr files with a trained model, in input order"},
+    {"serve", cmd_serve, "serve a trained model over HTTP (KServe v2 / Triton protocol)"},
 };
 
 static void usage(FILE *out) {

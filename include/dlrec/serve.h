@@ -1,0 +1,49 @@
+/* `dlrec serve`: a trained model behind the KServe v2 / Triton HTTP protocol.
+ *
+ * libmicrohttpd accepts connections, one thread each (a slow client holds
+ * only its own thread, and is cut off after timeout_s). A request's thread
+ * parses the body (kserve.h), encodes its rows with the model it started on
+ * (serve_batch.h) and queues them; `threads` workers merge queued requests
+ * of the same model into batches of up to max_batch rows, waiting up to
+ * max_delay_us for more while other requests are being received, score them
+ * with the batch-invariant scorer (dlrm.h) and hand each request its rows'
+ * scores. The queue holds at most max_queue_rows rows; beyond that a request
+ * gets 503 at once instead of waiting.
+ *
+ * Models: RUN's latest checkpoint is loaded at start. With watch, RUN/latest
+ * is polled and a new checkpoint is loaded in the background and swapped in
+ * atomically; requests keep a reference to the model they started on and
+ * finish on it. A checkpoint that fails to load is refused and logged; the
+ * old model keeps serving. The repository endpoints do the same on demand.
+ */
+#ifndef DLREC_SERVE_H
+#define DLREC_SERVE_H
+
+#include <stdint.h>
+
+#include "dlrec/status.h"
+
+typedef struct dlrec_serve_opts {
+  const char *run_dir;        /* RUN (or a checkpoint directory) */
+  const char *host;           /* "127.0.0.1" */
+  uint16_t port;              /* 8000; 0: an ephemeral port (see port_file) */
+  const char *port_file;      /* NULL, or a file to write the bound port into once listening */
+  uint32_t threads;           /* scoring workers; 0: the machine's cores */
+  uint32_t max_batch;         /* 1024: rows per merged batch, and per request */
+  uint32_t max_delay_us;      /* 500 */
+  uint32_t max_queue_rows;    /* 0: 16 x max_batch */
+  uint64_t max_body_bytes;    /* 64 MiB */
+  uint32_t max_connections;   /* 256 */
+  uint32_t timeout_s;         /* 30: idle connections are closed after this */
+  int watch;                  /* poll RUN/latest for new checkpoints */
+  uint32_t watch_interval_ms; /* 1000 */
+} dlrec_serve_opts;
+
+void dlrec_serve_opts_default(dlrec_serve_opts *o);
+
+/* Loads the model, starts listening and serves until SIGINT or SIGTERM.
+ * Returns DLREC_OK after a clean stop; an error when the model cannot be
+ * loaded or the address cannot be bound. */
+dlrec_status dlrec_serve_run(const dlrec_serve_opts *o);
+
+#endif

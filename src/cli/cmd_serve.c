@@ -1,0 +1,87 @@
+/* dlrec serve: a trained model behind the KServe v2 / Triton HTTP protocol. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "dlrec/serve.h"
+
+static void usage(FILE *out) {
+  fprintf(out,
+          "usage: dlrec serve --model RUN [--host 127.0.0.1] [--port 8000] [--threads N]\n"
+          "                   [--max-batch 1024] [--max-delay-us 500] [--max-queue-rows R]\n"
+          "                   [--max-body-bytes 67108864] [--max-connections 256] [--timeout-s 30]\n"
+          "                   [--watch] [--watch-interval-ms 1000] [--port-file FILE]\n\n"
+          "Serves RUN's latest checkpoint over HTTP with the KServe v2 / Triton protocol\n"
+          "(JSON and binary tensors) until SIGINT or SIGTERM. See docs/serving.md.\n\n"
+          "  --model RUN           a training run directory (its latest checkpoint) or a checkpoint\n"
+          "  --host ADDR           IPv4 address to bind (default 127.0.0.1: this machine only)\n"
+          "  --port N              TCP port (default 8000; 0: any free port, see --port-file)\n"
+          "  --port-file FILE      write the bound port into FILE once listening\n"
+          "  --threads N           scoring workers (default: the machine's cores)\n"
+          "  --max-batch N         rows per merged batch and per request (default 1024)\n"
+          "  --max-delay-us N      how long a batch waits for requests being received (default 500)\n"
+          "  --max-queue-rows N    rows queued before requests get 503 (default 16 x max-batch)\n"
+          "  --max-body-bytes N    larger request bodies get 413 (default 64 MiB)\n"
+          "  --max-connections N   concurrent connections (default 256)\n"
+          "  --timeout-s N         idle connections are closed after N seconds (default 30)\n"
+          "  --watch               load new checkpoints of RUN as they appear (hot reload)\n"
+          "  --watch-interval-ms N how often RUN/latest is checked (default 1000)\n");
+}
+
+static int parse_u64(const char *opt, const char *v, uint64_t max, uint64_t *out) {
+  char *end;
+  unsigned long long x = strtoull(v, &end, 10);
+  if (!*v || *end || v[0] == '-' || x > max) {
+    cli_usage_error("serve", "%s: expected an integer in [0, %llu], got '%s'", opt, (unsigned long long)max, v);
+    return 0;
+  }
+  *out = x;
+  return 1;
+}
+
+int cmd_serve(int argc, char **argv) {
+  dlrec_serve_opts o;
+  dlrec_serve_opts_default(&o);
+  enum { O_HOST = 256, O_PORT, O_PORT_FILE, O_THREADS, O_MAX_BATCH, O_DELAY, O_QUEUE, O_BODY, O_CONN, O_TIMEOUT,
+         O_WATCH, O_WATCH_MS };
+  static const struct option opts[] = {
+      {"model", required_argument, 0, 'm'},         {"host", required_argument, 0, O_HOST},
+      {"port", required_argument, 0, O_PORT},       {"port-file", required_argument, 0, O_PORT_FILE},
+      {"threads", required_argument, 0, O_THREADS}, {"max-batch", required_argument, 0, O_MAX_BATCH},
+      {"max-delay-us", required_argument, 0, O_DELAY}, {"max-queue-rows", required_argument, 0, O_QUEUE},
+      {"max-body-bytes", required_argument, 0, O_BODY}, {"max-connections", required_argument, 0, O_CONN},
+      {"timeout-s", required_argument, 0, O_TIMEOUT}, {"watch", no_argument, 0, O_WATCH},
+      {"watch-interval-ms", required_argument, 0, O_WATCH_MS}, {"help", no_argument, 0, 'h'},
+      {"quiet", no_argument, 0, 'q'},               {"verbose", no_argument, 0, 'v'},
+      {0, 0, 0, 0}};
+  int c;
+  uint64_t v;
+  optind = 1;
+  while ((c = getopt_long(argc, argv, "m:hqv", opts, NULL)) != -1) {
+    switch (c) {
+    case 'm': o.run_dir = optarg; break;
+    case O_HOST: o.host = optarg; break;
+    case O_PORT: if (!parse_u64("--port", optarg, 65535, &v)) return 2; o.port = (uint16_t)v; break;
+    case O_PORT_FILE: o.port_file = optarg; break;
+    case O_THREADS: if (!parse_u64("--threads", optarg, 1024, &v)) return 2; o.threads = (uint32_t)v; break;
+    case O_MAX_BATCH: if (!parse_u64("--max-batch", optarg, 1u << 20, &v) || !v) return 2; o.max_batch = (uint32_t)v; break;
+    case O_DELAY: if (!parse_u64("--max-delay-us", optarg, 10000000, &v)) return 2; o.max_delay_us = (uint32_t)v; break;
+    case O_QUEUE: if (!parse_u64("--max-queue-rows", optarg, UINT32_MAX, &v)) return 2; o.max_queue_rows = (uint32_t)v; break;
+    case O_BODY: if (!parse_u64("--max-body-bytes", optarg, 1ull << 34, &v) || !v) return 2; o.max_body_bytes = v; break;
+    case O_CONN: if (!parse_u64("--max-connections", optarg, 65536, &v) || !v) return 2; o.max_connections = (uint32_t)v; break;
+    case O_TIMEOUT: if (!parse_u64("--timeout-s", optarg, 86400, &v)) return 2; o.timeout_s = (uint32_t)v; break;
+    case O_WATCH: o.watch = 1; break;
+    case O_WATCH_MS: if (!parse_u64("--watch-interval-ms", optarg, 3600000, &v) || !v) return 2; o.watch_interval_ms = (uint32_t)v; break;
+    case 'h': usage(stdout); return 0;
+    case 'q': cli_common_option("-q"); break;
+    case 'v': cli_common_option("-v"); break;
+    default: return cli_usage_error("serve", "unknown option");
+    }
+  }
+  if (optind < argc) return cli_usage_error("serve", "unexpected argument '%s'", argv[optind]);
+  if (!o.run_dir) return cli_usage_error("serve", "--model is required");
+  if (dlrec_serve_run(&o) != DLREC_OK) return cli_fail("serve");
+  return 0;
+}

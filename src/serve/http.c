@@ -1,0 +1,490 @@
+/* The HTTP side of `dlrec serve`: libmicrohttpd with a thread per
+ * connection, routing of the KServe v2 / Triton endpoints, bodies bounded by
+ * max_body_bytes, and the glue between the protocol (kserve.h), the rows
+ * (serve_batch.h), the batcher and the registry.
+ *
+ *   GET  /v2                                     server metadata
+ *   GET  /v2/health/live, /v2/health/ready       200, or 503 when no model is loaded
+ *   GET  /v2/models/M[/versions/V]               model metadata
+ *   GET  /v2/models/M[/versions/V]/ready         200, or 503 when unloaded
+ *   POST /v2/models/M[/versions/V]/infer         inference (JSON or binary tensors)
+ *   POST /v2/repository/index                    [{"name","version","state"}]
+ *   POST /v2/repository/models/M/load|unload     reload RUN's latest checkpoint / unload
+ *   GET  /metrics                                Prometheus text
+ * Errors are {"error": "..."}: 400 bad request, 404 unknown model, version or
+ * path, 405 wrong method, 413 body over the limit, 503 overloaded or no model.
+ */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <arpa/inet.h>
+#include <unistd.h>
+
+#include "dlrec/log.h"
+#include "dlrec/progress.h"
+#include "serve/serve_internal.h"
+
+#ifndef DLREC_VERSION
+#define DLREC_VERSION "dev"
+#endif
+
+typedef struct server {
+  dlrec_serve_opts o;
+  serve_registry reg;
+  serve_batcher batcher;
+  serve_metrics metrics;
+  dlrec_kserve_limits limits;
+} server;
+
+/* Per connection request state (MHD's con_cls). */
+typedef struct request {
+  double t0;
+  char *body;
+  size_t len, cap;
+  int too_large;
+} request;
+
+void dlrec_serve_opts_default(dlrec_serve_opts *o) {
+  memset(o, 0, sizeof *o);
+  o->host = "127.0.0.1";
+  o->port = 8000;
+  o->max_batch = 1024;
+  o->max_delay_us = 500;
+  o->max_body_bytes = 64ull << 20;
+  o->max_connections = 256;
+  o->timeout_s = 30;
+  o->watch_interval_ms = 1000;
+}
+
+/* ---- responses ---- */
+
+static enum MHD_Result send_body(struct MHD_Connection *c, int status, const char *type, const void *data,
+                                 size_t len, long long header_len) {
+  struct MHD_Response *r = MHD_create_response_from_buffer(len, (void *)data, MHD_RESPMEM_MUST_COPY);
+  if (!r) return MHD_NO;
+  if (type) MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+  if (header_len >= 0) {
+    char v[32];
+    snprintf(v, sizeof v, "%lld", header_len);
+    MHD_add_response_header(r, "Inference-Header-Content-Length", v);
+  }
+  enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
+  MHD_destroy_response(r);
+  return ret;
+}
+
+static enum MHD_Result send_json(struct MHD_Connection *c, int status, const dlrec_kserve_buf *b) {
+  return send_body(c, status, "application/json", b->data, b->len, -1);
+}
+
+static enum MHD_Result send_error(server *sv, struct MHD_Connection *c, serve_endpoint ep, request *rq, int status,
+                                  const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+static enum MHD_Result send_error(server *sv, struct MHD_Connection *c, serve_endpoint ep, request *rq, int status,
+                                  const char *fmt, ...) {
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  dlrec_kserve_buf b;
+  dlrec_kserve_buf_init(&b);
+  enum MHD_Result ret;
+  if (dlrec_kserve_write_error(&b, msg) == DLREC_OK) ret = send_json(c, status, &b);
+  else ret = send_body(c, 500, "text/plain", "out of memory\n", 14, -1);
+  dlrec_kserve_buf_free(&b);
+  serve_metrics_request(&sv->metrics, ep, status, rq ? dlrec_now() - rq->t0 : 0);
+  return ret;
+}
+
+/* ---- routing ---- */
+
+typedef enum route {
+  R_NONE, R_SERVER_META, R_LIVE, R_READY, R_MODEL_META, R_MODEL_READY, R_INFER, R_REPO_INDEX, R_REPO_LOAD,
+  R_REPO_UNLOAD, R_METRICS
+} route;
+
+typedef struct target {
+  route r;
+  char model[128];
+  char version[32]; /* "" when the URL names none */
+} target;
+
+/* The next path segment of *p (after a '/') into seg; 0 at the end. */
+static int segment(const char **p, char *seg, size_t n) {
+  if (**p != '/') return 0;
+  const char *s = *p + 1, *e = strchr(s, '/');
+  if (!e) e = s + strlen(s);
+  if (e == s || (size_t)(e - s) >= n) return 0;
+  memcpy(seg, s, (size_t)(e - s));
+  seg[e - s] = 0;
+  *p = e;
+  return 1;
+}
+
+static route parse_target(const char *url, target *t) {
+  memset(t, 0, sizeof *t);
+  char a[128], b[128], c[128];
+  const char *p = url;
+  if (!strcmp(url, "/metrics")) return t->r = R_METRICS;
+  if (!segment(&p, a, sizeof a) || strcmp(a, "v2")) return R_NONE;
+  if (!*p) return t->r = R_SERVER_META;
+  if (!segment(&p, a, sizeof a)) return R_NONE;
+  if (!strcmp(a, "health")) {
+    if (!segment(&p, b, sizeof b) || *p) return R_NONE;
+    return t->r = !strcmp(b, "live") ? R_LIVE : !strcmp(b, "ready") ? R_READY : R_NONE;
+  }
+  if (!strcmp(a, "repository")) {
+    if (!segment(&p, b, sizeof b)) return R_NONE;
+    if (!strcmp(b, "index") && !*p) return t->r = R_REPO_INDEX;
+    if (strcmp(b, "models") || !segment(&p, t->model, sizeof t->model) || !segment(&p, c, sizeof c) || *p)
+      return R_NONE;
+    return t->r = !strcmp(c, "load") ? R_REPO_LOAD : !strcmp(c, "unload") ? R_REPO_UNLOAD : R_NONE;
+  }
+  if (strcmp(a, "models") || !segment(&p, t->model, sizeof t->model)) return R_NONE;
+  const char *q = p;
+  if (segment(&q, b, sizeof b) && !strcmp(b, "versions")) {
+    if (!segment(&q, t->version, sizeof t->version)) return R_NONE;
+    p = q;
+  }
+  if (!*p) return t->r = R_MODEL_META;
+  if (!segment(&p, b, sizeof b) || *p) return R_NONE;
+  return t->r = !strcmp(b, "ready") ? R_MODEL_READY : !strcmp(b, "infer") ? R_INFER : R_NONE;
+}
+
+static serve_endpoint endpoint_of(route r) {
+  switch (r) {
+  case R_SERVER_META: return EP_SERVER_META;
+  case R_LIVE:
+  case R_READY: return EP_HEALTH;
+  case R_MODEL_META: return EP_MODEL_META;
+  case R_MODEL_READY: return EP_MODEL_READY;
+  case R_INFER: return EP_INFER;
+  case R_REPO_INDEX:
+  case R_REPO_LOAD:
+  case R_REPO_UNLOAD: return EP_REPOSITORY;
+  case R_METRICS: return EP_METRICS;
+  default: return EP_OTHER;
+  }
+}
+
+static int is_post(route r) { return r == R_INFER || r == R_REPO_INDEX || r == R_REPO_LOAD || r == R_REPO_UNLOAD; }
+
+/* ---- handlers ---- */
+
+/* The model a URL names, with a reference; sends 404/503 and returns NULL
+ * when it is unknown, of another version, or unloaded. */
+static serve_model *model_for(server *sv, struct MHD_Connection *c, const target *t, request *rq,
+                              enum MHD_Result *ret) {
+  serve_endpoint ep = endpoint_of(t->r);
+  if (strcmp(t->model, sv->reg.name) != 0) {
+    *ret = send_error(sv, c, ep, rq, 404, "unknown model '%s' (this server has '%s')", t->model, sv->reg.name);
+    return NULL;
+  }
+  serve_model *m = serve_registry_acquire(&sv->reg);
+  if (!m) {
+    *ret = send_error(sv, c, ep, rq, 503, "model '%s' is not loaded", t->model);
+    return NULL;
+  }
+  if (t->version[0] && strcmp(t->version, m->version) != 0) {
+    *ret = send_error(sv, c, ep, rq, 404, "model '%s' has no version '%s' (serving version %s)", t->model,
+                      t->version, m->version);
+    serve_model_release(m);
+    return NULL;
+  }
+  return m;
+}
+
+static enum MHD_Result handle_infer(server *sv, struct MHD_Connection *c, const target *t, request *rq) {
+  enum MHD_Result ret = MHD_NO;
+  serve_batcher_receive_begin(&sv->batcher);
+  serve_model *m = model_for(sv, c, t, rq, &ret);
+  if (!m) {
+    serve_batcher_receive_abort(&sv->batcher);
+    return ret;
+  }
+  long long header_len = -1;
+  const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Inference-Header-Content-Length");
+  dlrec_status s = DLREC_OK;
+  if (h) {
+    char *end;
+    errno = 0;
+    header_len = strtoll(h, &end, 10);
+    if (end == h || *end || errno || header_len < 0)
+      s = dlrec_error(DLREC_ERR_PARSE, "Inference-Header-Content-Length: not a byte count: '%.40s'", h);
+  }
+  dlrec_kserve_request *req = NULL;
+  dlrec_serve_rows *rows = NULL;
+  float *scores = NULL;
+  int binary = 0;
+  if (s == DLREC_OK) s = dlrec_kserve_parse_request(rq->body ? rq->body : "", rq->len, header_len, &sv->limits, &req);
+  if (s == DLREC_OK) s = dlrec_kserve_request_output_binary(req, DLREC_KSERVE_OUTPUT, &binary);
+  if (s == DLREC_OK) s = dlrec_serve_rows_new(&rows, dlrec_dlrm_schema(m->model->dlrm), m->model->etl);
+  uint32_t n = 0;
+  if (s == DLREC_OK) s = dlrec_serve_rows_add_request(rows, req, sv->o.max_batch, &n);
+  if (s == DLREC_OK && !(scores = malloc((n ? n : 1) * sizeof *scores)))
+    s = dlrec_error(DLREC_ERR_NOMEM, "out of memory");
+  if (s == DLREC_OK) {
+    serve_job job = {.model = m, .rows = rows, .scores = scores};
+    s = serve_batcher_run(&sv->batcher, &job); /* ends the receive */
+  } else {
+    serve_batcher_receive_abort(&sv->batcher);
+  }
+  if (s == DLREC_OK) {
+    dlrec_kserve_buf b;
+    dlrec_kserve_buf_init(&b);
+    dlrec_kserve_response resp = {.model_name = sv->reg.name, .model_version = m->version,
+                                  .id = dlrec_kserve_request_id(req), .scores = scores, .rows = n,
+                                  .binary = binary};
+    size_t hl = 0;
+    s = dlrec_kserve_write_response(&b, &resp, &hl);
+    if (s == DLREC_OK) {
+      ret = send_body(c, 200, binary ? "application/octet-stream" : "application/json", b.data, b.len,
+                      binary ? (long long)hl : -1);
+      serve_metrics_request(&sv->metrics, EP_INFER, 200, dlrec_now() - rq->t0);
+    }
+    dlrec_kserve_buf_free(&b);
+  }
+  if (s != DLREC_OK) {
+    int status = dlrec_kserve_http_status(s);
+    ret = send_error(sv, c, EP_INFER, rq, status, "%s", dlrec_last_error());
+  }
+  free(scores);
+  dlrec_serve_rows_free(rows);
+  dlrec_kserve_request_free(req);
+  serve_model_release(m);
+  return ret;
+}
+
+static enum MHD_Result handle_repo_index(server *sv, struct MHD_Connection *c, request *rq) {
+  pthread_mutex_lock(&sv->reg.mu);
+  char version[24] = "";
+  if (sv->reg.current) snprintf(version, sizeof version, "%s", sv->reg.current->version);
+  char reason[512];
+  snprintf(reason, sizeof reason, "%s", sv->reg.current ? "" : sv->reg.last_error[0] ? sv->reg.last_error : "unloaded");
+  pthread_mutex_unlock(&sv->reg.mu);
+  cJSON *arr = cJSON_CreateArray(), *o = cJSON_CreateObject();
+  cJSON_AddItemToArray(arr, o);
+  cJSON_AddStringToObject(o, "name", sv->reg.name);
+  if (version[0]) cJSON_AddStringToObject(o, "version", version);
+  cJSON_AddStringToObject(o, "state", version[0] ? "READY" : "UNAVAILABLE");
+  if (!version[0]) cJSON_AddStringToObject(o, "reason", reason);
+  char *text = cJSON_PrintUnformatted(arr);
+  cJSON_Delete(arr);
+  if (!text) return send_error(sv, c, EP_REPOSITORY, rq, 500, "out of memory");
+  enum MHD_Result ret = send_body(c, 200, "application/json", text, strlen(text), -1);
+  cJSON_free(text);
+  serve_metrics_request(&sv->metrics, EP_REPOSITORY, 200, dlrec_now() - rq->t0);
+  return ret;
+}
+
+static enum MHD_Result send_ok(server *sv, struct MHD_Connection *c, serve_endpoint ep, request *rq,
+                               const char *type, const char *body) {
+  enum MHD_Result ret = send_body(c, 200, type, body, strlen(body), -1);
+  serve_metrics_request(&sv->metrics, ep, 200, dlrec_now() - rq->t0);
+  return ret;
+}
+
+static enum MHD_Result dispatch(server *sv, struct MHD_Connection *c, const target *t, request *rq) {
+  serve_endpoint ep = endpoint_of(t->r);
+  enum MHD_Result ret = MHD_NO;
+  dlrec_kserve_buf b;
+  dlrec_kserve_buf_init(&b);
+  switch (t->r) {
+  case R_LIVE: ret = send_ok(sv, c, ep, rq, NULL, ""); break;
+  case R_READY: {
+    serve_model *m = serve_registry_acquire(&sv->reg);
+    ret = m ? send_ok(sv, c, ep, rq, NULL, "") : send_error(sv, c, ep, rq, 503, "no model is loaded");
+    serve_model_release(m);
+    break;
+  }
+  case R_SERVER_META: {
+    static const char *const ext[] = {"binary_tensor_data", "model_repository"};
+    if (dlrec_kserve_write_server_metadata(&b, "dlrec", DLREC_VERSION, ext, 2) == DLREC_OK)
+      ret = send_ok(sv, c, ep, rq, "application/json", b.data);
+    else
+      ret = send_error(sv, c, ep, rq, 500, "%s", dlrec_last_error());
+    break;
+  }
+  case R_MODEL_META:
+  case R_MODEL_READY: {
+    serve_model *m = model_for(sv, c, t, rq, &ret);
+    if (!m) break;
+    if (t->r == R_MODEL_READY) ret = send_ok(sv, c, ep, rq, NULL, "");
+    else if (dlrec_kserve_write_model_metadata(&b, sv->reg.name, m->version, dlrec_dlrm_schema(m->model->dlrm),
+                                               1) == DLREC_OK)
+      ret = send_ok(sv, c, ep, rq, "application/json", b.data);
+    else
+      ret = send_error(sv, c, ep, rq, 500, "%s", dlrec_last_error());
+    serve_model_release(m);
+    break;
+  }
+  case R_INFER: ret = handle_infer(sv, c, t, rq); break;
+  case R_REPO_INDEX: ret = handle_repo_index(sv, c, rq); break;
+  case R_REPO_LOAD:
+  case R_REPO_UNLOAD:
+    if (strcmp(t->model, sv->reg.name) != 0) {
+      ret = send_error(sv, c, ep, rq, 404, "unknown model '%s' (this server has '%s')", t->model, sv->reg.name);
+    } else if (t->r == R_REPO_UNLOAD) {
+      serve_registry_unload(&sv->reg);
+      ret = send_ok(sv, c, ep, rq, "application/json", "{}");
+    } else if (serve_registry_load(&sv->reg) == DLREC_OK) {
+      ret = send_ok(sv, c, ep, rq, "application/json", "{}");
+    } else {
+      ret = send_error(sv, c, ep, rq, 400, "failed to load '%s': %s", t->model, dlrec_last_error());
+    }
+    break;
+  case R_METRICS:
+    if (serve_metrics_write(&sv->metrics, &b, serve_batcher_queued_rows(&sv->batcher), &sv->reg) == DLREC_OK)
+      ret = send_body(c, 200, "text/plain; version=0.0.4", b.data, b.len, -1);
+    else
+      ret = send_error(sv, c, ep, rq, 500, "%s", dlrec_last_error());
+    serve_metrics_request(&sv->metrics, ep, 200, 0);
+    break;
+  default: ret = send_error(sv, c, EP_OTHER, rq, 404, "not found"); break;
+  }
+  dlrec_kserve_buf_free(&b);
+  return ret;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                  const char *version, const char *upload, size_t *upload_size, void **con_cls) {
+  server *sv = cls;
+  request *rq = *con_cls;
+  if (!rq) { /* the headers: decide now whether the body may come */
+    if (!(rq = calloc(1, sizeof *rq))) return MHD_NO;
+    rq->t0 = dlrec_now();
+    *con_cls = rq;
+    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (cl && strtoull(cl, NULL, 10) > sv->o.max_body_bytes) rq->too_large = 1;
+    return MHD_YES;
+  }
+  if (*upload_size) { /* a piece of the body */
+    if (!rq->too_large && rq->len + *upload_size > sv->o.max_body_bytes) rq->too_large = 1;
+    if (!rq->too_large) {
+      if (rq->len + *upload_size > rq->cap) {
+        size_t cap = rq->cap ? rq->cap : 4096;
+        while (cap < rq->len + *upload_size) cap *= 2;
+        if (cap > sv->o.max_body_bytes) cap = sv->o.max_body_bytes;
+        char *p = realloc(rq->body, cap);
+        if (!p) return MHD_NO;
+        rq->body = p;
+        rq->cap = cap;
+      }
+      memcpy(rq->body + rq->len, upload, *upload_size);
+      rq->len += *upload_size;
+    }
+    *upload_size = 0;
+    return MHD_YES;
+  }
+  target t;
+  parse_target(url, &t);
+  serve_endpoint ep = endpoint_of(t.r);
+  if (rq->too_large)
+    return send_error(sv, c, ep, rq, 413, "request body over the limit of %llu bytes (--max-body-bytes)",
+                      (unsigned long long)sv->o.max_body_bytes);
+  if (t.r == R_NONE) return send_error(sv, c, EP_OTHER, rq, 404, "not found: %s %s", method, url);
+  int post = !strcmp(method, "POST"), get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
+  if (is_post(t.r) ? !post : !get)
+    return send_error(sv, c, ep, rq, 405, "%s %s: use %s", method, url, is_post(t.r) ? "POST" : "GET");
+  (void)version;
+  return dispatch(sv, c, &t, rq);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
+  request *rq = *con_cls;
+  if (rq) {
+    free(rq->body);
+    free(rq);
+    *con_cls = NULL;
+  }
+}
+
+static void log_mhd(void *cls, const char *fmt, va_list ap) {
+  char msg[512];
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  size_t n = strlen(msg);
+  while (n && msg[n - 1] == '\n') msg[--n] = 0;
+  DLREC_DEBUG("http: %s", msg);
+}
+
+dlrec_status dlrec_serve_run(const dlrec_serve_opts *opts) {
+  server *sv = calloc(1, sizeof *sv);
+  if (!sv) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
+  sv->o = *opts;
+  dlrec_serve_opts *o = &sv->o;
+  if (!o->threads) o->threads = (uint32_t)sysconf(_SC_NPROCESSORS_ONLN);
+  if (!o->threads) o->threads = 1;
+  if (!o->max_queue_rows) o->max_queue_rows = 16 * o->max_batch;
+  dlrec_kserve_limits_default(&sv->limits);
+  struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons(o->port)};
+  dlrec_status s = DLREC_OK;
+  if (inet_pton(AF_INET, o->host, &addr.sin_addr) != 1)
+    s = dlrec_error(DLREC_ERR_INVALID, "--host %s: not an IPv4 address", o->host);
+  if (s == DLREC_OK && (o->max_batch < 1 || o->max_batch > (1u << 20)))
+    s = dlrec_error(DLREC_ERR_INVALID, "--max-batch %u out of range [1, %u]", o->max_batch, 1u << 20);
+  if (s != DLREC_OK) {
+    free(sv);
+    return s;
+  }
+  /* SIGINT and SIGTERM stop the server: blocked here, before any thread
+   * starts (threads inherit the mask), and taken by sigwait below. */
+  sigset_t stop_signals, old_mask;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, &old_mask);
+  signal(SIGPIPE, SIG_IGN);
+  serve_metrics_init(&sv->metrics);
+  if ((s = serve_registry_open(&sv->reg, o->run_dir)) != DLREC_OK) {
+    pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
+    dlrec_error_context("%s: ", o->run_dir);
+    serve_metrics_destroy(&sv->metrics);
+    free(sv);
+    return s;
+  }
+  s = serve_batcher_start(&sv->batcher, o->threads, o->max_batch, o->max_delay_us, o->max_queue_rows, &sv->metrics);
+  if (s == DLREC_OK && o->watch) s = serve_registry_watch(&sv->reg, o->watch_interval_ms);
+  struct MHD_Daemon *d = NULL;
+  if (s == DLREC_OK) {
+    d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, 0, NULL,
+                         NULL, on_request, sv, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+                         MHD_OPTION_CONNECTION_LIMIT, (unsigned)o->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
+                         (unsigned)o->timeout_s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
+                         MHD_OPTION_EXTERNAL_LOGGER, log_mhd, NULL, MHD_OPTION_THREAD_STACK_SIZE,
+                         (size_t)(1u << 20), MHD_OPTION_END);
+    if (!d) s = dlrec_error(DLREC_ERR_IO, "cannot listen on %s:%u (in use, or not an address of this machine)",
+                            o->host, o->port);
+  }
+  if (s == DLREC_OK) {
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+    unsigned port = info ? info->port : o->port;
+    if (o->port_file) {
+      char tmp[1100];
+      snprintf(tmp, sizeof tmp, "%s.tmp", o->port_file);
+      FILE *f = fopen(tmp, "w");
+      if (!f || fprintf(f, "%u\n", port) < 0 || fclose(f) != 0 || rename(tmp, o->port_file) != 0)
+        s = dlrec_error(DLREC_ERR_IO, "%s: %s", o->port_file, strerror(errno));
+    }
+    DLREC_INFO("listening on http://%s:%u (model '%s', %u workers, batches of up to %u rows, delay %u us)",
+               o->host, port, sv->reg.name, o->threads, o->max_batch, o->max_delay_us);
+  }
+  if (s == DLREC_OK) {
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+    DLREC_INFO("stopping (signal %d)", sig);
+  }
+  if (d) MHD_stop_daemon(d); /* waits for the connections' threads */
+  if (sv->batcher.workers) serve_batcher_stop(&sv->batcher);
+  serve_registry_close(&sv->reg);
+  serve_metrics_destroy(&sv->metrics);
+  pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
+  free(sv);
+  return s;
+}
