@@ -48,7 +48,7 @@ typedef struct request {
   double t0;
   char *body;
   size_t len, cap;
-  int too_large;
+  int too_large; /* the body is over max_body_bytes: 413 */
 } request;
 
 void dlrec_serve_opts_default(dlrec_serve_opts *o) {
@@ -363,11 +363,31 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     *con_cls = rq;
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
     if (cl && strtoull(cl, NULL, 10) > sv->o.max_body_bytes) rq->too_large = 1;
-    return MHD_YES;
+    if (!rq->too_large) return MHD_YES;
+  }
+  if (rq->too_large) {
+    /* A Content-Length over the limit is answered at once, before the body
+     * is read (MHD then closes the connection). A chunked body found too
+     * large on the way is read and dropped, then answered; one that goes
+     * on past 16 times the limit is cut off. */
+    if (*upload_size) {
+      rq->len += *upload_size;
+      *upload_size = 0;
+      return rq->len / 16 > sv->o.max_body_bytes ? MHD_NO : MHD_YES;
+    }
+    target t;
+    parse_target(url, &t);
+    return send_error(sv, c, endpoint_of(t.r), rq, 413, "request body over the limit of %llu bytes (--max-body-bytes)",
+                      (unsigned long long)sv->o.max_body_bytes);
   }
   if (*upload_size) { /* a piece of the body */
-    if (!rq->too_large && rq->len + *upload_size > sv->o.max_body_bytes) rq->too_large = 1;
-    if (!rq->too_large) {
+    if (rq->len + *upload_size > sv->o.max_body_bytes) {
+      rq->too_large = 1;
+      rq->len += *upload_size;
+      *upload_size = 0;
+      return MHD_YES;
+    }
+    {
       if (rq->len + *upload_size > rq->cap) {
         size_t cap = rq->cap ? rq->cap : 4096;
         while (cap < rq->len + *upload_size) cap *= 2;
@@ -386,9 +406,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
   target t;
   parse_target(url, &t);
   serve_endpoint ep = endpoint_of(t.r);
-  if (rq->too_large)
-    return send_error(sv, c, ep, rq, 413, "request body over the limit of %llu bytes (--max-body-bytes)",
-                      (unsigned long long)sv->o.max_body_bytes);
   if (t.r == R_NONE) return send_error(sv, c, EP_OTHER, rq, 404, "not found: %s %s", method, url);
   int post = !strcmp(method, "POST"), get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
   if (is_post(t.r) ? !post : !get)
@@ -454,11 +471,10 @@ dlrec_status dlrec_serve_run(const dlrec_serve_opts *opts) {
   struct MHD_Daemon *d = NULL;
   if (s == DLREC_OK) {
     d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, 0, NULL,
-                         NULL, on_request, sv, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
-                         MHD_OPTION_CONNECTION_LIMIT, (unsigned)o->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
-                         (unsigned)o->timeout_s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
-                         MHD_OPTION_EXTERNAL_LOGGER, log_mhd, NULL, MHD_OPTION_THREAD_STACK_SIZE,
-                         (size_t)(1u << 20), MHD_OPTION_END);
+                         NULL, on_request, sv, MHD_OPTION_EXTERNAL_LOGGER, log_mhd, NULL, MHD_OPTION_SOCK_ADDR,
+                         (struct sockaddr *)&addr, MHD_OPTION_CONNECTION_LIMIT, (unsigned)o->max_connections,
+                         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)o->timeout_s, MHD_OPTION_NOTIFY_COMPLETED,
+                         on_completed, NULL, MHD_OPTION_THREAD_STACK_SIZE, (size_t)(1u << 20), MHD_OPTION_END);
     if (!d) s = dlrec_error(DLREC_ERR_IO, "cannot listen on %s:%u (in use, or not an address of this machine)",
                             o->host, o->port);
   }
