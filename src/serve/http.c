@@ -178,6 +178,43 @@ static int is_post(route r) { return r == R_INFER || r == R_REPO_INDEX || r == R
 
 /* ---- handlers ---- */
 
+/* Each connection thread keeps one rows object for the model it last
+ * served, so that a request does not allocate the ~50 column buffers anew
+ * (MHD keeps a thread per connection; a keep-alive client reuses it). */
+typedef struct rows_cache {
+  uint64_t serial;
+  dlrec_serve_rows *rows;
+} rows_cache;
+
+static pthread_key_t rows_key;
+
+static void rows_cache_free(void *p) {
+  rows_cache *c = p;
+  dlrec_serve_rows_free(c->rows);
+  free(c);
+}
+
+/* This thread's empty rows object for model m, or NULL (error set). */
+static dlrec_serve_rows *thread_rows(const serve_model *m) {
+  rows_cache *c = pthread_getspecific(rows_key);
+  if (!c) {
+    if (!(c = calloc(1, sizeof *c)) || pthread_setspecific(rows_key, c) != 0) {
+      free(c);
+      dlrec_error(DLREC_ERR_NOMEM, "out of memory");
+      return NULL;
+    }
+  }
+  if (c->rows && c->serial == m->serial) {
+    dlrec_serve_rows_clear(c->rows);
+    return c->rows;
+  }
+  dlrec_serve_rows_free(c->rows);
+  c->rows = NULL;
+  if (dlrec_serve_rows_new(&c->rows, dlrec_dlrm_schema(m->model->dlrm), m->model->etl) != DLREC_OK) return NULL;
+  c->serial = m->serial;
+  return c->rows;
+}
+
 /* The model a URL names, with a reference; sends 404/503 and returns NULL
  * when it is unknown, of another version, or unloaded. */
 static serve_model *model_for(server *sv, struct MHD_Connection *c, const target *t, request *rq,
@@ -225,7 +262,7 @@ static enum MHD_Result handle_infer(server *sv, struct MHD_Connection *c, const 
   int binary = 0;
   if (s == DLREC_OK) s = dlrec_kserve_parse_request(rq->body ? rq->body : "", rq->len, header_len, &sv->limits, &req);
   if (s == DLREC_OK) s = dlrec_kserve_request_output_binary(req, DLREC_KSERVE_OUTPUT, &binary);
-  if (s == DLREC_OK) s = dlrec_serve_rows_new(&rows, dlrec_dlrm_schema(m->model->dlrm), m->model->etl);
+  if (s == DLREC_OK && !(rows = thread_rows(m))) s = dlrec_last_status();
   uint32_t n = 0;
   if (s == DLREC_OK) s = dlrec_serve_rows_add_request(rows, req, sv->o.max_batch, &n);
   if (s == DLREC_OK && !(scores = malloc((n ? n : 1) * sizeof *scores)))
@@ -256,7 +293,6 @@ static enum MHD_Result handle_infer(server *sv, struct MHD_Connection *c, const 
     ret = send_error(sv, c, EP_INFER, rq, status, "%s", dlrec_last_error());
   }
   free(scores);
-  dlrec_serve_rows_free(rows);
   dlrec_kserve_request_free(req);
   serve_model_release(m);
   return ret;
@@ -431,6 +467,8 @@ static void log_mhd(void *cls, const char *fmt, va_list ap) {
   DLREC_DEBUG("http: %s", msg);
 }
 
+static void make_rows_key(void) { pthread_key_create(&rows_key, rows_cache_free); }
+
 dlrec_status dlrec_serve_run(const dlrec_serve_opts *opts) {
   server *sv = calloc(1, sizeof *sv);
   if (!sv) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
@@ -459,6 +497,8 @@ dlrec_status dlrec_serve_run(const dlrec_serve_opts *opts) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, &old_mask);
   signal(SIGPIPE, SIG_IGN);
   serve_metrics_init(&sv->metrics);
+  static pthread_once_t key_once = PTHREAD_ONCE_INIT;
+  pthread_once(&key_once, make_rows_key);
   if ((s = serve_registry_open(&sv->reg, o->run_dir)) != DLREC_OK) {
     pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
     dlrec_error_context("%s: ", o->run_dir);

@@ -28,7 +28,9 @@ static dlrec_status load_model(const char *dir, serve_model **out) {
   *out = NULL;
   serve_model *m = calloc(1, sizeof *m);
   if (!m) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
+  static atomic_ullong serials;
   atomic_init(&m->refs, 1);
+  m->serial = atomic_fetch_add(&serials, 1) + 1;
   dlrec_status s = dlrec_model_load(dir, &m->model);
   if (s == DLREC_OK) s = dlrec_dlrm_scorer_create(&m->scorer, m->model->dlrm);
   if (s != DLREC_OK) {

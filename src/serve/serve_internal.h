@@ -20,6 +20,7 @@
  * reference while it is current, each request one while it runs. */
 typedef struct serve_model {
   atomic_uint refs;
+  uint64_t serial; /* unique per load in this process (a freed model's address can come back) */
   dlrec_model *model;
   dlrec_dlrm_scorer *scorer;
   uint64_t step;
