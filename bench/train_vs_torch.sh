@@ -131,14 +131,15 @@ print(json.dumps({k: max(r[k] for r in rs) for k in rs[0]}))' "$work"/roof-"$b"-
   results+=("$b $d_sps $t_sps $t_thr $d_auc $t_auc $d_cal $t_cal ${d_rss:--} ${t_rss:--}")
   # Shares of the machine's limits: the MLPs' GFLOP/s against sgemm's peak and
   # against sgemm on the same shapes; the embedding lookups' ids/s against a
-  # plain prefetching gather of the same ids.
+  # plain prefetching gather of the same ids from cold caches (in a step the
+  # MLPs' activations evict the table between lookups).
   mlp=$(json_get "$work/dlrec-$b.json" "j['profile']['mlp_gflops']")
   mlp_s=$(json_get "$work/dlrec-$b.json" "j['profile']['mlp_seconds']")
   emb=$(json_get "$work/dlrec-$b.json" "j['profile']['embedding_forward_ids_per_s']")
   secs=$(json_get "$work/dlrec-$b.json" "j['seconds']")
   peak=$(json_get "$work/roof-$b.json" "j['sgemm_peak_gflops']")
   shapes=$(json_get "$work/roof-$b.json" "j['sgemm_model_gflops']")
-  gather=$(json_get "$work/roof-$b.json" "j['gather_ids_per_s']")
+  gather=$(json_get "$work/roof-$b.json" "j['cold_gather_ids_per_s']")
   roofs+=("$(awk -v b="$b" -v mlp="$mlp" -v ms="$mlp_s" -v s="$secs" -v peak="$peak" -v shapes="$shapes" \
     -v emb="$emb" -v g="$gather" 'BEGIN {
     printf "%6d %9.1f %10.1f %6.0f%% %11.1f %6.0f%% %8.0f%% %12.0fM %10.0fM %6.0f%%", b, mlp, peak, 100 * mlp / peak,
@@ -162,7 +163,7 @@ done
 echo
 echo "dlrec against the machine's limits (bench_roofline, same run): the MLPs' GFLOP/s against sgemm on 2048^3"
 echo "and on the step's own GEMM shapes, the MLPs' share of the loop, and embedding lookups against a"
-echo "prefetching gather of the same ids"
+echo "prefetching gather of the same ids from cold caches"
 printf '%6s %9s %10s %7s %11s %7s %9s %13s %11s %7s\n' batch mlp_GF/s sgemm_peak share sgemm_shape share mlp_time \
   lookup_ids/s gather_ids share
 for r in "${roofs[@]}"; do echo "$r"; done
