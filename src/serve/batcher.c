@@ -23,7 +23,9 @@
 
 typedef struct worker_state {
   serve_batcher *b;
-  const serve_model *model; /* the model ws and merged were made for (not a reference) */
+  uint64_t serial;          /* the model (serve_model.serial) ws and merged were made for; 0: none.
+                               Not its address: a freed model's address comes back for the next,
+                               which may have another shape */
   dlrec_dlrm_ws *ws;
   dlrec_serve_rows *merged;
   float *scores;
@@ -71,18 +73,18 @@ static serve_job *take_batch(serve_batcher *b, uint32_t *rows) {
 static dlrec_status score(worker_state *w, serve_job *jobs, uint32_t rows) {
   const serve_model *m = jobs->model;
   dlrec_status s = DLREC_OK;
-  if (w->model != m) {
+  if (w->serial != m->serial) {
     dlrec_dlrm_ws_free(w->ws);
     dlrec_serve_rows_free(w->merged);
     w->ws = NULL;
     w->merged = NULL;
-    w->model = NULL;
+    w->serial = 0;
     s = dlrec_dlrm_ws_create(&w->ws, m->model->dlrm, w->b->max_batch);
     if (s == DLREC_OK)
       s = dlrec_serve_rows_new(&w->merged, dlrec_dlrm_schema(m->model->dlrm), m->model->etl);
     if (s == DLREC_OK) s = dlrec_serve_rows_reserve(w->merged, w->b->max_batch);
     if (s != DLREC_OK) return s;
-    w->model = m;
+    w->serial = m->serial;
   }
   const dlrec_serve_rows *src = jobs->rows;
   if (jobs->next) { /* several requests: merge their rows */

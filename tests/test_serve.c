@@ -1,0 +1,2221 @@
+/* `dlrec serve` end to end: a real server process on loopback, spoken to
+ * over HTTP/1.1 by a small client in this file.
+ *
+ * A fixture, built once per run and shared by the tests (they run in file
+ * order and build on each other): synthetic rows, ETL, a 5-step training run
+ * RUN, reference scores of 48 raw rows from `dlrec predict`, and
+ * `dlrec serve --model RUN --watch` as a child process. The tests check:
+ *   01  the endpoints, 404s and 405s;
+ *   02  served scores bitwise equal to predict's: raw rows in JSON (nested,
+ *       flat, one per request, 7 per request, dense values as text with
+ *       missing ones), the request id echoed;
+ *   03  the same with binary tensors in and out;
+ *   04  the HugeCTR convention (DES, CATCOLUMN, ROWINDEX), JSON and binary;
+ *   05  hostile requests (each a 4xx with a JSON error, the server fine
+ *       after it), bodies over the limit, max-batch, slow clients;
+ *   05b keep-alive connections and Expect: 100-continue;
+ *   06  the repository endpoints (index, unload, load);
+ *   07  hot reload under 8 concurrent clients, by `train --resume` and then
+ *       by RUN/latest flipping between versions: no response mixes versions;
+ *   08  a corrupt checkpoint is refused and the old model keeps serving;
+ *   09  the Prometheus counters match what the clients saw;
+ *   09b a reload to a checkpoint of another architecture;
+ *   10  a clean exit on SIGTERM, with an idle connection open.
+ * The server is killed at exit whatever happens, so a failing test never
+ * leaves a process behind; the fixture's directory (with the server's log)
+ * is kept when a test failed.
+ */
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "dlrec/checkpoint.h"
+#include "dlrec/etl.h"
+#include "dlrec/fsutil.h"
+#include "dlrec/json.h"
+#include "test.h"
+
+#define ND 13
+#define NC 26
+#define NF (ND + NC)
+#define N_FULL 40 /* rows with every dense value present: sent as FP32 */
+#define N_MISS 8  /* rows with missing dense values: sent as BYTES ("" = missing) */
+#define N_ALL (N_FULL + N_MISS)
+#define MAX_FIELD 32
+#define MAX_SCORES 1024
+#define MAX_BODY 200000 /* --max-body-bytes */
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* ---- the fixture ---- */
+
+static struct {
+  int state; /* 0: not built, 1: ready, -1: failed */
+  char bin[1024];
+  char dir[1024];
+  char run[1100];
+  char field[N_ALL][NF][MAX_FIELD]; /* the rows' raw fields, label dropped */
+  float ref5[N_ALL], ref10[N_ALL];  /* predict's scores of each version */
+  const float *ref;                 /* the served version's */
+  char version[16];                 /* the version the server should serve */
+  pid_t pid;
+  int port;
+  int any_failed;
+} fx;
+
+/* Infer responses this process received, by the status classes of
+ * /metrics: 2xx, 400, 404, 413, 503, other. */
+static const char *const status_class_names[6] = {"2xx", "400", "404", "413", "503", "other"};
+static atomic_ullong n_infer[6], n_infer_all;
+
+static void count_infer(int status) {
+  int k = status >= 200 && status < 300 ? 0 : status == 400 ? 1 : status == 404 ? 2 : status == 413 ? 3
+          : status == 503 ? 4 : 5;
+  atomic_fetch_add(&n_infer[k], 1);
+  atomic_fetch_add(&n_infer_all, 1);
+}
+
+static const char *fxp(const char *name) {
+  static char bufs[8][1400];
+  static int next;
+  char *b = bufs[next++ & 7];
+  snprintf(b, sizeof bufs[0], "%s/%s", fx.dir, name);
+  return b;
+}
+
+/* Runs the CLI; on failure prints what it said. */
+static int cli(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int cli(const char *fmt, ...) {
+  char args[8192];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(args, sizeof args, fmt, ap);
+  va_end(ap);
+  char *out = NULL;
+  int rc = test_run_cli(&out, "%s", args);
+  if (rc != 0) fprintf(stderr, "dlrec %s -> %d:\n%s\n", args, rc, out ? out : "");
+  free(out);
+  return rc;
+}
+
+/* The last bytes of the server's log, for failure messages. */
+static const char *server_log_tail(void) {
+  static char tail[4096];
+  tail[0] = 0;
+  FILE *f = fopen(fxp("serve.log"), "rb");
+  if (!f) return "(no log)";
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, n > (long)sizeof tail - 1 ? n - (long)sizeof tail + 1 : 0, SEEK_SET);
+  size_t r = fread(tail, 1, sizeof tail - 1, f);
+  tail[r] = 0;
+  fclose(f);
+  return tail;
+}
+
+static void kill_server(void) {
+  if (fx.pid > 0) {
+    kill(fx.pid, SIGKILL);
+    waitpid(fx.pid, NULL, 0);
+    fx.pid = 0;
+  }
+}
+
+static void at_exit(void) {
+  kill_server();
+  if (fx.dir[0] && !fx.any_failed) dlrec_remove_tree(fx.dir); /* kept on failure, for a look */
+}
+
+/* Reads n scores ("%.9g" lines) of a predict output. */
+static int read_scores(const char *path, float *out, int n) {
+  char *text;
+  size_t len;
+  if (dlrec_read_file(path, 1u << 20, &text, &len) != DLREC_OK) {
+    fprintf(stderr, "%s\n", dlrec_last_error());
+    return 0;
+  }
+  char *p = text;
+  int i = 0;
+  for (; i < n; i++) {
+    char *end;
+    out[i] = strtof(p, &end);
+    if (end == p || *end != '\n') break;
+    p = end + 1;
+  }
+  int ok = i == n && *p == 0;
+  if (!ok) fprintf(stderr, "%s: expected %d scores, read %d\n", path, n, i);
+  free(text);
+  return ok;
+}
+
+/* Splits a click-log line into fields; 0 when it is not 40 fields. */
+static int split_line(char *line, char **f) {
+  int n = 0;
+  for (char *p = line;; p++) {
+    if (n == 40) return 0;
+    f[n++] = p;
+    p = strchr(p, '\t');
+    if (!p) break;
+    *p = 0;
+  }
+  char *nl = strchr(f[n - 1], '\n');
+  if (nl) *nl = 0;
+  return n == 40;
+}
+
+/* An integer that FP32 holds exactly. */
+static int small_int(const char *s) {
+  char *end;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  return *s && !*end && !errno && v >= -(1LL << 24) && v <= (1LL << 24);
+}
+
+/* Picks N_FULL rows with all dense values present and N_MISS with some
+ * missing, writes them without labels to rows.tsv. */
+static int pick_rows(void) {
+  FILE *in = fopen(fxp("clicks.tsv"), "r");
+  if (!in) return 0;
+  char line[4096];
+  int full = 0, miss = 0;
+  while ((full < N_FULL || miss < N_MISS) && fgets(line, sizeof line, in)) {
+    char *f[40];
+    if (!split_line(line, f)) continue;
+    int all = 1, ok = 1;
+    for (int d = 1; d <= ND; d++) {
+      if (!*f[d]) all = 0;
+      else if (!small_int(f[d])) ok = 0;
+    }
+    for (int k = 1; k < 40; k++)
+      if (strlen(f[k]) >= MAX_FIELD) ok = 0;
+    if (!ok) continue;
+    int row;
+    if (all && full < N_FULL) row = full++;
+    else if (!all && miss < N_MISS) row = N_FULL + miss++;
+    else continue;
+    for (int k = 0; k < NF; k++) snprintf(fx.field[row][k], MAX_FIELD, "%s", f[k + 1]);
+  }
+  fclose(in);
+  if (full < N_FULL || miss < N_MISS) {
+    fprintf(stderr, "clicks.tsv: only %d rows with all dense values and %d with missing ones\n", full, miss);
+    return 0;
+  }
+  FILE *out = fopen(fxp("rows.tsv"), "w");
+  if (!out) return 0;
+  for (int r = 0; r < N_ALL; r++)
+    for (int k = 0; k < NF; k++) fprintf(out, "%s%c", fx.field[r][k], k + 1 < NF ? '\t' : '\n');
+  return fclose(out) == 0;
+}
+
+static int start_server(void) {
+  char portfile[1400];
+  snprintf(portfile, sizeof portfile, "%s", fxp("port"));
+  unlink(portfile);
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  if (pid < 0) return 0;
+  if (pid == 0) {
+    int fd = open(fxp("serve.log"), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+      close(fd);
+    }
+    execl(fx.bin, "dlrec", "serve", "--model", fx.run, "--port", "0", "--port-file", portfile, "--threads", "2",
+          "--max-body-bytes", "200000", "--watch", "--watch-interval-ms", "100", "-q", (char *)NULL);
+    _exit(127);
+  }
+  fx.pid = pid;
+  double t0 = now_s();
+  while (now_s() - t0 < 20) {
+    FILE *f = fopen(portfile, "r");
+    if (f) {
+      int port = 0;
+      int got = fscanf(f, "%d", &port);
+      fclose(f);
+      if (got == 1 && port > 0 && port < 65536) {
+        fx.port = port;
+        return 1;
+      }
+    }
+    int status;
+    if (waitpid(pid, &status, WNOHANG) == pid) {
+      fx.pid = 0;
+      fprintf(stderr, "dlrec serve exited before listening (status 0x%x); its log:\n%s\n", status, server_log_tail());
+      return 0;
+    }
+    usleep(20000);
+  }
+  fprintf(stderr, "dlrec serve did not write %s within 20 s; its log:\n%s\n", portfile, server_log_tail());
+  kill_server();
+  return 0;
+}
+
+static int build_fixture(void) {
+  const char *bin = getenv("DLREC_BIN");
+  if (!bin) {
+    fprintf(stderr, "DLREC_BIN is not set\n");
+    return 0;
+  }
+  snprintf(fx.bin, sizeof fx.bin, "%s", bin);
+  const char *base = getenv("DLREC_TEST_TMP");
+  if (!base) base = "/tmp/dlrec-test";
+  mkdir(base, 0755);
+  snprintf(fx.dir, sizeof fx.dir, "%s/serve_fixture.%d", base, (int)getpid());
+  dlrec_remove_tree(fx.dir);
+  if (dlrec_mkdirs(fx.dir) != DLREC_OK) {
+    fprintf(stderr, "%s\n", dlrec_last_error());
+    return 0;
+  }
+  snprintf(fx.run, sizeof fx.run, "%s/run", fx.dir);
+  signal(SIGPIPE, SIG_IGN);
+  atexit(at_exit);
+  double t0 = now_s();
+  if (cli("synth -q --rows 20000 --seed 3 --max-cardinality 2000 --out '%s'", fxp("clicks.tsv")) ||
+      cli("etl fit -q --input '%s' --out '%s' --min-count 2", fxp("clicks.tsv"), fxp("etl")) ||
+      cli("etl apply -q --etl '%s' --input '%s' --out '%s'", fxp("etl"), fxp("clicks.tsv"), fxp("train.dlr")) ||
+      cli("train -q --config '%s' --train '%s' --etl '%s' --out '%s' --max-steps 5",
+          test_source_path("examples/dlrm_synth.json"), fxp("train.dlr"), fxp("etl"), fx.run))
+    return 0;
+  if (!pick_rows()) return 0;
+  if (cli("predict -q --model '%s' --input '%s' --no-label --out '%s'", fx.run, fxp("rows.tsv"),
+          fxp("scores5.txt")) ||
+      !read_scores(fxp("scores5.txt"), fx.ref5, N_ALL))
+    return 0;
+  fx.ref = fx.ref5;
+  snprintf(fx.version, sizeof fx.version, "5");
+  double t1 = now_s();
+  if (!start_server()) return 0;
+  fprintf(stderr, "fixture: data, training and references %.2f s, server up after %.2f s more (port %d)\n", t1 - t0,
+          now_s() - t1, fx.port);
+  return 1;
+}
+
+static int fixture(void) {
+  if (fx.state == 0) fx.state = build_fixture() ? 1 : -1;
+  return fx.state == 1;
+}
+
+/* Each test runs on the fixture and records whether it failed (a failure
+ * keeps the fixture's directory). */
+#define SERVE_TEST(name)                                                        \
+  static void body_##name(void);                                                \
+  TEST(name) {                                                                  \
+    if (!fixture()) test_fail(__FILE__, __LINE__, "the fixture could not be built");  \
+    else body_##name();                                                         \
+    if (test_failed_now()) fx.any_failed = 1;                                   \
+  }                                                                             \
+  static void body_##name(void)
+
+/* ---- a growable byte string ---- */
+
+typedef struct sb {
+  char *p;
+  size_t n, cap;
+} sb;
+
+static void sb_put(sb *s, const void *d, size_t n) {
+  if (s->n + n + 1 > s->cap) {
+    size_t cap = s->cap ? s->cap : 1024;
+    while (cap < s->n + n + 1) cap *= 2;
+    char *p = realloc(s->p, cap);
+    if (!p) abort();
+    s->p = p;
+    s->cap = cap;
+  }
+  if (n) memcpy(s->p + s->n, d, n);
+  s->n += n;
+  s->p[s->n] = 0;
+}
+
+static void sb_printf(sb *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_printf(sb *s, const char *fmt, ...) {
+  char small[512];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(small, sizeof small, fmt, ap);
+  va_end(ap);
+  if (n < 0) abort();
+  if ((size_t)n < sizeof small) {
+    sb_put(s, small, (size_t)n);
+    return;
+  }
+  char *big = malloc((size_t)n + 1);
+  if (!big) abort();
+  va_start(ap, fmt);
+  vsnprintf(big, (size_t)n + 1, fmt, ap);
+  va_end(ap);
+  sb_put(s, big, (size_t)n);
+  free(big);
+}
+
+static void sb_str(sb *s, const char *str) { sb_put(s, str, strlen(str)); }
+
+static void sb_json_string(sb *s, const char *str) {
+  sb_put(s, "\"", 1);
+  for (const char *p = str; *p; p++) {
+    if (*p == '"' || *p == '\\') sb_put(s, "\\", 1);
+    sb_put(s, p, 1);
+  }
+  sb_put(s, "\"", 1);
+}
+
+static void sb_u32le(sb *s, uint32_t v) {
+  unsigned char b[4] = {(unsigned char)v, (unsigned char)(v >> 8), (unsigned char)(v >> 16), (unsigned char)(v >> 24)};
+  sb_put(s, b, 4);
+}
+
+static void sb_u64le(sb *s, uint64_t v) {
+  sb_u32le(s, (uint32_t)v);
+  sb_u32le(s, (uint32_t)(v >> 32));
+}
+
+static void sb_f32le(sb *s, float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  sb_u32le(s, u);
+}
+
+static void sb_free(sb *s) {
+  free(s->p);
+  memset(s, 0, sizeof *s);
+}
+
+/* ---- the HTTP client ---- */
+
+typedef struct http_resp {
+  int status;       /* 0 when no response came */
+  char *raw;        /* the whole response, NUL-terminated */
+  size_t raw_len;
+  size_t head_len;  /* status line and headers, with the blank line */
+  const char *body; /* into raw (NUL-terminated there) */
+  size_t body_len;
+  char err[512];    /* why there is no response */
+} http_resp;
+
+static void http_free(http_resp *r) {
+  free(r->raw);
+  memset(r, 0, sizeof *r);
+}
+
+static int http_connect(char *err, size_t cap) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    snprintf(err, cap, "socket: %s", strerror(errno));
+    return -1;
+  }
+  struct timeval tv = {.tv_sec = 10};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)fx.port)};
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+    snprintf(err, cap, "connect to 127.0.0.1:%d: %s", fx.port, strerror(errno));
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+static int send_all(int fd, const void *p, size_t n) {
+  const char *c = p;
+  while (n) {
+    ssize_t w = send(fd, c, n, MSG_NOSIGNAL);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return -1;
+    c += w;
+    n -= (size_t)w;
+  }
+  return 0;
+}
+
+/* Value of header `name` (case-insensitive) into out; NULL when absent. */
+static const char *http_header(const http_resp *r, const char *name, char *out, size_t cap) {
+  if (!r->raw) return NULL;
+  size_t nl = strlen(name);
+  const char *p = strstr(r->raw, "\r\n"), *end = r->raw + r->head_len;
+  while (p && p + 2 < end) {
+    p += 2;
+    const char *e = strstr(p, "\r\n");
+    if (!e || e > end) break;
+    if ((size_t)(e - p) > nl && p[nl] == ':' && !strncasecmp(p, name, nl)) {
+      const char *v = p + nl + 1;
+      while (v < e && (*v == ' ' || *v == '\t')) v++;
+      size_t n = (size_t)(e - v);
+      while (n && (v[n - 1] == ' ' || v[n - 1] == '\t')) n--;
+      if (n >= cap) n = cap - 1;
+      memcpy(out, v, n);
+      out[n] = 0;
+      return out;
+    }
+    p = e;
+  }
+  return NULL;
+}
+
+/* Splits r->raw into head and body; the status, or 0 while the head is
+ * incomplete. *complete: the body holds Content-Length bytes. */
+static int parse_head(http_resp *r, int *complete) {
+  *complete = 0;
+  const char *eoh = strstr(r->raw, "\r\n\r\n");
+  if (!eoh) return 0;
+  int st = 0;
+  if (sscanf(r->raw, "HTTP/1.%*d %d", &st) != 1) return -1;
+  r->head_len = (size_t)(eoh + 4 - r->raw);
+  r->body = r->raw + r->head_len;
+  r->body_len = r->raw_len - r->head_len;
+  char v[64];
+  *complete = http_header(r, "Content-Length", v, sizeof v) && r->body_len >= strtoull(v, NULL, 10);
+  return st;
+}
+
+/* Sends req as it is on a new connection while reading what comes back
+ * (a server may answer before it has read the whole request, as with 413),
+ * until the server closes the connection or a response with its whole
+ * Content-Length has come. 1 with r->status set, or 0 with r->err. Ten
+ * seconds without progress fail it, so a hung server fails the test
+ * instead of hanging it. */
+static int http_raw(const void *req, size_t len, http_resp *r) {
+  memset(r, 0, sizeof *r);
+  int fd = http_connect(r->err, sizeof r->err);
+  if (fd < 0) return 0;
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+  size_t cap = 8192, sent = 0;
+  r->raw = malloc(cap);
+  if (!r->raw) abort();
+  r->raw[0] = 0;
+  int send_errno = 0, eof = 0, complete = 0, st = 0;
+  while (!eof && !complete) {
+    struct pollfd p = {.fd = fd, .events = (short)(POLLIN | (sent < len && !send_errno ? POLLOUT : 0))};
+    int pr = poll(&p, 1, 10000);
+    if (pr < 0 && errno == EINTR) continue;
+    if (pr <= 0) {
+      snprintf(r->err, sizeof r->err, "%s after sending %zu of %zu bytes and receiving %zu: %s",
+               pr == 0 ? "no progress for 10 s" : "poll failed", sent, len, r->raw_len,
+               pr == 0 ? "the server hangs" : strerror(errno));
+      close(fd);
+      return 0;
+    }
+    if (p.revents & (POLLIN | POLLHUP | POLLERR)) {
+      for (;;) {
+        if (cap - r->raw_len < 4096) {
+          char *q = realloc(r->raw, cap * 2);
+          if (!q) abort();
+          r->raw = q;
+          cap *= 2;
+        }
+        ssize_t n = recv(fd, r->raw + r->raw_len, cap - r->raw_len - 1, 0);
+        if (n > 0) {
+          r->raw_len += (size_t)n;
+          r->raw[r->raw_len] = 0;
+          continue;
+        }
+        if (n == 0) eof = 1;
+        else if (errno == EINTR) continue;
+        else if (errno != EAGAIN && errno != EWOULDBLOCK) {
+          st = parse_head(r, &complete);
+          if (!complete) {
+            snprintf(r->err, sizeof r->err, "recv after sending %zu of %zu bytes and receiving %zu: %s%s%s", sent, len,
+                     r->raw_len, strerror(errno), send_errno ? "; send failed before: " : "",
+                     send_errno ? strerror(send_errno) : "");
+            close(fd);
+            return 0;
+          }
+        }
+        break;
+      }
+      st = parse_head(r, &complete);
+    }
+    if (!eof && !complete && sent < len && !send_errno && (p.revents & POLLOUT)) {
+      ssize_t w = send(fd, (const char *)req + sent, len - sent, MSG_NOSIGNAL);
+      if (w > 0) sent += (size_t)w;
+      else if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) send_errno = errno;
+    }
+  }
+  close(fd);
+  st = parse_head(r, &complete);
+  if (st < 100 || st > 599) {
+    snprintf(r->err, sizeof r->err, "not an HTTP response (%zu bytes after sending %zu of %zu%s%s): '%.100s'",
+             r->raw_len, sent, len, send_errno ? "; send: " : "", send_errno ? strerror(send_errno) : "", r->raw);
+    return 0;
+  }
+  char v[64];
+  if (http_header(r, "Transfer-Encoding", v, sizeof v)) {
+    snprintf(r->err, sizeof r->err, "unexpected Transfer-Encoding: %s", v);
+    return 0;
+  }
+  if (http_header(r, "Content-Length", v, sizeof v) && strtoull(v, NULL, 10) != r->body_len) {
+    snprintf(r->err, sizeof r->err, "Content-Length %s, but %zu body bytes came", v, r->body_len);
+    return 0;
+  }
+  r->status = st;
+  return 1;
+}
+
+/* One request (Connection: close); extra_headers end in "\r\n" each. */
+static int http_do(const char *method, const char *path, const char *extra_headers, const void *body, size_t len,
+                   http_resp *r) {
+  sb req = {0};
+  sb_printf(&req, "%s %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nConnection: close\r\n", method, path, fx.port);
+  if (body || !strcmp(method, "POST")) sb_printf(&req, "Content-Length: %zu\r\n", len);
+  if (extra_headers) sb_str(&req, extra_headers);
+  sb_str(&req, "\r\n");
+  if (body && len) sb_put(&req, body, len);
+  int ok = http_raw(req.p, req.n, r);
+  sb_free(&req);
+  if (ok && strstr(path, "/infer")) count_infer(r->status);
+  return ok;
+}
+
+/* ---- checks on responses (main thread) ---- */
+
+#define REQ(method, path, hdrs, body, len, r)                                                     \
+  do {                                                                                            \
+    if (!http_do(method, path, hdrs, body, len, r)) {                                            \
+      test_fail(__FILE__, __LINE__, "%s %s: no response: %s", method, path, (r)->err);            \
+      return;                                                                                     \
+    }                                                                                             \
+  } while (0)
+
+static int expect_status(const http_resp *r, int want, const char *what) {
+  if (r->status == want) return 1;
+  test_fail(__FILE__, __LINE__, "%s: status %d, expected %d; body: %.400s", what, r->status, want,
+            r->body ? r->body : "");
+  return 0;
+}
+
+/* The status, Content-Type application/json, and a body {"error": "..."}
+ * whose message contains substr (when not NULL). */
+static int expect_error(const http_resp *r, int want, const char *substr, const char *what) {
+  if (!expect_status(r, want, what)) return 0;
+  char type[128];
+  if (!http_header(r, "Content-Type", type, sizeof type) || strncmp(type, "application/json", 16)) {
+    test_fail(__FILE__, __LINE__, "%s: Content-Type '%s', expected application/json", what,
+              http_header(r, "Content-Type", type, sizeof type) ? type : "(none)");
+    return 0;
+  }
+  cJSON *j = cJSON_ParseWithLength(r->body, r->body_len);
+  const cJSON *e = j ? cJSON_GetObjectItemCaseSensitive(j, "error") : NULL;
+  int ok = cJSON_IsObject(j) && cJSON_IsString(e) && e->valuestring[0] && cJSON_GetArraySize(j) == 1;
+  int has = ok && (!substr || strstr(e->valuestring, substr));
+  cJSON_Delete(j);
+  if (!ok) test_fail(__FILE__, __LINE__, "%s: body is not {\"error\": \"...\"}: %.400s", what, r->body);
+  else if (!has) test_fail(__FILE__, __LINE__, "%s: error does not mention '%s': %.400s", what, substr, r->body);
+  return has;
+}
+
+/* ---- inference requests and responses ---- */
+
+/* Raw convention, JSON: dense FP32 (full rows) or BYTES (dense_bytes),
+ * categorical BYTES; nested rows or flat data. top: extra top-level members
+ * ("\"id\":\"x\"," style, with the comma) or NULL. */
+static void build_raw_json(sb *s, const int *idx, int n, int flat, int dense_bytes, const char *top) {
+  sb_str(s, "{");
+  if (top) sb_str(s, top);
+  sb_printf(s, "\"inputs\":[{\"name\":\"dense\",\"datatype\":\"%s\",\"shape\":[%d,%d],\"data\":[",
+            dense_bytes ? "BYTES" : "FP32", n, ND);
+  for (int i = 0; i < n; i++) {
+    sb_str(s, i ? (flat ? "," : ",[") : (flat ? "" : "["));
+    for (int d = 0; d < ND; d++) {
+      if (d) sb_str(s, ",");
+      if (dense_bytes) sb_json_string(s, fx.field[idx[i]][d]);
+      else sb_str(s, fx.field[idx[i]][d]);
+    }
+    if (!flat) sb_str(s, "]");
+  }
+  sb_printf(s, "]},{\"name\":\"categorical\",\"datatype\":\"BYTES\",\"shape\":[%d,%d],\"data\":[", n, NC);
+  for (int i = 0; i < n; i++) {
+    sb_str(s, i ? (flat ? "," : ",[") : (flat ? "" : "["));
+    for (int c = 0; c < NC; c++) {
+      if (c) sb_str(s, ",");
+      sb_json_string(s, fx.field[idx[i]][ND + c]);
+    }
+    if (!flat) sb_str(s, "]");
+  }
+  sb_str(s, "]}]}");
+}
+
+/* Raw convention with binary tensors: dense FP32 [n,13] (n*13 floats) and
+ * categorical BYTES [n,26] (n*26 strings), output as binary when out_binary.
+ * *hl: the JSON's length, for Inference-Header-Content-Length. */
+static void build_raw_binary_from(sb *s, int n, const float *dense, const char *const *cats, int out_binary,
+                                  size_t *hl) {
+  size_t cat_bytes = 0;
+  for (int k = 0; k < n * NC; k++) cat_bytes += 4 + strlen(cats[k]);
+  sb_printf(s,
+            "{\"inputs\":[{\"name\":\"dense\",\"datatype\":\"FP32\",\"shape\":[%d,%d],\"parameters\":"
+            "{\"binary_data_size\":%zu}},{\"name\":\"categorical\",\"datatype\":\"BYTES\",\"shape\":[%d,%d],"
+            "\"parameters\":{\"binary_data_size\":%zu}}]",
+            n, ND, (size_t)n * ND * 4, n, NC, cat_bytes);
+  if (out_binary) sb_str(s, ",\"outputs\":[{\"name\":\"OUTPUT0\",\"parameters\":{\"binary_data\":true}}]");
+  sb_str(s, "}");
+  *hl = s->n;
+  for (int k = 0; k < n * ND; k++) sb_f32le(s, dense[k]);
+  for (int k = 0; k < n * NC; k++) {
+    sb_u32le(s, (uint32_t)strlen(cats[k]));
+    sb_str(s, cats[k]);
+  }
+}
+
+static void build_raw_binary(sb *s, const int *idx, int n, int out_binary, size_t *hl) {
+  float *dense = malloc((size_t)n * ND * sizeof *dense);
+  const char **cats = malloc((size_t)n * NC * sizeof *cats);
+  if (!dense || !cats) abort();
+  for (int i = 0; i < n; i++) {
+    for (int d = 0; d < ND; d++) dense[i * ND + d] = (float)strtoll(fx.field[idx[i]][d], NULL, 10);
+    for (int c = 0; c < NC; c++) cats[i * NC + c] = fx.field[idx[i]][ND + c];
+  }
+  build_raw_binary_from(s, n, dense, cats, out_binary, hl);
+  free(dense);
+  free(cats);
+}
+
+/* HugeCTR convention: DES [1, n*13] FP32, CATCOLUMN [1, n*26] INT64,
+ * ROWINDEX [1, n*26+1] INT32 (one id per row and column), in JSON or as
+ * binary tensors (then *hl is set). */
+static void build_hugectr(sb *s, int n, const float *dense, const uint32_t *ids, int binary, size_t *hl) {
+  const int K = n * NC;
+  if (binary) {
+    sb_printf(s,
+              "{\"inputs\":[{\"name\":\"DES\",\"datatype\":\"FP32\",\"shape\":[1,%d],\"parameters\":{\"binary_data_size\""
+              ":%d}},{\"name\":\"CATCOLUMN\",\"datatype\":\"INT64\",\"shape\":[1,%d],\"parameters\":{\"binary_data_size\""
+              ":%d}},{\"name\":\"ROWINDEX\",\"datatype\":\"INT32\",\"shape\":[1,%d],\"parameters\":{\"binary_data_size\""
+              ":%d}}],\"outputs\":[{\"name\":\"OUTPUT0\",\"parameters\":{\"binary_data\":true}}]}",
+              n * ND, n * ND * 4, K, K * 8, K + 1, (K + 1) * 4);
+    *hl = s->n;
+    for (int k = 0; k < n * ND; k++) sb_f32le(s, dense[k]);
+    for (int k = 0; k < K; k++) sb_u64le(s, ids[k]);
+    for (int k = 0; k <= K; k++) sb_u32le(s, (uint32_t)k);
+    return;
+  }
+  sb_printf(s, "{\"inputs\":[{\"name\":\"DES\",\"datatype\":\"FP32\",\"shape\":[1,%d],\"data\":[", n * ND);
+  for (int k = 0; k < n * ND; k++) sb_printf(s, k ? ",%.9g" : "%.9g", (double)dense[k]);
+  sb_printf(s, "]},{\"name\":\"CATCOLUMN\",\"datatype\":\"INT64\",\"shape\":[1,%d],\"data\":[", K);
+  for (int k = 0; k < K; k++) sb_printf(s, k ? ",%u" : "%u", ids[k]);
+  sb_printf(s, "]},{\"name\":\"ROWINDEX\",\"datatype\":\"INT32\",\"shape\":[1,%d],\"data\":[", K + 1);
+  for (int k = 0; k <= K; k++) sb_printf(s, k ? ",%d" : "%d", k);
+  sb_str(s, "]}]}");
+}
+
+typedef struct infer_out {
+  char version[32];
+  char id[300];
+  int has_id;
+  int n;
+  float s[MAX_SCORES];
+} infer_out;
+
+/* Parses a 200 inference response, JSON or binary (want_binary); scores
+ * from JSON are read with strtof from the response text. 0 and err on any
+ * deviation from the protocol. Thread-safe. */
+static int parse_infer(const http_resp *r, int want_binary, infer_out *o, char *err, size_t cap) {
+  memset(o, 0, sizeof *o);
+  if (r->status != 200) {
+    snprintf(err, cap, "status %d: %.300s", r->status, r->body ? r->body : "");
+    return 0;
+  }
+  char v[64], type[128];
+  size_t json_len = r->body_len;
+  const char *ihcl = http_header(r, "Inference-Header-Content-Length", v, sizeof v);
+  if (want_binary != (ihcl != NULL)) {
+    snprintf(err, cap, "Inference-Header-Content-Length %s in a %s response", ihcl ? ihcl : "missing",
+             want_binary ? "binary" : "JSON");
+    return 0;
+  }
+  if (!http_header(r, "Content-Type", type, sizeof type)) type[0] = 0;
+  if (!want_binary && strncmp(type, "application/json", 16)) {
+    snprintf(err, cap, "Content-Type '%s' for a JSON response", type);
+    return 0;
+  }
+  if (ihcl) {
+    char *end;
+    unsigned long long h = strtoull(ihcl, &end, 10);
+    if (*end || h > r->body_len) {
+      snprintf(err, cap, "Inference-Header-Content-Length '%s' with a body of %zu bytes", ihcl, r->body_len);
+      return 0;
+    }
+    json_len = (size_t)h;
+  }
+  cJSON *j = cJSON_ParseWithLength(r->body, json_len);
+  const cJSON *name = cJSON_GetObjectItemCaseSensitive(j, "model_name");
+  const cJSON *ver = cJSON_GetObjectItemCaseSensitive(j, "model_version");
+  const cJSON *id = cJSON_GetObjectItemCaseSensitive(j, "id");
+  const cJSON *outs = cJSON_GetObjectItemCaseSensitive(j, "outputs");
+  const cJSON *out0 = cJSON_IsArray(outs) && cJSON_GetArraySize(outs) == 1 ? cJSON_GetArrayItem(outs, 0) : NULL;
+  const cJSON *oname = cJSON_GetObjectItemCaseSensitive(out0, "name");
+  const cJSON *dt = cJSON_GetObjectItemCaseSensitive(out0, "datatype");
+  const cJSON *shape = cJSON_GetObjectItemCaseSensitive(out0, "shape");
+  const cJSON *dim = cJSON_IsArray(shape) && cJSON_GetArraySize(shape) == 1 ? cJSON_GetArrayItem(shape, 0) : NULL;
+  const cJSON *params = cJSON_GetObjectItemCaseSensitive(out0, "parameters");
+  const cJSON *bds = cJSON_GetObjectItemCaseSensitive(params, "binary_data_size");
+  const cJSON *data = cJSON_GetObjectItemCaseSensitive(out0, "data");
+  int ok = cJSON_IsObject(j) && cJSON_IsString(name) && !strcmp(name->valuestring, "dlrm") && cJSON_IsString(ver) &&
+           strlen(ver->valuestring) < sizeof o->version && (!id || cJSON_IsString(id)) && cJSON_IsString(oname) &&
+           !strcmp(oname->valuestring, "OUTPUT0") && cJSON_IsString(dt) && !strcmp(dt->valuestring, "FP32") &&
+           cJSON_IsNumber(dim) && dim->valuedouble >= 1 && dim->valuedouble <= MAX_SCORES;
+  if (ok) {
+    snprintf(o->version, sizeof o->version, "%s", ver->valuestring);
+    if (id) {
+      o->has_id = 1;
+      snprintf(o->id, sizeof o->id, "%s", id->valuestring);
+    }
+    o->n = (int)dim->valuedouble;
+  }
+  if (ok && want_binary) {
+    ok = !data && cJSON_IsNumber(bds) && bds->valuedouble == 4.0 * o->n && r->body_len == json_len + 4u * (size_t)o->n;
+    for (int i = 0; ok && i < o->n; i++) {
+      const unsigned char *b = (const unsigned char *)r->body + json_len + 4 * i;
+      uint32_t u = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+      memcpy(&o->s[i], &u, 4);
+    }
+  } else if (ok) {
+    ok = !bds && cJSON_IsArray(data) && cJSON_GetArraySize(data) == o->n;
+    const char *p = ok ? strstr(r->body, "\"data\":[") : NULL;
+    ok = p != NULL;
+    if (p) p += 8;
+    for (int i = 0; ok && i < o->n; i++) {
+      char *end;
+      o->s[i] = strtof(p, &end);
+      ok = end != p && *end == (i + 1 < o->n ? ',' : ']');
+      p = end + 1;
+    }
+  }
+  cJSON_Delete(j);
+  if (!ok) snprintf(err, cap, "malformed inference response (%s): %.400s", want_binary ? "binary" : "JSON", r->body);
+  return ok;
+}
+
+/* Bitwise equality of n scores with ref[idx[i]]; 0 and err on a difference. */
+static int scores_equal(const infer_out *o, const int *idx, int n, const float *ref, char *err, size_t cap) {
+  if (o->n != n) {
+    snprintf(err, cap, "%d scores for %d rows", o->n, n);
+    return 0;
+  }
+  for (int i = 0; i < n; i++) {
+    uint32_t a, b;
+    memcpy(&a, &o->s[i], 4);
+    memcpy(&b, &ref[idx[i]], 4);
+    if (a != b) {
+      snprintf(err, cap, "row %d of the request (fixture row %d): served %.9g (0x%08x), predict %.9g (0x%08x)", i,
+               idx[i], (double)o->s[i], a, (double)ref[idx[i]], b);
+      return 0;
+    }
+  }
+  return 1;
+}
+
+/* Sends an inference request and checks: 200, the served version, scores
+ * bitwise equal to the reference of rows idx (and the id when given). */
+static int infer_check(const char *what, const char *hdrs, const void *body, size_t len, int want_binary,
+                       const int *idx, int n, const char *want_id) {
+  http_resp r;
+  if (!http_do("POST", "/v2/models/dlrm/infer", hdrs, body, len, &r)) {
+    test_fail(__FILE__, __LINE__, "%s: no response: %s", what, r.err);
+    http_free(&r);
+    return 0;
+  }
+  infer_out o;
+  char err[1024];
+  int ok = parse_infer(&r, want_binary, &o, err, sizeof err);
+  if (!ok) test_fail(__FILE__, __LINE__, "%s: %s", what, err);
+  if (ok && strcmp(o.version, fx.version)) {
+    test_fail(__FILE__, __LINE__, "%s: model_version \"%s\", expected \"%s\"", what, o.version, fx.version);
+    ok = 0;
+  }
+  if (ok && want_id && (!o.has_id || strcmp(o.id, want_id))) {
+    test_fail(__FILE__, __LINE__, "%s: id %s%s%s, expected \"%s\"", what, o.has_id ? "\"" : "",
+              o.has_id ? o.id : "missing", o.has_id ? "\"" : "", want_id);
+    ok = 0;
+  }
+  if (ok && !want_id && o.has_id) {
+    test_fail(__FILE__, __LINE__, "%s: an id \"%s\" in the response of a request without one", what, o.id);
+    ok = 0;
+  }
+  if (ok && !scores_equal(&o, idx, n, fx.ref, err, sizeof err)) {
+    test_fail(__FILE__, __LINE__, "%s: %s", what, err);
+    ok = 0;
+  }
+  http_free(&r);
+  return ok;
+}
+
+static int infer_json_check(const char *what, const int *idx, int n, int flat, int dense_bytes, const char *top,
+                            const char *want_id) {
+  sb s = {0};
+  build_raw_json(&s, idx, n, flat, dense_bytes, top);
+  int ok = infer_check(what, NULL, s.p, s.n, 0, idx, n, want_id);
+  sb_free(&s);
+  return ok;
+}
+
+/* A small normal request that must succeed (after hostile ones). */
+static int normal_ok(const char *after) {
+  static const int idx[3] = {3, 17, 29};
+  char what[256];
+  snprintf(what, sizeof what, "a normal request after %s", after);
+  return infer_json_check(what, idx, 3, 0, 0, NULL, NULL);
+}
+
+static const char *ihcl_header(size_t hl, char *buf, size_t cap) {
+  snprintf(buf, cap, "Inference-Header-Content-Length: %zu\r\n", hl);
+  return buf;
+}
+
+/* ---- /metrics ---- */
+
+/* The value of the sample `series` (name with labels, exactly as printed);
+ * 0 when absent (counters with no events are not printed). */
+static double metric(const char *text, const char *series) {
+  size_t n = strlen(series);
+  for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
+    if (!strncmp(p, series, n) && p[n] == ' ') return strtod(p + n + 1, NULL);
+  return 0;
+}
+
+static int has_series(const char *text, const char *series) {
+  size_t n = strlen(series);
+  for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
+    if (!strncmp(p, series, n) && p[n] == ' ') return 1;
+  return 0;
+}
+
+/* ================= the tests, in order ================= */
+
+SERVE_TEST(serve_01_endpoints) {
+  http_resp r;
+  REQ("GET", "/v2/health/live", NULL, NULL, 0, &r);
+  CHECK(expect_status(&r, 200, "GET /v2/health/live"));
+  http_free(&r);
+  REQ("GET", "/v2/health/ready", NULL, NULL, 0, &r);
+  CHECK(expect_status(&r, 200, "GET /v2/health/ready"));
+  http_free(&r);
+
+  REQ("GET", "/v2", NULL, NULL, 0, &r);
+  CHECK(expect_status(&r, 200, "GET /v2"));
+  cJSON *j = cJSON_ParseWithLength(r.body, r.body_len);
+  const cJSON *name = cJSON_GetObjectItemCaseSensitive(j, "name");
+  const cJSON *ext = cJSON_GetObjectItemCaseSensitive(j, "extensions");
+  int ok = cJSON_IsString(name) && name->valuestring[0] && cJSON_IsArray(ext);
+  cJSON_Delete(j);
+  if (!ok) test_fail(__FILE__, __LINE__, "GET /v2: no name or extensions: %s", r.body);
+  http_free(&r);
+  CHECK(ok);
+
+  const char *meta[] = {"/v2/models/dlrm", "/v2/models/dlrm/versions/5"};
+  for (int k = 0; k < 2; k++) {
+    REQ("GET", meta[k], NULL, NULL, 0, &r);
+    CHECK(expect_status(&r, 200, meta[k]));
+    j = cJSON_ParseWithLength(r.body, r.body_len);
+    name = cJSON_GetObjectItemCaseSensitive(j, "name");
+    const cJSON *versions = cJSON_GetObjectItemCaseSensitive(j, "versions");
+    const cJSON *v0 = cJSON_GetArrayItem(versions, 0);
+    const cJSON *inputs = cJSON_GetObjectItemCaseSensitive(j, "inputs");
+    const cJSON *outputs = cJSON_GetObjectItemCaseSensitive(j, "outputs");
+    const cJSON *o0 = cJSON_GetArrayItem(outputs, 0);
+    const cJSON *o0name = cJSON_GetObjectItemCaseSensitive(o0, "name");
+    int seen = 0; /* bit per input name */
+    const cJSON *in;
+    cJSON_ArrayForEach(in, inputs) {
+      const cJSON *n = cJSON_GetObjectItemCaseSensitive(in, "name");
+      const char *names[] = {"dense", "categorical", "DES", "CATCOLUMN", "ROWINDEX"};
+      for (int i = 0; i < 5; i++)
+        if (cJSON_IsString(n) && !strcmp(n->valuestring, names[i])) seen |= 1 << i;
+    }
+    ok = cJSON_IsString(name) && !strcmp(name->valuestring, "dlrm") && cJSON_IsString(v0) &&
+         !strcmp(v0->valuestring, "5") && seen == 31 && cJSON_IsString(o0name) &&
+         !strcmp(o0name->valuestring, "OUTPUT0");
+    cJSON_Delete(j);
+    if (!ok)
+      test_fail(__FILE__, __LINE__, "GET %s: metadata without name dlrm, version 5, the 5 inputs and OUTPUT0: %s",
+                meta[k], r.body);
+    http_free(&r);
+    CHECK(ok);
+  }
+  const char *ready[] = {"/v2/models/dlrm/ready", "/v2/models/dlrm/versions/5/ready"};
+  for (int k = 0; k < 2; k++) {
+    REQ("GET", ready[k], NULL, NULL, 0, &r);
+    CHECK(expect_status(&r, 200, ready[k]));
+    http_free(&r);
+  }
+
+  /* Unknown models, versions and paths. */
+  const char *missing[] = {"/v2/models/nosuch", "/v2/models/nosuch/ready", "/v2/models/dlrm/versions/999",
+                           "/v2/models/dlrm/versions/999/ready", "/v2/nothing", "/nothing", "/v2/models/dlrm/explain",
+                           "/v2/health/dead"};
+  for (int k = 0; k < 8; k++) {
+    REQ("GET", missing[k], NULL, NULL, 0, &r);
+    CHECK(expect_error(&r, 404, NULL, missing[k]));
+    http_free(&r);
+  }
+  REQ("GET", "/v2/models/nosuch", NULL, NULL, 0, &r);
+  CHECK(expect_error(&r, 404, "nosuch", "GET /v2/models/nosuch"));
+  http_free(&r);
+  REQ("GET", "/v2/models/dlrm/versions/999", NULL, NULL, 0, &r);
+  CHECK(expect_error(&r, 404, "999", "GET /v2/models/dlrm/versions/999"));
+  http_free(&r);
+  /* Inference on an unknown model or version: 404 (with a valid body). */
+  static const int idx[2] = {0, 1};
+  sb s = {0};
+  build_raw_json(&s, idx, 2, 0, 0, NULL);
+  REQ("POST", "/v2/models/nosuch/infer", NULL, s.p, s.n, &r);
+  CHECK(expect_error(&r, 404, "nosuch", "POST /v2/models/nosuch/infer"));
+  http_free(&r);
+  REQ("POST", "/v2/models/dlrm/versions/999/infer", NULL, s.p, s.n, &r);
+  CHECK(expect_error(&r, 404, "999", "POST /v2/models/dlrm/versions/999/infer"));
+  http_free(&r);
+  /* The version URL scores too. */
+  REQ("POST", "/v2/models/dlrm/versions/5/infer", NULL, s.p, s.n, &r);
+  infer_out o;
+  char err[1024];
+  ok = parse_infer(&r, 0, &o, err, sizeof err) && scores_equal(&o, idx, 2, fx.ref, err, sizeof err);
+  if (!ok) test_fail(__FILE__, __LINE__, "POST /v2/models/dlrm/versions/5/infer: %s", err);
+  http_free(&r);
+  sb_free(&s);
+  CHECK(ok);
+
+  /* Wrong methods. */
+  REQ("GET", "/v2/models/dlrm/infer", NULL, NULL, 0, &r);
+  CHECK(expect_error(&r, 405, NULL, "GET /v2/models/dlrm/infer"));
+  http_free(&r);
+  REQ("POST", "/v2/health/live", NULL, "", 0, &r);
+  CHECK(expect_error(&r, 405, NULL, "POST /v2/health/live"));
+  http_free(&r);
+  REQ("GET", "/v2/repository/index", NULL, NULL, 0, &r);
+  CHECK(expect_error(&r, 405, NULL, "GET /v2/repository/index"));
+  http_free(&r);
+}
+
+SERVE_TEST(serve_02_scores_json) {
+  int all[N_FULL];
+  for (int i = 0; i < N_FULL; i++) all[i] = i;
+  CHECK(infer_json_check("40 rows in one request", all, N_FULL, 0, 0, NULL, NULL));
+  for (int i = 0; i < N_FULL; i++) {
+    char what[64];
+    snprintf(what, sizeof what, "row %d alone", i);
+    CHECK(infer_json_check(what, &all[i], 1, 0, 0, NULL, NULL));
+  }
+  for (int i = 0; i < N_FULL; i += 7) {
+    char what[64];
+    int n = N_FULL - i < 7 ? N_FULL - i : 7;
+    snprintf(what, sizeof what, "rows %d..%d", i, i + n - 1);
+    CHECK(infer_json_check(what, &all[i], n, 0, 0, NULL, NULL));
+  }
+  CHECK(infer_json_check("40 rows with an id", all, N_FULL, 0, 0, "\"id\":\"req-42 \\\"q\\\"\",", "req-42 \"q\""));
+  CHECK(infer_json_check("40 rows, flat data", all, N_FULL, 1, 0, NULL, NULL));
+  /* Rows in another order, one of them twice. */
+  int mixed[6] = {39, 0, 21, 0, 8, 13};
+  CHECK(infer_json_check("rows reordered and repeated", mixed, 6, 0, 0, NULL, NULL));
+  /* Dense values as their raw text (BYTES), "" for the missing ones. */
+  int miss[N_MISS + 2];
+  for (int i = 0; i < N_MISS; i++) miss[i] = N_FULL + i;
+  miss[N_MISS] = 5;
+  miss[N_MISS + 1] = 6;
+  CHECK(infer_json_check("dense as BYTES with missing values", miss, N_MISS + 2, 0, 1, NULL, NULL));
+  CHECK(infer_json_check("dense as BYTES, flat", miss, N_MISS + 2, 1, 1, NULL, NULL));
+}
+
+SERVE_TEST(serve_03_binary) {
+  int all[N_FULL];
+  for (int i = 0; i < N_FULL; i++) all[i] = i;
+  char h[128];
+  sb s = {0};
+  size_t hl;
+  build_raw_binary(&s, all, N_FULL, 1, &hl);
+  int ok = infer_check("binary in, binary out", ihcl_header(hl, h, sizeof h), s.p, s.n, 1, all, N_FULL, NULL);
+  sb_free(&s);
+  CHECK(ok);
+  /* Binary in, JSON out (no outputs asked for). */
+  build_raw_binary(&s, all, N_FULL, 0, &hl);
+  ok = infer_check("binary in, JSON out", ihcl_header(hl, h, sizeof h), s.p, s.n, 0, all, N_FULL, NULL);
+  sb_free(&s);
+  CHECK(ok);
+  /* JSON in, binary out through parameters.binary_data_output. */
+  build_raw_json(&s, all, N_FULL, 0, 0, "\"parameters\":{\"binary_data_output\":true},");
+  ok = infer_check("JSON in, binary_data_output", NULL, s.p, s.n, 1, all, N_FULL, NULL);
+  sb_free(&s);
+  CHECK(ok);
+  /* Binary in chunks of 7. */
+  for (int i = 0; i < N_FULL; i += 7) {
+    int n = N_FULL - i < 7 ? N_FULL - i : 7;
+    build_raw_binary(&s, &all[i], n, 1, &hl);
+    ok = infer_check("binary, 7 rows", ihcl_header(hl, h, sizeof h), s.p, s.n, 1, &all[i], n, NULL);
+    sb_free(&s);
+    CHECK(ok);
+  }
+}
+
+/* Encodes the N_FULL rows with the ETL state in etl_dir, as apply does:
+ * dense[N_FULL * ND] transformed values, ids[N_FULL * NC] global ids. */
+static dlrec_status encode_rows(const char *etl_dir, float *dense, uint32_t *ids) {
+  dlrec_etl *etl = NULL;
+  dlrec_status st = dlrec_etl_load(&etl, etl_dir);
+  for (int i = 0; i < N_FULL && st == DLREC_OK; i++) {
+    char line[2048];
+    size_t n = 0;
+    for (int k = 0; k < NF; k++) n += (size_t)snprintf(line + n, sizeof line - n, "%s%s", k ? "\t" : "", fx.field[i][k]);
+    float label;
+    st = dlrec_etl_encode_line(etl, line, n, 0, &label, dense + i * ND, ids + i * NC);
+  }
+  dlrec_etl_free(etl);
+  return st;
+}
+
+SERVE_TEST(serve_04_hugectr) {
+  /* Encode the rows as the checkpoint's ETL state does. */
+  char ckpt[1024], etl_dir[1100];
+  CHECK_OK(dlrec_checkpoint_resolve(fx.run, ckpt, sizeof ckpt));
+  snprintf(etl_dir, sizeof etl_dir, "%s/etl", ckpt);
+  float dense[N_FULL * ND];
+  uint32_t ids[N_FULL * NC];
+  int all[N_FULL];
+  for (int i = 0; i < N_FULL; i++) all[i] = i;
+  CHECK_OK(encode_rows(etl_dir, dense, ids));
+  char h[128];
+  sb s = {0};
+  size_t hl = 0;
+  build_hugectr(&s, N_FULL, dense, ids, 0, &hl);
+  int ok = infer_check("HugeCTR DES/CATCOLUMN/ROWINDEX in JSON", NULL, s.p, s.n, 0, all, N_FULL, NULL);
+  sb_free(&s);
+  CHECK(ok);
+  build_hugectr(&s, N_FULL, dense, ids, 1, &hl);
+  ok = infer_check("HugeCTR inputs as binary tensors", ihcl_header(hl, h, sizeof h), s.p, s.n, 1, all, N_FULL, NULL);
+  sb_free(&s);
+  CHECK(ok);
+  for (int i = 0; i < N_FULL; i += 7) {
+    int n = N_FULL - i < 7 ? N_FULL - i : 7;
+    build_hugectr(&s, n, dense + i * ND, ids + i * NC, 0, &hl);
+    ok = infer_check("HugeCTR, 7 rows", NULL, s.p, s.n, 0, &all[i], n, NULL);
+    sb_free(&s);
+    CHECK(ok);
+  }
+  /* An id outside its column's range. */
+  ids[5] = 0xfffffff0u;
+  build_hugectr(&s, 1, dense, ids, 0, &hl);
+  http_resp r;
+  REQ("POST", "/v2/models/dlrm/infer", NULL, s.p, s.n, &r);
+  sb_free(&s);
+  CHECK(expect_error(&r, 400, "CATCOLUMN", "HugeCTR id out of range"));
+  http_free(&r);
+  CHECK(normal_ok("an id out of range"));
+}
+
+/* Posts body (with optional extra headers) to infer and expects an error. */
+static int hostile(const char *what, const char *hdrs, const void *body, size_t len, int status, const char *substr) {
+  http_resp r;
+  if (!http_do("POST", "/v2/models/dlrm/infer", hdrs, body, len, &r)) {
+    test_fail(__FILE__, __LINE__, "%s: no response: %s", what, r.err);
+    http_free(&r);
+    return 0;
+  }
+  int ok = expect_error(&r, status, substr, what);
+  http_free(&r);
+  return ok && normal_ok(what);
+}
+
+SERVE_TEST(serve_05_hostile_input) {
+  static const char *one_cat = "\"categorical\",\"datatype\":\"BYTES\",\"shape\":[1,26],\"data\":[[\"\",\"\",\"\","
+                               "\"\",\"\",\"\",\"\",\"\",\"\",\"\",\"\",\"\",\"\",\"\",\"\",\"\",\"\",\"\",\"\",\"\","
+                               "\"\",\"\",\"\",\"\",\"\",\"\"]]";
+  static const char *one_dense = "\"dense\",\"datatype\":\"FP32\",\"shape\":[1,13],\"data\":[[1,2,3,4,5,6,7,8,9,10,"
+                                 "11,12,13]]";
+  char body[4096], h[128];
+  CHECK(hostile("invalid JSON", NULL, "{\"inputs\": [", 12, 400, NULL));
+  CHECK(hostile("garbage", NULL, "\x01\x02\xff", 3, 400, NULL));
+  CHECK(hostile("an empty body", NULL, "", 0, 400, NULL));
+  CHECK(hostile("JSON that is not an object", NULL, "[1,2,3]", 7, 400, "object"));
+  /* The shape says 2 rows, the data has 1. */
+  snprintf(body, sizeof body,
+           "{\"inputs\":[{\"name\":\"dense\",\"datatype\":\"FP32\",\"shape\":[2,13],\"data\":[[1,2,3,4,5,6,7,8,9,10,11,"
+           "12,13]]},{\"name\":%s}]}",
+           one_cat);
+  CHECK(hostile("a shape that does not match the data", NULL, body, strlen(body), 400, "dense"));
+  /* dense and categorical disagree on rows. */
+  snprintf(body, sizeof body, "{\"inputs\":[{\"name\":%s},{\"name\":\"categorical\",\"datatype\":\"BYTES\","
+           "\"shape\":[2,13],\"data\":[[\"\",\"\",\"\",\"\",\"\",\"\",\"\",\"\",\"\",\"\",\"\",\"\",\"\"],[\"\",\"\","
+           "\"\",\"\",\"\",\"\",\"\",\"\",\"\",\"\",\"\",\"\",\"\"]]}]}", one_dense);
+  CHECK(hostile("categorical of the wrong width", NULL, body, strlen(body), 400, "categorical"));
+  /* categorical as FP32. */
+  snprintf(body, sizeof body,
+           "{\"inputs\":[{\"name\":%s},{\"name\":\"categorical\",\"datatype\":\"FP32\",\"shape\":[1,26],\"data\":[[0,0,"
+           "0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0]]}]}",
+           one_dense);
+  CHECK(hostile("categorical as FP32", NULL, body, strlen(body), 400, "BYTES"));
+  /* An unknown datatype. */
+  snprintf(body, sizeof body, "{\"inputs\":[{\"name\":\"dense\",\"datatype\":\"FP33\",\"shape\":[1,13],\"data\":[[1,2,"
+           "3,4,5,6,7,8,9,10,11,12,13]]},{\"name\":%s}]}", one_cat);
+  CHECK(hostile("an unknown datatype", NULL, body, strlen(body), 400, "FP33"));
+  /* A missing tensor. */
+  snprintf(body, sizeof body, "{\"inputs\":[{\"name\":%s}]}", one_dense);
+  CHECK(hostile("categorical missing", NULL, body, strlen(body), 400, "categorical"));
+  snprintf(body, sizeof body, "{\"inputs\":[{\"name\":\"DES\",\"datatype\":\"FP32\",\"shape\":[1,13],\"data\":[1,2,3,"
+           "4,5,6,7,8,9,10,11,12,13]}]}");
+  CHECK(hostile("CATCOLUMN and ROWINDEX missing", NULL, body, strlen(body), 400, "CATCOLUMN"));
+  CHECK(hostile("no inputs at all", NULL, "{\"inputs\":[]}", 13, 400, "inputs"));
+  /* An unknown input, an unknown key. */
+  snprintf(body, sizeof body, "{\"inputs\":[{\"name\":%s},{\"name\":%s},{\"name\":\"extra\",\"datatype\":\"FP32\","
+           "\"shape\":[1],\"data\":[1]}]}", one_dense, one_cat);
+  CHECK(hostile("an unknown input", NULL, body, strlen(body), 400, "extra"));
+  snprintf(body, sizeof body, "{\"inputs\":[{\"name\":%s},{\"name\":%s}],\"colour\":1}", one_dense, one_cat);
+  CHECK(hostile("an unknown key", NULL, body, strlen(body), 400, "colour"));
+  snprintf(body, sizeof body, "{\"inputs\":[{\"name\":%s},{\"name\":%s}],\"outputs\":[{\"name\":\"OUTPUT1\"}]}",
+           one_dense, one_cat);
+  CHECK(hostile("an unknown output", NULL, body, strlen(body), 400, "OUTPUT1"));
+  /* Values the ETL refuses: dense text that is no number, a categorical
+   * value that is not hex. */
+  snprintf(body, sizeof body, "{\"inputs\":[{\"name\":\"dense\",\"datatype\":\"BYTES\",\"shape\":[1,13],\"data\":[[\"1\","
+           "\"zz\",\"\",\"\",\"\",\"\",\"\",\"\",\"\",\"\",\"\",\"\",\"\"]]},{\"name\":%s}]}", one_cat);
+  CHECK(hostile("dense text that is not a number", NULL, body, strlen(body), 400, "dense"));
+  snprintf(body, sizeof body, "{\"inputs\":[{\"name\":%s},{\"name\":\"categorical\",\"datatype\":\"BYTES\",\"shape\":"
+           "[1,26],\"data\":[[\"not hex\",\"\",\"\",\"\",\"\",\"\",\"\",\"\",\"\",\"\",\"\",\"\",\"\",\"\",\"\",\"\",\"\","
+           "\"\",\"\",\"\",\"\",\"\",\"\",\"\",\"\",\"\"]]}]}", one_dense);
+  CHECK(hostile("a categorical value that is not hex", NULL, body, strlen(body), 400, "categorical"));
+  /* 1e40 does not fit FP32. */
+  snprintf(body, sizeof body, "{\"inputs\":[{\"name\":\"dense\",\"datatype\":\"FP32\",\"shape\":[1,13],\"data\":[[1e40,"
+           "2,3,4,5,6,7,8,9,10,11,12,13]]},{\"name\":%s}]}", one_cat);
+  CHECK(hostile("1e40 as FP32", NULL, body, strlen(body), 400, NULL));
+
+  /* Bodies over --max-body-bytes: 413, by Content-Length and chunked. */
+  size_t big = MAX_BODY + 50000;
+  char *junk = malloc(big);
+  CHECK(junk);
+  memset(junk, ' ', big);
+  junk[0] = '{';
+  int ok = hostile("a body over --max-body-bytes", NULL, junk, big, 413, "max-body-bytes");
+  if (ok) {
+    sb req = {0};
+    sb_printf(&req, "POST /v2/models/dlrm/infer HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nConnection: close\r\n"
+              "Transfer-Encoding: chunked\r\n\r\n", fx.port);
+    for (size_t at = 0; at < big; at += 10000) {
+      sb_printf(&req, "%zx\r\n", (size_t)10000);
+      sb_put(&req, junk + at, 10000);
+      sb_str(&req, "\r\n");
+    }
+    sb_str(&req, "0\r\n\r\n");
+    http_resp r;
+    ok = http_raw(req.p, req.n, &r);
+    sb_free(&req);
+    if (!ok) test_fail(__FILE__, __LINE__, "a chunked body over the limit: no response: %s", r.err);
+    else count_infer(r.status);
+    ok = ok && expect_error(&r, 413, "max-body-bytes", "a chunked body over --max-body-bytes");
+    http_free(&r);
+    ok = ok && normal_ok("a chunked body over the limit");
+  }
+  free(junk);
+  CHECK(ok);
+  /* A body just under the limit is read (and refused as bad JSON, not 413). */
+  junk = malloc(MAX_BODY);
+  CHECK(junk);
+  memset(junk, ' ', MAX_BODY);
+  junk[0] = '{';
+  ok = hostile("a body of exactly --max-body-bytes", NULL, junk, MAX_BODY, 400, NULL);
+  free(junk);
+  CHECK(ok);
+
+  /* Binary sections that do not add up. */
+  static const int idx[3] = {0, 1, 2};
+  sb s = {0};
+  size_t hl;
+  build_raw_binary(&s, idx, 3, 1, &hl);
+  snprintf(h, sizeof h, "Inference-Header-Content-Length: %zu\r\n", s.n + 10);
+  ok = hostile("Inference-Header-Content-Length beyond the body", h, s.p, s.n, 400, "Inference-Header-Content-Length");
+  ok = ok && hostile("a binary section 4 bytes short", ihcl_header(hl, h, sizeof h), s.p, s.n - 4, 400, "categorical");
+  ok = ok && hostile("a binary section cut inside dense", ihcl_header(hl, h, sizeof h), s.p, hl + 100, 400, "dense");
+  if (ok) {
+    sb_put(&s, "xyz", 3);
+    ok = hostile("3 bytes after the binary section", ihcl_header(hl, h, sizeof h), s.p, s.n, 400, "trailing");
+    s.n -= 3;
+  }
+  ok = ok && hostile("binary data without Inference-Header-Content-Length", NULL, s.p, s.n, 400, NULL);
+  ok = ok && hostile("Inference-Header-Content-Length: abc", "Inference-Header-Content-Length: abc\r\n", s.p, s.n, 400,
+                     "Inference-Header-Content-Length");
+  ok = ok && hostile("Inference-Header-Content-Length: -5", "Inference-Header-Content-Length: -5\r\n", s.p, s.n, 400,
+                     "Inference-Header-Content-Length");
+  ok = ok && hostile("Inference-Header-Content-Length: 12abc", "Inference-Header-Content-Length: 12abc\r\n", s.p, s.n,
+                     400, "Inference-Header-Content-Length");
+  /* Binary tensor data with a JSON header that cuts the JSON short. */
+  ok = ok && hostile("Inference-Header-Content-Length inside the JSON", ihcl_header(hl - 5, h, sizeof h), s.p, s.n, 400,
+                     NULL);
+  sb_free(&s);
+  CHECK(ok);
+
+  /* More rows than --max-batch (1024): binary, so that it fits the body limit. */
+  {
+    const int n = 1025;
+    float *dense = calloc((size_t)n * ND, sizeof *dense);
+    const char **cats = malloc((size_t)n * NC * sizeof *cats);
+    CHECK(dense && cats);
+    for (int k = 0; k < n * NC; k++) cats[k] = "";
+    build_raw_binary_from(&s, n, dense, cats, 0, &hl);
+    ok = s.n < MAX_BODY;
+    if (!ok) test_fail(__FILE__, __LINE__, "1025 rows take %zu bytes, over the body limit", s.n);
+    ok = ok && hostile("1025 rows (max-batch 1024)", ihcl_header(hl, h, sizeof h), s.p, s.n, 400, "1024");
+    sb_free(&s);
+    /* And 1024 rows are fine. */
+    if (ok) {
+      build_raw_binary_from(&s, 1024, dense, cats, 1, &hl);
+      http_resp r;
+      ok = http_do("POST", "/v2/models/dlrm/infer", ihcl_header(hl, h, sizeof h), s.p, s.n, &r);
+      if (!ok) test_fail(__FILE__, __LINE__, "1024 rows: no response: %s", r.err);
+      ok = ok && expect_status(&r, 200, "1024 rows (max-batch)");
+      char v[64];
+      if (ok && !(http_header(&r, "Inference-Header-Content-Length", v, sizeof v) &&
+                  r.body_len == strtoull(v, NULL, 10) + 4096)) {
+        test_fail(__FILE__, __LINE__, "1024 rows: a binary response of %zu bytes", r.body_len);
+        ok = 0;
+      }
+      http_free(&r);
+      sb_free(&s);
+    }
+    free(dense);
+    free(cats);
+    CHECK(ok);
+  }
+
+  /* Slow clients hold only their own connection: half the headers, and
+   * full headers with half the body, while normal requests go through. */
+  char err[256];
+  int slow1 = http_connect(err, sizeof err);
+  if (slow1 < 0) test_fail(__FILE__, __LINE__, "slow client: %s", err);
+  CHECK(slow1 >= 0);
+  const char *half = "POST /v2/models/dlrm/infer HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Le";
+  ok = send_all(slow1, half, strlen(half)) == 0;
+  if (!ok) test_fail(__FILE__, __LINE__, "slow client: send failed: %s", strerror(errno));
+  ok = ok && normal_ok("half the headers on another connection");
+  int slow2 = ok ? http_connect(err, sizeof err) : -1;
+  if (ok && slow2 < 0) {
+    test_fail(__FILE__, __LINE__, "slow client 2: %s", err);
+    ok = 0;
+  }
+  if (ok) {
+    char head[256];
+    snprintf(head, sizeof head,
+             "POST /v2/models/dlrm/infer HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1000\r\n\r\n{\"inputs\": [");
+    ok = send_all(slow2, head, strlen(head)) == 0;
+    if (!ok) test_fail(__FILE__, __LINE__, "slow client 2: send failed: %s", strerror(errno));
+  }
+  ok = ok && normal_ok("half a body on another connection");
+  ok = ok && normal_ok("two slow connections open");
+  if (slow2 >= 0) close(slow2);
+  close(slow1);
+  CHECK(ok);
+  usleep(50000);
+  CHECK(normal_ok("the slow connections closed"));
+}
+
+/* ---- keep-alive and Expect: 100-continue ---- */
+
+/* Takes the response at buf[*at..) into r (a copy) once it is complete:
+ * 1 and *at moved past it, 0 when more bytes are needed, -1 and r->err
+ * when it is malformed. Interim 1xx responses have no body. */
+static int take_response(const sb *buf, size_t *at, http_resp *r) {
+  memset(r, 0, sizeof *r);
+  const char *p = buf->p ? buf->p + *at : "";
+  size_t left = buf->n - *at;
+  const char *eoh = memmem(p, left, "\r\n\r\n", 4);
+  if (!eoh) return 0;
+  size_t head = (size_t)(eoh + 4 - p);
+  r->raw = malloc(left + 1);
+  if (!r->raw) abort();
+  memcpy(r->raw, p, left);
+  r->raw[left] = 0;
+  r->raw_len = left;
+  int complete;
+  int st = parse_head(r, &complete);
+  char v[64];
+  size_t body = 0;
+  if (st < 100 || st > 599) {
+    snprintf(r->err, sizeof r->err, "not an HTTP response: '%.100s'", r->raw);
+    return -1;
+  }
+  if (st >= 200) {
+    if (!http_header(r, "Content-Length", v, sizeof v)) {
+      snprintf(r->err, sizeof r->err, "a %d response without Content-Length", st);
+      return -1;
+    }
+    body = strtoull(v, NULL, 10);
+  }
+  if (head + body > left) {
+    http_free(r);
+    return 0;
+  }
+  r->raw_len = head + body;
+  r->raw[r->raw_len] = 0;
+  r->body_len = body;
+  r->status = st;
+  *at += head + body;
+  return 1;
+}
+
+/* Reads from fd into buf until a whole response is at buf[*at..). */
+static int read_response(int fd, sb *buf, size_t *at, http_resp *r) {
+  for (;;) {
+    int t = take_response(buf, at, r);
+    if (t) return t > 0;
+    char chunk[16384];
+    ssize_t n = recv(fd, chunk, sizeof chunk, 0);
+    if (n > 0) {
+      sb_put(buf, chunk, (size_t)n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    snprintf(r->err, sizeof r->err, "%s with %zu bytes of a response", n == 0 ? "connection closed"
+             : errno == EAGAIN || errno == EWOULDBLOCK ? "no data for 10 s" : strerror(errno), buf->n - *at);
+    return 0;
+  }
+}
+
+SERVE_TEST(serve_05b_keepalive_and_expect_continue) {
+  static const int idx[3] = {4, 9, 33};
+  sb good = {0}, req = {0}, buf = {0};
+  build_raw_json(&good, idx, 3, 0, 0, NULL);
+  char err[1024];
+  size_t at = 0;
+  http_resp r;
+  /* One keep-alive connection: a bad request, a good one, a GET. */
+  int fd = http_connect(err, sizeof err);
+  if (fd < 0) test_fail(__FILE__, __LINE__, "%s", err);
+  CHECK(fd >= 0);
+  const char *bad = "POST /v2/models/dlrm/infer HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 5\r\n\r\n{bad}";
+  int ok = send_all(fd, bad, strlen(bad)) == 0 && read_response(fd, &buf, &at, &r);
+  if (!ok) test_fail(__FILE__, __LINE__, "keep-alive, request 1: %s", r.err);
+  if (ok) count_infer(r.status);
+  ok = ok && expect_error(&r, 400, NULL, "keep-alive, request 1 (bad JSON)");
+  http_free(&r);
+  if (ok) {
+    sb_printf(&req, "POST /v2/models/dlrm/infer HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: %zu\r\n\r\n", good.n);
+    sb_put(&req, good.p, good.n);
+    ok = send_all(fd, req.p, req.n) == 0 && read_response(fd, &buf, &at, &r);
+    if (!ok) test_fail(__FILE__, __LINE__, "keep-alive, request 2 on the same connection: %s", r.err);
+    if (ok) count_infer(r.status);
+    infer_out o;
+    if (ok && !(parse_infer(&r, 0, &o, err, sizeof err) && scores_equal(&o, idx, 3, fx.ref, err, sizeof err))) {
+      test_fail(__FILE__, __LINE__, "keep-alive, request 2 (after a bad one): %s", err);
+      ok = 0;
+    }
+    http_free(&r);
+  }
+  if (ok) {
+    const char *live = "GET /v2/health/live HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+    ok = send_all(fd, live, strlen(live)) == 0 && read_response(fd, &buf, &at, &r);
+    if (!ok) test_fail(__FILE__, __LINE__, "keep-alive, request 3: %s", r.err);
+    ok = ok && expect_status(&r, 200, "keep-alive, request 3 (GET live)");
+    http_free(&r);
+  }
+  close(fd);
+  sb_free(&req);
+  sb_free(&buf);
+  CHECK(ok);
+
+  /* Expect: 100-continue, as curl sends for larger bodies: 100, then the body, then 200. */
+  at = 0;
+  fd = http_connect(err, sizeof err);
+  if (fd < 0) test_fail(__FILE__, __LINE__, "%s", err);
+  CHECK(fd >= 0);
+  sb_printf(&req, "POST /v2/models/dlrm/infer HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+            "Expect: 100-continue\r\nContent-Length: %zu\r\n\r\n", good.n);
+  ok = send_all(fd, req.p, req.n) == 0 && read_response(fd, &buf, &at, &r);
+  if (!ok) test_fail(__FILE__, __LINE__, "Expect: 100-continue: no interim response: %s", r.err);
+  ok = ok && expect_status(&r, 100, "Expect: 100-continue, before the body");
+  http_free(&r);
+  if (ok) {
+    ok = send_all(fd, good.p, good.n) == 0 && read_response(fd, &buf, &at, &r);
+    if (!ok) test_fail(__FILE__, __LINE__, "Expect: 100-continue: no final response: %s", r.err);
+    if (ok) count_infer(r.status);
+    infer_out o;
+    if (ok && !(parse_infer(&r, 0, &o, err, sizeof err) && scores_equal(&o, idx, 3, fx.ref, err, sizeof err))) {
+      test_fail(__FILE__, __LINE__, "Expect: 100-continue: %s", err);
+      ok = 0;
+    }
+    http_free(&r);
+  }
+  close(fd);
+  sb_free(&req);
+  sb_free(&buf);
+  CHECK(ok);
+
+  /* A Content-Length over the limit with Expect: 100-continue: 413 before
+   * the body is sent. */
+  at = 0;
+  fd = http_connect(err, sizeof err);
+  if (fd < 0) test_fail(__FILE__, __LINE__, "%s", err);
+  CHECK(fd >= 0);
+  sb_printf(&req, "POST /v2/models/dlrm/infer HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+            "Expect: 100-continue\r\nContent-Length: %d\r\n\r\n", MAX_BODY + 1);
+  ok = send_all(fd, req.p, req.n) == 0 && read_response(fd, &buf, &at, &r);
+  if (!ok) test_fail(__FILE__, __LINE__, "Expect: 100-continue over the limit: no response: %s", r.err);
+  if (ok && r.status != 100) count_infer(r.status);
+  ok = ok && expect_error(&r, 413, "max-body-bytes", "Expect: 100-continue with a body over the limit");
+  http_free(&r);
+  close(fd);
+  sb_free(&req);
+  sb_free(&buf);
+  sb_free(&good);
+  CHECK(ok);
+  CHECK(normal_ok("the keep-alive and Expect requests"));
+}
+
+/* POST /v2/repository/index: the one model's state and version ("" when
+ * absent). 0 and err when the answer is not a one-model index of dlrm. */
+static int repo_index(char *state, char *version, size_t cap, char *err, size_t errcap) {
+  http_resp r;
+  state[0] = version[0] = 0;
+  if (!http_do("POST", "/v2/repository/index", NULL, "", 0, &r)) {
+    snprintf(err, errcap, "no response: %.400s", r.err);
+    http_free(&r);
+    return 0;
+  }
+  cJSON *j = r.status == 200 ? cJSON_ParseWithLength(r.body, r.body_len) : NULL;
+  const cJSON *m = cJSON_IsArray(j) && cJSON_GetArraySize(j) == 1 ? cJSON_GetArrayItem(j, 0) : NULL;
+  const cJSON *name = cJSON_GetObjectItemCaseSensitive(m, "name");
+  const cJSON *ver = cJSON_GetObjectItemCaseSensitive(m, "version");
+  const cJSON *st = cJSON_GetObjectItemCaseSensitive(m, "state");
+  int ok = cJSON_IsString(name) && !strcmp(name->valuestring, "dlrm") && cJSON_IsString(st) &&
+           (!ver || cJSON_IsString(ver));
+  if (ok) {
+    snprintf(state, cap, "%s", st->valuestring);
+    if (ver) snprintf(version, cap, "%s", ver->valuestring);
+  } else {
+    snprintf(err, errcap, "status %d, not a one-model index of dlrm: %.300s", r.status, r.body ? r.body : "");
+  }
+  cJSON_Delete(j);
+  http_free(&r);
+  return ok;
+}
+
+/* The index must say READY with version. */
+static int index_ready(const char *version) {
+  char state[64], ver[64], err[512];
+  if (!repo_index(state, ver, sizeof state, err, sizeof err)) {
+    test_fail(__FILE__, __LINE__, "repository index: %s", err);
+    return 0;
+  }
+  if (strcmp(state, "READY") || strcmp(ver, version)) {
+    test_fail(__FILE__, __LINE__, "repository index: state %s, version \"%s\"; expected READY, \"%s\"", state, ver,
+              version);
+    return 0;
+  }
+  return 1;
+}
+
+SERVE_TEST(serve_06_repository) {
+  CHECK(index_ready("5"));
+  http_resp r;
+  REQ("POST", "/v2/repository/models/dlrm/unload", NULL, "", 0, &r);
+  CHECK(expect_status(&r, 200, "unload dlrm"));
+  http_free(&r);
+  REQ("GET", "/v2/models/dlrm/ready", NULL, NULL, 0, &r);
+  CHECK(expect_status(&r, 503, "GET /v2/models/dlrm/ready after unload"));
+  http_free(&r);
+  REQ("GET", "/v2/health/ready", NULL, NULL, 0, &r);
+  CHECK(expect_status(&r, 503, "GET /v2/health/ready after unload"));
+  http_free(&r);
+  REQ("GET", "/v2/health/live", NULL, NULL, 0, &r);
+  CHECK(expect_status(&r, 200, "GET /v2/health/live after unload"));
+  http_free(&r);
+  static const int idx[3] = {0, 1, 2};
+  sb s = {0};
+  build_raw_json(&s, idx, 3, 0, 0, NULL);
+  REQ("POST", "/v2/models/dlrm/infer", NULL, s.p, s.n, &r);
+  sb_free(&s);
+  CHECK(expect_error(&r, 503, "dlrm", "infer after unload"));
+  http_free(&r);
+  char state[64], ver[64], err[512];
+  if (!repo_index(state, ver, sizeof state, err, sizeof err)) test_fail(__FILE__, __LINE__, "index after unload: %s", err);
+  CHECK(!test_failed_now());
+  if (!strcmp(state, "READY")) test_fail(__FILE__, __LINE__, "index after unload: state READY, version \"%s\"", ver);
+  CHECK(strcmp(state, "READY") != 0);
+
+  REQ("POST", "/v2/repository/models/dlrm/load", NULL, "", 0, &r);
+  CHECK(expect_status(&r, 200, "load dlrm"));
+  http_free(&r);
+  REQ("GET", "/v2/models/dlrm/ready", NULL, NULL, 0, &r);
+  CHECK(expect_status(&r, 200, "GET /v2/models/dlrm/ready after load"));
+  http_free(&r);
+  CHECK(index_ready("5"));
+  int all[N_FULL];
+  for (int i = 0; i < N_FULL; i++) all[i] = i;
+  CHECK(infer_json_check("40 rows after unload and load", all, N_FULL, 0, 0, NULL, NULL));
+
+  REQ("POST", "/v2/repository/models/nosuch/load", NULL, "", 0, &r);
+  CHECK(expect_error(&r, 404, "nosuch", "load of an unknown model"));
+  http_free(&r);
+  REQ("POST", "/v2/repository/models/nosuch/unload", NULL, "", 0, &r);
+  CHECK(expect_error(&r, 404, "nosuch", "unload of an unknown model"));
+  http_free(&r);
+  REQ("POST", "/v2/repository/models/dlrm/reload", NULL, "", 0, &r);
+  CHECK(expect_error(&r, 404, NULL, "an unknown repository action"));
+  http_free(&r);
+  CHECK(normal_ok("the repository requests"));
+}
+
+static int get_metrics(char **text) {
+  http_resp r;
+  *text = NULL;
+  if (!http_do("GET", "/metrics", NULL, NULL, 0, &r)) {
+    test_fail(__FILE__, __LINE__, "GET /metrics: no response: %s", r.err);
+    http_free(&r);
+    return 0;
+  }
+  int ok = expect_status(&r, 200, "GET /metrics");
+  if (ok) {
+    *text = strdup(r.body);
+    if (!*text) abort();
+  }
+  http_free(&r);
+  return ok;
+}
+
+/* ---- hot reload under concurrency ---- */
+
+#define N_CLIENTS 8
+#define MAX_CLIENT_ERRORS 50
+
+typedef struct rec {
+  int phase;   /* 1: the reload by training, 2: the flip-flop */
+  int status;  /* 0: no response */
+  int version; /* 5, 10, or -1 for anything else */
+  int n;
+  int idx[7];
+  float s[7];
+} rec;
+
+typedef struct client {
+  pthread_t th;
+  unsigned seed;
+  rec *recs;
+  size_t n, cap;
+  int errors;
+  char err[1024]; /* the first error */
+  atomic_int done_one, seen10;
+} client;
+
+static atomic_int hr_stop, hr_seen10, hr_phase;
+
+static void client_error(client *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void client_error(client *c, const char *fmt, ...) {
+  if (!c->errors++) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->err, sizeof c->err, fmt, ap);
+    va_end(ap);
+  }
+}
+
+static void *client_main(void *arg) {
+  client *c = arg;
+  sb s = {0};
+  while (!atomic_load(&hr_stop) && c->errors < MAX_CLIENT_ERRORS) {
+    rec rc = {0};
+    rc.phase = atomic_load(&hr_phase);
+    rc.n = 1 + (int)(rand_r(&c->seed) % 7);
+    int perm[N_FULL];
+    for (int i = 0; i < N_FULL; i++) perm[i] = i;
+    for (int i = 0; i < rc.n; i++) {
+      int j = i + (int)(rand_r(&c->seed) % (unsigned)(N_FULL - i));
+      int t = perm[i];
+      perm[i] = perm[j];
+      perm[j] = t;
+      rc.idx[i] = perm[i];
+    }
+    s.n = 0;
+    build_raw_json(&s, rc.idx, rc.n, rand_r(&c->seed) & 1, 0, NULL);
+    http_resp r;
+    if (!http_do("POST", "/v2/models/dlrm/infer", NULL, s.p, s.n, &r)) {
+      client_error(c, "no response: %s", r.err);
+    } else {
+      rc.status = r.status;
+      infer_out o;
+      char err[1024];
+      if (!parse_infer(&r, 0, &o, err, sizeof err)) {
+        client_error(c, "%s", err);
+      } else if (o.n != rc.n) {
+        client_error(c, "%d scores for %d rows", o.n, rc.n);
+      } else {
+        rc.version = !strcmp(o.version, "5") ? 5 : !strcmp(o.version, "10") ? 10 : -1;
+        if (rc.version < 0) client_error(c, "model_version \"%s\"", o.version);
+        memcpy(rc.s, o.s, (size_t)rc.n * sizeof(float));
+      }
+    }
+    http_free(&r);
+    if (c->n == c->cap) {
+      size_t cap = c->cap ? c->cap * 2 : 1024;
+      rec *p = realloc(c->recs, cap * sizeof *p);
+      if (!p) abort();
+      c->recs = p;
+      c->cap = cap;
+    }
+    c->recs[c->n++] = rc;
+    if (rc.version == 10 && !atomic_exchange(&c->seen10, 1)) atomic_fetch_add(&hr_seen10, 1);
+    atomic_store(&c->done_one, 1);
+  }
+  sb_free(&s);
+  return NULL;
+}
+
+/* Points RUN/latest at checkpoint `step`, atomically, as a save does. */
+static dlrec_status point_latest(uint64_t step) {
+  char path[1200], text[64];
+  snprintf(path, sizeof path, "%s/latest", fx.run);
+  int n = snprintf(text, sizeof text, "ckpt-%012llu\n", (unsigned long long)step);
+  return dlrec_write_file_atomic(path, text, (size_t)n);
+}
+
+/* Phase 1: 8 clients send requests of 1-7 random rows while `train
+ * --resume` writes version 10, until each has seen it. Phase 2: RUN/latest
+ * flips between versions 5 and 10 (a rollback and back, again and again)
+ * while they go on, so that many swaps happen with requests in flight.
+ * Every response must carry one version and only that version's scores. */
+SERVE_TEST(serve_07_hot_reload_under_load) {
+  static client cl[N_CLIENTS];
+  memset(cl, 0, sizeof cl);
+  atomic_store(&hr_stop, 0);
+  atomic_store(&hr_seen10, 0);
+  atomic_store(&hr_phase, 1);
+  int started = 0;
+  for (; started < N_CLIENTS; started++) {
+    cl[started].seed = 1234u + 77u * (unsigned)started;
+    if (pthread_create(&cl[started].th, NULL, client_main, &cl[started]) != 0) break;
+  }
+  /* Every client has a response of version 5 before the new version is trained. */
+  double t0 = now_s();
+  int ready = 0;
+  while (started == N_CLIENTS && now_s() - t0 < 30) {
+    ready = 0;
+    for (int i = 0; i < N_CLIENTS; i++) ready += atomic_load(&cl[i].done_one);
+    if (ready == N_CLIENTS) break;
+    usleep(5000);
+  }
+  int train_rc = -1, seen = 0, flips = 0, back_on_10 = 0;
+  double t_train = 0, t_seen = 0, loads_before = 0, loads_after = 0;
+  if (started == N_CLIENTS && ready == N_CLIENTS) {
+    double t1 = now_s();
+    train_rc = cli("train -q --config '%s' --train '%s' --etl '%s' --out '%s' --resume --max-steps 10",
+                   test_source_path("examples/dlrm_synth.json"), fxp("train.dlr"), fxp("etl"), fx.run);
+    t_train = now_s() - t1;
+    while (train_rc == 0 && atomic_load(&hr_seen10) < N_CLIENTS && now_s() - t1 < 30) usleep(2000);
+    t_seen = now_s() - t1;
+    seen = atomic_load(&hr_seen10);
+    usleep(100000); /* some more requests on version 10 */
+  }
+  if (train_rc == 0 && seen == N_CLIENTS) {
+    char *m;
+    if (get_metrics(&m)) loads_before = metric(m, "dlrec_model_loads_total{result=\"ok\"}");
+    free(m);
+    atomic_store(&hr_phase, 2);
+    for (; flips < 10; flips++) {
+      if (point_latest(flips % 2 ? 10 : 5) != DLREC_OK) {
+        test_fail(__FILE__, __LINE__, "%s", dlrec_last_error());
+        break;
+      }
+      usleep(150000);
+    }
+    /* Back on 10 (the last flip): wait until the server says so. */
+    for (double t2 = now_s(); now_s() - t2 < 10 && !back_on_10; usleep(20000)) {
+      char state[64], ver[64], err[512];
+      back_on_10 = repo_index(state, ver, sizeof state, err, sizeof err) && !strcmp(ver, "10");
+    }
+    if (get_metrics(&m)) loads_after = metric(m, "dlrec_model_loads_total{result=\"ok\"}");
+    free(m);
+  }
+  atomic_store(&hr_stop, 1);
+  for (int i = 0; i < started; i++) pthread_join(cl[i].th, NULL);
+
+  size_t total = 0, v5 = 0, v10 = 0;
+  for (int i = 0; i < started; i++) {
+    total += cl[i].n;
+    for (size_t k = 0; k < cl[i].n; k++) {
+      v5 += cl[i].recs[k].version == 5;
+      v10 += cl[i].recs[k].version == 10;
+    }
+  }
+  fprintf(stderr, "hot reload: %zu responses (%zu of version 5, %zu of version 10); resumed training took %.2f s, "
+          "all clients saw version 10 %.2f s after it started; %d flips of RUN/latest, %.0f loads\n", total, v5, v10,
+          t_train, t_seen, flips, loads_after - loads_before);
+  int ok = started == N_CLIENTS && ready == N_CLIENTS && train_rc == 0 && !test_failed_now();
+  if (started < N_CLIENTS) test_fail(__FILE__, __LINE__, "started %d of %d client threads", started, N_CLIENTS);
+  else if (ready < N_CLIENTS) test_fail(__FILE__, __LINE__, "only %d of %d clients got a response in 30 s", ready, N_CLIENTS);
+  else if (train_rc != 0) test_fail(__FILE__, __LINE__, "train --resume --max-steps 10 failed (%d)", train_rc);
+  if (ok && seen < N_CLIENTS) {
+    test_fail(__FILE__, __LINE__, "only %d of %d clients saw version 10 within 30 s; server log:\n%s", seen,
+              N_CLIENTS, server_log_tail());
+    ok = 0;
+  }
+  if (ok && !back_on_10) {
+    test_fail(__FILE__, __LINE__, "the server does not serve version 10 again 10 s after RUN/latest named it; log:\n%s",
+              server_log_tail());
+    ok = 0;
+  }
+  if (ok && loads_after - loads_before < 3) {
+    test_fail(__FILE__, __LINE__, "%d flips of RUN/latest, but the server loaded only %.0f checkpoints", flips,
+              loads_after - loads_before);
+    ok = 0;
+  }
+  for (int i = 0; ok && i < started; i++)
+    if (cl[i].errors) {
+      test_fail(__FILE__, __LINE__, "client %d: %d bad responses; the first: %s", i, cl[i].errors, cl[i].err);
+      ok = 0;
+    }
+  /* References of version 10. */
+  if (ok) {
+    char ckpt[1200];
+    snprintf(ckpt, sizeof ckpt, "%s/ckpt-000000000010", fx.run);
+    ok = cli("predict -q --model '%s' --input '%s' --no-label --out '%s'", ckpt, fxp("rows.tsv"),
+             fxp("scores10.txt")) == 0 &&
+         read_scores(fxp("scores10.txt"), fx.ref10, N_ALL);
+    if (!ok) test_fail(__FILE__, __LINE__, "predict with version 10 failed");
+  }
+  if (ok) {
+    fx.ref = fx.ref10;
+    snprintf(fx.version, sizeof fx.version, "10");
+    int differ = 0;
+    for (int i = 0; i < N_FULL; i++) differ += memcmp(&fx.ref5[i], &fx.ref10[i], 4) != 0;
+    if (differ < N_FULL / 2) {
+      test_fail(__FILE__, __LINE__, "versions 5 and 10 differ in only %d of %d scores: the check cannot tell them apart",
+                differ, N_FULL);
+      ok = 0;
+    }
+  }
+  /* Every response: 200, one version, all scores that version's; and in
+   * phase 1 a client that got version 10 never gets 5 again (its next
+   * request starts after the swap). */
+  for (int i = 0; ok && i < started; i++)
+    for (size_t k = 0, got10 = 0; ok && k < cl[i].n; k++) {
+      const rec *rc = &cl[i].recs[k];
+      if (rc->phase == 1 && rc->version == 10 && !got10) got10 = k + 1;
+      if (rc->phase == 1 && got10 && rc->version == 5) {
+        test_fail(__FILE__, __LINE__, "client %d: request %zu got version 5 after request %zu got 10", i, k, got10 - 1);
+        ok = 0;
+        break;
+      }
+      infer_out o = {.n = rc->n};
+      memcpy(o.s, rc->s, sizeof rc->s);
+      char err[1024];
+      if (rc->status != 200) {
+        test_fail(__FILE__, __LINE__, "client %d, request %zu: status %d", i, k, rc->status);
+        ok = 0;
+      } else if (!scores_equal(&o, rc->idx, rc->n, rc->version == 5 ? fx.ref5 : fx.ref10, err, sizeof err)) {
+        char other[1024];
+        int other_ok = scores_equal(&o, rc->idx, rc->n, rc->version == 5 ? fx.ref10 : fx.ref5, other, sizeof other);
+        test_fail(__FILE__, __LINE__, "client %d, request %zu (phase %d, %d rows, model_version %d): %s%s", i, k,
+                  rc->phase, rc->n, rc->version, err, other_ok ? " -- the scores are the OTHER version's" : "");
+        ok = 0;
+      }
+    }
+  for (int i = 0; i < started; i++) free(cl[i].recs);
+  CHECK(ok);
+  CHECK(v5 > 0 && v10 > 0);
+  /* And now the server serves 10. */
+  int all[N_FULL];
+  for (int i = 0; i < N_FULL; i++) all[i] = i;
+  CHECK(infer_json_check("40 rows after the reloads", all, N_FULL, 0, 0, NULL, NULL));
+  CHECK(index_ready("10"));
+}
+
+/* ---- a corrupt checkpoint ---- */
+
+static int copy_dir(const char *src, const char *dst) {
+  if (mkdir(dst, 0755) != 0) {
+    fprintf(stderr, "mkdir %s: %s\n", dst, strerror(errno));
+    return 0;
+  }
+  DIR *d = opendir(src);
+  if (!d) return 0;
+  struct dirent *e;
+  int ok = 1;
+  while (ok && (e = readdir(d))) {
+    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+    char a[2048], b[2048];
+    snprintf(a, sizeof a, "%s/%s", src, e->d_name);
+    snprintf(b, sizeof b, "%s/%s", dst, e->d_name);
+    struct stat st;
+    if (stat(a, &st) != 0) ok = 0;
+    else if (S_ISDIR(st.st_mode)) ok = copy_dir(a, b);
+    else if (dlrec_copy_file(a, b) != DLREC_OK) {
+      fprintf(stderr, "%s\n", dlrec_last_error());
+      ok = 0;
+    }
+  }
+  closedir(d);
+  return ok;
+}
+
+static long file_size(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0 ? (long)st.st_size : -1;
+}
+
+static int flip_byte(const char *path, long offset) {
+  FILE *f = fopen(path, "r+b");
+  if (!f) return 0;
+  int ok = fseek(f, offset, SEEK_SET) == 0;
+  int c = ok ? fgetc(f) : EOF;
+  ok = c != EOF && fseek(f, offset, SEEK_SET) == 0 && fputc(c ^ 0x40, f) != EOF;
+  return fclose(f) == 0 && ok;
+}
+
+SERVE_TEST(serve_08_corrupt_checkpoint_is_refused) {
+  char cur[1024], bad[1200], path[1400];
+  CHECK_OK(dlrec_checkpoint_resolve(fx.run, cur, sizeof cur));
+  snprintf(bad, sizeof bad, "%s/ckpt-000000000099", fx.run);
+  CHECK(copy_dir(cur, bad));
+  /* A flipped byte in the largest file that serving reads (optim.bin is
+   * bigger, but a model for scoring does not load it). */
+  char dense[1400], table[1400];
+  snprintf(dense, sizeof dense, "%s/dense.bin", bad);
+  snprintf(table, sizeof table, "%s/table.bin", bad);
+  const char *victim = file_size(dense) >= file_size(table) ? dense : table;
+  CHECK(file_size(victim) > 1000);
+  CHECK(flip_byte(victim, file_size(victim) / 2));
+  /* The copy says step 99, so that were it served, its responses would say so. */
+  snprintf(path, sizeof path, "%s/manifest.json", bad);
+  cJSON *man;
+  CHECK_OK(dlrec_json_read(path, &man));
+  cJSON *step = cJSON_GetObjectItemCaseSensitive(man, "step");
+  if (cJSON_IsNumber(step)) cJSON_SetNumberValue(step, 99);
+  dlrec_status st = cJSON_IsNumber(step) ? dlrec_json_write(path, man) : DLREC_ERR_CORRUPT;
+  cJSON_Delete(man);
+  CHECK_OK(st);
+  /* The loader refuses it (the CLI says so). */
+  char *out = NULL;
+  int rc = test_run_cli(&out, "predict -q --model '%s' --input '%s' --no-label --out '%s'", bad, fxp("rows.tsv"),
+                        fxp("scores99.txt"));
+  int refused = rc != 0 && out && strstr(out, "checksum");
+  if (!refused) test_fail(__FILE__, __LINE__, "predict on the corrupt checkpoint: %d: %s", rc, out ? out : "");
+  free(out);
+  CHECK(refused);
+
+  char *m;
+  CHECK(get_metrics(&m));
+  double oks0 = metric(m, "dlrec_model_loads_total{result=\"ok\"}");
+  double errors0 = metric(m, "dlrec_model_loads_total{result=\"error\"}");
+  free(m);
+  CHECK_EQ(errors0, 0);
+  /* Point RUN/latest at it, as a checkpoint save does. */
+  CHECK_OK(point_latest(99));
+  double t0 = now_s(), waited = -1;
+  int rows[5];
+  for (int iter = 0; now_s() - t0 < 5; iter++) {
+    for (int i = 0; i < 5; i++) rows[i] = (iter * 5 + i) % N_FULL;
+    CHECK(infer_json_check("a request while the corrupt checkpoint is refused", rows, 5, 0, 0, NULL, NULL));
+    char *m;
+    CHECK(get_metrics(&m));
+    double errors = metric(m, "dlrec_model_loads_total{result=\"error\"}");
+    free(m);
+    if (errors >= 1) {
+      waited = now_s() - t0;
+      break;
+    }
+    usleep(20000);
+  }
+  if (waited < 0)
+    test_fail(__FILE__, __LINE__, "no failed load in /metrics 5 s after RUN/latest named the corrupt checkpoint; "
+              "server log:\n%s", server_log_tail());
+  CHECK(waited >= 0);
+  fprintf(stderr, "corrupt checkpoint: refused within %.2f s\n", waited);
+  /* It is not retried, and the old version keeps serving. */
+  usleep(500000);
+  CHECK(get_metrics(&m));
+  double errors = metric(m, "dlrec_model_loads_total{result=\"error\"}");
+  double oks = metric(m, "dlrec_model_loads_total{result=\"ok\"}");
+  double version = metric(m, "dlrec_model_version{model=\"dlrm\"}");
+  free(m);
+  CHECK_EQ(errors, 1);
+  CHECK_EQ(oks, oks0); /* nothing loaded since */
+  CHECK_EQ(version, atoi(fx.version));
+  int all[N_FULL];
+  for (int i = 0; i < N_FULL; i++) all[i] = i;
+  CHECK(infer_json_check("40 rows after the refused checkpoint", all, N_FULL, 0, 0, NULL, NULL));
+  CHECK(index_ready(fx.version));
+  http_resp r;
+  REQ("GET", "/v2/models/dlrm/ready", NULL, NULL, 0, &r);
+  CHECK(expect_status(&r, 200, "GET /v2/models/dlrm/ready after the refused checkpoint"));
+  http_free(&r);
+  const char *log = server_log_tail();
+  if (!strstr(log, "ckpt-000000000099")) test_fail(__FILE__, __LINE__, "the server log does not name the refused "
+                                                   "checkpoint:\n%s", log);
+  /* A repository load of the corrupt checkpoint fails, and changes nothing. */
+  REQ("POST", "/v2/repository/models/dlrm/load", NULL, "", 0, &r);
+  int failed = r.status >= 400 && r.status < 600;
+  if (!failed) test_fail(__FILE__, __LINE__, "repository load of a corrupt checkpoint: status %d: %s", r.status, r.body);
+  CHECK(failed);
+  CHECK(expect_error(&r, r.status, "checksum", "repository load of a corrupt checkpoint"));
+  http_free(&r);
+  CHECK(get_metrics(&m));
+  errors = metric(m, "dlrec_model_loads_total{result=\"error\"}");
+  oks = metric(m, "dlrec_model_loads_total{result=\"ok\"}");
+  free(m);
+  CHECK_EQ(errors, 2);
+  CHECK_EQ(oks, oks0);
+  CHECK(index_ready(fx.version));
+  CHECK(infer_json_check("40 rows after a failed repository load", all, N_FULL, 0, 0, NULL, NULL));
+}
+
+SERVE_TEST(serve_09_metrics) {
+  char *m;
+  CHECK(get_metrics(&m));
+  /* Requests counted by the server must be those this client got answers to. */
+  int ok = 1;
+  unsigned long long all = atomic_load(&n_infer_all), good = atomic_load(&n_infer[0]), bad = atomic_load(&n_infer[1]);
+  for (int k = 0; k < 6; k++) {
+    char series[128];
+    snprintf(series, sizeof series, "dlrec_requests_total{endpoint=\"infer\",status=\"%s\"}", status_class_names[k]);
+    double got = metric(m, series), want = (double)atomic_load(&n_infer[k]);
+    if (got != want) {
+      test_fail(__FILE__, __LINE__, "%s = %.17g, but the tests got %.17g such responses", series, got, want);
+      ok = 0;
+    }
+  }
+  struct {
+    const char *series;
+    double want; /* < 0: just > 0 */
+  } c[] = {
+      {"dlrec_infer_latency_seconds_count", (double)all},
+      {"dlrec_infer_latency_seconds_bucket{le=\"+Inf\"}", (double)all},
+      {"dlrec_request_errors_total{endpoint=\"infer\"}", (double)(all - good)},
+      {"dlrec_batch_rows_count", -1},
+      {"dlrec_batch_rows_sum", -1},
+      {"dlrec_rows_scored_total", -1},
+      {"dlrec_requests_total{endpoint=\"health\",status=\"2xx\"}", -1},
+      {"dlrec_model_version{model=\"dlrm\"}", atoi(fx.version)},
+      {"dlrec_model_loads_total{result=\"error\"}", 2},
+  };
+  for (int i = 0; i < (int)(sizeof c / sizeof c[0]); i++) {
+    double got = metric(m, c[i].series);
+    int present = has_series(m, c[i].series);
+    if (!present || (c[i].want < 0 ? !(got > 0) : got != c[i].want)) {
+      test_fail(__FILE__, __LINE__, "%s = %.17g (%s), expected %s%.17g", c[i].series, got, present ? "present" : "absent",
+                c[i].want < 0 ? "> " : "", c[i].want < 0 ? 0 : c[i].want);
+      ok = 0;
+    }
+  }
+  if (good == 0 || bad == 0) {
+    test_fail(__FILE__, __LINE__, "the tests made %llu good and %llu bad (400) requests: both must be > 0", good, bad);
+    ok = 0;
+  }
+  double sum = metric(m, "dlrec_batch_rows_sum"), scored = metric(m, "dlrec_rows_scored_total");
+  if (sum != scored) {
+    test_fail(__FILE__, __LINE__, "dlrec_batch_rows_sum %.17g != dlrec_rows_scored_total %.17g", sum, scored);
+    ok = 0;
+  }
+  if (!ok) fprintf(stderr, "--- /metrics ---\n%s\n", m);
+  free(m);
+  CHECK(ok);
+}
+
+/* ---- a reload that changes the architecture ---- */
+
+/* HugeCTR inputs for n rows cycling through the N_FULL encoded rows, as
+ * binary tensors with CATCOLUMN as INT32 (to fit 600 rows in the body limit). */
+static void build_hugectr_cycled(sb *s, int n, const float *dense, const uint32_t *ids, size_t *hl) {
+  const int K = n * NC;
+  sb_printf(s,
+            "{\"inputs\":[{\"name\":\"DES\",\"datatype\":\"FP32\",\"shape\":[1,%d],\"parameters\":{\"binary_data_size\""
+            ":%d}},{\"name\":\"CATCOLUMN\",\"datatype\":\"INT32\",\"shape\":[1,%d],\"parameters\":{\"binary_data_size\""
+            ":%d}},{\"name\":\"ROWINDEX\",\"datatype\":\"INT32\",\"shape\":[1,%d],\"parameters\":{\"binary_data_size\""
+            ":%d}}],\"outputs\":[{\"name\":\"OUTPUT0\",\"parameters\":{\"binary_data\":true}}]}",
+            n * ND, n * ND * 4, K, K * 4, K + 1, (K + 1) * 4);
+  *hl = s->n;
+  for (int r = 0; r < n; r++)
+    for (int d = 0; d < ND; d++) sb_f32le(s, dense[(r % N_FULL) * ND + d]);
+  for (int r = 0; r < n; r++)
+    for (int c = 0; c < NC; c++) sb_u32le(s, ids[(r % N_FULL) * NC + c]);
+  for (int k = 0; k <= K; k++) sb_u32le(s, (uint32_t)k);
+}
+
+typedef struct big_req {
+  const sb *body;
+  size_t hl;
+  http_resp r;
+  int ok;
+} big_req;
+
+static void *big_main(void *arg) {
+  big_req *b = arg;
+  char h[128];
+  b->ok = http_do("POST", "/v2/models/dlrm/infer", ihcl_header(b->hl, h, sizeof h), b->body->p, b->body->n, &b->r);
+  return NULL;
+}
+
+/* Two concurrent requests of the same 600 rows (so that both scoring
+ * workers get one); each must be 200, of `version`, and bitwise ref. */
+static int big_round(const sb *body, size_t hl, const int *idx, int n, const char *version, const float *ref,
+                     const char *what) {
+  big_req b[2] = {{.body = body, .hl = hl}, {.body = body, .hl = hl}};
+  pthread_t th[2];
+  int started = 0;
+  for (; started < 2; started++)
+    if (pthread_create(&th[started], NULL, big_main, &b[started]) != 0) break;
+  for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+  int ok = started == 2;
+  if (!ok) test_fail(__FILE__, __LINE__, "%s: cannot start threads", what);
+  for (int i = 0; ok && i < 2; i++) {
+    infer_out *o = malloc(sizeof *o);
+    char err[1024];
+    if (!o) abort();
+    if (!b[i].ok) {
+      test_fail(__FILE__, __LINE__, "%s: no response: %s", what, b[i].r.err);
+      ok = 0;
+    } else if (!parse_infer(&b[i].r, 1, o, err, sizeof err)) {
+      test_fail(__FILE__, __LINE__, "%s: %s", what, err);
+      ok = 0;
+    } else if (strcmp(o->version, version)) {
+      test_fail(__FILE__, __LINE__, "%s: model_version \"%s\", expected \"%s\"", what, o->version, version);
+      ok = 0;
+    } else if (!scores_equal(o, idx, n, ref, err, sizeof err)) {
+      test_fail(__FILE__, __LINE__, "%s: %s", what, err);
+      ok = 0;
+    }
+    free(o);
+  }
+  for (int i = 0; i < 2; i++)
+    if (b[i].ok) count_infer(b[i].r.status);
+  http_free(&b[0].r);
+  http_free(&b[1].r);
+  return ok;
+}
+
+static int wait_version(const char *want, double timeout_s) {
+  char state[64], ver[64] = "", err[512];
+  for (double t0 = now_s(); now_s() - t0 < timeout_s; usleep(20000))
+    if (repo_index(state, ver, sizeof state, err, sizeof err) && !strcmp(ver, want)) return 1;
+  test_fail(__FILE__, __LINE__, "the server does not serve version %s %.0f s after RUN/latest named it (it serves \"%s\"); "
+            "log:\n%s", want, timeout_s, ver, server_log_tail());
+  return 0;
+}
+
+static int copy_checkpoint_as(const char *src, uint64_t step) {
+  char dst[1300], man[1400];
+  snprintf(dst, sizeof dst, "%s/ckpt-%012llu", fx.run, (unsigned long long)step);
+  if (!copy_dir(src, dst)) return 0;
+  snprintf(man, sizeof man, "%s/manifest.json", dst);
+  cJSON *j;
+  if (dlrec_json_read(man, &j) != DLREC_OK) return 0;
+  cJSON *st = cJSON_GetObjectItemCaseSensitive(j, "step");
+  int ok = cJSON_IsNumber(st);
+  if (ok) cJSON_SetNumberValue(st, (double)step);
+  ok = ok && dlrec_json_write(man, j) == DLREC_OK;
+  cJSON_Delete(j);
+  return ok;
+}
+
+/* RUN/latest moves to checkpoints of another architecture (the same model
+ * name, a top MLP 4 times as wide), twice in a row without requests in
+ * between; then requests of 600 rows must get the new model's scores. The
+ * scoring workers keep a workspace per model: it must be rebuilt for the
+ * new architecture, whatever address the new model got. */
+SERVE_TEST(serve_09b_reload_to_another_architecture) {
+  static const char *wide =
+      "{\"name\": \"dlrm\", \"model\": {\"type\": \"dlrm\", \"embedding_dim\": 16, \"bottom_mlp\": [512, 256, 64, 16],"
+      " \"top_mlp\": [2048, 256, 1], \"pooling\": \"sum\"}, \"optimizer\": {\"dense\": {\"type\": \"adam\", \"lr\": 0.002},"
+      " \"sparse\": {\"type\": \"lazy_adam\", \"lr\": 0.003}}, \"training\": {\"batch_size\": 1024, \"epochs\": 1,"
+      " \"threads\": 0, \"seed\": 1}}";
+  CHECK(test_write_file(fxp("wide.json"), wide, (size_t)-1) == 0);
+  CHECK(cli("train -q --config '%s' --train '%s' --etl '%s' --out '%s' --max-steps 5", fxp("wide.json"),
+            fxp("train.dlr"), fxp("etl"), fxp("run_wide")) == 0);
+  static float ref_wide[N_ALL];
+  CHECK(cli("predict -q --model '%s' --input '%s' --no-label --out '%s'", fxp("run_wide"), fxp("rows.tsv"),
+            fxp("scores_wide.txt")) == 0);
+  CHECK(read_scores(fxp("scores_wide.txt"), ref_wide, N_ALL));
+  char src[1400];
+  snprintf(src, sizeof src, "%s/ckpt-000000000005", fxp("run_wide"));
+  CHECK(copy_checkpoint_as(src, 300));
+  CHECK(copy_checkpoint_as(src, 301));
+
+  float dense[N_FULL * ND];
+  uint32_t ids[N_FULL * NC];
+  CHECK_OK(encode_rows(fxp("etl"), dense, ids));
+  enum { N = 600 };
+  static int idx[N];
+  for (int i = 0; i < N; i++) idx[i] = i % N_FULL;
+  sb body = {0};
+  size_t hl;
+  build_hugectr_cycled(&body, N, dense, ids, &hl);
+  int ok = body.n < MAX_BODY;
+  if (!ok) test_fail(__FILE__, __LINE__, "600 rows take %zu bytes", body.n);
+  /* Three times: the current (narrow) model scores on both workers, then
+   * two wide checkpoints load one after the other with no request in
+   * between (the second model may get the first's freed address), then
+   * the wide one scores. */
+  char narrow[16];
+  snprintf(narrow, sizeof narrow, "%s", fx.version);
+  const float *narrow_ref = fx.ref;
+  for (int cycle = 0; ok && cycle < 3; cycle++) {
+    char what[160];
+    if (cycle) ok = point_latest((uint64_t)atoll(narrow)) == DLREC_OK && wait_version(narrow, 10);
+    snprintf(what, sizeof what, "cycle %d: 600 rows on version %s", cycle, narrow);
+    for (int k = 0; ok && k < 2; k++) ok = big_round(&body, hl, idx, N, narrow, narrow_ref, what);
+    ok = ok && point_latest(300) == DLREC_OK && wait_version("300", 10);
+    ok = ok && point_latest(301) == DLREC_OK && wait_version("301", 10);
+    snprintf(what, sizeof what, "cycle %d: 600 rows after reloads to a 4x wider top MLP (version 301)", cycle);
+    for (int k = 0; ok && k < 3; k++) ok = big_round(&body, hl, idx, N, "301", ref_wide, what);
+  }
+  if (ok) {
+    fx.ref = ref_wide;
+    snprintf(fx.version, sizeof fx.version, "301");
+  }
+  sb_free(&body);
+  CHECK(ok);
+  static const int few[3] = {0, 1, 2};
+  CHECK(infer_json_check("3 rows on the wide model", few, 3, 0, 0, NULL, NULL));
+}
+
+SERVE_TEST(serve_10_sigterm_exits_cleanly) {
+  CHECK(fx.pid > 0);
+  pid_t pid = fx.pid;
+  /* An idle connection (half a request) must not hold up the stop. */
+  char err[256];
+  int idle = http_connect(err, sizeof err);
+  if (idle < 0) test_fail(__FILE__, __LINE__, "%s", err);
+  CHECK(idle >= 0);
+  const char *half = "GET /v2/health/live HTTP/1.1\r\nHo";
+  CHECK(send_all(idle, half, strlen(half)) == 0);
+  usleep(50000);
+  int rc = kill(pid, SIGTERM);
+  if (rc != 0) close(idle);
+  CHECK(rc == 0);
+  double t0 = now_s();
+  int status = 0, exited = 0;
+  while (now_s() - t0 < 15) {
+    if (waitpid(pid, &status, WNOHANG) == pid) {
+      exited = 1;
+      break;
+    }
+    usleep(10000);
+  }
+  if (!exited) {
+    close(idle);
+    kill_server();
+    test_fail(__FILE__, __LINE__, "dlrec serve still runs 15 s after SIGTERM; killed. Log:\n%s", server_log_tail());
+    return;
+  }
+  fx.pid = 0;
+  close(idle);
+  fprintf(stderr, "SIGTERM: the server exited after %.2f s\n", now_s() - t0);
+  const char *log = server_log_tail();
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    test_fail(__FILE__, __LINE__, "dlrec serve exited with %s %d after SIGTERM; log:\n%s",
+              WIFEXITED(status) ? "status" : "signal", WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), log);
+  else if (strstr(log, "Sanitizer") || strstr(log, "runtime error"))
+    test_fail(__FILE__, __LINE__, "sanitizer reports in the server log:\n%s", log);
+}
