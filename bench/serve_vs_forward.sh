@@ -11,10 +11,13 @@
 #   - bench_score: rows/s of the forward alone at that batch and at the
 #     server's --max-batch, on THREADS threads (one OpenMP thread each, as the
 #     server's workers run);
-#   - wrk (Debian's wrk, a Lua script posting one JSON request of that many
-#     raw rows: dense and categorical as BYTES strings, as a client logs
-#     them) with CONNS connections for SECONDS_EACH seconds against
-#     `dlrec serve --threads THREADS`: requests/s, predictions/s, p50/p99.
+#   - wrk (Debian's wrk, a Lua script posting one request of that many raw
+#     rows: dense and categorical as BYTES strings, as a client logs them,
+#     once as JSON tensors and once with the binary tensor extension, which
+#     tritonclient uses by default) with CONNS connections for SECONDS_EACH
+#     seconds against `dlrec serve --threads THREADS`: requests/s,
+#     predictions/s, p50/p99, and the share of the in-process forward at the
+#     same batch size (share) and at the server's max batch (share_max).
 # wrk runs on the same 2 cores as the server, so the server's share is a
 # lower bound.
 set -euo pipefail
@@ -51,47 +54,69 @@ port=$(cat "$work/port")
 max_batch=1024
 limit=$("$score" --model "$work/run" --rows "$work/rows.tsv" --batch "$max_batch" --threads "$threads" \
   | "$py" -c 'import json,sys; print(json.load(sys.stdin)["rows_per_s"])')
+metrics_text() { exec 3<>"/dev/tcp/127.0.0.1/$port"; printf 'GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n' >&3; cat <&3; exec 3<&-; }
+# Waits until the previous run's requests have drained (wrk closes its
+# connections at the deadline, but their queued requests still run).
+drain() { for _ in $(seq 100); do [ "$(metrics_text | awk '$1 == "dlrec_queue_rows" { print $2 }')" = 0 ] && { sleep 0.3; return; }; sleep 0.1; done; }
 results=()
 for n in $sizes; do
-  # One request body of n raw rows.
-  "$py" - "$work/rows.tsv" "$n" > "$work/body-$n.json" <<'EOF'
-import json, sys
+  # One request body of n raw rows in each format: JSON tensors, and the
+  # binary tensor extension (BYTES as 4-byte lengths + bytes, binary output:
+  # what tritonclient sends by default).
+  hl=$("$py" - "$work/rows.tsv" "$n" "$work/body-$n" <<'EOF'
+import json, struct, sys
 rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1])][: int(sys.argv[2])]
-print(json.dumps({"inputs": [
-    {"name": "dense", "datatype": "BYTES", "shape": [len(rows), 13], "data": [r[:13] for r in rows]},
-    {"name": "categorical", "datatype": "BYTES", "shape": [len(rows), 26], "data": [r[13:] for r in rows]}]}))
+dense, cat = [r[:13] for r in rows], [r[13:] for r in rows]
+open(sys.argv[3] + ".json", "w").write(json.dumps({"inputs": [
+    {"name": "dense", "datatype": "BYTES", "shape": [len(rows), 13], "data": dense},
+    {"name": "categorical", "datatype": "BYTES", "shape": [len(rows), 26], "data": cat}]}))
+enc = lambda m: b"".join(struct.pack("<I", len(x.encode())) + x.encode() for r in m for x in r)
+d, c = enc(dense), enc(cat)
+hdr = json.dumps({"inputs": [
+    {"name": "dense", "datatype": "BYTES", "shape": [len(rows), 13], "parameters": {"binary_data_size": len(d)}},
+    {"name": "categorical", "datatype": "BYTES", "shape": [len(rows), 26], "parameters": {"binary_data_size": len(c)}}],
+    "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": True}}]}).encode()
+open(sys.argv[3] + ".bin", "wb").write(hdr + d + c)
+print(len(hdr))
 EOF
-  cat > "$work/post-$n.lua" <<EOF
-local f = io.open("$work/body-$n.json", "rb")
+)
+  fwd=$("$score" --model "$work/run" --rows "$work/rows.tsv" --batch "$n" --threads "$threads" \
+    | "$py" -c 'import json,sys; print(json.load(sys.stdin)["rows_per_s"])')
+  for fmt in json bin; do
+    extra=
+    [ "$fmt" = bin ] && extra="wrk.headers[\"Inference-Header-Content-Length\"] = \"$hl\""
+    cat > "$work/post-$n-$fmt.lua" <<EOF
+local f = io.open("$work/body-$n.$fmt", "rb")
 wrk.method = "POST"
 wrk.body = f:read("*a")
 f:close()
-wrk.headers["Content-Type"] = "application/json"
+wrk.headers["Content-Type"] = "application/octet-stream"
+$extra
 function response(status, headers, body)
   if status ~= 200 then io.stderr:write("status " .. status .. ": " .. body .. "\n") end
 end
 EOF
-  fwd=$("$score" --model "$work/run" --rows "$work/rows.tsv" --batch "$n" --threads "$threads" \
-    | "$py" -c 'import json,sys; print(json.load(sys.stdin)["rows_per_s"])')
-  wrk -t1 -c"$conns" -d"${secs}s" --latency -s "$work/post-$n.lua" "http://127.0.0.1:$port/v2/models/dlrm/infer" \
-    > "$work/wrk-$n.txt" 2> "$work/wrk-$n.err" || true
-  [ -s "$work/wrk-$n.err" ] && head -3 "$work/wrk-$n.err" >&2
-  rps=$(awk '/^Requests\/sec:/ { print $2 }' "$work/wrk-$n.txt")
-  p50=$(awk '$1 == "50%" { print $2 }' "$work/wrk-$n.txt")
-  p99=$(awk '$1 == "99%" { print $2 }' "$work/wrk-$n.txt")
-  non2xx=$(awk '/Non-2xx/ { print $NF }' "$work/wrk-$n.txt")
-  results+=("$n $rps $p50 $p99 $fwd ${non2xx:-0}")
+    drain
+    wrk -t1 -c"$conns" -d"${secs}s" --latency -s "$work/post-$n-$fmt.lua" \
+      "http://127.0.0.1:$port/v2/models/dlrm/infer" > "$work/wrk.txt" 2> "$work/wrk.err" || true
+    [ -s "$work/wrk.err" ] && head -3 "$work/wrk.err" >&2
+    rps=$(awk '/^Requests\/sec:/ { print $2 }' "$work/wrk.txt")
+    p50=$(awk '$1 == "50%" { print $2 }' "$work/wrk.txt")
+    p99=$(awk '$1 == "99%" { print $2 }' "$work/wrk.txt")
+    non2xx=$(awk '/Non-2xx/ { print $NF }' "$work/wrk.txt")
+    results+=("$n $fmt $rps $p50 $p99 $fwd ${non2xx:-0}")
+  done
 done
-metrics_text() { exec 3<>"/dev/tcp/127.0.0.1/$port"; printf 'GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n' >&3; cat <&3; exec 3<&-; }
 batches=$(metrics_text | awk '/^dlrec_batch_rows_(sum|count)/ { v[$1] = $2 } END { if (v["dlrec_batch_rows_count"]) printf "%.1f", v["dlrec_batch_rows_sum"] / v["dlrec_batch_rows_count"] }')
 
 echo
-echo "dlrec serve ($threads workers, max batch $max_batch, delay 500 us) under wrk ($conns connections, JSON raw rows)"
+echo "dlrec serve ($threads workers, max batch $max_batch, delay 500 us) under wrk ($conns connections, raw rows)"
 echo "in-process forward (bench_score, $threads threads): $limit rows/s at batch $max_batch; mean merged batch $batches rows"
-printf '%9s %12s %14s %10s %10s %16s %9s %9s %8s\n' rows/req requests/s predictions/s p50 p99 fwd_same_batch share share_max non2xx
+printf '%9s %6s %12s %14s %10s %10s %16s %9s %9s %8s\n' rows/req format requests/s predictions/s p50 p99 \
+  fwd_same_batch share share_max non2xx
 for r in "${results[@]}"; do
   set -- $r
-  awk -v n="$1" -v rps="$2" -v p50="$3" -v p99="$4" -v fwd="$5" -v lim="$limit" -v bad="$6" 'BEGIN {
-    printf "%9d %12.0f %14.0f %10s %10s %16.0f %8.0f%% %8.0f%% %8s\n", n, rps, rps * n, p50, p99, fwd, 100 * rps * n / fwd,
-      100 * rps * n / lim, bad }'
+  awk -v n="$1" -v f="$2" -v rps="$3" -v p50="$4" -v p99="$5" -v fwd="$6" -v lim="$limit" -v bad="$7" 'BEGIN {
+    printf "%9d %6s %12.0f %14.0f %10s %10s %16.0f %8.0f%% %8.0f%% %8s\n", n, f, rps, rps * n, p50, p99, fwd,
+      100 * rps * n / fwd, 100 * rps * n / lim, bad }'
 done
