@@ -161,6 +161,15 @@ static inline int dlrec_kserve_dtype_is_int(dlrec_kserve_dtype t) {
   return t >= DLREC_KSERVE_UINT8 && t <= DLREC_KSERVE_INT64;
 }
 
+/* A client's string s[0..n) made safe for a message in buf (cap bytes, at
+ * least 1): at most 40 bytes, bytes outside printable ASCII as \xNN, "..."
+ * when cut; returns buf. */
+const char *dlrec_kserve_shown(const char *s, size_t n, char *buf, size_t cap);
+
+/* The tensor's shape for messages, "[2,13]", in buf (cap bytes, at least 1);
+ * returns buf. */
+const char *dlrec_kserve_shape_str(const dlrec_kserve_tensor *t, char *buf, size_t cap);
+
 /* ---- requests ---- */
 
 typedef struct dlrec_kserve_request dlrec_kserve_request;

@@ -115,9 +115,7 @@ const char *dlrec_kserve_request_output(const dlrec_kserve_request *r, uint32_t 
   return r->outputs[i].name;
 }
 
-/* A user-supplied string made safe for a message: at most 40 bytes, bytes
- * outside printable ASCII as \xNN. */
-static const char *shown(const char *s, size_t n, char *buf, size_t cap) {
+const char *dlrec_kserve_shown(const char *s, size_t n, char *buf, size_t cap) {
   size_t k = 0, lim = n < 40 ? n : 40;
   for (size_t i = 0; i < lim && k + 5 < cap; i++) {
     unsigned char c = (unsigned char)s[i];
@@ -136,7 +134,7 @@ dlrec_status dlrec_kserve_request_output_binary(const dlrec_kserve_request *r, c
     if (strcmp(r->outputs[i].name, output) != 0) {
       char b[200];
       return dlrec_error(DLREC_ERR_PARSE, "outputs[%u]: unknown output '%s' (the model has %s)", i,
-                         shown(r->outputs[i].name, strlen(r->outputs[i].name), b, sizeof b), output);
+                         dlrec_kserve_shown(r->outputs[i].name, strlen(r->outputs[i].name), b, sizeof b), output);
     }
     found = 1;
     if (r->outputs[i].binary >= 0) *binary = r->outputs[i].binary;
@@ -161,7 +159,7 @@ static const char *input_what(char *buf, size_t cap, uint32_t i, const char *nam
     snprintf(buf, cap, "inputs[%u]", i);
   } else {
     char b[200];
-    snprintf(buf, cap, "inputs[%u] (%s)", i, shown(name, strlen(name), b, sizeof b));
+    snprintf(buf, cap, "inputs[%u] (%s)", i, dlrec_kserve_shown(name, strlen(name), b, sizeof b));
   }
   return buf;
 }
@@ -190,7 +188,7 @@ static dlrec_status walk_parameters(const cJSON *obj, const char *what, param_fn
     if (++n > MAX_PARAMETERS)
       return dlrec_error(DLREC_ERR_PARSE, "%s.parameters: more than %d parameters", what, MAX_PARAMETERS);
     const char *key = p->string ? p->string : "";
-    snprintf(w, sizeof w, "%s.parameters.%s", what, shown(key, strlen(key), b, sizeof b));
+    snprintf(w, sizeof w, "%s.parameters.%s", what, dlrec_kserve_shown(key, strlen(key), b, sizeof b));
     for (const cJSON *q = obj->child; q != p; q = q->next)
       if (q->string && !strcmp(q->string, key)) return dlrec_error(DLREC_ERR_PARSE, "%s: given twice", w);
     if (!cJSON_IsString(p) && !cJSON_IsNumber(p) && !cJSON_IsBool(p))
@@ -235,8 +233,7 @@ static dlrec_status output_param(void *arg, const cJSON *p, const char *what) {
   return DLREC_OK;
 }
 
-/* A shape for messages: "[2,13]". */
-static const char *shape_str(const dlrec_kserve_tensor *t, char *buf, size_t cap) {
+const char *dlrec_kserve_shape_str(const dlrec_kserve_tensor *t, char *buf, size_t cap) {
   size_t k = (size_t)snprintf(buf, cap, "[");
   for (uint32_t d = 0; d < t->rank && k < cap; d++)
     k += (size_t)snprintf(buf + k, cap - k, d ? ",%lld" : "%lld", (long long)t->shape[d]);
@@ -327,20 +324,20 @@ static dlrec_status walk_data(const dlrec_kserve_tensor *t, const cJSON *a, uint
   if (first && cJSON_IsArray(first)) {
     /* Its arrays sit at depth + 1 and hold values at depth + 2 at least. */
     if (depth + 1 >= t->rank)
-      return dlrec_error(DLREC_ERR_PARSE, "%s.data: nested deeper than shape %s", what, shape_str(t, sb, sizeof sb));
+      return dlrec_error(DLREC_ERR_PARSE, "%s.data: nested deeper than shape %s", what, dlrec_kserve_shape_str(t, sb, sizeof sb));
     uint64_t n = 0;
     for (const cJSON *c = first; c; c = c->next) {
       if (!cJSON_IsArray(c))
         return dlrec_error(DLREC_ERR_PARSE, "%s.data: mixes arrays and values at depth %u", what, depth + 1);
       if (++n > (uint64_t)t->shape[depth])
         return dlrec_error(DLREC_ERR_PARSE, "%s.data: more than %lld arrays at depth %u, shape %s", what,
-                           (long long)t->shape[depth], depth + 1, shape_str(t, sb, sizeof sb));
+                           (long long)t->shape[depth], depth + 1, dlrec_kserve_shape_str(t, sb, sizeof sb));
       dlrec_status st = walk_data(t, c, depth + 1, dst, k, lim, what);
       if (st != DLREC_OK) return st;
     }
     if (n != (uint64_t)t->shape[depth])
       return dlrec_error(DLREC_ERR_PARSE, "%s.data: %llu arrays at depth %u, shape %s needs %lld", what,
-                         (unsigned long long)n, depth + 1, shape_str(t, sb, sizeof sb), (long long)t->shape[depth]);
+                         (unsigned long long)n, depth + 1, dlrec_kserve_shape_str(t, sb, sizeof sb), (long long)t->shape[depth]);
     return DLREC_OK;
   }
   uint64_t want = tail_count(t, depth), n = 0;
@@ -357,9 +354,9 @@ static dlrec_status walk_data(const dlrec_kserve_tensor *t, const cJSON *a, uint
     for (const cJSON *c = first; c; c = c->next) n++;
     if (depth == 0)
       return dlrec_error(DLREC_ERR_PARSE, "%s: shape %s needs %llu elements, data has %llu", what,
-                         shape_str(t, sb, sizeof sb), (unsigned long long)want, (unsigned long long)n);
+                         dlrec_kserve_shape_str(t, sb, sizeof sb), (unsigned long long)want, (unsigned long long)n);
     return dlrec_error(DLREC_ERR_PARSE, "%s.data: %llu values in an array at depth %u, shape %s needs %llu", what,
-                       (unsigned long long)n, depth + 1, shape_str(t, sb, sizeof sb), (unsigned long long)want);
+                       (unsigned long long)n, depth + 1, dlrec_kserve_shape_str(t, sb, sizeof sb), (unsigned long long)want);
   }
   *k += n;
   return DLREC_OK;
@@ -411,7 +408,7 @@ static dlrec_status binary_data(parse_ctx *x, dlrec_kserve_tensor *t, uint64_t s
     /* Each element takes at least its 4-byte length. */
     if (t->count > size / 4)
       return dlrec_error(DLREC_ERR_PARSE, "%s: binary_data_size %llu cannot hold %llu BYTES elements of shape %s",
-                         what, (unsigned long long)size, (unsigned long long)t->count, shape_str(t, sb, sizeof sb));
+                         what, (unsigned long long)size, (unsigned long long)t->count, dlrec_kserve_shape_str(t, sb, sizeof sb));
     dlrec_kserve_str *s = malloc(t->count ? t->count * sizeof *s : 1);
     if (!s) return dlrec_error(DLREC_ERR_NOMEM, "%s: out of memory", what);
     *owned = s;
@@ -439,7 +436,7 @@ static dlrec_status binary_data(parse_ctx *x, dlrec_kserve_tensor *t, uint64_t s
     size_t esize = dlrec_kserve_dtype_size(t->dtype);
     if (t->count > UINT64_MAX / esize || size != t->count * esize)
       return dlrec_error(DLREC_ERR_PARSE, "%s: binary_data_size %llu does not match shape %s of %s (%llu bytes)", what,
-                         (unsigned long long)size, shape_str(t, sb, sizeof sb), dlrec_kserve_dtype_name(t->dtype),
+                         (unsigned long long)size, dlrec_kserve_shape_str(t, sb, sizeof sb), dlrec_kserve_dtype_name(t->dtype),
                          (unsigned long long)(t->count * esize));
     if (t->dtype == DLREC_KSERVE_BOOL)
       for (uint64_t i = 0; i < t->count; i++)
@@ -477,7 +474,7 @@ static dlrec_status parse_input(parse_ctx *x, dlrec_kserve_request *r, uint32_t 
                          : !strcmp(key, "parameters") ? &params
                          : !strcmp(key, "data")       ? &data
                                                       : NULL;
-    if (!slot) return dlrec_error(DLREC_ERR_PARSE, "%s: unknown key '%s'", what, shown(key, strlen(key), b, sizeof b));
+    if (!slot) return dlrec_error(DLREC_ERR_PARSE, "%s: unknown key '%s'", what, dlrec_kserve_shown(key, strlen(key), b, sizeof b));
     if (*slot) return dlrec_error(DLREC_ERR_PARSE, "%s: key '%s' given twice", what, key);
     *slot = c;
   }
@@ -492,7 +489,7 @@ static dlrec_status parse_input(parse_ctx *x, dlrec_kserve_request *r, uint32_t 
   for (uint32_t j = 0; j < i; j++)
     if (!strcmp(r->inputs[j].name, t->name))
       return dlrec_error(DLREC_ERR_PARSE, "inputs[%u]: input name '%s' given twice (also inputs[%u])", i,
-                         shown(t->name, nlen, b, sizeof b), j);
+                         dlrec_kserve_shown(t->name, nlen, b, sizeof b), j);
   input_what(what, sizeof what, i, t->name);
 
   if (!dtype) return dlrec_error(DLREC_ERR_PARSE, "%s: missing 'datatype'", what);
@@ -500,7 +497,7 @@ static dlrec_status parse_input(parse_ctx *x, dlrec_kserve_request *r, uint32_t 
   if (dlrec_kserve_dtype_parse(dtype->valuestring, &t->dtype) != 0)
     return dlrec_error(DLREC_ERR_PARSE,
                        "%s.datatype: unknown datatype '%s' (BOOL, UINT8..UINT64, INT8..INT64, FP32, FP64, BYTES)",
-                       what, shown(dtype->valuestring, strlen(dtype->valuestring), b, sizeof b));
+                       what, dlrec_kserve_shown(dtype->valuestring, strlen(dtype->valuestring), b, sizeof b));
   if (t->dtype == DLREC_KSERVE_FP16)
     return dlrec_error(DLREC_ERR_UNSUPPORTED, "%s.datatype: FP16 is not supported (send FP32)", what);
 
@@ -528,7 +525,7 @@ static dlrec_status parse_input(parse_ctx *x, dlrec_kserve_request *r, uint32_t 
   if (count > x->lim.max_elements - x->elements) {
     char sb[200];
     return dlrec_error(DLREC_ERR_PARSE, "%s: shape %s: the request's inputs exceed the limit of %llu elements "
-                       "(max_elements)", what, shape_str(t, sb, sizeof sb), (unsigned long long)x->lim.max_elements);
+                       "(max_elements)", what, dlrec_kserve_shape_str(t, sb, sizeof sb), (unsigned long long)x->lim.max_elements);
   }
   t->count = count;
   x->elements += count;
@@ -555,7 +552,7 @@ static dlrec_status parse_output(parse_ctx *x, dlrec_kserve_request *r, uint32_t
   for (const cJSON *c = o->child; c; c = c->next) {
     const char *key = c->string ? c->string : "";
     const cJSON **slot = !strcmp(key, "name") ? &name : !strcmp(key, "parameters") ? &params : NULL;
-    if (!slot) return dlrec_error(DLREC_ERR_PARSE, "%s: unknown key '%s'", what, shown(key, strlen(key), b, sizeof b));
+    if (!slot) return dlrec_error(DLREC_ERR_PARSE, "%s: unknown key '%s'", what, dlrec_kserve_shown(key, strlen(key), b, sizeof b));
     if (*slot) return dlrec_error(DLREC_ERR_PARSE, "%s: key '%s' given twice", what, key);
     *slot = c;
   }
@@ -568,7 +565,7 @@ static dlrec_status parse_output(parse_ctx *x, dlrec_kserve_request *r, uint32_t
   for (uint32_t j = 0; j < i; j++)
     if (!strcmp(r->outputs[j].name, out->name))
       return dlrec_error(DLREC_ERR_PARSE, "%s: output name '%s' given twice", what,
-                         shown(out->name, strlen(out->name), b, sizeof b));
+                         dlrec_kserve_shown(out->name, strlen(out->name), b, sizeof b));
   return params ? walk_parameters(params, what, output_param, out) : DLREC_OK;
 }
 
@@ -646,7 +643,7 @@ dlrec_status dlrec_kserve_parse_request(const char *body, size_t body_len, long 
                          : !strcmp(key, "outputs")    ? &outputs
                                                       : NULL;
     if (!slot) {
-      st = dlrec_error(DLREC_ERR_PARSE, "request: unknown key '%s'", shown(key, strlen(key), b, sizeof b));
+      st = dlrec_error(DLREC_ERR_PARSE, "request: unknown key '%s'", dlrec_kserve_shown(key, strlen(key), b, sizeof b));
       goto err;
     }
     if (*slot) {

@@ -143,32 +143,15 @@ static void rollback(dlrec_serve_rows *r, uint32_t rows, const uint32_t *n_ids) 
 /* ---- shapes ---- */
 
 /* A user-supplied name made safe for a message. */
-static const char *shown(const char *s, char *buf, size_t cap) {
-  size_t k = 0, n = strlen(s), lim = n < 40 ? n : 40;
-  for (size_t i = 0; i < lim && k + 5 < cap; i++) {
-    unsigned char c = (unsigned char)s[i];
-    if (c >= 0x20 && c < 0x7f && c != '\\') buf[k++] = (char)c;
-    else k += (size_t)snprintf(buf + k, cap - k, "\\x%02x", c);
-  }
-  if (lim < n && k + 4 < cap) memcpy(buf + k, "...", 3), k += 3;
-  buf[k] = '\0';
-  return buf;
-}
+static const char *shown(const char *s, char *buf, size_t cap) { return dlrec_kserve_shown(s, strlen(s), buf, cap); }
 
-static const char *shape_str(const dlrec_kserve_tensor *t, char *buf, size_t cap) {
-  size_t k = (size_t)snprintf(buf, cap, "[");
-  for (uint32_t d = 0; d < t->rank && k < cap; d++)
-    k += (size_t)snprintf(buf + k, cap - k, d ? ",%lld" : "%lld", (long long)t->shape[d]);
-  if (k < cap) snprintf(buf + k, cap - k, "]");
-  return buf;
-}
 
 /* A 1-D tensor, or 2-D with a leading 1 (HugeCTR clients send [1, N]). */
 static dlrec_status check_flat(const dlrec_kserve_tensor *t) {
   char sb[200];
   if (t->rank == 1 || (t->rank == 2 && t->shape[0] == 1)) return DLREC_OK;
   return dlrec_error(DLREC_ERR_PARSE, "input '%s': shape %s, expected [N] or [1, N]", t->name,
-                     shape_str(t, sb, sizeof sb));
+                     dlrec_kserve_shape_str(t, sb, sizeof sb));
 }
 
 static dlrec_status check_rows(const dlrec_kserve_tensor *t, uint64_t B, uint32_t max_rows) {
@@ -218,11 +201,11 @@ static dlrec_status add_raw(dlrec_serve_rows *r, const dlrec_kserve_tensor *dens
     return dlrec_error(DLREC_ERR_PARSE, "input 'categorical': datatype %s, expected BYTES (the raw values)",
                        dlrec_kserve_dtype_name(cat->dtype));
   if (dense->rank != 2 || dense->shape[1] != nd)
-    return dlrec_error(DLREC_ERR_PARSE, "input 'dense': shape %s, expected [B, %u]", shape_str(dense, sb, sizeof sb),
+    return dlrec_error(DLREC_ERR_PARSE, "input 'dense': shape %s, expected [B, %u]", dlrec_kserve_shape_str(dense, sb, sizeof sb),
                        nd);
   if (cat->rank != 2 || cat->shape[1] != nc)
     return dlrec_error(DLREC_ERR_PARSE, "input 'categorical': shape %s, expected [B, %u]",
-                       shape_str(cat, sb, sizeof sb), nc);
+                       dlrec_kserve_shape_str(cat, sb, sizeof sb), nc);
   if (dense->shape[0] != cat->shape[0])
     return dlrec_error(DLREC_ERR_PARSE, "inputs 'dense' and 'categorical': %lld and %lld rows",
                        (long long)dense->shape[0], (long long)cat->shape[0]);
