@@ -377,11 +377,12 @@ static enum MHD_Result dispatch(server *sv, struct MHD_Connection *c, const targ
     }
     break;
   case R_METRICS:
-    if (serve_metrics_write(&sv->metrics, &b, serve_batcher_queued_rows(&sv->batcher), &sv->reg) == DLREC_OK)
+    if (serve_metrics_write(&sv->metrics, &b, serve_batcher_queued_rows(&sv->batcher), &sv->reg) == DLREC_OK) {
       ret = send_body(c, 200, "text/plain; version=0.0.4", b.data, b.len, -1);
-    else
+      serve_metrics_request(&sv->metrics, ep, 200, 0);
+    } else {
       ret = send_error(sv, c, ep, rq, 500, "%s", dlrec_last_error());
-    serve_metrics_request(&sv->metrics, ep, 200, 0);
+    }
     break;
   default: ret = send_error(sv, c, EP_OTHER, rq, 404, "not found"); break;
   }
