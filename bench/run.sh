@@ -8,3 +8,5 @@ echo
 build/bench_loader --rows "${LOADER_ROWS:-5000000}"
 echo
 bench/train_vs_torch.sh
+echo
+bench/serve_vs_forward.sh

@@ -106,7 +106,7 @@ dlrec_status serve_metrics_write(serve_metrics *m, dlrec_kserve_buf *b, uint64_t
     s = put(b, "dlrec_request_errors_total{endpoint=\"%s\"} %llu\n", endpoint_names[e], (unsigned long long)n);
   }
   if (s == DLREC_OK)
-    s = put(b, "# HELP dlrec_infer_latency_seconds Inference request latency, body received to response ready.\n"
+    s = put(b, "# HELP dlrec_infer_latency_seconds Inference latency, request headers received to response queued.\n"
                "# TYPE dlrec_infer_latency_seconds histogram\n");
   uint64_t cum = 0;
   for (int i = 0; i < SERVE_LATENCY_BUCKETS && s == DLREC_OK; i++) {
