@@ -5,12 +5,14 @@
  * The forward is a gather: for Criteo-like data nearly every id is a random
  * row of a table far larger than the caches, so its speed is the memory
  * system's latency and the number of misses in flight. Rows are padded to
- * 16 bytes (with dim 16, one row is one cache line), samples are split over
- * threads in chunks of up to 256, each chunk is pooled a column at a time, and the
- * row of the sample PREFETCH_SAMPLES places ahead in the column is prefetched
- * so that several misses overlap. Columns with exactly one id per sample
- * (Criteo's) take a loop that reads no per-bag offsets. bench_roofline
- * compares the lookup with a plain prefetching gather of the same ids.
+ * 16 bytes (with dim 16, one row is one cache line) and samples are split
+ * over threads in chunks of up to 256. Columns with exactly one id per
+ * sample (Criteo's, checked per batch) are pooled sample by sample, reading
+ * no per-bag offsets, writing the output in order and prefetching every
+ * column's row ONE_HOT_AHEAD samples ahead, so that many misses overlap;
+ * multi-hot columns are pooled a column at a time with the bag
+ * PREFETCH_SAMPLES ahead prefetched. bench_roofline compares the lookup
+ * with a plain prefetching gather of the same ids, warm and cold.
  */
 #include <omp.h>
 #include <string.h>
@@ -67,34 +69,16 @@ static uint8_t is_one_hot(const uint32_t *off, uint32_t B) {
   return diff == 0;
 }
 
-/* Pools column c of samples [b0, b1) into out (B, F, D), with D fixed at
- * compile time where the caller passes a constant. A column at a time keeps
- * the inner loop to an id load, a prefetch and a row copy. Returns nonzero
+/* Pools column c (multi-hot) of samples [b0, b1) into out (B, F, D), with D
+ * fixed at compile time where the caller passes a constant. Returns nonzero
  * when a bag had offsets out of order or an id out of range; such a bag is
  * skipped (its output is unspecified), never read past. */
 static ALWAYS_INLINE int pool_column(const float *restrict data, uint32_t stride, uint64_t rows,
-                                     const dlrec_bag_batch *bags, int one_hot, int mean, uint32_t c, uint32_t b0,
-                                     uint32_t b1, float *restrict out, int D) {
+                                     const dlrec_bag_batch *bags, int mean, uint32_t c, uint32_t b0, uint32_t b1,
+                                     float *restrict out, int D) {
   const uint32_t B = bags->rows, F = bags->cols;
   const uint32_t *off = bags->offsets[c], *ids = bags->ids[c];
   int bad = 0;
-  if (one_hot) {
-    /* Sample b's id is ids[off[0] + b]. */
-    const uint32_t *col = ids + off[0];
-    for (uint32_t b = b0; b < b1; b++) {
-      if (b + PREFETCH_SAMPLES < b1 && col[b + PREFETCH_SAMPLES] < rows)
-        __builtin_prefetch(data + (size_t)col[b + PREFETCH_SAMPLES] * stride);
-      float *restrict o = out + ((size_t)b * F + c) * D;
-      const uint32_t id = col[b];
-      if (id >= rows) {
-        bad = 1;
-        continue;
-      }
-      const float *restrict row = data + (size_t)id * stride;
-      for (int d = 0; d < D; d++) o[d] = row[d];
-    }
-    return bad;
-  }
   for (uint32_t b = b0; b < b1; b++) {
     if (b + PREFETCH_SAMPLES < b1) {
       const uint32_t k = off[b + PREFETCH_SAMPLES];
@@ -137,16 +121,56 @@ static ALWAYS_INLINE int pool_column(const float *restrict data, uint32_t stride
  * constant for common widths. The switch sits inside the parallel region
  * because GCC outlines an OpenMP region before inlining, so a region inside
  * an inlined helper would see D at run time. */
-static int pool_range(const float *data, uint32_t stride, uint64_t rows, const dlrec_bag_batch *bags,
-                      const uint8_t *one_hot, int mean, uint32_t b0, uint32_t b1, float *out, uint32_t dim) {
+/* The one-hot columns (hot[c] != NULL: sample b's id is hot[c][b]) of
+ * samples [b0, b1), sample by sample: the output is written in order, and
+ * the rows of the sample ONE_HOT_AHEAD places ahead are prefetched across
+ * every column, so that many misses are in flight even with cold caches. */
+#define ONE_HOT_AHEAD 4
+static ALWAYS_INLINE int pool_one_hot(const float *restrict data, uint32_t stride, uint64_t rows,
+                                      const uint32_t *const *hot, uint32_t F, uint32_t b0, uint32_t b1,
+                                      float *restrict out, int D) {
   int bad = 0;
-  for (uint32_t c = 0; c < bags->cols; c++) switch (dim) {
-    case 16: bad |= pool_column(data, stride, rows, bags, one_hot[c], mean, c, b0, b1, out, 16); break;
-    case 32: bad |= pool_column(data, stride, rows, bags, one_hot[c], mean, c, b0, b1, out, 32); break;
-    case 64: bad |= pool_column(data, stride, rows, bags, one_hot[c], mean, c, b0, b1, out, 64); break;
-    case 128: bad |= pool_column(data, stride, rows, bags, one_hot[c], mean, c, b0, b1, out, 128); break;
-    default: bad |= pool_column(data, stride, rows, bags, one_hot[c], mean, c, b0, b1, out, (int)dim); break;
+  for (uint32_t b = b0; b < b1; b++) {
+    float *restrict o = out + (size_t)b * F * D;
+    const int ahead = b + ONE_HOT_AHEAD < b1;
+    for (uint32_t c = 0; c < F; c++) {
+      const uint32_t *col = hot[c];
+      if (!col) continue;
+      if (ahead && col[b + ONE_HOT_AHEAD] < rows) __builtin_prefetch(data + (size_t)col[b + ONE_HOT_AHEAD] * stride);
+      const uint32_t id = col[b];
+      if (id >= rows) {
+        bad = 1;
+        continue;
+      }
+      const float *restrict row = data + (size_t)id * stride;
+      for (int d = 0; d < D; d++) o[(size_t)c * D + d] = row[d];
     }
+  }
+  return bad;
+}
+
+static int pool_range(const float *data, uint32_t stride, uint64_t rows, const dlrec_bag_batch *bags,
+                      const uint32_t *const *hot, int any_hot, int mean, uint32_t b0, uint32_t b1, float *out,
+                      uint32_t dim) {
+  int bad = 0;
+  const uint32_t F = bags->cols;
+  if (any_hot) switch (dim) {
+    case 16: bad |= pool_one_hot(data, stride, rows, hot, F, b0, b1, out, 16); break;
+    case 32: bad |= pool_one_hot(data, stride, rows, hot, F, b0, b1, out, 32); break;
+    case 64: bad |= pool_one_hot(data, stride, rows, hot, F, b0, b1, out, 64); break;
+    case 128: bad |= pool_one_hot(data, stride, rows, hot, F, b0, b1, out, 128); break;
+    default: bad |= pool_one_hot(data, stride, rows, hot, F, b0, b1, out, (int)dim); break;
+    }
+  for (uint32_t c = 0; c < F; c++) {
+    if (hot[c]) continue;
+    switch (dim) {
+    case 16: bad |= pool_column(data, stride, rows, bags, mean, c, b0, b1, out, 16); break;
+    case 32: bad |= pool_column(data, stride, rows, bags, mean, c, b0, b1, out, 32); break;
+    case 64: bad |= pool_column(data, stride, rows, bags, mean, c, b0, b1, out, 64); break;
+    case 128: bad |= pool_column(data, stride, rows, bags, mean, c, b0, b1, out, 128); break;
+    default: bad |= pool_column(data, stride, rows, bags, mean, c, b0, b1, out, (int)dim); break;
+    }
+  }
   return bad;
 }
 
@@ -162,8 +186,12 @@ dlrec_status dlrec_bag_forward(const dlrec_table *t, const dlrec_bag_batch *bags
   const int mean = mode == DLREC_BAG_MEAN;
   const uint32_t B = bags->rows;
   int bad = 0;
-  uint8_t one_hot[DLREC_BAG_MAX_COLS];
-  for (uint32_t c = 0; c < bags->cols; c++) one_hot[c] = is_one_hot(bags->offsets[c], B);
+  const uint32_t *hot[DLREC_BAG_MAX_COLS]; /* one-hot columns' ids by sample; NULL for the others */
+  int any_hot = 0;
+  for (uint32_t c = 0; c < bags->cols; c++) {
+    hot[c] = is_one_hot(bags->offsets[c], B) ? bags->ids[c] + bags->offsets[c][0] : NULL;
+    any_hot |= hot[c] != NULL;
+  }
   /* Chunks of up to 256 samples, at least one per thread: each thread runs
    * a column's loop over a chunk. */
   const uint32_t threads = (uint32_t)omp_get_max_threads();
@@ -173,7 +201,7 @@ dlrec_status dlrec_bag_forward(const dlrec_table *t, const dlrec_bag_batch *bags
 #pragma omp parallel for schedule(static) reduction(| : bad) if (B > 32)
   for (uint32_t k = 0; k < chunks; k++) {
     uint32_t b0 = k * chunk, b1 = b0 + chunk < B ? b0 + chunk : B;
-    bad |= pool_range(data, stride, rows, bags, one_hot, mean, b0, b1, out, dim);
+    bad |= pool_range(data, stride, rows, bags, hot, any_hot, mean, b0, b1, out, dim);
   }
   /* The lookup checked as it went; the slow pass runs only to name the
    * first bad id in the error. */
