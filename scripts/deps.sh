@@ -4,7 +4,7 @@
 #   scripts/deps.sh test    build + clang with its sanitizer/libFuzzer and OpenMP runtimes
 #                           (the ASan+UBSan and fuzz build), python3-venv (the Triton
 #                           client test installs tritonclient from PyPI into a venv)
-#   scripts/deps.sh bench   test + python3-pandas and python3-torch, the peers of the benchmarks
+#   scripts/deps.sh bench   test + python3-pandas, python3-torch and wrk, the peers and load of the benchmarks
 # Runs `apt-get update` itself the first time something is missing. Needs root
 # (or sudo) only when it has something to install.
 set -euo pipefail
