@@ -186,7 +186,7 @@ TEST(packed_linear_bitwise_invariant) {
   check_invariance(200, 512, 256, 1);  /* a Kaggle layer, split by rows */
 }
 
-/* ---- ReLU, bias, update ------------------------------------------------------------ */
+/* ---- ReLU and bias ----------------------------------------------------------------- */
 
 TEST(packed_linear_relu_and_null_bias) {
   const int B = 50, IN = 37, OUT = 45;
@@ -218,34 +218,6 @@ TEST(packed_linear_relu_and_null_bias) {
   free_case(&c);
 }
 
-TEST(packed_linear_update) {
-  const int B = 20, IN = 29, OUT = 19;
-  case_data c1 = make_case(B, IN, OUT, 5), c2 = make_case(B, IN, OUT, 6);
-  const size_t bytes = (size_t)B * OUT * sizeof(float);
-  float *o1 = fvec(bytes / 4), *o2 = fvec(bytes / 4), *fresh = fvec(bytes / 4), *tmp = fvec(bytes / 4);
-  dlrec_packed_linear *p = NULL, *q = NULL;
-  CHECK_OK(dlrec_packed_linear_create(&p, c1.w, c1.bias, IN, OUT));
-  CHECK_OK(dlrec_packed_linear_create(&q, c2.w, c2.bias, IN, OUT));
-  int ok = run_forward(p, c1.in, o1, B, 0, 2) == 0 && run_forward(q, c1.in, fresh, B, 0, 2) == 0;
-  /* New weights and bias: what a freshly created layer gives, and not the old. */
-  ok = ok && dlrec_packed_linear_update(p, c2.w, c2.bias) == DLREC_OK && run_forward(p, c1.in, o2, B, 0, 2) == 0;
-  if (ok && (memcmp(o2, fresh, bytes) != 0 || memcmp(o2, o1, bytes) == 0)) {
-    test_fail(__FILE__, __LINE__, "update: %s", memcmp(o2, fresh, bytes) ? "differs from a fresh layer" : "no change");
-    ok = 0;
-  }
-  /* Without the bias: the bias is gone. */
-  ok = ok && dlrec_packed_linear_update(p, c2.w, NULL) == DLREC_OK && run_forward(p, c1.in, tmp, B, 0, 2) == 0;
-  case_data probe = c2;
-  probe.in = c1.in;
-  if (ok) ok = check_against_reference(&probe, tmp, 0, 0) == 0;
-  /* Back to the first values: the first outputs, bitwise. */
-  ok = ok && dlrec_packed_linear_update(p, c1.w, c1.bias) == DLREC_OK && run_forward(p, c1.in, tmp, B, 0, 2) == 0;
-  if (ok && memcmp(tmp, o1, bytes) != 0) test_fail(__FILE__, __LINE__, "update back to the first weights differs");
-  dlrec_packed_linear_free(p), dlrec_packed_linear_free(q);
-  free(o1), free(o2), free(fresh), free(tmp);
-  free_case(&c1), free_case(&c2);
-}
-
 TEST(packed_linear_bad_arguments) {
   float w[6] = {1, 2, 3, 4, 5, 6}, b[2] = {0}, in[3] = {1, 1, 1}, out[2] = {7, 7};
   dlrec_packed_linear *p = (dlrec_packed_linear *)w; /* must be reset to NULL on failure */
@@ -267,8 +239,6 @@ TEST(packed_linear_bad_arguments) {
   CHECK_ERR(dlrec_packed_linear_forward(p, in, out, 0, 0), DLREC_ERR_INVALID, "B=0");
   CHECK_ERR(dlrec_packed_linear_forward(p, in, out, -5, 1), DLREC_ERR_INVALID, "B=-5");
   CHECK(out[0] == 7 && out[1] == 7); /* refused calls touch nothing */
-  CHECK_ERR(dlrec_packed_linear_update(NULL, w, b), DLREC_ERR_INVALID, "NULL");
-  CHECK_ERR(dlrec_packed_linear_update(p, NULL, b), DLREC_ERR_INVALID, "NULL");
   /* The valid call still works: W = [[1 2 3] [4 5 6]], x = [1 1 1]. */
   CHECK_OK(dlrec_packed_linear_forward(p, in, out, 1, 0));
   CHECK(out[0] == 6 && out[1] == 15);

@@ -79,14 +79,12 @@ void dlrec_dlrm_ws_profile(const dlrec_dlrm_ws *ws, dlrec_dlrm_profile *p);
  * batch-invariant linear kernel (dlrec_packed_linear_forward), so that a
  * row's score is bitwise the same whatever batch it is scored in, at any
  * batch size and thread count: `dlrec predict`, evaluation and the server
- * agree to the bit. The packed weights are a snapshot: after the model's
- * parameters change (training steps), dlrec_dlrm_scorer_update re-packs
- * them. The embedding table is read live. */
+ * agree to the bit. The packed weights are a snapshot of the MLPs when the
+ * scorer is created (after training steps, create a new one); the embedding
+ * table is read live. */
 typedef struct dlrec_dlrm_scorer dlrec_dlrm_scorer;
 dlrec_status dlrec_dlrm_scorer_create(dlrec_dlrm_scorer **s, const dlrec_dlrm *m);
-dlrec_status dlrec_dlrm_scorer_update(dlrec_dlrm_scorer *s);
 void dlrec_dlrm_scorer_free(dlrec_dlrm_scorer *s); /* accepts NULL */
-const dlrec_dlrm *dlrec_dlrm_scorer_model(const dlrec_dlrm_scorer *s);
 
 /* Scores a batch: prob[b] = σ(logit_b) for b < batch->rows (<= max_batch).
  * Reads the scorer and its model only, so threads with their own

@@ -168,11 +168,6 @@ typedef struct dlrec_packed_linear dlrec_packed_linear;
 dlrec_status dlrec_packed_linear_create(dlrec_packed_linear **out, const float *weight, const float *bias, int IN,
                                         int OUT);
 
-/* Re-packs new values of the same shape (IN, OUT as created) into p without
- * allocating, e.g. after training steps and before an evaluation; bias NULL
- * means none (zeros). Must not run while a forward on p runs. */
-dlrec_status dlrec_packed_linear_update(dlrec_packed_linear *p, const float *weight, const float *bias);
-
 /* Frees p; NULL is allowed. */
 void dlrec_packed_linear_free(dlrec_packed_linear *p);
 

@@ -207,16 +207,22 @@ static dlrec_bag_batch bags_of(const dlrec_dlrm *m, const dlrec_batch *b) {
   return bags;
 }
 
+static dlrec_status check_batch(const dlrec_dlrm_ws *ws, const dlrec_batch *b) {
+  if (b->rows < 1 || b->rows > ws->max_batch)
+    return dlrec_error(DLREC_ERR_INVALID, "batch of %u rows, the workspace holds 1 to %u", b->rows, ws->max_batch);
+  return DLREC_OK;
+}
+
 /* The forward pass up to the logits (ws->top[n_top - 1]), keeping every
  * activation for the backward. */
 static dlrec_status forward(const dlrec_dlrm *m, dlrec_dlrm_ws *ws, const dlrec_batch *b) {
-  if (b->rows < 1 || b->rows > ws->max_batch)
-    return dlrec_error(DLREC_ERR_INVALID, "batch of %u rows, the workspace holds 1 to %u", b->rows, ws->max_batch);
+  dlrec_status st = check_batch(ws, b);
+  if (st != DLREC_OK) return st;
   int B = (int)b->rows, F = (int)m->schema.n_sparse, D = (int)m->shape.emb_dim;
   dlrec_dlrm_profile *p = &ws->prof;
   double t = dlrec_now();
   dlrec_bag_batch bags = bags_of(m, b);
-  dlrec_status st = dlrec_bag_forward(m->table, &bags, m->shape.pooling, ws->emb);
+  st = dlrec_bag_forward(m->table, &bags, m->shape.pooling, ws->emb);
   for (int c = 0; st == DLREC_OK && c < F; c++) p->lookups += b->offsets[c][B] - b->offsets[c][0];
   lap(&p->emb_forward, &t);
   const float *in = b->dense;
@@ -259,20 +265,21 @@ void dlrec_dlrm_scorer_free(dlrec_dlrm_scorer *s) {
   free(s);
 }
 
+/* Packs the n layers ls of the flat params into dst. */
+static dlrec_status pack_mlp(dlrec_packed_linear **dst, const float *params, const layer *ls, uint32_t n) {
+  dlrec_status st = DLREC_OK;
+  for (uint32_t l = 0; st == DLREC_OK && l < n; l++)
+    st = dlrec_packed_linear_create(&dst[l], params + ls[l].w, params + ls[l].b, (int)ls[l].in, (int)ls[l].out);
+  return st;
+}
+
 dlrec_status dlrec_dlrm_scorer_create(dlrec_dlrm_scorer **out, const dlrec_dlrm *m) {
   *out = NULL;
   dlrec_dlrm_scorer *s = calloc(1, sizeof *s);
   if (!s) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
   s->m = m;
-  dlrec_status st = DLREC_OK;
-  for (uint32_t l = 0; st == DLREC_OK && l < m->shape.n_bottom; l++) {
-    const layer *L = &m->bottom[l];
-    st = dlrec_packed_linear_create(&s->bottom[l], m->params + L->w, m->params + L->b, (int)L->in, (int)L->out);
-  }
-  for (uint32_t l = 0; st == DLREC_OK && l < m->shape.n_top; l++) {
-    const layer *L = &m->top[l];
-    st = dlrec_packed_linear_create(&s->top[l], m->params + L->w, m->params + L->b, (int)L->in, (int)L->out);
-  }
+  dlrec_status st = pack_mlp(s->bottom, m->params, m->bottom, m->shape.n_bottom);
+  if (st == DLREC_OK) st = pack_mlp(s->top, m->params, m->top, m->shape.n_top);
   if (st != DLREC_OK) {
     dlrec_dlrm_scorer_free(s);
     return st;
@@ -281,25 +288,13 @@ dlrec_status dlrec_dlrm_scorer_create(dlrec_dlrm_scorer **out, const dlrec_dlrm 
   return DLREC_OK;
 }
 
-dlrec_status dlrec_dlrm_scorer_update(dlrec_dlrm_scorer *s) {
-  const dlrec_dlrm *m = s->m;
-  dlrec_status st = DLREC_OK;
-  for (uint32_t l = 0; st == DLREC_OK && l < m->shape.n_bottom; l++)
-    st = dlrec_packed_linear_update(s->bottom[l], m->params + m->bottom[l].w, m->params + m->bottom[l].b);
-  for (uint32_t l = 0; st == DLREC_OK && l < m->shape.n_top; l++)
-    st = dlrec_packed_linear_update(s->top[l], m->params + m->top[l].w, m->params + m->top[l].b);
-  return st;
-}
-
-const dlrec_dlrm *dlrec_dlrm_scorer_model(const dlrec_dlrm_scorer *s) { return s->m; }
-
 dlrec_status dlrec_dlrm_predict(const dlrec_dlrm_scorer *s, dlrec_dlrm_ws *ws, const dlrec_batch *b, float *prob) {
   const dlrec_dlrm *m = s->m;
-  if (b->rows < 1 || b->rows > ws->max_batch)
-    return dlrec_error(DLREC_ERR_INVALID, "batch of %u rows, the workspace holds 1 to %u", b->rows, ws->max_batch);
+  dlrec_status st = check_batch(ws, b);
+  if (st != DLREC_OK) return st;
   int B = (int)b->rows, F = (int)m->schema.n_sparse, D = (int)m->shape.emb_dim;
   dlrec_bag_batch bags = bags_of(m, b);
-  dlrec_status st = dlrec_bag_forward(m->table, &bags, m->shape.pooling, ws->emb);
+  st = dlrec_bag_forward(m->table, &bags, m->shape.pooling, ws->emb);
   const float *in = b->dense;
   for (uint32_t l = 0; st == DLREC_OK && l < m->shape.n_bottom; l++) {
     st = dlrec_packed_linear_forward(s->bottom[l], in, ws->bot[l], B, 1);

@@ -159,12 +159,6 @@ nomem:
   return dlrec_error(DLREC_ERR_NOMEM, "packed_linear_create: out of memory for IN=%d OUT=%d", IN, OUT);
 }
 
-dlrec_status dlrec_packed_linear_update(dlrec_packed_linear *p, const float *weight, const float *bias) {
-  if (!p || !weight) return dlrec_error(DLREC_ERR_INVALID, "packed_linear_update: NULL argument");
-  pack(p, weight, bias);
-  return DLREC_OK;
-}
-
 void dlrec_packed_linear_free(dlrec_packed_linear *p) {
   if (!p) return;
   free(p->w);

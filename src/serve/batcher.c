@@ -70,7 +70,7 @@ static serve_job *take_batch(serve_batcher *b, uint32_t *rows) {
 }
 
 /* Scores the jobs (all of one model) as one batch. */
-static dlrec_status score(worker_state *w, serve_job *jobs, uint32_t rows) {
+static dlrec_status score(worker_state *w, serve_job *jobs) {
   const serve_model *m = jobs->model;
   dlrec_status s = DLREC_OK;
   if (w->serial != m->serial) {
@@ -103,7 +103,6 @@ static dlrec_status score(worker_state *w, serve_job *jobs, uint32_t rows) {
     memcpy(j->scores, w->scores + at, n * sizeof(float));
     at += n;
   }
-  (void)rows;
   return DLREC_OK;
 }
 
@@ -128,7 +127,7 @@ static void *worker_main(void *arg) {
     serve_job *jobs = take_batch(b, &rows);
     pthread_mutex_unlock(&b->mu);
 
-    dlrec_status s = score(w, jobs, rows);
+    dlrec_status s = score(w, jobs);
     dlrec_error_copy err;
     if (s != DLREC_OK) dlrec_error_save(&err);
     if (s == DLREC_OK && b->metrics) serve_metrics_batch(b->metrics, rows);
