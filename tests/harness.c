@@ -144,3 +144,39 @@ int main(int argc, char **argv) {
   printf("%d passed, %d failed\n", passed, failed);
   return failed ? 1 : 0;
 }
+
+/* Room for `more` bytes and the NUL after b->n. */
+static void test_buf_reserve(test_buf *b, size_t more) {
+  if (b->n + more + 1 <= b->cap) return;
+  size_t cap = b->cap ? b->cap : 1024;
+  while (cap < b->n + more + 1) cap *= 2;
+  char *p = realloc(b->p, cap);
+  if (!p) abort();
+  b->p = p;
+  b->cap = cap;
+}
+
+void test_buf_put(test_buf *b, const void *d, size_t n) {
+  test_buf_reserve(b, n);
+  if (n) memcpy(b->p + b->n, d, n);
+  b->n += n;
+  b->p[b->n] = 0;
+}
+
+void test_buf_printf(test_buf *b, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(NULL, 0, fmt, ap);
+  va_end(ap);
+  if (n < 0) abort();
+  test_buf_reserve(b, (size_t)n);
+  va_start(ap, fmt);
+  vsnprintf(b->p + b->n, (size_t)n + 1, fmt, ap);
+  va_end(ap);
+  b->n += (size_t)n;
+}
+
+void test_buf_free(test_buf *b) {
+  free(b->p);
+  memset(b, 0, sizeof *b);
+}

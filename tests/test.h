@@ -106,4 +106,15 @@ int test_run_cli(char **out, const char *args_fmt, ...) __attribute__((format(pr
 /* $DLREC_SOURCE_DIR/rel */
 const char *test_source_path(const char *rel);
 
+/* A growable byte string, NUL-terminated after its n bytes, for building
+ * request bodies; zero-initialized is empty. Aborts when out of memory (a
+ * test cannot go on). */
+typedef struct test_buf {
+  char *p;
+  size_t n, cap;
+} test_buf;
+void test_buf_put(test_buf *b, const void *d, size_t n);
+void test_buf_printf(test_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void test_buf_free(test_buf *b); /* back to empty */
+
 #endif

@@ -17,37 +17,11 @@
 /* ---- helpers ---- */
 
 /* A growable byte string for building request bodies. */
-typedef struct sbuf {
-  char *p;
-  size_t n, cap;
-} sbuf;
-
-static void sb_put(sbuf *b, const void *s, size_t n) {
-  if (n > ((size_t)1 << 40)) abort(); /* a bug in a test; also tells GCC that n is sane */
-  if (b->n + n + 1 > b->cap) {
-    b->cap = (b->n + n + 1) * 2;
-    b->p = realloc(b->p, b->cap);
-    if (!b->p) abort();
-  }
-  memcpy(b->p + b->n, s, n);
-  b->n += n;
-  b->p[b->n] = '\0';
-}
-
-static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(sbuf *b, const char *fmt, ...) {
-  char tmp[4096];
-  va_list ap;
-  va_start(ap, fmt);
-  int k = vsnprintf(tmp, sizeof tmp, fmt, ap);
-  va_end(ap);
-  if (k < 0 || (size_t)k >= sizeof tmp) abort();
-  sb_put(b, tmp, (size_t)k);
-}
+typedef test_buf sbuf;
 
 static void sb_u32(sbuf *b, uint32_t v) {
   unsigned char le[4] = {(unsigned char)v, (unsigned char)(v >> 8), (unsigned char)(v >> 16), (unsigned char)(v >> 24)};
-  sb_put(b, le, 4);
+  test_buf_put(b, le, 4);
 }
 
 /* Parses a NUL-terminated JSON body (no binary section). */
@@ -311,7 +285,7 @@ TEST(parse_limits_are_enforced_with_their_names) {
  * offset: copied), BYTES [3] ("", "ab", "\0z"), INT64 [2] and BOOL [2]. */
 static void binary_body(sbuf *b, size_t *header_len, int misalign) {
   sbuf j = {0};
-  sb_printf(&j,
+  test_buf_printf(&j,
             "{\"inputs\":[{\"name\":\"f\",\"datatype\":\"FP32\",\"shape\":[2,2],"
             "\"parameters\":{\"binary_data_size\":16}},"
             "{\"name\":\"s\",\"datatype\":\"BYTES\",\"shape\":[3],\"parameters\":{\"binary_data_size\":16}},"
@@ -321,20 +295,20 @@ static void binary_body(sbuf *b, size_t *header_len, int misalign) {
             "\"outputs\":[{\"name\":\"OUTPUT0\"}],\"parameters\":{\"binary_data_output\":true}}");
   /* Pads the JSON with spaces so that the binary section starts 8-aligned
    * in the body, or one past it. */
-  while ((j.n + (size_t)misalign) % 8) sb_put(&j, " ", 1);
-  sb_put(b, j.p, j.n);
+  while ((j.n + (size_t)misalign) % 8) test_buf_put(&j, " ", 1);
+  test_buf_put(b, j.p, j.n);
   *header_len = j.n;
   free(j.p);
   const float f[4] = {1.5f, -2.0f, 3.25e-20f, 0.1f};
-  sb_put(b, f, sizeof f);
+  test_buf_put(b, f, sizeof f);
   sb_u32(b, 0);
   sb_u32(b, 2);
-  sb_put(b, "ab", 2);
+  test_buf_put(b, "ab", 2);
   sb_u32(b, 2);
-  sb_put(b, "\0z", 2);
+  test_buf_put(b, "\0z", 2);
   const int64_t i[2] = {-5, (int64_t)1 << 62};
-  sb_put(b, i, sizeof i);
-  sb_put(b, "\1\0", 2);
+  test_buf_put(b, i, sizeof i);
+  test_buf_put(b, "\1\0", 2);
 }
 
 TEST(parse_binary_extension_aligned_and_not) {
@@ -384,8 +358,8 @@ TEST(parse_binary_hostile_sizes) {
   ok &= refused(b.p, b.n - 1, (long long)hl, NULL, DLREC_ERR_PARSE,
                 "inputs[4] (b): binary data truncated: binary_data_size 2 at offset 48, but only 1 bytes follow");
   sbuf c = {0};
-  sb_put(&c, b.p, b.n);
-  sb_put(&c, "!", 1);
+  test_buf_put(&c, b.p, b.n);
+  test_buf_put(&c, "!", 1);
   ok &= refused(c.p, c.n, (long long)hl, NULL, DLREC_ERR_PARSE, "binary data: 1 trailing bytes");
   ok &= refused(b.p, b.n, (long long)b.n + 1, NULL, DLREC_ERR_PARSE, "is more than the body's");
   ok &= refused(b.p, b.n, -5, NULL, DLREC_ERR_PARSE, "Inference-Header-Content-Length: negative");
@@ -423,8 +397,8 @@ TEST(parse_binary_hostile_sizes) {
   int bad = 0;
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     sbuf d = {0};
-    sb_put(&d, cases[i].json, strlen(cases[i].json));
-    sb_put(&d, cases[i].bin, cases[i].bin_len);
+    test_buf_put(&d, cases[i].json, strlen(cases[i].json));
+    test_buf_put(&d, cases[i].bin, cases[i].bin_len);
     if (!refused(d.p, d.n, (long long)strlen(cases[i].json), NULL, DLREC_ERR_PARSE, cases[i].msg)) bad++;
     free(d.p);
   }
@@ -620,10 +594,10 @@ static const char *cat_val(int r, int c) {
 static dlrec_etl *small_etl(void) {
   sbuf t = {0};
   for (int r = 0; r < 30; r++) {
-    sb_printf(&t, "%d", r % 2);
-    for (int d = 0; d < ND; d++) sb_printf(&t, "\t%s", dense_val(r, d));
-    for (int c = 0; c < NC; c++) sb_printf(&t, "\t%s", cat_val(r, c));
-    sb_put(&t, "\n", 1);
+    test_buf_printf(&t, "%d", r % 2);
+    for (int d = 0; d < ND; d++) test_buf_printf(&t, "\t%s", dense_val(r, d));
+    for (int c = 0; c < NC; c++) test_buf_printf(&t, "\t%s", cat_val(r, c));
+    test_buf_put(&t, "\n", 1);
   }
   char in[1024], dir[1024];
   snprintf(in, sizeof in, "%s", test_path("clicks.tsv"));
@@ -650,36 +624,36 @@ static dlrec_etl *small_etl(void) {
 static void raw_request(sbuf *b, long long *header_len, int r0, int B, const char *dtype) {
   int binary = !strcmp(dtype, "FP32");
   sbuf j = {0};
-  sb_printf(&j, "{\"id\":\"raw\",\"inputs\":[{\"name\":\"dense\",\"datatype\":\"%s\",\"shape\":[%d,%d],", dtype, B, ND);
+  test_buf_printf(&j, "{\"id\":\"raw\",\"inputs\":[{\"name\":\"dense\",\"datatype\":\"%s\",\"shape\":[%d,%d],", dtype, B, ND);
   if (binary) {
-    sb_printf(&j, "\"parameters\":{\"binary_data_size\":%d}},", B * ND * 4);
+    test_buf_printf(&j, "\"parameters\":{\"binary_data_size\":%d}},", B * ND * 4);
   } else {
-    sb_printf(&j, "\"data\":[");
+    test_buf_printf(&j, "\"data\":[");
     for (int r = 0; r < B; r++)
       for (int d = 0; d < ND; d++) {
         const char *v = dense_val(r0 + r, d);
         if (!strcmp(dtype, "BYTES"))
-          sb_printf(&j, "%s\"%s\"", r || d ? "," : "", (r + d) % 5 ? v : "");
+          test_buf_printf(&j, "%s\"%s\"", r || d ? "," : "", (r + d) % 5 ? v : "");
         else
-          sb_printf(&j, "%s%s", r || d ? "," : "", v);
+          test_buf_printf(&j, "%s%s", r || d ? "," : "", v);
       }
-    sb_printf(&j, "]},");
+    test_buf_printf(&j, "]},");
   }
-  sb_printf(&j, "{\"name\":\"categorical\",\"datatype\":\"BYTES\",\"shape\":[%d,%d],\"data\":[", B, NC);
+  test_buf_printf(&j, "{\"name\":\"categorical\",\"datatype\":\"BYTES\",\"shape\":[%d,%d],\"data\":[", B, NC);
   for (int r = 0; r < B; r++) {
-    sb_put(&j, r ? ",[" : "[", r ? 2 : 1);
-    for (int c = 0; c < NC; c++) sb_printf(&j, "%s\"%s\"", c ? "," : "", cat_val(r0 + r, c));
-    sb_put(&j, "]", 1);
+    test_buf_put(&j, r ? ",[" : "[", r ? 2 : 1);
+    for (int c = 0; c < NC; c++) test_buf_printf(&j, "%s\"%s\"", c ? "," : "", cat_val(r0 + r, c));
+    test_buf_put(&j, "]", 1);
   }
-  sb_printf(&j, "]}]}");
-  sb_put(b, j.p, j.n);
+  test_buf_printf(&j, "]}]}");
+  test_buf_put(b, j.p, j.n);
   *header_len = binary ? (long long)j.n : -1;
   free(j.p);
   if (binary)
     for (int r = 0; r < B; r++)
       for (int d = 0; d < ND; d++) {
         float f = strtof(dense_val(r0 + r, d), NULL);
-        sb_put(b, &f, 4);
+        test_buf_put(b, &f, 4);
       }
 }
 
@@ -897,27 +871,27 @@ static void hugectr_request(sbuf *b, long long *hl, const dlrec_batch *src, uint
   for (uint32_t r = r0; r < r0 + B; r++)
     for (uint32_t c = 0; c < nc; c++) K += src->offsets[c][r + 1] - src->offsets[c][r];
   sbuf j = {0};
-  sb_printf(&j, "{\"inputs\":[{\"name\":\"ROWINDEX\",\"datatype\":\"INT32\",\"shape\":[1,%u],\"data\":[0", B * nc + 1);
+  test_buf_printf(&j, "{\"inputs\":[{\"name\":\"ROWINDEX\",\"datatype\":\"INT32\",\"shape\":[1,%u],\"data\":[0", B * nc + 1);
   uint32_t k = 0;
   for (uint32_t r = r0; r < r0 + B; r++)
     for (uint32_t c = 0; c < nc; c++) {
       k += src->offsets[c][r + 1] - src->offsets[c][r];
-      sb_printf(&j, ",%u", k);
+      test_buf_printf(&j, ",%u", k);
     }
-  sb_printf(
+  test_buf_printf(
       &j,
       "]},{\"name\":\"DES\",\"datatype\":\"FP32\",\"shape\":[1,%u],\"parameters\":{\"binary_data_size\":%u}},"
       "{\"name\":\"CATCOLUMN\",\"datatype\":\"INT64\",\"shape\":[1,%u],\"parameters\":{\"binary_data_size\":%u}}]}",
       B * nd, B * nd * 4, K, K * 8);
-  sb_put(b, j.p, j.n);
+  test_buf_put(b, j.p, j.n);
   *hl = (long long)j.n;
   free(j.p);
-  sb_put(b, src->dense + (size_t)r0 * nd, (size_t)B * nd * 4);
+  test_buf_put(b, src->dense + (size_t)r0 * nd, (size_t)B * nd * 4);
   for (uint32_t r = r0; r < r0 + B; r++)
     for (uint32_t c = 0; c < nc; c++)
       for (uint32_t q = src->offsets[c][r]; q < src->offsets[c][r + 1]; q++) {
         int64_t id = src->ids[c][q];
-        sb_put(b, &id, 8);
+        test_buf_put(b, &id, 8);
       }
 }
 
@@ -1118,9 +1092,9 @@ TEST(hugectr_multi_hot_and_hostile_inputs) {
       "\"parameters\":{\"binary_data_size\":8}},"
       "{\"name\":\"CATCOLUMN\",\"datatype\":\"INT64\",\"shape\":[1,4],\"data\":[[0,10,20,21]]},"
       "{\"name\":\"ROWINDEX\",\"datatype\":\"INT32\",\"shape\":[1,4],\"data\":[[0,1,2,4]]}]}";
-  sb_put(&nb, j, strlen(j));
+  test_buf_put(&nb, j, strlen(j));
   const float des[2] = {1, NAN};
-  sb_put(&nb, des, sizeof des);
+  test_buf_put(&nb, des, sizeof des);
   st = add_body(rows, &nb, (long long)strlen(j), 2);
   free(nb.p);
   if (st != DLREC_ERR_PARSE || !strstr(dlrec_last_error(), "input 'DES': sample 0, column b: not finite")) {

@@ -330,60 +330,22 @@ static int fixture(void) {
 
 /* ---- a growable byte string ---- */
 
-typedef struct sb {
-  char *p;
-  size_t n, cap;
-} sb;
+typedef test_buf sb;
 
-static void sb_put(sb *s, const void *d, size_t n) {
-  if (s->n + n + 1 > s->cap) {
-    size_t cap = s->cap ? s->cap : 1024;
-    while (cap < s->n + n + 1) cap *= 2;
-    char *p = realloc(s->p, cap);
-    if (!p) abort();
-    s->p = p;
-    s->cap = cap;
-  }
-  if (n) memcpy(s->p + s->n, d, n);
-  s->n += n;
-  s->p[s->n] = 0;
-}
-
-static void sb_printf(sb *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(sb *s, const char *fmt, ...) {
-  char small[512];
-  va_list ap;
-  va_start(ap, fmt);
-  int n = vsnprintf(small, sizeof small, fmt, ap);
-  va_end(ap);
-  if (n < 0) abort();
-  if ((size_t)n < sizeof small) {
-    sb_put(s, small, (size_t)n);
-    return;
-  }
-  char *big = malloc((size_t)n + 1);
-  if (!big) abort();
-  va_start(ap, fmt);
-  vsnprintf(big, (size_t)n + 1, fmt, ap);
-  va_end(ap);
-  sb_put(s, big, (size_t)n);
-  free(big);
-}
-
-static void sb_str(sb *s, const char *str) { sb_put(s, str, strlen(str)); }
+static void sb_str(sb *s, const char *str) { test_buf_put(s, str, strlen(str)); }
 
 static void sb_json_string(sb *s, const char *str) {
-  sb_put(s, "\"", 1);
+  test_buf_put(s, "\"", 1);
   for (const char *p = str; *p; p++) {
-    if (*p == '"' || *p == '\\') sb_put(s, "\\", 1);
-    sb_put(s, p, 1);
+    if (*p == '"' || *p == '\\') test_buf_put(s, "\\", 1);
+    test_buf_put(s, p, 1);
   }
-  sb_put(s, "\"", 1);
+  test_buf_put(s, "\"", 1);
 }
 
 static void sb_u32le(sb *s, uint32_t v) {
   unsigned char b[4] = {(unsigned char)v, (unsigned char)(v >> 8), (unsigned char)(v >> 16), (unsigned char)(v >> 24)};
-  sb_put(s, b, 4);
+  test_buf_put(s, b, 4);
 }
 
 static void sb_u64le(sb *s, uint64_t v) {
@@ -395,11 +357,6 @@ static void sb_f32le(sb *s, float f) {
   uint32_t u;
   memcpy(&u, &f, 4);
   sb_u32le(s, u);
-}
-
-static void sb_free(sb *s) {
-  free(s->p);
-  memset(s, 0, sizeof *s);
 }
 
 /* ---- the HTTP client ---- */
@@ -577,13 +534,13 @@ static int http_raw(const void *req, size_t len, http_resp *r) {
 static int http_do(const char *method, const char *path, const char *extra_headers, const void *body, size_t len,
                    http_resp *r) {
   sb req = {0};
-  sb_printf(&req, "%s %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nConnection: close\r\n", method, path, fx.port);
-  if (body || !strcmp(method, "POST")) sb_printf(&req, "Content-Length: %zu\r\n", len);
+  test_buf_printf(&req, "%s %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nConnection: close\r\n", method, path, fx.port);
+  if (body || !strcmp(method, "POST")) test_buf_printf(&req, "Content-Length: %zu\r\n", len);
   if (extra_headers) sb_str(&req, extra_headers);
   sb_str(&req, "\r\n");
-  if (body && len) sb_put(&req, body, len);
+  if (body && len) test_buf_put(&req, body, len);
   int ok = http_raw(req.p, req.n, r);
-  sb_free(&req);
+  test_buf_free(&req);
   if (ok && strstr(path, "/infer")) count_infer(r->status);
   return ok;
 }
@@ -633,7 +590,7 @@ static int expect_error(const http_resp *r, int want, const char *substr, const 
 static void build_raw_json(sb *s, const int *idx, int n, int flat, int dense_bytes, const char *top) {
   sb_str(s, "{");
   if (top) sb_str(s, top);
-  sb_printf(s, "\"inputs\":[{\"name\":\"dense\",\"datatype\":\"%s\",\"shape\":[%d,%d],\"data\":[",
+  test_buf_printf(s, "\"inputs\":[{\"name\":\"dense\",\"datatype\":\"%s\",\"shape\":[%d,%d],\"data\":[",
             dense_bytes ? "BYTES" : "FP32", n, ND);
   for (int i = 0; i < n; i++) {
     sb_str(s, i ? (flat ? "," : ",[") : (flat ? "" : "["));
@@ -644,7 +601,7 @@ static void build_raw_json(sb *s, const int *idx, int n, int flat, int dense_byt
     }
     if (!flat) sb_str(s, "]");
   }
-  sb_printf(s, "]},{\"name\":\"categorical\",\"datatype\":\"BYTES\",\"shape\":[%d,%d],\"data\":[", n, NC);
+  test_buf_printf(s, "]},{\"name\":\"categorical\",\"datatype\":\"BYTES\",\"shape\":[%d,%d],\"data\":[", n, NC);
   for (int i = 0; i < n; i++) {
     sb_str(s, i ? (flat ? "," : ",[") : (flat ? "" : "["));
     for (int c = 0; c < NC; c++) {
@@ -663,7 +620,7 @@ static void build_raw_binary_from(sb *s, int n, const float *dense, const char *
                                   size_t *hl) {
   size_t cat_bytes = 0;
   for (int k = 0; k < n * NC; k++) cat_bytes += 4 + strlen(cats[k]);
-  sb_printf(s,
+  test_buf_printf(s,
             "{\"inputs\":[{\"name\":\"dense\",\"datatype\":\"FP32\",\"shape\":[%d,%d],\"parameters\":"
             "{\"binary_data_size\":%zu}},{\"name\":\"categorical\",\"datatype\":\"BYTES\",\"shape\":[%d,%d],"
             "\"parameters\":{\"binary_data_size\":%zu}}]",
@@ -697,7 +654,7 @@ static void build_raw_binary(sb *s, const int *idx, int n, int out_binary, size_
 static void build_hugectr(sb *s, int n, const float *dense, const uint32_t *ids, int binary, size_t *hl) {
   const int K = n * NC;
   if (binary) {
-    sb_printf(s,
+    test_buf_printf(s,
               "{\"inputs\":[{\"name\":\"DES\",\"datatype\":\"FP32\",\"shape\":[1,%d],\"parameters\":{\"binary_data_size\""
               ":%d}},{\"name\":\"CATCOLUMN\",\"datatype\":\"INT64\",\"shape\":[1,%d],\"parameters\":{\"binary_data_size\""
               ":%d}},{\"name\":\"ROWINDEX\",\"datatype\":\"INT32\",\"shape\":[1,%d],\"parameters\":{\"binary_data_size\""
@@ -709,12 +666,12 @@ static void build_hugectr(sb *s, int n, const float *dense, const uint32_t *ids,
     for (int k = 0; k <= K; k++) sb_u32le(s, (uint32_t)k);
     return;
   }
-  sb_printf(s, "{\"inputs\":[{\"name\":\"DES\",\"datatype\":\"FP32\",\"shape\":[1,%d],\"data\":[", n * ND);
-  for (int k = 0; k < n * ND; k++) sb_printf(s, k ? ",%.9g" : "%.9g", (double)dense[k]);
-  sb_printf(s, "]},{\"name\":\"CATCOLUMN\",\"datatype\":\"INT64\",\"shape\":[1,%d],\"data\":[", K);
-  for (int k = 0; k < K; k++) sb_printf(s, k ? ",%u" : "%u", ids[k]);
-  sb_printf(s, "]},{\"name\":\"ROWINDEX\",\"datatype\":\"INT32\",\"shape\":[1,%d],\"data\":[", K + 1);
-  for (int k = 0; k <= K; k++) sb_printf(s, k ? ",%d" : "%d", k);
+  test_buf_printf(s, "{\"inputs\":[{\"name\":\"DES\",\"datatype\":\"FP32\",\"shape\":[1,%d],\"data\":[", n * ND);
+  for (int k = 0; k < n * ND; k++) test_buf_printf(s, k ? ",%.9g" : "%.9g", (double)dense[k]);
+  test_buf_printf(s, "]},{\"name\":\"CATCOLUMN\",\"datatype\":\"INT64\",\"shape\":[1,%d],\"data\":[", K);
+  for (int k = 0; k < K; k++) test_buf_printf(s, k ? ",%u" : "%u", ids[k]);
+  test_buf_printf(s, "]},{\"name\":\"ROWINDEX\",\"datatype\":\"INT32\",\"shape\":[1,%d],\"data\":[", K + 1);
+  for (int k = 0; k <= K; k++) test_buf_printf(s, k ? ",%d" : "%d", k);
   sb_str(s, "]}]}");
 }
 
@@ -860,12 +817,22 @@ static int infer_check(const char *what, const char *hdrs, const void *body, siz
   return ok;
 }
 
+/* A JSON inference response holds the reference scores of rows idx,
+ * bitwise; reports what failed under `what`. */
+static int scores_match(const http_resp *r, const int *idx, int n, const char *what) {
+  infer_out o;
+  char err[1024];
+  int ok = parse_infer(r, 0, &o, err, sizeof err) && scores_equal(&o, idx, n, fx.ref, err, sizeof err);
+  if (!ok) test_fail(__FILE__, __LINE__, "%s: %s", what, err);
+  return ok;
+}
+
 static int infer_json_check(const char *what, const int *idx, int n, int flat, int dense_bytes, const char *top,
                             const char *want_id) {
   sb s = {0};
   build_raw_json(&s, idx, n, flat, dense_bytes, top);
   int ok = infer_check(what, NULL, s.p, s.n, 0, idx, n, want_id);
-  sb_free(&s);
+  test_buf_free(&s);
   return ok;
 }
 
@@ -986,12 +953,9 @@ SERVE_TEST(serve_01_endpoints) {
   http_free(&r);
   /* The version URL scores too. */
   REQ("POST", "/v2/models/dlrm/versions/5/infer", NULL, s.p, s.n, &r);
-  infer_out o;
-  char err[1024];
-  ok = parse_infer(&r, 0, &o, err, sizeof err) && scores_equal(&o, idx, 2, fx.ref, err, sizeof err);
-  if (!ok) test_fail(__FILE__, __LINE__, "POST /v2/models/dlrm/versions/5/infer: %s", err);
+  ok = scores_match(&r, idx, 2, "POST /v2/models/dlrm/versions/5/infer");
   http_free(&r);
-  sb_free(&s);
+  test_buf_free(&s);
   CHECK(ok);
 
   /* Wrong methods. */
@@ -1043,24 +1007,24 @@ SERVE_TEST(serve_03_binary) {
   size_t hl;
   build_raw_binary(&s, all, N_FULL, 1, &hl);
   int ok = infer_check("binary in, binary out", ihcl_header(hl, h, sizeof h), s.p, s.n, 1, all, N_FULL, NULL);
-  sb_free(&s);
+  test_buf_free(&s);
   CHECK(ok);
   /* Binary in, JSON out (no outputs asked for). */
   build_raw_binary(&s, all, N_FULL, 0, &hl);
   ok = infer_check("binary in, JSON out", ihcl_header(hl, h, sizeof h), s.p, s.n, 0, all, N_FULL, NULL);
-  sb_free(&s);
+  test_buf_free(&s);
   CHECK(ok);
   /* JSON in, binary out through parameters.binary_data_output. */
   build_raw_json(&s, all, N_FULL, 0, 0, "\"parameters\":{\"binary_data_output\":true},");
   ok = infer_check("JSON in, binary_data_output", NULL, s.p, s.n, 1, all, N_FULL, NULL);
-  sb_free(&s);
+  test_buf_free(&s);
   CHECK(ok);
   /* Binary in chunks of 7. */
   for (int i = 0; i < N_FULL; i += 7) {
     int n = N_FULL - i < 7 ? N_FULL - i : 7;
     build_raw_binary(&s, &all[i], n, 1, &hl);
     ok = infer_check("binary, 7 rows", ihcl_header(hl, h, sizeof h), s.p, s.n, 1, &all[i], n, NULL);
-    sb_free(&s);
+    test_buf_free(&s);
     CHECK(ok);
   }
 }
@@ -1096,17 +1060,17 @@ SERVE_TEST(serve_04_hugectr) {
   size_t hl = 0;
   build_hugectr(&s, N_FULL, dense, ids, 0, &hl);
   int ok = infer_check("HugeCTR DES/CATCOLUMN/ROWINDEX in JSON", NULL, s.p, s.n, 0, all, N_FULL, NULL);
-  sb_free(&s);
+  test_buf_free(&s);
   CHECK(ok);
   build_hugectr(&s, N_FULL, dense, ids, 1, &hl);
   ok = infer_check("HugeCTR inputs as binary tensors", ihcl_header(hl, h, sizeof h), s.p, s.n, 1, all, N_FULL, NULL);
-  sb_free(&s);
+  test_buf_free(&s);
   CHECK(ok);
   for (int i = 0; i < N_FULL; i += 7) {
     int n = N_FULL - i < 7 ? N_FULL - i : 7;
     build_hugectr(&s, n, dense + i * ND, ids + i * NC, 0, &hl);
     ok = infer_check("HugeCTR, 7 rows", NULL, s.p, s.n, 0, &all[i], n, NULL);
-    sb_free(&s);
+    test_buf_free(&s);
     CHECK(ok);
   }
   /* An id outside its column's range. */
@@ -1114,7 +1078,7 @@ SERVE_TEST(serve_04_hugectr) {
   build_hugectr(&s, 1, dense, ids, 0, &hl);
   http_resp r;
   REQ("POST", "/v2/models/dlrm/infer", NULL, s.p, s.n, &r);
-  sb_free(&s);
+  test_buf_free(&s);
   CHECK(expect_error(&r, 400, "CATCOLUMN", "HugeCTR id out of range"));
   http_free(&r);
   CHECK(normal_ok("an id out of range"));
@@ -1204,17 +1168,17 @@ SERVE_TEST(serve_05_hostile_input) {
   int ok = hostile("a body over --max-body-bytes", NULL, junk, big, 413, "max-body-bytes");
   if (ok) {
     sb req = {0};
-    sb_printf(&req, "POST /v2/models/dlrm/infer HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nConnection: close\r\n"
+    test_buf_printf(&req, "POST /v2/models/dlrm/infer HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nConnection: close\r\n"
               "Transfer-Encoding: chunked\r\n\r\n", fx.port);
     for (size_t at = 0; at < big; at += 10000) {
-      sb_printf(&req, "%zx\r\n", (size_t)10000);
-      sb_put(&req, junk + at, 10000);
+      test_buf_printf(&req, "%zx\r\n", (size_t)10000);
+      test_buf_put(&req, junk + at, 10000);
       sb_str(&req, "\r\n");
     }
     sb_str(&req, "0\r\n\r\n");
     http_resp r;
     ok = http_raw(req.p, req.n, &r);
-    sb_free(&req);
+    test_buf_free(&req);
     if (!ok) test_fail(__FILE__, __LINE__, "a chunked body over the limit: no response: %s", r.err);
     else count_infer(r.status);
     ok = ok && expect_error(&r, 413, "max-body-bytes", "a chunked body over --max-body-bytes");
@@ -1242,7 +1206,7 @@ SERVE_TEST(serve_05_hostile_input) {
   ok = ok && hostile("a binary section 4 bytes short", ihcl_header(hl, h, sizeof h), s.p, s.n - 4, 400, "categorical");
   ok = ok && hostile("a binary section cut inside dense", ihcl_header(hl, h, sizeof h), s.p, hl + 100, 400, "dense");
   if (ok) {
-    sb_put(&s, "xyz", 3);
+    test_buf_put(&s, "xyz", 3);
     ok = hostile("3 bytes after the binary section", ihcl_header(hl, h, sizeof h), s.p, s.n, 400, "trailing");
     s.n -= 3;
   }
@@ -1256,7 +1220,7 @@ SERVE_TEST(serve_05_hostile_input) {
   /* Binary tensor data with a JSON header that cuts the JSON short. */
   ok = ok && hostile("Inference-Header-Content-Length inside the JSON", ihcl_header(hl - 5, h, sizeof h), s.p, s.n, 400,
                      NULL);
-  sb_free(&s);
+  test_buf_free(&s);
   CHECK(ok);
 
   /* More rows than --max-batch (1024): binary, so that it fits the body limit. */
@@ -1270,7 +1234,7 @@ SERVE_TEST(serve_05_hostile_input) {
     ok = s.n < MAX_BODY;
     if (!ok) test_fail(__FILE__, __LINE__, "1025 rows take %zu bytes, over the body limit", s.n);
     ok = ok && hostile("1025 rows (max-batch 1024)", ihcl_header(hl, h, sizeof h), s.p, s.n, 400, "1024");
-    sb_free(&s);
+    test_buf_free(&s);
     /* And 1024 rows are fine. */
     if (ok) {
       build_raw_binary_from(&s, 1024, dense, cats, 1, &hl);
@@ -1285,7 +1249,7 @@ SERVE_TEST(serve_05_hostile_input) {
         ok = 0;
       }
       http_free(&r);
-      sb_free(&s);
+      test_buf_free(&s);
     }
     free(dense);
     free(cats);
@@ -1375,7 +1339,7 @@ static int read_response(int fd, sb *buf, size_t *at, http_resp *r) {
     char chunk[16384];
     ssize_t n = recv(fd, chunk, sizeof chunk, 0);
     if (n > 0) {
-      sb_put(buf, chunk, (size_t)n);
+      test_buf_put(buf, chunk, (size_t)n);
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
@@ -1383,6 +1347,14 @@ static int read_response(int fd, sb *buf, size_t *at, http_resp *r) {
              : errno == EAGAIN || errno == EWOULDBLOCK ? "no data for 10 s" : strerror(errno), buf->n - *at);
     return 0;
   }
+}
+
+/* Sends n bytes on the open connection fd and reads one response into r
+ * (buf and *at carry what was read past it); reports a failure as `what`. */
+static int exchange(int fd, const void *p, size_t n, sb *buf, size_t *at, http_resp *r, const char *what) {
+  int ok = send_all(fd, p, n) == 0 && read_response(fd, buf, at, r);
+  if (!ok) test_fail(__FILE__, __LINE__, "%s: %s", what, r->err);
+  return ok;
 }
 
 SERVE_TEST(serve_05b_keepalive_and_expect_continue) {
@@ -1397,34 +1369,27 @@ SERVE_TEST(serve_05b_keepalive_and_expect_continue) {
   if (fd < 0) test_fail(__FILE__, __LINE__, "%s", err);
   CHECK(fd >= 0);
   const char *bad = "POST /v2/models/dlrm/infer HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 5\r\n\r\n{bad}";
-  int ok = send_all(fd, bad, strlen(bad)) == 0 && read_response(fd, &buf, &at, &r);
-  if (!ok) test_fail(__FILE__, __LINE__, "keep-alive, request 1: %s", r.err);
+  int ok = exchange(fd, bad, strlen(bad), &buf, &at, &r, "keep-alive, request 1");
   if (ok) count_infer(r.status);
   ok = ok && expect_error(&r, 400, NULL, "keep-alive, request 1 (bad JSON)");
   http_free(&r);
   if (ok) {
-    sb_printf(&req, "POST /v2/models/dlrm/infer HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: %zu\r\n\r\n", good.n);
-    sb_put(&req, good.p, good.n);
-    ok = send_all(fd, req.p, req.n) == 0 && read_response(fd, &buf, &at, &r);
-    if (!ok) test_fail(__FILE__, __LINE__, "keep-alive, request 2 on the same connection: %s", r.err);
+    test_buf_printf(&req, "POST /v2/models/dlrm/infer HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: %zu\r\n\r\n", good.n);
+    test_buf_put(&req, good.p, good.n);
+    ok = exchange(fd, req.p, req.n, &buf, &at, &r, "keep-alive, request 2 on the same connection");
     if (ok) count_infer(r.status);
-    infer_out o;
-    if (ok && !(parse_infer(&r, 0, &o, err, sizeof err) && scores_equal(&o, idx, 3, fx.ref, err, sizeof err))) {
-      test_fail(__FILE__, __LINE__, "keep-alive, request 2 (after a bad one): %s", err);
-      ok = 0;
-    }
+    ok = ok && scores_match(&r, idx, 3, "keep-alive, request 2 (after a bad one)");
     http_free(&r);
   }
   if (ok) {
     const char *live = "GET /v2/health/live HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
-    ok = send_all(fd, live, strlen(live)) == 0 && read_response(fd, &buf, &at, &r);
-    if (!ok) test_fail(__FILE__, __LINE__, "keep-alive, request 3: %s", r.err);
+    ok = exchange(fd, live, strlen(live), &buf, &at, &r, "keep-alive, request 3");
     ok = ok && expect_status(&r, 200, "keep-alive, request 3 (GET live)");
     http_free(&r);
   }
   close(fd);
-  sb_free(&req);
-  sb_free(&buf);
+  test_buf_free(&req);
+  test_buf_free(&buf);
   CHECK(ok);
 
   /* Expect: 100-continue, as curl sends for larger bodies: 100, then the body, then 200. */
@@ -1432,26 +1397,20 @@ SERVE_TEST(serve_05b_keepalive_and_expect_continue) {
   fd = http_connect(err, sizeof err);
   if (fd < 0) test_fail(__FILE__, __LINE__, "%s", err);
   CHECK(fd >= 0);
-  sb_printf(&req, "POST /v2/models/dlrm/infer HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+  test_buf_printf(&req, "POST /v2/models/dlrm/infer HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
             "Expect: 100-continue\r\nContent-Length: %zu\r\n\r\n", good.n);
-  ok = send_all(fd, req.p, req.n) == 0 && read_response(fd, &buf, &at, &r);
-  if (!ok) test_fail(__FILE__, __LINE__, "Expect: 100-continue: no interim response: %s", r.err);
+  ok = exchange(fd, req.p, req.n, &buf, &at, &r, "Expect: 100-continue: no interim response");
   ok = ok && expect_status(&r, 100, "Expect: 100-continue, before the body");
   http_free(&r);
   if (ok) {
-    ok = send_all(fd, good.p, good.n) == 0 && read_response(fd, &buf, &at, &r);
-    if (!ok) test_fail(__FILE__, __LINE__, "Expect: 100-continue: no final response: %s", r.err);
+    ok = exchange(fd, good.p, good.n, &buf, &at, &r, "Expect: 100-continue: no final response");
     if (ok) count_infer(r.status);
-    infer_out o;
-    if (ok && !(parse_infer(&r, 0, &o, err, sizeof err) && scores_equal(&o, idx, 3, fx.ref, err, sizeof err))) {
-      test_fail(__FILE__, __LINE__, "Expect: 100-continue: %s", err);
-      ok = 0;
-    }
+    ok = ok && scores_match(&r, idx, 3, "Expect: 100-continue");
     http_free(&r);
   }
   close(fd);
-  sb_free(&req);
-  sb_free(&buf);
+  test_buf_free(&req);
+  test_buf_free(&buf);
   CHECK(ok);
 
   /* A Content-Length over the limit with Expect: 100-continue: 413 before
@@ -1460,17 +1419,16 @@ SERVE_TEST(serve_05b_keepalive_and_expect_continue) {
   fd = http_connect(err, sizeof err);
   if (fd < 0) test_fail(__FILE__, __LINE__, "%s", err);
   CHECK(fd >= 0);
-  sb_printf(&req, "POST /v2/models/dlrm/infer HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+  test_buf_printf(&req, "POST /v2/models/dlrm/infer HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
             "Expect: 100-continue\r\nContent-Length: %d\r\n\r\n", MAX_BODY + 1);
-  ok = send_all(fd, req.p, req.n) == 0 && read_response(fd, &buf, &at, &r);
-  if (!ok) test_fail(__FILE__, __LINE__, "Expect: 100-continue over the limit: no response: %s", r.err);
+  ok = exchange(fd, req.p, req.n, &buf, &at, &r, "Expect: 100-continue over the limit: no response");
   if (ok && r.status != 100) count_infer(r.status);
   ok = ok && expect_error(&r, 413, "max-body-bytes", "Expect: 100-continue with a body over the limit");
   http_free(&r);
   close(fd);
-  sb_free(&req);
-  sb_free(&buf);
-  sb_free(&good);
+  test_buf_free(&req);
+  test_buf_free(&buf);
+  test_buf_free(&good);
   CHECK(ok);
   CHECK(normal_ok("the keep-alive and Expect requests"));
 }
@@ -1537,7 +1495,7 @@ SERVE_TEST(serve_06_repository) {
   sb s = {0};
   build_raw_json(&s, idx, 3, 0, 0, NULL);
   REQ("POST", "/v2/models/dlrm/infer", NULL, s.p, s.n, &r);
-  sb_free(&s);
+  test_buf_free(&s);
   CHECK(expect_error(&r, 503, "dlrm", "infer after unload"));
   http_free(&r);
   char state[64], ver[64], err[512];
@@ -1669,7 +1627,7 @@ static void *client_main(void *arg) {
     if (rc.version == 10 && !atomic_exchange(&c->seen10, 1)) atomic_fetch_add(&hr_seen10, 1);
     atomic_store(&c->done_one, 1);
   }
-  sb_free(&s);
+  test_buf_free(&s);
   return NULL;
 }
 
@@ -2029,7 +1987,7 @@ SERVE_TEST(serve_09_metrics) {
  * binary tensors with CATCOLUMN as INT32 (to fit 600 rows in the body limit). */
 static void build_hugectr_cycled(sb *s, int n, const float *dense, const uint32_t *ids, size_t *hl) {
   const int K = n * NC;
-  sb_printf(s,
+  test_buf_printf(s,
             "{\"inputs\":[{\"name\":\"DES\",\"datatype\":\"FP32\",\"shape\":[1,%d],\"parameters\":{\"binary_data_size\""
             ":%d}},{\"name\":\"CATCOLUMN\",\"datatype\":\"INT32\",\"shape\":[1,%d],\"parameters\":{\"binary_data_size\""
             ":%d}},{\"name\":\"ROWINDEX\",\"datatype\":\"INT32\",\"shape\":[1,%d],\"parameters\":{\"binary_data_size\""
@@ -2174,7 +2132,7 @@ SERVE_TEST(serve_09b_reload_to_another_architecture) {
     fx.ref = ref_wide;
     snprintf(fx.version, sizeof fx.version, "301");
   }
-  sb_free(&body);
+  test_buf_free(&body);
   CHECK(ok);
   static const int few[3] = {0, 1, 2};
   CHECK(infer_json_check("3 rows on the wide model", few, 3, 0, 0, NULL, NULL));
