@@ -391,14 +391,16 @@ static void ref_step(ref_state *s, const dlrec_sparse_optim_config *c, const tes
 /* B = 64 gives a list of a few hundred items; B = 2048 one of ~15000, where
  * runs of a hot row cross the update phase's chunks, the radix sort cuts the
  * list into chunks, and OpenMP threads share the work. */
-static void check_sparse_optimizer(dlrec_sparse_optim_kind kind, float wd, int mean, uint32_t B) {
+static void check_sparse_optimizer_eps(dlrec_sparse_optim_kind kind, float wd, int mean, uint32_t B, float eps,
+                                       float accum0) {
   const uint64_t rows = 300;
   const uint32_t D = 16, F = 3, STEPS = 4;
   dlrec_sparse_optim_config c;
   dlrec_sparse_optim_config_default(&c, kind);
   c.lr = 0.05f;
   c.weight_decay = wd;
-  c.initial_accumulator = kind == DLREC_SPARSE_ROWWISE_ADAGRAD ? 0.1f : 0.0f;
+  c.eps = eps;
+  c.initial_accumulator = accum0;
   dlrec_table *t = table_random(rows, D, 11);
   const uint32_t stride = dlrec_table_stride(t);
   ref_state s = {calloc(rows * D, sizeof(double)), calloc(rows, sizeof(double)), calloc(rows * D, sizeof(double)),
@@ -469,6 +471,13 @@ static void check_sparse_optimizer(dlrec_sparse_optim_kind kind, float wd, int m
   dlrec_table_free(t);
 }
 
+/* The same with the default eps, and Adagrad's accumulators starting at 0.1. */
+static void check_sparse_optimizer(dlrec_sparse_optim_kind kind, float wd, int mean, uint32_t B) {
+  dlrec_sparse_optim_config c;
+  dlrec_sparse_optim_config_default(&c, kind);
+  check_sparse_optimizer_eps(kind, wd, mean, B, c.eps, kind == DLREC_SPARSE_ROWWISE_ADAGRAD ? 0.1f : 0.0f);
+}
+
 TEST(sparse_sgd_matches_reference) {
   check_sparse_optimizer(DLREC_SPARSE_SGD, 0.0f, 0, 64);
   check_sparse_optimizer(DLREC_SPARSE_SGD, 0.02f, 1, 64);
@@ -479,6 +488,15 @@ TEST(sparse_rowwise_adagrad_matches_reference) {
   check_sparse_optimizer(DLREC_SPARSE_ROWWISE_ADAGRAD, 0.0f, 0, 64);
   check_sparse_optimizer(DLREC_SPARSE_ROWWISE_ADAGRAD, 0.02f, 1, 64);
   check_sparse_optimizer(DLREC_SPARSE_ROWWISE_ADAGRAD, 0.0f, 1, 2048);
+}
+
+/* The default eps (1e-10) is far below sqrt(0.1), so eps outside or inside the
+ * square root agree to float precision there. An eps of 0.1 against
+ * accumulators starting at zero, fed mean squared gradients of about 1/3 per
+ * step, changes the step by several percent if eps moves inside the root. */
+TEST(sparse_rowwise_adagrad_eps_that_matters_matches_reference) {
+  check_sparse_optimizer_eps(DLREC_SPARSE_ROWWISE_ADAGRAD, 0.0f, 0, 64, 0.1f, 0.0f);
+  check_sparse_optimizer_eps(DLREC_SPARSE_ROWWISE_ADAGRAD, 0.02f, 1, 64, 0.1f, 0.0f);
 }
 
 TEST(sparse_lazy_adam_matches_reference) {

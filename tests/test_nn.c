@@ -424,14 +424,16 @@ TEST(bce_backward_matches_finite_differences) {
 
 /* ---- dense optimizers ------------------------------------------------------ */
 
-/* Several steps of the optimizer against the formulas written out in double. */
-static void check_optimizer(dlrec_optim_kind kind, float wd) {
+/* Several steps of the optimizer against the formulas written out in double,
+ * with the given eps and Adagrad's initial accumulator. */
+static void check_optimizer_eps(dlrec_optim_kind kind, float wd, float eps, float accum0) {
   enum { N = 40000, STEPS = 5 }; /* threaded */
   dlrec_optim_config c;
   dlrec_optim_config_default(&c, kind);
   c.lr = 0.05f;
   c.weight_decay = wd;
-  c.initial_accumulator = kind == DLREC_OPTIM_ADAGRAD ? 0.1f : 0.0f;
+  c.eps = eps;
+  c.initial_accumulator = accum0;
   dlrec_rng r;
   dlrec_rng_seed(&r, 7, (uint64_t)kind);
   float *w = fvec(N), *g = fvec(N), *state = fvec(dlrec_optim_state_floats(&c, N));
@@ -475,6 +477,13 @@ static void check_optimizer(dlrec_optim_kind kind, float wd) {
   free(w), free(g), free(state), free(wr), free(m), free(v), free(s);
 }
 
+/* The same with the default eps, and Adagrad's accumulator starting at 0.1. */
+static void check_optimizer(dlrec_optim_kind kind, float wd) {
+  dlrec_optim_config c;
+  dlrec_optim_config_default(&c, kind);
+  check_optimizer_eps(kind, wd, c.eps, kind == DLREC_OPTIM_ADAGRAD ? 0.1f : 0.0f);
+}
+
 TEST(sgd_matches_reference) {
   check_optimizer(DLREC_OPTIM_SGD, 0.0f);
   check_optimizer(DLREC_OPTIM_SGD, 0.01f);
@@ -488,6 +497,16 @@ TEST(adam_matches_reference) {
 TEST(adagrad_matches_reference) {
   check_optimizer(DLREC_OPTIM_ADAGRAD, 0.0f);
   check_optimizer(DLREC_OPTIM_ADAGRAD, 0.01f);
+}
+
+/* With the default eps (1e-10) against accumulators of 0.1 and more, eps
+ * added outside or inside the square root agree to float precision, so the
+ * reference above cannot tell where eps goes. An eps of 0.1 against
+ * accumulators that start at zero (so sqrt(s) is about |g|, often below 0.1)
+ * changes the step by tens of percent if eps moves inside the root. */
+TEST(adagrad_eps_that_matters_matches_reference) {
+  check_optimizer_eps(DLREC_OPTIM_ADAGRAD, 0.0f, 0.1f, 0.0f);
+  check_optimizer_eps(DLREC_OPTIM_ADAGRAD, 0.01f, 0.1f, 0.001f);
 }
 
 TEST(optimizer_state_sizes) {
