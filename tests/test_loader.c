@@ -335,6 +335,61 @@ TEST(group_order_and_slice_order_both_change_per_epoch) {
   run_free(&r);
 }
 
+/* Counts, over `epochs` epochs of a shuffled stream of n rows read in
+ * batches of n (so batch e is epoch e's order), how often row r lands at
+ * position i: count[i * n + r]. */
+static int position_counts(const char *path, uint32_t window, uint32_t slice, uint32_t n, uint32_t epochs,
+                           uint32_t *count) {
+  dlrec_loader_opts o = opts(n, window, slice, 1, epochs);
+  dlrec_loader *l;
+  if (dlrec_loader_open(&l, &path, 1, &o) != DLREC_OK) return 0;
+  run r;
+  dlrec_status st = drain(l, &r, 0);
+  dlrec_loader_close(l);
+  int ok = st == DLREC_END && r.n_rows == (uint64_t)n * epochs;
+  memset(count, 0, (size_t)n * n * sizeof *count);
+  for (uint64_t k = 0; ok && k < r.n_rows; k++) count[(k % n) * n + r.rows[k]]++;
+  run_free(&r);
+  return ok;
+}
+
+/* A uniform shuffle of n items leaves one in place per epoch on average and
+ * puts each row at each position 1/n of the time. Sattolo's variant of
+ * Fisher-Yates (j below i - 1 instead of below i) only makes cycles, never a
+ * fixed point, and an off-by-one in the range skews the positions; both pass
+ * every determinism and exactly-once test. 800 epochs of 8: each cell's count
+ * is binomial(800, 1/8), 100 +- 9.4, so [50, 150] is more than 5 standard
+ * deviations wide (and the seed is fixed anyway). */
+static void check_uniform(const uint32_t *count, uint32_t n, uint32_t epochs, const char *what) {
+  uint64_t fixed = 0;
+  for (uint32_t i = 0; i < n; i++) fixed += count[i * n + i];
+  if (fixed < epochs / 2)
+    test_fail(__FILE__, __LINE__, "%s: %llu rows stayed in place in %u epochs; a uniform shuffle leaves ~%u",
+              what, (unsigned long long)fixed, epochs, epochs);
+  const double want = (double)epochs / n;
+  for (uint32_t i = 0; i < n * n && !test_failed_now(); i++)
+    if (count[i] < want / 2 || count[i] > want * 3 / 2)
+      test_fail(__FILE__, __LINE__, "%s: row %u at position %u %u times in %u epochs (expected ~%.0f)", what, i % n,
+                i / n, count[i], epochs, want);
+}
+
+TEST(shuffles_are_uniform_and_can_leave_a_row_in_place) {
+  enum { N = 8, EPOCHS = 800 };
+  uint32_t count[N * N];
+  /* The slice shuffle alone: one group of 8 rows, slices of one row. */
+  const char *one = test_path("one_group.dlr");
+  uint32_t sizes[N] = {N};
+  CHECK_OK(write_rows(one, 0, sizes, 1));
+  CHECK(position_counts(one, 1, 1, N, EPOCHS, count));
+  check_uniform(count, N, EPOCHS, "slice shuffle");
+  /* The group shuffle alone: 8 groups of one row, windows of one group. */
+  const char *eight = test_path("eight_groups.dlr");
+  for (int g = 0; g < N; g++) sizes[g] = 1;
+  CHECK_OK(write_rows(eight, 0, sizes, N));
+  CHECK(position_counts(eight, 1, 1, N, EPOCHS, count));
+  check_uniform(count, N, EPOCHS, "group shuffle");
+}
+
 TEST(slices_keep_consecutive_rows_together) {
   stream s;
   CHECK(make_stream(&s, "slices", 700, 1));
@@ -384,6 +439,39 @@ TEST(drop_last_drops_only_the_short_batch) {
   const dlrec_batch *b;
   CHECK_EQ(dlrec_loader_next(l, &b), DLREC_END);
   dlrec_loader_close(l);
+}
+
+/* With rows an exact multiple of the batch, the last batch of an epoch is
+ * full and drop_last must keep it: every row, every epoch. */
+TEST(drop_last_keeps_a_full_last_batch) {
+  stream s;
+  CHECK(make_stream(&s, "exact", 960, 1));
+  dlrec_loader_opts o = opts(64, 4, 8, 2, 3);
+  o.drop_last = 1;
+  dlrec_loader *l;
+  CHECK_OK(dlrec_loader_open(&l, s.paths, 1, &o));
+  run r;
+  CHECK_EQ(drain(l, &r, 0), DLREC_END);
+  dlrec_loader_close(l);
+  CHECK_EQ_U64(r.n_batches, 3 * 15);
+  CHECK_EQ_U64(r.n_rows, 3 * 960);
+  for (uint64_t b = 0; b < r.n_batches; b++) {
+    CHECK_EQ(r.batch_rows[b], 64);
+    CHECK_EQ_U64(r.batch_epoch[b], b / 15);
+  }
+  uint8_t seen[960];
+  for (int e = 0; e < 3; e++) {
+    memset(seen, 0, sizeof seen);
+    for (uint64_t i = (uint64_t)e * 960; i < (uint64_t)(e + 1) * 960; i++) CHECK(r.rows[i] < 960 && !seen[r.rows[i]]++);
+  }
+  run_free(&r);
+  /* Exactly one batch's worth of rows: one batch per epoch, not none. */
+  o.batch_rows = 960;
+  CHECK_OK(dlrec_loader_open(&l, s.paths, 1, &o));
+  CHECK_EQ(drain(l, &r, 0), DLREC_END);
+  dlrec_loader_close(l);
+  CHECK_EQ_U64(r.n_batches, 3);
+  run_free(&r);
 }
 
 TEST(empty_file_and_bad_options) {
@@ -514,6 +602,41 @@ TEST(seek_mid_stream_discards_prefetched_batches) {
   CHECK(same_rows(&full, 320, &rest, 0, full.n_rows - 320));
   dlrec_loader_close(l);
   run_free(&full), run_free(&head), run_free(&rest);
+}
+
+/* A seek recomputes the window's slices and walks them to the row. With
+ * slice_rows 1 every row is a slice, so a seek into the middle of a window
+ * ends the walk exactly at a slice boundary; a walk that stops one slice
+ * short leaves an empty slice in front, and the next full batch then holds
+ * batch_rows + 1 segments, one past its segment array (caught by ASan, whose
+ * poisoning the arena's unused space makes visible). Seeks to every row of
+ * the first epoch, and a few of the second, must continue the stream. */
+TEST(seek_to_any_row_with_one_row_slices) {
+  stream s;
+  CHECK(make_stream(&s, "seek1", 300, 1));
+  dlrec_loader_opts o = opts(16, 3, 1, 1, 2);
+  dlrec_loader *l;
+  CHECK_OK(dlrec_loader_open(&l, s.paths, 1, &o));
+  run full;
+  CHECK_EQ(drain(l, &full, 0), DLREC_END);
+  CHECK_EQ_U64(full.n_rows, 600);
+  const uint64_t fp = dlrec_loader_fingerprint(l);
+  for (uint64_t at = 0; at < 600 && !test_failed_now(); at += at < 300 ? 1 : 37) {
+    CHECK_OK(dlrec_loader_seek(l, (dlrec_position){at / 300, at % 300, fp}));
+    run rest;
+    dlrec_status st = drain(l, &rest, 0);
+    if (st != DLREC_END || rest.n_rows != 600 - at || !same_rows(&full, at, &rest, 0, 600 - at))
+      test_fail(__FILE__, __LINE__, "seek to row %llu: %s, %llu rows, expected the %llu after it",
+                (unsigned long long)at, dlrec_status_name(st), (unsigned long long)rest.n_rows,
+                (unsigned long long)(600 - at));
+    for (uint64_t b = 0; b + 1 < rest.n_batches && !test_failed_now(); b++)
+      if (rest.batch_rows[b] != 16 && rest.ends[b].row != 300)
+        test_fail(__FILE__, __LINE__, "seek to row %llu: batch %llu has %u rows", (unsigned long long)at,
+                  (unsigned long long)b, rest.batch_rows[b]);
+    run_free(&rest);
+  }
+  dlrec_loader_close(l);
+  run_free(&full);
 }
 
 TEST(mismatched_positions_are_refused) {
