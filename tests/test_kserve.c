@@ -379,6 +379,12 @@ TEST(parse_binary_hostile_sizes) {
   } cases[] = {
       {"{\"inputs\":[{\"name\":\"x\",\"datatype\":\"FP32\",\"shape\":[2],\"parameters\":{\"binary_data_size\":4}}]}",
        "\0\0\0\0", 4, "inputs[0] (x): binary_data_size 4 does not match shape [2] of FP32 (8 bytes)"},
+      /* Too large as well as too small: the surplus is no element of the
+       * tensor, and taking it would hide a client's wrong shape. */
+      {"{\"inputs\":[{\"name\":\"x\",\"datatype\":\"FP32\",\"shape\":[2],\"parameters\":{\"binary_data_size\":12}}]}",
+       "\0\0\0\0\0\0\0\0\0\0\0\0", 12, "inputs[0] (x): binary_data_size 12 does not match shape [2] of FP32 (8 bytes)"},
+      {"{\"inputs\":[{\"name\":\"x\",\"datatype\":\"INT8\",\"shape\":[2],\"parameters\":{\"binary_data_size\":3}}]}",
+       "\1\2\3", 3, "inputs[0] (x): binary_data_size 3 does not match shape [2] of INT8 (2 bytes)"},
       {"{\"inputs\":[{\"name\":\"x\",\"datatype\":\"BYTES\",\"shape\":[2],\"parameters\":{\"binary_data_size\":10}}]}",
        "\3\0\0\0abc\0\0\0", 10, "inputs[0] (x): binary element 1: truncated length"},
       {"{\"inputs\":[{\"name\":\"x\",\"datatype\":\"BYTES\",\"shape\":[1],\"parameters\":{\"binary_data_size\":6}}]}",
