@@ -211,6 +211,51 @@ TEST(bag_forward_matches_naive) {
   }
 }
 
+/* The lookup takes a fast path for columns whose every sample has exactly
+ * one id, decided from the offsets alone. A column that is one-hot except
+ * for its last sample (two or three ids, or none) is valid and must pool
+ * like any multi-hot column: a detection that ignores the last offset would
+ * pool only the last sample's first id (or read one id past the column's
+ * ids), with no id out of range to trip the error path. Serial (B = 5) and
+ * threaded (B = 300) batches, so the last sample sits in the last chunk. */
+TEST(bag_forward_one_hot_but_the_last_sample_matches_naive) {
+  const uint64_t rows = 500;
+  const uint32_t Bs[] = {5, 300}, dims[] = {16, 7}, last_hot[] = {0, 2, 3};
+  for (int mean = 0; mean <= 1; mean++)
+    for (size_t bi = 0; bi < 2; bi++)
+      for (size_t di = 0; di < 2; di++)
+        for (size_t li = 0; li < 3 && !test_failed_now(); li++) {
+          const uint32_t B = Bs[bi], dim = dims[di], F = 2, n_last = last_hot[li];
+          dlrec_table *t = table_random(rows, dim, 40 + di);
+          CHECK(t != NULL);
+          test_batch tb;
+          batch_make(&tb, B, F, 1, 1, rows, 77 + B);
+          /* Column 1's last sample gets n_last ids; its ids array is sized
+           * exactly, so that reading past it is a heap overflow under ASan. */
+          const uint32_t n_ids = B - 1 + n_last;
+          uint32_t *ids = malloc((n_ids ? n_ids : 1) * sizeof(uint32_t));
+          memcpy(ids, tb.ids[1], (B - 1) * sizeof(uint32_t));
+          for (uint32_t k = 0; k < n_last; k++) ids[B - 1 + k] = (uint32_t)(rows - 1 - 13 * k); /* distinct rows */
+          free(tb.ids[1]);
+          tb.ids[1] = ids;
+          tb.offsets[1][B] = n_ids;
+          float *out = malloc((size_t)B * F * dim * sizeof(float));
+          double *ref = malloc((size_t)B * F * dim * sizeof(double));
+          for (size_t i = 0; i < (size_t)B * F * dim; i++) out[i] = NAN;
+          ref_bag_forward(ref, dlrec_table_data(t), dlrec_table_stride(t), dim, &tb, mean);
+          if (dlrec_bag_forward(t, &tb.bags, mean ? DLREC_BAG_MEAN : DLREC_BAG_SUM, out) != DLREC_OK)
+            test_fail(__FILE__, __LINE__, "bag_forward: %s", dlrec_last_error());
+          for (size_t i = 0; i < (size_t)B * F * dim && !test_failed_now(); i++)
+            if (!(fabs(out[i] - ref[i]) <= 1e-6 + 1e-6 * fabs(ref[i])))
+              test_fail(__FILE__, __LINE__, "B %u dim %u mean %d, last bag of %u: out[%zu] = %.9g, reference %.9g", B,
+                        dim, mean, n_last, i, out[i], ref[i]);
+          free(out);
+          free(ref);
+          batch_free(&tb);
+          dlrec_table_free(t);
+        }
+}
+
 /* ---- the fused backward ------------------------------------------------------ */
 
 typedef struct backward_ctx {
