@@ -64,6 +64,59 @@ TEST(arena_alignment_and_growth) {
   dlrec_arena_free(&a);
 }
 
+/* A request so large that the bump pointer plus its size wraps around the
+ * address space must fail, not return a pointer into the current block. */
+TEST(arena_refuses_sizes_that_would_wrap) {
+  dlrec_arena a;
+  dlrec_arena_init(&a, 1024);
+  CHECK(dlrec_arena_alloc(&a, 16, 16) != NULL); /* a block exists */
+  const size_t huge[] = {SIZE_MAX, SIZE_MAX - 100, SIZE_MAX - 4096, SIZE_MAX / 2 + 1};
+  for (size_t k = 0; k < sizeof huge / sizeof huge[0]; k++) {
+    dlrec_clear_error();
+    CHECK(dlrec_arena_alloc(&a, huge[k], 16) == NULL);
+    CHECK(strstr(dlrec_last_error(), "arena:"));
+  }
+  CHECK(dlrec_arena_alloc(&a, 16, 16) != NULL); /* still usable */
+  dlrec_arena_free(&a);
+}
+
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TEST_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) && !defined(TEST_ASAN)
+#define TEST_ASAN 1
+#endif
+
+#ifdef TEST_ASAN
+#include <sanitizer/asan_interface.h>
+
+/* Under ASan, what the arena has not handed out is poisoned: the gap after
+ * each allocation, the rest of the block, and a later block's tail, so that
+ * an overrun of one arena array is reported (the loader's segment arrays, a
+ * workspace's activations). What it hands out is addressable. */
+TEST(arena_poisons_what_it_has_not_handed_out) {
+  dlrec_arena a;
+  dlrec_arena_init(&a, 4096);
+  char *prev = NULL;
+  size_t prev_n = 0;
+  for (int i = 0; i < 200; i++) {
+    size_t n = 1 + (size_t)(i * 37) % 300, align = (size_t)1 << (i % 7);
+    char *p = dlrec_arena_alloc(&a, n, align);
+    CHECK(p != NULL);
+    CHECK(__asan_region_is_poisoned(p, n) == NULL);
+    CHECK(__asan_address_is_poisoned(p + n));     /* one past the end */
+    CHECK(__asan_address_is_poisoned(p - 1));     /* the redzone, or the block header */
+    if (prev) CHECK(__asan_address_is_poisoned(prev + prev_n)); /* the neighbour stays poisoned */
+    prev = p, prev_n = n;
+  }
+  char *s = dlrec_arena_strdup(&a, "abc");
+  CHECK(s && __asan_address_is_poisoned(s + 4));
+  dlrec_arena_free(&a);
+}
+#endif
+
 TEST(rng_deterministic_and_streams_differ) {
   dlrec_rng a, b, c;
   dlrec_rng_seed(&a, 42, 0);
