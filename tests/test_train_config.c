@@ -98,3 +98,15 @@ TEST(lr_schedule) {
   CHECK_NEAR(dlrec_lr_scale(&c, 29), 0.01, 1e-12, 0); /* (0.1)^2 = 0.01 */
   CHECK_NEAR(dlrec_lr_scale(&c, 1000), 0.01, 1e-12, 0);
 }
+
+/* cJSON keeps both members of a repeated key; the first would win silently. */
+TEST(config_duplicate_keys_are_refused) {
+  dlrec_train_config c;
+  CHECK_ERR(parse("{\"training\": {\"batch_size\": 128, \"batch_size\": 0}}", &c), DLREC_ERR_INVALID,
+            "cfg.json: training: field 'batch_size' given twice");
+  CHECK_ERR(parse("{\"training\": {\"epochs\": 2}, \"training\": {\"epochs\": 3}}", &c), DLREC_ERR_INVALID,
+            "cfg.json: field 'training' given twice");
+  CHECK_ERR(parse("{\"optimizer\": {\"dense\": {\"lr\": 0.1, \"type\": \"sgd\", \"lr\": 0.2}}}", &c), DLREC_ERR_INVALID,
+            "optimizer.dense: field 'lr' given twice");
+  CHECK_OK(parse("{\"training\": {\"batch_size\": 64}, \"eval\": {\"batch_size\": 64}}", &c)); /* one per object */
+}
