@@ -190,3 +190,46 @@ TEST(predict_matches_eval_and_raw_rows_match_dlr) {
   free(out);
   CHECK(access(test_path("bad.scores"), F_OK) != 0); /* nothing written on failure */
 }
+
+/* Two processes: a holder of RUN's lock (a child that takes it and waits),
+ * and `train` on the same RUN, which must be refused naming the holder's
+ * pid. Once the holder dies (SIGKILL: no chance to clean up) the lock is
+ * free again. */
+TEST(second_writer_of_a_run_is_refused) {
+  CHECK(make_data(4000) == 0);
+  CHECK(test_write_file(test_path("cfg.json"), CONFIG, (size_t)-1) == 0);
+  CHECK_OK(dlrec_mkdirs(test_path("run")));
+  int ready[2];
+  CHECK(pipe(ready) == 0);
+  pid_t pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    int fd;
+    char c = dlrec_lock_dir(test_path("run"), "a test's holder", &fd) == DLREC_OK ? 'y' : 'n';
+    if (write(ready[1], &c, 1) != 1) _exit(1);
+    for (int i = 0; i < 600; i++) sleep(1); /* at most 10 minutes, were the parent to die */
+    _exit(0);
+  }
+  close(ready[1]);
+  char c = 0;
+  int got = (int)read(ready[0], &c, 1);
+  close(ready[0]);
+  if (got != 1 || c != 'y') kill(pid, SIGKILL);
+  CHECK(got == 1 && c == 'y');
+  char *out = NULL, want[64];
+  snprintf(want, sizeof want, "(pid %ld,", (long)pid);
+  int rc = test_run_cli(&out, "train -q --config '%s' --train '%s' --etl '%s' --out '%s' --max-steps 5",
+                        test_path("cfg.json"), test_path("train.dlr"), test_path("etl"), test_path("run"));
+  int refused = rc == 1 && out && strstr(out, "in use by") && strstr(out, want);
+  if (!refused) fprintf(stderr, "train beside a holder -> %d: %s\n", rc, out ? out : "");
+  free(out);
+  kill(pid, SIGKILL);
+  int status;
+  waitpid(pid, &status, 0);
+  CHECK(refused);
+  /* Nothing was written by the refused run. */
+  char latest[2048];
+  snprintf(latest, sizeof latest, "%s/latest", test_path("run"));
+  CHECK(access(latest, F_OK) != 0);
+  CHECK(train("run", "--max-steps 5") == 0);
+}

@@ -110,6 +110,7 @@ typedef struct run {
   dlrec_dlrm_optim opt;
   dlrec_loader *loader;
   dlrec_train_progress prog;
+  int lock_fd; /* RUN/lock, held while the run writes into RUN; -1 if not */
 } run;
 
 static void run_free(run *r) {
@@ -119,6 +120,7 @@ static void run_free(run *r) {
   dlrec_sparse_optim_free(r->opt.sparse);
   free(r->opt.dense_state);
   dlrec_dlrm_free(r->model);
+  dlrec_unlock_dir(r->lock_fd);
 }
 
 static dlrec_status log_json(run *r, cJSON *j) {
@@ -214,6 +216,10 @@ static dlrec_status setup(run *r) {
   if ((s = dlrec_sparse_optim_create(&r->opt.sparse, dlrec_dlrm_table(r->model), &r->cfg.sparse)) != DLREC_OK) return s;
 
   if ((s = dlrec_mkdirs(a->run_dir)) != DLREC_OK) return s;
+  /* One writer per run directory: two runs would overwrite each other's
+   * checkpoints, `latest` and metrics.jsonl. The lock comes before anything
+   * in RUN is touched, and the process's death releases it. */
+  if ((s = dlrec_lock_dir(a->run_dir, "another training run", &r->lock_fd)) != DLREC_OK) return s;
   if ((s = dlrec_path_join(r->metrics_path, sizeof r->metrics_path, a->run_dir, "metrics.jsonl")) != DLREC_OK) return s;
   r->prog.valid_auc = NAN;
   if (a->resume) {
@@ -247,7 +253,7 @@ static cJSON *step_json(const run *r, double loss, double lr_scale, double rate)
 dlrec_status dlrec_train(const dlrec_train_args *a, dlrec_train_result *res) {
   memset(res, 0, sizeof *res);
   res->last_loss = NAN;
-  run r = {.a = a};
+  run r = {.a = a, .lock_fd = -1};
   dlrec_status s = setup(&r);
   if (s != DLREC_OK) {
     run_free(&r);
