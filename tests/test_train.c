@@ -6,7 +6,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "dlrec/checkpoint.h"
 #include "dlrec/fsutil.h"
+#include "dlrec/json.h"
 #include "test.h"
 
 /* Synthesizes rows, fits the ETL and encodes train/valid files in tmpdir. */
@@ -44,6 +46,32 @@ static int files_equal(const char *a, const char *b) {
   return eq;
 }
 
+/* metrics.jsonl without its one timing field, samples_per_s, whose value no
+ * two runs share; everything else must be the same bytes. */
+static char *metrics_sans_timing(const char *run) {
+  char path[2048], *text;
+  size_t n;
+  snprintf(path, sizeof path, "%s/metrics.jsonl", test_path(run));
+  if (dlrec_read_file(path, 1u << 24, &text, &n) != DLREC_OK) return NULL;
+  const char *key = ",\"samples_per_s\":";
+  for (char *p; (p = strstr(text, key));) {
+    char *end = p + strlen(key);
+    end += strspn(end, "0123456789.eE+-");
+    memmove(p, end, strlen(end) + 1);
+  }
+  return text;
+}
+
+/* The normalized metrics.jsonl of two runs are equal and not empty. */
+static int same_metrics(const char *run_a, const char *run_b) {
+  char *a = metrics_sans_timing(run_a), *b = metrics_sans_timing(run_b);
+  int eq = a && b && a[0] && !strcmp(a, b);
+  if (!eq) fprintf(stderr, "metrics.jsonl of %s:\n%s\nof %s:\n%s\n", run_a, a ? a : "(none)", run_b, b ? b : "(none)");
+  free(a);
+  free(b);
+  return eq;
+}
+
 static int train(const char *run, const char *extra) {
   char *out = NULL;
   int rc = test_run_cli(&out, "train -q --config '%s' --train '%s' --etl '%s' --out '%s' %s", test_path("cfg.json"),
@@ -75,6 +103,13 @@ TEST(resume_is_bitwise_identical) {
   for (char *p = log; (p = strstr(p, "\"step\":90,")); p++) steps90++;
   free(log);
   CHECK_EQ(steps90, 1);
+  /* Step 95 is not a log step: the line at step 100 averages steps 91..100
+   * in both runs, from the loss sums the checkpoint carried. */
+  CHECK(same_metrics("straight", "resumed"));
+  /* Step 90 is a log step (and a checkpoint's): its own line is kept. */
+  CHECK(train("resumed90", "--max-steps 90") == 0);
+  CHECK(train("resumed90", "--max-steps 180 --resume") == 0);
+  CHECK(same_metrics("straight", "resumed90"));
 }
 
 TEST(sigkill_then_resume_completes) {
@@ -232,4 +267,92 @@ TEST(second_writer_of_a_run_is_refused) {
   snprintf(latest, sizeof latest, "%s/latest", test_path("run"));
   CHECK(access(latest, F_OK) != 0);
   CHECK(train("run", "--max-steps 5") == 0);
+}
+
+/* Rewrites a checkpoint's manifest with one member changed (to `value`),
+ * keeping its stored checksum: what a hand edit does. */
+static int edit_manifest(const char *ckpt, const char *object, const char *key, double value) {
+  char path[2200];
+  snprintf(path, sizeof path, "%s/manifest.json", ckpt);
+  cJSON *j;
+  if (dlrec_json_read(path, &j) != DLREC_OK) return 0;
+  cJSON *o = object ? cJSON_GetObjectItemCaseSensitive(j, object) : j;
+  cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+  int ok = cJSON_IsNumber(v);
+  if (ok) cJSON_SetNumberValue(v, value);
+  ok = ok && dlrec_json_write(path, j) == DLREC_OK;
+  cJSON_Delete(j);
+  return ok;
+}
+
+/* The command's exit code is 1 and its message has both strings. */
+static int refused_with(const char *cmd, const char *a, const char *b) {
+  char *out = NULL;
+  int rc = test_run_cli(&out, "%s", cmd);
+  int ok = rc == 1 && out && strstr(out, a) && strstr(out, b);
+  if (!ok) fprintf(stderr, "expected a refusal naming '%s' and '%s': %s -> %d: %s\n", a, b, cmd, rc, out ? out : "");
+  free(out);
+  return ok;
+}
+
+TEST(edited_checkpoint_is_refused) {
+  CHECK(make_data(8000) == 0);
+  CHECK(test_write_file(test_path("cfg.json"), CONFIG, (size_t)-1) == 0);
+  CHECK(train("run", "--max-steps 20") == 0);
+  char ckpt[2048], manifest[2200], saved[2200], resume[8192], eval[8192], path[2200];
+  snprintf(ckpt, sizeof ckpt, "%s/ckpt-000000000020", test_path("run"));
+  snprintf(manifest, sizeof manifest, "%s/manifest.json", ckpt);
+  snprintf(saved, sizeof saved, "%s/manifest.saved", test_path(""));
+  CHECK_OK(dlrec_copy_file(manifest, saved));
+  snprintf(resume, sizeof resume, "train -q --config '%s' --train '%s' --etl '%s' --out '%s' --resume --max-steps 30",
+           test_path("cfg.json"), test_path("train.dlr"), test_path("etl"), test_path("run"));
+  snprintf(eval, sizeof eval, "eval --model '%s' --data '%s'", test_path("run"), test_path("valid.dlr"));
+  /* The loader position and the step, each refused by --resume and by a
+   * load for eval (predict and serve load the same way). */
+  const char *objects[] = {"position", NULL}, *keys[] = {"row", "step"};
+  for (int i = 0; i < 2; i++) {
+    CHECK(edit_manifest(ckpt, objects[i], keys[i], 1280)); /* row 2560 and step 20 before */
+    CHECK(refused_with(resume, "manifest.json", "checksum mismatch"));
+    CHECK(refused_with(eval, "manifest.json", "checksum mismatch"));
+    CHECK_OK(dlrec_copy_file(saved, manifest));
+  }
+  /* config.json: epochs may differ on resume, so only the checksum can tell. */
+  snprintf(path, sizeof path, "%s/config.json", ckpt);
+  char *text;
+  size_t n;
+  CHECK_OK(dlrec_read_file(path, 1u << 20, &text, &n));
+  char *e = strstr(text, "\"epochs\":\t2");
+  if (e) e[strlen("\"epochs\":\t")] = '3';
+  CHECK(e && test_write_file(path, text, n) == 0);
+  CHECK(refused_with(eval, "config.json", "checksum mismatch"));
+  if (e) e[strlen("\"epochs\":\t")] = '2';
+  CHECK(test_write_file(path, text, n) == 0);
+  free(text);
+  /* A flip in dense.bin's padding after its last array, which no array
+   * checksum covers. The array table entry: count at 32+48, offset at 32+56. */
+  snprintf(path, sizeof path, "%s/dense.bin", ckpt);
+  uint64_t count = 0, offset = 0;
+  struct stat st;
+  FILE *f = fopen(path, "rb");
+  CHECK(f);
+  int ok = fseek(f, 32 + 48, SEEK_SET) == 0 && fread(&count, 8, 1, f) == 1 && fread(&offset, 8, 1, f) == 1;
+  fclose(f);
+  CHECK(ok && stat(path, &st) == 0);
+  CHECK((uint64_t)st.st_size > offset + count * 4); /* there is padding */
+  flip_byte(path, st.st_size - 1);
+  CHECK(refused_with(eval, "dense.bin", "checksum mismatch"));
+  CHECK(refused_with(resume, "dense.bin", "checksum mismatch"));
+  flip_byte(path, st.st_size - 1);
+  /* An older version (sealed, as if written so) names the version. */
+  cJSON *j;
+  CHECK_OK(dlrec_json_read(manifest, &j));
+  cJSON_SetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "version"), 1);
+  dlrec_status s = dlrec_checkpoint_manifest_seal(j);
+  if (s == DLREC_OK) s = dlrec_json_write(manifest, j);
+  cJSON_Delete(j);
+  CHECK_OK(s);
+  CHECK(refused_with(eval, "checkpoint version 1", "reads version 2"));
+  CHECK_OK(dlrec_copy_file(saved, manifest));
+  /* Restored, it loads and resumes. */
+  CHECK(train("run", "--max-steps 30 --resume") == 0);
 }

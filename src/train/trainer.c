@@ -271,8 +271,8 @@ dlrec_status dlrec_train(const dlrec_train_args *a, dlrec_train_result *res) {
   if (c->max_steps && c->max_steps * c->batch_size < total) total = c->max_steps * c->batch_size;
   dlrec_progress *bar = dlrec_progress_start("train", total, "samples");
   dlrec_progress_add(bar, r.prog.samples < total ? r.prog.samples : total);
-  double t0 = dlrec_now(), t_log = t0, loss_sum = 0;
-  uint64_t loss_rows = 0, rows_log = 0, start_samples = r.prog.samples, start_step = r.prog.step;
+  double t0 = dlrec_now(), t_log = t0;
+  uint64_t rows_log = 0, start_samples = r.prog.samples, start_step = r.prog.step;
   double eval_seconds = 0;
   int state_ok = 1; /* the parameters are those after r.prog.step whole steps */
   while (!g_stop && (!c->max_steps || r.prog.step < c->max_steps)) {
@@ -298,17 +298,17 @@ dlrec_status dlrec_train(const dlrec_train_args *a, dlrec_train_result *res) {
     r.prog.step++;
     r.prog.samples += b->rows;
     r.prog.position = b->end;
-    loss_sum += loss * b->rows;
-    loss_rows += b->rows;
+    r.prog.loss_sum += loss * b->rows;
+    r.prog.loss_rows += b->rows;
     rows_log += b->rows;
     dlrec_progress_add(bar, b->rows);
     if (r.prog.step % c->log_interval_steps == 0) {
       double now = dlrec_now();
-      res->last_loss = loss_sum / (double)loss_rows;
+      res->last_loss = r.prog.loss_sum / (double)r.prog.loss_rows;
       dlrec_progress_note(bar, "loss %.4f", res->last_loss);
       s = log_json(&r, step_json(&r, res->last_loss, scale, rows_log / (now - t_log)));
-      loss_sum = 0;
-      loss_rows = rows_log = 0;
+      r.prog.loss_sum = 0;
+      r.prog.loss_rows = rows_log = 0;
       t_log = now;
       if (s != DLREC_OK) break;
     }
@@ -333,7 +333,7 @@ dlrec_status dlrec_train(const dlrec_train_args *a, dlrec_train_result *res) {
   }
   double loop_seconds = dlrec_now() - t0 - eval_seconds;
   dlrec_progress_finish(bar);
-  if (s == DLREC_OK && loss_rows) res->last_loss = loss_sum / (double)loss_rows;
+  if (s == DLREC_OK && r.prog.loss_rows) res->last_loss = r.prog.loss_sum / (double)r.prog.loss_rows;
   res->interrupted = g_stop && s == DLREC_OK;
   if (s == DLREC_OK && a->valid && !res->interrupted) {
     s = evaluate_now(&r, &res->valid);
