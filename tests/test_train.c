@@ -356,3 +356,51 @@ TEST(edited_checkpoint_is_refused) {
   /* Restored, it loads and resumes. */
   CHECK(train("run", "--max-steps 30 --resume") == 0);
 }
+
+/* Writes n Criteo rows whose every categorical column holds "aa" in the
+ * rows i % 5 < k and "bb" in the others: with k = 3 "aa" is the more
+ * frequent and gets the first id, with k = 2 "bb" does. The sizes are the
+ * same either way. */
+static int write_two_value_rows(const char *path, int n, int k) {
+  FILE *f = fopen(path, "w");
+  if (!f) return -1;
+  for (int i = 0; i < n; i++) {
+    fprintf(f, "%d", i % 3 == 0);
+    for (int d = 0; d < 13; d++) fprintf(f, "\t%d", (i + d) % 7);
+    for (int c = 0; c < 26; c++) fprintf(f, "\t%s", i % 5 < k ? "aa" : "bb");
+    fputc('\n', f);
+  }
+  return fclose(f);
+}
+
+TEST(resume_with_another_vocabulary_is_refused) {
+  CHECK(write_two_value_rows(test_path("a.tsv"), 2000, 3) == 0);
+  CHECK(write_two_value_rows(test_path("b.tsv"), 2000, 2) == 0);
+  char *out = NULL;
+  int rc = test_run_cli(&out, "etl fit -q --input '%s' --out '%s' && '%s' etl fit -q --input '%s' --out '%s' && '%s' etl "
+                        "apply -q --etl '%s' --input '%s' --out '%s'",
+                        test_path("a.tsv"), test_path("etl"), getenv("DLREC_BIN"), test_path("b.tsv"),
+                        test_path("etl_b"), getenv("DLREC_BIN"), test_path("etl"), test_path("a.tsv"),
+                        test_path("train.dlr"));
+  if (rc != 0) fprintf(stderr, "etl -> %d: %s\n", rc, out ? out : "");
+  free(out);
+  CHECK(rc == 0);
+  CHECK(test_write_file(test_path("cfg.json"), CONFIG, (size_t)-1) == 0);
+  CHECK(train("run", "--max-steps 5") == 0);
+  char cmd[8192];
+  snprintf(cmd, sizeof cmd, "train -q --config '%s' --train '%s' --etl '%s' --out '%s' --resume --max-steps 10",
+           test_path("cfg.json"), test_path("train.dlr"), test_path("etl_b"), test_path("run"));
+  CHECK(refused_with(cmd, "encodes rows differently", "the vocabulary differs at local id 2"));
+  /* A copy of the same state is the same encoding. */
+  CHECK_OK(dlrec_mkdirs(test_path("etl_copy")));
+  const char *files[] = {"etl.json", "vocab.bin"};
+  for (int i = 0; i < 2; i++) {
+    char src[2048], dst[2048];
+    snprintf(src, sizeof src, "%s/%s", test_path("etl"), files[i]);
+    snprintf(dst, sizeof dst, "%s/%s", test_path("etl_copy"), files[i]);
+    CHECK_OK(dlrec_copy_file(src, dst));
+  }
+  CHECK(test_run_cli(&out, "train -q --config '%s' --train '%s' --etl '%s' --out '%s' --resume --max-steps 10",
+                     test_path("cfg.json"), test_path("train.dlr"), test_path("etl_copy"), test_path("run")) == 0);
+  free(out);
+}

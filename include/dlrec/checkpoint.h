@@ -17,7 +17,8 @@
  *   table.bin         the fused embedding table   } arrays with a CRC32C
  *   optim.bin         optimizer state (dense and sparse)  each
  * A torn, truncated, corrupt or edited checkpoint is refused with an error
- * naming the file; so is one whose config does not match the run resuming.
+ * naming the file; so is one whose config or ETL state does not match the
+ * run resuming.
  */
 #ifndef DLREC_CHECKPOINT_H
 #define DLREC_CHECKPOINT_H
@@ -77,9 +78,11 @@ void dlrec_model_free(dlrec_model *m); /* accepts NULL */
  * checkpoint at `path` into an existing training setup of the same config
  * (the model shape, optimizers, batch size, seed and loader settings must be
  * those the checkpoint was written with, else DLREC_ERR_INVALID says which
- * field differs). */
-dlrec_status dlrec_checkpoint_load_training(const char *path, const dlrec_train_config *cfg, dlrec_dlrm *m,
-                                            dlrec_dlrm_optim *opt, dlrec_train_progress *p);
+ * field differs) and the same encoding: the ETL state in etl_dir must encode
+ * rows as the checkpoint's own etl/ does (else DLREC_ERR_INVALID names the
+ * first column that differs). */
+dlrec_status dlrec_checkpoint_load_training(const char *path, const dlrec_train_config *cfg, const char *etl_dir,
+                                            dlrec_dlrm *m, dlrec_dlrm_optim *opt, dlrec_train_progress *p);
 
 /* Sets the "checksum" member of a parsed manifest.json to the CRC32C of its
  * other members (printed unformatted, in order), the value loading checks.

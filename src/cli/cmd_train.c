@@ -23,6 +23,8 @@ static void usage(FILE *out) {
           "  --out RUN           the run directory; one training run at a time holds it (RUN/lock\n"
           "                      names the holder's pid)\n"
           "  --resume            continue from RUN's latest checkpoint, exactly where it stopped\n"
+          "                      (the config's model, optimizers, batch size, seed and loader, and\n"
+          "                      the encoding of --etl, must be those of the checkpoint)\n"
           "  --deterministic     bitwise reproducible: same config and threads, same parameters\n"
           "  --threads N         compute threads (default: the config's, 0 = all cores)\n"
           "  --max-steps N       stop after N steps in all (default: the config's)\n"

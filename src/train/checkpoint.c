@@ -16,6 +16,7 @@
 #include "dlrec/fsutil.h"
 #include "dlrec/json.h"
 #include "dlrec/log.h"
+#include "train/etl_match.h"
 #include "train/tensor_file.h"
 
 #define TRY(expr)                    \
@@ -472,8 +473,22 @@ static dlrec_status same_training(const dlrec_train_config *a, const dlrec_train
   return DLREC_OK;
 }
 
-dlrec_status dlrec_checkpoint_load_training(const char *path, const dlrec_train_config *cfg, dlrec_dlrm *m,
-                                            dlrec_dlrm_optim *opt, dlrec_train_progress *prog) {
+/* The --etl state must encode rows as the checkpoint's own does: the table
+ * was trained on that encoding, and later checkpoints copy --etl's files. */
+static dlrec_status same_etl(const char *dir, const manifest *m, const char *etl_dir) {
+  dlrec_etl *mine = NULL, *given = NULL;
+  dlrec_status s = load_etl(dir, m, &mine);
+  if (s == DLREC_OK) s = dlrec_etl_load(&given, etl_dir);
+  if (s == DLREC_OK && etl_same_encoding(mine, given) != DLREC_OK)
+    s = dlrec_error_context("cannot resume from %s: --etl %s encodes rows differently from the ETL state the "
+                            "checkpoint was trained with (%s/etl): ", dir, etl_dir, dir);
+  dlrec_etl_free(mine);
+  dlrec_etl_free(given);
+  return s;
+}
+
+dlrec_status dlrec_checkpoint_load_training(const char *path, const dlrec_train_config *cfg, const char *etl_dir,
+                                            dlrec_dlrm *m, dlrec_dlrm_optim *opt, dlrec_train_progress *prog) {
   char dir[1024];
   manifest man;
   dlrec_train_config saved;
@@ -483,6 +498,7 @@ dlrec_status dlrec_checkpoint_load_training(const char *path, const dlrec_train_
     s = dlrec_error(DLREC_ERR_INVALID, "%s: a model-only checkpoint (no optimizer state) cannot be resumed", dir);
   if (s == DLREC_OK) s = read_config(dir, &man, &saved);
   if (s == DLREC_OK) s = same_training(cfg, &saved, dir);
+  if (s == DLREC_OK) s = same_etl(dir, &man, etl_dir);
   size_t n_params = 0;
   float *params = dlrec_dlrm_dense_params(m, &n_params);
   tensor_desc dense = {"dense", TENSOR_F32, n_params, params};

@@ -223,7 +223,7 @@ static dlrec_status setup(run *r) {
   if ((s = dlrec_path_join(r->metrics_path, sizeof r->metrics_path, a->run_dir, "metrics.jsonl")) != DLREC_OK) return s;
   r->prog.valid_auc = NAN;
   if (a->resume) {
-    s = dlrec_checkpoint_load_training(a->run_dir, &r->cfg, r->model, &r->opt, &r->prog);
+    s = dlrec_checkpoint_load_training(a->run_dir, &r->cfg, a->etl_dir, r->model, &r->opt, &r->prog);
     if (s == DLREC_OK) s = dlrec_loader_seek(r->loader, r->prog.position);
     if (s == DLREC_OK) s = truncate_metrics(r->metrics_path, r->prog.step);
     if (s != DLREC_OK) return s;
