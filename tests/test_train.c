@@ -404,3 +404,110 @@ TEST(resume_with_another_vocabulary_is_refused) {
                      test_path("cfg.json"), test_path("train.dlr"), test_path("etl_copy"), test_path("run")) == 0);
   free(out);
 }
+
+/* Every setting of the dense optimizer is part of the state a checkpoint
+ * continues: a change is refused naming optimizer.dense. */
+TEST(resume_refuses_another_dense_optimizer) {
+  CHECK(make_data(4000) == 0);
+  CHECK(test_write_file(test_path("cfg.json"), CONFIG, (size_t)-1) == 0);
+  CHECK(train("run", "--max-steps 5") == 0);
+  static const char *dense[] = {
+      "{\"type\": \"adam\", \"lr\": 0.003}",         "{\"type\": \"adam\", \"lr\": 0.002, \"beta1\": 0.8}",
+      "{\"type\": \"adam\", \"lr\": 0.002, \"beta2\": 0.99}", "{\"type\": \"adam\", \"lr\": 0.002, \"eps\": 1e-6}",
+      "{\"type\": \"adam\", \"lr\": 0.002, \"weight_decay\": 0.01}", "{\"type\": \"adagrad\", \"lr\": 0.002}",
+  };
+  for (size_t i = 0; i < sizeof dense / sizeof *dense; i++) {
+    char cfg[2048], cmd[8192];
+    snprintf(cfg, sizeof cfg,
+             "{\"model\": {\"embedding_dim\": 8, \"bottom_mlp\": [32, 8], \"top_mlp\": [32, 1]},"
+             " \"optimizer\": {\"dense\": %s, \"sparse\": {\"type\": \"rowwise_adagrad\", \"lr\": 0.05}},"
+             " \"training\": {\"batch_size\": 128, \"epochs\": 2, \"threads\": 2, \"seed\": 5, \"deterministic\": true},"
+             " \"loader\": {\"window_groups\": 2, \"slice_rows\": 8},"
+             " \"checkpoint\": {\"interval_steps\": 10, \"keep\": 3}, \"log\": {\"interval_steps\": 10}}",
+             dense[i]);
+    CHECK(test_write_file(test_path("cfg2.json"), cfg, (size_t)-1) == 0);
+    snprintf(cmd, sizeof cmd, "train -q --config '%s' --train '%s' --etl '%s' --out '%s' --resume --max-steps 10",
+             test_path("cfg2.json"), test_path("train.dlr"), test_path("etl"), test_path("run"));
+    if (!refused_with(cmd, "'optimizer.dense' differs", "cannot resume")) {
+      test_fail(__FILE__, __LINE__, "dense optimizer %s was not refused", dense[i]);
+      return;
+    }
+  }
+}
+
+/* optim.bin with bytes appended: the manifest's size says so first. */
+TEST(resume_refuses_a_grown_tensor_file) {
+  CHECK(make_data(4000) == 0);
+  CHECK(test_write_file(test_path("cfg.json"), CONFIG, (size_t)-1) == 0);
+  CHECK(train("run", "--max-steps 5") == 0);
+  char path[2048], cmd[8192];
+  snprintf(path, sizeof path, "%s/ckpt-000000000005/optim.bin", test_path("run"));
+  FILE *f = fopen(path, "ab");
+  CHECK(f);
+  fputs("appended", f);
+  fclose(f);
+  snprintf(cmd, sizeof cmd, "train -q --config '%s' --train '%s' --etl '%s' --out '%s' --resume --max-steps 10",
+           test_path("cfg.json"), test_path("train.dlr"), test_path("etl"), test_path("run"));
+  CHECK(refused_with(cmd, "optim.bin", "bytes, the manifest says"));
+}
+
+/* The schedule of docs/config.md, written out again: linear warmup, then 1,
+ * then (1 - t)^power from decay_start_step over decay_steps, never below
+ * min_lr_scale, and min_lr_scale after. */
+static double lr_reference(uint64_t step, double warmup, double start, double steps, double power, double floor_) {
+  if (step <= warmup) return step / warmup;
+  if (step <= start) return 1.0;
+  double t = (step - start) / steps;
+  if (t >= 1) return floor_;
+  double v = pow(1 - t, power);
+  return v > floor_ ? v : floor_;
+}
+
+/* metrics.jsonl logs the scale each step trained with: at step s that of
+ * step s (1-based), through warmup, the decay, the floor before the decay
+ * ends ((1 - t)^2 < 0.1 from t = 0.69) and after it. */
+TEST(lr_schedule_in_training_reaches_the_floor) {
+  CHECK(make_data(8000) == 0);
+  const char *cfg =
+      "{\"model\": {\"embedding_dim\": 8, \"bottom_mlp\": [32, 8], \"top_mlp\": [32, 1]},"
+      " \"optimizer\": {\"dense\": {\"type\": \"sgd\", \"lr\": 0.05}, \"sparse\": {\"type\": \"sgd\", \"lr\": 0.05}},"
+      " \"schedule\": {\"warmup_steps\": 10, \"decay_start_step\": 20, \"decay_steps\": 30, \"decay_power\": 2,"
+      " \"min_lr_scale\": 0.1},"
+      " \"training\": {\"batch_size\": 32, \"threads\": 1, \"seed\": 5},"
+      " \"log\": {\"interval_steps\": 1}}";
+  CHECK(test_write_file(test_path("cfg.json"), cfg, (size_t)-1) == 0);
+  CHECK(train("run", "--max-steps 60") == 0);
+  char path[2048], *text;
+  size_t n;
+  snprintf(path, sizeof path, "%s/metrics.jsonl", test_path("run"));
+  CHECK_OK(dlrec_read_file(path, 1u << 24, &text, &n));
+  uint64_t seen = 0, at_floor_early = 0;
+  for (char *line = text; *line;) {
+    char *nl = strchr(line, '\n');
+    if (!nl) break;
+    *nl = '\0';
+    cJSON *j = cJSON_Parse(line);
+    const cJSON *st = cJSON_GetObjectItemCaseSensitive(j, "step");
+    const cJSON *sc = cJSON_GetObjectItemCaseSensitive(j, "lr_scale");
+    int ok = cJSON_IsNumber(st) && cJSON_IsNumber(sc);
+    uint64_t step = ok ? (uint64_t)st->valuedouble : 0;
+    double got = ok ? sc->valuedouble : NAN, want = lr_reference(step, 10, 20, 30, 2, 0.1);
+    cJSON_Delete(j);
+    if (!ok || step != seen + 1) {
+      test_fail(__FILE__, __LINE__, "line %llu of metrics.jsonl: %s", (unsigned long long)seen + 1, line);
+      break;
+    }
+    seen = step;
+    if (!(fabs(got - want) <= 1e-12)) {
+      test_fail(__FILE__, __LINE__, "step %llu: lr_scale %.17g, the schedule says %.17g", (unsigned long long)step, got,
+                want);
+      break;
+    }
+    at_floor_early += step < 50 && want == 0.1;
+    line = nl + 1;
+  }
+  free(text);
+  if (test_failed_now()) return;
+  CHECK_EQ(seen, 60);
+  CHECK(at_floor_early >= 5); /* the floor was reached before the decay ended */
+}
