@@ -29,18 +29,19 @@ static dlrec_status same_cat(const dlrec_etl *a, const dlrec_etl *b, uint32_t co
   if (x.hashed != y.hashed || x.size != y.size)
     return dlrec_error(DLREC_ERR_INVALID, "categorical column '%s': another encoding or size", name);
   if (x.hashed) {
-    if (x.buckets != y.buckets) return dlrec_error(DLREC_ERR_INVALID, "categorical column '%s': another number of hash buckets", name);
+    if (x.buckets != y.buckets)
+      return dlrec_error(DLREC_ERR_INVALID, "categorical column '%s': another number of hash buckets", name);
     for (uint64_t i = 0; i < x.buckets; i++)
       if (x.bucket_rank[i] != y.bucket_rank[i])
-        return dlrec_error(DLREC_ERR_INVALID, "categorical column '%s': the hash buckets are ranked differently (bucket %llu)", name,
-                           (unsigned long long)i);
+        return dlrec_error(DLREC_ERR_INVALID, "categorical column '%s': the hash buckets are ranked differently (bucket %llu)",
+                           name, (unsigned long long)i);
     return DLREC_OK;
   }
   if (x.kept != y.kept) return dlrec_error(DLREC_ERR_INVALID, "categorical column '%s': another vocabulary size", name);
   for (uint64_t i = 0; i < x.kept; i++)
     if (x.keys[i] != y.keys[i])
       return dlrec_error(DLREC_ERR_INVALID, "categorical column '%s': the vocabulary differs at local id %llu", name,
-                           (unsigned long long)i + 2);
+                         (unsigned long long)i + 2);
   return DLREC_OK;
 }
 
@@ -51,7 +52,8 @@ dlrec_status etl_same_encoding(const dlrec_etl *a, const dlrec_etl *b) {
   const char *const *ha = dlrec_etl_header(a, &na), *const *hb = dlrec_etl_header(b, &nb);
   if (na != nb) return dlrec_error(DLREC_ERR_INVALID, "another CSV header (%u columns, not %u)", nb, na);
   for (uint32_t i = 0; i < na; i++)
-    if (strcmp(ha[i], hb[i])) return dlrec_error(DLREC_ERR_INVALID, "CSV header column %u: '%s', not '%s'", i + 1, hb[i], ha[i]);
+    if (strcmp(ha[i], hb[i]))
+      return dlrec_error(DLREC_ERR_INVALID, "CSV header column %u: '%s', not '%s'", i + 1, hb[i], ha[i]);
   const dlrec_schema *sa = dlrec_etl_schema(a), *sb = dlrec_etl_schema(b);
   if (!dlrec_schema_equal(sa, sb))
     return dlrec_error(DLREC_ERR_INVALID, "another schema (columns, names or id ranges)");
