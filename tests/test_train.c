@@ -6,7 +6,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "dlrec/checkpoint.h"
 #include "dlrec/fsutil.h"
+#include "dlrec/json.h"
 #include "test.h"
 
 /* Synthesizes rows, fits the ETL and encodes train/valid files in tmpdir. */
@@ -44,6 +46,32 @@ static int files_equal(const char *a, const char *b) {
   return eq;
 }
 
+/* metrics.jsonl without its one timing field, samples_per_s, whose value no
+ * two runs share; everything else must be the same bytes. */
+static char *metrics_sans_timing(const char *run) {
+  char path[2048], *text;
+  size_t n;
+  snprintf(path, sizeof path, "%s/metrics.jsonl", test_path(run));
+  if (dlrec_read_file(path, 1u << 24, &text, &n) != DLREC_OK) return NULL;
+  const char *key = ",\"samples_per_s\":";
+  for (char *p; (p = strstr(text, key));) {
+    char *end = p + strlen(key);
+    end += strspn(end, "0123456789.eE+-");
+    memmove(p, end, strlen(end) + 1);
+  }
+  return text;
+}
+
+/* The normalized metrics.jsonl of two runs are equal and not empty. */
+static int same_metrics(const char *run_a, const char *run_b) {
+  char *a = metrics_sans_timing(run_a), *b = metrics_sans_timing(run_b);
+  int eq = a && b && a[0] && !strcmp(a, b);
+  if (!eq) fprintf(stderr, "metrics.jsonl of %s:\n%s\nof %s:\n%s\n", run_a, a ? a : "(none)", run_b, b ? b : "(none)");
+  free(a);
+  free(b);
+  return eq;
+}
+
 static int train(const char *run, const char *extra) {
   char *out = NULL;
   int rc = test_run_cli(&out, "train -q --config '%s' --train '%s' --etl '%s' --out '%s' %s", test_path("cfg.json"),
@@ -75,6 +103,13 @@ TEST(resume_is_bitwise_identical) {
   for (char *p = log; (p = strstr(p, "\"step\":90,")); p++) steps90++;
   free(log);
   CHECK_EQ(steps90, 1);
+  /* Step 95 is not a log step: the line at step 100 averages steps 91..100
+   * in both runs, from the loss sums the checkpoint carried. */
+  CHECK(same_metrics("straight", "resumed"));
+  /* Step 90 is a log step (and a checkpoint's): its own line is kept. */
+  CHECK(train("resumed90", "--max-steps 90") == 0);
+  CHECK(train("resumed90", "--max-steps 180 --resume") == 0);
+  CHECK(same_metrics("straight", "resumed90"));
 }
 
 TEST(sigkill_then_resume_completes) {
@@ -189,4 +224,290 @@ TEST(predict_matches_eval_and_raw_rows_match_dlr) {
   CHECK(rc == 1 && out && strstr(out, "bad.tsv:1"));
   free(out);
   CHECK(access(test_path("bad.scores"), F_OK) != 0); /* nothing written on failure */
+}
+
+/* Two processes: a holder of RUN's lock (a child that takes it and waits),
+ * and `train` on the same RUN, which must be refused naming the holder's
+ * pid. Once the holder dies (SIGKILL: no chance to clean up) the lock is
+ * free again. */
+TEST(second_writer_of_a_run_is_refused) {
+  CHECK(make_data(4000) == 0);
+  CHECK(test_write_file(test_path("cfg.json"), CONFIG, (size_t)-1) == 0);
+  CHECK_OK(dlrec_mkdirs(test_path("run")));
+  int ready[2];
+  CHECK(pipe(ready) == 0);
+  pid_t pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    int fd;
+    char c = dlrec_lock_dir(test_path("run"), "a test's holder", &fd) == DLREC_OK ? 'y' : 'n';
+    if (write(ready[1], &c, 1) != 1) _exit(1);
+    for (int i = 0; i < 600; i++) sleep(1); /* at most 10 minutes, were the parent to die */
+    _exit(0);
+  }
+  close(ready[1]);
+  char c = 0;
+  int got = (int)read(ready[0], &c, 1);
+  close(ready[0]);
+  if (got != 1 || c != 'y') kill(pid, SIGKILL);
+  CHECK(got == 1 && c == 'y');
+  char *out = NULL, want[64];
+  snprintf(want, sizeof want, "(pid %ld,", (long)pid);
+  int rc = test_run_cli(&out, "train -q --config '%s' --train '%s' --etl '%s' --out '%s' --max-steps 5",
+                        test_path("cfg.json"), test_path("train.dlr"), test_path("etl"), test_path("run"));
+  int refused = rc == 1 && out && strstr(out, "in use by") && strstr(out, want);
+  if (!refused) fprintf(stderr, "train beside a holder -> %d: %s\n", rc, out ? out : "");
+  free(out);
+  kill(pid, SIGKILL);
+  int status;
+  waitpid(pid, &status, 0);
+  CHECK(refused);
+  /* Nothing was written by the refused run. */
+  char latest[2048];
+  snprintf(latest, sizeof latest, "%s/latest", test_path("run"));
+  CHECK(access(latest, F_OK) != 0);
+  CHECK(train("run", "--max-steps 5") == 0);
+}
+
+/* Rewrites a checkpoint's manifest with one member changed (to `value`),
+ * keeping its stored checksum: what a hand edit does. */
+static int edit_manifest(const char *ckpt, const char *object, const char *key, double value) {
+  char path[2200];
+  snprintf(path, sizeof path, "%s/manifest.json", ckpt);
+  cJSON *j;
+  if (dlrec_json_read(path, &j) != DLREC_OK) return 0;
+  cJSON *o = object ? cJSON_GetObjectItemCaseSensitive(j, object) : j;
+  cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+  int ok = cJSON_IsNumber(v);
+  if (ok) cJSON_SetNumberValue(v, value);
+  ok = ok && dlrec_json_write(path, j) == DLREC_OK;
+  cJSON_Delete(j);
+  return ok;
+}
+
+/* The command's exit code is 1 and its message has both strings. */
+static int refused_with(const char *cmd, const char *a, const char *b) {
+  char *out = NULL;
+  int rc = test_run_cli(&out, "%s", cmd);
+  int ok = rc == 1 && out && strstr(out, a) && strstr(out, b);
+  if (!ok) fprintf(stderr, "expected a refusal naming '%s' and '%s': %s -> %d: %s\n", a, b, cmd, rc, out ? out : "");
+  free(out);
+  return ok;
+}
+
+TEST(edited_checkpoint_is_refused) {
+  CHECK(make_data(8000) == 0);
+  CHECK(test_write_file(test_path("cfg.json"), CONFIG, (size_t)-1) == 0);
+  CHECK(train("run", "--max-steps 20") == 0);
+  char ckpt[2048], manifest[2200], saved[2200], resume[8192], eval[8192], path[2200];
+  snprintf(ckpt, sizeof ckpt, "%s/ckpt-000000000020", test_path("run"));
+  snprintf(manifest, sizeof manifest, "%s/manifest.json", ckpt);
+  snprintf(saved, sizeof saved, "%s/manifest.saved", test_path(""));
+  CHECK_OK(dlrec_copy_file(manifest, saved));
+  snprintf(resume, sizeof resume, "train -q --config '%s' --train '%s' --etl '%s' --out '%s' --resume --max-steps 30",
+           test_path("cfg.json"), test_path("train.dlr"), test_path("etl"), test_path("run"));
+  snprintf(eval, sizeof eval, "eval --model '%s' --data '%s'", test_path("run"), test_path("valid.dlr"));
+  /* The loader position and the step, each refused by --resume and by a
+   * load for eval (predict and serve load the same way). */
+  const char *objects[] = {"position", NULL}, *keys[] = {"row", "step"};
+  for (int i = 0; i < 2; i++) {
+    CHECK(edit_manifest(ckpt, objects[i], keys[i], 1280)); /* row 2560 and step 20 before */
+    CHECK(refused_with(resume, "manifest.json", "checksum mismatch"));
+    CHECK(refused_with(eval, "manifest.json", "checksum mismatch"));
+    CHECK_OK(dlrec_copy_file(saved, manifest));
+  }
+  /* config.json: epochs may differ on resume, so only the checksum can tell. */
+  snprintf(path, sizeof path, "%s/config.json", ckpt);
+  char *text;
+  size_t n;
+  CHECK_OK(dlrec_read_file(path, 1u << 20, &text, &n));
+  char *e = strstr(text, "\"epochs\":\t2");
+  if (e) e[strlen("\"epochs\":\t")] = '3';
+  CHECK(e && test_write_file(path, text, n) == 0);
+  CHECK(refused_with(eval, "config.json", "checksum mismatch"));
+  if (e) e[strlen("\"epochs\":\t")] = '2';
+  CHECK(test_write_file(path, text, n) == 0);
+  free(text);
+  /* A flip in dense.bin's padding after its last array, which no array
+   * checksum covers. The array table entry: count at 32+48, offset at 32+56. */
+  snprintf(path, sizeof path, "%s/dense.bin", ckpt);
+  uint64_t count = 0, offset = 0;
+  struct stat st;
+  FILE *f = fopen(path, "rb");
+  CHECK(f);
+  int ok = fseek(f, 32 + 48, SEEK_SET) == 0 && fread(&count, 8, 1, f) == 1 && fread(&offset, 8, 1, f) == 1;
+  fclose(f);
+  CHECK(ok && stat(path, &st) == 0);
+  CHECK((uint64_t)st.st_size > offset + count * 4); /* there is padding */
+  flip_byte(path, st.st_size - 1);
+  CHECK(refused_with(eval, "dense.bin", "checksum mismatch"));
+  CHECK(refused_with(resume, "dense.bin", "checksum mismatch"));
+  flip_byte(path, st.st_size - 1);
+  /* An older version (sealed, as if written so) names the version. */
+  cJSON *j;
+  CHECK_OK(dlrec_json_read(manifest, &j));
+  cJSON_SetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "version"), 1);
+  dlrec_status s = dlrec_checkpoint_manifest_seal(j);
+  if (s == DLREC_OK) s = dlrec_json_write(manifest, j);
+  cJSON_Delete(j);
+  CHECK_OK(s);
+  CHECK(refused_with(eval, "checkpoint version 1", "reads version 2"));
+  CHECK_OK(dlrec_copy_file(saved, manifest));
+  /* Restored, it loads and resumes. */
+  CHECK(train("run", "--max-steps 30 --resume") == 0);
+}
+
+/* Writes n Criteo rows whose every categorical column holds "aa" in the
+ * rows i % 5 < k and "bb" in the others: with k = 3 "aa" is the more
+ * frequent and gets the first id, with k = 2 "bb" does. The sizes are the
+ * same either way. */
+static int write_two_value_rows(const char *path, int n, int k) {
+  FILE *f = fopen(path, "w");
+  if (!f) return -1;
+  for (int i = 0; i < n; i++) {
+    fprintf(f, "%d", i % 3 == 0);
+    for (int d = 0; d < 13; d++) fprintf(f, "\t%d", (i + d) % 7);
+    for (int c = 0; c < 26; c++) fprintf(f, "\t%s", i % 5 < k ? "aa" : "bb");
+    fputc('\n', f);
+  }
+  return fclose(f);
+}
+
+TEST(resume_with_another_vocabulary_is_refused) {
+  CHECK(write_two_value_rows(test_path("a.tsv"), 2000, 3) == 0);
+  CHECK(write_two_value_rows(test_path("b.tsv"), 2000, 2) == 0);
+  char *out = NULL;
+  int rc = test_run_cli(&out, "etl fit -q --input '%s' --out '%s' && '%s' etl fit -q --input '%s' --out '%s' && '%s' etl "
+                        "apply -q --etl '%s' --input '%s' --out '%s'",
+                        test_path("a.tsv"), test_path("etl"), getenv("DLREC_BIN"), test_path("b.tsv"),
+                        test_path("etl_b"), getenv("DLREC_BIN"), test_path("etl"), test_path("a.tsv"),
+                        test_path("train.dlr"));
+  if (rc != 0) fprintf(stderr, "etl -> %d: %s\n", rc, out ? out : "");
+  free(out);
+  CHECK(rc == 0);
+  CHECK(test_write_file(test_path("cfg.json"), CONFIG, (size_t)-1) == 0);
+  CHECK(train("run", "--max-steps 5") == 0);
+  char cmd[8192];
+  snprintf(cmd, sizeof cmd, "train -q --config '%s' --train '%s' --etl '%s' --out '%s' --resume --max-steps 10",
+           test_path("cfg.json"), test_path("train.dlr"), test_path("etl_b"), test_path("run"));
+  CHECK(refused_with(cmd, "encodes rows differently", "the vocabulary differs at local id 2"));
+  /* A copy of the same state is the same encoding. */
+  CHECK_OK(dlrec_mkdirs(test_path("etl_copy")));
+  const char *files[] = {"etl.json", "vocab.bin"};
+  for (int i = 0; i < 2; i++) {
+    char src[2048], dst[2048];
+    snprintf(src, sizeof src, "%s/%s", test_path("etl"), files[i]);
+    snprintf(dst, sizeof dst, "%s/%s", test_path("etl_copy"), files[i]);
+    CHECK_OK(dlrec_copy_file(src, dst));
+  }
+  CHECK(test_run_cli(&out, "train -q --config '%s' --train '%s' --etl '%s' --out '%s' --resume --max-steps 10",
+                     test_path("cfg.json"), test_path("train.dlr"), test_path("etl_copy"), test_path("run")) == 0);
+  free(out);
+}
+
+/* Every setting of the dense optimizer is part of the state a checkpoint
+ * continues: a change is refused naming optimizer.dense. */
+TEST(resume_refuses_another_dense_optimizer) {
+  CHECK(make_data(4000) == 0);
+  CHECK(test_write_file(test_path("cfg.json"), CONFIG, (size_t)-1) == 0);
+  CHECK(train("run", "--max-steps 5") == 0);
+  static const char *dense[] = {
+      "{\"type\": \"adam\", \"lr\": 0.003}",         "{\"type\": \"adam\", \"lr\": 0.002, \"beta1\": 0.8}",
+      "{\"type\": \"adam\", \"lr\": 0.002, \"beta2\": 0.99}", "{\"type\": \"adam\", \"lr\": 0.002, \"eps\": 1e-6}",
+      "{\"type\": \"adam\", \"lr\": 0.002, \"weight_decay\": 0.01}", "{\"type\": \"adagrad\", \"lr\": 0.002}",
+  };
+  for (size_t i = 0; i < sizeof dense / sizeof *dense; i++) {
+    char cfg[2048], cmd[8192];
+    snprintf(cfg, sizeof cfg,
+             "{\"model\": {\"embedding_dim\": 8, \"bottom_mlp\": [32, 8], \"top_mlp\": [32, 1]},"
+             " \"optimizer\": {\"dense\": %s, \"sparse\": {\"type\": \"rowwise_adagrad\", \"lr\": 0.05}},"
+             " \"training\": {\"batch_size\": 128, \"epochs\": 2, \"threads\": 2, \"seed\": 5, \"deterministic\": true},"
+             " \"loader\": {\"window_groups\": 2, \"slice_rows\": 8},"
+             " \"checkpoint\": {\"interval_steps\": 10, \"keep\": 3}, \"log\": {\"interval_steps\": 10}}",
+             dense[i]);
+    CHECK(test_write_file(test_path("cfg2.json"), cfg, (size_t)-1) == 0);
+    snprintf(cmd, sizeof cmd, "train -q --config '%s' --train '%s' --etl '%s' --out '%s' --resume --max-steps 10",
+             test_path("cfg2.json"), test_path("train.dlr"), test_path("etl"), test_path("run"));
+    if (!refused_with(cmd, "'optimizer.dense' differs", "cannot resume")) {
+      test_fail(__FILE__, __LINE__, "dense optimizer %s was not refused", dense[i]);
+      return;
+    }
+  }
+}
+
+/* optim.bin with bytes appended: the manifest's size says so first. */
+TEST(resume_refuses_a_grown_tensor_file) {
+  CHECK(make_data(4000) == 0);
+  CHECK(test_write_file(test_path("cfg.json"), CONFIG, (size_t)-1) == 0);
+  CHECK(train("run", "--max-steps 5") == 0);
+  char path[2048], cmd[8192];
+  snprintf(path, sizeof path, "%s/ckpt-000000000005/optim.bin", test_path("run"));
+  FILE *f = fopen(path, "ab");
+  CHECK(f);
+  fputs("appended", f);
+  fclose(f);
+  snprintf(cmd, sizeof cmd, "train -q --config '%s' --train '%s' --etl '%s' --out '%s' --resume --max-steps 10",
+           test_path("cfg.json"), test_path("train.dlr"), test_path("etl"), test_path("run"));
+  CHECK(refused_with(cmd, "optim.bin", "bytes, the manifest says"));
+}
+
+/* The schedule of docs/config.md, written out again: linear warmup, then 1,
+ * then (1 - t)^power from decay_start_step over decay_steps, never below
+ * min_lr_scale, and min_lr_scale after. */
+static double lr_reference(uint64_t step, double warmup, double start, double steps, double power, double floor_) {
+  if (step <= warmup) return step / warmup;
+  if (step <= start) return 1.0;
+  double t = (step - start) / steps;
+  if (t >= 1) return floor_;
+  double v = pow(1 - t, power);
+  return v > floor_ ? v : floor_;
+}
+
+/* metrics.jsonl logs the scale each step trained with: at step s that of
+ * step s (1-based), through warmup, the decay, the floor before the decay
+ * ends ((1 - t)^2 < 0.1 from t = 0.69) and after it. */
+TEST(lr_schedule_in_training_reaches_the_floor) {
+  CHECK(make_data(8000) == 0);
+  const char *cfg =
+      "{\"model\": {\"embedding_dim\": 8, \"bottom_mlp\": [32, 8], \"top_mlp\": [32, 1]},"
+      " \"optimizer\": {\"dense\": {\"type\": \"sgd\", \"lr\": 0.05}, \"sparse\": {\"type\": \"sgd\", \"lr\": 0.05}},"
+      " \"schedule\": {\"warmup_steps\": 10, \"decay_start_step\": 20, \"decay_steps\": 30, \"decay_power\": 2,"
+      " \"min_lr_scale\": 0.1},"
+      " \"training\": {\"batch_size\": 32, \"threads\": 1, \"seed\": 5},"
+      " \"log\": {\"interval_steps\": 1}}";
+  CHECK(test_write_file(test_path("cfg.json"), cfg, (size_t)-1) == 0);
+  CHECK(train("run", "--max-steps 60") == 0);
+  char path[2048], *text;
+  size_t n;
+  snprintf(path, sizeof path, "%s/metrics.jsonl", test_path("run"));
+  CHECK_OK(dlrec_read_file(path, 1u << 24, &text, &n));
+  uint64_t seen = 0, at_floor_early = 0;
+  for (char *line = text; *line;) {
+    char *nl = strchr(line, '\n');
+    if (!nl) break;
+    *nl = '\0';
+    cJSON *j = cJSON_Parse(line);
+    const cJSON *st = cJSON_GetObjectItemCaseSensitive(j, "step");
+    const cJSON *sc = cJSON_GetObjectItemCaseSensitive(j, "lr_scale");
+    int ok = cJSON_IsNumber(st) && cJSON_IsNumber(sc);
+    uint64_t step = ok ? (uint64_t)st->valuedouble : 0;
+    double got = ok ? sc->valuedouble : NAN, want = lr_reference(step, 10, 20, 30, 2, 0.1);
+    cJSON_Delete(j);
+    if (!ok || step != seen + 1) {
+      test_fail(__FILE__, __LINE__, "line %llu of metrics.jsonl: %s", (unsigned long long)seen + 1, line);
+      break;
+    }
+    seen = step;
+    if (!(fabs(got - want) <= 1e-12)) {
+      test_fail(__FILE__, __LINE__, "step %llu: lr_scale %.17g, the schedule says %.17g", (unsigned long long)step, got,
+                want);
+      break;
+    }
+    at_floor_early += step < 50 && want == 0.1;
+    line = nl + 1;
+  }
+  free(text);
+  if (test_failed_now()) return;
+  CHECK_EQ(seen, 60);
+  CHECK(at_floor_early >= 5); /* the floor was reached before the decay ended */
 }

@@ -98,3 +98,30 @@ TEST(lr_schedule) {
   CHECK_NEAR(dlrec_lr_scale(&c, 29), 0.01, 1e-12, 0); /* (0.1)^2 = 0.01 */
   CHECK_NEAR(dlrec_lr_scale(&c, 1000), 0.01, 1e-12, 0);
 }
+
+/* cJSON keeps both members of a repeated key; the first would win silently. */
+TEST(config_duplicate_keys_are_refused) {
+  dlrec_train_config c;
+  CHECK_ERR(parse("{\"training\": {\"batch_size\": 128, \"batch_size\": 0}}", &c), DLREC_ERR_INVALID,
+            "cfg.json: training: field 'batch_size' given twice");
+  CHECK_ERR(parse("{\"training\": {\"epochs\": 2}, \"training\": {\"epochs\": 3}}", &c), DLREC_ERR_INVALID,
+            "cfg.json: field 'training' given twice");
+  CHECK_ERR(parse("{\"optimizer\": {\"dense\": {\"lr\": 0.1, \"type\": \"sgd\", \"lr\": 0.2}}}", &c), DLREC_ERR_INVALID,
+            "optimizer.dense: field 'lr' given twice");
+  CHECK_OK(parse("{\"training\": {\"batch_size\": 64}, \"eval\": {\"batch_size\": 64}}", &c)); /* one per object */
+}
+
+/* The floor holds inside the decay too, where (1 - t)^power falls below it
+ * before t reaches 1: (1 - 0.8)^2 = 0.04 < 0.05. */
+TEST(lr_schedule_floor_inside_the_decay) {
+  dlrec_train_config c;
+  dlrec_train_config_default(&c);
+  c.decay_start_step = 20;
+  c.decay_steps = 10;
+  c.decay_power = 2;
+  c.min_lr_scale = 0.05;
+  CHECK_NEAR(dlrec_lr_scale(&c, 27), 0.09, 1e-12, 0); /* (1 - 0.7)^2 */
+  CHECK_NEAR(dlrec_lr_scale(&c, 28), 0.05, 1e-12, 0);
+  CHECK_NEAR(dlrec_lr_scale(&c, 29), 0.05, 1e-12, 0);
+  CHECK_NEAR(dlrec_lr_scale(&c, 30), 0.05, 1e-12, 0);
+}

@@ -8,14 +8,17 @@
  * checkpoint intact and `latest` pointing at a complete one. Contents
  * (docs/formats.md):
  *   manifest.json     format version, progress (step, samples, loader
- *                     position), every file with its size and CRC32C
+ *                     position, the loss sums since the last metrics line),
+ *                     every other file with its size and CRC32C, and a
+ *                     CRC32C of the manifest itself
  *   config.json       the complete training config
  *   etl/              the ETL state the data was encoded with
  *   dense.bin         the dense parameters        } tensor files: header,
  *   table.bin         the fused embedding table   } arrays with a CRC32C
  *   optim.bin         optimizer state (dense and sparse)  each
- * A torn, truncated or corrupt checkpoint is refused with an error naming
- * the file; so is one whose config or data does not match the run resuming.
+ * A torn, truncated, corrupt or edited checkpoint is refused with an error
+ * naming the file; so is one whose config or ETL state does not match the
+ * run resuming.
  */
 #ifndef DLREC_CHECKPOINT_H
 #define DLREC_CHECKPOINT_H
@@ -29,13 +32,20 @@
 #include "dlrec/status.h"
 #include "dlrec/train_config.h"
 
-#define DLREC_CHECKPOINT_VERSION 1
+/* 2: the manifest carries a checksum of itself and of every file. Version 1
+ * checkpoints (no such checksums) are refused with DLREC_ERR_VERSION. */
+#define DLREC_CHECKPOINT_VERSION 2
 
 typedef struct dlrec_train_progress {
   uint64_t step;           /* optimizer steps done */
   uint64_t samples;        /* samples trained on */
   dlrec_position position; /* the loader's position after the last trained batch */
   double valid_auc;        /* the last validation AUC; NaN if none yet */
+  /* The training loss summed over the rows since the last metrics line, and
+   * those rows: a resumed run's next line then averages the same steps as
+   * an uninterrupted run's. */
+  double loss_sum;
+  uint64_t loss_rows;
 } dlrec_train_progress;
 
 /* Saves model, optimizer state (opt may be NULL: a model-only checkpoint)
@@ -68,8 +78,16 @@ void dlrec_model_free(dlrec_model *m); /* accepts NULL */
  * checkpoint at `path` into an existing training setup of the same config
  * (the model shape, optimizers, batch size, seed and loader settings must be
  * those the checkpoint was written with, else DLREC_ERR_INVALID says which
- * field differs). */
-dlrec_status dlrec_checkpoint_load_training(const char *path, const dlrec_train_config *cfg, dlrec_dlrm *m,
-                                            dlrec_dlrm_optim *opt, dlrec_train_progress *p);
+ * field differs) and the same encoding: the ETL state in etl_dir must encode
+ * rows as the checkpoint's own etl/ does (else DLREC_ERR_INVALID names the
+ * first column that differs). */
+dlrec_status dlrec_checkpoint_load_training(const char *path, const dlrec_train_config *cfg, const char *etl_dir,
+                                            dlrec_dlrm *m, dlrec_dlrm_optim *opt, dlrec_train_progress *p);
+
+/* Sets the "checksum" member of a parsed manifest.json to the CRC32C of its
+ * other members (printed unformatted, in order), the value loading checks.
+ * For tools and tests that rewrite a manifest on purpose; the caller then
+ * writes it (dlrec_json_write). DLREC_ERR_NOMEM if it cannot be printed. */
+dlrec_status dlrec_checkpoint_manifest_seal(struct cJSON *manifest);
 
 #endif

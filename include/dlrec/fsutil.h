@@ -37,6 +37,15 @@ dlrec_status dlrec_copy_file(const char *src, const char *dst);
 /* Removes a file or a directory tree; a missing path is fine. */
 dlrec_status dlrec_remove_tree(const char *path);
 
+/* Takes an exclusive lock on DIR/lock (flock, LOCK_EX | LOCK_NB), creating
+ * the file, and writes this process's pid into it. Another holder makes it
+ * fail at once with DLREC_ERR_INVALID naming the holder's pid as the file says
+ * it; `what` names the holder's kind in that message ("a training run").
+ * *fd is the lock's descriptor (close-on-exec): dlrec_unlock_dir releases it,
+ * and so does the process's death, so a crash never leaves a stale lock. */
+dlrec_status dlrec_lock_dir(const char *dir, const char *what, int *fd);
+void dlrec_unlock_dir(int fd); /* accepts -1 */
+
 /* Joins dir and name into out (size out_size); an error if it does not fit. */
 dlrec_status dlrec_path_join(char *out, size_t out_size, const char *dir, const char *name);
 

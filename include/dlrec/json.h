@@ -36,7 +36,8 @@ dlrec_status dlrec_json_get_array(const cJSON *obj, const char *key, const char 
 dlrec_status dlrec_json_get_object(const cJSON *obj, const char *key, const char *what, const cJSON **out);
 
 /* Refuses keys not in `known` (a NULL-terminated list), so that a typo in a
- * config is an error rather than a silently ignored setting. */
+ * config is an error rather than a silently ignored setting, and keys given
+ * twice, whose second value would otherwise be ignored. */
 dlrec_status dlrec_json_check_keys(const cJSON *obj, const char *what, const char *const *known);
 
 #endif

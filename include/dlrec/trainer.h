@@ -6,6 +6,8 @@
  *                      epoch, loss, lr_scale, samples_per_s) and per
  *                      evaluation (the same plus "valid": {auc, logloss, ...})
  *   RUN/ckpt-STEP/     checkpoints (checkpoint.h), RUN/latest the newest
+ *   RUN/lock           the run's exclusive flock, holding its pid: a second
+ *                      run on RUN is refused with DLREC_ERR_INVALID naming it
  * SIGINT or SIGTERM stops at the end of the current step, saves a
  * checkpoint, and returns DLREC_OK with result.interrupted set.
  */

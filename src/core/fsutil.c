@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -196,4 +197,45 @@ dlrec_status dlrec_remove_tree(const char *path) {
   }
   if (unlink(path) != 0) return dlrec_error(DLREC_ERR_IO, "%s: cannot remove: %s", path, strerror(errno));
   return DLREC_OK;
+}
+
+dlrec_status dlrec_lock_dir(const char *dir, const char *what, int *fd_out) {
+  *fd_out = -1;
+  char path[4096];
+  dlrec_status s = dlrec_path_join(path, sizeof path, dir, "lock");
+  if (s != DLREC_OK) return s;
+  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return dlrec_error(DLREC_ERR_IO, "%s: %s", path, strerror(errno));
+  int rc;
+  while ((rc = flock(fd, LOCK_EX | LOCK_NB)) != 0 && errno == EINTR) {
+  }
+  if (rc != 0) {
+    int err = errno;
+    /* The holder writes its pid right after taking the lock; an empty file
+     * means it is between the two. */
+    char text[32] = "";
+    ssize_t n = err == EWOULDBLOCK ? pread(fd, text, sizeof text - 1, 0) : -1;
+    close(fd);
+    if (err != EWOULDBLOCK) return dlrec_error(DLREC_ERR_IO, "%s: cannot lock: %s", path, strerror(err));
+    text[n > 0 ? n : 0] = '\0';
+    text[strcspn(text, "\r\n")] = '\0';
+    return dlrec_error(DLREC_ERR_INVALID, "%s is in use by %s (pid %s, holding %s); wait for it to finish or stop it",
+                       dir, what, text[0] ? text : "unknown", path);
+  }
+  char pid[32];
+  int len = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+  s = ftruncate(fd, 0) == 0 ? dlrec_pwrite_all(fd, pid, (size_t)len, 0, path)
+                            : dlrec_error(DLREC_ERR_IO, "%s: %s", path, strerror(errno));
+  if (s != DLREC_OK) {
+    close(fd); /* releases the lock */
+    return s;
+  }
+  *fd_out = fd;
+  return DLREC_OK;
+}
+
+void dlrec_unlock_dir(int fd) {
+  /* Closing the only descriptor of the open file releases the flock. The
+   * file stays: removing it would race with a process that just opened it. */
+  if (fd >= 0) close(fd);
 }

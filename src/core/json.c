@@ -149,6 +149,10 @@ dlrec_status dlrec_json_check_keys(const cJSON *obj, const char *what, const cha
     int ok = 0;
     for (const char *const *k = known; *k && !ok; k++) ok = c->string && !strcmp(c->string, *k);
     if (!ok) return dlrec_error(DLREC_ERR_INVALID, "%s: unknown field '%s'", what, c->string ? c->string : "?");
+    /* cJSON keeps both members of a repeated key and lookups find the first,
+     * so a later value would be ignored without a word. */
+    for (const cJSON *d = obj->child; d != c; d = d->next)
+      if (!strcmp(d->string, c->string)) return dlrec_error(DLREC_ERR_INVALID, "%s: field '%s' given twice", what, c->string);
   }
   return DLREC_OK;
 }

@@ -12,9 +12,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "dlrec/crc32c.h"
 #include "dlrec/fsutil.h"
 #include "dlrec/json.h"
 #include "dlrec/log.h"
+#include "train/etl_match.h"
 #include "train/tensor_file.h"
 
 #define TRY(expr)                    \
@@ -24,6 +26,20 @@
   } while (0)
 
 static const char *const ETL_FILES[] = {"etl.json", "vocab.bin", NULL};
+
+/* The files a checkpoint may hold, as the manifest names them. Each is
+ * listed with its size and the CRC32C of all its bytes, and the manifest
+ * carries a CRC32C of itself, so that every byte of a checkpoint is covered. */
+enum { F_CONFIG, F_ETL_JSON, F_ETL_VOCAB, F_DENSE, F_TABLE, F_OPTIM, N_FILES };
+static const char *const FILE_NAMES[N_FILES] = {"config.json", "etl/etl.json", "etl/vocab.bin",
+                                                "dense.bin",   "table.bin",    "optim.bin"};
+
+typedef struct manifest {
+  dlrec_train_progress p;
+  int has[N_FILES];
+  uint64_t bytes[N_FILES];
+  uint32_t crc[N_FILES];
+} manifest;
 
 /* The arrays of optim.bin for this optimizer setup (none for SGD + SGD). */
 static int optim_arrays(const dlrec_dlrm_optim *opt, size_t n_params, tensor_desc *out) {
@@ -50,7 +66,53 @@ static int file_size(const char *path, uint64_t *bytes) {
   return 0;
 }
 
-static dlrec_status write_manifest(const char *dir, const dlrec_train_progress *p, const char *const *files) {
+/* The size and CRC32C of a whole file. */
+static dlrec_status file_crc(const char *path, uint64_t *bytes, uint32_t *crc) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return dlrec_error(DLREC_ERR_IO, "%s: %s", path, strerror(errno));
+  enum { CHUNK = 1 << 20 };
+  char *buf = malloc(CHUNK);
+  uint32_t c = 0;
+  uint64_t n = 0;
+  size_t k;
+  while (buf && (k = fread(buf, 1, CHUNK, f)) > 0) {
+    c = dlrec_crc32c(c, buf, k);
+    n += k;
+  }
+  dlrec_status s = !buf ? dlrec_error(DLREC_ERR_NOMEM, "out of memory")
+                   : ferror(f) ? dlrec_error(DLREC_ERR_IO, "%s: read failed", path)
+                               : DLREC_OK;
+  free(buf);
+  fclose(f);
+  *bytes = n;
+  *crc = c;
+  return s;
+}
+
+/* The CRC32C of a manifest's members but "checksum", printed unformatted:
+ * a checksum of the content, which no reformatting of the file changes. */
+static dlrec_status manifest_crc(cJSON *j, uint32_t *crc) {
+  cJSON *stored = cJSON_DetachItemFromObjectCaseSensitive(j, "checksum");
+  char *text = cJSON_PrintUnformatted(j);
+  if (stored) cJSON_AddItemToObject(j, "checksum", stored);
+  if (!text) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
+  *crc = dlrec_crc32c(0, text, strlen(text));
+  cJSON_free(text);
+  return DLREC_OK;
+}
+
+dlrec_status dlrec_checkpoint_manifest_seal(cJSON *j) {
+  uint32_t crc = 0;
+  TRY(manifest_crc(j, &crc));
+  char hex[16];
+  snprintf(hex, sizeof hex, "%08" PRIx32, crc);
+  cJSON_DeleteItemFromObjectCaseSensitive(j, "checksum");
+  if (!cJSON_AddStringToObject(j, "checksum", hex)) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
+  return DLREC_OK;
+}
+
+static dlrec_status write_manifest(const char *dir, const manifest *m) {
+  const dlrec_train_progress *p = &m->p;
   cJSON *j = cJSON_CreateObject();
   cJSON_AddStringToObject(j, "format", "dlrec-checkpoint");
   cJSON_AddNumberToObject(j, "version", DLREC_CHECKPOINT_VERSION);
@@ -61,24 +123,40 @@ static dlrec_status write_manifest(const char *dir, const dlrec_train_progress *
   cJSON_AddNumberToObject(pos, "row", (double)p->position.row);
   /* The fingerprint is a full 64-bit value: JSON numbers are doubles, so it
    * is stored as a hex string. */
-  char fp[32];
-  snprintf(fp, sizeof fp, "%016" PRIx64, p->position.fingerprint);
-  cJSON_AddStringToObject(pos, "fingerprint", fp);
+  char hex[32];
+  snprintf(hex, sizeof hex, "%016" PRIx64, p->position.fingerprint);
+  cJSON_AddStringToObject(pos, "fingerprint", hex);
   if (!isnan(p->valid_auc)) cJSON_AddNumberToObject(j, "valid_auc", p->valid_auc);
+  /* cJSON prints a double with enough digits to read back the same bits. */
+  cJSON *loss = cJSON_AddObjectToObject(j, "loss");
+  cJSON_AddNumberToObject(loss, "sum", p->loss_sum);
+  cJSON_AddNumberToObject(loss, "rows", (double)p->loss_rows);
   cJSON *fl = cJSON_AddObjectToObject(j, "files");
-  dlrec_status s = DLREC_OK;
-  for (int i = 0; files[i] && s == DLREC_OK; i++) {
-    char path[4096];
-    uint64_t bytes = 0;
-    s = join(path, sizeof path, dir, files[i]);
-    if (s == DLREC_OK && file_size(path, &bytes) != 0) s = dlrec_error(DLREC_ERR_IO, "%s: %s", path, strerror(errno));
-    if (s == DLREC_OK) cJSON_AddNumberToObject(fl, files[i], (double)bytes);
+  for (int i = 0; i < N_FILES; i++) {
+    if (!m->has[i]) continue;
+    cJSON *f = cJSON_AddObjectToObject(fl, FILE_NAMES[i]);
+    cJSON_AddNumberToObject(f, "bytes", (double)m->bytes[i]);
+    snprintf(hex, sizeof hex, "%08" PRIx32, m->crc[i]);
+    cJSON_AddStringToObject(f, "crc32c", hex);
   }
   char path[4096];
+  dlrec_status s = dlrec_checkpoint_manifest_seal(j);
   if (s == DLREC_OK) s = join(path, sizeof path, dir, "manifest.json");
   if (s == DLREC_OK) s = dlrec_json_write(path, j);
   cJSON_Delete(j);
   return s;
+}
+
+/* Records file i of the checkpoint in tmp: its size and CRC32C (computed by
+ * reading it back unless the writer reported it). */
+static dlrec_status note_file(manifest *m, const char *tmp, int i, const uint32_t *crc) {
+  char path[4096];
+  TRY(join(path, sizeof path, tmp, FILE_NAMES[i]));
+  m->has[i] = 1;
+  if (!crc) return file_crc(path, &m->bytes[i], &m->crc[i]);
+  m->crc[i] = *crc;
+  if (file_size(path, &m->bytes[i]) != 0) return dlrec_error(DLREC_ERR_IO, "%s: %s", path, strerror(errno));
+  return DLREC_OK;
 }
 
 /* Checkpoint names sort by step: ckpt-%012llu. */
@@ -124,10 +202,12 @@ dlrec_status dlrec_checkpoint_save(const char *run_dir, const dlrec_train_config
   TRY(dlrec_remove_tree(tmp)); /* a leftover of a crash mid-save */
   TRY(dlrec_mkdirs(tmp));
 
+  manifest man = {.p = *p};
   cJSON *cj = dlrec_train_config_to_json(cfg);
   dlrec_status s = join(path, sizeof path, tmp, "config.json");
   if (s == DLREC_OK) s = dlrec_json_write(path, cj);
   cJSON_Delete(cj);
+  if (s == DLREC_OK) s = note_file(&man, tmp, F_CONFIG, NULL);
   char etl_out[4096];
   if (s == DLREC_OK) s = join(etl_out, sizeof etl_out, tmp, "etl");
   if (s == DLREC_OK) s = dlrec_mkdirs(etl_out);
@@ -135,28 +215,31 @@ dlrec_status dlrec_checkpoint_save(const char *run_dir, const dlrec_train_config
     s = join(src, sizeof src, etl_dir, ETL_FILES[i]);
     if (s == DLREC_OK) s = join(path, sizeof path, etl_out, ETL_FILES[i]);
     if (s == DLREC_OK) s = dlrec_copy_file(src, path);
+    if (s == DLREC_OK) s = note_file(&man, tmp, i ? F_ETL_VOCAB : F_ETL_JSON, NULL);
   }
   if (s == DLREC_OK) s = dlrec_fsync_dir(etl_out);
 
+  uint32_t crc = 0;
   size_t n_params;
   const float *params = dlrec_dlrm_dense_params_const(m, &n_params);
   tensor_desc dense = {"dense", TENSOR_F32, n_params, (void *)params};
   if (s == DLREC_OK) s = join(path, sizeof path, tmp, "dense.bin");
-  if (s == DLREC_OK) s = tensor_file_write(path, &dense, 1);
+  if (s == DLREC_OK) s = tensor_file_write(path, &dense, 1, &crc);
+  if (s == DLREC_OK) s = note_file(&man, tmp, F_DENSE, &crc);
   const dlrec_table *t = dlrec_dlrm_table_const(m);
   tensor_desc table = {"table", TENSOR_F32, dlrec_table_rows(t) * dlrec_table_stride(t),
                        (void *)dlrec_table_data_const(t)};
   if (s == DLREC_OK) s = join(path, sizeof path, tmp, "table.bin");
-  if (s == DLREC_OK) s = tensor_file_write(path, &table, 1);
-  const char *files[] = {"config.json", "dense.bin", "table.bin", "etl/etl.json", "etl/vocab.bin", NULL, NULL};
+  if (s == DLREC_OK) s = tensor_file_write(path, &table, 1, &crc);
+  if (s == DLREC_OK) s = note_file(&man, tmp, F_TABLE, &crc);
   if (opt) {
     tensor_desc arrays[8];
     int n = optim_arrays(opt, n_params, arrays);
     if (s == DLREC_OK) s = join(path, sizeof path, tmp, "optim.bin");
-    if (s == DLREC_OK) s = tensor_file_write(path, arrays, n);
-    files[5] = "optim.bin";
+    if (s == DLREC_OK) s = tensor_file_write(path, arrays, n, &crc);
+    if (s == DLREC_OK) s = note_file(&man, tmp, F_OPTIM, &crc);
   }
-  if (s == DLREC_OK) s = write_manifest(tmp, p, files);
+  if (s == DLREC_OK) s = write_manifest(tmp, &man);
   if (s == DLREC_OK) s = dlrec_fsync_dir(tmp);
   /* Saving a step that exists (a resumed run reaching it again) replaces it. */
   if (s == DLREC_OK) s = dlrec_remove_tree(final_dir);
@@ -199,50 +282,140 @@ dlrec_status dlrec_checkpoint_resolve(const char *path, char *out, size_t out_si
   return s;
 }
 
-/* Reads manifest.json: format, version, progress, and every listed file's size. */
-static dlrec_status read_manifest(const char *dir, dlrec_train_progress *p, int *has_optim) {
+static dlrec_status parse_hex(const char *text, int digits, const char *what, uint64_t *out) {
+  char *end;
+  errno = 0;
+  unsigned long long v = strtoull(text, &end, 16);
+  if (*end || (int)strlen(text) != digits || errno || !strchr("0123456789abcdefABCDEF", text[0]))
+    return dlrec_error(DLREC_ERR_CORRUPT, "%s: '%s' is not %d hex digits", what, text, digits);
+  *out = v;
+  return DLREC_OK;
+}
+
+/* Reads the files member: each known file with its size and CRC32C, each
+ * present with that size. */
+static dlrec_status read_files(const char *dir, const char *path, const cJSON *files, manifest *m) {
+  dlrec_status s = DLREC_OK;
+  for (const cJSON *f = files->child; f && s == DLREC_OK; f = f->next) {
+    int i = 0;
+    while (i < N_FILES && (!f->string || strcmp(f->string, FILE_NAMES[i]))) i++;
+    if (i == N_FILES) return dlrec_error(DLREC_ERR_CORRUPT, "%s: files: unknown file '%s'", path, f->string ? f->string : "");
+    if (m->has[i]) return dlrec_error(DLREC_ERR_CORRUPT, "%s: files: '%s' given twice", path, f->string);
+    m->has[i] = 1;
+    char what[4200], fpath[4096];
+    const char *hex;
+    uint64_t crc = 0, have = 0;
+    snprintf(what, sizeof what, "%s: files.%s", path, f->string);
+    s = dlrec_json_get_u64(f, "bytes", what, &m->bytes[i]);
+    if (s == DLREC_OK) s = dlrec_json_get_string(f, "crc32c", what, &hex);
+    if (s == DLREC_OK) s = parse_hex(hex, 8, what, &crc);
+    m->crc[i] = (uint32_t)crc;
+    if (s == DLREC_OK) s = join(fpath, sizeof fpath, dir, f->string);
+    if (s == DLREC_OK && file_size(fpath, &have) != 0)
+      s = dlrec_error(DLREC_ERR_CORRUPT, "%s: missing (the checkpoint is incomplete)", fpath);
+    if (s == DLREC_OK && have != m->bytes[i])
+      s = dlrec_error(DLREC_ERR_CORRUPT, "%s: %llu bytes, the manifest says %llu (torn or modified checkpoint)", fpath,
+                      (unsigned long long)have, (unsigned long long)m->bytes[i]);
+  }
+  for (int i = 0; s == DLREC_OK && i < N_FILES; i++)
+    if (!m->has[i] && i != F_OPTIM) /* optim.bin is absent from model-only checkpoints */
+      s = dlrec_error(DLREC_ERR_CORRUPT, "%s: files: '%s' is missing", path, FILE_NAMES[i]);
+  return s;
+}
+
+/* Reads manifest.json: format, version, its own checksum, progress, and
+ * every listed file's size and CRC32C (the sizes are checked here). */
+static dlrec_status read_manifest(const char *dir, manifest *m) {
+  memset(m, 0, sizeof *m);
+  dlrec_train_progress *p = &m->p;
   char path[4096];
   TRY(join(path, sizeof path, dir, "manifest.json"));
   cJSON *j;
   TRY(dlrec_json_read(path, &j));
-  const char *format, *fp;
-  uint64_t version;
-  const cJSON *pos, *files;
+  const char *format, *fp, *sum;
+  uint64_t version, stored = 0, fingerprint = 0;
+  uint32_t computed = 0;
+  const cJSON *pos, *files, *loss;
   dlrec_status s = dlrec_json_get_string(j, "format", path, &format);
   if (s == DLREC_OK && strcmp(format, "dlrec-checkpoint"))
     s = dlrec_error(DLREC_ERR_CORRUPT, "%s: not a dlrec checkpoint manifest", path);
   if (s == DLREC_OK) s = dlrec_json_get_u64(j, "version", path, &version);
-  if (s == DLREC_OK && version != DLREC_CHECKPOINT_VERSION)
+  if (s == DLREC_OK && version == 1)
+    s = dlrec_error(DLREC_ERR_VERSION,
+                    "%s: checkpoint version 1, written by an older dlrec without checksums on the manifest and "
+                    "config; this build reads version %d: load it with the dlrec that wrote it, or train again",
+                    path, DLREC_CHECKPOINT_VERSION);
+  else if (s == DLREC_OK && version != DLREC_CHECKPOINT_VERSION)
     s = dlrec_error(DLREC_ERR_VERSION, "%s: checkpoint version %llu, this build reads version %d", path,
                     (unsigned long long)version, DLREC_CHECKPOINT_VERSION);
+  /* The checksum before any other field, so that an edited manifest is
+   * reported as such rather than read. */
+  if (s == DLREC_OK) s = dlrec_json_get_string(j, "checksum", path, &sum);
+  if (s == DLREC_OK) s = parse_hex(sum, 8, path, &stored);
+  if (s == DLREC_OK) s = manifest_crc(j, &computed);
+  if (s == DLREC_OK && stored != computed)
+    s = dlrec_error(DLREC_ERR_CORRUPT,
+                    "%s: checksum mismatch (stored %08llx, computed %08x): the manifest was edited or damaged", path,
+                    (unsigned long long)stored, computed);
   if (s == DLREC_OK) s = dlrec_json_get_u64(j, "step", path, &p->step);
   if (s == DLREC_OK) s = dlrec_json_get_u64(j, "samples", path, &p->samples);
   if (s == DLREC_OK) s = dlrec_json_get_object(j, "position", path, &pos);
   if (s == DLREC_OK) s = dlrec_json_get_u64(pos, "epoch", path, &p->position.epoch);
   if (s == DLREC_OK) s = dlrec_json_get_u64(pos, "row", path, &p->position.row);
   if (s == DLREC_OK) s = dlrec_json_get_string(pos, "fingerprint", path, &fp);
-  if (s == DLREC_OK) {
-    char *end;
-    p->position.fingerprint = strtoull(fp, &end, 16);
-    if (*end || strlen(fp) != 16) s = dlrec_error(DLREC_ERR_CORRUPT, "%s: bad position fingerprint '%s'", path, fp);
-  }
+  if (s == DLREC_OK) s = parse_hex(fp, 16, path, &fingerprint);
+  p->position.fingerprint = fingerprint;
   if (s == DLREC_OK) s = dlrec_json_get_double_or(j, "valid_auc", path, NAN, &p->valid_auc);
+  if (s == DLREC_OK) s = dlrec_json_get_object(j, "loss", path, &loss);
+  if (s == DLREC_OK) s = dlrec_json_get_double(loss, "sum", path, &p->loss_sum);
+  if (s == DLREC_OK) s = dlrec_json_get_u64(loss, "rows", path, &p->loss_rows);
   if (s == DLREC_OK) s = dlrec_json_get_object(j, "files", path, &files);
-  *has_optim = 0;
-  for (const cJSON *f = s == DLREC_OK ? files->child : NULL; f && s == DLREC_OK; f = f->next) {
-    char fpath[4096];
-    uint64_t want = 0, have = 0;
-    s = dlrec_json_get_u64(files, f->string, path, &want);
-    if (s == DLREC_OK) s = join(fpath, sizeof fpath, dir, f->string);
-    if (s == DLREC_OK && file_size(fpath, &have) != 0)
-      s = dlrec_error(DLREC_ERR_CORRUPT, "%s: missing (the checkpoint is incomplete)", fpath);
-    if (s == DLREC_OK && have != want)
-      s = dlrec_error(DLREC_ERR_CORRUPT, "%s: %llu bytes, the manifest says %llu (torn or modified checkpoint)", fpath,
-                      (unsigned long long)have, (unsigned long long)want);
-    if (s == DLREC_OK && !strcmp(f->string, "optim.bin")) *has_optim = 1;
-  }
+  if (s == DLREC_OK) s = read_files(dir, path, files, m);
   cJSON_Delete(j);
   return s;
+}
+
+/* Checks the CRC32C of file i (read whole here: the small files). */
+static dlrec_status check_file(const char *dir, const manifest *m, int i) {
+  char path[4096];
+  uint64_t bytes;
+  uint32_t crc;
+  TRY(join(path, sizeof path, dir, FILE_NAMES[i]));
+  TRY(file_crc(path, &bytes, &crc));
+  if (bytes != m->bytes[i] || crc != m->crc[i])
+    return dlrec_error(DLREC_ERR_CORRUPT, "%s: checksum mismatch (CRC32C %08x, the manifest says %08x): modified or damaged",
+                       path, crc, m->crc[i]);
+  return DLREC_OK;
+}
+
+/* Reads tensor file i into its arrays and checks its whole-file CRC32C,
+ * which covers the padding the arrays' own checksums do not. */
+static dlrec_status read_tensors(const char *dir, const manifest *m, int i, const tensor_desc *arrays, int n) {
+  char path[4096];
+  uint32_t crc = 0;
+  TRY(join(path, sizeof path, dir, FILE_NAMES[i]));
+  TRY(tensor_file_read(path, arrays, n, &crc));
+  if (crc != m->crc[i])
+    return dlrec_error(DLREC_ERR_CORRUPT, "%s: checksum mismatch (CRC32C %08x, the manifest says %08x): modified or damaged",
+                       path, crc, m->crc[i]);
+  return DLREC_OK;
+}
+
+/* Reads the checkpoint's config.json after checking its checksum. */
+static dlrec_status read_config(const char *dir, const manifest *m, dlrec_train_config *c) {
+  char path[4096];
+  TRY(check_file(dir, m, F_CONFIG));
+  TRY(join(path, sizeof path, dir, FILE_NAMES[F_CONFIG]));
+  return dlrec_train_config_read(path, c);
+}
+
+/* Loads the checkpoint's etl/ after checking both files' checksums. */
+static dlrec_status load_etl(const char *dir, const manifest *m, dlrec_etl **etl) {
+  char path[4096];
+  TRY(check_file(dir, m, F_ETL_JSON));
+  TRY(check_file(dir, m, F_ETL_VOCAB));
+  TRY(join(path, sizeof path, dir, "etl"));
+  return dlrec_etl_load(etl, path);
 }
 
 void dlrec_model_free(dlrec_model *m) {
@@ -256,25 +429,22 @@ dlrec_status dlrec_model_load(const char *path, dlrec_model **out) {
   *out = NULL;
   dlrec_model *m = calloc(1, sizeof *m);
   if (!m) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
-  char p[4096];
-  int has_optim;
+  manifest man;
+  memset(&man, 0, sizeof man);
   dlrec_status s = dlrec_checkpoint_resolve(path, m->dir, sizeof m->dir);
-  if (s == DLREC_OK) s = read_manifest(m->dir, &m->progress, &has_optim);
-  if (s == DLREC_OK) s = join(p, sizeof p, m->dir, "config.json");
-  if (s == DLREC_OK) s = dlrec_train_config_read(p, &m->config);
-  if (s == DLREC_OK) s = join(p, sizeof p, m->dir, "etl");
-  if (s == DLREC_OK) s = dlrec_etl_load(&m->etl, p);
+  if (s == DLREC_OK) s = read_manifest(m->dir, &man);
+  m->progress = man.p;
+  if (s == DLREC_OK) s = read_config(m->dir, &man, &m->config);
+  if (s == DLREC_OK) s = load_etl(m->dir, &man, &m->etl);
   if (s == DLREC_OK) s = dlrec_dlrm_create(&m->dlrm, &m->config.shape, dlrec_etl_schema(m->etl));
   size_t n_params = 0;
   float *params = s == DLREC_OK ? dlrec_dlrm_dense_params(m->dlrm, &n_params) : NULL;
   tensor_desc dense = {"dense", TENSOR_F32, n_params, params};
-  if (s == DLREC_OK) s = join(p, sizeof p, m->dir, "dense.bin");
-  if (s == DLREC_OK) s = tensor_file_read(p, &dense, 1);
+  if (s == DLREC_OK) s = read_tensors(m->dir, &man, F_DENSE, &dense, 1);
   if (s == DLREC_OK) {
     dlrec_table *t = dlrec_dlrm_table(m->dlrm);
     tensor_desc table = {"table", TENSOR_F32, dlrec_table_rows(t) * dlrec_table_stride(t), dlrec_table_data(t)};
-    s = join(p, sizeof p, m->dir, "table.bin");
-    if (s == DLREC_OK) s = tensor_file_read(p, &table, 1);
+    s = read_tensors(m->dir, &man, F_TABLE, &table, 1);
   }
   if (s != DLREC_OK) {
     dlrec_error_context("loading checkpoint %s: ", path);
@@ -303,31 +473,43 @@ static dlrec_status same_training(const dlrec_train_config *a, const dlrec_train
   return DLREC_OK;
 }
 
-dlrec_status dlrec_checkpoint_load_training(const char *path, const dlrec_train_config *cfg, dlrec_dlrm *m,
-                                            dlrec_dlrm_optim *opt, dlrec_train_progress *prog) {
-  char dir[1024], p[4096];
-  int has_optim;
+/* The --etl state must encode rows as the checkpoint's own does: the table
+ * was trained on that encoding, and later checkpoints copy --etl's files. */
+static dlrec_status same_etl(const char *dir, const manifest *m, const char *etl_dir) {
+  dlrec_etl *mine = NULL, *given = NULL;
+  dlrec_status s = load_etl(dir, m, &mine);
+  if (s == DLREC_OK) s = dlrec_etl_load(&given, etl_dir);
+  if (s == DLREC_OK && etl_same_encoding(mine, given) != DLREC_OK)
+    s = dlrec_error_context("cannot resume from %s: --etl %s encodes rows differently from the ETL state the "
+                            "checkpoint was trained with (%s/etl): ", dir, etl_dir, dir);
+  dlrec_etl_free(mine);
+  dlrec_etl_free(given);
+  return s;
+}
+
+dlrec_status dlrec_checkpoint_load_training(const char *path, const dlrec_train_config *cfg, const char *etl_dir,
+                                            dlrec_dlrm *m, dlrec_dlrm_optim *opt, dlrec_train_progress *prog) {
+  char dir[1024];
+  manifest man;
   dlrec_train_config saved;
   TRY(dlrec_checkpoint_resolve(path, dir, sizeof dir));
-  dlrec_status s = read_manifest(dir, prog, &has_optim);
-  if (s == DLREC_OK && !has_optim)
+  dlrec_status s = read_manifest(dir, &man);
+  if (s == DLREC_OK && !man.has[F_OPTIM])
     s = dlrec_error(DLREC_ERR_INVALID, "%s: a model-only checkpoint (no optimizer state) cannot be resumed", dir);
-  if (s == DLREC_OK) s = join(p, sizeof p, dir, "config.json");
-  if (s == DLREC_OK) s = dlrec_train_config_read(p, &saved);
+  if (s == DLREC_OK) s = read_config(dir, &man, &saved);
   if (s == DLREC_OK) s = same_training(cfg, &saved, dir);
+  if (s == DLREC_OK) s = same_etl(dir, &man, etl_dir);
   size_t n_params = 0;
   float *params = dlrec_dlrm_dense_params(m, &n_params);
   tensor_desc dense = {"dense", TENSOR_F32, n_params, params};
-  if (s == DLREC_OK) s = join(p, sizeof p, dir, "dense.bin");
-  if (s == DLREC_OK) s = tensor_file_read(p, &dense, 1);
+  if (s == DLREC_OK) s = read_tensors(dir, &man, F_DENSE, &dense, 1);
   dlrec_table *t = dlrec_dlrm_table(m);
   tensor_desc table = {"table", TENSOR_F32, dlrec_table_rows(t) * dlrec_table_stride(t), dlrec_table_data(t)};
-  if (s == DLREC_OK) s = join(p, sizeof p, dir, "table.bin");
-  if (s == DLREC_OK) s = tensor_file_read(p, &table, 1);
+  if (s == DLREC_OK) s = read_tensors(dir, &man, F_TABLE, &table, 1);
   tensor_desc arrays[8];
   int n = optim_arrays(opt, n_params, arrays);
-  if (s == DLREC_OK) s = join(p, sizeof p, dir, "optim.bin");
-  if (s == DLREC_OK) s = tensor_file_read(p, arrays, n);
+  if (s == DLREC_OK) s = read_tensors(dir, &man, F_OPTIM, arrays, n);
   if (s != DLREC_OK) return dlrec_error_context("resuming from %s: ", dir);
+  *prog = man.p;
   return DLREC_OK;
 }

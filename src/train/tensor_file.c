@@ -7,7 +7,10 @@
  *   28  u32 CRC32C of bytes 0..28
  *   32  n entries of 64 bytes: name[40] (NUL-padded), u32 dtype, u32 CRC32C
  *       of the data, u64 count, u64 offset
- *   data of each array at its offset (64-byte aligned)
+ *   data of each array at its offset (64-byte aligned), in table order,
+ *   zeros between arrays and after the last up to the file size
+ * The arrays' checksums do not cover the zeros; the CRC32C of the whole file,
+ * which write and read report, does (a checkpoint's manifest records it).
  */
 #include "train/tensor_file.h"
 
@@ -37,7 +40,20 @@ _Static_assert(sizeof(entry) == ENTRY_BYTES, "entry layout");
 
 static uint64_t align64(uint64_t x) { return (x + 63) & ~(uint64_t)63; }
 
-dlrec_status tensor_file_write(const char *path, const tensor_desc *arrays, int n) {
+/* The CRC32C of the whole file goes through its bytes in file order: the
+ * writer lays the arrays out in table order, each 64-byte aligned, so the
+ * gaps before each array are zeros shorter than 64 bytes. */
+static uint32_t crc_zeros(uint32_t crc, uint64_t n) {
+  static const unsigned char zeros[64];
+  while (n) {
+    size_t k = n > sizeof zeros ? sizeof zeros : (size_t)n;
+    crc = dlrec_crc32c(crc, zeros, k);
+    n -= k;
+  }
+  return crc;
+}
+
+dlrec_status tensor_file_write(const char *path, const tensor_desc *arrays, int n, uint32_t *file_crc) {
   if (n < 0 || n > MAX_ARRAYS) return dlrec_error(DLREC_ERR_INTERNAL, "%s: %d arrays", path, n);
   entry table[MAX_ARRAYS];
   memset(table, 0, sizeof table);
@@ -60,6 +76,9 @@ dlrec_status tensor_file_write(const char *path, const tensor_desc *arrays, int 
   memcpy(header + 24, &table_crc, 4);
   uint32_t header_crc = dlrec_crc32c(0, header, 28);
   memcpy(header + 28, &header_crc, 4);
+  uint32_t fcrc = dlrec_crc32c(0, header, HEADER_BYTES);
+  fcrc = dlrec_crc32c(fcrc, table, (size_t)n * ENTRY_BYTES);
+  uint64_t at_crc = HEADER_BYTES + (uint64_t)n * ENTRY_BYTES; /* where fcrc has got to */
 
   int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return dlrec_error(DLREC_ERR_IO, "%s: %s", path, strerror(errno));
@@ -68,14 +87,19 @@ dlrec_status tensor_file_write(const char *path, const tensor_desc *arrays, int 
   for (int i = 0; s == DLREC_OK && i < n; i++) {
     const char *p = arrays[i].data;
     uint64_t left = arrays[i].count * 4, at = table[i].offset;
+    fcrc = crc_zeros(fcrc, at - at_crc);
     while (s == DLREC_OK && left) {
       size_t k = left > CHUNK ? CHUNK : (size_t)left;
       s = dlrec_pwrite_all(fd, p, k, at, path);
+      fcrc = dlrec_crc32c(fcrc, p, k);
       p += k;
       at += k;
       left -= k;
     }
+    at_crc = at;
   }
+  fcrc = crc_zeros(fcrc, off - at_crc); /* the padding after the last array */
+  *file_crc = fcrc;
   if (s == DLREC_OK && ftruncate(fd, (off_t)off) != 0)
     s = dlrec_error(DLREC_ERR_IO, "%s: cannot set size: %s", path, strerror(errno));
   if (s == DLREC_OK && fsync(fd) != 0) s = dlrec_error(DLREC_ERR_IO, "%s: fsync failed: %s", path, strerror(errno));
@@ -99,10 +123,10 @@ static dlrec_status read_at(int fd, void *buf, size_t n, uint64_t off, const cha
 
 static const char *dtype_name(uint32_t t) { return t == TENSOR_F32 ? "f32" : t == TENSOR_U32 ? "u32" : "?"; }
 
-static dlrec_status check_layout(const char *path, int fd, entry *table, uint32_t *n_out) {
+static dlrec_status check_layout(const char *path, int fd, unsigned char *header, entry *table, uint32_t *n_out,
+                                 uint64_t *size_out) {
   struct stat st;
   if (fstat(fd, &st) != 0) return dlrec_error(DLREC_ERR_IO, "%s: %s", path, strerror(errno));
-  unsigned char header[HEADER_BYTES];
   if ((uint64_t)st.st_size < HEADER_BYTES)
     return dlrec_error(DLREC_ERR_CORRUPT, "%s: truncated: %lld bytes, shorter than the header", path, (long long)st.st_size);
   dlrec_status s = read_at(fd, header, HEADER_BYTES, 0, path);
@@ -127,54 +151,88 @@ static dlrec_status check_layout(const char *path, int fd, entry *table, uint32_
   if (s != DLREC_OK) return s;
   if (dlrec_crc32c(0, table, (size_t)n * ENTRY_BYTES) != table_crc)
     return dlrec_error(DLREC_ERR_CORRUPT, "%s: array table checksum mismatch at offset %d", path, HEADER_BYTES);
+  /* The arrays lie in table order without overlapping, as the writer puts
+   * them, so that one pass in file order reads every byte once. */
+  uint64_t end = HEADER_BYTES + (uint64_t)n * ENTRY_BYTES;
   for (uint32_t i = 0; i < n; i++) {
     entry *e = &table[i];
     if (!memchr(e->name, '\0', TENSOR_NAME_MAX) || (e->dtype != TENSOR_F32 && e->dtype != TENSOR_U32) ||
-        e->count > size / 4 || e->offset > size || e->offset + e->count * 4 > size)
-      return dlrec_error(DLREC_ERR_CORRUPT, "%s: array %u: bad entry (outside the file or unknown type)", path, i);
+        e->count > size / 4 || e->offset > size || e->offset + e->count * 4 > size || e->offset < end)
+      return dlrec_error(DLREC_ERR_CORRUPT, "%s: array %u: bad entry (outside the file, overlapping or unknown type)",
+                         path, i);
+    end = e->offset + e->count * 4;
   }
   *n_out = n;
+  *size_out = size;
   return DLREC_OK;
 }
 
-dlrec_status tensor_file_read(const char *path, const tensor_desc *arrays, int n) {
+/* Extends *crc with the file's bytes [from, to) (gaps between arrays). */
+static dlrec_status crc_range(int fd, uint64_t from, uint64_t to, uint32_t *crc, const char *path) {
+  unsigned char buf[4096];
+  while (from < to) {
+    size_t k = to - from > sizeof buf ? sizeof buf : (size_t)(to - from);
+    dlrec_status s = read_at(fd, buf, k, from, path);
+    if (s != DLREC_OK) return s;
+    *crc = dlrec_crc32c(*crc, buf, k);
+    from += k;
+  }
+  return DLREC_OK;
+}
+
+dlrec_status tensor_file_read(const char *path, const tensor_desc *arrays, int n, uint32_t *file_crc) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return dlrec_error(DLREC_ERR_IO, "%s: %s", path, strerror(errno));
+  unsigned char header[HEADER_BYTES];
   entry table[MAX_ARRAYS];
   uint32_t have = 0;
-  dlrec_status s = check_layout(path, fd, table, &have);
+  uint64_t size = 0;
+  dlrec_status s = check_layout(path, fd, header, table, &have, &size);
   if (s == DLREC_OK && have != (uint32_t)n)
     s = dlrec_error(DLREC_ERR_INVALID, "%s: holds %u arrays, expected %d (a checkpoint of another configuration?)", path,
                     have, n);
-  for (int i = 0; s == DLREC_OK && i < n; i++) {
-    const entry *e = NULL;
-    for (uint32_t k = 0; k < have && !e; k++)
-      if (!strcmp(table[k].name, arrays[i].name)) e = &table[k];
-    if (!e) {
-      s = dlrec_error(DLREC_ERR_INVALID, "%s: no array '%s' (a checkpoint of another configuration?)", path, arrays[i].name);
+  uint32_t fcrc = dlrec_crc32c(0, header, HEADER_BYTES);
+  fcrc = dlrec_crc32c(fcrc, table, (size_t)have * ENTRY_BYTES);
+  uint64_t at_crc = HEADER_BYTES + (uint64_t)have * ENTRY_BYTES;
+  int done[MAX_ARRAYS] = {0};
+  for (uint32_t k = 0; s == DLREC_OK && k < have; k++) {
+    const entry *e = &table[k];
+    int i = 0;
+    while (i < n && (done[i] || strcmp(e->name, arrays[i].name))) i++;
+    if (i == n) {
+      s = dlrec_error(DLREC_ERR_INVALID, "%s: unexpected array '%s' (a checkpoint of another configuration?)", path,
+                      e->name);
       break;
     }
+    done[i] = 1;
     if (e->dtype != arrays[i].dtype || e->count != arrays[i].count) {
       s = dlrec_error(DLREC_ERR_INVALID, "%s: array '%s' holds %llu %s values, the model needs %llu %s", path, e->name,
                       (unsigned long long)e->count, dtype_name(e->dtype), (unsigned long long)arrays[i].count,
                       dtype_name(arrays[i].dtype));
       break;
     }
+    s = crc_range(fd, at_crc, e->offset, &fcrc, path);
     char *p = arrays[i].data;
     uint64_t left = e->count * 4, at = e->offset;
     uint32_t crc = 0;
     while (s == DLREC_OK && left) {
       size_t k = left > CHUNK ? CHUNK : (size_t)left;
       s = read_at(fd, p, k, at, path);
-      if (s == DLREC_OK) crc = dlrec_crc32c(crc, p, k);
+      if (s == DLREC_OK) {
+        crc = dlrec_crc32c(crc, p, k);
+        fcrc = dlrec_crc32c(fcrc, p, k);
+      }
       p += k;
       at += k;
       left -= k;
     }
+    at_crc = at;
     if (s == DLREC_OK && crc != e->crc)
       s = dlrec_error(DLREC_ERR_CORRUPT, "%s: array '%s' at offset %llu: checksum mismatch (stored 0x%08x, computed 0x%08x)",
                       path, e->name, (unsigned long long)e->offset, e->crc, crc);
   }
+  if (s == DLREC_OK) s = crc_range(fd, at_crc, size, &fcrc, path); /* the padding after the last array */
   close(fd);
+  *file_crc = fcrc;
   return s;
 }

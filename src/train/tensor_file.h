@@ -19,13 +19,17 @@ typedef struct tensor_desc {
   void *data;         /* read: the destination; write: the source */
 } tensor_desc;
 
-/* Writes the arrays to path (created or replaced) and fsyncs it. */
-dlrec_status tensor_file_write(const char *path, const tensor_desc *arrays, int n);
+/* Writes the arrays to path (created or replaced) and fsyncs it. Sets
+ * *file_crc to the CRC32C of the whole file, padding included, so that a
+ * checkpoint's manifest can cover every byte. */
+dlrec_status tensor_file_write(const char *path, const tensor_desc *arrays, int n, uint32_t *file_crc);
 
-/* Reads exactly the named arrays (any order in the file) into their data,
+/* Reads exactly the named arrays (any order in the table) into their data,
  * checking the header, that the file holds these arrays with these counts and
  * types and nothing else, and every checksum. Errors name the file and the
- * array ("table.bin: array 'table': checksum mismatch"). */
-dlrec_status tensor_file_read(const char *path, const tensor_desc *arrays, int n);
+ * array ("table.bin: array 'table': checksum mismatch"). Sets *file_crc to
+ * the CRC32C of the whole file as read (the caller compares it with the one
+ * it recorded: the arrays' own checksums do not cover the padding). */
+dlrec_status tensor_file_read(const char *path, const tensor_desc *arrays, int n, uint32_t *file_crc);
 
 #endif

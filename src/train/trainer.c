@@ -110,6 +110,7 @@ typedef struct run {
   dlrec_dlrm_optim opt;
   dlrec_loader *loader;
   dlrec_train_progress prog;
+  int lock_fd; /* RUN/lock, held while the run writes into RUN; -1 if not */
 } run;
 
 static void run_free(run *r) {
@@ -119,6 +120,7 @@ static void run_free(run *r) {
   dlrec_sparse_optim_free(r->opt.sparse);
   free(r->opt.dense_state);
   dlrec_dlrm_free(r->model);
+  dlrec_unlock_dir(r->lock_fd);
 }
 
 static dlrec_status log_json(run *r, cJSON *j) {
@@ -214,10 +216,14 @@ static dlrec_status setup(run *r) {
   if ((s = dlrec_sparse_optim_create(&r->opt.sparse, dlrec_dlrm_table(r->model), &r->cfg.sparse)) != DLREC_OK) return s;
 
   if ((s = dlrec_mkdirs(a->run_dir)) != DLREC_OK) return s;
+  /* One writer per run directory: two runs would overwrite each other's
+   * checkpoints, `latest` and metrics.jsonl. The lock comes before anything
+   * in RUN is touched, and the process's death releases it. */
+  if ((s = dlrec_lock_dir(a->run_dir, "another training run", &r->lock_fd)) != DLREC_OK) return s;
   if ((s = dlrec_path_join(r->metrics_path, sizeof r->metrics_path, a->run_dir, "metrics.jsonl")) != DLREC_OK) return s;
   r->prog.valid_auc = NAN;
   if (a->resume) {
-    s = dlrec_checkpoint_load_training(a->run_dir, &r->cfg, r->model, &r->opt, &r->prog);
+    s = dlrec_checkpoint_load_training(a->run_dir, &r->cfg, a->etl_dir, r->model, &r->opt, &r->prog);
     if (s == DLREC_OK) s = dlrec_loader_seek(r->loader, r->prog.position);
     if (s == DLREC_OK) s = truncate_metrics(r->metrics_path, r->prog.step);
     if (s != DLREC_OK) return s;
@@ -247,7 +253,7 @@ static cJSON *step_json(const run *r, double loss, double lr_scale, double rate)
 dlrec_status dlrec_train(const dlrec_train_args *a, dlrec_train_result *res) {
   memset(res, 0, sizeof *res);
   res->last_loss = NAN;
-  run r = {.a = a};
+  run r = {.a = a, .lock_fd = -1};
   dlrec_status s = setup(&r);
   if (s != DLREC_OK) {
     run_free(&r);
@@ -265,8 +271,8 @@ dlrec_status dlrec_train(const dlrec_train_args *a, dlrec_train_result *res) {
   if (c->max_steps && c->max_steps * c->batch_size < total) total = c->max_steps * c->batch_size;
   dlrec_progress *bar = dlrec_progress_start("train", total, "samples");
   dlrec_progress_add(bar, r.prog.samples < total ? r.prog.samples : total);
-  double t0 = dlrec_now(), t_log = t0, loss_sum = 0;
-  uint64_t loss_rows = 0, rows_log = 0, start_samples = r.prog.samples, start_step = r.prog.step;
+  double t0 = dlrec_now(), t_log = t0;
+  uint64_t rows_log = 0, start_samples = r.prog.samples, start_step = r.prog.step;
   double eval_seconds = 0;
   int state_ok = 1; /* the parameters are those after r.prog.step whole steps */
   while (!g_stop && (!c->max_steps || r.prog.step < c->max_steps)) {
@@ -292,17 +298,17 @@ dlrec_status dlrec_train(const dlrec_train_args *a, dlrec_train_result *res) {
     r.prog.step++;
     r.prog.samples += b->rows;
     r.prog.position = b->end;
-    loss_sum += loss * b->rows;
-    loss_rows += b->rows;
+    r.prog.loss_sum += loss * b->rows;
+    r.prog.loss_rows += b->rows;
     rows_log += b->rows;
     dlrec_progress_add(bar, b->rows);
     if (r.prog.step % c->log_interval_steps == 0) {
       double now = dlrec_now();
-      res->last_loss = loss_sum / (double)loss_rows;
+      res->last_loss = r.prog.loss_sum / (double)r.prog.loss_rows;
       dlrec_progress_note(bar, "loss %.4f", res->last_loss);
       s = log_json(&r, step_json(&r, res->last_loss, scale, rows_log / (now - t_log)));
-      loss_sum = 0;
-      loss_rows = rows_log = 0;
+      r.prog.loss_sum = 0;
+      r.prog.loss_rows = rows_log = 0;
       t_log = now;
       if (s != DLREC_OK) break;
     }
@@ -327,7 +333,7 @@ dlrec_status dlrec_train(const dlrec_train_args *a, dlrec_train_result *res) {
   }
   double loop_seconds = dlrec_now() - t0 - eval_seconds;
   dlrec_progress_finish(bar);
-  if (s == DLREC_OK && loss_rows) res->last_loss = loss_sum / (double)loss_rows;
+  if (s == DLREC_OK && r.prog.loss_rows) res->last_loss = r.prog.loss_sum / (double)r.prog.loss_rows;
   res->interrupted = g_stop && s == DLREC_OK;
   if (s == DLREC_OK && a->valid && !res->interrupted) {
     s = evaluate_now(&r, &res->valid);
