@@ -57,6 +57,7 @@
 #include "dlrec/etl.h"
 #include "dlrec/fsutil.h"
 #include "dlrec/json.h"
+#include "dlrec/log.h"
 #include "serve/serve_internal.h"
 #include "test.h"
 
@@ -1987,6 +1988,8 @@ SERVE_TEST(serve_06c_concurrent_loads_fold) {
    * copies of the model side by side; they must share one load. */
   enum { N = 16 };
   serve_registry reg;
+  dlrec_log_level level = dlrec_log_get_level();
+  dlrec_log_set_level(DLREC_LOG_WARN); /* no "serving ..." line per load */
   CHECK_OK(serve_registry_open(&reg, fx.run));
   reg.load_hook = fold_hold;
   fold_expected_waiters = N - 1;
@@ -2009,6 +2012,7 @@ SERVE_TEST(serve_06c_concurrent_loads_fold) {
   dlrec_status later = serve_registry_load(&reg);
   uint64_t loads_later = reg.loads_ok;
   serve_registry_close(&reg);
+  dlrec_log_set_level(level);
   CHECK_EQ(started, N);
   CHECK(all_ok);
   CHECK_EQ(calls, 1);

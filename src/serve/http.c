@@ -473,7 +473,10 @@ static void *on_request_line(void *cls, const char *uri, struct MHD_Connection *
  * the query is cut off and %HH decoded in place after the log callback.) */
 static int request_line_has_nul(const request *rq, const char *url, const char *version) {
   if (!rq->uri || url != rq->uri || !version || !version[0]) return 0;
-  return version != rq->uri + rq->uri_len + 1;
+  /* Only a version further on in the same line counts: were libmicrohttpd
+   * to keep it elsewhere, every request would look cut. */
+  const char *end = rq->uri + rq->uri_len + 1;
+  return version > end && version - end < 65536;
 }
 
 /* A path that routing must not see: a control byte after decoding (a
