@@ -1,7 +1,11 @@
 /* `dlrec serve`: a trained model behind the KServe v2 / Triton HTTP protocol.
  *
- * libmicrohttpd accepts connections, one thread each (a slow client holds
- * only its own thread, and is cut off after timeout_s). A request's thread
+ * libmicrohttpd accepts connections, one thread each. A request's headers
+ * and body must arrive within request_timeout_s of its start (a client that
+ * trickles bytes is answered 408 and cut off), an idle keep-alive connection
+ * is closed after timeout_s, and when max_connections are open a new
+ * connection makes room by closing the oldest one that is still sending its
+ * request or idle (503), so that slow clients cannot take every slot. A request's thread
  * parses the body (kserve.h), encodes its rows with the model it started on
  * (serve_batch.h) and queues them; `threads` workers merge queued requests
  * of the same model into batches of up to max_batch rows, waiting up to
@@ -14,7 +18,16 @@
  * is polled and a new checkpoint is loaded in the background and swapped in
  * atomically; requests keep a reference to the model they started on and
  * finish on it. A checkpoint that fails to load is refused and logged; the
- * old model keeps serving. The repository endpoints do the same on demand.
+ * old model keeps serving. The repository endpoints do the same on demand
+ * when model_control allows them (off by default: 403), optionally only for
+ * clients that send the token (Authorization: Bearer); at most one load runs
+ * at a time, and concurrent load requests for the same checkpoint share it.
+ *
+ * SIGINT or SIGTERM drains: the listening socket closes (new connections are
+ * refused), idle connections and ones still sending headers are closed,
+ * requests whose headers have arrived get up to drain_timeout_s to finish
+ * (their responses say Connection: close), then the server stops. A second
+ * signal stops it at once.
  */
 #ifndef DLREC_SERVE_H
 #define DLREC_SERVE_H
@@ -35,15 +48,20 @@ typedef struct dlrec_serve_opts {
   uint64_t max_body_bytes;    /* 64 MiB */
   uint32_t max_connections;   /* 256 */
   uint32_t timeout_s;         /* 30: idle connections are closed after this */
+  uint32_t request_timeout_s; /* 30: a request's headers and body must arrive within this; 0: no limit */
+  uint32_t drain_timeout_s;   /* 10: on SIGINT/SIGTERM, in-flight requests get this long to finish */
+  int model_control;          /* 0: repository load/unload answer 403; 1: allowed ("explicit") */
+  const char *model_control_token_file; /* NULL, or a file holding the token load/unload must carry */
   int watch;                  /* poll RUN/latest for new checkpoints */
   uint32_t watch_interval_ms; /* 1000 */
 } dlrec_serve_opts;
 
 void dlrec_serve_opts_default(dlrec_serve_opts *o);
 
-/* Loads the model, starts listening and serves until SIGINT or SIGTERM.
- * Returns DLREC_OK after a clean stop; an error when the model cannot be
- * loaded or the address cannot be bound. */
+/* Loads the model, starts listening and serves until SIGINT or SIGTERM
+ * (draining as above). Returns DLREC_OK after a clean stop; an error when the
+ * model cannot be loaded, the token file cannot be read or the address cannot
+ * be bound. */
 dlrec_status dlrec_serve_run(const dlrec_serve_opts *o);
 
 #endif

@@ -12,9 +12,12 @@ static void usage(FILE *out) {
           "usage: dlrec serve --model RUN [--host 127.0.0.1] [--port 8000] [--threads N]\n"
           "                   [--max-batch 1024] [--max-delay-us 500] [--max-queue-rows R]\n"
           "                   [--max-body-bytes 67108864] [--max-connections 256] [--timeout-s 30]\n"
+          "                   [--request-timeout-s 30] [--drain-timeout-s 10]\n"
+          "                   [--model-control none|explicit] [--model-control-token-file FILE]\n"
           "                   [--watch] [--watch-interval-ms 1000] [--port-file FILE]\n\n"
           "Serves RUN's latest checkpoint over HTTP with the KServe v2 / Triton protocol\n"
-          "(JSON and binary tensors) until SIGINT or SIGTERM. See docs/serving.md.\n\n"
+          "(JSON and binary tensors) until SIGINT or SIGTERM, which drain: new connections\n"
+          "are refused and requests in flight finish first. See docs/serving.md.\n\n"
           "  --model RUN           a training run directory (its latest checkpoint) or a checkpoint\n"
           "  --host ADDR           IPv4 address to bind (default 127.0.0.1: this machine only)\n"
           "  --port N              TCP port (default 8000; 0: any free port, see --port-file)\n"
@@ -24,8 +27,19 @@ static void usage(FILE *out) {
           "  --max-delay-us N      how long a batch waits for requests being received (default 500)\n"
           "  --max-queue-rows N    rows queued before requests get 503 (default 16 x max-batch)\n"
           "  --max-body-bytes N    larger request bodies get 413 (default 64 MiB)\n"
-          "  --max-connections N   concurrent connections (default 256)\n"
+          "  --max-connections N   concurrent connections (default 256); past it a new connection\n"
+          "                        closes the oldest one still sending its request, or idle\n"
           "  --timeout-s N         idle connections are closed after N seconds (default 30)\n"
+          "  --request-timeout-s N a request's headers and body must arrive within N seconds of\n"
+          "                        its start, else 408 and the connection is closed (default 30;\n"
+          "                        0: no limit)\n"
+          "  --drain-timeout-s N   on SIGINT/SIGTERM, requests in flight get N seconds to finish\n"
+          "                        (default 10; a second signal stops at once)\n"
+          "  --model-control MODE  none (default): the repository load/unload endpoints answer\n"
+          "                        403; explicit: they load and unload the model\n"
+          "  --model-control-token-file FILE\n"
+          "                        load/unload also need \"Authorization: Bearer TOKEN\" with the\n"
+          "                        token in FILE (one line, at least 16 printable characters)\n"
           "  --watch               load new checkpoints of RUN as they appear (hot reload)\n"
           "  --watch-interval-ms N how often RUN/latest is checked (default 1000)\n");
 }
@@ -45,7 +59,7 @@ int cmd_serve(int argc, char **argv) {
   dlrec_serve_opts o;
   dlrec_serve_opts_default(&o);
   enum { O_HOST = 256, O_PORT, O_PORT_FILE, O_THREADS, O_MAX_BATCH, O_DELAY, O_QUEUE, O_BODY, O_CONN, O_TIMEOUT,
-         O_WATCH, O_WATCH_MS };
+         O_WATCH, O_WATCH_MS, O_REQ_TIMEOUT, O_DRAIN, O_CONTROL, O_TOKEN };
   static const struct option opts[] = {
       {"model", required_argument, 0, 'm'},         {"host", required_argument, 0, O_HOST},
       {"port", required_argument, 0, O_PORT},       {"port-file", required_argument, 0, O_PORT_FILE},
@@ -54,6 +68,8 @@ int cmd_serve(int argc, char **argv) {
       {"max-body-bytes", required_argument, 0, O_BODY}, {"max-connections", required_argument, 0, O_CONN},
       {"timeout-s", required_argument, 0, O_TIMEOUT}, {"watch", no_argument, 0, O_WATCH},
       {"watch-interval-ms", required_argument, 0, O_WATCH_MS}, {"help", no_argument, 0, 'h'},
+      {"request-timeout-s", required_argument, 0, O_REQ_TIMEOUT}, {"drain-timeout-s", required_argument, 0, O_DRAIN},
+      {"model-control", required_argument, 0, O_CONTROL}, {"model-control-token-file", required_argument, 0, O_TOKEN},
       {"quiet", no_argument, 0, 'q'},               {"verbose", no_argument, 0, 'v'},
       {0, 0, 0, 0}};
   int c;
@@ -73,6 +89,14 @@ int cmd_serve(int argc, char **argv) {
     case O_CONN: if (!parse_u64("--max-connections", optarg, 65536, &v) || !v) return 2; o.max_connections = (uint32_t)v; break;
     case O_TIMEOUT: if (!parse_u64("--timeout-s", optarg, 86400, &v)) return 2; o.timeout_s = (uint32_t)v; break;
     case O_WATCH: o.watch = 1; break;
+    case O_REQ_TIMEOUT: if (!parse_u64("--request-timeout-s", optarg, 86400, &v)) return 2; o.request_timeout_s = (uint32_t)v; break;
+    case O_DRAIN: if (!parse_u64("--drain-timeout-s", optarg, 3600, &v)) return 2; o.drain_timeout_s = (uint32_t)v; break;
+    case O_CONTROL:
+      if (!strcmp(optarg, "none")) o.model_control = 0;
+      else if (!strcmp(optarg, "explicit")) o.model_control = 1;
+      else return cli_usage_error("serve", "--model-control: expected none or explicit, got '%s'", optarg);
+      break;
+    case O_TOKEN: o.model_control_token_file = optarg; break;
     case O_WATCH_MS: if (!parse_u64("--watch-interval-ms", optarg, 3600000, &v) || !v) return 2; o.watch_interval_ms = (uint32_t)v; break;
     case 'h': usage(stdout); return 0;
     case 'q': cli_common_option("-q"); break;

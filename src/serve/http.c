@@ -10,23 +10,31 @@
  *   POST /v2/models/M[/versions/V]/infer         inference (JSON or binary tensors)
  *   POST /v2/repository/index                    [{"name","version","state"}]
  *   POST /v2/repository/models/M/load|unload     reload RUN's latest checkpoint / unload
+ *                                                (with --model-control explicit only)
  *   GET  /metrics                                Prometheus text
- * Errors are {"error": "..."}: 400 bad request, 404 unknown model, version or
- * path, 405 wrong method, 413 body over the limit, 503 overloaded or no model.
+ * Errors are {"error": "..."}: 400 bad request (also a control byte in the
+ * path, or ambiguous framing headers), 401 a missing or wrong model control
+ * token, 403 model control off, 404 unknown model, version or path, 405 wrong
+ * method, 408 a request not received within --request-timeout-s, 413 body
+ * over the limit, 501 an unknown Transfer-Encoding, 503 overloaded, no model,
+ * or shutting down.
  */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <microhttpd.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <arpa/inet.h>
 #include <unistd.h>
 
+#include "dlrec/fsutil.h"
 #include "dlrec/log.h"
 #include "dlrec/progress.h"
 #include "serve/serve_internal.h"
@@ -41,11 +49,17 @@ typedef struct server {
   serve_batcher batcher;
   serve_metrics metrics;
   dlrec_kserve_limits limits;
+  serve_conns conns;
+  char *token; /* the model control token, or NULL */
+  size_t token_len;
 } server;
 
-/* Per connection request state (MHD's con_cls). */
+/* Per request state (MHD's con_cls), made when the request line comes. */
 typedef struct request {
   double t0;
+  const char *uri; /* the raw request target, as the request line had it */
+  size_t uri_len;
+  int headers_done; /* the handler has seen the headers */
   char *body;
   size_t len, cap;
   int too_large; /* the body is over max_body_bytes: 413 */
@@ -60,8 +74,20 @@ void dlrec_serve_opts_default(dlrec_serve_opts *o) {
   o->max_body_bytes = 64ull << 20;
   o->max_connections = 256;
   o->timeout_s = 30;
+  o->request_timeout_s = 30;
+  o->drain_timeout_s = 10;
   o->watch_interval_ms = 1000;
 }
+
+/* The guard's record of connection c (its socket context), or NULL. */
+static serve_conn *conn_of(struct MHD_Connection *c) {
+  const union MHD_ConnectionInfo *i = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+  return i ? i->socket_context : NULL;
+}
+
+/* Set when a drain begins: from then on every response closes its
+ * connection. One server runs per process (it owns SIGINT and SIGTERM). */
+static atomic_int g_draining;
 
 /* ---- responses ---- */
 
@@ -70,6 +96,8 @@ static enum MHD_Result send_body(struct MHD_Connection *c, int status, const cha
   struct MHD_Response *r = MHD_create_response_from_buffer(len, (void *)data, MHD_RESPMEM_MUST_COPY);
   if (!r) return MHD_NO;
   if (type) MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+  /* While draining, each answered request ends its connection. */
+  if (atomic_load(&g_draining)) MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
   if (header_len >= 0) {
     char v[32];
     snprintf(v, sizeof v, "%lld", header_len);
@@ -327,6 +355,50 @@ static enum MHD_Result send_ok(server *sv, struct MHD_Connection *c, serve_endpo
   return ret;
 }
 
+/* 1 when the request carries the model control token as
+ * "Authorization: Bearer TOKEN" (or none is required). */
+static int authorized(server *sv, struct MHD_Connection *c) {
+  if (!sv->token) return 1;
+  const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+  if (!h || strncasecmp(h, "Bearer ", 7) != 0) return 0;
+  h += 7;
+  while (*h == ' ') h++;
+  size_t n = strlen(h);
+  while (n && (h[n - 1] == ' ' || h[n - 1] == '\t')) n--;
+  return serve_token_equal(h, n, sv->token, sv->token_len);
+}
+
+/* POST /v2/repository/models/M/load|unload: only with model control on
+ * (403), and with the token when one is set (401). */
+static enum MHD_Result handle_repo_control(server *sv, struct MHD_Connection *c, const target *t, request *rq) {
+  if (!sv->o.model_control)
+    return send_error(sv, c, EP_REPOSITORY, rq, 403,
+                      "model control is off: start the server with --model-control explicit to allow %s",
+                      t->r == R_REPO_LOAD ? "load" : "unload");
+  if (!authorized(sv, c)) {
+    char msg[] = "{\"error\":\"model control needs the token: Authorization: Bearer TOKEN "
+                 "(--model-control-token-file)\"}";
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(msg), msg, MHD_RESPMEM_MUST_COPY);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    if (atomic_load(&g_draining)) MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
+    enum MHD_Result ret = MHD_queue_response(c, 401, r);
+    MHD_destroy_response(r);
+    serve_metrics_request(&sv->metrics, EP_REPOSITORY, 401, dlrec_now() - rq->t0);
+    return ret;
+  }
+  if (strcmp(t->model, sv->reg.name) != 0)
+    return send_error(sv, c, EP_REPOSITORY, rq, 404, "unknown model '%s' (this server has '%s')", t->model,
+                      sv->reg.name);
+  if (t->r == R_REPO_UNLOAD) {
+    serve_registry_unload(&sv->reg);
+    return send_ok(sv, c, EP_REPOSITORY, rq, "application/json", "{}");
+  }
+  if (serve_registry_load(&sv->reg) == DLREC_OK) return send_ok(sv, c, EP_REPOSITORY, rq, "application/json", "{}");
+  return send_error(sv, c, EP_REPOSITORY, rq, 400, "failed to load '%s': %s", t->model, dlrec_last_error());
+}
+
 static enum MHD_Result dispatch(server *sv, struct MHD_Connection *c, const target *t, request *rq) {
   serve_endpoint ep = endpoint_of(t->r);
   enum MHD_Result ret = MHD_NO;
@@ -364,18 +436,7 @@ static enum MHD_Result dispatch(server *sv, struct MHD_Connection *c, const targ
   case R_INFER: ret = handle_infer(sv, c, t, rq); break;
   case R_REPO_INDEX: ret = handle_repo_index(sv, c, rq); break;
   case R_REPO_LOAD:
-  case R_REPO_UNLOAD:
-    if (strcmp(t->model, sv->reg.name) != 0) {
-      ret = send_error(sv, c, ep, rq, 404, "unknown model '%s' (this server has '%s')", t->model, sv->reg.name);
-    } else if (t->r == R_REPO_UNLOAD) {
-      serve_registry_unload(&sv->reg);
-      ret = send_ok(sv, c, ep, rq, "application/json", "{}");
-    } else if (serve_registry_load(&sv->reg) == DLREC_OK) {
-      ret = send_ok(sv, c, ep, rq, "application/json", "{}");
-    } else {
-      ret = send_error(sv, c, ep, rq, 400, "failed to load '%s': %s", t->model, dlrec_last_error());
-    }
-    break;
+  case R_REPO_UNLOAD: ret = handle_repo_control(sv, c, t, rq); break;
   case R_METRICS:
     if (serve_metrics_write(&sv->metrics, &b, serve_batcher_queued_rows(&sv->batcher), &sv->reg) == DLREC_OK) {
       ret = send_body(c, 200, "text/plain; version=0.0.4", b.data, b.len, -1);
@@ -390,16 +451,87 @@ static enum MHD_Result dispatch(server *sv, struct MHD_Connection *c, const targ
   return ret;
 }
 
+/* libmicrohttpd's URI log callback: a request line came. Makes the
+ * request's state (its con_cls) and restarts the connection's deadline. The
+ * raw target is kept to find a NUL byte in it later (libmicrohttpd ends the
+ * target's string there, so "/v2\0junk" would read as "/v2"). */
+static void *on_request_line(void *cls, const char *uri, struct MHD_Connection *c) {
+  server *sv = cls;
+  serve_conn_phase_set(&sv->conns, conn_of(c), SERVE_CONN_HEADERS);
+  request *rq = calloc(1, sizeof *rq);
+  if (!rq) return NULL;
+  rq->t0 = dlrec_now();
+  rq->uri = uri;
+  rq->uri_len = strlen(uri);
+  return rq;
+}
+
+/* 1 when the request line held a NUL byte in its target. libmicrohttpd
+ * parses the line in place: the target starts at url and the version right
+ * after the space that ends it, so a target whose string is shorter than
+ * that span had a NUL inside. (url is the same pointer as the raw target:
+ * the query is cut off and %HH decoded in place after the log callback.) */
+static int request_line_has_nul(const request *rq, const char *url, const char *version) {
+  if (!rq->uri || url != rq->uri || !version || !version[0]) return 0;
+  /* Only a version further on in the same line counts: were libmicrohttpd
+   * to keep it elsewhere, every request would look cut. */
+  const char *end = rq->uri + rq->uri_len + 1;
+  return version > end && version - end < 65536;
+}
+
+/* A path that routing must not see: a control byte after decoding (a
+ * decoded NUL shows as 0x7f, see serve_unescape), or a NUL in the raw
+ * request line. 1 with a message, else 0. */
+static int bad_path(const request *rq, const char *url, const char *version, char *msg, size_t cap) {
+  size_t at = serve_path_control_byte(url);
+  if (at) {
+    char shown[64];
+    snprintf(msg, cap, "the path '%s' has a control byte at offset %zu (bytes below 0x20 and 0x7f, also as %%HH)",
+             dlrec_kserve_shown(url, strlen(url), shown, sizeof shown), at - 1);
+    return 1;
+  }
+  if (request_line_has_nul(rq, url, version)) {
+    snprintf(msg, cap, "the request line has a NUL byte in its path");
+    return 1;
+  }
+  return 0;
+}
+
+/* The checks of the framing headers and the declared body size once the
+ * headers are in: an error status (with msg), or 0. */
+static int check_head(server *sv, struct MHD_Connection *c, char *msg, size_t cap) {
+  int st = serve_check_framing(c, msg, cap);
+  if (st) return st;
+  const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+  if (cl && strtoull(cl, NULL, 10) > sv->o.max_body_bytes) return 413;
+  return 0;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                   const char *version, const char *upload, size_t *upload_size, void **con_cls) {
   server *sv = cls;
   request *rq = *con_cls;
-  if (!rq) { /* the headers: decide now whether the body may come */
+  if (!rq) { /* the log callback ran out of memory */
     if (!(rq = calloc(1, sizeof *rq))) return MHD_NO;
     rq->t0 = dlrec_now();
     *con_cls = rq;
-    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-    if (cl && strtoull(cl, NULL, 10) > sv->o.max_body_bytes) rq->too_large = 1;
+  }
+  if (!rq->headers_done) { /* the headers: decide now whether the body may come */
+    rq->headers_done = 1;
+    serve_conn_phase_set(&sv->conns, conn_of(c), SERVE_CONN_BODY);
+    /* An error here is answered before the body is read: libmicrohttpd
+     * then closes the connection, as it cannot tell where the next request
+     * would start. */
+    char msg[512];
+    if (bad_path(rq, url, version, msg, sizeof msg)) return send_error(sv, c, EP_OTHER, rq, 400, "%s", msg);
+    int st = check_head(sv, c, msg, sizeof msg);
+    if (st == 413) {
+      rq->too_large = 1;
+    } else if (st) {
+      target t;
+      parse_target(url, &t);
+      return send_error(sv, c, endpoint_of(t.r), rq, st, "%s", msg);
+    }
     if (!rq->too_large) return MHD_YES;
   }
   if (rq->too_large) {
@@ -440,6 +572,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     *upload_size = 0;
     return MHD_YES;
   }
+  serve_conn_phase_set(&sv->conns, conn_of(c), SERVE_CONN_HANDLING); /* the whole request is in */
   target t;
   parse_target(url, &t);
   serve_endpoint ep = endpoint_of(t.r);
@@ -452,12 +585,77 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
+  (void)toe;
+  server *sv = cls;
   request *rq = *con_cls;
   if (rq) {
     free(rq->body);
     free(rq);
     *con_cls = NULL;
   }
+  serve_conn_phase_set(&sv->conns, conn_of(c), SERVE_CONN_IDLE);
+}
+
+/* libmicrohttpd's connection notifications: the guard tracks each socket. */
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code) {
+  server *sv = cls;
+  if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+    const union MHD_ConnectionInfo *i = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    *socket_context = i ? serve_conn_open(&sv->conns, i->connect_fd) : NULL;
+  } else {
+    serve_conn_closed(&sv->conns, *socket_context);
+    *socket_context = NULL;
+  }
+}
+
+/* Reads the model control token from path: one line of printable ASCII
+ * without blanks (it travels in an HTTP header), a trailing newline allowed. */
+static dlrec_status read_token(const char *path, char **out, size_t *out_len) {
+  char *text = NULL;
+  size_t n = 0;
+  dlrec_status s = dlrec_read_file(path, 4096, &text, &n);
+  if (s != DLREC_OK) return s;
+  while (n && (text[n - 1] == '\n' || text[n - 1] == '\r')) text[--n] = 0;
+  for (size_t i = 0; i < n && s == DLREC_OK; i++)
+    if ((unsigned char)text[i] <= 0x20 || (unsigned char)text[i] >= 0x7f)
+      s = dlrec_error(DLREC_ERR_INVALID, "%s: byte %zu of the model control token is not printable ASCII (or is "
+                      "a blank)", path, i);
+  if (s == DLREC_OK && n < 16)
+    s = dlrec_error(DLREC_ERR_INVALID, "%s: the model control token has %zu characters; use at least 16", path, n);
+  if (s != DLREC_OK) {
+    free(text);
+    return s;
+  }
+  *out = text;
+  *out_len = n;
+  return DLREC_OK;
+}
+
+/* After SIGINT or SIGTERM: stops accepting, closes idle connections, and
+ * waits up to drain_timeout_s for the requests in flight, or until another
+ * signal comes. */
+static void drain(server *sv, struct MHD_Daemon *d, const sigset_t *stop_signals) {
+  atomic_store(&g_draining, 1);
+  MHD_socket lfd = MHD_quiesce_daemon(d);
+  /* On Linux a listening socket that is shut down stops listening: a new
+   * connection is refused at once instead of waiting in the backlog. The
+   * descriptor itself stays open until MHD_stop_daemon, as MHD asks. */
+  if (lfd != MHD_INVALID_SOCKET) shutdown(lfd, SHUT_RDWR);
+  serve_conns_drain_begin(&sv->conns);
+  double t0 = dlrec_now(), until = t0 + sv->o.drain_timeout_s;
+  uint32_t n = serve_conns_in_flight(&sv->conns);
+  if (n) DLREC_INFO("draining: %u requests in flight (up to %u s)", n, sv->o.drain_timeout_s);
+  while (n && dlrec_now() < until) {
+    struct timespec tick = {.tv_nsec = 20 * 1000000L};
+    if (sigtimedwait(stop_signals, NULL, &tick) > 0) {
+      DLREC_INFO("a second signal: stopping now");
+      break;
+    }
+    n = serve_conns_in_flight(&sv->conns);
+  }
+  if (n) DLREC_WARN("drain: %u requests still in flight after %.1f s are cut off", n, dlrec_now() - t0);
+  else DLREC_INFO("drained in %.2f s", dlrec_now() - t0);
 }
 
 static void log_mhd(void *cls, const char *fmt, va_list ap) {
@@ -485,10 +683,15 @@ dlrec_status dlrec_serve_run(const dlrec_serve_opts *opts) {
     s = dlrec_error(DLREC_ERR_INVALID, "--host %s: not an IPv4 address", o->host);
   if (s == DLREC_OK && (o->max_batch < 1 || o->max_batch > (1u << 20)))
     s = dlrec_error(DLREC_ERR_INVALID, "--max-batch %u out of range [1, %u]", o->max_batch, 1u << 20);
+  if (s == DLREC_OK && o->model_control_token_file && !o->model_control)
+    s = dlrec_error(DLREC_ERR_INVALID, "--model-control-token-file needs --model-control explicit");
+  if (s == DLREC_OK && o->model_control_token_file)
+    s = read_token(o->model_control_token_file, &sv->token, &sv->token_len);
   if (s != DLREC_OK) {
     free(sv);
     return s;
   }
+  atomic_store(&g_draining, 0);
   /* SIGINT and SIGTERM stop the server: blocked here, before any thread
    * starts (threads inherit the mask), and taken by sigwait below. */
   sigset_t stop_signals, old_mask;
@@ -504,18 +707,27 @@ dlrec_status dlrec_serve_run(const dlrec_serve_opts *opts) {
     pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
     dlrec_error_context("%s: ", o->run_dir);
     serve_metrics_destroy(&sv->metrics);
+    free(sv->token);
     free(sv);
     return s;
   }
   s = serve_batcher_start(&sv->batcher, o->threads, o->max_batch, o->max_delay_us, o->max_queue_rows, &sv->metrics);
   if (s == DLREC_OK && o->watch) s = serve_registry_watch(&sv->reg, o->watch_interval_ms);
+  if (s == DLREC_OK) s = serve_conns_start(&sv->conns, o->max_connections, o->request_timeout_s, o->timeout_s);
   struct MHD_Daemon *d = NULL;
   if (s == DLREC_OK) {
-    d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, 0, NULL,
-                         NULL, on_request, sv, MHD_OPTION_EXTERNAL_LOGGER, log_mhd, NULL, MHD_OPTION_SOCK_ADDR,
-                         (struct sockaddr *)&addr, MHD_OPTION_CONNECTION_LIMIT, (unsigned)o->max_connections,
+    /* libmicrohttpd's own limit leaves room above --max-connections: the
+     * guard sheds down to the limit, and shed connections take a moment to
+     * close. Past this hard limit libmicrohttpd refuses connections itself. */
+    unsigned hard_limit = o->max_connections + (o->max_connections / 4 > 16 ? o->max_connections / 4 : 16);
+    d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
+                             MHD_USE_ITC | MHD_USE_ERROR_LOG,
+                         0, NULL, NULL, on_request, sv, MHD_OPTION_EXTERNAL_LOGGER, log_mhd, NULL, MHD_OPTION_SOCK_ADDR,
+                         (struct sockaddr *)&addr, MHD_OPTION_CONNECTION_LIMIT, hard_limit,
                          MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)o->timeout_s, MHD_OPTION_NOTIFY_COMPLETED,
-                         on_completed, NULL, MHD_OPTION_THREAD_STACK_SIZE, (size_t)(1u << 20), MHD_OPTION_END);
+                         on_completed, sv, MHD_OPTION_NOTIFY_CONNECTION, on_connection, sv,
+                         MHD_OPTION_URI_LOG_CALLBACK, on_request_line, sv, MHD_OPTION_UNESCAPE_CALLBACK,
+                         serve_unescape, NULL, MHD_OPTION_THREAD_STACK_SIZE, (size_t)(1u << 20), MHD_OPTION_END);
     if (!d) s = dlrec_error(DLREC_ERR_IO, "cannot listen on %s:%u (in use, or not an address of this machine)",
                             o->host, o->port);
   }
@@ -536,12 +748,15 @@ dlrec_status dlrec_serve_run(const dlrec_serve_opts *opts) {
     int sig = 0;
     sigwait(&stop_signals, &sig);
     DLREC_INFO("stopping (signal %d)", sig);
+    drain(sv, d, &stop_signals);
   }
   if (d) MHD_stop_daemon(d); /* waits for the connections' threads */
+  serve_conns_stop(&sv->conns);
   if (sv->batcher.workers) serve_batcher_stop(&sv->batcher);
   serve_registry_close(&sv->reg);
   serve_metrics_destroy(&sv->metrics);
   pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
+  free(sv->token);
   free(sv);
   return s;
 }

@@ -5,7 +5,8 @@
  * pointer swap and the counters; loading (reading and checking gigabytes)
  * runs outside it, so requests keep being served on the old model while a
  * new one loads. The last reference frees a model, on whichever thread lets
- * it go. */
+ * it go. Loads themselves run one at a time (load_once), since each holds a
+ * whole model in memory until it is swapped in. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,9 +86,51 @@ static dlrec_status swap_in(serve_registry *r, const char *dir) {
   return s;
 }
 
+/* Loads checkpoint dir as the only load in flight. A request for the
+ * checkpoint that is loading now waits for that load and takes its result,
+ * so that a burst of identical requests costs one load; one for another
+ * checkpoint waits its turn. The watcher (try_only) skips a turn instead of
+ * waiting: it comes back on its next tick. */
+static dlrec_status load_once(serve_registry *r, const char *dir, int try_only) {
+  pthread_mutex_lock(&r->mu);
+  while (r->loading) {
+    if (try_only) {
+      pthread_mutex_unlock(&r->mu);
+      return DLREC_OK;
+    }
+    if (!strcmp(r->loading_dir, dir)) {
+      uint64_t seen = r->loads_finished;
+      r->load_waiters++;
+      while (r->loads_finished == seen) pthread_cond_wait(&r->load_cv, &r->mu);
+      r->load_waiters--;
+      dlrec_status s = r->load_status;
+      char msg[sizeof r->load_error];
+      memcpy(msg, r->load_error, sizeof msg);
+      pthread_mutex_unlock(&r->mu);
+      return s == DLREC_OK ? DLREC_OK : dlrec_error(s, "%s", msg);
+    }
+    pthread_cond_wait(&r->load_cv, &r->mu);
+  }
+  r->loading = 1;
+  snprintf(r->loading_dir, sizeof r->loading_dir, "%s", dir);
+  pthread_mutex_unlock(&r->mu);
+  if (r->load_hook) r->load_hook(r);
+  dlrec_status s = swap_in(r, dir);
+  pthread_mutex_lock(&r->mu);
+  r->loading = 0;
+  r->loading_dir[0] = 0;
+  r->loads_finished++;
+  r->load_status = s;
+  snprintf(r->load_error, sizeof r->load_error, "%s", s == DLREC_OK ? "" : dlrec_last_error());
+  pthread_cond_broadcast(&r->load_cv);
+  pthread_mutex_unlock(&r->mu);
+  return s;
+}
+
 dlrec_status serve_registry_open(serve_registry *r, const char *run_dir) {
   memset(r, 0, sizeof *r);
   pthread_mutex_init(&r->mu, NULL);
+  pthread_cond_init(&r->load_cv, NULL);
   pthread_mutex_init(&r->stop_mu, NULL);
   pthread_cond_init(&r->stop_cv, NULL);
   snprintf(r->run_dir, sizeof r->run_dir, "%s", run_dir);
@@ -108,7 +151,7 @@ dlrec_status serve_registry_load(serve_registry *r) {
   char dir[1024];
   dlrec_status s = dlrec_checkpoint_resolve(r->run_dir, dir, sizeof dir);
   if (s != DLREC_OK) return s;
-  return swap_in(r, dir);
+  return load_once(r, dir, 0);
 }
 
 void serve_registry_unload(serve_registry *r) {
@@ -145,7 +188,7 @@ static void *watch_main(void *arg) {
     pthread_mutex_lock(&r->mu);
     int fresh = r->current && strcmp(dir, r->current_dir) != 0 && strcmp(dir, r->failed_dir) != 0;
     pthread_mutex_unlock(&r->mu);
-    if (fresh) swap_in(r, dir);
+    if (fresh) load_once(r, dir, 1);
   }
   return NULL;
 }
@@ -170,6 +213,7 @@ void serve_registry_close(serve_registry *r) {
   serve_model_release(r->current);
   r->current = NULL;
   pthread_mutex_destroy(&r->mu);
+  pthread_cond_destroy(&r->load_cv);
   pthread_mutex_destroy(&r->stop_mu);
   pthread_cond_destroy(&r->stop_cv);
 }

@@ -1,6 +1,7 @@
 /* The server's parts: the model registry (loading, hot reload), the batcher
- * (queue and scoring workers) and the Prometheus metrics. http.c ties them
- * to libmicrohttpd. */
+ * (queue and scoring workers), the Prometheus metrics, the connection
+ * guard (request deadlines, shedding, draining) and the HTTP request checks.
+ * http.c ties them to libmicrohttpd. */
 #ifndef DLREC_SERVE_INTERNAL_H
 #define DLREC_SERVE_INTERNAL_H
 
@@ -38,6 +39,19 @@ typedef struct serve_registry {
   char failed_dir[1024];   /* the last checkpoint that failed to load (not retried) */
   char last_error[512];
   uint64_t loads_ok, loads_failed;
+  /* Loads run one at a time (each holds a whole model in memory); a load of
+   * the checkpoint already loading waits for that one and shares its result
+   * (a storm of load requests costs one load). Guarded by mu. */
+  pthread_cond_t load_cv;
+  int loading;
+  char loading_dir[1024];
+  uint64_t loads_finished;   /* bumped as each load ends */
+  dlrec_status load_status;  /* the last load's result, for the requests folded into it */
+  char load_error[512];
+  uint32_t load_waiters;     /* requests waiting for the running load's result */
+  /* Called (outside the lock) just before a load reads the checkpoint; NULL
+   * in the server. Tests use it to hold a load open while requests pile up. */
+  void (*load_hook)(struct serve_registry *r);
   /* the watcher */
   pthread_t watcher;
   int watching;
@@ -56,9 +70,95 @@ dlrec_status serve_registry_watch(serve_registry *r, uint32_t interval_ms);
 serve_model *serve_registry_acquire(serve_registry *r);
 /* Loads RUN's latest checkpoint now and makes it current (also after an
  * unload, and also when it is the current one: a reload). On failure the
- * current model stays. */
+ * current model stays. When that checkpoint is already being loaded, waits
+ * for that load and returns its result instead of loading again; a load of
+ * another checkpoint is waited for first. */
 dlrec_status serve_registry_load(serve_registry *r);
 void serve_registry_unload(serve_registry *r);
+
+/* ---- connections (conns.c) ---- */
+
+/* Where a connection is in its current request. */
+typedef enum serve_conn_phase {
+  SERVE_CONN_HEADERS,  /* connected, or its request line came: headers on the way */
+  SERVE_CONN_BODY,     /* headers complete, the body on the way */
+  SERVE_CONN_HANDLING, /* the whole request came: being answered */
+  SERVE_CONN_IDLE,     /* answered; a keep-alive connection waits for the next request */
+} serve_conn_phase;
+
+/* One open TCP connection (libmicrohttpd's socket context). */
+typedef struct serve_conn {
+  int fd;
+  serve_conn_phase phase;
+  double started;  /* when the current request (or the idle wait) began, monotonic seconds */
+  double deadline; /* when it is cut off in its phase; 0: never */
+  int closing;     /* shut down by the guard; libmicrohttpd has yet to close it */
+  struct serve_conn *prev, *next;
+} serve_conn;
+
+/* The connection guard. libmicrohttpd's own timeout counts idle time only,
+ * so a client that sends a byte now and then would hold its connection (and
+ * thread) for ever, and a few hundred such clients every slot. The guard
+ * gives each request a deadline for its headers and body, and a watchdog
+ * thread cuts off connections past theirs: it writes a short 408 and shuts
+ * the socket down, which wakes the connection's thread to close it. When
+ * more than max connections are open, the oldest connection still sending
+ * its request (or idle) is cut off (503) to make room, so a new client is
+ * served while slow ones wait their turn to be shed. */
+typedef struct serve_conns {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  serve_conn *head;
+  uint32_t open;     /* connections in the list */
+  uint32_t closing;  /* of those, shut down and waiting for libmicrohttpd */
+  uint32_t max;      /* more open (not closing) than this: shed one */
+  double request_timeout_s, idle_timeout_s; /* 0: no limit */
+  int draining, stop, started;
+  uint64_t timed_out, shed; /* counts, for the log */
+  pthread_t watchdog;
+} serve_conns;
+
+/* Starts the watchdog; request_timeout_s bounds the headers and body of a
+ * request, idle_timeout_s a keep-alive connection's wait for the next
+ * request line (0: no limit). */
+dlrec_status serve_conns_start(serve_conns *g, uint32_t max, uint32_t request_timeout_s, uint32_t idle_timeout_s);
+/* Stops the watchdog and frees what is left (after libmicrohttpd stopped). */
+void serve_conns_stop(serve_conns *g);
+/* A new connection on socket fd (in phase HEADERS); sheds the oldest slow
+ * one when over the limit. NULL when out of memory (the connection is then
+ * not guarded). */
+serve_conn *serve_conn_open(serve_conns *g, int fd);
+void serve_conn_closed(serve_conns *g, serve_conn *c);
+/* Moves c (may be NULL) to a phase: HEADERS restarts the request deadline
+ * unless the request is already in HEADERS, BODY keeps it, HANDLING drops
+ * it, IDLE starts the idle one. While draining, a connection that turns
+ * idle is shut down. */
+void serve_conn_phase_set(serve_conns *g, serve_conn *c, serve_conn_phase phase);
+/* Begins a drain: shuts down idle connections and those still sending
+ * headers (503), and every one that turns idle from now on. */
+void serve_conns_drain_begin(serve_conns *g);
+/* Connections with a request in flight (BODY or HANDLING, not closing). */
+uint32_t serve_conns_in_flight(serve_conns *g);
+
+/* ---- request checks (http_check.c) ---- */
+
+struct MHD_Connection;
+
+/* libmicrohttpd's unescape callback: decodes %HH in place like its default,
+ * but writes a decoded NUL as 0x7f, so that "/v2/models/m%00x" is refused
+ * for its control byte instead of being cut short to "/v2/models/m". */
+size_t serve_unescape(void *cls, struct MHD_Connection *c, char *s);
+/* 0 when url (decoded, as the handler gets it) holds no control byte
+ * (below 0x20, or 0x7f); else the offset of the first plus one. */
+size_t serve_path_control_byte(const char *url);
+/* Checks the request's framing headers: Transfer-Encoding other than
+ * "chunked" is 501; Content-Length together with chunked, Content-Length
+ * headers that disagree or are not a plain number, and chunked given twice
+ * are 400. Returns the status (0: fine) with a message in msg. */
+int serve_check_framing(struct MHD_Connection *c, char *msg, size_t cap);
+/* Compares a client's token with the expected one in time that does not
+ * depend on where they differ; 1 when equal. */
+int serve_token_equal(const char *given, size_t given_len, const char *want, size_t want_len);
 
 /* ---- metrics (prom.c) ---- */
 
