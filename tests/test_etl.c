@@ -2,7 +2,9 @@
  * round trip against a naive re-encoding done here, the train/valid split,
  * bad rows, CSV, the state files and the CLI. */
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include "dlrec/crc32c.h"
 #include "dlrec/dlr.h"
 #include "dlrec/etl.h"
 #include "dlrec/fsutil.h"
@@ -825,6 +827,33 @@ static int edit_file(const char *path, const char *from, const char *to) {
   return rc;
 }
 
+/* Recomputes etl.json's checksum of itself as docs/etl.md specifies (the
+ * CRC32C of the text with the value's 8 digits read as zeros), so that a
+ * test can edit a field and reach the checks behind the checksum. */
+static int seal_json(const char *path) {
+  size_t n;
+  char *s = read_all(path, &n);
+  const char *key = "\"state_crc32c\":\t\"";
+  char *p = s ? strstr(s, key) : NULL;
+  if (!p) {
+    free(s);
+    return -1;
+  }
+  p += strlen(key);
+  memset(p, '0', 8);
+  char hex[9];
+  snprintf(hex, sizeof hex, "%08x", dlrec_crc32c(0, s, n));
+  memcpy(p, hex, 8);
+  int rc = test_write_file(path, s, n);
+  free(s);
+  return rc;
+}
+
+/* edit_file, then seal_json. */
+static int edit_sealed(const char *path, const char *from, const char *to) {
+  return edit_file(path, from, to) == 0 ? seal_json(path) : -1;
+}
+
 TEST(corrupt_or_mismatched_state_is_refused) {
   const char *in = small_input();
   dlrec_etl_fit_opts o = fit_opts();
@@ -863,22 +892,143 @@ TEST(corrupt_or_mismatched_state_is_refused) {
   /* etl.json: syntax, version, unknown field, inconsistent numbers. */
   char jp[2048];
   snprintf(jp, sizeof jp, "%s", test_path("bad/etl.json"));
+  /* Each edit is sealed with a fresh checksum, so that it reaches the check
+   * behind the checksum that it is about. */
   copy_state(test_path("good"), test_path("bad"));
-  CHECK(edit_file(jp, "\"rows\":", "\"rows\"::") == 0);
+  CHECK(edit_sealed(jp, "\"rows\":", "\"rows\"::") == 0);
   CHECK_ERR(load_status(test_path("bad")), DLREC_ERR_PARSE, "etl.json:");
   copy_state(test_path("good"), test_path("bad"));
-  CHECK(edit_file(jp, "\"version\":\t1", "\"version\":\t2") == 0);
-  CHECK_ERR(load_status(test_path("bad")), DLREC_ERR_VERSION, "version 2");
+  CHECK(edit_sealed(jp, "\"version\":\t2", "\"version\":\t3") == 0);
+  CHECK_ERR(load_status(test_path("bad")), DLREC_ERR_VERSION, "version 3");
   copy_state(test_path("good"), test_path("bad"));
-  CHECK(edit_file(jp, "\"standardize\"", "\"standardise\"") == 0);
+  CHECK(edit_sealed(jp, "\"standardize\"", "\"standardise\"") == 0);
   CHECK_ERR(load_status(test_path("bad")), DLREC_ERR_INVALID, "standardise");
   copy_state(test_path("good"), test_path("bad"));
-  CHECK(edit_file(jp, "\"size\":\t8", "\"size\":\t9") == 0);
+  CHECK(edit_sealed(jp, "\"size\":\t8", "\"size\":\t9") == 0);
   CHECK_ERR(load_status(test_path("bad")), DLREC_ERR_INVALID, "inconsistent");
   copy_state(test_path("good"), test_path("bad"));
-  CHECK(edit_file(jp, "\"rows\":\t12", "\"rows\":\t13") == 0);
+  CHECK(edit_sealed(jp, "\"rows\":\t12", "\"rows\":\t13") == 0);
   CHECK(load_status(test_path("bad")) != DLREC_OK);
   CHECK_ERR(load_status(test_path("nowhere")), DLREC_ERR_IO, "etl.json");
+}
+
+TEST(state_checksum_refuses_any_flipped_bit) {
+  const char *in = small_input();
+  CHECK(in != NULL);
+  dlrec_etl_fit_opts o = fit_opts();
+  o.standardize = 1;
+  CHECK_OK(dlrec_etl_fit(&in, 1, test_path("good"), &o, NULL));
+  CHECK_OK(load_status(test_path("good")));
+  char jp[2048];
+  snprintf(jp, sizeof jp, "%s", test_path("bad/etl.json"));
+  size_t n;
+  char *j = read_all(test_path("good/etl.json"), &n);
+  CHECK(j != NULL);
+  /* The issue's case: one bit of a "mean" digit, still a valid number (a
+   * digit xor 1 is a digit), changed every standardized value silently. */
+  char *mean = strstr(j, "\"mean\":\t3.");
+  CHECK(mean != NULL);
+  size_t at = (size_t)(mean - j) + strlen("\"mean\":\t3.") + 2;
+  copy_state(test_path("good"), test_path("bad"));
+  j[at] ^= 0x01;
+  CHECK(test_write_file(jp, j, n) == 0);
+  j[at] ^= 0x01;
+  CHECK_ERR(load_status(test_path("bad")), DLREC_ERR_CORRUPT, "etl.json: checksum mismatch");
+  CHECK(strstr(dlrec_last_error(), "etl fit") != NULL);
+  /* A flipped bit anywhere (whitespace, names, the checksum itself) is refused. */
+  for (size_t i = 0; i < n; i += 7) {
+    for (int bit = 0; bit < 8; bit += 3) {
+      j[i] ^= (char)(1 << bit);
+      unlink(jp); /* a new file: truncating one (ext4) waits for its old blocks */
+      CHECK(test_write_file(jp, j, n) == 0);
+      j[i] ^= (char)(1 << bit);
+      dlrec_status st = load_status(test_path("bad"));
+      if (st == DLREC_OK) test_fail(__FILE__, __LINE__, "byte %zu bit %d: accepted", i, bit);
+      CHECK(st != DLREC_OK);
+    }
+  }
+  /* The copy a checkpoint makes is the same bytes: it loads. */
+  CHECK(test_write_file(jp, j, n) == 0);
+  CHECK_OK(load_status(test_path("bad")));
+  free(j);
+  /* A state of version 1 (no checksum) is refused with what to do. */
+  CHECK(edit_file(jp, "\"version\":\t2", "\"version\":\t1") == 0);
+  CHECK_ERR(load_status(test_path("bad")), DLREC_ERR_VERSION, "version 1");
+  CHECK(strstr(dlrec_last_error(), "etl fit") != NULL);
+  /* Without the member. */
+  copy_state(test_path("good"), test_path("bad"));
+  CHECK(edit_file(jp, "\"state_crc32c\"", "\"state_crc32x\"") == 0);
+  CHECK_ERR(load_status(test_path("bad")), DLREC_ERR_INVALID, "state_crc32c");
+}
+
+/* Recomputes vocab.bin's two CRCs and etl.json's record of it, and reseals
+ * etl.json, as a careful forger would: only the semantic checks are left. */
+static int reseal_vocab(const char *dir) {
+  char vp[2048], jp[2048];
+  snprintf(vp, sizeof vp, "%s/vocab.bin", dir);
+  snprintf(jp, sizeof jp, "%s/etl.json", dir);
+  size_t n;
+  char *v = read_all(vp, &n);
+  if (!v || n < 32) return -1;
+  uint32_t body = dlrec_crc32c(0, v + 32, n - 32);
+  memcpy(v + 24, &body, 4);
+  uint32_t head = dlrec_crc32c(0, v, 28);
+  memcpy(v + 28, &head, 4);
+  int rc = test_write_file(vp, v, n);
+  free(v);
+  char *j = read_all(jp, &n);
+  char *p = j ? strstr(j, "\"crc32c\":\t") : NULL;
+  if (rc || !p) {
+    free(j);
+    return -1;
+  }
+  p += strlen("\"crc32c\":\t");
+  char *e = p;
+  while (*e >= '0' && *e <= '9') e++;
+  char *t = malloc(n + 16);
+  int k = snprintf(t, n + 16, "%.*s%u%s", (int)(p - j), j, body, e);
+  rc = test_write_file(jp, t, (size_t)k);
+  free(j);
+  free(t);
+  return rc ? rc : seal_json(jp);
+}
+
+TEST(vocab_order_is_checked_behind_the_checksums) {
+  const char *in = small_input();
+  CHECK(in != NULL);
+  dlrec_etl_fit_opts o = fit_opts();
+  CHECK_OK(dlrec_etl_fit(&in, 1, test_path("good"), &o, NULL));
+  /* C1, the first section: keys a, b (count 3 each), d (2), c, e, f0 (1). */
+  size_t n;
+  char *v = read_all(test_path("good/vocab.bin"), &n);
+  CHECK(v != NULL);
+  const size_t keys = 32 + 16, counts = keys + 8 * 6;
+  uint64_t k[6], c[6];
+  memcpy(k, v + keys, sizeof k);
+  memcpy(c, v + counts, sizeof c);
+  CHECK(k[0] == 0xa && k[1] == 0xb && k[2] == 0xd && c[0] == 3 && c[1] == 3 && c[2] == 2);
+  /* Resealed untouched: still loads (the forger's tools work). */
+  copy_state(test_path("good"), test_path("bad"));
+  CHECK(reseal_vocab(test_path("bad")) == 0);
+  CHECK_OK(load_status(test_path("bad")));
+  /* Equal counts, keys out of order (b before a). */
+  uint64_t t = k[0];
+  memcpy(v + keys, &k[1], 8);
+  memcpy(v + keys + 8, &t, 8);
+  CHECK(test_write_file(test_path("bad/vocab.bin"), v, n) == 0);
+  CHECK(reseal_vocab(test_path("bad")) == 0);
+  CHECK_ERR(load_status(test_path("bad")), DLREC_ERR_CORRUPT, "column 'C1': entry 1 is out of order");
+  /* Counts rising (d:2 before b:3), keys and counts swapped together. */
+  memcpy(v + keys, k, sizeof k);
+  memcpy(v + keys + 8, &k[2], 8);
+  memcpy(v + keys + 16, &k[1], 8);
+  memcpy(v + counts + 8, &c[2], 8);
+  memcpy(v + counts + 16, &c[1], 8);
+  copy_state(test_path("good"), test_path("bad"));
+  CHECK(test_write_file(test_path("bad/vocab.bin"), v, n) == 0);
+  CHECK(reseal_vocab(test_path("bad")) == 0);
+  CHECK_ERR(load_status(test_path("bad")), DLREC_ERR_CORRUPT, "column 'C1': entry 2 is out of order");
+  free(v);
 }
 
 /* ---- the CLI ---- */

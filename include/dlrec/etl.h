@@ -31,7 +31,8 @@
 #include "dlrec/schema.h"
 #include "dlrec/status.h"
 
-#define DLREC_ETL_VERSION 1
+/* 2: etl.json carries a checksum of itself (version 1 did not). */
+#define DLREC_ETL_VERSION 2
 
 typedef enum dlrec_dense_transform {
   DLREC_DENSE_LOG = 0,  /* log(1 + max(x, 0)) */

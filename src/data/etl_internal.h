@@ -15,6 +15,7 @@
 #define ETL_JSON "etl.json"
 #define ETL_VOCAB "vocab.bin"
 #define ETL_FORMAT_NAME "dlrec-etl"
+#define ETL_CRC_KEY "state_crc32c" /* etl.json's checksum of itself */
 #define ETL_LOCAL_MISSING 0u
 #define ETL_LOCAL_OOV 1u
 #define ETL_LOCAL_FIRST 2u
