@@ -248,6 +248,103 @@ TEST(fit_dense_stats_match_a_naive_computation) {
   dlrec_etl_free(e);
 }
 
+/* Writes Criteo rows whose I1 values are vals (C1 = "a", C2 = "b"). */
+static const char *dense_file(const char *name, const char *const *vals, int n) {
+  char buf[16384] = "", row[1024];
+  for (int i = 0; i < n; i++) {
+    crow(row, sizeof row, "0", vals[i], "a", "b");
+    strcat(buf, row);
+  }
+  const char *path = keep(test_path(name));
+  return test_write_file(path, buf, (size_t)-1) == 0 ? path : NULL;
+}
+
+TEST(dense_values_beyond_float32_are_refused) {
+  const char *big[] = {"1", "2", "1e308", "4"};
+  const char *in = dense_file("big.tsv", big, 4);
+  CHECK(in != NULL);
+  dlrec_etl_fit_opts o = fit_opts();
+  o.dense_transform = DLREC_DENSE_NONE;
+  CHECK_ERR(dlrec_etl_fit(&in, 1, test_path("etl"), &o, NULL), DLREC_ERR_PARSE,
+            "big.tsv:3: field 2 (I1): value beyond float32 range (|t| > 3.4e38): '1e308'");
+  const char *neg[] = {"-3.5e38"};
+  const char *in2 = dense_file("neg.tsv", neg, 1);
+  CHECK_ERR(dlrec_etl_fit(&in2, 1, test_path("etl"), &o, NULL), DLREC_ERR_PARSE, "neg.tsv:1: field 2 (I1): value beyond");
+  /* The log transform brings 1e308 to 709: fine. */
+  o.dense_transform = DLREC_DENSE_LOG;
+  CHECK_OK(dlrec_etl_fit(&in, 1, test_path("etl"), &o, NULL));
+  /* Up to float32's largest value the statistics hold, checked against a
+   * two-pass mean and std of values scaled by 2^-120. */
+  const char *edge[] = {"3.4e38", "-3.4e38", "1e38", "-2e38", "3e38", ""};
+  const double xs[] = {3.4e38, -3.4e38, 1e38, -2e38, 3e38};
+  const char *in3 = dense_file("edge.tsv", edge, 6);
+  o.dense_transform = DLREC_DENSE_NONE;
+  CHECK_OK(dlrec_etl_fit(&in3, 1, test_path("edge"), &o, NULL));
+  double scale = 0x1p-120, m = 0, var = 0;
+  for (int i = 0; i < 5; i++) m += xs[i] * scale / 5;
+  for (int i = 0; i < 5; i++) var += (xs[i] * scale - m) * (xs[i] * scale - m) / 5;
+  dlrec_etl *e;
+  CHECK_OK(dlrec_etl_load(&e, test_path("edge")));
+  dlrec_etl_dense_info d;
+  CHECK_OK(dlrec_etl_dense_info_get(e, 0, &d));
+  CHECK_EQ_U64(d.count, 5);
+  CHECK_NEAR(d.mean, m / scale, 1e-12 * 3.4e38, 0);
+  CHECK_NEAR(d.std, sqrt(var) / scale, 0, 1e-12);
+  CHECK_NEAR(d.max, 3.4e38, 0, 0);
+  /* apply, and the encoder predict and serve use, refuse it alike. */
+  float v;
+  CHECK_ERR(dlrec_etl_encode_dense(e, 0, "1e308", 5, &v), DLREC_ERR_PARSE,
+            "field 2 (I1): value beyond float32 range (|t| > 3.4e38): '1e308'");
+  CHECK_OK(dlrec_etl_encode_dense(e, 0, "-3.4e38", 7, &v));
+  CHECK(isfinite(v) && v < -3.3e38f);
+  dlrec_etl_apply_opts ao = apply_opts();
+  CHECK_ERR(dlrec_etl_apply(e, &in, 1, test_path("o.dlr"), &ao, NULL), DLREC_ERR_PARSE,
+            "big.tsv:3: field 2 (I1): value beyond float32 range");
+  dlrec_etl_free(e);
+  /* A tiny std in fit: a value fit never saw would standardize to inf. */
+  const char *tiny[] = {"1", "1.0000000000000002", "1"};
+  const char *in4 = dense_file("tiny.tsv", tiny, 3);
+  o.standardize = 1;
+  CHECK_OK(dlrec_etl_fit(&in4, 1, test_path("tiny"), &o, NULL));
+  CHECK_OK(dlrec_etl_load(&e, test_path("tiny")));
+  CHECK_OK(dlrec_etl_encode_dense(e, 0, "1", 1, &v));
+  CHECK(isfinite(v));
+  CHECK_ERR(dlrec_etl_encode_dense(e, 0, "1e30", 4, &v), DLREC_ERR_PARSE,
+            "field 2 (I1): standardized value beyond float32 range: '1e30'");
+  dlrec_etl_free(e);
+  /* The CLI says where. */
+  char *out = NULL;
+  CHECK_EQ(test_run_cli(&out, "etl fit --input '%s' --out '%s' --dense-transform none -q", in, test_path("c")), 1);
+  CHECK(strstr(out, "big.tsv:3: field 2 (I1): value beyond float32 range") != NULL);
+  free(out);
+}
+
+/* Small integers take a table of log1p; a value that is not an integer must
+ * not (2.5 is not log1p(2)). Checked against log1p itself, in fit's mean and
+ * in the encoder. */
+TEST(log_transform_of_non_integers_matches_log1p) {
+  const char *vals[] = {"2.5", "0.5", "1023.5", "7.000001", "1e-3", "5"};
+  const double xs[] = {2.5, 0.5, 1023.5, 7.000001, 1e-3, 5};
+  const char *in = dense_file("frac.tsv", vals, 6);
+  CHECK(in != NULL);
+  dlrec_etl_fit_opts o = fit_opts();
+  CHECK_OK(dlrec_etl_fit(&in, 1, test_path("etl"), &o, NULL));
+  dlrec_etl *e;
+  CHECK_OK(dlrec_etl_load(&e, test_path("etl")));
+  double mean = 0;
+  for (int i = 0; i < 6; i++) mean += log1p(xs[i]) / 6;
+  dlrec_etl_dense_info d;
+  CHECK_OK(dlrec_etl_dense_info_get(e, 0, &d));
+  CHECK_NEAR(d.mean, mean, 0, 1e-12);
+  for (int i = 0; i < 6; i++) {
+    float v;
+    CHECK_OK(dlrec_etl_encode_dense(e, 0, vals[i], strlen(vals[i]), &v));
+    if (!(fabs(v - log1p(xs[i])) <= 1e-6 * log1p(xs[i]))) test_fail(__FILE__, __LINE__, "x = %s", vals[i]);
+    CHECK_NEAR(v, log1p(xs[i]), 0, 1e-6);
+  }
+  dlrec_etl_free(e);
+}
+
 /* ---- synthetic data through the CLI ---- */
 
 /* Writes `rows` synthetic rows to path; 0 on success. */

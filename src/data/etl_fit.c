@@ -51,7 +51,9 @@ typedef struct fit_job {
 } fit_job;
 
 /* Shifted sums of one dense column (shift = its first value), for a mean and
- * variance without the cancellation of raw sums of squares. */
+ * variance without the cancellation of raw sums of squares. Values are
+ * within float32's range (fit_row refuses others), so a shifted square is
+ * below 4.7e77 and 2^64 of them below 1e97: the sums cannot overflow. */
 typedef struct dense_acc {
   int started;
   double shift, s1, s2;
@@ -101,7 +103,7 @@ static dlrec_status fit_row(fit_ctx *x, fit_worker *W, fit_job *j, const dlrec_l
   if (L->has_label && (why = dlrec_parse_label(row->label.s, row->label.n, &label)) != NULL)
     return dlrec_parse_error(w, L->label_field, x->cols.label, why, row->label.s, row->label.n);
   uint64_t keys[DLREC_MAX_SPARSE], hashes[DLREC_MAX_SPARSE];
-  double vals[DLREC_MAX_DENSE];
+  double vals[DLREC_MAX_DENSE], tvals[DLREC_MAX_DENSE]; /* raw and transformed */
   for (uint32_t c = 0; c < x->nc; c++) {
     const dlrec_text t = row->cat[c];
     if (t.n == 0) continue;
@@ -112,8 +114,12 @@ static dlrec_status fit_row(fit_ctx *x, fit_worker *W, fit_job *j, const dlrec_l
   }
   for (uint32_t d = 0; d < x->nd; d++) {
     const dlrec_text t = row->dense[d];
-    if (t.n && (why = dlrec_parse_number(t.s, t.n, &vals[d])) != NULL)
+    if (!t.n) continue;
+    if ((why = dlrec_parse_number(t.s, t.n, &vals[d])) != NULL)
       return dlrec_parse_error(w, L->dense_field[d], x->cols.dense[d], why, t.s, t.n);
+    tvals[d] = etl_transform(x->o->dense_transform, vals[d]);
+    if (!(fabs(tvals[d]) <= FLT_MAX))
+      return dlrec_parse_error(w, L->dense_field[d], x->cols.dense[d], ETL_BEYOND_FLOAT32, t.s, t.n);
   }
   /* The row is good: count it. */
   uint64_t r = j->rows++;
@@ -125,7 +131,7 @@ static dlrec_status fit_row(fit_ctx *x, fit_worker *W, fit_job *j, const dlrec_l
       continue;
     }
     double v = vals[d];
-    *t = etl_transform(x->o->dense_transform, v);
+    *t = tvals[d];
     if (v < j->dmin[d]) j->dmin[d] = v;
     if (v > j->dmax[d]) j->dmax[d] = v;
     j->dcount[d]++;

@@ -5,6 +5,7 @@
 #ifndef DLREC_DATA_ETL_INTERNAL_H
 #define DLREC_DATA_ETL_INTERNAL_H
 
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -97,6 +98,12 @@ static inline double etl_transform(dlrec_dense_transform tr, double x) {
   return log1p(x);
 }
 
+/* Dense values are stored and fed to the model as float32: a transformed
+ * value beyond float32's range would become inf, so it is a bad value
+ * instead (fit refuses it too, which also keeps fit's sums of squares far
+ * from double's range). */
+#define ETL_BEYOND_FLOAT32 "value beyond float32 range (|t| > 3.4e38)"
+
 /* Transformed, standardized value of dense column col; NULL or a reason. */
 static inline const char *etl_dense_value(const dlrec_etl *e, uint32_t col, const char *s, size_t n, float *out) {
   if (n == 0) {
@@ -107,7 +114,12 @@ static inline const char *etl_dense_value(const dlrec_etl *e, uint32_t col, cons
   const char *why = dlrec_parse_number(s, n, &x);
   if (why) return why;
   double t = etl_transform(e->transform, x);
-  if (e->standardize) t = (t - e->dense[col].mean) * e->dense[col].inv_std;
+  if (!(fabs(t) <= FLT_MAX)) return ETL_BEYOND_FLOAT32;
+  if (e->standardize) {
+    /* A column of tiny std in fit can blow up a value fit never saw. */
+    t = (t - e->dense[col].mean) * e->dense[col].inv_std;
+    if (!(fabs(t) <= FLT_MAX)) return "standardized value beyond float32 range";
+  }
   *out = (float)t;
   return NULL;
 }
