@@ -881,6 +881,46 @@ TEST(csv_with_schema_quotes_and_reordered_header) {
             "b.csv:2: field 3 (hour): not a number: 'x1'");
 }
 
+/* A UTF-8 byte-order mark (spreadsheet exports) is not part of the first
+ * column's name or the first label: the files encode as without it. */
+TEST(utf8_byte_order_mark_is_dropped) {
+  const char *csv = "click,site,hour\r\n1,a,3\r\n0,b,4\r\n1,a,5\r\n";
+  const char *plain = keep(test_path("plain.csv")), *bom = keep(test_path("bom.csv"));
+  char buf[256];
+  snprintf(buf, sizeof buf, "\xef\xbb\xbf%s", csv);
+  CHECK(test_write_file(plain, csv, (size_t)-1) == 0);
+  CHECK(test_write_file(bom, buf, (size_t)-1) == 0);
+  dlrec_etl_fit_opts o = fit_opts();
+  o.format = DLREC_FORMAT_CSV;
+  o.schema_spec = "label=click;cat=site;dense=hour";
+  CHECK_OK(dlrec_etl_fit(&plain, 1, test_path("p"), &o, NULL));
+  CHECK_OK(dlrec_etl_fit(&bom, 1, test_path("b"), &o, NULL));
+  CHECK(same_file(test_path("p/vocab.bin"), test_path("b/vocab.bin")));
+  dlrec_etl *e;
+  CHECK_OK(dlrec_etl_load(&e, test_path("p")));
+  dlrec_etl_apply_opts ao = apply_opts();
+  CHECK_OK(dlrec_etl_apply(e, &plain, 1, test_path("p.dlr"), &ao, NULL));
+  CHECK_OK(dlrec_etl_apply(e, &bom, 1, test_path("b.dlr"), &ao, NULL));
+  dlrec_etl_free(e);
+  CHECK(same_file(test_path("p.dlr"), test_path("b.dlr")));
+  /* Criteo TSV: the first line's label. */
+  const char *in = small_input();
+  size_t n;
+  char *text = read_all(in, &n);
+  CHECK(text != NULL);
+  char *t = malloc(n + 3);
+  memcpy(t, "\xef\xbb\xbf", 3);
+  memcpy(t + 3, text, n);
+  const char *tb = keep(test_path("bom.tsv"));
+  CHECK(test_write_file(tb, t, n + 3) == 0);
+  free(text);
+  free(t);
+  o = fit_opts();
+  CHECK_OK(dlrec_etl_fit(&in, 1, test_path("tp"), &o, NULL));
+  CHECK_OK(dlrec_etl_fit(&tb, 1, test_path("tb"), &o, NULL));
+  CHECK(same_file(test_path("tp/vocab.bin"), test_path("tb/vocab.bin")));
+}
+
 /* ---- the state files ---- */
 
 static void copy_state(const char *from, const char *to) {

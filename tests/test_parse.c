@@ -452,3 +452,59 @@ TEST(reader_header_line_then_blocks) {
   CHECK_ERR(dlrec_reader_open(&r, test_path("missing.tsv"), 8, 8), DLREC_ERR_IO, "missing.tsv");
   CHECK_ERR(dlrec_reader_open(&r, test_tmpdir(), 8, 8), DLREC_ERR_IO, "is a directory");
 }
+
+TEST(reader_drops_a_utf8_byte_order_mark) {
+  const char *path = test_path("bom.csv");
+  /* A CSV header after a BOM: the first name is "a", not "\xef\xbb\xbfa". */
+  CHECK(test_write_file(path, "\xef\xbb\xbf" "a,b\r\n1,2\n", (size_t)-1) == 0);
+  dlrec_reader *r;
+  CHECK_OK(dlrec_reader_open(&r, path, 2, 100));
+  const char *line;
+  size_t n;
+  CHECK_OK(dlrec_reader_line(r, &line, &n));
+  CHECK(n == 4 && !memcmp(line, "a,b\r", 4));
+  dlrec_reader_close(r);
+  /* TSV rows after a BOM, for every block size: the BOM is gone, line 1 is line 1. */
+  CHECK(test_write_file(path, "\xef\xbb\xbf" "1\t2\n0\t3", (size_t)-1) == 0);
+  for (size_t block = 1; block <= 12; block++) {
+    CHECK_OK(dlrec_reader_open(&r, path, block, 100));
+    dlrec_block b = {0};
+    char all[64];
+    size_t got = 0;
+    uint64_t lines = 0;
+    CHECK_OK(dlrec_reader_next(r, &b));
+    CHECK_EQ_U64(b.first_line, 1);
+    do {
+      memcpy(all + got, b.data, b.n);
+      got += b.n;
+      lines += b.lines;
+    } while (dlrec_reader_next(r, &b) == DLREC_OK);
+    all[got] = '\0';
+    CHECK_STR(all, "1\t2\n0\t3");
+    CHECK_EQ_U64(lines, 2);
+    dlrec_block_free(&b);
+    dlrec_reader_close(r);
+  }
+  /* Only a BOM: an empty file. Two of its bytes, or one elsewhere: data. */
+  CHECK(test_write_file(path, "\xef\xbb\xbf", 3) == 0);
+  CHECK_OK(dlrec_reader_open(&r, path, 8, 100));
+  CHECK_EQ(dlrec_reader_line(r, &line, &n), DLREC_END);
+  dlrec_reader_close(r);
+  CHECK_OK(dlrec_reader_open(&r, path, 8, 100));
+  dlrec_block e = {0};
+  CHECK_EQ(dlrec_reader_next(r, &e), DLREC_END);
+  dlrec_block_free(&e);
+  dlrec_reader_close(r);
+  CHECK(test_write_file(path, "\xef\xbb", 2) == 0);
+  CHECK_OK(dlrec_reader_open(&r, path, 8, 100));
+  CHECK_OK(dlrec_reader_line(r, &line, &n));
+  CHECK(n == 2 && !memcmp(line, "\xef\xbb", 2));
+  dlrec_reader_close(r);
+  CHECK(test_write_file(path, "x\n\xef\xbb\xbfy\n", (size_t)-1) == 0);
+  CHECK_OK(dlrec_reader_open(&r, path, 64, 100));
+  dlrec_block b = {0};
+  CHECK_OK(dlrec_reader_next(r, &b));
+  CHECK(b.n == 7 && !memcmp(b.data, "x\n\xef\xbb\xbfy\n", 7));
+  dlrec_block_free(&b);
+  dlrec_reader_close(r);
+}

@@ -191,7 +191,8 @@ typedef struct dlrec_reader dlrec_reader;
 #define DLREC_MAX_LINE_BYTES_DEFAULT (1u << 20)
 
 /* Opens path ("-" for standard input) for reading blocks of about
- * block_bytes (>= 1; small values are for tests). A line longer than
+ * block_bytes (>= 1; small values are for tests). A UTF-8 byte-order mark
+ * at the start of the file is dropped (line numbers are unchanged). A line longer than
  * max_line_bytes that does not fit in one block is cut to max_line_bytes + 1
  * bytes (the rest is skipped), so memory stays bounded; either way it reaches
  * the caller longer than max_line_bytes, for the caller to report. */
