@@ -1216,3 +1216,32 @@ TEST(cli_help_and_usage_errors) {
   CHECK(strstr(out, "etl.json"));
   free(out);
 }
+
+/* -q and -v before the command, as git takes them. */
+TEST(cli_global_options_before_the_command) {
+  const char *in = small_input();
+  CHECK(in != NULL);
+  char *out = NULL;
+  CHECK_EQ(test_run_cli(&out, "etl fit --input '%s' --out '%s'", in, test_path("a")), 0);
+  CHECK(strstr(out, "etl fit: 12 rows") != NULL); /* the summary, without -q */
+  free(out);
+  CHECK_EQ(test_run_cli(&out, "-q etl fit --input '%s' --out '%s'", in, test_path("b")), 0);
+  CHECK_STR(out, ""); /* quiet: no summary */
+  free(out);
+  CHECK(same_file(test_path("a/vocab.bin"), test_path("b/vocab.bin")));
+  CHECK_EQ(test_run_cli(&out, "--quiet -v etl apply --etl '%s' --input '%s' --out '%s'", test_path("b"), in,
+                        test_path("o.dlr")),
+           0);
+  CHECK(strstr(out, "etl apply: 12 rows") != NULL); /* -v after -q: verbose again */
+  free(out);
+  CHECK_EQ(test_run_cli(&out, "-q --version"), 0);
+  CHECK(strncmp(out, "dlrec ", 6) == 0);
+  free(out);
+  /* Only options, or an unknown one, is still a usage error. */
+  CHECK_EQ(test_run_cli(&out, "-q"), 2);
+  CHECK(strstr(out, "usage: dlrec") != NULL);
+  free(out);
+  CHECK_EQ(test_run_cli(&out, "-x etl"), 2);
+  CHECK(strstr(out, "unknown command '-x'") != NULL);
+  free(out);
+}
