@@ -272,6 +272,46 @@ TEST(csv_quoting_rfc4180) {
   dlrec_layout_free(L);
 }
 
+/* Two quoted fields with escaped quotes in one row: each keeps its own bytes
+ * in the scratch buffer (one written over the other would go unnoticed
+ * with only one quoted field checked). */
+TEST(csv_two_quoted_fields_in_one_row) {
+  dlrec_layout *L = csv_layout("a,b,c", "cat=*", 0);
+  CHECK(L != NULL);
+  static dlrec_raw_row row;
+  char scratch[256];
+  const char *line = "\"x\"\"1\",\"y\"\"2\",z";
+  CHECK_OK(dlrec_parse_row(L, line, strlen(line), scratch, &row, &W));
+  CHECK(row.cat[0].n == 3 && !memcmp(row.cat[0].s, "x\"1", 3));
+  CHECK(row.cat[1].n == 3 && !memcmp(row.cat[1].s, "y\"2", 3));
+  CHECK(row.cat[2].n == 1 && row.cat[2].s[0] == 'z');
+  line = "\"p\"\"\",q,\"\"\"r,s\"";
+  CHECK_OK(dlrec_parse_row(L, line, strlen(line), scratch, &row, &W));
+  CHECK(row.cat[0].n == 2 && !memcmp(row.cat[0].s, "p\"", 2));
+  CHECK(row.cat[1].n == 1 && row.cat[1].s[0] == 'q');
+  CHECK(row.cat[2].n == 4 && !memcmp(row.cat[2].s, "\"r,s", 4));
+  dlrec_layout_free(L);
+}
+
+/* A header line as the reader gives it from a CRLF file: its CR is not part
+ * of the last column's name. */
+TEST(csv_header_with_crlf) {
+  char **names;
+  uint32_t n;
+  CHECK_OK(dlrec_csv_split_header("id,click,site\r", 14, "x.csv", &names, &n));
+  CHECK_EQ(n, 3);
+  CHECK_STR(names[2], "site");
+  free(names);
+  dlrec_layout *L = csv_layout("id,click,site\r", "label=click;ignore=id;cat=site", 1);
+  CHECK(L != NULL);
+  CHECK_STR(dlrec_layout_field_name(L, 2), "site");
+  static dlrec_raw_row row;
+  char scratch[64];
+  CHECK_OK(dlrec_parse_row(L, "1,0,ab\r", 7, scratch, &row, &W));
+  CHECK(row.cat[0].n == 2 && !memcmp(row.cat[0].s, "ab", 2));
+  dlrec_layout_free(L);
+}
+
 TEST(csv_errors) {
   dlrec_layout *L = csv_layout("id,click,site,app", "label=click;ignore=id;cat=*", 1);
   CHECK(L != NULL);
