@@ -764,6 +764,84 @@ TEST(empty_input_fit_fails_apply_writes_empty_file) {
   dlrec_dlr_close(f);
 }
 
+/* Rows of fewer than 40 fields are valid (stripped empty tails) but may be
+ * torn lines: runs count them and name the first; --strict-fields refuses. */
+TEST(short_criteo_rows_are_counted_or_refused) {
+  char full[1024], text[8192] = "";
+  crow(full, sizeof full, "1", "3", "aa", "bb"); /* 40 fields, written out */
+  const char *lines[] = {full, "1\t5\t\t3\n", full, "0\n", full, "1\t2\t\t\t\t\t\t\t\t\t\t\t\t\taa\n"};
+  for (int i = 0; i < 6; i++) strcat(text, lines[i]);
+  const char *in = keep(test_path("short.tsv")), *whole = keep(test_path("whole.tsv"));
+  CHECK(test_write_file(in, text, (size_t)-1) == 0);
+  CHECK(test_write_file(whole, full, (size_t)-1) == 0);
+  /* The reference: lines of fewer than 39 tabs, and the first of them. */
+  int want = 0, first = 0;
+  for (int i = 0; i < 6; i++) {
+    int tabs = 0;
+    for (const char *p = lines[i]; *p; p++) tabs += *p == '\t';
+    if (tabs + 1 < 40 && !want++) first = i + 1;
+  }
+  CHECK_EQ(want, 3);
+  char where[1200];
+  snprintf(where, sizeof where, "%s:%d", in, first);
+  dlrec_etl_fit_opts o = fit_opts();
+  dlrec_etl_report rep;
+  /* Any block size and thread count: the count, and the first in input order. */
+  for (size_t block = 8; block <= 4096; block *= 8) {
+    o.block_bytes = block;
+    CHECK_OK(dlrec_etl_fit(&in, 1, test_path("etl"), &o, &rep));
+    CHECK_EQ_U64(rep.rows, 6);
+    CHECK_EQ_U64(rep.short_rows, (uint64_t)want);
+    CHECK_STR(rep.first_short, where);
+  }
+  /* Several inputs: the first short row is in the second file. */
+  const char *two[] = {whole, in};
+  CHECK_OK(dlrec_etl_fit(two, 2, test_path("etl2"), &o, &rep));
+  CHECK_EQ_U64(rep.short_rows, (uint64_t)want);
+  CHECK_STR(rep.first_short, where);
+  CHECK_OK(dlrec_etl_fit(&whole, 1, test_path("etl3"), &o, &rep));
+  CHECK_EQ_U64(rep.short_rows, 0);
+  CHECK_STR(rep.first_short, "");
+  dlrec_etl *e;
+  CHECK_OK(dlrec_etl_load(&e, test_path("etl")));
+  dlrec_etl_apply_opts ao = apply_opts();
+  ao.block_bytes = 64;
+  CHECK_OK(dlrec_etl_apply(e, &in, 1, test_path("o.dlr"), &ao, &rep));
+  CHECK_EQ_U64(rep.rows, 6);
+  CHECK_EQ_U64(rep.short_rows, (uint64_t)want);
+  CHECK_STR(rep.first_short, where);
+  /* --strict-fields: the first short row is the error. */
+  ao.strict_fields = 1;
+  CHECK_ERR(dlrec_etl_apply(e, &in, 1, test_path("o.dlr"), &ao, &rep), DLREC_ERR_PARSE,
+            "short.tsv:2: 4 fields, expected 40 (--strict-fields)");
+  dlrec_etl_free(e);
+  o.strict_fields = 1;
+  CHECK_ERR(dlrec_etl_fit(&in, 1, test_path("etl4"), &o, &rep), DLREC_ERR_PARSE,
+            "short.tsv:2: 4 fields, expected 40 (--strict-fields)");
+  CHECK_OK(dlrec_etl_fit(&whole, 1, test_path("etl4"), &o, &rep));
+  /* The CLI: the summary names the count and the first; the flag refuses. */
+  char *out = NULL;
+  CHECK_EQ(test_run_cli(&out, "etl fit --input '%s' --out '%s'", in, test_path("c")), 0);
+  char line[1400];
+  snprintf(line, sizeof line, "etl fit: 3 rows had fewer fields than Criteo's 40 (39 unlabeled), the first at %s", where);
+  if (!strstr(out, line)) test_fail(__FILE__, __LINE__, "no '%s' in: %s", line, out);
+  CHECK(strstr(out, line) != NULL);
+  free(out);
+  CHECK_EQ(test_run_cli(&out, "etl apply --etl '%s' --input '%s' --out '%s'", test_path("c"), in, test_path("c.dlr")), 0);
+  CHECK(strstr(out, "etl apply: 3 rows had fewer fields") != NULL);
+  free(out);
+  CHECK_EQ(test_run_cli(&out, "etl apply --etl '%s' --input '%s' --out '%s' --strict-fields", test_path("c"), in,
+                        test_path("c.dlr")),
+           1);
+  CHECK(strstr(out, "short.tsv:2: 4 fields, expected 40 (--strict-fields)") != NULL);
+  free(out);
+  CHECK_EQ(test_run_cli(&out, "-q etl fit --input '%s' --out '%s' --strict-fields --skip-bad-rows 3", in,
+                        test_path("d")),
+           0);
+  CHECK(strstr(out, "skipped 3 bad rows") != NULL);
+  free(out);
+}
+
 /* ---- formats and inputs ---- */
 
 TEST(criteo_unlabeled_crlf_and_stdin) {

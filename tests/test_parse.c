@@ -154,6 +154,7 @@ TEST(criteo_row_fields_by_role) {
   char line[1024], scratch[1024];
   int n = criteo_line(line, sizeof line, 1);
   CHECK_OK(dlrec_parse_row(L, line, (size_t)n, scratch, &row, &W));
+  CHECK_EQ(row.n_fields, 40);
   CHECK(row.label.n == 1 && row.label.s[0] == '1');
   for (int i = 0; i < 13; i++) {
     char want[8];
@@ -185,6 +186,7 @@ TEST(criteo_crlf_stripped_tail_and_missing) {
   for (int i = 1; i < 26; i++) CHECK_EQ(row.cat[i].n, 0);
   /* Only a label: every feature missing. */
   CHECK_OK(dlrec_parse_row(L, "1", 1, scratch, &row, &W));
+  CHECK_EQ(row.n_fields, 1);
   for (int i = 0; i < 13; i++) CHECK_EQ(row.dense[i].n, 0);
   dlrec_layout_free(L);
 }

@@ -44,6 +44,9 @@ typedef struct dlrec_etl_report {
   uint64_t rows;       /* rows counted (fit) or written (apply, both outputs) */
   uint64_t valid_rows; /* apply: rows written to the validation output */
   uint64_t bad_rows;   /* rows skipped under skip_bad_rows (each was warned about) */
+  uint64_t short_rows; /* good Criteo rows of fewer fields than the layout's (their
+                          missing tail read as empty; see strict_fields) */
+  char first_short[1100]; /* "FILE:LINE" of the first of them in input order, or "" */
   uint64_t bytes;      /* input bytes read */
   double seconds;
 } dlrec_etl_report;
@@ -60,6 +63,8 @@ typedef struct dlrec_etl_fit_opts {
   dlrec_dense_transform dense_transform; /* DLREC_DENSE_LOG */
   int standardize;            /* 0 */
   uint64_t skip_bad_rows;     /* 0: the first bad row fails the run */
+  int strict_fields;          /* 0: short Criteo rows are valid (counted in the report);
+                                 1: they are bad rows */
   int threads;                /* worker threads; 0: dlrec_default_threads() */
   size_t max_line_bytes;      /* DLREC_MAX_LINE_BYTES_DEFAULT */
   size_t block_bytes;         /* read size; 0: DLREC_BLOCK_BYTES_DEFAULT (tests use tiny ones) */
@@ -160,6 +165,7 @@ typedef struct dlrec_etl_apply_opts {
   uint64_t seed;            /* the split's seed */
   uint32_t row_group_rows;  /* 65536 */
   uint64_t skip_bad_rows;   /* 0 */
+  int strict_fields;        /* 0; 1: short Criteo rows are bad rows (see the fit options) */
   int threads;              /* 0: dlrec_default_threads() */
   size_t max_line_bytes;    /* DLREC_MAX_LINE_BYTES_DEFAULT */
   size_t block_bytes;       /* 0: DLREC_BLOCK_BYTES_DEFAULT */

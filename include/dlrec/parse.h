@@ -133,6 +133,8 @@ typedef struct dlrec_text {
 /* One line's fields by role, as views into the line (or into the scratch
  * buffer for unescaped CSV fields). Large: keep one per thread and reuse it. */
 typedef struct dlrec_raw_row {
+  uint32_t n_fields; /* fields the line had: a Criteo line may have fewer than
+                        dlrec_layout_fields (its tail then reads as empty) */
   dlrec_text label;
   dlrec_text dense[DLREC_MAX_DENSE];
   dlrec_text cat[DLREC_MAX_SPARSE];

@@ -48,6 +48,7 @@ typedef struct fit_job {
   double *dmin, *dmax; /* (n_dense) of the raw values */
   uint64_t *dcount;    /* (n_dense) non-missing values */
   etl_badlist bad;
+  etl_shorts shorts;
 } fit_job;
 
 /* Shifted sums of one dense column (shift = its first value), for a mean and
@@ -69,6 +70,7 @@ typedef struct fit_ctx {
   fit_worker *workers;
   int n_workers;
   uint64_t rows, positives, bad, bytes;
+  etl_shorts shorts;
   dense_acc acc[DLREC_MAX_DENSE];
   dlrec_progress *progress;
 } fit_ctx;
@@ -98,6 +100,8 @@ static dlrec_status fit_row(fit_ctx *x, fit_worker *W, fit_job *j, const dlrec_l
   dlrec_status st = dlrec_parse_row(L, s, n, W->scratch, &W->row, w);
   if (st != DLREC_OK) return st;
   const dlrec_raw_row *row = &W->row;
+  int is_short = etl_short_row(L, row, x->o->strict_fields, w, &st);
+  if (st != DLREC_OK) return st;
   const char *why;
   float label = 0;
   if (L->has_label && (why = dlrec_parse_label(row->label.s, row->label.n, &label)) != NULL)
@@ -122,6 +126,7 @@ static dlrec_status fit_row(fit_ctx *x, fit_worker *W, fit_job *j, const dlrec_l
       return dlrec_parse_error(w, L->dense_field[d], x->cols.dense[d], ETL_BEYOND_FLOAT32, t.s, t.n);
   }
   /* The row is good: count it. */
+  if (is_short) etl_shorts_add_line(&j->shorts, j->file, w->line);
   uint64_t r = j->rows++;
   j->positives += label != 0;
   for (uint32_t d = 0; d < x->nd; d++) {
@@ -152,6 +157,7 @@ static dlrec_status fit_work(void *vctx, void *vjob, int worker) {
   fit_job *j = vjob;
   fit_worker *W = &x->workers[worker];
   j->rows = j->positives = 0;
+  j->shorts = (etl_shorts){0};
   etl_badlist_clear(&j->bad);
   for (uint32_t d = 0; d < x->nd; d++) {
     j->dmin[d] = INFINITY;
@@ -213,6 +219,7 @@ static dlrec_status fit_consume(void *vctx, void *vjob, uint64_t seq) {
   }
   x->rows += j->rows;
   x->positives += j->positives;
+  etl_shorts_add(&x->shorts, &j->shorts);
   x->bytes += j->bytes;
   dlrec_progress_add(x->progress, j->bytes);
   return DLREC_OK;
@@ -513,7 +520,10 @@ dlrec_status dlrec_etl_fit(const char *const *inputs, int n_inputs, const char *
   if (st == DLREC_OK) st = build_state(x, e);
   if (st == DLREC_OK) st = etl_save(e, out_dir);
   if (st == DLREC_OK && x->bad) DLREC_WARN("fit: skipped %llu bad rows in all", (unsigned long long)x->bad);
-  if (rep) *rep = (dlrec_etl_report){.rows = x->rows, .bad_rows = x->bad, .bytes = x->bytes, .seconds = dlrec_now() - t0};
+  if (rep) {
+    *rep = (dlrec_etl_report){.rows = x->rows, .bad_rows = x->bad, .bytes = x->bytes, .seconds = dlrec_now() - t0};
+    etl_shorts_report(&x->shorts, &x->in, rep);
+  }
   /* Cleanup. */
   for (int w = 0; x->workers && w < threads; w++) {
     for (uint32_t c = 0; c < DLREC_MAX_SPARSE; c++) keymap_free(&x->workers[w].maps[c]);

@@ -209,6 +209,41 @@ dlrec_status etl_badlist_add(etl_badlist *b, const char *msg);
 dlrec_status etl_badlist_report(const etl_badlist *b, uint64_t *total, uint64_t limit);
 void etl_badlist_free(etl_badlist *b);
 
+/* Criteo rows of fewer fields than the layout's are valid (public copies
+ * strip trailing empty fields) but may be torn lines, so runs count them and
+ * name the first. Returns 1 for such a row; with strict set it is a bad row
+ * instead (*st is the error). */
+static inline int etl_short_row(const dlrec_layout *L, const dlrec_raw_row *row, int strict, const dlrec_where *w,
+                                dlrec_status *st) {
+  *st = DLREC_OK;
+  if (L->format != DLREC_FORMAT_CRITEO || row->n_fields >= L->n_fields) return 0;
+  if (strict)
+    *st = dlrec_error(DLREC_ERR_PARSE, "%s:%llu: %u fields, expected %u (--strict-fields)", w->file,
+                      (unsigned long long)w->line, row->n_fields, L->n_fields);
+  return 1;
+}
+
+/* The short rows of a run: a block's (first_line is the first short line of
+ * the block, in its file), or the whole run's in input order. */
+typedef struct etl_shorts {
+  uint64_t n;
+  uint64_t first_line;
+  uint32_t first_file;
+} etl_shorts;
+
+static inline void etl_shorts_add_line(etl_shorts *s, uint32_t file, uint64_t line) {
+  if (s->n++ == 0) s->first_file = file, s->first_line = line;
+}
+
+/* Adds a block's short rows to the run's; blocks come in input order. */
+static inline void etl_shorts_add(etl_shorts *run, const etl_shorts *block) {
+  if (block->n && run->n == 0) run->first_file = block->first_file, run->first_line = block->first_line;
+  run->n += block->n;
+}
+
+/* Fills the report's short-row fields. */
+void etl_shorts_report(const etl_shorts *s, const etl_inputs *in, dlrec_etl_report *rep);
+
 /* "FILE:LINE: line longer than N bytes (--max-line-bytes)". */
 dlrec_status etl_line_too_long(const dlrec_where *w, size_t max);
 
