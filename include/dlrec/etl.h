@@ -86,9 +86,10 @@ dlrec_status dlrec_etl_fit(const char *const *inputs, int n_inputs, const char *
 
 typedef struct dlrec_etl dlrec_etl;
 
-/* Loads and validates the state in dir. Corrupt, truncated, mismatched
- * (etl.json and vocab.bin of different fits) or newer-version files are
- * refused with an error naming the file. Free with dlrec_etl_free. */
+/* Loads and validates the state in dir. Corrupt (both files carry checksums
+ * of all their bytes), truncated, mismatched (etl.json and vocab.bin of
+ * different fits) or other-version files are refused with an error naming
+ * the file. Free with dlrec_etl_free. */
 dlrec_status dlrec_etl_load(dlrec_etl **e, const char *dir);
 void dlrec_etl_free(dlrec_etl *e); /* accepts NULL */
 
@@ -139,8 +140,9 @@ dlrec_status dlrec_etl_cat_info_get(const dlrec_etl *e, uint32_t col, dlrec_etl_
 /* ---- encoding (thread-safe: the state is read-only) ---- */
 
 /* Encodes dense column col's raw text s[0..n) (n == 0: missing -> 0). A value
- * that is not a number is DLREC_ERR_PARSE ("field 3 (I3): not a number: 'x'",
- * the field counted as in a fit line). */
+ * that is not a number, or whose transformed (or standardized) value is
+ * beyond float32's range, is DLREC_ERR_PARSE ("field 3 (I3): not a number:
+ * 'x'", the field counted as in a fit line). */
 dlrec_status dlrec_etl_encode_dense(const dlrec_etl *e, uint32_t col, const char *s, size_t n, float *out);
 
 /* Encodes categorical column col's raw text to its global id: missing (n ==
