@@ -1323,3 +1323,53 @@ TEST(cli_global_options_before_the_command) {
   CHECK(strstr(out, "unknown command '-x'") != NULL);
   free(out);
 }
+
+/* predict reads raw rows too: the same count of short rows, the same
+ * --strict-fields, and a BOM dropped; stripped rows score as written-out ones. */
+TEST(predict_counts_short_rows_and_drops_a_bom) {
+  CHECK(synth(test_path("clicks.tsv"), 3000, 3, 200) == 0);
+  char *out = NULL;
+  const char *cfg =
+      "{\"model\": {\"embedding_dim\": 4, \"bottom_mlp\": [8, 4], \"top_mlp\": [8, 1]},"
+      " \"training\": {\"batch_size\": 256, \"epochs\": 1, \"threads\": 1, \"seed\": 1}}";
+  CHECK(test_write_file(test_path("cfg.json"), cfg, (size_t)-1) == 0);
+  int rc = test_run_cli(&out,
+                        "-q etl fit --input '%s' --out '%s' && '%s' -q etl apply --etl '%s' --input '%s' --out '%s' && "
+                        "'%s' -q train --config '%s' --train '%s' --etl '%s' --out '%s' --max-steps 3",
+                        test_path("clicks.tsv"), keep(test_path("etl")), getenv("DLREC_BIN"), keep(test_path("etl")),
+                        keep(test_path("clicks.tsv")), keep(test_path("t.dlr")), getenv("DLREC_BIN"),
+                        keep(test_path("cfg.json")), keep(test_path("t.dlr")), keep(test_path("etl")),
+                        keep(test_path("run")));
+  if (rc) fprintf(stderr, "%s\n", out);
+  free(out);
+  CHECK_EQ(rc, 0);
+  /* Rows written out (40 fields), then with their empty tails stripped and a BOM. */
+  const char *rows[][4] = {{"1", "3", "68fd1e64", "80e26c9b"}, {"0", "", "", "0c"}, {"1", "7", "05db9164", ""}};
+  char full[4096] = "", stripped[4096] = "\xef\xbb\xbf", row[1024];
+  for (int i = 0; i < 3; i++) {
+    crow(row, sizeof row, rows[i][0], rows[i][1], rows[i][2], rows[i][3]);
+    strcat(full, row);
+    size_t k = strlen(row) - 1; /* before the newline */
+    while (k && row[k - 1] == '\t') k--;
+    row[k] = '\n', row[k + 1] = '\0';
+    strcat(stripped, row);
+  }
+  const char *f = keep(test_path("full.tsv")), *sh = keep(test_path("short.tsv"));
+  CHECK(test_write_file(f, full, (size_t)-1) == 0);
+  CHECK(test_write_file(sh, stripped, (size_t)-1) == 0);
+  CHECK_EQ(test_run_cli(&out, "predict --model '%s' --input '%s' --out '%s'", test_path("run"), f, test_path("f.txt")), 0);
+  CHECK(strstr(out, "fewer fields") == NULL);
+  free(out);
+  CHECK_EQ(test_run_cli(&out, "predict --model '%s' --input '%s' --out '%s'", test_path("run"), sh, test_path("s.txt")), 0);
+  char want[1400];
+  snprintf(want, sizeof want, "predict: 3 rows had fewer fields than Criteo's 40 (39 unlabeled), the first at %s:1", sh);
+  if (!strstr(out, want)) test_fail(__FILE__, __LINE__, "no '%s' in: %s", want, out);
+  CHECK(strstr(out, want) != NULL);
+  free(out);
+  CHECK(same_file(test_path("f.txt"), test_path("s.txt")));
+  CHECK_EQ(test_run_cli(&out, "predict --model '%s' --input '%s' --out '%s' --strict-fields", test_path("run"), sh,
+                        test_path("x.txt")),
+           1);
+  CHECK(strstr(out, "short.tsv:1: 16 fields, expected 40 (--strict-fields)") != NULL);
+  free(out);
+}

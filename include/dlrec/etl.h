@@ -158,6 +158,15 @@ dlrec_status dlrec_etl_encode_cat(const dlrec_etl *e, uint32_t col, const char *
 dlrec_status dlrec_etl_encode_line(const dlrec_etl *e, const char *line, size_t n, int with_label, float *label,
                                    float *dense, uint32_t *ids);
 
+/* dlrec_etl_encode_line, for callers that count short rows as apply does:
+ * *short_row is set to 1 when a Criteo line had fewer fields than the
+ * format's (valid: its missing tail reads as empty), else 0; with
+ * strict_fields such a line is DLREC_ERR_PARSE ("4 fields, expected 40
+ * (--strict-fields)") instead. */
+dlrec_status dlrec_etl_encode_line_checked(const dlrec_etl *e, const char *line, size_t n, int with_label,
+                                           int strict_fields, float *label, float *dense, uint32_t *ids,
+                                           int *short_row);
+
 /* ---- apply ---- */
 
 typedef struct dlrec_etl_apply_opts {

@@ -212,14 +212,16 @@ void etl_badlist_free(etl_badlist *b);
 /* Criteo rows of fewer fields than the layout's are valid (public copies
  * strip trailing empty fields) but may be torn lines, so runs count them and
  * name the first. Returns 1 for such a row; with strict set it is a bad row
- * instead (*st is the error). */
+ * instead (*st is the error; w may be NULL for a line of no file). */
 static inline int etl_short_row(const dlrec_layout *L, const dlrec_raw_row *row, int strict, const dlrec_where *w,
                                 dlrec_status *st) {
   *st = DLREC_OK;
   if (L->format != DLREC_FORMAT_CRITEO || row->n_fields >= L->n_fields) return 0;
-  if (strict)
+  if (strict && w)
     *st = dlrec_error(DLREC_ERR_PARSE, "%s:%llu: %u fields, expected %u (--strict-fields)", w->file,
                       (unsigned long long)w->line, row->n_fields, L->n_fields);
+  else if (strict)
+    *st = dlrec_error(DLREC_ERR_PARSE, "%u fields, expected %u (--strict-fields)", row->n_fields, L->n_fields);
   return 1;
 }
 
