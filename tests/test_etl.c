@@ -1332,14 +1332,15 @@ TEST(predict_counts_short_rows_and_drops_a_bom) {
   const char *cfg =
       "{\"model\": {\"embedding_dim\": 4, \"bottom_mlp\": [8, 4], \"top_mlp\": [8, 1]},"
       " \"training\": {\"batch_size\": 256, \"epochs\": 1, \"threads\": 1, \"seed\": 1}}";
-  CHECK(test_write_file(test_path("cfg.json"), cfg, (size_t)-1) == 0);
+  /* One path per variable: the order in which arguments are evaluated is
+   * unspecified, and test_path's buffers rotate. */
+  const char *clicks = keep(test_path("clicks.tsv")), *etl = keep(test_path("etl")), *dlr = keep(test_path("t.dlr"));
+  const char *cfg_path = keep(test_path("cfg.json")), *run = keep(test_path("run")), *bin = getenv("DLREC_BIN");
+  CHECK(test_write_file(cfg_path, cfg, (size_t)-1) == 0);
   int rc = test_run_cli(&out,
                         "-q etl fit --input '%s' --out '%s' && '%s' -q etl apply --etl '%s' --input '%s' --out '%s' && "
                         "'%s' -q train --config '%s' --train '%s' --etl '%s' --out '%s' --max-steps 3",
-                        test_path("clicks.tsv"), keep(test_path("etl")), getenv("DLREC_BIN"), keep(test_path("etl")),
-                        keep(test_path("clicks.tsv")), keep(test_path("t.dlr")), getenv("DLREC_BIN"),
-                        keep(test_path("cfg.json")), keep(test_path("t.dlr")), keep(test_path("etl")),
-                        keep(test_path("run")));
+                        clicks, etl, bin, etl, clicks, dlr, bin, cfg_path, dlr, etl, run);
   if (rc) fprintf(stderr, "%s\n", out);
   free(out);
   CHECK_EQ(rc, 0);
