@@ -2,7 +2,9 @@
  * round trip against a naive re-encoding done here, the train/valid split,
  * bad rows, CSV, the state files and the CLI. */
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include "dlrec/crc32c.h"
 #include "dlrec/dlr.h"
 #include "dlrec/etl.h"
 #include "dlrec/fsutil.h"
@@ -243,6 +245,103 @@ TEST(fit_dense_stats_match_a_naive_computation) {
   CHECK_NEAR(d.mean, (5 - 3 + 260 + 7 + 0 + 12 + 100 + 2 + 3 + 99999) / 10.0, 1e-9, 1e-12);
   CHECK_OK(dlrec_etl_encode_dense(e, 0, "-3", 2, &v));
   CHECK_EQ(v, -3);
+  dlrec_etl_free(e);
+}
+
+/* Writes Criteo rows whose I1 values are vals (C1 = "a", C2 = "b"). */
+static const char *dense_file(const char *name, const char *const *vals, int n) {
+  char buf[16384] = "", row[1024];
+  for (int i = 0; i < n; i++) {
+    crow(row, sizeof row, "0", vals[i], "a", "b");
+    strcat(buf, row);
+  }
+  const char *path = keep(test_path(name));
+  return test_write_file(path, buf, (size_t)-1) == 0 ? path : NULL;
+}
+
+TEST(dense_values_beyond_float32_are_refused) {
+  const char *big[] = {"1", "2", "1e308", "4"};
+  const char *in = dense_file("big.tsv", big, 4);
+  CHECK(in != NULL);
+  dlrec_etl_fit_opts o = fit_opts();
+  o.dense_transform = DLREC_DENSE_NONE;
+  CHECK_ERR(dlrec_etl_fit(&in, 1, test_path("etl"), &o, NULL), DLREC_ERR_PARSE,
+            "big.tsv:3: field 2 (I1): value beyond float32 range (|t| > 3.4e38): '1e308'");
+  const char *neg[] = {"-3.5e38"};
+  const char *in2 = dense_file("neg.tsv", neg, 1);
+  CHECK_ERR(dlrec_etl_fit(&in2, 1, test_path("etl"), &o, NULL), DLREC_ERR_PARSE, "neg.tsv:1: field 2 (I1): value beyond");
+  /* The log transform brings 1e308 to 709: fine. */
+  o.dense_transform = DLREC_DENSE_LOG;
+  CHECK_OK(dlrec_etl_fit(&in, 1, test_path("etl"), &o, NULL));
+  /* Up to float32's largest value the statistics hold, checked against a
+   * two-pass mean and std of values scaled by 2^-120. */
+  const char *edge[] = {"3.4e38", "-3.4e38", "1e38", "-2e38", "3e38", ""};
+  const double xs[] = {3.4e38, -3.4e38, 1e38, -2e38, 3e38};
+  const char *in3 = dense_file("edge.tsv", edge, 6);
+  o.dense_transform = DLREC_DENSE_NONE;
+  CHECK_OK(dlrec_etl_fit(&in3, 1, test_path("edge"), &o, NULL));
+  double scale = 0x1p-120, m = 0, var = 0;
+  for (int i = 0; i < 5; i++) m += xs[i] * scale / 5;
+  for (int i = 0; i < 5; i++) var += (xs[i] * scale - m) * (xs[i] * scale - m) / 5;
+  dlrec_etl *e;
+  CHECK_OK(dlrec_etl_load(&e, test_path("edge")));
+  dlrec_etl_dense_info d;
+  CHECK_OK(dlrec_etl_dense_info_get(e, 0, &d));
+  CHECK_EQ_U64(d.count, 5);
+  CHECK_NEAR(d.mean, m / scale, 1e-12 * 3.4e38, 0);
+  CHECK_NEAR(d.std, sqrt(var) / scale, 0, 1e-12);
+  CHECK_NEAR(d.max, 3.4e38, 0, 0);
+  /* apply, and the encoder predict and serve use, refuse it alike. */
+  float v;
+  CHECK_ERR(dlrec_etl_encode_dense(e, 0, "1e308", 5, &v), DLREC_ERR_PARSE,
+            "field 2 (I1): value beyond float32 range (|t| > 3.4e38): '1e308'");
+  CHECK_OK(dlrec_etl_encode_dense(e, 0, "-3.4e38", 7, &v));
+  CHECK(isfinite(v) && v < -3.3e38f);
+  dlrec_etl_apply_opts ao = apply_opts();
+  CHECK_ERR(dlrec_etl_apply(e, &in, 1, test_path("o.dlr"), &ao, NULL), DLREC_ERR_PARSE,
+            "big.tsv:3: field 2 (I1): value beyond float32 range");
+  dlrec_etl_free(e);
+  /* A tiny std in fit: a value fit never saw would standardize to inf. */
+  const char *tiny[] = {"1", "1.0000000000000002", "1"};
+  const char *in4 = dense_file("tiny.tsv", tiny, 3);
+  o.standardize = 1;
+  CHECK_OK(dlrec_etl_fit(&in4, 1, test_path("tiny"), &o, NULL));
+  CHECK_OK(dlrec_etl_load(&e, test_path("tiny")));
+  CHECK_OK(dlrec_etl_encode_dense(e, 0, "1", 1, &v));
+  CHECK(isfinite(v));
+  CHECK_ERR(dlrec_etl_encode_dense(e, 0, "1e30", 4, &v), DLREC_ERR_PARSE,
+            "field 2 (I1): standardized value beyond float32 range: '1e30'");
+  dlrec_etl_free(e);
+  /* The CLI says where. */
+  char *out = NULL;
+  CHECK_EQ(test_run_cli(&out, "etl fit --input '%s' --out '%s' --dense-transform none -q", in, test_path("c")), 1);
+  CHECK(strstr(out, "big.tsv:3: field 2 (I1): value beyond float32 range") != NULL);
+  free(out);
+}
+
+/* Small integers take a table of log1p; a value that is not an integer must
+ * not (2.5 is not log1p(2)). Checked against log1p itself, in fit's mean and
+ * in the encoder. */
+TEST(log_transform_of_non_integers_matches_log1p) {
+  const char *vals[] = {"2.5", "0.5", "1023.5", "7.000001", "1e-3", "5"};
+  const double xs[] = {2.5, 0.5, 1023.5, 7.000001, 1e-3, 5};
+  const char *in = dense_file("frac.tsv", vals, 6);
+  CHECK(in != NULL);
+  dlrec_etl_fit_opts o = fit_opts();
+  CHECK_OK(dlrec_etl_fit(&in, 1, test_path("etl"), &o, NULL));
+  dlrec_etl *e;
+  CHECK_OK(dlrec_etl_load(&e, test_path("etl")));
+  double mean = 0;
+  for (int i = 0; i < 6; i++) mean += log1p(xs[i]) / 6;
+  dlrec_etl_dense_info d;
+  CHECK_OK(dlrec_etl_dense_info_get(e, 0, &d));
+  CHECK_NEAR(d.mean, mean, 0, 1e-12);
+  for (int i = 0; i < 6; i++) {
+    float v;
+    CHECK_OK(dlrec_etl_encode_dense(e, 0, vals[i], strlen(vals[i]), &v));
+    if (!(fabs(v - log1p(xs[i])) <= 1e-6 * log1p(xs[i]))) test_fail(__FILE__, __LINE__, "x = %s", vals[i]);
+    CHECK_NEAR(v, log1p(xs[i]), 0, 1e-6);
+  }
   dlrec_etl_free(e);
 }
 
@@ -665,6 +764,84 @@ TEST(empty_input_fit_fails_apply_writes_empty_file) {
   dlrec_dlr_close(f);
 }
 
+/* Rows of fewer than 40 fields are valid (stripped empty tails) but may be
+ * torn lines: runs count them and name the first; --strict-fields refuses. */
+TEST(short_criteo_rows_are_counted_or_refused) {
+  char full[1024], text[8192] = "";
+  crow(full, sizeof full, "1", "3", "aa", "bb"); /* 40 fields, written out */
+  const char *lines[] = {full, "1\t5\t\t3\n", full, "0\n", full, "1\t2\t\t\t\t\t\t\t\t\t\t\t\t\taa\n"};
+  for (int i = 0; i < 6; i++) strcat(text, lines[i]);
+  const char *in = keep(test_path("short.tsv")), *whole = keep(test_path("whole.tsv"));
+  CHECK(test_write_file(in, text, (size_t)-1) == 0);
+  CHECK(test_write_file(whole, full, (size_t)-1) == 0);
+  /* The reference: lines of fewer than 39 tabs, and the first of them. */
+  int want = 0, first = 0;
+  for (int i = 0; i < 6; i++) {
+    int tabs = 0;
+    for (const char *p = lines[i]; *p; p++) tabs += *p == '\t';
+    if (tabs + 1 < 40 && !want++) first = i + 1;
+  }
+  CHECK_EQ(want, 3);
+  char where[1200];
+  snprintf(where, sizeof where, "%s:%d", in, first);
+  dlrec_etl_fit_opts o = fit_opts();
+  dlrec_etl_report rep;
+  /* Any block size and thread count: the count, and the first in input order. */
+  for (size_t block = 8; block <= 4096; block *= 8) {
+    o.block_bytes = block;
+    CHECK_OK(dlrec_etl_fit(&in, 1, test_path("etl"), &o, &rep));
+    CHECK_EQ_U64(rep.rows, 6);
+    CHECK_EQ_U64(rep.short_rows, (uint64_t)want);
+    CHECK_STR(rep.first_short, where);
+  }
+  /* Several inputs: the first short row is in the second file. */
+  const char *two[] = {whole, in};
+  CHECK_OK(dlrec_etl_fit(two, 2, test_path("etl2"), &o, &rep));
+  CHECK_EQ_U64(rep.short_rows, (uint64_t)want);
+  CHECK_STR(rep.first_short, where);
+  CHECK_OK(dlrec_etl_fit(&whole, 1, test_path("etl3"), &o, &rep));
+  CHECK_EQ_U64(rep.short_rows, 0);
+  CHECK_STR(rep.first_short, "");
+  dlrec_etl *e;
+  CHECK_OK(dlrec_etl_load(&e, test_path("etl")));
+  dlrec_etl_apply_opts ao = apply_opts();
+  ao.block_bytes = 64;
+  CHECK_OK(dlrec_etl_apply(e, &in, 1, test_path("o.dlr"), &ao, &rep));
+  CHECK_EQ_U64(rep.rows, 6);
+  CHECK_EQ_U64(rep.short_rows, (uint64_t)want);
+  CHECK_STR(rep.first_short, where);
+  /* --strict-fields: the first short row is the error. */
+  ao.strict_fields = 1;
+  CHECK_ERR(dlrec_etl_apply(e, &in, 1, test_path("o.dlr"), &ao, &rep), DLREC_ERR_PARSE,
+            "short.tsv:2: 4 fields, expected 40 (--strict-fields)");
+  dlrec_etl_free(e);
+  o.strict_fields = 1;
+  CHECK_ERR(dlrec_etl_fit(&in, 1, test_path("etl4"), &o, &rep), DLREC_ERR_PARSE,
+            "short.tsv:2: 4 fields, expected 40 (--strict-fields)");
+  CHECK_OK(dlrec_etl_fit(&whole, 1, test_path("etl4"), &o, &rep));
+  /* The CLI: the summary names the count and the first; the flag refuses. */
+  char *out = NULL;
+  CHECK_EQ(test_run_cli(&out, "etl fit --input '%s' --out '%s'", in, test_path("c")), 0);
+  char line[1400];
+  snprintf(line, sizeof line, "etl fit: 3 rows had fewer fields than Criteo's 40 (39 unlabeled), the first at %s", where);
+  if (!strstr(out, line)) test_fail(__FILE__, __LINE__, "no '%s' in: %s", line, out);
+  CHECK(strstr(out, line) != NULL);
+  free(out);
+  CHECK_EQ(test_run_cli(&out, "etl apply --etl '%s' --input '%s' --out '%s'", test_path("c"), in, test_path("c.dlr")), 0);
+  CHECK(strstr(out, "etl apply: 3 rows had fewer fields") != NULL);
+  free(out);
+  CHECK_EQ(test_run_cli(&out, "etl apply --etl '%s' --input '%s' --out '%s' --strict-fields", test_path("c"), in,
+                        test_path("c.dlr")),
+           1);
+  CHECK(strstr(out, "short.tsv:2: 4 fields, expected 40 (--strict-fields)") != NULL);
+  free(out);
+  CHECK_EQ(test_run_cli(&out, "-q etl fit --input '%s' --out '%s' --strict-fields --skip-bad-rows 3", in,
+                        test_path("d")),
+           0);
+  CHECK(strstr(out, "skipped 3 bad rows") != NULL);
+  free(out);
+}
+
 /* ---- formats and inputs ---- */
 
 TEST(criteo_unlabeled_crlf_and_stdin) {
@@ -782,6 +959,46 @@ TEST(csv_with_schema_quotes_and_reordered_header) {
             "b.csv:2: field 3 (hour): not a number: 'x1'");
 }
 
+/* A UTF-8 byte-order mark (spreadsheet exports) is not part of the first
+ * column's name or the first label: the files encode as without it. */
+TEST(utf8_byte_order_mark_is_dropped) {
+  const char *csv = "click,site,hour\r\n1,a,3\r\n0,b,4\r\n1,a,5\r\n";
+  const char *plain = keep(test_path("plain.csv")), *bom = keep(test_path("bom.csv"));
+  char buf[256];
+  snprintf(buf, sizeof buf, "\xef\xbb\xbf%s", csv);
+  CHECK(test_write_file(plain, csv, (size_t)-1) == 0);
+  CHECK(test_write_file(bom, buf, (size_t)-1) == 0);
+  dlrec_etl_fit_opts o = fit_opts();
+  o.format = DLREC_FORMAT_CSV;
+  o.schema_spec = "label=click;cat=site;dense=hour";
+  CHECK_OK(dlrec_etl_fit(&plain, 1, test_path("p"), &o, NULL));
+  CHECK_OK(dlrec_etl_fit(&bom, 1, test_path("b"), &o, NULL));
+  CHECK(same_file(test_path("p/vocab.bin"), test_path("b/vocab.bin")));
+  dlrec_etl *e;
+  CHECK_OK(dlrec_etl_load(&e, test_path("p")));
+  dlrec_etl_apply_opts ao = apply_opts();
+  CHECK_OK(dlrec_etl_apply(e, &plain, 1, test_path("p.dlr"), &ao, NULL));
+  CHECK_OK(dlrec_etl_apply(e, &bom, 1, test_path("b.dlr"), &ao, NULL));
+  dlrec_etl_free(e);
+  CHECK(same_file(test_path("p.dlr"), test_path("b.dlr")));
+  /* Criteo TSV: the first line's label. */
+  const char *in = small_input();
+  size_t n;
+  char *text = read_all(in, &n);
+  CHECK(text != NULL);
+  char *t = malloc(n + 3);
+  memcpy(t, "\xef\xbb\xbf", 3);
+  memcpy(t + 3, text, n);
+  const char *tb = keep(test_path("bom.tsv"));
+  CHECK(test_write_file(tb, t, n + 3) == 0);
+  free(text);
+  free(t);
+  o = fit_opts();
+  CHECK_OK(dlrec_etl_fit(&in, 1, test_path("tp"), &o, NULL));
+  CHECK_OK(dlrec_etl_fit(&tb, 1, test_path("tb"), &o, NULL));
+  CHECK(same_file(test_path("tp/vocab.bin"), test_path("tb/vocab.bin")));
+}
+
 /* ---- the state files ---- */
 
 static void copy_state(const char *from, const char *to) {
@@ -825,6 +1042,33 @@ static int edit_file(const char *path, const char *from, const char *to) {
   return rc;
 }
 
+/* Recomputes etl.json's checksum of itself as docs/etl.md specifies (the
+ * CRC32C of the text with the value's 8 digits read as zeros), so that a
+ * test can edit a field and reach the checks behind the checksum. */
+static int seal_json(const char *path) {
+  size_t n;
+  char *s = read_all(path, &n);
+  const char *key = "\"state_crc32c\":\t\"";
+  char *p = s ? strstr(s, key) : NULL;
+  if (!p) {
+    free(s);
+    return -1;
+  }
+  p += strlen(key);
+  memset(p, '0', 8);
+  char hex[9];
+  snprintf(hex, sizeof hex, "%08x", dlrec_crc32c(0, s, n));
+  memcpy(p, hex, 8);
+  int rc = test_write_file(path, s, n);
+  free(s);
+  return rc;
+}
+
+/* edit_file, then seal_json. */
+static int edit_sealed(const char *path, const char *from, const char *to) {
+  return edit_file(path, from, to) == 0 ? seal_json(path) : -1;
+}
+
 TEST(corrupt_or_mismatched_state_is_refused) {
   const char *in = small_input();
   dlrec_etl_fit_opts o = fit_opts();
@@ -863,22 +1107,143 @@ TEST(corrupt_or_mismatched_state_is_refused) {
   /* etl.json: syntax, version, unknown field, inconsistent numbers. */
   char jp[2048];
   snprintf(jp, sizeof jp, "%s", test_path("bad/etl.json"));
+  /* Each edit is sealed with a fresh checksum, so that it reaches the check
+   * behind the checksum that it is about. */
   copy_state(test_path("good"), test_path("bad"));
-  CHECK(edit_file(jp, "\"rows\":", "\"rows\"::") == 0);
+  CHECK(edit_sealed(jp, "\"rows\":", "\"rows\"::") == 0);
   CHECK_ERR(load_status(test_path("bad")), DLREC_ERR_PARSE, "etl.json:");
   copy_state(test_path("good"), test_path("bad"));
-  CHECK(edit_file(jp, "\"version\":\t1", "\"version\":\t2") == 0);
-  CHECK_ERR(load_status(test_path("bad")), DLREC_ERR_VERSION, "version 2");
+  CHECK(edit_sealed(jp, "\"version\":\t2", "\"version\":\t3") == 0);
+  CHECK_ERR(load_status(test_path("bad")), DLREC_ERR_VERSION, "version 3");
   copy_state(test_path("good"), test_path("bad"));
-  CHECK(edit_file(jp, "\"standardize\"", "\"standardise\"") == 0);
+  CHECK(edit_sealed(jp, "\"standardize\"", "\"standardise\"") == 0);
   CHECK_ERR(load_status(test_path("bad")), DLREC_ERR_INVALID, "standardise");
   copy_state(test_path("good"), test_path("bad"));
-  CHECK(edit_file(jp, "\"size\":\t8", "\"size\":\t9") == 0);
+  CHECK(edit_sealed(jp, "\"size\":\t8", "\"size\":\t9") == 0);
   CHECK_ERR(load_status(test_path("bad")), DLREC_ERR_INVALID, "inconsistent");
   copy_state(test_path("good"), test_path("bad"));
-  CHECK(edit_file(jp, "\"rows\":\t12", "\"rows\":\t13") == 0);
+  CHECK(edit_sealed(jp, "\"rows\":\t12", "\"rows\":\t13") == 0);
   CHECK(load_status(test_path("bad")) != DLREC_OK);
   CHECK_ERR(load_status(test_path("nowhere")), DLREC_ERR_IO, "etl.json");
+}
+
+TEST(state_checksum_refuses_any_flipped_bit) {
+  const char *in = small_input();
+  CHECK(in != NULL);
+  dlrec_etl_fit_opts o = fit_opts();
+  o.standardize = 1;
+  CHECK_OK(dlrec_etl_fit(&in, 1, test_path("good"), &o, NULL));
+  CHECK_OK(load_status(test_path("good")));
+  char jp[2048];
+  snprintf(jp, sizeof jp, "%s", test_path("bad/etl.json"));
+  size_t n;
+  char *j = read_all(test_path("good/etl.json"), &n);
+  CHECK(j != NULL);
+  /* The issue's case: one bit of a "mean" digit, still a valid number (a
+   * digit xor 1 is a digit), changed every standardized value silently. */
+  char *mean = strstr(j, "\"mean\":\t3.");
+  CHECK(mean != NULL);
+  size_t at = (size_t)(mean - j) + strlen("\"mean\":\t3.") + 2;
+  copy_state(test_path("good"), test_path("bad"));
+  j[at] ^= 0x01;
+  CHECK(test_write_file(jp, j, n) == 0);
+  j[at] ^= 0x01;
+  CHECK_ERR(load_status(test_path("bad")), DLREC_ERR_CORRUPT, "etl.json: checksum mismatch");
+  CHECK(strstr(dlrec_last_error(), "etl fit") != NULL);
+  /* A flipped bit anywhere (whitespace, names, the checksum itself) is refused. */
+  for (size_t i = 0; i < n; i += 7) {
+    for (int bit = 0; bit < 8; bit += 3) {
+      j[i] ^= (char)(1 << bit);
+      unlink(jp); /* a new file: truncating one (ext4) waits for its old blocks */
+      CHECK(test_write_file(jp, j, n) == 0);
+      j[i] ^= (char)(1 << bit);
+      dlrec_status st = load_status(test_path("bad"));
+      if (st == DLREC_OK) test_fail(__FILE__, __LINE__, "byte %zu bit %d: accepted", i, bit);
+      CHECK(st != DLREC_OK);
+    }
+  }
+  /* The copy a checkpoint makes is the same bytes: it loads. */
+  CHECK(test_write_file(jp, j, n) == 0);
+  CHECK_OK(load_status(test_path("bad")));
+  free(j);
+  /* A state of version 1 (no checksum) is refused with what to do. */
+  CHECK(edit_file(jp, "\"version\":\t2", "\"version\":\t1") == 0);
+  CHECK_ERR(load_status(test_path("bad")), DLREC_ERR_VERSION, "version 1");
+  CHECK(strstr(dlrec_last_error(), "etl fit") != NULL);
+  /* Without the member. */
+  copy_state(test_path("good"), test_path("bad"));
+  CHECK(edit_file(jp, "\"state_crc32c\"", "\"state_crc32x\"") == 0);
+  CHECK_ERR(load_status(test_path("bad")), DLREC_ERR_INVALID, "state_crc32c");
+}
+
+/* Recomputes vocab.bin's two CRCs and etl.json's record of it, and reseals
+ * etl.json, as a careful forger would: only the semantic checks are left. */
+static int reseal_vocab(const char *dir) {
+  char vp[2048], jp[2048];
+  snprintf(vp, sizeof vp, "%s/vocab.bin", dir);
+  snprintf(jp, sizeof jp, "%s/etl.json", dir);
+  size_t n;
+  char *v = read_all(vp, &n);
+  if (!v || n < 32) return -1;
+  uint32_t body = dlrec_crc32c(0, v + 32, n - 32);
+  memcpy(v + 24, &body, 4);
+  uint32_t head = dlrec_crc32c(0, v, 28);
+  memcpy(v + 28, &head, 4);
+  int rc = test_write_file(vp, v, n);
+  free(v);
+  char *j = read_all(jp, &n);
+  char *p = j ? strstr(j, "\"crc32c\":\t") : NULL;
+  if (rc || !p) {
+    free(j);
+    return -1;
+  }
+  p += strlen("\"crc32c\":\t");
+  char *e = p;
+  while (*e >= '0' && *e <= '9') e++;
+  char *t = malloc(n + 16);
+  int k = snprintf(t, n + 16, "%.*s%u%s", (int)(p - j), j, body, e);
+  rc = test_write_file(jp, t, (size_t)k);
+  free(j);
+  free(t);
+  return rc ? rc : seal_json(jp);
+}
+
+TEST(vocab_order_is_checked_behind_the_checksums) {
+  const char *in = small_input();
+  CHECK(in != NULL);
+  dlrec_etl_fit_opts o = fit_opts();
+  CHECK_OK(dlrec_etl_fit(&in, 1, test_path("good"), &o, NULL));
+  /* C1, the first section: keys a, b (count 3 each), d (2), c, e, f0 (1). */
+  size_t n;
+  char *v = read_all(test_path("good/vocab.bin"), &n);
+  CHECK(v != NULL);
+  const size_t keys = 32 + 16, counts = keys + 8 * 6;
+  uint64_t k[6], c[6];
+  memcpy(k, v + keys, sizeof k);
+  memcpy(c, v + counts, sizeof c);
+  CHECK(k[0] == 0xa && k[1] == 0xb && k[2] == 0xd && c[0] == 3 && c[1] == 3 && c[2] == 2);
+  /* Resealed untouched: still loads (the forger's tools work). */
+  copy_state(test_path("good"), test_path("bad"));
+  CHECK(reseal_vocab(test_path("bad")) == 0);
+  CHECK_OK(load_status(test_path("bad")));
+  /* Equal counts, keys out of order (b before a). */
+  uint64_t t = k[0];
+  memcpy(v + keys, &k[1], 8);
+  memcpy(v + keys + 8, &t, 8);
+  CHECK(test_write_file(test_path("bad/vocab.bin"), v, n) == 0);
+  CHECK(reseal_vocab(test_path("bad")) == 0);
+  CHECK_ERR(load_status(test_path("bad")), DLREC_ERR_CORRUPT, "column 'C1': entry 1 is out of order");
+  /* Counts rising (d:2 before b:3), keys and counts swapped together. */
+  memcpy(v + keys, k, sizeof k);
+  memcpy(v + keys + 8, &k[2], 8);
+  memcpy(v + keys + 16, &k[1], 8);
+  memcpy(v + counts + 8, &c[2], 8);
+  memcpy(v + counts + 16, &c[1], 8);
+  copy_state(test_path("good"), test_path("bad"));
+  CHECK(test_write_file(test_path("bad/vocab.bin"), v, n) == 0);
+  CHECK(reseal_vocab(test_path("bad")) == 0);
+  CHECK_ERR(load_status(test_path("bad")), DLREC_ERR_CORRUPT, "column 'C1': entry 2 is out of order");
+  free(v);
 }
 
 /* ---- the CLI ---- */
@@ -927,5 +1292,85 @@ TEST(cli_help_and_usage_errors) {
   free(out);
   CHECK_EQ(test_run_cli(&out, "etl apply --etl '%s' --input a --out b", test_path("none")), 1);
   CHECK(strstr(out, "etl.json"));
+  free(out);
+}
+
+/* -q and -v before the command, as git takes them. */
+TEST(cli_global_options_before_the_command) {
+  const char *in = small_input();
+  CHECK(in != NULL);
+  char *out = NULL;
+  CHECK_EQ(test_run_cli(&out, "etl fit --input '%s' --out '%s'", in, test_path("a")), 0);
+  CHECK(strstr(out, "etl fit: 12 rows") != NULL); /* the summary, without -q */
+  free(out);
+  CHECK_EQ(test_run_cli(&out, "-q etl fit --input '%s' --out '%s'", in, test_path("b")), 0);
+  CHECK_STR(out, ""); /* quiet: no summary */
+  free(out);
+  CHECK(same_file(test_path("a/vocab.bin"), test_path("b/vocab.bin")));
+  CHECK_EQ(test_run_cli(&out, "--quiet -v etl apply --etl '%s' --input '%s' --out '%s'", test_path("b"), in,
+                        test_path("o.dlr")),
+           0);
+  CHECK(strstr(out, "etl apply: 12 rows") != NULL); /* -v after -q: verbose again */
+  free(out);
+  CHECK_EQ(test_run_cli(&out, "-q --version"), 0);
+  CHECK(strncmp(out, "dlrec ", 6) == 0);
+  free(out);
+  /* Only options, or an unknown one, is still a usage error. */
+  CHECK_EQ(test_run_cli(&out, "-q"), 2);
+  CHECK(strstr(out, "usage: dlrec") != NULL);
+  free(out);
+  CHECK_EQ(test_run_cli(&out, "-x etl"), 2);
+  CHECK(strstr(out, "unknown command '-x'") != NULL);
+  free(out);
+}
+
+/* predict reads raw rows too: the same count of short rows, the same
+ * --strict-fields, and a BOM dropped; stripped rows score as written-out ones. */
+TEST(predict_counts_short_rows_and_drops_a_bom) {
+  CHECK(synth(test_path("clicks.tsv"), 3000, 3, 200) == 0);
+  char *out = NULL;
+  const char *cfg =
+      "{\"model\": {\"embedding_dim\": 4, \"bottom_mlp\": [8, 4], \"top_mlp\": [8, 1]},"
+      " \"training\": {\"batch_size\": 256, \"epochs\": 1, \"threads\": 1, \"seed\": 1}}";
+  /* One path per variable: the order in which arguments are evaluated is
+   * unspecified, and test_path's buffers rotate. */
+  const char *clicks = keep(test_path("clicks.tsv")), *etl = keep(test_path("etl")), *dlr = keep(test_path("t.dlr"));
+  const char *cfg_path = keep(test_path("cfg.json")), *run = keep(test_path("run")), *bin = getenv("DLREC_BIN");
+  CHECK(test_write_file(cfg_path, cfg, (size_t)-1) == 0);
+  int rc = test_run_cli(&out,
+                        "-q etl fit --input '%s' --out '%s' && '%s' -q etl apply --etl '%s' --input '%s' --out '%s' && "
+                        "'%s' -q train --config '%s' --train '%s' --etl '%s' --out '%s' --max-steps 3",
+                        clicks, etl, bin, etl, clicks, dlr, bin, cfg_path, dlr, etl, run);
+  if (rc) fprintf(stderr, "%s\n", out);
+  free(out);
+  CHECK_EQ(rc, 0);
+  /* Rows written out (40 fields), then with their empty tails stripped and a BOM. */
+  const char *rows[][4] = {{"1", "3", "68fd1e64", "80e26c9b"}, {"0", "", "", "0c"}, {"1", "7", "05db9164", ""}};
+  char full[4096] = "", stripped[4096] = "\xef\xbb\xbf", row[1024];
+  for (int i = 0; i < 3; i++) {
+    crow(row, sizeof row, rows[i][0], rows[i][1], rows[i][2], rows[i][3]);
+    strcat(full, row);
+    size_t k = strlen(row) - 1; /* before the newline */
+    while (k && row[k - 1] == '\t') k--;
+    row[k] = '\n', row[k + 1] = '\0';
+    strcat(stripped, row);
+  }
+  const char *f = keep(test_path("full.tsv")), *sh = keep(test_path("short.tsv"));
+  CHECK(test_write_file(f, full, (size_t)-1) == 0);
+  CHECK(test_write_file(sh, stripped, (size_t)-1) == 0);
+  CHECK_EQ(test_run_cli(&out, "predict --model '%s' --input '%s' --out '%s'", test_path("run"), f, test_path("f.txt")), 0);
+  CHECK(strstr(out, "fewer fields") == NULL);
+  free(out);
+  CHECK_EQ(test_run_cli(&out, "predict --model '%s' --input '%s' --out '%s'", test_path("run"), sh, test_path("s.txt")), 0);
+  char want[1400];
+  snprintf(want, sizeof want, "predict: 3 rows had fewer fields than Criteo's 40 (39 unlabeled), the first at %s:1", sh);
+  if (!strstr(out, want)) test_fail(__FILE__, __LINE__, "no '%s' in: %s", want, out);
+  CHECK(strstr(out, want) != NULL);
+  free(out);
+  CHECK(same_file(test_path("f.txt"), test_path("s.txt")));
+  CHECK_EQ(test_run_cli(&out, "predict --model '%s' --input '%s' --out '%s' --strict-fields", test_path("run"), sh,
+                        test_path("x.txt")),
+           1);
+  CHECK(strstr(out, "short.tsv:1: 16 fields, expected 40 (--strict-fields)") != NULL);
   free(out);
 }

@@ -154,6 +154,7 @@ TEST(criteo_row_fields_by_role) {
   char line[1024], scratch[1024];
   int n = criteo_line(line, sizeof line, 1);
   CHECK_OK(dlrec_parse_row(L, line, (size_t)n, scratch, &row, &W));
+  CHECK_EQ(row.n_fields, 40);
   CHECK(row.label.n == 1 && row.label.s[0] == '1');
   for (int i = 0; i < 13; i++) {
     char want[8];
@@ -185,6 +186,7 @@ TEST(criteo_crlf_stripped_tail_and_missing) {
   for (int i = 1; i < 26; i++) CHECK_EQ(row.cat[i].n, 0);
   /* Only a label: every feature missing. */
   CHECK_OK(dlrec_parse_row(L, "1", 1, scratch, &row, &W));
+  CHECK_EQ(row.n_fields, 1);
   for (int i = 0; i < 13; i++) CHECK_EQ(row.dense[i].n, 0);
   dlrec_layout_free(L);
 }
@@ -269,6 +271,46 @@ TEST(csv_quoting_rfc4180) {
   line = "8,0,\"\",x";
   CHECK_OK(dlrec_parse_row(L, line, strlen(line), scratch, &row, &W));
   CHECK(row.cat[0].n == 0 && row.cat[1].n == 1);
+  dlrec_layout_free(L);
+}
+
+/* Two quoted fields with escaped quotes in one row: each keeps its own bytes
+ * in the scratch buffer (one written over the other would go unnoticed
+ * with only one quoted field checked). */
+TEST(csv_two_quoted_fields_in_one_row) {
+  dlrec_layout *L = csv_layout("a,b,c", "cat=*", 0);
+  CHECK(L != NULL);
+  static dlrec_raw_row row;
+  char scratch[256];
+  const char *line = "\"x\"\"1\",\"y\"\"2\",z";
+  CHECK_OK(dlrec_parse_row(L, line, strlen(line), scratch, &row, &W));
+  CHECK(row.cat[0].n == 3 && !memcmp(row.cat[0].s, "x\"1", 3));
+  CHECK(row.cat[1].n == 3 && !memcmp(row.cat[1].s, "y\"2", 3));
+  CHECK(row.cat[2].n == 1 && row.cat[2].s[0] == 'z');
+  line = "\"p\"\"\",q,\"\"\"r,s\"";
+  CHECK_OK(dlrec_parse_row(L, line, strlen(line), scratch, &row, &W));
+  CHECK(row.cat[0].n == 2 && !memcmp(row.cat[0].s, "p\"", 2));
+  CHECK(row.cat[1].n == 1 && row.cat[1].s[0] == 'q');
+  CHECK(row.cat[2].n == 4 && !memcmp(row.cat[2].s, "\"r,s", 4));
+  dlrec_layout_free(L);
+}
+
+/* A header line as the reader gives it from a CRLF file: its CR is not part
+ * of the last column's name. */
+TEST(csv_header_with_crlf) {
+  char **names;
+  uint32_t n;
+  CHECK_OK(dlrec_csv_split_header("id,click,site\r", 14, "x.csv", &names, &n));
+  CHECK_EQ(n, 3);
+  CHECK_STR(names[2], "site");
+  free(names);
+  dlrec_layout *L = csv_layout("id,click,site\r", "label=click;ignore=id;cat=site", 1);
+  CHECK(L != NULL);
+  CHECK_STR(dlrec_layout_field_name(L, 2), "site");
+  static dlrec_raw_row row;
+  char scratch[64];
+  CHECK_OK(dlrec_parse_row(L, "1,0,ab\r", 7, scratch, &row, &W));
+  CHECK(row.cat[0].n == 2 && !memcmp(row.cat[0].s, "ab", 2));
   dlrec_layout_free(L);
 }
 
@@ -451,4 +493,60 @@ TEST(reader_header_line_then_blocks) {
   dlrec_reader_close(r);
   CHECK_ERR(dlrec_reader_open(&r, test_path("missing.tsv"), 8, 8), DLREC_ERR_IO, "missing.tsv");
   CHECK_ERR(dlrec_reader_open(&r, test_tmpdir(), 8, 8), DLREC_ERR_IO, "is a directory");
+}
+
+TEST(reader_drops_a_utf8_byte_order_mark) {
+  const char *path = test_path("bom.csv");
+  /* A CSV header after a BOM: the first name is "a", not "\xef\xbb\xbfa". */
+  CHECK(test_write_file(path, "\xef\xbb\xbf" "a,b\r\n1,2\n", (size_t)-1) == 0);
+  dlrec_reader *r;
+  CHECK_OK(dlrec_reader_open(&r, path, 2, 100));
+  const char *line;
+  size_t n;
+  CHECK_OK(dlrec_reader_line(r, &line, &n));
+  CHECK(n == 4 && !memcmp(line, "a,b\r", 4));
+  dlrec_reader_close(r);
+  /* TSV rows after a BOM, for every block size: the BOM is gone, line 1 is line 1. */
+  CHECK(test_write_file(path, "\xef\xbb\xbf" "1\t2\n0\t3", (size_t)-1) == 0);
+  for (size_t block = 1; block <= 12; block++) {
+    CHECK_OK(dlrec_reader_open(&r, path, block, 100));
+    dlrec_block b = {0};
+    char all[64];
+    size_t got = 0;
+    uint64_t lines = 0;
+    CHECK_OK(dlrec_reader_next(r, &b));
+    CHECK_EQ_U64(b.first_line, 1);
+    do {
+      memcpy(all + got, b.data, b.n);
+      got += b.n;
+      lines += b.lines;
+    } while (dlrec_reader_next(r, &b) == DLREC_OK);
+    all[got] = '\0';
+    CHECK_STR(all, "1\t2\n0\t3");
+    CHECK_EQ_U64(lines, 2);
+    dlrec_block_free(&b);
+    dlrec_reader_close(r);
+  }
+  /* Only a BOM: an empty file. Two of its bytes, or one elsewhere: data. */
+  CHECK(test_write_file(path, "\xef\xbb\xbf", 3) == 0);
+  CHECK_OK(dlrec_reader_open(&r, path, 8, 100));
+  CHECK_EQ(dlrec_reader_line(r, &line, &n), DLREC_END);
+  dlrec_reader_close(r);
+  CHECK_OK(dlrec_reader_open(&r, path, 8, 100));
+  dlrec_block e = {0};
+  CHECK_EQ(dlrec_reader_next(r, &e), DLREC_END);
+  dlrec_block_free(&e);
+  dlrec_reader_close(r);
+  CHECK(test_write_file(path, "\xef\xbb", 2) == 0);
+  CHECK_OK(dlrec_reader_open(&r, path, 8, 100));
+  CHECK_OK(dlrec_reader_line(r, &line, &n));
+  CHECK(n == 2 && !memcmp(line, "\xef\xbb", 2));
+  dlrec_reader_close(r);
+  CHECK(test_write_file(path, "x\n\xef\xbb\xbfy\n", (size_t)-1) == 0);
+  CHECK_OK(dlrec_reader_open(&r, path, 64, 100));
+  dlrec_block b = {0};
+  CHECK_OK(dlrec_reader_next(r, &b));
+  CHECK(b.n == 7 && !memcmp(b.data, "x\n\xef\xbb\xbfy\n", 7));
+  dlrec_block_free(&b);
+  dlrec_reader_close(r);
 }

@@ -31,7 +31,8 @@
 #include "dlrec/schema.h"
 #include "dlrec/status.h"
 
-#define DLREC_ETL_VERSION 1
+/* 2: etl.json carries a checksum of itself (version 1 did not). */
+#define DLREC_ETL_VERSION 2
 
 typedef enum dlrec_dense_transform {
   DLREC_DENSE_LOG = 0,  /* log(1 + max(x, 0)) */
@@ -43,6 +44,9 @@ typedef struct dlrec_etl_report {
   uint64_t rows;       /* rows counted (fit) or written (apply, both outputs) */
   uint64_t valid_rows; /* apply: rows written to the validation output */
   uint64_t bad_rows;   /* rows skipped under skip_bad_rows (each was warned about) */
+  uint64_t short_rows; /* good Criteo rows of fewer fields than the layout's (their
+                          missing tail read as empty; see strict_fields) */
+  char first_short[1100]; /* "FILE:LINE" of the first of them in input order, or "" */
   uint64_t bytes;      /* input bytes read */
   double seconds;
 } dlrec_etl_report;
@@ -59,6 +63,8 @@ typedef struct dlrec_etl_fit_opts {
   dlrec_dense_transform dense_transform; /* DLREC_DENSE_LOG */
   int standardize;            /* 0 */
   uint64_t skip_bad_rows;     /* 0: the first bad row fails the run */
+  int strict_fields;          /* 0: short Criteo rows are valid (counted in the report);
+                                 1: they are bad rows */
   int threads;                /* worker threads; 0: dlrec_default_threads() */
   size_t max_line_bytes;      /* DLREC_MAX_LINE_BYTES_DEFAULT */
   size_t block_bytes;         /* read size; 0: DLREC_BLOCK_BYTES_DEFAULT (tests use tiny ones) */
@@ -80,9 +86,10 @@ dlrec_status dlrec_etl_fit(const char *const *inputs, int n_inputs, const char *
 
 typedef struct dlrec_etl dlrec_etl;
 
-/* Loads and validates the state in dir. Corrupt, truncated, mismatched
- * (etl.json and vocab.bin of different fits) or newer-version files are
- * refused with an error naming the file. Free with dlrec_etl_free. */
+/* Loads and validates the state in dir. Corrupt (both files carry checksums
+ * of all their bytes), truncated, mismatched (etl.json and vocab.bin of
+ * different fits) or other-version files are refused with an error naming
+ * the file. Free with dlrec_etl_free. */
 dlrec_status dlrec_etl_load(dlrec_etl **e, const char *dir);
 void dlrec_etl_free(dlrec_etl *e); /* accepts NULL */
 
@@ -133,8 +140,9 @@ dlrec_status dlrec_etl_cat_info_get(const dlrec_etl *e, uint32_t col, dlrec_etl_
 /* ---- encoding (thread-safe: the state is read-only) ---- */
 
 /* Encodes dense column col's raw text s[0..n) (n == 0: missing -> 0). A value
- * that is not a number is DLREC_ERR_PARSE ("field 3 (I3): not a number: 'x'",
- * the field counted as in a fit line). */
+ * that is not a number, or whose transformed (or standardized) value is
+ * beyond float32's range, is DLREC_ERR_PARSE ("field 3 (I3): not a number:
+ * 'x'", the field counted as in a fit line). */
 dlrec_status dlrec_etl_encode_dense(const dlrec_etl *e, uint32_t col, const char *s, size_t n, float *out);
 
 /* Encodes categorical column col's raw text to its global id: missing (n ==
@@ -150,6 +158,15 @@ dlrec_status dlrec_etl_encode_cat(const dlrec_etl *e, uint32_t col, const char *
 dlrec_status dlrec_etl_encode_line(const dlrec_etl *e, const char *line, size_t n, int with_label, float *label,
                                    float *dense, uint32_t *ids);
 
+/* dlrec_etl_encode_line, for callers that count short rows as apply does:
+ * *short_row is set to 1 when a Criteo line had fewer fields than the
+ * format's (valid: its missing tail reads as empty), else 0; with
+ * strict_fields such a line is DLREC_ERR_PARSE ("4 fields, expected 40
+ * (--strict-fields)") instead. */
+dlrec_status dlrec_etl_encode_line_checked(const dlrec_etl *e, const char *line, size_t n, int with_label,
+                                           int strict_fields, float *label, float *dense, uint32_t *ids,
+                                           int *short_row);
+
 /* ---- apply ---- */
 
 typedef struct dlrec_etl_apply_opts {
@@ -159,6 +176,7 @@ typedef struct dlrec_etl_apply_opts {
   uint64_t seed;            /* the split's seed */
   uint32_t row_group_rows;  /* 65536 */
   uint64_t skip_bad_rows;   /* 0 */
+  int strict_fields;        /* 0; 1: short Criteo rows are bad rows (see the fit options) */
   int threads;              /* 0: dlrec_default_threads() */
   size_t max_line_bytes;    /* DLREC_MAX_LINE_BYTES_DEFAULT */
   size_t block_bytes;       /* 0: DLREC_BLOCK_BYTES_DEFAULT */

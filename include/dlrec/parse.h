@@ -133,6 +133,8 @@ typedef struct dlrec_text {
 /* One line's fields by role, as views into the line (or into the scratch
  * buffer for unescaped CSV fields). Large: keep one per thread and reuse it. */
 typedef struct dlrec_raw_row {
+  uint32_t n_fields; /* fields the line had: a Criteo line may have fewer than
+                        dlrec_layout_fields (its tail then reads as empty) */
   dlrec_text label;
   dlrec_text dense[DLREC_MAX_DENSE];
   dlrec_text cat[DLREC_MAX_SPARSE];
@@ -191,7 +193,8 @@ typedef struct dlrec_reader dlrec_reader;
 #define DLREC_MAX_LINE_BYTES_DEFAULT (1u << 20)
 
 /* Opens path ("-" for standard input) for reading blocks of about
- * block_bytes (>= 1; small values are for tests). A line longer than
+ * block_bytes (>= 1; small values are for tests). A UTF-8 byte-order mark
+ * at the start of the file is dropped (line numbers are unchanged). A line longer than
  * max_line_bytes that does not fit in one block is cut to max_line_bytes + 1
  * bytes (the rest is skipped), so memory stays bounded; either way it reaches
  * the caller longer than max_line_bytes, for the caller to report. */

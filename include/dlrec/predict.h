@@ -13,6 +13,8 @@
 typedef struct dlrec_predict_opts {
   uint32_t batch_rows;  /* rows per forward pass; 4096 */
   int no_label;         /* raw input rows have no label column */
+  int strict_fields;    /* raw Criteo rows of fewer than 40 fields (39 unlabeled) are
+                           errors; 0: valid, counted and named in an info line */
   int progress;         /* show a progress bar; 1 */
 } dlrec_predict_opts;
 

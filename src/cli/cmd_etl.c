@@ -47,6 +47,9 @@ static void usage_fit(FILE *out) {
           "  --dense-transform T     log (log(1 + max(x, 0)), the default) or none\n"
           "  --standardize           encode dense values as (t - mean) / std\n"
           "  --skip-bad-rows N       skip up to N bad rows, warning about each (default 0)\n"
+          "  --strict-fields         Criteo rows of fewer than 40 fields (39 with --no-label)\n"
+          "                          are bad rows; by default they are valid (trailing empty\n"
+          "                          fields stripped) and the summary counts them\n"
           "  --max-line-bytes N      longer lines are bad rows (default 1048576)\n"
           "  --threads N             worker threads (default: all cores); the state does not\n"
           "                          depend on it\n"
@@ -75,6 +78,7 @@ static void usage_apply(FILE *out) {
           "  --row-group-rows N      rows per row group (default 65536)\n"
           "  --no-label              the rows have no label (unlabeled output)\n"
           "  --skip-bad-rows N       skip up to N bad rows, warning about each (default 0)\n"
+          "  --strict-fields         short Criteo rows are bad rows (see 'dlrec etl fit --help')\n"
           "  --max-line-bytes N      longer lines are bad rows (default 1048576)\n"
           "  --threads N             worker threads (default: all cores)\n"
           "  -q, --quiet             no progress bar and no summary\n"
@@ -83,6 +87,14 @@ static void usage_apply(FILE *out) {
           "example:\n"
           "  dlrec etl apply --etl etl/ --input day_0.tsv --out train.dlr \\\n"
           "      --valid-fraction 0.05 --valid-out valid.dlr --seed 1\n");
+}
+
+/* The summary's line on short Criteo rows, when there were any. */
+static void report_short_rows(const char *cmd, const dlrec_etl_report *rep) {
+  if (!rep->short_rows) return;
+  DLREC_INFO("%s: %llu rows had fewer fields than Criteo's 40 (39 unlabeled), the first at %s: their missing "
+             "fields read as empty (a torn line reads so too; --strict-fields refuses them)",
+             cmd, (unsigned long long)rep->short_rows, rep->first_short);
 }
 
 /* Options shared by both subcommands, parsed in one place. */
@@ -160,6 +172,8 @@ static int parse_args(etl_args *a, int is_fit, int argc, char **argv) {
     } else if (!strcmp(name, "--no-label")) {
       a->fit.has_label = 0;
       a->apply.no_label = 1;
+    } else if (!strcmp(name, "--strict-fields")) {
+      a->fit.strict_fields = a->apply.strict_fields = 1;
     }
     U64_OPT("--min-count", 1, UINT64_MAX / 2, a->fit.min_count)
     U64_OPT("--hash-buckets", 0, UINT32_MAX - 2, a->fit.hash_buckets)
@@ -225,6 +239,7 @@ static int run_fit(int argc, char **argv) {
   DLREC_INFO("etl fit: %llu rows (%llu bad rows skipped), %.1f MB in %.2f s: %.0f rows/s; state in %s",
              (unsigned long long)rep.rows, (unsigned long long)rep.bad_rows, rep.bytes / 1e6, rep.seconds,
              rep.seconds > 0 ? rep.rows / rep.seconds : 0.0, a.out);
+  report_short_rows("etl fit", &rep);
   return 0;
 }
 
@@ -252,6 +267,7 @@ static int run_apply(int argc, char **argv) {
              (unsigned long long)rep.valid_rows, a.apply.valid_out ? a.apply.valid_out : "-",
              (unsigned long long)rep.bad_rows, rep.bytes / 1e6, rep.seconds,
              rep.seconds > 0 ? rep.rows / rep.seconds : 0.0);
+  report_short_rows("etl apply", &rep);
   return 0;
 }
 

@@ -8,17 +8,21 @@
 
 static void usage(FILE *out) {
   fprintf(out,
-          "usage: dlrec predict --model RUN --input FILE --out SCORES [--no-label] [--batch N] [--threads N]\n\n"
+          "usage: dlrec predict --model RUN --input FILE --out SCORES [--no-label] [--strict-fields] [--batch N]\n"
+          "                     [--threads N]\n\n"
           "Writes one click probability per input row, in input order, to SCORES ('-' for stdout).\n"
           "FILE is a .dlr file (by its .dlr extension), or raw rows ('-' for stdin) in the format the model's ETL state was\n"
           "fit on (Criteo TSV or CSV with its header), encoded with that state exactly as\n"
           "'dlrec etl apply' does. RUN is a run directory (its latest checkpoint) or a checkpoint.\n\n"
-          "  --no-label   raw rows have no label column (e.g. Criteo's 39-field test files)\n");
+          "  --no-label        raw rows have no label column (e.g. Criteo's 39-field test files)\n"
+          "  --strict-fields   raw Criteo rows of fewer fields (trailing empty fields stripped,\n"
+          "                    or a torn line) are errors; by default they are valid and counted\n");
 }
 
 int cmd_predict(int argc, char **argv) {
   static const struct option opts[] = {{"model", required_argument, 0, 'm'}, {"input", required_argument, 0, 'i'},
                                        {"out", required_argument, 0, 'o'}, {"no-label", no_argument, 0, 'L'},
+                                       {"strict-fields", no_argument, 0, 'S'},
                                        {"batch", required_argument, 0, 'b'}, {"threads", required_argument, 0, 'j'},
                                        {"help", no_argument, 0, 'h'}, {"quiet", no_argument, 0, 'q'},
                                        {"verbose", no_argument, 0, 'v'}, {0, 0, 0, 0}};
@@ -35,6 +39,7 @@ int cmd_predict(int argc, char **argv) {
     case 'i': input = optarg; break;
     case 'o': out = optarg; break;
     case 'L': o.no_label = 1; break;
+    case 'S': o.strict_fields = 1; break;
     case 'b': s = cli_parse_u64("--batch", optarg, 1, 1u << 20, &batch); break;
     case 'j': s = cli_parse_u64("--threads", optarg, 1, 4096, &threads); break;
     case 'h': usage(stdout); return 0;

@@ -28,14 +28,15 @@ static const struct {
 static void usage(FILE *out) {
   fprintf(out,
           "dlrec %s: deep-learning recommendation models, from click logs to served predictions\n\n"
-          "usage: dlrec COMMAND [options]   (dlrec COMMAND --help for a command's options)\n\n"
+          "usage: dlrec [-q|-v] COMMAND [options]   (dlrec COMMAND --help for a command's options)\n\n"
           "commands:\n",
           DLREC_VERSION);
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
     fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
   fprintf(out,
           "  %-10s print the version\n\n"
-          "Every command takes -q/--quiet (no progress bars) and -v/--verbose (debug logs).\n"
+          "Every command takes -q/--quiet (no progress bars) and -v/--verbose (debug logs),\n"
+          "before or after the command's name.\n"
           "Environment: DLREC_LOG=debug|info|warn|error, DLREC_PROGRESS=0; OpenMP's own\n"
           "(OMP_NUM_THREADS, OMP_WAIT_POLICY: PASSIVE unless set).\n",
           "version");
@@ -57,11 +58,15 @@ static void default_passive_wait(char **argv) {
 
 int main(int argc, char **argv) {
   default_passive_wait(argv);
-  if (argc < 2) {
+  /* The options every command takes may come before the command too, as
+   * git's do: `dlrec -q etl fit ...`. */
+  int first = 1;
+  while (first < argc && cli_common_option(argv[first])) first++;
+  if (first >= argc) {
     usage(stderr);
     return 2;
   }
-  const char *cmd = argv[1];
+  const char *cmd = argv[first];
   if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
     usage(stdout);
     return 0;
@@ -71,7 +76,7 @@ int main(int argc, char **argv) {
     return 0;
   }
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-    if (!strcmp(cmd, commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
+    if (!strcmp(cmd, commands[i].name)) return commands[i].fn(argc - first, argv + first);
   fprintf(stderr, "dlrec: unknown command '%s'\n\n", cmd);
   usage(stderr);
   return 2;

@@ -45,6 +45,7 @@ typedef struct apply_job {
   uint32_t cap;
   enc_buf out[2]; /* train, validation */
   etl_badlist bad;
+  etl_shorts shorts;
 } apply_job;
 
 typedef struct apply_worker {
@@ -72,6 +73,7 @@ typedef struct apply_ctx {
   apply_worker *workers;
   stage st[2];
   uint64_t bad, bytes;
+  etl_shorts shorts;
   dlrec_progress *progress;
 } apply_ctx;
 
@@ -103,6 +105,7 @@ static dlrec_status apply_work(void *vctx, void *vjob, int worker) {
   apply_job *j = vjob;
   apply_worker *W = &x->workers[worker];
   etl_badlist_clear(&j->bad);
+  j->shorts = (etl_shorts){0};
   j->out[0].rows = j->out[1].rows = 0;
   dlrec_status st = job_reserve(x, j, j->block.lines);
   if (st != DLREC_OK) return st;
@@ -117,11 +120,14 @@ static dlrec_status apply_work(void *vctx, void *vjob, int worker) {
     enc_buf *b = &j->out[v];
     uint32_t r = b->rows;
     float label = 0;
+    int is_short = 0;
     if (n > x->o->max_line_bytes) st = etl_line_too_long(&w, x->o->max_line_bytes);
     else st = dlrec_parse_row(L, s, n, W->scratch, &W->row, &w);
+    if (st == DLREC_OK) is_short = etl_short_row(L, &W->row, x->o->strict_fields, &w, &st);
     if (st == DLREC_OK)
       st = etl_encode_row(x->e, L, &W->row, x->with_label, &w, &label, b->dense + (size_t)r * x->nd, W->ids);
     if (st == DLREC_OK) {
+      if (is_short) etl_shorts_add_line(&j->shorts, j->file, w.line);
       b->labels[r] = label;
       for (uint32_t c = 0; c < x->nc; c++) b->ids[(size_t)c * j->cap + r] = W->ids[c];
       b->rows++;
@@ -170,6 +176,7 @@ static dlrec_status apply_consume(void *vctx, void *vjob, uint64_t seq) {
   apply_job *j = vjob;
   (void)seq;
   dlrec_status st = etl_badlist_report(&j->bad, &x->bad, x->o->skip_bad_rows);
+  etl_shorts_add(&x->shorts, &j->shorts);
   for (int v = 0; st == DLREC_OK && v < 1 + x->split; v++) st = stage_add(x, &x->st[v], &j->out[v], j->cap);
   x->bytes += j->bytes;
   dlrec_progress_add(x->progress, j->bytes);
@@ -274,6 +281,7 @@ dlrec_status dlrec_etl_apply(const dlrec_etl *e, const char *const *inputs, int 
                               .bad_rows = x->bad,
                               .bytes = x->bytes,
                               .seconds = dlrec_now() - t0};
+  if (rep) etl_shorts_report(&x->shorts, &x->in, rep);
   for (int v = 0; v < 2; v++) free(x->st[v].labels), free(x->st[v].dense), free(x->st[v].ids);
   for (int w = 0; x->workers && w < threads; w++) free(x->workers[w].scratch);
   for (int i = 0; jobs && i < n_jobs; i++) {

@@ -150,6 +150,14 @@ dlrec_status etl_encode_row(const dlrec_etl *e, const dlrec_layout *L, const dlr
 
 dlrec_status dlrec_etl_encode_line(const dlrec_etl *e, const char *line, size_t n, int with_label, float *label,
                                    float *dense, uint32_t *ids) {
+  int short_row;
+  return dlrec_etl_encode_line_checked(e, line, n, with_label, 0, label, dense, ids, &short_row);
+}
+
+dlrec_status dlrec_etl_encode_line_checked(const dlrec_etl *e, const char *line, size_t n, int with_label,
+                                           int strict_fields, float *label, float *dense, uint32_t *ids,
+                                           int *short_row) {
+  *short_row = 0;
   if (with_label && !e->schema.has_label)
     return dlrec_error(DLREC_ERR_INVALID, "encode_line: the ETL state has no label column");
   const dlrec_layout *L = e->layout[with_label ? 1 : 0];
@@ -163,6 +171,7 @@ dlrec_status dlrec_etl_encode_line(const dlrec_etl *e, const char *line, size_t 
     if (!scratch) return dlrec_error(DLREC_ERR_NOMEM, "encode_line: out of memory");
   }
   dlrec_status st = dlrec_parse_row(L, line, n, scratch, &row, NULL);
+  if (st == DLREC_OK) *short_row = etl_short_row(L, &row, strict_fields, NULL, &st);
   if (st == DLREC_OK) st = etl_encode_row(e, L, &row, with_label, NULL, label, dense, ids);
   if (scratch != small) free(scratch);
   return st;

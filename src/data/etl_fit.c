@@ -48,10 +48,13 @@ typedef struct fit_job {
   double *dmin, *dmax; /* (n_dense) of the raw values */
   uint64_t *dcount;    /* (n_dense) non-missing values */
   etl_badlist bad;
+  etl_shorts shorts;
 } fit_job;
 
 /* Shifted sums of one dense column (shift = its first value), for a mean and
- * variance without the cancellation of raw sums of squares. */
+ * variance without the cancellation of raw sums of squares. Values are
+ * within float32's range (fit_row refuses others), so a shifted square is
+ * below 4.7e77 and 2^64 of them below 1e97: the sums cannot overflow. */
 typedef struct dense_acc {
   int started;
   double shift, s1, s2;
@@ -67,6 +70,7 @@ typedef struct fit_ctx {
   fit_worker *workers;
   int n_workers;
   uint64_t rows, positives, bad, bytes;
+  etl_shorts shorts;
   dense_acc acc[DLREC_MAX_DENSE];
   dlrec_progress *progress;
 } fit_ctx;
@@ -96,12 +100,14 @@ static dlrec_status fit_row(fit_ctx *x, fit_worker *W, fit_job *j, const dlrec_l
   dlrec_status st = dlrec_parse_row(L, s, n, W->scratch, &W->row, w);
   if (st != DLREC_OK) return st;
   const dlrec_raw_row *row = &W->row;
+  int is_short = etl_short_row(L, row, x->o->strict_fields, w, &st);
+  if (st != DLREC_OK) return st;
   const char *why;
   float label = 0;
   if (L->has_label && (why = dlrec_parse_label(row->label.s, row->label.n, &label)) != NULL)
     return dlrec_parse_error(w, L->label_field, x->cols.label, why, row->label.s, row->label.n);
   uint64_t keys[DLREC_MAX_SPARSE], hashes[DLREC_MAX_SPARSE];
-  double vals[DLREC_MAX_DENSE];
+  double vals[DLREC_MAX_DENSE], tvals[DLREC_MAX_DENSE]; /* raw and transformed */
   for (uint32_t c = 0; c < x->nc; c++) {
     const dlrec_text t = row->cat[c];
     if (t.n == 0) continue;
@@ -112,10 +118,15 @@ static dlrec_status fit_row(fit_ctx *x, fit_worker *W, fit_job *j, const dlrec_l
   }
   for (uint32_t d = 0; d < x->nd; d++) {
     const dlrec_text t = row->dense[d];
-    if (t.n && (why = dlrec_parse_number(t.s, t.n, &vals[d])) != NULL)
+    if (!t.n) continue;
+    if ((why = dlrec_parse_number(t.s, t.n, &vals[d])) != NULL)
       return dlrec_parse_error(w, L->dense_field[d], x->cols.dense[d], why, t.s, t.n);
+    tvals[d] = etl_transform(x->o->dense_transform, vals[d]);
+    if (!(fabs(tvals[d]) <= FLT_MAX))
+      return dlrec_parse_error(w, L->dense_field[d], x->cols.dense[d], ETL_BEYOND_FLOAT32, t.s, t.n);
   }
   /* The row is good: count it. */
+  if (is_short) etl_shorts_add_line(&j->shorts, j->file, w->line);
   uint64_t r = j->rows++;
   j->positives += label != 0;
   for (uint32_t d = 0; d < x->nd; d++) {
@@ -125,7 +136,7 @@ static dlrec_status fit_row(fit_ctx *x, fit_worker *W, fit_job *j, const dlrec_l
       continue;
     }
     double v = vals[d];
-    *t = etl_transform(x->o->dense_transform, v);
+    *t = tvals[d];
     if (v < j->dmin[d]) j->dmin[d] = v;
     if (v > j->dmax[d]) j->dmax[d] = v;
     j->dcount[d]++;
@@ -146,6 +157,7 @@ static dlrec_status fit_work(void *vctx, void *vjob, int worker) {
   fit_job *j = vjob;
   fit_worker *W = &x->workers[worker];
   j->rows = j->positives = 0;
+  j->shorts = (etl_shorts){0};
   etl_badlist_clear(&j->bad);
   for (uint32_t d = 0; d < x->nd; d++) {
     j->dmin[d] = INFINITY;
@@ -207,6 +219,7 @@ static dlrec_status fit_consume(void *vctx, void *vjob, uint64_t seq) {
   }
   x->rows += j->rows;
   x->positives += j->positives;
+  etl_shorts_add(&x->shorts, &j->shorts);
   x->bytes += j->bytes;
   dlrec_progress_add(x->progress, j->bytes);
   return DLREC_OK;
@@ -507,7 +520,10 @@ dlrec_status dlrec_etl_fit(const char *const *inputs, int n_inputs, const char *
   if (st == DLREC_OK) st = build_state(x, e);
   if (st == DLREC_OK) st = etl_save(e, out_dir);
   if (st == DLREC_OK && x->bad) DLREC_WARN("fit: skipped %llu bad rows in all", (unsigned long long)x->bad);
-  if (rep) *rep = (dlrec_etl_report){.rows = x->rows, .bad_rows = x->bad, .bytes = x->bytes, .seconds = dlrec_now() - t0};
+  if (rep) {
+    *rep = (dlrec_etl_report){.rows = x->rows, .bad_rows = x->bad, .bytes = x->bytes, .seconds = dlrec_now() - t0};
+    etl_shorts_report(&x->shorts, &x->in, rep);
+  }
   /* Cleanup. */
   for (int w = 0; x->workers && w < threads; w++) {
     for (uint32_t c = 0; c < DLREC_MAX_SPARSE; c++) keymap_free(&x->workers[w].maps[c]);

@@ -5,6 +5,7 @@
 #ifndef DLREC_DATA_ETL_INTERNAL_H
 #define DLREC_DATA_ETL_INTERNAL_H
 
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -15,6 +16,7 @@
 #define ETL_JSON "etl.json"
 #define ETL_VOCAB "vocab.bin"
 #define ETL_FORMAT_NAME "dlrec-etl"
+#define ETL_CRC_KEY "state_crc32c" /* etl.json's checksum of itself */
 #define ETL_LOCAL_MISSING 0u
 #define ETL_LOCAL_OOV 1u
 #define ETL_LOCAL_FIRST 2u
@@ -96,6 +98,12 @@ static inline double etl_transform(dlrec_dense_transform tr, double x) {
   return log1p(x);
 }
 
+/* Dense values are stored and fed to the model as float32: a transformed
+ * value beyond float32's range would become inf, so it is a bad value
+ * instead (fit refuses it too, which also keeps fit's sums of squares far
+ * from double's range). */
+#define ETL_BEYOND_FLOAT32 "value beyond float32 range (|t| > 3.4e38)"
+
 /* Transformed, standardized value of dense column col; NULL or a reason. */
 static inline const char *etl_dense_value(const dlrec_etl *e, uint32_t col, const char *s, size_t n, float *out) {
   if (n == 0) {
@@ -106,7 +114,12 @@ static inline const char *etl_dense_value(const dlrec_etl *e, uint32_t col, cons
   const char *why = dlrec_parse_number(s, n, &x);
   if (why) return why;
   double t = etl_transform(e->transform, x);
-  if (e->standardize) t = (t - e->dense[col].mean) * e->dense[col].inv_std;
+  if (!(fabs(t) <= FLT_MAX)) return ETL_BEYOND_FLOAT32;
+  if (e->standardize) {
+    /* A column of tiny std in fit can blow up a value fit never saw. */
+    t = (t - e->dense[col].mean) * e->dense[col].inv_std;
+    if (!(fabs(t) <= FLT_MAX)) return "standardized value beyond float32 range";
+  }
   *out = (float)t;
   return NULL;
 }
@@ -195,6 +208,43 @@ dlrec_status etl_badlist_add(etl_badlist *b, const char *msg);
  * limit is an error instead. */
 dlrec_status etl_badlist_report(const etl_badlist *b, uint64_t *total, uint64_t limit);
 void etl_badlist_free(etl_badlist *b);
+
+/* Criteo rows of fewer fields than the layout's are valid (public copies
+ * strip trailing empty fields) but may be torn lines, so runs count them and
+ * name the first. Returns 1 for such a row; with strict set it is a bad row
+ * instead (*st is the error; w may be NULL for a line of no file). */
+static inline int etl_short_row(const dlrec_layout *L, const dlrec_raw_row *row, int strict, const dlrec_where *w,
+                                dlrec_status *st) {
+  *st = DLREC_OK;
+  if (L->format != DLREC_FORMAT_CRITEO || row->n_fields >= L->n_fields) return 0;
+  if (strict && w)
+    *st = dlrec_error(DLREC_ERR_PARSE, "%s:%llu: %u fields, expected %u (--strict-fields)", w->file,
+                      (unsigned long long)w->line, row->n_fields, L->n_fields);
+  else if (strict)
+    *st = dlrec_error(DLREC_ERR_PARSE, "%u fields, expected %u (--strict-fields)", row->n_fields, L->n_fields);
+  return 1;
+}
+
+/* The short rows of a run: a block's (first_line is the first short line of
+ * the block, in its file), or the whole run's in input order. */
+typedef struct etl_shorts {
+  uint64_t n;
+  uint64_t first_line;
+  uint32_t first_file;
+} etl_shorts;
+
+static inline void etl_shorts_add_line(etl_shorts *s, uint32_t file, uint64_t line) {
+  if (s->n++ == 0) s->first_file = file, s->first_line = line;
+}
+
+/* Adds a block's short rows to the run's; blocks come in input order. */
+static inline void etl_shorts_add(etl_shorts *run, const etl_shorts *block) {
+  if (block->n && run->n == 0) run->first_file = block->first_file, run->first_line = block->first_line;
+  run->n += block->n;
+}
+
+/* Fills the report's short-row fields. */
+void etl_shorts_report(const etl_shorts *s, const etl_inputs *in, dlrec_etl_report *rep);
 
 /* "FILE:LINE: line longer than N bytes (--max-line-bytes)". */
 dlrec_status etl_line_too_long(const dlrec_where *w, size_t max);

@@ -169,3 +169,11 @@ dlrec_status etl_line_too_long(const dlrec_where *w, size_t max) {
   return dlrec_error(DLREC_ERR_PARSE, "%s:%llu: line longer than %zu bytes (--max-line-bytes)", w->file,
                      (unsigned long long)w->line, max);
 }
+
+void etl_shorts_report(const etl_shorts *s, const etl_inputs *in, dlrec_etl_report *rep) {
+  rep->short_rows = s->n;
+  rep->first_short[0] = '\0';
+  if (s->n && in->names && s->first_file < in->n)
+    snprintf(rep->first_short, sizeof rep->first_short, "%s:%llu", in->names[s->first_file],
+             (unsigned long long)s->first_line);
+}

@@ -24,6 +24,7 @@ struct dlrec_reader {
   size_t carry_n, carry_cap;
   char *line_buf; /* dlrec_reader_line's result */
   size_t line_cap;
+  int started;    /* the file's first bytes were checked for a byte-order mark */
   int eof;        /* read() has returned 0 */
   int discarding; /* dropping the rest of an over-long line */
   uint64_t next_line;
@@ -120,6 +121,21 @@ static dlrec_status fill(dlrec_reader *r, char *dst, size_t *len, size_t want) {
   return DLREC_OK;
 }
 
+/* Drops a UTF-8 byte-order mark at the start of the file: editors and
+ * spreadsheet exports write one, and it would otherwise glue itself to the
+ * first header name of a CSV ("column 'click' is not in the header") or the
+ * first label of a TSV. The bytes after it stay in the carry, as input not
+ * yet handed out. */
+static dlrec_status skip_bom(dlrec_reader *r) {
+  static const char bom[3] = {'\xef', '\xbb', '\xbf'};
+  if (r->started) return DLREC_OK;
+  r->started = 1;
+  dlrec_status st = grow(&r->carry, &r->carry_cap, r->carry_n + sizeof bom, r->name);
+  if (st == DLREC_OK) st = fill(r, r->carry, &r->carry_n, sizeof bom - r->carry_n);
+  if (st == DLREC_OK && r->carry_n == sizeof bom && !memcmp(r->carry, bom, sizeof bom)) r->carry_n = 0;
+  return st;
+}
+
 static uint64_t count_newlines(const char *p, size_t n) {
   uint64_t c = 0;
   for (size_t i = 0; i < n; i++) c += p[i] == '\n'; /* vectorized by the compiler */
@@ -130,8 +146,10 @@ dlrec_status dlrec_reader_next(dlrec_reader *r, dlrec_block *b) {
   b->n = 0;
   b->lines = 0;
   b->first_line = r->next_line;
+  dlrec_status st = skip_bom(r);
+  if (st != DLREC_OK) return st;
   if (r->eof && r->carry_n == 0) return DLREC_END;
-  dlrec_status st = grow(&b->data, &b->cap, (r->carry_n > r->block_bytes ? r->carry_n : r->block_bytes) + 1, r->name);
+  st = grow(&b->data, &b->cap, (r->carry_n > r->block_bytes ? r->carry_n : r->block_bytes) + 1, r->name);
   if (st != DLREC_OK) return st;
   if (r->carry_n) memcpy(b->data, r->carry, r->carry_n);
   size_t n = r->carry_n, scanned = 0;
@@ -173,6 +191,8 @@ dlrec_status dlrec_reader_next(dlrec_reader *r, dlrec_block *b) {
 }
 
 dlrec_status dlrec_reader_line(dlrec_reader *r, const char **line, size_t *n) {
+  dlrec_status bst = skip_bom(r);
+  if (bst != DLREC_OK) return bst;
   size_t scanned = 0;
   for (;;) {
     char *nl = r->carry_n > scanned ? memchr(r->carry + scanned, '\n', r->carry_n - scanned) : NULL;

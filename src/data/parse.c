@@ -258,6 +258,7 @@ static dlrec_status parse_tsv(const dlrec_layout *L, const char *line, size_t n,
     start = pos[f] + 1;
   }
   t[k] = (dlrec_text){line + start, (uint32_t)(n - start)};
+  row->n_fields = k + 1;
   /* Fields past the last tab are empty: Criteo's files strip trailing empty fields. */
   for (uint32_t f = k + 1; f < nf; f++) t[f] = (dlrec_text){line, 0};
   uint32_t off = 0;
@@ -339,6 +340,7 @@ static dlrec_status parse_csv(const dlrec_layout *L, const char *line, size_t n,
   dlrec_status st = dlrec__csv_split(line, n, scratch, fields, nf, &got, L->names, w);
   if (st != DLREC_OK) return st;
   if (got != nf) return line_error(w, "%llu fields, expected %llu", got, nf);
+  row->n_fields = nf;
   for (uint32_t f = 0; f < nf; f++) {
     uint16_t idx = L->index[f];
     switch (L->role[f]) {

@@ -8,14 +8,13 @@
 #include <unistd.h>
 
 #include "dlrec/fsutil.h"
+#include "dlrec/log.h"
 #include "dlrec/parse.h"
 #include "dlrec/progress.h"
 #include "dlrec/trainer.h"
 
 void dlrec_predict_opts_default(dlrec_predict_opts *o) {
-  o->batch_rows = 4096;
-  o->no_label = 0;
-  o->progress = 1;
+  *o = (dlrec_predict_opts){.batch_rows = 4096, .progress = 1};
 }
 
 /* The output stream: a temp file renamed on success, or stdout. */
@@ -97,7 +96,7 @@ static dlrec_status predict_raw(const dlrec_model *m, const char *input, const d
     batch.offsets[c] = offsets;
     batch.ids[c] = cols + (size_t)c * B;
   }
-  uint64_t lineno = 0;
+  uint64_t lineno = 0, short_rows = 0, first_short = 0;
   uint32_t n = 0;
   int csv = dlrec_etl_format(m->etl) == DLREC_FORMAT_CSV;
   while (s == DLREC_OK) {
@@ -106,8 +105,13 @@ static dlrec_status predict_raw(const dlrec_model *m, const char *input, const d
       lineno++;
       if (csv && lineno == 1) continue; /* the header */
       while (len && (line[len - 1] == '\n' || line[len - 1] == '\r')) len--;
-      s = dlrec_etl_encode_line(m->etl, line, (size_t)len, !o->no_label, labels + n, dense + (size_t)n * D,
-                                ids + (size_t)n * F);
+      /* A UTF-8 byte-order mark is not part of the first row (as in etl). */
+      char *text = line;
+      if (lineno == 1 && len >= 3 && !memcmp(line, "\xef\xbb\xbf", 3)) text += 3, len -= 3;
+      int short_row = 0;
+      s = dlrec_etl_encode_line_checked(m->etl, text, (size_t)len, !o->no_label, o->strict_fields, labels + n,
+                                        dense + (size_t)n * D, ids + (size_t)n * F, &short_row);
+      if (short_row && short_rows++ == 0) first_short = lineno;
       if (s != DLREC_OK) {
         dlrec_error_context("%s:%llu: ", input, (unsigned long long)lineno);
         break;
@@ -127,6 +131,11 @@ static dlrec_status predict_raw(const dlrec_model *m, const char *input, const d
     }
     if (len < 0) break;
   }
+  /* Short rows are valid, but a torn line reads the same way: say so, as etl does. */
+  if (s == DLREC_OK && short_rows)
+    DLREC_INFO("predict: %llu rows had fewer fields than Criteo's 40 (39 unlabeled), the first at %s:%llu: their "
+               "missing fields read as empty (a torn line reads so too; --strict-fields refuses them)",
+               (unsigned long long)short_rows, input, (unsigned long long)first_short);
   free(line);
   dlrec_dlrm_scorer_free(scorer);
   dlrec_dlrm_ws_free(ws);
