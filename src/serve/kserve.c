@@ -12,6 +12,8 @@
 
 #include <cjson/cJSON.h>
 
+#include "dlrec/arena.h"
+
 /* Binary tensors are little-endian and are borrowed or copied as they lie. */
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "kserve.c reads little-endian binary tensors in place: a big-endian host needs byte swapping here"
@@ -71,51 +73,22 @@ int dlrec_kserve_http_status(dlrec_status st) {
  * A request's JSON holds thousands of small strings (26 categorical values a
  * row), and cJSON makes two heap allocations for each: a third of the
  * server's time went to malloc and free. While this thread parses a
- * request, cJSON's allocations come from the request's own bump arena and
- * its frees do nothing; the tree is released with the arena, in one go.
+ * request, cJSON's allocations come from the request's own dlrec_arena
+ * (whose unused space AddressSanitizer watches) and its frees do nothing;
+ * the tree is released with the arena, in one go.
  * cJSON's hooks are process-wide, so they are set once, before main, and
  * behave as malloc and free everywhere else and on every other thread. */
 
-typedef struct json_block {
-  struct json_block *next;
-  size_t used, cap;
-  _Alignas(16) unsigned char data[];
-} json_block;
+static _Thread_local dlrec_arena *tl_arena; /* set only around this thread's cJSON_Parse */
 
-typedef struct json_arena {
-  json_block *head;
-  size_t next_cap;
-} json_arena;
-
-static _Thread_local json_arena *tl_arena; /* set only around this thread's cJSON_Parse */
-
-static void *arena_alloc(json_arena *a, size_t n) {
-  n = (n + 15) & ~(size_t)15;
-  if (!a->head || a->head->cap - a->head->used < n) {
-    size_t cap = a->next_cap > n ? a->next_cap : n;
-    json_block *b = malloc(sizeof *b + cap);
-    if (!b) return NULL;
-    b->next = a->head;
-    b->used = 0;
-    b->cap = cap;
-    a->head = b;
-    a->next_cap = cap * 2;
-  }
-  void *p = a->head->data + a->head->used;
-  a->head->used += n;
-  return p;
-}
-
-static void arena_free(json_arena *a) {
+/* The tree's arena, allocated on the heap since the request keeps it. */
+static void arena_free(dlrec_arena *a) {
   if (!a) return;
-  for (json_block *b = a->head, *next; b; b = next) {
-    next = b->next;
-    free(b);
-  }
+  dlrec_arena_free(a);
   free(a);
 }
 
-static void *hook_malloc(size_t n) { return tl_arena ? arena_alloc(tl_arena, n) : malloc(n); }
+static void *hook_malloc(size_t n) { return tl_arena ? dlrec_arena_alloc(tl_arena, n, 16) : malloc(n); }
 static void hook_free(void *p) {
   if (!tl_arena) free(p);
 }
@@ -134,7 +107,7 @@ typedef struct kserve_output {
 
 struct dlrec_kserve_request {
   cJSON *root;            /* names, the id and JSON strings point into it */
-  json_arena *arena;      /* root's memory */
+  dlrec_arena *arena;     /* root's memory */
   const char *id;
   int binary_output;
   uint32_t n_inputs, n_outputs;
@@ -677,13 +650,14 @@ dlrec_status dlrec_kserve_parse_request(const char *body, size_t body_len, long 
   memcpy(text, body, json_len);
   text[json_len] = '\0';
   cJSON *root;
-  json_arena *arena = calloc(1, sizeof *arena);
+  dlrec_arena *arena = malloc(sizeof *arena);
   if (!arena) {
     free(text);
     return dlrec_error(DLREC_ERR_NOMEM, "request: out of memory");
   }
-  /* About a node and a string per few bytes of JSON; later blocks double. */
-  arena->next_cap = json_len < (1u << 17) ? 8 * json_len + 4096 : (size_t)1 << 20;
+  /* About a node and a string per few bytes of JSON: one block for a small
+   * request, 1 MiB blocks for a large one. */
+  dlrec_arena_init(arena, json_len < (1u << 17) ? 8 * json_len + 4096 : (size_t)1 << 20);
   tl_arena = arena;
   dlrec_status st = parse_json(text, json_len, x.has_header, &root);
   tl_arena = NULL;
