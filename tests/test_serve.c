@@ -942,6 +942,23 @@ static int has_series(const char *text, const char *series) {
   return 0;
 }
 
+static int get_metrics(char **text) {
+  http_resp r;
+  *text = NULL;
+  if (!http_do("GET", "/metrics", NULL, NULL, 0, &r)) {
+    test_fail(__FILE__, __LINE__, "GET /metrics: no response: %s", r.err);
+    http_free(&r);
+    return 0;
+  }
+  int ok = expect_status(&r, 200, "GET /metrics");
+  if (ok) {
+    *text = strdup(r.body);
+    if (!*text) abort();
+  }
+  http_free(&r);
+  return ok;
+}
+
 /* ================= the tests, in order ================= */
 
 SERVE_TEST(serve_01_endpoints) {
@@ -1723,6 +1740,20 @@ SERVE_TEST(serve_05e_slowloris) {
                                      probes_ok, probes, why);
   if (oldest > 2.5) test_fail(__FILE__, __LINE__, "a slow connection lived %.2f s (request timeout 1 s)", oldest);
   CHECK(!test_failed_now());
+  /* Operators see the cut-offs: the lone client's 408 at least, and the
+   * 24 clients over 16 slots were shed. */
+  fx.talk_port = port;
+  char *m = NULL;
+  int got = get_metrics(&m);
+  fx.talk_port = 0;
+  CHECK(got);
+  double timed_out = metric(m, "dlrec_connections_cut_total{reason=\"request_timeout\"}");
+  double shed = metric(m, "dlrec_connections_cut_total{reason=\"shed\"}");
+  free(m);
+  if (timed_out < 1 || shed < 1)
+    test_fail(__FILE__, __LINE__, "/metrics counts %.0f request timeouts and %.0f sheds, expected at least 1 of each",
+              timed_out, shed);
+  CHECK(!test_failed_now());
   CHECK(stop_extra(pid, "slowloris.log"));
 }
 
@@ -2019,23 +2050,6 @@ SERVE_TEST(serve_06c_concurrent_loads_fold) {
   CHECK_EQ_U64(loads, 2); /* the open's and the one shared load */
   CHECK_OK(later);
   CHECK_EQ_U64(loads_later, 3);
-}
-
-static int get_metrics(char **text) {
-  http_resp r;
-  *text = NULL;
-  if (!http_do("GET", "/metrics", NULL, NULL, 0, &r)) {
-    test_fail(__FILE__, __LINE__, "GET /metrics: no response: %s", r.err);
-    http_free(&r);
-    return 0;
-  }
-  int ok = expect_status(&r, 200, "GET /metrics");
-  if (ok) {
-    *text = strdup(r.body);
-    if (!*text) abort();
-  }
-  http_free(&r);
-  return ok;
 }
 
 /* ---- hot reload under concurrency ---- */

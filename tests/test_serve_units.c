@@ -24,7 +24,7 @@ static int metrics_text(serve_metrics *m, dlrec_kserve_buf *b) {
   memset(&reg, 0, sizeof reg);
   pthread_mutex_init(&reg.mu, NULL);
   snprintf(reg.name, sizeof reg.name, "units");
-  dlrec_status st = serve_metrics_write(m, b, 0, &reg);
+  dlrec_status st = serve_metrics_write(m, b, 0, &reg, NULL);
   pthread_mutex_destroy(&reg.mu);
   return st == DLREC_OK;
 }

@@ -438,7 +438,7 @@ static enum MHD_Result dispatch(server *sv, struct MHD_Connection *c, const targ
   case R_REPO_LOAD:
   case R_REPO_UNLOAD: ret = handle_repo_control(sv, c, t, rq); break;
   case R_METRICS:
-    if (serve_metrics_write(&sv->metrics, &b, serve_batcher_queued_rows(&sv->batcher), &sv->reg) == DLREC_OK) {
+    if (serve_metrics_write(&sv->metrics, &b, serve_batcher_queued_rows(&sv->batcher), &sv->reg, &sv->conns) == DLREC_OK) {
       ret = send_body(c, 200, "text/plain; version=0.0.4", b.data, b.len, -1);
       serve_metrics_request(&sv->metrics, ep, 200, 0);
     } else {

@@ -76,7 +76,8 @@ static dlrec_status put(dlrec_kserve_buf *b, const char *fmt, ...) {
   }
 }
 
-dlrec_status serve_metrics_write(serve_metrics *m, dlrec_kserve_buf *b, uint64_t queue_rows, serve_registry *reg) {
+dlrec_status serve_metrics_write(serve_metrics *m, dlrec_kserve_buf *b, uint64_t queue_rows, serve_registry *reg,
+                                 serve_conns *conns) {
   b->len = 0;
   serve_metrics c;
   pthread_mutex_lock(&m->mu);
@@ -89,6 +90,13 @@ dlrec_status serve_metrics_write(serve_metrics *m, dlrec_kserve_buf *b, uint64_t
   char name[64];
   snprintf(name, sizeof name, "%s", reg->name);
   pthread_mutex_unlock(&reg->mu);
+  uint64_t timed_out = 0, shed = 0;
+  if (conns) {
+    pthread_mutex_lock(&conns->mu);
+    timed_out = conns->timed_out;
+    shed = conns->shed;
+    pthread_mutex_unlock(&conns->mu);
+  }
 
   dlrec_status s = put(b, "# HELP dlrec_requests_total HTTP requests by endpoint and status.\n"
                           "# TYPE dlrec_requests_total counter\n");
@@ -136,9 +144,15 @@ dlrec_status serve_metrics_write(serve_metrics *m, dlrec_kserve_buf *b, uint64_t
             "# HELP dlrec_model_version The served checkpoint's step (-1: unloaded).\n"
             "# TYPE dlrec_model_version gauge\ndlrec_model_version{model=\"%s\"} %.0f\n"
             "# HELP dlrec_model_loads_total Checkpoint loads by result.\n# TYPE dlrec_model_loads_total counter\n"
-            "dlrec_model_loads_total{result=\"ok\"} %llu\ndlrec_model_loads_total{result=\"error\"} %llu\n",
+            "dlrec_model_loads_total{result=\"ok\"} %llu\ndlrec_model_loads_total{result=\"error\"} %llu\n"
+            "# HELP dlrec_connections_cut_total Slow connections closed: request past --request-timeout-s (408), "
+            "or shed at --max-connections (503).\n"
+            "# TYPE dlrec_connections_cut_total counter\n"
+            "dlrec_connections_cut_total{reason=\"request_timeout\"} %llu\n"
+            "dlrec_connections_cut_total{reason=\"shed\"} %llu\n",
             (unsigned long long)c.batches, (unsigned long long)c.batch_rows_sum, (unsigned long long)c.batches,
             (unsigned long long)c.rows_scored, (unsigned long long)queue_rows, name, version,
-            (unsigned long long)loads_ok, (unsigned long long)loads_failed);
+            (unsigned long long)loads_ok, (unsigned long long)loads_failed, (unsigned long long)timed_out,
+            (unsigned long long)shed);
   return s;
 }

@@ -114,7 +114,7 @@ typedef struct serve_conns {
   uint32_t max;      /* more open (not closing) than this: shed one */
   double request_timeout_s, idle_timeout_s; /* 0: no limit */
   int draining, stop, started;
-  uint64_t timed_out, shed; /* counts, for the log */
+  uint64_t timed_out, shed; /* counts, for the log and /metrics */
   pthread_t watchdog;
 } serve_conns;
 
@@ -186,8 +186,10 @@ void serve_metrics_destroy(serve_metrics *m);
 void serve_metrics_request(serve_metrics *m, serve_endpoint ep, int status, double seconds);
 void serve_metrics_batch(serve_metrics *m, uint32_t rows);
 /* The Prometheus text exposition of everything, with the queue depth, the
- * registry's model version and load counts. */
-dlrec_status serve_metrics_write(serve_metrics *m, dlrec_kserve_buf *b, uint64_t queue_rows, serve_registry *reg);
+ * registry's model version and load counts, and the connections the guard
+ * cut off (conns may be NULL: none). */
+dlrec_status serve_metrics_write(serve_metrics *m, dlrec_kserve_buf *b, uint64_t queue_rows, serve_registry *reg,
+                                 serve_conns *conns);
 
 /* ---- dynamic batching (batcher.c) ---- */
 
