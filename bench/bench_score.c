@@ -5,7 +5,7 @@
  *
  * Encodes the raw rows (label-less, in the model's ETL input format) once,
  * then scores batches of --batch rows, cycling over them, with the
- * batch-invariant scorer the server uses (dlrec_dlrm_predict), for --seconds,
+ * batch-invariant scorer the server uses (dlrec_net_predict), for --seconds,
  * and prints {"batch": B, "threads": T, "rows_per_s": R} — the forward only,
  * with no HTTP, parsing or encoding. With --threads T, T threads each score
  * their own batches on one OpenMP thread, as the server's workers do. */
@@ -16,13 +16,13 @@
 #include <string.h>
 
 #include "dlrec/checkpoint.h"
-#include "dlrec/dlrm.h"
+#include "dlrec/model.h"
 #include "dlrec/etl.h"
 #include "dlrec/progress.h"
 
 typedef struct shared {
   const dlrec_model *m;
-  const dlrec_dlrm_scorer *scorer;
+  const dlrec_net_scorer *scorer;
   uint32_t n_rows, batch, n_dense, n_sparse;
   const float *dense;   /* (n_rows, n_dense) */
   const uint32_t *cols; /* (n_sparse, n_rows) */
@@ -41,10 +41,10 @@ static void *run(void *arg) {
   shared *sh = w->sh;
   omp_set_num_threads(1);
   uint32_t B = sh->batch;
-  dlrec_dlrm_ws *ws;
+  dlrec_net_ws *ws;
   float *prob = malloc(B * sizeof *prob), *dense = malloc((size_t)B * sh->n_dense * sizeof(float));
   uint32_t *ids = malloc((size_t)B * sh->n_sparse * sizeof(uint32_t)), *off = malloc((B + 1) * sizeof(uint32_t));
-  if (!prob || !dense || !ids || !off || dlrec_dlrm_ws_create(&ws, sh->m->dlrm, B) != DLREC_OK) {
+  if (!prob || !dense || !ids || !off || dlrec_net_ws_create(&ws, sh->m->net, B) != DLREC_OK) {
     w->failed = 1;
     return NULL;
   }
@@ -64,14 +64,14 @@ static void *run(void *arg) {
       memcpy(dense + (size_t)i * sh->n_dense, sh->dense + (size_t)at * sh->n_dense, sh->n_dense * sizeof(float));
       for (uint32_t c = 0; c < sh->n_sparse; c++) ids[(size_t)c * B + i] = sh->cols[(size_t)c * sh->n_rows + at];
     }
-    if (dlrec_dlrm_predict(sh->scorer, ws, &b, prob) != DLREC_OK) {
+    if (dlrec_net_predict(sh->scorer, ws, &b, prob) != DLREC_OK) {
       w->failed = 1;
       break;
     }
     w->rows += B;
   } while ((t = dlrec_now() - t0) < sh->seconds);
   w->elapsed = t;
-  dlrec_dlrm_ws_free(ws);
+  dlrec_net_ws_free(ws);
   free(prob);
   free(dense);
   free(ids);
@@ -116,7 +116,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "bench_score: %s\n", dlrec_last_error());
     return 1;
   }
-  const dlrec_schema *s = dlrec_dlrm_schema(m->dlrm);
+  const dlrec_schema *s = dlrec_net_schema(m->net);
   shared sh = {.m = m, .batch = batch, .n_dense = s->n_dense, .n_sparse = s->n_sparse, .seconds = seconds};
   FILE *f = fopen(rows_path, "r");
   if (!f) {
@@ -156,8 +156,8 @@ int main(int argc, char **argv) {
   sh.n_rows = (uint32_t)n;
   sh.dense = dense;
   sh.cols = cols;
-  dlrec_dlrm_scorer *scorer;
-  if (dlrec_dlrm_scorer_create(&scorer, m->dlrm) != DLREC_OK) {
+  dlrec_net_scorer *scorer;
+  if (dlrec_net_scorer_create(&scorer, m->net) != DLREC_OK) {
     fprintf(stderr, "bench_score: %s\n", dlrec_last_error());
     return 1;
   }
@@ -178,7 +178,7 @@ int main(int argc, char **argv) {
     rate += w[i].rows / w[i].elapsed;
   }
   printf("{\"batch\": %u, \"threads\": %u, \"rows_per_s\": %.0f}\n", batch, threads, rate);
-  dlrec_dlrm_scorer_free(scorer);
+  dlrec_net_scorer_free(scorer);
   dlrec_model_free(m);
   free(dense);
   free(ids);

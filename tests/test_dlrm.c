@@ -60,10 +60,10 @@ static dlrec_dlrm_shape tiny_shape(void) {
   return sh;
 }
 
-static double loss_of(dlrec_dlrm *m, dlrec_dlrm_ws *ws, const dlrec_batch *b) {
+static double loss_of(dlrec_net *m, dlrec_net_ws *ws, const dlrec_batch *b) {
   double loss = NAN;
   const float *g, *d;
-  if (dlrec_dlrm_gradients(m, ws, b, &loss, &g, &d) != DLREC_OK) return NAN;
+  if (dlrec_net_gradients(m, ws, b, &loss, &g, &d) != DLREC_OK) return NAN;
   return loss;
 }
 
@@ -71,18 +71,18 @@ TEST(dlrm_gradients_match_finite_differences) {
   dlrec_schema s;
   tiny_schema(&s);
   dlrec_dlrm_shape sh = tiny_shape();
-  dlrec_dlrm *m;
-  dlrec_dlrm_ws *ws;
+  dlrec_net *m;
+  dlrec_net_ws *ws;
   CHECK_OK(dlrec_dlrm_create(&m, &sh, &s));
-  CHECK_OK(dlrec_dlrm_init(m, 5));
-  CHECK_OK(dlrec_dlrm_ws_create(&ws, m, 4));
+  CHECK_OK(dlrec_net_init(m, 5));
+  CHECK_OK(dlrec_net_ws_create(&ws, m, 4));
   tiny_batch tb;
   make_batch(&tb, &s, 1);
   double loss;
   const float *grad, *d_emb;
-  CHECK_OK(dlrec_dlrm_gradients(m, ws, &tb.b, &loss, &grad, &d_emb));
+  CHECK_OK(dlrec_net_gradients(m, ws, &tb.b, &loss, &grad, &d_emb));
   size_t n;
-  float *p = dlrec_dlrm_dense_params(m, &n);
+  float *p = dlrec_net_dense_params(m, &n);
   float *g = malloc(n * sizeof *g);
   memcpy(g, grad, n * sizeof *g);
   const float eps = 1e-3f;
@@ -101,9 +101,9 @@ TEST(dlrm_gradients_match_finite_differences) {
   }
   /* Embedding rows: dL/d(row r, k) = sum of d_emb[b][c][k] over the bags holding r. */
   float *dE = malloc(4 * 3 * 4 * sizeof *dE);
-  CHECK_OK(dlrec_dlrm_gradients(m, ws, &tb.b, &loss, &grad, &d_emb));
+  CHECK_OK(dlrec_net_gradients(m, ws, &tb.b, &loss, &grad, &d_emb));
   memcpy(dE, d_emb, 4 * 3 * 4 * sizeof *dE);
-  dlrec_table *t = dlrec_dlrm_table(m);
+  dlrec_table *t = dlrec_net_table(m);
   float *rows = dlrec_table_data(t);
   uint32_t stride = dlrec_table_stride(t);
   for (uint64_t r = 0; r < s.table_rows; r++) {
@@ -128,8 +128,8 @@ TEST(dlrm_gradients_match_finite_differences) {
   }
   free(g);
   free(dE);
-  dlrec_dlrm_ws_free(ws);
-  dlrec_dlrm_free(m);
+  dlrec_net_ws_free(ws);
+  dlrec_net_free(m);
   CHECK_EQ(bad, 0);
 }
 
@@ -137,39 +137,39 @@ TEST(dlrm_training_steps_lower_the_loss) {
   dlrec_schema s;
   tiny_schema(&s);
   dlrec_dlrm_shape sh = tiny_shape();
-  dlrec_dlrm *m;
-  dlrec_dlrm_ws *ws;
+  dlrec_net *m;
+  dlrec_net_ws *ws;
   CHECK_OK(dlrec_dlrm_create(&m, &sh, &s));
-  CHECK_OK(dlrec_dlrm_init(m, 9));
-  CHECK_OK(dlrec_dlrm_ws_create(&ws, m, 4));
+  CHECK_OK(dlrec_net_init(m, 9));
+  CHECK_OK(dlrec_net_ws_create(&ws, m, 4));
   tiny_batch tb;
   make_batch(&tb, &s, 2);
-  dlrec_dlrm_optim opt = {0};
+  dlrec_net_optim opt = {0};
   dlrec_optim_config_default(&opt.dense, DLREC_OPTIM_SGD);
   opt.dense.lr = 0.5f;
   size_t n;
-  dlrec_dlrm_dense_params(m, &n);
+  dlrec_net_dense_params(m, &n);
   dlrec_sparse_optim_config sc;
   dlrec_sparse_optim_config_default(&sc, DLREC_SPARSE_SGD);
   opt.sparse_lr = 0.5f;
-  CHECK_OK(dlrec_sparse_optim_create(&opt.sparse, dlrec_dlrm_table(m), &sc));
+  CHECK_OK(dlrec_sparse_optim_create(&opt.sparse, dlrec_net_table(m), &sc));
   double first = 0, loss = 0;
   float prob[4];
   for (uint64_t step = 1; step <= 50; step++) {
-    CHECK_OK(dlrec_dlrm_train_step(m, ws, &opt, &tb.b, 1.0f, step, &loss, prob));
+    CHECK_OK(dlrec_net_train_step(m, ws, &opt, &tb.b, 1.0f, step, &loss, prob));
     if (step == 1) first = loss;
   }
   CHECK(loss < 0.5 * first); /* one batch memorized */
   float p2[4];
-  dlrec_dlrm_scorer *scorer;
-  CHECK_OK(dlrec_dlrm_scorer_create(&scorer, m));
-  CHECK_OK(dlrec_dlrm_predict(scorer, ws, &tb.b, p2));
+  dlrec_net_scorer *scorer;
+  CHECK_OK(dlrec_net_scorer_create(&scorer, m));
+  CHECK_OK(dlrec_net_predict(scorer, ws, &tb.b, p2));
   for (int i = 0; i < 4; i++) CHECK(fabsf(p2[i] - tb.labels[i]) < 0.5f);
   /* A batch with an id outside the table is refused, not a crash. */
   tb.ids[0][0] = (uint32_t)s.table_rows + 3;
-  CHECK_ERR(dlrec_dlrm_predict(scorer, ws, &tb.b, p2), DLREC_ERR_INVALID, "");
-  dlrec_dlrm_scorer_free(scorer);
+  CHECK_ERR(dlrec_net_predict(scorer, ws, &tb.b, p2), DLREC_ERR_INVALID, "");
+  dlrec_net_scorer_free(scorer);
   dlrec_sparse_optim_free(opt.sparse);
-  dlrec_dlrm_ws_free(ws);
-  dlrec_dlrm_free(m);
+  dlrec_net_ws_free(ws);
+  dlrec_net_free(m);
 }

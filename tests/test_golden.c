@@ -220,9 +220,9 @@ static int compare(const char *section, const float *gotf, const double *gotd, c
 /* Everything the model run needs, freed in one place. */
 typedef struct golden_run {
   golden g;
-  dlrec_dlrm *m;
-  dlrec_dlrm_ws *ws;
-  dlrec_dlrm_scorer *scorer;
+  dlrec_net *m;
+  dlrec_net_ws *ws;
+  dlrec_net_scorer *scorer;
   uint32_t *off[DLREC_MAX_SPARSE], *ids[DLREC_MAX_SPARSE];
   float *dense, *labels, *prob;
 } golden_run;
@@ -235,9 +235,9 @@ static void golden_run_free(golden_run *r) {
   free(r->dense);
   free(r->labels);
   free(r->prob);
-  dlrec_dlrm_scorer_free(r->scorer);
-  dlrec_dlrm_ws_free(r->ws);
-  dlrec_dlrm_free(r->m);
+  dlrec_net_scorer_free(r->scorer);
+  dlrec_net_ws_free(r->ws);
+  dlrec_net_free(r->m);
   golden_free(&r->g);
 }
 
@@ -315,15 +315,15 @@ static void run_golden(golden_run *r, const char *path) {
   }
   CHECK_OK(dlrec_schema_validate(&s, "golden schema"));
   CHECK_OK(dlrec_dlrm_create(&r->m, &sh, &s));
-  CHECK_OK(dlrec_dlrm_ws_create(&r->ws, r->m, (uint32_t)B));
+  CHECK_OK(dlrec_net_ws_create(&r->ws, r->m, (uint32_t)B));
 
   /* Parameters and table rows, into the model (the table's row padding stays zero). */
   size_t n_params;
-  float *params = dlrec_dlrm_dense_params(r->m, &n_params);
+  float *params = dlrec_net_dense_params(r->m, &n_params);
   const golden_section *p = golden_get(g, "params", 'f', n_params);
   GOLDEN_REQUIRE(p);
   for (size_t i = 0; i < n_params; i++) params[i] = (float)p->v[i];
-  dlrec_table *t = dlrec_dlrm_table(r->m);
+  dlrec_table *t = dlrec_net_table(r->m);
   CHECK_EQ_U64(dlrec_table_rows(t), (uint64_t)rows);
   CHECK_EQ(dlrec_table_dim(t), D);
   uint32_t stride = dlrec_table_stride(t);
@@ -379,12 +379,12 @@ static void run_golden(golden_run *r, const char *path) {
 
   int bad = 0;
   /* Scoring packs the weights as they are now, after they were set above. */
-  CHECK_OK(dlrec_dlrm_scorer_create(&r->scorer, r->m));
-  CHECK_OK(dlrec_dlrm_predict(r->scorer, r->ws, &batch, r->prob));
+  CHECK_OK(dlrec_net_scorer_create(&r->scorer, r->m));
+  CHECK_OK(dlrec_net_predict(r->scorer, r->ws, &batch, r->prob));
   bad += compare("probs", r->prob, NULL, probs->v, (size_t)B, ATOL, RTOL);
   double got_loss = NAN;
   const float *got_grad, *got_demb;
-  CHECK_OK(dlrec_dlrm_gradients(r->m, r->ws, &batch, &got_loss, &got_grad, &got_demb));
+  CHECK_OK(dlrec_net_gradients(r->m, r->ws, &batch, &got_loss, &got_grad, &got_demb));
   bad += compare("loss", NULL, &got_loss, loss->v, 1, ATOL, RTOL);
   bad += compare("grad", got_grad, NULL, grad->v, n_params, ATOL, RTOL);
   bad += compare("d_emb", got_demb, NULL, d_emb->v, (size_t)(B * F * D), ATOL, RTOL);

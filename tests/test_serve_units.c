@@ -109,16 +109,16 @@ TEST(batcher_takes_a_request_that_exactly_fills_the_queue) {
   tiny_schema(&s);
   dlrec_dlrm_shape sh = {.emb_dim = 2, .n_bottom = 1, .bottom = {2}, .n_top = 1, .top = {1},
                          .pooling = DLREC_BAG_SUM};
-  dlrec_dlrm *dlrm = NULL;
-  dlrec_dlrm_scorer *scorer = NULL;
-  dlrec_dlrm_ws *ws = NULL;
+  dlrec_net *dlrm = NULL;
+  dlrec_net_scorer *scorer = NULL;
+  dlrec_net_ws *ws = NULL;
   CHECK_OK(dlrec_dlrm_create(&dlrm, &sh, &s));
-  CHECK_OK(dlrec_dlrm_init(dlrm, 3));
-  CHECK_OK(dlrec_dlrm_scorer_create(&scorer, dlrm));
-  CHECK_OK(dlrec_dlrm_ws_create(&ws, dlrm, QUEUE + 1));
+  CHECK_OK(dlrec_net_init(dlrm, 3));
+  CHECK_OK(dlrec_net_scorer_create(&scorer, dlrm));
+  CHECK_OK(dlrec_net_ws_create(&ws, dlrm, QUEUE + 1));
   dlrec_model model;
   memset(&model, 0, sizeof model);
-  model.dlrm = dlrm;
+  model.net = dlrm;
   serve_model sm;
   memset(&sm, 0, sizeof sm);
   atomic_init(&sm.refs, 1);
@@ -133,7 +133,7 @@ TEST(batcher_takes_a_request_that_exactly_fills_the_queue) {
   float want[QUEUE], got[QUEUE + 1];
   dlrec_batch batch;
   dlrec_serve_rows_batch(full, &batch);
-  CHECK_OK(dlrec_dlrm_predict(scorer, ws, &batch, want));
+  CHECK_OK(dlrec_net_predict(scorer, ws, &batch, want));
 
   serve_metrics met;
   serve_metrics_init(&met);
@@ -168,7 +168,7 @@ TEST(batcher_takes_a_request_that_exactly_fills_the_queue) {
   serve_metrics_destroy(&met);
   dlrec_serve_rows_free(full);
   dlrec_serve_rows_free(over);
-  dlrec_dlrm_ws_free(ws);
-  dlrec_dlrm_scorer_free(scorer);
-  dlrec_dlrm_free(dlrm);
+  dlrec_net_ws_free(ws);
+  dlrec_net_scorer_free(scorer);
+  dlrec_net_free(dlrm);
 }

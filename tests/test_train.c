@@ -351,7 +351,7 @@ TEST(edited_checkpoint_is_refused) {
   if (s == DLREC_OK) s = dlrec_json_write(manifest, j);
   cJSON_Delete(j);
   CHECK_OK(s);
-  CHECK(refused_with(eval, "checkpoint version 1", "reads version 2"));
+  CHECK(refused_with(eval, "checkpoint version 1", "reads version 3"));
   CHECK_OK(dlrec_copy_file(saved, manifest));
   /* Restored, it loads and resumes. */
   CHECK(train("run", "--max-steps 30 --resume") == 0);

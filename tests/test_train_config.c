@@ -1,5 +1,6 @@
 /* The training config: defaults, the example file, strict errors that name
  * the field, the JSON round trip, and the learning-rate schedule. */
+#include "dlrec/dlrm.h"
 #include "dlrec/json.h"
 #include "dlrec/train_config.h"
 #include "test.h"
@@ -16,12 +17,12 @@ static dlrec_status parse(const char *text, dlrec_train_config *c) {
 TEST(example_config_is_the_kaggle_dlrm) {
   dlrec_train_config c;
   CHECK_OK(dlrec_train_config_read(test_source_path("examples/dlrm_criteo.json"), &c));
-  CHECK_EQ(c.shape.emb_dim, 16);
-  CHECK_EQ(c.shape.n_bottom, 4);
-  CHECK_EQ(c.shape.bottom[0], 512);
-  CHECK_EQ(c.shape.bottom[3], 16);
-  CHECK_EQ(c.shape.n_top, 3);
-  CHECK_EQ(c.shape.top[2], 1);
+  CHECK_EQ(dlrec_dlrm_shape_of(&c.model)->emb_dim, 16);
+  CHECK_EQ(dlrec_dlrm_shape_of(&c.model)->n_bottom, 4);
+  CHECK_EQ(dlrec_dlrm_shape_of(&c.model)->bottom[0], 512);
+  CHECK_EQ(dlrec_dlrm_shape_of(&c.model)->bottom[3], 16);
+  CHECK_EQ(dlrec_dlrm_shape_of(&c.model)->n_top, 3);
+  CHECK_EQ(dlrec_dlrm_shape_of(&c.model)->top[2], 1);
   CHECK_EQ(c.batch_size, 128);
   CHECK_EQ(c.dense.kind, DLREC_OPTIM_SGD);
   CHECK_NEAR(c.sparse.lr, 0.1, 1e-7, 0);
@@ -41,7 +42,7 @@ TEST(config_overrides_and_kind_defaults) {
   CHECK_EQ(c.batch_size, 2048);
   CHECK(c.deterministic);
   CHECK_STR(c.name, "ctr-v2");
-  CHECK_EQ(c.shape.emb_dim, 16); /* untouched sections keep the defaults */
+  CHECK_EQ(dlrec_dlrm_shape_of(&c.model)->emb_dim, 16); /* untouched sections keep the defaults */
 }
 
 TEST(config_errors_name_the_field) {
@@ -70,14 +71,14 @@ TEST(config_json_round_trip) {
   cJSON *j = dlrec_train_config_to_json(&a);
   CHECK_OK(dlrec_train_config_from_json(j, "round trip", &b));
   cJSON_Delete(j);
-  CHECK(memcmp(&a.shape, &b.shape, sizeof a.shape) == 0);
+  CHECK(memcmp(&a.model, &b.model, sizeof a.model) == 0);
   CHECK(memcmp(&a.dense, &b.dense, sizeof a.dense) == 0);
   CHECK(memcmp(&a.sparse, &b.sparse, sizeof a.sparse) == 0);
   CHECK_EQ(b.warmup_steps, 100);
   CHECK_EQ(b.decay_steps, 1000);
   CHECK_EQ(b.eval_interval_steps, 50);
   CHECK_EQ(b.slice_rows, 1);
-  CHECK_EQ(b.shape.pooling, DLREC_BAG_MEAN);
+  CHECK_EQ(dlrec_dlrm_shape_of(&b.model)->pooling, DLREC_BAG_MEAN);
 }
 
 TEST(lr_schedule) {

@@ -9,11 +9,12 @@
  * (docs/formats.md):
  *   manifest.json     format version, progress (step, samples, loader
  *                     position, the loss sums since the last metrics line),
+ *                     the model type and its tensors' names and shapes,
  *                     every other file with its size and CRC32C, and a
  *                     CRC32C of the manifest itself
  *   config.json       the complete training config
  *   etl/              the ETL state the data was encoded with
- *   dense.bin         the dense parameters        } tensor files: header,
+ *   dense.bin         the named dense tensors     } tensor files: header,
  *   table.bin         the fused embedding table   } arrays with a CRC32C
  *   optim.bin         optimizer state (dense and sparse)  each
  * A torn, truncated, corrupt or edited checkpoint is refused with an error
@@ -26,15 +27,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dlrec/dlrm.h"
+#include "dlrec/model.h"
 #include "dlrec/etl.h"
 #include "dlrec/loader.h"
 #include "dlrec/status.h"
 #include "dlrec/train_config.h"
 
-/* 2: the manifest carries a checksum of itself and of every file. Version 1
- * checkpoints (no such checksums) are refused with DLREC_ERR_VERSION. */
-#define DLREC_CHECKPOINT_VERSION 2
+/* 3: the manifest records the model type and its named dense tensors
+ * (name and shape), and dense.bin holds one array per tensor. 2: the
+ * manifest carries a checksum of itself and of every file. Older
+ * checkpoints are refused with DLREC_ERR_VERSION. */
+#define DLREC_CHECKPOINT_VERSION 3
 
 typedef struct dlrec_train_progress {
   uint64_t step;           /* optimizer steps done */
@@ -52,7 +55,7 @@ typedef struct dlrec_train_progress {
  * and progress as RUN/ckpt-STEP, points RUN/latest at it, and removes the
  * oldest checkpoints beyond `keep`. etl_dir's files are copied in. */
 dlrec_status dlrec_checkpoint_save(const char *run_dir, const dlrec_train_config *cfg, const char *etl_dir,
-                                   const dlrec_dlrm *m, const dlrec_dlrm_optim *opt,
+                                   const dlrec_net *m, const dlrec_net_optim *opt,
                                    const dlrec_train_progress *p, uint32_t keep);
 
 /* Resolves `path` to a checkpoint directory: path itself if it holds a
@@ -64,7 +67,7 @@ typedef struct dlrec_model {
   char dir[1024];           /* the checkpoint directory */
   dlrec_train_config config;
   dlrec_etl *etl;           /* the checkpoint's ETL state */
-  dlrec_dlrm *dlrm;
+  dlrec_net *net;          /* the network, of the config's model.type */
   dlrec_train_progress progress;
 } dlrec_model;
 
@@ -82,7 +85,7 @@ void dlrec_model_free(dlrec_model *m); /* accepts NULL */
  * rows as the checkpoint's own etl/ does (else DLREC_ERR_INVALID names the
  * first column that differs). */
 dlrec_status dlrec_checkpoint_load_training(const char *path, const dlrec_train_config *cfg, const char *etl_dir,
-                                            dlrec_dlrm *m, dlrec_dlrm_optim *opt, dlrec_train_progress *p);
+                                            dlrec_net *m, dlrec_net_optim *opt, dlrec_train_progress *p);
 
 /* Sets the "checksum" member of a parsed manifest.json to the CRC32C of its
  * other members (printed unformatted, in order), the value loading checks.

@@ -9,12 +9,12 @@
 
 #include <cjson/cJSON.h>
 
-#include "dlrec/dlrm.h"
+#include "dlrec/model.h"
 #include "dlrec/status.h"
 
 typedef struct dlrec_train_config {
   char name[64];                       /* the model's name (serving uses it); default "dlrm" */
-  dlrec_dlrm_shape shape;              /* model */
+  dlrec_net_config model;              /* model.type and that type's section; default "dlrm" */
   dlrec_optim_config dense;            /* dense optimizer (lr = base rate) */
   dlrec_sparse_optim_config sparse;    /* sparse optimizer (lr = base rate) */
   /* Schedule: lr scale rises linearly over warmup_steps, stays 1, then from
@@ -40,8 +40,9 @@ typedef struct dlrec_train_config {
   uint32_t window_groups, slice_rows, prefetch;
 } dlrec_train_config;
 
-/* The Criteo Kaggle DLRM: embedding dim 16, bottom 512-256-64-16, top
- * 512-256-1, SGD lr 0.1 for both, batch 128, one epoch, seed 1. */
+/* The Criteo Kaggle DLRM (model type "dlrm" with its defaults: embedding
+ * dim 16, bottom 512-256-64-16, top 512-256-1), SGD lr 0.1 for both, batch
+ * 128, one epoch, seed 1. */
 void dlrec_train_config_default(dlrec_train_config *c);
 
 /* Reads and validates a config; errors name the file and the field

@@ -16,7 +16,7 @@
 
 #include <stdint.h>
 
-#include "dlrec/dlrm.h"
+#include "dlrec/model.h"
 #include "dlrec/metrics.h"
 #include "dlrec/status.h"
 #include "dlrec/train_config.h"
@@ -44,7 +44,7 @@ typedef struct dlrec_train_result {
   dlrec_metrics valid;
   int interrupted;                /* stopped by a signal (a checkpoint was saved) */
   int reached_target;             /* stopped at the config's target AUC */
-  dlrec_dlrm_profile profile;     /* where this run's training steps spent their time */
+  dlrec_net_profile profile;     /* where this run's training steps spent their time */
   double loader_wait;             /* seconds the loop waited for the loader's next batch */
 } dlrec_train_result;
 
@@ -55,9 +55,9 @@ dlrec_status dlrec_train(const dlrec_train_args *a, dlrec_train_result *r);
  * evaluator the metrics are computed into *out (the data must be labeled);
  * with scores, each prediction is passed to the callback in row order. */
 typedef dlrec_status (*dlrec_score_fn)(void *ctx, const float *prob, const float *label, uint32_t n);
-dlrec_status dlrec_score_files(const dlrec_dlrm *m, const char *const *paths, int n_paths, uint32_t batch,
+dlrec_status dlrec_score_files(const dlrec_net *m, const char *const *paths, int n_paths, uint32_t batch,
                                uint64_t max_rows, dlrec_score_fn fn, void *ctx);
-dlrec_status dlrec_evaluate(const dlrec_dlrm *m, const char *const *paths, int n_paths, uint32_t batch,
+dlrec_status dlrec_evaluate(const dlrec_net *m, const char *const *paths, int n_paths, uint32_t batch,
                             uint64_t max_rows, dlrec_metrics *out);
 
 /* The metrics as a JSON object (the CLI's and metrics.jsonl's format). */

@@ -46,7 +46,7 @@ int cmd_eval(int argc, char **argv) {
   if (dlrec_model_load(model, &m) != DLREC_OK) return cli_fail("eval");
   dlrec_metrics met;
   const char *paths[] = {data};
-  dlrec_status s = dlrec_evaluate(m->dlrm, paths, 1, (uint32_t)batch, max_rows, &met);
+  dlrec_status s = dlrec_evaluate(m->net, paths, 1, (uint32_t)batch, max_rows, &met);
   dlrec_model_free(m);
   if (s != DLREC_OK) return cli_fail("eval");
   cJSON *j = dlrec_metrics_to_json(&met);

@@ -37,7 +37,7 @@ static void usage(FILE *out) {
  * machine's limits (bench/roofline): MLP GFLOP/s against sgemm's, embedding
  * ids per second against a random gather's. */
 static cJSON *profile_json(const dlrec_train_result *r) {
-  const dlrec_dlrm_profile *p = &r->profile;
+  const dlrec_net_profile *p = &r->profile;
   cJSON *j = cJSON_CreateObject();
   cJSON_AddNumberToObject(j, "mlp_seconds", p->mlp);
   cJSON_AddNumberToObject(j, "mlp_gflops", p->mlp > 0 ? p->mlp_flops / p->mlp / 1e9 : 0);

@@ -1,87 +1,146 @@
-/* DLRM forward, backward and training step on the CPU kernels of nn.h and
- * embed.h. Shapes (B = batch rows, F = sparse columns, D = emb_dim,
- * I = D + F(F+1)/2 the interaction's width):
+/* DLRM as a model type: its config section, plan, init, and its forward and
+ * backward between the embedding stage and the logits. Shapes (B = batch
+ * rows, F = sparse columns, D = emb_dim, I = D + F(F+1)/2 the interaction's
+ * width):
  *   dense (B, n_dense) -> bottom MLP -> x (B, D)
- *   ids -> bags -> emb (B, F, D)
- *   [x, emb] -> dot interaction -> inter (B, I) -> top MLP -> logit (B, 1)
+ *   [x, emb (B, F, D)] -> dot interaction -> inter (B, I) -> top MLP -> logit (B, 1)
  */
 #include "dlrec/dlrm.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "dlrec/arena.h"
+#include "dlrec/json.h"
 #include "dlrec/progress.h"
 #include "dlrec/rng.h"
+#include "model/model_type.h"
 
-typedef struct layer {
-  uint32_t in, out;
-  size_t w, b; /* offsets of the weight (out, in) and bias (out) in the flat arrays */
-} layer;
+_Static_assert(sizeof(dlrec_dlrm_shape) <= DLREC_NET_CONFIG_BYTES, "the DLRM shape fits a model config");
 
-struct dlrec_dlrm {
+/* ---- config ------------------------------------------------------------------ */
+
+/* The Criteo Kaggle DLRM. */
+static void config_default(void *cfg) {
+  dlrec_dlrm_shape sh = {.emb_dim = 16, .n_bottom = 4, .bottom = {512, 256, 64, 16}, .n_top = 3,
+                         .top = {512, 256, 1}, .pooling = DLREC_BAG_SUM};
+  memcpy(cfg, &sh, sizeof sh);
+}
+
+static dlrec_status get_u32(const cJSON *o, const char *key, const char *what, uint64_t lo, uint64_t hi,
+                            uint32_t *out) {
+  uint64_t v;
+  dlrec_status s = dlrec_json_get_u64_or(o, key, what, *out, &v);
+  if (s != DLREC_OK) return s;
+  if (v < lo || v > hi)
+    return dlrec_error(DLREC_ERR_INVALID, "%s: field '%s': %llu is out of range [%llu, %llu]", what, key,
+                       (unsigned long long)v, (unsigned long long)lo, (unsigned long long)hi);
+  *out = (uint32_t)v;
+  return DLREC_OK;
+}
+
+static dlrec_status get_widths(const cJSON *o, const char *key, const char *what, uint32_t *n, uint32_t *w) {
+  const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, key);
+  if (!a) return DLREC_OK;
+  if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) < 1 || cJSON_GetArraySize(a) > DLREC_MLP_MAX_LAYERS)
+    return dlrec_error(DLREC_ERR_INVALID, "%s: field '%s': expected an array of 1 to %d layer widths", what, key,
+                       DLREC_MLP_MAX_LAYERS);
+  uint32_t i = 0, v[DLREC_MLP_MAX_LAYERS];
+  for (const cJSON *e = a->child; e; e = e->next, i++) {
+    if (!cJSON_IsNumber(e) || e->valuedouble < 1 || e->valuedouble > 65536 || floor(e->valuedouble) != e->valuedouble)
+      return dlrec_error(DLREC_ERR_INVALID, "%s: field '%s[%u]': expected a width in [1, 65536]", what, key, i);
+    v[i] = (uint32_t)e->valuedouble;
+  }
+  /* All widths replace the old ones, and the unused slots stay zero, so that
+   * two configs of the same shape compare equal byte for byte. */
+  memset(w, 0, DLREC_MLP_MAX_LAYERS * sizeof *w);
+  memcpy(w, v, i * sizeof *w);
+  *n = i;
+  return DLREC_OK;
+}
+
+static dlrec_status config_parse(void *cfg, const cJSON *o, const char *what) {
+  static const char *keys[] = {"type", "embedding_dim", "bottom_mlp", "top_mlp", "pooling", NULL};
+  dlrec_dlrm_shape *sh = cfg;
+  dlrec_status s = dlrec_json_check_keys(o, what, keys);
+  if (s == DLREC_OK) s = get_u32(o, "embedding_dim", what, 1, DLREC_EMBED_MAX_DIM, &sh->emb_dim);
+  if (s == DLREC_OK) s = get_widths(o, "bottom_mlp", what, &sh->n_bottom, sh->bottom);
+  if (s == DLREC_OK) s = get_widths(o, "top_mlp", what, &sh->n_top, sh->top);
+  const char *pool = NULL;
+  if (s == DLREC_OK) s = dlrec_json_get_string_or(o, "pooling", what, NULL, &pool);
+  if (s != DLREC_OK) return s;
+  if (pool && !strcmp(pool, "sum")) sh->pooling = DLREC_BAG_SUM;
+  else if (pool && !strcmp(pool, "mean")) sh->pooling = DLREC_BAG_MEAN;
+  else if (pool) return dlrec_error(DLREC_ERR_INVALID, "%s: field 'pooling': '%s' is not one of sum, mean", what, pool);
+  if (sh->bottom[sh->n_bottom - 1] != sh->emb_dim)
+    return dlrec_error(DLREC_ERR_INVALID, "%s: bottom_mlp must end with embedding_dim (%u), not %u", what, sh->emb_dim,
+                       sh->bottom[sh->n_bottom - 1]);
+  if (sh->top[sh->n_top - 1] != 1)
+    return dlrec_error(DLREC_ERR_INVALID, "%s: top_mlp must end with 1 (the logit), not %u", what,
+                       sh->top[sh->n_top - 1]);
+  return DLREC_OK;
+}
+
+static cJSON *widths_json(const uint32_t *w, uint32_t n) {
+  cJSON *a = cJSON_CreateArray();
+  for (uint32_t i = 0; i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(w[i]));
+  return a;
+}
+
+static void config_to_json(const void *cfg, cJSON *m) {
+  const dlrec_dlrm_shape *sh = cfg;
+  cJSON_AddNumberToObject(m, "embedding_dim", sh->emb_dim);
+  cJSON_AddItemToObject(m, "bottom_mlp", widths_json(sh->bottom, sh->n_bottom));
+  cJSON_AddItemToObject(m, "top_mlp", widths_json(sh->top, sh->n_top));
+  cJSON_AddStringToObject(m, "pooling", sh->pooling == DLREC_BAG_MEAN ? "mean" : "sum");
+}
+
+void dlrec_dlrm_config(dlrec_net_config *c, const dlrec_dlrm_shape *shape) {
+  memset(c, 0, sizeof *c);
+  snprintf(c->type, sizeof c->type, "dlrm");
+  memcpy(c->params, shape, sizeof *shape);
+}
+
+const dlrec_dlrm_shape *dlrec_dlrm_shape_of(const dlrec_net_config *c) {
+  return strcmp(c->type, "dlrm") ? NULL : (const dlrec_dlrm_shape *)(const void *)c->params;
+}
+
+dlrec_status dlrec_dlrm_create(dlrec_net **n, const dlrec_dlrm_shape *shape, const dlrec_schema *schema) {
+  dlrec_net_config c;
+  dlrec_dlrm_config(&c, shape);
+  return dlrec_net_create(n, &c, schema);
+}
+
+/* ---- plan -------------------------------------------------------------------- */
+
+typedef struct dlrm {
   dlrec_dlrm_shape shape;
-  dlrec_schema schema;
-  layer bottom[DLREC_MLP_MAX_LAYERS], top[DLREC_MLP_MAX_LAYERS];
-  uint32_t inter_dim;
-  size_t n_params;
-  float *params;
-  dlrec_table *table;
-  uint64_t max_ids_per_row; /* sum of the columns' max hotness */
-};
+  uint32_t n_sparse, inter_dim;
+  int bottom[DLREC_MLP_MAX_LAYERS], top[DLREC_MLP_MAX_LAYERS]; /* linear layer numbers */
+  net_linear lb[DLREC_MLP_MAX_LAYERS], lt[DLREC_MLP_MAX_LAYERS]; /* the same layers' shapes */
+} dlrm;
 
-struct dlrec_dlrm_ws {
-  uint32_t max_batch;
-  dlrec_arena arena;
-  float *emb, *d_emb;                      /* (B, F, D) */
-  float *bot[DLREC_MLP_MAX_LAYERS];        /* bottom outputs (B, bottom[l]) */
-  float *inter, *d_inter;                  /* (B, I) */
-  float *top[DLREC_MLP_MAX_LAYERS];        /* top outputs (B, top[l]); the last holds logits */
-  float *d_a, *d_b;                        /* ping-pong activation gradients (B, widest) */
-  float *dx;                               /* (B, D) */
-  float *grad;                             /* (n_params) */
-  void *scratch;                           /* the sparse backward's */
-  size_t scratch_bytes;
-  dlrec_dlrm_profile prof;
-};
-
-/* Adds the seconds since *t to *acc and restarts *t. */
-static void lap(double *acc, double *t) {
-  double now = dlrec_now();
-  *acc += now - *t;
-  *t = now;
-}
-
-/* Flops (2 per multiply-add) of an MLP's forward for one row. */
-static double mlp_flops_row(const layer *ls, uint32_t n) {
-  double f = 0;
-  for (uint32_t l = 0; l < n; l++) f += 2.0 * ls[l].in * ls[l].out;
-  return f;
-}
-
-void dlrec_dlrm_ws_profile(const dlrec_dlrm_ws *ws, dlrec_dlrm_profile *p) { *p = ws->prof; }
-
-static dlrec_status plan_mlp(layer *ls, uint32_t n, const uint32_t *widths, uint32_t in, size_t *off,
+static dlrec_status plan_mlp(net_plan *p, int *idx, net_linear *ls, uint32_t n, const uint32_t *widths, uint32_t in,
                              const char *which) {
   if (n < 1 || n > DLREC_MLP_MAX_LAYERS)
     return dlrec_error(DLREC_ERR_INVALID, "%s MLP: %u layers, expected 1 to %d", which, n, DLREC_MLP_MAX_LAYERS);
   for (uint32_t l = 0; l < n; l++) {
     if (widths[l] < 1 || widths[l] > 65536)
       return dlrec_error(DLREC_ERR_INVALID, "%s MLP: layer %u width %u out of range [1, 65536]", which, l, widths[l]);
-    ls[l].in = l ? widths[l - 1] : in;
-    ls[l].out = widths[l];
-    ls[l].w = *off;
-    *off += (size_t)ls[l].in * ls[l].out;
-    ls[l].b = *off;
-    *off += ls[l].out;
+    char prefix[32];
+    snprintf(prefix, sizeof prefix, "%s.%u", which, l);
+    dlrec_status s = net_plan_linear(p, prefix, l ? widths[l - 1] : in, widths[l], &idx[l]);
+    if (s != DLREC_OK) return s;
+    ls[l] = p->linear[idx[l]];
   }
   return DLREC_OK;
 }
 
-dlrec_status dlrec_dlrm_create(dlrec_dlrm **out, const dlrec_dlrm_shape *shape, const dlrec_schema *schema) {
-  *out = NULL;
-  const dlrec_dlrm_shape *s = shape;
+static dlrec_status plan(const void *cfg, const dlrec_schema *schema, net_plan *p, void **ctx) {
+  *ctx = NULL;
+  const dlrec_dlrm_shape *s = cfg;
   if (s->emb_dim < 1 || s->emb_dim > DLREC_EMBED_MAX_DIM)
     return dlrec_error(DLREC_ERR_INVALID, "embedding dim %u out of range [1, %d]", s->emb_dim, DLREC_EMBED_MAX_DIM);
   if (schema->n_sparse < 1) return dlrec_error(DLREC_ERR_INVALID, "DLRM needs at least one categorical column");
@@ -91,40 +150,32 @@ dlrec_status dlrec_dlrm_create(dlrec_dlrm **out, const dlrec_dlrm_shape *shape, 
                        s->bottom[s->n_bottom - 1], s->emb_dim);
   if (s->n_top >= 1 && s->n_top <= DLREC_MLP_MAX_LAYERS && s->top[s->n_top - 1] != 1)
     return dlrec_error(DLREC_ERR_INVALID, "top MLP ends with width %u, expected 1 (the logit)", s->top[s->n_top - 1]);
-  dlrec_dlrm *m = calloc(1, sizeof *m);
+  dlrm *m = calloc(1, sizeof *m);
   if (!m) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
   m->shape = *s;
-  m->schema = *schema;
+  m->n_sparse = schema->n_sparse;
   m->inter_dim = (uint32_t)dlrec_interaction_dot_dim((int)schema->n_sparse, (int)s->emb_dim);
-  size_t off = 0;
-  dlrec_status st = plan_mlp(m->bottom, s->n_bottom, s->bottom, schema->n_dense, &off, "bottom");
+  p->emb_dim = s->emb_dim;
+  p->pooling = s->pooling;
+  dlrec_status st = plan_mlp(p, m->bottom, m->lb, s->n_bottom, s->bottom, schema->n_dense, "bottom");
   if (st == DLREC_OK && m->inter_dim == 0)
     st = dlrec_error(DLREC_ERR_INVALID, "interaction of %u columns of width %u is out of range", schema->n_sparse,
                      s->emb_dim);
-  if (st == DLREC_OK) st = plan_mlp(m->top, s->n_top, s->top, m->inter_dim, &off, "top");
-  if (st == DLREC_OK) {
-    m->n_params = off;
-    m->params = calloc(off, sizeof(float));
-    if (!m->params) st = dlrec_error(DLREC_ERR_NOMEM, "cannot allocate %zu dense parameters", off);
-  }
-  if (st == DLREC_OK) st = dlrec_table_create(&m->table, schema->table_rows, s->emb_dim);
-  for (uint32_t c = 0; c < schema->n_sparse; c++) m->max_ids_per_row += schema->sparse[c].max_hotness;
+  if (st == DLREC_OK) st = plan_mlp(p, m->top, m->lt, s->n_top, s->top, m->inter_dim, "top");
   if (st != DLREC_OK) {
-    dlrec_dlrm_free(m);
+    free(m);
     return st;
   }
-  *out = m;
+  *ctx = m;
   return DLREC_OK;
 }
 
-void dlrec_dlrm_free(dlrec_dlrm *m) {
-  if (!m) return;
-  dlrec_table_free(m->table);
-  free(m->params);
-  free(m);
-}
+static void free_ctx(void *ctx) { free(ctx); }
 
-static void init_mlp(float *p, const layer *ls, uint32_t n, uint64_t seed, uint64_t stream0) {
+/* As the DLRM reference does: MLP weights normal with std
+ * sqrt(2 / (fan_in + fan_out)) (Xavier), biases normal with std
+ * sqrt(1 / fan_out), one random stream per layer. */
+static void init_mlp(float *p, const net_linear *ls, uint32_t n, uint64_t seed, uint64_t stream0) {
   for (uint32_t l = 0; l < n; l++) {
     dlrec_rng r;
     dlrec_rng_seed(&r, seed, stream0 + l);
@@ -134,256 +185,154 @@ static void init_mlp(float *p, const layer *ls, uint32_t n, uint64_t seed, uint6
   }
 }
 
-dlrec_status dlrec_dlrm_init(dlrec_dlrm *m, uint64_t seed) {
-  init_mlp(m->params, m->bottom, m->shape.n_bottom, seed, 1000);
-  init_mlp(m->params, m->top, m->shape.n_top, seed, 2000);
-  dlrec_row_range ranges[DLREC_MAX_SPARSE];
-  for (uint32_t c = 0; c < m->schema.n_sparse; c++)
-    ranges[c] = (dlrec_row_range){m->schema.sparse[c].id_begin, m->schema.sparse[c].id_end};
-  return dlrec_table_init_uniform(m->table, ranges, m->schema.n_sparse, seed);
+static void init(const void *ctx, const net_plan *p, float *params, uint64_t seed) {
+  (void)p;
+  const dlrm *m = ctx;
+  init_mlp(params, m->lb, m->shape.n_bottom, seed, 1000);
+  init_mlp(params, m->lt, m->shape.n_top, seed, 2000);
 }
 
-const dlrec_dlrm_shape *dlrec_dlrm_get_shape(const dlrec_dlrm *m) { return &m->shape; }
-const dlrec_schema *dlrec_dlrm_schema(const dlrec_dlrm *m) { return &m->schema; }
-float *dlrec_dlrm_dense_params(dlrec_dlrm *m, size_t *n) {
-  *n = m->n_params;
-  return m->params;
-}
-const float *dlrec_dlrm_dense_params_const(const dlrec_dlrm *m, size_t *n) {
-  *n = m->n_params;
-  return m->params;
-}
-dlrec_table *dlrec_dlrm_table(dlrec_dlrm *m) { return m->table; }
-const dlrec_table *dlrec_dlrm_table_const(const dlrec_dlrm *m) { return m->table; }
+/* ---- workspace --------------------------------------------------------------- */
 
-static uint32_t widest(const dlrec_dlrm *m) {
+typedef struct dlrm_ws {
+  dlrec_arena arena;
+  float *bot[DLREC_MLP_MAX_LAYERS]; /* bottom outputs (B, bottom[l]) */
+  float *inter, *d_inter;           /* (B, I) */
+  float *top[DLREC_MLP_MAX_LAYERS]; /* top outputs (B, top[l]); the last holds logits */
+  float *d_a, *d_b;                 /* ping-pong activation gradients (B, widest) */
+  float *dx;                        /* (B, D) */
+} dlrm_ws;
+
+static uint32_t widest(const dlrm *m) {
   uint32_t w = m->inter_dim > m->shape.emb_dim ? m->inter_dim : m->shape.emb_dim;
-  for (uint32_t l = 0; l < m->shape.n_bottom; l++) w = m->bottom[l].out > w ? m->bottom[l].out : w;
-  for (uint32_t l = 0; l < m->shape.n_top; l++) w = m->top[l].out > w ? m->top[l].out : w;
+  for (uint32_t l = 0; l < m->shape.n_bottom; l++) w = m->lb[l].out > w ? m->lb[l].out : w;
+  for (uint32_t l = 0; l < m->shape.n_top; l++) w = m->lt[l].out > w ? m->lt[l].out : w;
   return w;
 }
 
-dlrec_status dlrec_dlrm_ws_create(dlrec_dlrm_ws **out, const dlrec_dlrm *m, uint32_t max_batch) {
+static void ws_free(void *ws) {
+  dlrm_ws *w = ws;
+  if (!w) return;
+  dlrec_arena_free(&w->arena);
+  free(w);
+}
+
+static dlrec_status ws_create(const void *ctx, const net_plan *p, uint32_t max_batch, void **out) {
+  (void)p;
+  const dlrm *m = ctx;
   *out = NULL;
-  if (max_batch < 1 || max_batch > (1u << 22))
-    return dlrec_error(DLREC_ERR_INVALID, "batch size %u out of range [1, %u]", max_batch, 1u << 22);
-  dlrec_dlrm_ws *ws = calloc(1, sizeof *ws);
-  if (!ws) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
-  ws->max_batch = max_batch;
-  dlrec_arena_init(&ws->arena, 1u << 20);
-  size_t B = max_batch, F = m->schema.n_sparse, D = m->shape.emb_dim;
-#define WS_ALLOC(ptr, floats)                                                        \
-  do {                                                                               \
-    if (!((ptr) = dlrec_arena_alloc(&ws->arena, (floats) * sizeof(float), 64))) goto nomem; \
+  dlrm_ws *w = calloc(1, sizeof *w);
+  if (!w) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
+  dlrec_arena_init(&w->arena, 1u << 20);
+  size_t B = max_batch;
+#define WS_ALLOC(ptr, floats)                                                              \
+  do {                                                                                     \
+    if (!((ptr) = dlrec_arena_alloc(&w->arena, (floats) * sizeof(float), 64))) goto nomem; \
   } while (0)
-  WS_ALLOC(ws->emb, B * F * D);
-  WS_ALLOC(ws->d_emb, B * F * D);
-  for (uint32_t l = 0; l < m->shape.n_bottom; l++) WS_ALLOC(ws->bot[l], B * m->bottom[l].out);
-  WS_ALLOC(ws->inter, B * m->inter_dim);
-  WS_ALLOC(ws->d_inter, B * m->inter_dim);
-  for (uint32_t l = 0; l < m->shape.n_top; l++) WS_ALLOC(ws->top[l], B * m->top[l].out);
-  WS_ALLOC(ws->d_a, B * widest(m));
-  WS_ALLOC(ws->d_b, B * widest(m));
-  WS_ALLOC(ws->dx, B * D);
-  WS_ALLOC(ws->grad, m->n_params);
+  for (uint32_t l = 0; l < m->shape.n_bottom; l++) WS_ALLOC(w->bot[l], B * m->lb[l].out);
+  WS_ALLOC(w->inter, B * m->inter_dim);
+  WS_ALLOC(w->d_inter, B * m->inter_dim);
+  for (uint32_t l = 0; l < m->shape.n_top; l++) WS_ALLOC(w->top[l], B * m->lt[l].out);
+  WS_ALLOC(w->d_a, B * widest(m));
+  WS_ALLOC(w->d_b, B * widest(m));
+  WS_ALLOC(w->dx, B * m->shape.emb_dim);
 #undef WS_ALLOC
-  ws->scratch_bytes = dlrec_bag_backward_scratch_bytes(m->table, (uint64_t)B * m->max_ids_per_row);
-  if (!(ws->scratch = dlrec_arena_alloc(&ws->arena, ws->scratch_bytes, 64))) goto nomem;
-  *out = ws;
+  *out = w;
   return DLREC_OK;
 nomem:
-  dlrec_dlrm_ws_free(ws);
+  ws_free(w);
   return dlrec_error(DLREC_ERR_NOMEM, "cannot allocate the workspace for batches of %u rows", max_batch);
 }
 
-void dlrec_dlrm_ws_free(dlrec_dlrm_ws *ws) {
-  if (!ws) return;
-  dlrec_arena_free(&ws->arena);
-  free(ws);
+/* ---- forward and backward ----------------------------------------------------- */
+
+/* Flops (2 per multiply-add) of an MLP's forward for one row. */
+static double mlp_flops_row(const net_linear *ls, uint32_t n) {
+  double f = 0;
+  for (uint32_t l = 0; l < n; l++) f += 2.0 * ls[l].in * ls[l].out;
+  return f;
 }
 
-static dlrec_bag_batch bags_of(const dlrec_dlrm *m, const dlrec_batch *b) {
-  dlrec_bag_batch bags = {b->rows, m->schema.n_sparse, b->offsets, b->ids};
-  return bags;
-}
-
-static dlrec_status check_batch(const dlrec_dlrm_ws *ws, const dlrec_batch *b) {
-  if (b->rows < 1 || b->rows > ws->max_batch)
-    return dlrec_error(DLREC_ERR_INVALID, "batch of %u rows, the workspace holds 1 to %u", b->rows, ws->max_batch);
-  return DLREC_OK;
-}
-
-/* The forward pass up to the logits (ws->top[n_top - 1]), keeping every
- * activation for the backward. */
-static dlrec_status forward(const dlrec_dlrm *m, dlrec_dlrm_ws *ws, const dlrec_batch *b) {
-  dlrec_status st = check_batch(ws, b);
-  if (st != DLREC_OK) return st;
-  int B = (int)b->rows, F = (int)m->schema.n_sparse, D = (int)m->shape.emb_dim;
-  dlrec_dlrm_profile *p = &ws->prof;
+static dlrec_status forward(const void *ctx, void *ws, const net_io *io, const float **logits) {
+  const dlrm *m = ctx;
+  dlrm_ws *w = ws;
+  int B = io->B, F = (int)m->n_sparse, D = (int)m->shape.emb_dim;
+  dlrec_net_profile *p = io->prof;
   double t = dlrec_now();
-  dlrec_bag_batch bags = bags_of(m, b);
-  st = dlrec_bag_forward(m->table, &bags, m->shape.pooling, ws->emb);
-  for (int c = 0; st == DLREC_OK && c < F; c++) p->lookups += b->offsets[c][B] - b->offsets[c][0];
-  lap(&p->emb_forward, &t);
-  const float *in = b->dense;
-  for (uint32_t l = 0; st == DLREC_OK && l < m->shape.n_bottom; l++) {
-    const layer *L = &m->bottom[l];
-    st = dlrec_linear_relu_forward(ws->bot[l], in, m->params + L->w, m->params + L->b, B, (int)L->in, (int)L->out);
-    in = ws->bot[l];
-  }
-  lap(&p->mlp, &t);
-  if (st == DLREC_OK) st = dlrec_interaction_dot_forward(ws->inter, in, ws->emb, B, F, D);
-  lap(&p->interaction, &t);
-  in = ws->inter;
-  for (uint32_t l = 0; st == DLREC_OK && l < m->shape.n_top; l++) {
-    const layer *L = &m->top[l];
-    if (l + 1 < m->shape.n_top)
-      st = dlrec_linear_relu_forward(ws->top[l], in, m->params + L->w, m->params + L->b, B, (int)L->in, (int)L->out);
-    else
-      st = dlrec_linear_forward(ws->top[l], in, m->params + L->w, m->params + L->b, B, (int)L->in, (int)L->out);
-    in = ws->top[l];
-  }
-  lap(&p->mlp, &t);
-  p->forward_rows += (uint64_t)B;
-  p->mlp_flops += B * (mlp_flops_row(m->bottom, m->shape.n_bottom) + mlp_flops_row(m->top, m->shape.n_top));
-  return st;
-}
-
-/* ---- batch-invariant scoring ---------------------------------------------- */
-
-struct dlrec_dlrm_scorer {
-  const dlrec_dlrm *m;
-  dlrec_packed_linear *bottom[DLREC_MLP_MAX_LAYERS], *top[DLREC_MLP_MAX_LAYERS];
-};
-
-void dlrec_dlrm_scorer_free(dlrec_dlrm_scorer *s) {
-  if (!s) return;
-  for (uint32_t l = 0; l < DLREC_MLP_MAX_LAYERS; l++) {
-    dlrec_packed_linear_free(s->bottom[l]);
-    dlrec_packed_linear_free(s->top[l]);
-  }
-  free(s);
-}
-
-/* Packs the n layers ls of the flat params into dst. */
-static dlrec_status pack_mlp(dlrec_packed_linear **dst, const float *params, const layer *ls, uint32_t n) {
   dlrec_status st = DLREC_OK;
-  for (uint32_t l = 0; st == DLREC_OK && l < n; l++)
-    st = dlrec_packed_linear_create(&dst[l], params + ls[l].w, params + ls[l].b, (int)ls[l].in, (int)ls[l].out);
-  return st;
-}
-
-dlrec_status dlrec_dlrm_scorer_create(dlrec_dlrm_scorer **out, const dlrec_dlrm *m) {
-  *out = NULL;
-  dlrec_dlrm_scorer *s = calloc(1, sizeof *s);
-  if (!s) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
-  s->m = m;
-  dlrec_status st = pack_mlp(s->bottom, m->params, m->bottom, m->shape.n_bottom);
-  if (st == DLREC_OK) st = pack_mlp(s->top, m->params, m->top, m->shape.n_top);
-  if (st != DLREC_OK) {
-    dlrec_dlrm_scorer_free(s);
-    return st;
-  }
-  *out = s;
-  return DLREC_OK;
-}
-
-dlrec_status dlrec_dlrm_predict(const dlrec_dlrm_scorer *s, dlrec_dlrm_ws *ws, const dlrec_batch *b, float *prob) {
-  const dlrec_dlrm *m = s->m;
-  dlrec_status st = check_batch(ws, b);
-  if (st != DLREC_OK) return st;
-  int B = (int)b->rows, F = (int)m->schema.n_sparse, D = (int)m->shape.emb_dim;
-  dlrec_bag_batch bags = bags_of(m, b);
-  st = dlrec_bag_forward(m->table, &bags, m->shape.pooling, ws->emb);
-  const float *in = b->dense;
+  const float *in = io->dense;
   for (uint32_t l = 0; st == DLREC_OK && l < m->shape.n_bottom; l++) {
-    st = dlrec_packed_linear_forward(s->bottom[l], in, ws->bot[l], B, 1);
-    in = ws->bot[l];
+    st = net_linear_forward(io, m->bottom[l], w->bot[l], in, 1);
+    in = w->bot[l];
   }
-  if (st == DLREC_OK) st = dlrec_interaction_dot_forward(ws->inter, in, ws->emb, B, F, D);
-  in = ws->inter;
+  net_lap(&p->mlp, &t);
+  if (st == DLREC_OK) st = dlrec_interaction_dot_forward(w->inter, in, io->emb, B, F, D);
+  net_lap(&p->interaction, &t);
+  in = w->inter;
   for (uint32_t l = 0; st == DLREC_OK && l < m->shape.n_top; l++) {
-    st = dlrec_packed_linear_forward(s->top[l], in, ws->top[l], B, l + 1 < m->shape.n_top);
-    in = ws->top[l];
+    st = net_linear_forward(io, m->top[l], w->top[l], in, l + 1 < m->shape.n_top);
+    in = w->top[l];
   }
-  if (st == DLREC_OK) st = dlrec_sigmoid_forward(prob, ws->top[m->shape.n_top - 1], (size_t)B);
+  net_lap(&p->mlp, &t);
+  p->mlp_flops += B * (mlp_flops_row(m->lb, m->shape.n_bottom) + mlp_flops_row(m->lt, m->shape.n_top));
+  *logits = w->top[m->shape.n_top - 1];
   return st;
 }
 
-/* Loss and backward down to ws->grad (dense) and ws->d_emb. */
-static dlrec_status backward(dlrec_dlrm *m, dlrec_dlrm_ws *ws, const dlrec_batch *b, double *loss) {
-  if (!b->labels) return dlrec_error(DLREC_ERR_INVALID, "training needs labeled data");
-  int B = (int)b->rows, F = (int)m->schema.n_sparse, D = (int)m->shape.emb_dim;
-  dlrec_dlrm_profile *p = &ws->prof;
+static dlrec_status backward(const void *ctx, void *ws, const net_io *io, const float *d_logits, float *g,
+                             float *d_emb) {
+  const dlrm *m = ctx;
+  dlrm_ws *w = ws;
+  const float *params = io->params;
+  int B = io->B, F = (int)m->n_sparse, D = (int)m->shape.emb_dim;
+  dlrec_net_profile *p = io->prof;
   double t = dlrec_now();
-  const float *logits = ws->top[m->shape.n_top - 1];
-  dlrec_status st = dlrec_bce_logits_forward(loss, logits, b->labels, B);
-  float *dout = ws->d_a, *dnext = ws->d_b;
-  if (st == DLREC_OK) st = dlrec_bce_logits_backward(dout, logits, b->labels, B);
-  memset(ws->grad, 0, m->n_params * sizeof(float));
-  lap(&p->other, &t);
-  float *g = ws->grad;
+  dlrec_status st = DLREC_OK;
+  const float *dout = d_logits;
+  float *dnext = w->d_a;
   for (int l = (int)m->shape.n_top - 1; st == DLREC_OK && l >= 0; l--) {
-    const layer *L = &m->top[l];
-    const float *in = l ? ws->top[l - 1] : ws->inter;
-    float *din = l ? dnext : ws->d_inter;
-    st = dlrec_linear_backward(din, g + L->w, g + L->b, dout, in, m->params + L->w, B, (int)L->in, (int)L->out);
-    if (st == DLREC_OK && l) st = dlrec_relu_backward(din, din, in, (size_t)B * L->in);
-    float *t = dout;
-    dout = dnext;
-    dnext = t;
-  }
-  const float *x = ws->bot[m->shape.n_bottom - 1];
-  lap(&p->mlp, &t);
-  if (st == DLREC_OK) st = dlrec_interaction_dot_backward(ws->dx, ws->d_emb, ws->d_inter, x, ws->emb, B, F, D);
-  lap(&p->interaction, &t);
-  /* The bottom MLP's last layer has a ReLU too: mask dx with its output. */
-  if (st == DLREC_OK) st = dlrec_relu_backward(ws->dx, ws->dx, x, (size_t)B * D);
-  dout = ws->dx;
-  dnext = ws->d_a;
-  for (int l = (int)m->shape.n_bottom - 1; st == DLREC_OK && l >= 0; l--) {
-    const layer *L = &m->bottom[l];
-    const float *in = l ? ws->bot[l - 1] : b->dense;
-    float *din = l ? dnext : NULL; /* nothing flows into the dense features */
-    st = dlrec_linear_backward(din, g + L->w, g + L->b, dout, in, m->params + L->w, B, (int)L->in, (int)L->out);
+    const net_linear *L = &m->lt[l];
+    const float *in = l ? w->top[l - 1] : w->inter;
+    float *din = l ? dnext : w->d_inter;
+    st = dlrec_linear_backward(din, g + L->w, g + L->b, dout, in, params + L->w, B, (int)L->in, (int)L->out);
     if (st == DLREC_OK && l) st = dlrec_relu_backward(din, din, in, (size_t)B * L->in);
     dout = din;
-    dnext = (dnext == ws->d_a) ? ws->d_b : ws->d_a;
+    dnext = (dnext == w->d_a) ? w->d_b : w->d_a;
   }
-  lap(&p->mlp, &t);
-  p->backward_rows += (uint64_t)B;
+  const float *x = w->bot[m->shape.n_bottom - 1];
+  net_lap(&p->mlp, &t);
+  if (st == DLREC_OK) st = dlrec_interaction_dot_backward(w->dx, d_emb, w->d_inter, x, io->emb, B, F, D);
+  net_lap(&p->interaction, &t);
+  /* The bottom MLP's last layer has a ReLU too: mask dx with its output. */
+  if (st == DLREC_OK) st = dlrec_relu_backward(w->dx, w->dx, x, (size_t)B * D);
+  dout = w->dx;
+  dnext = w->d_a;
+  for (int l = (int)m->shape.n_bottom - 1; st == DLREC_OK && l >= 0; l--) {
+    const net_linear *L = &m->lb[l];
+    const float *in = l ? w->bot[l - 1] : io->dense;
+    float *din = l ? dnext : NULL; /* nothing flows into the dense features */
+    st = dlrec_linear_backward(din, g + L->w, g + L->b, dout, in, params + L->w, B, (int)L->in, (int)L->out);
+    if (st == DLREC_OK && l) st = dlrec_relu_backward(din, din, in, (size_t)B * L->in);
+    dout = din;
+    dnext = (dnext == w->d_a) ? w->d_b : w->d_a;
+  }
+  net_lap(&p->mlp, &t);
   /* Backward: dW everywhere, din everywhere but the first bottom layer. */
-  p->mlp_flops += B * (2 * mlp_flops_row(m->bottom, m->shape.n_bottom) + 2 * mlp_flops_row(m->top, m->shape.n_top) -
-                       2.0 * m->bottom[0].in * m->bottom[0].out);
+  p->mlp_flops += B * (2 * mlp_flops_row(m->lb, m->shape.n_bottom) + 2 * mlp_flops_row(m->lt, m->shape.n_top) -
+                       2.0 * m->lb[0].in * m->lb[0].out);
   return st;
 }
 
-dlrec_status dlrec_dlrm_gradients(dlrec_dlrm *m, dlrec_dlrm_ws *ws, const dlrec_batch *batch, double *loss,
-                                  const float **grad, const float **d_emb) {
-  dlrec_status st = forward(m, ws, batch);
-  if (st == DLREC_OK) st = backward(m, ws, batch, loss);
-  *grad = ws->grad;
-  *d_emb = ws->d_emb;
-  return st;
-}
-
-dlrec_status dlrec_dlrm_train_step(dlrec_dlrm *m, dlrec_dlrm_ws *ws, dlrec_dlrm_optim *opt, const dlrec_batch *batch,
-                                   float lr_scale, uint64_t step, double *loss, float *prob) {
-  dlrec_status st = forward(m, ws, batch);
-  if (st == DLREC_OK && prob) st = dlrec_sigmoid_forward(prob, ws->top[m->shape.n_top - 1], batch->rows);
-  if (st == DLREC_OK) st = backward(m, ws, batch, loss);
-  if (st != DLREC_OK) return st;
-  double t = dlrec_now();
-  dlrec_bag_batch bags = bags_of(m, batch);
-  st = dlrec_sparse_optim_set_lr(opt->sparse, opt->sparse_lr * lr_scale);
-  if (st == DLREC_OK)
-    st = dlrec_bag_backward_update(m->table, opt->sparse, &bags, m->shape.pooling, ws->d_emb, ws->scratch,
-                                   ws->scratch_bytes);
-  lap(&ws->prof.emb_update, &t);
-  if (st != DLREC_OK) return st;
-  dlrec_optim_config dense = opt->dense;
-  dense.lr = opt->dense.lr * lr_scale;
-  st = dlrec_optim_step(&dense, m->params, ws->grad, opt->dense_state, m->n_params, step);
-  lap(&ws->prof.other, &t);
-  return st;
-}
+const net_type net_type_dlrm = {
+    .name = "dlrm",
+    .config_default = config_default,
+    .config_parse = config_parse,
+    .config_to_json = config_to_json,
+    .plan = plan,
+    .free_ctx = free_ctx,
+    .init = init,
+    .ws_create = ws_create,
+    .ws_free = ws_free,
+    .forward = forward,
+    .backward = backward,
+};

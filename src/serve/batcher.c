@@ -5,7 +5,7 @@
  * A worker waits for more requests (up to max_delay_us after it took the
  * first) only while another request is being received and encoded: a lone
  * client is never delayed on the chance that someone else might arrive. The
- * scorer is batch-invariant (dlrm.h), so how requests are merged never
+ * scorer is batch-invariant (model.h), so how requests are merged never
  * changes a score.
  *
  * Each worker runs its batches on one OpenMP thread and keeps its own
@@ -26,7 +26,7 @@ typedef struct worker_state {
   uint64_t serial;          /* the model (serve_model.serial) ws and merged were made for; 0: none.
                                Not its address: a freed model's address comes back for the next,
                                which may have another shape */
-  dlrec_dlrm_ws *ws;
+  dlrec_net_ws *ws;
   dlrec_serve_rows *merged;
   float *scores;
 } worker_state;
@@ -74,14 +74,14 @@ static dlrec_status score(worker_state *w, serve_job *jobs) {
   const serve_model *m = jobs->model;
   dlrec_status s = DLREC_OK;
   if (w->serial != m->serial) {
-    dlrec_dlrm_ws_free(w->ws);
+    dlrec_net_ws_free(w->ws);
     dlrec_serve_rows_free(w->merged);
     w->ws = NULL;
     w->merged = NULL;
     w->serial = 0;
-    s = dlrec_dlrm_ws_create(&w->ws, m->model->dlrm, w->b->max_batch);
+    s = dlrec_net_ws_create(&w->ws, m->model->net, w->b->max_batch);
     if (s == DLREC_OK)
-      s = dlrec_serve_rows_new(&w->merged, dlrec_dlrm_schema(m->model->dlrm), m->model->etl);
+      s = dlrec_serve_rows_new(&w->merged, dlrec_net_schema(m->model->net), m->model->etl);
     if (s == DLREC_OK) s = dlrec_serve_rows_reserve(w->merged, w->b->max_batch);
     if (s != DLREC_OK) return s;
     w->serial = m->serial;
@@ -95,7 +95,7 @@ static dlrec_status score(worker_state *w, serve_job *jobs) {
   if (s != DLREC_OK) return s;
   dlrec_batch batch;
   dlrec_serve_rows_batch(src, &batch);
-  s = dlrec_dlrm_predict(m->scorer, w->ws, &batch, w->scores);
+  s = dlrec_net_predict(m->scorer, w->ws, &batch, w->scores);
   if (s != DLREC_OK) return s;
   uint32_t at = 0;
   for (serve_job *j = jobs; j; j = j->next) {
@@ -142,7 +142,7 @@ static void *worker_main(void *arg) {
     pthread_cond_broadcast(&b->done_cv);
   }
   pthread_mutex_unlock(&b->mu);
-  dlrec_dlrm_ws_free(w->ws);
+  dlrec_net_ws_free(w->ws);
   dlrec_serve_rows_free(w->merged);
   return NULL;
 }

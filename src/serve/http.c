@@ -238,7 +238,7 @@ static dlrec_serve_rows *thread_rows(const serve_model *m) {
   }
   dlrec_serve_rows_free(c->rows);
   c->rows = NULL;
-  if (dlrec_serve_rows_new(&c->rows, dlrec_dlrm_schema(m->model->dlrm), m->model->etl) != DLREC_OK) return NULL;
+  if (dlrec_serve_rows_new(&c->rows, dlrec_net_schema(m->model->net), m->model->etl) != DLREC_OK) return NULL;
   c->serial = m->serial;
   return c->rows;
 }
@@ -425,7 +425,7 @@ static enum MHD_Result dispatch(server *sv, struct MHD_Connection *c, const targ
     serve_model *m = model_for(sv, c, t, rq, &ret);
     if (!m) break;
     if (t->r == R_MODEL_READY) ret = send_ok(sv, c, ep, rq, NULL, "");
-    else if (dlrec_kserve_write_model_metadata(&b, sv->reg.name, m->version, dlrec_dlrm_schema(m->model->dlrm),
+    else if (dlrec_kserve_write_model_metadata(&b, sv->reg.name, m->version, dlrec_net_schema(m->model->net),
                                                1) == DLREC_OK)
       ret = send_ok(sv, c, ep, rq, "application/json", b.data);
     else

@@ -18,7 +18,7 @@
 
 void serve_model_release(serve_model *m) {
   if (!m || atomic_fetch_sub(&m->refs, 1) != 1) return;
-  dlrec_dlrm_scorer_free(m->scorer);
+  dlrec_net_scorer_free(m->scorer);
   dlrec_model_free(m->model);
   free(m);
 }
@@ -33,7 +33,7 @@ static dlrec_status load_model(const char *dir, serve_model **out) {
   atomic_init(&m->refs, 1);
   m->serial = atomic_fetch_add(&serials, 1) + 1;
   dlrec_status s = dlrec_model_load(dir, &m->model);
-  if (s == DLREC_OK) s = dlrec_dlrm_scorer_create(&m->scorer, m->model->dlrm);
+  if (s == DLREC_OK) s = dlrec_net_scorer_create(&m->scorer, m->model->net);
   if (s != DLREC_OK) {
     serve_model_release(m);
     return s;

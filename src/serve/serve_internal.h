@@ -10,7 +10,7 @@
 #include <stdint.h>
 
 #include "dlrec/checkpoint.h"
-#include "dlrec/dlrm.h"
+#include "dlrec/model.h"
 #include "dlrec/kserve.h"
 #include "dlrec/serve.h"
 #include "dlrec/serve_batch.h"
@@ -23,7 +23,7 @@ typedef struct serve_model {
   atomic_uint refs;
   uint64_t serial; /* unique per load in this process (a freed model's address can come back) */
   dlrec_model *model;
-  dlrec_dlrm_scorer *scorer;
+  dlrec_net_scorer *scorer;
   uint64_t step;
   char version[24]; /* the checkpoint's step, the protocol's version string */
 } serve_model;

@@ -39,10 +39,32 @@ typedef struct manifest {
   int has[N_FILES];
   uint64_t bytes[N_FILES];
   uint32_t crc[N_FILES];
+  /* The model: its type and its named dense tensors (names and shapes; the
+   * offsets and counts follow from the shapes), as dense.bin holds them. */
+  char type[DLREC_NET_TYPE_MAX];
+  uint32_t n_tensors;
+  dlrec_net_tensor tensors[DLREC_NET_MAX_TENSORS];
 } manifest;
 
+static dlrec_status read_tensors(const char *dir, const manifest *m, int i, const tensor_desc *arrays, int n);
+
+/* "(3, 4)" or "(4)": a tensor's shape for messages. */
+static const char *shape_str(const dlrec_net_tensor *t, char *buf, size_t n) {
+  if (t->ndim == 2) snprintf(buf, n, "(%u, %u)", t->shape[0], t->shape[1]);
+  else snprintf(buf, n, "(%u)", t->shape[0]);
+  return buf;
+}
+
+/* dense.bin's arrays: one per named tensor of the network, in plan order. */
+static int dense_arrays(const dlrec_net *n, float *params, tensor_desc *out) {
+  const dlrec_net_tensor *t = dlrec_net_tensors(n);
+  uint32_t k = dlrec_net_n_tensors(n);
+  for (uint32_t i = 0; i < k; i++) out[i] = (tensor_desc){t[i].name, TENSOR_F32, t[i].count, params + t[i].offset};
+  return (int)k;
+}
+
 /* The arrays of optim.bin for this optimizer setup (none for SGD + SGD). */
-static int optim_arrays(const dlrec_dlrm_optim *opt, size_t n_params, tensor_desc *out) {
+static int optim_arrays(const dlrec_net_optim *opt, size_t n_params, tensor_desc *out) {
   int n = 0;
   size_t dense_floats = dlrec_optim_state_floats(&opt->dense, n_params);
   if (dense_floats) out[n++] = (tensor_desc){"dense_state", TENSOR_F32, dense_floats, opt->dense_state};
@@ -131,6 +153,16 @@ static dlrec_status write_manifest(const char *dir, const manifest *m) {
   cJSON *loss = cJSON_AddObjectToObject(j, "loss");
   cJSON_AddNumberToObject(loss, "sum", p->loss_sum);
   cJSON_AddNumberToObject(loss, "rows", (double)p->loss_rows);
+  cJSON *model = cJSON_AddObjectToObject(j, "model");
+  cJSON_AddStringToObject(model, "type", m->type);
+  cJSON *tensors = cJSON_AddArrayToObject(model, "tensors");
+  for (uint32_t i = 0; i < m->n_tensors; i++) {
+    cJSON *t = cJSON_CreateObject();
+    cJSON_AddStringToObject(t, "name", m->tensors[i].name);
+    cJSON *shape = cJSON_AddArrayToObject(t, "shape");
+    for (uint32_t d = 0; d < m->tensors[i].ndim; d++) cJSON_AddItemToArray(shape, cJSON_CreateNumber(m->tensors[i].shape[d]));
+    cJSON_AddItemToArray(tensors, t);
+  }
   cJSON *fl = cJSON_AddObjectToObject(j, "files");
   for (int i = 0; i < N_FILES; i++) {
     if (!m->has[i]) continue;
@@ -192,7 +224,7 @@ static void prune(const char *run_dir, uint32_t keep) {
 }
 
 dlrec_status dlrec_checkpoint_save(const char *run_dir, const dlrec_train_config *cfg, const char *etl_dir,
-                                   const dlrec_dlrm *m, const dlrec_dlrm_optim *opt,
+                                   const dlrec_net *m, const dlrec_net_optim *opt,
                                    const dlrec_train_progress *p, uint32_t keep) {
   char name[64], final_dir[4096], tmp[4096], path[4096], src[4096];
   snprintf(name, sizeof name, "ckpt-%012" PRIu64, p->step);
@@ -221,12 +253,16 @@ dlrec_status dlrec_checkpoint_save(const char *run_dir, const dlrec_train_config
 
   uint32_t crc = 0;
   size_t n_params;
-  const float *params = dlrec_dlrm_dense_params_const(m, &n_params);
-  tensor_desc dense = {"dense", TENSOR_F32, n_params, (void *)params};
+  const float *params = dlrec_net_dense_params_const(m, &n_params);
+  snprintf(man.type, sizeof man.type, "%s", dlrec_net_get_config(m)->type);
+  man.n_tensors = dlrec_net_n_tensors(m);
+  memcpy(man.tensors, dlrec_net_tensors(m), man.n_tensors * sizeof *man.tensors);
+  tensor_desc dense[DLREC_NET_MAX_TENSORS];
+  int n_dense = dense_arrays(m, (float *)params, dense);
   if (s == DLREC_OK) s = join(path, sizeof path, tmp, "dense.bin");
-  if (s == DLREC_OK) s = tensor_file_write(path, &dense, 1, &crc);
+  if (s == DLREC_OK) s = tensor_file_write(path, dense, n_dense, &crc);
   if (s == DLREC_OK) s = note_file(&man, tmp, F_DENSE, &crc);
-  const dlrec_table *t = dlrec_dlrm_table_const(m);
+  const dlrec_table *t = dlrec_net_table_const(m);
   tensor_desc table = {"table", TENSOR_F32, dlrec_table_rows(t) * dlrec_table_stride(t),
                        (void *)dlrec_table_data_const(t)};
   if (s == DLREC_OK) s = join(path, sizeof path, tmp, "table.bin");
@@ -323,6 +359,84 @@ static dlrec_status read_files(const char *dir, const char *path, const cJSON *f
   return s;
 }
 
+/* Reads the manifest's model member: the type and each tensor's name and
+ * shape (1 or 2 dimensions). */
+static dlrec_status read_model_section(const cJSON *j, const char *path, manifest *m) {
+  const cJSON *model, *tensors;
+  const char *type;
+  char what[4200];
+  snprintf(what, sizeof what, "%s: model", path);
+  dlrec_status s = dlrec_json_get_object(j, "model", path, &model);
+  if (s == DLREC_OK) s = dlrec_json_get_string(model, "type", what, &type);
+  if (s == DLREC_OK && snprintf(m->type, sizeof m->type, "%s", type) >= (int)sizeof m->type)
+    s = dlrec_error(DLREC_ERR_CORRUPT, "%s: field 'type': '%s' is too long", what, type);
+  if (s == DLREC_OK) s = dlrec_json_get_array(model, "tensors", what, &tensors);
+  if (s == DLREC_OK && cJSON_GetArraySize(tensors) > DLREC_NET_MAX_TENSORS)
+    s = dlrec_error(DLREC_ERR_CORRUPT, "%s: %d tensors, at most %d", what, cJSON_GetArraySize(tensors),
+                    DLREC_NET_MAX_TENSORS);
+  for (const cJSON *t = s == DLREC_OK ? tensors->child : NULL; t && s == DLREC_OK; t = t->next) {
+    dlrec_net_tensor *d = &m->tensors[m->n_tensors];
+    char tw[4300];
+    snprintf(tw, sizeof tw, "%s.tensors[%u]", what, m->n_tensors);
+    const char *name;
+    const cJSON *shape;
+    s = dlrec_json_get_string(t, "name", tw, &name);
+    if (s == DLREC_OK && snprintf(d->name, sizeof d->name, "%s", name) >= (int)sizeof d->name)
+      s = dlrec_error(DLREC_ERR_CORRUPT, "%s: name '%s' is too long", tw, name);
+    if (s == DLREC_OK) s = dlrec_json_get_array(t, "shape", tw, &shape);
+    int nd = s == DLREC_OK ? cJSON_GetArraySize(shape) : 0;
+    if (s == DLREC_OK && (nd < 1 || nd > 2)) s = dlrec_error(DLREC_ERR_CORRUPT, "%s: shape: %d dimensions, expected 1 or 2", tw, nd);
+    d->ndim = (uint32_t)nd;
+    for (int k = 0; s == DLREC_OK && k < nd; k++) {
+      const cJSON *e = cJSON_GetArrayItem(shape, k);
+      if (!cJSON_IsNumber(e) || e->valuedouble < 1 || e->valuedouble > 4294967295.0 ||
+          e->valuedouble != (double)(uint32_t)e->valuedouble)
+        s = dlrec_error(DLREC_ERR_CORRUPT, "%s: shape[%d]: expected a positive integer", tw, k);
+      else d->shape[k] = (uint32_t)e->valuedouble;
+    }
+    m->n_tensors++;
+  }
+  return s;
+}
+
+/* The checkpoint's model must be the one the config plans: the same type and
+ * the same tensors, by name and shape, in the same order. */
+static dlrec_status same_tensors(const char *dir, const manifest *m, const dlrec_net *n) {
+  const char *type = dlrec_net_get_config(n)->type;
+  if (strcmp(m->type, type))
+    return dlrec_error(DLREC_ERR_INVALID, "%s: a checkpoint of a '%s' model, the config's model.type is '%s'", dir,
+                       m->type, type);
+  const dlrec_net_tensor *t = dlrec_net_tensors(n);
+  uint32_t k = dlrec_net_n_tensors(n);
+  if (m->n_tensors != k)
+    return dlrec_error(DLREC_ERR_INVALID, "%s: the checkpoint holds %u dense tensors, the model plans %u", dir,
+                       m->n_tensors, k);
+  for (uint32_t i = 0; i < k; i++) {
+    const dlrec_net_tensor *a = &m->tensors[i], *b = &t[i];
+    if (strcmp(a->name, b->name) || a->ndim != b->ndim || a->shape[0] != b->shape[0] ||
+        (a->ndim == 2 && a->shape[1] != b->shape[1]))
+    {
+      char sa[48], sb[48];
+      return dlrec_error(DLREC_ERR_INVALID, "%s: tensor %u is '%s' of shape %s, the model plans '%s' of shape %s", dir,
+                         i, a->name, shape_str(a, sa, sizeof sa), b->name, shape_str(b, sb, sizeof sb));
+    }
+  }
+  return DLREC_OK;
+}
+
+/* Reads the dense tensors and the table of the checkpoint into n, after
+ * checking that they are the ones n plans. */
+static dlrec_status read_params(const char *dir, const manifest *man, dlrec_net *n) {
+  TRY(same_tensors(dir, man, n));
+  size_t n_params = 0;
+  tensor_desc dense[DLREC_NET_MAX_TENSORS];
+  int k = dense_arrays(n, dlrec_net_dense_params(n, &n_params), dense);
+  TRY(read_tensors(dir, man, F_DENSE, dense, k));
+  dlrec_table *t = dlrec_net_table(n);
+  tensor_desc table = {"table", TENSOR_F32, dlrec_table_rows(t) * dlrec_table_stride(t), dlrec_table_data(t)};
+  return read_tensors(dir, man, F_TABLE, &table, 1);
+}
+
 /* Reads manifest.json: format, version, its own checksum, progress, and
  * every listed file's size and CRC32C (the sizes are checked here). */
 static dlrec_status read_manifest(const char *dir, manifest *m) {
@@ -344,6 +458,12 @@ static dlrec_status read_manifest(const char *dir, manifest *m) {
     s = dlrec_error(DLREC_ERR_VERSION,
                     "%s: checkpoint version 1, written by an older dlrec without checksums on the manifest and "
                     "config; this build reads version %d: load it with the dlrec that wrote it, or train again",
+                    path, DLREC_CHECKPOINT_VERSION);
+  else if (s == DLREC_OK && version == 2)
+    s = dlrec_error(DLREC_ERR_VERSION,
+                    "%s: checkpoint version 2, written by an older dlrec that stored the dense parameters as one "
+                    "unnamed array; this build reads version %d (named tensors): load it with the dlrec that wrote "
+                    "it, or train again",
                     path, DLREC_CHECKPOINT_VERSION);
   else if (s == DLREC_OK && version != DLREC_CHECKPOINT_VERSION)
     s = dlrec_error(DLREC_ERR_VERSION, "%s: checkpoint version %llu, this build reads version %d", path,
@@ -369,6 +489,7 @@ static dlrec_status read_manifest(const char *dir, manifest *m) {
   if (s == DLREC_OK) s = dlrec_json_get_object(j, "loss", path, &loss);
   if (s == DLREC_OK) s = dlrec_json_get_double(loss, "sum", path, &p->loss_sum);
   if (s == DLREC_OK) s = dlrec_json_get_u64(loss, "rows", path, &p->loss_rows);
+  if (s == DLREC_OK) s = read_model_section(j, path, m);
   if (s == DLREC_OK) s = dlrec_json_get_object(j, "files", path, &files);
   if (s == DLREC_OK) s = read_files(dir, path, files, m);
   cJSON_Delete(j);
@@ -420,7 +541,7 @@ static dlrec_status load_etl(const char *dir, const manifest *m, dlrec_etl **etl
 
 void dlrec_model_free(dlrec_model *m) {
   if (!m) return;
-  dlrec_dlrm_free(m->dlrm);
+  dlrec_net_free(m->net);
   dlrec_etl_free(m->etl);
   free(m);
 }
@@ -436,16 +557,8 @@ dlrec_status dlrec_model_load(const char *path, dlrec_model **out) {
   m->progress = man.p;
   if (s == DLREC_OK) s = read_config(m->dir, &man, &m->config);
   if (s == DLREC_OK) s = load_etl(m->dir, &man, &m->etl);
-  if (s == DLREC_OK) s = dlrec_dlrm_create(&m->dlrm, &m->config.shape, dlrec_etl_schema(m->etl));
-  size_t n_params = 0;
-  float *params = s == DLREC_OK ? dlrec_dlrm_dense_params(m->dlrm, &n_params) : NULL;
-  tensor_desc dense = {"dense", TENSOR_F32, n_params, params};
-  if (s == DLREC_OK) s = read_tensors(m->dir, &man, F_DENSE, &dense, 1);
-  if (s == DLREC_OK) {
-    dlrec_table *t = dlrec_dlrm_table(m->dlrm);
-    tensor_desc table = {"table", TENSOR_F32, dlrec_table_rows(t) * dlrec_table_stride(t), dlrec_table_data(t)};
-    s = read_tensors(m->dir, &man, F_TABLE, &table, 1);
-  }
+  if (s == DLREC_OK) s = dlrec_net_create(&m->net, &m->config.model, dlrec_etl_schema(m->etl));
+  if (s == DLREC_OK) s = read_params(m->dir, &man, m->net);
   if (s != DLREC_OK) {
     dlrec_error_context("loading checkpoint %s: ", path);
     dlrec_model_free(m);
@@ -459,7 +572,8 @@ dlrec_status dlrec_model_load(const char *path, dlrec_model **out) {
  * resume; epochs, intervals, threads and the like may change. */
 static dlrec_status same_training(const dlrec_train_config *a, const dlrec_train_config *b, const char *dir) {
   const char *field = NULL;
-  if (memcmp(&a->shape, &b->shape, sizeof a->shape)) field = "model";
+  if (strcmp(a->model.type, b->model.type)) field = "model.type";
+  else if (memcmp(&a->model, &b->model, sizeof a->model)) field = "model";
   else if (memcmp(&a->dense, &b->dense, sizeof a->dense)) field = "optimizer.dense";
   else if (memcmp(&a->sparse, &b->sparse, sizeof a->sparse)) field = "optimizer.sparse";
   else if (a->batch_size != b->batch_size) field = "training.batch_size";
@@ -488,7 +602,7 @@ static dlrec_status same_etl(const char *dir, const manifest *m, const char *etl
 }
 
 dlrec_status dlrec_checkpoint_load_training(const char *path, const dlrec_train_config *cfg, const char *etl_dir,
-                                            dlrec_dlrm *m, dlrec_dlrm_optim *opt, dlrec_train_progress *prog) {
+                                            dlrec_net *m, dlrec_net_optim *opt, dlrec_train_progress *prog) {
   char dir[1024];
   manifest man;
   dlrec_train_config saved;
@@ -499,13 +613,9 @@ dlrec_status dlrec_checkpoint_load_training(const char *path, const dlrec_train_
   if (s == DLREC_OK) s = read_config(dir, &man, &saved);
   if (s == DLREC_OK) s = same_training(cfg, &saved, dir);
   if (s == DLREC_OK) s = same_etl(dir, &man, etl_dir);
+  if (s == DLREC_OK) s = read_params(dir, &man, m);
   size_t n_params = 0;
-  float *params = dlrec_dlrm_dense_params(m, &n_params);
-  tensor_desc dense = {"dense", TENSOR_F32, n_params, params};
-  if (s == DLREC_OK) s = read_tensors(dir, &man, F_DENSE, &dense, 1);
-  dlrec_table *t = dlrec_dlrm_table(m);
-  tensor_desc table = {"table", TENSOR_F32, dlrec_table_rows(t) * dlrec_table_stride(t), dlrec_table_data(t)};
-  if (s == DLREC_OK) s = read_tensors(dir, &man, F_TABLE, &table, 1);
+  dlrec_net_dense_params(m, &n_params);
   tensor_desc arrays[8];
   int n = optim_arrays(opt, n_params, arrays);
   if (s == DLREC_OK) s = read_tensors(dir, &man, F_OPTIM, arrays, n);

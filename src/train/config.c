@@ -10,10 +10,8 @@
 
 void dlrec_train_config_default(dlrec_train_config *c) {
   memset(c, 0, sizeof *c);
-  snprintf(c->name, sizeof c->name, "dlrm");
-  dlrec_dlrm_shape sh = {.emb_dim = 16, .n_bottom = 4, .bottom = {512, 256, 64, 16}, .n_top = 3,
-                         .top = {512, 256, 1}, .pooling = DLREC_BAG_SUM};
-  c->shape = sh;
+  snprintf(c->name, sizeof c->name, "%s", DLREC_DEFAULT_MODEL_TYPE);
+  dlrec_net_config_default(&c->model, DLREC_DEFAULT_MODEL_TYPE);
   dlrec_optim_config_default(&c->dense, DLREC_OPTIM_SGD);
   c->dense.lr = 0.1f;
   dlrec_sparse_optim_config_default(&c->sparse, DLREC_SPARSE_SGD);
@@ -91,22 +89,6 @@ static dlrec_status get_choice(const cJSON *o, const char *key, const ctx *x, co
   return dlrec_error(DLREC_ERR_INVALID, "%s: field '%s': '%s' is not one of %s", x->what, key, v, list);
 }
 
-static dlrec_status get_widths(const cJSON *o, const char *key, const ctx *x, uint32_t *n, uint32_t *w) {
-  const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, key);
-  if (!a) return DLREC_OK;
-  if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) < 1 || cJSON_GetArraySize(a) > DLREC_MLP_MAX_LAYERS)
-    return dlrec_error(DLREC_ERR_INVALID, "%s: field '%s': expected an array of 1 to %d layer widths", x->what, key,
-                       DLREC_MLP_MAX_LAYERS);
-  uint32_t i = 0;
-  for (const cJSON *e = a->child; e; e = e->next, i++) {
-    if (!cJSON_IsNumber(e) || e->valuedouble < 1 || e->valuedouble > 65536 || floor(e->valuedouble) != e->valuedouble)
-      return dlrec_error(DLREC_ERR_INVALID, "%s: field '%s[%u]': expected a width in [1, 65536]", x->what, key, i);
-    w[i] = (uint32_t)e->valuedouble;
-  }
-  *n = i;
-  return DLREC_OK;
-}
-
 #define TRY(expr)                            \
   do {                                       \
     dlrec_status st_ = (expr);               \
@@ -115,26 +97,10 @@ static dlrec_status get_widths(const cJSON *o, const char *key, const ctx *x, ui
 
 static const cJSON *section(const cJSON *j, const char *key) { return cJSON_GetObjectItemCaseSensitive(j, key); }
 
+/* The model section belongs to the model type it names (model.h): the type
+ * reads its own keys. */
 static dlrec_status read_model(const cJSON *o, const ctx *x, dlrec_train_config *c) {
-  static const char *keys[] = {"type", "embedding_dim", "bottom_mlp", "top_mlp", "pooling", NULL};
-  TRY(dlrec_json_check_keys(o, x->what, keys));
-  static const char *types[] = {"dlrm", NULL};
-  int type = 0;
-  TRY(get_choice(o, "type", x, types, &type));
-  TRY(get_u32(o, "embedding_dim", x, 1, DLREC_EMBED_MAX_DIM, &c->shape.emb_dim));
-  TRY(get_widths(o, "bottom_mlp", x, &c->shape.n_bottom, c->shape.bottom));
-  TRY(get_widths(o, "top_mlp", x, &c->shape.n_top, c->shape.top));
-  static const char *pools[] = {"sum", "mean", NULL};
-  int pool = (int)c->shape.pooling;
-  TRY(get_choice(o, "pooling", x, pools, &pool));
-  c->shape.pooling = (dlrec_bag_mode)pool;
-  if (c->shape.bottom[c->shape.n_bottom - 1] != c->shape.emb_dim)
-    return dlrec_error(DLREC_ERR_INVALID, "%s: bottom_mlp must end with embedding_dim (%u), not %u", x->what,
-                       c->shape.emb_dim, c->shape.bottom[c->shape.n_bottom - 1]);
-  if (c->shape.top[c->shape.n_top - 1] != 1)
-    return dlrec_error(DLREC_ERR_INVALID, "%s: top_mlp must end with 1 (the logit), not %u", x->what,
-                       c->shape.top[c->shape.n_top - 1]);
-  return DLREC_OK;
+  return dlrec_net_config_parse(&c->model, o, x->what);
 }
 
 /* The hyperparameters the dense and sparse optimizers share, by name. */
@@ -272,23 +238,13 @@ dlrec_status dlrec_train_config_read(const char *path, dlrec_train_config *c) {
   return s;
 }
 
-static cJSON *widths_json(const uint32_t *w, uint32_t n) {
-  cJSON *a = cJSON_CreateArray();
-  for (uint32_t i = 0; i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(w[i]));
-  return a;
-}
-
 cJSON *dlrec_train_config_to_json(const dlrec_train_config *c) {
   static const char *dense_types[] = {"sgd", "adam", "adagrad"};
   static const char *sparse_types[] = {"sgd", "rowwise_adagrad", "lazy_adam"};
   cJSON *j = cJSON_CreateObject();
   cJSON_AddStringToObject(j, "name", c->name);
   cJSON *m = cJSON_AddObjectToObject(j, "model");
-  cJSON_AddStringToObject(m, "type", "dlrm");
-  cJSON_AddNumberToObject(m, "embedding_dim", c->shape.emb_dim);
-  cJSON_AddItemToObject(m, "bottom_mlp", widths_json(c->shape.bottom, c->shape.n_bottom));
-  cJSON_AddItemToObject(m, "top_mlp", widths_json(c->shape.top, c->shape.n_top));
-  cJSON_AddStringToObject(m, "pooling", c->shape.pooling == DLREC_BAG_MEAN ? "mean" : "sum");
+  dlrec_net_config_to_json(&c->model, m);
   cJSON *o = cJSON_AddObjectToObject(j, "optimizer");
   cJSON *d = cJSON_AddObjectToObject(o, "dense");
   cJSON_AddStringToObject(d, "type", dense_types[c->dense.kind]);

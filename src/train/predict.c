@@ -80,13 +80,13 @@ static dlrec_status predict_raw(const dlrec_model *m, const char *input, const d
   float *prob = malloc(B * sizeof *prob);
   uint32_t *ids = malloc((size_t)B * F * sizeof *ids), *cols = malloc((size_t)B * F * sizeof *cols);
   uint32_t *offsets = malloc((B + 1) * sizeof *offsets);
-  dlrec_dlrm_ws *ws = NULL;
-  dlrec_dlrm_scorer *scorer = NULL;
+  dlrec_net_ws *ws = NULL;
+  dlrec_net_scorer *scorer = NULL;
   char *line = NULL;
   size_t cap = 0;
   dlrec_status s = dense && labels && prob && ids && cols && offsets ? DLREC_OK : dlrec_error(DLREC_ERR_NOMEM, "out of memory");
-  if (s == DLREC_OK) s = dlrec_dlrm_ws_create(&ws, m->dlrm, B);
-  if (s == DLREC_OK) s = dlrec_dlrm_scorer_create(&scorer, m->dlrm);
+  if (s == DLREC_OK) s = dlrec_net_ws_create(&ws, m->net, B);
+  if (s == DLREC_OK) s = dlrec_net_scorer_create(&scorer, m->net);
   for (uint32_t i = 0; i <= B && offsets; i++) offsets[i] = i; /* one id per row and column */
   dlrec_batch batch;
   memset(&batch, 0, sizeof batch);
@@ -125,7 +125,7 @@ static dlrec_status predict_raw(const dlrec_model *m, const char *input, const d
     }
     if (s == DLREC_OK && (n == B || (len < 0 && n > 0))) {
       batch.rows = n;
-      s = dlrec_dlrm_predict(scorer, ws, &batch, prob);
+      s = dlrec_net_predict(scorer, ws, &batch, prob);
       if (s == DLREC_OK) s = sink_write(out, prob, NULL, n);
       n = 0;
     }
@@ -137,8 +137,8 @@ static dlrec_status predict_raw(const dlrec_model *m, const char *input, const d
                "missing fields read as empty (a torn line reads so too; --strict-fields refuses them)",
                (unsigned long long)short_rows, input, (unsigned long long)first_short);
   free(line);
-  dlrec_dlrm_scorer_free(scorer);
-  dlrec_dlrm_ws_free(ws);
+  dlrec_net_scorer_free(scorer);
+  dlrec_net_ws_free(ws);
   free(dense);
   free(labels);
   free(prob);
@@ -157,7 +157,7 @@ dlrec_status dlrec_predict_file(const dlrec_model *m, const char *input, const c
   out.bar = o->progress ? dlrec_progress_start("predict", 0, "rows") : NULL;
   if (is_dlr(input)) {
     const char *paths[] = {input};
-    s = dlrec_score_files(m->dlrm, paths, 1, o->batch_rows, 0, sink_write, &out);
+    s = dlrec_score_files(m->net, paths, 1, o->batch_rows, 0, sink_write, &out);
   } else {
     s = predict_raw(m, input, o, &out);
   }

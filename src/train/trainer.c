@@ -47,7 +47,7 @@ cJSON *dlrec_metrics_to_json(const dlrec_metrics *m) {
   return j;
 }
 
-dlrec_status dlrec_score_files(const dlrec_dlrm *m, const char *const *paths, int n_paths, uint32_t batch,
+dlrec_status dlrec_score_files(const dlrec_net *m, const char *const *paths, int n_paths, uint32_t batch,
                                uint64_t max_rows, dlrec_score_fn fn, void *ctx) {
   dlrec_loader_opts o;
   dlrec_loader_opts_default(&o);
@@ -55,15 +55,15 @@ dlrec_status dlrec_score_files(const dlrec_dlrm *m, const char *const *paths, in
   o.shuffle = 0;
   o.epochs = 1;
   dlrec_loader *ld = NULL;
-  dlrec_dlrm_ws *ws = NULL;
+  dlrec_net_ws *ws = NULL;
   float *prob = malloc(batch * sizeof *prob);
   dlrec_status s = prob ? dlrec_loader_open(&ld, paths, n_paths, &o) : dlrec_error(DLREC_ERR_NOMEM, "out of memory");
-  if (s == DLREC_OK && !dlrec_schema_equal(dlrec_loader_schema(ld), dlrec_dlrm_schema(m)))
+  if (s == DLREC_OK && !dlrec_schema_equal(dlrec_loader_schema(ld), dlrec_net_schema(m)))
     s = dlrec_error(DLREC_ERR_INVALID, "%s: encoded with another ETL state than the model's (the schemas differ)",
                     paths[0]);
-  dlrec_dlrm_scorer *sc = NULL;
-  if (s == DLREC_OK) s = dlrec_dlrm_ws_create(&ws, m, batch);
-  if (s == DLREC_OK) s = dlrec_dlrm_scorer_create(&sc, m);
+  dlrec_net_scorer *sc = NULL;
+  if (s == DLREC_OK) s = dlrec_net_ws_create(&ws, m, batch);
+  if (s == DLREC_OK) s = dlrec_net_scorer_create(&sc, m);
   uint64_t done = 0;
   while (s == DLREC_OK && (!max_rows || done < max_rows)) {
     const dlrec_batch *b;
@@ -71,13 +71,13 @@ dlrec_status dlrec_score_files(const dlrec_dlrm *m, const char *const *paths, in
     if (s != DLREC_OK) break;
     uint32_t n = b->rows;
     if (max_rows && done + n > max_rows) n = (uint32_t)(max_rows - done);
-    s = dlrec_dlrm_predict(sc, ws, b, prob);
+    s = dlrec_net_predict(sc, ws, b, prob);
     if (s == DLREC_OK) s = fn(ctx, prob, b->labels, n);
     done += n;
   }
   if (s == DLREC_END) s = DLREC_OK;
-  dlrec_dlrm_scorer_free(sc);
-  dlrec_dlrm_ws_free(ws);
+  dlrec_net_scorer_free(sc);
+  dlrec_net_ws_free(ws);
   dlrec_loader_close(ld);
   free(prob);
   return s;
@@ -88,7 +88,7 @@ static dlrec_status add_to_evaluator(void *ctx, const float *prob, const float *
   return dlrec_evaluator_add(ctx, prob, label, n);
 }
 
-dlrec_status dlrec_evaluate(const dlrec_dlrm *m, const char *const *paths, int n_paths, uint32_t batch,
+dlrec_status dlrec_evaluate(const dlrec_net *m, const char *const *paths, int n_paths, uint32_t batch,
                             uint64_t max_rows, dlrec_metrics *out) {
   dlrec_evaluator *ev;
   dlrec_status s = dlrec_evaluator_create(&ev, 0);
@@ -105,9 +105,9 @@ typedef struct run {
   dlrec_train_config cfg;
   char metrics_path[4096];
   FILE *metrics;
-  dlrec_dlrm *model;
-  dlrec_dlrm_ws *ws;
-  dlrec_dlrm_optim opt;
+  dlrec_net *model;
+  dlrec_net_ws *ws;
+  dlrec_net_optim opt;
   dlrec_loader *loader;
   dlrec_train_progress prog;
   int lock_fd; /* RUN/lock, held while the run writes into RUN; -1 if not */
@@ -116,10 +116,10 @@ typedef struct run {
 static void run_free(run *r) {
   if (r->metrics) fclose(r->metrics);
   dlrec_loader_close(r->loader);
-  dlrec_dlrm_ws_free(r->ws);
+  dlrec_net_ws_free(r->ws);
   dlrec_sparse_optim_free(r->opt.sparse);
   free(r->opt.dense_state);
-  dlrec_dlrm_free(r->model);
+  dlrec_net_free(r->model);
   dlrec_unlock_dir(r->lock_fd);
 }
 
@@ -203,17 +203,17 @@ static dlrec_status setup(run *r) {
                        a->etl_dir);
   if (!schema.has_label) return dlrec_error(DLREC_ERR_INVALID, "%s: has no labels to train on", a->train[0]);
 
-  if ((s = dlrec_dlrm_create(&r->model, &r->cfg.shape, &schema)) != DLREC_OK) return s;
-  if ((s = dlrec_dlrm_ws_create(&r->ws, r->model, r->cfg.batch_size)) != DLREC_OK) return s;
+  if ((s = dlrec_net_create(&r->model, &r->cfg.model, &schema)) != DLREC_OK) return s;
+  if ((s = dlrec_net_ws_create(&r->ws, r->model, r->cfg.batch_size)) != DLREC_OK) return s;
   size_t n_params;
-  dlrec_dlrm_dense_params(r->model, &n_params);
+  dlrec_net_dense_params(r->model, &n_params);
   r->opt.dense = r->cfg.dense;
   size_t state = dlrec_optim_state_floats(&r->opt.dense, n_params);
   if (state && !(r->opt.dense_state = malloc(state * sizeof(float))))
     return dlrec_error(DLREC_ERR_NOMEM, "cannot allocate the dense optimizer state");
   if ((s = dlrec_optim_state_init(&r->opt.dense, r->opt.dense_state, n_params)) != DLREC_OK) return s;
   r->opt.sparse_lr = r->cfg.sparse.lr;
-  if ((s = dlrec_sparse_optim_create(&r->opt.sparse, dlrec_dlrm_table(r->model), &r->cfg.sparse)) != DLREC_OK) return s;
+  if ((s = dlrec_sparse_optim_create(&r->opt.sparse, dlrec_net_table(r->model), &r->cfg.sparse)) != DLREC_OK) return s;
 
   if ((s = dlrec_mkdirs(a->run_dir)) != DLREC_OK) return s;
   /* One writer per run directory: two runs would overwrite each other's
@@ -230,7 +230,7 @@ static dlrec_status setup(run *r) {
     DLREC_INFO("resuming from step %llu (epoch %llu, row %llu)", (unsigned long long)r->prog.step,
                (unsigned long long)r->prog.position.epoch, (unsigned long long)r->prog.position.row);
   } else {
-    if ((s = dlrec_dlrm_init(r->model, r->cfg.seed)) != DLREC_OK) return s;
+    if ((s = dlrec_net_init(r->model, r->cfg.seed)) != DLREC_OK) return s;
     r->prog.position = dlrec_loader_position(r->loader);
     remove(r->metrics_path); /* a fresh run starts a fresh log */
   }
@@ -286,7 +286,7 @@ dlrec_status dlrec_train(const dlrec_train_args *a, dlrec_train_result *res) {
     }
     if (s != DLREC_OK) break;
     double loss, scale = dlrec_lr_scale(c, r.prog.step + 1);
-    s = dlrec_dlrm_train_step(r.model, r.ws, &r.opt, b, (float)scale, r.prog.step + 1, &loss, NULL);
+    s = dlrec_net_train_step(r.model, r.ws, &r.opt, b, (float)scale, r.prog.step + 1, &loss, NULL);
     if (s != DLREC_OK || !isfinite(loss)) state_ok = 0;
     if (s != DLREC_OK) break;
     if (!isfinite(loss)) {
@@ -362,7 +362,7 @@ dlrec_status dlrec_train(const dlrec_train_args *a, dlrec_train_result *res) {
   res->steps_this_run = r.prog.step - start_step;
   res->seconds = loop_seconds;
   res->samples_per_s = loop_seconds > 0 ? (double)(r.prog.samples - start_samples) / loop_seconds : 0;
-  if (r.ws) dlrec_dlrm_ws_profile(r.ws, &res->profile);
+  if (r.ws) dlrec_net_ws_profile(r.ws, &res->profile);
   run_free(&r);
   return s;
 }

@@ -1,0 +1,155 @@
+/* The model interface: what the trainer, checkpoints, predict and the server
+ * see of a model, whatever its type.
+ *
+ * A model type ("dlrm", ...) is registered by name in src/model/ and picked
+ * by the config's model.type. A network (dlrec_net) of a type is planned
+ * from (config, schema) as a set of NAMED dense parameter tensors, each a
+ * slice (offset, shape) of one flat float array, so that one dense optimizer
+ * call and one checkpoint file cover them all, plus the fused embedding
+ * table. The generic code owns the EMBEDDING STAGE (the bags pool the
+ * categorical ids into emb (B, F, D)) and the training step (loss, the fused
+ * sparse update of the table from d_emb, the dense optimizer); the model type
+ * owns only what lies between emb + the dense features and the logits, and
+ * its backward.
+ *
+ * A workspace (dlrec_net_ws) holds every activation and gradient buffer for
+ * batches of up to max_batch rows, planned once; the trainer owns one, and
+ * each serving thread owns its own while they share one network read-only.
+ */
+#ifndef DLREC_MODEL_H
+#define DLREC_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cjson/cJSON.h>
+
+#include "dlrec/embed.h"
+#include "dlrec/loader.h"
+#include "dlrec/nn.h"
+#include "dlrec/schema.h"
+#include "dlrec/status.h"
+
+#define DLREC_NET_TYPE_MAX 32      /* bytes of a type name, NUL included */
+#define DLREC_NET_CONFIG_BYTES 512 /* room for a type's parsed config section */
+#define DLREC_NET_MAX_TENSORS 60   /* named dense tensors of one network */
+#define DLREC_NET_TENSOR_NAME 40   /* bytes of a tensor name, NUL included */
+#define DLREC_DEFAULT_MODEL_TYPE "dlrm" /* what a config without model.type trains */
+
+/* A model's config section: its type's name and that type's own parsed
+ * settings (opaque here; the type reads and writes them). Zeroed in full
+ * before it is filled, so that two configs compare with memcmp. */
+typedef struct dlrec_net_config {
+  char type[DLREC_NET_TYPE_MAX];
+  _Alignas(16) unsigned char params[DLREC_NET_CONFIG_BYTES];
+} dlrec_net_config;
+
+/* Sets c to the defaults of model type `type`; DLREC_ERR_INVALID naming the
+ * registered types if there is no such type. */
+dlrec_status dlrec_net_config_default(dlrec_net_config *c, const char *type);
+/* Reads a config's "model" object o into c: its "type" (default: c's
+ * current type; another type starts from that type's defaults), then the
+ * type's own keys. Errors name `what` and the field. */
+dlrec_status dlrec_net_config_parse(dlrec_net_config *c, const cJSON *o, const char *what);
+/* Adds c's type and every setting of the type to the JSON object o. */
+void dlrec_net_config_to_json(const dlrec_net_config *c, cJSON *o);
+/* The registered type names, NULL-terminated, valid for the program's life. */
+const char *const *dlrec_net_types(void);
+
+/* One named dense parameter tensor: floats [offset, offset + count) of the
+ * flat dense array, of shape (shape[0], .., shape[ndim - 1]). */
+typedef struct dlrec_net_tensor {
+  char name[DLREC_NET_TENSOR_NAME];
+  uint32_t ndim;
+  uint32_t shape[2];
+  size_t offset, count;
+} dlrec_net_tensor;
+
+typedef struct dlrec_net dlrec_net;
+typedef struct dlrec_net_ws dlrec_net_ws;
+
+/* Creates a network of config c's type for data of `schema` (its dense and
+ * sparse columns and the fused table's rows), with parameters zeroed. The
+ * type checks its config against the schema. */
+dlrec_status dlrec_net_create(dlrec_net **n, const dlrec_net_config *c, const dlrec_schema *schema);
+void dlrec_net_free(dlrec_net *n); /* accepts NULL */
+
+/* Initializes the parameters from seed: the dense tensors as the type says,
+ * each column's embedding rows uniform in ±sqrt(1 / its rows). The same for
+ * any thread count. */
+dlrec_status dlrec_net_init(dlrec_net *n, uint64_t seed);
+
+const dlrec_net_config *dlrec_net_get_config(const dlrec_net *n);
+const dlrec_schema *dlrec_net_schema(const dlrec_net *n);
+/* The flat dense parameters (n floats), valid for the network's life. */
+float *dlrec_net_dense_params(dlrec_net *n, size_t *count);
+const float *dlrec_net_dense_params_const(const dlrec_net *n, size_t *count);
+dlrec_table *dlrec_net_table(dlrec_net *n);
+const dlrec_table *dlrec_net_table_const(const dlrec_net *n);
+/* The named tensors, in flat-array order, valid for the network's life. */
+uint32_t dlrec_net_n_tensors(const dlrec_net *n);
+const dlrec_net_tensor *dlrec_net_tensors(const dlrec_net *n);
+
+/* A workspace for batches of up to max_batch rows of network n's plan. */
+dlrec_status dlrec_net_ws_create(dlrec_net_ws **ws, const dlrec_net *n, uint32_t max_batch);
+void dlrec_net_ws_free(dlrec_net_ws *ws); /* accepts NULL */
+
+/* Where a workspace's forward and backward passes spent their time, summed
+ * since the workspace was created (wall seconds, read with dlrec_now()
+ * around each phase; the clock reads cost ~0.1 us a phase). The embedding,
+ * loss and optimizer phases are timed by the generic code; mlp and
+ * interaction by the model type (a type without one leaves it 0). */
+typedef struct dlrec_net_profile {
+  uint64_t forward_rows;  /* rows through the forward pass */
+  uint64_t backward_rows; /* rows through the backward pass */
+  uint64_t lookups;       /* ids pooled by the embedding forward */
+  double mlp_flops;       /* the MLPs' flops (2 per multiply-add), forward and backward */
+  double mlp;             /* the MLPs: GEMMs, bias, ReLU, forward and backward */
+  double emb_forward;     /* embedding bag lookups and pooling */
+  double emb_update;      /* the fused sparse backward + optimizer update */
+  double interaction;     /* feature interaction, forward and backward */
+  double other;           /* loss, sigmoid, dense optimizer step */
+} dlrec_net_profile;
+void dlrec_net_ws_profile(const dlrec_net_ws *ws, dlrec_net_profile *p);
+
+/* Scoring. A scorer holds the network's linear layers packed for the
+ * batch-invariant linear kernel (dlrec_packed_linear_forward), so that a
+ * row's score is bitwise the same whatever batch it is scored in, at any
+ * batch size and thread count: `dlrec predict`, evaluation and the server
+ * agree to the bit. The model's forward is the one training runs; only the
+ * kernel under its linear op differs. The packed weights are a snapshot of
+ * the parameters when the scorer is created (after training steps, create a
+ * new one); the embedding table is read live. */
+typedef struct dlrec_net_scorer dlrec_net_scorer;
+dlrec_status dlrec_net_scorer_create(dlrec_net_scorer **s, const dlrec_net *n);
+void dlrec_net_scorer_free(dlrec_net_scorer *s); /* accepts NULL */
+
+/* Scores a batch: prob[b] = σ(logit_b) for b < batch->rows (<= max_batch).
+ * Reads the scorer and its network only, so threads with their own
+ * workspaces may share them. A batch with ids outside the table is refused. */
+dlrec_status dlrec_net_predict(const dlrec_net_scorer *s, dlrec_net_ws *ws, const dlrec_batch *batch, float *prob);
+
+/* Optimizers of one training run. */
+typedef struct dlrec_net_optim {
+  dlrec_optim_config dense;   /* dense.lr is the base learning rate */
+  float *dense_state;         /* dlrec_optim_state_floats(&dense, n) floats */
+  dlrec_sparse_optim *sparse; /* on the network's table */
+  float sparse_lr;            /* the sparse optimizer's base learning rate */
+} dlrec_net_optim;
+
+/* One training step on a labeled batch: forward, loss, backward, then the
+ * sparse update of the touched embedding rows (fused into backward) and the
+ * dense update, each with its base learning rate times lr_scale (the
+ * schedule's warmup/decay factor); step is the 1-based update number (Adam).
+ * Writes the batch's mean loss and, if prob is not NULL, the batch's
+ * predictions before the update. */
+dlrec_status dlrec_net_train_step(dlrec_net *n, dlrec_net_ws *ws, dlrec_net_optim *opt, const dlrec_batch *batch,
+                                  float lr_scale, uint64_t step, double *loss, float *prob);
+
+/* For gradient checks: forward + backward without any update, leaving the
+ * dense gradients in *grad (n floats, valid until the next call) and d_emb
+ * (B, F, D) in *d_emb. */
+dlrec_status dlrec_net_gradients(dlrec_net *n, dlrec_net_ws *ws, const dlrec_batch *batch, double *loss,
+                                 const float **grad, const float **d_emb);
+
+#endif

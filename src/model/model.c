@@ -1,0 +1,154 @@
+/* The registry of model types, their configs, and a network's plan and
+ * parameters. The passes over a network live in net_run.c. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dlrec/json.h"
+#include "model/model_type.h"
+
+/* Every model type, by name. A new type adds one line here. */
+static const net_type *const TYPES[] = {&net_type_dlrm, NULL};
+
+const char *const *dlrec_net_types(void) {
+  static const char *names[sizeof TYPES / sizeof *TYPES];
+  for (size_t i = 0; TYPES[i]; i++) names[i] = TYPES[i]->name;
+  return names;
+}
+
+const net_type *net_type_find(const char *name) {
+  for (size_t i = 0; TYPES[i]; i++)
+    if (!strcmp(TYPES[i]->name, name)) return TYPES[i];
+  return NULL;
+}
+
+/* An error naming the unknown type and the known ones. */
+static dlrec_status unknown_type(const char *what, const char *type) {
+  char list[256] = "";
+  for (size_t i = 0; TYPES[i]; i++) {
+    strncat(list, i ? ", " : "", sizeof list - strlen(list) - 1);
+    strncat(list, TYPES[i]->name, sizeof list - strlen(list) - 1);
+  }
+  return dlrec_error(DLREC_ERR_INVALID, "%s: field 'type': '%s' is not one of %s", what, type, list);
+}
+
+dlrec_status dlrec_net_config_default(dlrec_net_config *c, const char *type) {
+  const net_type *t = net_type_find(type);
+  if (!t) return unknown_type("model", type);
+  memset(c, 0, sizeof *c);
+  snprintf(c->type, sizeof c->type, "%s", t->name);
+  t->config_default(c->params);
+  return DLREC_OK;
+}
+
+dlrec_status dlrec_net_config_parse(dlrec_net_config *c, const cJSON *o, const char *what) {
+  const char *type;
+  dlrec_status s = dlrec_json_get_string_or(o, "type", what, c->type, &type);
+  if (s != DLREC_OK) return s;
+  const net_type *t = net_type_find(type);
+  if (!t) return unknown_type(what, type);
+  /* Another type's settings mean nothing to this one: start from its defaults. */
+  if (strcmp(type, c->type) && (s = dlrec_net_config_default(c, type)) != DLREC_OK) return s;
+  return t->config_parse(c->params, o, what);
+}
+
+void dlrec_net_config_to_json(const dlrec_net_config *c, cJSON *o) {
+  cJSON_AddStringToObject(o, "type", c->type);
+  const net_type *t = net_type_find(c->type);
+  if (t) t->config_to_json(c->params, o);
+}
+
+/* ---- the plan ------------------------------------------------------------ */
+
+dlrec_status net_plan_tensor(net_plan *p, const char *name, uint32_t rows, uint32_t cols, size_t *offset) {
+  if (p->n_tensors == DLREC_NET_MAX_TENSORS)
+    return dlrec_error(DLREC_ERR_INVALID, "the model has more than %d parameter tensors", DLREC_NET_MAX_TENSORS);
+  dlrec_net_tensor *t = &p->tensors[p->n_tensors];
+  memset(t, 0, sizeof *t);
+  if (snprintf(t->name, sizeof t->name, "%s", name) >= (int)sizeof t->name)
+    return dlrec_error(DLREC_ERR_INTERNAL, "tensor name '%s' longer than %d bytes", name, DLREC_NET_TENSOR_NAME - 1);
+  t->ndim = cols ? 2 : 1;
+  t->shape[0] = rows;
+  t->shape[1] = cols;
+  t->offset = p->n_params;
+  t->count = (size_t)rows * (cols ? cols : 1);
+  p->n_params += t->count;
+  p->n_tensors++;
+  *offset = t->offset;
+  return DLREC_OK;
+}
+
+dlrec_status net_plan_linear(net_plan *p, const char *prefix, uint32_t in, uint32_t out, int *index) {
+  if (p->n_linear == NET_MAX_LINEAR)
+    return dlrec_error(DLREC_ERR_INVALID, "the model has more than %d linear layers", NET_MAX_LINEAR);
+  net_linear *L = &p->linear[p->n_linear];
+  char name[DLREC_NET_TENSOR_NAME + 16];
+  snprintf(name, sizeof name, "%s.weight", prefix);
+  dlrec_status s = net_plan_tensor(p, name, out, in, &L->w);
+  snprintf(name, sizeof name, "%s.bias", prefix);
+  if (s == DLREC_OK) s = net_plan_tensor(p, name, out, 0, &L->b);
+  if (s != DLREC_OK) return s;
+  L->in = in;
+  L->out = out;
+  *index = (int)p->n_linear++;
+  return DLREC_OK;
+}
+
+/* ---- the network --------------------------------------------------------- */
+
+dlrec_status dlrec_net_create(dlrec_net **out, const dlrec_net_config *c, const dlrec_schema *schema) {
+  *out = NULL;
+  const net_type *t = net_type_find(c->type);
+  if (!t) return unknown_type("model", c->type);
+  dlrec_net *n = calloc(1, sizeof *n);
+  if (!n) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
+  n->type = t;
+  n->config = *c;
+  n->schema = *schema;
+  dlrec_status s = t->plan(c->params, schema, &n->plan, &n->ctx);
+  if (s == DLREC_OK && (n->plan.emb_dim < 1 || n->plan.emb_dim > DLREC_EMBED_MAX_DIM))
+    s = dlrec_error(DLREC_ERR_INVALID, "embedding dim %u out of range [1, %d]", n->plan.emb_dim, DLREC_EMBED_MAX_DIM);
+  if (s == DLREC_OK) {
+    n->params = calloc(n->plan.n_params ? n->plan.n_params : 1, sizeof(float));
+    if (!n->params) s = dlrec_error(DLREC_ERR_NOMEM, "cannot allocate %zu dense parameters", n->plan.n_params);
+  }
+  if (s == DLREC_OK) s = dlrec_table_create(&n->table, schema->table_rows, n->plan.emb_dim);
+  for (uint32_t i = 0; i < schema->n_sparse; i++) n->max_ids_per_row += schema->sparse[i].max_hotness;
+  if (s != DLREC_OK) {
+    dlrec_net_free(n);
+    return s;
+  }
+  *out = n;
+  return DLREC_OK;
+}
+
+void dlrec_net_free(dlrec_net *n) {
+  if (!n) return;
+  if (n->ctx) n->type->free_ctx(n->ctx);
+  dlrec_table_free(n->table);
+  free(n->params);
+  free(n);
+}
+
+dlrec_status dlrec_net_init(dlrec_net *n, uint64_t seed) {
+  n->type->init(n->ctx, &n->plan, n->params, seed);
+  dlrec_row_range ranges[DLREC_MAX_SPARSE];
+  for (uint32_t c = 0; c < n->schema.n_sparse; c++)
+    ranges[c] = (dlrec_row_range){n->schema.sparse[c].id_begin, n->schema.sparse[c].id_end};
+  return dlrec_table_init_uniform(n->table, ranges, n->schema.n_sparse, seed);
+}
+
+const dlrec_net_config *dlrec_net_get_config(const dlrec_net *n) { return &n->config; }
+const dlrec_schema *dlrec_net_schema(const dlrec_net *n) { return &n->schema; }
+float *dlrec_net_dense_params(dlrec_net *n, size_t *count) {
+  *count = n->plan.n_params;
+  return n->params;
+}
+const float *dlrec_net_dense_params_const(const dlrec_net *n, size_t *count) {
+  *count = n->plan.n_params;
+  return n->params;
+}
+dlrec_table *dlrec_net_table(dlrec_net *n) { return n->table; }
+const dlrec_table *dlrec_net_table_const(const dlrec_net *n) { return n->table; }
+uint32_t dlrec_net_n_tensors(const dlrec_net *n) { return n->plan.n_tensors; }
+const dlrec_net_tensor *dlrec_net_tensors(const dlrec_net *n) { return n->plan.tensors; }
