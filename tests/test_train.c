@@ -357,6 +357,105 @@ TEST(edited_checkpoint_is_refused) {
   CHECK(train("run", "--max-steps 30 --resume") == 0);
 }
 
+/* Applies fn to the checkpoint's manifest and seals it, as a writer of
+ * another model (or an older dlrec) would have: the checksum then holds,
+ * and only the content can tell. */
+static int reseal_manifest(const char *ckpt, void (*fn)(cJSON *)) {
+  char path[2200];
+  snprintf(path, sizeof path, "%s/manifest.json", ckpt);
+  cJSON *j;
+  if (dlrec_json_read(path, &j) != DLREC_OK) return 0;
+  fn(j);
+  int ok = dlrec_checkpoint_manifest_seal(j) == DLREC_OK && dlrec_json_write(path, j) == DLREC_OK;
+  cJSON_Delete(j);
+  return ok;
+}
+
+static cJSON *first_tensor(cJSON *manifest) {
+  return cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(manifest, "model"), "tensors"), 0);
+}
+static void shrink_first_tensor(cJSON *j) {
+  cJSON_SetNumberValue(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(first_tensor(j), "shape"), 0), 31);
+}
+static void rename_first_tensor(cJSON *j) {
+  cJSON_SetValuestring(cJSON_GetObjectItemCaseSensitive(first_tensor(j), "name"), "bottom.0.w");
+}
+static void other_type(cJSON *j) {
+  cJSON_SetValuestring(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "model"), "type"), "dcn_v2");
+}
+static void version_2(cJSON *j) { cJSON_SetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "version"), 2); }
+
+/* A checkpoint stores the model's named tensors: the manifest records
+ * model.type and each tensor's name and shape, dense.bin holds one array per
+ * tensor under its name, and a checkpoint whose tensors are not the ones the
+ * config plans is refused naming the tensor. */
+TEST(checkpoint_holds_named_tensors) {
+  CHECK(make_data(8000) == 0);
+  CHECK(test_write_file(test_path("cfg.json"), CONFIG, (size_t)-1) == 0);
+  CHECK(train("run", "--max-steps 20") == 0);
+  char ckpt[2048], manifest[2200], saved[2200], path[2200], eval[8192], resume[8192];
+  snprintf(ckpt, sizeof ckpt, "%s/ckpt-000000000020", test_path("run"));
+  snprintf(manifest, sizeof manifest, "%s/manifest.json", ckpt);
+  snprintf(saved, sizeof saved, "%s/manifest.saved", test_path(""));
+  CHECK_OK(dlrec_copy_file(manifest, saved));
+  snprintf(eval, sizeof eval, "eval --model '%s' --data '%s'", test_path("run"), test_path("valid.dlr"));
+  snprintf(resume, sizeof resume, "train -q --config '%s' --train '%s' --etl '%s' --out '%s' --resume --max-steps 30",
+           test_path("cfg.json"), test_path("train.dlr"), test_path("etl"), test_path("run"));
+  /* The config's bottom_mlp [32, 8] over the 13 dense columns, then the top
+   * MLP [32, 1] over the interaction's 8 + 27 * 26 / 2 = 359 outputs (x and the
+   * 26 columns' embeddings, pairwise). */
+  cJSON *j;
+  CHECK_OK(dlrec_json_read(manifest, &j));
+  const cJSON *model = cJSON_GetObjectItemCaseSensitive(j, "model");
+  const cJSON *type = cJSON_GetObjectItemCaseSensitive(model, "type");
+  const cJSON *tensors = cJSON_GetObjectItemCaseSensitive(model, "tensors");
+  CHECK(cJSON_IsString(type) && !strcmp(type->valuestring, "dlrm"));
+  CHECK_EQ(cJSON_GetArraySize(tensors), 8);
+  static const char *names[] = {"bottom.0.weight", "bottom.0.bias", "bottom.1.weight", "bottom.1.bias",
+                                "top.0.weight",    "top.0.bias",    "top.1.weight",    "top.1.bias"};
+  static const int shapes[8][2] = {{32, 13}, {32, 0}, {8, 32}, {8, 0}, {32, 359}, {32, 0}, {1, 32}, {1, 0}};
+  for (int i = 0; i < 8 && i < cJSON_GetArraySize(tensors); i++) {
+    const cJSON *t = cJSON_GetArrayItem(tensors, i);
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(t, "name"), *shape = cJSON_GetObjectItemCaseSensitive(t, "shape");
+    CHECK(cJSON_IsString(name) && !strcmp(name->valuestring, names[i]));
+    CHECK_EQ(cJSON_GetArraySize(shape), shapes[i][1] ? 2 : 1);
+    CHECK_EQ(cJSON_GetArrayItem(shape, 0)->valueint, shapes[i][0]);
+    if (shapes[i][1]) CHECK_EQ(cJSON_GetArrayItem(shape, 1)->valueint, shapes[i][1]);
+  }
+  cJSON_Delete(j);
+  /* dense.bin's array table: entry i (64 bytes from offset 32) starts with
+   * tensor i's name and holds its element count at +48. */
+  snprintf(path, sizeof path, "%s/dense.bin", ckpt);
+  FILE *f = fopen(path, "rb");
+  CHECK(f);
+  for (int i = 0; f && i < 8; i++) {
+    char entry[64];
+    uint64_t count;
+    CHECK(fseek(f, 32 + 64 * i, SEEK_SET) == 0 && fread(entry, 64, 1, f) == 1);
+    memcpy(&count, entry + 48, 8);
+    CHECK_STR(entry, names[i]);
+    CHECK_EQ(count, (uint64_t)shapes[i][0] * (uint64_t)(shapes[i][1] ? shapes[i][1] : 1));
+  }
+  if (f) fclose(f);
+  /* Another shape, another name, another type: refused by a load for eval
+   * and by --resume, naming what differs. */
+  CHECK(reseal_manifest(ckpt, shrink_first_tensor));
+  CHECK(refused_with(eval, "tensor 0 is 'bottom.0.weight' of shape (31, 13)", "plans 'bottom.0.weight' of shape (32, 13)"));
+  CHECK(refused_with(resume, "tensor 0", "shape (32, 13)"));
+  CHECK_OK(dlrec_copy_file(saved, manifest));
+  CHECK(reseal_manifest(ckpt, rename_first_tensor));
+  CHECK(refused_with(eval, "'bottom.0.w'", "plans 'bottom.0.weight'"));
+  CHECK_OK(dlrec_copy_file(saved, manifest));
+  CHECK(reseal_manifest(ckpt, other_type));
+  CHECK(refused_with(eval, "a checkpoint of a 'dcn_v2' model", "model.type is 'dlrm'"));
+  CHECK_OK(dlrec_copy_file(saved, manifest));
+  /* A version 2 checkpoint (one unnamed dense array) names the version. */
+  CHECK(reseal_manifest(ckpt, version_2));
+  CHECK(refused_with(eval, "checkpoint version 2", "reads version 3 (named tensors)"));
+  CHECK_OK(dlrec_copy_file(saved, manifest));
+  CHECK(train("run", "--max-steps 30 --resume") == 0);
+}
+
 /* Writes n Criteo rows whose every categorical column holds "aa" in the
  * rows i % 5 < k and "bb" in the others: with k = 3 "aa" is the more
  * frequent and gets the first id, with k = 2 "bb" does. The sizes are the

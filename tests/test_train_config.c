@@ -126,3 +126,24 @@ TEST(lr_schedule_floor_inside_the_decay) {
   CHECK_NEAR(dlrec_lr_scale(&c, 29), 0.05, 1e-12, 0);
   CHECK_NEAR(dlrec_lr_scale(&c, 30), 0.05, 1e-12, 0);
 }
+
+/* model.type picks the model type, which reads the rest of the section; a
+ * config without it trains DLRM, and an unknown type is refused naming the
+ * field and the known types. */
+TEST(config_model_type) {
+  dlrec_train_config c;
+  CHECK_OK(parse("{\"model\": {\"embedding_dim\": 8, \"bottom_mlp\": [8], \"top_mlp\": [1]}}", &c));
+  CHECK_STR(c.model.type, "dlrm");
+  CHECK_OK(parse("{\"model\": {\"type\": \"dlrm\", \"embedding_dim\": 8, \"bottom_mlp\": [8], \"top_mlp\": [1]}}", &c));
+  CHECK_STR(c.model.type, "dlrm");
+  CHECK_EQ(dlrec_dlrm_shape_of(&c.model)->n_bottom, 1);
+  CHECK_ERR(parse("{\"model\": {\"type\": \"wide\"}}", &c), DLREC_ERR_INVALID,
+            "cfg.json: model: field 'type': 'wide' is not one of dlrm");
+  CHECK_ERR(parse("{\"model\": {\"type\": 3}}", &c), DLREC_ERR_INVALID, "type");
+  /* The type's own keys: a key DLRM does not know is refused. */
+  CHECK_ERR(parse("{\"model\": {\"cross_layers\": 3}}", &c), DLREC_ERR_INVALID, "unknown field 'cross_layers'");
+  cJSON *j = dlrec_train_config_to_json(&c);
+  const cJSON *type = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "model"), "type");
+  CHECK(cJSON_IsString(type) && !strcmp(type->valuestring, "dlrm"));
+  cJSON_Delete(j);
+}
