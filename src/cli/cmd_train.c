@@ -12,8 +12,9 @@ static void usage(FILE *out) {
   fprintf(out,
           "usage: dlrec train --config CFG.json --train T.dlr [--train T2.dlr ...] [--valid V.dlr]\n"
           "                   --etl ETLDIR --out RUN [--resume] [options]\n\n"
-          "Trains a DLRM on encoded rows (see 'dlrec etl apply') and writes RUN/: checkpoints\n"
-          "(RUN/ckpt-STEP, RUN/latest), RUN/metrics.jsonl, and a summary on stdout (JSON).\n\n"
+          "Trains the config's model.type (default dlrm) on encoded rows (see 'dlrec etl apply')\n"
+          "and writes RUN/: checkpoints (RUN/ckpt-STEP, RUN/latest), RUN/metrics.jsonl, and a\n"
+          "summary on stdout (JSON).\n\n"
           "  --config FILE       training config (docs/config.md; examples/dlrm_criteo.json);\n"
           "                      without it, the Criteo Kaggle DLRM defaults\n"
           "  --train FILE        training data (.dlr); repeat for several files\n"
