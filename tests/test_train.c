@@ -329,13 +329,18 @@ TEST(edited_checkpoint_is_refused) {
   CHECK(test_write_file(path, text, n) == 0);
   free(text);
   /* A flip in dense.bin's padding after its last array, which no array
-   * checksum covers. The array table entry: count at 32+48, offset at 32+56. */
+   * checksum covers. dense.bin holds one array per named tensor: the number
+   * of arrays n at offset 12, and the last one's table entry has its count
+   * at 32+64(n-1)+48 and its offset at +56. */
   snprintf(path, sizeof path, "%s/dense.bin", ckpt);
   uint64_t count = 0, offset = 0;
+  uint32_t n_arrays = 0;
   struct stat st;
   FILE *f = fopen(path, "rb");
   CHECK(f);
-  int ok = fseek(f, 32 + 48, SEEK_SET) == 0 && fread(&count, 8, 1, f) == 1 && fread(&offset, 8, 1, f) == 1;
+  int ok = fseek(f, 12, SEEK_SET) == 0 && fread(&n_arrays, 4, 1, f) == 1 && n_arrays >= 1 &&
+           fseek(f, 32 + 64 * (long)(n_arrays - 1) + 48, SEEK_SET) == 0 && fread(&count, 8, 1, f) == 1 &&
+           fread(&offset, 8, 1, f) == 1;
   fclose(f);
   CHECK(ok && stat(path, &st) == 0);
   CHECK((uint64_t)st.st_size > offset + count * 4); /* there is padding */
