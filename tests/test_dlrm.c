@@ -278,6 +278,6 @@ TEST(model_type_registry) {
   CHECK_STR(c.type, "dlrm");
   CHECK_EQ(dlrec_dlrm_shape_of(&c)->emb_dim, 16);
   CHECK_ERR(dlrec_net_config_default(&c, "gbdt"), DLREC_ERR_INVALID, "'gbdt' is not one of dlrm");
-  const char *const *types = dlrec_net_types();
-  CHECK(types[0] && !strcmp(types[0], "dlrm") && !types[1]);
+  CHECK_STR(dlrec_net_type_name(0), "dlrm");
+  CHECK(dlrec_net_type_name(1) == NULL);
 }

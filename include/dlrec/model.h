@@ -53,8 +53,9 @@ dlrec_status dlrec_net_config_default(dlrec_net_config *c, const char *type);
 dlrec_status dlrec_net_config_parse(dlrec_net_config *c, const cJSON *o, const char *what);
 /* Adds c's type and every setting of the type to the JSON object o. */
 void dlrec_net_config_to_json(const dlrec_net_config *c, cJSON *o);
-/* The registered type names, NULL-terminated, valid for the program's life. */
-const char *const *dlrec_net_types(void);
+/* The name of the i-th registered model type (from 0), or NULL past the
+ * last; valid for the program's life. */
+const char *dlrec_net_type_name(size_t i);
 
 /* One named dense parameter tensor: floats [offset, offset + count) of the
  * flat dense array, of shape (shape[0], .., shape[ndim - 1]). */

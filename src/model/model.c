@@ -10,10 +10,8 @@
 /* Every model type, by name. A new type adds one line here. */
 static const net_type *const TYPES[] = {&net_type_dlrm, NULL};
 
-const char *const *dlrec_net_types(void) {
-  static const char *names[sizeof TYPES / sizeof *TYPES];
-  for (size_t i = 0; TYPES[i]; i++) names[i] = TYPES[i]->name;
-  return names;
+const char *dlrec_net_type_name(size_t i) {
+  return i < sizeof TYPES / sizeof *TYPES - 1 ? TYPES[i]->name : NULL;
 }
 
 const net_type *net_type_find(const char *name) {
