@@ -10,7 +10,7 @@
  * (serve_batch.h) and queues them; `threads` workers merge queued requests
  * of the same model into batches of up to max_batch rows, waiting up to
  * max_delay_us for more while other requests are being received, score them
- * with the batch-invariant scorer (dlrm.h) and hand each request its rows'
+ * with the batch-invariant scorer (model.h) and hand each request its rows'
  * scores. The queue holds at most max_queue_rows rows; beyond that a request
  * gets 503 at once instead of waiting.
  *
