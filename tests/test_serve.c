@@ -2360,8 +2360,7 @@ SERVE_TEST(serve_08_corrupt_checkpoint_is_refused) {
   cJSON *step = cJSON_GetObjectItemCaseSensitive(man, "step");
   if (cJSON_IsNumber(step)) cJSON_SetNumberValue(step, 99);
   /* Sealed again, so that the flipped byte is what the loader refuses. */
-  dlrec_status st = cJSON_IsNumber(step) ? dlrec_checkpoint_manifest_seal(man) : DLREC_ERR_CORRUPT;
-  if (st == DLREC_OK) st = dlrec_json_write(path, man);
+  dlrec_status st = cJSON_IsNumber(step) ? dlrec_json_write_sealed(path, man, "checksum") : DLREC_ERR_CORRUPT;
   cJSON_Delete(man);
   CHECK_OK(st);
   /* The loader refuses it (the CLI says so). */
@@ -2582,7 +2581,7 @@ static int copy_checkpoint_as(const char *src, uint64_t step) {
   cJSON *st = cJSON_GetObjectItemCaseSensitive(j, "step");
   int ok = cJSON_IsNumber(st);
   if (ok) cJSON_SetNumberValue(st, (double)step);
-  ok = ok && dlrec_checkpoint_manifest_seal(j) == DLREC_OK && dlrec_json_write(man, j) == DLREC_OK;
+  ok = ok && dlrec_json_write_sealed(man, j, "checksum") == DLREC_OK;
   cJSON_Delete(j);
   return ok;
 }

@@ -352,8 +352,7 @@ TEST(edited_checkpoint_is_refused) {
   cJSON *j;
   CHECK_OK(dlrec_json_read(manifest, &j));
   cJSON_SetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "version"), 1);
-  dlrec_status s = dlrec_checkpoint_manifest_seal(j);
-  if (s == DLREC_OK) s = dlrec_json_write(manifest, j);
+  dlrec_status s = dlrec_json_write_sealed(manifest, j, "checksum");
   cJSON_Delete(j);
   CHECK_OK(s);
   CHECK(refused_with(eval, "checkpoint version 1", "reads version 3"));
@@ -371,7 +370,7 @@ static int reseal_manifest(const char *ckpt, void (*fn)(cJSON *)) {
   cJSON *j;
   if (dlrec_json_read(path, &j) != DLREC_OK) return 0;
   fn(j);
-  int ok = dlrec_checkpoint_manifest_seal(j) == DLREC_OK && dlrec_json_write(path, j) == DLREC_OK;
+  int ok = dlrec_json_write_sealed(path, j, "checksum") == DLREC_OK;
   cJSON_Delete(j);
   return ok;
 }

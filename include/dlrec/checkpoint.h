@@ -87,10 +87,4 @@ void dlrec_model_free(dlrec_model *m); /* accepts NULL */
 dlrec_status dlrec_checkpoint_load_training(const char *path, const dlrec_train_config *cfg, const char *etl_dir,
                                             dlrec_net *m, dlrec_net_optim *opt, dlrec_train_progress *p);
 
-/* Sets the "checksum" member of a parsed manifest.json to the CRC32C of its
- * other members (printed unformatted, in order), the value loading checks.
- * For tools and tests that rewrite a manifest on purpose; the caller then
- * writes it (dlrec_json_write). DLREC_ERR_NOMEM if it cannot be printed. */
-dlrec_status dlrec_checkpoint_manifest_seal(struct cJSON *manifest);
-
 #endif

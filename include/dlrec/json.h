@@ -19,6 +19,21 @@ dlrec_status dlrec_json_parse(const char *text, size_t n, const char *what, cJSO
 /* Writes JSON (pretty-printed) to path atomically (temp file, fsync, rename). */
 dlrec_status dlrec_json_write(const char *path, const cJSON *json);
 
+/* Sealed JSON files carry a CRC32C of their own bytes in a string member
+ * `key` of the top object: 8 lowercase hex digits, computed over the file's
+ * text with those 8 digits read as "00000000". A flipped bit anywhere (a
+ * value, a name, whitespace, the checksum itself) is then refused wherever
+ * the file is read, before any field of it is believed.
+ *
+ * dlrec_json_write_sealed sets root's `key` and writes root atomically, as
+ * dlrec_json_write does. */
+dlrec_status dlrec_json_write_sealed(const char *path, cJSON *root, const char *key);
+/* Checks the seal of a sealed file's text (n bytes, as read): exactly one
+ * `key` member holding 8 hex digits that match the text. Errors name path,
+ * and a mismatch ends with `remedy` (what the user should do). */
+dlrec_status dlrec_json_check_sealed(const char *text, size_t n, const char *key, const char *path,
+                                     const char *remedy);
+
 /* Typed field readers. `what` names the object in errors ("etl.json"), and
  * errors read "etl.json: field 'columns[3].name': expected a string".
  * With a default (the _or variants) a missing key yields the default; a key of

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dlrec/crc32c.h"
 #include "dlrec/fsutil.h"
 
 #define JSON_MAX_BYTES (256u << 20)
@@ -154,5 +155,72 @@ dlrec_status dlrec_json_check_keys(const cJSON *obj, const char *what, const cha
     for (const cJSON *d = obj->child; d != c; d = d->next)
       if (!strcmp(d->string, c->string)) return dlrec_error(DLREC_ERR_INVALID, "%s: field '%s' given twice", what, c->string);
   }
+  return DLREC_OK;
+}
+
+/* ---- sealed files ---- */
+
+/* Finds the 8 digits of the one `key` member in text (the quoted key, ':'
+ * and a quoted string of 8 lowercase hex digits); 0 and *at, or -1 when
+ * there is none, or more than one (which one would count?). */
+static int seal_digits(const char *text, size_t n, const char *key, size_t *at) {
+  const size_t klen = strlen(key);
+  int found = 0;
+  for (size_t i = 0; i + klen + 2 <= n; i++) {
+    if (text[i] != '"' || memcmp(text + i + 1, key, klen) != 0 || text[i + 1 + klen] != '"') continue;
+    size_t j = i + klen + 2;
+    while (j < n && (text[j] == ' ' || text[j] == '\t' || text[j] == '\r' || text[j] == '\n')) j++;
+    if (j >= n || text[j] != ':') continue; /* a string value that happens to read like the key */
+    j++;
+    while (j < n && (text[j] == ' ' || text[j] == '\t' || text[j] == '\r' || text[j] == '\n')) j++;
+    if (j + 10 > n || text[j] != '"' || text[j + 9] != '"') return -1;
+    for (size_t k = j + 1; k < j + 9; k++)
+      if (!((text[k] >= '0' && text[k] <= '9') || (text[k] >= 'a' && text[k] <= 'f'))) return -1;
+    if (found++) return -1;
+    *at = j + 1;
+  }
+  return found == 1 ? 0 : -1;
+}
+
+/* The CRC32C of text with the 8 digits at `at` read as zeros. */
+static uint32_t seal_crc(const char *text, size_t n, size_t at) {
+  static const char zeros[8] = {'0', '0', '0', '0', '0', '0', '0', '0'};
+  uint32_t crc = dlrec_crc32c(0, text, at);
+  crc = dlrec_crc32c(crc, zeros, 8);
+  return dlrec_crc32c(crc, text + at + 8, n - at - 8);
+}
+
+dlrec_status dlrec_json_write_sealed(const char *path, cJSON *root, const char *key) {
+  cJSON_DeleteItemFromObjectCaseSensitive(root, key);
+  if (!cJSON_AddStringToObject(root, key, "00000000")) return dlrec_error(DLREC_ERR_NOMEM, "%s: out of memory", path);
+  char *text = cJSON_Print(root);
+  if (!text) return dlrec_error(DLREC_ERR_NOMEM, "%s: cannot format JSON", path);
+  size_t n = strlen(text), at = 0;
+  text[n++] = '\n'; /* replaces the NUL: files end with a newline */
+  dlrec_status s;
+  if (seal_digits(text, n, key, &at) != 0) {
+    s = dlrec_error(DLREC_ERR_INVALID, "%s: cannot place the checksum '%s'", path, key);
+  } else {
+    char hex[9];
+    snprintf(hex, sizeof hex, "%08x", seal_crc(text, n, at));
+    memcpy(text + at, hex, 8);
+    cJSON_SetValuestring(cJSON_GetObjectItemCaseSensitive(root, key), hex);
+    s = dlrec_write_file_atomic(path, text, n);
+  }
+  free(text);
+  return s;
+}
+
+dlrec_status dlrec_json_check_sealed(const char *text, size_t n, const char *key, const char *path,
+                                     const char *remedy) {
+  size_t at = 0;
+  if (seal_digits(text, n, key, &at) != 0)
+    return dlrec_error(DLREC_ERR_CORRUPT, "%s: field '%s': expected one string of 8 lowercase hex digits (%s)", path,
+                       key, remedy);
+  char want[9];
+  snprintf(want, sizeof want, "%08x", seal_crc(text, n, at));
+  if (memcmp(want, text + at, 8) != 0)
+    return dlrec_error(DLREC_ERR_CORRUPT, "%s: checksum mismatch: the file says %.8s, its bytes give %s (%s)", path,
+                       text + at, want, remedy);
   return DLREC_OK;
 }

@@ -181,63 +181,11 @@ static cJSON *state_json(const dlrec_etl *e, uint64_t vocab_bytes, uint32_t voca
   cJSON_AddStringToObject(v, "file", ETL_VOCAB);
   cJSON_AddItemToObject(v, "bytes", num((double)vocab_bytes));
   cJSON_AddItemToObject(v, "crc32c", num((double)vocab_crc));
-  /* Last, as zeros: etl_save fills in the CRC of the whole text (see below). */
-  cJSON_AddStringToObject(root, ETL_CRC_KEY, "00000000");
+  /* Last: etl_save seals the text with the CRC of its bytes, so that a
+   * flipped bit in any field (a "mean" changes every score silently) is
+   * refused wherever the file is read: the ETL directory, and the copy in
+   * each checkpoint. */
   return root;
-}
-
-/* etl.json carries a CRC32C of its own bytes, so that a flipped bit in any
- * field (a "mean" changes every score silently) is refused wherever the file
- * is read: the ETL directory, and the copy in each checkpoint. The CRC is
- * taken over the file's text with the 8 hex digits of its own value written
- * as "00000000"; this finds those digits: the one "state_crc32c" member
- * (the key, then ':' and a quoted string of 8 lowercase hex digits). Returns
- * 0 and sets *at to the first digit's offset, or -1. */
-static int find_crc_digits(const char *text, size_t n, size_t *at) {
-  static const char key[] = "\"" ETL_CRC_KEY "\"";
-  const size_t klen = sizeof key - 1;
-  int found = 0;
-  for (size_t i = 0; i + klen <= n; i++) {
-    if (memcmp(text + i, key, klen) != 0) continue;
-    size_t j = i + klen;
-    while (j < n && (text[j] == ' ' || text[j] == '\t' || text[j] == '\r' || text[j] == '\n')) j++;
-    if (j >= n || text[j] != ':') continue; /* a string value that happens to read "state_crc32c" */
-    j++;
-    while (j < n && (text[j] == ' ' || text[j] == '\t' || text[j] == '\r' || text[j] == '\n')) j++;
-    if (j + 10 > n || text[j] != '"' || text[j + 9] != '"') return -1;
-    for (size_t k = j + 1; k < j + 9; k++)
-      if (!((text[k] >= '0' && text[k] <= '9') || (text[k] >= 'a' && text[k] <= 'f'))) return -1;
-    if (found++) return -1; /* two members: which one would count? */
-    *at = j + 1;
-  }
-  return found == 1 ? 0 : -1;
-}
-
-/* The CRC32C of text with the 8 digits at `at` read as zeros. */
-static uint32_t state_crc(const char *text, size_t n, size_t at) {
-  static const char zeros[8] = {'0', '0', '0', '0', '0', '0', '0', '0'};
-  uint32_t crc = dlrec_crc32c(0, text, at);
-  crc = dlrec_crc32c(crc, zeros, 8);
-  return dlrec_crc32c(crc, text + at + 8, n - at - 8);
-}
-
-/* Writes etl.json's text with its checksum filled in, atomically. */
-static dlrec_status write_sealed(const char *jpath, const cJSON *root) {
-  char *text = cJSON_Print(root);
-  if (!text) return dlrec_error(DLREC_ERR_NOMEM, "%s: cannot format JSON", jpath);
-  size_t n = strlen(text), at = 0;
-  text[n++] = '\n'; /* replaces the NUL: the file ends with a newline */
-  dlrec_status st = DLREC_OK;
-  if (find_crc_digits(text, n, &at) != 0) {
-    st = dlrec_error(DLREC_ERR_INVALID, "%s: cannot place the checksum", jpath);
-  } else {
-    char hex[9];
-    snprintf(hex, sizeof hex, "%08x", state_crc(text, n, at));
-    memcpy(text + at, hex, 8);
-    st = dlrec_write_file_atomic(jpath, text, n);
-  }
-  free(text);
-  return st;
 }
 
 dlrec_status etl_save(const dlrec_etl *e, const char *dir) {
@@ -251,7 +199,7 @@ dlrec_status etl_save(const dlrec_etl *e, const char *dir) {
   if (st != DLREC_OK) return st;
   cJSON *root = state_json(e, bytes, crc);
   if (!root) return dlrec_error(DLREC_ERR_NOMEM, "%s: out of memory", jpath);
-  st = write_sealed(jpath, root);
+  st = dlrec_json_write_sealed(jpath, root, ETL_CRC_KEY);
   cJSON_Delete(root);
   return st;
 }
@@ -466,22 +414,14 @@ static dlrec_status build_maps(dlrec_etl *e, const char *vpath) {
   return DLREC_OK;
 }
 
-/* Checks etl.json's checksum of itself (see find_crc_digits). */
+/* Checks etl.json's checksum of itself (dlrec_json_check_sealed); a state
+ * without the field is refused naming it. */
 static dlrec_status check_state_crc(const cJSON *root, const char *text, size_t n, const char *jpath) {
   const char *hex;
-  size_t at = 0;
   dlrec_status st = dlrec_json_get_string(root, ETL_CRC_KEY, jpath, &hex);
   if (st != DLREC_OK) return st;
-  if (find_crc_digits(text, n, &at) != 0 || strncmp(hex, text + at, 8) != 0 || strlen(hex) != 8)
-    return corrupt(jpath, "field '" ETL_CRC_KEY "': expected one string of 8 lowercase hex digits", 0, 0);
-  char want[9];
-  snprintf(want, sizeof want, "%08x", state_crc(text, n, at));
-  if (memcmp(want, hex, 8) != 0)
-    return dlrec_error(DLREC_ERR_CORRUPT,
-                       "%s: checksum mismatch: the file says %.8s, its bytes give %s (the file was changed or "
-                       "damaged after fit; run 'dlrec etl fit' again)",
-                       jpath, hex, want);
-  return DLREC_OK;
+  return dlrec_json_check_sealed(text, n, ETL_CRC_KEY, jpath,
+                                 "the file was changed or damaged after fit; run 'dlrec etl fit' again");
 }
 
 static dlrec_status load_json(dlrec_etl *e, const cJSON *root, const char *text, size_t text_bytes, const char *jpath,

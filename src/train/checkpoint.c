@@ -111,28 +111,6 @@ static dlrec_status file_crc(const char *path, uint64_t *bytes, uint32_t *crc) {
   return s;
 }
 
-/* The CRC32C of a manifest's members but "checksum", printed unformatted:
- * a checksum of the content, which no reformatting of the file changes. */
-static dlrec_status manifest_crc(cJSON *j, uint32_t *crc) {
-  cJSON *stored = cJSON_DetachItemFromObjectCaseSensitive(j, "checksum");
-  char *text = cJSON_PrintUnformatted(j);
-  if (stored) cJSON_AddItemToObject(j, "checksum", stored);
-  if (!text) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
-  *crc = dlrec_crc32c(0, text, strlen(text));
-  cJSON_free(text);
-  return DLREC_OK;
-}
-
-dlrec_status dlrec_checkpoint_manifest_seal(cJSON *j) {
-  uint32_t crc = 0;
-  TRY(manifest_crc(j, &crc));
-  char hex[16];
-  snprintf(hex, sizeof hex, "%08" PRIx32, crc);
-  cJSON_DeleteItemFromObjectCaseSensitive(j, "checksum");
-  if (!cJSON_AddStringToObject(j, "checksum", hex)) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
-  return DLREC_OK;
-}
-
 static dlrec_status write_manifest(const char *dir, const manifest *m) {
   const dlrec_train_progress *p = &m->p;
   cJSON *j = cJSON_CreateObject();
@@ -171,10 +149,10 @@ static dlrec_status write_manifest(const char *dir, const manifest *m) {
     snprintf(hex, sizeof hex, "%08" PRIx32, m->crc[i]);
     cJSON_AddStringToObject(f, "crc32c", hex);
   }
+  /* Sealed: the CRC32C of its own bytes covers every field (see json.h). */
   char path[4096];
-  dlrec_status s = dlrec_checkpoint_manifest_seal(j);
-  if (s == DLREC_OK) s = join(path, sizeof path, dir, "manifest.json");
-  if (s == DLREC_OK) s = dlrec_json_write(path, j);
+  dlrec_status s = join(path, sizeof path, dir, "manifest.json");
+  if (s == DLREC_OK) s = dlrec_json_write_sealed(path, j, "checksum");
   cJSON_Delete(j);
   return s;
 }
@@ -444,13 +422,21 @@ static dlrec_status read_manifest(const char *dir, manifest *m) {
   dlrec_train_progress *p = &m->p;
   char path[4096];
   TRY(join(path, sizeof path, dir, "manifest.json"));
+  /* The text is kept for the checksum of its own bytes. A manifest lists
+   * a few files and tensors: a few KiB. */
+  char *text;
+  size_t n;
+  TRY(dlrec_read_file(path, 16u << 20, &text, &n));
   cJSON *j;
-  TRY(dlrec_json_read(path, &j));
-  const char *format, *fp, *sum;
-  uint64_t version, stored = 0, fingerprint = 0;
-  uint32_t computed = 0;
+  dlrec_status s = dlrec_json_parse(text, n, path, &j);
+  if (s != DLREC_OK) {
+    free(text);
+    return s;
+  }
+  const char *format, *fp;
+  uint64_t version, fingerprint = 0;
   const cJSON *pos, *files, *loss;
-  dlrec_status s = dlrec_json_get_string(j, "format", path, &format);
+  s = dlrec_json_get_string(j, "format", path, &format);
   if (s == DLREC_OK && strcmp(format, "dlrec-checkpoint"))
     s = dlrec_error(DLREC_ERR_CORRUPT, "%s: not a dlrec checkpoint manifest", path);
   if (s == DLREC_OK) s = dlrec_json_get_u64(j, "version", path, &version);
@@ -470,13 +456,8 @@ static dlrec_status read_manifest(const char *dir, manifest *m) {
                     (unsigned long long)version, DLREC_CHECKPOINT_VERSION);
   /* The checksum before any other field, so that an edited manifest is
    * reported as such rather than read. */
-  if (s == DLREC_OK) s = dlrec_json_get_string(j, "checksum", path, &sum);
-  if (s == DLREC_OK) s = parse_hex(sum, 8, path, &stored);
-  if (s == DLREC_OK) s = manifest_crc(j, &computed);
-  if (s == DLREC_OK && stored != computed)
-    s = dlrec_error(DLREC_ERR_CORRUPT,
-                    "%s: checksum mismatch (stored %08llx, computed %08x): the manifest was edited or damaged", path,
-                    (unsigned long long)stored, computed);
+  if (s == DLREC_OK) s = dlrec_json_check_sealed(text, n, "checksum", path, "the manifest was edited or damaged");
+  free(text);
   if (s == DLREC_OK) s = dlrec_json_get_u64(j, "step", path, &p->step);
   if (s == DLREC_OK) s = dlrec_json_get_u64(j, "samples", path, &p->samples);
   if (s == DLREC_OK) s = dlrec_json_get_object(j, "position", path, &pos);
