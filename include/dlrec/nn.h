@@ -274,6 +274,47 @@ dlrec_status dlrec_cross_lowrank_infer(float *out, float *ws, const float *x0, c
                                        const dlrec_packed_linear *v, const dlrec_packed_linear *u, int B, int d,
                                        int r);
 
+/* The mixture of low-rank experts (DCN-Mix; TorchRec's LowRankMixtureCrossNet):
+ *   t1_k = relu(xl · V_kᵀ)        (B, r),  V_k (r, d)
+ *   t2_k = relu(t1_k · C_kᵀ)      (B, r),  C_k (r, r)
+ *   e_k  = t2_k · U_kᵀ + bias     (B, d),  U_k (d, r), bias (d) shared
+ *   p    = softmax_k(xl · G_kᵀ)   (B, K),  G (K, d): one bias-free gate per expert
+ *   out  = x0 ⊙ Σ_k p_k e_k + xl  (the experts' sum in k order)
+ * The K experts' weights lie back to back: v (K, r, d), c (K, r, r),
+ * u (K, d, r). 1 <= K <= 64, 1 <= r, d <= 65536. */
+
+/* Floats the training forward saves: K·B·(2r + d) + B·K. */
+size_t dlrec_cross_mix_act_floats(int B, int d, int r, int K);
+
+/* Floats of the backward's scratch: B·(3d + 2r + K). */
+size_t dlrec_cross_mix_ws_floats(int B, int d, int r, int K);
+
+/* Floats of the inference forward's scratch: B·(2r + d + K). */
+size_t dlrec_cross_mix_infer_ws_floats(int B, int d, int r, int K);
+
+/* The training forward (sgemm); act receives t1, t2, e (each k-major) and p. */
+dlrec_status dlrec_cross_mix_forward(float *out, float *act, const float *x0, const float *xl, const float *v,
+                                     const float *c, const float *u, const float *gate, const float *bias, int B,
+                                     int d, int r, int K);
+
+/* The backward, given dout (B, d): dx0 (B, d) accumulated, dxl (B, d)
+ * overwritten; dv, dc, du, dgate, dbias accumulated (shapes of v, c, u,
+ * gate, bias). act, v, c, u and gate are the forward's; ws holds
+ * dlrec_cross_mix_ws_floats floats. Overlap rules as dlrec_cross_backward. */
+dlrec_status dlrec_cross_mix_backward(float *dx0, float *dxl, float *dv, float *dc, float *du, float *dgate,
+                                      float *dbias, const float *dout, const float *x0, const float *xl,
+                                      const float *act, const float *v, const float *c, const float *u,
+                                      const float *gate, float *ws, int B, int d, int r, int K);
+
+/* The batch-invariant inference forward: v[k], c[k] (without biases), u[k]
+ * (with the bias) and gate (K outputs, without a bias) are packed layers of
+ * the shapes above; the softmax and the mixture are per row in fixed order.
+ * ws holds dlrec_cross_mix_infer_ws_floats floats. */
+dlrec_status dlrec_cross_mix_infer(float *out, float *ws, const float *x0, const float *xl,
+                                   const dlrec_packed_linear *const *v, const dlrec_packed_linear *const *c,
+                                   const dlrec_packed_linear *const *u, const dlrec_packed_linear *gate, int B,
+                                   int d, int r, int K);
+
 /* ---- FM second-order term ------------------------------------------------------ */
 
 /* Factorization machine's pairwise term (Rendle 2010) over the pooled
