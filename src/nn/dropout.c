@@ -33,8 +33,8 @@ static dlrec_status make_mask(mask *m, const char *what, const void *a, const vo
   /* Seed and step go through the mixer separately, as in dlrec_rng_seed, so
    * that nearby (seed, step) pairs give unrelated keys. */
   m->key = dlrec_mix64(seed ^ 0x6a09e667f3bcc909ULL) ^ dlrec_mix64(step + GOLDEN);
-  /* p < 1, so p·2³² < 2³² and the product fits; a double holds it exactly
-   * enough that the threshold is the nearest value below. */
+  /* p < 1, so p·2³² < 2³² fits; the product is exact in double (a float
+   * times a power of two) and the cast truncates it. */
   m->threshold = (uint32_t)((double)p * 4294967296.0);
   m->scale = 1.0f / (1.0f - p);
   return DLREC_OK;
