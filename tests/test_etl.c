@@ -1608,6 +1608,9 @@ TEST(csv_multi_hot_column_with_mean_pooling_and_max) {
   const char *line = "m1,Drama|Comedy|Drama|Noir,0";
   CHECK_OK(dlrec_etl_encode_line_multi(e, line, strlen(line), 1, &label, NULL, ids, nids, NULL));
   CHECK(nids[0] == 1 && nids[1] == 3 && ids[1] == gb + 2 && ids[2] == gb + 3 && ids[3] == gb + 2);
+  uint32_t one;
+  CHECK_ERR(dlrec_etl_encode_cat(e, 1, "Drama|War", 9, &one), DLREC_ERR_INVALID, "'genres' is multi-hot");
+  CHECK_OK(dlrec_etl_encode_cat(e, 0, "m1", 2, &one)); /* one-hot columns still encode alone */
   dlrec_etl_free(e);
   /* etl.json records the column, and a state whose multi= disagrees with its SPEC is refused. */
   char *json = read_all(test_path("etl/etl.json"), NULL);

@@ -153,14 +153,16 @@ dlrec_status dlrec_etl_encode_dense(const dlrec_etl *e, uint32_t col, const char
 
 /* Encodes categorical column col's raw text to its global id: missing (n ==
  * 0), out of vocabulary, a kept value or a bucket. A value the column's key
- * kind refuses (not hex, for Criteo) is DLREC_ERR_PARSE. */
+ * kind refuses (not hex, for Criteo) is DLREC_ERR_PARSE. A multi-hot column
+ * (several ids) is DLREC_ERR_INVALID. */
 dlrec_status dlrec_etl_encode_cat(const dlrec_etl *e, uint32_t col, const char *s, size_t n, uint32_t *id);
 
 /* Encodes one raw line in fit's input format (without its line end): for
  * Criteo, 40 fields (39 when with_label is 0); for CSV, the fit header's
  * columns in its order (without the label column when with_label is 0).
  * Writes *label (when with_label), dense[n_dense] and ids[n_sparse] (global
- * ids). This is exactly what apply does to each row. */
+ * ids). This is exactly what apply does to each row. A state with multi-hot
+ * columns is DLREC_ERR_INVALID: use dlrec_etl_encode_line_multi. */
 dlrec_status dlrec_etl_encode_line(const dlrec_etl *e, const char *line, size_t n, int with_label, float *label,
                                    float *dense, uint32_t *ids);
 

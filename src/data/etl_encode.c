@@ -115,6 +115,10 @@ dlrec_status dlrec_etl_encode_dense(const dlrec_etl *e, uint32_t col, const char
 dlrec_status dlrec_etl_encode_cat(const dlrec_etl *e, uint32_t col, const char *s, size_t n, uint32_t *id) {
   if (col >= e->schema.n_sparse)
     return dlrec_error(DLREC_ERR_INVALID, "categorical column %u out of range (%u columns)", col, e->schema.n_sparse);
+  /* Its text would read as one value, separators and all. */
+  if (e->cat[col].sep)
+    return dlrec_error(DLREC_ERR_INVALID, "categorical column '%s' is multi-hot: use dlrec_etl_encode_line_multi",
+                       e->schema.sparse[col].name);
   const char *why = etl_cat_id(e, col, s, n, id);
   if (!why) return DLREC_OK;
   const dlrec_layout *L = default_layout(e);
