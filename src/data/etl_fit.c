@@ -40,6 +40,7 @@ typedef struct fit_worker {
    * a row had in each column. */
   uint64_t *mkeys;
   size_t mcap;
+  uint32_t mbegin[DLREC_MAX_SPARSE], mcount[DLREC_MAX_SPARSE];
   uint32_t max_values[DLREC_MAX_SPARSE];
 } fit_worker;
 
@@ -73,6 +74,7 @@ typedef struct fit_ctx {
   const dlrec_etl_fit_opts *o;
   dlrec_columns cols;
   uint32_t nd, nc;
+  int multi; /* some column is multi-hot */
   fit_worker *workers;
   int n_workers;
   uint64_t rows, positives, bad, bytes, truncated;
@@ -98,6 +100,42 @@ static dlrec_status job_reserve(fit_job *j, uint64_t rows, uint32_t nd) {
   return DLREC_OK;
 }
 
+/* The keys of a row's multi-hot fields, each up to its column's max
+ * hotness, into W->mkeys (column c's at W->mbegin[c], W->mcount[c] of them);
+ * *truncated is set when a field had more values. */
+static __attribute__((noinline)) dlrec_status fit_multi_keys(const fit_ctx *x, fit_worker *W, const dlrec_layout *L,
+                                                             const dlrec_raw_row *row, const dlrec_where *w,
+                                                             int *truncated) {
+  const etl_column_keys *ck = &x->in.keys;
+  uint32_t nm = 0;
+  for (uint32_t c = 0; c < x->nc; c++) {
+    if (!x->cols.sep[c]) continue;
+    const dlrec_text t = row->cat[c];
+    const char *p = t.s, *end = t.s + t.n, *v, *why;
+    size_t vn;
+    uint32_t max = x->cols.max_hotness[c] ? x->cols.max_hotness[c] : UINT32_MAX;
+    W->mbegin[c] = nm;
+    while (etl_next_value(&p, end, x->cols.sep[c], &v, &vn)) {
+      if (nm - W->mbegin[c] == max) {
+        *truncated = 1;
+        break;
+      }
+      if (nm == W->mcap) {
+        size_t cap = W->mcap ? 2 * W->mcap : 256;
+        uint64_t *k = realloc(W->mkeys, cap * sizeof *k);
+        if (!k) return dlrec_error(DLREC_ERR_NOMEM, "fit: out of memory");
+        W->mkeys = k;
+        W->mcap = cap;
+      }
+      if ((why = dlrec_cat_key(ck->kind[c], ck->salt[c], v, vn, &W->mkeys[nm])) != NULL)
+        return dlrec_parse_error(w, L->cat_field[c], x->cols.cat[c], why, v, vn);
+      nm++;
+    }
+    W->mcount[c] = nm - W->mbegin[c];
+  }
+  return DLREC_OK;
+}
+
 /* Parses and counts one line; nothing of a bad row is counted. */
 static dlrec_status fit_row(fit_ctx *x, fit_worker *W, fit_job *j, const dlrec_layout *L, const char *s, size_t n,
                             const dlrec_where *w) {
@@ -113,43 +151,18 @@ static dlrec_status fit_row(fit_ctx *x, fit_worker *W, fit_job *j, const dlrec_l
   if (L->has_label && (why = dlrec_parse_label(row->label.s, row->label.n, &label)) != NULL)
     return dlrec_parse_error(w, L->label_field, x->cols.label, why, row->label.s, row->label.n);
   uint64_t keys[DLREC_MAX_SPARSE], hashes[DLREC_MAX_SPARSE];
-  uint32_t mbegin[DLREC_MAX_SPARSE], mcount[DLREC_MAX_SPARSE];
   double vals[DLREC_MAX_DENSE], tvals[DLREC_MAX_DENSE]; /* raw and transformed */
   int truncated = 0;
-  uint32_t nm = 0; /* multi-hot keys of the row in W->mkeys */
   for (uint32_t c = 0; c < x->nc; c++) {
     const dlrec_text t = row->cat[c];
-    if (x->cols.sep[c]) {
-      /* A multi-hot field: each value up to the column's max hotness. */
-      const char *p = t.s, *end = t.s + t.n, *v;
-      size_t vn;
-      uint32_t max = x->cols.max_hotness[c] ? x->cols.max_hotness[c] : UINT32_MAX;
-      mbegin[c] = nm;
-      while (etl_next_value(&p, end, x->cols.sep[c], &v, &vn)) {
-        if (nm - mbegin[c] == max) {
-          truncated = 1;
-          break;
-        }
-        if (nm == W->mcap) {
-          size_t cap = W->mcap ? 2 * W->mcap : 256;
-          uint64_t *k = realloc(W->mkeys, cap * sizeof *k);
-          if (!k) return dlrec_error(DLREC_ERR_NOMEM, "fit: out of memory");
-          W->mkeys = k;
-          W->mcap = cap;
-        }
-        if ((why = dlrec_cat_key(ck->kind[c], ck->salt[c], v, vn, &W->mkeys[nm])) != NULL)
-          return dlrec_parse_error(w, L->cat_field[c], x->cols.cat[c], why, v, vn);
-        nm++;
-      }
-      mcount[c] = nm - mbegin[c];
-      continue;
-    }
-    if (t.n == 0) continue;
+    if (t.n == 0 || (x->multi && x->cols.sep[c])) continue;
     if ((why = dlrec_cat_key(ck->kind[c], ck->salt[c], t.s, t.n, &keys[c])) != NULL)
       return dlrec_parse_error(w, L->cat_field[c], x->cols.cat[c], why, t.s, t.n);
     hashes[c] = keymap_hash(keys[c]);
     keymap_prefetch(&W->maps[c], hashes[c]);
   }
+  /* Multi-hot fields out of line: one-hot inputs (Criteo) never pay for them. */
+  if (x->multi && (st = fit_multi_keys(x, W, L, row, w, &truncated)) != DLREC_OK) return st;
   for (uint32_t d = 0; d < x->nd; d++) {
     const dlrec_text t = row->dense[d];
     if (!t.n) continue;
@@ -177,12 +190,12 @@ static dlrec_status fit_row(fit_ctx *x, fit_worker *W, fit_job *j, const dlrec_l
     j->dcount[d]++;
   }
   for (uint32_t c = 0; c < x->nc; c++) {
-    if (x->cols.sep[c]) {
-      uint32_t n = mcount[c];
+    if (x->multi && x->cols.sep[c]) {
+      uint32_t n = W->mcount[c];
       if (n == 0) W->cat_missing[c]++;
       if (n > W->max_values[c]) W->max_values[c] = n;
       for (uint32_t i = 0; i < n; i++) {
-        uint64_t k = W->mkeys[mbegin[c] + i];
+        uint64_t k = W->mkeys[W->mbegin[c] + i];
         if (keymap_count(&W->maps[c], k, keymap_hash(k)) != DLREC_OK)
           return dlrec_error_context("fit: column %s: ", x->cols.cat[c]);
       }
@@ -571,6 +584,7 @@ dlrec_status dlrec_etl_fit(const char *const *inputs, int n_inputs, const char *
     x->cols = x->in.cols;
     x->nd = x->cols.n_dense;
     x->nc = x->cols.n_cat;
+    for (uint32_t c = 0; c < x->nc; c++) x->multi |= x->cols.sep[c] != 0;
   }
   for (uint32_t d = 0; d < x->nd; d++) x->acc[d] = (dense_acc){.min = INFINITY, .max = -INFINITY};
   for (int w = 0; st == DLREC_OK && w < threads; w++) {
