@@ -1619,6 +1619,16 @@ TEST(csv_multi_hot_column_with_mean_pooling_and_max) {
             strstr(json, "\"max_hotness\":\t3");
   free(json);
   CHECK(has);
+  /* The state does not depend on threads or blocks (the workers' maxima and
+   * counts merge). */
+  o.threads = 1;
+  o.block_bytes = 0;
+  CHECK_OK(dlrec_etl_fit(&in, 1, test_path("etl1"), &o, NULL));
+  CHECK(same_file(test_path("etl/etl.json"), test_path("etl1/etl.json")));
+  CHECK(same_file(test_path("etl/vocab.bin"), test_path("etl1/vocab.bin")));
+  /* A multi-hot column's counts add up to its values. */
+  CHECK(edit_sealed(test_path("etl1/etl.json"), "\"values\":\t7", "\"values\":\t8") == 0);
+  CHECK_ERR(load_status(test_path("etl1")), DLREC_ERR_CORRUPT, "counts add up to 7 values, etl.json says 8");
   CHECK(edit_sealed(test_path("etl/etl.json"), "multi=genres:|:mean:3", "multi=movie:|:mean:3") == 0);
   CHECK_ERR(load_status(etl), DLREC_ERR_INVALID, "'multi' does not match the input format or SPEC");
 }
