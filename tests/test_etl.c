@@ -1374,3 +1374,261 @@ TEST(predict_counts_short_rows_and_drops_a_bom) {
   CHECK(strstr(out, "short.tsv:1: 16 fields, expected 40 (--strict-fields)") != NULL);
   free(out);
 }
+
+/* ---- libSVM, libFM and multi-hot CSV columns ---- */
+
+/* The ids of row r of sparse column c of a .dlr file, as "[a b c]". */
+static const char *dlr_ids(const char *path, uint32_t c, uint32_t r) {
+  static char buf[512];
+  snprintf(buf, sizeof buf, "(unreadable)");
+  dlrec_dlr *f;
+  if (dlrec_dlr_open(&f, path) != DLREC_OK) return buf;
+  dlrec_rowgroup rg;
+  if (dlrec_dlr_verify(f, 0) == DLREC_OK && dlrec_dlr_row_group(f, 0, &rg) == DLREC_OK && r < rg.rows) {
+    const dlrec_sparse_col *col = &dlrec_dlr_schema(f)->sparse[c];
+    uint32_t b = col->hotness ? r * col->hotness : rg.offsets[c][r];
+    uint32_t e = col->hotness ? b + col->hotness : rg.offsets[c][r + 1];
+    size_t k = (size_t)snprintf(buf, sizeof buf, "[");
+    for (uint32_t i = b; i < e; i++) k += (size_t)snprintf(buf + k, sizeof buf - k, "%s%u", i > b ? " " : "", rg.ids[c][i]);
+    snprintf(buf + k, sizeof buf - k, "]");
+  }
+  dlrec_dlr_close(f);
+  return buf;
+}
+
+TEST(libsvm_fit_apply_inspect_end_to_end) {
+  /* Index counts: 3 x4 (one row repeats it), 7 x2, 5, 12, 99 x1; so by
+   * descending count, then ascending index: 3 -> 2, 7 -> 3, 5 -> 4, 12 -> 5,
+   * 99 -> 6 (0 is missing, 1 out of vocabulary). Line 4 has only a label. */
+  const char *text = "1 3:1 7:1 12:1\n"
+                     "-1 7:1\n"
+                     "+1 3:1 3:1   \r\n"
+                     "0\n"
+                     "1 5:1.0\t99:1 3:1\n";
+  const char *in = keep(test_path("a.svm")), *etl = keep(test_path("etl")), *out = keep(test_path("a.dlr"));
+  CHECK(test_write_file(in, text, (size_t)-1) == 0);
+  dlrec_etl_fit_opts o = fit_opts();
+  o.format = DLREC_FORMAT_LIBSVM;
+  o.block_bytes = 16; /* several blocks, so the workers' maxima must merge */
+  dlrec_etl_report rep;
+  CHECK_OK(dlrec_etl_fit(&in, 1, etl, &o, &rep));
+  CHECK_EQ_U64(rep.rows, 5);
+  dlrec_etl *e;
+  CHECK_OK(dlrec_etl_load(&e, etl));
+  const dlrec_schema *s = dlrec_etl_schema(e);
+  CHECK_EQ(s->n_dense, 0);
+  CHECK_EQ(s->n_sparse, 1);
+  CHECK_STR(s->sparse[0].name, "features");
+  CHECK_EQ(s->sparse[0].hotness, 0);
+  CHECK_EQ(s->sparse[0].max_hotness, 3);
+  CHECK_EQ(s->sparse[0].pooling, DLREC_POOLING_SUM);
+  CHECK_EQ_U64(dlrec_etl_ids_max(e), 3);
+  dlrec_etl_cat_info ci;
+  CHECK_OK(dlrec_etl_cat_info_get(e, 0, &ci));
+  CHECK_EQ(ci.key_kind, DLREC_KEY_DEC);
+  CHECK_EQ_U64(ci.kept, 5);
+  CHECK_EQ_U64(ci.missing, 1);
+  static const uint64_t want_keys[] = {3, 7, 5, 12, 99}, want_counts[] = {4, 2, 1, 1, 1};
+  for (int i = 0; i < 5; i++) {
+    CHECK_EQ_U64(ci.keys[i], want_keys[i]);
+    CHECK_EQ_U64(ci.counts[i], want_counts[i]);
+  }
+  /* encode_line has room for one id a column: it refuses; the multi version works. */
+  float label;
+  uint32_t ids[3], nids[1], truncated = 9;
+  CHECK_ERR(dlrec_etl_encode_line(e, "1 3:1", 5, 1, &label, NULL, ids), DLREC_ERR_INVALID,
+            "dlrec_etl_encode_line_multi");
+  CHECK_OK(dlrec_etl_encode_line_multi(e, "-1 99:1 42:1 3:1 7:1", 20, 1, &label, NULL, ids, nids, &truncated));
+  CHECK_EQ(label, 0);
+  CHECK_EQ(nids[0], 3); /* the fourth value is beyond the max hotness of 3 */
+  CHECK_EQ(truncated, 1);
+  CHECK(ids[0] == 6 && ids[1] == 1 && ids[2] == 2); /* 42 is out of vocabulary */
+  dlrec_etl_apply_opts ao = apply_opts();
+  ao.block_bytes = 16;
+  ao.row_group_rows = 5;
+  CHECK_OK(dlrec_etl_apply(e, &in, 1, out, &ao, &rep));
+  CHECK_EQ_U64(rep.rows, 5);
+  CHECK_EQ_U64(rep.truncated_rows, 0);
+  dlrec_etl_free(e);
+  static const char *want_ids[] = {"[2 3 5]", "[3]", "[2 2]", "[0]", "[4 6 2]"};
+  for (uint32_t r = 0; r < 5; r++) CHECK_STR(dlr_ids(out, 0, r), want_ids[r]);
+  /* inspect shows the variable column and its rows. */
+  char *cli = NULL;
+  int rc = test_run_cli(&cli, "inspect '%s' --head 5", out);
+  CHECK_EQ(rc, 0);
+  CHECK(strstr(cli, "variable, max 3") != NULL);
+  CHECK(strstr(cli, "row 2: label 1 | | features [2 2]") != NULL);
+  CHECK(strstr(cli, "verify    ok") != NULL);
+  free(cli);
+}
+
+TEST(libsvm_bad_rows_stop_or_are_skipped) {
+  const char *text = "1 3:1\n"
+                     "1 3\n"
+                     "2 3:1\n"
+                     "0 -4:1\n"
+                     "0 4:0.5\n"
+                     "1 4:1\n";
+  const char *in = keep(test_path("bad.svm"));
+  CHECK(test_write_file(in, text, (size_t)-1) == 0);
+  char *out = NULL;
+  int rc = test_run_cli(&out, "etl fit --format libsvm --input '%s' --out '%s'", in, test_path("etl"));
+  CHECK_EQ(rc, 1);
+  CHECK(strstr(out, "bad.svm:2: field 2 (features): item is not idx:val: '3'") != NULL);
+  free(out);
+  rc = test_run_cli(&out, "etl fit --format libsvm --input '%s' --out '%s' --skip-bad-rows 4", in, test_path("etl"));
+  CHECK_EQ(rc, 0);
+  static const char *want[] = {"bad.svm:3: field 1 (label): label is not 0, 1, -1 or +1: '2'",
+                               "bad.svm:4: field 2 (features): index is not a non-negative integer: '-4:1'",
+                               "bad.svm:5: field 2 (features): value is not 1", "skipped 4 bad rows in all"};
+  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+    if (!strstr(out, want[i])) test_fail(__FILE__, __LINE__, "missing '%s' in:\n%s", want[i], out);
+    CHECK(strstr(out, want[i]) != NULL);
+  }
+  free(out);
+  rc = test_run_cli(&out, "etl apply --etl '%s' --input '%s' --out '%s' --skip-bad-rows 3", test_path("etl"), in,
+                    test_path("o.dlr"));
+  CHECK_EQ(rc, 1);
+  CHECK(strstr(out, "bad.svm:5: field 2 (features): value is not 1") != NULL);
+  CHECK(strstr(out, "(bad row 4; --skip-bad-rows allows 3)") != NULL);
+  free(out);
+  /* The options that need their format. */
+  rc = test_run_cli(&out, "etl fit --format libfm --input '%s' --out '%s'", in, test_path("etl2"));
+  CHECK_EQ(rc, 2);
+  CHECK(strstr(out, "--format libfm needs --fields N") != NULL);
+  free(out);
+  rc = test_run_cli(&out, "etl fit --input '%s' --out '%s' --max-hotness 3", in, test_path("etl2"));
+  CHECK_EQ(rc, 1);
+  CHECK(strstr(out, "--max-hotness and --pooling are for --format libsvm and libfm") != NULL);
+  free(out);
+}
+
+TEST(libfm_one_hot_fields_and_max_hotness) {
+  /* Fields 0 and 2 appear once a row: one-hot columns, like Criteo's. Field 1
+   * appears twice in row 2, so f1 is multi-hot with max hotness 2. */
+  const char *text = "1 0:10:1 1:20:1 2:30:1\n"
+                     "0 2:31:1 0:11:1 1:20:1 1:21:1\n"
+                     "1 0:10:1\n";
+  const char *in = keep(test_path("a.fm")), *etl = keep(test_path("etl")), *out = keep(test_path("a.dlr"));
+  CHECK(test_write_file(in, text, (size_t)-1) == 0);
+  char *cli = NULL;
+  int rc = test_run_cli(&cli, "etl fit --format libfm --fields 3 --pooling mean --input '%s' --out '%s'", in, etl);
+  CHECK_EQ(rc, 0);
+  free(cli);
+  dlrec_etl *e;
+  CHECK_OK(dlrec_etl_load(&e, etl));
+  const dlrec_schema *s = dlrec_etl_schema(e);
+  CHECK_EQ(s->n_sparse, 3);
+  CHECK_STR(s->sparse[1].name, "f1");
+  CHECK_EQ(s->sparse[0].hotness, 1);
+  CHECK_EQ(s->sparse[1].hotness, 0);
+  CHECK_EQ(s->sparse[1].max_hotness, 2);
+  CHECK_EQ(s->sparse[2].hotness, 1);
+  CHECK_EQ(s->sparse[1].pooling, DLREC_POOLING_MEAN);
+  /* f0: 10 x2 -> 2, 11 -> 3 (size 4); f1: 20 x2 -> 2, 21 -> 3 (ids from 4);
+   * f2: 30 -> 2, 31 -> 3 (ids from 8); row 3 misses f1 and f2. */
+  dlrec_etl_apply_opts ao = apply_opts();
+  dlrec_etl_report rep;
+  CHECK_OK(dlrec_etl_apply(e, &in, 1, out, &ao, &rep));
+  dlrec_etl_free(e);
+  static const char *want[3][3] = {{"[2]", "[6]", "[10]"}, {"[3]", "[6 7]", "[11]"}, {"[2]", "[4]", "[8]"}};
+  for (uint32_t r = 0; r < 3; r++)
+    for (uint32_t c = 0; c < 3; c++) CHECK_STR(dlr_ids(out, c, r), want[r][c]);
+  /* With --max-hotness 1 every column is one-hot: row 2 keeps its first f1
+   * value, and both fit and apply count the row. */
+  rc = test_run_cli(&cli, "etl fit --format libfm --fields 3 --max-hotness 1 --input '%s' --out '%s'", in, etl);
+  CHECK_EQ(rc, 0);
+  CHECK(strstr(cli, "1 rows had more values in a multi-hot field than its max hotness") != NULL);
+  free(cli);
+  CHECK_OK(dlrec_etl_load(&e, etl));
+  CHECK_EQ(dlrec_etl_schema(e)->sparse[1].hotness, 1);
+  CHECK_OK(dlrec_etl_apply(e, &in, 1, out, &ao, &rep));
+  CHECK_EQ_U64(rep.truncated_rows, 1);
+  dlrec_etl_free(e);
+  CHECK_STR(dlr_ids(out, 1, 1), "[6]"); /* 20 (f1's only kept value; 21 was never counted) */
+  /* A field beyond --fields is a bad row naming it. */
+  CHECK(test_write_file(in, "1 0:10:1 3:1:1\n", (size_t)-1) == 0);
+  rc = test_run_cli(&cli, "etl apply --etl '%s' --input '%s' --out '%s'", etl, in, out);
+  CHECK_EQ(rc, 1);
+  CHECK(strstr(cli, "a.fm:1: field 3: field 3 is not below --fields 3: '3:1:1'") != NULL);
+  free(cli);
+}
+
+TEST(csv_multi_hot_column_with_mean_pooling_and_max) {
+  /* genres values: Drama x4, Comedy x2, War x1 (the fourth value of row 4 is
+   * beyond max 3 and is neither counted nor encoded); "" and "|" are missing;
+   * empty values between separators are skipped. */
+  const char *text = "movie,genres,y\n"
+                     "m1,Drama|Comedy,1\n"
+                     "m2,,0\n"
+                     "m3,\"Drama||War\",1\n"
+                     "m1,Drama|Comedy|Drama|Noir,0\n"
+                     "m4,|,1\n";
+  const char *in = keep(test_path("movies.csv")), *etl = keep(test_path("etl")), *out = keep(test_path("m.dlr"));
+  CHECK(test_write_file(in, text, (size_t)-1) == 0);
+  dlrec_etl_fit_opts o = fit_opts();
+  o.format = DLREC_FORMAT_CSV;
+  o.schema_spec = "label=y;cat=movie,genres;multi=genres:|:mean:3";
+  dlrec_etl_report rep;
+  CHECK_OK(dlrec_etl_fit(&in, 1, etl, &o, &rep));
+  CHECK_EQ_U64(rep.truncated_rows, 1);
+  dlrec_etl *e;
+  CHECK_OK(dlrec_etl_load(&e, etl));
+  const dlrec_schema *s = dlrec_etl_schema(e);
+  CHECK_EQ(s->sparse[0].hotness, 1);
+  CHECK_EQ(s->sparse[1].hotness, 0);
+  CHECK_EQ(s->sparse[1].max_hotness, 3);
+  CHECK_EQ(s->sparse[1].pooling, DLREC_POOLING_MEAN);
+  CHECK_EQ_U64(dlrec_etl_ids_max(e), 4);
+  dlrec_etl_cat_info g;
+  CHECK_OK(dlrec_etl_cat_info_get(e, 1, &g));
+  CHECK_EQ_U64(g.kept, 3);
+  CHECK_EQ_U64(g.missing, 2);
+  uint64_t salt = dlrec_cat_salt("genres");
+  CHECK_EQ_U64(g.keys[0], dlrec_hash_bytes("Drama", 5, salt));
+  CHECK_EQ_U64(g.counts[0], 4);
+  CHECK_EQ_U64(g.keys[1], dlrec_hash_bytes("Comedy", 6, salt));
+  CHECK_EQ_U64(g.counts[1], 2);
+  uint32_t gb = (uint32_t)g.id_begin;
+  dlrec_etl_apply_opts ao = apply_opts();
+  ao.block_bytes = 8;
+  ao.row_group_rows = 5;
+  CHECK_OK(dlrec_etl_apply(e, &in, 1, out, &ao, &rep));
+  CHECK_EQ_U64(rep.truncated_rows, 1);
+  char want[5][64];
+  snprintf(want[0], 64, "[%u %u]", gb + 2, gb + 3);
+  snprintf(want[1], 64, "[%u]", gb);
+  snprintf(want[2], 64, "[%u %u]", gb + 2, gb + 4);
+  snprintf(want[3], 64, "[%u %u %u]", gb + 2, gb + 3, gb + 2);
+  snprintf(want[4], 64, "[%u]", gb);
+  for (uint32_t r = 0; r < 5; r++) CHECK_STR(dlr_ids(out, 1, r), want[r]);
+  /* A served line encodes as apply did. */
+  float label;
+  uint32_t ids[4], nids[2];
+  const char *line = "m1,Drama|Comedy|Drama|Noir,0";
+  CHECK_OK(dlrec_etl_encode_line_multi(e, line, strlen(line), 1, &label, NULL, ids, nids, NULL));
+  CHECK(nids[0] == 1 && nids[1] == 3 && ids[1] == gb + 2 && ids[2] == gb + 3 && ids[3] == gb + 2);
+  uint32_t one;
+  CHECK_ERR(dlrec_etl_encode_cat(e, 1, "Drama|War", 9, &one), DLREC_ERR_INVALID, "'genres' is multi-hot");
+  CHECK_OK(dlrec_etl_encode_cat(e, 0, "m1", 2, &one)); /* one-hot columns still encode alone */
+  dlrec_etl_free(e);
+  /* etl.json records the column, and a state whose multi= disagrees with its SPEC is refused. */
+  char *json = read_all(test_path("etl/etl.json"), NULL);
+  CHECK(json != NULL);
+  int has = strstr(json, "\"multi\":\t\"|\"") && strstr(json, "\"pooling\":\t\"mean\"") &&
+            strstr(json, "\"max_hotness\":\t3");
+  free(json);
+  CHECK(has);
+  /* The state does not depend on threads or blocks (the workers' maxima and
+   * counts merge). */
+  o.threads = 1;
+  o.block_bytes = 0;
+  CHECK_OK(dlrec_etl_fit(&in, 1, test_path("etl1"), &o, NULL));
+  CHECK(same_file(test_path("etl/etl.json"), test_path("etl1/etl.json")));
+  CHECK(same_file(test_path("etl/vocab.bin"), test_path("etl1/vocab.bin")));
+  /* A multi-hot column's counts add up to its values. */
+  CHECK(edit_sealed(test_path("etl1/etl.json"), "\"values\":\t7", "\"values\":\t8") == 0);
+  CHECK_ERR(load_status(test_path("etl1")), DLREC_ERR_CORRUPT, "counts add up to 7 values, etl.json says 8");
+  CHECK(edit_sealed(test_path("etl/etl.json"), "multi=genres:|:mean:3", "multi=movie:|:mean:3") == 0);
+  CHECK_ERR(load_status(etl), DLREC_ERR_INVALID, "'multi' does not match the input format or SPEC");
+}

@@ -550,3 +550,183 @@ TEST(reader_drops_a_utf8_byte_order_mark) {
   dlrec_block_free(&b);
   dlrec_reader_close(r);
 }
+
+/* ---- libSVM / libFM ---- */
+
+static dlrec_layout *svm_layout(dlrec_input_format f, uint32_t fields, int has_label) {
+  static dlrec_columns c;
+  dlrec_layout *L = NULL;
+  if (dlrec_columns_svm(&c, f, fields, has_label, DLREC_POOLING_SUM, 0) != DLREC_OK) return NULL;
+  if (dlrec_layout_svm(&L, &c, f, has_label) != DLREC_OK) return NULL;
+  return L;
+}
+
+/* The text the parser leaves for a column, as a C string. */
+static const char *col_text(const dlrec_raw_row *row, uint32_t c) {
+  static char buf[4096];
+  snprintf(buf, sizeof buf, "%.*s", (int)row->cat[c].n, row->cat[c].s);
+  return buf;
+}
+
+TEST(libsvm_rows_labels_blanks_crlf_and_duplicates) {
+  dlrec_layout *L = svm_layout(DLREC_FORMAT_LIBSVM, 0, 1);
+  CHECK(L != NULL);
+  CHECK_EQ(dlrec_layout_n_cat(L), 1);
+  static dlrec_raw_row row;
+  char scratch[256];
+  static const struct {
+    const char *line, *label, *features;
+  } ok[] = {
+      {"1 3:1 7:1 12:1", "1", "3 7 12"},
+      {"-1 7:1", "0", "7"},             /* -1 reads as 0 */
+      {"+1\t5:1.0\t\t99:1  ", "1", "5 99"}, /* tabs, runs of blanks, trailing blanks */
+      {"0 3:1 3:1", "0", "3 3"},         /* a repeated index is kept: sum pooling counts it twice */
+      {"1 3:1\r", "1", "3"},             /* CRLF */
+      {"0", "0", ""},                    /* label only: the column is missing */
+      {"1   ", "1", ""},
+      {"1.0 0:1 007:1", "1", "0 007"},   /* leading zeros reach the key parser, which reads 7 */
+  };
+  for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+    dlrec_status st = dlrec_parse_row(L, ok[i].line, strlen(ok[i].line), scratch, &row, &W);
+    if (st != DLREC_OK) test_fail(__FILE__, __LINE__, "'%s': %s", ok[i].line, dlrec_last_error());
+    CHECK_OK(st);
+    CHECK(row.label.n == 1 && row.label.s[0] == ok[i].label[0]);
+    CHECK_STR(col_text(&row, 0), ok[i].features);
+  }
+  uint64_t key;
+  CHECK(dlrec_parse_dec_key("007", 3, &key) == NULL);
+  CHECK_EQ_U64(key, 7);
+  CHECK(dlrec_parse_dec_key("1234567890123456789", 19, &key) != NULL);
+  dlrec_layout_free(L);
+}
+
+TEST(libsvm_errors_name_file_line_and_item) {
+  dlrec_layout *L = svm_layout(DLREC_FORMAT_LIBSVM, 0, 1);
+  CHECK(L != NULL);
+  static dlrec_raw_row row;
+  char scratch[256];
+  static const struct {
+    const char *line, *err;
+  } bad[] = {
+      {"2 3:1", "day.tsv:17: field 1 (label): label is not 0, 1, -1 or +1: '2'"},
+      {"yes 3:1", "field 1 (label): label is not 0, 1, -1 or +1: 'yes'"},
+      {"", "day.tsv:17: field 1 (label): label is empty"},
+      {"   ", "field 1 (label): label is empty"},
+      {"1 3", "day.tsv:17: field 2 (features): item is not idx:val: '3'"},
+      {"1 3:1 7", "field 3 (features): item is not idx:val: '7'"},
+      {"1 -3:1", "field 2 (features): index is not a non-negative integer: '-3:1'"},
+      {"1 3.5:1", "field 2 (features): index is not a non-negative integer: '3.5:1'"},
+      {"1 :1", "field 2 (features): index is empty"},
+      {"1 3:", "field 2 (features): value is empty"},
+      {"1 3:0.5", "field 2 (features): value is not 1"},
+      {"1 3:x", "field 2 (features): not a number: '3:x'"},
+      {"1 3:1:1", "field 2 (features): item is not idx:val"},
+      {"1 1234567890123456789:1", "index longer than 18 digits"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+    CHECK_ERR(dlrec_parse_row(L, bad[i].line, strlen(bad[i].line), scratch, &row, &W), DLREC_ERR_PARSE, bad[i].err);
+  CHECK_ERR(dlrec_parse_row(L, "1 3:1 7\0:1", 10, scratch, &row, &W), DLREC_ERR_PARSE, "field 3: NUL byte in field");
+  CHECK_ERR(dlrec_parse_row(L, "1 3:1 \0", 7, scratch, &row, &W), DLREC_ERR_PARSE, "field 3: NUL byte in field");
+  dlrec_layout_free(L);
+}
+
+/* A line of 100000 items: the scratch buffer of the line's size holds the
+ * indices, and every one arrives in order. */
+TEST(libsvm_very_long_line) {
+  dlrec_layout *L = svm_layout(DLREC_FORMAT_LIBSVM, 0, 1);
+  CHECK(L != NULL);
+  const int items = 100000;
+  size_t cap = (size_t)items * 12 + 8, n = 0;
+  char *line = malloc(cap), *scratch = malloc(cap), *want = malloc(cap);
+  size_t wn = 0;
+  n += (size_t)snprintf(line, cap, "1");
+  for (int i = 0; i < items; i++) {
+    n += (size_t)snprintf(line + n, cap - n, " %d:1", i * 7);
+    wn += (size_t)snprintf(want + wn, cap - wn, "%s%d", i ? " " : "", i * 7);
+  }
+  static dlrec_raw_row row;
+  dlrec_status st = dlrec_parse_row(L, line, n, scratch, &row, &W);
+  int same = st == DLREC_OK && row.cat[0].n == wn && !memcmp(row.cat[0].s, want, wn);
+  free(line), free(scratch), free(want);
+  dlrec_layout_free(L);
+  CHECK_OK(st);
+  CHECK(same);
+}
+
+TEST(libfm_fields_group_items_by_column) {
+  dlrec_layout *L = svm_layout(DLREC_FORMAT_LIBFM, 3, 1);
+  CHECK(L != NULL);
+  CHECK_EQ(dlrec_layout_n_cat(L), 3);
+  CHECK_STR(dlrec_layout_field_name(L, dlrec_layout_cat_field(L, 2)), "f2");
+  static dlrec_raw_row row;
+  char scratch[256];
+  const char *line = "1 0:3:1 2:5:1 0:44:1";
+  CHECK_OK(dlrec_parse_row(L, line, strlen(line), scratch, &row, &W));
+  CHECK_STR(col_text(&row, 0), "3 44");
+  CHECK_STR(col_text(&row, 1), ""); /* field 1 absent: missing */
+  CHECK_STR(col_text(&row, 2), "5");
+  CHECK_ERR(dlrec_parse_row(L, "1 3:1:1", 7, scratch, &row, &W), DLREC_ERR_PARSE,
+            "day.tsv:17: field 2: field 3 is not below --fields 3: '3:1:1'");
+  CHECK_ERR(dlrec_parse_row(L, "1 0:3", 5, scratch, &row, &W), DLREC_ERR_PARSE,
+            "day.tsv:17: field 2: item is not field:idx:val: '0:3'");
+  CHECK_ERR(dlrec_parse_row(L, "1 x:3:1", 7, scratch, &row, &W), DLREC_ERR_PARSE,
+            "field 2: field is not a non-negative integer: 'x:3:1'");
+  CHECK_ERR(dlrec_parse_row(L, "1 1:3:2", 7, scratch, &row, &W), DLREC_ERR_PARSE, "field 2 (f1): value is not 1");
+  CHECK_ERR(dlrec_parse_row(L, "-2 1:3:1", 8, scratch, &row, &W), DLREC_ERR_PARSE, "label is not 0, 1, -1 or +1");
+  dlrec_layout_free(L);
+  /* Unlabeled: the first token is an item. */
+  L = svm_layout(DLREC_FORMAT_LIBFM, 2, 0);
+  CHECK(L != NULL);
+  CHECK_OK(dlrec_parse_row(L, "1:9:1", 5, scratch, &row, &W));
+  CHECK_STR(col_text(&row, 1), "9");
+  dlrec_layout_free(L);
+  dlrec_columns c;
+  CHECK_ERR(dlrec_columns_svm(&c, DLREC_FORMAT_LIBFM, 0, 1, DLREC_POOLING_SUM, 0), DLREC_ERR_INVALID, "--fields");
+  CHECK_ERR(dlrec_columns_svm(&c, DLREC_FORMAT_LIBFM, 257, 1, DLREC_POOLING_SUM, 0), DLREC_ERR_INVALID, "--fields");
+}
+
+/* ---- multi-hot CSV columns in the SPEC ---- */
+
+TEST(spec_multi_declares_separator_pooling_and_max) {
+  const char *header[] = {"movie", "genres", "tags", "rating", "y"};
+  dlrec_columns c;
+  CHECK_OK(dlrec_columns_from_spec(&c, "label=y;dense=rating;cat=*; multi = genres:|:mean:4 , tags::", header, 5));
+  CHECK_EQ(c.n_cat, 3);
+  CHECK_STR(c.cat[1], "genres");
+  CHECK_EQ(c.sep[0], 0);
+  CHECK_EQ(c.sep[1], '|');
+  CHECK_EQ(c.pooling[1], DLREC_POOLING_MEAN);
+  CHECK_EQ(c.max_hotness[1], 4);
+  CHECK_EQ(c.sep[2], ':');
+  CHECK_EQ(c.pooling[2], DLREC_POOLING_SUM);
+  CHECK_EQ(c.max_hotness[2], 0);
+  /* The layout carries the separator to the row parser's caller. */
+  dlrec_layout *L = csv_layout("movie,genres,tags,rating,y", "label=y;dense=rating;cat=*;multi=genres:|", 1);
+  CHECK(L != NULL);
+  static dlrec_raw_row row;
+  char scratch[256];
+  const char *line = "m1,\"A|B,C\",,4.5,1";
+  CHECK_OK(dlrec_parse_row(L, line, strlen(line), scratch, &row, &W));
+  CHECK_STR(col_text(&row, 1), "A|B,C");
+  CHECK_EQ(L->sep[1], '|');
+  CHECK_EQ(L->sep[0], 0);
+  dlrec_layout_free(L);
+  static const struct {
+    const char *spec, *err;
+  } bad[] = {
+      {"dense=rating;cat=*;multi=rating:|", "multi=rating: not a categorical column"},
+      {"cat=movie,genres,tags,y;dense=rating;multi=nope:|", "multi=nope: not a categorical column"},
+      {"cat=*;multi=genres", "bad multi= entry 'genres'"},
+      {"cat=*;multi=genres:", "bad multi= entry"},
+      {"cat=*;multi=genres:||", "bad multi= entry"},
+      {"cat=*;multi=genres:|:max", "pooling 'max' is not sum or mean"},
+      {"cat=*;multi=genres:|:sum:0", "max hotness '0' is not in [1, 65536]"},
+      {"cat=*;multi=genres:|:sum:9x", "max hotness '9x'"},
+      {"cat=*;multi=genres: ", "bad multi= entry"},
+      {"cat=*;multi=genres:\"", "the separator may not be"},
+      {"cat=*;multi=genres:|,genres:/", "multi=genres appears twice"},
+      {"cat=*;mult=genres:|", "unknown key 'mult' (keys: label, dense, cat, ignore, multi)"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+    CHECK_ERR(dlrec_columns_from_spec(&c, bad[i].spec, header, 5), DLREC_ERR_INVALID, bad[i].err);
+}

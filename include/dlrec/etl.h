@@ -44,6 +44,8 @@ typedef struct dlrec_etl_report {
   uint64_t rows;       /* rows counted (fit) or written (apply, both outputs) */
   uint64_t valid_rows; /* apply: rows written to the validation output */
   uint64_t bad_rows;   /* rows skipped under skip_bad_rows (each was warned about) */
+  uint64_t truncated_rows; /* rows with a multi-hot field of more values than its max
+                              hotness (the first ones kept; see docs/etl.md) */
   uint64_t short_rows; /* good Criteo rows of fewer fields than the layout's (their
                           missing tail read as empty; see strict_fields) */
   char first_short[1100]; /* "FILE:LINE" of the first of them in input order, or "" */
@@ -69,6 +71,9 @@ typedef struct dlrec_etl_fit_opts {
   size_t max_line_bytes;      /* DLREC_MAX_LINE_BYTES_DEFAULT */
   size_t block_bytes;         /* read size; 0: DLREC_BLOCK_BYTES_DEFAULT (tests use tiny ones) */
   int progress;               /* 1: a progress bar (see progress.h) */
+  uint32_t libfm_fields;      /* libFM: the number of fields (columns f0..f<N-1>), required */
+  dlrec_pooling pooling;      /* libSVM / libFM columns' pooling (DLREC_POOLING_SUM) */
+  uint32_t max_hotness;       /* libSVM / libFM: values kept a row; 0: the most fit saw */
 } dlrec_etl_fit_opts;
 
 /* Fills o with the defaults above. */
@@ -94,7 +99,8 @@ dlrec_status dlrec_etl_load(dlrec_etl **e, const char *dir);
 void dlrec_etl_free(dlrec_etl *e); /* accepts NULL */
 
 /* The encoded schema: label (if fit had one), dense columns, categorical
- * columns (hotness 1) with their global id ranges. Valid as long as e. */
+ * columns (hotness 1, or 0 with a max hotness for multi-hot ones, and their
+ * pooling) with their global id ranges. Valid as long as e. */
 const dlrec_schema *dlrec_etl_schema(const dlrec_etl *e);
 
 /* The input format fit read; apply and encode_line expect the same. */
@@ -147,14 +153,16 @@ dlrec_status dlrec_etl_encode_dense(const dlrec_etl *e, uint32_t col, const char
 
 /* Encodes categorical column col's raw text to its global id: missing (n ==
  * 0), out of vocabulary, a kept value or a bucket. A value the column's key
- * kind refuses (not hex, for Criteo) is DLREC_ERR_PARSE. */
+ * kind refuses (not hex, for Criteo) is DLREC_ERR_PARSE. A multi-hot column
+ * (several ids) is DLREC_ERR_INVALID. */
 dlrec_status dlrec_etl_encode_cat(const dlrec_etl *e, uint32_t col, const char *s, size_t n, uint32_t *id);
 
 /* Encodes one raw line in fit's input format (without its line end): for
  * Criteo, 40 fields (39 when with_label is 0); for CSV, the fit header's
  * columns in its order (without the label column when with_label is 0).
  * Writes *label (when with_label), dense[n_dense] and ids[n_sparse] (global
- * ids). This is exactly what apply does to each row. */
+ * ids). This is exactly what apply does to each row. A state with multi-hot
+ * columns is DLREC_ERR_INVALID: use dlrec_etl_encode_line_multi. */
 dlrec_status dlrec_etl_encode_line(const dlrec_etl *e, const char *line, size_t n, int with_label, float *label,
                                    float *dense, uint32_t *ids);
 
@@ -166,6 +174,21 @@ dlrec_status dlrec_etl_encode_line(const dlrec_etl *e, const char *line, size_t 
 dlrec_status dlrec_etl_encode_line_checked(const dlrec_etl *e, const char *line, size_t n, int with_label,
                                            int strict_fields, float *label, float *dense, uint32_t *ids,
                                            int *short_row);
+
+/* The most ids one row encodes to: the sum of the columns' max hotness (the
+ * number of columns when every column is one-hot). */
+uint64_t dlrec_etl_ids_max(const dlrec_etl *e);
+
+/* dlrec_etl_encode_line for states with multi-hot columns (it works for any
+ * state; dlrec_etl_encode_line refuses multi-hot ones): ids (room for
+ * dlrec_etl_ids_max) receives each column's global ids in column order and
+ * nids[n_sparse] how many each column has (at least 1: a field with no value
+ * encodes as its missing id). A field of more values than the column's max
+ * hotness keeps the first ones; *truncated (may be NULL) is the number of
+ * such columns in the line. */
+dlrec_status dlrec_etl_encode_line_multi(const dlrec_etl *e, const char *line, size_t n, int with_label,
+                                         float *label, float *dense, uint32_t *ids, uint32_t *nids,
+                                         uint32_t *truncated);
 
 /* ---- apply ---- */
 

@@ -42,7 +42,11 @@ const char *dlrec_parse_hex_key(const char *s, size_t n, uint64_t *out);
 typedef enum dlrec_key_kind {
   DLREC_KEY_HEX = 0,  /* 1-16 hex digits; the key is their value (Criteo) */
   DLREC_KEY_HASH = 1, /* any bytes; the key is dlrec_hash_bytes(s, n, salt) (CSV) */
+  DLREC_KEY_DEC = 2,  /* 1-18 decimal digits; the key is their value (libSVM/libFM indices) */
 } dlrec_key_kind;
+
+/* Parses 1 to 18 decimal digits into *out. NULL on success, else a reason. */
+const char *dlrec_parse_dec_key(const char *s, size_t n, uint64_t *out);
 
 /* The key of a non-empty categorical value. NULL on success, else a reason. */
 static inline const char *dlrec_cat_key(dlrec_key_kind kind, uint64_t salt, const char *s, size_t n,
@@ -57,11 +61,13 @@ uint64_t dlrec_cat_salt(const char *column_name);
 typedef enum dlrec_input_format {
   DLREC_FORMAT_CRITEO = 0, /* label?, I1..I13, C1..C26; tab-separated; no header */
   DLREC_FORMAT_CSV = 1,    /* comma-separated, RFC 4180 quoting, a header line */
+  DLREC_FORMAT_LIBSVM = 2, /* label idx:val ...: one multi-hot column "features" */
+  DLREC_FORMAT_LIBFM = 3,  /* label field:idx:val ...: one column per field, f0..f<N-1> */
 } dlrec_input_format;
 
-/* "criteo" / "csv"; NULL for an unknown value. */
+/* "criteo" / "csv" / "libsvm" / "libfm"; NULL for an unknown value. */
 const char *dlrec_format_name(dlrec_input_format f);
-/* Parses "criteo" or "csv"; an error names the value. */
+/* Parses one of the names above; an error names the value. */
 dlrec_status dlrec_format_parse(const char *s, dlrec_input_format *out);
 
 /* Which named columns play which role: the label (optional), dense columns
@@ -72,10 +78,23 @@ typedef struct dlrec_columns {
   uint32_t n_dense, n_cat;
   char dense[DLREC_MAX_DENSE][DLREC_NAME_MAX];
   char cat[DLREC_MAX_SPARSE][DLREC_NAME_MAX];
+  /* Multi-hot columns: the byte that separates a field's values (0: one-hot),
+   * the pooling (dlrec_pooling) and the most values a row keeps (0: the most
+   * any row had in fit). Set by the SPEC's multi= and for libSVM/libFM. */
+  char sep[DLREC_MAX_SPARSE];
+  uint8_t pooling[DLREC_MAX_SPARSE];
+  uint32_t max_hotness[DLREC_MAX_SPARSE];
 } dlrec_columns;
 
 /* The Criteo columns: label "label" (when has_label), I1..I13, C1..C26. */
 void dlrec_columns_criteo(dlrec_columns *c, int has_label);
+
+/* The libSVM columns (one multi-hot column "features") or the libFM ones
+ * (fields columns "f0".."f<fields-1>", each multi-hot), with label "label"
+ * when has_label; every column pools with `pooling` and keeps at most
+ * max_hotness values a row (0: as many as fit saw). */
+dlrec_status dlrec_columns_svm(dlrec_columns *c, dlrec_input_format f, uint32_t fields, int has_label,
+                               dlrec_pooling pooling, uint32_t max_hotness);
 
 /* Resolves a schema SPEC ("label=click;ignore=id;cat=*") against a CSV
  * header's column names: a named column must exist, each column gets at most
@@ -84,6 +103,11 @@ void dlrec_columns_criteo(dlrec_columns *c, int has_label);
  * ignore= or use *). Errors name the SPEC item or column. */
 dlrec_status dlrec_columns_from_spec(dlrec_columns *c, const char *spec, const char *const *header,
                                      uint32_t n_header);
+
+/* A SPEC may also declare multi-hot CSV columns: multi=NAME:SEP[:POOL[:MAX]]
+ * (e.g. multi=genres:|:mean:8) makes categorical column NAME a list of values
+ * separated by the byte SEP, pooled by sum (the default) or mean, at most MAX
+ * values a row (the rest dropped and counted). */
 
 /* Where each field of a line goes. Opaque; built by the constructors below. */
 typedef struct dlrec_layout dlrec_layout;
@@ -95,6 +119,13 @@ typedef enum dlrec_role { DLREC_ROLE_IGNORE = 0, DLREC_ROLE_LABEL, DLREC_ROLE_DE
  * fields when their tail is empty (Criteo's files strip trailing empty
  * fields); more is an error. */
 dlrec_status dlrec_layout_criteo(dlrec_layout **L, int has_label);
+
+/* The libSVM / libFM layout for columns c (from dlrec_columns_svm). A line is
+ * a label (unless has_label is 0) and items separated by spaces or tabs:
+ * libSVM `idx:val`, libFM `field:idx:val`, with idx and field decimal
+ * integers (field < c->n_cat) and val a number equal to 1 (one-hot data).
+ * The label is 0 or 1, or -1 or +1 (read as 0 and 1). */
+dlrec_status dlrec_layout_svm(dlrec_layout **L, const dlrec_columns *c, dlrec_input_format f, int has_label);
 
 /* A CSV layout for a file whose header line (the text of line 1, without its
  * line end) is `header`: columns of c are found by name; header columns not in
@@ -149,7 +180,9 @@ typedef struct dlrec_where {
 } dlrec_where;
 
 /* Splits one line (without its '\n'; a trailing '\r' is dropped here) into
- * row. `scratch` must hold at least n bytes; it receives unescaped CSV
+ * row. A multi-hot column's text is its values separated by the column's
+ * separator (libSVM / libFM: the indices of its items, separated by ' ', in
+ * scratch; a column with no item is missing). `scratch` must hold at least n bytes; it receives unescaped CSV
  * fields, so the views stay valid until scratch is reused. Checks the field
  * count, NUL bytes and CSV quoting; does not look at values. On error returns
  * DLREC_ERR_PARSE with "FILE:LINE: reason" or "FILE:LINE: field N (NAME): reason". */
@@ -157,6 +190,7 @@ dlrec_status dlrec_parse_row(const dlrec_layout *L, const char *line, size_t n, 
                              const dlrec_where *w);
 
 /* Reads a label field: "0" or "1" (a number equal to 0 or 1, e.g. "1.0").
+ * libSVM / libFM labels of -1 and +1 reach it already mapped to "0" and "1".
  * NULL on success, else a static reason. */
 const char *dlrec_parse_label(const char *s, size_t n, float *out);
 
@@ -223,6 +257,7 @@ void dlrec_reader_close(dlrec_reader *r); /* accepts NULL */
 static inline const char *dlrec_cat_key(dlrec_key_kind kind, uint64_t salt, const char *s, size_t n,
                                         uint64_t *key) {
   if (kind == DLREC_KEY_HEX) return dlrec_parse_hex_key(s, n, key);
+  if (kind == DLREC_KEY_DEC) return dlrec_parse_dec_key(s, n, key);
   *key = dlrec_hash_bytes(s, n, salt);
   return NULL;
 }

@@ -21,8 +21,9 @@ static void usage_etl(FILE *out) {
           "their own), per dense column count, min, max, mean and std.\n"
           "apply encodes rows with that state into a .dlr file for training.\n"
           "\n"
-          "Inputs are Criteo TSV (label, I1..I13, C1..C26; the default) or CSV with a\n"
-          "header and a --schema. '-' reads standard input, e.g.\n"
+          "Inputs are Criteo TSV (label, I1..I13, C1..C26; the default), CSV with a\n"
+          "header and a --schema, libSVM (label idx:1 ...) or libFM (label field:idx:1\n"
+          "...). '-' reads standard input, e.g.\n"
           "  zcat day_0.gz | dlrec etl fit --input - --out etl/\n"
           "\n"
           "See 'dlrec etl fit --help', 'dlrec etl apply --help' and docs/etl.md.\n");
@@ -37,9 +38,17 @@ static void usage_fit(FILE *out) {
           "options:\n"
           "  --input FILE...         raw rows; several files are read in order; '-' is stdin\n"
           "  --out ETLDIR            the state directory (created; files replaced atomically)\n"
-          "  --format criteo|csv     input format (default criteo: tab-separated, no header)\n"
+          "  --format F              criteo (default: tab-separated, no header), csv,\n"
+          "                          libsvm (one multi-hot column 'features') or libfm\n"
+          "                          (columns f0..f<N-1>, one per field; needs --fields N)\n"
           "  --schema SPEC           CSV columns by role, e.g. 'label=click;ignore=id;cat=*'\n"
-          "                          or 'label=label;dense=I1..I13;cat=C1..C26' (docs/etl.md)\n"
+          "                          or 'label=label;dense=I1..I13;cat=C1..C26' (docs/etl.md);\n"
+          "                          multi=genres:|[:sum|mean[:MAX]] makes a cat column a\n"
+          "                          list of values separated by '|'\n"
+          "  --fields N              libfm: the number of fields (0..N-1)\n"
+          "  --pooling sum|mean      libsvm/libfm: how a model pools a column (default sum)\n"
+          "  --max-hotness K         libsvm/libfm: keep at most K values a row per column, the\n"
+          "                          rest dropped and counted (default: the most fit saw)\n"
           "  --no-label              the rows have no label (Criteo: 39 fields)\n"
           "  --min-count K           values seen fewer than K times share the OOV id (default 1)\n"
           "  --hash-buckets N        a column with more than N kept values is hashed into N\n"
@@ -95,6 +104,13 @@ static void report_short_rows(const char *cmd, const dlrec_etl_report *rep) {
   DLREC_INFO("%s: %llu rows had fewer fields than Criteo's 40 (39 unlabeled), the first at %s: their missing "
              "fields read as empty (a torn line reads so too; --strict-fields refuses them)",
              cmd, (unsigned long long)rep->short_rows, rep->first_short);
+}
+
+/* The summary's line on multi-hot fields cut to their max hotness. */
+static void report_truncated(const char *cmd, const dlrec_etl_report *rep) {
+  if (!rep->truncated_rows) return;
+  DLREC_INFO("%s: %llu rows had a multi-hot field of more values than its max hotness; the first ones were kept",
+             cmd, (unsigned long long)rep->truncated_rows);
 }
 
 /* Options shared by both subcommands, parsed in one place. */
@@ -169,6 +185,11 @@ static int parse_args(etl_args *a, int is_fit, int argc, char **argv) {
     } else if (is_fit && !strcmp(name, "--schema")) {
       if (!(v = value_of(a, argc, argv, &i, iv))) return 2;
       a->fit.schema_spec = v;
+    } else if (is_fit && !strcmp(name, "--pooling")) {
+      if (!(v = value_of(a, argc, argv, &i, iv))) return 2;
+      if (!strcmp(v, "sum")) a->fit.pooling = DLREC_POOLING_SUM;
+      else if (!strcmp(v, "mean")) a->fit.pooling = DLREC_POOLING_MEAN;
+      else return cli_usage_error(a->cmd, "--pooling: expected sum or mean, got '%s'", v);
     } else if (!strcmp(name, "--no-label")) {
       a->fit.has_label = 0;
       a->apply.no_label = 1;
@@ -177,6 +198,8 @@ static int parse_args(etl_args *a, int is_fit, int argc, char **argv) {
     }
     U64_OPT("--min-count", 1, UINT64_MAX / 2, a->fit.min_count)
     U64_OPT("--hash-buckets", 0, UINT32_MAX - 2, a->fit.hash_buckets)
+    U64_OPT("--fields", 1, DLREC_MAX_SPARSE, a->fit.libfm_fields)
+    U64_OPT("--max-hotness", 1, 65536, a->fit.max_hotness)
     else if (is_fit && !strcmp(name, "--dense-transform")) {
       if (!(v = value_of(a, argc, argv, &i, iv))) return 2;
       if (!strcmp(v, "log") || !strcmp(v, "log1p")) a->fit.dense_transform = DLREC_DENSE_LOG;
@@ -202,7 +225,7 @@ static int parse_args(etl_args *a, int is_fit, int argc, char **argv) {
       return cli_usage_error(a->cmd, "unknown option '%s'", arg);
     }
     /* Options of the other subcommand parse above but are not allowed. */
-    static const char *const fit_only[] = {"--min-count", "--hash-buckets", NULL};
+    static const char *const fit_only[] = {"--min-count", "--hash-buckets", "--fields", "--max-hotness", NULL};
     static const char *const apply_only[] = {"--seed", "--row-group-rows", NULL};
     for (const char *const *p = is_fit ? apply_only : fit_only; *p; p++)
       if (!strcmp(name, *p)) return cli_usage_error(a->cmd, "unknown option '%s'", name);
@@ -216,8 +239,11 @@ static int parse_args(etl_args *a, int is_fit, int argc, char **argv) {
   if (!is_fit && !a->etl) return cli_usage_error(a->cmd, "--etl is required");
   if (is_fit && a->fit.format == DLREC_FORMAT_CSV && !a->fit.schema_spec)
     return cli_usage_error(a->cmd, "--format csv needs --schema (e.g. 'label=click;ignore=id;cat=*')");
-  if (is_fit && a->fit.format == DLREC_FORMAT_CRITEO && a->fit.schema_spec)
-    return cli_usage_error(a->cmd, "--schema needs --format csv (Criteo's columns are fixed)");
+  if (is_fit && a->fit.format != DLREC_FORMAT_CSV && a->fit.schema_spec)
+    return cli_usage_error(a->cmd, "--schema needs --format csv (the columns of %s are fixed)",
+                           dlrec_format_name(a->fit.format));
+  if (is_fit && a->fit.format == DLREC_FORMAT_LIBFM && !a->fit.libfm_fields)
+    return cli_usage_error(a->cmd, "--format libfm needs --fields N (the fields are 0..N-1)");
   if (!is_fit && (a->apply.valid_fraction > 0) != (a->apply.valid_out != NULL))
     return cli_usage_error(a->cmd, "--valid-fraction and --valid-out go together");
   return -1;
@@ -240,6 +266,7 @@ static int run_fit(int argc, char **argv) {
              (unsigned long long)rep.rows, (unsigned long long)rep.bad_rows, rep.bytes / 1e6, rep.seconds,
              rep.seconds > 0 ? rep.rows / rep.seconds : 0.0, a.out);
   report_short_rows("etl fit", &rep);
+  report_truncated("etl fit", &rep);
   return 0;
 }
 
@@ -268,6 +295,7 @@ static int run_apply(int argc, char **argv) {
              (unsigned long long)rep.bad_rows, rep.bytes / 1e6, rep.seconds,
              rep.seconds > 0 ? rep.rows / rep.seconds : 0.0);
   report_short_rows("etl apply", &rep);
+  report_truncated("etl apply", &rep);
   return 0;
 }
 

@@ -36,7 +36,26 @@ typedef struct enc_buf {
   uint32_t rows;
   float *labels, *dense;
   uint32_t *ids;
+  /* States with multi-hot columns: per column its ids, grown as needed, and
+   * row starts (cap + 1), for every column alike. */
+  uint32_t *cids[DLREC_MAX_SPARSE];
+  size_t ccap[DLREC_MAX_SPARSE];
+  uint32_t *coff[DLREC_MAX_SPARSE];
 } enc_buf;
+
+/* Appends n ids to a growable array. */
+static dlrec_status ids_append(uint32_t **a, size_t *cap, size_t len, const uint32_t *ids, size_t n) {
+  if (len + n > *cap) {
+    size_t c = *cap ? *cap : 1024;
+    while (c < len + n) c *= 2;
+    uint32_t *t = realloc(*a, c * sizeof *t);
+    if (!t) return dlrec_error(DLREC_ERR_NOMEM, "apply: out of memory for multi-hot ids");
+    *a = t;
+    *cap = c;
+  }
+  memcpy(*a + len, ids, n * sizeof *ids);
+  return DLREC_OK;
+}
 
 typedef struct apply_job {
   dlrec_block block;
@@ -46,12 +65,14 @@ typedef struct apply_job {
   enc_buf out[2]; /* train, validation */
   etl_badlist bad;
   etl_shorts shorts;
+  uint64_t truncated;
 } apply_job;
 
 typedef struct apply_worker {
   dlrec_raw_row row;
   char *scratch;
-  uint32_t ids[DLREC_MAX_SPARSE];
+  uint32_t *ids; /* (ids_max) */
+  uint32_t nids[DLREC_MAX_SPARSE];
 } apply_worker;
 
 /* A row group being filled for one output, and its writer. */
@@ -62,6 +83,10 @@ typedef struct stage {
   float *labels, *dense;
   uint32_t *ids; /* (n_sparse, row_group_rows) */
   uint64_t written;
+  /* States with multi-hot columns: per column ids and row starts (group + 1). */
+  uint32_t *cids[DLREC_MAX_SPARSE];
+  size_t ccap[DLREC_MAX_SPARSE];
+  uint32_t *coff[DLREC_MAX_SPARSE];
 } stage;
 
 typedef struct apply_ctx {
@@ -72,7 +97,7 @@ typedef struct apply_ctx {
   int with_label, split;
   apply_worker *workers;
   stage st[2];
-  uint64_t bad, bytes;
+  uint64_t bad, bytes, truncated;
   etl_shorts shorts;
   dlrec_progress *progress;
 } apply_ctx;
@@ -95,6 +120,11 @@ static dlrec_status job_reserve(apply_ctx *x, apply_job *j, uint64_t rows) {
     b->dense = malloc(((size_t)cap * x->nd + 1) * sizeof(float));
     b->ids = malloc(((size_t)cap * x->nc + 1) * sizeof(uint32_t));
     if (!b->labels || !b->dense || !b->ids) return dlrec_error(DLREC_ERR_NOMEM, "apply: out of memory for a block");
+    for (uint32_t c = 0; x->e->multi && c < x->nc; c++) {
+      free(b->coff[c]);
+      if (!(b->coff[c] = malloc(((size_t)cap + 1) * sizeof(uint32_t))))
+        return dlrec_error(DLREC_ERR_NOMEM, "apply: out of memory for a block");
+    }
   }
   j->cap = cap;
   return DLREC_OK;
@@ -107,7 +137,11 @@ static dlrec_status apply_work(void *vctx, void *vjob, int worker) {
   etl_badlist_clear(&j->bad);
   j->shorts = (etl_shorts){0};
   j->out[0].rows = j->out[1].rows = 0;
+  j->truncated = 0;
   dlrec_status st = job_reserve(x, j, j->block.lines);
+  const int multi = x->e->multi;
+  for (int v = 0; multi && v < 2; v++)
+    for (uint32_t c = 0; c < x->nc; c++) j->out[v].coff[c][0] = 0;
   if (st != DLREC_OK) return st;
   const dlrec_layout *L = x->in.layouts[j->file];
   dlrec_where w = {x->in.names[j->file], j->block.first_line};
@@ -124,12 +158,24 @@ static dlrec_status apply_work(void *vctx, void *vjob, int worker) {
     if (n > x->o->max_line_bytes) st = etl_line_too_long(&w, x->o->max_line_bytes);
     else st = dlrec_parse_row(L, s, n, W->scratch, &W->row, &w);
     if (st == DLREC_OK) is_short = etl_short_row(L, &W->row, x->o->strict_fields, &w, &st);
+    uint32_t truncated = 0;
     if (st == DLREC_OK)
-      st = etl_encode_row(x->e, L, &W->row, x->with_label, &w, &label, b->dense + (size_t)r * x->nd, W->ids);
+      st = etl_encode_row(x->e, L, &W->row, x->with_label, &w, &label, b->dense + (size_t)r * x->nd, W->ids,
+                          W->nids, &truncated);
+    if (st == DLREC_OK && multi) {
+      const uint32_t *ids = W->ids;
+      for (uint32_t c = 0; st == DLREC_OK && c < x->nc; c++) {
+        st = ids_append(&b->cids[c], &b->ccap[c], b->coff[c][r], ids, W->nids[c]);
+        b->coff[c][r + 1] = b->coff[c][r] + W->nids[c];
+        ids += W->nids[c];
+      }
+      if (st != DLREC_OK) return st;
+    }
     if (st == DLREC_OK) {
       if (is_short) etl_shorts_add_line(&j->shorts, j->file, w.line);
+      j->truncated += truncated != 0;
       b->labels[r] = label;
-      for (uint32_t c = 0; c < x->nc; c++) b->ids[(size_t)c * j->cap + r] = W->ids[c];
+      for (uint32_t c = 0; !multi && c < x->nc; c++) b->ids[(size_t)c * j->cap + r] = W->ids[c];
       b->rows++;
       continue;
     }
@@ -144,7 +190,14 @@ static dlrec_status apply_work(void *vctx, void *vjob, int worker) {
 static dlrec_status stage_flush(apply_ctx *x, stage *g) {
   if (g->rows == 0) return DLREC_OK;
   dlrec_rowgroup rg = {.rows = g->rows, .labels = x->with_label ? g->labels : NULL, .dense = g->dense};
-  for (uint32_t c = 0; c < x->nc; c++) rg.ids[c] = g->ids + (size_t)c * x->group;
+  for (uint32_t c = 0; c < x->nc; c++) {
+    if (!x->e->multi) {
+      rg.ids[c] = g->ids + (size_t)c * x->group;
+      continue;
+    }
+    rg.ids[c] = g->cids[c];
+    rg.offsets[c] = x->e->schema.sparse[c].hotness ? NULL : g->coff[c];
+  }
   dlrec_status st = dlrec_dlr_writer_append(g->w, &rg);
   g->written += g->rows;
   g->rows = 0;
@@ -159,8 +212,16 @@ static dlrec_status stage_add(apply_ctx *x, stage *g, const enc_buf *b, uint32_t
     if (k > x->group - g->rows) k = x->group - g->rows;
     memcpy(g->labels + g->rows, b->labels + done, k * sizeof(float));
     memcpy(g->dense + (size_t)g->rows * x->nd, b->dense + (size_t)done * x->nd, (size_t)k * x->nd * sizeof(float));
-    for (uint32_t c = 0; c < x->nc; c++)
+    for (uint32_t c = 0; !x->e->multi && c < x->nc; c++)
       memcpy(g->ids + (size_t)c * x->group + g->rows, b->ids + (size_t)c * cap + done, k * sizeof(uint32_t));
+    for (uint32_t c = 0; x->e->multi && c < x->nc; c++) {
+      /* Row starts rebased onto the group's ids so far. */
+      const uint32_t *off = b->coff[c];
+      uint32_t base = g->coff[c][g->rows];
+      dlrec_status st = ids_append(&g->cids[c], &g->ccap[c], base, b->cids[c] + off[done], off[done + k] - off[done]);
+      if (st != DLREC_OK) return st;
+      for (uint32_t i = 1; i <= k; i++) g->coff[c][g->rows + i] = base + (off[done + i] - off[done]);
+    }
     g->rows += k;
     done += k;
     if (g->rows == x->group) {
@@ -177,6 +238,7 @@ static dlrec_status apply_consume(void *vctx, void *vjob, uint64_t seq) {
   (void)seq;
   dlrec_status st = etl_badlist_report(&j->bad, &x->bad, x->o->skip_bad_rows);
   etl_shorts_add(&x->shorts, &j->shorts);
+  x->truncated += j->truncated;
   for (int v = 0; st == DLREC_OK && v < 1 + x->split; v++) st = stage_add(x, &x->st[v], &j->out[v], j->cap);
   x->bytes += j->bytes;
   dlrec_progress_add(x->progress, j->bytes);
@@ -236,7 +298,9 @@ dlrec_status dlrec_etl_apply(const dlrec_etl *e, const char *const *inputs, int 
   if (!jobs || !slots || !x->workers) st = dlrec_error(DLREC_ERR_NOMEM, "apply: out of memory");
   for (int i = 0; st == DLREC_OK && i < n_jobs; i++) slots[i] = &jobs[i];
   for (int w = 0; st == DLREC_OK && w < threads; w++)
-    if (!(x->workers[w].scratch = malloc(o->max_line_bytes + 1))) st = dlrec_error(DLREC_ERR_NOMEM, "apply: out of memory");
+    if (!(x->workers[w].scratch = malloc(o->max_line_bytes + 1)) ||
+        !(x->workers[w].ids = malloc((e->ids_max + 1) * sizeof(uint32_t))))
+      st = dlrec_error(DLREC_ERR_NOMEM, "apply: out of memory");
   if (st == DLREC_OK)
     st = etl_inputs_init(&x->in, inputs, n_inputs, e->format, NULL, &e->cols, x->with_label, o->block_bytes,
                          o->max_line_bytes);
@@ -253,6 +317,10 @@ dlrec_status dlrec_etl_apply(const dlrec_etl *e, const char *const *inputs, int 
     g->dense = malloc(((size_t)x->group * x->nd + 1) * sizeof(float));
     g->ids = malloc(((size_t)x->group * x->nc + 1) * sizeof(uint32_t));
     if (!g->labels || !g->dense || !g->ids) st = dlrec_error(DLREC_ERR_NOMEM, "apply: out of memory for row groups");
+    for (uint32_t c = 0; st == DLREC_OK && e->multi && c < x->nc; c++) {
+      g->coff[c] = calloc((size_t)x->group + 1, sizeof(uint32_t));
+      if (!g->coff[c]) st = dlrec_error(DLREC_ERR_NOMEM, "apply: out of memory for row groups");
+    }
     if (st == DLREC_OK) st = dlrec_dlr_writer_open(&g->w, g->path, &schema);
   }
   if (st == DLREC_OK) {
@@ -275,18 +343,28 @@ dlrec_status dlrec_etl_apply(const dlrec_etl *e, const char *const *inputs, int 
     g->w = NULL;
   }
   if (st == DLREC_OK && x->bad) DLREC_WARN("apply: skipped %llu bad rows in all", (unsigned long long)x->bad);
+  if (st == DLREC_OK && x->truncated)
+    DLREC_WARN("apply: %llu rows had more values in a multi-hot field than its max hotness; the first were kept",
+               (unsigned long long)x->truncated);
   if (rep)
     *rep = (dlrec_etl_report){.rows = x->st[0].written + x->st[1].written,
                               .valid_rows = x->st[1].written,
                               .bad_rows = x->bad,
+                              .truncated_rows = x->truncated,
                               .bytes = x->bytes,
                               .seconds = dlrec_now() - t0};
   if (rep) etl_shorts_report(&x->shorts, &x->in, rep);
-  for (int v = 0; v < 2; v++) free(x->st[v].labels), free(x->st[v].dense), free(x->st[v].ids);
-  for (int w = 0; x->workers && w < threads; w++) free(x->workers[w].scratch);
+  for (int v = 0; v < 2; v++) {
+    free(x->st[v].labels), free(x->st[v].dense), free(x->st[v].ids);
+    for (uint32_t c = 0; c < DLREC_MAX_SPARSE; c++) free(x->st[v].cids[c]), free(x->st[v].coff[c]);
+  }
+  for (int w = 0; x->workers && w < threads; w++) free(x->workers[w].scratch), free(x->workers[w].ids);
   for (int i = 0; jobs && i < n_jobs; i++) {
     dlrec_block_free(&jobs[i].block);
-    for (int v = 0; v < 2; v++) free(jobs[i].out[v].labels), free(jobs[i].out[v].dense), free(jobs[i].out[v].ids);
+    for (int v = 0; v < 2; v++) {
+      free(jobs[i].out[v].labels), free(jobs[i].out[v].dense), free(jobs[i].out[v].ids);
+      for (uint32_t c = 0; c < DLREC_MAX_SPARSE; c++) free(jobs[i].out[v].cids[c]), free(jobs[i].out[v].coff[c]);
+    }
     etl_badlist_free(&jobs[i].bad);
   }
   etl_inputs_free(&x->in);

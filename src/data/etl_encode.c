@@ -35,6 +35,8 @@ dlrec_status etl_build_layouts(dlrec_etl *e) {
     dlrec_status st;
     if (e->format == DLREC_FORMAT_CRITEO) {
       st = dlrec_layout_criteo(&e->layout[with], with);
+    } else if (e->format != DLREC_FORMAT_CSV) {
+      st = dlrec_layout_svm(&e->layout[with], &e->cols, e->format, with);
     } else {
       size_t len;
       char *line = header_line(e->header, e->n_header, with ? NULL : e->schema.label_name, &len);
@@ -113,14 +115,42 @@ dlrec_status dlrec_etl_encode_dense(const dlrec_etl *e, uint32_t col, const char
 dlrec_status dlrec_etl_encode_cat(const dlrec_etl *e, uint32_t col, const char *s, size_t n, uint32_t *id) {
   if (col >= e->schema.n_sparse)
     return dlrec_error(DLREC_ERR_INVALID, "categorical column %u out of range (%u columns)", col, e->schema.n_sparse);
+  /* Its text would read as one value, separators and all. */
+  if (e->cat[col].sep)
+    return dlrec_error(DLREC_ERR_INVALID, "categorical column '%s' is multi-hot: use dlrec_etl_encode_line_multi",
+                       e->schema.sparse[col].name);
   const char *why = etl_cat_id(e, col, s, n, id);
   if (!why) return DLREC_OK;
   const dlrec_layout *L = default_layout(e);
   return dlrec_parse_error(NULL, dlrec_layout_cat_field(L, col), e->schema.sparse[col].name, why, s, n);
 }
 
+/* A multi-hot column's ids: each value's, in order, at most max hotness. */
+static dlrec_status encode_multi(const dlrec_etl *e, const dlrec_layout *L, uint32_t c, dlrec_text t,
+                                 const dlrec_where *w, uint32_t *ids, uint32_t *n_out, uint32_t *truncated) {
+  const etl_cat *k = &e->cat[c];
+  const uint32_t max = e->schema.sparse[c].max_hotness;
+  const char *p = t.s, *end = t.s + t.n, *v;
+  size_t vn;
+  uint32_t n = 0;
+  while (etl_next_value(&p, end, k->sep, &v, &vn)) {
+    if (n == max) {
+      if (truncated) (*truncated)++;
+      break;
+    }
+    uint64_t key;
+    const char *why = dlrec_cat_key(k->key_kind, k->salt, v, vn, &key);
+    if (why) return dlrec_parse_error(w, L->cat_field[c], e->schema.sparse[c].name, why, v, vn);
+    ids[n++] = (uint32_t)(k->id_begin + etl_cat_local(k, key, keymap_hash(key)));
+  }
+  if (n == 0) ids[n++] = (uint32_t)(k->id_begin + ETL_LOCAL_MISSING);
+  *n_out = n;
+  return DLREC_OK;
+}
+
 dlrec_status etl_encode_row(const dlrec_etl *e, const dlrec_layout *L, const dlrec_raw_row *row, int with_label,
-                            const dlrec_where *w, float *label, float *dense, uint32_t *ids) {
+                            const dlrec_where *w, float *label, float *dense, uint32_t *ids, uint32_t *nids,
+                            uint32_t *truncated) {
   const char *why;
   if (with_label && (why = dlrec_parse_label(row->label.s, row->label.n, label)) != NULL)
     return dlrec_parse_error(w, L->label_field, e->schema.label_name, why, row->label.s, row->label.n);
@@ -130,7 +160,7 @@ dlrec_status etl_encode_row(const dlrec_etl *e, const dlrec_layout *L, const dlr
   uint32_t nc = e->schema.n_sparse, nd = e->schema.n_dense;
   for (uint32_t c = 0; c < nc; c++) {
     const dlrec_text t = row->cat[c];
-    if (t.n == 0) continue;
+    if (t.n == 0 || e->cat[c].sep) continue;
     if ((why = dlrec_cat_key(e->cat[c].key_kind, e->cat[c].salt, t.s, t.n, &keys[c])) != NULL)
       return dlrec_parse_error(w, L->cat_field[c], e->schema.sparse[c].name, why, t.s, t.n);
     hashes[c] = keymap_hash(keys[c]);
@@ -141,9 +171,25 @@ dlrec_status etl_encode_row(const dlrec_etl *e, const dlrec_layout *L, const dlr
     if ((why = etl_dense_value(e, d, t.s, t.n, &dense[d])) != NULL)
       return dlrec_parse_error(w, L->dense_field[d], e->schema.dense_names[d], why, t.s, t.n);
   }
+  if (!e->multi) {
+    for (uint32_t c = 0; c < nc; c++) {
+      const etl_cat *k = &e->cat[c];
+      ids[c] = (uint32_t)(k->id_begin + (row->cat[c].n == 0 ? ETL_LOCAL_MISSING : etl_cat_local(k, keys[c], hashes[c])));
+      if (nids) nids[c] = 1;
+    }
+    return DLREC_OK;
+  }
+  uint32_t at = 0;
   for (uint32_t c = 0; c < nc; c++) {
     const etl_cat *k = &e->cat[c];
-    ids[c] = (uint32_t)(k->id_begin + (row->cat[c].n == 0 ? ETL_LOCAL_MISSING : etl_cat_local(k, keys[c], hashes[c])));
+    if (k->sep) {
+      dlrec_status st = encode_multi(e, L, c, row->cat[c], w, ids + at, &nids[c], truncated);
+      if (st != DLREC_OK) return st;
+      at += nids[c];
+      continue;
+    }
+    ids[at++] = (uint32_t)(k->id_begin + (row->cat[c].n == 0 ? ETL_LOCAL_MISSING : etl_cat_local(k, keys[c], hashes[c])));
+    nids[c] = 1;
   }
   return DLREC_OK;
 }
@@ -158,6 +204,10 @@ dlrec_status dlrec_etl_encode_line_checked(const dlrec_etl *e, const char *line,
                                            int strict_fields, float *label, float *dense, uint32_t *ids,
                                            int *short_row) {
   *short_row = 0;
+  /* One id per column is all this interface can return. */
+  if (e->multi)
+    return dlrec_error(DLREC_ERR_INVALID,
+                       "encode_line: the ETL state has multi-hot columns: use dlrec_etl_encode_line_multi");
   if (with_label && !e->schema.has_label)
     return dlrec_error(DLREC_ERR_INVALID, "encode_line: the ETL state has no label column");
   const dlrec_layout *L = e->layout[with_label ? 1 : 0];
@@ -166,13 +216,36 @@ dlrec_status dlrec_etl_encode_line_checked(const dlrec_etl *e, const char *line,
   static _Thread_local dlrec_raw_row row;
   char small[4096];
   char *scratch = small;
-  if (e->format == DLREC_FORMAT_CSV && n >= sizeof small) {
+  if (e->format != DLREC_FORMAT_CRITEO && n >= sizeof small) {
     scratch = malloc(n + 1);
     if (!scratch) return dlrec_error(DLREC_ERR_NOMEM, "encode_line: out of memory");
   }
   dlrec_status st = dlrec_parse_row(L, line, n, scratch, &row, NULL);
   if (st == DLREC_OK) *short_row = etl_short_row(L, &row, strict_fields, NULL, &st);
-  if (st == DLREC_OK) st = etl_encode_row(e, L, &row, with_label, NULL, label, dense, ids);
+  if (st == DLREC_OK) st = etl_encode_row(e, L, &row, with_label, NULL, label, dense, ids, NULL, NULL);
+  if (scratch != small) free(scratch);
+  return st;
+}
+
+uint64_t dlrec_etl_ids_max(const dlrec_etl *e) { return e->ids_max; }
+
+dlrec_status dlrec_etl_encode_line_multi(const dlrec_etl *e, const char *line, size_t n, int with_label,
+                                         float *label, float *dense, uint32_t *ids, uint32_t *nids,
+                                         uint32_t *truncated) {
+  if (with_label && !e->schema.has_label)
+    return dlrec_error(DLREC_ERR_INVALID, "encode_line: the ETL state has no label column");
+  const dlrec_layout *L = e->layout[with_label ? 1 : 0];
+  static _Thread_local dlrec_raw_row row;
+  char small[4096];
+  char *scratch = small;
+  if (e->format != DLREC_FORMAT_CRITEO && n >= sizeof small) {
+    scratch = malloc(n + 1);
+    if (!scratch) return dlrec_error(DLREC_ERR_NOMEM, "encode_line: out of memory");
+  }
+  uint32_t tr = 0;
+  dlrec_status st = dlrec_parse_row(L, line, n, scratch, &row, NULL);
+  if (st == DLREC_OK) st = etl_encode_row(e, L, &row, with_label, NULL, label, dense, ids, nids, &tr);
+  if (truncated) *truncated = tr;
   if (scratch != small) free(scratch);
   return st;
 }

@@ -36,6 +36,12 @@ typedef struct fit_worker {
   uint64_t cat_missing[DLREC_MAX_SPARSE];
   dlrec_raw_row row;
   char *scratch; /* CSV unescaping, max_line_bytes + 1 */
+  /* Multi-hot columns: the row's keys (grown as needed), and the most values
+   * a row had in each column. */
+  uint64_t *mkeys;
+  size_t mcap;
+  uint32_t mbegin[DLREC_MAX_SPARSE], mcount[DLREC_MAX_SPARSE];
+  uint32_t max_values[DLREC_MAX_SPARSE];
 } fit_worker;
 
 typedef struct fit_job {
@@ -49,6 +55,7 @@ typedef struct fit_job {
   uint64_t *dcount;    /* (n_dense) non-missing values */
   etl_badlist bad;
   etl_shorts shorts;
+  uint64_t truncated; /* rows with a multi-hot field cut to its max hotness */
 } fit_job;
 
 /* Shifted sums of one dense column (shift = its first value), for a mean and
@@ -67,9 +74,10 @@ typedef struct fit_ctx {
   const dlrec_etl_fit_opts *o;
   dlrec_columns cols;
   uint32_t nd, nc;
+  int multi; /* some column is multi-hot */
   fit_worker *workers;
   int n_workers;
-  uint64_t rows, positives, bad, bytes;
+  uint64_t rows, positives, bad, bytes, truncated;
   etl_shorts shorts;
   dense_acc acc[DLREC_MAX_DENSE];
   dlrec_progress *progress;
@@ -92,6 +100,42 @@ static dlrec_status job_reserve(fit_job *j, uint64_t rows, uint32_t nd) {
   return DLREC_OK;
 }
 
+/* The keys of a row's multi-hot fields, each up to its column's max
+ * hotness, into W->mkeys (column c's at W->mbegin[c], W->mcount[c] of them);
+ * *truncated is set when a field had more values. */
+static __attribute__((noinline)) dlrec_status fit_multi_keys(const fit_ctx *x, fit_worker *W, const dlrec_layout *L,
+                                                             const dlrec_raw_row *row, const dlrec_where *w,
+                                                             int *truncated) {
+  const etl_column_keys *ck = &x->in.keys;
+  uint32_t nm = 0;
+  for (uint32_t c = 0; c < x->nc; c++) {
+    if (!x->cols.sep[c]) continue;
+    const dlrec_text t = row->cat[c];
+    const char *p = t.s, *end = t.s + t.n, *v, *why;
+    size_t vn;
+    uint32_t max = x->cols.max_hotness[c] ? x->cols.max_hotness[c] : UINT32_MAX;
+    W->mbegin[c] = nm;
+    while (etl_next_value(&p, end, x->cols.sep[c], &v, &vn)) {
+      if (nm - W->mbegin[c] == max) {
+        *truncated = 1;
+        break;
+      }
+      if (nm == W->mcap) {
+        size_t cap = W->mcap ? 2 * W->mcap : 256;
+        uint64_t *k = realloc(W->mkeys, cap * sizeof *k);
+        if (!k) return dlrec_error(DLREC_ERR_NOMEM, "fit: out of memory");
+        W->mkeys = k;
+        W->mcap = cap;
+      }
+      if ((why = dlrec_cat_key(ck->kind[c], ck->salt[c], v, vn, &W->mkeys[nm])) != NULL)
+        return dlrec_parse_error(w, L->cat_field[c], x->cols.cat[c], why, v, vn);
+      nm++;
+    }
+    W->mcount[c] = nm - W->mbegin[c];
+  }
+  return DLREC_OK;
+}
+
 /* Parses and counts one line; nothing of a bad row is counted. */
 static dlrec_status fit_row(fit_ctx *x, fit_worker *W, fit_job *j, const dlrec_layout *L, const char *s, size_t n,
                             const dlrec_where *w) {
@@ -108,14 +152,17 @@ static dlrec_status fit_row(fit_ctx *x, fit_worker *W, fit_job *j, const dlrec_l
     return dlrec_parse_error(w, L->label_field, x->cols.label, why, row->label.s, row->label.n);
   uint64_t keys[DLREC_MAX_SPARSE], hashes[DLREC_MAX_SPARSE];
   double vals[DLREC_MAX_DENSE], tvals[DLREC_MAX_DENSE]; /* raw and transformed */
+  int truncated = 0;
   for (uint32_t c = 0; c < x->nc; c++) {
     const dlrec_text t = row->cat[c];
-    if (t.n == 0) continue;
+    if (t.n == 0 || (x->multi && x->cols.sep[c])) continue;
     if ((why = dlrec_cat_key(ck->kind[c], ck->salt[c], t.s, t.n, &keys[c])) != NULL)
       return dlrec_parse_error(w, L->cat_field[c], x->cols.cat[c], why, t.s, t.n);
     hashes[c] = keymap_hash(keys[c]);
     keymap_prefetch(&W->maps[c], hashes[c]);
   }
+  /* Multi-hot fields out of line: one-hot inputs (Criteo) never pay for them. */
+  if (x->multi && (st = fit_multi_keys(x, W, L, row, w, &truncated)) != DLREC_OK) return st;
   for (uint32_t d = 0; d < x->nd; d++) {
     const dlrec_text t = row->dense[d];
     if (!t.n) continue;
@@ -129,6 +176,7 @@ static dlrec_status fit_row(fit_ctx *x, fit_worker *W, fit_job *j, const dlrec_l
   if (is_short) etl_shorts_add_line(&j->shorts, j->file, w->line);
   uint64_t r = j->rows++;
   j->positives += label != 0;
+  j->truncated += truncated;
   for (uint32_t d = 0; d < x->nd; d++) {
     double *t = &j->t[d * j->cap + r];
     if (row->dense[d].n == 0) {
@@ -142,6 +190,17 @@ static dlrec_status fit_row(fit_ctx *x, fit_worker *W, fit_job *j, const dlrec_l
     j->dcount[d]++;
   }
   for (uint32_t c = 0; c < x->nc; c++) {
+    if (x->multi && x->cols.sep[c]) {
+      uint32_t n = W->mcount[c];
+      if (n == 0) W->cat_missing[c]++;
+      if (n > W->max_values[c]) W->max_values[c] = n;
+      for (uint32_t i = 0; i < n; i++) {
+        uint64_t k = W->mkeys[W->mbegin[c] + i];
+        if (keymap_count(&W->maps[c], k, keymap_hash(k)) != DLREC_OK)
+          return dlrec_error_context("fit: column %s: ", x->cols.cat[c]);
+      }
+      continue;
+    }
     if (row->cat[c].n == 0) {
       W->cat_missing[c]++;
       continue;
@@ -156,7 +215,7 @@ static dlrec_status fit_work(void *vctx, void *vjob, int worker) {
   fit_ctx *x = vctx;
   fit_job *j = vjob;
   fit_worker *W = &x->workers[worker];
-  j->rows = j->positives = 0;
+  j->rows = j->positives = j->truncated = 0;
   j->shorts = (etl_shorts){0};
   etl_badlist_clear(&j->bad);
   for (uint32_t d = 0; d < x->nd; d++) {
@@ -219,6 +278,7 @@ static dlrec_status fit_consume(void *vctx, void *vjob, uint64_t seq) {
   }
   x->rows += j->rows;
   x->positives += j->positives;
+  x->truncated += j->truncated;
   etl_shorts_add(&x->shorts, &j->shorts);
   x->bytes += j->bytes;
   dlrec_progress_add(x->progress, j->bytes);
@@ -306,7 +366,9 @@ static dlrec_status finish_column(const dlrec_etl_fit_opts *o, etl_cat *c, keyma
   keymap_free(m);
   uint64_t kept = 0;
   c->oov = 0;
+  c->values = 0;
   for (uint64_t i = 0; i < all.n; i++) {
+    c->values += all.v[i].count;
     if (all.v[i].count >= o->min_count) kept++;
     else c->oov += all.v[i].count;
   }
@@ -408,6 +470,7 @@ static dlrec_status build_state(fit_ctx *x, dlrec_etl *e) {
   e->rows = x->rows;
   e->positives = x->positives;
   e->bad_rows = x->bad;
+  e->libfm_fields = o->format == DLREC_FORMAT_LIBFM ? o->libfm_fields : 0;
   if (o->format == DLREC_FORMAT_CSV) {
     e->spec = strdup(o->schema_spec);
     e->header = x->in.header; /* handed over */
@@ -442,6 +505,21 @@ static dlrec_status build_state(fit_ctx *x, dlrec_etl *e) {
     dlrec_sparse_col *col = &s->sparse[c];
     strcpy(col->name, x->cols.cat[c]);
     col->hotness = col->max_hotness = 1;
+    col->pooling = DLREC_POOLING_SUM;
+    e->cat[c].sep = x->cols.sep[c];
+    if (x->cols.sep[c]) {
+      /* Multi-hot: at most the declared max, else the most fit saw (and at
+       * least 1: a row without values has its missing id). A max of 1 is a
+       * one-hot column that drops extra values. */
+      uint32_t max = x->cols.max_hotness[c];
+      for (int w = 0; !max && w < x->n_workers; w++)
+        if (x->workers[w].max_values[c] > col->max_hotness) col->max_hotness = x->workers[w].max_values[c];
+      if (max) col->max_hotness = max;
+      col->hotness = col->max_hotness == 1 ? 1 : 0;
+      col->pooling = x->cols.pooling[c];
+      e->multi = 1;
+    }
+    e->ids_max += col->max_hotness;
     col->id_begin = e->cat[c].id_begin = next;
     next += e->cat[c].size;
     col->id_end = next;
@@ -460,8 +538,18 @@ static dlrec_status check_opts(const dlrec_etl_fit_opts *o) {
     return dlrec_error(DLREC_ERR_INVALID, "--hash-buckets must be below 2^32 - 2");
   if (o->format == DLREC_FORMAT_CSV && !o->schema_spec)
     return dlrec_error(DLREC_ERR_INVALID, "--format csv needs --schema (e.g. 'label=click;ignore=id;cat=*')");
-  if (o->format == DLREC_FORMAT_CRITEO && o->schema_spec)
-    return dlrec_error(DLREC_ERR_INVALID, "--schema is for --format csv (Criteo's columns are fixed)");
+  if (o->format != DLREC_FORMAT_CSV && o->schema_spec)
+    return dlrec_error(DLREC_ERR_INVALID, "--schema is for --format csv (the columns of %s are fixed)",
+                       dlrec_format_name(o->format));
+  if (o->format == DLREC_FORMAT_LIBFM && (o->libfm_fields < 1 || o->libfm_fields > DLREC_MAX_SPARSE))
+    return dlrec_error(DLREC_ERR_INVALID, "--format libfm needs --fields N, N in [1, %d]", DLREC_MAX_SPARSE);
+  if (o->format != DLREC_FORMAT_LIBFM && o->libfm_fields)
+    return dlrec_error(DLREC_ERR_INVALID, "--fields is for --format libfm");
+  if (o->format != DLREC_FORMAT_LIBSVM && o->format != DLREC_FORMAT_LIBFM &&
+      (o->max_hotness || o->pooling != DLREC_POOLING_SUM))
+    return dlrec_error(DLREC_ERR_INVALID,
+                       "--max-hotness and --pooling are for --format libsvm and libfm (CSV: multi= in --schema)");
+  if (o->max_hotness > 65536) return dlrec_error(DLREC_ERR_INVALID, "--max-hotness must be in [1, 65536]");
   if (o->max_line_bytes == 0 || o->max_line_bytes > (1u << 30))
     return dlrec_error(DLREC_ERR_INVALID, "--max-line-bytes must be in [1, 2^30]");
   return DLREC_OK;
@@ -483,13 +571,20 @@ dlrec_status dlrec_etl_fit(const char *const *inputs, int n_inputs, const char *
   x->workers = calloc((size_t)threads, sizeof *x->workers);
   dlrec_etl *e = calloc(1, sizeof *e);
   if (!jobs || !slots || !x->workers || !e) st = dlrec_error(DLREC_ERR_NOMEM, "fit: out of memory");
+  dlrec_columns svm_cols;
+  const dlrec_columns *given = NULL;
+  if (st == DLREC_OK && (o->format == DLREC_FORMAT_LIBSVM || o->format == DLREC_FORMAT_LIBFM)) {
+    st = dlrec_columns_svm(&svm_cols, o->format, o->libfm_fields, o->has_label, o->pooling, o->max_hotness);
+    given = &svm_cols;
+  }
   if (st == DLREC_OK)
-    st = etl_inputs_init(&x->in, inputs, n_inputs, o->format, o->schema_spec, NULL, o->has_label, o->block_bytes,
+    st = etl_inputs_init(&x->in, inputs, n_inputs, o->format, o->schema_spec, given, o->has_label, o->block_bytes,
                          o->max_line_bytes);
   if (st == DLREC_OK) {
     x->cols = x->in.cols;
     x->nd = x->cols.n_dense;
     x->nc = x->cols.n_cat;
+    for (uint32_t c = 0; c < x->nc; c++) x->multi |= x->cols.sep[c] != 0;
   }
   for (uint32_t d = 0; d < x->nd; d++) x->acc[d] = (dense_acc){.min = INFINITY, .max = -INFINITY};
   for (int w = 0; st == DLREC_OK && w < threads; w++) {
@@ -520,14 +615,22 @@ dlrec_status dlrec_etl_fit(const char *const *inputs, int n_inputs, const char *
   if (st == DLREC_OK) st = build_state(x, e);
   if (st == DLREC_OK) st = etl_save(e, out_dir);
   if (st == DLREC_OK && x->bad) DLREC_WARN("fit: skipped %llu bad rows in all", (unsigned long long)x->bad);
+  if (st == DLREC_OK && x->truncated)
+    DLREC_WARN("fit: %llu rows had more values in a multi-hot field than its max hotness; only the first were counted",
+               (unsigned long long)x->truncated);
   if (rep) {
-    *rep = (dlrec_etl_report){.rows = x->rows, .bad_rows = x->bad, .bytes = x->bytes, .seconds = dlrec_now() - t0};
+    *rep = (dlrec_etl_report){.rows = x->rows,
+                              .bad_rows = x->bad,
+                              .truncated_rows = x->truncated,
+                              .bytes = x->bytes,
+                              .seconds = dlrec_now() - t0};
     etl_shorts_report(&x->shorts, &x->in, rep);
   }
   /* Cleanup. */
   for (int w = 0; x->workers && w < threads; w++) {
     for (uint32_t c = 0; c < DLREC_MAX_SPARSE; c++) keymap_free(&x->workers[w].maps[c]);
     free(x->workers[w].scratch);
+    free(x->workers[w].mkeys);
   }
   for (int i = 0; jobs && i < n_jobs; i++) {
     dlrec_block_free(&jobs[i].block);

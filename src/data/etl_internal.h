@@ -42,6 +42,11 @@ typedef struct etl_cat {
   const uint32_t *bucket_rank;
   const uint64_t *bucket_counts;
   keymap map; /* vocabulary columns: key -> local id (built by the loader) */
+  /* Multi-hot columns: the byte between values (0: one-hot), and the value
+   * occurrences fit counted (the counts add up to it, not to the rows). The
+   * hotness, max hotness and pooling are the schema's. */
+  char sep;
+  uint64_t values;
 } etl_cat;
 
 struct dlrec_etl {
@@ -58,6 +63,9 @@ struct dlrec_etl {
   etl_dense dense[DLREC_MAX_DENSE];
   etl_cat cat[DLREC_MAX_SPARSE];
   dlrec_layout *layout[2]; /* encode_line's layouts without / with the label */
+  uint32_t libfm_fields;   /* libFM: the fields fit was told */
+  int multi;               /* some column is multi-hot */
+  uint64_t ids_max;        /* the most ids a row encodes to: the sum of max hotness */
   void *owned[2 * DLREC_MAX_SPARSE + 1]; /* buffers that keys/counts/ranks point into */
   int n_owned;
 };
@@ -145,10 +153,29 @@ static inline const char *etl_cat_id(const dlrec_etl *e, uint32_t col, const cha
   return NULL;
 }
 
+/* The values of a multi-hot field, split at sep; empty values are skipped.
+ * Loop: while (etl_next_value(&p, end, sep, &v, &vn)) ... */
+static inline int etl_next_value(const char **p, const char *end, char sep, const char **v, size_t *vn) {
+  while (*p < end) {
+    const char *q = memchr(*p, sep, (size_t)(end - *p));
+    if (!q) q = end;
+    *v = *p;
+    *vn = (size_t)(q - *p);
+    *p = q < end ? q + 1 : end;
+    if (*vn) return 1;
+  }
+  return 0;
+}
+
 /* Encodes one split row (label if with_label, dense, ids) as apply does; a
- * bad value is DLREC_ERR_PARSE naming w (may be NULL) and the field of L. */
+ * bad value is DLREC_ERR_PARSE naming w (may be NULL) and the field of L.
+ * ids receives each column's ids in turn (at most e->ids_max in all), nids[c]
+ * how many column c has (1 for one-hot columns; a multi-hot column with no
+ * value has one id, its missing id); *truncated (may be NULL) counts the
+ * columns that had more values than their max hotness (the first ones kept). */
 dlrec_status etl_encode_row(const dlrec_etl *e, const dlrec_layout *L, const dlrec_raw_row *row, int with_label,
-                            const dlrec_where *w, float *label, float *dense, uint32_t *ids);
+                            const dlrec_where *w, float *label, float *dense, uint32_t *ids, uint32_t *nids,
+                            uint32_t *truncated);
 
 /* ---- running fit and apply over input files (etl_run.c) ---- */
 

@@ -12,8 +12,9 @@
 
 void etl_column_keys_init(etl_column_keys *k, dlrec_input_format f, const dlrec_columns *c) {
   for (uint32_t i = 0; i < c->n_cat; i++) {
-    k->kind[i] = f == DLREC_FORMAT_CRITEO ? DLREC_KEY_HEX : DLREC_KEY_HASH;
-    k->salt[i] = f == DLREC_FORMAT_CRITEO ? 0 : dlrec_cat_salt(c->cat[i]);
+    int hashed = f == DLREC_FORMAT_CSV;
+    k->kind[i] = f == DLREC_FORMAT_CRITEO ? DLREC_KEY_HEX : hashed ? DLREC_KEY_HASH : DLREC_KEY_DEC;
+    k->salt[i] = hashed ? dlrec_cat_salt(c->cat[i]) : 0;
   }
 }
 
@@ -22,6 +23,8 @@ static dlrec_status open_file(etl_inputs *in, uint32_t i) {
   dlrec_status st = dlrec_reader_open(&in->r, in->paths[i], in->block_bytes, in->max_line_bytes);
   if (st == DLREC_OK && in->format == DLREC_FORMAT_CRITEO) {
     st = dlrec_layout_criteo(&in->layouts[i], in->has_label);
+  } else if (st == DLREC_OK && in->format != DLREC_FORMAT_CSV) {
+    st = dlrec_layout_svm(&in->layouts[i], &in->cols, in->format, in->has_label);
   } else if (st == DLREC_OK) {
     const char *line;
     size_t len;
@@ -98,6 +101,11 @@ dlrec_status etl_inputs_init(etl_inputs *in, const char *const *paths, int n, dl
     dlrec_columns_criteo(&in->cols, has_label);
   } else {
     in->cols = *cols;
+    /* The label follows the rows (apply's --no-label), not the columns. */
+    if (format != DLREC_FORMAT_CSV) {
+      in->cols.has_label = has_label;
+      if (has_label) strcpy(in->cols.label, "label");
+    }
   }
   etl_column_keys_init(&in->keys, format, &in->cols);
   return DLREC_OK;

@@ -128,6 +128,7 @@ static cJSON *state_json(const dlrec_etl *e, uint64_t vocab_bytes, uint32_t voca
   cJSON_AddStringToObject(root, "format", ETL_FORMAT_NAME);
   cJSON_AddItemToObject(root, "version", num(DLREC_ETL_VERSION));
   cJSON_AddStringToObject(root, "input_format", dlrec_format_name(e->format));
+  if (e->format == DLREC_FORMAT_LIBFM) cJSON_AddItemToObject(root, "fields", num((double)e->libfm_fields));
   if (e->format == DLREC_FORMAT_CSV) {
     cJSON_AddStringToObject(root, "schema_spec", e->spec ? e->spec : "");
     cJSON *h = cJSON_AddArrayToObject(root, "header");
@@ -164,7 +165,7 @@ static cJSON *state_json(const dlrec_etl *e, uint64_t vocab_bytes, uint32_t voca
     char salt[32];
     snprintf(salt, sizeof salt, "0x%016llx", (unsigned long long)c->salt);
     cJSON_AddStringToObject(o, "name", s->name);
-    cJSON_AddStringToObject(o, "key", c->key_kind == DLREC_KEY_HEX ? "hex" : "hash");
+    cJSON_AddStringToObject(o, "key", c->key_kind == DLREC_KEY_HEX ? "hex" : c->key_kind == DLREC_KEY_DEC ? "dec" : "hash");
     if (c->key_kind == DLREC_KEY_HASH) cJSON_AddStringToObject(o, "salt", salt);
     cJSON_AddStringToObject(o, "encoding", c->hashed ? "hashed" : "vocab");
     cJSON_AddItemToObject(o, "size", num((double)c->size));
@@ -175,6 +176,13 @@ static cJSON *state_json(const dlrec_etl *e, uint64_t vocab_bytes, uint32_t voca
     if (c->hashed) cJSON_AddItemToObject(o, "buckets", num((double)c->buckets));
     cJSON_AddItemToObject(o, "missing", num((double)c->missing));
     cJSON_AddItemToObject(o, "oov", num((double)c->oov));
+    if (c->sep) {
+      char sep[2] = {c->sep, '\0'};
+      cJSON_AddStringToObject(o, "multi", sep);
+      cJSON_AddItemToObject(o, "max_hotness", num((double)s->max_hotness));
+      cJSON_AddStringToObject(o, "pooling", s->pooling == DLREC_POOLING_MEAN ? "mean" : "sum");
+      cJSON_AddItemToObject(o, "values", num((double)c->values));
+    }
     cJSON_AddItemToArray(cats, o);
   }
   cJSON *v = cJSON_AddObjectToObject(root, "vocab");
@@ -261,7 +269,8 @@ static dlrec_status load_cats(dlrec_etl *e, const cJSON *arr, const char *jpath)
     return dlrec_error(DLREC_ERR_INVALID, "%s: %d categorical columns, at most %d", jpath, n, DLREC_MAX_SPARSE);
   e->schema.n_sparse = (uint32_t)n;
   static const char *const keys[] = {"name", "key", "salt", "encoding", "size", "id_begin", "id_end", "distinct",
-                                     "kept", "buckets", "missing", "oov", NULL};
+                                     "kept", "buckets", "missing", "oov", "multi", "max_hotness", "pooling", "values",
+                                     NULL};
   uint64_t next = 0;
   for (int i = 0; i < n; i++) {
     const cJSON *o = cJSON_GetArrayItem(arr, i);
@@ -285,8 +294,35 @@ static dlrec_status load_cats(dlrec_etl *e, const cJSON *arr, const char *jpath)
     if (st == DLREC_OK) st = dlrec_json_get_u64_or(o, "buckets", what, 0, &c->buckets);
     if (st == DLREC_OK) st = dlrec_json_get_u64(o, "missing", what, &c->missing);
     if (st == DLREC_OK) st = dlrec_json_get_u64(o, "oov", what, &c->oov);
+    const char *multi = NULL, *pooling = NULL;
+    uint64_t max_hotness = 1;
+    if (st == DLREC_OK) st = dlrec_json_get_string_or(o, "multi", what, NULL, &multi);
     if (st != DLREC_OK) return st;
+    s->hotness = s->max_hotness = 1;
+    s->pooling = DLREC_POOLING_SUM;
+    if (multi) {
+      /* A multi-hot column: all four members, consistent. */
+      st = dlrec_json_get_u64(o, "max_hotness", what, &max_hotness);
+      if (st == DLREC_OK) st = dlrec_json_get_string(o, "pooling", what, &pooling);
+      if (st == DLREC_OK) st = dlrec_json_get_u64(o, "values", what, &c->values);
+      if (st != DLREC_OK) return st;
+      if (strlen(multi) != 1 || max_hotness < 1 || max_hotness > 65536 ||
+          (strcmp(pooling, "sum") && strcmp(pooling, "mean")))
+        return dlrec_error(DLREC_ERR_INVALID,
+                           "%s: expected 'multi' of one byte, 'max_hotness' in [1, 65536], 'pooling' sum or mean",
+                           what);
+      c->sep = multi[0];
+      s->max_hotness = (uint32_t)max_hotness;
+      s->hotness = max_hotness == 1 ? 1 : 0;
+      s->pooling = strcmp(pooling, "mean") ? DLREC_POOLING_SUM : DLREC_POOLING_MEAN;
+      e->multi = 1;
+    } else if (cJSON_GetObjectItemCaseSensitive(o, "max_hotness") || cJSON_GetObjectItemCaseSensitive(o, "pooling") ||
+               cJSON_GetObjectItemCaseSensitive(o, "values")) {
+      return dlrec_error(DLREC_ERR_INVALID, "%s: 'max_hotness', 'pooling' and 'values' need 'multi'", what);
+    }
+    e->ids_max += s->max_hotness;
     if (!strcmp(key, "hex") && !salt) c->key_kind = DLREC_KEY_HEX;
+    else if (!strcmp(key, "dec") && !salt) c->key_kind = DLREC_KEY_DEC;
     else if (!strcmp(key, "hash") && salt) {
       char *end;
       errno = 0;
@@ -295,7 +331,8 @@ static dlrec_status load_cats(dlrec_etl *e, const cJSON *arr, const char *jpath)
       if (errno || *end || strncmp(salt, "0x", 2) != 0)
         return dlrec_error(DLREC_ERR_INVALID, "%s: field 'salt': expected 0x and 16 hex digits", what);
     } else {
-      return dlrec_error(DLREC_ERR_INVALID, "%s: field 'key': expected \"hex\", or \"hash\" with a salt", what);
+      return dlrec_error(DLREC_ERR_INVALID, "%s: field 'key': expected \"hex\", \"dec\", or \"hash\" with a salt",
+                         what);
     }
     if (!strcmp(enc, "hashed")) c->hashed = 1;
     else if (strcmp(enc, "vocab") != 0)
@@ -304,7 +341,6 @@ static dlrec_status load_cats(dlrec_etl *e, const cJSON *arr, const char *jpath)
     if (c->size != want || c->id_begin != next || id_end != next + c->size || (c->hashed && c->buckets == 0) ||
         c->kept > c->distinct || c->missing > e->rows || (c->hashed && e->hash_buckets != c->buckets))
       return dlrec_error(DLREC_ERR_INVALID, "%s: inconsistent sizes or id range", what);
-    s->hotness = s->max_hotness = 1;
     s->id_begin = c->id_begin;
     s->id_end = id_end;
     next = id_end;
@@ -375,11 +411,15 @@ static dlrec_status load_vocab(dlrec_etl *e, const char *vpath, unsigned char *b
       }
       free(seen);
     }
-    /* The counts must add up to the rows where the column was present. */
+    /* The counts must add up to the rows where the column was present (a
+     * multi-hot column's: to the values fit counted). */
     uint64_t total = c->hashed ? 0 : c->oov;
     const uint64_t *cs = c->hashed ? c->bucket_counts : c->counts;
     for (uint64_t k = 0; k < cnt; k++) total += cs[k];
-    if (total + c->missing != e->rows)
+    if (c->sep && (total != c->values || c->missing > e->rows))
+      return dlrec_error(DLREC_ERR_CORRUPT, "%s: column '%s': counts add up to %llu values, etl.json says %llu", vpath,
+                         name, (unsigned long long)total, (unsigned long long)c->values);
+    if (!c->sep && total + c->missing != e->rows)
       return dlrec_error(DLREC_ERR_CORRUPT, "%s: column '%s': counts add up to %llu rows, etl.json says %llu", vpath,
                          name, (unsigned long long)(total + c->missing), (unsigned long long)e->rows);
     off += section_bytes(c->hashed, cnt);
@@ -426,7 +466,7 @@ static dlrec_status check_state_crc(const cJSON *root, const char *text, size_t 
 
 static dlrec_status load_json(dlrec_etl *e, const cJSON *root, const char *text, size_t text_bytes, const char *jpath,
                               uint64_t *vbytes, uint32_t *vcrc) {
-  static const char *const keys[] = {"format", "version", "input_format", "schema_spec", "header", "has_label",
+  static const char *const keys[] = {"format", "version", "input_format", "fields", "schema_spec", "header", "has_label",
                                      "label", "min_count", "hash_buckets", "dense_transform", "standardize", "rows",
                                      "positives", "bad_rows_skipped", "table_rows", "dense", "categorical", "vocab",
                                      ETL_CRC_KEY, NULL};
@@ -446,7 +486,8 @@ static dlrec_status load_json(dlrec_etl *e, const cJSON *root, const char *text,
   if (st == DLREC_OK) st = dlrec_json_check_keys(root, jpath, keys);
   if (st == DLREC_OK) st = dlrec_json_get_string(root, "input_format", jpath, &input);
   if (st == DLREC_OK && dlrec_format_parse(input, &e->format) != DLREC_OK)
-    st = dlrec_error(DLREC_ERR_INVALID, "%s: field 'input_format': '%s' is not criteo or csv", jpath, input);
+    st = dlrec_error(DLREC_ERR_INVALID, "%s: field 'input_format': '%s' is not criteo, csv, libsvm or libfm", jpath,
+                     input);
   int has_label = 0, standardize = 0;
   if (st == DLREC_OK) st = dlrec_json_get_bool_or(root, "has_label", jpath, -1, &has_label);
   if (st == DLREC_OK && has_label < 0) st = dlrec_error(DLREC_ERR_INVALID, "%s: missing field 'has_label'", jpath);
@@ -488,6 +529,15 @@ static dlrec_status load_json(dlrec_etl *e, const cJSON *root, const char *text,
   /* The input side: Criteo's fixed names, or the CSV header and SPEC. */
   if (e->format == DLREC_FORMAT_CRITEO) {
     dlrec_columns_criteo(&e->cols, has_label);
+  } else if (e->format != DLREC_FORMAT_CSV) {
+    uint64_t fields = 0;
+    if (e->format == DLREC_FORMAT_LIBFM) st = dlrec_json_get_u64(root, "fields", jpath, &fields);
+    if (st == DLREC_OK && e->format == DLREC_FORMAT_LIBFM && (fields < 1 || fields > DLREC_MAX_SPARSE))
+      st = dlrec_error(DLREC_ERR_INVALID, "%s: field 'fields': %llu is not in [1, %d]", jpath,
+                       (unsigned long long)fields, DLREC_MAX_SPARSE);
+    if (st == DLREC_OK) st = dlrec_columns_svm(&e->cols, e->format, (uint32_t)fields, has_label, 0, 0);
+    if (st != DLREC_OK) return st;
+    e->libfm_fields = (uint32_t)fields;
   } else {
     const char *spec;
     const cJSON *header;
@@ -519,6 +569,11 @@ static dlrec_status load_json(dlrec_etl *e, const cJSON *root, const char *text,
     c->n_cat = e->schema.n_sparse;
     for (uint32_t i = 0; i < c->n_dense; i++) strcpy(c->dense[i], e->schema.dense_names[i]);
     for (uint32_t i = 0; i < c->n_cat; i++) strcpy(c->cat[i], e->schema.sparse[i].name);
+    /* The SPEC as given decides which columns are multi-hot; the state must agree. */
+    dlrec_columns from_spec;
+    st = dlrec_columns_from_spec(&from_spec, e->spec, (const char *const *)e->header, e->n_header);
+    if (st != DLREC_OK) return dlrec_error_context("%s: field 'schema_spec': ", jpath);
+    for (uint32_t i = 0; i < c->n_cat && i < from_spec.n_cat; i++) c->sep[i] = from_spec.sep[i];
   }
   /* The columns must be the ones this input format gives. */
   if (e->cols.n_dense != e->schema.n_dense || e->cols.n_cat != e->schema.n_sparse)
@@ -531,7 +586,12 @@ static dlrec_status load_json(dlrec_etl *e, const cJSON *root, const char *text,
     if (strcmp(e->cols.cat[i], e->schema.sparse[i].name))
       return dlrec_error(DLREC_ERR_INVALID, "%s: categorical[%u] is '%s', expected '%s'", jpath, i,
                          e->schema.sparse[i].name, e->cols.cat[i]);
-    dlrec_key_kind want = e->format == DLREC_FORMAT_CRITEO ? DLREC_KEY_HEX : DLREC_KEY_HASH;
+    dlrec_key_kind want = e->format == DLREC_FORMAT_CRITEO ? DLREC_KEY_HEX
+                          : e->format == DLREC_FORMAT_CSV  ? DLREC_KEY_HASH
+                                                           : DLREC_KEY_DEC;
+    if (e->cat[i].sep != e->cols.sep[i])
+      return dlrec_error(DLREC_ERR_INVALID, "%s: categorical[%u]: 'multi' does not match the input format or SPEC",
+                         jpath, i);
     if (e->cat[i].key_kind != want || (want == DLREC_KEY_HASH && e->cat[i].salt != dlrec_cat_salt(e->cols.cat[i])))
       return dlrec_error(DLREC_ERR_INVALID, "%s: categorical[%u]: key derivation does not match the input format",
                          jpath, i);

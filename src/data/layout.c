@@ -11,6 +11,8 @@ const char *dlrec_format_name(dlrec_input_format f) {
   switch (f) {
   case DLREC_FORMAT_CRITEO: return "criteo";
   case DLREC_FORMAT_CSV: return "csv";
+  case DLREC_FORMAT_LIBSVM: return "libsvm";
+  case DLREC_FORMAT_LIBFM: return "libfm";
   }
   return NULL;
 }
@@ -18,7 +20,9 @@ const char *dlrec_format_name(dlrec_input_format f) {
 dlrec_status dlrec_format_parse(const char *s, dlrec_input_format *out) {
   if (!strcmp(s, "criteo")) *out = DLREC_FORMAT_CRITEO;
   else if (!strcmp(s, "csv")) *out = DLREC_FORMAT_CSV;
-  else return dlrec_error(DLREC_ERR_INVALID, "unknown input format '%s' (expected criteo or csv)", s);
+  else if (!strcmp(s, "libsvm")) *out = DLREC_FORMAT_LIBSVM;
+  else if (!strcmp(s, "libfm")) *out = DLREC_FORMAT_LIBFM;
+  else return dlrec_error(DLREC_ERR_INVALID, "unknown input format '%s' (expected criteo, csv, libsvm or libfm)", s);
   return DLREC_OK;
 }
 
@@ -30,6 +34,30 @@ void dlrec_columns_criteo(dlrec_columns *c, int has_label) {
   c->n_cat = DLREC_CRITEO_CAT;
   for (int i = 0; i < DLREC_CRITEO_DENSE; i++) snprintf(c->dense[i], DLREC_NAME_MAX, "I%d", i + 1);
   for (int i = 0; i < DLREC_CRITEO_CAT; i++) snprintf(c->cat[i], DLREC_NAME_MAX, "C%d", i + 1);
+}
+
+dlrec_status dlrec_columns_svm(dlrec_columns *c, dlrec_input_format f, uint32_t fields, int has_label,
+                               dlrec_pooling pooling, uint32_t max_hotness) {
+  memset(c, 0, sizeof *c);
+  c->has_label = has_label;
+  if (has_label) strcpy(c->label, "label");
+  if (f == DLREC_FORMAT_LIBSVM) {
+    c->n_cat = 1;
+    strcpy(c->cat[0], "features");
+  } else if (f == DLREC_FORMAT_LIBFM) {
+    if (fields < 1 || fields > DLREC_MAX_SPARSE)
+      return dlrec_error(DLREC_ERR_INVALID, "--fields must be in [1, %d] for --format libfm", DLREC_MAX_SPARSE);
+    c->n_cat = fields;
+    for (uint32_t i = 0; i < fields; i++) snprintf(c->cat[i], DLREC_NAME_MAX, "f%u", i);
+  } else {
+    return dlrec_error(DLREC_ERR_INTERNAL, "columns_svm: not a libsvm or libfm format");
+  }
+  for (uint32_t i = 0; i < c->n_cat; i++) {
+    c->sep[i] = ' ';
+    c->pooling[i] = (uint8_t)pooling;
+    c->max_hotness[i] = max_hotness;
+  }
+  return DLREC_OK;
 }
 
 /* ---- the SPEC ---- */
@@ -129,7 +157,7 @@ static dlrec_status parse_spec(const char *spec, spec_item **items, uint32_t *n_
     if (b < e) {
       const char *eq = memchr(b, '=', (size_t)(e - b));
       if (!eq)
-        return dlrec_error(DLREC_ERR_INVALID, "--schema: '%.*s' is not KEY=VALUE (keys: label, dense, cat, ignore)",
+        return dlrec_error(DLREC_ERR_INVALID, "--schema: '%.*s' is not KEY=VALUE (keys: label, dense, cat, ignore, multi)",
                            (int)(e - b), b);
       const char *kb = b, *ke = eq;
       trim(&kb, &ke);
@@ -137,7 +165,7 @@ static dlrec_status parse_spec(const char *spec, spec_item **items, uint32_t *n_
       for (int k = 0; k < 4; k++)
         if ((size_t)(ke - kb) == strlen(spec_keys[k]) && !memcmp(kb, spec_keys[k], (size_t)(ke - kb))) role = k;
       if (role < 0)
-        return dlrec_error(DLREC_ERR_INVALID, "--schema: unknown key '%.*s' (keys: label, dense, cat, ignore)",
+        return dlrec_error(DLREC_ERR_INVALID, "--schema: unknown key '%.*s' (keys: label, dense, cat, ignore, multi)",
                            (int)(ke - kb), kb);
       const char *v = eq + 1;
       uint32_t before = *n_items;
@@ -196,8 +224,135 @@ static dlrec_status take(dlrec_columns *c, int role, const char *name) {
   return DLREC_OK;
 }
 
+/* One multi= entry: NAME:SEP[:POOL[:MAX]]. */
+typedef struct multi_decl {
+  char name[256];
+  char sep;
+  uint8_t pooling;
+  uint32_t max_hotness;
+} multi_decl;
+
+static dlrec_status parse_multi_entry(const char *b, const char *e, multi_decl *m) {
+  memset(m, 0, sizeof *m);
+  const char *colon = memchr(b, ':', (size_t)(e - b));
+  const char *nb = b, *ne = colon ? colon : e;
+  trim(&nb, &ne);
+  if (!colon || ne == nb || colon + 1 >= e || (colon + 2 < e && colon[2] != ':'))
+    return dlrec_error(DLREC_ERR_INVALID,
+                       "--schema: bad multi= entry '%.*s' (expected NAME:SEP[:sum|mean[:MAX]] with SEP one byte, "
+                       "e.g. multi=genres:|)",
+                       (int)(e - b), b);
+  if ((size_t)(ne - nb) >= sizeof m->name)
+    return dlrec_error(DLREC_ERR_INVALID, "--schema: column name '%.40s...' is too long", nb);
+  memcpy(m->name, nb, (size_t)(ne - nb));
+  m->sep = colon[1];
+  if (m->sep == ' ' || m->sep == '\t' || m->sep == '"')
+    return dlrec_error(DLREC_ERR_INVALID, "--schema: multi=%s: the separator may not be a space, tab or quote",
+                       m->name);
+  const char *p = colon + 2;
+  if (p < e) {
+    p++; /* the ':' */
+    const char *pe = memchr(p, ':', (size_t)(e - p));
+    if (!pe) pe = e;
+    if ((size_t)(pe - p) == 3 && !memcmp(p, "sum", 3)) m->pooling = DLREC_POOLING_SUM;
+    else if ((size_t)(pe - p) == 4 && !memcmp(p, "mean", 4)) m->pooling = DLREC_POOLING_MEAN;
+    else
+      return dlrec_error(DLREC_ERR_INVALID, "--schema: multi=%s: pooling '%.*s' is not sum or mean", m->name,
+                         (int)(pe - p), p);
+    if (pe < e) {
+      unsigned long long v = 0;
+      const char *q = pe + 1;
+      int digits = 0;
+      for (; q < e && *q >= '0' && *q <= '9' && digits < 10; q++, digits++) v = v * 10 + (unsigned)(*q - '0');
+      if (digits == 0 || q != e || v < 1 || v > 65536)
+        return dlrec_error(DLREC_ERR_INVALID, "--schema: multi=%s: max hotness '%.*s' is not in [1, 65536]",
+                           m->name, (int)(e - pe - 1), pe + 1);
+      m->max_hotness = (uint32_t)v;
+    }
+  }
+  return DLREC_OK;
+}
+
+/* Takes the multi= clauses out of spec: the rest goes to *rest (malloc'd),
+ * the entries to *decls (malloc'd). */
+static dlrec_status extract_multi(const char *spec, char **rest, multi_decl **decls, uint32_t *n_decls) {
+  size_t len = strlen(spec);
+  *rest = malloc(len + 2);
+  *decls = NULL;
+  *n_decls = 0;
+  if (!*rest) return dlrec_error(DLREC_ERR_NOMEM, "--schema: out of memory");
+  char *out = *rest;
+  const char *p = spec;
+  uint32_t cap = 0;
+  while (*p) {
+    const char *semi = strchr(p, ';');
+    const char *e = semi ? semi : p + strlen(p);
+    const char *b = p, *eq = memchr(p, '=', (size_t)(e - p));
+    const char *kb = b, *ke = eq ? eq : e;
+    trim(&kb, &ke);
+    if (eq && ke - kb == 5 && !memcmp(kb, "multi", 5)) {
+      const char *v = eq + 1;
+      while (v <= e) {
+        const char *comma = memchr(v, ',', (size_t)(e - v));
+        const char *ve = comma ? comma : e, *ib = v, *ie = ve;
+        trim(&ib, &ie);
+        if (*n_decls == cap) {
+          cap = cap ? 2 * cap : 8;
+          multi_decl *nd = realloc(*decls, cap * sizeof *nd);
+          if (!nd) return dlrec_error(DLREC_ERR_NOMEM, "--schema: out of memory");
+          *decls = nd;
+        }
+        dlrec_status st = parse_multi_entry(ib, ie, &(*decls)[(*n_decls)++]);
+        if (st != DLREC_OK) return st;
+        v = ve + 1;
+      }
+    } else {
+      memcpy(out, p, (size_t)(e - p));
+      out += e - p;
+      *out++ = ';';
+    }
+    if (!semi) break;
+    p = semi + 1;
+  }
+  *out = '\0';
+  return DLREC_OK;
+}
+
+/* Marks the declared multi-hot columns, which must be categorical. */
+static dlrec_status apply_multi(dlrec_columns *c, const multi_decl *m, uint32_t n) {
+  for (uint32_t i = 0; i < n; i++) {
+    uint32_t k = 0;
+    while (k < c->n_cat && strcmp(c->cat[k], m[i].name)) k++;
+    if (k == c->n_cat)
+      return dlrec_error(DLREC_ERR_INVALID, "--schema: multi=%s: not a categorical column (name it in cat= too)",
+                         m[i].name);
+    if (c->sep[k]) return dlrec_error(DLREC_ERR_INVALID, "--schema: multi=%s appears twice", m[i].name);
+    c->sep[k] = m[i].sep;
+    c->pooling[k] = m[i].pooling;
+    c->max_hotness[k] = m[i].max_hotness;
+  }
+  return DLREC_OK;
+}
+
+static dlrec_status columns_from_spec(dlrec_columns *c, const char *spec, const char *const *header,
+                                      uint32_t n_header);
+
 dlrec_status dlrec_columns_from_spec(dlrec_columns *c, const char *spec, const char *const *header,
                                      uint32_t n_header) {
+  char *rest;
+  multi_decl *decls;
+  uint32_t n_decls;
+  memset(c, 0, sizeof *c);
+  dlrec_status st = extract_multi(spec, &rest, &decls, &n_decls);
+  if (st == DLREC_OK) st = columns_from_spec(c, rest, header, n_header);
+  if (st == DLREC_OK) st = apply_multi(c, decls, n_decls);
+  free(rest);
+  free(decls);
+  return st;
+}
+
+static dlrec_status columns_from_spec(dlrec_columns *c, const char *spec, const char *const *header,
+                                      uint32_t n_header) {
   memset(c, 0, sizeof *c);
   if (n_header > DLREC_LAYOUT_MAX_FIELDS)
     return dlrec_error(DLREC_ERR_INVALID, "header: %u columns, at most %d", n_header, DLREC_LAYOUT_MAX_FIELDS);
@@ -343,6 +498,43 @@ dlrec_status dlrec_layout_criteo(dlrec_layout **out, int has_label) {
   return DLREC_OK;
 }
 
+dlrec_status dlrec_layout_svm(dlrec_layout **out, const dlrec_columns *c, dlrec_input_format f, int has_label) {
+  *out = NULL;
+  if (f != DLREC_FORMAT_LIBSVM && f != DLREC_FORMAT_LIBFM)
+    return dlrec_error(DLREC_ERR_INTERNAL, "layout_svm: not a libsvm or libfm format");
+  dlrec_layout *L = calloc(1, sizeof *L);
+  if (!L) return dlrec_error(DLREC_ERR_NOMEM, "layout: out of memory");
+  /* Items have no fixed field: messages name an item by its position on the
+   * line (the label is field 1) and its column by name. */
+  L->format = f;
+  L->has_label = has_label;
+  L->n_cat = c->n_cat;
+  L->n_fields = (has_label ? 1 : 0) + c->n_cat;
+  if (names_alloc(L, (size_t)L->n_fields * DLREC_NAME_MAX) != DLREC_OK) {
+    dlrec_layout_free(L);
+    return DLREC_ERR_NOMEM;
+  }
+  char *p = L->names_block;
+  uint32_t k = 0;
+  L->label_field = UINT32_MAX;
+  if (has_label) {
+    L->label_field = 0;
+    L->role[k] = DLREC_ROLE_LABEL;
+    L->names[k++] = strcpy(p, "label");
+    p += 6;
+  }
+  for (uint32_t i = 0; i < c->n_cat; i++, k++) {
+    L->cat_field[i] = k;
+    L->sep[i] = ' ';
+    L->role[k] = DLREC_ROLE_CAT;
+    L->index[k] = (uint16_t)i;
+    L->names[k] = strcpy(p, c->cat[i]);
+    p += strlen(p) + 1;
+  }
+  *out = L;
+  return DLREC_OK;
+}
+
 dlrec_status dlrec_layout_csv(dlrec_layout **out, const dlrec_columns *c, int has_label, const char *header,
                               size_t header_bytes, const char *file) {
   *out = NULL;
@@ -395,6 +587,7 @@ dlrec_status dlrec_layout_csv(dlrec_layout **out, const dlrec_columns *c, int ha
         L->role[h] = DLREC_ROLE_CAT;
         L->index[h] = (uint16_t)i;
         L->cat_field[i] = h;
+        L->sep[i] = c->sep[i];
       }
     if (L->role[h] == DLREC_ROLE_IGNORE) {
       if (L->ignored[0]) strcat(L->ignored, ",");

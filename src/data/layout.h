@@ -19,6 +19,7 @@ struct dlrec_layout {
   uint32_t label_field;                 /* UINT32_MAX without a label */
   uint32_t dense_field[DLREC_MAX_DENSE];
   uint32_t cat_field[DLREC_MAX_SPARSE];
+  char sep[DLREC_MAX_SPARSE];              /* multi-hot value separator, 0 for one-hot */
   uint8_t role[DLREC_LAYOUT_MAX_FIELDS];   /* dlrec_role per field */
   uint16_t index[DLREC_LAYOUT_MAX_FIELDS]; /* index within the role */
   char *names[DLREC_LAYOUT_MAX_FIELDS];    /* into names_block */

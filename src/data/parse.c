@@ -124,6 +124,19 @@ const char *dlrec_parse_hex_key(const char *s, size_t n, uint64_t *out) {
   return NULL;
 }
 
+const char *dlrec_parse_dec_key(const char *s, size_t n, uint64_t *out) {
+  if (n == 0) return "empty";
+  if (n > 18) return "index longer than 18 digits";
+  uint64_t v = 0;
+  for (size_t i = 0; i < n; i++) {
+    unsigned d = (unsigned)(unsigned char)s[i] - '0';
+    if (d > 9) return "index is not a non-negative integer";
+    v = v * 10 + d;
+  }
+  *out = v;
+  return NULL;
+}
+
 uint64_t dlrec_cat_salt(const char *column_name) {
   /* The constant is "dlrecsal" read as a little-endian word: any fixed value
    * would do, it just must never change within a state format version. */
@@ -353,10 +366,120 @@ static dlrec_status parse_csv(const dlrec_layout *L, const char *line, size_t n,
   return DLREC_OK;
 }
 
+/* ---- libSVM / libFM ---- */
+
+static int is_blank(char c) { return c == ' ' || c == '\t'; }
+
+/* The next blank-separated token at or after *i; 0 at the end of the line. */
+static int next_token(const char *line, size_t n, size_t *i, size_t *b, size_t *e) {
+  while (*i < n && is_blank(line[*i])) (*i)++;
+  if (*i >= n) return 0;
+  *b = *i;
+  while (*i < n && !is_blank(line[*i])) (*i)++;
+  *e = *i;
+  return 1;
+}
+
+/* Checks one item token: [field:]idx:val. Sets the column and the idx text. */
+static dlrec_status svm_item(const dlrec_layout *L, const char *t, size_t len, uint32_t pos, uint32_t *col,
+                             const char **idx, size_t *idx_len, const dlrec_where *w) {
+  const int fm = L->format == DLREC_FORMAT_LIBFM;
+  const char *c1 = memchr(t, ':', len);
+  const char *c2 = c1 ? memchr(c1 + 1, ':', (size_t)(t + len - c1 - 1)) : NULL;
+  const char *name = fm ? NULL : L->names[L->cat_field[0]];
+  if (!c1 || (fm && !c2) || (!fm && c2))
+    return dlrec_parse_error(w, pos, name, fm ? "item is not field:idx:val" : "item is not idx:val", t, len);
+  const char *why;
+  uint64_t v;
+  *col = 0;
+  if (fm) {
+    if ((why = dlrec_parse_dec_key(t, (size_t)(c1 - t), &v)) != NULL)
+      return dlrec_parse_error(w, pos, NULL, c1 == t ? "field is empty" : "field is not a non-negative integer", t,
+                               len);
+    if (v >= L->n_cat) {
+      char reason[80];
+      snprintf(reason, sizeof reason, "field %llu is not below --fields %u", (unsigned long long)v, L->n_cat);
+      return dlrec_parse_error(w, pos, NULL, reason, t, len);
+    }
+    *col = (uint32_t)v;
+    name = L->names[L->cat_field[*col]];
+    *idx = c1 + 1;
+    *idx_len = (size_t)(c2 - c1 - 1);
+  } else {
+    *idx = t;
+    *idx_len = (size_t)(c1 - t);
+    c2 = c1;
+  }
+  if (*idx_len == 0) return dlrec_parse_error(w, pos, name, "index is empty", t, len);
+  if ((why = dlrec_parse_dec_key(*idx, *idx_len, &v)) != NULL) return dlrec_parse_error(w, pos, name, why, t, len);
+  double val;
+  size_t vlen = (size_t)(t + len - c2 - 1);
+  if (vlen == 0) return dlrec_parse_error(w, pos, name, "value is empty", t, len);
+  if ((why = dlrec_parse_number(c2 + 1, vlen, &val)) != NULL) return dlrec_parse_error(w, pos, name, why, t, len);
+  if (val != 1.0)
+    return dlrec_parse_error(w, pos, name, "value is not 1 (only one-hot libSVM/libFM items are supported)", t, len);
+  return DLREC_OK;
+}
+
+/* label? item item ...: validates every token, then writes each column's
+ * indices, blank-separated, into scratch (they take fewer bytes than the
+ * items did, so n bytes are enough). */
+static dlrec_status parse_svm(const dlrec_layout *L, const char *line, size_t n, char *scratch, dlrec_raw_row *row,
+                              const dlrec_where *w) {
+  const char *nul = memchr(line, '\0', n);
+  if (nul) {
+    uint32_t k = 0;
+    size_t i = 0, b, e;
+    while (next_token(line, (size_t)(nul - line), &i, &b, &e)) k++;
+    if (i == (size_t)(nul - line) && i > 0 && !is_blank(line[i - 1])) k--; /* the NUL is inside that token */
+    return dlrec_parse_error(w, k, NULL, "NUL byte in field", NULL, 0);
+  }
+  uint32_t bytes[DLREC_MAX_SPARSE] = {0};
+  size_t i = 0, b, e;
+  uint32_t pos = 0;
+  row->label = (dlrec_text){NULL, 0};
+  if (L->has_label) {
+    if (!next_token(line, n, &i, &b, &e)) return dlrec_parse_error(w, 0, "label", "label is empty", NULL, 0);
+    double v;
+    if (dlrec_parse_number(line + b, e - b, &v) != NULL || (v != 0 && v != 1 && v != -1))
+      return dlrec_parse_error(w, 0, "label", "label is not 0, 1, -1 or +1", line + b, e - b);
+    row->label = (dlrec_text){v == 1 ? "1" : "0", 1};
+    pos = 1;
+  }
+  size_t items_at = i;
+  for (; next_token(line, n, &i, &b, &e); pos++) {
+    uint32_t col;
+    const char *idx;
+    size_t idx_len;
+    dlrec_status st = svm_item(L, line + b, e - b, pos, &col, &idx, &idx_len, w);
+    if (st != DLREC_OK) return st;
+    bytes[col] += (uint32_t)idx_len + 1;
+  }
+  row->n_fields = pos;
+  uint32_t at[DLREC_MAX_SPARSE], off = 0;
+  for (uint32_t c = 0; c < L->n_cat; c++) {
+    at[c] = off;
+    row->cat[c] = (dlrec_text){scratch + off, bytes[c] ? bytes[c] - 1 : 0};
+    off += bytes[c];
+  }
+  /* The second pass cannot fail: the first checked every token. */
+  for (i = items_at; next_token(line, n, &i, &b, &e);) {
+    uint32_t col;
+    const char *idx;
+    size_t idx_len;
+    (void)svm_item(L, line + b, e - b, 0, &col, &idx, &idx_len, NULL);
+    memcpy(scratch + at[col], idx, idx_len);
+    scratch[at[col] + idx_len] = ' ';
+    at[col] += (uint32_t)idx_len + 1;
+  }
+  return DLREC_OK;
+}
+
 dlrec_status dlrec_parse_row(const dlrec_layout *L, const char *line, size_t n, char *scratch, dlrec_raw_row *row,
                              const dlrec_where *w) {
   if (n >= UINT32_MAX) return line_error(w, "line of %llu bytes is too long", (unsigned long long)n, 0);
   if (n && line[n - 1] == '\r') n--; /* CRLF line ends */
   if (L->format == DLREC_FORMAT_CRITEO) return parse_tsv(L, line, n, row, w);
+  if (L->format == DLREC_FORMAT_LIBSVM || L->format == DLREC_FORMAT_LIBFM) return parse_svm(L, line, n, scratch, row, w);
   return parse_csv(L, line, n, scratch, row, w);
 }
