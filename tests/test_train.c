@@ -508,6 +508,44 @@ TEST(resume_with_another_vocabulary_is_refused) {
   free(out);
 }
 
+/* A multi-hot column's pooling and max hotness are part of the encoding: a
+ * resume with a state fit with another one (same vocabulary, so the same
+ * sizes) is refused. Pooling is not in .dlr files, so the ETL comparison
+ * names it; max hotness is in the data's schema, checked before. */
+TEST(resume_with_another_pooling_or_max_hotness_is_refused) {
+  test_buf csv = {0};
+  static const char *const genres[] = {"a", "b|c", "a|b|c|d|e", "", "d|a", "c"};
+  test_buf_printf(&csv, "click,x,genres\n");
+  for (int i = 0; i < 3000; i++)
+    test_buf_printf(&csv, "%d,%d,%s\n", (i * 7) % 3 == 0, i % 11, genres[(i * 5) % 6]);
+  CHECK(test_write_file(test_path("m.csv"), csv.p, csv.n) == 0);
+  test_buf_free(&csv);
+  static const char *const specs[] = {"sum:4", "mean:4", "sum:3"};
+  static const char *const dirs[] = {"etl", "etl_mean", "etl_max3"};
+  char *out = NULL;
+  for (int i = 0; i < 3; i++) {
+    int rc = test_run_cli(&out, "etl fit -q --format csv --schema 'label=click;dense=x;cat=genres;multi=genres:|:%s' "
+                          "--input '%s' --out '%s'", specs[i], test_path("m.csv"), test_path(dirs[i]));
+    if (rc != 0) fprintf(stderr, "etl fit %s -> %d: %s\n", specs[i], rc, out ? out : "");
+    free(out);
+    CHECK(rc == 0);
+  }
+  int rc = test_run_cli(&out, "etl apply -q --etl '%s' --input '%s' --out '%s'", test_path("etl"), test_path("m.csv"),
+                        test_path("train.dlr"));
+  free(out);
+  CHECK(rc == 0);
+  CHECK(test_write_file(test_path("cfg.json"), CONFIG, (size_t)-1) == 0);
+  CHECK(train("run", "--max-steps 5") == 0);
+  char cmd[8192];
+  snprintf(cmd, sizeof cmd, "train -q --config '%s' --train '%s' --etl '%s' --out '%s' --resume --max-steps 10",
+           test_path("cfg.json"), test_path("train.dlr"), test_path(dirs[1]), test_path("run"));
+  CHECK(refused_with(cmd, "encodes rows differently", "column 'genres': another pooling"));
+  snprintf(cmd, sizeof cmd, "train -q --config '%s' --train '%s' --etl '%s' --out '%s' --resume --max-steps 10",
+           test_path("cfg.json"), test_path("train.dlr"), test_path(dirs[2]), test_path("run"));
+  CHECK(refused_with(cmd, "another ETL state", "the schemas differ"));
+  CHECK(train("run", "--max-steps 10 --resume") == 0);
+}
+
 /* Every setting of the dense optimizer is part of the state a checkpoint
  * continues: a change is refused naming optimizer.dense. */
 TEST(resume_refuses_another_dense_optimizer) {

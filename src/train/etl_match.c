@@ -62,6 +62,9 @@ dlrec_status etl_same_encoding(const dlrec_etl *a, const dlrec_etl *b) {
     if (s != DLREC_OK) return s;
   }
   for (uint32_t i = 0; i < sa->n_sparse; i++) {
+    /* dlrec_schema_equal leaves pooling out (.dlr files do not record it). */
+    if (sa->sparse[i].pooling != sb->sparse[i].pooling)
+      return dlrec_error(DLREC_ERR_INVALID, "categorical column '%s': another pooling", sa->sparse[i].name);
     dlrec_status s = same_cat(a, b, i, sa->sparse[i].name);
     if (s != DLREC_OK) return s;
   }
