@@ -145,13 +145,18 @@ run_tests() {
   echo survived
 }
 
+# Baseline: the union of the tests the patches name, on the unmutated copy.
+declare -A want=()
+for p in "${patches[@]}"; do
+  for t in $(tests_of "$p"); do
+    [ -f "tests/$t.c" ] || { echo "mutate.sh: $p names $t, which is not a tests/test_*.c" >&2; exit 2; }
+    want[$t]=1
+  done
+done
 echo "mutate.sh: configuring $bdir" >&2
 nice -n 10 cmake -S "$copy" -B "$bdir" -DCMAKE_BUILD_TYPE=Release >"$logs/configure.log" 2>&1 ||
   { echo "mutate.sh: cmake failed, see $logs/configure.log" >&2; exit 2; }
 
-# Baseline: the union of the tests the patches name, on the unmutated copy.
-declare -A want=()
-for p in "${patches[@]}"; do for t in $(tests_of "$p"); do want[$t]=1; done; done
 base_tests=$(printf '%s\n' "${!want[@]}" | sort | tr '\n' ' ')
 build_log=$logs/baseline.build.log
 : >"$build_log"

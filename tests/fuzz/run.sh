@@ -24,8 +24,8 @@ per_job=$(((runs + jobs - 1) / jobs))
 mkdir -p "$build/fuzz-artifacts" "$build/fuzz-logs"
 # Leaks are findings too; abort_on_error gives a core-style stop libFuzzer
 # reports as a crash.
-export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
-export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}"
+export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 export OMP_WAIT_POLICY=PASSIVE
 
 failed=0
