@@ -5,6 +5,7 @@
  * dense = (r, -r), label r % 2, id r in column "row", and ids derived from r
  * in the multi-hot and variable columns, so every batch is checked against
  * what the row must hold, independently of how the loader got it there. */
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "dlrec/dlr.h"
@@ -874,4 +875,79 @@ TEST(shared_group_checks_under_many_threads_and_seeks) {
   }
   dlrec_loader_close(l);
   run_free(&ref);
+}
+
+/* Writes a file of one sparse column declaring `hotness` ids per row (row r
+ * holds ids 0..hotness-1) and `rows` rows in one group (none when 0). */
+static dlrec_status write_wide(const char *path, uint32_t hotness, uint32_t rows) {
+  dlrec_schema s;
+  memset(&s, 0, sizeof s);
+  s.n_dense = 1;
+  strcpy(s.dense_names[0], "x");
+  s.n_sparse = 1;
+  strcpy(s.sparse[0].name, "wide");
+  s.sparse[0].hotness = s.sparse[0].max_hotness = hotness;
+  s.sparse[0].id_end = hotness;
+  s.table_rows = hotness;
+  dlrec_dlr_writer *w;
+  dlrec_status st = dlrec_dlr_writer_open(&w, path, &s);
+  if (st != DLREC_OK) return st;
+  if (rows) {
+    float *dense = calloc(rows, 4);
+    uint32_t *ids = calloc((size_t)rows * hotness, 4);
+    dlrec_rowgroup rg = {.rows = rows, .dense = dense};
+    rg.ids[0] = ids;
+    for (size_t i = 0; ids && i < (size_t)rows * hotness; i++) ids[i] = (uint32_t)(i % hotness);
+    st = dense && ids ? dlrec_dlr_writer_append(w, &rg) : DLREC_ERR_NOMEM;
+    free(dense), free(ids);
+  }
+  if (st != DLREC_OK) {
+    dlrec_dlr_writer_abort(w);
+    return st;
+  }
+  return dlrec_dlr_writer_finish(w);
+}
+
+/* A fuzz finding (fuzz_dlr): a valid 468-byte file of 0 rows declaring a
+ * column of 2^24 ids per row made dlrec_loader_open allocate and clear
+ * batch_rows x 2^24 ids per prefetched batch, gigabytes for nothing. The
+ * buffers must be sized by the rows there are: here a 0-row and a 1-row file
+ * of 2^20 ids per row open with batch_rows 2048 (8 GiB per batch the old way)
+ * under an address-space limit of 1 GiB more than the process has, and the
+ * 1-row file's batch still holds all of its ids. */
+TEST(small_file_with_huge_declared_hotness_allocates_little) {
+  const uint32_t hot = 1u << 20;
+  const char *p0 = test_path("wide0.dlr"), *p1 = test_path("wide1.dlr");
+  CHECK_OK(write_wide(p0, hot, 0));
+  CHECK_OK(write_wide(p1, hot, 1));
+  unsigned long vm_pages = 0;
+  FILE *fp = fopen("/proc/self/statm", "r");
+  CHECK(fp && fscanf(fp, "%lu", &vm_pages) == 1);
+  if (fp) fclose(fp);
+  struct rlimit old, lim;
+  CHECK(getrlimit(RLIMIT_AS, &old) == 0);
+  lim = old;
+  rlim_t want = (rlim_t)vm_pages * (rlim_t)sysconf(_SC_PAGESIZE) + (1ull << 30);
+  if (old.rlim_cur == RLIM_INFINITY || old.rlim_cur > want) lim.rlim_cur = want;
+  CHECK(setrlimit(RLIMIT_AS, &lim) == 0);
+  for (int k = 0; k < 2; k++) {
+    const char *p = k ? p1 : p0;
+    dlrec_loader_opts o = opts(2048, 2, 2, 2, 1);
+    dlrec_loader *l;
+    dlrec_status st = dlrec_loader_open(&l, &p, 1, &o);
+    CHECK_OK(st);
+    if (st != DLREC_OK) continue;
+    const dlrec_batch *b;
+    if (k) {
+      CHECK_OK(dlrec_loader_next(l, &b));
+      CHECK_EQ(b->rows, 1);
+      uint32_t wrong = 0;
+      for (uint32_t i = 0; i < hot; i++) wrong += b->ids[0][i] != i;
+      CHECK_EQ(wrong, 0);
+      CHECK_EQ(b->offsets[0][1], hot);
+    }
+    CHECK_EQ(dlrec_loader_next(l, &b), DLREC_END);
+    dlrec_loader_close(l);
+  }
+  CHECK(setrlimit(RLIMIT_AS, &old) == 0);
 }

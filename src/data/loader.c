@@ -647,15 +647,22 @@ static dlrec_status build_groups(dlrec_loader *l) {
  * hotness (row i starts at i * hotness in every batch). */
 static dlrec_status build_slots(dlrec_loader *l) {
   const dlrec_schema *s = &l->schema;
-  const uint64_t B = l->o.batch_rows;
+  const uint64_t batch_rows = l->o.batch_rows;
+  /* No batch holds more rows than an epoch, so the buffers are sized for
+   * min(batch_rows, rows) (0 when there are none: no batch is ever planned).
+   * A header may declare any hotness: sized by batch_rows alone, a 0-row
+   * file of a few hundred bytes declaring 2^24 ids per row made each slot
+   * allocate and clear gigabytes; sized by the rows, the ids a buffer holds
+   * are bounded by the ids the files hold. */
+  const uint64_t B = l->N < batch_rows ? l->N : batch_rows;
   dlrec_arena *a = &l->arena;
   const uint32_t *fixed[DLREC_MAX_SPARSE] = {0};
   for (uint32_t c = 0; c < s->n_sparse; c++) {
     uint32_t h = s->sparse[c].hotness;
-    if (B * s->sparse[c].max_hotness > UINT32_MAX)
+    if (batch_rows * s->sparse[c].max_hotness > UINT32_MAX)
       return dlrec_error(DLREC_ERR_INVALID,
-                         "loader: batch_rows %llu times max hotness %u of column '%s' overflows 32-bit offsets", (ull)B,
-                         s->sparse[c].max_hotness, s->sparse[c].name);
+                         "loader: batch_rows %llu times max hotness %u of column '%s' overflows 32-bit offsets",
+                         (ull)batch_rows, s->sparse[c].max_hotness, s->sparse[c].name);
     if (!h) continue;
     for (uint32_t d = 0; d < c && !fixed[c]; d++)
       if (s->sparse[d].hotness == h) fixed[c] = fixed[d];
@@ -685,7 +692,7 @@ static dlrec_status build_slots(dlrec_loader *l) {
       } else {
         /* Start at up to 4 ids per row; reserve_variable grows it. */
         sl->ids_cap[c] = B * (s->sparse[c].max_hotness < 4 ? s->sparse[c].max_hotness : 4);
-        sl->ids[c] = malloc(sl->ids_cap[c] * 4);
+        sl->ids[c] = malloc(sl->ids_cap[c] ? sl->ids_cap[c] * 4 : 4);
         sl->offs[c] = dlrec_arena_alloc(a, (B + 1) * 4, 64);
       }
       if (!sl->ids[c] || (!s->sparse[c].hotness && !sl->offs[c]))

@@ -7,12 +7,13 @@
  * A mutated file almost never keeps valid checksums, which would stop every
  * input at the header CRC. So each input is tried twice: as it is, and with
  * its header, row-group and index checksums recomputed wherever the (fuzzed)
- * fields locate them inside the bytes, which lets the fuzzer reach the
- * structural checks behind the checksums. */
+ * fields locate them inside the bytes (when that changes any byte), which
+ * lets the fuzzer reach the structural checks behind the checksums. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "data/dlr_format.h"
@@ -39,16 +40,23 @@ static uint64_t walk_group(const dlrec_dlr *f, uint32_t i) {
   return sum;
 }
 
-/* A loader epoch over the file (written to a temp file), without checksum
- * verification so that damaged-but-structurally-sound groups are copied. */
+/* A loader epoch over the file, without checksum verification for half of
+ * the inputs, so that damaged-but-structurally-sound groups are copied. The
+ * loader opens paths, so the bytes go to a memory file named through
+ * /proc/self/fd (a file on disk costs a create, a write and an unlink per
+ * input, a third of the target's time). */
 static void run_loader(const uint8_t *data, size_t size) {
-  char path[64];
-  snprintf(path, sizeof path, "/tmp/fuzz_dlr.%d.dlr", (int)getpid());
-  FILE *fp = fopen(path, "wb");
-  if (!fp) return;
-  size_t w = fwrite(data, 1, size, fp);
-  fclose(fp);
+  int fd = memfd_create("fuzz_dlr", MFD_CLOEXEC);
+  if (fd < 0) return;
+  size_t w = 0;
+  while (w < size) {
+    ssize_t k = write(fd, data + w, size - w);
+    if (k <= 0) break;
+    w += (size_t)k;
+  }
   if (w == size) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
     dlrec_loader_opts o;
     dlrec_loader_opts_default(&o);
     o.batch_rows = 7;
@@ -65,7 +73,7 @@ static void run_loader(const uint8_t *data, size_t size) {
       dlrec_loader_close(l);
     }
   }
-  unlink(path);
+  close(fd);
 }
 
 /* Recomputes the checksums that the header and index fields point at, when
@@ -87,13 +95,8 @@ static void repair_checksums(uint8_t *b, size_t size) {
   if (hb >= 4 && hb <= size) dlr_put32(b + hb - 4, dlrec_crc32c(0, b, hb - 4));
 }
 
-static void one_input(const uint8_t *data, size_t size, int repair) {
-  /* The reader uses columns in place, so it wants the alignment a mapping
-   * has; the fuzzer's buffer has none. */
-  uint8_t *buf = aligned_alloc(64, (size + 64) & ~(size_t)63);
-  if (!buf) return;
-  memcpy(buf, data, size);
-  if (repair) repair_checksums(buf, size);
+/* Opens, verifies and walks buf, and runs a loader over it when it opens. */
+static void one_input(const uint8_t *buf, size_t size) {
   dlrec_dlr *f;
   if (dlrec_dlr_open_buffer(&f, buf, size, "fuzz.dlr") == DLREC_OK) {
     volatile uint64_t sink = 0;
@@ -108,12 +111,20 @@ static void one_input(const uint8_t *data, size_t size, int repair) {
     dlrec_dlr_close(f);
     if (size <= (1u << 20)) run_loader(buf, size);
   }
-  free(buf);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  one_input(data, size, 0);
-  one_input(data, size, 1);
+  /* The reader uses columns in place, so it wants the alignment a mapping
+   * has; the fuzzer's buffer has none. */
+  uint8_t *buf = aligned_alloc(64, (size + 64) & ~(size_t)63);
+  if (!buf) return 0;
+  memcpy(buf, data, size);
+  one_input(buf, size);
+  /* Repaired, when that changes anything: an input whose checksums were
+   * already right would only run the same work twice. */
+  repair_checksums(buf, size);
+  if (memcmp(buf, data, size) != 0) one_input(buf, size);
+  free(buf);
   return 0;
 }

@@ -1,0 +1,221 @@
+#!/usr/bin/env bash
+# Mutation testing: do the unit tests notice a plausible bug?
+#
+# Each tests/mutants/*.patch is one small bug (an off-by-one, `<` for `<=`, a
+# skipped check, two arguments swapped, a wrong constant) as a unified diff
+# against the source tree. For each, this script applies it to a scratch copy
+# of the tree, rebuilds the release build of that copy, runs the unit tests
+# that cover the file, and says whether a test failed (the mutant is killed)
+# or every test passed (it survived: the tests assert less than they seem to).
+# The working tree is never modified, not even on Ctrl-C.
+set -uo pipefail
+
+usage() {
+  cat <<'EOF'
+usage: scripts/mutate.sh [options] [PATCH...]
+
+Applies each mutant (default: every tests/mutants/*.patch) to a scratch copy
+of the working tree, rebuilds the release build there, runs the unit tests,
+and prints one line per mutant and the score:
+
+  killed      a test failed or crashed (good)
+  timeout     the tests ran past --timeout (counted as killed: a hang is noticed)
+  SURVIVED    every test passed: no test checks what the patch breaks
+  no-apply    the patch does not apply to today's tree (not counted)
+  no-build    the mutated tree does not compile (not counted)
+
+score = (killed + timeout) / (killed + timeout + survived).
+
+A patch's header (the lines before its first `diff`/`---`) may hold
+  # DESCRIPTION            the first such line is printed with the result
+  # tests: test_nn test_embed
+                           the test executables (tests/test_*.c names) that
+                           cover the mutated code; without it every unit test runs.
+Tests run one executable at a time and stop at the first failure.
+
+Before the mutants, the same tests run on the unmutated copy; if one of them
+fails there, the script stops (every mutant would look killed).
+
+options:
+  -b, --build-dir DIR   scratch root (default build-mutate): DIR/src is the copy
+                        of the tree, DIR/build its release build, DIR/logs the
+                        build and test output of each mutant. Kept between runs
+                        so that each mutant rebuilds only what it touched.
+  -t, --timeout SEC     limit for one mutant's tests (default 300; the baseline
+                        gets 10 times as long)
+  -j, --jobs N          build jobs (default 2)
+  -k, --keep-logs       keep the logs of killed mutants too (default: only of
+                        survivors and failures to apply or build)
+  -h, --help            this text
+
+Make a mutant: edit a file in a scratch copy (never in the working tree you
+commit from), `git diff > tests/mutants/NAME.patch`, add the header lines.
+Exit status: 0 when every counted mutant was killed, 1 when one survived or
+failed to apply or build, 2 on a usage error or a failing baseline.
+EOF
+}
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+scratch_root=build-mutate
+timeout_s=300
+jobs=2
+keep_logs=0
+patches=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -b | --build-dir) scratch_root=$2; shift 2 ;;
+    -t | --timeout) timeout_s=$2; shift 2 ;;
+    -j | --jobs) jobs=$2; shift 2 ;;
+    -k | --keep-logs) keep_logs=1; shift ;;
+    -h | --help) usage; exit 0 ;;
+    -*) echo "mutate.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
+    *) patches+=("$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"); shift ;;
+  esac
+done
+cd "$root" || exit 2
+[ ${#patches[@]} -eq 0 ] && patches=("$root"/tests/mutants/*.patch)
+[ -e "${patches[0]}" ] || { echo "mutate.sh: no patches (tests/mutants/*.patch)" >&2; exit 2; }
+case "$scratch_root" in /*) ;; *) scratch_root=$root/$scratch_root ;; esac
+copy=$scratch_root/src
+bdir=$scratch_root/build
+logs=$scratch_root/logs
+mkdir -p "$copy" "$bdir" "$logs"
+# Two runs in one scratch root would build each other's mutants.
+exec 9>"$scratch_root/lock"
+flock -n 9 || { echo "mutate.sh: another run is using $scratch_root" >&2; exit 2; }
+run_start=$(date +%s)
+
+# The copy holds what `git ls-files` lists (tracked and untracked, not
+# ignored). Only files that differ are copied, so that the build stays
+# incremental; a plain cp gives them a new mtime, so make rebuilds them.
+mapfile -t files < <(git ls-files -co --exclude-standard)
+sync_copy() {
+  local f
+  for f in "$@"; do
+    if [ -e "$f" ]; then
+      cmp -s "$f" "$copy/$f" || { mkdir -p "$copy/$(dirname "$f")" && cp "$f" "$copy/$f"; }
+    else
+      rm -f "$copy/$f"
+    fi
+  done
+}
+# A run stopped half-way (Ctrl-C, a crash) may have left a mutant in the
+# copy: syncing everything first removes it.
+sync_copy "${files[@]}"
+
+current_files=()
+restore() { [ ${#current_files[@]} -gt 0 ] && sync_copy "${current_files[@]}"; current_files=(); }
+trap 'restore; echo; echo "mutate.sh: interrupted; the scratch copy is restored" >&2; exit 130' INT TERM
+
+# Git would look for a repository above the copy and apply paths relative to
+# it; the ceiling makes it treat the copy as a plain directory.
+gapply() { (cd "$copy" && GIT_CEILING_DIRECTORIES=$(dirname "$copy") git apply "$@"); }
+
+all_tests=$(cd tests && ls test_*.c | sed 's/\.c$//' | tr '\n' ' ')
+tests_of() {
+  local t
+  t=$(sed -n '/^\(diff\|---\) /q; s/^# *tests: *//p' "$1" | head -1)
+  echo "${t:-$all_tests}"
+}
+describe() { sed -n '/^\(diff\|---\) /q; /^# *tests:/d; s/^# *//p' "$1" | head -1; }
+
+build() { # TARGETS... -> 0 when built; output in $build_log
+  nice -n 10 cmake --build "$bdir" -j "$jobs" --target dlrec "$@" >>"$build_log" 2>&1
+}
+
+# Runs the given test executables one after another under one deadline of
+# LIMIT seconds, with the environment CTest gives them; stops at the first
+# failure. Prints killed / timeout / survived.
+run_tests() {
+  local limit=$1 log=$2 t rc deadline left
+  shift 2
+  deadline=$(($(date +%s) + limit))
+  rm -rf "$bdir/testtmp"
+  for t in "$@"; do
+    left=$((deadline - $(date +%s)))
+    [ $left -le 0 ] && { echo timeout; return; }
+    echo "== $t" >>"$log"
+    (cd "$bdir/tests" && DLREC_BIN=$bdir/dlrec DLREC_SOURCE_DIR=$copy DLREC_TEST_TMP=$bdir/testtmp \
+      DLREC_PROGRESS=0 OMP_WAIT_POLICY=PASSIVE nice -n 10 timeout -k 5 "$left" "./$t") >>"$log" 2>&1
+    rc=$?
+    echo "== $t: exit $rc after $((left - (deadline - $(date +%s)))) s" >>"$log"
+    [ $rc -eq 124 ] || [ $rc -eq 137 ] && { echo timeout; return; }
+    [ $rc -ne 0 ] && { echo "killed by $t"; return; }
+  done
+  echo survived
+}
+
+# Baseline: the union of the tests the patches name, on the unmutated copy.
+declare -A want=()
+for p in "${patches[@]}"; do
+  for t in $(tests_of "$p"); do
+    [ -f "tests/$t.c" ] || { echo "mutate.sh: $p names $t, which is not a tests/test_*.c" >&2; exit 2; }
+    want[$t]=1
+  done
+done
+echo "mutate.sh: configuring $bdir" >&2
+nice -n 10 cmake -S "$copy" -B "$bdir" -DCMAKE_BUILD_TYPE=Release >"$logs/configure.log" 2>&1 ||
+  { echo "mutate.sh: cmake failed, see $logs/configure.log" >&2; exit 2; }
+
+base_tests=$(printf '%s\n' "${!want[@]}" | sort | tr '\n' ' ')
+build_log=$logs/baseline.build.log
+: >"$build_log"
+echo "mutate.sh: baseline build and tests: $base_tests" >&2
+start=$(date +%s)
+# shellcheck disable=SC2086
+build $base_tests || { echo "mutate.sh: the unmutated tree does not build, see $build_log" >&2; exit 2; }
+: >"$logs/baseline.test.log"
+# shellcheck disable=SC2086
+res=$(run_tests $((10 * timeout_s)) "$logs/baseline.test.log" $base_tests)
+if [ "$res" != survived ]; then
+  echo "mutate.sh: baseline: $res on the unmutated tree, see $logs/baseline.test.log" >&2
+  exit 2
+fi
+echo "mutate.sh: baseline passed in $(($(date +%s) - start)) s" >&2
+
+killed=0 survived=0 unapplied=0 unbuilt=0
+survivors=()
+printf '%-40s %-26s %5s  %s\n' mutant result sec description
+for p in "${patches[@]}"; do
+  name=$(basename "$p" .patch)
+  build_log=$logs/$name.build.log
+  test_log=$logs/$name.test.log
+  : >"$build_log"
+  : >"$test_log"
+  start=$(date +%s)
+  mapfile -t current_files < <(gapply --numstat "$p" 2>/dev/null | cut -f3)
+  if [ ${#current_files[@]} -eq 0 ] || ! gapply "$p" >>"$build_log" 2>&1; then
+    current_files=()
+    res=no-apply
+    unapplied=$((unapplied + 1))
+  else
+    # shellcheck disable=SC2046
+    if ! build $(tests_of "$p"); then
+      res=no-build
+      unbuilt=$((unbuilt + 1))
+    else
+      # shellcheck disable=SC2046
+      res=$(run_tests "$timeout_s" "$test_log" $(tests_of "$p"))
+      case "$res" in
+        killed* | timeout) killed=$((killed + 1)) ;;
+        survived) res=SURVIVED; survived=$((survived + 1)); survivors+=("$name") ;;
+      esac
+    fi
+    restore
+  fi
+  if [ $keep_logs -eq 0 ] && { [ "${res%% *}" = killed ] || [ "$res" = timeout ]; }; then
+    rm -f "$build_log" "$test_log"
+  fi
+  printf '%-40s %-26s %5s  %s\n' "$name" "$res" "$(($(date +%s) - start))" "$(describe "$p")"
+done
+trap - INT TERM
+
+counted=$((killed + survived))
+echo
+echo "killed $killed, survived $survived, did not apply $unapplied, did not build $unbuilt" \
+  "($(($(date +%s) - run_start)) s)"
+if [ $counted -gt 0 ]; then
+  echo "score: $killed/$counted = $((100 * killed / counted))%"
+fi
+[ ${#survivors[@]} -gt 0 ] && echo "survivors: ${survivors[*]} (logs in $logs)"
+[ $survived -eq 0 ] && [ $unapplied -eq 0 ] && [ $unbuilt -eq 0 ]
