@@ -38,7 +38,8 @@ const dlrec_dlrm_shape *dlrec_dlrm_shape_of(const dlrec_net_config *c);
 
 /* dlrec_net_create of a "dlrm" config of this shape. Checks the shape against
  * the schema (bottom's last width == emb_dim, top's last == 1, at least one
- * dense and one categorical column). */
+ * categorical column; with no dense column, at least two, and no bottom MLP
+ * is planned). */
 dlrec_status dlrec_dlrm_create(dlrec_net **n, const dlrec_dlrm_shape *shape, const dlrec_schema *schema);
 
 #endif
