@@ -278,9 +278,10 @@ TEST(model_type_registry) {
   CHECK_OK(dlrec_net_config_default(&c, "dlrm"));
   CHECK_STR(c.type, "dlrm");
   CHECK_EQ(dlrec_dlrm_shape_of(&c)->emb_dim, 16);
-  CHECK_ERR(dlrec_net_config_default(&c, "gbdt"), DLREC_ERR_INVALID, "'gbdt' is not one of dlrm");
+  CHECK_ERR(dlrec_net_config_default(&c, "gbdt"), DLREC_ERR_INVALID, "'gbdt' is not one of dlrm, lr");
   CHECK_STR(dlrec_net_type_name(0), "dlrm");
-  CHECK(dlrec_net_type_name(1) == NULL);
+  CHECK_STR(dlrec_net_type_name(1), "lr");
+  CHECK(dlrec_net_type_name(2) == NULL);
 }
 
 /* ---- DLRM on data with no dense column ------------------------------------ */
