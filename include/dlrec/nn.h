@@ -180,6 +180,215 @@ void dlrec_packed_linear_free(dlrec_packed_linear *p);
  * thread. p is only read: concurrent forwards on one p are allowed. */
 dlrec_status dlrec_packed_linear_forward(const dlrec_packed_linear *p, const float *in, float *out, int B, int relu);
 
+/* ==== building blocks of the CTR models ===================================== *
+ *
+ * The blocks below are what the models beyond DLRM are made of (issue 9):
+ * the concat interaction, the DCN-v2 cross layer, the FM second-order term,
+ * the first-order "wide" term, dropout and batch normalization. Each has a
+ * training forward and a backward, and an inference forward whose bits for a
+ * row depend on that row and the parameters only: not on B, the other rows,
+ * the row's position or the thread count (the server merges requests into
+ * one batch). Where the training forward uses sgemm, a separate *_infer
+ * function runs the products through dlrec_packed_linear instead; where it
+ * does not, the one forward is already batch-invariant and says so. */
+
+/* ---- concat interaction (DLRM "cat") ----------------------------------------- */
+
+/* Width of the concat interaction's output: DX + F·D. 0 when a size is out of
+ * range (DX < 0, F or D < 1). */
+size_t dlrec_interaction_concat_dim(int DX, int F, int D);
+
+/* out = [x, flatten(emb)] per sample.
+ *   out (B, DX + F·D)
+ *   x   (B, DX)      the dense vector; DX = 0 (no dense columns) with x NULL
+ *   emb (B, F, D)
+ * 1 <= F <= 256, 1 <= D <= 4096, 0 <= DX <= 65536. Copies only, so the
+ * output is batch-invariant. out must not overlap the inputs. */
+dlrec_status dlrec_interaction_concat_forward(float *out, const float *x, const float *emb, int B, int DX, int F,
+                                              int D);
+
+/* The backward: dx (B, DX) and demb (B, F, D) are the matching slices of
+ * dout, overwritten; dx may be NULL (to skip it, and when DX = 0). */
+dlrec_status dlrec_interaction_concat_backward(float *dx, float *demb, const float *dout, int B, int DX, int F,
+                                               int D);
+
+/* ---- DCN-v2 cross layer --------------------------------------------------------- */
+
+/* One layer of DCN-v2's cross network (Wang et al. 2021; TorchRec's CrossNet
+ * and LowRankCrossNet):
+ *   full rank: out = x0 ⊙ (xl · Wᵀ + bias) + xl,          W (d, d)
+ *   low rank:  out = x0 ⊙ ((xl · Vᵀ) · Uᵀ + bias) + xl,  V (r, d), U (d, r)
+ * i.e. W = U V. Weights are in nn.Linear's (OUT, IN) layout: V is the down
+ * projection d -> r and U the up projection r -> d. x0 is the cross network's
+ * input, xl the previous layer's output (xl = x0 for the first layer).
+ * 1 <= d <= 65536, 1 <= r <= 65536; r = 0 below names the full-rank layer. */
+
+/* Floats of the activations a training forward saves for the backward:
+ * B·d (full rank, r = 0) or B·(r + d) (low rank). 0 for a bad size. */
+size_t dlrec_cross_act_floats(int B, int d, int r);
+
+/* Floats of the backward's scratch: B·d (full rank, r = 0) or B·(d + r). */
+size_t dlrec_cross_ws_floats(int B, int d, int r);
+
+/* The training forward of the full-rank layer (sgemm).
+ *   out (B, d); act (dlrec_cross_act_floats(B, d, 0)), written for the backward
+ *   x0, xl (B, d); w (d, d); bias (d)
+ * out must not overlap the inputs; xl == x0 is allowed. */
+dlrec_status dlrec_cross_forward(float *out, float *act, const float *x0, const float *xl, const float *w,
+                                 const float *bias, int B, int d);
+
+/* The backward of dlrec_cross_forward, given dout (B, d):
+ *   dx0   (B, d)  ACCUMULATED (+=), since x0 feeds every layer of a stack
+ *   dxl   (B, d)  overwritten
+ *   dw    (d, d), dbias (d)  accumulated
+ *   ws    dlrec_cross_ws_floats(B, d, 0) floats of scratch
+ * x0, xl, act and w are the forward's. dx0 and dxl must not overlap each
+ * other or the inputs: for the first layer (xl = x0) add dxl to dx0. */
+dlrec_status dlrec_cross_backward(float *dx0, float *dxl, float *dw, float *dbias, const float *dout,
+                                  const float *x0, const float *xl, const float *act, const float *w, float *ws,
+                                  int B, int d);
+
+/* The training forward of the low-rank layer: act (dlrec_cross_act_floats(B,
+ * d, r)) receives t = xl · Vᵀ (B, r) then u = t · Uᵀ + bias (B, d). */
+dlrec_status dlrec_cross_lowrank_forward(float *out, float *act, const float *x0, const float *xl, const float *v,
+                                         const float *u, const float *bias, int B, int d, int r);
+
+/* The backward of the low-rank layer, given dout (B, d): dx0 (B, d)
+ * accumulated, dxl (B, d) overwritten, dv (r, d), du (d, r) and dbias (d)
+ * accumulated; ws holds dlrec_cross_ws_floats(B, d, r) floats. act, v and u
+ * are the forward's. Overlap rules as dlrec_cross_backward. */
+dlrec_status dlrec_cross_lowrank_backward(float *dx0, float *dxl, float *dv, float *du, float *dbias,
+                                          const float *dout, const float *x0, const float *xl, const float *act,
+                                          const float *v, const float *u, float *ws, int B, int d, int r);
+
+/* The inference forwards, batch-invariant: the products run through packed
+ * layers (dlrec_packed_linear_create of w with its bias, IN = OUT = d; of v
+ * without a bias, IN = d, OUT = r; of u with the bias, IN = r, OUT = d),
+ * then out = x0 ⊙ u + xl elementwise, a multiply and an add each rounded.
+ * The caller packs with the sizes stated: a packed layer does not expose
+ * them to be checked. The low-rank one needs ws (B, r). The values differ
+ * from the training forward's in the last bits (another summation order). */
+dlrec_status dlrec_cross_infer(float *out, const float *x0, const float *xl, const dlrec_packed_linear *w, int B,
+                               int d);
+dlrec_status dlrec_cross_lowrank_infer(float *out, float *ws, const float *x0, const float *xl,
+                                       const dlrec_packed_linear *v, const dlrec_packed_linear *u, int B, int d,
+                                       int r);
+
+/* The mixture of low-rank experts (DCN-Mix; TorchRec's LowRankMixtureCrossNet):
+ *   t1_k = relu(xl · V_kᵀ)        (B, r),  V_k (r, d)
+ *   t2_k = relu(t1_k · C_kᵀ)      (B, r),  C_k (r, r)
+ *   e_k  = t2_k · U_kᵀ + bias     (B, d),  U_k (d, r), bias (d) shared
+ *   p    = softmax_k(xl · G_kᵀ)   (B, K),  G (K, d): one bias-free gate per expert
+ *   out  = x0 ⊙ Σ_k p_k e_k + xl  (the experts' sum in k order)
+ * The K experts' weights lie back to back: v (K, r, d), c (K, r, r),
+ * u (K, d, r). 1 <= K <= 64, 1 <= r, d <= 65536. */
+
+/* Floats the training forward saves: K·B·(2r + d) + B·K. */
+size_t dlrec_cross_mix_act_floats(int B, int d, int r, int K);
+
+/* Floats of the backward's scratch: B·(3d + 2r + K). */
+size_t dlrec_cross_mix_ws_floats(int B, int d, int r, int K);
+
+/* Floats of the inference forward's scratch: B·(2r + d + K). */
+size_t dlrec_cross_mix_infer_ws_floats(int B, int d, int r, int K);
+
+/* The training forward (sgemm); act receives t1, t2, e (each k-major) and p. */
+dlrec_status dlrec_cross_mix_forward(float *out, float *act, const float *x0, const float *xl, const float *v,
+                                     const float *c, const float *u, const float *gate, const float *bias, int B,
+                                     int d, int r, int K);
+
+/* The backward, given dout (B, d): dx0 (B, d) accumulated, dxl (B, d)
+ * overwritten; dv, dc, du, dgate, dbias accumulated (shapes of v, c, u,
+ * gate, bias). act, v, c, u and gate are the forward's; ws holds
+ * dlrec_cross_mix_ws_floats floats. Overlap rules as dlrec_cross_backward. */
+dlrec_status dlrec_cross_mix_backward(float *dx0, float *dxl, float *dv, float *dc, float *du, float *dgate,
+                                      float *dbias, const float *dout, const float *x0, const float *xl,
+                                      const float *act, const float *v, const float *c, const float *u,
+                                      const float *gate, float *ws, int B, int d, int r, int K);
+
+/* The batch-invariant inference forward: v[k], c[k] (without biases), u[k]
+ * (with the bias) and gate (K outputs, without a bias) are packed layers of
+ * the shapes above; the softmax and the mixture are per row in fixed order.
+ * ws holds dlrec_cross_mix_infer_ws_floats floats. */
+dlrec_status dlrec_cross_mix_infer(float *out, float *ws, const float *x0, const float *xl,
+                                   const dlrec_packed_linear *const *v, const dlrec_packed_linear *const *c,
+                                   const dlrec_packed_linear *const *u, const dlrec_packed_linear *gate, int B,
+                                   int d, int r, int K);
+
+/* ---- FM second-order term ------------------------------------------------------ */
+
+/* Factorization machine's pairwise term (Rendle 2010) over the pooled
+ * embeddings: per sample
+ *   out[b] = ½ Σ_d ((Σ_f e[b][f][d])² − Σ_f e[b][f][d]²)
+ * which equals Σ_{f<g} <e_f, e_g>.
+ *   out (B), emb (B, F, D); 1 <= F <= 65536, 1 <= D <= 4096.
+ * Per d the sums run over f in order in fp32, and the sum over d in double in
+ * order, so a row's value is batch-invariant and thread-count invariant. */
+dlrec_status dlrec_fm_forward(float *out, const float *emb, int B, int F, int D);
+
+/* The backward: demb[b][f][d] = dout[b] · (Σ_g e[b][g][d] − e[b][f][d]),
+ * overwritten. demb must not overlap emb. */
+dlrec_status dlrec_fm_backward(float *demb, const float *dout, const float *emb, int B, int F, int D);
+
+/* ---- first-order ("wide") term ------------------------------------------------- */
+
+/* out[b] = Σ_f w[b][f] + bias: the logit of a logistic regression over
+ * one-hot features, whose weights are the lookups of a width-1 table.
+ *   out (B), w (B, F); bias a single float, or NULL for none.
+ * 1 <= F <= 65536. Summed in fp32 over f in order, then the bias added:
+ * batch-invariant. */
+dlrec_status dlrec_wide_forward(float *out, const float *w, const float *bias, int B, int F);
+
+/* The backward: dw[b][f] = dout[b] (overwritten), *dbias += Σ_b dout[b]
+ * (accumulated, in b order; NULL to skip). */
+dlrec_status dlrec_wide_backward(float *dw, float *dbias, const float *dout, int B, int F);
+
+/* ---- dropout -------------------------------------------------------------------- */
+
+/* Inverted dropout over n values with rate p: out[i] = keep(i) ? in[i] / (1 − p)
+ * : 0 in training, out = in at inference (train = 0). Whether element i is
+ * kept is a pure function of (seed, step, i): a counter-based draw, so the
+ * mask does not depend on the thread count and the backward recomputes it
+ * instead of storing it. Give each dropout layer its own seed (for example
+ * the run's seed mixed with the layer's index) and pass the training step.
+ * 0 <= p < 1; p = 0 copies. out == in is allowed. */
+dlrec_status dlrec_dropout_forward(float *out, const float *in, size_t n, float p, uint64_t seed, uint64_t step,
+                                   int train);
+
+/* The backward with the same (p, seed, step): din[i] = keep(i) ? dout[i] /
+ * (1 − p) : 0. din == dout is allowed. */
+dlrec_status dlrec_dropout_backward(float *din, const float *dout, size_t n, float p, uint64_t seed,
+                                    uint64_t step);
+
+/* ---- batch normalization -------------------------------------------------------- */
+
+/* Batch normalization over (B, C) (PyTorch's BatchNorm1d with affine and
+ * running statistics). Training normalizes with the batch's mean and biased
+ * variance and updates the running statistics:
+ *   running_mean = (1 − momentum) running_mean + momentum · mean
+ *   running_var  = (1 − momentum) running_var  + momentum · var · B / (B − 1)
+ * saved (2C) receives mean then 1/sqrt(var + eps) for the backward.
+ *   out, in (B, C); gamma, beta, running_mean, running_var (C)
+ * B >= 2 (one sample has no variance), 1 <= C <= 65536, eps > 0,
+ * 0 <= momentum <= 1. Column statistics are summed over b in order in double,
+ * so the result does not depend on the thread count. out == in is allowed. */
+dlrec_status dlrec_batchnorm_train_forward(float *out, float *saved, const float *in, const float *gamma,
+                                           const float *beta, float *running_mean, float *running_var,
+                                           float momentum, float eps, int B, int C);
+
+/* The backward of the training forward, given dout (B, C):
+ *   din    (B, C)  overwritten; din == dout is allowed
+ *   dgamma, dbeta (C)  accumulated
+ * in, gamma and saved are the forward's. */
+dlrec_status dlrec_batchnorm_backward(float *din, float *dgamma, float *dbeta, const float *dout, const float *in,
+                                      const float *gamma, const float *saved, int B, int C);
+
+/* Inference: out = gamma · (in − running_mean) / sqrt(running_var + eps) +
+ * beta, elementwise from the running statistics, so scoring is
+ * batch-invariant. B >= 1. out == in is allowed. */
+dlrec_status dlrec_batchnorm_infer(float *out, const float *in, const float *gamma, const float *beta,
+                                   const float *running_mean, const float *running_var, float eps, int B, int C);
+
 #ifdef __cplusplus
 }
 #endif

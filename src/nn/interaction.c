@@ -282,3 +282,54 @@ dlrec_status dlrec_interaction_dot_backward(float *dx, float *demb, const float 
                  emb + (size_t)b * F * D, F, D);
   return DLREC_OK;
 }
+
+/* ---- the concat interaction ------------------------------------------------ */
+
+/* DLRM's "cat" interaction: the dense vector followed by the embeddings,
+ * flattened. Plain copies per sample, so its output is trivially
+ * batch-invariant; OpenMP splits large batches. */
+
+#define MAX_DX 65536
+
+size_t dlrec_interaction_concat_dim(int DX, int F, int D) {
+  if (DX < 0 || DX > MAX_DX || F < 1 || F > MAX_F || D < 1 || D > MAX_D) return 0;
+  return (size_t)DX + (size_t)F * (size_t)D;
+}
+
+static dlrec_status check_concat(const char *what, const void *a, const void *b, int B, int DX, int F, int D) {
+  if (!a || !b) return dlrec_error(DLREC_ERR_INVALID, "%s: NULL buffer", what);
+  if (B < 1 || !dlrec_interaction_concat_dim(DX, F, D))
+    return dlrec_error(DLREC_ERR_INVALID, "%s: bad shape B=%d DX=%d F=%d D=%d (0 <= DX <= %d, F <= %d, D <= %d)",
+                       what, B, DX, F, D, MAX_DX, MAX_F, MAX_D);
+  return DLREC_OK;
+}
+
+dlrec_status dlrec_interaction_concat_forward(float *out, const float *x, const float *emb, int B, int DX, int F,
+                                              int D) {
+  dlrec_status st = check_concat("interaction_concat_forward", out, emb, B, DX, F, D);
+  if (st != DLREC_OK) return st;
+  if (DX > 0 && !x)
+    return dlrec_error(DLREC_ERR_INVALID, "interaction_concat_forward: NULL dense buffer with DX=%d", DX);
+  const size_t FD = (size_t)F * D, W = (size_t)DX + FD;
+#pragma omp parallel for schedule(static) if ((size_t)B * W >= 32768)
+  for (int b = 0; b < B; b++) {
+    float *o = out + (size_t)b * W;
+    if (DX > 0) memcpy(o, x + (size_t)b * DX, (size_t)DX * sizeof(float));
+    memcpy(o + DX, emb + (size_t)b * FD, FD * sizeof(float));
+  }
+  return DLREC_OK;
+}
+
+dlrec_status dlrec_interaction_concat_backward(float *dx, float *demb, const float *dout, int B, int DX, int F,
+                                               int D) {
+  dlrec_status st = check_concat("interaction_concat_backward", demb, dout, B, DX, F, D);
+  if (st != DLREC_OK) return st;
+  const size_t FD = (size_t)F * D, W = (size_t)DX + FD;
+#pragma omp parallel for schedule(static) if ((size_t)B * W >= 32768)
+  for (int b = 0; b < B; b++) {
+    const float *g = dout + (size_t)b * W;
+    if (dx && DX > 0) memcpy(dx + (size_t)b * DX, g, (size_t)DX * sizeof(float));
+    memcpy(demb + (size_t)b * FD, g + DX, FD * sizeof(float));
+  }
+  return DLREC_OK;
+}
