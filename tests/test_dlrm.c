@@ -278,10 +278,11 @@ TEST(model_type_registry) {
   CHECK_OK(dlrec_net_config_default(&c, "dlrm"));
   CHECK_STR(c.type, "dlrm");
   CHECK_EQ(dlrec_dlrm_shape_of(&c)->emb_dim, 16);
-  CHECK_ERR(dlrec_net_config_default(&c, "gbdt"), DLREC_ERR_INVALID, "'gbdt' is not one of dlrm, lr");
+  CHECK_ERR(dlrec_net_config_default(&c, "gbdt"), DLREC_ERR_INVALID, "'gbdt' is not one of dlrm, lr, fm");
   CHECK_STR(dlrec_net_type_name(0), "dlrm");
   CHECK_STR(dlrec_net_type_name(1), "lr");
-  CHECK(dlrec_net_type_name(2) == NULL);
+  CHECK_STR(dlrec_net_type_name(2), "fm");
+  CHECK(dlrec_net_type_name(3) == NULL);
 }
 
 /* ---- DLRM on data with no dense column ------------------------------------ */
