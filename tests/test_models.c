@@ -236,7 +236,7 @@ static double auc_in(const char *out) {
  * writes one probability per raw row, and `dlrec serve` scores raw rows as
  * predict does (check_served_equals_predict). */
 #define LR_ROWS 60000
-static void check_served_equals_predict(const char *lr_dir);
+static void check_served_equals_predict(const char *dir, const char *model);
 #define LR_MIN_AUC 0.64 /* 0.5 + 0.14; measured 0.674 */
 TEST(lr_learns_on_synth_data) {
   const char *bin = getenv("DLREC_BIN");
@@ -275,7 +275,7 @@ TEST(lr_learns_on_synth_data) {
   if (f) fclose(f);
   CHECK_EQ(lines, LR_ROWS);
   CHECK_EQ(in_range, LR_ROWS);
-  check_served_equals_predict(d);
+  check_served_equals_predict(d, "lr");
 }
 
 /* ---- serving ------------------------------------------------------------ */
@@ -311,21 +311,21 @@ static char *http_post(int port, const char *path, const char *body) {
   return resp;
 }
 
-/* `dlrec serve` on the lr run in lr_dir (lr_learns_on_synth_data's, whose
- * directory the harness removes after the test): the scores of raw rows
- * (dense values as text, missing ones "") bitwise equal to `dlrec
+/* `dlrec serve` on the run DIR/run of the named model (a learning test's,
+ * whose directory the harness removes after the test): the scores of raw
+ * rows (dense values as text, missing ones "") bitwise equal to `dlrec
  * predict`'s of the same rows. The server listens on loopback, on a free
  * port, and is stopped whatever happens. */
-static void check_served_equals_predict(const char *lr_dir) {
-  const char *d = lr_dir;
+static void check_served_equals_predict(const char *dir, const char *model) {
+  const char *d = dir;
   char *out = NULL;
-  int rc = test_run_cli(&out, "predict -q --model '%s/run' --input '%s/clicks.tsv' --out '%s/ref.txt'", lr_dir,
-                        lr_dir, d);
+  int rc = test_run_cli(&out, "predict -q --model '%s/run' --input '%s/clicks.tsv' --out '%s/ref.txt'", d,
+                        d, d);
   CHECK_EQ(rc, 0);
   free(out);
   /* The first SERVE_ROWS raw rows and predict's scores of them. */
   char path[2048];
-  snprintf(path, sizeof path, "%s/clicks.tsv", lr_dir);
+  snprintf(path, sizeof path, "%s/clicks.tsv", d);
   FILE *f = fopen(path, "r");
   CHECK(f != NULL);
   if (!f) return;
@@ -365,7 +365,7 @@ static void check_served_equals_predict(const char *lr_dir) {
 
   /* The server, on a free loopback port written to a file. */
   char run[1100], port_file[1100], log[1100];
-  snprintf(run, sizeof run, "%s/run", lr_dir);
+  snprintf(run, sizeof run, "%s/run", d);
   snprintf(port_file, sizeof port_file, "%s/port", d);
   snprintf(log, sizeof log, "%s/serve.log", d);
   pid_t pid = fork();
@@ -386,7 +386,9 @@ static void check_served_equals_predict(const char *lr_dir) {
     }
     if (!port) nanosleep(&(struct timespec){0, 50000000}, NULL);
   }
-  char *resp = port ? http_post(port, "/v2/models/lr/infer", body) : NULL;
+  char infer[128];
+  snprintf(infer, sizeof infer, "/v2/models/%s/infer", model);
+  char *resp = port ? http_post(port, infer, body) : NULL;
   if (pid > 0) {
     kill(pid, SIGTERM);
     waitpid(pid, NULL, 0);
@@ -538,7 +540,7 @@ TEST(fm_scoring_is_batch_invariant) {
 
 /* fm learns on synth data through the CLI with examples/fm.json (on 2
  * threads): validation AUC above chance by a stated margin (measured at
- * this size: see FM_MIN_AUC). */
+ * this size: see FM_MIN_AUC); `dlrec serve` scores its run as predict does. */
 #define FM_MIN_AUC 0.64 /* measured 0.668 (lr: 0.674 on these rows) */
 TEST(fm_learns_on_synth_data) {
   const char *bin = getenv("DLREC_BIN");
@@ -560,4 +562,5 @@ TEST(fm_learns_on_synth_data) {
   fprintf(stderr, "fm: validation AUC %.4f\n", auc);
   CHECK(auc > FM_MIN_AUC);
   free(out);
+  check_served_equals_predict(d, "fm");
 }
