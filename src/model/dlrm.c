@@ -1,13 +1,14 @@
 /* DLRM as a model type: its config section, plan, init, and its forward and
  * backward between the embedding stage and the logits. Shapes (B = batch
- * rows, F = sparse columns, D = emb_dim, I = D + F(F+1)/2 the interaction's
- * width):
+ * rows, F = sparse columns, D = emb_dim, I = D + F(F+1)/2 the dot
+ * interaction's width, or D + F·D the concat interaction's):
  *   dense (B, n_dense) -> bottom MLP -> x (B, D)
- *   [x, emb (B, F, D)] -> dot interaction -> inter (B, I) -> top MLP -> logit (B, 1)
+ *   [x, emb (B, F, D)] -> interaction -> inter (B, I) -> top MLP -> logit (B, 1)
  * On data with no dense column there is no bottom MLP and no x: the dot
  * interaction runs over the F embeddings alone, I = F(F-1)/2 (their pairs),
- * as the DLRM reference does when its bottom MLP has nothing to read. The
- * config's bottom_mlp is then unused.
+ * as the DLRM reference does when its bottom MLP has nothing to read, or
+ * with "cat" the F embeddings concatenated, I = F·D. The config's
+ * bottom_mlp is then unused.
  */
 #include "dlrec/dlrm.h"
 
@@ -29,7 +30,7 @@ _Static_assert(sizeof(dlrec_dlrm_shape) <= DLREC_NET_CONFIG_BYTES, "the DLRM sha
 /* The Criteo Kaggle DLRM. */
 static void config_default(void *cfg) {
   dlrec_dlrm_shape sh = {.emb_dim = 16, .n_bottom = 4, .bottom = {512, 256, 64, 16}, .n_top = 3,
-                         .top = {512, 256, 1}, .pooling = DLREC_BAG_SUM};
+                         .top = {512, 256, 1}, .pooling = DLREC_BAG_SUM, .interaction = DLREC_DLRM_DOT};
   memcpy(cfg, &sh, sizeof sh);
 }
 
@@ -66,7 +67,7 @@ static dlrec_status get_widths(const cJSON *o, const char *key, const char *what
 }
 
 static dlrec_status config_parse(void *cfg, const cJSON *o, const char *what) {
-  static const char *keys[] = {"type", "embedding_dim", "bottom_mlp", "top_mlp", "pooling", NULL};
+  static const char *keys[] = {"type", "embedding_dim", "bottom_mlp", "top_mlp", "pooling", "interaction", NULL};
   dlrec_dlrm_shape *sh = cfg;
   dlrec_status s = dlrec_json_check_keys(o, what, keys);
   if (s == DLREC_OK) s = get_u32(o, "embedding_dim", what, 1, DLREC_EMBED_MAX_DIM, &sh->emb_dim);
@@ -78,6 +79,12 @@ static dlrec_status config_parse(void *cfg, const cJSON *o, const char *what) {
   if (pool && !strcmp(pool, "sum")) sh->pooling = DLREC_BAG_SUM;
   else if (pool && !strcmp(pool, "mean")) sh->pooling = DLREC_BAG_MEAN;
   else if (pool) return dlrec_error(DLREC_ERR_INVALID, "%s: field 'pooling': '%s' is not one of sum, mean", what, pool);
+  const char *inter = NULL;
+  if ((s = dlrec_json_get_string_or(o, "interaction", what, NULL, &inter)) != DLREC_OK) return s;
+  if (inter && !strcmp(inter, "dot")) sh->interaction = DLREC_DLRM_DOT;
+  else if (inter && !strcmp(inter, "cat")) sh->interaction = DLREC_DLRM_CAT;
+  else if (inter)
+    return dlrec_error(DLREC_ERR_INVALID, "%s: field 'interaction': '%s' is not one of dot, cat", what, inter);
   if (sh->bottom[sh->n_bottom - 1] != sh->emb_dim)
     return dlrec_error(DLREC_ERR_INVALID, "%s: bottom_mlp must end with embedding_dim (%u), not %u", what, sh->emb_dim,
                        sh->bottom[sh->n_bottom - 1]);
@@ -99,6 +106,7 @@ static void config_to_json(const void *cfg, cJSON *m) {
   cJSON_AddItemToObject(m, "bottom_mlp", widths_json(sh->bottom, sh->n_bottom));
   cJSON_AddItemToObject(m, "top_mlp", widths_json(sh->top, sh->n_top));
   cJSON_AddStringToObject(m, "pooling", sh->pooling == DLREC_BAG_MEAN ? "mean" : "sum");
+  cJSON_AddStringToObject(m, "interaction", sh->interaction == DLREC_DLRM_CAT ? "cat" : "dot");
 }
 
 void dlrec_dlrm_config(dlrec_net_config *c, const dlrec_dlrm_shape *shape) {
@@ -125,6 +133,8 @@ typedef struct dlrm {
   /* Bottom MLP layers planned: shape.n_bottom, or 0 on data with no dense
    * column (then the interaction is over the embeddings alone). */
   uint32_t n_bottom;
+  int cat;   /* the concat interaction, else the dot one */
+  int pairs; /* the dot interaction over the embeddings alone (no bottom MLP) */
   int bottom[DLREC_MLP_MAX_LAYERS], top[DLREC_MLP_MAX_LAYERS]; /* linear layer numbers */
   net_linear lb[DLREC_MLP_MAX_LAYERS], lt[DLREC_MLP_MAX_LAYERS]; /* the same layers' shapes */
 } dlrm;
@@ -153,7 +163,9 @@ static dlrec_status plan(const void *cfg, const dlrec_schema *schema, net_plan *
   if (schema->n_sparse < 1) return dlrec_error(DLREC_ERR_INVALID, "DLRM needs at least one categorical column");
   /* Without dense columns the interaction is over the embeddings' pairs
    * alone, and one embedding has none. */
-  if (schema->n_dense < 1 && schema->n_sparse < 2)
+  if (s->interaction != DLREC_DLRM_DOT && s->interaction != DLREC_DLRM_CAT)
+    return dlrec_error(DLREC_ERR_INVALID, "DLRM interaction %d is not dot or cat", (int)s->interaction);
+  if (s->interaction == DLREC_DLRM_DOT && schema->n_dense < 1 && schema->n_sparse < 2)
     return dlrec_error(DLREC_ERR_INVALID,
                        "DLRM on data with no dense column needs at least two categorical columns (the dot "
                        "interaction of %u has no pairs)", schema->n_sparse);
@@ -167,7 +179,12 @@ static dlrec_status plan(const void *cfg, const dlrec_schema *schema, net_plan *
   m->shape = *s;
   m->n_sparse = schema->n_sparse;
   m->n_bottom = schema->n_dense ? s->n_bottom : 0;
-  if (m->n_bottom) {
+  m->cat = s->interaction == DLREC_DLRM_CAT;
+  m->pairs = !m->cat && !m->n_bottom;
+  if (m->cat) {
+    m->inter_dim = (uint32_t)dlrec_interaction_concat_dim(m->n_bottom ? (int)s->emb_dim : 0,
+                                                          (int)schema->n_sparse, (int)s->emb_dim);
+  } else if (m->n_bottom) {
     m->inter_dim = (uint32_t)dlrec_interaction_dot_dim((int)schema->n_sparse, (int)s->emb_dim);
   } else {
     /* The kernel's Z is [e_1; e_2 .. e_F]: its output is e_1's copy, then
@@ -261,7 +278,7 @@ static dlrec_status ws_create(const void *ctx, const net_plan *p, uint32_t max_b
   WS_ALLOC(w->d_a, B * widest(m));
   WS_ALLOC(w->d_b, B * widest(m));
   WS_ALLOC(w->dx, B * m->shape.emb_dim);
-  if (!m->n_bottom) {
+  if (m->pairs) {
     size_t D = m->shape.emb_dim, rest = (size_t)(m->n_sparse - 1) * D;
     WS_ALLOC(w->e1, B * D);
     WS_ALLOC(w->rest, B * rest);
@@ -331,7 +348,9 @@ static dlrec_status forward(const void *ctx, void *ws, const net_io *io, const f
     in = w->bot[l];
   }
   net_lap(&p->mlp, &t);
-  if (st == DLREC_OK && m->n_bottom) st = dlrec_interaction_dot_forward(w->inter, in, io->emb, B, F, D);
+  if (st == DLREC_OK && m->cat)
+    st = dlrec_interaction_concat_forward(w->inter, m->n_bottom ? in : NULL, io->emb, B, m->n_bottom ? D : 0, F, D);
+  else if (st == DLREC_OK && m->n_bottom) st = dlrec_interaction_dot_forward(w->inter, in, io->emb, B, F, D);
   else if (st == DLREC_OK) st = pairs_forward(m, w, io->emb, B);
   net_lap(&p->interaction, &t);
   in = w->inter;
@@ -367,13 +386,15 @@ static dlrec_status backward(const void *ctx, void *ws, const net_io *io, const 
   }
   net_lap(&p->mlp, &t);
   if (!m->n_bottom) {
-    if (st == DLREC_OK) st = pairs_backward(m, w, d_emb, B);
+    if (st == DLREC_OK && m->cat) st = dlrec_interaction_concat_backward(NULL, d_emb, w->d_inter, B, 0, F, D);
+    else if (st == DLREC_OK) st = pairs_backward(m, w, d_emb, B);
     net_lap(&p->interaction, &t);
     p->mlp_flops += B * 2 * mlp_flops_row(m->lt, m->shape.n_top);
     return st;
   }
   const float *x = w->bot[m->n_bottom - 1];
-  if (st == DLREC_OK) st = dlrec_interaction_dot_backward(w->dx, d_emb, w->d_inter, x, io->emb, B, F, D);
+  if (st == DLREC_OK && m->cat) st = dlrec_interaction_concat_backward(w->dx, d_emb, w->d_inter, B, D, F, D);
+  else if (st == DLREC_OK) st = dlrec_interaction_dot_backward(w->dx, d_emb, w->d_inter, x, io->emb, B, F, D);
   net_lap(&p->interaction, &t);
   /* The bottom MLP's last layer has a ReLU too: mask dx with its output. */
   if (st == DLREC_OK) st = dlrec_relu_backward(w->dx, w->dx, x, (size_t)B * D);
