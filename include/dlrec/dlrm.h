@@ -18,6 +18,10 @@
 
 #define DLREC_MLP_MAX_LAYERS 8
 
+/* How the top MLP sees the features: DLRM's "dot" (x and the pairwise dot
+ * products of [x, e_1 .. e_F]) or "cat" (x and the embeddings concatenated). */
+typedef enum dlrec_dlrm_interaction { DLREC_DLRM_DOT = 0, DLREC_DLRM_CAT = 1 } dlrec_dlrm_interaction;
+
 typedef struct dlrec_dlrm_shape {
   uint32_t emb_dim;                       /* D: embedding width = the bottom MLP's last width */
   uint32_t n_bottom;                      /* bottom MLP layers (>= 1), all ReLU */
@@ -25,6 +29,7 @@ typedef struct dlrec_dlrm_shape {
   uint32_t n_top;                         /* top MLP layers (>= 1), ReLU but the last */
   uint32_t top[DLREC_MLP_MAX_LAYERS];     /* their output widths; the last is 1 (the logit) */
   dlrec_bag_mode pooling;                 /* how multi-hot bags pool */
+  dlrec_dlrm_interaction interaction;     /* dot (the default, 0) or cat */
 } dlrec_dlrm_shape;
 
 /* DLRM's profile is the generic one: its MLPs are "mlp", its dot
@@ -38,7 +43,8 @@ const dlrec_dlrm_shape *dlrec_dlrm_shape_of(const dlrec_net_config *c);
 
 /* dlrec_net_create of a "dlrm" config of this shape. Checks the shape against
  * the schema (bottom's last width == emb_dim, top's last == 1, at least one
- * dense and one categorical column). */
+ * categorical column; with no dense column, at least two, and no bottom MLP
+ * is planned). */
 dlrec_status dlrec_dlrm_create(dlrec_net **n, const dlrec_dlrm_shape *shape, const dlrec_schema *schema);
 
 #endif

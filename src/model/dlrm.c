@@ -1,9 +1,14 @@
 /* DLRM as a model type: its config section, plan, init, and its forward and
  * backward between the embedding stage and the logits. Shapes (B = batch
- * rows, F = sparse columns, D = emb_dim, I = D + F(F+1)/2 the interaction's
- * width):
+ * rows, F = sparse columns, D = emb_dim, I = D + F(F+1)/2 the dot
+ * interaction's width, or D + F·D the concat interaction's):
  *   dense (B, n_dense) -> bottom MLP -> x (B, D)
- *   [x, emb (B, F, D)] -> dot interaction -> inter (B, I) -> top MLP -> logit (B, 1)
+ *   [x, emb (B, F, D)] -> interaction -> inter (B, I) -> top MLP -> logit (B, 1)
+ * On data with no dense column there is no bottom MLP and no x: the dot
+ * interaction runs over the F embeddings alone, I = F(F-1)/2 (their pairs),
+ * as the DLRM reference does when its bottom MLP has nothing to read, or
+ * with "cat" the F embeddings concatenated, I = F·D. The config's
+ * bottom_mlp is then unused.
  */
 #include "dlrec/dlrm.h"
 
@@ -25,7 +30,7 @@ _Static_assert(sizeof(dlrec_dlrm_shape) <= DLREC_NET_CONFIG_BYTES, "the DLRM sha
 /* The Criteo Kaggle DLRM. */
 static void config_default(void *cfg) {
   dlrec_dlrm_shape sh = {.emb_dim = 16, .n_bottom = 4, .bottom = {512, 256, 64, 16}, .n_top = 3,
-                         .top = {512, 256, 1}, .pooling = DLREC_BAG_SUM};
+                         .top = {512, 256, 1}, .pooling = DLREC_BAG_SUM, .interaction = DLREC_DLRM_DOT};
   memcpy(cfg, &sh, sizeof sh);
 }
 
@@ -62,7 +67,7 @@ static dlrec_status get_widths(const cJSON *o, const char *key, const char *what
 }
 
 static dlrec_status config_parse(void *cfg, const cJSON *o, const char *what) {
-  static const char *keys[] = {"type", "embedding_dim", "bottom_mlp", "top_mlp", "pooling", NULL};
+  static const char *keys[] = {"type", "embedding_dim", "bottom_mlp", "top_mlp", "pooling", "interaction", NULL};
   dlrec_dlrm_shape *sh = cfg;
   dlrec_status s = dlrec_json_check_keys(o, what, keys);
   if (s == DLREC_OK) s = get_u32(o, "embedding_dim", what, 1, DLREC_EMBED_MAX_DIM, &sh->emb_dim);
@@ -74,6 +79,12 @@ static dlrec_status config_parse(void *cfg, const cJSON *o, const char *what) {
   if (pool && !strcmp(pool, "sum")) sh->pooling = DLREC_BAG_SUM;
   else if (pool && !strcmp(pool, "mean")) sh->pooling = DLREC_BAG_MEAN;
   else if (pool) return dlrec_error(DLREC_ERR_INVALID, "%s: field 'pooling': '%s' is not one of sum, mean", what, pool);
+  const char *inter = NULL;
+  if ((s = dlrec_json_get_string_or(o, "interaction", what, NULL, &inter)) != DLREC_OK) return s;
+  if (inter && !strcmp(inter, "dot")) sh->interaction = DLREC_DLRM_DOT;
+  else if (inter && !strcmp(inter, "cat")) sh->interaction = DLREC_DLRM_CAT;
+  else if (inter)
+    return dlrec_error(DLREC_ERR_INVALID, "%s: field 'interaction': '%s' is not one of dot, cat", what, inter);
   if (sh->bottom[sh->n_bottom - 1] != sh->emb_dim)
     return dlrec_error(DLREC_ERR_INVALID, "%s: bottom_mlp must end with embedding_dim (%u), not %u", what, sh->emb_dim,
                        sh->bottom[sh->n_bottom - 1]);
@@ -95,6 +106,7 @@ static void config_to_json(const void *cfg, cJSON *m) {
   cJSON_AddItemToObject(m, "bottom_mlp", widths_json(sh->bottom, sh->n_bottom));
   cJSON_AddItemToObject(m, "top_mlp", widths_json(sh->top, sh->n_top));
   cJSON_AddStringToObject(m, "pooling", sh->pooling == DLREC_BAG_MEAN ? "mean" : "sum");
+  cJSON_AddStringToObject(m, "interaction", sh->interaction == DLREC_DLRM_CAT ? "cat" : "dot");
 }
 
 void dlrec_dlrm_config(dlrec_net_config *c, const dlrec_dlrm_shape *shape) {
@@ -118,6 +130,11 @@ dlrec_status dlrec_dlrm_create(dlrec_net **n, const dlrec_dlrm_shape *shape, con
 typedef struct dlrm {
   dlrec_dlrm_shape shape;
   uint32_t n_sparse, inter_dim;
+  /* Bottom MLP layers planned: shape.n_bottom, or 0 on data with no dense
+   * column (then the interaction is over the embeddings alone). */
+  uint32_t n_bottom;
+  int cat;   /* the concat interaction, else the dot one */
+  int pairs; /* the dot interaction over the embeddings alone (no bottom MLP) */
   int bottom[DLREC_MLP_MAX_LAYERS], top[DLREC_MLP_MAX_LAYERS]; /* linear layer numbers */
   net_linear lb[DLREC_MLP_MAX_LAYERS], lt[DLREC_MLP_MAX_LAYERS]; /* the same layers' shapes */
 } dlrm;
@@ -144,7 +161,14 @@ static dlrec_status plan(const void *cfg, const dlrec_schema *schema, net_plan *
   if (s->emb_dim < 1 || s->emb_dim > DLREC_EMBED_MAX_DIM)
     return dlrec_error(DLREC_ERR_INVALID, "embedding dim %u out of range [1, %d]", s->emb_dim, DLREC_EMBED_MAX_DIM);
   if (schema->n_sparse < 1) return dlrec_error(DLREC_ERR_INVALID, "DLRM needs at least one categorical column");
-  if (schema->n_dense < 1) return dlrec_error(DLREC_ERR_INVALID, "DLRM needs at least one dense column");
+  /* Without dense columns the interaction is over the embeddings' pairs
+   * alone, and one embedding has none. */
+  if (s->interaction != DLREC_DLRM_DOT && s->interaction != DLREC_DLRM_CAT)
+    return dlrec_error(DLREC_ERR_INVALID, "DLRM interaction %d is not dot or cat", (int)s->interaction);
+  if (s->interaction == DLREC_DLRM_DOT && schema->n_dense < 1 && schema->n_sparse < 2)
+    return dlrec_error(DLREC_ERR_INVALID,
+                       "DLRM on data with no dense column needs at least two categorical columns (the dot "
+                       "interaction of %u has no pairs)", schema->n_sparse);
   if (s->n_bottom >= 1 && s->n_bottom <= DLREC_MLP_MAX_LAYERS && s->bottom[s->n_bottom - 1] != s->emb_dim)
     return dlrec_error(DLREC_ERR_INVALID, "bottom MLP ends with width %u, but the embedding dim is %u (they must match)",
                        s->bottom[s->n_bottom - 1], s->emb_dim);
@@ -154,10 +178,24 @@ static dlrec_status plan(const void *cfg, const dlrec_schema *schema, net_plan *
   if (!m) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
   m->shape = *s;
   m->n_sparse = schema->n_sparse;
-  m->inter_dim = (uint32_t)dlrec_interaction_dot_dim((int)schema->n_sparse, (int)s->emb_dim);
+  m->n_bottom = schema->n_dense ? s->n_bottom : 0;
+  m->cat = s->interaction == DLREC_DLRM_CAT;
+  m->pairs = !m->cat && !m->n_bottom;
+  if (m->cat) {
+    m->inter_dim = (uint32_t)dlrec_interaction_concat_dim(m->n_bottom ? (int)s->emb_dim : 0,
+                                                          (int)schema->n_sparse, (int)s->emb_dim);
+  } else if (m->n_bottom) {
+    m->inter_dim = (uint32_t)dlrec_interaction_dot_dim((int)schema->n_sparse, (int)s->emb_dim);
+  } else {
+    /* The kernel's Z is [e_1; e_2 .. e_F]: its output is e_1's copy, then
+     * the F(F-1)/2 pairs, of which the model keeps the pairs. */
+    size_t w = dlrec_interaction_dot_dim((int)schema->n_sparse - 1, (int)s->emb_dim);
+    m->inter_dim = w ? (uint32_t)(w - s->emb_dim) : 0;
+  }
   p->emb_dim = s->emb_dim;
   p->pooling = s->pooling;
-  dlrec_status st = plan_mlp(p, m->bottom, m->lb, s->n_bottom, s->bottom, schema->n_dense, "bottom");
+  dlrec_status st = m->n_bottom ? plan_mlp(p, m->bottom, m->lb, s->n_bottom, s->bottom, schema->n_dense, "bottom")
+                                : DLREC_OK;
   if (st == DLREC_OK && m->inter_dim == 0)
     st = dlrec_error(DLREC_ERR_INVALID, "interaction of %u columns of width %u is out of range", schema->n_sparse,
                      s->emb_dim);
@@ -188,7 +226,7 @@ static void init_mlp(float *p, const net_linear *ls, uint32_t n, uint64_t seed, 
 static void init(const void *ctx, const net_plan *p, float *params, uint64_t seed) {
   (void)p;
   const dlrm *m = ctx;
-  init_mlp(params, m->lb, m->shape.n_bottom, seed, 1000);
+  init_mlp(params, m->lb, m->n_bottom, seed, 1000);
   init_mlp(params, m->lt, m->shape.n_top, seed, 2000);
 }
 
@@ -201,11 +239,15 @@ typedef struct dlrm_ws {
   float *top[DLREC_MLP_MAX_LAYERS]; /* top outputs (B, top[l]); the last holds logits */
   float *d_a, *d_b;                 /* ping-pong activation gradients (B, widest) */
   float *dx;                        /* (B, D) */
+  /* With no bottom MLP: the embeddings split as the kernel takes them, e_1
+   * (B, D) and e_2 .. e_F (B, F-1, D), its output (B, D + I) and their
+   * gradients (dx above is e_1's). */
+  float *e1, *rest, *full, *d_full, *d_rest;
 } dlrm_ws;
 
 static uint32_t widest(const dlrm *m) {
   uint32_t w = m->inter_dim > m->shape.emb_dim ? m->inter_dim : m->shape.emb_dim;
-  for (uint32_t l = 0; l < m->shape.n_bottom; l++) w = m->lb[l].out > w ? m->lb[l].out : w;
+  for (uint32_t l = 0; l < m->n_bottom; l++) w = m->lb[l].out > w ? m->lb[l].out : w;
   for (uint32_t l = 0; l < m->shape.n_top; l++) w = m->lt[l].out > w ? m->lt[l].out : w;
   return w;
 }
@@ -229,13 +271,21 @@ static dlrec_status ws_create(const void *ctx, const net_plan *p, uint32_t max_b
   do {                                                                                     \
     if (!((ptr) = dlrec_arena_alloc(&w->arena, (floats) * sizeof(float), 64))) goto nomem; \
   } while (0)
-  for (uint32_t l = 0; l < m->shape.n_bottom; l++) WS_ALLOC(w->bot[l], B * m->lb[l].out);
+  for (uint32_t l = 0; l < m->n_bottom; l++) WS_ALLOC(w->bot[l], B * m->lb[l].out);
   WS_ALLOC(w->inter, B * m->inter_dim);
   WS_ALLOC(w->d_inter, B * m->inter_dim);
   for (uint32_t l = 0; l < m->shape.n_top; l++) WS_ALLOC(w->top[l], B * m->lt[l].out);
   WS_ALLOC(w->d_a, B * widest(m));
   WS_ALLOC(w->d_b, B * widest(m));
   WS_ALLOC(w->dx, B * m->shape.emb_dim);
+  if (m->pairs) {
+    size_t D = m->shape.emb_dim, rest = (size_t)(m->n_sparse - 1) * D;
+    WS_ALLOC(w->e1, B * D);
+    WS_ALLOC(w->rest, B * rest);
+    WS_ALLOC(w->d_rest, B * rest);
+    WS_ALLOC(w->full, B * (D + m->inter_dim));
+    WS_ALLOC(w->d_full, B * (D + m->inter_dim));
+  }
 #undef WS_ALLOC
   *out = w;
   return DLREC_OK;
@@ -253,6 +303,38 @@ static double mlp_flops_row(const net_linear *ls, uint32_t n) {
   return f;
 }
 
+/* The dot interaction over the F embeddings alone (no bottom MLP): the
+ * kernel runs on Z = [e_1; e_2 .. e_F], gathered out of emb (B, F, D), and
+ * the pairs of its output, past e_1's copy, go to w->inter (B, I). Each row
+ * is computed on its own, so scoring stays batch-invariant. */
+static dlrec_status pairs_forward(const dlrm *m, dlrm_ws *w, const float *emb, int B) {
+  size_t F = m->n_sparse, D = m->shape.emb_dim, I = m->inter_dim;
+  for (size_t b = 0; b < (size_t)B; b++) {
+    memcpy(w->e1 + b * D, emb + b * F * D, D * sizeof(float));
+    memcpy(w->rest + b * (F - 1) * D, emb + b * F * D + D, (F - 1) * D * sizeof(float));
+  }
+  dlrec_status st = dlrec_interaction_dot_forward(w->full, w->e1, w->rest, B, (int)F - 1, (int)D);
+  for (size_t b = 0; st == DLREC_OK && b < (size_t)B; b++)
+    memcpy(w->inter + b * I, w->full + b * (D + I) + D, I * sizeof(float));
+  return st;
+}
+
+/* The backward of pairs_forward: d_inter back through the kernel (e_1's
+ * copy gets no gradient) into d_emb (B, F, D). */
+static dlrec_status pairs_backward(const dlrm *m, dlrm_ws *w, float *d_emb, int B) {
+  size_t F = m->n_sparse, D = m->shape.emb_dim, I = m->inter_dim;
+  for (size_t b = 0; b < (size_t)B; b++) {
+    memset(w->d_full + b * (D + I), 0, D * sizeof(float));
+    memcpy(w->d_full + b * (D + I) + D, w->d_inter + b * I, I * sizeof(float));
+  }
+  dlrec_status st = dlrec_interaction_dot_backward(w->dx, w->d_rest, w->d_full, w->e1, w->rest, B, (int)F - 1, (int)D);
+  for (size_t b = 0; st == DLREC_OK && b < (size_t)B; b++) {
+    memcpy(d_emb + b * F * D, w->dx + b * D, D * sizeof(float));
+    memcpy(d_emb + b * F * D + D, w->d_rest + b * (F - 1) * D, (F - 1) * D * sizeof(float));
+  }
+  return st;
+}
+
 static dlrec_status forward(const void *ctx, void *ws, const net_io *io, const float **logits) {
   const dlrm *m = ctx;
   dlrm_ws *w = ws;
@@ -261,12 +343,15 @@ static dlrec_status forward(const void *ctx, void *ws, const net_io *io, const f
   double t = dlrec_now();
   dlrec_status st = DLREC_OK;
   const float *in = io->dense;
-  for (uint32_t l = 0; st == DLREC_OK && l < m->shape.n_bottom; l++) {
+  for (uint32_t l = 0; st == DLREC_OK && l < m->n_bottom; l++) {
     st = net_linear_forward(io, m->bottom[l], w->bot[l], in, 1);
     in = w->bot[l];
   }
   net_lap(&p->mlp, &t);
-  if (st == DLREC_OK) st = dlrec_interaction_dot_forward(w->inter, in, io->emb, B, F, D);
+  if (st == DLREC_OK && m->cat)
+    st = dlrec_interaction_concat_forward(w->inter, m->n_bottom ? in : NULL, io->emb, B, m->n_bottom ? D : 0, F, D);
+  else if (st == DLREC_OK && m->n_bottom) st = dlrec_interaction_dot_forward(w->inter, in, io->emb, B, F, D);
+  else if (st == DLREC_OK) st = pairs_forward(m, w, io->emb, B);
   net_lap(&p->interaction, &t);
   in = w->inter;
   for (uint32_t l = 0; st == DLREC_OK && l < m->shape.n_top; l++) {
@@ -274,7 +359,7 @@ static dlrec_status forward(const void *ctx, void *ws, const net_io *io, const f
     in = w->top[l];
   }
   net_lap(&p->mlp, &t);
-  p->mlp_flops += B * (mlp_flops_row(m->lb, m->shape.n_bottom) + mlp_flops_row(m->lt, m->shape.n_top));
+  p->mlp_flops += B * (mlp_flops_row(m->lb, m->n_bottom) + mlp_flops_row(m->lt, m->shape.n_top));
   *logits = w->top[m->shape.n_top - 1];
   return st;
 }
@@ -299,15 +384,23 @@ static dlrec_status backward(const void *ctx, void *ws, const net_io *io, const 
     dout = din;
     dnext = (dnext == w->d_a) ? w->d_b : w->d_a;
   }
-  const float *x = w->bot[m->shape.n_bottom - 1];
   net_lap(&p->mlp, &t);
-  if (st == DLREC_OK) st = dlrec_interaction_dot_backward(w->dx, d_emb, w->d_inter, x, io->emb, B, F, D);
+  if (!m->n_bottom) {
+    if (st == DLREC_OK && m->cat) st = dlrec_interaction_concat_backward(NULL, d_emb, w->d_inter, B, 0, F, D);
+    else if (st == DLREC_OK) st = pairs_backward(m, w, d_emb, B);
+    net_lap(&p->interaction, &t);
+    p->mlp_flops += B * 2 * mlp_flops_row(m->lt, m->shape.n_top);
+    return st;
+  }
+  const float *x = w->bot[m->n_bottom - 1];
+  if (st == DLREC_OK && m->cat) st = dlrec_interaction_concat_backward(w->dx, d_emb, w->d_inter, B, D, F, D);
+  else if (st == DLREC_OK) st = dlrec_interaction_dot_backward(w->dx, d_emb, w->d_inter, x, io->emb, B, F, D);
   net_lap(&p->interaction, &t);
   /* The bottom MLP's last layer has a ReLU too: mask dx with its output. */
   if (st == DLREC_OK) st = dlrec_relu_backward(w->dx, w->dx, x, (size_t)B * D);
   dout = w->dx;
   dnext = w->d_a;
-  for (int l = (int)m->shape.n_bottom - 1; st == DLREC_OK && l >= 0; l--) {
+  for (int l = (int)m->n_bottom - 1; st == DLREC_OK && l >= 0; l--) {
     const net_linear *L = &m->lb[l];
     const float *in = l ? w->bot[l - 1] : io->dense;
     float *din = l ? dnext : NULL; /* nothing flows into the dense features */
@@ -318,7 +411,7 @@ static dlrec_status backward(const void *ctx, void *ws, const net_io *io, const 
   }
   net_lap(&p->mlp, &t);
   /* Backward: dW everywhere, din everywhere but the first bottom layer. */
-  p->mlp_flops += B * (2 * mlp_flops_row(m->lb, m->shape.n_bottom) + 2 * mlp_flops_row(m->lt, m->shape.n_top) -
+  p->mlp_flops += B * (2 * mlp_flops_row(m->lb, m->n_bottom) + 2 * mlp_flops_row(m->lt, m->shape.n_top) -
                        2.0 * m->lb[0].in * m->lb[0].out);
   return st;
 }

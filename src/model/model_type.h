@@ -89,6 +89,8 @@ typedef struct net_type {
 } net_type;
 
 extern const net_type net_type_dlrm;
+extern const net_type net_type_lr;
+extern const net_type net_type_fm;
 
 /* The registered type of that name, or NULL. */
 const net_type *net_type_find(const char *name);

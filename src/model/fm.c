@@ -1,0 +1,234 @@
+/* The factorization machine (Rendle 2010) as a model type ("fm"): first and
+ * second order over the categorical ids, plus a linear layer over the dense
+ * features:
+ *   logit_b = linear(dense_b) + Σ_f w_bf + Σ_{f<g} <v_bf, v_bg>
+ * where, for column f of row b, w_bf is the pooled first-order weight of its
+ * ids and v_bf (D) their pooled factor vector.
+ *
+ * Both live in the one embedding table, whose rows are D + 1 wide: the first
+ * D coordinates are an id's factors, the last its first-order weight. The
+ * generic stage pools the rows into emb (B, F, D + 1); this type splits each
+ * row into v (B, F, D) and w (B, F) for the FM and wide blocks of src/nn,
+ * and joins their gradients back into d_emb. One table means one lookup per
+ * id and one sparse optimizer state per row (shared by an id's factors and
+ * weight).
+ *
+ * Tensors: "linear.weight" (1, n_dense) and "linear.bias" (1), whose bias is
+ * the model's; on data with no dense column, "bias" (1) alone. The dense
+ * part runs through net_linear_forward (the packed batch-invariant kernel
+ * when scoring); the FM and wide blocks are per row in fixed order, so a
+ * row's score has the same bits in any batch.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dlrec/json.h"
+#include "dlrec/progress.h"
+#include "dlrec/rng.h"
+#include "model/model_type.h"
+
+typedef struct fm_config {
+  uint32_t emb_dim;       /* D, the factors' width (the table's rows are D + 1) */
+  dlrec_bag_mode pooling; /* how multi-hot bags pool */
+} fm_config;
+
+_Static_assert(sizeof(fm_config) <= DLREC_NET_CONFIG_BYTES, "the FM config fits a model config");
+
+/* ---- config ------------------------------------------------------------------ */
+
+static void config_default(void *cfg) {
+  fm_config c = {.emb_dim = 16, .pooling = DLREC_BAG_SUM};
+  memcpy(cfg, &c, sizeof c);
+}
+
+static dlrec_status config_parse(void *cfg, const cJSON *o, const char *what) {
+  static const char *keys[] = {"type", "embedding_dim", "pooling", NULL};
+  fm_config *c = cfg;
+  dlrec_status s = dlrec_json_check_keys(o, what, keys);
+  uint64_t d = c->emb_dim;
+  if (s == DLREC_OK) s = dlrec_json_get_u64_or(o, "embedding_dim", what, c->emb_dim, &d);
+  if (s != DLREC_OK) return s;
+  /* One more coordinate holds the first-order weight. */
+  if (d < 1 || d > DLREC_EMBED_MAX_DIM - 1)
+    return dlrec_error(DLREC_ERR_INVALID, "%s: field 'embedding_dim': %llu is out of range [1, %d]", what,
+                       (unsigned long long)d, DLREC_EMBED_MAX_DIM - 1);
+  c->emb_dim = (uint32_t)d;
+  const char *pool = NULL;
+  if ((s = dlrec_json_get_string_or(o, "pooling", what, NULL, &pool)) != DLREC_OK) return s;
+  if (pool && !strcmp(pool, "sum")) c->pooling = DLREC_BAG_SUM;
+  else if (pool && !strcmp(pool, "mean")) c->pooling = DLREC_BAG_MEAN;
+  else if (pool) return dlrec_error(DLREC_ERR_INVALID, "%s: field 'pooling': '%s' is not one of sum, mean", what, pool);
+  return DLREC_OK;
+}
+
+static void config_to_json(const void *cfg, cJSON *m) {
+  const fm_config *c = cfg;
+  cJSON_AddNumberToObject(m, "embedding_dim", c->emb_dim);
+  cJSON_AddStringToObject(m, "pooling", c->pooling == DLREC_BAG_MEAN ? "mean" : "sum");
+}
+
+/* ---- plan -------------------------------------------------------------------- */
+
+typedef struct fm {
+  uint32_t n_sparse, n_dense, D;
+  int linear;   /* the dense layer's number, when n_dense > 0 */
+  net_linear L; /* its shape and offsets */
+  size_t bias;  /* the "bias" tensor, when n_dense == 0 */
+} fm;
+
+static dlrec_status plan(const void *cfg, const dlrec_schema *schema, net_plan *p, void **ctx) {
+  *ctx = NULL;
+  const fm_config *c = cfg;
+  if (schema->n_sparse < 1) return dlrec_error(DLREC_ERR_INVALID, "FM needs at least one categorical column");
+  if (c->emb_dim < 1 || c->emb_dim > DLREC_EMBED_MAX_DIM - 1)
+    return dlrec_error(DLREC_ERR_INVALID, "FM embedding dim %u out of range [1, %d]", c->emb_dim,
+                       DLREC_EMBED_MAX_DIM - 1);
+  fm *m = calloc(1, sizeof *m);
+  if (!m) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
+  m->n_sparse = schema->n_sparse;
+  m->n_dense = schema->n_dense;
+  m->D = c->emb_dim;
+  p->emb_dim = c->emb_dim + 1;
+  p->pooling = c->pooling;
+  dlrec_status st;
+  if (m->n_dense) {
+    st = net_plan_linear(p, "linear", m->n_dense, 1, &m->linear);
+    if (st == DLREC_OK) m->L = p->linear[m->linear];
+  } else {
+    st = net_plan_tensor(p, "bias", 1, 0, &m->bias);
+  }
+  if (st != DLREC_OK) {
+    free(m);
+    return st;
+  }
+  *ctx = m;
+  return DLREC_OK;
+}
+
+static void free_ctx(void *ctx) { free(ctx); }
+
+/* The dense weights normal with std sqrt(2 / (n_dense + 1)), as lr's; the
+ * bias zero; the table (factors and first-order weights) is the generic
+ * embedding init. */
+static void init(const void *ctx, const net_plan *p, float *params, uint64_t seed) {
+  (void)p;
+  const fm *m = ctx;
+  if (!m->n_dense) {
+    params[m->bias] = 0;
+    return;
+  }
+  dlrec_rng r;
+  dlrec_rng_seed(&r, seed, 4000);
+  double std = sqrt(2.0 / (m->n_dense + 1));
+  for (uint32_t i = 0; i < m->n_dense; i++) params[m->L.w + i] = (float)(std * dlrec_rng_normal(&r));
+  params[m->L.b] = 0;
+}
+
+/* ---- workspace --------------------------------------------------------------- */
+
+typedef struct fm_ws {
+  float *logits, *second, *first; /* (B) each: the result, the FM term, the wide term */
+  float *v, *w;                   /* the split emb: factors (B, F, D), weights (B, F) */
+  float *dv, *dw;                 /* their gradients */
+} fm_ws;
+
+static void ws_free(void *ws) {
+  fm_ws *w = ws;
+  if (!w) return;
+  free(w->logits), free(w->second), free(w->first), free(w->v), free(w->w), free(w->dv), free(w->dw);
+  free(w);
+}
+
+static dlrec_status ws_create(const void *ctx, const net_plan *p, uint32_t max_batch, void **out) {
+  (void)p;
+  const fm *m = ctx;
+  *out = NULL;
+  size_t B = max_batch, FD = (size_t)m->n_sparse * m->D;
+  fm_ws *w = calloc(1, sizeof *w);
+  if (w) {
+    w->logits = malloc(B * sizeof(float));
+    w->second = malloc(B * sizeof(float));
+    w->first = malloc(B * sizeof(float));
+    w->v = malloc(B * FD * sizeof(float));
+    w->dv = malloc(B * FD * sizeof(float));
+    w->w = malloc(B * m->n_sparse * sizeof(float));
+    w->dw = malloc(B * m->n_sparse * sizeof(float));
+  }
+  if (!w || !w->logits || !w->second || !w->first || !w->v || !w->dv || !w->w || !w->dw) {
+    ws_free(w);
+    return dlrec_error(DLREC_ERR_NOMEM, "cannot allocate the workspace for batches of %u rows", max_batch);
+  }
+  *out = w;
+  return DLREC_OK;
+}
+
+/* ---- forward and backward ----------------------------------------------------- */
+
+static dlrec_status forward(const void *ctx, void *ws, const net_io *io, const float **logits) {
+  const fm *m = ctx;
+  fm_ws *w = ws;
+  int B = io->B, F = (int)m->n_sparse, D = (int)m->D;
+  double t = dlrec_now();
+  dlrec_status st = DLREC_OK;
+  if (m->n_dense) {
+    st = net_linear_forward(io, m->linear, w->logits, io->dense, 0);
+    io->prof->mlp_flops += 2.0 * B * m->n_dense;
+  } else {
+    for (int b = 0; b < B; b++) w->logits[b] = io->params[m->bias];
+  }
+  net_lap(&io->prof->mlp, &t);
+  /* Split each pooled row (D + 1) into its factors and its weight. */
+  for (size_t i = 0; i < (size_t)B * F; i++) {
+    memcpy(w->v + i * D, io->emb + i * (D + 1), (size_t)D * sizeof(float));
+    w->w[i] = io->emb[i * (D + 1) + D];
+  }
+  if (st == DLREC_OK) st = dlrec_fm_forward(w->second, w->v, B, F, D);
+  if (st == DLREC_OK) st = dlrec_wide_forward(w->first, w->w, NULL, B, F);
+  /* linear + first order + second order, in that order for every row. */
+  for (int b = 0; st == DLREC_OK && b < B; b++) w->logits[b] = (w->logits[b] + w->first[b]) + w->second[b];
+  net_lap(&io->prof->interaction, &t);
+  *logits = w->logits;
+  return st;
+}
+
+static dlrec_status backward(const void *ctx, void *ws, const net_io *io, const float *d_logits, float *g,
+                             float *d_emb) {
+  const fm *m = ctx;
+  fm_ws *w = ws;
+  int B = io->B, F = (int)m->n_sparse, D = (int)m->D;
+  double t = dlrec_now();
+  dlrec_status st = dlrec_fm_backward(w->dv, d_logits, w->v, B, F, D);
+  if (st == DLREC_OK) st = dlrec_wide_backward(w->dw, NULL, d_logits, B, F);
+  for (size_t i = 0; st == DLREC_OK && i < (size_t)B * F; i++) {
+    memcpy(d_emb + i * (D + 1), w->dv + i * D, (size_t)D * sizeof(float));
+    d_emb[i * (D + 1) + D] = w->dw[i];
+  }
+  net_lap(&io->prof->interaction, &t);
+  if (st == DLREC_OK && m->n_dense) {
+    st = dlrec_linear_backward(NULL, g + m->L.w, g + m->L.b, d_logits, io->dense, io->params + m->L.w, B,
+                               (int)m->n_dense, 1);
+    io->prof->mlp_flops += 2.0 * B * m->n_dense;
+  } else if (st == DLREC_OK) {
+    double sum = 0;
+    for (int b = 0; b < B; b++) sum += d_logits[b];
+    g[m->bias] += (float)sum;
+  }
+  net_lap(&io->prof->mlp, &t);
+  return st;
+}
+
+const net_type net_type_fm = {
+    .name = "fm",
+    .config_default = config_default,
+    .config_parse = config_parse,
+    .config_to_json = config_to_json,
+    .plan = plan,
+    .free_ctx = free_ctx,
+    .init = init,
+    .ws_create = ws_create,
+    .ws_free = ws_free,
+    .forward = forward,
+    .backward = backward,
+};

@@ -1,0 +1,198 @@
+/* Logistic regression as a model type ("lr"): one weight per categorical id
+ * (an embedding of width 1, so a bag's pooled embedding is the sum, or mean,
+ * of its ids' weights), a linear layer over the dense features, and a bias:
+ *   logit_b = linear(dense_b) + emb[b][0][0] + .. + emb[b][F-1][0]
+ * Its tensors are "linear.weight" (1, n_dense) and "linear.bias" (1), whose
+ * bias is the model's; on data with no dense column, "bias" (1) alone. The
+ * id weights live in the embedding table, updated by the sparse optimizer.
+ *
+ * The dense part runs through net_linear_forward, so that scoring uses the
+ * batch-invariant packed kernel; the sum over columns is per row and in
+ * column order, so a row's score has the same bits in any batch.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dlrec/arena.h"
+#include "dlrec/json.h"
+#include "dlrec/progress.h"
+#include "dlrec/rng.h"
+#include "model/model_type.h"
+
+typedef struct lr_config {
+  dlrec_bag_mode pooling; /* how multi-hot bags pool their ids' weights */
+} lr_config;
+
+_Static_assert(sizeof(lr_config) <= DLREC_NET_CONFIG_BYTES, "the LR config fits a model config");
+
+/* ---- config ------------------------------------------------------------------ */
+
+static void config_default(void *cfg) {
+  lr_config c = {.pooling = DLREC_BAG_SUM};
+  memcpy(cfg, &c, sizeof c);
+}
+
+static dlrec_status config_parse(void *cfg, const cJSON *o, const char *what) {
+  static const char *keys[] = {"type", "pooling", NULL};
+  lr_config *c = cfg;
+  dlrec_status s = dlrec_json_check_keys(o, what, keys);
+  const char *pool = NULL;
+  if (s == DLREC_OK) s = dlrec_json_get_string_or(o, "pooling", what, NULL, &pool);
+  if (s != DLREC_OK) return s;
+  if (pool && !strcmp(pool, "sum")) c->pooling = DLREC_BAG_SUM;
+  else if (pool && !strcmp(pool, "mean")) c->pooling = DLREC_BAG_MEAN;
+  else if (pool) return dlrec_error(DLREC_ERR_INVALID, "%s: field 'pooling': '%s' is not one of sum, mean", what, pool);
+  return DLREC_OK;
+}
+
+static void config_to_json(const void *cfg, cJSON *m) {
+  const lr_config *c = cfg;
+  cJSON_AddStringToObject(m, "pooling", c->pooling == DLREC_BAG_MEAN ? "mean" : "sum");
+}
+
+/* ---- plan -------------------------------------------------------------------- */
+
+typedef struct lr {
+  uint32_t n_sparse, n_dense;
+  int linear;    /* the dense layer's number, when n_dense > 0 */
+  net_linear L;  /* its shape and offsets */
+  size_t bias;   /* the "bias" tensor, when n_dense == 0 */
+} lr;
+
+static dlrec_status plan(const void *cfg, const dlrec_schema *schema, net_plan *p, void **ctx) {
+  *ctx = NULL;
+  const lr_config *c = cfg;
+  if (schema->n_sparse + schema->n_dense < 1)
+    return dlrec_error(DLREC_ERR_INVALID, "LR needs at least one dense or categorical column");
+  lr *m = calloc(1, sizeof *m);
+  if (!m) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
+  m->n_sparse = schema->n_sparse;
+  m->n_dense = schema->n_dense;
+  p->emb_dim = 1;
+  p->pooling = c->pooling;
+  dlrec_status st;
+  if (m->n_dense) {
+    st = net_plan_linear(p, "linear", m->n_dense, 1, &m->linear);
+    if (st == DLREC_OK) m->L = p->linear[m->linear];
+  } else {
+    st = net_plan_tensor(p, "bias", 1, 0, &m->bias);
+  }
+  if (st != DLREC_OK) {
+    free(m);
+    return st;
+  }
+  *ctx = m;
+  return DLREC_OK;
+}
+
+static void free_ctx(void *ctx) { free(ctx); }
+
+/* The dense weights normal with std sqrt(2 / (n_dense + 1)) (Xavier, as
+ * DLRM's layers), the bias zero; the id weights are the generic embedding
+ * init. */
+static void init(const void *ctx, const net_plan *p, float *params, uint64_t seed) {
+  (void)p;
+  const lr *m = ctx;
+  if (!m->n_dense) {
+    params[m->bias] = 0;
+    return;
+  }
+  dlrec_rng r;
+  dlrec_rng_seed(&r, seed, 3000);
+  double std = sqrt(2.0 / (m->n_dense + 1));
+  for (uint32_t i = 0; i < m->n_dense; i++) params[m->L.w + i] = (float)(std * dlrec_rng_normal(&r));
+  params[m->L.b] = 0;
+}
+
+/* ---- workspace --------------------------------------------------------------- */
+
+typedef struct lr_ws {
+  float *logits; /* (B) */
+} lr_ws;
+
+static void ws_free(void *ws) {
+  lr_ws *w = ws;
+  if (!w) return;
+  free(w->logits);
+  free(w);
+}
+
+static dlrec_status ws_create(const void *ctx, const net_plan *p, uint32_t max_batch, void **out) {
+  (void)ctx, (void)p;
+  lr_ws *w = calloc(1, sizeof *w);
+  if (w) w->logits = malloc((size_t)max_batch * sizeof(float));
+  if (!w || !w->logits) {
+    ws_free(w);
+    *out = NULL;
+    return dlrec_error(DLREC_ERR_NOMEM, "cannot allocate the workspace for batches of %u rows", max_batch);
+  }
+  *out = w;
+  return DLREC_OK;
+}
+
+/* ---- forward and backward ----------------------------------------------------- */
+
+static dlrec_status forward(const void *ctx, void *ws, const net_io *io, const float **logits) {
+  const lr *m = ctx;
+  lr_ws *w = ws;
+  int B = io->B;
+  double t = dlrec_now();
+  dlrec_status st = DLREC_OK;
+  if (m->n_dense) {
+    st = net_linear_forward(io, m->linear, w->logits, io->dense, 0);
+    io->prof->mlp_flops += 2.0 * B * m->n_dense;
+  } else {
+    for (int b = 0; b < B; b++) w->logits[b] = io->params[m->bias];
+  }
+  net_lap(&io->prof->mlp, &t);
+  for (int b = 0; st == DLREC_OK && b < B; b++) {
+    const float *e = io->emb + (size_t)b * m->n_sparse;
+    float z = w->logits[b];
+    for (uint32_t c = 0; c < m->n_sparse; c++) z += e[c];
+    w->logits[b] = z;
+  }
+  net_lap(&io->prof->interaction, &t);
+  *logits = w->logits;
+  return st;
+}
+
+static dlrec_status backward(const void *ctx, void *ws, const net_io *io, const float *d_logits, float *g,
+                             float *d_emb) {
+  const lr *m = ctx;
+  (void)ws;
+  int B = io->B;
+  double t = dlrec_now();
+  /* Every id weight of a row gets the row's logit gradient (the bag's
+   * pooling backward spreads it over the bag's ids). */
+  for (int b = 0; b < B; b++)
+    for (uint32_t c = 0; c < m->n_sparse; c++) d_emb[(size_t)b * m->n_sparse + c] = d_logits[b];
+  net_lap(&io->prof->interaction, &t);
+  dlrec_status st = DLREC_OK;
+  if (m->n_dense) {
+    st = dlrec_linear_backward(NULL, g + m->L.w, g + m->L.b, d_logits, io->dense, io->params + m->L.w, B,
+                               (int)m->n_dense, 1);
+    io->prof->mlp_flops += 2.0 * B * m->n_dense;
+  } else {
+    double sum = 0;
+    for (int b = 0; b < B; b++) sum += d_logits[b];
+    g[m->bias] += (float)sum;
+  }
+  net_lap(&io->prof->mlp, &t);
+  return st;
+}
+
+const net_type net_type_lr = {
+    .name = "lr",
+    .config_default = config_default,
+    .config_parse = config_parse,
+    .config_to_json = config_to_json,
+    .plan = plan,
+    .free_ctx = free_ctx,
+    .init = init,
+    .ws_create = ws_create,
+    .ws_free = ws_free,
+    .forward = forward,
+    .backward = backward,
+};

@@ -1,0 +1,114 @@
+/* Checks every model type's tests share: the analytic gradients of a whole
+ * network (every dense parameter and every embedding row a batch touches)
+ * against central finite differences of its loss, and batch-invariant
+ * scoring (a row scored alone has the bits it has inside a batch). Header
+ * only: each test executable is one source file. */
+#ifndef DLREC_TEST_NET_CHECK_H
+#define DLREC_TEST_NET_CHECK_H
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dlrec/model.h"
+
+static inline double net_check_loss(dlrec_net *m, dlrec_net_ws *ws, const dlrec_batch *b) {
+  double loss = NAN;
+  const float *g, *d;
+  if (dlrec_net_gradients(m, ws, b, &loss, &g, &d) != DLREC_OK) return NAN;
+  return loss;
+}
+
+/* The number of gradients (dense parameters, then embedding row entries)
+ * that disagree with central differences of step eps by more than
+ * 5e-4 + 2% (float rounding of the loss over eps); the first few are
+ * printed. An embedding row's gradient is the sum of d_emb over the bags
+ * holding it (times 1/bag size when pooling by mean). Returns -1 if a pass
+ * fails. */
+static inline int net_check_gradients(dlrec_net *m, dlrec_net_ws *ws, const dlrec_batch *b, int mean_pooling) {
+  const dlrec_schema *s = dlrec_net_schema(m);
+  dlrec_table *t = dlrec_net_table(m);
+  uint32_t F = s->n_sparse, D = dlrec_table_dim(t), B = b->rows;
+  double loss;
+  const float *grad, *d_emb;
+  if (dlrec_net_gradients(m, ws, b, &loss, &grad, &d_emb) != DLREC_OK) return -1;
+  size_t n;
+  float *p = dlrec_net_dense_params(m, &n);
+  size_t n_emb = (size_t)B * F * D;
+  float *g = malloc((n ? n : 1) * sizeof *g), *dE = malloc((n_emb ? n_emb : 1) * sizeof *dE);
+  memcpy(g, grad, n * sizeof *g);
+  memcpy(dE, d_emb, n_emb * sizeof *dE);
+  const float eps = 1e-3f;
+  int bad = 0;
+  for (size_t i = 0; i < n; i++) {
+    float keep = p[i];
+    p[i] = keep + eps;
+    double up = net_check_loss(m, ws, b);
+    p[i] = keep - eps;
+    double down = net_check_loss(m, ws, b);
+    p[i] = keep;
+    double fd = (up - down) / (2 * eps);
+    if (!(fabs(fd - g[i]) <= 5e-4 + 2e-2 * fabs(fd)) && bad++ < 5)
+      fprintf(stderr, "param %zu: analytic %.6g, finite difference %.6g\n", i, g[i], fd);
+  }
+  float *rows = dlrec_table_data(t);
+  uint32_t stride = dlrec_table_stride(t);
+  int touched = 0;
+  for (uint64_t r = 0; r < s->table_rows; r++) {
+    for (uint32_t k = 0; k < D; k++) {
+      double want = 0;
+      int hit = 0;
+      for (uint32_t c = 0; c < F; c++)
+        for (uint32_t bb = 0; bb < B; bb++) {
+          uint32_t lo = b->offsets[c][bb], hi = b->offsets[c][bb + 1];
+          for (uint32_t j = lo; j < hi; j++)
+            if (b->ids[c][j] == r) {
+              want += dE[((size_t)bb * F + c) * D + k] / (mean_pooling ? (double)(hi - lo) : 1.0);
+              hit = 1;
+            }
+        }
+      touched += hit;
+      float keep = rows[r * stride + k];
+      rows[r * stride + k] = keep + eps;
+      double up = net_check_loss(m, ws, b);
+      rows[r * stride + k] = keep - eps;
+      double down = net_check_loss(m, ws, b);
+      rows[r * stride + k] = keep;
+      double fd = (up - down) / (2 * eps);
+      if (!(fabs(fd - want) <= 5e-4 + 2e-2 * fabs(fd)) && bad++ < 10)
+        fprintf(stderr, "row %llu[%u]: analytic %.6g, finite difference %.6g\n", (unsigned long long)r, k, want, fd);
+    }
+  }
+  /* A check over rows no batch touches would pass with any d_emb. */
+  if (F && !touched && bad++ < 10) fprintf(stderr, "the batch touches no embedding row\n");
+  free(g);
+  free(dE);
+  return bad;
+}
+
+/* Scores batch b (rows <= 64) with a fresh scorer, then each row alone, and
+ * returns the number of rows whose score differs in any bit; -1 if a pass
+ * fails. n_dense is the schema's. */
+static inline int net_check_batch_invariance(const dlrec_net *m, dlrec_net_ws *ws, const dlrec_batch *b) {
+  dlrec_net_scorer *sc;
+  if (dlrec_net_scorer_create(&sc, m) != DLREC_OK) return -1;
+  const dlrec_schema *s = dlrec_net_schema(m);
+  float all[64];
+  int diff = 0;
+  if (b->rows > 64 || dlrec_net_predict(sc, ws, b, all) != DLREC_OK) diff = -1;
+  for (uint32_t r = 0; diff >= 0 && r < b->rows; r++) {
+    dlrec_batch one = *b;
+    one.rows = 1;
+    one.dense = b->dense ? b->dense + (size_t)r * s->n_dense : NULL;
+    one.labels = b->labels ? b->labels + r : NULL;
+    for (uint32_t c = 0; c < s->n_sparse; c++) one.offsets[c] = b->offsets[c] + r;
+    float alone;
+    if (dlrec_net_predict(sc, ws, &one, &alone) != DLREC_OK) diff = -1;
+    else if (memcmp(&alone, &all[r], sizeof alone)) diff++;
+  }
+  dlrec_net_scorer_free(sc);
+  return diff;
+}
+
+#endif
