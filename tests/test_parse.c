@@ -429,6 +429,38 @@ TEST(csv_layout_finds_columns_by_name) {
             "y.csv:1: header has no categorical column 'b'");
 }
 
+/* A data file's header is checked as the fit header was: a column named
+ * twice (a feature or an ignored one) would leave one of the two unread, and
+ * an empty name (",," or a trailing comma) names no column. Both are refused
+ * naming the file and the columns. */
+TEST(csv_layout_refuses_duplicate_and_empty_header_names) {
+  static dlrec_columns c;
+  const char *fit_header[] = {"click", "a", "x", "b"};
+  CHECK_OK(dlrec_columns_from_spec(&c, "label=click;dense=x;cat=a,b", fit_header, 4));
+  dlrec_layout *L = NULL;
+  const char *h = "a,x,b,click,a";
+  CHECK_ERR(dlrec_layout_csv(&L, &c, 1, h, strlen(h), "y.csv"), DLREC_ERR_PARSE,
+            "y.csv:1: header column 'a' appears twice (columns 1 and 5)");
+  CHECK(L == NULL);
+  h = "new,a,x,new,b,click";
+  CHECK_ERR(dlrec_layout_csv(&L, &c, 1, h, strlen(h), "y.csv"), DLREC_ERR_PARSE,
+            "y.csv:1: header column 'new' appears twice (columns 1 and 4)");
+  h = "a,,x,b,click";
+  CHECK_ERR(dlrec_layout_csv(&L, &c, 1, h, strlen(h), "y.csv"), DLREC_ERR_PARSE,
+            "y.csv:1: header column 2 has an empty name");
+  h = "a,x,b,click,";
+  CHECK_ERR(dlrec_layout_csv(&L, &c, 1, h, strlen(h), "y.csv"), DLREC_ERR_PARSE,
+            "y.csv:1: header column 5 has an empty name");
+  char **names = NULL;
+  uint32_t n = 0;
+  CHECK_ERR(dlrec_csv_split_header("id,\"\",site", 10, "x.csv", &names, &n), DLREC_ERR_PARSE,
+            "x.csv:1: header column 2 has an empty name");
+  CHECK(names == NULL && n == 0);
+  h = "a,x,b,click";
+  CHECK_OK(dlrec_layout_csv(&L, &c, 1, h, strlen(h), "y.csv"));
+  dlrec_layout_free(L);
+}
+
 /* ---- the block reader ---- */
 
 /* Reads path with the given block size; checks that blocks hold whole lines,
