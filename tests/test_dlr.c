@@ -659,6 +659,118 @@ TEST(verify_checks_ids_and_offsets_behind_a_good_crc) {
   free_groups(g, 4);
 }
 
+/* Puts v at `at` (inside row group `group` of the buffer c of n bytes) and
+ * recomputes the group's and the index's checksums, as a buggy writer would
+ * have written them. */
+static void forge32(unsigned char *c, size_t n, uint32_t group, unsigned char *at, uint32_t v) {
+  uint64_t io = get64(c + 48), e = io + 16 + 24ull * group;
+  put32(at, v);
+  put32(c + e + 20, dlrec_crc32c(0, c + get64(c + e), get64(c + e + 8)));
+  put32(c + n - 4, dlrec_crc32c(0, c + io, n - 4 - io));
+}
+
+/* The edges of verify's checks behind a good CRC: an id equal to its
+ * column's id_end is outside the half-open range, and offsets that end short
+ * of or past the group header's id count are refused even when every row's
+ * count is within max hotness. */
+TEST(verify_refuses_id_end_and_offsets_not_ending_at_nnz) {
+  tgroup g[4];
+  const char *p = make_small_file(g);
+  CHECK(p != NULL);
+  size_t n;
+  unsigned char *b = slurp(p, &n);
+  CHECK(b != NULL);
+  unsigned char *c = aligned_alloc(64, (n + 63) & ~(size_t)63);
+  dlrec_dlr *f;
+  dlrec_rowgroup rg;
+  char want[300];
+
+  /* C2's range is [100, 1100): 1100 itself is out. */
+  memcpy(c, b, n);
+  CHECK_OK(dlrec_dlr_open_buffer(&f, c, n, "forged.dlr"));
+  CHECK_OK(dlrec_dlr_row_group(f, 1, &rg));
+  dlrec_dlr_close(f);
+  unsigned char *at = (unsigned char *)(rg.ids[1] + 3 * 2 + 1); /* C2 row 2 */
+  forge32(c, n, 1, at, 1100);
+  CHECK_OK(dlrec_dlr_open_buffer(&f, c, n, "forged.dlr"));
+  snprintf(want, sizeof want, "sparse column 'C2': row 2 (file row 11) at offset %llu: id 1100 is outside the "
+           "column's range [100, 1100)", (unsigned long long)(at - c));
+  CHECK_ERR(dlrec_dlr_verify(f, 1), DLREC_ERR_CORRUPT, want);
+  dlrec_dlr_close(f);
+  /* 1099, the last id inside, passes. */
+  forge32(c, n, 1, at, 1099);
+  CHECK_OK(dlrec_dlr_open_buffer(&f, c, n, "forged.dlr"));
+  CHECK_OK(dlrec_dlr_verify(f, 1));
+  dlrec_dlr_close(f);
+
+  /* C3's last offset one off its nnz, in either direction, with the last
+   * row's count still in 0..max hotness (4). */
+  for (int dir = 0; dir < 2; dir++) {
+    memcpy(c, b, n);
+    CHECK_OK(dlrec_dlr_open_buffer(&f, c, n, "forged.dlr"));
+    CHECK_OK(dlrec_dlr_row_group(f, 1, &rg));
+    dlrec_dlr_close(f);
+    uint32_t rows = rg.rows, last = rg.offsets[2][rows], count = last - rg.offsets[2][rows - 1];
+    uint32_t v = dir == 0 ? last - 1 : last + 1;
+    if (dir == 0 ? count < 1 : count >= 4) continue; /* that direction would also break the per-row check */
+    at = (unsigned char *)(rg.offsets[2] + rows);
+    forge32(c, n, 1, at, v);
+    CHECK_OK(dlrec_dlr_open_buffer(&f, c, n, "forged.dlr"));
+    snprintf(want, sizeof want, "sparse column 'C3': offsets at offset %llu end at %u, the group header says %u ids",
+             (unsigned long long)((const unsigned char *)rg.offsets[2] - c), v, last);
+    CHECK_ERR(dlrec_dlr_check_offsets(f, 1), DLREC_ERR_CORRUPT, want);
+    CHECK_ERR(dlrec_dlr_verify(f, 1), DLREC_ERR_CORRUPT, want);
+    dlrec_dlr_close(f);
+  }
+  free(c);
+  free(b);
+  free_groups(g, 4);
+}
+
+/* A row group of 0 rows is refused at open (the spec says 1 <= rows), even
+ * one whose header, sections and checksums are otherwise consistent: here
+ * appended to a good file as group 4, with the 0-row layout of docs/formats.md
+ * (GH = 64; the variable columns C3 and C4 hold one offset each, at 64 and
+ * 128; 192 bytes in all). */
+TEST(zero_row_group_is_refused) {
+  tgroup g[4];
+  const char *p = make_small_file(g);
+  CHECK(p != NULL);
+  size_t n;
+  unsigned char *b = slurp(p, &n);
+  CHECK(b != NULL);
+  uint32_t hb = get32(b + 12);
+  uint64_t io = get64(b + 48), groups = get64(b + 40);
+  CHECK_EQ_U64(groups, 4);
+  const uint64_t zb = 192;
+  size_t m = n + zb + 24;
+  unsigned char *c = aligned_alloc(64, (m + 63) & ~(size_t)63);
+  memset(c, 0, m);
+  memcpy(c, b, io);
+  unsigned char *z = c + io;
+  put32(z, 0x47524c44u); /* "DLRG" */
+  put32(z + 8, 4);       /* rows 0, number 4, every nnz 0, every offset 0 */
+  uint64_t io2 = io + zb;
+  memcpy(c + io2, b + io, 16 + 24 * groups);
+  unsigned char *e = c + io2 + 16 + 24 * groups;
+  memcpy(e, &io, 8);
+  memcpy(e + 8, &zb, 8);
+  put32(e + 20, dlrec_crc32c(0, z, zb));
+  groups++;
+  memcpy(c + io2 + 8, &groups, 8);
+  put32(c + m - 4, dlrec_crc32c(0, c + io2, m - 4 - io2));
+  memcpy(c + 40, &groups, 8);
+  memcpy(c + 48, &io2, 8);
+  put32(c + hb - 4, dlrec_crc32c(0, c, hb - 4));
+  dlrec_dlr *f;
+  char want[200];
+  snprintf(want, sizeof want, "forged.dlr: row group 4 at offset %llu: 0 rows (must be 1..", (unsigned long long)io);
+  CHECK_ERR(dlrec_dlr_open_buffer(&f, c, m, "forged.dlr"), DLREC_ERR_CORRUPT, want);
+  free(c);
+  free(b);
+  free_groups(g, 4);
+}
+
 /* ---- dlrec inspect ---- */
 
 TEST(inspect_prints_schema_groups_head_and_verifies) {

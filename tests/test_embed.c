@@ -637,6 +637,71 @@ TEST(one_row_table_needs_no_sort) {
   dlrec_table_free(t);
 }
 
+/* The backward sorts a batch's items by row with only as many bits as
+ * rows - 1 needs; a sort one bit short would leave rows r and r + 2^(bits-1)
+ * interleaved, and a row met in two runs is updated twice, which row-wise
+ * Adagrad's accumulator shows. Tables of 2, 3 and 257 rows (1, 2 and 9 bits)
+ * with ids over the whole table, against the reference. */
+TEST(sparse_update_sorts_by_every_bit_of_the_row) {
+  static const uint64_t rows_list[] = {2, 3, 257};
+  const uint32_t D = 8, B = 64, F = 2;
+  for (size_t i = 0; i < sizeof rows_list / sizeof *rows_list && !test_failed_now(); i++) {
+    const uint64_t rows = rows_list[i];
+    dlrec_sparse_optim_config c;
+    dlrec_sparse_optim_config_default(&c, DLREC_SPARSE_ROWWISE_ADAGRAD);
+    c.lr = 0.05f;
+    dlrec_table *t = table_random(rows, D, 31 + i);
+    CHECK(t != NULL);
+    const uint32_t stride = dlrec_table_stride(t);
+    ref_state s = {calloc(rows * D, sizeof(double)), calloc(rows, sizeof(double)), calloc(rows * D, sizeof(double)),
+                   calloc(rows * D, sizeof(double)), calloc(rows, sizeof(uint32_t))};
+    for (uint64_t r = 0; r < rows; r++) {
+      s.accum[r] = c.initial_accumulator;
+      for (uint32_t d = 0; d < D; d++) s.w[r * D + d] = dlrec_table_data(t)[r * stride + d];
+    }
+    test_batch tb;
+    batch_make(&tb, B, F, 1, 3, rows, 40 + i);
+    /* Mirror every other id, so that the skew toward small ids also reaches
+     * the top of the table. */
+    for (uint32_t cc = 0; cc < F; cc++)
+      for (uint32_t k = 1; k < tb.offsets[cc][B]; k += 2) tb.ids[cc][k] = (uint32_t)(rows - 1 - tb.ids[cc][k]);
+    /* The setup must reach the top bit: some id at or above 2^(bits-1). */
+    const uint64_t top = rows == 2 ? 1 : (uint64_t)1 << (63 - __builtin_clzll(rows - 1));
+    int reached = 0;
+    for (uint32_t cc = 0; cc < F; cc++)
+      for (uint32_t k = 0; k < tb.offsets[cc][B]; k++) reached |= tb.ids[cc][k] >= top;
+    if (!reached) test_fail(__FILE__, __LINE__, "test setup: no id of %llu rows has its top bit", (unsigned long long)rows);
+    dlrec_rng r;
+    dlrec_rng_seed(&r, 50 + i, 0);
+    float *dout = malloc((size_t)B * F * D * sizeof(float));
+    fill(dout, (size_t)B * F * D, &r, -1, 1);
+    ref_step(&s, &c, &tb, dout, rows, D, 0);
+    backward_ctx x;
+    if (ctx_open(&x, t, &c, batch_ids(&tb)) != DLREC_OK ||
+        dlrec_bag_backward_update(t, x.o, &tb.bags, DLREC_BAG_SUM, dout, x.scratch, x.scratch_bytes) != DLREC_OK)
+      test_fail(__FILE__, __LINE__, "backward: %s", dlrec_last_error());
+    dlrec_sparse_optim_state st;
+    dlrec_sparse_optim_state_view(x.o, &st);
+    const float *w = dlrec_table_data(t);
+    for (uint64_t row = 0; row < rows && !test_failed_now(); row++) {
+      if (!(fabs(st.accum[row] - s.accum[row]) <= 1e-6 * s.accum[row]))
+        test_fail(__FILE__, __LINE__, "%llu rows: row %llu: accumulator %.9g, reference %.9g",
+                  (unsigned long long)rows, (unsigned long long)row, st.accum[row], s.accum[row]);
+      for (uint32_t d = 0; d < D && !test_failed_now(); d++) {
+        const double ref = s.w[row * D + d], got = w[row * stride + d];
+        if (!(fabs(got - ref) <= 1e-6 + 1e-5 * fabs(ref)))
+          test_fail(__FILE__, __LINE__, "%llu rows: w[%llu][%u] = %.9g, reference %.9g", (unsigned long long)rows,
+                    (unsigned long long)row, d, got, ref);
+      }
+    }
+    ctx_close(&x);
+    free(dout);
+    free(s.w), free(s.accum), free(s.m), free(s.v), free(s.steps);
+    batch_free(&tb);
+    dlrec_table_free(t);
+  }
+}
+
 /* ---- corrupt input ------------------------------------------------------------ */
 
 TEST(corrupt_batches_are_errors_and_change_nothing) {

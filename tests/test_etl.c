@@ -345,6 +345,61 @@ TEST(log_transform_of_non_integers_matches_log1p) {
   dlrec_etl_free(e);
 }
 
+/* The table of log1p covers the integers 0..1023; 1024 and above take
+ * log1p itself. Every integer near the edge, in the encoder and in fit's
+ * mean, against log1p. */
+TEST(log_transform_at_the_table_edge_matches_log1p) {
+  const char *vals[] = {"0", "1", "1022", "1023", "1024", "1025", "4096"};
+  const double xs[] = {0, 1, 1022, 1023, 1024, 1025, 4096};
+  const int n = (int)(sizeof xs / sizeof *xs);
+  const char *in = dense_file("edge.tsv", vals, n);
+  CHECK(in != NULL);
+  dlrec_etl_fit_opts o = fit_opts();
+  o.dense_transform = DLREC_DENSE_LOG;
+  CHECK_OK(dlrec_etl_fit(&in, 1, test_path("etl"), &o, NULL));
+  dlrec_etl *e;
+  CHECK_OK(dlrec_etl_load(&e, test_path("etl")));
+  double mean = 0;
+  for (int i = 0; i < n; i++) mean += log1p(xs[i]) / n;
+  dlrec_etl_dense_info d;
+  CHECK_OK(dlrec_etl_dense_info_get(e, 0, &d));
+  CHECK_NEAR(d.mean, mean, 0, 1e-12);
+  for (int i = 0; i < n; i++) {
+    float v;
+    CHECK_OK(dlrec_etl_encode_dense(e, 0, vals[i], strlen(vals[i]), &v));
+    if (!(fabs(v - log1p(xs[i])) <= 1e-6 * log1p(xs[i])))
+      test_fail(__FILE__, __LINE__, "x = %s: %.9g, log1p %.9g", vals[i], v, log1p(xs[i]));
+  }
+  dlrec_etl_free(e);
+}
+
+/* --standardize divides a constant column (std 0) by 1, as docs/etl.md says:
+ * a value fit never saw keeps its distance from the mean, instead of
+ * collapsing to 0 with every other value. */
+TEST(standardize_divides_a_constant_column_by_one) {
+  const char *vals[] = {"5", "5", "", "5"};
+  const char *in = dense_file("const.tsv", vals, 4);
+  CHECK(in != NULL);
+  dlrec_etl_fit_opts o = fit_opts();
+  o.dense_transform = DLREC_DENSE_NONE;
+  o.standardize = 1;
+  CHECK_OK(dlrec_etl_fit(&in, 1, test_path("etl"), &o, NULL));
+  dlrec_etl *e;
+  CHECK_OK(dlrec_etl_load(&e, test_path("etl")));
+  dlrec_etl_dense_info d;
+  CHECK_OK(dlrec_etl_dense_info_get(e, 0, &d));
+  CHECK_NEAR(d.mean, 5.0, 0, 0);
+  CHECK_NEAR(d.std, 0.0, 0, 0);
+  float v;
+  CHECK_OK(dlrec_etl_encode_dense(e, 0, "5", 1, &v));
+  CHECK(v == 0.0f);
+  CHECK_OK(dlrec_etl_encode_dense(e, 0, "7.5", 3, &v));
+  CHECK(v == 2.5f);
+  CHECK_OK(dlrec_etl_encode_dense(e, 0, "-1", 2, &v));
+  CHECK(v == -6.0f);
+  dlrec_etl_free(e);
+}
+
 /* ---- synthetic data through the CLI ---- */
 
 /* Writes `rows` synthetic rows to path; 0 on success. */

@@ -186,6 +186,12 @@ TEST(parse_json_hostile_requests_name_the_field) {
       {IN("INT64", "[1]", "[9007199254740994]"), DLREC_ERR_PARSE, "beyond 2^53"},
       {IN("INT32", "[1]", "[2147483648]"), DLREC_ERR_PARSE, "data[0]: out of range for the datatype"},
       {IN("UINT8", "[1]", "[-1]"), DLREC_ERR_PARSE, "data[0]: out of range for the datatype"},
+      /* One past each end of the small types (128 would wrap to -128 in an INT8). */
+      {IN("INT8", "[2]", "[127,128]"), DLREC_ERR_PARSE, "data[1]: out of range for the datatype"},
+      {IN("INT8", "[2]", "[-128,-129]"), DLREC_ERR_PARSE, "data[1]: out of range for the datatype"},
+      {IN("UINT8", "[1]", "[256]"), DLREC_ERR_PARSE, "data[0]: out of range for the datatype"},
+      {IN("INT16", "[1]", "[32768]"), DLREC_ERR_PARSE, "data[0]: out of range for the datatype"},
+      {IN("UINT16", "[1]", "[65536]"), DLREC_ERR_PARSE, "data[0]: out of range for the datatype"},
       {IN("UINT32", "[1]", "[1e10]"), DLREC_ERR_PARSE, "data[0]: out of range for the datatype"},
       {IN("BOOL", "[1]", "[1]"), DLREC_ERR_PARSE, "data[0]: expected true or false"},
       {IN("BYTES", "[1]", "[1]"), DLREC_ERR_PARSE, "data[0]: expected a string"},

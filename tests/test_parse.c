@@ -64,6 +64,34 @@ TEST(number_fast_path_matches_strtod) {
   }
 }
 
+/* Integers too long for the fast path (it takes at most 18 digits, which a
+ * uint64 holds exactly) go to strtod: 2^64 and above would wrap in a uint64.
+ * Explicit edges, then random integers of 19 to 24 digits. */
+TEST(number_of_many_digits_matches_strtod) {
+  static const char *edge[] = {"9999999999999999999",  "18446744073709551615", "18446744073709551616",
+                               "-18446744073709551617", "99999999999999999999", "00000000000000000001",
+                               "123456789012345678901234"};
+  for (size_t i = 0; i < sizeof edge / sizeof *edge; i++) {
+    double v, want = strtod(edge[i], NULL);
+    const char *why = dlrec_parse_number(edge[i], strlen(edge[i]), &v);
+    if (why || memcmp(&v, &want, sizeof v) != 0)
+      test_fail(__FILE__, __LINE__, "'%s': %s, %.17g, strtod %.17g", edge[i], why ? why : "ok", why ? 0.0 : v, want);
+  }
+  dlrec_rng r;
+  dlrec_rng_seed(&r, 8, 0);
+  for (int i = 0; i < 2000 && !test_failed_now(); i++) {
+    char buf[64];
+    int digits = 19 + (int)dlrec_rng_below(&r, 6), k = 0;
+    if (dlrec_rng_below(&r, 3) == 0) buf[k++] = '-';
+    for (int d = 0; d < digits; d++) buf[k++] = (char)('0' + dlrec_rng_below(&r, 10));
+    buf[k] = '\0';
+    double v, want = strtod(buf, NULL);
+    if (want == 0) want = 0; /* no negative zero */
+    CHECK(dlrec_parse_number(buf, (size_t)k, &v) == NULL);
+    if (memcmp(&v, &want, sizeof v) != 0) test_fail(__FILE__, __LINE__, "'%s': %.17g, strtod %.17g", buf, v, want);
+  }
+}
+
 /* An independent reference: one digit at a time. */
 static int hex_ref(const char *s, size_t n, uint64_t *out) {
   if (n == 0 || n > 16) return 0;
@@ -399,6 +427,38 @@ TEST(csv_layout_finds_columns_by_name) {
   h = "a,x,click";
   CHECK_ERR(dlrec_layout_csv(&L, &c, 1, h, strlen(h), "y.csv"), DLREC_ERR_PARSE,
             "y.csv:1: header has no categorical column 'b'");
+}
+
+/* A data file's header is checked as the fit header was: a column named
+ * twice (a feature or an ignored one) would leave one of the two unread, and
+ * an empty name (",," or a trailing comma) names no column. Both are refused
+ * naming the file and the columns. */
+TEST(csv_layout_refuses_duplicate_and_empty_header_names) {
+  static dlrec_columns c;
+  const char *fit_header[] = {"click", "a", "x", "b"};
+  CHECK_OK(dlrec_columns_from_spec(&c, "label=click;dense=x;cat=a,b", fit_header, 4));
+  dlrec_layout *L = NULL;
+  const char *h = "a,x,b,click,a";
+  CHECK_ERR(dlrec_layout_csv(&L, &c, 1, h, strlen(h), "y.csv"), DLREC_ERR_PARSE,
+            "y.csv:1: header column 'a' appears twice (columns 1 and 5)");
+  CHECK(L == NULL);
+  h = "new,a,x,new,b,click";
+  CHECK_ERR(dlrec_layout_csv(&L, &c, 1, h, strlen(h), "y.csv"), DLREC_ERR_PARSE,
+            "y.csv:1: header column 'new' appears twice (columns 1 and 4)");
+  h = "a,,x,b,click";
+  CHECK_ERR(dlrec_layout_csv(&L, &c, 1, h, strlen(h), "y.csv"), DLREC_ERR_PARSE,
+            "y.csv:1: header column 2 has an empty name");
+  h = "a,x,b,click,";
+  CHECK_ERR(dlrec_layout_csv(&L, &c, 1, h, strlen(h), "y.csv"), DLREC_ERR_PARSE,
+            "y.csv:1: header column 5 has an empty name");
+  char **names = NULL;
+  uint32_t n = 0;
+  CHECK_ERR(dlrec_csv_split_header("id,\"\",site", 10, "x.csv", &names, &n), DLREC_ERR_PARSE,
+            "x.csv:1: header column 2 has an empty name");
+  CHECK(names == NULL && n == 0);
+  h = "a,x,b,click";
+  CHECK_OK(dlrec_layout_csv(&L, &c, 1, h, strlen(h), "y.csv"));
+  dlrec_layout_free(L);
 }
 
 /* ---- the block reader ---- */

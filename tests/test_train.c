@@ -576,6 +576,46 @@ TEST(resume_refuses_another_dense_optimizer) {
   }
 }
 
+/* The seed and the batch size decide the data order and the steps a
+ * checkpoint continues: a change to either is refused naming the field, while
+ * a setting that may change (the epochs) is accepted. */
+TEST(resume_refuses_another_seed_or_batch_size) {
+  CHECK(make_data(4000) == 0);
+  CHECK(test_write_file(test_path("cfg.json"), CONFIG, (size_t)-1) == 0);
+  CHECK(train("run", "--max-steps 5") == 0);
+  static const struct {
+    const char *training, *field;
+  } cases[] = {
+      {"\"batch_size\": 128, \"epochs\": 2, \"seed\": 6", "'training.seed' differs"},
+      {"\"batch_size\": 64, \"epochs\": 2, \"seed\": 5", "'training.batch_size' differs"},
+      {"\"batch_size\": 128, \"epochs\": 3, \"seed\": 5", NULL},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    char cfg[2048], cmd[8192];
+    snprintf(cfg, sizeof cfg,
+             "{\"model\": {\"embedding_dim\": 8, \"bottom_mlp\": [32, 8], \"top_mlp\": [32, 1]},"
+             " \"optimizer\": {\"dense\": {\"type\": \"adam\", \"lr\": 0.002}, \"sparse\": {\"type\": \"rowwise_adagrad\", \"lr\": 0.05}},"
+             " \"training\": {%s, \"threads\": 2, \"deterministic\": true},"
+             " \"loader\": {\"window_groups\": 2, \"slice_rows\": 8},"
+             " \"checkpoint\": {\"interval_steps\": 10, \"keep\": 3}, \"log\": {\"interval_steps\": 10}}",
+             cases[i].training);
+    CHECK(test_write_file(test_path("cfg2.json"), cfg, (size_t)-1) == 0);
+    snprintf(cmd, sizeof cmd, "train -q --config '%s' --train '%s' --etl '%s' --out '%s' --resume --max-steps 10",
+             test_path("cfg2.json"), test_path("train.dlr"), test_path("etl"), test_path("run"));
+    if (cases[i].field && !refused_with(cmd, cases[i].field, "cannot resume")) {
+      test_fail(__FILE__, __LINE__, "training {%s} was not refused", cases[i].training);
+      return;
+    }
+    if (!cases[i].field) {
+      char *out = NULL;
+      int rc = test_run_cli(&out, "%s", cmd);
+      if (rc != 0) fprintf(stderr, "%s -> %d: %s\n", cmd, rc, out ? out : "");
+      free(out);
+      CHECK(rc == 0);
+    }
+  }
+}
+
 /* optim.bin with bytes appended: the manifest's size says so first. */
 TEST(resume_refuses_a_grown_tensor_file) {
   CHECK(make_data(4000) == 0);

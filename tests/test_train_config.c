@@ -147,3 +147,14 @@ TEST(config_model_type) {
   CHECK(cJSON_IsString(type) && !strcmp(type->valuestring, "dlrm"));
   cJSON_Delete(j);
 }
+
+/* An MLP layer of width 0 would build a layer with no outputs; the config
+ * refuses it naming the layer, at both ends of the width check. */
+TEST(config_mlp_width_zero_is_refused) {
+  dlrec_train_config c;
+  CHECK_ERR(parse("{\"model\": {\"bottom_mlp\": [512, 0, 16]}}", &c), DLREC_ERR_INVALID,
+            "field 'bottom_mlp[1]': expected a width in [1, 65536]");
+  CHECK_ERR(parse("{\"model\": {\"top_mlp\": [0, 1]}}", &c), DLREC_ERR_INVALID,
+            "field 'top_mlp[0]': expected a width in [1, 65536]");
+  CHECK_OK(parse("{\"model\": {\"embedding_dim\": 1, \"bottom_mlp\": [1], \"top_mlp\": [1]}}", &c));
+}
