@@ -718,8 +718,11 @@ dlrec_status dlrec_serve_run(const dlrec_serve_opts *opts) {
   if (s == DLREC_OK) {
     /* libmicrohttpd's own limit leaves room above --max-connections: the
      * guard sheds down to the limit, and shed connections take a moment to
-     * close. Past this hard limit libmicrohttpd refuses connections itself. */
-    unsigned hard_limit = o->max_connections + (o->max_connections / 4 > 16 ? o->max_connections / 4 : 16);
+     * close (their threads must run). Past this hard limit libmicrohttpd
+     * closes new connections unanswered, so the room is generous: on a
+     * loaded machine, a quarter of the slots (16 of 16) was too little for
+     * a health probe to get in under a slowloris. */
+    unsigned hard_limit = o->max_connections + (o->max_connections > 64 ? o->max_connections : 64);
     d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
                              MHD_USE_ITC | MHD_USE_ERROR_LOG,
                          0, NULL, NULL, on_request, sv, MHD_OPTION_EXTERNAL_LOGGER, log_mhd, NULL, MHD_OPTION_SOCK_ADDR,
