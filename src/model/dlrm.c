@@ -73,12 +73,8 @@ static dlrec_status config_parse(void *cfg, const cJSON *o, const char *what) {
   if (s == DLREC_OK) s = get_u32(o, "embedding_dim", what, 1, DLREC_EMBED_MAX_DIM, &sh->emb_dim);
   if (s == DLREC_OK) s = get_widths(o, "bottom_mlp", what, &sh->n_bottom, sh->bottom);
   if (s == DLREC_OK) s = get_widths(o, "top_mlp", what, &sh->n_top, sh->top);
-  const char *pool = NULL;
-  if (s == DLREC_OK) s = dlrec_json_get_string_or(o, "pooling", what, NULL, &pool);
+  if (s == DLREC_OK) s = net_config_pooling(o, what, &sh->pooling);
   if (s != DLREC_OK) return s;
-  if (pool && !strcmp(pool, "sum")) sh->pooling = DLREC_BAG_SUM;
-  else if (pool && !strcmp(pool, "mean")) sh->pooling = DLREC_BAG_MEAN;
-  else if (pool) return dlrec_error(DLREC_ERR_INVALID, "%s: field 'pooling': '%s' is not one of sum, mean", what, pool);
   const char *inter = NULL;
   if ((s = dlrec_json_get_string_or(o, "interaction", what, NULL, &inter)) != DLREC_OK) return s;
   if (inter && !strcmp(inter, "dot")) sh->interaction = DLREC_DLRM_DOT;
@@ -105,7 +101,7 @@ static void config_to_json(const void *cfg, cJSON *m) {
   cJSON_AddNumberToObject(m, "embedding_dim", sh->emb_dim);
   cJSON_AddItemToObject(m, "bottom_mlp", widths_json(sh->bottom, sh->n_bottom));
   cJSON_AddItemToObject(m, "top_mlp", widths_json(sh->top, sh->n_top));
-  cJSON_AddStringToObject(m, "pooling", sh->pooling == DLREC_BAG_MEAN ? "mean" : "sum");
+  cJSON_AddStringToObject(m, "pooling", net_pooling_name(sh->pooling));
   cJSON_AddStringToObject(m, "interaction", sh->interaction == DLREC_DLRM_CAT ? "cat" : "dot");
 }
 

@@ -10,7 +10,6 @@
  * batch-invariant packed kernel; the sum over columns is per row and in
  * column order, so a row's score has the same bits in any batch.
  */
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,7 +17,6 @@
 #include "dlrec/arena.h"
 #include "dlrec/json.h"
 #include "dlrec/progress.h"
-#include "dlrec/rng.h"
 #include "model/model_type.h"
 
 typedef struct lr_config {
@@ -38,27 +36,19 @@ static dlrec_status config_parse(void *cfg, const cJSON *o, const char *what) {
   static const char *keys[] = {"type", "pooling", NULL};
   lr_config *c = cfg;
   dlrec_status s = dlrec_json_check_keys(o, what, keys);
-  const char *pool = NULL;
-  if (s == DLREC_OK) s = dlrec_json_get_string_or(o, "pooling", what, NULL, &pool);
-  if (s != DLREC_OK) return s;
-  if (pool && !strcmp(pool, "sum")) c->pooling = DLREC_BAG_SUM;
-  else if (pool && !strcmp(pool, "mean")) c->pooling = DLREC_BAG_MEAN;
-  else if (pool) return dlrec_error(DLREC_ERR_INVALID, "%s: field 'pooling': '%s' is not one of sum, mean", what, pool);
-  return DLREC_OK;
+  return s == DLREC_OK ? net_config_pooling(o, what, &c->pooling) : s;
 }
 
 static void config_to_json(const void *cfg, cJSON *m) {
   const lr_config *c = cfg;
-  cJSON_AddStringToObject(m, "pooling", c->pooling == DLREC_BAG_MEAN ? "mean" : "sum");
+  cJSON_AddStringToObject(m, "pooling", net_pooling_name(c->pooling));
 }
 
 /* ---- plan -------------------------------------------------------------------- */
 
 typedef struct lr {
-  uint32_t n_sparse, n_dense;
-  int linear;    /* the dense layer's number, when n_dense > 0 */
-  net_linear L;  /* its shape and offsets */
-  size_t bias;   /* the "bias" tensor, when n_dense == 0 */
+  uint32_t n_sparse;
+  net_dense_term dense; /* the linear layer on the dense features, or the lone bias */
 } lr;
 
 static dlrec_status plan(const void *cfg, const dlrec_schema *schema, net_plan *p, void **ctx) {
@@ -69,16 +59,9 @@ static dlrec_status plan(const void *cfg, const dlrec_schema *schema, net_plan *
   lr *m = calloc(1, sizeof *m);
   if (!m) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
   m->n_sparse = schema->n_sparse;
-  m->n_dense = schema->n_dense;
   p->emb_dim = 1;
   p->pooling = c->pooling;
-  dlrec_status st;
-  if (m->n_dense) {
-    st = net_plan_linear(p, "linear", m->n_dense, 1, &m->linear);
-    if (st == DLREC_OK) m->L = p->linear[m->linear];
-  } else {
-    st = net_plan_tensor(p, "bias", 1, 0, &m->bias);
-  }
+  dlrec_status st = net_dense_term_plan(&m->dense, p, schema->n_dense);
   if (st != DLREC_OK) {
     free(m);
     return st;
@@ -89,21 +72,12 @@ static dlrec_status plan(const void *cfg, const dlrec_schema *schema, net_plan *
 
 static void free_ctx(void *ctx) { free(ctx); }
 
-/* The dense weights normal with std sqrt(2 / (n_dense + 1)) (Xavier, as
- * DLRM's layers), the bias zero; the id weights are the generic embedding
- * init. */
+/* The dense term as net_dense_term_init says; the id weights are the
+ * generic embedding init. */
 static void init(const void *ctx, const net_plan *p, float *params, uint64_t seed) {
   (void)p;
   const lr *m = ctx;
-  if (!m->n_dense) {
-    params[m->bias] = 0;
-    return;
-  }
-  dlrec_rng r;
-  dlrec_rng_seed(&r, seed, 3000);
-  double std = sqrt(2.0 / (m->n_dense + 1));
-  for (uint32_t i = 0; i < m->n_dense; i++) params[m->L.w + i] = (float)(std * dlrec_rng_normal(&r));
-  params[m->L.b] = 0;
+  net_dense_term_init(&m->dense, params, seed, 3000);
 }
 
 /* ---- workspace --------------------------------------------------------------- */
@@ -139,13 +113,7 @@ static dlrec_status forward(const void *ctx, void *ws, const net_io *io, const f
   lr_ws *w = ws;
   int B = io->B;
   double t = dlrec_now();
-  dlrec_status st = DLREC_OK;
-  if (m->n_dense) {
-    st = net_linear_forward(io, m->linear, w->logits, io->dense, 0);
-    io->prof->mlp_flops += 2.0 * B * m->n_dense;
-  } else {
-    for (int b = 0; b < B; b++) w->logits[b] = io->params[m->bias];
-  }
+  dlrec_status st = net_dense_term_forward(&m->dense, io, w->logits);
   net_lap(&io->prof->mlp, &t);
   for (int b = 0; st == DLREC_OK && b < B; b++) {
     const float *e = io->emb + (size_t)b * m->n_sparse;
@@ -169,16 +137,7 @@ static dlrec_status backward(const void *ctx, void *ws, const net_io *io, const 
   for (int b = 0; b < B; b++)
     for (uint32_t c = 0; c < m->n_sparse; c++) d_emb[(size_t)b * m->n_sparse + c] = d_logits[b];
   net_lap(&io->prof->interaction, &t);
-  dlrec_status st = DLREC_OK;
-  if (m->n_dense) {
-    st = dlrec_linear_backward(NULL, g + m->L.w, g + m->L.b, d_logits, io->dense, io->params + m->L.w, B,
-                               (int)m->n_dense, 1);
-    io->prof->mlp_flops += 2.0 * B * m->n_dense;
-  } else {
-    double sum = 0;
-    for (int b = 0; b < B; b++) sum += d_logits[b];
-    g[m->bias] += (float)sum;
-  }
+  dlrec_status st = net_dense_term_backward(&m->dense, io, d_logits, g);
   net_lap(&io->prof->mlp, &t);
   return st;
 }

@@ -150,3 +150,15 @@ dlrec_table *dlrec_net_table(dlrec_net *n) { return n->table; }
 const dlrec_table *dlrec_net_table_const(const dlrec_net *n) { return n->table; }
 uint32_t dlrec_net_n_tensors(const dlrec_net *n) { return n->plan.n_tensors; }
 const dlrec_net_tensor *dlrec_net_tensors(const dlrec_net *n) { return n->plan.tensors; }
+
+dlrec_status net_config_pooling(const cJSON *o, const char *what, dlrec_bag_mode *pooling) {
+  const char *pool = NULL;
+  dlrec_status s = dlrec_json_get_string_or(o, "pooling", what, NULL, &pool);
+  if (s != DLREC_OK || !pool) return s;
+  if (!strcmp(pool, "sum")) *pooling = DLREC_BAG_SUM;
+  else if (!strcmp(pool, "mean")) *pooling = DLREC_BAG_MEAN;
+  else return dlrec_error(DLREC_ERR_INVALID, "%s: field 'pooling': '%s' is not one of sum, mean", what, pool);
+  return DLREC_OK;
+}
+
+const char *net_pooling_name(dlrec_bag_mode pooling) { return pooling == DLREC_BAG_MEAN ? "mean" : "sum"; }

@@ -58,6 +58,27 @@ typedef struct net_io {
  * dlrec_linear_forward); when scoring, the packed batch-invariant kernel. */
 dlrec_status net_linear_forward(const net_io *io, int layer, float *out, const float *in, int relu);
 
+/* The first-order term on the dense features (dense_term.c): out (B) =
+ * dense (B, n_dense) · w + b through net_linear_forward when n_dense > 0,
+ * else a lone "bias" tensor. Backward adds its gradients into g; both
+ * count their flops in the profile's mlp_flops. */
+typedef struct net_dense_term {
+  uint32_t n_dense;
+  int linear;   /* the layer "linear", when n_dense > 0 */
+  net_linear L; /* its shape and offsets */
+  size_t bias;  /* the tensor "bias", when n_dense == 0 */
+} net_dense_term;
+dlrec_status net_dense_term_plan(net_dense_term *t, net_plan *p, uint32_t n_dense);
+/* Weights normal (Xavier) from (seed, stream), bias zero. */
+void net_dense_term_init(const net_dense_term *t, float *params, uint64_t seed, uint64_t stream);
+dlrec_status net_dense_term_forward(const net_dense_term *t, const net_io *io, float *out);
+dlrec_status net_dense_term_backward(const net_dense_term *t, const net_io *io, const float *d_out, float *g);
+
+/* A model section's optional "pooling" ("sum" or "mean"; absent: *pooling
+ * stays), and its name for config_to_json (model.c). */
+dlrec_status net_config_pooling(const cJSON *o, const char *what, dlrec_bag_mode *pooling);
+const char *net_pooling_name(dlrec_bag_mode pooling);
+
 /* Adds the seconds since *t to *acc and restarts *t. */
 void net_lap(double *acc, double *t);
 
