@@ -583,12 +583,15 @@ TEST(resume_refuses_another_seed_or_batch_size) {
   CHECK(make_data(4000) == 0);
   CHECK(test_write_file(test_path("cfg.json"), CONFIG, (size_t)-1) == 0);
   CHECK(train("run", "--max-steps 5") == 0);
+  /* slice_rows also changes the loader's fingerprint, which would refuse
+   * the position later: the config check must name the field first. */
   static const struct {
-    const char *training, *field;
+    const char *training, *slice_rows, *field;
   } cases[] = {
-      {"\"batch_size\": 128, \"epochs\": 2, \"seed\": 6", "'training.seed' differs"},
-      {"\"batch_size\": 64, \"epochs\": 2, \"seed\": 5", "'training.batch_size' differs"},
-      {"\"batch_size\": 128, \"epochs\": 3, \"seed\": 5", NULL},
+      {"\"batch_size\": 128, \"epochs\": 2, \"seed\": 6", "8", "'training.seed' differs"},
+      {"\"batch_size\": 64, \"epochs\": 2, \"seed\": 5", "8", "'training.batch_size' differs"},
+      {"\"batch_size\": 128, \"epochs\": 2, \"seed\": 5", "16", "'loader' differs"},
+      {"\"batch_size\": 128, \"epochs\": 3, \"seed\": 5", "8", NULL},
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     char cfg[2048], cmd[8192];
@@ -596,9 +599,9 @@ TEST(resume_refuses_another_seed_or_batch_size) {
              "{\"model\": {\"embedding_dim\": 8, \"bottom_mlp\": [32, 8], \"top_mlp\": [32, 1]},"
              " \"optimizer\": {\"dense\": {\"type\": \"adam\", \"lr\": 0.002}, \"sparse\": {\"type\": \"rowwise_adagrad\", \"lr\": 0.05}},"
              " \"training\": {%s, \"threads\": 2, \"deterministic\": true},"
-             " \"loader\": {\"window_groups\": 2, \"slice_rows\": 8},"
+             " \"loader\": {\"window_groups\": 2, \"slice_rows\": %s},"
              " \"checkpoint\": {\"interval_steps\": 10, \"keep\": 3}, \"log\": {\"interval_steps\": 10}}",
-             cases[i].training);
+             cases[i].training, cases[i].slice_rows);
     CHECK(test_write_file(test_path("cfg2.json"), cfg, (size_t)-1) == 0);
     snprintf(cmd, sizeof cmd, "train -q --config '%s' --train '%s' --etl '%s' --out '%s' --resume --max-steps 10",
              test_path("cfg2.json"), test_path("train.dlr"), test_path("etl"), test_path("run"));
