@@ -12,6 +12,59 @@
 #include <string.h>
 
 #include "dlrec/model.h"
+#include "dlrec/rng.h"
+
+/* A tiny schema: n_dense dense columns, 3 categorical (the second
+ * multi-hot, up to 3 ids). */
+static inline void net_check_schema(dlrec_schema *s, uint32_t n_dense) {
+  memset(s, 0, sizeof *s);
+  s->has_label = 1;
+  strcpy(s->label_name, "label");
+  s->n_dense = n_dense;
+  for (uint32_t i = 0; i < n_dense; i++) snprintf(s->dense_names[i], DLREC_NAME_MAX, "I%u", i + 1);
+  s->n_sparse = 3;
+  uint64_t begin = 0, sizes[3] = {5, 7, 4};
+  for (int c = 0; c < 3; c++) {
+    snprintf(s->sparse[c].name, DLREC_NAME_MAX, "C%d", c + 1);
+    s->sparse[c].hotness = c == 1 ? 0 : 1;
+    s->sparse[c].max_hotness = c == 1 ? 3 : 1;
+    s->sparse[c].id_begin = begin;
+    s->sparse[c].id_end = begin + sizes[c];
+    begin += sizes[c];
+  }
+  s->table_rows = begin;
+}
+
+/* 4 rows of schema s (at most 3 dense columns); the multi-hot column's
+ * bags hold 0 to 3 ids (one empty); dense values uniform in [dense_lo, 1). */
+typedef struct net_check_batch {
+  dlrec_batch b;
+  float labels[4], dense[4 * 3];
+  uint32_t off[3][5], ids[3][12];
+} net_check_batch;
+
+static inline void net_check_make_batch(net_check_batch *t, const dlrec_schema *s, uint64_t seed, double dense_lo) {
+  memset(t, 0, sizeof *t);
+  dlrec_rng r;
+  dlrec_rng_seed(&r, seed, 0);
+  t->b.rows = 4;
+  for (int i = 0; i < 4; i++) t->labels[i] = (float)(i % 2);
+  for (int i = 0; i < 12; i++) t->dense[i] = (float)(dense_lo + (1 - dense_lo) * dlrec_rng_uniform(&r));
+  for (int c = 0; c < 3; c++) {
+    uint32_t n = 0;
+    for (int i = 0; i < 4; i++) {
+      t->off[c][i] = n;
+      uint32_t k = c == 1 ? (uint32_t)i % 4 : 1;
+      uint32_t span = (uint32_t)(s->sparse[c].id_end - s->sparse[c].id_begin);
+      for (uint32_t j = 0; j < k; j++) t->ids[c][n++] = (uint32_t)s->sparse[c].id_begin + (i + 2 * j) % span;
+    }
+    t->off[c][4] = n;
+    t->b.offsets[c] = t->off[c];
+    t->b.ids[c] = t->ids[c];
+  }
+  t->b.labels = t->labels;
+  t->b.dense = s->n_dense ? t->dense : NULL;
+}
 
 static inline double net_check_loss(dlrec_net *m, dlrec_net_ws *ws, const dlrec_batch *b) {
   double loss = NAN;

@@ -7,79 +7,23 @@
 #include "net_check.h"
 #include "test.h"
 
-/* A tiny schema: 3 dense, 3 sparse columns (the second multi-hot). */
-static void tiny_schema(dlrec_schema *s) {
-  memset(s, 0, sizeof *s);
-  s->has_label = 1;
-  strcpy(s->label_name, "label");
-  s->n_dense = 3;
-  for (int i = 0; i < 3; i++) snprintf(s->dense_names[i], DLREC_NAME_MAX, "I%d", i + 1);
-  s->n_sparse = 3;
-  uint64_t begin = 0, sizes[3] = {5, 7, 4};
-  for (int c = 0; c < 3; c++) {
-    snprintf(s->sparse[c].name, DLREC_NAME_MAX, "C%d", c + 1);
-    s->sparse[c].hotness = c == 1 ? 0 : 1;
-    s->sparse[c].max_hotness = c == 1 ? 3 : 1;
-    s->sparse[c].id_begin = begin;
-    s->sparse[c].id_end = begin + sizes[c];
-    begin += sizes[c];
-  }
-  s->table_rows = begin;
-}
-
-typedef struct tiny_batch {
-  dlrec_batch b;
-  float labels[4], dense[4 * 3];
-  uint32_t off[3][5], ids[3][12];
-} tiny_batch;
-
-static void make_batch(tiny_batch *t, const dlrec_schema *s, uint64_t seed) {
-  memset(t, 0, sizeof *t);
-  dlrec_rng r;
-  dlrec_rng_seed(&r, seed, 0);
-  t->b.rows = 4;
-  for (int i = 0; i < 4; i++) t->labels[i] = (float)(i % 2);
-  for (int i = 0; i < 12; i++) t->dense[i] = (float)dlrec_rng_uniform(&r);
-  for (int c = 0; c < 3; c++) {
-    uint32_t n = 0;
-    for (int i = 0; i < 4; i++) {
-      t->off[c][i] = n;
-      uint32_t k = c == 1 ? (uint32_t)i % 4 : 1; /* multi-hot bags of 0..3 ids, one empty */
-      uint32_t span = (uint32_t)(s->sparse[c].id_end - s->sparse[c].id_begin);
-      for (uint32_t j = 0; j < k; j++) t->ids[c][n++] = (uint32_t)s->sparse[c].id_begin + (i + 2 * j) % span;
-    }
-    t->off[c][4] = n;
-    t->b.offsets[c] = t->off[c];
-    t->b.ids[c] = t->ids[c];
-  }
-  t->b.labels = t->labels;
-  t->b.dense = t->dense;
-}
-
 static dlrec_dlrm_shape tiny_shape(void) {
   dlrec_dlrm_shape sh = {.emb_dim = 4, .n_bottom = 2, .bottom = {5, 4}, .n_top = 2, .top = {6, 1},
                          .pooling = DLREC_BAG_SUM};
   return sh;
 }
 
-static double loss_of(dlrec_net *m, dlrec_net_ws *ws, const dlrec_batch *b) {
-  double loss = NAN;
-  const float *g, *d;
-  if (dlrec_net_gradients(m, ws, b, &loss, &g, &d) != DLREC_OK) return NAN;
-  return loss;
-}
-
 TEST(dlrm_gradients_match_finite_differences) {
   dlrec_schema s;
-  tiny_schema(&s);
+  net_check_schema(&s, 3);
   dlrec_dlrm_shape sh = tiny_shape();
   dlrec_net *m;
   dlrec_net_ws *ws;
   CHECK_OK(dlrec_dlrm_create(&m, &sh, &s));
   CHECK_OK(dlrec_net_init(m, 5));
   CHECK_OK(dlrec_net_ws_create(&ws, m, 4));
-  tiny_batch tb;
-  make_batch(&tb, &s, 1);
+  net_check_batch tb;
+  net_check_make_batch(&tb, &s, 1, 0);
   double loss;
   const float *grad, *d_emb;
   CHECK_OK(dlrec_net_gradients(m, ws, &tb.b, &loss, &grad, &d_emb));
@@ -92,9 +36,9 @@ TEST(dlrm_gradients_match_finite_differences) {
   for (size_t i = 0; i < n; i++) {
     float keep = p[i];
     p[i] = keep + eps;
-    double up = loss_of(m, ws, &tb.b);
+    double up = net_check_loss(m, ws, &tb.b);
     p[i] = keep - eps;
-    double down = loss_of(m, ws, &tb.b);
+    double down = net_check_loss(m, ws, &tb.b);
     p[i] = keep;
     double fd = (up - down) / (2 * eps);
     if (fabs(fd - g[i]) > 5e-4 + 2e-2 * fabs(fd)) {
@@ -117,9 +61,9 @@ TEST(dlrm_gradients_match_finite_differences) {
             if (tb.ids[c][j] == r) want += dE[(b * 3 + c) * 4 + k];
       float keep = rows[r * stride + (uint64_t)k];
       rows[r * stride + (uint64_t)k] = keep + eps;
-      double up = loss_of(m, ws, &tb.b);
+      double up = net_check_loss(m, ws, &tb.b);
       rows[r * stride + (uint64_t)k] = keep - eps;
-      double down = loss_of(m, ws, &tb.b);
+      double down = net_check_loss(m, ws, &tb.b);
       rows[r * stride + (uint64_t)k] = keep;
       double fd = (up - down) / (2 * eps);
       if (fabs(fd - want) > 5e-4 + 2e-2 * fabs(fd)) {
@@ -137,15 +81,15 @@ TEST(dlrm_gradients_match_finite_differences) {
 
 TEST(dlrm_training_steps_lower_the_loss) {
   dlrec_schema s;
-  tiny_schema(&s);
+  net_check_schema(&s, 3);
   dlrec_dlrm_shape sh = tiny_shape();
   dlrec_net *m;
   dlrec_net_ws *ws;
   CHECK_OK(dlrec_dlrm_create(&m, &sh, &s));
   CHECK_OK(dlrec_net_init(m, 9));
   CHECK_OK(dlrec_net_ws_create(&ws, m, 4));
-  tiny_batch tb;
-  make_batch(&tb, &s, 2);
+  net_check_batch tb;
+  net_check_make_batch(&tb, &s, 2, 0);
   dlrec_net_optim opt = {0};
   dlrec_optim_config_default(&opt.dense, DLREC_OPTIM_SGD);
   opt.dense.lr = 0.5f;
@@ -182,7 +126,7 @@ TEST(dlrm_training_steps_lower_the_loss) {
  * D + F(F+1)/2 = 4 + 6 = 10 outputs -> 6 -> 1. */
 TEST(dlrm_plans_named_tensors) {
   dlrec_schema s;
-  tiny_schema(&s);
+  net_check_schema(&s, 3);
   dlrec_dlrm_shape sh = tiny_shape();
   dlrec_net *m;
   CHECK_OK(dlrec_dlrm_create(&m, &sh, &s));
@@ -217,7 +161,7 @@ TEST(dlrm_plans_named_tensors) {
  * whether a row is scored alone or in a batch. */
 TEST(dlrm_scoring_runs_the_training_forward) {
   dlrec_schema s;
-  tiny_schema(&s);
+  net_check_schema(&s, 3);
   dlrec_dlrm_shape sh = tiny_shape();
   dlrec_net *m;
   dlrec_net_ws *ws;
@@ -226,8 +170,8 @@ TEST(dlrm_scoring_runs_the_training_forward) {
   CHECK_OK(dlrec_net_init(m, 11));
   CHECK_OK(dlrec_net_ws_create(&ws, m, 4));
   CHECK_OK(dlrec_net_scorer_create(&scorer, m));
-  tiny_batch tb;
-  make_batch(&tb, &s, 3);
+  net_check_batch tb;
+  net_check_make_batch(&tb, &s, 3, 0);
   /* The training forward's probabilities: a step with a zero learning rate
    * leaves the parameters as they are. */
   dlrec_net_optim opt = {0};
@@ -242,7 +186,7 @@ TEST(dlrm_scoring_runs_the_training_forward) {
   CHECK_OK(dlrec_net_predict(scorer, ws, &tb.b, score));
   for (int i = 0; i < 4; i++) CHECK_NEAR(score[i], train_prob[i], 1e-6, 1e-5);
   /* Row 2 alone: the same bits as in the batch of 4. */
-  tiny_batch one = tb;
+  net_check_batch one = tb;
   one.b.rows = 1;
   one.b.dense = tb.dense + 2 * 3;
   for (int c = 0; c < 3; c++) one.b.offsets[c] = &tb.off[c][2];
@@ -261,7 +205,7 @@ TEST(dlrm_scoring_runs_the_training_forward) {
  * reports the use after free this once was.) */
 TEST(workspace_outlives_its_network) {
   dlrec_schema s;
-  tiny_schema(&s);
+  net_check_schema(&s, 3);
   dlrec_dlrm_shape sh = tiny_shape();
   dlrec_net *m;
   dlrec_net_ws *ws;
@@ -287,18 +231,11 @@ TEST(model_type_registry) {
 
 /* ---- DLRM on data with no dense column ------------------------------------ */
 
-/* The tiny schema without its dense columns: 3 categorical (one multi-hot). */
-static void tiny_categorical_schema(dlrec_schema *s) {
-  tiny_schema(s);
-  s->n_dense = 0;
-  memset(s->dense_names, 0, sizeof s->dense_names);
-}
-
 /* With no dense column there is no bottom MLP: the plan is the top MLP
  * alone, over the F(F-1)/2 = 3 pairs of the 3 embeddings (no x among them). */
 TEST(dlrm_categorical_only_plans_no_bottom_mlp) {
   dlrec_schema s;
-  tiny_categorical_schema(&s);
+  net_check_schema(&s, 0);
   dlrec_dlrm_shape sh = tiny_shape();
   dlrec_net *m;
   CHECK_OK(dlrec_dlrm_create(&m, &sh, &s));
@@ -320,7 +257,7 @@ TEST(dlrm_categorical_only_plans_no_bottom_mlp) {
 TEST(dlrm_categorical_only_gradients_match_finite_differences) {
   for (int mean = 0; mean <= 1; mean++) {
     dlrec_schema s;
-    tiny_categorical_schema(&s);
+    net_check_schema(&s, 0);
     dlrec_dlrm_shape sh = tiny_shape();
     sh.pooling = mean ? DLREC_BAG_MEAN : DLREC_BAG_SUM;
     dlrec_net *m;
@@ -328,8 +265,8 @@ TEST(dlrm_categorical_only_gradients_match_finite_differences) {
     CHECK_OK(dlrec_dlrm_create(&m, &sh, &s));
     CHECK_OK(dlrec_net_init(m, 8));
     CHECK_OK(dlrec_net_ws_create(&ws, m, 4));
-    tiny_batch tb;
-    make_batch(&tb, &s, 1);
+    net_check_batch tb;
+    net_check_make_batch(&tb, &s, 1, 0);
     tb.b.dense = NULL;
     CHECK_EQ(net_check_gradients(m, ws, &tb.b, mean), 0);
     dlrec_net_ws_free(ws);
@@ -341,15 +278,15 @@ TEST(dlrm_categorical_only_gradients_match_finite_differences) {
  * same bits, and its scores are the training forward's. */
 TEST(dlrm_categorical_only_scoring_is_batch_invariant) {
   dlrec_schema s;
-  tiny_categorical_schema(&s);
+  net_check_schema(&s, 0);
   dlrec_dlrm_shape sh = tiny_shape();
   dlrec_net *m;
   dlrec_net_ws *ws;
   CHECK_OK(dlrec_dlrm_create(&m, &sh, &s));
   CHECK_OK(dlrec_net_init(m, 11));
   CHECK_OK(dlrec_net_ws_create(&ws, m, 4));
-  tiny_batch tb;
-  make_batch(&tb, &s, 3);
+  net_check_batch tb;
+  net_check_make_batch(&tb, &s, 3, 0);
   tb.b.dense = NULL;
   CHECK_EQ(net_check_batch_invariance(m, ws, &tb.b), 0);
   dlrec_net_free(m);
@@ -402,8 +339,8 @@ TEST(dlrm_cat_interaction_plans_top_mlp_input) {
   sh.interaction = DLREC_DLRM_CAT;
   for (int no_dense = 0; no_dense <= 1; no_dense++) {
     dlrec_schema s;
-    if (no_dense) tiny_categorical_schema(&s);
-    else tiny_schema(&s);
+    if (no_dense) net_check_schema(&s, 0);
+    else net_check_schema(&s, 3);
     dlrec_net *m;
     CHECK_OK(dlrec_dlrm_create(&m, &sh, &s));
     const dlrec_net_tensor *t = dlrec_net_tensors(m);
@@ -414,7 +351,7 @@ TEST(dlrm_cat_interaction_plans_top_mlp_input) {
     dlrec_net_free(m);
   }
   dlrec_schema s;
-  tiny_categorical_schema(&s);
+  net_check_schema(&s, 0);
   s.n_sparse = 1;
   s.table_rows = s.sparse[0].id_end;
   dlrec_net *m;
@@ -450,8 +387,8 @@ TEST(dlrm_interaction_config) {
 TEST(dlrm_cat_interaction_gradients_and_batch_invariance) {
   for (int no_dense = 0; no_dense <= 1; no_dense++) {
     dlrec_schema s;
-    if (no_dense) tiny_categorical_schema(&s);
-    else tiny_schema(&s);
+    if (no_dense) net_check_schema(&s, 0);
+    else net_check_schema(&s, 3);
     dlrec_dlrm_shape sh = tiny_shape();
     sh.interaction = DLREC_DLRM_CAT;
     dlrec_net *m;
@@ -459,8 +396,8 @@ TEST(dlrm_cat_interaction_gradients_and_batch_invariance) {
     CHECK_OK(dlrec_dlrm_create(&m, &sh, &s));
     CHECK_OK(dlrec_net_init(m, 7));
     CHECK_OK(dlrec_net_ws_create(&ws, m, 4));
-    tiny_batch tb;
-    make_batch(&tb, &s, 1);
+    net_check_batch tb;
+    net_check_make_batch(&tb, &s, 1, 0);
     if (no_dense) tb.b.dense = NULL;
     int bad = net_check_gradients(m, ws, &tb.b, 0);
     if (bad) fprintf(stderr, "%s dense columns\n", no_dense ? "without" : "with");

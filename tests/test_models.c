@@ -23,57 +23,6 @@
 #include "net_check.h"
 #include "test.h"
 
-/* A tiny schema: n_dense dense columns, 3 categorical (the second
- * multi-hot, up to 3 ids). */
-static void tiny_schema(dlrec_schema *s, uint32_t n_dense) {
-  memset(s, 0, sizeof *s);
-  s->has_label = 1;
-  strcpy(s->label_name, "label");
-  s->n_dense = n_dense;
-  for (uint32_t i = 0; i < n_dense; i++) snprintf(s->dense_names[i], DLREC_NAME_MAX, "I%u", i + 1);
-  s->n_sparse = 3;
-  uint64_t begin = 0, sizes[3] = {5, 7, 4};
-  for (int c = 0; c < 3; c++) {
-    snprintf(s->sparse[c].name, DLREC_NAME_MAX, "C%d", c + 1);
-    s->sparse[c].hotness = c == 1 ? 0 : 1;
-    s->sparse[c].max_hotness = c == 1 ? 3 : 1;
-    s->sparse[c].id_begin = begin;
-    s->sparse[c].id_end = begin + sizes[c];
-    begin += sizes[c];
-  }
-  s->table_rows = begin;
-}
-
-/* 4 rows; the multi-hot column's bags hold 0 to 3 ids (one empty). */
-typedef struct tiny_batch {
-  dlrec_batch b;
-  float labels[4], dense[4 * 3];
-  uint32_t off[3][5], ids[3][12];
-} tiny_batch;
-
-static void make_batch(tiny_batch *t, const dlrec_schema *s, uint64_t seed) {
-  memset(t, 0, sizeof *t);
-  dlrec_rng r;
-  dlrec_rng_seed(&r, seed, 0);
-  t->b.rows = 4;
-  for (int i = 0; i < 4; i++) t->labels[i] = (float)(i % 2);
-  for (int i = 0; i < 12; i++) t->dense[i] = (float)(2 * dlrec_rng_uniform(&r) - 1);
-  for (int c = 0; c < 3; c++) {
-    uint32_t n = 0;
-    for (int i = 0; i < 4; i++) {
-      t->off[c][i] = n;
-      uint32_t k = c == 1 ? (uint32_t)i % 4 : 1;
-      uint32_t span = (uint32_t)(s->sparse[c].id_end - s->sparse[c].id_begin);
-      for (uint32_t j = 0; j < k; j++) t->ids[c][n++] = (uint32_t)s->sparse[c].id_begin + (i + 2 * j) % span;
-    }
-    t->off[c][4] = n;
-    t->b.offsets[c] = t->off[c];
-    t->b.ids[c] = t->ids[c];
-  }
-  t->b.labels = t->labels;
-  t->b.dense = s->n_dense ? t->dense : NULL;
-}
-
 /* A network of `type` with `pooling` and the type's other keys in `extra`
  * (a JSON fragment starting with a comma, or ""). */
 static dlrec_status model_create(dlrec_net **m, const dlrec_schema *s, const char *type, const char *pooling,
@@ -120,7 +69,7 @@ TEST(lr_config) {
  * none: "bias" (1). The id weights are the table, of width 1. */
 TEST(lr_plans_named_tensors) {
   dlrec_schema s;
-  tiny_schema(&s, 3);
+  net_check_schema(&s, 3);
   dlrec_net *m;
   CHECK_OK(lr_create(&m, &s, "sum"));
   CHECK_EQ(dlrec_net_n_tensors(m), 2);
@@ -132,7 +81,7 @@ TEST(lr_plans_named_tensors) {
   CHECK_EQ(t[1].offset, 3);
   CHECK_EQ(dlrec_table_dim(dlrec_net_table(m)), 1);
   dlrec_net_free(m);
-  tiny_schema(&s, 0);
+  net_check_schema(&s, 0);
   CHECK_OK(lr_create(&m, &s, "sum"));
   CHECK_EQ(dlrec_net_n_tensors(m), 1);
   CHECK_STR(dlrec_net_tensors(m)[0].name, "bias");
@@ -149,7 +98,7 @@ TEST(lr_plans_named_tensors) {
 TEST(lr_forward_matches_direct_computation) {
   for (int mean = 0; mean <= 1; mean++) {
     dlrec_schema s;
-    tiny_schema(&s, 3);
+    net_check_schema(&s, 3);
     dlrec_net *m;
     dlrec_net_ws *ws;
     CHECK_OK(lr_create(&m, &s, mean ? "mean" : "sum"));
@@ -158,8 +107,8 @@ TEST(lr_forward_matches_direct_computation) {
     float *p = dlrec_net_dense_params(m, &n);
     p[3] = 0.25f; /* a bias that is not zero */
     CHECK_OK(dlrec_net_ws_create(&ws, m, 4));
-    tiny_batch tb;
-    make_batch(&tb, &s, 4);
+    net_check_batch tb;
+    net_check_make_batch(&tb, &s, 4, -1);
     dlrec_net_scorer *sc;
     CHECK_OK(dlrec_net_scorer_create(&sc, m));
     float prob[4];
@@ -190,14 +139,14 @@ TEST(lr_gradients_match_finite_differences) {
   for (uint32_t n_dense = 0; n_dense <= 3; n_dense += 3)
     for (int mean = 0; mean <= 1; mean++) {
       dlrec_schema s;
-      tiny_schema(&s, n_dense);
+      net_check_schema(&s, n_dense);
       dlrec_net *m;
       dlrec_net_ws *ws;
       CHECK_OK(lr_create(&m, &s, mean ? "mean" : "sum"));
       CHECK_OK(dlrec_net_init(m, 5));
       CHECK_OK(dlrec_net_ws_create(&ws, m, 4));
-      tiny_batch tb;
-      make_batch(&tb, &s, 1);
+      net_check_batch tb;
+      net_check_make_batch(&tb, &s, 1, -1);
       int bad = net_check_gradients(m, ws, &tb.b, mean);
       if (bad) fprintf(stderr, "n_dense %u, %s pooling\n", n_dense, mean ? "mean" : "sum");
       CHECK_EQ(bad, 0);
@@ -211,14 +160,14 @@ TEST(lr_gradients_match_finite_differences) {
 TEST(lr_scoring_is_batch_invariant) {
   for (uint32_t n_dense = 0; n_dense <= 3; n_dense += 3) {
     dlrec_schema s;
-    tiny_schema(&s, n_dense);
+    net_check_schema(&s, n_dense);
     dlrec_net *m;
     dlrec_net_ws *ws;
     CHECK_OK(lr_create(&m, &s, "sum"));
     CHECK_OK(dlrec_net_init(m, 11));
     CHECK_OK(dlrec_net_ws_create(&ws, m, 4));
-    tiny_batch tb;
-    make_batch(&tb, &s, 3);
+    net_check_batch tb;
+    net_check_make_batch(&tb, &s, 3, -1);
     CHECK_EQ(net_check_batch_invariance(m, ws, &tb.b), 0);
     dlrec_net_ws_free(ws);
     dlrec_net_free(m);
@@ -441,7 +390,7 @@ TEST(fm_config) {
   CHECK(memcmp(&c, &back, sizeof c) == 0);
   /* The table holds the factors and the first-order weight. */
   dlrec_schema s;
-  tiny_schema(&s, 0);
+  net_check_schema(&s, 0);
   dlrec_net *m;
   CHECK_OK(dlrec_net_create(&m, &c, &s));
   CHECK_EQ(dlrec_table_dim(dlrec_net_table(m)), 11);
@@ -449,7 +398,7 @@ TEST(fm_config) {
   CHECK_STR(dlrec_net_tensors(m)[0].name, "bias");
   dlrec_net_free(m);
   /* No categorical column: no factor to interact. */
-  tiny_schema(&s, 3);
+  net_check_schema(&s, 3);
   s.n_sparse = 0;
   s.table_rows = 0;
   CHECK_ERR(dlrec_net_create(&m, &c, &s), DLREC_ERR_INVALID, "at least one categorical column");
@@ -461,7 +410,7 @@ TEST(fm_config) {
 TEST(fm_forward_matches_direct_computation) {
   for (int mean = 0; mean <= 1; mean++) {
     dlrec_schema s;
-    tiny_schema(&s, 3);
+    net_check_schema(&s, 3);
     dlrec_net *m;
     dlrec_net_ws *ws;
     CHECK_OK(fm_create(&m, &s, mean ? "mean" : "sum"));
@@ -470,8 +419,8 @@ TEST(fm_forward_matches_direct_computation) {
     float *p = dlrec_net_dense_params(m, &n);
     p[3] = -0.125f;
     CHECK_OK(dlrec_net_ws_create(&ws, m, 4));
-    tiny_batch tb;
-    make_batch(&tb, &s, 4);
+    net_check_batch tb;
+    net_check_make_batch(&tb, &s, 4, -1);
     dlrec_net_scorer *sc;
     CHECK_OK(dlrec_net_scorer_create(&sc, m));
     float prob[4];
@@ -505,14 +454,14 @@ TEST(fm_gradients_match_finite_differences) {
   for (uint32_t n_dense = 0; n_dense <= 3; n_dense += 3)
     for (int mean = 0; mean <= 1; mean++) {
       dlrec_schema s;
-      tiny_schema(&s, n_dense);
+      net_check_schema(&s, n_dense);
       dlrec_net *m;
       dlrec_net_ws *ws;
       CHECK_OK(fm_create(&m, &s, mean ? "mean" : "sum"));
       CHECK_OK(dlrec_net_init(m, 5));
       CHECK_OK(dlrec_net_ws_create(&ws, m, 4));
-      tiny_batch tb;
-      make_batch(&tb, &s, 1);
+      net_check_batch tb;
+      net_check_make_batch(&tb, &s, 1, -1);
       int bad = net_check_gradients(m, ws, &tb.b, mean);
       if (bad) fprintf(stderr, "n_dense %u, %s pooling\n", n_dense, mean ? "mean" : "sum");
       CHECK_EQ(bad, 0);
@@ -524,14 +473,14 @@ TEST(fm_gradients_match_finite_differences) {
 TEST(fm_scoring_is_batch_invariant) {
   for (uint32_t n_dense = 0; n_dense <= 3; n_dense += 3) {
     dlrec_schema s;
-    tiny_schema(&s, n_dense);
+    net_check_schema(&s, n_dense);
     dlrec_net *m;
     dlrec_net_ws *ws;
     CHECK_OK(fm_create(&m, &s, "sum"));
     CHECK_OK(dlrec_net_init(m, 11));
     CHECK_OK(dlrec_net_ws_create(&ws, m, 4));
-    tiny_batch tb;
-    make_batch(&tb, &s, 3);
+    net_check_batch tb;
+    net_check_make_batch(&tb, &s, 3, -1);
     CHECK_EQ(net_check_batch_invariance(m, ws, &tb.b), 0);
     dlrec_net_ws_free(ws);
     dlrec_net_free(m);
