@@ -132,23 +132,24 @@ TEST(lr_forward_matches_direct_computation) {
   }
 }
 
-/* Every gradient (dense weights, bias, every id weight the batch touches)
- * against finite differences: with and without dense columns, sum and mean
- * pooling. */
-TEST(lr_gradients_match_finite_differences) {
+/* Every gradient of a network of `type` (its other keys in `extra`, as
+ * model_create takes them): dense weights, bias, every embedding row the
+ * batch touches, against finite differences, with and without dense
+ * columns, sum and mean pooling. */
+static void check_gradients(const char *type, const char *extra) {
   for (uint32_t n_dense = 0; n_dense <= 3; n_dense += 3)
     for (int mean = 0; mean <= 1; mean++) {
       dlrec_schema s;
       net_check_schema(&s, n_dense);
       dlrec_net *m;
       dlrec_net_ws *ws;
-      CHECK_OK(lr_create(&m, &s, mean ? "mean" : "sum"));
+      CHECK_OK(model_create(&m, &s, type, mean ? "mean" : "sum", extra));
       CHECK_OK(dlrec_net_init(m, 5));
       CHECK_OK(dlrec_net_ws_create(&ws, m, 4));
       net_check_batch tb;
       net_check_make_batch(&tb, &s, 1, -1);
       int bad = net_check_gradients(m, ws, &tb.b, mean);
-      if (bad) fprintf(stderr, "n_dense %u, %s pooling\n", n_dense, mean ? "mean" : "sum");
+      if (bad) fprintf(stderr, "%s: n_dense %u, %s pooling\n", type, n_dense, mean ? "mean" : "sum");
       CHECK_EQ(bad, 0);
       dlrec_net_ws_free(ws);
       dlrec_net_free(m);
@@ -157,13 +158,13 @@ TEST(lr_gradients_match_finite_differences) {
 
 /* A row scored alone has the bits it has inside a batch, with and without
  * dense columns. */
-TEST(lr_scoring_is_batch_invariant) {
+static void check_batch_invariance(const char *type, const char *extra) {
   for (uint32_t n_dense = 0; n_dense <= 3; n_dense += 3) {
     dlrec_schema s;
     net_check_schema(&s, n_dense);
     dlrec_net *m;
     dlrec_net_ws *ws;
-    CHECK_OK(lr_create(&m, &s, "sum"));
+    CHECK_OK(model_create(&m, &s, type, "sum", extra));
     CHECK_OK(dlrec_net_init(m, 11));
     CHECK_OK(dlrec_net_ws_create(&ws, m, 4));
     net_check_batch tb;
@@ -173,6 +174,10 @@ TEST(lr_scoring_is_batch_invariant) {
     dlrec_net_free(m);
   }
 }
+
+TEST(lr_gradients_match_finite_differences) { check_gradients("lr", ""); }
+
+TEST(lr_scoring_is_batch_invariant) { check_batch_invariance("lr", ""); }
 
 static double auc_in(const char *out) {
   const char *a = out ? strstr(out, "\"auc\":") : NULL;
@@ -364,8 +369,9 @@ static void check_served_equals_predict(const char *dir, const char *model) {
 /* ---- fm ------------------------------------------------------------------ */
 
 /* A tiny FM: factors of width 3 (table rows of 4). */
+#define FM_EXTRA ", \"embedding_dim\": 3" /* the tests' fm: small factors */
 static dlrec_status fm_create(dlrec_net **m, const dlrec_schema *s, const char *pooling) {
-  return model_create(m, s, "fm", pooling, ", \"embedding_dim\": 3");
+  return model_create(m, s, "fm", pooling, FM_EXTRA);
 }
 
 /* fm's config: embedding_dim (one less than the table's width limit, since
@@ -447,45 +453,10 @@ TEST(fm_forward_matches_direct_computation) {
   }
 }
 
-/* Every gradient (dense weights, bias, every factor and first-order weight
- * the batch touches) against finite differences, with and without dense
- * columns, sum and mean pooling. */
-TEST(fm_gradients_match_finite_differences) {
-  for (uint32_t n_dense = 0; n_dense <= 3; n_dense += 3)
-    for (int mean = 0; mean <= 1; mean++) {
-      dlrec_schema s;
-      net_check_schema(&s, n_dense);
-      dlrec_net *m;
-      dlrec_net_ws *ws;
-      CHECK_OK(fm_create(&m, &s, mean ? "mean" : "sum"));
-      CHECK_OK(dlrec_net_init(m, 5));
-      CHECK_OK(dlrec_net_ws_create(&ws, m, 4));
-      net_check_batch tb;
-      net_check_make_batch(&tb, &s, 1, -1);
-      int bad = net_check_gradients(m, ws, &tb.b, mean);
-      if (bad) fprintf(stderr, "n_dense %u, %s pooling\n", n_dense, mean ? "mean" : "sum");
-      CHECK_EQ(bad, 0);
-      dlrec_net_ws_free(ws);
-      dlrec_net_free(m);
-    }
-}
+/* Factors and first-order weights share each embedding row. */
+TEST(fm_gradients_match_finite_differences) { check_gradients("fm", FM_EXTRA); }
 
-TEST(fm_scoring_is_batch_invariant) {
-  for (uint32_t n_dense = 0; n_dense <= 3; n_dense += 3) {
-    dlrec_schema s;
-    net_check_schema(&s, n_dense);
-    dlrec_net *m;
-    dlrec_net_ws *ws;
-    CHECK_OK(fm_create(&m, &s, "sum"));
-    CHECK_OK(dlrec_net_init(m, 11));
-    CHECK_OK(dlrec_net_ws_create(&ws, m, 4));
-    net_check_batch tb;
-    net_check_make_batch(&tb, &s, 3, -1);
-    CHECK_EQ(net_check_batch_invariance(m, ws, &tb.b), 0);
-    dlrec_net_ws_free(ws);
-    dlrec_net_free(m);
-  }
-}
+TEST(fm_scoring_is_batch_invariant) { check_batch_invariance("fm", FM_EXTRA); }
 
 /* fm learns on synth data through the CLI with examples/fm.json (on 2
  * threads): validation AUC above chance by a stated margin (measured at
