@@ -1,8 +1,12 @@
 /* Fuzz target for the row parser: arbitrary bytes as Criteo TSV rows (with
  * and without a label), as CSV (first line the header, second line the
  * schema SPEC, which may declare multi-hot columns with multi=), and as
- * libSVM and libFM rows; every field through the value parsers, multi-hot
- * fields split into their values. Must never crash, hang, read out of
+ * libSVM and libFM rows (a first byte, not part of the text, picks which
+ * of the three an input goes through: '0' Criteo, '1' CSV, '2' libSVM/libFM,
+ * and so on modulo 3; so each execution parses its text with one family of
+ * layouts, not all eight);
+ * every field through the value parsers, multi-hot fields split into their
+ * values. Must never crash, hang, read out of
  * bounds or leak; and a libSVM/libFM row the parser accepts must leave only
  * valid decimal indices and a 0/1 label (checked with abort()). */
 #include <stdint.h>
@@ -56,11 +60,14 @@ static void rows(const dlrec_layout *L, const char *text, size_t n, dlrec_raw_ro
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   static dlrec_raw_row row;
-  const char *text = (const char *)data;
+  if (size == 0) return 0;
+  unsigned family = data[0] % 3u, pick = data[0];
+  const char *text = (const char *)data + 1;
+  size--;
   char *scratch = malloc(size + 1);
   if (!scratch) return 0;
   /* Criteo, labeled and not. */
-  for (int label = 0; label <= 1; label++) {
+  for (int label = 0; label <= 1 && family == 0; label++) {
     dlrec_layout *L;
     if (dlrec_layout_criteo(&L, label) == DLREC_OK) {
       rows(L, text, size, &row, scratch);
@@ -68,7 +75,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
   }
   /* CSV: line 1 the header, line 2 the SPEC (NUL-terminated copy). */
-  const char *nl1 = memchr(text, '\n', size);
+  const char *nl1 = family == 1 ? memchr(text, '\n', size) : NULL;
   if (nl1) {
     size_t hn = (size_t)(nl1 - text);
     const char *rest = nl1 + 1;
@@ -101,10 +108,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     free(spec);
   }
   /* libSVM, and libFM with 1 to 8 fields (from the first byte). */
-  for (int fm = 0; fm <= 1; fm++)
+  for (int fm = 0; fm <= 1 && family == 2; fm++)
     for (int label = 0; label <= 1; label++) {
       dlrec_input_format f = fm ? DLREC_FORMAT_LIBFM : DLREC_FORMAT_LIBSVM;
-      uint32_t fields = fm ? 1u + (size ? data[0] % 8u : 0u) : 0u;
+      uint32_t fields = fm ? 1u + pick / 3u % 8u : 0u;
       dlrec_columns c;
       dlrec_layout *L;
       if (dlrec_columns_svm(&c, f, fields, label, DLREC_POOLING_SUM, 0) != DLREC_OK) continue;
