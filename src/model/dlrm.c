@@ -46,33 +46,13 @@ static dlrec_status get_u32(const cJSON *o, const char *key, const char *what, u
   return DLREC_OK;
 }
 
-static dlrec_status get_widths(const cJSON *o, const char *key, const char *what, uint32_t *n, uint32_t *w) {
-  const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, key);
-  if (!a) return DLREC_OK;
-  if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) < 1 || cJSON_GetArraySize(a) > DLREC_MLP_MAX_LAYERS)
-    return dlrec_error(DLREC_ERR_INVALID, "%s: field '%s': expected an array of 1 to %d layer widths", what, key,
-                       DLREC_MLP_MAX_LAYERS);
-  uint32_t i = 0, v[DLREC_MLP_MAX_LAYERS];
-  for (const cJSON *e = a->child; e; e = e->next, i++) {
-    if (!cJSON_IsNumber(e) || e->valuedouble < 1 || e->valuedouble > 65536 || floor(e->valuedouble) != e->valuedouble)
-      return dlrec_error(DLREC_ERR_INVALID, "%s: field '%s[%u]': expected a width in [1, 65536]", what, key, i);
-    v[i] = (uint32_t)e->valuedouble;
-  }
-  /* All widths replace the old ones, and the unused slots stay zero, so that
-   * two configs of the same shape compare equal byte for byte. */
-  memset(w, 0, DLREC_MLP_MAX_LAYERS * sizeof *w);
-  memcpy(w, v, i * sizeof *w);
-  *n = i;
-  return DLREC_OK;
-}
-
 static dlrec_status config_parse(void *cfg, const cJSON *o, const char *what) {
   static const char *keys[] = {"type", "embedding_dim", "bottom_mlp", "top_mlp", "pooling", "interaction", NULL};
   dlrec_dlrm_shape *sh = cfg;
   dlrec_status s = dlrec_json_check_keys(o, what, keys);
   if (s == DLREC_OK) s = get_u32(o, "embedding_dim", what, 1, DLREC_EMBED_MAX_DIM, &sh->emb_dim);
-  if (s == DLREC_OK) s = get_widths(o, "bottom_mlp", what, &sh->n_bottom, sh->bottom);
-  if (s == DLREC_OK) s = get_widths(o, "top_mlp", what, &sh->n_top, sh->top);
+  if (s == DLREC_OK) s = net_config_widths(o, "bottom_mlp", what, 1, DLREC_MLP_MAX_LAYERS, &sh->n_bottom, sh->bottom);
+  if (s == DLREC_OK) s = net_config_widths(o, "top_mlp", what, 1, DLREC_MLP_MAX_LAYERS, &sh->n_top, sh->top);
   if (s == DLREC_OK) s = net_config_pooling(o, what, &sh->pooling);
   if (s != DLREC_OK) return s;
   const char *inter = NULL;
@@ -90,17 +70,11 @@ static dlrec_status config_parse(void *cfg, const cJSON *o, const char *what) {
   return DLREC_OK;
 }
 
-static cJSON *widths_json(const uint32_t *w, uint32_t n) {
-  cJSON *a = cJSON_CreateArray();
-  for (uint32_t i = 0; i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(w[i]));
-  return a;
-}
-
 static void config_to_json(const void *cfg, cJSON *m) {
   const dlrec_dlrm_shape *sh = cfg;
   cJSON_AddNumberToObject(m, "embedding_dim", sh->emb_dim);
-  cJSON_AddItemToObject(m, "bottom_mlp", widths_json(sh->bottom, sh->n_bottom));
-  cJSON_AddItemToObject(m, "top_mlp", widths_json(sh->top, sh->n_top));
+  cJSON_AddItemToObject(m, "bottom_mlp", net_widths_json(sh->bottom, sh->n_bottom));
+  cJSON_AddItemToObject(m, "top_mlp", net_widths_json(sh->top, sh->n_top));
   cJSON_AddStringToObject(m, "pooling", net_pooling_name(sh->pooling));
   cJSON_AddStringToObject(m, "interaction", sh->interaction == DLREC_DLRM_CAT ? "cat" : "dot");
 }
@@ -206,17 +180,9 @@ static dlrec_status plan(const void *cfg, const dlrec_schema *schema, net_plan *
 
 static void free_ctx(void *ctx) { free(ctx); }
 
-/* As the DLRM reference does: MLP weights normal with std
- * sqrt(2 / (fan_in + fan_out)) (Xavier), biases normal with std
- * sqrt(1 / fan_out), one random stream per layer. */
+/* As the DLRM reference does (net_init_linear), one random stream per layer. */
 static void init_mlp(float *p, const net_linear *ls, uint32_t n, uint64_t seed, uint64_t stream0) {
-  for (uint32_t l = 0; l < n; l++) {
-    dlrec_rng r;
-    dlrec_rng_seed(&r, seed, stream0 + l);
-    double wstd = sqrt(2.0 / (ls[l].in + ls[l].out)), bstd = sqrt(1.0 / ls[l].out);
-    for (size_t i = 0; i < (size_t)ls[l].in * ls[l].out; i++) p[ls[l].w + i] = (float)(wstd * dlrec_rng_normal(&r));
-    for (uint32_t i = 0; i < ls[l].out; i++) p[ls[l].b + i] = (float)(bstd * dlrec_rng_normal(&r));
-  }
+  for (uint32_t l = 0; l < n; l++) net_init_linear(&ls[l], p, seed, stream0 + l);
 }
 
 static void init(const void *ctx, const net_plan *p, float *params, uint64_t seed) {

@@ -10,9 +10,11 @@
 #ifndef DLREC_MODEL_TYPE_H
 #define DLREC_MODEL_TYPE_H
 
+#include "dlrec/dlrm.h"
 #include "dlrec/model.h"
 
-#define NET_MAX_LINEAR 30 /* linear layers of one network */
+#define NET_MAX_LINEAR 30  /* linear layers of one network */
+#define NET_MAX_BUFFERS 16 /* buffers of one network */
 
 /* A linear layer of the plan: weight (out, in) and bias (out) at these
  * offsets of the flat dense array. The generic scorer packs every planned
@@ -23,7 +25,14 @@ typedef struct net_linear {
 } net_linear;
 
 /* The plan of a network: its named tensors, its linear layers, and what the
- * embedding stage must hand it. */
+ * embedding stage must hand it.
+ *
+ * Besides the trainable tensors a plan may hold BUFFERS (batch
+ * normalization's running statistics): named tensors that checkpoints store
+ * and the training forward moves, but that have no gradient and that the
+ * dense optimizer never steps. They sit after every trainable tensor in the
+ * flat array, [n_trainable, n_params), so the optimizer steps one prefix;
+ * model.c places them there once the type's plan is done. */
 typedef struct net_plan {
   uint32_t emb_dim;         /* D of emb (B, F, D) */
   dlrec_bag_mode pooling;   /* how multi-hot bags pool */
@@ -32,6 +41,10 @@ typedef struct net_plan {
   uint32_t n_linear;
   net_linear linear[NET_MAX_LINEAR];
   size_t n_params;          /* floats of the flat dense array */
+  size_t n_trainable;       /* its trainable prefix (set when the plan is done) */
+  uint32_t n_buffers;       /* buffers waiting to be placed */
+  dlrec_net_tensor buffers[NET_MAX_BUFFERS]; /* their offsets relative to n_trainable */
+  size_t buffer_floats;
 } net_plan;
 
 /* Adds a tensor of shape (rows) (cols == 0) or (rows, cols) at the end of the
@@ -40,6 +53,12 @@ dlrec_status net_plan_tensor(net_plan *p, const char *name, uint32_t rows, uint3
 /* Adds a linear layer "PREFIX.weight" (out, in) and "PREFIX.bias" (out) and
  * sets *index to its number, the one net_linear_forward takes. */
 dlrec_status net_plan_linear(net_plan *p, const char *prefix, uint32_t in, uint32_t out, int *index);
+
+/* Adds a buffer of `rows` floats named `name` and sets *handle to what
+ * net_buffer_offset takes. */
+dlrec_status net_plan_buffer(net_plan *p, const char *name, uint32_t rows, size_t *handle);
+/* The offset in the flat array of the buffer behind handle. */
+static inline size_t net_buffer_offset(const net_plan *p, size_t handle) { return p->n_trainable + handle; }
 
 /* What one pass of the model sees: the batch's inputs, the parameters, the
  * kernel context, and the workspace's profile. */
@@ -51,6 +70,9 @@ typedef struct net_io {
   const net_plan *plan;
   const dlrec_packed_linear *const *packed;  /* per linear layer when scoring; NULL when training */
   dlrec_net_profile *prof;
+  int train;        /* a training pass: dropout on, batch statistics (scoring: neither) */
+  uint64_t step;    /* the training step, which dropout's masks depend on */
+  float *state;     /* the flat array, writable, when training (buffers move); NULL when scoring */
 } net_io;
 
 /* The linear op every model calls: out (B, out) = in (B, in) · Wᵀ + b, with a
@@ -73,6 +95,59 @@ dlrec_status net_dense_term_plan(net_dense_term *t, net_plan *p, uint32_t n_dens
 void net_dense_term_init(const net_dense_term *t, float *params, uint64_t seed, uint64_t stream);
 dlrec_status net_dense_term_forward(const net_dense_term *t, const net_io *io, float *out);
 dlrec_status net_dense_term_backward(const net_dense_term *t, const net_io *io, const float *d_out, float *g);
+
+/* Initializes a linear layer as the DLRM reference does: the weight normal
+ * with std sqrt(2 / (in + out)) (Xavier), the bias normal with std
+ * sqrt(1 / out), from the random stream (seed, stream). */
+void net_init_linear(const net_linear *L, float *params, uint64_t seed, uint64_t stream);
+
+/* An MLP (net_mlp.c): n_hidden layers Linear -> [BatchNorm] -> ReLU ->
+ * [Dropout], then, if planned with an output, a Linear to one logit. */
+typedef struct net_mlp_config {
+  uint32_t n_hidden;
+  uint32_t hidden[DLREC_MLP_MAX_LAYERS]; /* their widths; unused slots zero */
+  float dropout;                         /* rate after each hidden layer, [0, 1) */
+  int batch_norm;                        /* batch normalization in each hidden layer */
+} net_mlp_config;
+
+typedef struct net_mlp {
+  uint32_t in, out, n_hidden; /* input width, output width (1 with an output layer) */
+  int output;                 /* a last Linear to one logit */
+  float dropout;
+  int bn;
+  int lin[DLREC_MLP_MAX_LAYERS];    /* the plan's linear layer numbers */
+  net_linear L[DLREC_MLP_MAX_LAYERS];
+  size_t gamma[DLREC_MLP_MAX_LAYERS], beta[DLREC_MLP_MAX_LAYERS]; /* offsets, with bn */
+  size_t rmean[DLREC_MLP_MAX_LAYERS], rvar[DLREC_MLP_MAX_LAYERS]; /* buffer handles, with bn */
+} net_mlp;
+
+/* Plans the MLP's tensors as PREFIX.L.weight / .bias (and PREFIX.L.bn.*). */
+dlrec_status net_mlp_plan(net_mlp *m, net_plan *p, const char *prefix, uint32_t in, const net_mlp_config *c,
+                          int output);
+uint32_t net_mlp_n_layers(const net_mlp *m);
+/* Linear layers from streams stream0 + l (net_init_linear); batch
+ * normalization as PyTorch starts it. */
+void net_mlp_init(const net_mlp *m, const net_plan *p, float *params, uint64_t seed, uint64_t stream0);
+/* Floats of workspace the MLP needs for batches of up to B rows. */
+size_t net_mlp_ws_floats(const net_mlp *m, uint32_t B);
+/* The forward from in (B, m->in) to *out (B, m->out), which points into ws. */
+dlrec_status net_mlp_forward(const net_mlp *m, const net_io *io, float *ws, const float *in, const float **out);
+/* The backward after net_mlp_forward on the same ws and in, given dout
+ * (B, m->out), which it may overwrite: the parameters' gradients are
+ * accumulated into g, and din (B, m->in) is overwritten (NULL to skip). */
+dlrec_status net_mlp_backward(const net_mlp *m, const net_io *io, float *ws, const float *in, const float *dout,
+                              float *din, float *g);
+/* The "mlp", "dropout" and "batch_norm" keys of a model section into c (absent: unchanged), and back. */
+dlrec_status net_mlp_config_parse(net_mlp_config *c, const cJSON *o, const char *what);
+void net_mlp_config_to_json(const net_mlp_config *c, cJSON *o);
+
+/* A model section's optional array `key` of layer widths, each in [1,
+ * 65536], min_n to max_n of them, into w (unused slots zeroed, so that two
+ * configs of one shape compare equal byte for byte) and *n; absent: both
+ * unchanged. */
+dlrec_status net_config_widths(const cJSON *o, const char *key, const char *what, uint32_t min_n, uint32_t max_n,
+                               uint32_t *n, uint32_t *w);
+cJSON *net_widths_json(const uint32_t *w, uint32_t n);
 
 /* A model section's optional "pooling" ("sum" or "mean"; absent: *pooling
  * stays), and its name for config_to_json (model.c). */

@@ -96,16 +96,19 @@ static dlrec_bag_batch bags_of(const dlrec_net *n, const dlrec_batch *b) {
   return bags;
 }
 
+/* A pass's view; state (the writable parameters) only in training. */
 static net_io io_of(const dlrec_net *n, dlrec_net_ws *ws, const dlrec_batch *b,
-                    const dlrec_packed_linear *const *packed) {
-  net_io io = {(int)b->rows, b->dense, ws->emb, n->params, &n->plan, packed, &ws->prof};
+                    const dlrec_packed_linear *const *packed, float *state, uint64_t step) {
+  net_io io = {(int)b->rows, b->dense, ws->emb, n->params, &n->plan, packed, &ws->prof, state != NULL, step, state};
   return io;
 }
 
 /* The embedding stage and the model's forward up to the logits, keeping
- * every activation for the backward; packed is NULL in training. */
+ * every activation for the backward. Scoring passes packed (and no state);
+ * training passes the network's writable parameters as state and the step. */
 static dlrec_status run_forward(const dlrec_net *n, dlrec_net_ws *ws, const dlrec_batch *b,
-                                const dlrec_packed_linear *const *packed, const float **logits) {
+                                const dlrec_packed_linear *const *packed, float *state, uint64_t step,
+                                const float **logits) {
   if (b->rows < 1 || b->rows > ws->max_batch)
     return dlrec_error(DLREC_ERR_INVALID, "batch of %u rows, the workspace holds 1 to %u", b->rows, ws->max_batch);
   int B = (int)b->rows, F = (int)n->schema.n_sparse;
@@ -115,7 +118,7 @@ static dlrec_status run_forward(const dlrec_net *n, dlrec_net_ws *ws, const dlre
   dlrec_status st = dlrec_bag_forward(n->table, &bags, n->plan.pooling, ws->emb);
   for (int c = 0; st == DLREC_OK && c < F; c++) p->lookups += b->offsets[c][B] - b->offsets[c][0];
   net_lap(&p->emb_forward, &t);
-  net_io io = io_of(n, ws, b, packed);
+  net_io io = io_of(n, ws, b, packed, state, step);
   if (st == DLREC_OK) st = n->type->forward(n->ctx, ws->model_ws, &io, logits);
   p->forward_rows += (uint64_t)B;
   return st;
@@ -123,7 +126,7 @@ static dlrec_status run_forward(const dlrec_net *n, dlrec_net_ws *ws, const dlre
 
 /* Loss and backward down to ws->grad (dense) and ws->d_emb. */
 static dlrec_status run_backward(dlrec_net *n, dlrec_net_ws *ws, const dlrec_batch *b, const float *logits,
-                                 double *loss) {
+                                 uint64_t step, double *loss) {
   if (!b->labels) return dlrec_error(DLREC_ERR_INVALID, "training needs labeled data");
   int B = (int)b->rows;
   dlrec_net_profile *p = &ws->prof;
@@ -132,7 +135,7 @@ static dlrec_status run_backward(dlrec_net *n, dlrec_net_ws *ws, const dlrec_bat
   if (st == DLREC_OK) st = dlrec_bce_logits_backward(ws->d_logits, logits, b->labels, B);
   memset(ws->grad, 0, n->plan.n_params * sizeof(float));
   net_lap(&p->other, &t);
-  net_io io = io_of(n, ws, b, NULL);
+  net_io io = io_of(n, ws, b, NULL, n->params, step);
   if (st == DLREC_OK) st = n->type->backward(n->ctx, ws->model_ws, &io, ws->d_logits, ws->grad, ws->d_emb);
   p->backward_rows += (uint64_t)B;
   return st;
@@ -166,7 +169,7 @@ dlrec_status dlrec_net_scorer_create(dlrec_net_scorer **out, const dlrec_net *n)
 
 dlrec_status dlrec_net_predict(const dlrec_net_scorer *s, dlrec_net_ws *ws, const dlrec_batch *b, float *prob) {
   const float *logits = NULL;
-  dlrec_status st = run_forward(s->net, ws, b, (const dlrec_packed_linear *const *)s->packed, &logits);
+  dlrec_status st = run_forward(s->net, ws, b, (const dlrec_packed_linear *const *)s->packed, NULL, 0, &logits);
   if (st == DLREC_OK) st = dlrec_sigmoid_forward(prob, logits, (size_t)b->rows);
   return st;
 }
@@ -176,8 +179,8 @@ dlrec_status dlrec_net_predict(const dlrec_net_scorer *s, dlrec_net_ws *ws, cons
 dlrec_status dlrec_net_gradients(dlrec_net *n, dlrec_net_ws *ws, const dlrec_batch *batch, double *loss,
                                  const float **grad, const float **d_emb) {
   const float *logits = NULL;
-  dlrec_status st = run_forward(n, ws, batch, NULL, &logits);
-  if (st == DLREC_OK) st = run_backward(n, ws, batch, logits, loss);
+  dlrec_status st = run_forward(n, ws, batch, NULL, n->params, 0, &logits);
+  if (st == DLREC_OK) st = run_backward(n, ws, batch, logits, 0, loss);
   *grad = ws->grad;
   *d_emb = ws->d_emb;
   return st;
@@ -186,9 +189,9 @@ dlrec_status dlrec_net_gradients(dlrec_net *n, dlrec_net_ws *ws, const dlrec_bat
 dlrec_status dlrec_net_train_step(dlrec_net *n, dlrec_net_ws *ws, dlrec_net_optim *opt, const dlrec_batch *batch,
                                   float lr_scale, uint64_t step, double *loss, float *prob) {
   const float *logits = NULL;
-  dlrec_status st = run_forward(n, ws, batch, NULL, &logits);
+  dlrec_status st = run_forward(n, ws, batch, NULL, n->params, step, &logits);
   if (st == DLREC_OK && prob) st = dlrec_sigmoid_forward(prob, logits, batch->rows);
-  if (st == DLREC_OK) st = run_backward(n, ws, batch, logits, loss);
+  if (st == DLREC_OK) st = run_backward(n, ws, batch, logits, step, loss);
   if (st != DLREC_OK) return st;
   double t = dlrec_now();
   dlrec_bag_batch bags = bags_of(n, batch);
@@ -200,7 +203,8 @@ dlrec_status dlrec_net_train_step(dlrec_net *n, dlrec_net_ws *ws, dlrec_net_opti
   if (st != DLREC_OK) return st;
   dlrec_optim_config dense = opt->dense;
   dense.lr = opt->dense.lr * lr_scale;
-  st = dlrec_optim_step(&dense, n->params, ws->grad, opt->dense_state, n->plan.n_params, step);
+  /* The trainable prefix only: buffers have no gradient and are not stepped. */
+  st = dlrec_optim_step(&dense, n->params, ws->grad, opt->dense_state, n->plan.n_trainable, step);
   net_lap(&ws->prof.other, &t);
   return st;
 }
