@@ -345,7 +345,7 @@ TEST(bag_backward_sums_repeated_rows_exactly) {
   uint32_t off0[] = {0, 3, 4}, ids0[] = {1, 0, 1, 3};
   uint32_t off1[] = {0, 0, 2}, ids1[] = {1, 1};
   const uint32_t *offs[] = {off0, off1}, *idss[] = {ids0, ids1};
-  dlrec_bag_batch bags = {2, 2, offs, idss};
+  dlrec_bag_batch bags = {2, 2, offs, idss, NULL};
   /* d_out (B=2, F=2, D=3) */
   float dout[12] = {0.1f, 0.2f, 0.3f, /* b0 c0 */ 9, 9, 9, /* b0 c1: empty bag */
                     1e7f, -1.0f, 0.5f, /* b1 c0 */ 1.0f, 3.0f, -2.0f /* b1 c1 */};
@@ -374,7 +374,26 @@ TEST(bag_backward_sums_repeated_rows_exactly) {
     CHECK(w[2 * 4 + d] == 0.0f);
     CHECK_NEAR(-w[3 * 4 + d], dout[6 + d], 1e-7, 1e-6);
   }
-  for (int r = 0; r < 4; r++) CHECK(w[r * 4 + 3] == 0.0f); /* padding */
+  /* Per-column pooling: column 0 by its mean (as an ETL schema may declare
+   * it), column 1 by the mode's sum. */
+  const uint8_t mean_cols[2] = {1, 0};
+  bags.mean_cols = mean_cols;
+  memset(dlrec_table_data(t), 0, table_bytes(t));
+  CHECK_OK(dlrec_bag_backward_update(t, x.o, &bags, DLREC_BAG_SUM, dout, x.scratch, x.scratch_bytes));
+  for (int d = 0; d < 3; d++) {
+    CHECK_NEAR(-w[0 * 4 + d], dout[d] / 3.0, 1e-7, 1e-6);
+    CHECK_NEAR(-w[1 * 4 + d], 2 * dout[d] / 3.0 + 2 * dout[9 + d], 1e-7, 1e-6);
+    CHECK_NEAR(-w[3 * 4 + d], dout[6 + d], 1e-7, 1e-6);
+  }
+  /* The forward pools the same way: rows 0..3 set to r + 1 in every coordinate. */
+  for (int r = 0; r < 4; r++)
+    for (int d = 0; d < 3; d++) dlrec_table_data(t)[r * 4 + d] = (float)(r + 1);
+  float out[12];
+  CHECK_OK(dlrec_bag_forward(t, &bags, DLREC_BAG_SUM, out));
+  CHECK_NEAR(out[0], (2 + 1 + 2) / 3.0, 1e-7, 1e-6); /* b0 c0: mean of rows 1, 0, 1 */
+  CHECK(out[3] == 0.0f);                              /* b0 c1: empty */
+  CHECK(out[6] == 4.0f);                              /* b1 c0: row 3 */
+  CHECK(out[9] == 4.0f);                              /* b1 c1: sum of rows 1, 1 */
   ctx_close(&x);
   dlrec_table_free(t);
 }
@@ -623,7 +642,7 @@ TEST(one_row_table_needs_no_sort) {
   CHECK_OK(dlrec_table_create(&t, 1, 2));
   uint32_t off[] = {0, 2, 3}, ids[] = {0, 0, 0};
   const uint32_t *offs[] = {off}, *idss[] = {ids};
-  dlrec_bag_batch bags = {2, 1, offs, idss};
+  dlrec_bag_batch bags = {2, 1, offs, idss, NULL};
   float dout[4] = {1, 2, 3, 4};
   dlrec_sparse_optim_config c;
   dlrec_sparse_optim_config_default(&c, DLREC_SPARSE_SGD);
@@ -709,7 +728,7 @@ TEST(corrupt_batches_are_errors_and_change_nothing) {
   CHECK(t != NULL);
   uint32_t off0[] = {0, 1, 3}, ids0[] = {2, 9, 10}; /* 10 is one past the table */
   const uint32_t *offs[] = {off0}, *idss[] = {ids0};
-  dlrec_bag_batch bags = {2, 1, offs, idss};
+  dlrec_bag_batch bags = {2, 1, offs, idss, NULL};
   float out[8], dout[8] = {1, 1, 1, 1, 1, 1, 1, 1};
   CHECK_ERR(dlrec_bag_check(t, &bags), DLREC_ERR_INVALID, "column 0, sample 1: id 10 is outside the table of 10 rows");
   CHECK_ERR(dlrec_bag_forward(t, &bags, DLREC_BAG_SUM, out), DLREC_ERR_INVALID, "bag_forward: embedding batch: column 0, sample 1: id 10");
@@ -729,7 +748,7 @@ TEST(corrupt_batches_are_errors_and_change_nothing) {
   /* A bad id in a one-hot column (the lookup's fast path). */
   uint32_t hot_off[] = {0, 1, 2}, hot_ids[] = {3, 10};
   const uint32_t *hot_offs[] = {hot_off}, *hot_idss[] = {hot_ids};
-  dlrec_bag_batch hot = {2, 1, hot_offs, hot_idss};
+  dlrec_bag_batch hot = {2, 1, hot_offs, hot_idss, NULL};
   CHECK_ERR(dlrec_bag_forward(t, &hot, DLREC_BAG_SUM, out), DLREC_ERR_INVALID, "column 0, sample 1: id 10");
 
   /* Offsets that decrease, or run past the column's end. */

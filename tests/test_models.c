@@ -95,10 +95,15 @@ TEST(lr_plans_named_tensors) {
 /* The logits against a direct computation in double from the parameters
  * and the table: bias + w·dense + the pooled id weights of each column
  * (sum, or mean over a non-empty bag). */
+/* mode 0: sum pooling, 1: mean (the config's), 2: the config says sum but
+ * the ETL schema declares the multi-hot column C2 pooled by its mean, which
+ * that column follows. */
 TEST(lr_forward_matches_direct_computation) {
-  for (int mean = 0; mean <= 1; mean++) {
+  for (int mode = 0; mode <= 2; mode++) {
+    int mean = mode == 1;
     dlrec_schema s;
     net_check_schema(&s, 3);
+    if (mode == 2) s.sparse[1].pooling = DLREC_POOLING_MEAN;
     dlrec_net *m;
     dlrec_net_ws *ws;
     CHECK_OK(lr_create(&m, &s, mean ? "mean" : "sum"));
@@ -122,7 +127,7 @@ TEST(lr_forward_matches_direct_computation) {
         double bag = 0;
         uint32_t lo = tb.off[c][b], hi = tb.off[c][b + 1];
         for (uint32_t j = lo; j < hi; j++) bag += tab[(size_t)tb.ids[c][j] * stride];
-        z += mean && hi > lo ? bag / (hi - lo) : bag;
+        z += (mean || (mode == 2 && c == 1)) && hi > lo ? bag / (hi - lo) : bag;
       }
       CHECK_NEAR(prob[b], 1 / (1 + exp(-z)), 1e-6, 1e-5);
     }

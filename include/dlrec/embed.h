@@ -95,6 +95,10 @@ typedef struct dlrec_bag_batch {
   uint32_t cols;                  /* F, columns (bags per sample), 1 to DLREC_BAG_MAX_COLS */
   const uint32_t *const *offsets; /* F arrays of (B + 1), non-decreasing */
   const uint32_t *const *ids;     /* F arrays of ids, each of offsets[c][B] values at least */
+  /* F flags, or NULL for none: column c pools by its mean when the mode is
+   * DLREC_BAG_MEAN or mean_cols[c] is nonzero (a column the ETL schema
+   * declares with mean pooling). */
+  const uint8_t *mean_cols;
 } dlrec_bag_batch;
 
 /* Checks a batch against a table: shapes, non-decreasing offsets, and every

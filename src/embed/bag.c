@@ -163,12 +163,13 @@ static int pool_range(const float *data, uint32_t stride, uint64_t rows, const d
     }
   for (uint32_t c = 0; c < F; c++) {
     if (hot[c]) continue;
+    const int m = mean || (bags->mean_cols && bags->mean_cols[c]);
     switch (dim) {
-    case 16: bad |= pool_column(data, stride, rows, bags, mean, c, b0, b1, out, 16); break;
-    case 32: bad |= pool_column(data, stride, rows, bags, mean, c, b0, b1, out, 32); break;
-    case 64: bad |= pool_column(data, stride, rows, bags, mean, c, b0, b1, out, 64); break;
-    case 128: bad |= pool_column(data, stride, rows, bags, mean, c, b0, b1, out, 128); break;
-    default: bad |= pool_column(data, stride, rows, bags, mean, c, b0, b1, out, (int)dim); break;
+    case 16: bad |= pool_column(data, stride, rows, bags, m, c, b0, b1, out, 16); break;
+    case 32: bad |= pool_column(data, stride, rows, bags, m, c, b0, b1, out, 32); break;
+    case 64: bad |= pool_column(data, stride, rows, bags, m, c, b0, b1, out, 64); break;
+    case 128: bad |= pool_column(data, stride, rows, bags, m, c, b0, b1, out, 128); break;
+    default: bad |= pool_column(data, stride, rows, bags, m, c, b0, b1, out, (int)dim); break;
     }
   }
   return bad;

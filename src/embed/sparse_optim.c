@@ -376,7 +376,7 @@ static ALWAYS_INLINE void reduce_chunk(const row_update *u, float *restrict data
       if (e + PREFETCH_ITEMS < n) prefetch_item(u, data, d_out, items[e + PREFETCH_ITEMS], D);
       const uint32_t bag = item_bag(items[e]);
       const float *restrict go = d_out + (size_t)bag * D;
-      if (mean) {
+      if (mean || (bags->mean_cols && bags->mean_cols[bag % F])) {
         const uint32_t b = bag / F, c = bag - b * F;
         const float inv = 1.0f / (float)(offsets[c][b + 1] - offsets[c][b]);
         for (int d = 0; d < D; d++) g[d] += inv * go[d];

@@ -204,6 +204,9 @@ struct dlrec_net {
   float *params;
   dlrec_table *table;
   uint64_t max_ids_per_row; /* sum of the columns' max hotness */
+  /* Per column: pools by its mean because the ETL schema declares it so
+   * (multi=NAME:SEP:mean); the config's pooling applies to the others. */
+  uint8_t mean_cols[DLREC_MAX_SPARSE];
 };
 
 #endif

@@ -92,7 +92,7 @@ void dlrec_net_ws_free(dlrec_net_ws *ws) {
 }
 
 static dlrec_bag_batch bags_of(const dlrec_net *n, const dlrec_batch *b) {
-  dlrec_bag_batch bags = {b->rows, n->schema.n_sparse, b->offsets, b->ids};
+  dlrec_bag_batch bags = {b->rows, n->schema.n_sparse, b->offsets, b->ids, n->mean_cols};
   return bags;
 }
 
