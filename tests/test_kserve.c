@@ -1425,3 +1425,35 @@ TEST(categorical_only_model_takes_no_dense_input) {
   dlrec_serve_rows_free(rows);
   dlrec_etl_free(e);
 }
+
+/* A libSVM model's one column "features": a raw request gives a row's
+ * indices separated by spaces, and they encode as the row's line does. */
+TEST(raw_rows_libsvm_features_encode_as_their_lines) {
+  const char *text = "1 3:1 7:1 12:1\n0 3:1 9:1\n1 7:1\n0\n1 12:1 3:1 3:1\n";
+  char in[1024], dir[1024];
+  snprintf(in, sizeof in, "%s", test_path("a.svm"));
+  snprintf(dir, sizeof dir, "%s", test_path("svm.etl"));
+  CHECK(test_write_file(in, text, strlen(text)) == 0);
+  dlrec_etl_fit_opts o;
+  dlrec_etl_fit_opts_default(&o);
+  o.format = DLREC_FORMAT_LIBSVM;
+  o.progress = 0;
+  o.threads = 1;
+  const char *ins[] = {in};
+  dlrec_etl *e = NULL;
+  CHECK_OK(dlrec_etl_fit(ins, 1, dir, &o, NULL));
+  CHECK_OK(dlrec_etl_load(&e, dir));
+  static const char *const lines[] = {"3:1 7:1 12:1", "", "12:1 99:1 3:1"};
+  ref_rows ref;
+  dlrec_batch want, got;
+  CHECK(encode_ref(e, lines, 3, &ref, &want));
+  dlrec_serve_rows *rows = NULL;
+  CHECK_OK(dlrec_serve_rows_new(&rows, dlrec_etl_schema(e), e));
+  CHECK_OK(add_json(rows, "{\"inputs\":[{\"name\":\"categorical\",\"datatype\":\"BYTES\",\"shape\":[3,1],"
+                          "\"data\":[\"3 7 12\",\"\",\"12 99 3\"]}]}"));
+  dlrec_serve_rows_batch(rows, &got);
+  CHECK_EQ(got.offsets[0][3], 7u); /* 3 ids, the missing id, 3 ids */
+  CHECK(same_rows(&want, &got, 0, 1));
+  dlrec_serve_rows_free(rows);
+  dlrec_etl_free(e);
+}

@@ -12,10 +12,12 @@
  *                values are refused. Or BYTES: the raw text itself, "" for
  *                a missing value, exactly as in a log line.
  *   categorical  [B, n_sparse] BYTES: the raw values ("" for missing), encoded
- *                with the ETL's vocabularies. A multi-hot column's element is
- *                the field's text as a log line holds it, separators and all
- *                ("Action|Drama"): it encodes to its values' ids (at most the
- *                column's max hotness, the first ones kept; none: the
+ *                with the ETL's vocabularies. A multi-hot CSV column's
+ *                element is the field's text as a log line holds it,
+ *                separators and all ("Action|Drama"); a libSVM or libFM
+ *                column's the row's indices of that column separated by
+ *                spaces ("3 7 12"). It encodes to its values' ids (at most
+ *                the column's max hotness, the first ones kept; none: the
  *                missing id), exactly as `etl apply` and `predict` encode it.
  *   An input of no model columns may be left out: a model without dense
  *   columns takes categorical alone (or dense of shape [B, 0]), one without
