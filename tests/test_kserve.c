@@ -541,7 +541,7 @@ TEST(metadata_json) {
   s.n_dense = 13;
   s.n_sparse = 26;
   dlrec_kserve_buf b = {0};
-  CHECK_OK(dlrec_kserve_write_model_metadata(&b, "dlrm", "2", &s, 1));
+  CHECK_OK(dlrec_kserve_write_model_metadata(&b, "dlrm", "2", "dlrm", &s, 1));
   cJSON *j = cJSON_Parse(b.data);
   CHECK(j != NULL);
   const cJSON *in = cJSON_GetObjectItem(j, "inputs");
@@ -555,8 +555,31 @@ TEST(metadata_json) {
                    "OUTPUT0");
   cJSON_Delete(j);
   CHECK(ok);
-  CHECK_OK(dlrec_kserve_write_model_metadata(&b, "dlrm", "2", &s, 0));
+  CHECK_OK(dlrec_kserve_write_model_metadata(&b, "dlrm", "2", "dlrm", &s, 0));
   CHECK(strstr(b.data, "\"categorical\"") == NULL && strstr(b.data, "\"ROWINDEX\"") != NULL);
+  /* The metadata names the model's type (it used to say dlrec_dlrm for an
+   * fm model too), in the platform and in parameters. */
+  CHECK_OK(dlrec_kserve_write_model_metadata(&b, "ctr", "7", "fm", &s, 1));
+  j = cJSON_Parse(b.data);
+  CHECK(j != NULL);
+  const cJSON *platform = cJSON_GetObjectItem(j, "platform");
+  const cJSON *mt = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "parameters"), "model_type");
+  CHECK(cJSON_IsString(platform) && cJSON_IsString(mt));
+  if (cJSON_IsString(platform) && cJSON_IsString(mt)) {
+    CHECK_STR(platform->valuestring, "dlrec_fm");
+    CHECK_STR(mt->valuestring, "fm");
+  }
+  cJSON_Delete(j);
+  /* A model without dense columns lists no dense input. */
+  s.n_dense = 0;
+  CHECK_OK(dlrec_kserve_write_model_metadata(&b, "ctr", "7", "lr", &s, 1));
+  j = cJSON_Parse(b.data);
+  CHECK(j != NULL);
+  in = cJSON_GetObjectItem(j, "inputs");
+  CHECK_EQ(cJSON_GetArraySize(in), 4);
+  CHECK_STR(cJSON_GetObjectItem(cJSON_GetArrayItem(in, 0), "name")->valuestring, "categorical");
+  cJSON_Delete(j);
+  CHECK(dlrec_kserve_write_model_metadata(&b, "ctr", "7", NULL, &s, 1) == DLREC_ERR_INVALID);
   CHECK_OK(dlrec_kserve_write_server_metadata(&b, "dlrec", "0.1.0", NULL, 0));
   CHECK_STR(b.data, "{\"name\":\"dlrec\",\"version\":\"0.1.0\",\"extensions\":[\"binary_tensor_data\"]}");
   const char *ext[] = {"binary_tensor_data", "model_repository"};
@@ -1157,4 +1180,280 @@ TEST(rows_reserve_means_no_reallocation_in_steady_state) {
   dlrec_serve_rows_free(rows);
   dlrec_serve_rows_free(other);
   CHECK(ok);
+}
+
+/* ---- multi-hot and categorical-only models in the raw convention ---- */
+
+/* Fits a CSV ETL state with `spec` on the lines (header first) and loads it. */
+static dlrec_etl *csv_etl(const char *name, const char *spec, const char *const *lines, int n) {
+  sbuf t = {0};
+  for (int i = 0; i < n; i++) test_buf_printf(&t, "%s\n", lines[i]);
+  char in[1024], dir[1024];
+  snprintf(in, sizeof in, "%s.csv", test_path(name));
+  snprintf(dir, sizeof dir, "%s.etl", test_path(name));
+  int w = test_write_file(in, t.p, t.n);
+  free(t.p);
+  if (w != 0) return NULL;
+  dlrec_etl_fit_opts o;
+  dlrec_etl_fit_opts_default(&o);
+  o.format = DLREC_FORMAT_CSV;
+  o.schema_spec = spec;
+  o.progress = 0;
+  o.threads = 1;
+  const char *ins[] = {in};
+  dlrec_etl *e = NULL;
+  if (dlrec_etl_fit(ins, 1, dir, &o, NULL) != DLREC_OK || dlrec_etl_load(&e, dir) != DLREC_OK) {
+    fprintf(stderr, "csv_etl: %s\n", dlrec_last_error());
+    return NULL;
+  }
+  return e;
+}
+
+/* Appends a JSON array of strings to b. */
+static void json_strs(sbuf *b, const char *const *v, int n) {
+  test_buf_put(b, "[", 1);
+  for (int i = 0; i < n; i++) test_buf_printf(b, "%s\"%s\"", i ? "," : "", v[i]);
+  test_buf_put(b, "]", 1);
+}
+
+/* The rows of unlabeled CSV lines as dlrec_etl_encode_line_multi encodes
+ * them, gathered per column: the reference a server's rows must equal. */
+typedef struct ref_rows {
+  float dense[16];
+  uint32_t offsets[DLREC_MAX_SPARSE][9], ids[DLREC_MAX_SPARSE][64];
+} ref_rows;
+
+static int encode_ref(const dlrec_etl *e, const char *const *lines, int B, ref_rows *ref, dlrec_batch *b) {
+  const dlrec_schema *s = dlrec_etl_schema(e);
+  memset(ref, 0, sizeof *ref);
+  memset(b, 0, sizeof *b);
+  for (int r = 0; r < B; r++) {
+    uint32_t ids[64], nids[DLREC_MAX_SPARSE];
+    if (dlrec_etl_encode_line_multi(e, lines[r], strlen(lines[r]), 0, NULL, ref->dense + r * s->n_dense, ids, nids,
+                                    NULL) != DLREC_OK) {
+      fprintf(stderr, "encode_ref: line %d: %s\n", r, dlrec_last_error());
+      return 0;
+    }
+    const uint32_t *at = ids;
+    for (uint32_t c = 0; c < s->n_sparse; c++) {
+      memcpy(ref->ids[c] + ref->offsets[c][r], at, nids[c] * sizeof *at);
+      ref->offsets[c][r + 1] = ref->offsets[c][r] + nids[c];
+      at += nids[c];
+    }
+  }
+  b->rows = (uint32_t)B;
+  b->dense = ref->dense;
+  for (uint32_t c = 0; c < s->n_sparse; c++) {
+    b->offsets[c] = ref->offsets[c];
+    b->ids[c] = ref->ids[c];
+  }
+  return 1;
+}
+
+/* Adds a NUL-terminated JSON request to rows; prints the error. */
+static dlrec_status add_json(dlrec_serve_rows *rows, const char *json) {
+  dlrec_kserve_request *req;
+  dlrec_status st = parse(json, &req);
+  if (st == DLREC_OK) {
+    st = dlrec_serve_rows_add_request(rows, req, 8, NULL);
+    dlrec_kserve_request_free(req);
+  }
+  if (st != DLREC_OK) fprintf(stderr, "  %s\n", dlrec_last_error());
+  return st;
+}
+
+/* The HugeCTR request of the reference rows: DES (left out when nd is 0
+ * and omit_des), CATCOLUMN and ROWINDEX sample-major. */
+static void hugectr_of(sbuf *j, const dlrec_batch *b, uint32_t nd, uint32_t nc, int omit_des) {
+  test_buf_printf(j, "{\"inputs\":[");
+  if (!omit_des) {
+    test_buf_printf(j, "{\"name\":\"DES\",\"datatype\":\"FP32\",\"shape\":[%u],\"data\":[", b->rows * nd);
+    for (uint32_t i = 0; i < b->rows * nd; i++) test_buf_printf(j, "%s%.9g", i ? "," : "", b->dense[i]);
+    test_buf_printf(j, "]},");
+  }
+  uint32_t K = 0;
+  for (uint32_t c = 0; c < nc; c++) K += b->offsets[c][b->rows];
+  test_buf_printf(j, "{\"name\":\"CATCOLUMN\",\"datatype\":\"INT64\",\"shape\":[1,%u],\"data\":[[", K);
+  int first = 1;
+  for (uint32_t r = 0; r < b->rows; r++)
+    for (uint32_t c = 0; c < nc; c++)
+      for (uint32_t k = b->offsets[c][r]; k < b->offsets[c][r + 1]; k++, first = 0)
+        test_buf_printf(j, "%s%u", first ? "" : ",", b->ids[c][k]);
+  test_buf_printf(j, "]]},{\"name\":\"ROWINDEX\",\"datatype\":\"INT32\",\"shape\":[1,%u],\"data\":[[0", b->rows * nc + 1);
+  uint32_t at = 0;
+  for (uint32_t r = 0; r < b->rows; r++)
+    for (uint32_t c = 0; c < nc; c++) {
+      at += b->offsets[c][r + 1] - b->offsets[c][r];
+      test_buf_printf(j, ",%u", at);
+    }
+  test_buf_printf(j, "]]}]}");
+  test_buf_put(j, "", 1);
+}
+
+/* Multi-hot fields in raw requests used to be refused ("takes 0 ids per row;
+ * send it as CATCOLUMN and ROWINDEX"). Now each field's text encodes as in
+ * its line: several values, none (the missing id), empty values skipped,
+ * more than the max hotness cut to the first ones, unseen ones OOV. */
+TEST(raw_rows_multi_hot_fields_encode_as_their_lines) {
+  static const char *const fit[] = {"click,price,user,genres", "1,3,u1,a|b", "0,,u2,b", "1,7,u1,c|a|b", "0,2,u3,",
+                                    "1,5,u2,b|c"};
+  dlrec_etl *e = csv_etl("multi", "label=click;dense=price;cat=*;multi=genres:|:sum:2", fit, 6);
+  CHECK(e != NULL);
+  if (!e) return;
+  const dlrec_schema *s = dlrec_etl_schema(e);
+  CHECK_EQ(s->n_dense, 1u);
+  CHECK_EQ(s->n_sparse, 2u);
+  CHECK_EQ(s->sparse[1].max_hotness, 2u);
+  /* Unlabeled lines, and the same fields as a request. */
+  static const char *const lines[] = {"4,u1,a|b", ",u2,", "1,u9,c|b|a", "0,u3,||a||", "2,u2,zz|b"};
+  static const char *const dense[] = {"4", "", "1", "0", "2"};
+  static const char *const cats[] = {"u1", "a|b", "u2", "", "u9", "c|b|a", "u3", "||a||", "u2", "zz|b"};
+  ref_rows ref;
+  dlrec_batch want;
+  CHECK(encode_ref(e, lines, 5, &ref, &want));
+  /* The reference is itself multi-hot: 2, 1, 2 (cut), 1 and 2 ids. */
+  const uint32_t want_off[6] = {0, 2, 3, 5, 6, 8};
+  CHECK(!memcmp(ref.offsets[1], want_off, sizeof want_off));
+  sbuf j = {0};
+  test_buf_printf(&j, "{\"inputs\":[{\"name\":\"dense\",\"datatype\":\"BYTES\",\"shape\":[5,1],\"data\":");
+  json_strs(&j, dense, 5);
+  test_buf_printf(&j, "},{\"name\":\"categorical\",\"datatype\":\"BYTES\",\"shape\":[5,2],\"data\":");
+  json_strs(&j, cats, 10);
+  test_buf_printf(&j, "}]}");
+  test_buf_put(&j, "", 1);
+  dlrec_serve_rows *rows = NULL;
+  CHECK_OK(dlrec_serve_rows_new(&rows, s, e));
+  CHECK_OK(add_json(rows, j.p));
+  dlrec_batch got;
+  dlrec_serve_rows_batch(rows, &got);
+  CHECK(same_rows(&want, &got, 1, 2));
+  /* The HugeCTR convention carries the same multi-hot rows. */
+  dlrec_serve_rows *hc = NULL;
+  CHECK_OK(dlrec_serve_rows_new(&hc, s, NULL));
+  sbuf h = {0};
+  hugectr_of(&h, &want, 1, 2, 0);
+  CHECK_OK(add_json(hc, h.p));
+  dlrec_serve_rows_batch(hc, &got);
+  CHECK(same_rows(&want, &got, 1, 2));
+  /* A request after a refused one: a bad dense value in row 1 leaves the
+   * rows as they were, even with row 0's multi-hot ids written. */
+  dlrec_kserve_request *req;
+  CHECK_OK(parse("{\"inputs\":[{\"name\":\"dense\",\"datatype\":\"BYTES\",\"shape\":[2,1],\"data\":[\"1\",\"x\"]},"
+                 "{\"name\":\"categorical\",\"datatype\":\"BYTES\",\"shape\":[2,2],\"data\":[\"u1\",\"a|b\",\"u2\",\"b\"]}]}",
+                 &req));
+  CHECK_ERR(dlrec_serve_rows_add_request(rows, req, 8, NULL), DLREC_ERR_PARSE, "input 'dense': row 1, column price");
+  dlrec_kserve_request_free(req);
+  dlrec_serve_rows_batch(rows, &got);
+  CHECK(same_rows(&want, &got, 1, 2));
+  /* A model with dense columns still needs its dense input. */
+  CHECK_OK(parse("{\"inputs\":[{\"name\":\"categorical\",\"datatype\":\"BYTES\",\"shape\":[1,2],\"data\":[\"u1\",\"a\"]}]}",
+                 &req));
+  CHECK_ERR(dlrec_serve_rows_add_request(rows, req, 8, NULL), DLREC_ERR_PARSE, "missing input 'dense'");
+  dlrec_kserve_request_free(req);
+  free(j.p);
+  free(h.p);
+  dlrec_serve_rows_free(rows);
+  dlrec_serve_rows_free(hc);
+  dlrec_etl_free(e);
+}
+
+/* A model without dense columns: the raw convention takes categorical alone
+ * or with dense of shape [B, 0]; the HugeCTR one takes DES empty or left
+ * out (it used to answer "missing input 'dense'" and "missing input 'DES'"). */
+TEST(categorical_only_model_takes_no_dense_input) {
+  static const char *const fit[] = {"click,user,genres", "1,u1,a|b", "0,u2,b", "1,u1,c", "0,u3,"};
+  dlrec_etl *e = csv_etl("catonly", "label=click;cat=*;multi=genres:|", fit, 5);
+  CHECK(e != NULL);
+  if (!e) return;
+  const dlrec_schema *s = dlrec_etl_schema(e);
+  CHECK_EQ(s->n_dense, 0u);
+  static const char *const lines[] = {"u1,b|c", "u7,", "u3,a"};
+  static const char *const cats[] = {"u1", "b|c", "u7", "", "u3", "a"};
+  ref_rows ref;
+  dlrec_batch want;
+  CHECK(encode_ref(e, lines, 3, &ref, &want));
+  sbuf cat = {0};
+  test_buf_printf(&cat, "{\"name\":\"categorical\",\"datatype\":\"BYTES\",\"shape\":[3,2],\"data\":");
+  json_strs(&cat, cats, 6);
+  test_buf_put(&cat, "}", 1);
+  char body[3][1024];
+  snprintf(body[0], sizeof body[0], "{\"inputs\":[%.*s]}", (int)cat.n, cat.p);
+  snprintf(body[1], sizeof body[1],
+           "{\"inputs\":[{\"name\":\"dense\",\"datatype\":\"FP32\",\"shape\":[3,0],\"data\":[]},%.*s]}", (int)cat.n,
+           cat.p);
+  snprintf(body[2], sizeof body[2],
+           "{\"inputs\":[%.*s,{\"name\":\"dense\",\"datatype\":\"BYTES\",\"shape\":[3,0],\"data\":[[],[],[]]}]}",
+           (int)cat.n, cat.p);
+  for (int k = 0; k < 3; k++) {
+    dlrec_serve_rows *rows = NULL;
+    CHECK_OK(dlrec_serve_rows_new(&rows, s, e));
+    CHECK_OK(add_json(rows, body[k]));
+    dlrec_batch got;
+    dlrec_serve_rows_batch(rows, &got);
+    if (!same_rows(&want, &got, 0, 2)) test_fail(__FILE__, __LINE__, "raw request %d: rows differ", k);
+    dlrec_serve_rows_free(rows);
+  }
+  for (int omit = 0; omit < 2; omit++) {
+    dlrec_serve_rows *rows = NULL;
+    CHECK_OK(dlrec_serve_rows_new(&rows, s, NULL));
+    sbuf h = {0};
+    hugectr_of(&h, &want, 0, 2, omit);
+    CHECK_OK(add_json(rows, h.p));
+    dlrec_batch got;
+    dlrec_serve_rows_batch(rows, &got);
+    if (!same_rows(&want, &got, 0, 2)) test_fail(__FILE__, __LINE__, "HugeCTR request (DES %s): rows differ",
+                                                 omit ? "left out" : "empty");
+    free(h.p);
+    dlrec_serve_rows_free(rows);
+  }
+  /* Rows of [B, 0] dense must agree with categorical's B, and a request
+   * with neither input is still refused. */
+  dlrec_serve_rows *rows = NULL;
+  CHECK_OK(dlrec_serve_rows_new(&rows, s, e));
+  snprintf(body[0], sizeof body[0],
+           "{\"inputs\":[{\"name\":\"dense\",\"datatype\":\"FP32\",\"shape\":[2,0],\"data\":[]},%.*s]}", (int)cat.n,
+           cat.p);
+  dlrec_kserve_request *req;
+  CHECK_OK(parse(body[0], &req));
+  CHECK_ERR(dlrec_serve_rows_add_request(rows, req, 8, NULL), DLREC_ERR_PARSE, "inputs 'dense' and 'categorical': 2 and 3 rows");
+  dlrec_kserve_request_free(req);
+  CHECK_OK(parse("{\"inputs\":[{\"name\":\"dense\",\"datatype\":\"FP32\",\"shape\":[2,0],\"data\":[]}]}", &req));
+  CHECK_ERR(dlrec_serve_rows_add_request(rows, req, 8, NULL), DLREC_ERR_PARSE, "missing input 'categorical'");
+  dlrec_kserve_request_free(req);
+  CHECK_EQ(dlrec_serve_rows_count(rows), 0u);
+  free(cat.p);
+  dlrec_serve_rows_free(rows);
+  dlrec_etl_free(e);
+}
+
+/* A libSVM model's one column "features": a raw request gives a row's
+ * indices separated by spaces, and they encode as the row's line does. */
+TEST(raw_rows_libsvm_features_encode_as_their_lines) {
+  const char *text = "1 3:1 7:1 12:1\n0 3:1 9:1\n1 7:1\n0\n1 12:1 3:1 3:1\n";
+  char in[1024], dir[1024];
+  snprintf(in, sizeof in, "%s", test_path("a.svm"));
+  snprintf(dir, sizeof dir, "%s", test_path("svm.etl"));
+  CHECK(test_write_file(in, text, strlen(text)) == 0);
+  dlrec_etl_fit_opts o;
+  dlrec_etl_fit_opts_default(&o);
+  o.format = DLREC_FORMAT_LIBSVM;
+  o.progress = 0;
+  o.threads = 1;
+  const char *ins[] = {in};
+  dlrec_etl *e = NULL;
+  CHECK_OK(dlrec_etl_fit(ins, 1, dir, &o, NULL));
+  CHECK_OK(dlrec_etl_load(&e, dir));
+  static const char *const lines[] = {"3:1 7:1 12:1", "", "12:1 99:1 3:1"};
+  ref_rows ref;
+  dlrec_batch want, got;
+  CHECK(encode_ref(e, lines, 3, &ref, &want));
+  dlrec_serve_rows *rows = NULL;
+  CHECK_OK(dlrec_serve_rows_new(&rows, dlrec_etl_schema(e), e));
+  CHECK_OK(add_json(rows, "{\"inputs\":[{\"name\":\"categorical\",\"datatype\":\"BYTES\",\"shape\":[3,1],"
+                          "\"data\":[\"3 7 12\",\"\",\"12 99 3\"]}]}"));
+  dlrec_serve_rows_batch(rows, &got);
+  CHECK_EQ(got.offsets[0][3], 7u); /* 3 ids, the missing id, 3 ids */
+  CHECK(same_rows(&want, &got, 0, 1));
+  dlrec_serve_rows_free(rows);
+  dlrec_etl_free(e);
 }

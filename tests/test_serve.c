@@ -29,6 +29,14 @@
  *   09b a reload to a checkpoint of another architecture;
  *   10  SIGTERM drains: requests in flight are answered, new connections
  *       refused, an idle connection closed, then a clean exit.
+ * A second fixture (CSV rows with a multi-hot column, with and without a
+ * dense column) serves each model type from servers of its own:
+ *   11  every registered model type scores bitwise as `dlrec predict`, raw
+ *       rows and HugeCTR requests, and its metadata names its type;
+ *   12  categorical-only models (the dlrm_categorical, lr and fm examples)
+ *       take requests without dense input;
+ *   13  hot reload dlrm -> fm -> lr -> dlrm under two clients: no error, no
+ *       response mixing models.
  * The server is killed at exit whatever happens, so a failing test never
  * leaves a process behind; the fixture's directory (with the server's log)
  * is kept when a test failed.
@@ -251,13 +259,16 @@ static const char *log_tail(const char *name) {
 
 /* Starts `dlrec serve --model RUN --port 0` with the NULL-terminated extra
  * arguments, its output in the fixture's file `log`, and waits until it
- * listens: 1 with *pid and *port, or 0 (reported). */
+ * listens: 1 with *pid and *port, or 0 (reported). RUN is fx.run unless
+ * serve_run names another run. */
+static const char *serve_run;
 static int spawn_server(const char *log, const char *const *extra, pid_t *pid_out, int *port_out) {
   char portfile[1400], logfile[1400];
   snprintf(portfile, sizeof portfile, "%s.port", fxp(log));
   snprintf(logfile, sizeof logfile, "%s", fxp(log));
   unlink(portfile);
-  const char *argv[48] = {"dlrec", "serve", "--model", fx.run, "--port", "0", "--port-file", portfile};
+  const char *argv[48] = {"dlrec", "serve", "--model", serve_run ? serve_run : fx.run, "--port", "0", "--port-file",
+                          portfile};
   int argc = 8;
   for (int i = 0; extra[i] && argc < 47; i++) argv[argc++] = extra[i];
   argv[argc] = NULL;
@@ -344,7 +355,11 @@ static int stop_extra(pid_t pid, const char *log) {
   return 0;
 }
 
-static int build_fixture(void) {
+/* The fixture's directory and the CLI, shared by both fixtures. */
+static int base_fixture(void) {
+  static int state;
+  if (state) return state == 1;
+  state = -1;
   const char *bin = getenv("DLREC_BIN");
   if (!bin) {
     fprintf(stderr, "DLREC_BIN is not set\n");
@@ -363,6 +378,12 @@ static int build_fixture(void) {
   snprintf(fx.run, sizeof fx.run, "%s/run", fx.dir);
   signal(SIGPIPE, SIG_IGN);
   atexit(at_exit);
+  state = 1;
+  return 1;
+}
+
+static int build_fixture(void) {
+  if (!base_fixture()) return 0;
   double t0 = now_s();
   if (cli("synth -q --rows 20000 --seed 3 --max-cardinality 2000 --out '%s'", fxp("clicks.tsv")) ||
       cli("etl fit -q --input '%s' --out '%s' --min-count 2", fxp("clicks.tsv"), fxp("etl")) ||
@@ -2143,12 +2164,14 @@ static void *client_main(void *arg) {
 }
 
 /* Points RUN/latest at checkpoint `step`, atomically, as a save does. */
-static dlrec_status point_latest(uint64_t step) {
+static dlrec_status point_latest_in(const char *run, uint64_t step) {
   char path[1200], text[64];
-  snprintf(path, sizeof path, "%s/latest", fx.run);
+  snprintf(path, sizeof path, "%s/latest", run);
   int n = snprintf(text, sizeof text, "ckpt-%012llu\n", (unsigned long long)step);
   return dlrec_write_file_atomic(path, text, (size_t)n);
 }
+
+static dlrec_status point_latest(uint64_t step) { return point_latest_in(fx.run, step); }
 
 /* Phase 1: 8 clients send requests of 1-7 random rows while `train
  * --resume` writes version 10, until each has seen it. Phase 2: RUN/latest
@@ -2574,9 +2597,10 @@ static int wait_version(const char *want, double timeout_s) {
   return 0;
 }
 
-static int copy_checkpoint_as(const char *src, uint64_t step) {
+/* Copies checkpoint directory src into run as the checkpoint of `step`. */
+static int copy_checkpoint_into(const char *run, const char *src, uint64_t step) {
   char dst[1300], man[1400];
-  snprintf(dst, sizeof dst, "%s/ckpt-%012llu", fx.run, (unsigned long long)step);
+  snprintf(dst, sizeof dst, "%s/ckpt-%012llu", run, (unsigned long long)step);
   if (!copy_dir(src, dst)) return 0;
   snprintf(man, sizeof man, "%s/manifest.json", dst);
   cJSON *j;
@@ -2588,6 +2612,8 @@ static int copy_checkpoint_as(const char *src, uint64_t step) {
   cJSON_Delete(j);
   return ok;
 }
+
+static int copy_checkpoint_as(const char *src, uint64_t step) { return copy_checkpoint_into(fx.run, src, step); }
 
 /* RUN/latest moves to checkpoints of another architecture (the same model
  * name, a top MLP 4 times as wide), twice in a row without requests in
@@ -2765,4 +2791,497 @@ SERVE_TEST(serve_10_sigterm_drains) {
               WIFEXITED(status) ? "status" : "signal", WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), log);
   else if (strstr(log, "Sanitizer") || strstr(log, "runtime error"))
     test_fail(__FILE__, __LINE__, "sanitizer reports in the server log:\n%s", log);
+}
+
+/* ---- every model type, multi-hot and categorical-only data ---- */
+
+/* A second fixture, of CSV data with a multi-hot column (MovieLens-like
+ * genres), in two versions: with a dense column (price) and categorical
+ * only. Each model type is trained on it by the CLI, scored by `dlrec
+ * predict` and served; served scores must equal predict's bitwise, for raw
+ * rows (multi-hot fields as their text) and for the HugeCTR convention. */
+#define MX_ROWS 400 /* training rows */
+#define MX_N 40     /* rows scored: 34 from training, 6 with unseen values */
+#define MX_TYPES 16
+
+typedef struct mx_data {
+  const char *name;     /* "mixed" or "catonly" */
+  int has_dense;
+  char field[MX_N][4][48]; /* the scored rows' fields: price (when has_dense), user, item, genres */
+} mx_data;
+
+typedef struct mx_model {
+  char type[DLREC_NET_TYPE_MAX];
+  char run[1200];
+  float ref[MX_N]; /* predict's scores */
+  int state;       /* 0: not trained, 1: ready, -1: failed */
+} mx_model;
+
+static struct {
+  int state;
+  mx_data data[2];
+  mx_model mixed[MX_TYPES]; /* one per registered type, on the mixed data */
+} mx;
+
+/* Writes the CSV (with labels, header first) of MX_ROWS training rows and
+ * the MX_N scored rows, deterministic. */
+static int mx_write(mx_data *d) {
+  static const char *const genres[] = {"Action", "Drama", "Comedy", "Horror", "SciFi", "Kids", "Noir", "War"};
+  sb train = {0}, score = {0};
+  const char *head = d->has_dense ? "click,price,user,item,genres\n" : "click,user,item,genres\n";
+  sb_str(&train, head);
+  sb_str(&score, head);
+  uint64_t x = 0x9e3779b97f4a7c15ull;
+  for (int r = 0; r < MX_ROWS + 6; r++) {
+    char f[4][48], g[48] = "";
+    uint32_t k[8];
+    for (int i = 0; i < 8; i++) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      k[i] = (uint32_t)(x >> 32);
+    }
+    int novel = r >= MX_ROWS; /* the scored rows past training: unseen values */
+    if (k[0] % 10 == 0) f[0][0] = 0;
+    else if (k[0] % 10 == 1) snprintf(f[0], 48, "%u.5", k[1] % 300);
+    else snprintf(f[0], 48, "%u", k[1] % 500);
+    snprintf(f[1], 48, "u%u", novel ? 1000 + (unsigned)r : k[2] % 40);
+    if (k[3] % 17 == 0) f[2][0] = 0;
+    else snprintf(f[2], 48, "i%u", k[3] % 60);
+    /* 0 to 4 genres, sometimes with empty values between separators. */
+    size_t gn = 0;
+    for (uint32_t i = 0, n = k[4] % 5; i < n; i++)
+      gn += (size_t)snprintf(g + gn, sizeof g - gn, "%s%s", i ? (k[5] % 7 == i ? "||" : "|") : "",
+                             novel && i == 0 ? "Western" : genres[(k[6] >> (3 * i)) % 8]);
+    snprintf(f[3], 48, "%s", g);
+    int label = (k[2] % 40) % 3 == 0 || strstr(g, "Horror") ? (k[7] % 4 != 0) : (k[7] % 4 == 0);
+    char line[256];
+    if (d->has_dense) snprintf(line, sizeof line, "%d,%s,%s,%s,%s\n", label, f[0], f[1], f[2], f[3]);
+    else snprintf(line, sizeof line, "%d,%s,%s,%s\n", label, f[1], f[2], f[3]);
+    if (r < MX_ROWS) sb_str(&train, line);
+    int slot = r < MX_N - 6 ? r : novel ? MX_N - 6 + (r - MX_ROWS) : -1;
+    if (slot >= 0) {
+      sb_str(&score, line);
+      int nf = 0;
+      for (int i = d->has_dense ? 0 : 1; i < 4; i++) snprintf(d->field[slot][nf++], 48, "%s", f[i]);
+    }
+  }
+  char name[64];
+  snprintf(name, sizeof name, "%s.csv", d->name);
+  int ok = test_write_file(fxp(name), train.p, train.n) == 0;
+  snprintf(name, sizeof name, "%s_rows.csv", d->name);
+  ok = ok && test_write_file(fxp(name), score.p, score.n) == 0;
+  test_buf_free(&train);
+  test_buf_free(&score);
+  return ok;
+}
+
+static int mx_build(void) {
+  if (!base_fixture()) return 0;
+  mx.data[0].name = "mixed";
+  mx.data[0].has_dense = 1;
+  mx.data[1].name = "catonly";
+  const char *spec[2] = {"label=click;dense=price;cat=*;multi=genres:|:mean",
+                         "label=click;cat=*;multi=genres:|"};
+  for (int i = 0; i < 2; i++) {
+    const char *n = mx.data[i].name;
+    char csv[64], etl[64], dlr[64];
+    snprintf(csv, sizeof csv, "%s.csv", n);
+    snprintf(etl, sizeof etl, "%s_etl", n);
+    snprintf(dlr, sizeof dlr, "%s.dlr", n);
+    if (!mx_write(&mx.data[i]) ||
+        cli("etl fit -q --format csv --schema '%s' --input '%s' --out '%s'", spec[i], fxp(csv), fxp(etl)) ||
+        cli("etl apply -q --etl '%s' --input '%s' --out '%s'", fxp(etl), fxp(csv), fxp(dlr)))
+      return 0;
+  }
+  return 1;
+}
+
+static int mx_fixture(void) {
+  if (mx.state == 0) mx.state = mx_build() ? 1 : -1;
+  return mx.state == 1;
+}
+
+#define MODELS_TEST(name)                                                       \
+  static void body_##name(void);                                                \
+  TEST(name) {                                                                  \
+    fx.talk_port = 0;                                                           \
+    if (!mx_fixture()) test_fail(__FILE__, __LINE__, "the models fixture could not be built"); \
+    else body_##name();                                                         \
+    fx.talk_port = 0;                                                           \
+    serve_run = NULL;                                                           \
+    if (test_failed_now()) fx.any_failed = 1;                                   \
+  }                                                                             \
+  static void body_##name(void)
+
+/* Per-type settings that keep a model small; a type not listed trains with
+ * its defaults, so types registered later are covered as they come. */
+static const struct {
+  const char *type, *model;
+} mx_overrides[] = {
+    {"dlrm", ", \"embedding_dim\": 8, \"bottom_mlp\": [16, 8], \"top_mlp\": [16, 1]"},
+    {"fm", ", \"embedding_dim\": 8"},
+};
+
+/* Trains `config` (a file) on data d for 3 steps into fxp(run) and scores
+ * d's rows with predict into ref. */
+static int mx_train(const mx_data *d, const char *config, const char *run, float *ref) {
+  char dlr[64], etl[64], rows[64], out[160];
+  snprintf(dlr, sizeof dlr, "%s.dlr", d->name);
+  snprintf(etl, sizeof etl, "%s_etl", d->name);
+  snprintf(rows, sizeof rows, "%s_rows.csv", d->name);
+  snprintf(out, sizeof out, "%s.scores", run);
+  char *said = NULL;
+  int rc = test_run_cli(&said, "train -q --config '%s' --train '%s' --etl '%s' --out '%s' --max-steps 3", config,
+                        fxp(dlr), fxp(etl), fxp(run));
+  if (rc != 0) fprintf(stderr, "train %s -> %d:\n%s\n", run, rc, said ? said : "");
+  free(said);
+  return rc == 0 && cli("predict -q --model '%s' --input '%s' --out '%s'", fxp(run), fxp(rows), fxp(out)) == 0 &&
+         read_scores(fxp(out), ref, MX_N);
+}
+
+/* The mixed-data model of type i (dlrec_net_type_name(i)), trained once. */
+static mx_model *mx_model_of(size_t i) {
+  mx_model *m = &mx.mixed[i];
+  if (m->state) return m->state == 1 ? m : NULL;
+  m->state = -1;
+  const char *type = dlrec_net_type_name(i);
+  snprintf(m->type, sizeof m->type, "%s", type);
+  const char *extra = "";
+  for (size_t k = 0; k < sizeof mx_overrides / sizeof mx_overrides[0]; k++)
+    if (!strcmp(mx_overrides[k].type, type)) extra = mx_overrides[k].model;
+  char config[2048], file[64], run[64];
+  snprintf(config, sizeof config,
+           "{\"name\": \"dlrm\", \"model\": {\"type\": \"%s\"%s}, \"training\": {\"batch_size\": 64, \"seed\": 1}}",
+           type, extra);
+  snprintf(file, sizeof file, "mx_%s.json", type);
+  snprintf(run, sizeof run, "mx_run_%s", type);
+  snprintf(m->run, sizeof m->run, "%s", fxp(run));
+  if (test_write_file(fxp(file), config, strlen(config)) != 0 || !mx_train(&mx.data[0], fxp(file), run, m->ref))
+    return NULL;
+  m->state = 1;
+  return m;
+}
+
+/* The JSON raw request of d's rows [0, n): dense as the log's text (absent
+ * when dense_shape is 0; [n, 0] when it is 2 and d has no dense column). */
+static void mx_raw_json(sb *s, const mx_data *d, int n, int dense_shape) {
+  int nc = 3, nd = d->has_dense;
+  sb_str(s, "{\"id\":\"mx\",\"inputs\":[");
+  if (nd) {
+    test_buf_printf(s, "{\"name\":\"dense\",\"datatype\":\"BYTES\",\"shape\":[%d,1],\"data\":[", n);
+    for (int r = 0; r < n; r++) {
+      sb_str(s, r ? "," : "");
+      sb_json_string(s, d->field[r][0]);
+    }
+    sb_str(s, "]},");
+  } else if (dense_shape == 2) {
+    test_buf_printf(s, "{\"name\":\"dense\",\"datatype\":\"FP32\",\"shape\":[%d,0],\"data\":[]},", n);
+  }
+  test_buf_printf(s, "{\"name\":\"categorical\",\"datatype\":\"BYTES\",\"shape\":[%d,%d],\"data\":[", n, nc);
+  for (int r = 0; r < n; r++)
+    for (int c = 0; c < nc; c++) {
+      sb_str(s, r || c ? "," : "");
+      sb_json_string(s, d->field[r][nd + c]);
+    }
+  sb_str(s, "]}]}");
+}
+
+/* The HugeCTR request of d's rows [0, n), encoded with the run's ETL state
+ * by the line encoder: DES (left out when omit_des and d has no dense
+ * column), CATCOLUMN and ROWINDEX with each multi-hot slot's keys. */
+static dlrec_status mx_hugectr_json(sb *s, const mx_data *d, const char *run, int n, int omit_des) {
+  char ckpt[1024], etl_dir[1100];
+  dlrec_status st = dlrec_checkpoint_resolve(run, ckpt, sizeof ckpt);
+  if (st != DLREC_OK) return st;
+  snprintf(etl_dir, sizeof etl_dir, "%s/etl", ckpt);
+  dlrec_etl *e = NULL;
+  if ((st = dlrec_etl_load(&e, etl_dir)) != DLREC_OK) return st;
+  const uint32_t nd = dlrec_etl_schema(e)->n_dense, nc = dlrec_etl_schema(e)->n_sparse;
+  static float dense[MX_N];
+  static uint32_t ids[MX_N][64], nids[MX_N][DLREC_MAX_SPARSE];
+  for (int r = 0; r < n && st == DLREC_OK; r++) {
+    char line[256];
+    int len = d->has_dense ? snprintf(line, sizeof line, "%s,%s,%s,%s", d->field[r][0], d->field[r][1], d->field[r][2],
+                                      d->field[r][3])
+                           : snprintf(line, sizeof line, "%s,%s,%s", d->field[r][0], d->field[r][1], d->field[r][2]);
+    if (dlrec_etl_ids_max(e) > 64) st = dlrec_error(DLREC_ERR_INTERNAL, "more than 64 ids a row");
+    else st = dlrec_etl_encode_line_multi(e, line, (size_t)len, 0, NULL, dense + r * nd, ids[r], nids[r], NULL);
+  }
+  dlrec_etl_free(e);
+  if (st != DLREC_OK) return st;
+  sb_str(s, "{\"inputs\":[");
+  if (nd || !omit_des) {
+    test_buf_printf(s, "{\"name\":\"DES\",\"datatype\":\"FP32\",\"shape\":[1,%u],\"data\":[[", n * nd);
+    for (uint32_t i = 0; i < n * nd; i++) test_buf_printf(s, "%s%.9g", i ? "," : "", (double)dense[i]);
+    sb_str(s, "]]},");
+  }
+  uint32_t K = 0;
+  for (int r = 0; r < n; r++)
+    for (uint32_t c = 0; c < nc; c++) K += nids[r][c];
+  test_buf_printf(s, "{\"name\":\"CATCOLUMN\",\"datatype\":\"INT64\",\"shape\":[%u],\"data\":[", K);
+  uint32_t k = 0;
+  for (int r = 0; r < n; r++)
+    for (uint32_t c = 0, at = 0; c < nc; at += nids[r][c], c++)
+      for (uint32_t q = 0; q < nids[r][c]; q++) test_buf_printf(s, "%s%u", k++ ? "," : "", ids[r][at + q]);
+  test_buf_printf(s, "]},{\"name\":\"ROWINDEX\",\"datatype\":\"INT32\",\"shape\":[%u],\"data\":[0", n * nc + 1);
+  k = 0;
+  for (int r = 0; r < n; r++)
+    for (uint32_t c = 0; c < nc; c++) test_buf_printf(s, ",%u", k += nids[r][c]);
+  sb_str(s, "]}]}");
+  return DLREC_OK;
+}
+
+/* Posts body to the talk port's model and checks the scores of rows
+ * [0, n) against ref bitwise. */
+static int mx_infer(const char *what, const sb *body, int n, const float *ref, int binary_out) {
+  int idx[MX_N];
+  for (int i = 0; i < n; i++) idx[i] = i;
+  char err[600];
+  http_resp r;
+  int ok = http_do("POST", "/v2/models/dlrm/infer", NULL, body->p, body->n, &r);
+  infer_out o;
+  if (!ok) snprintf(err, sizeof err, "no response: %s", r.err);
+  ok = ok && parse_infer(&r, binary_out, &o, err, sizeof err) && scores_equal(&o, idx, n, ref, err, sizeof err);
+  if (!ok) test_fail(__FILE__, __LINE__, "%s: %s", what, err);
+  http_free(&r);
+  return ok;
+}
+
+/* The model metadata's platform and parameters.model_type must name type. */
+static int mx_metadata_names(const char *type) {
+  http_resp r;
+  char want[64];
+  snprintf(want, sizeof want, "dlrec_%s", type);
+  if (!http_do("GET", "/v2/models/dlrm", NULL, NULL, 0, &r)) {
+    test_fail(__FILE__, __LINE__, "model metadata: no response: %s", r.err);
+    return 0;
+  }
+  cJSON *j = r.status == 200 ? cJSON_ParseWithLength(r.body, r.body_len) : NULL;
+  const cJSON *p = cJSON_GetObjectItemCaseSensitive(j, "platform");
+  const cJSON *t = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "parameters"), "model_type");
+  int ok = cJSON_IsString(p) && !strcmp(p->valuestring, want) && cJSON_IsString(t) && !strcmp(t->valuestring, type);
+  if (!ok) test_fail(__FILE__, __LINE__, "model metadata of a %s model: expected platform %s: %.400s", type, want,
+                     r.body ? r.body : "");
+  cJSON_Delete(j);
+  http_free(&r);
+  return ok;
+}
+
+/* Serves run, checks its metadata names type and that d's rows score as
+ * ref through both conventions; stops the server. */
+static int mx_serve_check(const mx_data *d, const char *run, const char *type, const float *ref) {
+  static const char *const args[] = {"--threads", "2", "-q", NULL};
+  pid_t pid;
+  int port;
+  serve_run = run;
+  int ok = start_extra("serve_mx.log", args, &pid, &port);
+  serve_run = NULL;
+  if (!ok) {
+    test_fail(__FILE__, __LINE__, "%s: the server did not start", run);
+    return 0;
+  }
+  fx.talk_port = port;
+  char what[200];
+  ok = mx_metadata_names(type);
+  for (int variant = 0; ok && variant < (d->has_dense ? 1 : 2); variant++) {
+    sb body = {0};
+    mx_raw_json(&body, d, MX_N, variant ? 2 : 0);
+    snprintf(what, sizeof what, "%s on %s data: raw rows in JSON%s", type, d->name,
+             d->has_dense ? "" : variant ? ", dense [B, 0]" : ", no dense input");
+    ok = mx_infer(what, &body, MX_N, ref, 0);
+    test_buf_free(&body);
+  }
+  /* The same with the scores as binary data. */
+  if (ok) {
+    sb body = {0};
+    mx_raw_json(&body, d, MX_N, 0);
+    body.n -= 1; /* the closing brace: add the binary output parameter */
+    sb_str(&body, ",\"parameters\":{\"binary_data_output\":true}}");
+    snprintf(what, sizeof what, "%s on %s data: raw rows, binary output", type, d->name);
+    ok = mx_infer(what, &body, MX_N, ref, 1);
+    test_buf_free(&body);
+  }
+  for (int omit = 0; ok && omit < (d->has_dense ? 1 : 2); omit++) {
+    sb body = {0};
+    dlrec_status st = mx_hugectr_json(&body, d, run, MX_N, omit);
+    if (st != DLREC_OK) {
+      test_fail(__FILE__, __LINE__, "encoding the HugeCTR request: %s", dlrec_last_error());
+      ok = 0;
+    } else {
+      snprintf(what, sizeof what, "%s on %s data: DES/CATCOLUMN/ROWINDEX%s", type, d->name,
+               d->has_dense ? "" : omit ? " without DES" : " with an empty DES");
+      ok = mx_infer(what, &body, MX_N, ref, 0);
+    }
+    test_buf_free(&body);
+  }
+  fx.talk_port = 0;
+  return stop_extra(pid, "serve_mx.log") && ok;
+}
+
+/* Every registered model type, trained on data with a dense column, a
+ * one-hot column with missing values and a multi-hot column (mean pooled,
+ * values unseen in fit among the scored rows), scores through the server
+ * bitwise as `dlrec predict` scores the same raw rows. predict refused
+ * such states, and the server refused multi-hot raw fields. */
+MODELS_TEST(serve_11_every_model_type_scores_as_predict) {
+  size_t n = 0;
+  for (; dlrec_net_type_name(n); n++) {
+  }
+  CHECK(n >= 3 && n <= MX_TYPES);
+  for (size_t i = 0; i < n && i < MX_TYPES; i++) {
+    mx_model *m = mx_model_of(i);
+    if (!m) {
+      test_fail(__FILE__, __LINE__, "model type %s: training or predict failed", dlrec_net_type_name(i));
+      continue;
+    }
+    if (mx_serve_check(&mx.data[0], m->run, m->type, m->ref))
+      fprintf(stderr, "model type %s: %d rows served bitwise as predict scores them\n", m->type, MX_N);
+  }
+}
+
+/* Categorical-only data (no dense column), with the example configs of
+ * the models meant for it: served with no dense input, with dense [B, 0],
+ * and HugeCTR requests without or with an empty DES. */
+MODELS_TEST(serve_12_categorical_only_models) {
+  static const char *const examples[] = {"dlrm_categorical", "lr", "fm"};
+  for (int i = 0; i < 3; i++) {
+    char src[64], file[64], run[64];
+    snprintf(src, sizeof src, "examples/%s.json", examples[i]);
+    snprintf(file, sizeof file, "cat_%s.json", examples[i]);
+    snprintf(run, sizeof run, "cat_run_%s", examples[i]);
+    /* The example, under the name the test client asks for. */
+    cJSON *j = NULL;
+    CHECK_OK(dlrec_json_read(test_source_path(src), &j));
+    cJSON_ReplaceItemInObjectCaseSensitive(j, "name", cJSON_CreateString("dlrm"));
+    char *text = cJSON_Print(j);
+    const char *type = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "model"), "type")
+                           ->valuestring;
+    char type_name[DLREC_NET_TYPE_MAX];
+    snprintf(type_name, sizeof type_name, "%s", type);
+    int w = text ? test_write_file(fxp(file), text, strlen(text)) : -1;
+    free(text);
+    cJSON_Delete(j);
+    CHECK(w == 0);
+    static float ref[MX_N];
+    if (!mx_train(&mx.data[1], fxp(file), run, ref)) {
+      test_fail(__FILE__, __LINE__, "%s on categorical-only data: training or predict failed", examples[i]);
+      continue;
+    }
+    if (mx_serve_check(&mx.data[1], fxp(run), type_name, ref))
+      fprintf(stderr, "%s (%s) on categorical-only data: served bitwise as predict scores\n", examples[i], type_name);
+  }
+}
+
+/* Hot reload between models of different types. */
+typedef struct mx_client {
+  pthread_t t;
+  const char *const *versions; /* NULL-terminated */
+  const float *const *refs;    /* each version's scores */
+  atomic_int seen[8];          /* responses of each version */
+  atomic_int errors;
+  char first_error[600];
+} mx_client;
+
+static atomic_int mx_stop;
+
+static void *mx_client_main(void *arg) {
+  mx_client *c = arg;
+  sb body = {0};
+  mx_raw_json(&body, &mx.data[0], MX_N, 0);
+  int idx[MX_N];
+  for (int i = 0; i < MX_N; i++) idx[i] = i;
+  while (!atomic_load(&mx_stop)) {
+    http_resp r;
+    infer_out o;
+    char err[500];
+    int ok = http_do("POST", "/v2/models/dlrm/infer", NULL, body.p, body.n, &r);
+    if (!ok) snprintf(err, sizeof err, "no response: %.400s", r.err);
+    ok = ok && parse_infer(&r, 0, &o, err, sizeof err);
+    int v = -1;
+    for (int k = 0; ok && c->versions[k]; k++)
+      if (!strcmp(c->versions[k], o.version)) v = k;
+    if (ok && v < 0) snprintf(err, sizeof err, "an unexpected version '%s'", o.version);
+    ok = ok && v >= 0 && scores_equal(&o, idx, MX_N, c->refs[v], err, sizeof err);
+    if (ok) atomic_fetch_add(&c->seen[v], 1);
+    else if (atomic_fetch_add(&c->errors, 1) == 0)
+      snprintf(c->first_error, sizeof c->first_error, "%s", err);
+    http_free(&r);
+  }
+  test_buf_free(&body);
+  return NULL;
+}
+
+/* RUN/latest moves from a dlrm checkpoint to an fm one, to an lr one and
+ * back to dlrm, while two clients keep sending the same rows: every
+ * response must carry one version and exactly that model's scores, with no
+ * error in between, and the metadata must name each type in turn. */
+MODELS_TEST(serve_13_reload_between_model_types) {
+  static const char *const types[] = {"dlrm", "fm", "lr", "dlrm"};
+  static const char *const versions[] = {"100", "200", "300", "400", NULL};
+  const float *refs[4];
+  const char *src[4];
+  for (int k = 0; k < 4; k++) {
+    size_t i = 0;
+    while (dlrec_net_type_name(i) && strcmp(dlrec_net_type_name(i), types[k])) i++;
+    mx_model *m = dlrec_net_type_name(i) ? mx_model_of(i) : NULL;
+    if (!m) {
+      test_fail(__FILE__, __LINE__, "no trained %s model", types[k]);
+      return;
+    }
+    refs[k] = m->ref;
+    src[k] = m->run;
+  }
+  /* The models differ, or the test would prove nothing. */
+  CHECK(memcmp(refs[0], refs[1], sizeof mx.mixed[0].ref) && memcmp(refs[1], refs[2], sizeof mx.mixed[0].ref));
+  const char *run = fxp("mx_reload_run");
+  CHECK(mkdir(run, 0755) == 0);
+  char ck[1400];
+  snprintf(ck, sizeof ck, "%s/ckpt-000000000003", src[0]);
+  CHECK(copy_checkpoint_into(run, ck, 100));
+  CHECK_OK(point_latest_in(run, 100));
+  static const char *const args[] = {"--threads", "2", "--watch", "--watch-interval-ms", "50", "--max-delay-us", "2000",
+                                     "-q", NULL};
+  pid_t pid;
+  int port;
+  serve_run = run;
+  CHECK(start_extra("serve_reload.log", args, &pid, &port));
+  fx.talk_port = port;
+  static mx_client cl[2];
+  memset(cl, 0, sizeof cl);
+  atomic_store(&mx_stop, 0);
+  int started = 0, ok = 1;
+  for (; started < 2; started++) {
+    cl[started].versions = versions;
+    cl[started].refs = refs;
+    if (pthread_create(&cl[started].t, NULL, mx_client_main, &cl[started]) != 0) break;
+  }
+  ok = started == 2;
+  for (int k = 0; ok && k < 4; k++) {
+    if (k) {
+      snprintf(ck, sizeof ck, "%s/ckpt-000000000003", src[k]);
+      ok = copy_checkpoint_into(run, ck, (uint64_t)atoll(versions[k])) &&
+           point_latest_in(run, (uint64_t)atoll(versions[k])) == DLREC_OK;
+    }
+    /* Both clients get answers of this version (bounded: 20 s). */
+    double t0 = now_s();
+    while (ok && (atomic_load(&cl[0].seen[k]) < 3 || atomic_load(&cl[1].seen[k]) < 3) && now_s() - t0 < 20 &&
+           !atomic_load(&cl[0].errors) && !atomic_load(&cl[1].errors))
+      usleep(10000);
+    if (ok && (atomic_load(&cl[0].seen[k]) < 3 || atomic_load(&cl[1].seen[k]) < 3)) {
+      test_fail(__FILE__, __LINE__, "version %s (%s) not served to both clients within 20 s", versions[k], types[k]);
+      ok = 0;
+    }
+    ok = ok && mx_metadata_names(types[k]);
+  }
+  atomic_store(&mx_stop, 1);
+  for (int i = 0; i < started; i++) pthread_join(cl[i].t, NULL);
+  fx.talk_port = 0;
+  for (int i = 0; i < started; i++)
+    if (atomic_load(&cl[i].errors))
+      test_fail(__FILE__, __LINE__, "client %d: %d bad responses during the reloads, the first: %s", i,
+                atomic_load(&cl[i].errors), cl[i].first_error);
+  fprintf(stderr, "reloads dlrm -> fm -> lr -> dlrm: responses per version %d/%d/%d/%d (two clients)\n",
+          cl[0].seen[0] + cl[1].seen[0], cl[0].seen[1] + cl[1].seen[1], cl[0].seen[2] + cl[1].seen[2],
+          cl[0].seen[3] + cl[1].seen[3]);
+  CHECK(stop_extra(pid, "serve_reload.log"));
+  CHECK(ok);
 }

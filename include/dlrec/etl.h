@@ -157,6 +157,16 @@ dlrec_status dlrec_etl_encode_dense(const dlrec_etl *e, uint32_t col, const char
  * (several ids) is DLREC_ERR_INVALID. */
 dlrec_status dlrec_etl_encode_cat(const dlrec_etl *e, uint32_t col, const char *s, size_t n, uint32_t *id);
 
+/* Encodes categorical column col's raw field text s[0..n) to its global ids,
+ * for one-hot and multi-hot columns alike: ids (room for the column's
+ * max_hotness, at least 1) receives *n_ids ids (at least 1; a field with no
+ * value is the missing id), exactly as the field encodes inside a line
+ * (dlrec_etl_encode_line_multi). A multi-hot field of more values than the
+ * max hotness keeps the first ones and adds 1 to *truncated (may be NULL).
+ * A value the column's key kind refuses is DLREC_ERR_PARSE. */
+dlrec_status dlrec_etl_encode_cat_multi(const dlrec_etl *e, uint32_t col, const char *s, size_t n, uint32_t *ids,
+                                        uint32_t *n_ids, uint32_t *truncated);
+
 /* Encodes one raw line in fit's input format (without its line end): for
  * Criteo, 40 fields (39 when with_label is 0); for CSV, the fit header's
  * columns in its order (without the label column when with_label is 0).

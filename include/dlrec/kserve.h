@@ -256,15 +256,22 @@ dlrec_status dlrec_kserve_write_response(dlrec_kserve_buf *b, const dlrec_kserve
 /* Writes {"error":"message"} (escaped) into b. */
 dlrec_status dlrec_kserve_write_error(dlrec_kserve_buf *b, const char *message);
 
+/* The longest model type name the metadata writer takes (bytes, without
+ * the NUL). */
+#define DLREC_KSERVE_MAX_TYPE 64
+
 /* Writes the model metadata of GET /v2/models/{name}[/versions/{v}]:
- *   {"name":..,"versions":[version],"platform":"dlrec_dlrm","inputs":[..],
+ *   {"name":..,"versions":[version],"platform":"dlrec_<model_type>",
+ *    "parameters":{"model_type":"<model_type>"},"inputs":[..],
  *    "outputs":[{"name":"OUTPUT0","datatype":"FP32","shape":[-1]}]}
- * inputs lists the HugeCTR-style convention (DES FP32 [1,-1], CATCOLUMN INT64
- * [1,-1], ROWINDEX INT32 [1,-1]) and, when raw is 1 (the server has the
- * model's ETL state), the raw one (dense FP32 [-1,n_dense], categorical BYTES
- * [-1,n_sparse]); see serve_batch.h. */
+ * model_type is the served network's type ("dlrm", "fm", ..; at most
+ * DLREC_KSERVE_MAX_TYPE bytes). inputs lists the HugeCTR-style convention
+ * (DES FP32 [1,-1], CATCOLUMN INT64 [1,-1], ROWINDEX INT32 [1,-1]) and, when
+ * raw is 1 (the server has the model's ETL state), the raw one (dense FP32
+ * [-1,n_dense], left out when the model has no dense column, and
+ * categorical BYTES [-1,n_sparse]); see serve_batch.h. */
 dlrec_status dlrec_kserve_write_model_metadata(dlrec_kserve_buf *b, const char *name, const char *version,
-                                               const dlrec_schema *schema, int raw);
+                                               const char *model_type, const dlrec_schema *schema, int raw);
 
 /* Writes the server metadata of GET /v2:
  *   {"name":name,"version":version,"extensions":[...]}

@@ -12,14 +12,25 @@
  *                values are refused. Or BYTES: the raw text itself, "" for
  *                a missing value, exactly as in a log line.
  *   categorical  [B, n_sparse] BYTES: the raw values ("" for missing), encoded
- *                with the ETL's vocabularies (one id per column and row).
+ *                with the ETL's vocabularies. A multi-hot CSV column's
+ *                element is the field's text as a log line holds it,
+ *                separators and all ("Action|Drama"); a libSVM or libFM
+ *                column's the row's indices of that column separated by
+ *                spaces ("3 7 12"). It encodes to its values' ids (at most
+ *                the column's max hotness, the first ones kept; none: the
+ *                missing id), exactly as `etl apply` and `predict` encode it.
+ *   An input of no model columns may be left out: a model without dense
+ *   columns takes categorical alone (or dense of shape [B, 0]), one without
+ *   categorical columns dense alone.
  *
  * HugeCTR backend compatible (triton-inference-server/hugectr_backend: a
  * "variant CSR" of three inputs), for clients that encode themselves:
  *   DES          [1, B*n_dense], [B*n_dense] or [B, n_dense] FP32: the dense
  *                values as the model consumes them (already transformed), row
  *                after row; copied as they are (non-finite refused). B is
- *                DES's length / n_dense, as HugeCTR derives it.
+ *                DES's length / n_dense, as HugeCTR derives it. A model
+ *                without dense columns takes DES empty or left out; B is then
+ *                (ROWINDEX's length - 1) / n_sparse.
  *   CATCOLUMN    [1, K] or [K] INT64 (also UINT32 as older HugeCTR clients
  *                send, INT32, UINT64): encoded GLOBAL ids, i.e. rows of the
  *                model's fused table as the ETL assigns them; each must lie
@@ -34,7 +45,12 @@
  *                embedding tables concatenate one such array per table; a
  *                dlrec model has one fused table, so there is one array.)
  *                A column of fixed hotness h takes exactly h keys per sample;
- *                a variable one (hotness 0) up to its max_hotness.
+ *                a variable (multi-hot) one, hotness 0, from 0 up to its
+ *                max_hotness: ROWINDEX gives each slot's row offsets, as
+ *                HugeCTR's does for its multi-hot slots. (The ETL encodes
+ *                an empty field as the column's missing id, so a client
+ *                matching `predict` sends that id rather than no key; no
+ *                key pools to a zero vector.)
  *
  * Every problem is a 400-class error (DLREC_ERR_PARSE, or _UNSUPPORTED for a
  * convention this server cannot serve) naming the input, and the sample and

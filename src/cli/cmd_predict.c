@@ -12,8 +12,8 @@ static void usage(FILE *out) {
           "                     [--threads N]\n\n"
           "Writes one click probability per input row, in input order, to SCORES ('-' for stdout).\n"
           "FILE is a .dlr file (by its .dlr extension), or raw rows ('-' for stdin) in the format the model's ETL state was\n"
-          "fit on (Criteo TSV or CSV with its header), encoded with that state exactly as\n"
-          "'dlrec etl apply' does. RUN is a run directory (its latest checkpoint) or a checkpoint.\n\n"
+          "fit on (Criteo TSV, CSV with its header, libSVM or libFM; multi-hot columns too), encoded with that state\n"
+          "exactly as 'dlrec etl apply' does. RUN is a run directory (its latest checkpoint) or a checkpoint.\n\n"
           "  --no-label        raw rows have no label column (e.g. Criteo's 39-field test files)\n"
           "  --strict-fields   raw Criteo rows of fewer fields (trailing empty fields stripped,\n"
           "                    or a torn line) are errors; by default they are valid and counted\n");

@@ -148,6 +148,22 @@ static dlrec_status encode_multi(const dlrec_etl *e, const dlrec_layout *L, uint
   return DLREC_OK;
 }
 
+dlrec_status dlrec_etl_encode_cat_multi(const dlrec_etl *e, uint32_t col, const char *s, size_t n, uint32_t *ids,
+                                        uint32_t *n_ids, uint32_t *truncated) {
+  if (col >= e->schema.n_sparse)
+    return dlrec_error(DLREC_ERR_INVALID, "categorical column %u out of range (%u columns)", col, e->schema.n_sparse);
+  if (!e->cat[col].sep) {
+    *n_ids = 1;
+    return dlrec_etl_encode_cat(e, col, s, n, ids);
+  }
+  /* The same function a line's multi-hot field goes through, so a field
+   * given alone encodes exactly as inside its line. */
+  if (n > UINT32_MAX)
+    return dlrec_error(DLREC_ERR_PARSE, "categorical column '%s': a field of %zu bytes", e->schema.sparse[col].name, n);
+  const dlrec_text t = {.s = s, .n = (uint32_t)n};
+  return encode_multi(e, default_layout(e), col, t, NULL, ids, n_ids, truncated);
+}
+
 dlrec_status etl_encode_row(const dlrec_etl *e, const dlrec_layout *L, const dlrec_raw_row *row, int with_label,
                             const dlrec_where *w, float *label, float *dense, uint32_t *ids, uint32_t *nids,
                             uint32_t *truncated) {

@@ -425,8 +425,9 @@ static enum MHD_Result dispatch(server *sv, struct MHD_Connection *c, const targ
     serve_model *m = model_for(sv, c, t, rq, &ret);
     if (!m) break;
     if (t->r == R_MODEL_READY) ret = send_ok(sv, c, ep, rq, NULL, "");
-    else if (dlrec_kserve_write_model_metadata(&b, sv->reg.name, m->version, dlrec_net_schema(m->model->net),
-                                               1) == DLREC_OK)
+    else if (dlrec_kserve_write_model_metadata(&b, sv->reg.name, m->version,
+                                               dlrec_net_get_config(m->model->net)->type,
+                                               dlrec_net_schema(m->model->net), 1) == DLREC_OK)
       ret = send_ok(sv, c, ep, rq, "application/json", b.data);
     else
       ret = send_error(sv, c, ep, rq, 500, "%s", dlrec_last_error());

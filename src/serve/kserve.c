@@ -957,19 +957,34 @@ static void put_tensor_meta(dlrec_kserve_buf *b, const char *name, const char *d
 }
 
 dlrec_status dlrec_kserve_write_model_metadata(dlrec_kserve_buf *b, const char *name, const char *version,
-                                               const dlrec_schema *schema, int raw) {
+                                               const char *model_type, const dlrec_schema *schema, int raw) {
   b->len = 0;
-  if (!name || !version || !schema) return dlrec_error(DLREC_ERR_INVALID, "model metadata: NULL argument");
-  dlrec_status st = dlrec_kserve_buf_reserve(b, 1024 + str_room(name) + str_room(version));
+  if (!name || !version || !model_type || !schema)
+    return dlrec_error(DLREC_ERR_INVALID, "model metadata: NULL argument");
+  /* The platform tells a client which model type answers, so that a reload
+   * to another type (dlrm -> fm) is visible in the metadata; the type alone
+   * is repeated in parameters for clients that do not parse the platform. */
+  char platform[DLREC_KSERVE_MAX_TYPE + 8];
+  if (snprintf(platform, sizeof platform, "dlrec_%s", model_type) >= (int)sizeof platform)
+    return dlrec_error(DLREC_ERR_INVALID, "model metadata: model type '%.40s' too long", model_type);
+  dlrec_status st = dlrec_kserve_buf_reserve(b, 1024 + str_room(name) + str_room(version) + 2 * str_room(platform));
   if (st != DLREC_OK) return st;
   puts_(b, "{\"name\":");
   put_str(b, name);
   puts_(b, ",\"versions\":[");
   put_str(b, version);
-  puts_(b, "],\"platform\":\"dlrec_dlrm\",\"inputs\":[");
+  puts_(b, "],\"platform\":");
+  put_str(b, platform);
+  puts_(b, ",\"parameters\":{\"model_type\":");
+  put_str(b, model_type);
+  puts_(b, "},\"inputs\":[");
   if (raw) {
-    put_tensor_meta(b, "dense", "FP32", -1, schema->n_dense, 2);
-    b->data[b->len++] = ',';
+    /* A model without dense columns takes no dense input (it may be left
+     * out of a request), so none is listed. */
+    if (schema->n_dense) {
+      put_tensor_meta(b, "dense", "FP32", -1, schema->n_dense, 2);
+      b->data[b->len++] = ',';
+    }
     put_tensor_meta(b, "categorical", "BYTES", -1, schema->n_sparse, 2);
     b->data[b->len++] = ',';
   }

@@ -183,6 +183,11 @@ static int dense_dtype_ok(dlrec_kserve_dtype t) {
   return t == DLREC_KSERVE_FP32 || t == DLREC_KSERVE_FP64 || t == DLREC_KSERVE_BYTES || dlrec_kserve_dtype_is_int(t);
 }
 
+/* The raw convention. Either input may be left out when the model has no
+ * column of its kind (a categorical-only model takes just categorical, or
+ * dense of shape [B, 0]); B comes from the inputs given. Multi-hot columns
+ * take the field's raw text, separators and all ("Action|Drama"), and
+ * encode as the same field inside a log line would. */
 static dlrec_status add_raw(dlrec_serve_rows *r, const dlrec_kserve_tensor *dense, const dlrec_kserve_tensor *cat,
                             uint32_t max_rows, uint32_t *added) {
   const dlrec_schema *s = &r->schema;
@@ -191,31 +196,35 @@ static dlrec_status add_raw(dlrec_serve_rows *r, const dlrec_kserve_tensor *dens
   if (!r->etl)
     return dlrec_error(DLREC_ERR_UNSUPPORTED, "inputs 'dense' and 'categorical' need the model's ETL state, which "
                        "this server does not have; send DES, CATCOLUMN and ROWINDEX");
-  if (!dense || !cat)
-    return dlrec_error(DLREC_ERR_PARSE, "missing input '%s' (the raw convention needs dense and categorical)",
-                       !dense ? "dense" : "categorical");
-  if (!dense_dtype_ok(dense->dtype))
+  if ((!dense && nd) || (!cat && nc))
+    return dlrec_error(DLREC_ERR_PARSE, "missing input '%s' (the raw convention needs dense and categorical; "
+                       "only an input of no model columns may be left out)", !dense && nd ? "dense" : "categorical");
+  if (dense && !dense_dtype_ok(dense->dtype))
     return dlrec_error(DLREC_ERR_PARSE, "input 'dense': datatype %s, expected FP32, FP64, an integer type or BYTES",
                        dlrec_kserve_dtype_name(dense->dtype));
-  if (cat->dtype != DLREC_KSERVE_BYTES)
+  if (cat && cat->dtype != DLREC_KSERVE_BYTES)
     return dlrec_error(DLREC_ERR_PARSE, "input 'categorical': datatype %s, expected BYTES (the raw values)",
                        dlrec_kserve_dtype_name(cat->dtype));
-  if (dense->rank != 2 || dense->shape[1] != nd)
+  if (dense && (dense->rank != 2 || dense->shape[1] != nd))
     return dlrec_error(DLREC_ERR_PARSE, "input 'dense': shape %s, expected [B, %u]", dlrec_kserve_shape_str(dense, sb, sizeof sb),
                        nd);
-  if (cat->rank != 2 || cat->shape[1] != nc)
+  if (cat && (cat->rank != 2 || cat->shape[1] != nc))
     return dlrec_error(DLREC_ERR_PARSE, "input 'categorical': shape %s, expected [B, %u]",
                        dlrec_kserve_shape_str(cat, sb, sizeof sb), nc);
-  if (dense->shape[0] != cat->shape[0])
+  if (dense && cat && dense->shape[0] != cat->shape[0])
     return dlrec_error(DLREC_ERR_PARSE, "inputs 'dense' and 'categorical': %lld and %lld rows",
                        (long long)dense->shape[0], (long long)cat->shape[0]);
-  dlrec_status st = check_rows(dense, (uint64_t)dense->shape[0], max_rows);
+  const dlrec_kserve_tensor *from = dense ? dense : cat;
+  dlrec_status st = check_rows(from, (uint64_t)from->shape[0], max_rows);
   if (st != DLREC_OK) return st;
-  const uint32_t B = (uint32_t)dense->shape[0];
+  const uint32_t B = (uint32_t)from->shape[0];
+  /* The ETL state gives one-hot and variable multi-hot columns only; a
+   * column of a fixed hotness above 1 cannot come from its fields. */
   for (uint32_t c = 0; c < nc; c++)
-    if (s->sparse[c].hotness > 1 || s->sparse[c].max_hotness < 1)
-      return dlrec_error(DLREC_ERR_UNSUPPORTED, "input 'categorical': column %s takes %u ids per row; send it as "
-                         "CATCOLUMN and ROWINDEX", s->sparse[c].name, s->sparse[c].hotness);
+    if (s->sparse[c].hotness > 1)
+      return dlrec_error(DLREC_ERR_UNSUPPORTED, "input 'categorical': column %s takes exactly %u ids per row; send "
+                         "it as CATCOLUMN and ROWINDEX", s->sparse[c].name, s->sparse[c].hotness);
+  const dlrec_schema *es = dlrec_etl_schema(r->etl);
 
   const uint32_t row0 = r->rows;
   uint32_t n_ids0[DLREC_MAX_SPARSE];
@@ -246,12 +255,18 @@ static dlrec_status add_raw(dlrec_serve_rows *r, const dlrec_kserve_tensor *dens
     }
     for (uint32_t c = 0; c < nc; c++) {
       const dlrec_kserve_str v = cat->strs[(uint64_t)b * nc + c];
-      uint32_t id;
-      if ((st = dlrec_etl_encode_cat(r->etl, c, v.s, v.n, &id)) != DLREC_OK) {
+      /* Room for the most ids the field can encode to; geometric growth
+       * keeps this a compare in steady state. */
+      uint32_t most = es->sparse[c].max_hotness ? es->sparse[c].max_hotness : 1, k = 0;
+      if ((st = grow_ids(r, c, (uint64_t)r->n_ids[c] + most)) != DLREC_OK) {
+        rollback(r, row0, n_ids0);
+        return st;
+      }
+      if ((st = dlrec_etl_encode_cat_multi(r->etl, c, v.s, v.n, r->ids[c] + r->n_ids[c], &k, NULL)) != DLREC_OK) {
         rollback(r, row0, n_ids0);
         return dlrec_error_context("input 'categorical': row %u, column %s: ", b, s->sparse[c].name);
       }
-      r->ids[c][r->n_ids[c]++] = id;
+      r->n_ids[c] += k;
       r->offsets[c][row0 + b + 1] = r->n_ids[c];
     }
   }
@@ -266,6 +281,9 @@ static dlrec_status add_hugectr(dlrec_serve_rows *r, const dlrec_kserve_tensor *
                                 const dlrec_kserve_tensor *ri, uint32_t max_rows, uint32_t *added) {
   const dlrec_schema *s = &r->schema;
   const uint32_t nd = s->n_dense, nc = s->n_sparse;
+  /* A model without dense columns takes DES empty or not at all. */
+  static const dlrec_kserve_tensor no_des = {.name = "DES", .dtype = DLREC_KSERVE_FP32, .rank = 1};
+  if (!des && nd == 0) des = &no_des;
   if (!des || !cat || !ri)
     return dlrec_error(DLREC_ERR_PARSE, "missing input '%s' (the HugeCTR convention needs DES, CATCOLUMN and ROWINDEX)",
                        !des ? "DES" : !cat ? "CATCOLUMN" : "ROWINDEX");

@@ -69,34 +69,61 @@ static int is_dlr(const char *path) {
   return n > 4 && !strcmp(path + n - 4, ".dlr");
 }
 
-/* Raw rows: read lines, encode each with the checkpoint's ETL state into a
- * batch of one-hot columns, score full batches. */
+/* One categorical column's ids of the rows in a batch (CSR): offsets
+ * (B + 1) and ids, grown geometrically for multi-hot columns. */
+typedef struct col_ids {
+  uint32_t *ids;
+  size_t n, cap;
+} col_ids;
+
+static dlrec_status col_push(col_ids *c, const uint32_t *ids, uint32_t k) {
+  if (c->n + k > c->cap) {
+    size_t cap = c->cap * 2 > c->n + k ? c->cap * 2 : c->n + k;
+    uint32_t *p = realloc(c->ids, cap * sizeof *p);
+    if (!p) return dlrec_error(DLREC_ERR_NOMEM, "out of memory for %zu ids", cap);
+    c->ids = p;
+    c->cap = cap;
+  }
+  memcpy(c->ids + c->n, ids, k * sizeof *ids);
+  c->n += k;
+  return DLREC_OK;
+}
+
+/* Raw rows: read lines, encode each with the checkpoint's ETL state (one id
+ * per column, or each multi-hot column's ids), gather them per column, and
+ * score full batches. */
 static dlrec_status predict_raw(const dlrec_model *m, const char *input, const dlrec_predict_opts *o, sink *out) {
   const dlrec_schema *sc = dlrec_etl_schema(m->etl);
   uint32_t B = o->batch_rows, F = sc->n_sparse, D = sc->n_dense;
+  /* Criteo rows go through the one-hot encoder, which also checks short
+   * rows (a notion of Criteo's layout only); CSV, libSVM and libFM rows,
+   * whose columns may be multi-hot, through the multi-hot one. */
+  const int multi = dlrec_etl_format(m->etl) != DLREC_FORMAT_CRITEO;
+  const uint64_t row_ids = dlrec_etl_ids_max(m->etl); /* the most ids one row encodes to */
   FILE *in = strcmp(input, "-") ? fopen(input, "r") : stdin;
   if (!in) return dlrec_error(DLREC_ERR_IO, "%s: %s", input, strerror(errno));
-  float *dense = malloc((size_t)B * D * sizeof *dense), *labels = malloc(B * sizeof *labels);
+  float *dense = malloc(((size_t)B * D + 1) * sizeof *dense), *labels = malloc(B * sizeof *labels);
   float *prob = malloc(B * sizeof *prob);
-  uint32_t *ids = malloc((size_t)B * F * sizeof *ids), *cols = malloc((size_t)B * F * sizeof *cols);
-  uint32_t *offsets = malloc((B + 1) * sizeof *offsets);
+  uint32_t *ids = malloc((row_ids + 1) * sizeof *ids), nids[DLREC_MAX_SPARSE];
+  uint32_t *offsets = malloc((size_t)F * (B + 1) * sizeof *offsets + 1);
+  col_ids cols[DLREC_MAX_SPARSE];
+  memset(cols, 0, sizeof cols);
   dlrec_net_ws *ws = NULL;
   dlrec_net_scorer *scorer = NULL;
   char *line = NULL;
   size_t cap = 0;
-  dlrec_status s = dense && labels && prob && ids && cols && offsets ? DLREC_OK : dlrec_error(DLREC_ERR_NOMEM, "out of memory");
+  dlrec_status s = dense && labels && prob && ids && offsets ? DLREC_OK : dlrec_error(DLREC_ERR_NOMEM, "out of memory");
   if (s == DLREC_OK) s = dlrec_net_ws_create(&ws, m->net, B);
   if (s == DLREC_OK) s = dlrec_net_scorer_create(&scorer, m->net);
-  for (uint32_t i = 0; i <= B && offsets; i++) offsets[i] = i; /* one id per row and column */
   dlrec_batch batch;
   memset(&batch, 0, sizeof batch);
   batch.dense = dense;
   batch.labels = NULL;
-  for (uint32_t c = 0; c < F && cols; c++) {
-    batch.offsets[c] = offsets;
-    batch.ids[c] = cols + (size_t)c * B;
+  for (uint32_t c = 0; c < F && offsets; c++) {
+    batch.offsets[c] = offsets + (size_t)c * (B + 1);
+    offsets[(size_t)c * (B + 1)] = 0;
   }
-  uint64_t lineno = 0, short_rows = 0, first_short = 0;
+  uint64_t lineno = 0, short_rows = 0, first_short = 0, cut_rows = 0, first_cut = 0;
   uint32_t n = 0;
   int csv = dlrec_etl_format(m->etl) == DLREC_FORMAT_CSV;
   while (s == DLREC_OK) {
@@ -109,25 +136,40 @@ static dlrec_status predict_raw(const dlrec_model *m, const char *input, const d
       char *text = line;
       if (lineno == 1 && len >= 3 && !memcmp(line, "\xef\xbb\xbf", 3)) text += 3, len -= 3;
       int short_row = 0;
-      s = dlrec_etl_encode_line_checked(m->etl, text, (size_t)len, !o->no_label, o->strict_fields, labels + n,
-                                        dense + (size_t)n * D, ids + (size_t)n * F, &short_row);
+      uint32_t cut = 0;
+      if (!multi) {
+        s = dlrec_etl_encode_line_checked(m->etl, text, (size_t)len, !o->no_label, o->strict_fields, labels + n,
+                                          dense + (size_t)n * D, ids, &short_row);
+        for (uint32_t c = 0; c < F; c++) nids[c] = 1;
+      } else {
+        s = dlrec_etl_encode_line_multi(m->etl, text, (size_t)len, !o->no_label, labels + n, dense + (size_t)n * D,
+                                        ids, nids, &cut);
+      }
       if (short_row && short_rows++ == 0) first_short = lineno;
+      if (cut && cut_rows++ == 0) first_cut = lineno;
       if (s != DLREC_OK) {
         dlrec_error_context("%s:%llu: ", input, (unsigned long long)lineno);
         break;
       }
-      /* Rows are encoded row-major (F ids per row); the batch wants one
-       * array per column. */
-      for (uint32_t c = 0; c < F; c++) cols[(size_t)c * B + n] = ids[(size_t)n * F + c];
+      /* Rows are encoded row-major (each column's ids in turn); the batch
+       * wants one array per column. */
+      const uint32_t *at = ids;
+      for (uint32_t c = 0; s == DLREC_OK && c < F; c++) {
+        s = col_push(&cols[c], at, nids[c]);
+        at += nids[c];
+        offsets[(size_t)c * (B + 1) + n + 1] = (uint32_t)cols[c].n;
+      }
       n++;
     } else if (ferror(in)) {
       s = dlrec_error(DLREC_ERR_IO, "%s: read failed: %s", input, strerror(errno));
     }
     if (s == DLREC_OK && (n == B || (len < 0 && n > 0))) {
       batch.rows = n;
+      for (uint32_t c = 0; c < F; c++) batch.ids[c] = cols[c].ids;
       s = dlrec_net_predict(scorer, ws, &batch, prob);
       if (s == DLREC_OK) s = sink_write(out, prob, NULL, n);
       n = 0;
+      for (uint32_t c = 0; c < F; c++) cols[c].n = 0;
     }
     if (len < 0) break;
   }
@@ -136,6 +178,10 @@ static dlrec_status predict_raw(const dlrec_model *m, const char *input, const d
     DLREC_INFO("predict: %llu rows had fewer fields than Criteo's 40 (39 unlabeled), the first at %s:%llu: their "
                "missing fields read as empty (a torn line reads so too; --strict-fields refuses them)",
                (unsigned long long)short_rows, input, (unsigned long long)first_short);
+  if (s == DLREC_OK && cut_rows)
+    DLREC_INFO("predict: %llu rows had more values in a multi-hot field than its max hotness, the first at %s:%llu: "
+               "their first values were kept, as etl apply keeps them", (unsigned long long)cut_rows, input,
+               (unsigned long long)first_cut);
   free(line);
   dlrec_net_scorer_free(scorer);
   dlrec_net_ws_free(ws);
@@ -143,8 +189,8 @@ static dlrec_status predict_raw(const dlrec_model *m, const char *input, const d
   free(labels);
   free(prob);
   free(ids);
-  free(cols);
   free(offsets);
+  for (uint32_t c = 0; c < F; c++) free(cols[c].ids);
   if (in != stdin) fclose(in);
   return s;
 }
