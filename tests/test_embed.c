@@ -43,6 +43,7 @@ static void batch_make(test_batch *tb, uint32_t B, uint32_t F, uint32_t min_hot,
   tb->bags.cols = F;
   tb->bags.offsets = (const uint32_t *const *)tb->offsets;
   tb->bags.ids = (const uint32_t *const *)tb->ids;
+  tb->bags.mean_cols = NULL;
 }
 
 static uint64_t batch_ids(const test_batch *tb) {
