@@ -20,6 +20,7 @@
 #include "dlrec/fsutil.h"
 #include "dlrec/model.h"
 #include "dlrec/rng.h"
+#include "dlrec/train_config.h"
 #include "net_check.h"
 #include "test.h"
 
@@ -693,6 +694,19 @@ TEST(dcn_v2_scoring_is_batch_invariant) {
   dcn_check_batch_invariance(DCN_WIDE ", \"structure\": \"parallel\", \"low_rank\": 8");
   dcn_check_batch_invariance(DCN_WIDE ", \"structure\": \"parallel\", \"low_rank\": 8, \"experts\": 4");
   dcn_check_batch_invariance(DCN_WIDE ", \"structure\": \"stacked\", \"low_rank\": 8, \"experts\": 3");
+}
+
+/* Both examples read as configs: examples/dcn_v2.json is the type's
+ * defaults written out, the mixture example differs from them. */
+TEST(dcn_v2_examples_read) {
+  dlrec_train_config c;
+  dlrec_net_config def;
+  CHECK_OK(dlrec_net_config_default(&def, "dcn_v2"));
+  CHECK_OK(dlrec_train_config_read(test_source_path("examples/dcn_v2.json"), &c));
+  CHECK(memcmp(&c.model, &def, sizeof def) == 0);
+  CHECK_OK(dlrec_train_config_read(test_source_path("examples/dcn_v2_stacked_moe.json"), &c));
+  CHECK_STR(c.model.type, "dcn_v2");
+  CHECK(memcmp(&c.model, &def, sizeof def) != 0);
 }
 
 /* dcn_v2 learns on synth data through the CLI with examples/dcn_v2.json
