@@ -1,17 +1,19 @@
-/* DLRM against a golden file: the forward (probabilities, loss) and the
- * gradients (every dense parameter and the pooled embeddings d_emb) of a tiny
- * model, computed in float64 by an independent NumPy implementation
- * (tests/golden/make_dlrm_golden.py) and committed as
- * tests/golden/dlrm_tiny.txt, so the test needs no Python. The file gives
- * the shape, the batch, the table rows and the flat dense parameters; dlrec
- * runs in fp32, hence the tolerances.
+/* DLRM and DCN-v2 against golden files: the forward (probabilities, loss)
+ * and the gradients (every dense parameter and the pooled embeddings d_emb)
+ * of tiny models, computed in float64 by independent NumPy implementations
+ * (tests/golden/make_dlrm_golden.py, make_dcn_v2_golden.py) and committed
+ * as the .txt files of tests/golden/, so the test needs no Python. A file
+ * gives the model's shape, the batch, the table rows and the flat dense
+ * parameters; dlrec runs in fp32, hence the tolerances.
  *
- * The file: '#' comments, the line "dlrec-dlrm-golden 1", then sections
- * "@NAME TYPE COUNT" (TYPE i or f) each followed by COUNT values. */
+ * The file: '#' comments, the line "dlrec-MODEL-golden 1" (MODEL: dlrm,
+ * dcn_v2), then sections "@NAME TYPE COUNT" (TYPE i or f) each followed by
+ * COUNT values. */
 #include <ctype.h>
 #include <errno.h>
 
 #include "dlrec/dlrm.h"
+#include "dlrec/model.h"
 #include "test.h"
 
 #define GOLDEN_MAX_SECTIONS 64
@@ -26,6 +28,7 @@ typedef struct golden_section {
 } golden_section;
 
 typedef struct golden {
+  char format[GOLDEN_NAME_MAX]; /* MODEL of the header "dlrec-MODEL-golden 1" */
   golden_section s[GOLDEN_MAX_SECTIONS];
   int n;
   char err[512];
@@ -87,13 +90,15 @@ static int golden_load(golden *g, const char *path) {
     return -1;
   }
   cursor c = {buf, buf + len, 1};
-  char tok[128];
+  char tok[128], ver[16];
   int r = next_token(&c, tok, sizeof tok);
-  if (r != 1 || strcmp(tok, "dlrec-dlrm-golden") != 0 || next_token(&c, tok, sizeof tok) != 1 ||
-      strcmp(tok, "1") != 0) {
-    snprintf(g->err, sizeof g->err, "%s: line %d: expected the header \"dlrec-dlrm-golden 1\"", path, c.line);
+  size_t tl = r == 1 ? strlen(tok) : 0;
+  if (r != 1 || tl <= 13 || strncmp(tok, "dlrec-", 6) != 0 || strcmp(tok + tl - 7, "-golden") != 0 ||
+      tl - 13 >= GOLDEN_NAME_MAX || next_token(&c, ver, sizeof ver) != 1 || strcmp(ver, "1") != 0) {
+    snprintf(g->err, sizeof g->err, "%s: line %d: expected the header \"dlrec-MODEL-golden 1\"", path, c.line);
     goto fail;
   }
+  snprintf(g->format, sizeof g->format, "%.*s", (int)(tl - 13), tok + 6);
   while ((r = next_token(&c, tok, sizeof tok)) != 0) {
     if (r < 0 || tok[0] != '@' || tok[1] == '\0' || strlen(tok + 1) >= GOLDEN_NAME_MAX) {
       snprintf(g->err, sizeof g->err, "%s: line %d: expected a section header \"@NAME TYPE COUNT\", got \"%s\"",
@@ -260,24 +265,9 @@ static float *to_floats(const golden_section *s) {
     }                                                                                     \
   } while (0)
 
-static void run_golden(golden_run *r, const char *path) {
+/* DLRM of the file's bottom and top MLPs, into r->m (NULL on failure, reported). */
+static void dlrm_from_golden(golden_run *r, const char *path, const dlrec_schema *s, long long D, long long pooling) {
   golden *g = &r->g;
-  if (golden_load(g, path) != 0) {
-    test_fail(__FILE__, __LINE__, "cannot parse the golden file: %s", g->err);
-    return;
-  }
-  long long n_dense = golden_int(g, "n_dense", 1, DLREC_MAX_DENSE);
-  GOLDEN_REQUIRE(n_dense > 0);
-  long long F = golden_int(g, "n_sparse", 1, DLREC_MAX_SPARSE);
-  GOLDEN_REQUIRE(F > 0);
-  long long D = golden_int(g, "emb_dim", 1, DLREC_EMBED_MAX_DIM);
-  GOLDEN_REQUIRE(D > 0);
-  long long B = golden_int(g, "batch", 1, 4096);
-  GOLDEN_REQUIRE(B > 0);
-  long long pooling = golden_int(g, "pooling", 0, 1);
-  GOLDEN_REQUIRE(pooling >= 0);
-  long long rows = golden_int(g, "table_rows", 1, 1 << 20);
-  GOLDEN_REQUIRE(rows > 0);
   const golden_section *bottom = golden_get(g, "bottom", 'i', SIZE_MAX), *top = golden_get(g, "top", 'i', SIZE_MAX);
   GOLDEN_REQUIRE(bottom && top);
   GOLDEN_REQUIRE(bottom->n >= 1 && bottom->n <= DLREC_MLP_MAX_LAYERS && top->n >= 1 && top->n <= DLREC_MLP_MAX_LAYERS);
@@ -292,6 +282,36 @@ static void run_golden(golden_run *r, const char *path) {
     GOLDEN_REQUIRE(top->v[l] >= 1 && top->v[l] <= 65536);
     sh.top[l] = (uint32_t)top->v[l];
   }
+  CHECK_OK(dlrec_dlrm_create(&r->m, &sh, s));
+}
+
+/* The model of file `path` (its header's MODEL) into r->m: NULL on failure,
+ * reported. */
+typedef void (*golden_model_fn)(golden_run *r, const char *path, const dlrec_schema *s, long long D,
+                                long long pooling);
+
+static void run_golden(golden_run *r, const char *path, const char *format, golden_model_fn make_model) {
+  golden *g = &r->g;
+  if (golden_load(g, path) != 0) {
+    test_fail(__FILE__, __LINE__, "cannot parse the golden file: %s", g->err);
+    return;
+  }
+  if (strcmp(g->format, format) != 0) {
+    test_fail(__FILE__, __LINE__, "golden file %s holds a %s model, expected %s", path, g->format, format);
+    return;
+  }
+  long long n_dense = golden_int(g, "n_dense", 1, DLREC_MAX_DENSE);
+  GOLDEN_REQUIRE(n_dense > 0);
+  long long F = golden_int(g, "n_sparse", 1, DLREC_MAX_SPARSE);
+  GOLDEN_REQUIRE(F > 0);
+  long long D = golden_int(g, "emb_dim", 1, DLREC_EMBED_MAX_DIM);
+  GOLDEN_REQUIRE(D > 0);
+  long long B = golden_int(g, "batch", 1, 4096);
+  GOLDEN_REQUIRE(B > 0);
+  long long pooling = golden_int(g, "pooling", 0, 1);
+  GOLDEN_REQUIRE(pooling >= 0);
+  long long rows = golden_int(g, "table_rows", 1, 1 << 20);
+  GOLDEN_REQUIRE(rows > 0);
 
   dlrec_schema s;
   memset(&s, 0, sizeof s);
@@ -314,7 +334,8 @@ static void run_golden(golden_run *r, const char *path) {
     s.sparse[c].hotness = maxh->v[c] == 1 ? 1 : 0; /* fixed one-hot, or multi-hot */
   }
   CHECK_OK(dlrec_schema_validate(&s, "golden schema"));
-  CHECK_OK(dlrec_dlrm_create(&r->m, &sh, &s));
+  make_model(r, path, &s, D, pooling);
+  if (!r->m) return;
   CHECK_OK(dlrec_net_ws_create(&r->ws, r->m, (uint32_t)B));
 
   /* Parameters and table rows, into the model (the table's row padding stays zero). */
@@ -394,7 +415,7 @@ static void run_golden(golden_run *r, const char *path) {
 TEST(golden_dlrm_forward_and_gradients_match_numpy) {
   golden_run r;
   memset(&r, 0, sizeof r);
-  run_golden(&r, test_source_path("tests/golden/dlrm_tiny.txt"));
+  run_golden(&r, test_source_path("tests/golden/dlrm_tiny.txt"), "dlrm", dlrm_from_golden);
   golden_run_free(&r);
 }
 
@@ -439,4 +460,55 @@ TEST(golden_parser_rejects_damaged_files) {
   int ok = a && a->v[1] == -2.5 && !wrong && strstr(g.err, "expected type f with 3") && golden_get(&g, "b", 'i', 0);
   golden_free(&g);
   CHECK(ok);
+}
+
+/* ---- dcn_v2 -------------------------------------------------------------- */
+
+/* DCN-v2 of the file's structure, cross layers, rank, experts and MLP, into
+ * r->m (NULL on failure, reported), through the model config as a user
+ * would write it. */
+static void dcn_v2_from_golden(golden_run *r, const char *path, const dlrec_schema *s, long long D,
+                               long long pooling) {
+  golden *g = &r->g;
+  long long structure = golden_int(g, "structure", 0, 1);
+  GOLDEN_REQUIRE(structure >= 0);
+  long long layers = golden_int(g, "cross_layers", 1, 16), rank = golden_int(g, "low_rank", 0, 65536);
+  GOLDEN_REQUIRE(layers > 0 && rank >= 0);
+  long long experts = golden_int(g, "experts", 1, 16);
+  GOLDEN_REQUIRE(experts > 0);
+  const golden_section *mlp = golden_get(g, "mlp", 'i', SIZE_MAX);
+  GOLDEN_REQUIRE(mlp && mlp->n < DLREC_MLP_MAX_LAYERS);
+  char text[512], widths[256] = "";
+  for (size_t l = 0; l < mlp->n; l++) {
+    GOLDEN_REQUIRE(mlp->v[l] >= 1 && mlp->v[l] <= 65536);
+    snprintf(widths + strlen(widths), sizeof widths - strlen(widths), "%s%lld", l ? ", " : "", (long long)mlp->v[l]);
+  }
+  snprintf(text, sizeof text,
+           "{\"type\": \"dcn_v2\", \"embedding_dim\": %lld, \"pooling\": \"%s\", \"structure\": \"%s\", "
+           "\"cross_layers\": %lld, \"low_rank\": %lld, \"experts\": %lld, \"mlp\": [%s]}",
+           D, pooling ? "mean" : "sum", structure ? "parallel" : "stacked", layers, rank, experts, widths);
+  dlrec_net_config c;
+  CHECK_OK(dlrec_net_config_default(&c, "dcn_v2"));
+  cJSON *o = cJSON_Parse(text);
+  CHECK(o != NULL);
+  dlrec_status st = dlrec_net_config_parse(&c, o, "golden model");
+  cJSON_Delete(o);
+  CHECK_OK(st);
+  CHECK_OK(dlrec_net_create(&r->m, &c, s));
+}
+
+/* Full rank, stacked, sum pooling: two cross layers, an MLP of [5, 4]. */
+TEST(golden_dcn_v2_stacked_full_rank_matches_numpy) {
+  golden_run r;
+  memset(&r, 0, sizeof r);
+  run_golden(&r, test_source_path("tests/golden/dcn_v2_stacked_full.txt"), "dcn_v2", dcn_v2_from_golden);
+  golden_run_free(&r);
+}
+
+/* A mixture of 3 experts of rank 3, parallel, mean pooling, an MLP of [6]. */
+TEST(golden_dcn_v2_parallel_mixture_matches_numpy) {
+  golden_run r;
+  memset(&r, 0, sizeof r);
+  run_golden(&r, test_source_path("tests/golden/dcn_v2_parallel_moe.txt"), "dcn_v2", dcn_v2_from_golden);
+  golden_run_free(&r);
 }

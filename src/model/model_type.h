@@ -13,7 +13,9 @@
 #include "dlrec/dlrm.h"
 #include "dlrec/model.h"
 
-#define NET_MAX_LINEAR 30  /* linear layers of one network */
+/* Linear layers of one network: DCN-v2's mixture of K low-rank experts
+ * plans 3K + 1 per cross layer (each packed for scoring). */
+#define NET_MAX_LINEAR 128
 #define NET_MAX_BUFFERS 16 /* buffers of one network */
 
 /* A linear layer of the plan: weight (out, in) and bias (out) at these
@@ -21,8 +23,12 @@
  * linear layer for the batch-invariant kernel. */
 typedef struct net_linear {
   uint32_t in, out;
-  size_t w, b;
+  size_t w, b; /* b is NET_NO_BIAS for a layer without a bias */
 } net_linear;
+
+/* A linear layer's b when it has no bias (a type that registers a layer
+ * over its own tensors, as DCN-v2's cross layers, may set it). */
+#define NET_NO_BIAS SIZE_MAX
 
 /* The plan of a network: its named tensors, its linear layers, and what the
  * embedding stage must hand it.
@@ -187,6 +193,7 @@ typedef struct net_type {
 extern const net_type net_type_dlrm;
 extern const net_type net_type_lr;
 extern const net_type net_type_fm;
+extern const net_type net_type_dcn_v2;
 
 /* The registered type of that name, or NULL. */
 const net_type *net_type_find(const char *name);

@@ -42,7 +42,7 @@ void net_lap(double *acc, double *t) {
 dlrec_status net_linear_forward(const net_io *io, int layer, float *out, const float *in, int relu) {
   if (io->packed) return dlrec_packed_linear_forward(io->packed[layer], in, out, io->B, relu);
   const net_linear *L = &io->plan->linear[layer];
-  const float *w = io->params + L->w, *b = io->params + L->b;
+  const float *w = io->params + L->w, *b = L->b == NET_NO_BIAS ? NULL : io->params + L->b;
   return relu ? dlrec_linear_relu_forward(out, in, w, b, io->B, (int)L->in, (int)L->out)
               : dlrec_linear_forward(out, in, w, b, io->B, (int)L->in, (int)L->out);
 }
@@ -157,7 +157,8 @@ dlrec_status dlrec_net_scorer_create(dlrec_net_scorer **out, const dlrec_net *n)
   dlrec_status st = DLREC_OK;
   for (uint32_t l = 0; st == DLREC_OK && l < n->plan.n_linear; l++) {
     const net_linear *L = &n->plan.linear[l];
-    st = dlrec_packed_linear_create(&s->packed[l], n->params + L->w, n->params + L->b, (int)L->in, (int)L->out);
+    const float *bias = L->b == NET_NO_BIAS ? NULL : n->params + L->b;
+    st = dlrec_packed_linear_create(&s->packed[l], n->params + L->w, bias, (int)L->in, (int)L->out);
   }
   if (st != DLREC_OK) {
     dlrec_net_scorer_free(s);

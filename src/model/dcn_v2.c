@@ -1,0 +1,506 @@
+/* DCN-v2 (Wang et al. 2021) as a model type ("dcn_v2"), as FuxiCTR's DCNv2
+ * and TorchRec's DCN build it. Shapes (B rows, F categorical columns, D =
+ * embedding_dim, d = n_dense + F·D, H = the MLP's last width):
+ *   x0 = [dense, e_1 .. e_F]                                  (B, d)
+ *   x_{l+1} = x0 ⊙ (x_l · W_lᵀ + b_l) + x_l   for l < L        (B, d)
+ *   stacked:  logit = output(MLP(x_L))                        MLP (B, H)
+ *   parallel: logit = output([x_L, MLP(x0)])                  (B, d + H)
+ * W_l is full rank (d, d), or low rank U_l V_l (V (r, d), U (d, r)), or a
+ * mixture of K low-rank experts with a softmax gate (DCN-Mix, TorchRec's
+ * LowRankMixtureCrossNet; src/nn/cross_mix.c: ReLU inside each expert).
+ * The MLP is net_mlp (Linear -> [BatchNorm] -> ReLU -> [Dropout]); "output"
+ * is a Linear to one logit.
+ *
+ * Tensors: per cross layer l, full rank "cross.l.weight" (d, d) and
+ * "cross.l.bias" (d); low rank "cross.l.V" (r, d), "cross.l.U" (d, r),
+ * "cross.l.bias"; with K experts "cross.l.V" (K·r, d), "cross.l.C" (K·r,
+ * r), "cross.l.U" (K·d, r), "cross.l.gate" (K, d) and "cross.l.bias", each
+ * expert's block back to back as src/nn/cross_mix.c takes them; then the
+ * MLP's "mlp.N.*" and "output.weight" (1, d + H or H) and "output.bias".
+ *
+ * Every product of the cross network is also a planned linear layer (a view
+ * onto those tensors, bias-free where the kernel has no bias), so the
+ * generic scorer packs it and scoring runs the cross blocks' *_infer
+ * kernels: scores keep their bits at any batch size.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dlrec/arena.h"
+#include "dlrec/json.h"
+#include "dlrec/progress.h"
+#include "dlrec/rng.h"
+#include "model/model_type.h"
+
+#define DCN_MAX_LAYERS 16  /* cross layers */
+#define DCN_MAX_EXPERTS 16 /* low-rank experts of one layer */
+
+typedef enum dcn_structure { DCN_STACKED = 0, DCN_PARALLEL = 1 } dcn_structure;
+
+typedef struct dcn_config {
+  uint32_t emb_dim;       /* D */
+  dlrec_bag_mode pooling; /* how multi-hot bags pool */
+  dcn_structure structure;
+  uint32_t layers;        /* L, cross layers */
+  uint32_t rank;          /* r; 0: full rank */
+  uint32_t experts;       /* K; > 1 needs rank > 0 */
+  net_mlp_config mlp;     /* the deep network's hidden layers */
+} dcn_config;
+
+_Static_assert(sizeof(dcn_config) <= DLREC_NET_CONFIG_BYTES, "the DCN-v2 config fits a model config");
+
+/* ---- config ------------------------------------------------------------------ */
+
+/* FuxiCTR's DCNv2 defaults (its model_structure "parallel", 3 cross
+ * layers, full rank, one expert); the cfg was zeroed by the caller, so
+ * that configs compare byte for byte. */
+static void config_default(void *cfg) {
+  dcn_config *c = cfg;
+  c->emb_dim = 16;
+  c->pooling = DLREC_BAG_SUM;
+  c->structure = DCN_PARALLEL;
+  c->layers = 3;
+  c->rank = 0;
+  c->experts = 1;
+  c->mlp.n_hidden = 3;
+  c->mlp.hidden[0] = c->mlp.hidden[1] = c->mlp.hidden[2] = 400;
+  c->mlp.dropout = 0.0f;
+  c->mlp.batch_norm = 0;
+}
+
+static dlrec_status get_u32(const cJSON *o, const char *key, const char *what, uint64_t lo, uint64_t hi,
+                            uint32_t *out) {
+  uint64_t v;
+  dlrec_status s = dlrec_json_get_u64_or(o, key, what, *out, &v);
+  if (s != DLREC_OK) return s;
+  if (v < lo || v > hi)
+    return dlrec_error(DLREC_ERR_INVALID, "%s: field '%s': %llu is out of range [%llu, %llu]", what, key,
+                       (unsigned long long)v, (unsigned long long)lo, (unsigned long long)hi);
+  *out = (uint32_t)v;
+  return DLREC_OK;
+}
+
+/* The checks that span keys, shared by config_parse (naming the field) and
+ * plan (for a config built in code). */
+static dlrec_status check_config(const dcn_config *c, const char *what) {
+  if (c->experts > 1 && c->rank == 0)
+    return dlrec_error(DLREC_ERR_INVALID,
+                       "%s: field 'experts': %u experts need 'low_rank' > 0 (the mixture is of low-rank experts)",
+                       what, c->experts);
+  if (c->structure == DCN_PARALLEL && c->mlp.n_hidden == 0)
+    return dlrec_error(DLREC_ERR_INVALID,
+                       "%s: field 'mlp': structure 'parallel' needs at least one MLP layer beside the cross network "
+                       "(use 'stacked' for the cross network alone)", what);
+  return DLREC_OK;
+}
+
+static dlrec_status config_parse(void *cfg, const cJSON *o, const char *what) {
+  static const char *keys[] = {"type", "embedding_dim", "pooling", "structure", "cross_layers", "low_rank",
+                               "experts", "mlp", "dropout", "batch_norm", NULL};
+  dcn_config *c = cfg;
+  dlrec_status s = dlrec_json_check_keys(o, what, keys);
+  if (s == DLREC_OK) s = get_u32(o, "embedding_dim", what, 1, DLREC_EMBED_MAX_DIM, &c->emb_dim);
+  if (s == DLREC_OK) s = get_u32(o, "cross_layers", what, 1, DCN_MAX_LAYERS, &c->layers);
+  if (s == DLREC_OK) s = get_u32(o, "low_rank", what, 0, 65536, &c->rank);
+  if (s == DLREC_OK) s = get_u32(o, "experts", what, 1, DCN_MAX_EXPERTS, &c->experts);
+  if (s == DLREC_OK) s = net_config_pooling(o, what, &c->pooling);
+  if (s == DLREC_OK) s = net_mlp_config_parse(&c->mlp, o, what);
+  if (s != DLREC_OK) return s;
+  const char *st = NULL;
+  if ((s = dlrec_json_get_string_or(o, "structure", what, NULL, &st)) != DLREC_OK) return s;
+  if (st && !strcmp(st, "stacked")) c->structure = DCN_STACKED;
+  else if (st && !strcmp(st, "parallel")) c->structure = DCN_PARALLEL;
+  else if (st)
+    return dlrec_error(DLREC_ERR_INVALID, "%s: field 'structure': '%s' is not one of stacked, parallel", what, st);
+  return check_config(c, what);
+}
+
+static void config_to_json(const void *cfg, cJSON *m) {
+  const dcn_config *c = cfg;
+  cJSON_AddNumberToObject(m, "embedding_dim", c->emb_dim);
+  cJSON_AddStringToObject(m, "pooling", net_pooling_name(c->pooling));
+  cJSON_AddStringToObject(m, "structure", c->structure == DCN_STACKED ? "stacked" : "parallel");
+  cJSON_AddNumberToObject(m, "cross_layers", c->layers);
+  cJSON_AddNumberToObject(m, "low_rank", c->rank);
+  cJSON_AddNumberToObject(m, "experts", c->experts);
+  net_mlp_config_to_json(&c->mlp, m);
+}
+
+/* ---- plan -------------------------------------------------------------------- */
+
+/* One cross layer's tensors (offsets) and its linear views (plan layer
+ * numbers): full rank w (the layer "cross.l"); low rank v and u; with
+ * experts v[k], c[k], u[k] (each K consecutive layer numbers from v0, c0,
+ * u0) and gate. */
+typedef struct dcn_cross {
+  size_t W, V, C, U, G, bias;
+  int w, v0, c0, u0, gate;
+} dcn_cross;
+
+typedef struct dcn {
+  dcn_config cfg;
+  uint32_t n_dense, F, D, d;
+  dcn_cross cross[DCN_MAX_LAYERS];
+  net_mlp mlp;     /* no output layer; unused (n_hidden 0) when stacked without one */
+  int out;         /* the layer "output" */
+  net_linear L_out;
+  uint32_t out_in; /* its input width: d + H (parallel), H or d (stacked) */
+} dcn;
+
+/* Adds a linear layer over tensors already planned (weight at w, bias at b
+ * or NET_NO_BIAS), so that the scorer packs it. */
+static dlrec_status plan_view(net_plan *p, uint32_t in, uint32_t out, size_t w, size_t b, int *index) {
+  if (p->n_linear == NET_MAX_LINEAR)
+    return dlrec_error(DLREC_ERR_INVALID,
+                       "DCN-v2: the model has more than %d linear layers (each cross layer plans 3·experts + 1 "
+                       "with experts); use fewer cross_layers or experts", NET_MAX_LINEAR);
+  net_linear *L = &p->linear[p->n_linear];
+  L->in = in;
+  L->out = out;
+  L->w = w;
+  L->b = b;
+  *index = (int)p->n_linear++;
+  return DLREC_OK;
+}
+
+static dlrec_status plan_cross(dcn *m, net_plan *p, uint32_t l) {
+  dcn_cross *x = &m->cross[l];
+  uint32_t d = m->d, r = m->cfg.rank, K = m->cfg.experts;
+  char name[DLREC_NET_TENSOR_NAME];
+  dlrec_status s;
+  if (r == 0) {
+    snprintf(name, sizeof name, "cross.%u", l);
+    s = net_plan_linear(p, name, d, d, &x->w);
+    if (s == DLREC_OK) x->W = p->linear[x->w].w, x->bias = p->linear[x->w].b;
+    return s;
+  }
+  snprintf(name, sizeof name, "cross.%u.V", l);
+  s = net_plan_tensor(p, name, K * r, d, &x->V);
+  if (s == DLREC_OK && K > 1) {
+    snprintf(name, sizeof name, "cross.%u.C", l);
+    s = net_plan_tensor(p, name, K * r, r, &x->C);
+  }
+  snprintf(name, sizeof name, "cross.%u.U", l);
+  if (s == DLREC_OK) s = net_plan_tensor(p, name, K * d, r, &x->U);
+  if (s == DLREC_OK && K > 1) {
+    snprintf(name, sizeof name, "cross.%u.gate", l);
+    s = net_plan_tensor(p, name, K, d, &x->G);
+  }
+  snprintf(name, sizeof name, "cross.%u.bias", l);
+  if (s == DLREC_OK) s = net_plan_tensor(p, name, d, 0, &x->bias);
+  /* The views: every expert's V, then every C, then every U (each with the
+   * shared bias), then the gate, so that each kind is an array of K packed
+   * layers for dlrec_cross_mix_infer. */
+  int idx = 0;
+  for (uint32_t k = 0; s == DLREC_OK && k < K; k++) {
+    s = plan_view(p, d, r, x->V + (size_t)k * r * d, NET_NO_BIAS, &idx);
+    if (k == 0) x->v0 = idx;
+  }
+  for (uint32_t k = 0; s == DLREC_OK && K > 1 && k < K; k++) {
+    s = plan_view(p, r, r, x->C + (size_t)k * r * r, NET_NO_BIAS, &idx);
+    if (k == 0) x->c0 = idx;
+  }
+  for (uint32_t k = 0; s == DLREC_OK && k < K; k++) {
+    s = plan_view(p, r, d, x->U + (size_t)k * d * r, x->bias, &idx);
+    if (k == 0) x->u0 = idx;
+  }
+  if (s == DLREC_OK && K > 1) s = plan_view(p, d, K, x->G, NET_NO_BIAS, &x->gate);
+  return s;
+}
+
+static dlrec_status plan(const void *cfg, const dlrec_schema *schema, net_plan *p, void **ctx) {
+  *ctx = NULL;
+  const dcn_config *c = cfg;
+  dlrec_status s = check_config(c, "DCN-v2");
+  if (s != DLREC_OK) return s;
+  if (c->emb_dim < 1 || c->emb_dim > DLREC_EMBED_MAX_DIM)
+    return dlrec_error(DLREC_ERR_INVALID, "DCN-v2: embedding dim %u out of range [1, %d]", c->emb_dim,
+                       DLREC_EMBED_MAX_DIM);
+  if (c->layers < 1 || c->layers > DCN_MAX_LAYERS || c->experts < 1 || c->experts > DCN_MAX_EXPERTS)
+    return dlrec_error(DLREC_ERR_INVALID, "DCN-v2: %u cross layers of %u experts, expected 1 to %d of 1 to %d",
+                       c->layers, c->experts, DCN_MAX_LAYERS, DCN_MAX_EXPERTS);
+  /* The generic stage's embedding table cannot be empty: data with dense
+   * columns alone is refused here rather than by the table. */
+  if (schema->n_sparse < 1) return dlrec_error(DLREC_ERR_INVALID, "DCN-v2 needs at least one categorical column");
+  uint64_t d = schema->n_dense + (uint64_t)schema->n_sparse * c->emb_dim;
+  if (d > 65536)
+    return dlrec_error(DLREC_ERR_INVALID,
+                       "DCN-v2: the cross network's input is %llu wide (n_dense + columns × embedding_dim), at most "
+                       "65536", (unsigned long long)d);
+  dcn *m = calloc(1, sizeof *m);
+  if (!m) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
+  m->cfg = *c;
+  m->n_dense = schema->n_dense;
+  m->F = schema->n_sparse;
+  m->D = c->emb_dim;
+  m->d = (uint32_t)d;
+  p->emb_dim = c->emb_dim;
+  p->pooling = c->pooling;
+  for (uint32_t l = 0; s == DLREC_OK && l < c->layers; l++) s = plan_cross(m, p, l);
+  /* Stacked, the MLP reads x_L; parallel, x0. */
+  if (s == DLREC_OK && c->mlp.n_hidden) s = net_mlp_plan(&m->mlp, p, "mlp", m->d, &c->mlp, 0);
+  uint32_t H = c->mlp.n_hidden ? m->mlp.out : 0;
+  m->out_in = c->structure == DCN_PARALLEL ? m->d + H : (H ? H : m->d);
+  if (s == DLREC_OK) s = net_plan_linear(p, "output", m->out_in, 1, &m->out);
+  if (s != DLREC_OK) {
+    free(m);
+    return s;
+  }
+  m->L_out = p->linear[m->out];
+  *ctx = m;
+  return DLREC_OK;
+}
+
+static void free_ctx(void *ctx) { free(ctx); }
+
+/* count floats normal with std sqrt(2 / (fan_in + fan_out)) (Xavier) from
+ * the random stream (seed, stream). */
+static void xavier(float *w, size_t count, uint32_t fan_in, uint32_t fan_out, uint64_t seed, uint64_t stream) {
+  dlrec_rng r;
+  dlrec_rng_seed(&r, seed, stream);
+  double std = sqrt(2.0 / ((double)fan_in + fan_out));
+  for (size_t i = 0; i < count; i++) w[i] = (float)(std * dlrec_rng_normal(&r));
+}
+
+/* As TorchRec's CrossNet, LowRankCrossNet and LowRankMixtureCrossNet: each
+ * weight matrix (each expert's V, C, U, and each expert's gate row, a
+ * Linear(d, 1)) Xavier normal, the cross biases zero; one stream per
+ * tensor. The MLP and the output layer as net_init_linear (the DLRM
+ * reference's Linear init, bias normal). */
+static void init(const void *ctx, const net_plan *p, float *params, uint64_t seed) {
+  const dcn *m = ctx;
+  uint32_t d = m->d, r = m->cfg.rank, K = m->cfg.experts;
+  for (uint32_t l = 0; l < m->cfg.layers; l++) {
+    const dcn_cross *x = &m->cross[l];
+    uint64_t s0 = 6000 + 8 * (uint64_t)l;
+    if (r == 0) {
+      xavier(params + x->W, (size_t)d * d, d, d, seed, s0);
+    } else {
+      xavier(params + x->V, (size_t)K * r * d, d, r, seed, s0);
+      xavier(params + x->U, (size_t)K * d * r, r, d, seed, s0 + 1);
+      if (K > 1) {
+        xavier(params + x->C, (size_t)K * r * r, r, r, seed, s0 + 2);
+        xavier(params + x->G, (size_t)K * d, d, 1, seed, s0 + 3);
+      }
+    }
+    memset(params + x->bias, 0, d * sizeof(float));
+  }
+  if (m->cfg.mlp.n_hidden) net_mlp_init(&m->mlp, p, params, seed, 5000);
+  net_init_linear(&m->L_out, params, seed, 7000);
+}
+
+/* ---- workspace --------------------------------------------------------------- */
+
+typedef struct dcn_ws {
+  dlrec_arena arena;
+  float *x0;                    /* (B, d) */
+  float *xc[DCN_MAX_LAYERS];    /* each cross layer's output (B, d) */
+  float *act[DCN_MAX_LAYERS];   /* what each layer's backward needs */
+  float *scratch;               /* the cross blocks' backward and infer scratch */
+  float *mlp;                   /* net_mlp's workspace */
+  float *cat, *dcat;            /* the output layer's input (B, out_in) and its gradient */
+  float *logits;                /* (B) */
+  const float *h;               /* the MLP's output (B, H), in its workspace, after forward */
+  float *dx0, *da, *db;         /* (B, d): x0's gradient, ping-pong gradients of x_l */
+} dcn_ws;
+
+static void ws_free(void *ws) {
+  dcn_ws *w = ws;
+  if (!w) return;
+  dlrec_arena_free(&w->arena);
+  free(w);
+}
+
+static size_t act_floats(const dcn *m, int B) {
+  int d = (int)m->d, r = (int)m->cfg.rank, K = (int)m->cfg.experts;
+  return K > 1 ? dlrec_cross_mix_act_floats(B, d, r, K) : dlrec_cross_act_floats(B, d, r);
+}
+
+static size_t scratch_floats(const dcn *m, int B) {
+  int d = (int)m->d, r = (int)m->cfg.rank, K = (int)m->cfg.experts;
+  if (K > 1) {
+    size_t a = dlrec_cross_mix_ws_floats(B, d, r, K), b = dlrec_cross_mix_infer_ws_floats(B, d, r, K);
+    return a > b ? a : b;
+  }
+  return dlrec_cross_ws_floats(B, d, r); /* >= B·r, the low-rank infer's */
+}
+
+static dlrec_status ws_create(const void *ctx, const net_plan *p, uint32_t max_batch, void **out) {
+  (void)p;
+  const dcn *m = ctx;
+  *out = NULL;
+  dcn_ws *w = calloc(1, sizeof *w);
+  if (!w) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
+  dlrec_arena_init(&w->arena, 1u << 20);
+  size_t B = max_batch, d = m->d;
+#define WS_ALLOC(ptr, floats)                                                              \
+  do {                                                                                     \
+    if (!((ptr) = dlrec_arena_alloc(&w->arena, (floats) * sizeof(float), 64))) goto nomem; \
+  } while (0)
+  WS_ALLOC(w->x0, B * d);
+  for (uint32_t l = 0; l < m->cfg.layers; l++) {
+    WS_ALLOC(w->xc[l], B * d);
+    WS_ALLOC(w->act[l], act_floats(m, (int)B));
+  }
+  WS_ALLOC(w->scratch, scratch_floats(m, (int)B));
+  if (m->cfg.mlp.n_hidden) WS_ALLOC(w->mlp, net_mlp_ws_floats(&m->mlp, max_batch));
+  WS_ALLOC(w->cat, B * m->out_in);
+  WS_ALLOC(w->dcat, B * m->out_in);
+  WS_ALLOC(w->logits, B);
+  WS_ALLOC(w->dx0, B * d);
+  WS_ALLOC(w->da, B * d);
+  WS_ALLOC(w->db, B * d);
+#undef WS_ALLOC
+  *out = w;
+  return DLREC_OK;
+nomem:
+  ws_free(w);
+  return dlrec_error(DLREC_ERR_NOMEM, "cannot allocate the workspace for batches of %u rows", max_batch);
+}
+
+/* ---- forward and backward ----------------------------------------------------- */
+
+/* One cross layer, out = x0 ⊙ (xl · Wᵀ + b) + xl: the training kernels
+ * (saving act), or when scoring the packed batch-invariant ones. */
+static dlrec_status cross_forward(const dcn *m, dcn_ws *w, const net_io *io, uint32_t l, const float *xl) {
+  const dcn_cross *x = &m->cross[l];
+  const float *P = io->params;
+  int B = io->B, d = (int)m->d, r = (int)m->cfg.rank, K = (int)m->cfg.experts;
+  float *out = w->xc[l];
+  if (io->packed) {
+    const dlrec_packed_linear *const *pk = io->packed;
+    if (r == 0) return dlrec_cross_infer(out, w->x0, xl, pk[x->w], B, d);
+    if (K == 1) return dlrec_cross_lowrank_infer(out, w->scratch, w->x0, xl, pk[x->v0], pk[x->u0], B, d, r);
+    return dlrec_cross_mix_infer(out, w->scratch, w->x0, xl, pk + x->v0, pk + x->c0, pk + x->u0, pk[x->gate], B, d,
+                                 r, K);
+  }
+  if (r == 0) return dlrec_cross_forward(out, w->act[l], w->x0, xl, P + x->W, P + x->bias, B, d);
+  if (K == 1) return dlrec_cross_lowrank_forward(out, w->act[l], w->x0, xl, P + x->V, P + x->U, P + x->bias, B, d, r);
+  return dlrec_cross_mix_forward(out, w->act[l], w->x0, xl, P + x->V, P + x->C, P + x->U, P + x->G, P + x->bias, B, d,
+                                 r, K);
+}
+
+/* The backward of cross layer l from dout (B, d): dx0 accumulated, dxl
+ * overwritten, the layer's gradients into g. */
+static dlrec_status cross_backward(const dcn *m, dcn_ws *w, const net_io *io, uint32_t l, const float *dout,
+                                   float *dxl, float *g) {
+  const dcn_cross *x = &m->cross[l];
+  const float *P = io->params, *xl = l ? w->xc[l - 1] : w->x0;
+  int B = io->B, d = (int)m->d, r = (int)m->cfg.rank, K = (int)m->cfg.experts;
+  if (r == 0)
+    return dlrec_cross_backward(w->dx0, dxl, g + x->W, g + x->bias, dout, w->x0, xl, w->act[l], P + x->W, w->scratch,
+                                B, d);
+  if (K == 1)
+    return dlrec_cross_lowrank_backward(w->dx0, dxl, g + x->V, g + x->U, g + x->bias, dout, w->x0, xl, w->act[l],
+                                        P + x->V, P + x->U, w->scratch, B, d, r);
+  return dlrec_cross_mix_backward(w->dx0, dxl, g + x->V, g + x->C, g + x->U, g + x->G, g + x->bias, dout, w->x0, xl,
+                                  w->act[l], P + x->V, P + x->C, P + x->U, P + x->G, w->scratch, B, d, r, K);
+}
+
+static dlrec_status forward(const void *ctx, void *ws, const net_io *io, const float **logits) {
+  const dcn *m = ctx;
+  dcn_ws *w = ws;
+  size_t B = (size_t)io->B, d = m->d, nd = m->n_dense, FD = (size_t)m->F * m->D;
+  dlrec_net_profile *p = io->prof;
+  double t = dlrec_now();
+  /* x0 = [dense, e_1 .. e_F] per row. */
+  for (size_t b = 0; b < B; b++) {
+    if (nd) memcpy(w->x0 + b * d, io->dense + b * nd, nd * sizeof(float));
+    if (FD) memcpy(w->x0 + b * d + nd, io->emb + b * FD, FD * sizeof(float));
+  }
+  dlrec_status st = DLREC_OK;
+  const float *xl = w->x0;
+  for (uint32_t l = 0; st == DLREC_OK && l < m->cfg.layers; l++) {
+    st = cross_forward(m, w, io, l, xl);
+    xl = w->xc[l];
+  }
+  net_lap(&p->interaction, &t);
+  /* xl is x_L now. The output layer reads [x_L, MLP(x0)] (parallel) or
+   * MLP(x_L) (stacked; x_L itself without an MLP). */
+  const float *h = NULL, *in = xl;
+  int parallel = m->cfg.structure == DCN_PARALLEL;
+  if (st == DLREC_OK && m->cfg.mlp.n_hidden) st = net_mlp_forward(&m->mlp, io, w->mlp, parallel ? w->x0 : xl, &h);
+  if (st == DLREC_OK && parallel) {
+    size_t H = m->mlp.out, I = m->out_in;
+    for (size_t b = 0; b < B; b++) {
+      memcpy(w->cat + b * I, xl + b * d, d * sizeof(float));
+      memcpy(w->cat + b * I + d, h + b * H, H * sizeof(float));
+    }
+    in = w->cat;
+  } else if (h) {
+    in = h;
+  }
+  w->h = h;
+  if (st == DLREC_OK) st = net_linear_forward(io, m->out, w->logits, in, 0);
+  p->mlp_flops += 2.0 * (double)B * m->out_in;
+  net_lap(&p->mlp, &t);
+  *logits = w->logits;
+  return st;
+}
+
+static dlrec_status backward(const void *ctx, void *ws, const net_io *io, const float *d_logits, float *g,
+                             float *d_emb) {
+  const dcn *m = ctx;
+  dcn_ws *w = ws;
+  int B = io->B;
+  size_t d = m->d, nd = m->n_dense, FD = (size_t)m->F * m->D, I = m->out_in;
+  const float *P = io->params;
+  dlrec_net_profile *p = io->prof;
+  double t = dlrec_now();
+  int parallel = m->cfg.structure == DCN_PARALLEL, has_mlp = m->cfg.mlp.n_hidden > 0;
+  const float *xL = w->xc[m->cfg.layers - 1];
+  /* The output layer's input, as forward built it. */
+  const float *in = parallel ? w->cat : has_mlp ? w->h : xL;
+  dlrec_status st =
+      dlrec_linear_backward(w->dcat, g + m->L_out.w, g + m->L_out.b, d_logits, in, P + m->L_out.w, B, (int)I, 1);
+  p->mlp_flops += 4.0 * B * I;
+  float *dxl = w->da; /* dL/dx_L */
+  if (parallel) {
+    /* Split dcat into dL/dx_L and dL/dh (moved to dcat's front, row by row
+     * upwards, so no unread value is overwritten); the MLP's din is x0's
+     * first gradient term. */
+    size_t H = I - d;
+    for (size_t b = 0; b < (size_t)B; b++) {
+      memcpy(dxl + b * d, w->dcat + b * I, d * sizeof(float));
+      memmove(w->dcat + b * H, w->dcat + b * I + d, H * sizeof(float));
+    }
+    if (st == DLREC_OK) st = net_mlp_backward(&m->mlp, io, w->mlp, w->x0, w->dcat, w->dx0, g);
+  } else {
+    /* Stacked: dcat is dL/dh, or dL/dx_L without an MLP. */
+    memset(w->dx0, 0, (size_t)B * d * sizeof(float));
+    if (has_mlp && st == DLREC_OK) st = net_mlp_backward(&m->mlp, io, w->mlp, xL, w->dcat, dxl, g);
+    else memcpy(dxl, w->dcat, (size_t)B * d * sizeof(float));
+  }
+  net_lap(&p->mlp, &t);
+  /* The cross layers, last to first; layer 0's xl is x0, so its dxl adds
+   * into dx0. */
+  float *dnext = w->db;
+  for (int l = (int)m->cfg.layers - 1; st == DLREC_OK && l >= 0; l--) {
+    st = cross_backward(m, w, io, (uint32_t)l, dxl, dnext, g);
+    float *tmp = dxl;
+    dxl = dnext;
+    dnext = tmp;
+  }
+  for (size_t i = 0; st == DLREC_OK && i < (size_t)B * d; i++) w->dx0[i] += dxl[i];
+  /* x0's embedding part is d_emb; the dense features take no gradient. */
+  for (size_t b = 0; st == DLREC_OK && FD && b < (size_t)B; b++)
+    memcpy(d_emb + b * FD, w->dx0 + b * d + nd, FD * sizeof(float));
+  net_lap(&p->interaction, &t);
+  return st;
+}
+
+const net_type net_type_dcn_v2 = {
+    .name = "dcn_v2",
+    .config_default = config_default,
+    .config_parse = config_parse,
+    .config_to_json = config_to_json,
+    .plan = plan,
+    .free_ctx = free_ctx,
+    .init = init,
+    .ws_create = ws_create,
+    .ws_free = ws_free,
+    .forward = forward,
+    .backward = backward,
+};
