@@ -797,6 +797,10 @@ TEST(every_epoch_validation_drives_plateau_early_stop_and_best) {
       CHECK_EQ(num(l, "epoch"), nv); /* the epoch it ends, from 0 */
       CHECK_NEAR(num(l, "plateau_scale"), nv == 0 ? 1.0 : nv == 1 ? 0.5 : 0.25, 0, 0);
       CHECK_EQ(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(l, "early_stop")), nv == 2);
+      /* "best" marks an AUC above every earlier one. */
+      int higher = 1;
+      for (int i = 0; i < nv; i++) higher &= num(valid, "auc") > vauc[i];
+      CHECK_EQ(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(l, "best")), higher);
       vstep[nv] = step;
       vauc[nv++] = num(valid, "auc");
     } else {

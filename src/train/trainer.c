@@ -294,7 +294,7 @@ static dlrec_status validate(run *r, dlrec_train_result *res, double scale, int 
   cJSON_DeleteItemFromObject(j, "samples_per_s");
   if (epoch_end) cJSON_AddBoolToObject(j, "epoch_end", 1);
   cJSON_AddItemToObject(j, "valid", dlrec_metrics_to_json(&m));
-  if (o.improved) cJSON_AddBoolToObject(j, "best", 1);
+  if (o.improved && c->keep_best) cJSON_AddBoolToObject(j, "best", 1);
   if (c->plateau_factor < 1) cJSON_AddNumberToObject(j, "plateau_scale", r->prog.valid.plateau_scale);
   if (o.stop) cJSON_AddBoolToObject(j, "early_stop", 1);
   if ((s = log_json(r, j)) != DLREC_OK) return s;
