@@ -279,8 +279,8 @@ static cJSON *step_json(const run *r, double loss, double lr_scale, double rate)
  * the step trained with lr scale `scale`: evaluates, feeds the metric to the
  * validation state (best, early stopping, plateau), logs the line, and saves
  * the best checkpoint. *stop is set when the run must end here. */
-static dlrec_status validate(run *r, dlrec_train_result *res, double scale, int epoch_end, dlrec_progress *bar,
-                             int *stop) {
+static dlrec_status validate(run *r, dlrec_train_result *res, double scale, double loss, int epoch_end,
+                             dlrec_progress *bar, int *stop) {
   const dlrec_train_config *c = &r->cfg;
   dlrec_metrics m;
   dlrec_status s = evaluate_now(r, &m);
@@ -298,7 +298,7 @@ static dlrec_status validate(run *r, dlrec_train_result *res, double scale, int 
   if (c->plateau_factor < 1) cJSON_AddNumberToObject(j, "plateau_scale", r->prog.valid.plateau_scale);
   if (o.stop) cJSON_AddBoolToObject(j, "early_stop", 1);
   if ((s = log_json(r, j)) != DLREC_OK) return s;
-  dlrec_progress_note(bar, "loss %.4f auc %.4f", res->last_loss, m.auc);
+  dlrec_progress_note(bar, "loss %.4f auc %.4f", isfinite(res->last_loss) ? res->last_loss : loss, m.auc);
   /* The best checkpoint: saved (which makes it `latest` too), then named by
    * RUN/best; a crash between the two is repaired on resume. */
   if (c->keep_best && o.improved) {
@@ -411,7 +411,7 @@ dlrec_status dlrec_train(const dlrec_train_args *a, dlrec_train_result *res) {
                      (c->eval_every_epoch && epoch_end))) {
       double te = dlrec_now();
       int stop = 0;
-      s = validate(&r, res, scale, epoch_end, bar, &stop);
+      s = validate(&r, res, scale, loss, epoch_end, bar, &stop);
       eval_seconds += dlrec_now() - te;
       if (s != DLREC_OK || stop) break;
     }
@@ -447,7 +447,11 @@ dlrec_status dlrec_train(const dlrec_train_args *a, dlrec_train_result *res) {
   if (state_ok) {
     dlrec_error_copy e;
     dlrec_error_save(&e);
-    dlrec_status cs = r.prog.step > start_step || !a->resume ? checkpoint_now(&r) : DLREC_OK;
+    /* A checkpoint of this very state exists when the last step was both
+     * validated and checkpointed (a best one, say): writing it again would
+     * only replace RUN/best's directory under it. */
+    int saved = r.last_ckpt_step == r.prog.step && r.has_last_valid && r.last_valid_step == r.prog.step;
+    dlrec_status cs = (r.prog.step > start_step || !a->resume) && !saved ? checkpoint_now(&r) : DLREC_OK;
     if (s == DLREC_OK) s = cs;
     else dlrec_error_restore(&e);
   }
