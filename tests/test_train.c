@@ -9,6 +9,7 @@
 #include "dlrec/checkpoint.h"
 #include "dlrec/fsutil.h"
 #include "dlrec/json.h"
+#include "net_check.h"
 #include "test.h"
 
 /* Synthesizes rows, fits the ETL and encodes train/valid files in tmpdir. */
@@ -694,4 +695,328 @@ TEST(lr_schedule_in_training_reaches_the_floor) {
   if (test_failed_now()) return;
   CHECK_EQ(seen, 60);
   CHECK(at_floor_early >= 5); /* the floor was reached before the decay ended */
+}
+
+/* ---- validation after every epoch, early stopping, the plateau, RUN/best ---- */
+
+/* RUN/metrics.jsonl as a JSON array of its lines; NULL if unreadable. */
+static cJSON *metrics_lines(const char *run) {
+  char path[2048], *text;
+  size_t n;
+  snprintf(path, sizeof path, "%s/metrics.jsonl", test_path(run));
+  if (dlrec_read_file(path, 1u << 24, &text, &n) != DLREC_OK) return NULL;
+  cJSON *all = cJSON_CreateArray();
+  for (char *line = text, *nl; (nl = strchr(line, '\n')); line = nl + 1) {
+    *nl = '\0';
+    cJSON *j = cJSON_Parse(line);
+    if (!j) {
+      cJSON_Delete(all);
+      free(text);
+      return NULL;
+    }
+    cJSON_AddItemToArray(all, j);
+  }
+  free(text);
+  return all;
+}
+
+static double num(const cJSON *o, const char *key) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+  return cJSON_IsNumber(v) ? v->valuedouble : NAN;
+}
+
+/* The step RUN/NAME (latest or best) names; 0 if none. */
+static uint64_t pointer_step(const char *run, const char *name) {
+  char path[2048], *text;
+  size_t n;
+  snprintf(path, sizeof path, "%s/%s", test_path(run), name);
+  if (dlrec_read_file(path, 4096, &text, &n) != DLREC_OK) return 0;
+  unsigned long long step = 0;
+  if (sscanf(text, "ckpt-%llu", &step) != 1) step = 0;
+  free(text);
+  return step;
+}
+
+static int ckpt_exists(const char *run, uint64_t step) {
+  char path[2048];
+  struct stat st;
+  snprintf(path, sizeof path, "%s/ckpt-%012llu/manifest.json", test_path(run), (unsigned long long)step);
+  return stat(path, &st) == 0;
+}
+
+/* A run of up to 5 epochs, validated after each, where no validation can
+ * improve by more than min_delta 1 (an AUC moves by less): the first sets
+ * the references, the second and third are bad. So early stopping with
+ * patience 2 ends the run at the third validation, and the plateau (factor
+ * 0.5, patience 0) halves the lr scale at the second and again at the third.
+ * The training lines log the scale each step trained with; RUN/best names
+ * the checkpoint of the highest AUC logged, which checkpoint.keep 1 does not
+ * prune, and `eval --checkpoint best` measures that AUC again. With
+ * training.restore_best the summary reports it too. */
+TEST(every_epoch_validation_drives_plateau_early_stop_and_best) {
+  CHECK(make_data(20000) == 0);
+  const char *cfg =
+      "{\"model\": {\"embedding_dim\": 8, \"bottom_mlp\": [32, 8], \"top_mlp\": [32, 1]},"
+      " \"optimizer\": {\"dense\": {\"type\": \"adam\", \"lr\": 0.002}, \"sparse\": {\"type\": \"rowwise_adagrad\", \"lr\": 0.05}},"
+      " \"training\": {\"batch_size\": 128, \"epochs\": 5, \"threads\": 2, \"seed\": 5, \"deterministic\": true,"
+      " \"early_stopping_patience\": 2, \"early_stopping_min_delta\": 1, \"restore_best\": true},"
+      " \"schedule\": {\"plateau_factor\": 0.5, \"plateau_patience\": 0, \"plateau_min_delta\": 1},"
+      " \"eval\": {\"every_epoch\": true, \"max_rows\": 2000},"
+      " \"loader\": {\"window_groups\": 2, \"slice_rows\": 8},"
+      " \"checkpoint\": {\"interval_steps\": 40, \"keep\": 1, \"keep_best\": true}, \"log\": {\"interval_steps\": 5}}";
+  CHECK(test_write_file(test_path("cfg.json"), cfg, (size_t)-1) == 0);
+  char *out = NULL;
+  int rc = test_run_cli(&out, "train -q --config '%s' --train '%s' --valid '%s' --etl '%s' --out '%s'",
+                        test_path("cfg.json"), test_path("train.dlr"), test_path("valid.dlr"), test_path("etl"),
+                        test_path("run"));
+  cJSON *summary = rc == 0 && out ? cJSON_Parse(out) : NULL;
+  if (!summary) fprintf(stderr, "train -> %d: %s\n", rc, out ? out : "");
+  free(out);
+  CHECK(summary != NULL);
+  CHECK(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(summary, "early_stopped")));
+  cJSON *lines = metrics_lines("run");
+  CHECK(lines != NULL);
+  uint64_t vstep[3] = {0};
+  double vauc[3] = {0};
+  int nv = 0;
+  uint64_t last_step = 0;
+  double restored_step = NAN;
+  const cJSON *l;
+  cJSON_ArrayForEach(l, lines) {
+    uint64_t step = (uint64_t)num(l, "step");
+    const cJSON *valid = cJSON_GetObjectItemCaseSensitive(l, "valid");
+    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(l, "final"))) {
+      restored_step = num(l, "restored_best_step"); /* the report of restore_best, last */
+      continue;
+    }
+    if (valid) {
+      if (nv == 3 || !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(l, "epoch_end"))) {
+        test_fail(__FILE__, __LINE__, "an unexpected validation line at step %llu", (unsigned long long)step);
+        break;
+      }
+      CHECK_EQ(num(l, "epoch"), nv); /* the epoch it ends, from 0 */
+      CHECK_NEAR(num(l, "plateau_scale"), nv == 0 ? 1.0 : nv == 1 ? 0.5 : 0.25, 0, 0);
+      CHECK_EQ(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(l, "early_stop")), nv == 2);
+      /* "best" marks an AUC above every earlier one. */
+      int higher = 1;
+      for (int i = 0; i < nv; i++) higher &= num(valid, "auc") > vauc[i];
+      CHECK_EQ(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(l, "best")), higher);
+      vstep[nv] = step;
+      vauc[nv++] = num(valid, "auc");
+    } else {
+      /* A training line: the lr scale its step trained with. */
+      double want = step <= vstep[0] || !vstep[0] ? 1.0 : step <= vstep[1] || !vstep[1] ? 1.0 : 0.5;
+      if (nv == 2) want = 0.5;
+      if (num(l, "lr_scale") != want) {
+        test_fail(__FILE__, __LINE__, "step %llu: lr_scale %g, expected %g", (unsigned long long)step,
+                  num(l, "lr_scale"), want);
+        break;
+      }
+    }
+    last_step = step;
+  }
+  CHECK_EQ(nv, 3);
+  CHECK(vstep[1] == 2 * vstep[0] && vstep[2] == 3 * vstep[0]); /* epochs of equal length */
+  CHECK_EQ_U64(last_step, vstep[2]);                           /* the run ended at the third validation */
+  int best = 0;
+  for (int i = 1; i < 3; i++)
+    if (vauc[i] > vauc[best]) best = i;
+  CHECK_EQ_U64(pointer_step("run", "best"), vstep[best]);
+  CHECK(ckpt_exists("run", vstep[best]));
+  CHECK_EQ_U64(pointer_step("run", "latest"), vstep[2]);
+  /* restore_best: the summary's validation is the best checkpoint's. */
+  CHECK_EQ(num(summary, "restored_best_step"), (double)vstep[best]);
+  CHECK_EQ(restored_step, (double)vstep[best]);
+  CHECK_NEAR(num(cJSON_GetObjectItemCaseSensitive(summary, "valid"), "auc"), vauc[best], 1e-12, 0);
+  cJSON_Delete(summary);
+  cJSON_Delete(lines);
+  /* eval --checkpoint best scores the same rows with RUN/best's parameters. */
+  out = NULL;
+  rc = test_run_cli(&out, "eval --model '%s' --checkpoint best --data '%s' --max-rows 2000", test_path("run"),
+                    test_path("valid.dlr"));
+  cJSON *ev = rc == 0 && out ? cJSON_Parse(out) : NULL;
+  if (!ev) fprintf(stderr, "eval -> %d: %s\n", rc, out ? out : "");
+  free(out);
+  CHECK(ev != NULL);
+  CHECK_NEAR(num(ev, "auc"), vauc[best], 1e-12, 0);
+  cJSON_Delete(ev);
+  out = NULL;
+  rc = test_run_cli(&out, "predict -q --model '%s' --checkpoint best --input '%s' --out '%s'", test_path("run"),
+                    test_path("valid.dlr"), test_path("scores.txt"));
+  if (rc != 0) fprintf(stderr, "predict -> %d: %s\n", rc, out ? out : "");
+  free(out);
+  CHECK_EQ(rc, 0);
+  /* Pruning keeps RUN/best however many checkpoints come after it. */
+  dlrec_model *m;
+  CHECK_OK(dlrec_model_load(test_path("run"), &m));
+  dlrec_train_progress p = m->progress;
+  for (uint64_t s = 0; s < 3; s++) {
+    p.step = 100000 + s;
+    CHECK_OK(dlrec_checkpoint_save(test_path("run"), &m->config, test_path("etl"), m->net, NULL, &p, 1));
+  }
+  dlrec_model_free(m);
+  CHECK(ckpt_exists("run", vstep[best]));
+  CHECK(ckpt_exists("run", 100002));
+  CHECK(!ckpt_exists("run", 100001) && !ckpt_exists("run", 100000));
+}
+
+/* --checkpoint best on a run without RUN/best, or an unknown choice, is a
+ * clear error; serve refuses best with --watch before it starts anything. */
+TEST(checkpoint_best_without_one_is_refused) {
+  CHECK(make_data(4000) == 0);
+  CHECK(test_write_file(test_path("cfg.json"), CONFIG, (size_t)-1) == 0);
+  CHECK(train("run", "--max-steps 5") == 0);
+  char *out = NULL;
+  int rc = test_run_cli(&out, "eval --model '%s' --checkpoint best --data '%s'", test_path("run"), test_path("valid.dlr"));
+  CHECK(rc == 1 && out && strstr(out, "no best checkpoint") && strstr(out, "checkpoint.keep_best"));
+  free(out);
+  out = NULL;
+  rc = test_run_cli(&out, "eval --model '%s' --checkpoint newest --data '%s'", test_path("run"), test_path("valid.dlr"));
+  CHECK(rc == 1 && out && strstr(out, "expected latest or best"));
+  free(out);
+  out = NULL;
+  rc = test_run_cli(&out, "serve --model '%s' --checkpoint best --watch", test_path("run"));
+  CHECK(rc == 2 && out && strstr(out, "--watch"));
+  free(out);
+  /* keep_best without --valid would never act: refused up front. */
+  const char *cfg = "{\"eval\": {\"every_epoch\": true}, \"checkpoint\": {\"keep_best\": true}}";
+  CHECK(test_write_file(test_path("cfg.json"), cfg, (size_t)-1) == 0);
+  out = NULL;
+  rc = test_run_cli(&out, "train -q --config '%s' --train '%s' --etl '%s' --out '%s'", test_path("cfg.json"),
+                    test_path("train.dlr"), test_path("etl"), test_path("run2"));
+  CHECK(rc == 1 && out && strstr(out, "need --valid"));
+  free(out);
+}
+
+/* A resume in the middle of an epoch with every new feature on gives the
+ * bits of an uninterrupted run: validation after each epoch (the first
+ * before the interruption), the plateau halving the lr at every validation
+ * after the first (min_delta 1: none improves), early stopping armed,
+ * RUN/best, gradient clipping and L2 on the embeddings. The checkpoint the
+ * resume starts from must carry the validation state, or the resumed run
+ * would take its second validation for its first and not cut the lr. */
+TEST(resume_mid_epoch_with_validation_features_is_bitwise_identical) {
+  CHECK(make_data(20000) == 0);
+  const char *cfg =
+      "{\"model\": {\"embedding_dim\": 8, \"bottom_mlp\": [32, 8], \"top_mlp\": [32, 1]},"
+      " \"optimizer\": {\"dense\": {\"type\": \"adam\", \"lr\": 0.002},"
+      " \"sparse\": {\"type\": \"rowwise_adagrad\", \"lr\": 0.05, \"weight_decay\": 0.0001}, \"clip_grad_norm\": 0.05},"
+      " \"training\": {\"batch_size\": 128, \"epochs\": 3, \"threads\": 2, \"seed\": 5, \"deterministic\": true,"
+      " \"early_stopping_patience\": 10},"
+      " \"schedule\": {\"plateau_factor\": 0.5, \"plateau_patience\": 0, \"plateau_min_delta\": 1},"
+      " \"eval\": {\"every_epoch\": true, \"max_rows\": 1000},"
+      " \"loader\": {\"window_groups\": 2, \"slice_rows\": 8},"
+      " \"checkpoint\": {\"interval_steps\": 10, \"keep\": 3, \"keep_best\": true}, \"log\": {\"interval_steps\": 10}}";
+  CHECK(test_write_file(test_path("cfg.json"), cfg, (size_t)-1) == 0);
+  char valid[2100];
+  snprintf(valid, sizeof valid, "--valid '%s'", test_path("valid.dlr"));
+  char a1[2200], a2[2200], a3[2200];
+  snprintf(a1, sizeof a1, "%s --max-steps 300", valid);
+  snprintf(a2, sizeof a2, "%s --max-steps 190", valid);
+  snprintf(a3, sizeof a3, "%s --max-steps 300 --resume", valid);
+  /* Epochs of ~125 steps: validations at ~125 and ~250; 190 is mid-epoch. */
+  CHECK(train("straight", a1) == 0);
+  CHECK(train("resumed", a2) == 0);
+  CHECK(train("resumed", a3) == 0);
+  const char *files[] = {"dense.bin", "table.bin", "optim.bin"};
+  for (int i = 0; i < 3; i++) {
+    char a[2048], b[2048];
+    snprintf(a, sizeof a, "%s/ckpt-000000000300/%s", test_path("straight"), files[i]);
+    snprintf(b, sizeof b, "%s/ckpt-000000000300/%s", test_path("resumed"), files[i]);
+    if (!files_equal(a, b)) test_fail(__FILE__, __LINE__, "%s differs after resume", files[i]);
+  }
+  CHECK(same_metrics("straight", "resumed"));
+  CHECK(pointer_step("straight", "best") != 0);
+  CHECK_EQ_U64(pointer_step("straight", "best"), pointer_step("resumed", "best"));
+  /* The plateau acted before step 300: the log says so. */
+  cJSON *lines = metrics_lines("straight");
+  CHECK(lines != NULL);
+  int halved = 0;
+  const cJSON *l;
+  cJSON_ArrayForEach(l, lines) halved += num(l, "lr_scale") == 0.5 && num(l, "step") > 250;
+  cJSON_Delete(lines);
+  CHECK(halved > 0);
+}
+
+/* ---- gradient-norm clipping ---- */
+
+/* One SGD step with optimizer.clip_grad_norm against a naive double
+ * reference: the gradients of the same batch (dense, and d_emb (B, F, D)
+ * per lookup), their joint L2 norm, coef = min(1, max_norm / (norm + 1e-6))
+ * as PyTorch's clip_grad_norm_, then every dense parameter minus
+ * lr * coef * g and every embedding row minus lr * coef * the sum of the
+ * d_emb of its lookups. The tiny batch has a multi-hot column (bags of 0 to
+ * 3 ids), so rows get several lookups. Checked clipping (max_norm below the
+ * norm) and not (above it). */
+static void check_clip(const char *type, double max_norm_over_norm) {
+  dlrec_schema s;
+  net_check_schema(&s, 3);
+  dlrec_net_config nc;
+  dlrec_net *m = NULL;
+  dlrec_net_ws *ws = NULL;
+  CHECK_OK(dlrec_net_config_default(&nc, type));
+  CHECK_OK(dlrec_net_create(&m, &nc, &s));
+  CHECK_OK(dlrec_net_init(m, 7));
+  CHECK_OK(dlrec_net_ws_create(&ws, m, 4));
+  net_check_batch tb;
+  net_check_make_batch(&tb, &s, 3, -1);
+  size_t n;
+  float *p = dlrec_net_dense_params(m, &n);
+  dlrec_table *t = dlrec_net_table(m);
+  const uint32_t D = dlrec_table_dim(t), stride = dlrec_table_stride(t), F = s.n_sparse, B = tb.b.rows;
+  const size_t n_emb = (size_t)B * F * D, table_floats = (size_t)s.table_rows * stride;
+  double loss;
+  const float *grad, *d_emb;
+  CHECK_OK(dlrec_net_gradients(m, ws, &tb.b, &loss, &grad, &d_emb));
+  double *g = malloc(n * sizeof *g), *dE = malloc(n_emb * sizeof *dE), sq = 0;
+  for (size_t i = 0; i < n; i++) {
+    g[i] = grad[i];
+    sq += g[i] * g[i];
+  }
+  for (size_t i = 0; i < n_emb; i++) {
+    dE[i] = d_emb[i];
+    sq += dE[i] * dE[i];
+  }
+  const double norm = sqrt(sq), max_norm = max_norm_over_norm * norm;
+  const double coef = max_norm / (norm + 1e-6) < 1 ? max_norm / (norm + 1e-6) : 1.0, lr = 0.1;
+  double *want_p = malloc(n * sizeof *want_p), *want_t = malloc(table_floats * sizeof *want_t);
+  for (size_t i = 0; i < n; i++) want_p[i] = p[i] - lr * coef * g[i];
+  const float *rows = dlrec_table_data(t);
+  for (size_t i = 0; i < table_floats; i++) want_t[i] = rows[i];
+  for (uint32_t c = 0; c < F; c++)
+    for (uint32_t b = 0; b < B; b++)
+      for (uint32_t k = tb.b.offsets[c][b]; k < tb.b.offsets[c][b + 1]; k++)
+        for (uint32_t d = 0; d < D; d++)
+          want_t[(size_t)tb.b.ids[c][k] * stride + d] -= lr * coef * dE[((size_t)b * F + c) * D + d];
+
+  dlrec_net_optim opt = {0};
+  dlrec_optim_config_default(&opt.dense, DLREC_OPTIM_SGD);
+  opt.dense.lr = (float)lr;
+  dlrec_sparse_optim_config sc;
+  dlrec_sparse_optim_config_default(&sc, DLREC_SPARSE_SGD);
+  opt.sparse_lr = (float)lr;
+  opt.clip_grad_norm = (float)max_norm;
+  CHECK_OK(dlrec_sparse_optim_create(&opt.sparse, t, &sc));
+  CHECK_OK(dlrec_net_train_step(m, ws, &opt, &tb.b, 1.0f, 1, &loss, NULL));
+  int bad = 0;
+  for (size_t i = 0; i < n; i++)
+    if (!(fabs(p[i] - want_p[i]) <= 1e-6 + 1e-5 * fabs(want_p[i])) && bad++ < 5)
+      fprintf(stderr, "%s: param %zu: %.9g, reference %.9g\n", type, i, p[i], want_p[i]);
+  for (size_t i = 0; i < table_floats; i++)
+    if (!(fabs(rows[i] - want_t[i]) <= 1e-6 + 1e-5 * fabs(want_t[i])) && bad++ < 10)
+      fprintf(stderr, "%s: table float %zu: %.9g, reference %.9g\n", type, i, rows[i], want_t[i]);
+  CHECK_EQ(bad, 0);
+  /* The step moved something: the reference is not a no-op. */
+  CHECK(norm > 1e-3);
+  dlrec_sparse_optim_free(opt.sparse);
+  free(g), free(dE), free(want_p), free(want_t);
+  dlrec_net_ws_free(ws);
+  dlrec_net_free(m);
+}
+
+TEST(clip_grad_norm_matches_naive_reference) {
+  check_clip("fm", 0.25);   /* clipped to a quarter */
+  check_clip("fm", 2.0);    /* below the limit: unchanged */
+  check_clip("dlrm", 0.1);
+  check_clip("lr", 0.5);
 }

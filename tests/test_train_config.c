@@ -1,5 +1,7 @@
 /* The training config: defaults, the example file, strict errors that name
  * the field, the JSON round trip, and the learning-rate schedule. */
+#include <math.h>
+
 #include "dlrec/dlrm.h"
 #include "dlrec/json.h"
 #include "dlrec/train_config.h"
@@ -157,4 +159,151 @@ TEST(config_mlp_width_zero_is_refused) {
   CHECK_ERR(parse("{\"model\": {\"top_mlp\": [0, 1]}}", &c), DLREC_ERR_INVALID,
             "field 'top_mlp[0]': expected a width in [1, 65536]");
   CHECK_OK(parse("{\"model\": {\"embedding_dim\": 1, \"bottom_mlp\": [1], \"top_mlp\": [1]}}", &c));
+}
+
+/* The validation keys: absent, everything is off (today's behaviour);
+ * given, they are read, checked, and survive the JSON round trip that a
+ * checkpoint's config.json makes. */
+TEST(config_validation_keys) {
+  dlrec_train_config c, b;
+  CHECK_OK(parse("{}", &c));
+  CHECK_EQ(c.eval_every_epoch, 0);
+  CHECK_EQ(c.early_stop_patience, 0);
+  CHECK_NEAR(c.plateau_factor, 1.0, 0, 0);
+  CHECK_EQ(c.keep_best, 0);
+  CHECK_EQ(c.restore_best, 0);
+  CHECK_NEAR(c.clip_grad_norm, 0.0, 0, 0);
+  CHECK_EQ(c.eval_metric, DLREC_VALID_AUC);
+  CHECK_OK(parse("{\"eval\": {\"every_epoch\": true, \"metric\": \"logloss\"},"
+                 " \"training\": {\"early_stopping_patience\": 2, \"early_stopping_min_delta\": 0.0005,"
+                 " \"restore_best\": true},"
+                 " \"schedule\": {\"plateau_factor\": 0.1, \"plateau_patience\": 1, \"plateau_cooldown\": 2,"
+                 " \"plateau_min_delta\": 0.0001, \"plateau_min_scale\": 0.001},"
+                 " \"checkpoint\": {\"keep_best\": true}, \"optimizer\": {\"clip_grad_norm\": 10,"
+                 " \"sparse\": {\"type\": \"lazy_adam\", \"weight_decay\": 0.01}}}",
+                 &c));
+  cJSON *j = dlrec_train_config_to_json(&c);
+  CHECK_OK(dlrec_train_config_from_json(j, "round trip", &b));
+  cJSON_Delete(j);
+  const dlrec_train_config *x[] = {&c, &b};
+  for (int i = 0; i < 2; i++) {
+    CHECK_EQ(x[i]->eval_every_epoch, 1);
+    CHECK_EQ(x[i]->eval_metric, DLREC_VALID_LOGLOSS);
+    CHECK_EQ(x[i]->early_stop_patience, 2);
+    CHECK_NEAR(x[i]->early_stop_min_delta, 0.0005, 0, 0);
+    CHECK_EQ(x[i]->restore_best, 1);
+    CHECK_NEAR(x[i]->plateau_factor, 0.1, 0, 0);
+    CHECK_EQ(x[i]->plateau_patience, 1);
+    CHECK_EQ(x[i]->plateau_cooldown, 2);
+    CHECK_NEAR(x[i]->plateau_min_delta, 0.0001, 0, 0);
+    CHECK_NEAR(x[i]->plateau_min_scale, 0.001, 0, 0);
+    CHECK_EQ(x[i]->keep_best, 1);
+    CHECK_NEAR(x[i]->clip_grad_norm, 10.0, 0, 0);
+    CHECK_NEAR(x[i]->sparse.weight_decay, 0.01, 1e-9, 0);
+  }
+}
+
+/* Settings that could never act are refused, naming the field. */
+TEST(config_validation_keys_errors) {
+  dlrec_train_config c;
+  CHECK_ERR(parse("{\"training\": {\"early_stopping_patience\": 2}}", &c), DLREC_ERR_INVALID,
+            "field 'training.early_stopping_patience' acts on validations: set eval.every_epoch or eval.interval_steps");
+  CHECK_ERR(parse("{\"schedule\": {\"plateau_factor\": 0.5}}", &c), DLREC_ERR_INVALID, "'schedule.plateau_factor'");
+  CHECK_ERR(parse("{\"checkpoint\": {\"keep_best\": true}}", &c), DLREC_ERR_INVALID, "'checkpoint.keep_best'");
+  CHECK_ERR(parse("{\"eval\": {\"every_epoch\": true}, \"training\": {\"restore_best\": true}}", &c), DLREC_ERR_INVALID,
+            "'training.restore_best' needs checkpoint.keep_best");
+  CHECK_ERR(parse("{\"eval\": {\"metric\": \"ne\"}}", &c), DLREC_ERR_INVALID,
+            "cfg.json: eval: field 'metric': 'ne' is not one of auc, logloss");
+  CHECK_ERR(parse("{\"eval\": {\"interval_steps\": 5}, \"schedule\": {\"plateau_factor\": 0}}", &c), DLREC_ERR_INVALID,
+            "schedule: field 'plateau_factor'");
+  CHECK_ERR(parse("{\"eval\": {\"interval_steps\": 5}, \"schedule\": {\"plateau_factor\": 1.5}}", &c),
+            DLREC_ERR_INVALID, "schedule: field 'plateau_factor'");
+  CHECK_ERR(parse("{\"optimizer\": {\"clip_grad_norm\": -1}}", &c), DLREC_ERR_INVALID,
+            "optimizer: field 'clip_grad_norm'");
+  CHECK_ERR(parse("{\"eval\": {\"every_epoch\": 1}}", &c), DLREC_ERR_INVALID, "every_epoch");
+  CHECK_OK(parse("{\"eval\": {\"interval_steps\": 5}, \"training\": {\"early_stopping_patience\": 2}}", &c));
+}
+
+/* A scripted validation curve (AUC, higher is better) through the state
+ * machine, with the decisions worked out by hand from the definitions:
+ *   best:  strictly higher than every earlier AUC;
+ *   stop:  3 validations in a row not above the reference + 0.001
+ *          (Keras EarlyStopping, patience 3, min_delta 0.001);
+ *   plateau: more than 1 bad validation in a row (not above the reference
+ *          + 0.001) cuts the factor x0.5, floored at 0.2; one validation of
+ *          cooldown after a cut (PyTorch ReduceLROnPlateau, mode max,
+ *          threshold_mode abs).
+ * v  auc     best  ES ref/bad   PL ref/bad/cool  scale  event
+ * 1  0.70    yes   .70/0        .70/0/0          1
+ * 2  0.72    yes   .72/0        .72/0/0          1
+ * 3  0.7205  yes   .72/1        .72/1/0          1      (a new best, but not by min_delta)
+ * 4  0.719   -     .72/2        .72/2 -> cut     0.5    reduced, cooldown 1
+ * 5  0.725   yes   .725/0       .725/0/0         0.5    (the cooldown ends)
+ * 6  0.724   -     .725/1       .725/1/0         0.5
+ * 7  0.7255  yes   .725/2       .725/2 -> cut    0.25   reduced, cooldown 1
+ * 8  0.7251  -     .725/3 stop  .725/0/0         0.25   stop (cooldown absorbs the bad one)
+ * 9  NaN     -     .725/4 stop  .725/1/0         0.25   stop (NaN never improves)
+ * 10 0.70    -     .725/5 stop  .725/2 -> cut    0.2    0.125 floored to 0.2: reduced
+ * 11 0.70    -     stop         .725/0/0 (cool)  0.2
+ * 12 0.70    -     stop         .725/1/0         0.2
+ * 13 0.70    -     stop         .725/2 -> none   0.2    at the floor: no cut reported
+ */
+TEST(validation_state_machine_on_a_scripted_curve) {
+  dlrec_train_config c;
+  dlrec_train_config_default(&c);
+  c.early_stop_patience = 3;
+  c.early_stop_min_delta = 0.001;
+  c.plateau_factor = 0.5;
+  c.plateau_patience = 1;
+  c.plateau_cooldown = 1;
+  c.plateau_min_delta = 0.001;
+  c.plateau_min_scale = 0.2;
+  const double auc[] = {0.70, 0.72, 0.7205, 0.719, 0.725, 0.724, 0.7255, 0.7251, NAN, 0.70, 0.70, 0.70, 0.70};
+  const int improved[] = {1, 1, 1, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0};
+  const int reduced[] = {0, 0, 0, 1, 0, 0, 1, 0, 0, 1, 0, 0, 0};
+  const int stop[] = {0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1};
+  const double scale[] = {1, 1, 1, 0.5, 0.5, 0.5, 0.25, 0.25, 0.25, 0.2, 0.2, 0.2, 0.2};
+  const uint64_t best_step[] = {10, 20, 30, 30, 50, 50, 70, 70, 70, 70, 70, 70, 70};
+  dlrec_valid_state s;
+  dlrec_valid_state_init(&s);
+  CHECK(isnan(s.best));
+  CHECK_NEAR(s.plateau_scale, 1.0, 0, 0);
+  for (int i = 0; i < 13; i++) {
+    dlrec_valid_outcome o;
+    dlrec_valid_observe(&c, &s, auc[i], 10 * (uint64_t)(i + 1), &o);
+    if (o.improved != improved[i] || o.reduced != reduced[i] || o.stop != stop[i] || s.plateau_scale != scale[i] ||
+        s.best_step != best_step[i])
+      test_fail(__FILE__, __LINE__,
+                "validation %d (auc %g): improved %d reduced %d stop %d scale %g best_step %llu; expected %d %d %d %g %llu",
+                i + 1, auc[i], o.improved, o.reduced, o.stop, s.plateau_scale, (unsigned long long)s.best_step,
+                improved[i], reduced[i], stop[i], scale[i], (unsigned long long)best_step[i]);
+  }
+  CHECK_EQ_U64(s.validations, 13);
+  CHECK_NEAR(s.best, 0.7255, 0, 0);
+}
+
+/* With logloss, lower is better; with everything off, only the best is kept. */
+TEST(validation_state_machine_logloss_and_off) {
+  dlrec_train_config c;
+  dlrec_train_config_default(&c);
+  c.eval_metric = DLREC_VALID_LOGLOSS;
+  c.early_stop_patience = 1;
+  dlrec_valid_state s;
+  dlrec_valid_state_init(&s);
+  dlrec_valid_outcome o;
+  dlrec_valid_observe(&c, &s, 0.50, 1, &o);
+  CHECK(o.improved && !o.stop);
+  dlrec_valid_observe(&c, &s, 0.45, 2, &o);
+  CHECK(o.improved && !o.stop);
+  dlrec_valid_observe(&c, &s, 0.46, 3, &o); /* higher logloss: worse */
+  CHECK(!o.improved && o.stop);
+  CHECK_EQ_U64(s.best_step, 2);
+  dlrec_train_config_default(&c);
+  dlrec_valid_state_init(&s);
+  for (int i = 0; i < 5; i++) {
+    dlrec_valid_observe(&c, &s, 0.5 - 0.01 * i, (uint64_t)i + 1, &o);
+    CHECK(!o.stop && !o.reduced);
+    CHECK_EQ(o.improved, i == 0);
+  }
+  CHECK_NEAR(s.plateau_scale, 1.0, 0, 0);
 }

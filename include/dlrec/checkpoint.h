@@ -2,13 +2,16 @@
  * and serving load from them.
  *
  * A run directory RUN holds checkpoints RUN/ckpt-STEP/ and a file RUN/latest
- * naming the newest complete one. A checkpoint is written as
+ * naming the newest complete one; with checkpoint.keep_best, a file RUN/best
+ * names the checkpoint of the best validation, which pruning never removes. A checkpoint is written as
  * RUN/ckpt-STEP.tmp/, every file fsync'd, then renamed, then `latest` is
  * replaced atomically, so a crash at any moment leaves the previous
  * checkpoint intact and `latest` pointing at a complete one. Contents
  * (docs/formats.md):
  *   manifest.json     format version, progress (step, samples, loader
- *                     position, the loss sums since the last metrics line),
+ *                     position, the loss sums since the last metrics line,
+ *                     the validation state: best, early-stopping and
+ *                     plateau counters, the plateau's lr factor),
  *                     the model type and its tensors' names and shapes,
  *                     every other file with its size and CRC32C, and a
  *                     CRC32C of the manifest itself
@@ -49,18 +52,30 @@ typedef struct dlrec_train_progress {
    * an uninterrupted run's. */
   double loss_sum;
   uint64_t loss_rows;
+  /* What the validations decided so far (best, early stopping, plateau). */
+  dlrec_valid_state valid;
 } dlrec_train_progress;
 
 /* Saves model, optimizer state (opt may be NULL: a model-only checkpoint)
  * and progress as RUN/ckpt-STEP, points RUN/latest at it, and removes the
- * oldest checkpoints beyond `keep`. etl_dir's files are copied in. */
+ * oldest checkpoints beyond `keep` (never the one RUN/best names). etl_dir's
+ * files are copied in. */
 dlrec_status dlrec_checkpoint_save(const char *run_dir, const dlrec_train_config *cfg, const char *etl_dir,
                                    const dlrec_net *m, const dlrec_net_optim *opt,
                                    const dlrec_train_progress *p, uint32_t keep);
 
+/* Points RUN/best at RUN/ckpt-STEP (which must exist), atomically. */
+dlrec_status dlrec_checkpoint_mark_best(const char *run_dir, uint64_t step);
+
 /* Resolves `path` to a checkpoint directory: path itself if it holds a
  * manifest.json, else the checkpoint that path/latest names. */
 dlrec_status dlrec_checkpoint_resolve(const char *path, char *out, size_t out_size);
+
+/* The same with a choice of pointer: `which` "latest" (or NULL) is
+ * dlrec_checkpoint_resolve; "best" is the checkpoint that path/best names
+ * (path must then be a run directory; a run without RUN/best is refused
+ * with a message saying how to get one). */
+dlrec_status dlrec_checkpoint_select(const char *path, const char *which, char *out, size_t out_size);
 
 /* A model loaded from a checkpoint, for evaluation, prediction and serving. */
 typedef struct dlrec_model {

@@ -136,6 +136,7 @@ typedef struct dlrec_net_optim {
   float *dense_state;         /* dlrec_optim_state_floats(&dense, n) floats */
   dlrec_sparse_optim *sparse; /* on the network's table */
   float sparse_lr;            /* the sparse optimizer's base learning rate */
+  float clip_grad_norm;       /* > 0: clip the gradients' global norm to this (dlrec_net_train_step) */
 } dlrec_net_optim;
 
 /* One training step on a labeled batch: forward, loss, backward, then the
@@ -143,7 +144,12 @@ typedef struct dlrec_net_optim {
  * dense update, each with its base learning rate times lr_scale (the
  * schedule's warmup/decay factor); step is the 1-based update number (Adam).
  * Writes the batch's mean loss and, if prob is not NULL, the batch's
- * predictions before the update. */
+ * predictions before the update. With opt->clip_grad_norm > 0, the dense
+ * gradients and d_emb (B, F, D) are first scaled as PyTorch's
+ * clip_grad_norm_ does, by min(1, max_norm / (norm + 1e-6)) with norm the
+ * L2 norm of all of them together; d_emb holds per-lookup gradients (the
+ * fused update never forms per-row ones), so a row looked up k times in a
+ * batch counts as k gradients, not as their sum (docs/config.md). */
 dlrec_status dlrec_net_train_step(dlrec_net *n, dlrec_net_ws *ws, dlrec_net_optim *opt, const dlrec_batch *batch,
                                   float lr_scale, uint64_t step, double *loss, float *prob);
 

@@ -35,6 +35,20 @@ typedef struct dlrec_train_config {
   uint64_t checkpoint_interval_steps;  /* 0: checkpoint at the end only */
   uint32_t checkpoint_keep;            /* checkpoints kept (newest first), >= 1 */
   uint64_t log_interval_steps;
+  /* Validation-driven control (docs/config.md; the state machine is
+   * dlrec_valid_observe). All off by default. */
+  int eval_every_epoch;                /* validate after every epoch too */
+  int eval_metric;                     /* the monitored metric: DLREC_VALID_AUC or DLREC_VALID_LOGLOSS */
+  uint32_t early_stop_patience;        /* stop after this many validations without improvement; 0 = off */
+  double early_stop_min_delta;         /* an improvement must exceed this */
+  double plateau_factor;               /* lr scale x factor on a plateau; 1 = off */
+  uint32_t plateau_patience;           /* validations without improvement tolerated before a cut */
+  uint32_t plateau_cooldown;           /* validations after a cut before counting again */
+  double plateau_min_delta;            /* an improvement must exceed this */
+  double plateau_min_scale;            /* the plateau factor never goes below this */
+  int keep_best;                       /* keep RUN/best, the checkpoint of the best validation */
+  int restore_best;                    /* the final report evaluates RUN/best */
+  float clip_grad_norm;                /* clip the global gradient norm to this; 0 = off */
   /* loader */
   int shuffle;
   uint32_t window_groups, slice_rows, prefetch;
@@ -55,7 +69,44 @@ dlrec_status dlrec_train_config_from_json(const cJSON *j, const char *what, dlre
  * checkpoint records exactly what ran. The caller frees it (cJSON_Delete). */
 cJSON *dlrec_train_config_to_json(const dlrec_train_config *c);
 
-/* The learning-rate scale at 1-based step `step`. */
+/* The learning-rate scale of the schedule at 1-based step `step` (the
+ * plateau factor, if any, multiplies it: dlrec_valid_state.plateau_scale). */
 double dlrec_lr_scale(const dlrec_train_config *c, uint64_t step);
+
+/* ---- validation-driven control (plateau.c) ------------------------------- */
+
+enum { DLREC_VALID_AUC = 0, DLREC_VALID_LOGLOSS = 1 };
+
+/* What the validations of a run have decided so far; a checkpoint stores it,
+ * so a resumed run continues with the same counters and factor. Metric
+ * values are as measured (AUC or logloss); NaN means "none yet". */
+typedef struct dlrec_valid_state {
+  uint64_t validations;     /* validations observed */
+  double best;              /* the best metric so far (strictly better wins) */
+  uint64_t best_step;       /* the step it was measured at */
+  double stop_best;         /* early stopping's reference (improved by more than its min_delta) */
+  uint32_t stop_bad;        /* validations since that reference */
+  double plateau_best;      /* the plateau's reference (improved by more than its min_delta) */
+  uint32_t plateau_bad;     /* validations since, not counting the cooldown */
+  uint32_t plateau_cooldown;/* validations left in the cooldown */
+  double plateau_scale;     /* the learning-rate factor: 1, then x factor per plateau */
+} dlrec_valid_state;
+
+/* What one validation decided. */
+typedef struct dlrec_valid_outcome {
+  int improved; /* a new best: RUN/best is written (checkpoint.keep_best) */
+  int reduced;  /* plateau_scale was cut */
+  int stop;     /* early stopping: the run ends here */
+} dlrec_valid_outcome;
+
+/* No validation yet: every best NaN, counters 0, plateau_scale 1. */
+void dlrec_valid_state_init(dlrec_valid_state *s);
+
+/* Feeds one validation's metric, measured after step `step`, into s with
+ * c's rules (PyTorch ReduceLROnPlateau for the plateau, with an absolute
+ * threshold; Keras EarlyStopping for the stop), and says what it decided in
+ * *o. A NaN metric (an AUC of one-class data) never improves. */
+void dlrec_valid_observe(const dlrec_train_config *c, dlrec_valid_state *s, double metric, uint64_t step,
+                         dlrec_valid_outcome *o);
 
 #endif

@@ -4,8 +4,12 @@
  * A training run writes into RUN:
  *   RUN/metrics.jsonl  one JSON object per logging interval (step, samples,
  *                      epoch, loss, lr_scale, samples_per_s) and per
- *                      evaluation (the same plus "valid": {auc, logloss, ...})
- *   RUN/ckpt-STEP/     checkpoints (checkpoint.h), RUN/latest the newest
+ *                      evaluation (the same plus "valid": {auc, logloss, ...};
+ *                      "epoch_end", "best", "plateau_scale", "early_stop"
+ *                      on scheduled validations; "final": true on the
+ *                      end-of-run report, which a resume drops)
+ *   RUN/ckpt-STEP/     checkpoints (checkpoint.h), RUN/latest the newest,
+ *                      RUN/best the best validation's (checkpoint.keep_best)
  *   RUN/lock           the run's exclusive flock, holding its pid: a second
  *                      run on RUN is refused with DLREC_ERR_INVALID naming it
  * SIGINT or SIGTERM stops at the end of the current step, saves a
@@ -44,6 +48,9 @@ typedef struct dlrec_train_result {
   dlrec_metrics valid;
   int interrupted;                /* stopped by a signal (a checkpoint was saved) */
   int reached_target;             /* stopped at the config's target AUC */
+  int early_stopped;              /* stopped by training.early_stopping_patience */
+  int restored_best;              /* valid is RUN/best's evaluation (training.restore_best) */
+  uint64_t best_step;             /* the step of RUN/best when restored_best */
   dlrec_net_profile profile;     /* where this run's training steps spent their time */
   double loader_wait;             /* seconds the loop waited for the loader's next batch */
 } dlrec_train_result;

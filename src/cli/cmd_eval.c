@@ -9,18 +9,22 @@
 
 static void usage(FILE *out) {
   fprintf(out,
-          "usage: dlrec eval --model RUN --data V.dlr [--batch N] [--max-rows N] [--threads N]\n\n"
+          "usage: dlrec eval --model RUN --data V.dlr [--checkpoint latest|best] [--batch N] [--max-rows N]\n"
+          "                  [--threads N]\n\n"
           "Prints AUC, logloss, normalized entropy and calibration of the model on the data\n"
-          "as one JSON object. RUN is a run directory (its latest checkpoint) or a checkpoint.\n");
+          "as one JSON object. RUN is a run directory (its latest checkpoint) or a checkpoint.\n\n"
+          "  --checkpoint WHICH  latest (default) or best: RUN/best, the checkpoint of the best\n"
+          "                      validation of a run trained with checkpoint.keep_best\n");
 }
 
 int cmd_eval(int argc, char **argv) {
   static const struct option opts[] = {{"model", required_argument, 0, 'm'}, {"data", required_argument, 0, 'd'},
                                        {"batch", required_argument, 0, 'b'}, {"max-rows", required_argument, 0, 'n'},
                                        {"threads", required_argument, 0, 'j'}, {"help", no_argument, 0, 'h'},
+                                       {"checkpoint", required_argument, 0, 'c'},
                                        {"quiet", no_argument, 0, 'q'}, {"verbose", no_argument, 0, 'v'},
                                        {0, 0, 0, 0}};
-  const char *model = NULL, *data = NULL;
+  const char *model = NULL, *data = NULL, *which = NULL;
   uint64_t batch = 4096, max_rows = 0, threads = 0;
   int c;
   optind = 1;
@@ -29,6 +33,7 @@ int cmd_eval(int argc, char **argv) {
     switch (c) {
     case 'm': model = optarg; break;
     case 'd': data = optarg; break;
+    case 'c': which = optarg; break;
     case 'b': s = cli_parse_u64("--batch", optarg, 1, 1u << 20, &batch); break;
     case 'n': s = cli_parse_u64("--max-rows", optarg, 1, UINT64_MAX, &max_rows); break;
     case 'j': s = cli_parse_u64("--threads", optarg, 1, 4096, &threads); break;
@@ -42,8 +47,10 @@ int cmd_eval(int argc, char **argv) {
   if (optind < argc) return cli_usage_error("eval", "unexpected argument '%s'", argv[optind]);
   if (!model || !data) return cli_usage_error("eval", "--model and --data are required");
   dlrec_set_compute_threads((uint32_t)threads);
+  char dir[4096];
+  if (dlrec_checkpoint_select(model, which, dir, sizeof dir) != DLREC_OK) return cli_fail("eval");
   dlrec_model *m;
-  if (dlrec_model_load(model, &m) != DLREC_OK) return cli_fail("eval");
+  if (dlrec_model_load(dir, &m) != DLREC_OK) return cli_fail("eval");
   dlrec_metrics met;
   const char *paths[] = {data};
   dlrec_status s = dlrec_evaluate(m->net, paths, 1, (uint32_t)batch, max_rows, &met);

@@ -3,17 +3,20 @@
 #include <stdio.h>
 
 #include "cli/cli.h"
+#include "dlrec/checkpoint.h"
 #include "dlrec/predict.h"
 #include "dlrec/trainer.h"
 
 static void usage(FILE *out) {
   fprintf(out,
-          "usage: dlrec predict --model RUN --input FILE --out SCORES [--no-label] [--strict-fields] [--batch N]\n"
-          "                     [--threads N]\n\n"
+          "usage: dlrec predict --model RUN --input FILE --out SCORES [--checkpoint latest|best] [--no-label]\n"
+          "                     [--strict-fields] [--batch N] [--threads N]\n\n"
           "Writes one click probability per input row, in input order, to SCORES ('-' for stdout).\n"
           "FILE is a .dlr file (by its .dlr extension), or raw rows ('-' for stdin) in the format the model's ETL state was\n"
           "fit on (Criteo TSV, CSV with its header, libSVM or libFM; multi-hot columns too), encoded with that state\n"
           "exactly as 'dlrec etl apply' does. RUN is a run directory (its latest checkpoint) or a checkpoint.\n\n"
+          "  --checkpoint WHICH  latest (default) or best: RUN/best, the checkpoint of the best\n"
+          "                    validation of a run trained with checkpoint.keep_best\n"
           "  --no-label        raw rows have no label column (e.g. Criteo's 39-field test files)\n"
           "  --strict-fields   raw Criteo rows of fewer fields (trailing empty fields stripped,\n"
           "                    or a torn line) are errors; by default they are valid and counted\n");
@@ -22,11 +25,11 @@ static void usage(FILE *out) {
 int cmd_predict(int argc, char **argv) {
   static const struct option opts[] = {{"model", required_argument, 0, 'm'}, {"input", required_argument, 0, 'i'},
                                        {"out", required_argument, 0, 'o'}, {"no-label", no_argument, 0, 'L'},
-                                       {"strict-fields", no_argument, 0, 'S'},
+                                       {"strict-fields", no_argument, 0, 'S'}, {"checkpoint", required_argument, 0, 'c'},
                                        {"batch", required_argument, 0, 'b'}, {"threads", required_argument, 0, 'j'},
                                        {"help", no_argument, 0, 'h'}, {"quiet", no_argument, 0, 'q'},
                                        {"verbose", no_argument, 0, 'v'}, {0, 0, 0, 0}};
-  const char *model = NULL, *input = NULL, *out = NULL;
+  const char *model = NULL, *input = NULL, *out = NULL, *which = NULL;
   dlrec_predict_opts o;
   dlrec_predict_opts_default(&o);
   uint64_t batch = o.batch_rows, threads = 0;
@@ -37,6 +40,7 @@ int cmd_predict(int argc, char **argv) {
     switch (c) {
     case 'm': model = optarg; break;
     case 'i': input = optarg; break;
+    case 'c': which = optarg; break;
     case 'o': out = optarg; break;
     case 'L': o.no_label = 1; break;
     case 'S': o.strict_fields = 1; break;
@@ -54,8 +58,10 @@ int cmd_predict(int argc, char **argv) {
   o.batch_rows = (uint32_t)batch;
   o.progress = !quiet;
   dlrec_set_compute_threads((uint32_t)threads);
+  char dir[4096];
+  if (dlrec_checkpoint_select(model, which, dir, sizeof dir) != DLREC_OK) return cli_fail("predict");
   dlrec_model *m;
-  if (dlrec_model_load(model, &m) != DLREC_OK) return cli_fail("predict");
+  if (dlrec_model_load(dir, &m) != DLREC_OK) return cli_fail("predict");
   uint64_t rows = 0;
   dlrec_status s = dlrec_predict_file(m, input, out, &o, &rows);
   dlrec_model_free(m);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "dlrec/checkpoint.h"
 #include "dlrec/serve.h"
 
 static void usage(FILE *out) {
@@ -14,11 +15,15 @@ static void usage(FILE *out) {
           "                   [--max-body-bytes 67108864] [--max-connections 256] [--timeout-s 30]\n"
           "                   [--request-timeout-s 30] [--drain-timeout-s 10]\n"
           "                   [--model-control none|explicit] [--model-control-token-file FILE]\n"
-          "                   [--watch] [--watch-interval-ms 1000] [--port-file FILE]\n\n"
+          "                   [--watch] [--watch-interval-ms 1000] [--port-file FILE]\n"
+          "                   [--checkpoint latest|best]\n\n"
           "Serves RUN's latest checkpoint over HTTP with the KServe v2 / Triton protocol\n"
           "(JSON and binary tensors) until SIGINT or SIGTERM, which drain: new connections\n"
           "are refused and requests in flight finish first. See docs/serving.md.\n\n"
           "  --model RUN           a training run directory (its latest checkpoint) or a checkpoint\n"
+          "  --checkpoint WHICH    latest (default) or best: RUN/best, the checkpoint of the best\n"
+          "                        validation of a run trained with checkpoint.keep_best (not\n"
+          "                        with --watch, which follows RUN/latest)\n"
           "  --host ADDR           IPv4 address to bind (default 127.0.0.1: this machine only)\n"
           "  --port N              TCP port (default 8000; 0: any free port, see --port-file)\n"
           "  --port-file FILE      write the bound port into FILE once listening\n"
@@ -59,7 +64,7 @@ int cmd_serve(int argc, char **argv) {
   dlrec_serve_opts o;
   dlrec_serve_opts_default(&o);
   enum { O_HOST = 256, O_PORT, O_PORT_FILE, O_THREADS, O_MAX_BATCH, O_DELAY, O_QUEUE, O_BODY, O_CONN, O_TIMEOUT,
-         O_WATCH, O_WATCH_MS, O_REQ_TIMEOUT, O_DRAIN, O_CONTROL, O_TOKEN };
+         O_WATCH, O_WATCH_MS, O_REQ_TIMEOUT, O_DRAIN, O_CONTROL, O_TOKEN, O_CHECKPOINT };
   static const struct option opts[] = {
       {"model", required_argument, 0, 'm'},         {"host", required_argument, 0, O_HOST},
       {"port", required_argument, 0, O_PORT},       {"port-file", required_argument, 0, O_PORT_FILE},
@@ -71,9 +76,12 @@ int cmd_serve(int argc, char **argv) {
       {"request-timeout-s", required_argument, 0, O_REQ_TIMEOUT}, {"drain-timeout-s", required_argument, 0, O_DRAIN},
       {"model-control", required_argument, 0, O_CONTROL}, {"model-control-token-file", required_argument, 0, O_TOKEN},
       {"quiet", no_argument, 0, 'q'},               {"verbose", no_argument, 0, 'v'},
+      {"checkpoint", required_argument, 0, O_CHECKPOINT},
       {0, 0, 0, 0}};
   int c;
   uint64_t v;
+  const char *which = NULL;
+  static char best_dir[4096];
   optind = 1;
   while ((c = getopt_long(argc, argv, "m:hqv", opts, NULL)) != -1) {
     switch (c) {
@@ -97,6 +105,7 @@ int cmd_serve(int argc, char **argv) {
       else return cli_usage_error("serve", "--model-control: expected none or explicit, got '%s'", optarg);
       break;
     case O_TOKEN: o.model_control_token_file = optarg; break;
+    case O_CHECKPOINT: which = optarg; break;
     case O_WATCH_MS: if (!parse_u64("--watch-interval-ms", optarg, 3600000, &v) || !v) return 2; o.watch_interval_ms = (uint32_t)v; break;
     case 'h': usage(stdout); return 0;
     case 'q': cli_common_option("-q"); break;
@@ -106,6 +115,15 @@ int cmd_serve(int argc, char **argv) {
   }
   if (optind < argc) return cli_usage_error("serve", "unexpected argument '%s'", argv[optind]);
   if (!o.run_dir) return cli_usage_error("serve", "--model is required");
+  if (which && strcmp(which, "latest") && strcmp(which, "best"))
+    return cli_usage_error("serve", "--checkpoint: expected latest or best, got '%s'", which);
+  if (which && !strcmp(which, "best")) {
+    /* The best checkpoint is served as a checkpoint directory; --watch would
+     * follow RUN/latest instead, so the two do not go together. */
+    if (o.watch) return cli_usage_error("serve", "--checkpoint best cannot go with --watch (it follows RUN/latest)");
+    if (dlrec_checkpoint_select(o.run_dir, "best", best_dir, sizeof best_dir) != DLREC_OK) return cli_fail("serve");
+    o.run_dir = best_dir;
+  }
   if (dlrec_serve_run(&o) != DLREC_OK) return cli_fail("serve");
   return 0;
 }

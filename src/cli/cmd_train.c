@@ -13,13 +13,15 @@ static void usage(FILE *out) {
           "usage: dlrec train --config CFG.json --train T.dlr [--train T2.dlr ...] [--valid V.dlr]\n"
           "                   --etl ETLDIR --out RUN [--resume] [options]\n\n"
           "Trains the config's model.type (default dlrm) on encoded rows (see 'dlrec etl apply')\n"
-          "and writes RUN/: checkpoints (RUN/ckpt-STEP, RUN/latest), RUN/metrics.jsonl, and a\n"
+          "and writes RUN/: checkpoints (RUN/ckpt-STEP, RUN/latest, RUN/best), RUN/metrics.jsonl, and a\n"
           "summary on stdout (JSON).\n\n"
           "  --config FILE       training config (docs/config.md; examples/dlrm_criteo.json);\n"
           "                      without it, the Criteo Kaggle DLRM defaults\n"
           "  --train FILE        training data (.dlr); repeat for several files\n"
           "  --valid FILE        validation data (.dlr): AUC, logloss, NE, calibration at the\n"
-          "                      config's eval interval and at the end\n"
+          "                      config's eval interval, after each epoch with eval.every_epoch,\n"
+          "                      and at the end; early stopping, the lr plateau and RUN/best\n"
+          "                      (checkpoint.keep_best) act on these validations\n"
           "  --etl DIR           the ETL state the data was encoded with (copied into checkpoints)\n"
           "  --out RUN           the run directory; one training run at a time holds it (RUN/lock\n"
           "                      names the holder's pid)\n"
@@ -109,6 +111,8 @@ int cmd_train(int argc, char **argv) {
   cJSON_AddItemToObject(j, "profile", profile_json(&r));
   if (r.interrupted) cJSON_AddBoolToObject(j, "interrupted", 1);
   if (r.reached_target) cJSON_AddBoolToObject(j, "reached_target_auc", 1);
+  if (r.early_stopped) cJSON_AddBoolToObject(j, "early_stopped", 1);
+  if (r.restored_best) cJSON_AddNumberToObject(j, "restored_best_step", (double)r.best_step);
   char *text = cJSON_Print(j);
   printf("%s\n", text ? text : "{}");
   cJSON_free(text);

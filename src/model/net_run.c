@@ -5,6 +5,7 @@
  *   ids -> bags -> emb (B, F, D)
  *   (dense (B, n_dense), emb) -> model forward -> logits (B)
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -187,12 +188,37 @@ dlrec_status dlrec_net_gradients(dlrec_net *n, dlrec_net_ws *ws, const dlrec_bat
   return st;
 }
 
+/* Gradient-norm clipping with PyTorch clip_grad_norm_'s semantics: the L2
+ * norm of all gradients together (the dense ones and d_emb (B, F, D), the
+ * per-lookup embedding gradients), and if it exceeds max_norm, every
+ * gradient times max_norm / (norm + 1e-6). The norm is summed in double in
+ * a fixed order, so a step stays bitwise reproducible. */
+static dlrec_status clip_gradients(float *grad, size_t n_grad, float *d_emb, size_t n_emb, float max_norm,
+                                   uint64_t step) {
+  double sq = 0;
+  for (size_t i = 0; i < n_grad; i++) sq += (double)grad[i] * grad[i];
+  for (size_t i = 0; i < n_emb; i++) sq += (double)d_emb[i] * d_emb[i];
+  const double norm = sqrt(sq);
+  if (!isfinite(norm))
+    return dlrec_error(DLREC_ERR_INVALID, "training diverged at step %llu (the gradient norm is %g): lower the "
+                       "learning rates or add warmup", (unsigned long long)step, norm);
+  const double coef = (double)max_norm / (norm + 1e-6);
+  if (coef >= 1.0) return DLREC_OK;
+  const float c = (float)coef;
+  for (size_t i = 0; i < n_grad; i++) grad[i] *= c;
+  for (size_t i = 0; i < n_emb; i++) d_emb[i] *= c;
+  return DLREC_OK;
+}
+
 dlrec_status dlrec_net_train_step(dlrec_net *n, dlrec_net_ws *ws, dlrec_net_optim *opt, const dlrec_batch *batch,
                                   float lr_scale, uint64_t step, double *loss, float *prob) {
   const float *logits = NULL;
   dlrec_status st = run_forward(n, ws, batch, NULL, n->params, step, &logits);
   if (st == DLREC_OK && prob) st = dlrec_sigmoid_forward(prob, logits, batch->rows);
   if (st == DLREC_OK) st = run_backward(n, ws, batch, logits, step, loss);
+  if (st == DLREC_OK && opt->clip_grad_norm > 0)
+    st = clip_gradients(ws->grad, n->plan.n_trainable, ws->d_emb,
+                        (size_t)batch->rows * n->schema.n_sparse * n->plan.emb_dim, opt->clip_grad_norm, step);
   if (st != DLREC_OK) return st;
   double t = dlrec_now();
   dlrec_bag_batch bags = bags_of(n, batch);

@@ -131,6 +131,23 @@ static dlrec_status write_manifest(const char *dir, const manifest *m) {
   cJSON *loss = cJSON_AddObjectToObject(j, "loss");
   cJSON_AddNumberToObject(loss, "sum", p->loss_sum);
   cJSON_AddNumberToObject(loss, "rows", (double)p->loss_rows);
+  /* The validation state, so that a resumed run's early stopping, plateau
+   * and best selection continue exactly; NaN ("none yet") is left out, and
+   * so is the whole state before the first validation (a reader then starts
+   * from dlrec_valid_state_init, whatever a caller left in it). */
+  const dlrec_valid_state *v = &p->valid;
+  if (v->validations) {
+    cJSON *vj = cJSON_AddObjectToObject(j, "valid");
+    cJSON_AddNumberToObject(vj, "validations", (double)v->validations);
+    if (!isnan(v->best)) cJSON_AddNumberToObject(vj, "best", v->best);
+    cJSON_AddNumberToObject(vj, "best_step", (double)v->best_step);
+    if (!isnan(v->stop_best)) cJSON_AddNumberToObject(vj, "stop_best", v->stop_best);
+    cJSON_AddNumberToObject(vj, "stop_bad", v->stop_bad);
+    if (!isnan(v->plateau_best)) cJSON_AddNumberToObject(vj, "plateau_best", v->plateau_best);
+    cJSON_AddNumberToObject(vj, "plateau_bad", v->plateau_bad);
+    cJSON_AddNumberToObject(vj, "plateau_cooldown", v->plateau_cooldown);
+    cJSON_AddNumberToObject(vj, "plateau_scale", v->plateau_scale);
+  }
   cJSON *model = cJSON_AddObjectToObject(j, "model");
   cJSON_AddStringToObject(model, "type", m->type);
   cJSON *tensors = cJSON_AddArrayToObject(model, "tensors");
@@ -183,8 +200,15 @@ static int cmp_u64(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-/* Removes all but the newest `keep` checkpoints (by step). */
+static dlrec_status read_pointer(const char *run_dir, const char *name, char *probe, size_t probe_size,
+                                 uint64_t *step);
+
+/* Removes all but the newest `keep` checkpoints (by step), and never the one
+ * RUN/best names. */
 static void prune(const char *run_dir, uint32_t keep) {
+  char probe[4096];
+  uint64_t best = 0;
+  int has_best = read_pointer(run_dir, "best", probe, sizeof probe, &best) == DLREC_OK;
   DIR *d = opendir(run_dir);
   if (!d) return;
   uint64_t steps[4096];
@@ -196,6 +220,7 @@ static void prune(const char *run_dir, uint32_t keep) {
   qsort(steps, n, sizeof *steps, cmp_u64);
   for (size_t i = 0; i + keep < n; i++) {
     char path[4096];
+    if (has_best && steps[i] == best) continue;
     if (snprintf(path, sizeof path, "%s/ckpt-%012" PRIu64, run_dir, steps[i]) >= (int)sizeof path) continue;
     if (dlrec_remove_tree(path) != DLREC_OK) DLREC_WARN("could not remove old checkpoint: %s", dlrec_last_error());
   }
@@ -274,26 +299,64 @@ dlrec_status dlrec_checkpoint_save(const char *run_dir, const dlrec_train_config
   return DLREC_OK;
 }
 
+/* Reads the pointer file RUN/name ("latest" or "best"): the name of a
+ * checkpoint, whose step goes to *step. probe receives the file's path. */
+static dlrec_status read_pointer(const char *run_dir, const char *name, char *probe, size_t probe_size,
+                                 uint64_t *step) {
+  TRY(join(probe, probe_size, run_dir, name));
+  char *text;
+  size_t n;
+  if (dlrec_read_file(probe, 4096, &text, &n) != DLREC_OK) return dlrec_last_status();
+  while (n && (text[n - 1] == '\n' || text[n - 1] == '\r')) text[--n] = '\0';
+  dlrec_status s = DLREC_OK;
+  if (!ckpt_step(text, step)) s = dlrec_error(DLREC_ERR_CORRUPT, "%s: does not name a checkpoint: '%s'", probe, text);
+  free(text);
+  return s;
+}
+
+static dlrec_status pointed_dir(const char *run_dir, uint64_t step, char *out, size_t out_size) {
+  char name[64];
+  snprintf(name, sizeof name, "ckpt-%012" PRIu64, step);
+  return join(out, out_size, run_dir, name);
+}
+
+dlrec_status dlrec_checkpoint_mark_best(const char *run_dir, uint64_t step) {
+  char dir[4096], path[4096], text[64];
+  struct stat st;
+  TRY(pointed_dir(run_dir, step, dir, sizeof dir));
+  if (stat(dir, &st) != 0) return dlrec_error(DLREC_ERR_IO, "%s: %s (cannot mark it best)", dir, strerror(errno));
+  int n = snprintf(text, sizeof text, "ckpt-%012" PRIu64 "\n", step);
+  TRY(join(path, sizeof path, run_dir, "best"));
+  return dlrec_write_file_atomic(path, text, (size_t)n);
+}
+
 dlrec_status dlrec_checkpoint_resolve(const char *path, char *out, size_t out_size) {
+  return dlrec_checkpoint_select(path, NULL, out, out_size);
+}
+
+dlrec_status dlrec_checkpoint_select(const char *path, const char *which, char *out, size_t out_size) {
   char probe[4096];
   struct stat st;
+  uint64_t step;
+  int best = which && !strcmp(which, "best");
+  if (which && !best && strcmp(which, "latest"))
+    return dlrec_error(DLREC_ERR_INVALID, "checkpoint '%s': expected latest or best", which);
+  if (best) {
+    if (read_pointer(path, "best", probe, sizeof probe, &step) == DLREC_OK) return pointed_dir(path, step, out, out_size);
+    if (dlrec_last_status() == DLREC_ERR_CORRUPT) return dlrec_last_status();
+    return dlrec_error(DLREC_ERR_IO,
+                       "%s: no best checkpoint (no 'best'): pass a run directory trained with checkpoint.keep_best "
+                       "and validation (eval.every_epoch or eval.interval_steps)",
+                       path);
+  }
   TRY(join(probe, sizeof probe, path, "manifest.json"));
   if (stat(probe, &st) == 0) {
     if (snprintf(out, out_size, "%s", path) >= (int)out_size) return dlrec_error(DLREC_ERR_INVALID, "path too long");
     return DLREC_OK;
   }
-  TRY(join(probe, sizeof probe, path, "latest"));
-  char *text;
-  size_t n;
-  if (dlrec_read_file(probe, 4096, &text, &n) != DLREC_OK)
-    return dlrec_error(DLREC_ERR_IO, "%s: neither a checkpoint (no manifest.json) nor a run directory (no 'latest')", path);
-  while (n && (text[n - 1] == '\n' || text[n - 1] == '\r')) text[--n] = '\0';
-  uint64_t step;
-  dlrec_status s = DLREC_OK;
-  if (!ckpt_step(text, &step)) s = dlrec_error(DLREC_ERR_CORRUPT, "%s: does not name a checkpoint: '%s'", probe, text);
-  else s = join(out, out_size, path, text);
-  free(text);
-  return s;
+  if (read_pointer(path, "latest", probe, sizeof probe, &step) == DLREC_OK) return pointed_dir(path, step, out, out_size);
+  if (dlrec_last_status() == DLREC_ERR_CORRUPT) return dlrec_last_status();
+  return dlrec_error(DLREC_ERR_IO, "%s: neither a checkpoint (no manifest.json) nor a run directory (no 'latest')", path);
 }
 
 static dlrec_status parse_hex(const char *text, int digits, const char *what, uint64_t *out) {
@@ -415,6 +478,35 @@ static dlrec_status read_params(const char *dir, const manifest *man, dlrec_net 
   return read_tensors(dir, man, F_TABLE, &table, 1);
 }
 
+/* Reads the manifest's optional valid member (absent: no validation yet, as
+ * in checkpoints written before it existed). */
+static dlrec_status read_valid(const cJSON *j, const char *path, dlrec_valid_state *v) {
+  dlrec_valid_state_init(v);
+  const cJSON *o = cJSON_GetObjectItemCaseSensitive(j, "valid");
+  if (!o) return DLREC_OK;
+  char what[4200];
+  snprintf(what, sizeof what, "%s: valid", path);
+  if (!cJSON_IsObject(o)) return dlrec_error(DLREC_ERR_CORRUPT, "%s: expected an object", what);
+  uint64_t stop_bad = 0, plateau_bad = 0, cooldown = 0;
+  dlrec_status s = dlrec_json_get_u64(o, "validations", what, &v->validations);
+  if (s == DLREC_OK) s = dlrec_json_get_double_or(o, "best", what, NAN, &v->best);
+  if (s == DLREC_OK) s = dlrec_json_get_u64(o, "best_step", what, &v->best_step);
+  if (s == DLREC_OK) s = dlrec_json_get_double_or(o, "stop_best", what, NAN, &v->stop_best);
+  if (s == DLREC_OK) s = dlrec_json_get_u64(o, "stop_bad", what, &stop_bad);
+  if (s == DLREC_OK) s = dlrec_json_get_double_or(o, "plateau_best", what, NAN, &v->plateau_best);
+  if (s == DLREC_OK) s = dlrec_json_get_u64(o, "plateau_bad", what, &plateau_bad);
+  if (s == DLREC_OK) s = dlrec_json_get_u64(o, "plateau_cooldown", what, &cooldown);
+  if (s == DLREC_OK) s = dlrec_json_get_double(o, "plateau_scale", what, &v->plateau_scale);
+  if (s == DLREC_OK && (stop_bad > UINT32_MAX || plateau_bad > UINT32_MAX || cooldown > UINT32_MAX))
+    s = dlrec_error(DLREC_ERR_CORRUPT, "%s: a counter beyond 2^32 - 1", what);
+  if (s == DLREC_OK && !(v->plateau_scale > 0 && v->plateau_scale <= 1))
+    s = dlrec_error(DLREC_ERR_CORRUPT, "%s: field 'plateau_scale': %g is not in (0, 1]", what, v->plateau_scale);
+  v->stop_bad = (uint32_t)stop_bad;
+  v->plateau_bad = (uint32_t)plateau_bad;
+  v->plateau_cooldown = (uint32_t)cooldown;
+  return s;
+}
+
 /* Reads manifest.json: format, version, its own checksum, progress, and
  * every listed file's size and CRC32C (the sizes are checked here). */
 static dlrec_status read_manifest(const char *dir, manifest *m) {
@@ -470,6 +562,7 @@ static dlrec_status read_manifest(const char *dir, manifest *m) {
   if (s == DLREC_OK) s = dlrec_json_get_object(j, "loss", path, &loss);
   if (s == DLREC_OK) s = dlrec_json_get_double(loss, "sum", path, &p->loss_sum);
   if (s == DLREC_OK) s = dlrec_json_get_u64(loss, "rows", path, &p->loss_rows);
+  if (s == DLREC_OK) s = read_valid(j, path, &p->valid);
   if (s == DLREC_OK) s = read_model_section(j, path, m);
   if (s == DLREC_OK) s = dlrec_json_get_object(j, "files", path, &files);
   if (s == DLREC_OK) s = read_files(dir, path, files, m);
@@ -557,6 +650,7 @@ static dlrec_status same_training(const dlrec_train_config *a, const dlrec_train
   else if (memcmp(&a->model, &b->model, sizeof a->model)) field = "model";
   else if (memcmp(&a->dense, &b->dense, sizeof a->dense)) field = "optimizer.dense";
   else if (memcmp(&a->sparse, &b->sparse, sizeof a->sparse)) field = "optimizer.sparse";
+  else if (a->clip_grad_norm != b->clip_grad_norm) field = "optimizer.clip_grad_norm";
   else if (a->batch_size != b->batch_size) field = "training.batch_size";
   else if (a->seed != b->seed) field = "training.seed";
   else if (a->shuffle != b->shuffle || a->window_groups != b->window_groups || a->slice_rows != b->slice_rows)

@@ -27,6 +27,7 @@ void dlrec_train_config_default(dlrec_train_config *c) {
   c->window_groups = 8;
   c->slice_rows = 32;
   c->prefetch = 4;
+  c->plateau_factor = 1.0;
 }
 
 /* Field readers that name the path ("cfg.json: training") in errors. */
@@ -146,6 +147,21 @@ static dlrec_status read_sparse_optim(const cJSON *o, const ctx *x, dlrec_sparse
   return read_hyper(o, x, &h);
 }
 
+/* Early stopping, the plateau and the best checkpoint act on scheduled
+ * validations only: without any, they would silently never act. */
+static dlrec_status check_validation(const dlrec_train_config *c, const char *what) {
+  const char *needs = c->early_stop_patience ? "training.early_stopping_patience"
+                      : c->plateau_factor < 1 ? "schedule.plateau_factor"
+                      : c->keep_best          ? "checkpoint.keep_best"
+                                              : NULL;
+  if (needs && !c->eval_every_epoch && !c->eval_interval_steps)
+    return dlrec_error(DLREC_ERR_INVALID,
+                       "%s: field '%s' acts on validations: set eval.every_epoch or eval.interval_steps", what, needs);
+  if (c->restore_best && !c->keep_best)
+    return dlrec_error(DLREC_ERR_INVALID, "%s: field 'training.restore_best' needs checkpoint.keep_best", what);
+  return DLREC_OK;
+}
+
 dlrec_status dlrec_train_config_from_json(const cJSON *j, const char *what, dlrec_train_config *c) {
   dlrec_train_config_default(c);
   ctx top;
@@ -167,8 +183,9 @@ dlrec_status dlrec_train_config_from_json(const cJSON *j, const char *what, dlre
   }
   if ((o = section(j, "optimizer"))) {
     x = sub(&top, "optimizer");
-    static const char *okeys[] = {"dense", "sparse", NULL};
+    static const char *okeys[] = {"dense", "sparse", "clip_grad_norm", NULL};
     TRY(dlrec_json_check_keys(o, x.what, okeys));
+    TRY(get_float(o, "clip_grad_norm", &x, 0, 1e9, &c->clip_grad_norm));
     const cJSON *d = section(o, "dense"), *s = section(o, "sparse");
     ctx xd = sub(&x, "dense"), xs = sub(&x, "sparse");
     if (d) TRY(read_dense_optim(d, &xd, &c->dense));
@@ -176,8 +193,15 @@ dlrec_status dlrec_train_config_from_json(const cJSON *j, const char *what, dlre
   }
   if ((o = section(j, "schedule"))) {
     x = sub(&top, "schedule");
-    static const char *k[] = {"warmup_steps", "decay_start_step", "decay_steps", "decay_power", "min_lr_scale", NULL};
+    static const char *k[] = {"warmup_steps",    "decay_start_step", "decay_steps",      "decay_power",
+                              "min_lr_scale",    "plateau_factor",   "plateau_patience", "plateau_cooldown",
+                              "plateau_min_delta", "plateau_min_scale", NULL};
     TRY(dlrec_json_check_keys(o, x.what, k));
+    TRY(get_double(o, "plateau_factor", &x, 1e-9, 1, &c->plateau_factor));
+    TRY(get_u32(o, "plateau_patience", &x, 0, 1000000, &c->plateau_patience));
+    TRY(get_u32(o, "plateau_cooldown", &x, 0, 1000000, &c->plateau_cooldown));
+    TRY(get_double(o, "plateau_min_delta", &x, 0, 1e6, &c->plateau_min_delta));
+    TRY(get_double(o, "plateau_min_scale", &x, 0, 1, &c->plateau_min_scale));
     TRY(get_u64(o, "warmup_steps", &x, &c->warmup_steps));
     TRY(get_u64(o, "decay_start_step", &x, &c->decay_start_step));
     TRY(get_u64(o, "decay_steps", &x, &c->decay_steps));
@@ -186,8 +210,12 @@ dlrec_status dlrec_train_config_from_json(const cJSON *j, const char *what, dlre
   }
   if ((o = section(j, "training"))) {
     x = sub(&top, "training");
-    static const char *k[] = {"batch_size", "epochs", "max_steps", "threads", "seed", "deterministic", "target_auc", NULL};
+    static const char *k[] = {"batch_size", "epochs", "max_steps", "threads", "seed", "deterministic", "target_auc",
+                              "early_stopping_patience", "early_stopping_min_delta", "restore_best", NULL};
     TRY(dlrec_json_check_keys(o, x.what, k));
+    TRY(get_u32(o, "early_stopping_patience", &x, 0, 1000000, &c->early_stop_patience));
+    TRY(get_double(o, "early_stopping_min_delta", &x, 0, 1e6, &c->early_stop_min_delta));
+    TRY(dlrec_json_get_bool_or(o, "restore_best", x.what, c->restore_best, &c->restore_best));
     TRY(get_u32(o, "batch_size", &x, 1, 1u << 20, &c->batch_size));
     TRY(get_u32(o, "epochs", &x, 1, 100000, &c->epochs));
     TRY(get_u64(o, "max_steps", &x, &c->max_steps));
@@ -207,16 +235,20 @@ dlrec_status dlrec_train_config_from_json(const cJSON *j, const char *what, dlre
   }
   if ((o = section(j, "eval"))) {
     x = sub(&top, "eval");
-    static const char *k[] = {"interval_steps", "batch_size", "max_rows", NULL};
+    static const char *k[] = {"interval_steps", "batch_size", "max_rows", "every_epoch", "metric", NULL};
+    static const char *metrics[] = {"auc", "logloss", NULL};
     TRY(dlrec_json_check_keys(o, x.what, k));
+    TRY(dlrec_json_get_bool_or(o, "every_epoch", x.what, c->eval_every_epoch, &c->eval_every_epoch));
+    TRY(get_choice(o, "metric", &x, metrics, &c->eval_metric));
     TRY(get_u64(o, "interval_steps", &x, &c->eval_interval_steps));
     TRY(get_u32(o, "batch_size", &x, 1, 1u << 20, &c->eval_batch_size));
     TRY(get_u64(o, "max_rows", &x, &c->eval_max_rows));
   }
   if ((o = section(j, "checkpoint"))) {
     x = sub(&top, "checkpoint");
-    static const char *k[] = {"interval_steps", "keep", NULL};
+    static const char *k[] = {"interval_steps", "keep", "keep_best", NULL};
     TRY(dlrec_json_check_keys(o, x.what, k));
+    TRY(dlrec_json_get_bool_or(o, "keep_best", x.what, c->keep_best, &c->keep_best));
     TRY(get_u64(o, "interval_steps", &x, &c->checkpoint_interval_steps));
     TRY(get_u32(o, "keep", &x, 1, 1000, &c->checkpoint_keep));
   }
@@ -227,7 +259,7 @@ dlrec_status dlrec_train_config_from_json(const cJSON *j, const char *what, dlre
     TRY(get_u64(o, "interval_steps", &x, &c->log_interval_steps));
     if (c->log_interval_steps == 0) return dlrec_error(DLREC_ERR_INVALID, "%s: field 'interval_steps' must be >= 1", x.what);
   }
-  return DLREC_OK;
+  return check_validation(c, what);
 }
 
 dlrec_status dlrec_train_config_read(const char *path, dlrec_train_config *c) {
@@ -262,12 +294,18 @@ cJSON *dlrec_train_config_to_json(const dlrec_train_config *c) {
   cJSON_AddNumberToObject(s, "beta2", c->sparse.beta2);
   cJSON_AddNumberToObject(s, "eps", c->sparse.eps);
   cJSON_AddNumberToObject(s, "initial_accumulator", c->sparse.initial_accumulator);
+  cJSON_AddNumberToObject(o, "clip_grad_norm", c->clip_grad_norm);
   cJSON *sc = cJSON_AddObjectToObject(j, "schedule");
   cJSON_AddNumberToObject(sc, "warmup_steps", (double)c->warmup_steps);
   cJSON_AddNumberToObject(sc, "decay_start_step", (double)c->decay_start_step);
   cJSON_AddNumberToObject(sc, "decay_steps", (double)c->decay_steps);
   cJSON_AddNumberToObject(sc, "decay_power", c->decay_power);
   cJSON_AddNumberToObject(sc, "min_lr_scale", c->min_lr_scale);
+  cJSON_AddNumberToObject(sc, "plateau_factor", c->plateau_factor);
+  cJSON_AddNumberToObject(sc, "plateau_patience", c->plateau_patience);
+  cJSON_AddNumberToObject(sc, "plateau_cooldown", c->plateau_cooldown);
+  cJSON_AddNumberToObject(sc, "plateau_min_delta", c->plateau_min_delta);
+  cJSON_AddNumberToObject(sc, "plateau_min_scale", c->plateau_min_scale);
   cJSON *t = cJSON_AddObjectToObject(j, "training");
   cJSON_AddNumberToObject(t, "batch_size", c->batch_size);
   cJSON_AddNumberToObject(t, "epochs", c->epochs);
@@ -276,6 +314,9 @@ cJSON *dlrec_train_config_to_json(const dlrec_train_config *c) {
   cJSON_AddNumberToObject(t, "seed", (double)c->seed);
   cJSON_AddBoolToObject(t, "deterministic", c->deterministic);
   cJSON_AddNumberToObject(t, "target_auc", c->target_auc);
+  cJSON_AddNumberToObject(t, "early_stopping_patience", c->early_stop_patience);
+  cJSON_AddNumberToObject(t, "early_stopping_min_delta", c->early_stop_min_delta);
+  cJSON_AddBoolToObject(t, "restore_best", c->restore_best);
   cJSON *l = cJSON_AddObjectToObject(j, "loader");
   cJSON_AddBoolToObject(l, "shuffle", c->shuffle);
   cJSON_AddNumberToObject(l, "window_groups", c->window_groups);
@@ -285,9 +326,12 @@ cJSON *dlrec_train_config_to_json(const dlrec_train_config *c) {
   cJSON_AddNumberToObject(e, "interval_steps", (double)c->eval_interval_steps);
   cJSON_AddNumberToObject(e, "batch_size", c->eval_batch_size);
   cJSON_AddNumberToObject(e, "max_rows", (double)c->eval_max_rows);
+  cJSON_AddBoolToObject(e, "every_epoch", c->eval_every_epoch);
+  cJSON_AddStringToObject(e, "metric", c->eval_metric == DLREC_VALID_LOGLOSS ? "logloss" : "auc");
   cJSON *k = cJSON_AddObjectToObject(j, "checkpoint");
   cJSON_AddNumberToObject(k, "interval_steps", (double)c->checkpoint_interval_steps);
   cJSON_AddNumberToObject(k, "keep", c->checkpoint_keep);
+  cJSON_AddBoolToObject(k, "keep_best", c->keep_best);
   cJSON *g = cJSON_AddObjectToObject(j, "log");
   cJSON_AddNumberToObject(g, "interval_steps", (double)c->log_interval_steps);
   return j;

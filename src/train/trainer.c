@@ -111,6 +111,12 @@ typedef struct run {
   dlrec_loader *loader;
   dlrec_train_progress prog;
   int lock_fd; /* RUN/lock, held while the run writes into RUN; -1 if not */
+  /* The last validation of this run (its step and metrics), so that the
+   * final report reuses one made at the last step rather than repeating it,
+   * and the step of the last checkpoint this run saved (UINT64_MAX: none). */
+  int has_last_valid;
+  uint64_t last_valid_step, last_ckpt_step;
+  dlrec_metrics last_valid;
 } run;
 
 static void run_free(run *r) {
@@ -133,7 +139,9 @@ static dlrec_status log_json(run *r, cJSON *j) {
 }
 
 /* On resume, metrics.jsonl keeps only the lines up to the checkpoint's step:
- * the steps after it are trained again and logged again. */
+ * the steps after it are trained again and logged again. A "final" line (the
+ * report of an interrupted or limited run) goes too: an uninterrupted run
+ * has none there, and the validation it reports fed no decision. */
 static dlrec_status truncate_metrics(const char *path, uint64_t step) {
   char *text;
   size_t n;
@@ -144,9 +152,10 @@ static dlrec_status truncate_metrics(const char *path, uint64_t step) {
     size_t end = nl ? (size_t)(nl - text) + 1 : n;
     cJSON *j = cJSON_ParseWithLength(text + i, end - i);
     const cJSON *st = j ? cJSON_GetObjectItemCaseSensitive(j, "step") : NULL;
-    int keep_line = nl && st && cJSON_IsNumber(st) && st->valuedouble <= (double)step;
+    int keep_line = nl && st && cJSON_IsNumber(st) && st->valuedouble <= (double)step &&
+                    !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "final"));
     cJSON_Delete(j);
-    if (!keep_line) break; /* a torn last line, or past the checkpoint */
+    if (!keep_line) break; /* a torn last line, past the checkpoint, or a final report */
     keep = end;
     i = end;
   }
@@ -168,7 +177,13 @@ static dlrec_status checkpoint_now(run *r) {
   dlrec_status s = dlrec_checkpoint_save(r->a->run_dir, &r->cfg, r->a->etl_dir, r->model, &r->opt, &r->prog,
                                          r->cfg.checkpoint_keep);
   if (s == DLREC_OK) DLREC_DEBUG("checkpoint at step %llu in %.2f s", (unsigned long long)r->prog.step, dlrec_now() - t0);
+  if (s == DLREC_OK) r->last_ckpt_step = r->prog.step;
   return s;
+}
+
+/* The metric that early stopping, the plateau and RUN/best watch. */
+static double watched(const dlrec_train_config *c, const dlrec_metrics *m) {
+  return c->eval_metric == DLREC_VALID_LOGLOSS ? m->logloss : m->auc;
 }
 
 static dlrec_status setup(run *r) {
@@ -214,6 +229,11 @@ static dlrec_status setup(run *r) {
   if ((s = dlrec_optim_state_init(&r->opt.dense, r->opt.dense_state, n_params)) != DLREC_OK) return s;
   r->opt.sparse_lr = r->cfg.sparse.lr;
   if ((s = dlrec_sparse_optim_create(&r->opt.sparse, dlrec_net_table(r->model), &r->cfg.sparse)) != DLREC_OK) return s;
+  r->opt.clip_grad_norm = r->cfg.clip_grad_norm;
+  const dlrec_train_config *c = &r->cfg;
+  if (!a->valid && (c->early_stop_patience || c->plateau_factor < 1 || c->keep_best))
+    return dlrec_error(DLREC_ERR_INVALID, "%s: early stopping, the lr plateau and checkpoint.keep_best need --valid",
+                       a->config_path ? a->config_path : "the config");
 
   if ((s = dlrec_mkdirs(a->run_dir)) != DLREC_OK) return s;
   /* One writer per run directory: two runs would overwrite each other's
@@ -222,10 +242,15 @@ static dlrec_status setup(run *r) {
   if ((s = dlrec_lock_dir(a->run_dir, "another training run", &r->lock_fd)) != DLREC_OK) return s;
   if ((s = dlrec_path_join(r->metrics_path, sizeof r->metrics_path, a->run_dir, "metrics.jsonl")) != DLREC_OK) return s;
   r->prog.valid_auc = NAN;
+  dlrec_valid_state_init(&r->prog.valid);
   if (a->resume) {
     s = dlrec_checkpoint_load_training(a->run_dir, &r->cfg, a->etl_dir, r->model, &r->opt, &r->prog);
     if (s == DLREC_OK) s = dlrec_loader_seek(r->loader, r->prog.position);
     if (s == DLREC_OK) s = truncate_metrics(r->metrics_path, r->prog.step);
+    /* A crash between saving a best checkpoint and pointing RUN/best at it
+     * leaves the state saying "best here": point at it now. */
+    if (s == DLREC_OK && r->cfg.keep_best && r->prog.valid.validations && r->prog.valid.best_step == r->prog.step)
+      s = dlrec_checkpoint_mark_best(a->run_dir, r->prog.step);
     if (s != DLREC_OK) return s;
     DLREC_INFO("resuming from step %llu (epoch %llu, row %llu)", (unsigned long long)r->prog.step,
                (unsigned long long)r->prog.position.epoch, (unsigned long long)r->prog.position.row);
@@ -250,10 +275,77 @@ static cJSON *step_json(const run *r, double loss, double lr_scale, double rate)
   return j;
 }
 
+/* A scheduled validation (eval.interval_steps or the end of an epoch) after
+ * the step trained with lr scale `scale`: evaluates, feeds the metric to the
+ * validation state (best, early stopping, plateau), logs the line, and saves
+ * the best checkpoint. *stop is set when the run must end here. */
+static dlrec_status validate(run *r, dlrec_train_result *res, double scale, double loss, int epoch_end,
+                             dlrec_progress *bar, int *stop) {
+  const dlrec_train_config *c = &r->cfg;
+  dlrec_metrics m;
+  dlrec_status s = evaluate_now(r, &m);
+  if (s != DLREC_OK) return s;
+  r->has_last_valid = 1;
+  r->last_valid_step = r->prog.step;
+  r->last_valid = m;
+  dlrec_valid_outcome o;
+  dlrec_valid_observe(c, &r->prog.valid, watched(c, &m), r->prog.step, &o);
+  cJSON *j = step_json(r, NAN, scale, 0);
+  cJSON_DeleteItemFromObject(j, "samples_per_s");
+  if (epoch_end) cJSON_AddBoolToObject(j, "epoch_end", 1);
+  cJSON_AddItemToObject(j, "valid", dlrec_metrics_to_json(&m));
+  if (o.improved && c->keep_best) cJSON_AddBoolToObject(j, "best", 1);
+  if (c->plateau_factor < 1) cJSON_AddNumberToObject(j, "plateau_scale", r->prog.valid.plateau_scale);
+  if (o.stop) cJSON_AddBoolToObject(j, "early_stop", 1);
+  if ((s = log_json(r, j)) != DLREC_OK) return s;
+  dlrec_progress_note(bar, "loss %.4f auc %.4f", isfinite(res->last_loss) ? res->last_loss : loss, m.auc);
+  /* The best checkpoint: saved (which makes it `latest` too), then named by
+   * RUN/best; a crash between the two is repaired on resume. */
+  if (c->keep_best && o.improved) {
+    if ((s = checkpoint_now(r)) != DLREC_OK) return s;
+    if ((s = dlrec_checkpoint_mark_best(r->a->run_dir, r->prog.step)) != DLREC_OK) return s;
+  }
+  if (o.reduced) DLREC_INFO("validation plateau at step %llu: learning rates x%g", (unsigned long long)r->prog.step,
+                            r->prog.valid.plateau_scale);
+  if (o.stop) {
+    res->early_stopped = 1;
+    *stop = 1;
+  }
+  if (c->target_auc > 0 && m.auc >= c->target_auc) {
+    res->reached_target = 1;
+    *stop = 1;
+  }
+  return DLREC_OK;
+}
+
+/* training.restore_best: the final report is RUN/best's evaluation. */
+static dlrec_status evaluate_best(run *r, dlrec_train_result *res) {
+  char dir[4096];
+  dlrec_model *best = NULL;
+  const char *paths[] = {r->a->valid};
+  dlrec_status s = dlrec_checkpoint_select(r->a->run_dir, "best", dir, sizeof dir);
+  if (s == DLREC_OK) s = dlrec_model_load(dir, &best);
+  if (s == DLREC_OK) s = dlrec_evaluate(best->net, paths, 1, r->cfg.eval_batch_size, r->cfg.eval_max_rows, &res->valid);
+  if (s == DLREC_OK) {
+    res->has_valid = 1;
+    res->restored_best = 1;
+    res->best_step = best->progress.step;
+    cJSON *j = step_json(r, res->last_loss, 0, 0);
+    cJSON_DeleteItemFromObject(j, "samples_per_s");
+    cJSON_DeleteItemFromObject(j, "lr_scale");
+    cJSON_AddNumberToObject(j, "restored_best_step", (double)res->best_step);
+    cJSON_AddItemToObject(j, "valid", dlrec_metrics_to_json(&res->valid));
+    cJSON_AddBoolToObject(j, "final", 1);
+    s = log_json(r, j);
+  }
+  dlrec_model_free(best);
+  return s;
+}
+
 dlrec_status dlrec_train(const dlrec_train_args *a, dlrec_train_result *res) {
   memset(res, 0, sizeof *res);
   res->last_loss = NAN;
-  run r = {.a = a, .lock_fd = -1};
+  run r = {.a = a, .lock_fd = -1, .last_ckpt_step = UINT64_MAX};
   dlrec_status s = setup(&r);
   if (s != DLREC_OK) {
     run_free(&r);
@@ -285,7 +377,8 @@ dlrec_status dlrec_train(const dlrec_train_args *a, dlrec_train_result *res) {
       break;
     }
     if (s != DLREC_OK) break;
-    double loss, scale = dlrec_lr_scale(c, r.prog.step + 1);
+    /* The schedule's scale times the plateau's factor (1 without one). */
+    double loss, scale = dlrec_lr_scale(c, r.prog.step + 1) * r.prog.valid.plateau_scale;
     s = dlrec_net_train_step(r.model, r.ws, &r.opt, b, (float)scale, r.prog.step + 1, &loss, NULL);
     if (s != DLREC_OK || !isfinite(loss)) state_ok = 0;
     if (s != DLREC_OK) break;
@@ -312,46 +405,53 @@ dlrec_status dlrec_train(const dlrec_train_args *a, dlrec_train_result *res) {
       t_log = now;
       if (s != DLREC_OK) break;
     }
-    if (a->valid && c->eval_interval_steps && r.prog.step % c->eval_interval_steps == 0) {
+    /* The last batch of an epoch ends at the epoch's last row. */
+    int epoch_end = b->end.row >= epoch_rows;
+    if (a->valid && ((c->eval_interval_steps && r.prog.step % c->eval_interval_steps == 0) ||
+                     (c->eval_every_epoch && epoch_end))) {
       double te = dlrec_now();
-      dlrec_metrics m;
-      if ((s = evaluate_now(&r, &m)) != DLREC_OK) break;
-      cJSON *j = step_json(&r, NAN, scale, 0);
-      cJSON_DeleteItemFromObject(j, "samples_per_s");
-      cJSON_AddItemToObject(j, "valid", dlrec_metrics_to_json(&m));
-      if ((s = log_json(&r, j)) != DLREC_OK) break;
-      dlrec_progress_note(bar, "loss %.4f auc %.4f", isfinite(res->last_loss) ? res->last_loss : loss, m.auc);
+      int stop = 0;
+      s = validate(&r, res, scale, loss, epoch_end, bar, &stop);
       eval_seconds += dlrec_now() - te;
-      if (c->target_auc > 0 && m.auc >= c->target_auc) {
-        res->reached_target = 1;
-        break;
-      }
+      if (s != DLREC_OK || stop) break;
     }
     if (c->checkpoint_interval_steps && r.prog.step % c->checkpoint_interval_steps == 0 &&
-        (s = checkpoint_now(&r)) != DLREC_OK)
+        r.last_ckpt_step != r.prog.step && (s = checkpoint_now(&r)) != DLREC_OK)
       break;
   }
   double loop_seconds = dlrec_now() - t0 - eval_seconds;
   dlrec_progress_finish(bar);
   if (s == DLREC_OK && r.prog.loss_rows) res->last_loss = r.prog.loss_sum / (double)r.prog.loss_rows;
   res->interrupted = g_stop && s == DLREC_OK;
-  if (s == DLREC_OK && a->valid && !res->interrupted) {
+  if (s == DLREC_OK && a->valid && !res->interrupted && r.has_last_valid && r.last_valid_step == r.prog.step) {
+    /* The last step was validated (and logged) already. */
+    res->has_valid = 1;
+    res->valid = r.last_valid;
+  } else if (s == DLREC_OK && a->valid && !res->interrupted) {
     s = evaluate_now(&r, &res->valid);
     if (s == DLREC_OK) {
       res->has_valid = 1;
-      cJSON *j = step_json(&r, res->last_loss, dlrec_lr_scale(c, r.prog.step), 0);
+      cJSON *j = step_json(&r, res->last_loss, dlrec_lr_scale(c, r.prog.step) * r.prog.valid.plateau_scale, 0);
       cJSON_DeleteItemFromObject(j, "samples_per_s");
       cJSON_AddItemToObject(j, "valid", dlrec_metrics_to_json(&res->valid));
+      cJSON_AddBoolToObject(j, "final", 1);
       s = log_json(&r, j);
     }
   }
+  if (s == DLREC_OK && a->valid && !res->interrupted && c->restore_best && r.prog.valid.validations &&
+      !isnan(r.prog.valid.best))
+    s = evaluate_best(&r, res);
   /* The final checkpoint: also after a signal or an error in the data or the
    * evaluation, so that the steps trained are not lost; never after a failed
    * or diverged step, whose parameters must not replace a good checkpoint. */
   if (state_ok) {
     dlrec_error_copy e;
     dlrec_error_save(&e);
-    dlrec_status cs = r.prog.step > start_step || !a->resume ? checkpoint_now(&r) : DLREC_OK;
+    /* A checkpoint of this very state exists when the last step was both
+     * validated and checkpointed (a best one, say): writing it again would
+     * only replace RUN/best's directory under it. */
+    int saved = r.last_ckpt_step == r.prog.step && r.has_last_valid && r.last_valid_step == r.prog.step;
+    dlrec_status cs = (r.prog.step > start_step || !a->resume) && !saved ? checkpoint_now(&r) : DLREC_OK;
     if (s == DLREC_OK) s = cs;
     else dlrec_error_restore(&e);
   }
