@@ -484,3 +484,130 @@ TEST(fm_learns_on_synth_data) {
   free(out);
   check_served_equals_predict(d, "fm");
 }
+
+/* ---- wide_deep and deepfm ---------------------------------------------------- */
+
+/* The tests' small networks: factors of width 3 (table rows of 4), two
+ * hidden layers; WD_BN adds batch normalization and dropout. */
+#define WD_EXTRA ", \"embedding_dim\": 3, \"mlp\": [5, 4]"
+#define WD_BN WD_EXTRA ", \"batch_norm\": true, \"dropout\": 0.25"
+
+/* Both types' keys: the defaults (mlp [400, 400, 400], no dropout, no batch
+ * norm, embedding_dim 16), errors naming the field, a config written to JSON
+ * reads back the same, and the tensors by name, the table D + 1 wide. */
+TEST(wide_deep_and_deepfm_config) {
+  const char *types[2] = {"wide_deep", "deepfm"};
+  for (int i = 0; i < 2; i++) {
+    dlrec_net_config c, back;
+    CHECK_OK(dlrec_net_config_default(&c, types[i]));
+    CHECK_STR(c.type, types[i]);
+    cJSON *o = cJSON_CreateObject();
+    dlrec_net_config_to_json(&c, o);
+    char *text = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    CHECK(strstr(text, "\"embedding_dim\":16") && strstr(text, "\"mlp\":[400,400,400]") &&
+          strstr(text, "\"dropout\":0") && strstr(text, "\"batch_norm\":false") && strstr(text, "\"pooling\":\"sum\""));
+    free(text);
+    static const struct {
+      const char *json, *want;
+    } bad[] = {
+        {"{\"top_mlp\": [1]}", "top_mlp"},
+        {"{\"embedding_dim\": 1024}", "field 'embedding_dim'"},
+        {"{\"dropout\": 1}", "field 'dropout'"},
+        {"{\"batch_norm\": 1}", "batch_norm"},
+        {"{\"mlp\": [4, 0]}", "mlp"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+      o = cJSON_Parse(bad[k].json);
+      CHECK_ERR(dlrec_net_config_parse(&c, o, "cfg.json: model"), DLREC_ERR_INVALID, bad[k].want);
+      cJSON_Delete(o);
+    }
+    o = cJSON_Parse("{\"embedding_dim\": 6, \"mlp\": [8, 4], \"dropout\": 0.5, \"batch_norm\": true, "
+                    "\"pooling\": \"mean\"}");
+    CHECK_OK(dlrec_net_config_parse(&c, o, "model"));
+    cJSON_Delete(o);
+    o = cJSON_CreateObject();
+    dlrec_net_config_to_json(&c, o);
+    CHECK_OK(dlrec_net_config_default(&back, "lr"));
+    CHECK_OK(dlrec_net_config_parse(&back, o, "model"));
+    cJSON_Delete(o);
+    CHECK(memcmp(&c, &back, sizeof c) == 0);
+    /* With 3 dense columns: the linear term, then per hidden layer its
+     * Linear and batch norm, the output layer, and the running statistics
+     * last. The MLP reads 3 + 3 x 6 values. */
+    dlrec_schema s;
+    net_check_schema(&s, 3);
+    dlrec_net *m;
+    CHECK_OK(dlrec_net_create(&m, &c, &s));
+    CHECK_EQ(dlrec_table_dim(dlrec_net_table(m)), 7);
+    static const char *names[] = {"linear.weight", "linear.bias", "mlp.0.weight", "mlp.0.bias", "mlp.0.bn.weight",
+                                  "mlp.0.bn.bias", "mlp.1.weight", "mlp.1.bias", "mlp.1.bn.weight", "mlp.1.bn.bias",
+                                  "mlp.2.weight", "mlp.2.bias", "mlp.0.bn.running_mean", "mlp.0.bn.running_var",
+                                  "mlp.1.bn.running_mean", "mlp.1.bn.running_var"};
+    CHECK_EQ(dlrec_net_n_tensors(m), 16);
+    const dlrec_net_tensor *t = dlrec_net_tensors(m);
+    for (uint32_t k = 0; k < 16 && k < dlrec_net_n_tensors(m); k++) CHECK_STR(t[k].name, names[k]);
+    CHECK_EQ(t[2].shape[0], 8);
+    CHECK_EQ(t[2].shape[1], 21);
+    CHECK_EQ(t[10].shape[0], 1);
+    CHECK_EQ(t[10].shape[1], 4);
+    dlrec_net_free(m);
+    /* No dense column: a lone bias, and the MLP reads the 3 x 6 factors. */
+    net_check_schema(&s, 0);
+    CHECK_OK(dlrec_net_create(&m, &c, &s));
+    CHECK_STR(dlrec_net_tensors(m)[0].name, "bias");
+    CHECK_EQ(dlrec_net_tensors(m)[1].shape[1], 18);
+    dlrec_net_free(m);
+    /* No categorical column: nothing to embed. */
+    net_check_schema(&s, 3);
+    s.n_sparse = 0;
+    s.table_rows = 0;
+    CHECK_ERR(dlrec_net_create(&m, &c, &s), DLREC_ERR_INVALID,
+              i ? "DeepFM needs at least one categorical column" : "Wide & Deep needs at least one categorical column");
+  }
+}
+
+/* Every dense gradient (batch norm's included: it makes the rows of the
+ * batch interact, and the check is of the batch's loss) and every
+ * embedding row's, with and without dense columns, sum and mean pooling. */
+TEST(wide_deep_gradients_match_finite_differences) {
+  check_gradients("wide_deep", WD_EXTRA);
+  check_gradients("wide_deep", WD_BN);
+}
+
+TEST(deepfm_gradients_match_finite_differences) {
+  check_gradients("deepfm", WD_EXTRA);
+  check_gradients("deepfm", WD_BN);
+}
+
+/* Batch invariance, also with batch normalization and dropout: scoring
+ * uses the running statistics (moved away from their start by two training
+ * passes here) and no dropout, so a row's score does not depend on the
+ * other rows of its batch. */
+TEST(wide_deep_and_deepfm_scoring_is_batch_invariant) {
+  check_batch_invariance("wide_deep", WD_EXTRA);
+  check_batch_invariance("deepfm", WD_EXTRA);
+  const char *types[2] = {"wide_deep", "deepfm"};
+  for (int i = 0; i < 2; i++)
+    for (uint32_t n_dense = 0; n_dense <= 3; n_dense += 3) {
+      dlrec_schema s;
+      net_check_schema(&s, n_dense);
+      dlrec_net *m;
+      dlrec_net_ws *ws;
+      CHECK_OK(model_create(&m, &s, types[i], "sum", WD_BN));
+      CHECK_OK(dlrec_net_init(m, 11));
+      CHECK_OK(dlrec_net_ws_create(&ws, m, 4));
+      net_check_batch tb;
+      net_check_make_batch(&tb, &s, 3, -1);
+      for (int k = 0; k < 2; k++) CHECK(isfinite(net_check_loss(m, ws, &tb.b)));
+      const dlrec_net_tensor *t = dlrec_net_tensors(m);
+      size_t n;
+      const float *p = dlrec_net_dense_params(m, &n);
+      uint32_t last = dlrec_net_n_tensors(m) - 1; /* mlp.1.bn.running_var, which starts at 1 */
+      CHECK_STR(t[last].name, "mlp.1.bn.running_var");
+      CHECK(p[t[last].offset] != 1.0f);
+      CHECK_EQ(net_check_batch_invariance(m, ws, &tb.b), 0);
+      dlrec_net_ws_free(ws);
+      dlrec_net_free(m);
+    }
+}

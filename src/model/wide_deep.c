@@ -14,9 +14,10 @@
  *
  * Shapes: dense (B, n_dense), emb (B, F, D + 1) -> v (B, F, D), w (B, F);
  * the MLP reads x (B, n_dense + F·D). On data with no dense column the
- * linear term is a lone bias and the MLP reads v alone (F·D). On data with
- * no categorical column wide_deep is the linear term plus an MLP on the
- * dense features; deepfm refuses it (its FM term has nothing to interact).
+ * linear term is a lone bias and the MLP reads v alone (F·D). Data with no
+ * categorical column is refused: both models are built on the embeddings
+ * (without them Wide & Deep would be a plain MLP, and DeepFM's FM term
+ * would have nothing to interact).
  *
  * Tensors: the linear term's ("linear.weight" (1, n_dense) and
  * "linear.bias" (1), or "bias" (1) alone), then the MLP's "mlp.L.weight",
@@ -93,11 +94,9 @@ static dlrec_status plan(const void *cfg, const dlrec_schema *schema, net_plan *
   *ctx = NULL;
   const wd_config *c = cfg;
   const char *name = c->fm ? "DeepFM" : "Wide & Deep";
-  if (c->fm && schema->n_sparse < 1)
-    return dlrec_error(DLREC_ERR_INVALID, "DeepFM needs at least one categorical column (its FM term interacts "
-                                          "their embeddings)");
-  if (schema->n_sparse + schema->n_dense < 1)
-    return dlrec_error(DLREC_ERR_INVALID, "Wide & Deep needs at least one dense or categorical column");
+  if (schema->n_sparse < 1)
+    return dlrec_error(DLREC_ERR_INVALID, "%s needs at least one categorical column (it is built on their "
+                       "embeddings)", name);
   if (c->emb_dim < 1 || c->emb_dim > DLREC_EMBED_MAX_DIM - 1)
     return dlrec_error(DLREC_ERR_INVALID, "%s embedding dim %u out of range [1, %d]", name, c->emb_dim,
                        DLREC_EMBED_MAX_DIM - 1);
@@ -161,10 +160,9 @@ static dlrec_status ws_create(const void *ctx, const net_plan *p, uint32_t max_b
   if (!w) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
   dlrec_arena_init(&w->arena, 1u << 20);
   size_t B = max_batch, BF = B * m->n_sparse, BFD = BF * m->D, BX = B * m->mlp.in;
-  /* Every buffer at least one float, so that none is NULL. */
-#define WS_ALLOC(ptr, floats)                                                                          \
-  do {                                                                                                 \
-    if (!((ptr) = dlrec_arena_alloc(&w->arena, ((floats) ? (floats) : 1) * sizeof(float), 64))) goto nomem; \
+#define WS_ALLOC(ptr, floats)                                                              \
+  do {                                                                                     \
+    if (!((ptr) = dlrec_arena_alloc(&w->arena, (floats) * sizeof(float), 64))) goto nomem; \
   } while (0)
   WS_ALLOC(w->logits, B);
   WS_ALLOC(w->first, B);
@@ -191,7 +189,6 @@ nomem:
  * factors. With no dense column x is v itself. */
 static const float *deep_input(const wide_deep *m, wd_ws *w, const net_io *io) {
   if (!m->n_dense) return w->v;
-  if (!m->n_sparse) return io->dense;
   size_t FD = (size_t)m->n_sparse * m->D, X = m->mlp.in;
   for (size_t b = 0; b < (size_t)io->B; b++) {
     memcpy(w->x + b * X, io->dense + b * m->n_dense, m->n_dense * sizeof(float));
@@ -205,12 +202,9 @@ static dlrec_status forward(const void *ctx, void *ws, const net_io *io, const f
   wd_ws *w = ws;
   int B = io->B, F = (int)m->n_sparse, D = (int)m->D;
   double t = dlrec_now();
-  dlrec_status st = DLREC_OK;
-  if (F) {
-    net_fm_split(w->v, w->w, io->emb, (size_t)B * F, m->D);
-    st = dlrec_wide_forward(w->first, w->w, NULL, B, F);
-    if (st == DLREC_OK && m->fm) st = dlrec_fm_forward(w->second, w->v, B, F, D);
-  }
+  net_fm_split(w->v, w->w, io->emb, (size_t)B * F, m->D);
+  dlrec_status st = dlrec_wide_forward(w->first, w->w, NULL, B, F);
+  if (st == DLREC_OK && m->fm) st = dlrec_fm_forward(w->second, w->v, B, F, D);
   net_lap(&io->prof->interaction, &t);
   const float *deep = NULL;
   if (st == DLREC_OK) st = net_dense_term_forward(&m->dense, io, w->logits);
@@ -218,9 +212,8 @@ static dlrec_status forward(const void *ctx, void *ws, const net_io *io, const f
   if (st == DLREC_OK) st = net_mlp_forward(&m->mlp, io, w->mlp, w->in, &deep);
   /* linear + first order [+ second order] + deep, in that order for every row. */
   for (int b = 0; st == DLREC_OK && b < B; b++) {
-    float z = w->logits[b];
-    if (F) z += w->first[b];
-    if (F && m->fm) z += w->second[b];
+    float z = w->logits[b] + w->first[b];
+    if (m->fm) z += w->second[b];
     w->logits[b] = z + deep[b];
   }
   net_lap(&io->prof->mlp, &t);
@@ -235,16 +228,14 @@ static dlrec_status backward(const void *ctx, void *ws, const net_io *io, const 
   int B = io->B, F = (int)m->n_sparse, D = (int)m->D;
   double t = dlrec_now();
   memcpy(w->d_deep, d_logits, (size_t)B * sizeof(float));
-  /* The gradient of the MLP's input matters only where it is v. */
-  dlrec_status st = net_mlp_backward(&m->mlp, io, w->mlp, w->in, w->d_deep, F ? w->dx : NULL, g);
+  /* The MLP's input gradient is needed only where it is v; the dense
+   * features' part is computed and left unused. */
+  dlrec_status st = net_mlp_backward(&m->mlp, io, w->mlp, w->in, w->d_deep, w->dx, g);
   if (st == DLREC_OK) st = net_dense_term_backward(&m->dense, io, d_logits, g);
   net_lap(&io->prof->mlp, &t);
-  if (st == DLREC_OK && F) {
-    st = dlrec_wide_backward(w->dw, NULL, d_logits, B, F);
-    if (st == DLREC_OK && m->fm) st = dlrec_fm_backward(w->dv_fm, d_logits, w->v, B, F, D);
-    if (st == DLREC_OK)
-      net_fm_join(d_emb, w->dx + m->n_dense, m->mlp.in, m->fm ? w->dv_fm : NULL, w->dw, B, F, m->D);
-  }
+  if (st == DLREC_OK) st = dlrec_wide_backward(w->dw, NULL, d_logits, B, F);
+  if (st == DLREC_OK && m->fm) st = dlrec_fm_backward(w->dv_fm, d_logits, w->v, B, F, D);
+  if (st == DLREC_OK) net_fm_join(d_emb, w->dx + m->n_dense, m->mlp.in, m->fm ? w->dv_fm : NULL, w->dw, B, F, m->D);
   net_lap(&io->prof->interaction, &t);
   return st;
 }
