@@ -1,10 +1,10 @@
-/* DLRM against a golden file: the forward (probabilities, loss) and the
- * gradients (every dense parameter and the pooled embeddings d_emb) of a tiny
- * model, computed in float64 by an independent NumPy implementation
- * (tests/golden/make_dlrm_golden.py) and committed as
- * tests/golden/dlrm_tiny.txt, so the test needs no Python. The file gives
- * the shape, the batch, the table rows and the flat dense parameters; dlrec
- * runs in fp32, hence the tolerances.
+/* DLRM, Wide & Deep and DeepFM against golden files: the forward
+ * (probabilities, loss) and the gradients (every dense parameter and the
+ * pooled embeddings d_emb) of tiny models, computed in float64 by
+ * independent NumPy implementations (tests/golden/make_dlrm_golden.py,
+ * make_wide_deep_golden.py) and committed as tests/golden/NAME_tiny.txt, so the
+ * test needs no Python. A file gives the shape, the batch, the table rows
+ * and the flat dense parameters; dlrec runs in fp32, hence the tolerances.
  *
  * The file: '#' comments, the line "dlrec-dlrm-golden 1", then sections
  * "@NAME TYPE COUNT" (TYPE i or f) each followed by COUNT values. */
@@ -260,7 +260,51 @@ static float *to_floats(const golden_section *s) {
     }                                                                                     \
   } while (0)
 
-static void run_golden(golden_run *r, const char *path) {
+/* Creates r->m for the file: a "dlrm" of its bottom and top widths, else a
+ * network of `type` with the file's emb_dim, mlp widths and batch_norm
+ * (wide_deep, deepfm); r->m stays NULL after a failed check. */
+static void golden_net(golden_run *r, const char *path, const char *type, uint32_t D, dlrec_bag_mode pooling,
+                      const dlrec_schema *s) {
+  golden *g = &r->g;
+  if (!strcmp(type, "dlrm")) {
+    const golden_section *bottom = golden_get(g, "bottom", 'i', SIZE_MAX), *top = golden_get(g, "top", 'i', SIZE_MAX);
+    GOLDEN_REQUIRE(bottom && top);
+    GOLDEN_REQUIRE(bottom->n >= 1 && bottom->n <= DLREC_MLP_MAX_LAYERS && top->n >= 1 &&
+                       top->n <= DLREC_MLP_MAX_LAYERS);
+    dlrec_dlrm_shape sh = {.emb_dim = D, .n_bottom = (uint32_t)bottom->n, .n_top = (uint32_t)top->n, .pooling = pooling};
+    for (size_t l = 0; l < bottom->n; l++) {
+      GOLDEN_REQUIRE(bottom->v[l] >= 1 && bottom->v[l] <= 65536);
+      sh.bottom[l] = (uint32_t)bottom->v[l];
+    }
+    for (size_t l = 0; l < top->n; l++) {
+      GOLDEN_REQUIRE(top->v[l] >= 1 && top->v[l] <= 65536);
+      sh.top[l] = (uint32_t)top->v[l];
+    }
+    CHECK_OK(dlrec_dlrm_create(&r->m, &sh, s));
+    return;
+  }
+  const golden_section *mlp = golden_get(g, "mlp", 'i', SIZE_MAX);
+  long long bn = golden_int(g, "batch_norm", 0, 1);
+  GOLDEN_REQUIRE(mlp && mlp->n < DLREC_MLP_MAX_LAYERS && bn >= 0);
+  cJSON *o = cJSON_CreateObject(), *widths = cJSON_AddArrayToObject(o, "mlp");
+  cJSON_AddStringToObject(o, "type", type);
+  cJSON_AddNumberToObject(o, "embedding_dim", D);
+  cJSON_AddStringToObject(o, "pooling", pooling == DLREC_BAG_MEAN ? "mean" : "sum");
+  cJSON_AddBoolToObject(o, "batch_norm", bn == 1);
+  for (size_t l = 0; l < mlp->n; l++) cJSON_AddItemToArray(widths, cJSON_CreateNumber(mlp->v[l]));
+  dlrec_net_config c;
+  dlrec_status st = dlrec_net_config_default(&c, type);
+  if (st == DLREC_OK) st = dlrec_net_config_parse(&c, o, "golden model");
+  cJSON_Delete(o);
+  CHECK_OK(st);
+  CHECK_OK(dlrec_net_create(&r->m, &c, s));
+}
+
+/* Runs the golden file at `path` through a network of `type`: the scoring
+ * pass's probabilities, the training pass's loss, gradients and d_emb, and,
+ * if the file has the section state_after, the parameters after that pass
+ * (batch normalization's running statistics moved). */
+static void run_golden(golden_run *r, const char *path, const char *type) {
   golden *g = &r->g;
   if (golden_load(g, path) != 0) {
     test_fail(__FILE__, __LINE__, "cannot parse the golden file: %s", g->err);
@@ -278,20 +322,6 @@ static void run_golden(golden_run *r, const char *path) {
   GOLDEN_REQUIRE(pooling >= 0);
   long long rows = golden_int(g, "table_rows", 1, 1 << 20);
   GOLDEN_REQUIRE(rows > 0);
-  const golden_section *bottom = golden_get(g, "bottom", 'i', SIZE_MAX), *top = golden_get(g, "top", 'i', SIZE_MAX);
-  GOLDEN_REQUIRE(bottom && top);
-  GOLDEN_REQUIRE(bottom->n >= 1 && bottom->n <= DLREC_MLP_MAX_LAYERS && top->n >= 1 && top->n <= DLREC_MLP_MAX_LAYERS);
-
-  dlrec_dlrm_shape sh = {.emb_dim = (uint32_t)D, .n_bottom = (uint32_t)bottom->n, .n_top = (uint32_t)top->n,
-                         .pooling = pooling ? DLREC_BAG_MEAN : DLREC_BAG_SUM};
-  for (size_t l = 0; l < bottom->n; l++) {
-    GOLDEN_REQUIRE(bottom->v[l] >= 1 && bottom->v[l] <= 65536);
-    sh.bottom[l] = (uint32_t)bottom->v[l];
-  }
-  for (size_t l = 0; l < top->n; l++) {
-    GOLDEN_REQUIRE(top->v[l] >= 1 && top->v[l] <= 65536);
-    sh.top[l] = (uint32_t)top->v[l];
-  }
 
   dlrec_schema s;
   memset(&s, 0, sizeof s);
@@ -314,7 +344,8 @@ static void run_golden(golden_run *r, const char *path) {
     s.sparse[c].hotness = maxh->v[c] == 1 ? 1 : 0; /* fixed one-hot, or multi-hot */
   }
   CHECK_OK(dlrec_schema_validate(&s, "golden schema"));
-  CHECK_OK(dlrec_dlrm_create(&r->m, &sh, &s));
+  golden_net(r, path, type, (uint32_t)D, pooling ? DLREC_BAG_MEAN : DLREC_BAG_SUM, &s);
+  if (!r->m) return;
   CHECK_OK(dlrec_net_ws_create(&r->ws, r->m, (uint32_t)B));
 
   /* Parameters and table rows, into the model (the table's row padding stays zero). */
@@ -325,13 +356,16 @@ static void run_golden(golden_run *r, const char *path) {
   for (size_t i = 0; i < n_params; i++) params[i] = (float)p->v[i];
   dlrec_table *t = dlrec_net_table(r->m);
   CHECK_EQ_U64(dlrec_table_rows(t), (uint64_t)rows);
-  CHECK_EQ(dlrec_table_dim(t), D);
+  /* dlrm's rows are D wide; wide_deep's and deepfm's D + 1 (the first-order weight last). */
+  long long TW = D + (strcmp(type, "dlrm") ? 1 : 0);
+  CHECK_EQ(dlrec_table_dim(t), TW);
+  GOLDEN_REQUIRE(dlrec_table_dim(t) == TW);
   uint32_t stride = dlrec_table_stride(t);
   float *data = dlrec_table_data(t);
-  const golden_section *tab = golden_get(g, "table", 'f', (size_t)(rows * D));
+  const golden_section *tab = golden_get(g, "table", 'f', (size_t)(rows * TW));
   GOLDEN_REQUIRE(tab);
   for (long long row = 0; row < rows; row++)
-    for (long long k = 0; k < D; k++) data[(size_t)row * stride + (size_t)k] = (float)tab->v[row * D + k];
+    for (long long k = 0; k < TW; k++) data[(size_t)row * stride + (size_t)k] = (float)tab->v[row * TW + k];
 
   /* The batch. */
   const golden_section *dense = golden_get(g, "dense", 'f', (size_t)(B * n_dense));
@@ -374,7 +408,7 @@ static void run_golden(golden_run *r, const char *path) {
   const golden_section *probs = golden_get(g, "probs", 'f', (size_t)B);
   const golden_section *loss = golden_get(g, "loss", 'f', 1);
   const golden_section *grad = golden_get(g, "grad", 'f', n_params);
-  const golden_section *d_emb = golden_get(g, "d_emb", 'f', (size_t)(B * F * D));
+  const golden_section *d_emb = golden_get(g, "d_emb", 'f', (size_t)(B * F * TW));
   GOLDEN_REQUIRE(probs && loss && grad && d_emb);
 
   int bad = 0;
@@ -387,15 +421,36 @@ static void run_golden(golden_run *r, const char *path) {
   CHECK_OK(dlrec_net_gradients(r->m, r->ws, &batch, &got_loss, &got_grad, &got_demb));
   bad += compare("loss", NULL, &got_loss, loss->v, 1, ATOL, RTOL);
   bad += compare("grad", got_grad, NULL, grad->v, n_params, ATOL, RTOL);
-  bad += compare("d_emb", got_demb, NULL, d_emb->v, (size_t)(B * F * D), ATOL, RTOL);
+  bad += compare("d_emb", got_demb, NULL, d_emb->v, (size_t)(B * F * TW), ATOL, RTOL);
+  /* Only a file that has it: the running statistics after the training pass. */
+  for (int i = 0; i < g->n; i++)
+    if (!strcmp(g->s[i].name, "state_after")) {
+      const golden_section *after = golden_get(g, "state_after", 'f', n_params);
+      GOLDEN_REQUIRE(after);
+      bad += compare("state", params, NULL, after->v, n_params, ATOL, RTOL);
+    }
   CHECK_EQ(bad, 0);
 }
 
 TEST(golden_dlrm_forward_and_gradients_match_numpy) {
   golden_run r;
   memset(&r, 0, sizeof r);
-  run_golden(&r, test_source_path("tests/golden/dlrm_tiny.txt"));
+  run_golden(&r, test_source_path("tests/golden/dlrm_tiny.txt"), "dlrm");
   golden_run_free(&r);
+}
+
+/* Wide & Deep with batch normalization (sum pooling) and DeepFM without
+ * (mean pooling), against tests/golden/make_wide_deep_golden.py. */
+TEST(golden_wide_deep_and_deepfm_forward_and_gradients_match_numpy) {
+  const char *types[2] = {"wide_deep", "deepfm"};
+  for (int i = 0; i < 2; i++) {
+    char path[64];
+    snprintf(path, sizeof path, "tests/golden/%s_tiny.txt", types[i]);
+    golden_run r;
+    memset(&r, 0, sizeof r);
+    run_golden(&r, test_source_path(path), types[i]);
+    golden_run_free(&r);
+  }
 }
 
 /* A damaged file is refused with a message naming the problem, not a crash. */
