@@ -9,10 +9,9 @@
  * D coordinates are an id's factors, the last its first-order weight. The
  * generic stage pools the rows into emb (B, F, D + 1); this type splits each
  * row into v (B, F, D) and w (B, F) for the FM and wide blocks of src/nn,
- * and joins their gradients back into d_emb (fm_split.c, which wide_deep and
- * deepfm share). One table means one lookup per
- * id and one sparse optimizer state per row (shared by an id's factors and
- * weight).
+ * and joins their gradients back into d_emb (fm_split.c, which wide_deep
+ * and deepfm share). One table means one lookup per id and one sparse
+ * optimizer state per row (shared by an id's factors and weight).
  *
  * Tensors: "linear.weight" (1, n_dense) and "linear.bias" (1), whose bias is
  * the model's; on data with no dense column, "bias" (1) alone. The dense
