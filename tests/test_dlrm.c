@@ -226,7 +226,9 @@ TEST(model_type_registry) {
   CHECK_STR(dlrec_net_type_name(0), "dlrm");
   CHECK_STR(dlrec_net_type_name(1), "lr");
   CHECK_STR(dlrec_net_type_name(2), "fm");
-  CHECK(dlrec_net_type_name(3) == NULL);
+  CHECK_STR(dlrec_net_type_name(3), "wide_deep");
+  CHECK_STR(dlrec_net_type_name(4), "deepfm");
+  CHECK(dlrec_net_type_name(5) == NULL);
 }
 
 /* ---- DLRM on data with no dense column ------------------------------------ */

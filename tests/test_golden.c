@@ -1,10 +1,11 @@
-/* DLRM and DCN-v2 against golden files: the forward (probabilities, loss)
- * and the gradients (every dense parameter and the pooled embeddings d_emb)
- * of tiny models, computed in float64 by independent NumPy implementations
- * (tests/golden/make_dlrm_golden.py, make_dcn_v2_golden.py) and committed
- * as the .txt files of tests/golden/, so the test needs no Python. A file
- * gives the model's shape, the batch, the table rows and the flat dense
- * parameters; dlrec runs in fp32, hence the tolerances.
+/* DLRM, Wide & Deep, DeepFM and DCN-v2 against golden files: the forward
+ * (probabilities, loss) and the gradients (every dense parameter and the
+ * pooled embeddings d_emb) of tiny models, computed in float64 by
+ * independent NumPy implementations (tests/golden/make_dlrm_golden.py,
+ * make_wide_deep_golden.py, make_dcn_v2_golden.py) and committed as the .txt
+ * files of tests/golden/, so the test needs no Python. A file gives the
+ * model's shape, the batch, the table rows and the flat dense parameters;
+ * dlrec runs in fp32, hence the tolerances.
  *
  * The file: '#' comments, the line "dlrec-MODEL-golden 1" (MODEL: dlrm,
  * dcn_v2), then sections "@NAME TYPE COUNT" (TYPE i or f) each followed by
@@ -285,6 +286,30 @@ static void dlrm_from_golden(golden_run *r, const char *path, const dlrec_schema
   CHECK_OK(dlrec_dlrm_create(&r->m, &sh, s));
 }
 
+/* A wide_deep or deepfm (the file's MODEL) of the file's mlp widths and
+ * batch_norm, into r->m (NULL on failure, reported). */
+static void mlp_net_from_golden(golden_run *r, const char *path, const dlrec_schema *s, long long D,
+                                long long pooling) {
+  golden *g = &r->g;
+  const char *type = g->format;
+  const golden_section *mlp = golden_get(g, "mlp", 'i', SIZE_MAX);
+  long long bn = golden_int(g, "batch_norm", 0, 1);
+  GOLDEN_REQUIRE(mlp && mlp->n < DLREC_MLP_MAX_LAYERS && bn >= 0);
+  cJSON *o = cJSON_CreateObject(), *widths = cJSON_AddArrayToObject(o, "mlp");
+  cJSON_AddStringToObject(o, "type", type);
+  cJSON_AddNumberToObject(o, "embedding_dim", (double)D);
+  cJSON_AddStringToObject(o, "pooling", pooling ? "mean" : "sum");
+  cJSON_AddBoolToObject(o, "batch_norm", bn == 1);
+  for (size_t l = 0; l < mlp->n; l++) cJSON_AddItemToArray(widths, cJSON_CreateNumber(mlp->v[l]));
+  dlrec_net_config c;
+  dlrec_status st = dlrec_net_config_default(&c, type);
+  if (st == DLREC_OK) st = dlrec_net_config_parse(&c, o, "golden model");
+  cJSON_Delete(o);
+  CHECK_OK(st);
+  CHECK_OK(dlrec_net_create(&r->m, &c, s));
+}
+
+
 /* The model of file `path` (its header's MODEL) into r->m: NULL on failure,
  * reported. */
 typedef void (*golden_model_fn)(golden_run *r, const char *path, const dlrec_schema *s, long long D,
@@ -346,13 +371,17 @@ static void run_golden(golden_run *r, const char *path, const char *format, gold
   for (size_t i = 0; i < n_params; i++) params[i] = (float)p->v[i];
   dlrec_table *t = dlrec_net_table(r->m);
   CHECK_EQ_U64(dlrec_table_rows(t), (uint64_t)rows);
-  CHECK_EQ(dlrec_table_dim(t), D);
+  /* dlrm's and dcn_v2's rows are D wide; wide_deep's and deepfm's D + 1 (the
+   * first-order weight last). */
+  long long TW = D + (!strcmp(format, "wide_deep") || !strcmp(format, "deepfm") ? 1 : 0);
+  CHECK_EQ(dlrec_table_dim(t), TW);
+  GOLDEN_REQUIRE(dlrec_table_dim(t) == TW);
   uint32_t stride = dlrec_table_stride(t);
   float *data = dlrec_table_data(t);
-  const golden_section *tab = golden_get(g, "table", 'f', (size_t)(rows * D));
+  const golden_section *tab = golden_get(g, "table", 'f', (size_t)(rows * TW));
   GOLDEN_REQUIRE(tab);
   for (long long row = 0; row < rows; row++)
-    for (long long k = 0; k < D; k++) data[(size_t)row * stride + (size_t)k] = (float)tab->v[row * D + k];
+    for (long long k = 0; k < TW; k++) data[(size_t)row * stride + (size_t)k] = (float)tab->v[row * TW + k];
 
   /* The batch. */
   const golden_section *dense = golden_get(g, "dense", 'f', (size_t)(B * n_dense));
@@ -395,7 +424,7 @@ static void run_golden(golden_run *r, const char *path, const char *format, gold
   const golden_section *probs = golden_get(g, "probs", 'f', (size_t)B);
   const golden_section *loss = golden_get(g, "loss", 'f', 1);
   const golden_section *grad = golden_get(g, "grad", 'f', n_params);
-  const golden_section *d_emb = golden_get(g, "d_emb", 'f', (size_t)(B * F * D));
+  const golden_section *d_emb = golden_get(g, "d_emb", 'f', (size_t)(B * F * TW));
   GOLDEN_REQUIRE(probs && loss && grad && d_emb);
 
   int bad = 0;
@@ -408,7 +437,14 @@ static void run_golden(golden_run *r, const char *path, const char *format, gold
   CHECK_OK(dlrec_net_gradients(r->m, r->ws, &batch, &got_loss, &got_grad, &got_demb));
   bad += compare("loss", NULL, &got_loss, loss->v, 1, ATOL, RTOL);
   bad += compare("grad", got_grad, NULL, grad->v, n_params, ATOL, RTOL);
-  bad += compare("d_emb", got_demb, NULL, d_emb->v, (size_t)(B * F * D), ATOL, RTOL);
+  bad += compare("d_emb", got_demb, NULL, d_emb->v, (size_t)(B * F * TW), ATOL, RTOL);
+  /* Only a file that has it: the running statistics after the training pass. */
+  for (int i = 0; i < g->n; i++)
+    if (!strcmp(g->s[i].name, "state_after")) {
+      const golden_section *after = golden_get(g, "state_after", 'f', n_params);
+      GOLDEN_REQUIRE(after);
+      bad += compare("state", params, NULL, after->v, n_params, ATOL, RTOL);
+    }
   CHECK_EQ(bad, 0);
 }
 
@@ -417,6 +453,20 @@ TEST(golden_dlrm_forward_and_gradients_match_numpy) {
   memset(&r, 0, sizeof r);
   run_golden(&r, test_source_path("tests/golden/dlrm_tiny.txt"), "dlrm", dlrm_from_golden);
   golden_run_free(&r);
+}
+
+/* Wide & Deep with batch normalization (sum pooling) and DeepFM without
+ * (mean pooling), against tests/golden/make_wide_deep_golden.py. */
+TEST(golden_wide_deep_and_deepfm_forward_and_gradients_match_numpy) {
+  const char *types[2] = {"wide_deep", "deepfm"};
+  for (int i = 0; i < 2; i++) {
+    char path[64];
+    snprintf(path, sizeof path, "tests/golden/%s_tiny.txt", types[i]);
+    golden_run r;
+    memset(&r, 0, sizeof r);
+    run_golden(&r, test_source_path(path), types[i], mlp_net_from_golden);
+    golden_run_free(&r);
+  }
 }
 
 /* A damaged file is refused with a message naming the problem, not a crash. */

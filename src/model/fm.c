@@ -9,9 +9,9 @@
  * D coordinates are an id's factors, the last its first-order weight. The
  * generic stage pools the rows into emb (B, F, D + 1); this type splits each
  * row into v (B, F, D) and w (B, F) for the FM and wide blocks of src/nn,
- * and joins their gradients back into d_emb. One table means one lookup per
- * id and one sparse optimizer state per row (shared by an id's factors and
- * weight).
+ * and joins their gradients back into d_emb (fm_split.c, which wide_deep
+ * and deepfm share). One table means one lookup per id and one sparse
+ * optimizer state per row (shared by an id's factors and weight).
  *
  * Tensors: "linear.weight" (1, n_dense) and "linear.bias" (1), whose bias is
  * the model's; on data with no dense column, "bias" (1) alone. The dense
@@ -45,15 +45,8 @@ static dlrec_status config_parse(void *cfg, const cJSON *o, const char *what) {
   static const char *keys[] = {"type", "embedding_dim", "pooling", NULL};
   fm_config *c = cfg;
   dlrec_status s = dlrec_json_check_keys(o, what, keys);
-  uint64_t d = c->emb_dim;
-  if (s == DLREC_OK) s = dlrec_json_get_u64_or(o, "embedding_dim", what, c->emb_dim, &d);
-  if (s != DLREC_OK) return s;
-  /* One more coordinate holds the first-order weight. */
-  if (d < 1 || d > DLREC_EMBED_MAX_DIM - 1)
-    return dlrec_error(DLREC_ERR_INVALID, "%s: field 'embedding_dim': %llu is out of range [1, %d]", what,
-                       (unsigned long long)d, DLREC_EMBED_MAX_DIM - 1);
-  c->emb_dim = (uint32_t)d;
-  return net_config_pooling(o, what, &c->pooling);
+  if (s == DLREC_OK) s = net_fm_config_dim(o, what, &c->emb_dim);
+  return s == DLREC_OK ? net_config_pooling(o, what, &c->pooling) : s;
 }
 
 static void config_to_json(const void *cfg, cJSON *m) {
@@ -148,11 +141,7 @@ static dlrec_status forward(const void *ctx, void *ws, const net_io *io, const f
   double t = dlrec_now();
   dlrec_status st = net_dense_term_forward(&m->dense, io, w->logits);
   net_lap(&io->prof->mlp, &t);
-  /* Split each pooled row (D + 1) into its factors and its weight. */
-  for (size_t i = 0; i < (size_t)B * F; i++) {
-    memcpy(w->v + i * D, io->emb + i * (D + 1), (size_t)D * sizeof(float));
-    w->w[i] = io->emb[i * (D + 1) + D];
-  }
+  net_fm_split(w->v, w->w, io->emb, (size_t)B * F, m->D);
   if (st == DLREC_OK) st = dlrec_fm_forward(w->second, w->v, B, F, D);
   if (st == DLREC_OK) st = dlrec_wide_forward(w->first, w->w, NULL, B, F);
   /* linear + first order + second order, in that order for every row. */
@@ -170,10 +159,7 @@ static dlrec_status backward(const void *ctx, void *ws, const net_io *io, const 
   double t = dlrec_now();
   dlrec_status st = dlrec_fm_backward(w->dv, d_logits, w->v, B, F, D);
   if (st == DLREC_OK) st = dlrec_wide_backward(w->dw, NULL, d_logits, B, F);
-  for (size_t i = 0; st == DLREC_OK && i < (size_t)B * F; i++) {
-    memcpy(d_emb + i * (D + 1), w->dv + i * D, (size_t)D * sizeof(float));
-    d_emb[i * (D + 1) + D] = w->dw[i];
-  }
+  if (st == DLREC_OK) net_fm_join(d_emb, w->dv, (size_t)F * D, NULL, w->dw, B, F, m->D);
   net_lap(&io->prof->interaction, &t);
   if (st == DLREC_OK) st = net_dense_term_backward(&m->dense, io, d_logits, g);
   net_lap(&io->prof->mlp, &t);

@@ -10,7 +10,8 @@
 #include "model/model_type.h"
 
 /* Every model type, by name. A new type adds one line here. */
-static const net_type *const TYPES[] = {&net_type_dlrm, &net_type_lr, &net_type_fm, &net_type_dcn_v2, NULL};
+static const net_type *const TYPES[] = {&net_type_dlrm,      &net_type_lr,     &net_type_fm,
+                                        &net_type_wide_deep, &net_type_deepfm, &net_type_dcn_v2, NULL};
 
 const char *dlrec_net_type_name(size_t i) {
   return i < sizeof TYPES / sizeof *TYPES - 1 ? TYPES[i]->name : NULL;

@@ -102,6 +102,19 @@ void net_dense_term_init(const net_dense_term *t, float *params, uint64_t seed, 
 dlrec_status net_dense_term_forward(const net_dense_term *t, const net_io *io, float *out);
 dlrec_status net_dense_term_backward(const net_dense_term *t, const net_io *io, const float *d_out, float *g);
 
+/* Embedding rows D + 1 wide, an id's D factors then its first-order weight
+ * (fm_split.c; fm, wide_deep and deepfm). net_fm_config_dim reads a model
+ * section's optional "embedding_dim" (D, in [1, DLREC_EMBED_MAX_DIM - 1];
+ * absent: unchanged). net_fm_split splits n pooled rows emb (n, D + 1) into
+ * the factors v (n, D) and the weights w (n). net_fm_join writes d_emb
+ * (B, F, D + 1): the factors' gradient is dv (row b's F·D values at
+ * dv + b·dv_stride), plus dv2 (B, F·D) when not NULL, and the weights' is
+ * dw (B, F). */
+dlrec_status net_fm_config_dim(const cJSON *o, const char *what, uint32_t *emb_dim);
+void net_fm_split(float *v, float *w, const float *emb, size_t n, uint32_t D);
+void net_fm_join(float *d_emb, const float *dv, size_t dv_stride, const float *dv2, const float *dw, int B, int F,
+                 uint32_t D);
+
 /* Initializes a linear layer as the DLRM reference does: the weight normal
  * with std sqrt(2 / (in + out)) (Xavier), the bias normal with std
  * sqrt(1 / out), from the random stream (seed, stream). */
@@ -193,6 +206,8 @@ typedef struct net_type {
 extern const net_type net_type_dlrm;
 extern const net_type net_type_lr;
 extern const net_type net_type_fm;
+extern const net_type net_type_wide_deep; /* wide_deep.c, with deepfm */
+extern const net_type net_type_deepfm;
 extern const net_type net_type_dcn_v2;
 
 /* The registered type of that name, or NULL. */

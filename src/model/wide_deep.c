@@ -1,0 +1,251 @@
+/* Wide & Deep (Cheng et al. 2016) and DeepFM (Guo et al. 2017) as model
+ * types ("wide_deep", "deepfm"). DeepFM is Wide & Deep whose wide part is a
+ * factorization machine, so both are this one file and differ by one flag
+ * of the config (set by the type's defaults, not a key):
+ *   wide_deep: logit_b = linear(dense_b) + Σ_f w_bf + MLP([dense_b, v_b1 .. v_bF])
+ *   deepfm:    logit_b = linear(dense_b) + Σ_f w_bf + Σ_{f<g} <v_bf, v_bg>
+ *                        + MLP([dense_b, v_b1 .. v_bF])
+ * where, for column f of row b, w_bf is the pooled first-order weight of its
+ * ids and v_bf (D) their pooled embedding, the wide part and the deep part
+ * sharing the embeddings as DeepFM does. As in fm, both live in one table
+ * of rows D + 1 wide (fm_split.c). The MLP (net_mlp.c) has the hidden
+ * layers `mlp`, each Linear -> [BatchNorm] -> ReLU -> [Dropout], and an
+ * output Linear to one logit.
+ *
+ * Shapes: dense (B, n_dense), emb (B, F, D + 1) -> v (B, F, D), w (B, F);
+ * the MLP reads x (B, n_dense + F·D). On data with no dense column the
+ * linear term is a lone bias and the MLP reads v alone (F·D). Data with no
+ * categorical column is refused: both models are built on the embeddings
+ * (without them Wide & Deep would be a plain MLP, and DeepFM's FM term
+ * would have nothing to interact).
+ *
+ * Tensors: the linear term's ("linear.weight" (1, n_dense) and
+ * "linear.bias" (1), or "bias" (1) alone), then the MLP's "mlp.L.weight",
+ * "mlp.L.bias" and, with batch normalization, "mlp.L.bn.weight",
+ * "mlp.L.bn.bias" and the buffers "mlp.L.bn.running_mean",
+ * "mlp.L.bn.running_var" (L = n_hidden is the output layer).
+ *
+ * The linear layers run through net_linear_forward (the packed
+ * batch-invariant kernel when scoring), batch normalization scores with its
+ * running statistics and dropout is off when scoring; the wide and FM terms
+ * are per row in a fixed order, and the terms are summed in the order of
+ * the formulas above: a row's score has the same bits in any batch.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dlrec/arena.h"
+#include "dlrec/json.h"
+#include "dlrec/progress.h"
+#include "model/model_type.h"
+
+typedef struct wd_config {
+  uint32_t emb_dim;       /* D, the embeddings' width (the table's rows are D + 1) */
+  dlrec_bag_mode pooling; /* how multi-hot bags pool */
+  net_mlp_config mlp;     /* the deep part's hidden layers, dropout, batch norm */
+  int fm;                 /* deepfm: the FM second-order term too */
+} wd_config;
+
+_Static_assert(sizeof(wd_config) <= DLREC_NET_CONFIG_BYTES, "the Wide & Deep config fits a model config");
+
+/* ---- config ------------------------------------------------------------------ */
+
+/* Built in place on a zeroed struct, so that two configs compare with memcmp. */
+static void defaults(void *cfg, int fm) {
+  wd_config *c = cfg;
+  memset(c, 0, sizeof *c);
+  c->emb_dim = 16;
+  c->pooling = DLREC_BAG_SUM;
+  c->mlp.n_hidden = 3;
+  for (int l = 0; l < 3; l++) c->mlp.hidden[l] = 400;
+  c->fm = fm;
+}
+
+static void wide_deep_default(void *cfg) { defaults(cfg, 0); }
+static void deepfm_default(void *cfg) { defaults(cfg, 1); }
+
+static dlrec_status config_parse(void *cfg, const cJSON *o, const char *what) {
+  static const char *keys[] = {"type", "embedding_dim", "pooling", "mlp", "dropout", "batch_norm", NULL};
+  wd_config *c = cfg;
+  dlrec_status s = dlrec_json_check_keys(o, what, keys);
+  if (s == DLREC_OK) s = net_fm_config_dim(o, what, &c->emb_dim);
+  if (s == DLREC_OK) s = net_config_pooling(o, what, &c->pooling);
+  return s == DLREC_OK ? net_mlp_config_parse(&c->mlp, o, what) : s;
+}
+
+static void config_to_json(const void *cfg, cJSON *m) {
+  const wd_config *c = cfg;
+  cJSON_AddNumberToObject(m, "embedding_dim", c->emb_dim);
+  cJSON_AddStringToObject(m, "pooling", net_pooling_name(c->pooling));
+  net_mlp_config_to_json(&c->mlp, m);
+}
+
+/* ---- plan -------------------------------------------------------------------- */
+
+typedef struct wide_deep {
+  uint32_t n_dense, n_sparse, D;
+  int fm;
+  net_dense_term dense; /* the linear layer on the dense features, or the lone bias */
+  net_mlp mlp;          /* the deep part, on x (n_dense + F·D) */
+} wide_deep;
+
+static dlrec_status plan(const void *cfg, const dlrec_schema *schema, net_plan *p, void **ctx) {
+  *ctx = NULL;
+  const wd_config *c = cfg;
+  const char *name = c->fm ? "DeepFM" : "Wide & Deep";
+  if (schema->n_sparse < 1)
+    return dlrec_error(DLREC_ERR_INVALID, "%s needs at least one categorical column (it is built on their "
+                       "embeddings)", name);
+  if (c->emb_dim < 1 || c->emb_dim > DLREC_EMBED_MAX_DIM - 1)
+    return dlrec_error(DLREC_ERR_INVALID, "%s embedding dim %u out of range [1, %d]", name, c->emb_dim,
+                       DLREC_EMBED_MAX_DIM - 1);
+  uint64_t in = schema->n_dense + (uint64_t)schema->n_sparse * c->emb_dim;
+  if (in > (1u << 24))
+    return dlrec_error(DLREC_ERR_INVALID, "%s MLP input of %llu (n_dense + F x embedding_dim) is too wide", name,
+                       (unsigned long long)in);
+  wide_deep *m = calloc(1, sizeof *m);
+  if (!m) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
+  m->n_dense = schema->n_dense;
+  m->n_sparse = schema->n_sparse;
+  m->D = c->emb_dim;
+  m->fm = c->fm;
+  p->emb_dim = c->emb_dim + 1;
+  p->pooling = c->pooling;
+  dlrec_status st = net_dense_term_plan(&m->dense, p, schema->n_dense);
+  if (st == DLREC_OK) st = net_mlp_plan(&m->mlp, p, "mlp", (uint32_t)in, &c->mlp, 1);
+  if (st != DLREC_OK) {
+    free(m);
+    return st;
+  }
+  *ctx = m;
+  return DLREC_OK;
+}
+
+static void free_ctx(void *ctx) { free(ctx); }
+
+/* The linear term as fm's (stream 4000), the MLP's layers from streams
+ * 5000 + l; the table is the generic embedding init. */
+static void init(const void *ctx, const net_plan *p, float *params, uint64_t seed) {
+  const wide_deep *m = ctx;
+  net_dense_term_init(&m->dense, params, seed, 4000);
+  net_mlp_init(&m->mlp, p, params, seed, 5000);
+}
+
+/* ---- workspace --------------------------------------------------------------- */
+
+typedef struct wd_ws {
+  dlrec_arena arena;
+  float *logits, *first, *second; /* (B) each: the result, the wide term, the FM term */
+  float *d_deep;                  /* (B) the MLP's d_logits, which its backward overwrites */
+  float *v, *w, *dw;              /* factors (B, F, D); weights and their gradient (B, F) */
+  float *dv_fm;                   /* the FM term's gradient of v (B, F, D), deepfm only */
+  float *x, *dx;                  /* the MLP's input and its gradient (B, n_dense + F·D) */
+  const float *in;                /* what the MLP read: x, v or the dense features */
+  float *mlp;                     /* the MLP's workspace */
+} wd_ws;
+
+static void ws_free(void *ws) {
+  wd_ws *w = ws;
+  if (!w) return;
+  dlrec_arena_free(&w->arena);
+  free(w);
+}
+
+static dlrec_status ws_create(const void *ctx, const net_plan *p, uint32_t max_batch, void **out) {
+  (void)p;
+  const wide_deep *m = ctx;
+  *out = NULL;
+  wd_ws *w = calloc(1, sizeof *w);
+  if (!w) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
+  dlrec_arena_init(&w->arena, 1u << 20);
+  size_t B = max_batch, BF = B * m->n_sparse, BFD = BF * m->D, BX = B * m->mlp.in;
+#define WS_ALLOC(ptr, floats)                                                              \
+  do {                                                                                     \
+    if (!((ptr) = dlrec_arena_alloc(&w->arena, (floats) * sizeof(float), 64))) goto nomem; \
+  } while (0)
+  WS_ALLOC(w->logits, B);
+  WS_ALLOC(w->first, B);
+  WS_ALLOC(w->second, B);
+  WS_ALLOC(w->d_deep, B);
+  WS_ALLOC(w->v, BFD);
+  WS_ALLOC(w->w, BF);
+  WS_ALLOC(w->dw, BF);
+  if (m->fm) WS_ALLOC(w->dv_fm, BFD);
+  WS_ALLOC(w->x, BX);
+  WS_ALLOC(w->dx, BX);
+  WS_ALLOC(w->mlp, net_mlp_ws_floats(&m->mlp, max_batch));
+#undef WS_ALLOC
+  *out = w;
+  return DLREC_OK;
+nomem:
+  ws_free(w);
+  return dlrec_error(DLREC_ERR_NOMEM, "cannot allocate the workspace for batches of %u rows", max_batch);
+}
+
+/* ---- forward and backward ----------------------------------------------------- */
+
+/* The MLP's input x (B, n_dense + F·D): each row's dense features, then its
+ * factors. With no dense column x is v itself. */
+static const float *deep_input(const wide_deep *m, wd_ws *w, const net_io *io) {
+  if (!m->n_dense) return w->v;
+  size_t FD = (size_t)m->n_sparse * m->D, X = m->mlp.in;
+  for (size_t b = 0; b < (size_t)io->B; b++) {
+    memcpy(w->x + b * X, io->dense + b * m->n_dense, m->n_dense * sizeof(float));
+    memcpy(w->x + b * X + m->n_dense, w->v + b * FD, FD * sizeof(float));
+  }
+  return w->x;
+}
+
+static dlrec_status forward(const void *ctx, void *ws, const net_io *io, const float **logits) {
+  const wide_deep *m = ctx;
+  wd_ws *w = ws;
+  int B = io->B, F = (int)m->n_sparse, D = (int)m->D;
+  double t = dlrec_now();
+  net_fm_split(w->v, w->w, io->emb, (size_t)B * F, m->D);
+  dlrec_status st = dlrec_wide_forward(w->first, w->w, NULL, B, F);
+  if (st == DLREC_OK && m->fm) st = dlrec_fm_forward(w->second, w->v, B, F, D);
+  net_lap(&io->prof->interaction, &t);
+  const float *deep = NULL;
+  if (st == DLREC_OK) st = net_dense_term_forward(&m->dense, io, w->logits);
+  w->in = deep_input(m, w, io);
+  if (st == DLREC_OK) st = net_mlp_forward(&m->mlp, io, w->mlp, w->in, &deep);
+  /* linear + first order [+ second order] + deep, in that order for every row. */
+  for (int b = 0; st == DLREC_OK && b < B; b++) {
+    float z = w->logits[b] + w->first[b];
+    if (m->fm) z += w->second[b];
+    w->logits[b] = z + deep[b];
+  }
+  net_lap(&io->prof->mlp, &t);
+  *logits = w->logits;
+  return st;
+}
+
+static dlrec_status backward(const void *ctx, void *ws, const net_io *io, const float *d_logits, float *g,
+                             float *d_emb) {
+  const wide_deep *m = ctx;
+  wd_ws *w = ws;
+  int B = io->B, F = (int)m->n_sparse, D = (int)m->D;
+  double t = dlrec_now();
+  memcpy(w->d_deep, d_logits, (size_t)B * sizeof(float));
+  /* The MLP's input gradient is needed only where it is v; the dense
+   * features' part is computed and left unused. */
+  dlrec_status st = net_mlp_backward(&m->mlp, io, w->mlp, w->in, w->d_deep, w->dx, g);
+  if (st == DLREC_OK) st = net_dense_term_backward(&m->dense, io, d_logits, g);
+  net_lap(&io->prof->mlp, &t);
+  if (st == DLREC_OK) st = dlrec_wide_backward(w->dw, NULL, d_logits, B, F);
+  if (st == DLREC_OK && m->fm) st = dlrec_fm_backward(w->dv_fm, d_logits, w->v, B, F, D);
+  if (st == DLREC_OK) net_fm_join(d_emb, w->dx + m->n_dense, m->mlp.in, m->fm ? w->dv_fm : NULL, w->dw, B, F, m->D);
+  net_lap(&io->prof->interaction, &t);
+  return st;
+}
+
+#define WIDE_DEEP_TYPE(NAME, DEFAULTS)                                                                \
+  {                                                                                                   \
+    .name = NAME, .config_default = DEFAULTS, .config_parse = config_parse,                           \
+    .config_to_json = config_to_json, .plan = plan, .free_ctx = free_ctx, .init = init,               \
+    .ws_create = ws_create, .ws_free = ws_free, .forward = forward, .backward = backward,             \
+  }
+
+const net_type net_type_wide_deep = WIDE_DEEP_TYPE("wide_deep", wide_deep_default);
+const net_type net_type_deepfm = WIDE_DEEP_TYPE("deepfm", deepfm_default);
