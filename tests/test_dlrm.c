@@ -228,7 +228,8 @@ TEST(model_type_registry) {
   CHECK_STR(dlrec_net_type_name(2), "fm");
   CHECK_STR(dlrec_net_type_name(3), "wide_deep");
   CHECK_STR(dlrec_net_type_name(4), "deepfm");
-  CHECK(dlrec_net_type_name(5) == NULL);
+  CHECK_STR(dlrec_net_type_name(5), "dcn_v2");
+  CHECK(dlrec_net_type_name(6) == NULL);
 }
 
 /* ---- DLRM on data with no dense column ------------------------------------ */

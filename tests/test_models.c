@@ -714,45 +714,6 @@ TEST(dcn_v2_examples_read) {
   CHECK(memcmp(&c.model, &def, sizeof def) != 0);
 }
 
-/* dcn_v2 learns on synth data through the CLI with examples/dcn_v2.json
- * (FuxiCTR's parallel DCN-v2, on 2 threads), and beats lr
- * (examples/lr.json) on the same rows by a stated margin; `dlrec serve`
- * scores its run as predict does. More rows than the lr and fm tests: at
- * 60k rows DCN-v2 led lr by 0.008 only. */
-#define DCN_ROWS 200000
-#define DCN_MIN_MARGIN_OVER_LR 0.015 /* measured: dcn_v2 0.7162, lr 0.6894 */
-TEST(dcn_v2_learns_on_synth_data_and_beats_lr) {
-  const char *bin = getenv("DLREC_BIN");
-  const char *d = test_tmpdir();
-  char *out = NULL;
-  char lr[2048], dcn[2048]; /* test_source_path returns one static buffer */
-  snprintf(lr, sizeof lr, "%s", test_source_path("examples/lr.json"));
-  snprintf(dcn, sizeof dcn, "%s", test_source_path("examples/dcn_v2.json"));
-  int rc = test_run_cli(
-      &out,
-      "synth -q --rows %d --seed 3 --max-cardinality 2000 --out '%s/clicks.tsv' && "
-      "'%s' etl fit -q --input '%s/clicks.tsv' --out '%s/etl' --min-count 2 && "
-      "'%s' etl apply -q --etl '%s/etl' --input '%s/clicks.tsv' --out '%s/train.dlr' --valid-fraction 0.2 "
-      "--valid-out '%s/valid.dlr' --seed 1 && "
-      "sed 's/\"threads\": *[0-9]*/\"threads\": 2/' '%s' > '%s/lr.json' && "
-      "sed 's/\"threads\": *[0-9]*/\"threads\": 2/' '%s' > '%s/dcn.json' && "
-      "'%s' train -q --config '%s/lr.json' --train '%s/train.dlr' --etl '%s/etl' --out '%s/lr' && "
-      "'%s' train -q --config '%s/dcn.json' --train '%s/train.dlr' --etl '%s/etl' --out '%s/run' && "
-      "'%s' eval --model '%s/lr' --data '%s/valid.dlr' && '%s' eval --model '%s/run' --data '%s/valid.dlr'",
-      DCN_ROWS, d, bin, d, d, bin, d, d, d, d, lr, d, dcn, d, bin, d, d, d, d, bin, d, d, d, d, bin, d, d, bin, d, d);
-  if (rc != 0) fprintf(stderr, "dcn_v2 pipeline -> %d: %s\n", rc, out ? out : "");
-  CHECK_EQ(rc, 0);
-  /* lr's evaluation first, then dcn_v2's. */
-  const char *first = out ? strstr(out, "\"auc\":") : NULL;
-  double lr_auc = auc_in(out), auc = auc_in(first ? first + 6 : NULL);
-  free(out);
-  fprintf(stderr, "validation AUC: dcn_v2 %.4f, lr %.4f\n", auc, lr_auc);
-  CHECK(lr_auc > 0.6);
-  CHECK(auc > lr_auc + DCN_MIN_MARGIN_OVER_LR);
-  check_served_equals_predict(d, "dcn_v2");
-}
-
-
 /* ---- wide_deep and deepfm ---------------------------------------------------- */
 
 /* The tests' small networks: factors of width 3 (table rows of 4), two
@@ -941,16 +902,21 @@ static void check_checkpoint_round_trip(const char *dir) {
   dlrec_model_free(a);
 }
 
-/* wide_deep and deepfm learn on synth data through the CLI with their
- * examples' settings (on 2 threads; both with batch normalization): their
- * validation AUC beats lr's (examples/lr.json) on the same rows by a stated
- * margin; `dlrec serve` scores each run as predict does, and the checkpoint
- * round trip keeps the running statistics. Measured at this size (160k
- * training rows): lr 0.689, wide_deep 0.705, deepfm 0.709. */
+/* wide_deep, deepfm and dcn_v2 learn on synth data through the CLI with
+ * their examples' settings (on 2 threads; all with batch normalization;
+ * dcn_v2 as examples/dcn_v2_stacked_moe.json, a stacked mixture of
+ * low-rank experts with dropout): their validation AUC beats lr's
+ * (examples/lr.json) on the same rows by a stated margin; `dlrec serve`
+ * scores each run as predict does, and the checkpoint round trip keeps the
+ * running statistics. One data set and one lr run for all three. Measured
+ * at this size (160k training rows): lr 0.689, wide_deep 0.705, deepfm
+ * 0.709, dcn_v2 (stacked MoE) 0.710. At 60k rows the models' lead over lr
+ * is within noise. */
 #define WD_ROWS 200000
 #define WIDE_DEEP_MIN_MARGIN 0.008
 #define DEEPFM_MIN_MARGIN 0.010
-TEST(wide_deep_and_deepfm_learn_on_synth_data_beating_lr) {
+#define DCN_MIN_MARGIN 0.010
+TEST(deep_models_learn_on_synth_data_beating_lr) {
   const char *bin = getenv("DLREC_BIN");
   const char *d = test_tmpdir();
   char *out = NULL;
@@ -969,11 +935,13 @@ TEST(wide_deep_and_deepfm_learn_on_synth_data_beating_lr) {
   double lr_auc = auc_in(out);
   free(out);
   fprintf(stderr, "lr: validation AUC %.4f\n", lr_auc);
-  const char *types[2] = {"wide_deep", "deepfm"};
-  const double margin[2] = {WIDE_DEEP_MIN_MARGIN, DEEPFM_MIN_MARGIN};
+  const char *types[3] = {"wide_deep", "deepfm", "dcn_v2"};
+  const char *examples[3] = {"examples/wide_deep.json", "examples/deepfm.json", "examples/dcn_v2_stacked_moe.json"};
+  const char *served[3] = {"wide_deep", "deepfm", "dcn_v2_moe"}; /* the examples' names */
+  const double margin[3] = {WIDE_DEEP_MIN_MARGIN, DEEPFM_MIN_MARGIN, DCN_MIN_MARGIN};
   char example[64];
-  for (int i = 0; i < 2; i++) {
-    snprintf(example, sizeof example, "examples/%s.json", types[i]);
+  for (int i = 0; i < 3; i++) {
+    snprintf(example, sizeof example, "%s", examples[i]);
     out = NULL;
     /* Each model starts with no run and no port file of the previous one's server. */
     rc = test_run_cli(&out,
@@ -988,7 +956,7 @@ TEST(wide_deep_and_deepfm_learn_on_synth_data_beating_lr) {
     free(out);
     fprintf(stderr, "%s: validation AUC %.4f (lr %.4f, margin %.4f)\n", types[i], auc, lr_auc, auc - lr_auc);
     CHECK(auc > lr_auc + margin[i]);
-    check_served_equals_predict(d, types[i]);
+    check_served_equals_predict(d, served[i]);
     check_checkpoint_round_trip(d);
   }
 }
