@@ -5,9 +5,9 @@
 #   MODEL: lr fm dlrm wide_deep deepfm dcn_v2 dcn_v2_mix (default: all of them)
 #   --quick      a smoke run: ROWS=20000 CAP=20000 (seconds per model, figures
 #                meaningless but every path exercised)
-#   environment: ROWS (default 250000), CAP (100000), BATCHES ("128 4096"),
-#                THREADS (2, both engines), REPEATS (1), MIX_ACTIVATION (relu),
-#                DLREC_BIN, PYTHON (/usr/bin/python3)
+#   environment: ROWS (default 200000), CAP (100000), BATCHES ("128 4096"),
+#                THREADS (2, both engines), REPEATS (1), SAME_INIT (0),
+#                MIX_ACTIVATION (relu), DLREC_BIN, PYTHON (/usr/bin/python3)
 #
 # Synthesizes ROWS Criteo-like rows (`dlrec synth`, categorical columns capped
 # at CAP distinct values), fits the ETL (--min-count 2) and encodes train.dlr
@@ -22,10 +22,18 @@
 # and both validation AUCs and their distance. The goal (issue 9) is dlrec
 # at least 2x PyTorch at |dAUC| <= 0.002.
 #
+# Before timing a model, the script checks that the two are one function:
+# PyTorch loads the parameters of a dlrec checkpoint and scores valid.dlr,
+# and its probabilities must equal `dlrec predict`'s to float rounding
+# (column same_fn: the largest difference; a model over 1e-4 is flagged).
+# Each side then starts from its own random initial values, drawn by the
+# same scheme; with SAME_INIT=1, PyTorch starts from dlrec's initial values
+# instead, so that the AUCs differ only by the engines' arithmetic.
+#
 # Both sides see the same rows in the same order: the loader's shuffle is off
 # on both (the synthetic rows are independent draws already, so shuffling
 # them again changes nothing but the order, and an equal order leaves the
-# random initial values as the only difference between the two AUCs). The
+# initial values as the only difference between the two AUCs). The
 # steps are then equal too (ceil(rows / batch), the last batch short); the
 # table shows both counts.
 #
@@ -64,12 +72,14 @@ done
 if [ $quick = 1 ]; then
   rows=${ROWS:-20000} cap=${CAP:-20000}
 else
-  rows=${ROWS:-250000} cap=${CAP:-100000}
+  rows=${ROWS:-200000} cap=${CAP:-100000}
 fi
 batches=${BATCHES:-128 4096}
 threads=${THREADS:-2}
 repeats=${REPEATS:-1}
 mix_act=${MIX_ACTIVATION:-relu}
+same_init=${SAME_INIT:-0}
+init_from=()
 # Both engines run under the passive OpenMP wait policy, as in
 # train_vs_torch.sh: spinning idle workers compete with the other threads of
 # the process, and on a shared machine with everything else running.
@@ -93,6 +103,7 @@ fi
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/dlrec-models-bench.XXXXXX")
 trap 'rm -rf "$work"' EXIT
+[ "$same_init" = 1 ] && init_from=(--init-from "$work/init")
 
 # json_get FILE EXPR: a value from a JSON file (python's json; EXPR indexes 'j')
 json_get() { "$py" -c "import json,sys; j=json.load(open(sys.argv[1])); v=$2; print('nan' if v is None else v)" "$1"; }
@@ -110,11 +121,13 @@ train_rows=$("$bin" inspect "$work/train.dlr" --json | "$py" -c 'import json,sys
 valid_rows=$("$bin" inspect "$work/valid.dlr" --json | "$py" -c 'import json,sys; print(json.load(sys.stdin)["rows"])')
 echo "  data: $train_rows train rows, $valid_rows valid rows"
 
-# write_config MODEL BATCH OUT: the config both engines read.
+# write_config MODEL BATCH OUT [LR_SCALE]: the config both engines read (its
+# learning rates times LR_SCALE, default 1).
 write_config() {
-  "$py" - "$1" "$2" "$threads" "$3" <<'EOF'
+  "$py" - "$1" "$2" "$threads" "$3" "${4:-1}" <<'EOF'
 import json, sys
 name, batch, threads, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+lr_scale = float(sys.argv[5])
 mlp_opt = {"dense": {"type": "adam", "lr": 0.002}, "sparse": {"type": "rowwise_adagrad", "lr": 0.05}}
 deep = {"embedding_dim": 16, "mlp": [400, 400, 400]}
 models = {
@@ -131,6 +144,8 @@ models = {
                    mlp_opt),
 }
 model, opt = models[name]
+for o in opt.values():
+    o["lr"] *= lr_scale
 json.dump({"name": name, "model": model, "optimizer": opt,
            "training": {"batch_size": batch, "epochs": 1, "threads": threads, "seed": 1},
            "loader": {"shuffle": False}, "eval": {"interval_steps": 0, "batch_size": 4096},
@@ -140,20 +155,41 @@ EOF
 
 results=() skipped=()
 for m in "${models[@]}"; do
-  # A type this dlrec does not know yet is skipped: one step on the small
-  # valid file tells, from the config error naming model.type.
-  write_config "$m" 128 "$work/probe.json"
+  # A type this dlrec does not know yet is skipped: two steps on the small
+  # valid file tell, from the config error naming model.type. They run at
+  # learning rate 0, so that the probe's checkpoint holds dlrec's initial
+  # parameters (for SAME_INIT=1).
+  write_config "$m" 128 "$work/probe.json" 0
+  rm -rf "$work/probe"
   if ! OMP_WAIT_POLICY=$wait "$bin" train --config "$work/probe.json" --train "$work/valid.dlr" --etl "$work/etl" \
-      --out "$work/probe" --max-steps 1 -q > /dev/null 2> "$work/probe.err"; then
+      --out "$work/probe" --max-steps 2 -q > /dev/null 2> "$work/probe.err"; then
     if grep -q "field 'type'" "$work/probe.err"; then
       echo "  $m: skipped: $(cat "$work/probe.err")"
       skipped+=("$m")
-      rm -rf "$work/probe"
       continue
     fi
     echo "models_vs_torch: dlrec train failed on $m: $(cat "$work/probe.err")" >&2
     exit 1
   fi
+  # Are the two models one function? The PyTorch model loads the probe's
+  # checkpoint and scores valid.dlr; its probabilities must equal `dlrec
+  # predict`'s to float rounding (1e-4), else the comparison is of two
+  # different models, and the table says so.
+  "$bin" predict --model "$work/probe" --input "$work/valid.dlr" --out "$work/probe.scores" --threads "$threads" \
+    2> /dev/null
+  same=unchecked
+  if OMP_WAIT_POLICY=$wait "$py" "$root/bench/torch_models.py" --config "$work/probe.json" --train "$work/train.dlr" \
+      --valid "$work/valid.dlr" --threads "$threads" --mix-activation "$mix_act" --check "$work/probe" \
+      --scores "$work/probe.scores" > "$work/check.json" 2> "$work/check.err"; then
+    same=$(json_get "$work/check.json" "'%.1e' % j['max_abs_diff']")
+    echo "  $m: same function: max |p_dlrec - p_torch| = $same on $valid_rows rows (same parameters)"
+  elif [ -s "$work/check.json" ]; then
+    same="DIFFERS($(json_get "$work/check.json" "'%.1e' % j['max_abs_diff']"))"
+    echo "  $m: THE MODELS DIFFER: max |p_dlrec - p_torch| = ${same#DIFFERS} with the same parameters" >&2
+  else
+    echo "  $m: not checked for equal functions: $(tail -3 "$work/check.err")" >&2
+  fi
+  [ "$same_init" = 1 ] && rm -rf "$work/init" && mv "$work/probe" "$work/init"
   rm -rf "$work/probe"
   for b in $batches; do
     cfg=$work/$m-$b.json
@@ -173,7 +209,7 @@ for m in "${models[@]}"; do
       echo "  $m, batch $b, round $round: pytorch ..."
       OMP_WAIT_POLICY=$wait "$py" "$root/bench/torch_models.py" --config "$cfg" --train "$work/train.dlr" \
         --valid "$work/valid.dlr" --batch "$b" --threads "$threads" --no-shuffle --mix-activation "$mix_act" \
-        > "$work/torch.json"
+        ${init_from[@]+"${init_from[@]}"} > "$work/torch.json"
       s=$(json_get "$work/torch.json" "j['samples_per_s']")
       if awk -v s="$s" -v best="$t_sps" 'BEGIN { exit !(s > best) }'; then
         t_sps=$s
@@ -188,24 +224,25 @@ for m in "${models[@]}"; do
     t_auc=$(json_get "$work/torch-best.json" "j['auc']")
     d_steps=$(json_get "$work/dlrec-best.json" "j['steps']")
     t_steps=$(json_get "$work/torch-best.json" "j['steps']")
-    results+=("$m $b $d_sps $t_sps $d_auc $t_auc $d_steps $t_steps")
+    results+=("$m $b $d_sps $t_sps $d_auc $t_auc $d_steps $t_steps $same")
   done
 done
 
 echo
 echo "Models, dlrec against PyTorch: one epoch of $train_rows rows, AUC on $valid_rows rows; CPU ${cpu:-unknown}"
 echo "($(nproc) cores); $threads threads each, OMP_WAIT_POLICY=$wait; best of $repeats round(s); goal >= 2x at |dAUC| <= 0.002"
-printf '%-11s %6s %14s %14s %7s %9s %9s %7s %11s %s\n' model batch dlrec_samp/s torch_samp/s ratio dlrec_AUC \
-  torch_AUC '|dAUC|' steps goal
+echo "same_fn: max |p_dlrec - p_torch| on the valid rows with the same parameters (dlrec's, loaded into PyTorch)"
+printf '%-11s %6s %14s %14s %7s %9s %9s %7s %7s %9s %s\n' model batch dlrec_samp/s torch_samp/s ratio dlrec_AUC \
+  torch_AUC '|dAUC|' steps same_fn goal
 for r in ${results[@]+"${results[@]}"}; do
   set -- $r
-  awk -v m="$1" -v b="$2" -v ds="$3" -v ts="$4" -v da="$5" -v ta="$6" -v dst="$7" -v tst="$8" 'BEGIN {
+  awk -v m="$1" -v b="$2" -v ds="$3" -v ts="$4" -v da="$5" -v ta="$6" -v dst="$7" -v tst="$8" -v same="$9" 'BEGIN {
     d = da - ta; if (d < 0) d = -d
     ratio = ts > 0 ? ds / ts : 0
     goal = (ratio >= 2 ? "" : "slow") (d <= 0.002 ? "" : ((ratio >= 2 ? "" : ",") "auc"))
     steps = dst == tst ? dst : dst "/" tst
-    printf "%-11s %6d %14.0f %14.0f %6.2fx %9.4f %9.4f %7.4f %11s %s\n", m, b, ds, ts, ratio, da, ta, d, steps,
-      goal == "" ? "met" : goal
+    printf "%-11s %6d %14.0f %14.0f %6.2fx %9.4f %9.4f %7.4f %7s %9s %s\n", m, b, ds, ts, ratio, da, ta, d, steps,
+      same, goal == "" ? "met" : goal
   }'
 done
 for m in ${skipped[@]+"${skipped[@]}"}; do

@@ -58,6 +58,7 @@ import argparse
 import json
 import math
 import os
+import struct
 import sys
 import time
 
@@ -326,7 +327,75 @@ class SparseOptimizer:
             w.index_add_(0, idx, (self.lr / bc1) * m / (v.sqrt() / bc2.sqrt() + self.eps), alpha=-1.0)
 
 
+# ---- the check against dlrec's own forward ---------------------------------------
+
+def read_tensors(path):
+    """The arrays of a dlrec tensor file (docs/formats.md, "Tensor files"): {name: np.ndarray}."""
+    raw = open(path, "rb").read()
+    if raw[:8] != b"DLRTNSR1":
+        raise SystemExit(f"{path}: not a dlrec tensor file")
+    version, n, size = struct.unpack_from("<IIQ", raw, 8)
+    if version != 1 or size != len(raw):
+        raise SystemExit(f"{path}: tensor file version {version}, {size} bytes declared, {len(raw)} read")
+    out = {}
+    for i in range(n):
+        name, dtype, _crc, count, off = struct.unpack_from("<40sIIQQ", raw, 32 + 64 * i)
+        out[name.rstrip(b"\0").decode()] = np.frombuffer(raw, dtype=np.float32 if dtype == 1 else np.uint32,
+                                                         count=count, offset=off)
+    return out
+
+
+def load_checkpoint(model, ckpt):
+    """Loads a dlrec checkpoint's (or run directory's newest checkpoint's) parameters into model: the table from table.bin (its first
+    `width` floats of each padded row) and the dense tensors from dense.bin, matched to the
+    model's dense parameters in order by shape (dlrec's flat-array order and the registration
+    order here are both input-to-output). Returns the matched (dlrec name, torch name) pairs."""
+    latest = os.path.join(ckpt, "latest")
+    if os.path.isfile(latest):  # a run directory: its newest checkpoint
+        ckpt = os.path.join(ckpt, open(latest).read().strip())
+    man = json.load(open(os.path.join(ckpt, "manifest.json")))
+    dense, table = read_tensors(os.path.join(ckpt, "dense.bin")), read_tensors(os.path.join(ckpt, "table.bin"))
+    rows, width = model.table.shape
+    t = table["table"]
+    if t.size % rows or t.size // rows < width:
+        raise SystemExit(f"{ckpt}: table of {t.size} floats does not hold {rows} rows of {width}")
+    mine = [(n, p) for n, p in model.named_parameters() if n != "table"]
+    theirs = man["model"]["tensors"]
+    if any(isinstance(m, nn.BatchNorm1d) for m in model.modules()):
+        raise SystemExit("torch_models: --check does not map batch-norm statistics; check without batch_norm")
+    shapes = lambda xs: [tuple(x) for x in xs]  # noqa: E731
+    if len(mine) != len(theirs) or shapes(x["shape"] for x in theirs) != shapes(
+            [p.shape[0]] if p.dim() == 1 else list(p.shape) for _, p in mine):
+        raise SystemExit("torch_models: cannot map the checkpoint's tensors onto this model:\n  dlrec:   "
+                         + " ".join(f"{x['name']}{x['shape']}" for x in theirs) + "\n  pytorch: "
+                         + " ".join(f"{n}{list(p.shape)}" for n, p in mine))
+    with torch.no_grad():
+        model.table.copy_(torch.from_numpy(t.reshape(rows, -1)[:, :width].copy()))
+        for (n, p), x in zip(mine, theirs):
+            p.copy_(torch.from_numpy(dense[x["name"]].copy()).view_as(p))
+    return [(x["name"], n) for (n, _), x in zip(mine, theirs)]
+
+
 # ---- main ----------------------------------------------------------------------
+
+def check(a, model, va, begins):
+    """Both engines' probabilities for the same parameters: the two models are the same function
+    when they agree to float rounding."""
+    pairs = load_checkpoint(model, a.check)
+    model.eval()
+    ps = []
+    with torch.no_grad():
+        for _lab, dense, ids in batches(va, a.eval_batch, False, None, 1, 1):
+            ps.append(torch.sigmoid(model(torch.from_numpy(dense), torch.from_numpy(ids) + begins)).double().numpy())
+    p = np.concatenate(ps)
+    q = np.loadtxt(a.scores, dtype=np.float64, ndmin=1)
+    if q.shape != p.shape:
+        raise SystemExit(f"torch_models: {a.scores} has {q.shape[0]} scores for {p.shape[0]} rows")
+    diff = float(np.max(np.abs(p - q)))
+    print(json.dumps({"model": model.type, "rows": int(p.shape[0]), "max_abs_diff": diff,
+                      "tolerance": a.tolerance, "tensors": len(pairs), "ok": diff <= a.tolerance}))
+    return 0 if diff <= a.tolerance else 1
+
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -341,6 +410,13 @@ def main():
     ap.add_argument("--mix-activation", choices=("relu", "none"), default="relu",
                     help="g of dcn_v2's mixture of experts (src/nn/cross_mix.c uses relu)")
     ap.add_argument("--eval-batch", type=int, default=4096)
+    ap.add_argument("--check", metavar="CKPT",
+                    help="no training: load this dlrec checkpoint and compare the probabilities on --valid "
+                         "with --scores (what `dlrec predict` wrote for it)")
+    ap.add_argument("--scores", help="with --check: dlrec predict's output on --valid")
+    ap.add_argument("--init-from", metavar="CKPT",
+                    help="start from this dlrec checkpoint's parameters instead of this script's own init")
+    ap.add_argument("--tolerance", type=float, default=1e-4, help="with --check: largest |p_dlrec - p_torch|")
     a = ap.parse_args()
 
     cfg = json.load(open(a.config))
@@ -360,6 +436,11 @@ def main():
     sopt = SparseOptimizer(model.table, opt_cfg.get("sparse", {}))
     lossf = nn.BCEWithLogitsLoss()
     begins = torch.tensor([b for b, _ in tr.cols], dtype=torch.int64)
+
+    if a.check:
+        return check(a, model, va, begins)
+    if a.init_from:
+        load_checkpoint(model, a.init_from)
 
     model.train()
     samples = steps = 0
@@ -404,4 +485,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
