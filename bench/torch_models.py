@@ -154,21 +154,33 @@ class Cross(nn.Module):
 
 class CrossMix(nn.Module):
     """TorchRec's LowRankMixtureCrossNet layer: x0 ⊙ Σ_k p_k (U_k g(C_k g(V_k xl)) + b) + xl,
-    p = softmax_k(G_k xl)."""
+    p = softmax_k(G xl). The experts' matrices lie back to back as src/nn/cross_mix.c keeps
+    them (v (K·r, d), c (K·r, r), u (K·d, r), then the gates G (K, d) and the shared bias b),
+    and the K experts run as batched products."""
 
     def __init__(self, d, rank, experts, act):
         super().__init__()
-        self.v = nn.ModuleList(linear(d, rank, bias=None) for _ in range(experts))
-        self.c = nn.ModuleList(linear(rank, rank, bias=None) for _ in range(experts))
-        self.u = nn.ModuleList(linear(rank, d, bias=None) for _ in range(experts))
-        self.g = linear(d, experts, bias=None)  # the K gates, one row each
+        K, r = experts, rank
+        self.K, self.r, self.d, self.act = K, r, d, act
+        self.v = nn.Parameter(torch.empty(K * r, d))
+        self.c = nn.Parameter(torch.empty(K * r, r))
+        self.u = nn.Parameter(torch.empty(K * d, r))
+        self.g = nn.Parameter(torch.empty(K, d))
         self.b = nn.Parameter(torch.zeros(d))
-        self.act = act
+        with torch.no_grad():  # Xavier normal per expert's matrix, and per expert's gate (d -> 1)
+            self.v.normal_(0.0, math.sqrt(2.0 / (r + d)))
+            self.c.normal_(0.0, math.sqrt(2.0 / (r + r)))
+            self.u.normal_(0.0, math.sqrt(2.0 / (d + r)))
+            self.g.normal_(0.0, math.sqrt(2.0 / (d + 1)))
 
     def forward(self, x0, xl):
-        p = torch.softmax(self.g(xl), dim=1)  # (B, K)
-        e = torch.stack([u(self.act(c(self.act(v(xl))))) for v, c, u in zip(self.v, self.c, self.u)], 2)  # (B, d, K)
-        return x0 * (torch.bmm(e, p.unsqueeze(2)).squeeze(2) + self.b) + xl
+        K, r, d = self.K, self.r, self.d
+        t1 = self.act(torch.matmul(xl, self.v.view(K, r, d).transpose(1, 2)))  # (K, B, r)
+        t2 = self.act(torch.matmul(t1, self.c.view(K, r, r).transpose(1, 2)))  # (K, B, r)
+        e = torch.matmul(t2, self.u.view(K, d, r).transpose(1, 2))  # (K, B, d)
+        p = torch.softmax(xl @ self.g.t(), dim=1)  # (B, K)
+        m = (p.t().unsqueeze(2) * e).sum(0)  # (B, d); Σ_k p_k = 1 carries b out of the sum
+        return x0 * (m + self.b) + xl
 
 
 # ---- models --------------------------------------------------------------------
