@@ -6,7 +6,7 @@
 #   --quick      a smoke run: ROWS=20000 CAP=20000 (seconds per model, figures
 #                meaningless but every path exercised)
 #   environment: ROWS (default 200000), CAP (100000), BATCHES ("128 4096"),
-#                THREADS (2, both engines), REPEATS (1), SAME_INIT (0),
+#                THREADS (2, both engines), REPEATS (1), SAME_INIT (1),
 #                MIX_ACTIVATION (relu), DLREC_BIN, PYTHON (/usr/bin/python3)
 #
 # Synthesizes ROWS Criteo-like rows (`dlrec synth`, categorical columns capped
@@ -26,14 +26,17 @@
 # PyTorch loads the parameters of a dlrec checkpoint and scores valid.dlr,
 # and its probabilities must equal `dlrec predict`'s to float rounding
 # (column same_fn: the largest difference; a model over 1e-4 is flagged).
-# Each side then starts from its own random initial values, drawn by the
-# same scheme; with SAME_INIT=1, PyTorch starts from dlrec's initial values
-# instead, so that the AUCs differ only by the engines' arithmetic.
+# PyTorch then starts from dlrec's initial values (SAME_INIT=1, the
+# default), so that the two AUCs differ only by the engines' arithmetic and
+# |dAUC| says whether dlrec's training matches PyTorch's. With SAME_INIT=0
+# each side draws its own values by the same scheme, and |dAUC| also holds
+# seed luck: at 54k rows, 0.0015 to 0.005 at batch 128 and 0.01 to 0.05 at
+# batch 4096 (14 steps, where the initial values still dominate).
 #
 # Both sides see the same rows in the same order: the loader's shuffle is off
 # on both (the synthetic rows are independent draws already, so shuffling
-# them again changes nothing but the order, and an equal order leaves the
-# initial values as the only difference between the two AUCs). The
+# them again changes nothing but the order, and a different order would be
+# one more difference between the two AUCs). The
 # steps are then equal too (ceil(rows / batch), the last batch short); the
 # table shows both counts.
 #
@@ -78,7 +81,7 @@ batches=${BATCHES:-128 4096}
 threads=${THREADS:-2}
 repeats=${REPEATS:-1}
 mix_act=${MIX_ACTIVATION:-relu}
-same_init=${SAME_INIT:-0}
+same_init=${SAME_INIT:-1}
 init_from=()
 # Both engines run under the passive OpenMP wait policy, as in
 # train_vs_torch.sh: spinning idle workers compete with the other threads of
@@ -163,13 +166,16 @@ for m in "${models[@]}"; do
   rm -rf "$work/probe"
   if ! OMP_WAIT_POLICY=$wait "$bin" train --config "$work/probe.json" --train "$work/valid.dlr" --etl "$work/etl" \
       --out "$work/probe" --max-steps 2 -q > /dev/null 2> "$work/probe.err"; then
+    # Any other failure (a key this dlrec names otherwise, say) skips the
+    # model too, so that the others are still measured.
     if grep -q "field 'type'" "$work/probe.err"; then
-      echo "  $m: skipped: $(cat "$work/probe.err")"
-      skipped+=("$m")
-      continue
+      why="this dlrec train does not know the model type"
+    else
+      why="dlrec train failed: $(head -1 "$work/probe.err")"
     fi
-    echo "models_vs_torch: dlrec train failed on $m: $(cat "$work/probe.err")" >&2
-    exit 1
+    echo "  $m: skipped: $(head -1 "$work/probe.err")" >&2
+    skipped+=("$m|$why")
+    continue
   fi
   # Are the two models one function? The PyTorch model loads the probe's
   # checkpoint and scores valid.dlr; its probabilities must equal `dlrec
@@ -245,6 +251,6 @@ for r in ${results[@]+"${results[@]}"}; do
       same, goal == "" ? "met" : goal
   }'
 done
-for m in ${skipped[@]+"${skipped[@]}"}; do
-  printf '%-11s skipped: this dlrec train does not know the model type\n' "$m"
+for x in ${skipped[@]+"${skipped[@]}"}; do
+  printf '%-11s skipped: %s\n' "${x%%|*}" "${x#*|}"
 done
