@@ -195,7 +195,16 @@ for m in "${models[@]}"; do
   else
     echo "  $m: not checked for equal functions: $(tail -3 "$work/check.err")" >&2
   fi
-  [ "$same_init" = 1 ] && rm -rf "$work/init" && mv "$work/probe" "$work/init"
+  # PyTorch's initial values: dlrec's (the probe's checkpoint), unless its
+  # tensors did not map onto the PyTorch model, which then draws its own.
+  model_init=(${init_from[@]+"${init_from[@]}"})
+  if [ "$same_init" = 1 ] && [ "$same" = unchecked ]; then
+    echo "  $m: PyTorch draws its own initial values (dlrec's do not map onto it)" >&2
+    model_init=()
+  elif [ "$same_init" = 1 ]; then
+    rm -rf "$work/init"
+    mv "$work/probe" "$work/init"
+  fi
   rm -rf "$work/probe"
   for b in $batches; do
     cfg=$work/$m-$b.json
@@ -215,7 +224,7 @@ for m in "${models[@]}"; do
       echo "  $m, batch $b, round $round: pytorch ..."
       OMP_WAIT_POLICY=$wait "$py" "$root/bench/torch_models.py" --config "$cfg" --train "$work/train.dlr" \
         --valid "$work/valid.dlr" --batch "$b" --threads "$threads" --no-shuffle --mix-activation "$mix_act" \
-        ${init_from[@]+"${init_from[@]}"} > "$work/torch.json"
+        ${model_init[@]+"${model_init[@]}"} > "$work/torch.json"
       s=$(json_get "$work/torch.json" "j['samples_per_s']")
       if awk -v s="$s" -v best="$t_sps" 'BEGIN { exit !(s > best) }'; then
         t_sps=$s
