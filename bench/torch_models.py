@@ -48,6 +48,17 @@ and lazy_adam (Adam on touched rows with each row's own step count in the
 bias correction), written here over the coalesced sparse gradient, as
 src/embed/sparse_optim.c does. Loss BCEWithLogitsLoss (mean).
 
+--check CKPT (and --init-from CKPT) load a dlrec checkpoint: its table, and
+its dense tensors matched in order, by shape, to this model's parameters,
+which are registered in this order (weights (out, in) before biases):
+  - lr, fm: linear.weight (1, n_dense), linear.bias (1), or bias (1) alone;
+  - wide_deep, deepfm: that dense term, then the MLP's layers, the last (1, ..);
+  - dlrm: the bottom MLP's layers, then the top MLP's;
+  - dcn_v2: per cross layer W (d, d) and b (d), or low rank V (r, d), U (d, r),
+    b (d), or the mixture v (K·r, d), c (K·r, r), u (K·d, r), gates (K, d),
+    b (d); then the MLP's layers; then the final linear layer (1, ..).
+A checkpoint whose tensors do not line up is refused, naming both lists.
+
 Data, shuffling and timing as bench/torch_dlrm.py (whose reader and batch
 stream this uses): the training loop, data reading included, is timed;
 evaluation is not. Prints one JSON line:
