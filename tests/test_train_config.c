@@ -1,5 +1,6 @@
 /* The training config: defaults, the example file, strict errors that name
  * the field, the JSON round trip, and the learning-rate schedule. */
+#include <dirent.h>
 #include <math.h>
 
 #include "dlrec/dlrm.h"
@@ -29,6 +30,52 @@ TEST(example_config_is_the_kaggle_dlrm) {
   CHECK_EQ(c.dense.kind, DLREC_OPTIM_SGD);
   CHECK_NEAR(c.sparse.lr, 0.1, 1e-7, 0);
   CHECK_STR(c.name, "dlrm");
+}
+
+/* Every config in examples/ reads. */
+TEST(every_example_config_reads) {
+  char dir[2048];
+  snprintf(dir, sizeof dir, "%s", test_source_path("examples"));
+  DIR *d = opendir(dir);
+  CHECK(d != NULL);
+  int n = 0;
+  for (struct dirent *e; d && (e = readdir(d));) {
+    size_t len = strlen(e->d_name);
+    if (len < 6 || strcmp(e->d_name + len - 5, ".json")) continue;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    dlrec_train_config c;
+    if (dlrec_train_config_read(path, &c) != DLREC_OK)
+      test_fail(__FILE__, __LINE__, "%s: %s", e->d_name, dlrec_last_error());
+    n++;
+  }
+  if (d) closedir(d);
+  CHECK(n >= 8);
+}
+
+/* The FuxiCTR/BARS protocol the issue names, as a config: embedding dim 10,
+ * Adam at 1e-3, batch 4096, L2 on the embeddings, dropout, batch norm,
+ * validation AUC after every epoch, lr x0.1 on a plateau, early stopping
+ * and the best checkpoint restored. */
+TEST(fuxictr_example_is_the_recipe) {
+  dlrec_train_config c;
+  CHECK_OK(dlrec_train_config_read(test_source_path("examples/fuxictr_deepfm.json"), &c));
+  CHECK_STR(c.model.type, "deepfm");
+  cJSON *m = cJSON_CreateObject();
+  dlrec_net_config_to_json(&c.model, m);
+  CHECK_EQ(cJSON_GetObjectItem(m, "embedding_dim")->valuedouble, 10);
+  CHECK(cJSON_GetObjectItem(m, "dropout")->valuedouble > 0);
+  CHECK(cJSON_IsTrue(cJSON_GetObjectItem(m, "batch_norm")));
+  cJSON_Delete(m);
+  CHECK_EQ(c.dense.kind, DLREC_OPTIM_ADAM);
+  CHECK_NEAR(c.dense.lr, 1e-3, 1e-9, 0);
+  CHECK_EQ(c.sparse.kind, DLREC_SPARSE_LAZY_ADAM);
+  CHECK_NEAR(c.sparse.lr, 1e-3, 1e-9, 0);
+  CHECK(c.sparse.weight_decay > 0);
+  CHECK_EQ(c.batch_size, 4096);
+  CHECK(c.eval_every_epoch && c.eval_metric == DLREC_VALID_AUC);
+  CHECK_NEAR(c.plateau_factor, 0.1, 1e-9, 0);
+  CHECK(c.early_stop_patience > 0 && c.keep_best && c.restore_best);
 }
 
 TEST(config_overrides_and_kind_defaults) {
