@@ -146,20 +146,24 @@ def fm_second_order(v):
 
 
 class Cross(nn.Module):
-    """One DCN-v2 cross layer: x0 ⊙ (W xl + b) + xl, W full (d x d) or low rank (U V)."""
+    """One DCN-v2 cross layer: x0 ⊙ (W xl + b) + xl, W full (d x d) or low rank (U V). The
+    weights are parameters of this module, registered in dlrec's tensor order (cross.l.weight,
+    or cross.l.V then cross.l.U, then cross.l.bias), so a checkpoint maps onto them."""
 
     def __init__(self, d, rank):
         super().__init__()
+        def xavier(out, inp):
+            return nn.Parameter(torch.randn(out, inp) * math.sqrt(2.0 / (out + inp)))
         if rank:
-            self.v = linear(d, rank, bias=None)
-            self.u = linear(rank, d, bias=None)
+            self.v = xavier(rank, d)
+            self.u = xavier(d, rank)
         else:
-            self.w = linear(d, d, bias=None)
+            self.w = xavier(d, d)
         self.rank = rank
         self.b = nn.Parameter(torch.zeros(d))
 
     def forward(self, x0, xl):
-        y = self.u(self.v(xl)) if self.rank else self.w(xl)
+        y = (xl @ self.v.t()) @ self.u.t() if self.rank else xl @ self.w.t()
         return x0 * (y + self.b) + xl
 
 
