@@ -960,3 +960,57 @@ TEST(deep_models_learn_on_synth_data_beating_lr) {
     check_checkpoint_round_trip(d);
   }
 }
+
+/* Batch normalization's running statistics are buffers: a training step
+ * moves them by the batch-norm rule alone, never by the dense optimizer,
+ * even one with weight decay (which would pull a parameter with no gradient
+ * toward zero). Two copies of one network run the same training forward;
+ * one of them then also takes an SGD step with weight decay: their buffers
+ * must agree to the bit, and a trainable tensor must differ. */
+TEST(batchnorm_buffers_are_not_optimized) {
+  dlrec_schema s;
+  net_check_schema(&s, 3);
+  dlrec_net *a, *b;
+  dlrec_net_ws *wa, *wb;
+  CHECK_OK(model_create(&a, &s, "wide_deep", "sum", WD_BN));
+  CHECK_OK(model_create(&b, &s, "wide_deep", "sum", WD_BN));
+  CHECK_OK(dlrec_net_init(a, 5));
+  CHECK_OK(dlrec_net_init(b, 5));
+  CHECK_OK(dlrec_net_ws_create(&wa, a, 4));
+  CHECK_OK(dlrec_net_ws_create(&wb, b, 4));
+  net_check_batch tb;
+  net_check_make_batch(&tb, &s, 1, -1);
+  double loss;
+  const float *grad, *d_emb;
+  CHECK_OK(dlrec_net_gradients(a, wa, &tb.b, &loss, &grad, &d_emb));
+  dlrec_net_optim opt = {0};
+  dlrec_optim_config_default(&opt.dense, DLREC_OPTIM_SGD);
+  opt.dense.lr = 0.1f;
+  opt.dense.weight_decay = 0.5f;
+  dlrec_sparse_optim_config sc;
+  dlrec_sparse_optim_config_default(&sc, DLREC_SPARSE_SGD);
+  CHECK_OK(dlrec_sparse_optim_create(&opt.sparse, dlrec_net_table(b), &sc));
+  /* dropout's masks depend on the step: gradients runs step 0. */
+  CHECK_OK(dlrec_net_train_step(b, wb, &opt, &tb.b, 1.0f, 0, &loss, NULL));
+  size_t n;
+  const float *pa = dlrec_net_dense_params_const(a, &n), *pb = dlrec_net_dense_params_const(b, &n);
+  const dlrec_net_tensor *t = dlrec_net_tensors(a);
+  int buffers = 0, moved = 0;
+  for (uint32_t i = 0; i < dlrec_net_n_tensors(a); i++) {
+    int same = memcmp(pa + t[i].offset, pb + t[i].offset, t[i].count * sizeof(float)) == 0;
+    if (strstr(t[i].name, ".running_")) {
+      buffers++;
+      if (!same) fprintf(stderr, "buffer %s changed by the optimizer\n", t[i].name);
+      CHECK(same);
+    } else if (!same) {
+      moved++;
+    }
+  }
+  CHECK_EQ(buffers, 4); /* two hidden layers' mean and variance */
+  CHECK(moved > 0);
+  dlrec_sparse_optim_free(opt.sparse);
+  dlrec_net_ws_free(wa);
+  dlrec_net_ws_free(wb);
+  dlrec_net_free(a);
+  dlrec_net_free(b);
+}
