@@ -1014,3 +1014,55 @@ TEST(batchnorm_buffers_are_not_optimized) {
   dlrec_net_free(a);
   dlrec_net_free(b);
 }
+
+/* Data with no categorical column (every field numeric): lr is logistic
+ * regression on the dense features alone. Its gradients match finite
+ * differences, its scores are batch-invariant, and a training step moves
+ * its weights; the types built on embeddings refuse such data by name. */
+TEST(lr_trains_on_dense_only_data_and_embedding_models_refuse_it) {
+  dlrec_schema full, s;
+  net_check_schema(&full, 3);
+  s = full;
+  s.n_sparse = 0;
+  memset(s.sparse, 0, sizeof s.sparse);
+  s.table_rows = 0;
+  CHECK_OK(dlrec_schema_validate(&s, "dense-only schema"));
+  dlrec_net *m;
+  dlrec_net_ws *ws;
+  CHECK_OK(lr_create(&m, &s, "sum"));
+  CHECK_OK(dlrec_net_init(m, 5));
+  CHECK_OK(dlrec_net_ws_create(&ws, m, 4));
+  net_check_batch tb; /* its categorical columns are past the schema's, never read */
+  net_check_make_batch(&tb, &full, 1, -1);
+  CHECK_EQ(net_check_gradients(m, ws, &tb.b, 0), 0);
+  CHECK_EQ(net_check_batch_invariance(m, ws, &tb.b), 0);
+  /* A step with plain SGD: the weights move against the gradient. */
+  size_t n;
+  float before[4];
+  memcpy(before, dlrec_net_dense_params(m, &n), sizeof before);
+  CHECK_EQ(n, 4);
+  double loss;
+  const float *grad, *d_emb;
+  CHECK_OK(dlrec_net_gradients(m, ws, &tb.b, &loss, &grad, &d_emb));
+  float g[4];
+  memcpy(g, grad, sizeof g);
+  dlrec_net_optim opt = {0};
+  dlrec_optim_config_default(&opt.dense, DLREC_OPTIM_SGD);
+  opt.dense.lr = 0.5f;
+  dlrec_sparse_optim_config sc;
+  dlrec_sparse_optim_config_default(&sc, DLREC_SPARSE_SGD);
+  CHECK_OK(dlrec_sparse_optim_create(&opt.sparse, dlrec_net_table(m), &sc));
+  CHECK_OK(dlrec_net_train_step(m, ws, &opt, &tb.b, 1.0f, 1, &loss, NULL));
+  const float *after = dlrec_net_dense_params(m, &n);
+  for (int i = 0; i < 4; i++) CHECK_NEAR(after[i], before[i] - 0.5f * g[i], 1e-6, 1e-5);
+  dlrec_sparse_optim_free(opt.sparse);
+  dlrec_net_ws_free(ws);
+  dlrec_net_free(m);
+  const char *need[] = {"fm", "wide_deep", "deepfm", "dcn_v2", "dlrm"};
+  for (int i = 0; i < 5; i++) {
+    dlrec_net *x = NULL;
+    CHECK(model_create(&x, &s, need[i], "sum", "") != DLREC_OK);
+    CHECK(strstr(dlrec_last_error(), "categorical") != NULL);
+    dlrec_net_free(x);
+  }
+}

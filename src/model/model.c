@@ -153,7 +153,11 @@ dlrec_status dlrec_net_create(dlrec_net **out, const dlrec_net_config *c, const 
     n->params = calloc(n->plan.n_params ? n->plan.n_params : 1, sizeof(float));
     if (!n->params) s = dlrec_error(DLREC_ERR_NOMEM, "cannot allocate %zu dense parameters", n->plan.n_params);
   }
-  if (s == DLREC_OK) s = dlrec_table_create(&n->table, schema->table_rows, n->plan.emb_dim);
+  /* Data with no categorical column has no embedding rows; the network
+   * keeps a one-row table that no pass reads, so that checkpoints, the
+   * sparse optimizer and the scorer need no special case. */
+  if (s == DLREC_OK)
+    s = dlrec_table_create(&n->table, schema->n_sparse ? schema->table_rows : 1, n->plan.emb_dim);
   for (uint32_t i = 0; i < schema->n_sparse; i++) {
     n->max_ids_per_row += schema->sparse[i].max_hotness;
     n->mean_cols[i] = schema->sparse[i].pooling == DLREC_POOLING_MEAN;

@@ -116,7 +116,7 @@ static dlrec_status run_forward(const dlrec_net *n, dlrec_net_ws *ws, const dlre
   dlrec_net_profile *p = &ws->prof;
   double t = dlrec_now();
   dlrec_bag_batch bags = bags_of(n, b);
-  dlrec_status st = dlrec_bag_forward(n->table, &bags, n->plan.pooling, ws->emb);
+  dlrec_status st = F ? dlrec_bag_forward(n->table, &bags, n->plan.pooling, ws->emb) : DLREC_OK;
   for (int c = 0; st == DLREC_OK && c < F; c++) p->lookups += b->offsets[c][B] - b->offsets[c][0];
   net_lap(&p->emb_forward, &t);
   net_io io = io_of(n, ws, b, packed, state, step);
@@ -223,7 +223,7 @@ dlrec_status dlrec_net_train_step(dlrec_net *n, dlrec_net_ws *ws, dlrec_net_opti
   double t = dlrec_now();
   dlrec_bag_batch bags = bags_of(n, batch);
   st = dlrec_sparse_optim_set_lr(opt->sparse, opt->sparse_lr * lr_scale);
-  if (st == DLREC_OK)
+  if (st == DLREC_OK && n->schema.n_sparse) /* no categorical column: no embedding to update */
     st = dlrec_bag_backward_update(n->table, opt->sparse, &bags, n->plan.pooling, ws->d_emb, ws->scratch,
                                    ws->scratch_bytes);
   net_lap(&ws->prof.emb_update, &t);
