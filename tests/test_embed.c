@@ -782,3 +782,356 @@ TEST(corrupt_batches_are_errors_and_change_nothing) {
   ctx_close(&x);
   dlrec_table_free(t);
 }
+
+/* ---- 16-bit tables (bf16, fp16) ---------------------------------------------- */
+
+#include "embed/dtype.h"
+
+/* Independent decoders: the value of a bit pattern by the formats'
+ * definitions, with ldexp (no bit tricks shared with embed/dtype.h). */
+static double ref_bf16_value(uint16_t h) {
+  const int s = h >> 15, e = (h >> 7) & 0xff, m = h & 0x7f;
+  double v = e == 0 ? ldexp(m / 128.0, -126) : ldexp(1.0 + m / 128.0, e - 127);
+  return s ? -v : v;
+}
+static double ref_fp16_value(uint16_t h) {
+  const int s = h >> 15, e = (h >> 10) & 0x1f, m = h & 0x3ff;
+  double v = e == 0 ? ldexp((double)m, -24) : ldexp(1.0 + m / 1024.0, e - 15);
+  return s ? -v : v;
+}
+
+/* The reference rounding to nearest, ties to the even pattern: a search over
+ * every finite pattern of the format (the positive ones, in increasing
+ * order: bf16 up to 0x7f7f, fp16 up to 0x7bff). Beyond the largest finite
+ * value, IEEE gives infinity from half a last place above it (max_half_ulp). */
+static uint16_t ref_round(double x, int bf16) {
+  const uint16_t sign = x < 0 ? 0x8000 : 0, top = bf16 ? 0x7f7f : 0x7bff;
+  const double ax = fabs(x), max = bf16 ? ref_bf16_value(top) : ref_fp16_value(top);
+  const double half_ulp = bf16 ? ldexp(1.0, 127 - 8) : 16.0;
+  if (ax >= max + half_ulp) return sign | (bf16 ? 0x7f80 : 0x7c00);
+  if (ax >= max) return sign | top;
+  uint16_t lo = 0, hi = top; /* the largest pattern whose value <= ax */
+  while (lo < hi) {
+    uint16_t mid = (uint16_t)(lo + (hi - lo + 1) / 2);
+    if ((bf16 ? ref_bf16_value(mid) : ref_fp16_value(mid)) <= ax) lo = mid;
+    else hi = (uint16_t)(mid - 1);
+  }
+  const double a = bf16 ? ref_bf16_value(lo) : ref_fp16_value(lo);
+  const double b = bf16 ? ref_bf16_value((uint16_t)(lo + 1)) : ref_fp16_value((uint16_t)(lo + 1));
+  if (ax == a) return sign | lo;
+  if (ax - a < b - ax || (ax - a == b - ax && !(lo & 1))) return sign | lo;
+  return sign | (uint16_t)(lo + 1);
+}
+
+TEST(dtype_widening_matches_the_formats_definition) {
+  for (uint32_t h = 0; h < 65536; h++) {
+    const double b = dtype_bf16_to_f32((uint16_t)h), f = dtype_fp16_to_f32((uint16_t)h);
+    const int bnan = ((h >> 7) & 0xff) == 0xff, fnan = ((h >> 10) & 0x1f) == 0x1f;
+    if (!bnan && b != ref_bf16_value((uint16_t)h)) test_fail(__FILE__, __LINE__, "bf16 %04x: %.9g", h, b);
+    if (!fnan && f != ref_fp16_value((uint16_t)h)) test_fail(__FILE__, __LINE__, "fp16 %04x: %.9g", h, f);
+    if (test_failed_now()) return;
+  }
+}
+
+TEST(dtype_round_to_nearest_known_values_and_reference) {
+  /* Known values: ties go to the even pattern. */
+  CHECK_EQ(dtype_f32_to_bf16(1.0f), 0x3f80);
+  CHECK_EQ(dtype_f32_to_bf16(1.0f + 0x1p-8f), 0x3f80);        /* tie, even below */
+  CHECK_EQ(dtype_f32_to_bf16(1.0f + 3 * 0x1p-8f), 0x3f82);    /* tie, even above */
+  CHECK_EQ(dtype_f32_to_bf16(1.0f + 0x1p-8f + 0x1p-20f), 0x3f81);
+  CHECK_EQ(dtype_f32_to_bf16(-2.5f), 0xc020);
+  CHECK_EQ(dtype_f32_to_fp16(1.0f), 0x3c00);
+  CHECK_EQ(dtype_f32_to_fp16(1.0f + 0x1p-11f), 0x3c00);       /* tie, even below */
+  CHECK_EQ(dtype_f32_to_fp16(1.0f + 3 * 0x1p-11f), 0x3c02);   /* tie, even above */
+  CHECK_EQ(dtype_f32_to_fp16(-2.5f), 0xc100);
+  CHECK_EQ(dtype_f32_to_fp16(65504.0f), 0x7bff);
+  CHECK_EQ(dtype_f32_to_fp16(65519.0f), 0x7bff);
+  CHECK_EQ(dtype_f32_to_fp16(65520.0f), 0x7c00);              /* rounds to infinity */
+  CHECK_EQ(dtype_f32_to_fp16(0x1p-24f), 0x0001);              /* the smallest subnormal */
+  CHECK_EQ(dtype_f32_to_fp16(0x1p-25f), 0x0000);              /* tie, even below */
+  CHECK_EQ(dtype_f32_to_fp16(3 * 0x1p-25f), 0x0002);          /* tie, even above */
+  CHECK_EQ(dtype_f32_to_fp16(0x1p-14f - 0x1p-26f), 0x0400);   /* up into the normals */
+  CHECK(isnan(dtype_bf16_to_f32(dtype_f32_to_bf16(NAN))));
+  CHECK(isnan(dtype_fp16_to_f32(dtype_f32_to_fp16(NAN))));
+  CHECK_EQ(dtype_f32_to_bf16(INFINITY), 0x7f80);
+  /* Random values over each format's whole range, and the exact midpoints
+   * between random neighbours, against the reference search. */
+  dlrec_rng r;
+  dlrec_rng_seed(&r, 77, 0);
+  for (int i = 0; i < 200000 && !test_failed_now(); i++) {
+    const int bf16 = i & 1;
+    float x;
+    if (i % 4 < 2) {
+      const int e = bf16 ? (int)dlrec_rng_below(&r, 250) - 130 : (int)dlrec_rng_below(&r, 44) - 28;
+      x = (float)ldexp(1.0 + dlrec_rng_uniform(&r), e);
+    } else {
+      const uint16_t h = (uint16_t)dlrec_rng_below(&r, bf16 ? 0x7f7f : 0x7bff);
+      x = bf16 ? (float)((ref_bf16_value(h) + ref_bf16_value((uint16_t)(h + 1))) / 2)
+               : (float)((ref_fp16_value(h) + ref_fp16_value((uint16_t)(h + 1))) / 2);
+    }
+    if (dlrec_rng_below(&r, 2)) x = -x;
+    const uint16_t got = bf16 ? dtype_f32_to_bf16(x) : dtype_f32_to_fp16(x), want = ref_round(x, bf16);
+    if (got != want) test_fail(__FILE__, __LINE__, "%s(%.9g) = %04x, reference %04x", bf16 ? "bf16" : "fp16", x, got, want);
+  }
+}
+
+/* Stochastic rounding: always one of the two neighbours, the upper one with
+ * probability equal to the dropped fraction, so the mean of many roundings
+ * is the value. With N draws the mean's standard deviation is at most
+ * ulp / (2 sqrt N) = 0.0011 ulp for N = 200000: the tolerance, 0.01 ulp, is
+ * 9 of those; round to nearest would miss by 0.3 ulp or more here. */
+TEST(dtype_stochastic_rounding_is_unbiased_and_deterministic) {
+  const float fracs[] = {0.3f, 0.7f, 0.05f, 0.5f};
+  const int N = 200000;
+  for (int bf16 = 0; bf16 <= 1; bf16++)
+    for (int i = 0; i < 4; i++)
+      for (int neg = 0; neg <= 1; neg++) {
+        /* Between the neighbours lo and hi, at fraction fracs[i]; one pair
+         * with fp16 subnormals. */
+        const uint16_t lo = bf16 ? (i == 3 ? 0x0010 : 0x3fa5) : (i == 3 ? 0x0123 : 0x3d37);
+        const double a = bf16 ? ref_bf16_value(lo) : ref_fp16_value(lo);
+        const double b = bf16 ? ref_bf16_value((uint16_t)(lo + 1)) : ref_fp16_value((uint16_t)(lo + 1));
+        const float x = (float)((a + fracs[i] * (b - a)) * (neg ? -1 : 1));
+        const double ulp = b - a;
+        double sum = 0;
+        for (int k = 0; k < N; k++) {
+          const uint32_t draw = (uint32_t)(dtype_sr_draws((uint64_t)k, 5, 0) & 0xffff);
+          const uint16_t h = bf16 ? dtype_f32_to_bf16_sr(x, draw) : dtype_f32_to_fp16_sr(x, draw);
+          const double v = bf16 ? ref_bf16_value(h) : ref_fp16_value(h);
+          if (fabs(v) != a && fabs(v) != b) {
+            test_fail(__FILE__, __LINE__, "%.9g rounded to %04x, not a neighbour", x, h);
+            return;
+          }
+          sum += v;
+        }
+        const double bias = (sum / N - x) / ulp;
+        if (!(fabs(bias) <= 0.01))
+          test_fail(__FILE__, __LINE__, "%s, %.9g: mean off by %.4f ulp", bf16 ? "bf16" : "fp16", x, bias);
+        /* Deterministic: the same draw gives the same bits. */
+        const uint32_t d0 = (uint32_t)(dtype_sr_draws(42, 9, 3) & 0xffff);
+        CHECK_EQ(bf16 ? dtype_f32_to_bf16_sr(x, d0) : dtype_f32_to_fp16_sr(x, d0),
+                 bf16 ? dtype_f32_to_bf16_sr(x, d0) : dtype_f32_to_fp16_sr(x, d0));
+      }
+  /* A representable value is never moved. */
+  for (uint32_t d = 0; d < 65536; d += 4099) {
+    CHECK_EQ(dtype_f32_to_bf16_sr(1.5f, d), 0x3fc0);
+    CHECK_EQ(dtype_f32_to_fp16_sr(1.5f, d), 0x3e00);
+  }
+  /* The draws are a pure function of (counter, row, group) and differ
+   * between neighbouring keys. */
+  CHECK_EQ_U64(dtype_sr_draws(7, 3, 1), dtype_sr_draws(7, 3, 1));
+  CHECK(dtype_sr_draws(7, 3, 1) != dtype_sr_draws(8, 3, 1));
+  CHECK(dtype_sr_draws(7, 3, 1) != dtype_sr_draws(7, 4, 1));
+  CHECK(dtype_sr_draws(7, 3, 1) != dtype_sr_draws(7, 3, 2));
+}
+
+/* An fp32 table holding a 16-bit table's rows, widened. */
+static dlrec_table *table_widened(dlrec_table *t16) {
+  dlrec_table *t = NULL;
+  if (dlrec_table_create(&t, dlrec_table_rows(t16), dlrec_table_dim(t16)) != DLREC_OK) return NULL;
+  float row[DLREC_EMBED_MAX_DIM];
+  for (uint64_t r = 0; r < dlrec_table_rows(t16); r++) {
+    dlrec_table_get_row(t16, r, row);
+    dlrec_table_set_row(t, r, row);
+  }
+  return t;
+}
+
+static dlrec_table *table_random16(uint64_t rows, uint32_t dim, dlrec_table_dtype dtype, uint64_t seed) {
+  dlrec_table *t = NULL;
+  if (dlrec_table_create_dtype(&t, rows, dim, dtype) != DLREC_OK) return NULL;
+  dlrec_row_range all = {0, rows};
+  if (dlrec_table_init_uniform(t, &all, 1, seed) != DLREC_OK) {
+    dlrec_table_free(t);
+    return NULL;
+  }
+  return t;
+}
+
+TEST(table_16bit_halves_the_memory_and_rounds_the_initial_rows) {
+  dlrec_table *t16 = table_random16(1000, 16, DLREC_TABLE_BF16, 4), *t32 = table_random(1000, 16, 4);
+  CHECK(t16 && t32);
+  CHECK_EQ(dlrec_table_get_dtype(t16), DLREC_TABLE_BF16);
+  CHECK(dlrec_table_data(t16) == NULL); /* no float view of 16-bit rows */
+  CHECK_EQ(dlrec_table_dtype_bytes(DLREC_TABLE_BF16) * 2, dlrec_table_dtype_bytes(DLREC_TABLE_FP32));
+  /* The initial rows are the fp32 table's, rounded to nearest. */
+  const uint16_t *raw = dlrec_table_raw_const(t16);
+  const uint32_t stride = dlrec_table_stride(t16);
+  for (uint64_t r = 0; r < 1000 && !test_failed_now(); r++)
+    for (uint32_t d = 0; d < 16; d++) CHECK_EQ(raw[r * stride + d], ref_round(dlrec_table_data(t32)[r * stride + d], 1));
+  CHECK_ERR(dlrec_table_create_dtype(&t16, 10, 16, (dlrec_table_dtype)7), DLREC_ERR_INVALID, "unknown dtype");
+  dlrec_table_free(t16);
+  dlrec_table_free(t32);
+}
+
+TEST(bag_forward_16bit_equals_fp32_pooling_of_the_widened_rows) {
+  const dlrec_table_dtype dtypes[] = {DLREC_TABLE_BF16, DLREC_TABLE_FP16};
+  const uint32_t dims[] = {16, 19};
+  for (int k = 0; k < 2; k++)
+    for (int i = 0; i < 2; i++)
+      for (int hot = 0; hot <= 1; hot++)
+        for (int mean = 0; mean <= 1; mean++) {
+          const uint64_t rows = 5000;
+          const uint32_t D = dims[i], B = 300, F = 4;
+          dlrec_table *t16 = table_random16(rows, D, dtypes[k], 8 + i);
+          dlrec_table *t32 = t16 ? table_widened(t16) : NULL;
+          CHECK(t16 && t32);
+          test_batch tb;
+          batch_make(&tb, B, F, hot ? 1 : 0, hot ? 1 : 5, rows, 90 + i);
+          uint8_t mean_cols[4] = {0, 1, 0, 0};
+          tb.bags.mean_cols = mean_cols;
+          float *a = malloc((size_t)B * F * D * sizeof(float)), *b = malloc((size_t)B * F * D * sizeof(float));
+          const dlrec_bag_mode mode = mean ? DLREC_BAG_MEAN : DLREC_BAG_SUM;
+          CHECK_OK(dlrec_bag_forward(t16, &tb.bags, mode, a));
+          CHECK_OK(dlrec_bag_forward(t32, &tb.bags, mode, b));
+          if (memcmp(a, b, (size_t)B * F * D * sizeof(float)))
+            test_fail(__FILE__, __LINE__, "%s dim %u hot %d mean %d: pooling differs from fp32's",
+                      dlrec_table_dtype_name(dtypes[k]), D, hot, mean);
+          /* And a bad id is refused as on fp32. */
+          tb.ids[2][0] = (uint32_t)rows;
+          CHECK_ERR(dlrec_bag_forward(t16, &tb.bags, mode, a), DLREC_ERR_INVALID, "outside the table");
+          free(a), free(b);
+          batch_free(&tb);
+          dlrec_table_free(t16);
+          dlrec_table_free(t32);
+          if (test_failed_now()) return;
+        }
+}
+
+/* The sparse update of a 16-bit table is the fp32 update of its widened rows
+ * (the fp32 engine, itself checked against the naive reference above, and
+ * here against it again to a 16-bit last place), then stochastic rounding
+ * with the draw of (update number, row, coordinate). Untouched rows keep
+ * their bits. Three steps, so later steps start from rounded rows. */
+static void check_sparse_16bit(dlrec_sparse_optim_kind kind, dlrec_table_dtype dtype, uint32_t D, uint32_t B) {
+  const uint64_t rows = 400;
+  const uint32_t F = 3;
+  dlrec_sparse_optim_config c;
+  dlrec_sparse_optim_config_default(&c, kind);
+  c.lr = 0.05f;
+  c.weight_decay = 1e-3f;
+  dlrec_table *t16 = table_random16(rows, D, dtype, 31), *t32 = NULL;
+  backward_ctx x16, x32;
+  float *dout = malloc((size_t)B * F * D * sizeof(float));
+  uint16_t *before = malloc(rows * dlrec_table_stride(t16) * sizeof(uint16_t));
+  const uint32_t stride = dlrec_table_stride(t16);
+  ref_state s = {calloc(rows * D, sizeof(double)), calloc(rows, sizeof(double)), calloc(rows * D, sizeof(double)),
+                 calloc(rows * D, sizeof(double)), calloc(rows, sizeof(uint32_t))};
+  CHECK_OK(ctx_open(&x16, t16, &c, (uint64_t)B * F * 4));
+  dlrec_rng r;
+  dlrec_rng_seed(&r, 32, 0);
+  for (uint64_t step = 0; step < 3 && !test_failed_now(); step++) {
+    /* The fp32 side restarts from the 16-bit rows (and the same optimizer
+     * state, so only the first step's Adam/Adagrad state is compared: start
+     * each step's fp32 optimizer as a copy of the 16-bit one's). */
+    t32 = table_widened(t16);
+    CHECK_OK(ctx_open(&x32, t32, &c, (uint64_t)B * F * 4));
+    dlrec_sparse_optim_state s16, s32;
+    dlrec_sparse_optim_state_view(x16.o, &s16);
+    dlrec_sparse_optim_state_view(x32.o, &s32);
+    if (s16.accum) memcpy(s32.accum, s16.accum, rows * sizeof(float));
+    if (s16.m) {
+      memcpy(s32.m, s16.m, rows * stride * sizeof(float));
+      memcpy(s32.v, s16.v, rows * stride * sizeof(float));
+      memcpy(s32.steps, s16.steps, rows * sizeof(uint32_t));
+    }
+    CHECK(s16.updates && *s16.updates == step && s32.updates == NULL);
+    for (uint64_t row = 0; row < rows; row++) {
+      float w[DLREC_EMBED_MAX_DIM];
+      dlrec_table_get_row(t16, row, w);
+      for (uint32_t d = 0; d < D; d++) s.w[row * D + d] = w[d];
+      if (s16.accum) s.accum[row] = s16.accum[row];
+      if (s16.m) {
+        for (uint32_t d = 0; d < D; d++) s.m[row * D + d] = s16.m[row * stride + d], s.v[row * D + d] = s16.v[row * stride + d];
+        s.steps[row] = s16.steps[row];
+      }
+    }
+    memcpy(before, dlrec_table_raw_const(t16), rows * stride * sizeof(uint16_t));
+    test_batch tb;
+    batch_make(&tb, B, F, 0, 4, rows / 2, 700 + step); /* the upper half is never touched */
+    fill(dout, (size_t)B * F * D, &r, -1, 1);
+    ref_step(&s, &c, &tb, dout, rows, D, 0);
+    CHECK_OK(dlrec_bag_backward_update(t16, x16.o, &tb.bags, DLREC_BAG_SUM, dout, x16.scratch, x16.scratch_bytes));
+    CHECK_OK(dlrec_bag_backward_update(t32, x32.o, &tb.bags, DLREC_BAG_SUM, dout, x32.scratch, x32.scratch_bytes));
+    const uint16_t *got = dlrec_table_raw_const(t16);
+    const float *w32 = dlrec_table_data(t32);
+    for (uint64_t row = 0; row < rows && !test_failed_now(); row++)
+      for (uint32_t d = 0; d < D && !test_failed_now(); d++) {
+        const size_t at = row * stride + d;
+        const int touched = w32[at] != (dtype == DLREC_TABLE_BF16 ? dtype_bf16_to_f32(before[at]) : dtype_fp16_to_f32(before[at]));
+        const uint32_t draw = (uint32_t)(dtype_sr_draws(step, (uint32_t)row, d / 4) >> (16 * (d % 4))) & 0xffff;
+        const uint16_t want = !touched ? before[at]
+                              : dtype == DLREC_TABLE_BF16 ? dtype_f32_to_bf16_sr(w32[at], draw)
+                                                          : dtype_f32_to_fp16_sr(w32[at], draw);
+        if (row >= rows / 2 && got[at] != before[at])
+          test_fail(__FILE__, __LINE__, "untouched row %llu changed", (unsigned long long)row);
+        else if (got[at] != want)
+          test_fail(__FILE__, __LINE__, "%s kind %d step %llu: [%llu][%u] = %04x, fp32 update then rounding %04x",
+                    dlrec_table_dtype_name(dtype), kind, (unsigned long long)step, (unsigned long long)row, d, got[at],
+                    want);
+        /* Against the naive reference: within one 16-bit last place. */
+        const double v = dtype == DLREC_TABLE_BF16 ? ref_bf16_value(got[at]) : ref_fp16_value(got[at]);
+        const double ulp = fabs(v) * (dtype == DLREC_TABLE_BF16 ? 0x1p-7 : 0x1p-10) + 0x1p-24;
+        if (!(fabs(v - s.w[row * D + d]) <= ulp * 1.01 + 1e-6))
+          test_fail(__FILE__, __LINE__, "[%llu][%u] = %.9g, naive reference %.9g", (unsigned long long)row, d, v,
+                    s.w[row * D + d]);
+      }
+    batch_free(&tb);
+    ctx_close(&x32);
+    dlrec_table_free(t32);
+  }
+  ctx_close(&x16);
+  free(dout), free(before);
+  free(s.w), free(s.accum), free(s.m), free(s.v), free(s.steps);
+  dlrec_table_free(t16);
+}
+
+TEST(sparse_update_16bit_is_the_fp32_update_then_stochastic_rounding) {
+  for (int kind = DLREC_SPARSE_SGD; kind <= DLREC_SPARSE_LAZY_ADAM; kind++) {
+    check_sparse_16bit((dlrec_sparse_optim_kind)kind, DLREC_TABLE_BF16, 16, 64);
+    check_sparse_16bit((dlrec_sparse_optim_kind)kind, DLREC_TABLE_FP16, 19, 2048);
+    if (test_failed_now()) return;
+  }
+}
+
+/* A bf16 table's updates are bitwise the same at 1 and 4 threads. */
+static uint16_t *run_steps16(dlrec_table_dtype dtype, int threads, size_t *n) {
+  const uint64_t rows = 50000;
+  const uint32_t D = 16, B = 2048, F = 6;
+  dlrec_table *t = table_random16(rows, D, dtype, 21);
+  dlrec_sparse_optim_config c;
+  dlrec_sparse_optim_config_default(&c, DLREC_SPARSE_ROWWISE_ADAGRAD);
+  backward_ctx x;
+  if (!t || ctx_open(&x, t, &c, (uint64_t)B * F * 3) != DLREC_OK) return NULL;
+  float *dout = malloc((size_t)B * F * D * sizeof(float));
+  dlrec_rng r;
+  dlrec_rng_seed(&r, 22, 0);
+  const int keep = omp_get_max_threads();
+  omp_set_num_threads(threads);
+  int ok = 1;
+  for (int step = 0; step < 3 && ok; step++) {
+    test_batch tb;
+    batch_make(&tb, B, F, 1, 3, rows, 500 + step);
+    fill(dout, (size_t)B * F * D, &r, -1, 1);
+    ok = dlrec_bag_backward_update(t, x.o, &tb.bags, DLREC_BAG_SUM, dout, x.scratch, x.scratch_bytes) == DLREC_OK;
+    batch_free(&tb);
+  }
+  omp_set_num_threads(keep);
+  *n = rows * dlrec_table_stride(t);
+  uint16_t *all = ok ? malloc(*n * sizeof(uint16_t)) : NULL;
+  if (all) memcpy(all, dlrec_table_raw_const(t), *n * sizeof(uint16_t));
+  free(dout);
+  ctx_close(&x);
+  dlrec_table_free(t);
+  return all;
+}
+
+TEST(sparse_update_16bit_bitwise_identical_across_thread_counts) {
+  for (int k = DLREC_TABLE_BF16; k <= DLREC_TABLE_FP16; k++) {
+    size_t n1 = 0, n4 = 0;
+    uint16_t *a = run_steps16((dlrec_table_dtype)k, 1, &n1), *b = run_steps16((dlrec_table_dtype)k, 4, &n4);
+    CHECK(a && b && n1 == n4);
+    if (a && b) CHECK(memcmp(a, b, n1 * sizeof(uint16_t)) == 0);
+    free(a), free(b);
+  }
+}

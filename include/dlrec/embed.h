@@ -47,6 +47,21 @@ typedef struct dlrec_row_range {
   uint64_t begin, end;
 } dlrec_row_range;
 
+/* How a table stores its rows. 16-bit rows halve the table's memory and the
+ * bytes each lookup gathers; pooling widens them to fp32 and accumulates in
+ * fp32, and the sparse update computes in fp32 and writes back with
+ * stochastic rounding (embed/dtype.h). Optimizer state stays fp32. */
+typedef enum dlrec_table_dtype {
+  DLREC_TABLE_FP32 = 0, /* the default */
+  DLREC_TABLE_BF16 = 1, /* bfloat16: fp32's exponent range, 8 bits of mantissa */
+  DLREC_TABLE_FP16 = 2, /* IEEE binary16: 11 bits of mantissa, magnitudes up to 65504 */
+} dlrec_table_dtype;
+
+/* "fp32", "bf16" or "fp16" ("?" for anything else); static storage. */
+const char *dlrec_table_dtype_name(dlrec_table_dtype dtype);
+/* Bytes of one element: 4 or 2 (0 for an unknown dtype). */
+uint32_t dlrec_table_dtype_bytes(dlrec_table_dtype dtype);
+
 /* Creates a zeroed table of `rows` rows of `dim` floats. Each row is padded to
  * `stride` floats, the next multiple of 4 (16 bytes), so that rows are
  * vector-aligned; the padding stays zero. Memory comes from an anonymous
@@ -55,6 +70,10 @@ typedef struct dlrec_row_range {
  * 1 <= rows <= 2^32 (ids are 32-bit), 1 <= dim <= DLREC_EMBED_MAX_DIM.
  * On success *t is owned by the caller (dlrec_table_free). */
 dlrec_status dlrec_table_create(dlrec_table **t, uint64_t rows, uint32_t dim);
+/* The same with rows stored as `dtype` (still `stride` elements a row, each
+ * of dlrec_table_dtype_bytes(dtype) bytes). dlrec_table_create is this with
+ * DLREC_TABLE_FP32. */
+dlrec_status dlrec_table_create_dtype(dlrec_table **t, uint64_t rows, uint32_t dim, dlrec_table_dtype dtype);
 
 /* Initializes the rows of each column uniformly in [-a_c, a_c] with
  * a_c = sqrt(1 / n_c) and n_c the column's row count (the DLRM reference's
@@ -71,13 +90,24 @@ void dlrec_table_free(dlrec_table *t);
 
 uint64_t dlrec_table_rows(const dlrec_table *t);
 uint32_t dlrec_table_dim(const dlrec_table *t);
-uint32_t dlrec_table_stride(const dlrec_table *t); /* floats from one row to the next */
+uint32_t dlrec_table_stride(const dlrec_table *t); /* elements from one row to the next */
+dlrec_table_dtype dlrec_table_get_dtype(const dlrec_table *t);
 
-/* The rows: (rows, stride) floats, row r at data + r * stride, valid until
- * dlrec_table_free. For checkpoints and tests; writes must keep the padding
- * zero. */
+/* The rows of an fp32 table: (rows, stride) floats, row r at
+ * data + r * stride, valid until dlrec_table_free; NULL for a 16-bit table
+ * (use dlrec_table_raw). For checkpoints and tests; writes must keep the
+ * padding zero. */
 float *dlrec_table_data(dlrec_table *t);
 const float *dlrec_table_data_const(const dlrec_table *t);
+/* The rows in any dtype: (rows, stride) elements of the table's dtype
+ * (uint16_t bit patterns for bf16 and fp16), valid until dlrec_table_free. */
+void *dlrec_table_raw(dlrec_table *t);
+const void *dlrec_table_raw_const(const dlrec_table *t);
+/* Row r widened to fp32 into out (dim floats), and out (dim floats) stored
+ * into row r rounded to nearest (ties to even). For initialization, tests
+ * and tools, not the hot path. */
+void dlrec_table_get_row(const dlrec_table *t, uint64_t r, float *out);
+void dlrec_table_set_row(dlrec_table *t, uint64_t r, const float *in);
 
 /* ---- bag lookups ---------------------------------------------------------- */
 
@@ -160,6 +190,10 @@ typedef struct dlrec_sparse_optim_state {
   float *accum;    /* (rows) row-wise Adagrad */
   float *m, *v;    /* (rows, stride) lazy Adam; padding zero */
   uint32_t *steps; /* (rows) lazy Adam */
+  /* The number of updates so far, which keys the stochastic rounding of a
+   * 16-bit table's rows (so a resumed run rounds as the original would);
+   * NULL for an fp32 table, which needs no rounding. */
+  uint64_t *updates;
 } dlrec_sparse_optim_state;
 void dlrec_sparse_optim_state_view(dlrec_sparse_optim *o, dlrec_sparse_optim_state *s);
 

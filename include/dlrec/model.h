@@ -42,6 +42,11 @@
 typedef struct dlrec_net_config {
   char type[DLREC_NET_TYPE_MAX];
   _Alignas(16) unsigned char params[DLREC_NET_CONFIG_BYTES];
+  /* How the embedding table stores its rows (a dlrec_table_dtype; 0, fp32,
+   * by default): the config's training.table_dtype, kept with the model so
+   * that every program that builds the network from a checkpoint's config
+   * builds the table the checkpoint holds. */
+  uint32_t table_dtype;
 } dlrec_net_config;
 
 /* Sets c to the defaults of model type `type`; DLREC_ERR_INVALID naming the

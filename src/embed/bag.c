@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "dlrec/embed.h"
+#include "embed/dtype.h"
 
 #define ALWAYS_INLINE inline __attribute__((always_inline))
 
@@ -175,6 +176,72 @@ static int pool_range(const float *data, uint32_t stride, uint64_t rows, const d
   return bad;
 }
 
+/* Pools samples [b0, b1) of a 16-bit table (bf16 when bf16 is nonzero, else
+ * fp16): each row is widened to fp32 and the bag summed in fp32 in the
+ * bag's order, first row copied, exactly as the fp32 path pools, so the
+ * output is bitwise the fp32 pooling of the widened rows. Half the bytes of
+ * an fp32 row are gathered; the rows ahead are prefetched as there. */
+static ALWAYS_INLINE int pool16(const uint16_t *restrict data, uint32_t stride, uint64_t rows,
+                                const dlrec_bag_batch *bags, int mean, int bf16, uint32_t b0, uint32_t b1,
+                                float *restrict out, int D) {
+  const uint32_t B = bags->rows, F = bags->cols;
+  int bad = 0;
+  for (uint32_t b = b0; b < b1; b++) {
+    for (uint32_t c = 0; c < F; c++) {
+      const uint32_t *off = bags->offsets[c], *ids = bags->ids[c];
+      if (b + PREFETCH_SAMPLES < b1) {
+        const uint32_t k = off[b + PREFETCH_SAMPLES];
+        if (k < off[b + PREFETCH_SAMPLES + 1] && k < off[B] && ids[k] < rows)
+          __builtin_prefetch(data + (size_t)ids[k] * stride);
+      }
+      float *restrict o = out + ((size_t)b * F + c) * D;
+      const uint32_t lo = off[b], hi = off[b + 1];
+      if (hi <= lo || lo < off[0] || hi > off[B]) {
+        bad |= hi < lo || lo < off[0] || hi > off[B];
+        for (int d = 0; d < D; d++) o[d] = 0.0f;
+        continue;
+      }
+      int first = 1;
+      for (uint32_t k = lo; k < hi; k++) {
+        const uint32_t id = ids[k];
+        if (id >= rows) {
+          bad = 1;
+          continue;
+        }
+        const uint16_t *restrict row = data + (size_t)id * stride;
+        if (bf16) {
+          if (first)
+            for (int d = 0; d < D; d++) o[d] = dtype_bf16_to_f32(row[d]);
+          else
+            for (int d = 0; d < D; d++) o[d] += dtype_bf16_to_f32(row[d]);
+        } else {
+          if (first)
+            for (int d = 0; d < D; d++) o[d] = dtype_fp16_to_f32(row[d]);
+          else
+            for (int d = 0; d < D; d++) o[d] += dtype_fp16_to_f32(row[d]);
+        }
+        first = 0;
+      }
+      if (mean || (bags->mean_cols && bags->mean_cols[c])) {
+        const float inv = 1.0f / (float)(hi - lo);
+        for (int d = 0; d < D; d++) o[d] *= inv;
+      }
+    }
+  }
+  return bad;
+}
+
+static int pool16_range(const uint16_t *data, uint32_t stride, uint64_t rows, const dlrec_bag_batch *bags, int mean,
+                        int bf16, uint32_t b0, uint32_t b1, float *out, uint32_t dim) {
+  switch (dim) {
+  case 16: return pool16(data, stride, rows, bags, mean, bf16, b0, b1, out, 16);
+  case 32: return pool16(data, stride, rows, bags, mean, bf16, b0, b1, out, 32);
+  case 64: return pool16(data, stride, rows, bags, mean, bf16, b0, b1, out, 64);
+  case 128: return pool16(data, stride, rows, bags, mean, bf16, b0, b1, out, 128);
+  default: return pool16(data, stride, rows, bags, mean, bf16, b0, b1, out, (int)dim);
+  }
+}
+
 dlrec_status dlrec_bag_forward(const dlrec_table *t, const dlrec_bag_batch *bags, dlrec_bag_mode mode, float *out) {
   dlrec_status st = check_shape(t, bags, "bag_forward");
   if (st != DLREC_OK) return st;
@@ -199,10 +266,21 @@ dlrec_status dlrec_bag_forward(const dlrec_table *t, const dlrec_bag_batch *bags
   uint32_t chunk = (B + threads - 1) / threads;
   chunk = chunk > 256 ? 256 : chunk < 16 ? 16 : chunk;
   const uint32_t chunks = (B + chunk - 1) / chunk;
+  const dlrec_table_dtype dtype = dlrec_table_get_dtype(t);
+  if (dtype == DLREC_TABLE_FP32) {
 #pragma omp parallel for schedule(static) reduction(| : bad) if (B > 32)
-  for (uint32_t k = 0; k < chunks; k++) {
-    uint32_t b0 = k * chunk, b1 = b0 + chunk < B ? b0 + chunk : B;
-    bad |= pool_range(data, stride, rows, bags, hot, any_hot, mean, b0, b1, out, dim);
+    for (uint32_t k = 0; k < chunks; k++) {
+      uint32_t b0 = k * chunk, b1 = b0 + chunk < B ? b0 + chunk : B;
+      bad |= pool_range(data, stride, rows, bags, hot, any_hot, mean, b0, b1, out, dim);
+    }
+  } else {
+    const uint16_t *data16 = dlrec_table_raw_const(t);
+    const int bf16 = dtype == DLREC_TABLE_BF16;
+#pragma omp parallel for schedule(static) reduction(| : bad) if (B > 32)
+    for (uint32_t k = 0; k < chunks; k++) {
+      uint32_t b0 = k * chunk, b1 = b0 + chunk < B ? b0 + chunk : B;
+      bad |= pool16_range(data16, stride, rows, bags, mean, bf16, b0, b1, out, dim);
+    }
   }
   /* The lookup checked as it went; the slow pass runs only to name the
    * first bad id in the error. */

@@ -21,6 +21,7 @@
 #include <sys/mman.h>
 
 #include "dlrec/embed.h"
+#include "embed/dtype.h"
 
 #define ALWAYS_INLINE inline __attribute__((always_inline))
 
@@ -51,6 +52,8 @@ struct dlrec_sparse_optim {
   void *map;       /* one mapping holds all of the state */
   size_t map_bytes;
   double log_beta1, log_beta2; /* for the per-row bias corrections */
+  dlrec_table_dtype dtype;     /* the table's */
+  uint64_t updates;            /* calls that changed rows: keys a 16-bit table's stochastic rounding */
 };
 
 /* ---- the optimizer's state ------------------------------------------------ */
@@ -98,6 +101,7 @@ dlrec_status dlrec_sparse_optim_create(dlrec_sparse_optim **out, const dlrec_tab
   o->rows = dlrec_table_rows(t);
   o->dim = dlrec_table_dim(t);
   o->stride = dlrec_table_stride(t);
+  o->dtype = dlrec_table_get_dtype(t);
   o->log_beta1 = log((double)c->beta1);
   o->log_beta2 = log((double)c->beta2);
   /* The table's size was checked at its creation; the state is at most twice
@@ -171,6 +175,7 @@ void dlrec_sparse_optim_state_view(dlrec_sparse_optim *o, dlrec_sparse_optim_sta
   s->m = o->m;
   s->v = o->v;
   s->steps = o->steps;
+  s->updates = o->dtype == DLREC_TABLE_FP32 ? NULL : &o->updates;
 }
 
 /* ---- scratch -------------------------------------------------------------- */
@@ -288,12 +293,16 @@ typedef struct row_update {
   size_t stride;
   float *accum, *m, *v;
   uint32_t *steps;
+  dlrec_table_dtype dtype;
+  size_t row_bytes;  /* the table's, stride elements of dtype */
+  uint64_t counter;  /* this update's number, for the stochastic rounding */
 } row_update;
 
 static ALWAYS_INLINE row_update row_update_of(const dlrec_sparse_optim *o) {
   const row_update u = {o->cfg.kind, o->cfg.lr,  o->cfg.weight_decay, o->cfg.beta1, o->cfg.beta2, o->cfg.eps,
                         o->log_beta1, o->log_beta2, o->stride,         o->accum,      o->m,         o->v,
-                        o->steps};
+                        o->steps,     o->dtype,     (size_t)o->stride * dlrec_table_dtype_bytes(o->dtype),
+                        o->updates};
   return u;
 }
 
@@ -342,11 +351,11 @@ static ALWAYS_INLINE void update_row(const row_update *u, float *restrict w, con
 
 /* Asks for the memory that an item's row will need. Several items of one
  * row prefetch the same lines, which is cheap: they hit the cache. */
-static ALWAYS_INLINE void prefetch_item(const row_update *u, const float *data, const float *d_out, uint64_t item,
+static ALWAYS_INLINE void prefetch_item(const row_update *u, const char *data, const float *d_out, uint64_t item,
                                         int D) {
   const uint32_t r = item_row(item);
   __builtin_prefetch(d_out + (size_t)item_bag(item) * D);
-  __builtin_prefetch(data + (size_t)r * u->stride, 1);
+  __builtin_prefetch(data + (size_t)r * u->row_bytes, 1);
   if (u->accum) __builtin_prefetch(u->accum + r, 1);
   if (u->m) {
     __builtin_prefetch(u->m + (size_t)r * u->stride, 1);
@@ -358,7 +367,28 @@ static ALWAYS_INLINE void prefetch_item(const row_update *u, const float *data, 
 /* Walks the runs of rows that start in chunk q of the sorted items: sums
  * each unique row's gradient in list order and updates the row. D is fixed
  * at compile time where the caller passes a constant. */
-static ALWAYS_INLINE void reduce_chunk(const row_update *u, float *restrict data, const uint64_t *items, size_t n,
+/* Updates a 16-bit row (bf16 when bf16 is nonzero, else fp16): widened to
+ * fp32, the fp32 update, then stored with stochastic rounding drawn from
+ * (counter, row, coordinate) alone, so the result does not depend on which
+ * thread takes the row. */
+static ALWAYS_INLINE void update_row16(const row_update *u, uint16_t *restrict w16, const float *restrict g,
+                                       uint32_t r, int bf16, int D) {
+  float w[DLREC_EMBED_MAX_DIM];
+  if (bf16)
+    for (int d = 0; d < D; d++) w[d] = dtype_bf16_to_f32(w16[d]);
+  else
+    for (int d = 0; d < D; d++) w[d] = dtype_fp16_to_f32(w16[d]);
+  update_row(u, w, g, r, D);
+  for (int k = 0; k < D; k += 4) {
+    const uint64_t draws = dtype_sr_draws(u->counter, r, (uint32_t)k / 4);
+    for (int j = 0; j < 4 && k + j < D; j++) {
+      const uint32_t draw = (uint32_t)(draws >> (16 * j)) & 0xffffu;
+      w16[k + j] = bf16 ? dtype_f32_to_bf16_sr(w[k + j], draw) : dtype_f32_to_fp16_sr(w[k + j], draw);
+    }
+  }
+}
+
+static ALWAYS_INLINE void reduce_chunk(const row_update *u, char *restrict data, const uint64_t *items, size_t n,
                                        size_t q, const float *restrict d_out, const dlrec_bag_batch *bags, int mean,
                                        int D) {
   const uint32_t F = bags->cols;
@@ -384,7 +414,8 @@ static ALWAYS_INLINE void reduce_chunk(const row_update *u, float *restrict data
         for (int d = 0; d < D; d++) g[d] += go[d];
       }
     }
-    update_row(u, data + (size_t)r * u->stride, g, r, D);
+    if (u->dtype == DLREC_TABLE_FP32) update_row(u, (float *)(data + (size_t)r * u->row_bytes), g, r, D);
+    else update_row16(u, (uint16_t *)(data + (size_t)r * u->row_bytes), g, r, u->dtype == DLREC_TABLE_BF16, D);
     s = e;
   }
 }
@@ -392,7 +423,7 @@ static ALWAYS_INLINE void reduce_chunk(const row_update *u, float *restrict data
 /* One chunk with D a compile-time constant for common widths. The switch
  * sits inside the parallel loop because GCC outlines an OpenMP region before
  * inlining, so a region inside an inlined helper would see D at run time. */
-static void reduce_one(const dlrec_sparse_optim *o, float *data, const uint64_t *items, size_t n, size_t q,
+static void reduce_one(const dlrec_sparse_optim *o, char *data, const uint64_t *items, size_t n, size_t q,
                        const float *d_out, const dlrec_bag_batch *bags, int mean) {
   const row_update u = row_update_of(o);
   switch (o->dim) {
@@ -451,7 +482,7 @@ dlrec_status dlrec_bag_backward_update(dlrec_table *t, dlrec_sparse_optim *o, co
     return dlrec_error_context("bag_backward_update: ");
   }
   const uint64_t *sorted = sort_items(items, tmp, n, o->rows, hist);
-  float *data = dlrec_table_data(t);
+  char *data = dlrec_table_raw(t);
   const int mean = mode == DLREC_BAG_MEAN;
   /* Chunks are a fixed cut of the sorted list; which thread takes which
    * does not matter, since every row is updated by the chunk its run starts
@@ -459,5 +490,6 @@ dlrec_status dlrec_bag_backward_update(dlrec_table *t, dlrec_sparse_optim *o, co
   const size_t chunks = (n + APPLY_CHUNK - 1) / APPLY_CHUNK;
 #pragma omp parallel for schedule(dynamic, 1) if (n >= PARALLEL_MIN)
   for (size_t q = 0; q < chunks; q++) reduce_one(o, data, sorted, n, q, d_out, bags, mean);
+  o->updates++;
   return DLREC_OK;
 }

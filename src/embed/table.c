@@ -9,6 +9,7 @@
 
 #include "dlrec/embed.h"
 #include "dlrec/rng.h"
+#include "embed/dtype.h"
 
 /* Rows drawn from one random stream during initialization. The value is part
  * of what a seed means: changing it changes every initial table. */
@@ -18,13 +19,38 @@ struct dlrec_table {
   uint64_t rows;
   uint32_t dim;
   uint32_t stride;
-  float *data;      /* (rows, stride) */
+  dlrec_table_dtype dtype;
+  void *data;       /* (rows, stride) elements of dtype */
   size_t map_bytes; /* the mapping's length, for munmap */
 };
 
+const char *dlrec_table_dtype_name(dlrec_table_dtype dtype) {
+  switch (dtype) {
+  case DLREC_TABLE_FP32: return "fp32";
+  case DLREC_TABLE_BF16: return "bf16";
+  case DLREC_TABLE_FP16: return "fp16";
+  }
+  return "?";
+}
+
+uint32_t dlrec_table_dtype_bytes(dlrec_table_dtype dtype) {
+  switch (dtype) {
+  case DLREC_TABLE_FP32: return 4;
+  case DLREC_TABLE_BF16:
+  case DLREC_TABLE_FP16: return 2;
+  }
+  return 0;
+}
+
 dlrec_status dlrec_table_create(dlrec_table **out, uint64_t rows, uint32_t dim) {
+  return dlrec_table_create_dtype(out, rows, dim, DLREC_TABLE_FP32);
+}
+
+dlrec_status dlrec_table_create_dtype(dlrec_table **out, uint64_t rows, uint32_t dim, dlrec_table_dtype dtype) {
   if (!out) return dlrec_error(DLREC_ERR_INVALID, "table_create: NULL result pointer");
   *out = NULL;
+  const uint32_t elem = dlrec_table_dtype_bytes(dtype);
+  if (!elem) return dlrec_error(DLREC_ERR_INVALID, "table_create: unknown dtype %d", (int)dtype);
   if (rows < 1 || rows > (1ull << 32))
     return dlrec_error(DLREC_ERR_INVALID, "table_create: %llu rows; ids are 32-bit, so 1 to 2^32",
                        (unsigned long long)rows);
@@ -33,7 +59,7 @@ dlrec_status dlrec_table_create(dlrec_table **out, uint64_t rows, uint32_t dim) 
   const uint32_t stride = (dim + 3) & ~3u;
   /* rows <= 2^32 and stride <= 1024: the product fits in 64 bits, though not
    * necessarily in the address space. */
-  const unsigned long long bytes = (unsigned long long)rows * stride * sizeof(float);
+  const unsigned long long bytes = (unsigned long long)rows * stride * elem;
   if (bytes > (unsigned long long)(SIZE_MAX / 2))
     return dlrec_error(DLREC_ERR_NOMEM, "table_create: %llu bytes do not fit the address space", bytes);
   dlrec_table *t = calloc(1, sizeof *t);
@@ -45,8 +71,8 @@ dlrec_status dlrec_table_create(dlrec_table **out, uint64_t rows, uint32_t dim) 
   if (p == MAP_FAILED) {
     int e = errno;
     free(t);
-    return dlrec_error(DLREC_ERR_NOMEM, "table_create: mmap of %llu bytes (%llu rows x %u floats): %s", bytes,
-                       (unsigned long long)rows, stride, strerror(e));
+    return dlrec_error(DLREC_ERR_NOMEM, "table_create: mmap of %llu bytes (%llu rows x %u %s): %s", bytes,
+                       (unsigned long long)rows, stride, dlrec_table_dtype_name(dtype), strerror(e));
   }
 #ifdef MADV_HUGEPAGE
   (void)madvise(p, (size_t)bytes, MADV_HUGEPAGE); /* a hint: without THP it fails harmlessly */
@@ -54,6 +80,7 @@ dlrec_status dlrec_table_create(dlrec_table **out, uint64_t rows, uint32_t dim) 
   t->rows = rows;
   t->dim = dim;
   t->stride = stride;
+  t->dtype = dtype;
   t->data = p;
   t->map_bytes = (size_t)bytes;
   *out = t;
@@ -69,8 +96,33 @@ void dlrec_table_free(dlrec_table *t) {
 uint64_t dlrec_table_rows(const dlrec_table *t) { return t->rows; }
 uint32_t dlrec_table_dim(const dlrec_table *t) { return t->dim; }
 uint32_t dlrec_table_stride(const dlrec_table *t) { return t->stride; }
-float *dlrec_table_data(dlrec_table *t) { return t->data; }
-const float *dlrec_table_data_const(const dlrec_table *t) { return t->data; }
+dlrec_table_dtype dlrec_table_get_dtype(const dlrec_table *t) { return t->dtype; }
+float *dlrec_table_data(dlrec_table *t) { return t->dtype == DLREC_TABLE_FP32 ? t->data : NULL; }
+const float *dlrec_table_data_const(const dlrec_table *t) { return t->dtype == DLREC_TABLE_FP32 ? t->data : NULL; }
+void *dlrec_table_raw(dlrec_table *t) { return t->data; }
+const void *dlrec_table_raw_const(const dlrec_table *t) { return t->data; }
+
+void dlrec_table_get_row(const dlrec_table *t, uint64_t r, float *out) {
+  const size_t at = (size_t)r * t->stride;
+  for (uint32_t d = 0; d < t->dim; d++) {
+    switch (t->dtype) {
+    case DLREC_TABLE_FP32: out[d] = ((const float *)t->data)[at + d]; break;
+    case DLREC_TABLE_BF16: out[d] = dtype_bf16_to_f32(((const uint16_t *)t->data)[at + d]); break;
+    case DLREC_TABLE_FP16: out[d] = dtype_fp16_to_f32(((const uint16_t *)t->data)[at + d]); break;
+    }
+  }
+}
+
+void dlrec_table_set_row(dlrec_table *t, uint64_t r, const float *in) {
+  const size_t at = (size_t)r * t->stride;
+  for (uint32_t d = 0; d < t->dim; d++) {
+    switch (t->dtype) {
+    case DLREC_TABLE_FP32: ((float *)t->data)[at + d] = in[d]; break;
+    case DLREC_TABLE_BF16: ((uint16_t *)t->data)[at + d] = dtype_f32_to_bf16(in[d]); break;
+    case DLREC_TABLE_FP16: ((uint16_t *)t->data)[at + d] = dtype_f32_to_fp16(in[d]); break;
+    }
+  }
+}
 
 /* The index of the first range whose end is above row r (n when none). */
 static uint32_t first_range_after(const dlrec_row_range *ranges, uint32_t n, uint64_t r) {
@@ -95,7 +147,7 @@ dlrec_status dlrec_table_init_uniform(dlrec_table *t, const dlrec_row_range *ran
                          i, (unsigned long long)g->begin, (unsigned long long)g->end, (unsigned long long)t->rows);
   }
   const uint64_t chunks = (t->rows + INIT_CHUNK_ROWS - 1) / INIT_CHUNK_ROWS;
-  const uint32_t dim = t->dim, stride = t->stride;
+  const uint32_t dim = t->dim;
   /* Chunks are independent random streams, so any thread may draw any chunk
    * and the table does not depend on the schedule. Writing in parallel also
    * spreads the first touch of the pages over the threads' NUMA nodes. */
@@ -106,8 +158,8 @@ dlrec_status dlrec_table_init_uniform(dlrec_table *t, const dlrec_row_range *ran
     const uint64_t r0 = k * INIT_CHUNK_ROWS;
     const uint64_t r1 = r0 + INIT_CHUNK_ROWS < t->rows ? r0 + INIT_CHUNK_ROWS : t->rows;
     uint32_t ri = first_range_after(ranges, n_ranges, r0);
+    float row[DLREC_EMBED_MAX_DIM + 4];
     for (uint64_t r = r0; r < r1; r++) {
-      float *row = t->data + r * stride;
       while (ri < n_ranges && ranges[ri].end <= r) ri++;
       if (ri < n_ranges && r >= ranges[ri].begin) {
         /* DLRM: np.random.uniform(-sqrt(1/n), sqrt(1/n)) with n the column's rows. */
@@ -116,7 +168,10 @@ dlrec_status dlrec_table_init_uniform(dlrec_table *t, const dlrec_row_range *ran
       } else {
         for (uint32_t d = 0; d < dim; d++) row[d] = 0.0f;
       }
-      for (uint32_t d = dim; d < stride; d++) row[d] = 0.0f;
+      /* A 16-bit table stores the fp32 draw rounded to nearest, so its
+       * initial rows are the fp32 table's, rounded. The padding stays zero
+       * (the mapping's). */
+      dlrec_table_set_row(t, r, row);
     }
   }
   return DLREC_OK;

@@ -157,7 +157,8 @@ dlrec_status dlrec_net_create(dlrec_net **out, const dlrec_net_config *c, const 
    * keeps a one-row table that no pass reads, so that checkpoints, the
    * sparse optimizer and the scorer need no special case. */
   if (s == DLREC_OK)
-    s = dlrec_table_create(&n->table, schema->n_sparse ? schema->table_rows : 1, n->plan.emb_dim);
+    s = dlrec_table_create_dtype(&n->table, schema->n_sparse ? schema->table_rows : 1, n->plan.emb_dim,
+                                 (dlrec_table_dtype)c->table_dtype);
   for (uint32_t i = 0; i < schema->n_sparse; i++) {
     n->max_ids_per_row += schema->sparse[i].max_hotness;
     n->mean_cols[i] = schema->sparse[i].pooling == DLREC_POOLING_MEAN;

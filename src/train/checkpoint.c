@@ -74,7 +74,20 @@ static int optim_arrays(const dlrec_net_optim *opt, size_t n_params, tensor_desc
   if (st.m) out[n++] = (tensor_desc){"sparse_m", TENSOR_F32, st.rows * st.stride, st.m};
   if (st.v) out[n++] = (tensor_desc){"sparse_v", TENSOR_F32, st.rows * st.stride, st.v};
   if (st.steps) out[n++] = (tensor_desc){"sparse_steps", TENSOR_U32, st.rows, st.steps};
+  /* A 16-bit table's update counter keys its stochastic rounding: restoring
+   * it makes a resumed run round as the uninterrupted one. One u64 stored as
+   * two little-endian u32s. */
+  if (st.updates) out[n++] = (tensor_desc){"sparse_updates", TENSOR_U32, 2, st.updates};
   return n;
+}
+
+/* table.bin's one array, typed as the table stores its rows, so that a load
+ * into a table of another dtype is refused naming both. */
+static tensor_desc table_array(const dlrec_table *t) {
+  static const tensor_dtype of[] = {[DLREC_TABLE_FP32] = TENSOR_F32, [DLREC_TABLE_BF16] = TENSOR_BF16,
+                                    [DLREC_TABLE_FP16] = TENSOR_F16};
+  return (tensor_desc){"table", of[dlrec_table_get_dtype(t)], dlrec_table_rows(t) * dlrec_table_stride(t),
+                       (void *)dlrec_table_raw_const(t)};
 }
 
 static dlrec_status join(char *out, size_t n, const char *dir, const char *name) {
@@ -266,8 +279,7 @@ dlrec_status dlrec_checkpoint_save(const char *run_dir, const dlrec_train_config
   if (s == DLREC_OK) s = tensor_file_write(path, dense, n_dense, &crc);
   if (s == DLREC_OK) s = note_file(&man, tmp, F_DENSE, &crc);
   const dlrec_table *t = dlrec_net_table_const(m);
-  tensor_desc table = {"table", TENSOR_F32, dlrec_table_rows(t) * dlrec_table_stride(t),
-                       (void *)dlrec_table_data_const(t)};
+  tensor_desc table = table_array(t);
   if (s == DLREC_OK) s = join(path, sizeof path, tmp, "table.bin");
   if (s == DLREC_OK) s = tensor_file_write(path, &table, 1, &crc);
   if (s == DLREC_OK) s = note_file(&man, tmp, F_TABLE, &crc);
@@ -474,7 +486,7 @@ static dlrec_status read_params(const char *dir, const manifest *man, dlrec_net 
   int k = dense_arrays(n, dlrec_net_dense_params(n, &n_params), dense);
   TRY(read_tensors(dir, man, F_DENSE, dense, k));
   dlrec_table *t = dlrec_net_table(n);
-  tensor_desc table = {"table", TENSOR_F32, dlrec_table_rows(t) * dlrec_table_stride(t), dlrec_table_data(t)};
+  tensor_desc table = table_array(t);
   return read_tensors(dir, man, F_TABLE, &table, 1);
 }
 
@@ -646,6 +658,11 @@ dlrec_status dlrec_model_load(const char *path, dlrec_model **out) {
  * resume; epochs, intervals, threads and the like may change. */
 static dlrec_status same_training(const dlrec_train_config *a, const dlrec_train_config *b, const char *dir) {
   const char *field = NULL;
+  if (a->model.table_dtype != b->model.table_dtype)
+    return dlrec_error(DLREC_ERR_INVALID,
+                       "cannot resume from %s: its embedding table is %s, the config's 'training.table_dtype' is %s",
+                       dir, dlrec_table_dtype_name((dlrec_table_dtype)b->model.table_dtype),
+                       dlrec_table_dtype_name((dlrec_table_dtype)a->model.table_dtype));
   if (strcmp(a->model.type, b->model.type)) field = "model.type";
   else if (memcmp(&a->model, &b->model, sizeof a->model)) field = "model";
   else if (memcmp(&a->dense, &b->dense, sizeof a->dense)) field = "optimizer.dense";

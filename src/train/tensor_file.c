@@ -40,6 +40,17 @@ _Static_assert(sizeof(entry) == ENTRY_BYTES, "entry layout");
 
 static uint64_t align64(uint64_t x) { return (x + 63) & ~(uint64_t)63; }
 
+/* Bytes per element of a dtype; 0 for none this build knows. */
+static uint64_t elem_bytes(uint32_t dtype) {
+  switch (dtype) {
+  case TENSOR_F32:
+  case TENSOR_U32: return 4;
+  case TENSOR_BF16:
+  case TENSOR_F16: return 2;
+  }
+  return 0;
+}
+
 /* The CRC32C of the whole file goes through its bytes in file order: the
  * writer lays the arrays out in table order, each 64-byte aligned, so the
  * gaps before each array are zeros shorter than 64 bytes. */
@@ -64,8 +75,8 @@ dlrec_status tensor_file_write(const char *path, const tensor_desc *arrays, int 
     table[i].dtype = arrays[i].dtype;
     table[i].count = arrays[i].count;
     table[i].offset = off;
-    table[i].crc = dlrec_crc32c(0, arrays[i].data, arrays[i].count * 4);
-    off = align64(off + arrays[i].count * 4);
+    table[i].crc = dlrec_crc32c(0, arrays[i].data, arrays[i].count * elem_bytes(arrays[i].dtype));
+    off = align64(off + arrays[i].count * elem_bytes(arrays[i].dtype));
   }
   unsigned char header[HEADER_BYTES] = {0};
   memcpy(header, MAGIC, 8);
@@ -86,7 +97,7 @@ dlrec_status tensor_file_write(const char *path, const tensor_desc *arrays, int 
   if (s == DLREC_OK) s = dlrec_pwrite_all(fd, table, (size_t)n * ENTRY_BYTES, HEADER_BYTES, path);
   for (int i = 0; s == DLREC_OK && i < n; i++) {
     const char *p = arrays[i].data;
-    uint64_t left = arrays[i].count * 4, at = table[i].offset;
+    uint64_t left = arrays[i].count * elem_bytes(arrays[i].dtype), at = table[i].offset;
     fcrc = crc_zeros(fcrc, at - at_crc);
     while (s == DLREC_OK && left) {
       size_t k = left > CHUNK ? CHUNK : (size_t)left;
@@ -121,7 +132,15 @@ static dlrec_status read_at(int fd, void *buf, size_t n, uint64_t off, const cha
   return DLREC_OK;
 }
 
-static const char *dtype_name(uint32_t t) { return t == TENSOR_F32 ? "f32" : t == TENSOR_U32 ? "u32" : "?"; }
+static const char *dtype_name(uint32_t t) {
+  switch (t) {
+  case TENSOR_F32: return "f32";
+  case TENSOR_U32: return "u32";
+  case TENSOR_BF16: return "bf16";
+  case TENSOR_F16: return "fp16";
+  }
+  return "?";
+}
 
 static dlrec_status check_layout(const char *path, int fd, unsigned char *header, entry *table, uint32_t *n_out,
                                  uint64_t *size_out) {
@@ -156,11 +175,12 @@ static dlrec_status check_layout(const char *path, int fd, unsigned char *header
   uint64_t end = HEADER_BYTES + (uint64_t)n * ENTRY_BYTES;
   for (uint32_t i = 0; i < n; i++) {
     entry *e = &table[i];
-    if (!memchr(e->name, '\0', TENSOR_NAME_MAX) || (e->dtype != TENSOR_F32 && e->dtype != TENSOR_U32) ||
-        e->count > size / 4 || e->offset > size || e->offset + e->count * 4 > size || e->offset < end)
+    const uint64_t eb = elem_bytes(e->dtype);
+    if (!memchr(e->name, '\0', TENSOR_NAME_MAX) || !eb || e->count > size / eb || e->offset > size ||
+        e->offset + e->count * eb > size || e->offset < end)
       return dlrec_error(DLREC_ERR_CORRUPT, "%s: array %u: bad entry (outside the file, overlapping or unknown type)",
                          path, i);
-    end = e->offset + e->count * 4;
+    end = e->offset + e->count * eb;
   }
   *n_out = n;
   *size_out = size;
@@ -213,7 +233,7 @@ dlrec_status tensor_file_read(const char *path, const tensor_desc *arrays, int n
     }
     s = crc_range(fd, at_crc, e->offset, &fcrc, path);
     char *p = arrays[i].data;
-    uint64_t left = e->count * 4, at = e->offset;
+    uint64_t left = e->count * elem_bytes(e->dtype), at = e->offset;
     uint32_t crc = 0;
     while (s == DLREC_OK && left) {
       size_t k = left > CHUNK ? CHUNK : (size_t)left;

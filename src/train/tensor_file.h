@@ -1,4 +1,4 @@
-/* Tensor files: named arrays of floats or uint32s, each with a CRC32C, under
+/* Tensor files: named arrays of floats, uint32s or 16-bit floats, each with a CRC32C, under
  * a checksummed header (docs/formats.md, "Checkpoint tensor files"). The
  * checkpoint's dense.bin, table.bin and optim.bin are tensor files. */
 #ifndef DLREC_TENSOR_FILE_H
@@ -10,7 +10,8 @@
 
 #define TENSOR_NAME_MAX 40
 
-typedef enum tensor_dtype { TENSOR_F32 = 1, TENSOR_U32 = 2 } tensor_dtype;
+/* BF16 and F16 hold uint16_t bit patterns (a 16-bit embedding table). */
+typedef enum tensor_dtype { TENSOR_F32 = 1, TENSOR_U32 = 2, TENSOR_BF16 = 3, TENSOR_F16 = 4 } tensor_dtype;
 
 typedef struct tensor_desc {
   const char *name;   /* < TENSOR_NAME_MAX bytes */

@@ -1,0 +1,124 @@
+/* 16-bit storage of embedding rows: bf16 and fp16 conversions in plain C (bit
+ * manipulation, so every CPU gives the same bits), and the stochastic
+ * rounding that the sparse update writes rows back with.
+ *
+ * Why stochastic rounding: an SGD step is often far smaller than a bf16 row
+ * value's last place (8 bits of mantissa), so round-to-nearest would drop
+ * most updates and the table would stop learning. Rounding up with a
+ * probability equal to the dropped fraction keeps the expected stored value
+ * equal to the fp32 result (FBGEMM's TBE does the same).
+ *
+ * Determinism: the random draw is a pure function of (update counter, row,
+ * coordinate), a counter-based hash, so a row gets the same bits whichever
+ * thread updates it and however many threads there are.
+ */
+#ifndef DLREC_EMBED_DTYPE_H
+#define DLREC_EMBED_DTYPE_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "dlrec/embed.h"
+
+static inline uint32_t dtype_f32_bits(float x) {
+  uint32_t u;
+  memcpy(&u, &x, 4);
+  return u;
+}
+static inline float dtype_bits_f32(uint32_t u) {
+  float x;
+  memcpy(&x, &u, 4);
+  return x;
+}
+
+/* bf16 is the top half of an fp32: widening is a shift. */
+static inline float dtype_bf16_to_f32(uint16_t h) { return dtype_bits_f32((uint32_t)h << 16); }
+
+/* Round to nearest, ties to even; NaN stays a (quiet) NaN. */
+static inline uint16_t dtype_f32_to_bf16(float x) {
+  uint32_t u = dtype_f32_bits(x);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+
+/* fp16 (IEEE binary16): 5 exponent bits, 10 mantissa bits, subnormals. */
+static inline float dtype_fp16_to_f32(uint16_t h) {
+  const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
+  if (exp == 0x1f) return dtype_bits_f32(sign | 0x7f800000u | (man << 13)); /* inf, NaN */
+  if (exp == 0) {                                                            /* zero, subnormal: man * 2^-24 */
+    const float v = (float)man * 0x1p-24f;
+    return sign ? -v : v;
+  }
+  return dtype_bits_f32(sign | ((exp + 112u) << 23) | (man << 13));
+}
+
+/* Round toward zero (truncation), the lower neighbour in magnitude of x's two
+ * fp16 neighbours; magnitudes beyond the largest finite fp16 (65504) give it.
+ * NaN stays NaN, infinities stay infinite. */
+static inline uint16_t dtype_f32_to_fp16_rtz(float x) {
+  const uint32_t u = dtype_f32_bits(x), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);
+  if (a == 0x7f800000u) return (uint16_t)(sign | 0x7c00u);
+  const int e = (int)(a >> 23) - 127; /* unbiased exponent */
+  if (e > 15) return (uint16_t)(sign | 0x7bffu);
+  if (e >= -14) return (uint16_t)(sign | ((uint32_t)(e + 15) << 10) | ((a >> 13) & 0x3ffu));
+  if (e < -25) return (uint16_t)sign;
+  /* Subnormal: the value in units of 2^-24, truncated. */
+  const uint32_t m = (a & 0x7fffffu) | 0x800000u; /* the significand, times 2^23 */
+  return (uint16_t)(sign | (m >> (-e - 1)));
+}
+
+/* Round to nearest, ties to even: from the truncation and the exact
+ * remainder, which float arithmetic gives exactly here (both neighbours and x
+ * are floats within a factor of 2). Magnitudes at or beyond 65520 become
+ * infinite, as IEEE rounding says. */
+static inline uint16_t dtype_f32_to_fp16(float x) {
+  const uint16_t lo = dtype_f32_to_fp16_rtz(x);
+  if ((lo & 0x7fffu) >= 0x7c00u) return lo; /* inf, NaN */
+  const float ax = fabsf(x), alo = fabsf(dtype_fp16_to_f32(lo));
+  const float ahi = (lo & 0x7fffu) == 0x7bffu ? 65536.0f : fabsf(dtype_fp16_to_f32((uint16_t)(lo + 1)));
+  const float below = ax - alo, above = ahi - ax;
+  if (below > above || (below == above && (lo & 1u))) return (uint16_t)(lo + 1); /* 0x7bff + 1 is inf */
+  return lo;
+}
+
+/* A 64-bit mix (splitmix64's finalizer): every input bit reaches every
+ * output bit, so neighbouring keys give independent-looking draws. */
+static inline uint64_t dtype_mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+/* Four 16-bit random draws for coordinates 4k .. 4k + 3 of `row` at update
+ * `counter`, draw j in bits 16j .. 16j + 15. A pure function of its inputs. */
+static inline uint64_t dtype_sr_draws(uint64_t counter, uint32_t row, uint32_t k) {
+  return dtype_mix64(dtype_mix64(counter + 0x9e3779b97f4a7c15ull) ^ (((uint64_t)row << 10) | k));
+}
+
+/* bf16 with stochastic rounding: adding a uniform 16-bit draw to the bits
+ * that truncation drops carries into the kept half with probability equal
+ * to the dropped fraction, so E[result] = x exactly. Infinities and NaN are
+ * rounded to nearest. */
+static inline uint16_t dtype_f32_to_bf16_sr(float x, uint32_t draw16) {
+  const uint32_t u = dtype_f32_bits(x);
+  if ((u & 0x7f800000u) == 0x7f800000u) return dtype_f32_to_bf16(x);
+  return (uint16_t)((u + (draw16 & 0xffffu)) >> 16);
+}
+
+/* fp16 with stochastic rounding: the upper neighbour in magnitude with
+ * probability (|x| - |lo|) / (|hi| - |lo|), resolved to 1/65536 (so the
+ * expected value is within 2^-16 of a last place of x). Magnitudes beyond the
+ * largest finite fp16, infinities and NaN are rounded to nearest. */
+static inline uint16_t dtype_f32_to_fp16_sr(float x, uint32_t draw16) {
+  const uint16_t lo = dtype_f32_to_fp16_rtz(x);
+  if ((lo & 0x7fffu) >= 0x7bffu) return dtype_f32_to_fp16(x);
+  const double ax = fabs((double)x), alo = fabs((double)dtype_fp16_to_f32(lo)),
+               ahi = fabs((double)dtype_fp16_to_f32((uint16_t)(lo + 1)));
+  const double p = (ax - alo) / (ahi - alo);
+  return (double)(draw16 & 0xffffu) < p * 65536.0 ? (uint16_t)(lo + 1) : lo;
+}
+
+#endif
