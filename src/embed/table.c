@@ -169,9 +169,11 @@ dlrec_status dlrec_table_init_uniform(dlrec_table *t, const dlrec_row_range *ran
         for (uint32_t d = 0; d < dim; d++) row[d] = 0.0f;
       }
       /* A 16-bit table stores the fp32 draw rounded to nearest, so its
-       * initial rows are the fp32 table's, rounded. The padding stays zero
-       * (the mapping's). */
+       * initial rows are the fp32 table's, rounded. The padding is zeroed,
+       * whatever a caller wrote there: zero bits are 0.0 in every dtype. */
       dlrec_table_set_row(t, r, row);
+      const size_t elem = dlrec_table_dtype_bytes(t->dtype);
+      memset((char *)t->data + ((size_t)r * t->stride + dim) * elem, 0, (t->stride - dim) * elem);
     }
   }
   return DLREC_OK;
