@@ -89,3 +89,160 @@ TEST(lock_dir_refuses_a_second_holder_naming_the_pid) {
   CHECK_OK(dlrec_lock_dir(dir, "a test", &b));
   dlrec_unlock_dir(b);
 }
+
+/* ---- 16-bit embedding tables: train, save, resume, load ---------------------- */
+
+#include "dlrec/checkpoint.h"
+#include "dlrec/embed.h"
+#include "dlrec/fsutil.h"
+#include "dlrec/trainer.h"
+
+/* Synthesizes rows, fits the ETL and encodes train/valid files in tmpdir. */
+static int make_data(int rows, int cardinality) {
+  char *out = NULL;
+  const char *bin = getenv("DLREC_BIN");
+  int rc = test_run_cli(&out, "synth -q --rows %d --seed 3 --max-cardinality %d --out '%s' && '%s' etl fit -q --input '%s' "
+                        "--out '%s' --min-count 2 && '%s' etl apply -q --etl '%s' --input '%s' --out '%s' "
+                        "--valid-fraction 0.2 --valid-out '%s' --seed 1",
+                        rows, cardinality, test_path("clicks.tsv"), bin, test_path("clicks.tsv"), test_path("etl"), bin,
+                        test_path("etl"), test_path("clicks.tsv"), test_path("train.dlr"), test_path("valid.dlr"));
+  if (rc != 0) fprintf(stderr, "data setup failed (%d): %s\n", rc, out ? out : "");
+  free(out);
+  return rc;
+}
+
+/* Writes cfg-DTYPE.json, a small DLRM whose table stores dtype, and returns
+ * its path (test_path's buffers are reused, so the path is copied into one
+ * of three of its own). */
+static const char *write_config(const char *dtype, const char *sparse) {
+  static char paths[3][2048];
+  static int next;
+  char name[64], text[1024];
+  snprintf(name, sizeof name, "cfg-%s.json", dtype);
+  snprintf(text, sizeof text,
+           "{\"model\": {\"embedding_dim\": 8, \"bottom_mlp\": [32, 8], \"top_mlp\": [32, 1]},"
+           " \"optimizer\": {\"dense\": {\"type\": \"adam\", \"lr\": 0.002}, \"sparse\": %s},"
+           " \"training\": {\"batch_size\": 128, \"epochs\": 1, \"threads\": 2, \"seed\": 5, \"deterministic\": true,"
+           " \"table_dtype\": \"%s\"},"
+           " \"checkpoint\": {\"interval_steps\": 50, \"keep\": 3}, \"log\": {\"interval_steps\": 50}}",
+           sparse, dtype);
+  char *path = paths[next++ % 3];
+  snprintf(path, sizeof paths[0], "%s", test_path(name));
+  return test_write_file(path, text, (size_t)-1) == 0 ? path : NULL;
+}
+
+static int train_cli(const char *cfg, const char *run, const char *extra) {
+  char *out = NULL;
+  int rc = test_run_cli(&out, "train -q --config '%s' --train '%s' --etl '%s' --out '%s' %s", cfg,
+                        test_path("train.dlr"), test_path("etl"), test_path(run), extra);
+  if (rc != 0) fprintf(stderr, "train %s %s -> %d: %s\n", run, extra, rc, out ? out : "");
+  free(out);
+  return rc;
+}
+
+static int same_file(const char *a, const char *b) {
+  char *x = NULL, *y = NULL;
+  size_t nx = 0, ny = 0;
+  int eq = dlrec_read_file(a, 1u << 30, &x, &nx) == DLREC_OK && dlrec_read_file(b, 1u << 30, &y, &ny) == DLREC_OK &&
+           nx == ny && memcmp(x, y, nx) == 0;
+  free(x);
+  free(y);
+  return eq;
+}
+
+/* A bf16 table: the checkpoint records its dtype and half the bytes; a run
+ * stopped and resumed ends bitwise where the uninterrupted one does (the
+ * stochastic rounding's update counter is restored); the model loads as bf16
+ * and scores as the trainer did; resuming with another dtype, or reading its
+ * table as fp32, is refused naming both dtypes. */
+TEST(bf16_table_checkpoint_round_trip_resume_and_load) {
+  CHECK(make_data(12000, 2000) == 0);
+  const char *sgd = "{\"type\": \"sgd\", \"lr\": 0.05}";
+  const char *bf16 = write_config("bf16", sgd), *fp32 = write_config("fp32", sgd);
+  CHECK(bf16 && fp32);
+  /* ~75 steps: stop at 40, between the checkpoints at 0..50. */
+  CHECK(train_cli(bf16, "straight", "") == 0);
+  CHECK(train_cli(bf16, "resumed", "--max-steps 40") == 0);
+  CHECK(train_cli(bf16, "resumed", "--resume") == 0);
+  CHECK(train_cli(fp32, "fp32", "") == 0);
+  if (test_failed_now()) return;
+  dlrec_model *a = NULL, *b = NULL, *c = NULL;
+  CHECK_OK(dlrec_model_load(test_path("straight"), &a));
+  CHECK_OK(dlrec_model_load(test_path("resumed"), &b));
+  CHECK_OK(dlrec_model_load(test_path("fp32"), &c));
+  if (test_failed_now()) goto out;
+  CHECK_EQ(dlrec_table_get_dtype(dlrec_net_table(a->net)), DLREC_TABLE_BF16);
+  CHECK_EQ(dlrec_table_get_dtype(dlrec_net_table(c->net)), DLREC_TABLE_FP32);
+  CHECK_EQ_U64(a->progress.step, b->progress.step);
+  const char *files[] = {"dense.bin", "table.bin", "optim.bin"};
+  for (int i = 0; i < 3; i++) {
+    char x[2048], y[2048];
+    snprintf(x, sizeof x, "%s/%s", a->dir, files[i]);
+    snprintf(y, sizeof y, "%s/%s", b->dir, files[i]);
+    if (!same_file(x, y)) test_fail(__FILE__, __LINE__, "%s differs after resume", files[i]);
+  }
+  /* table.bin: the same rows in half the bytes (up to the header's). */
+  struct stat s16, s32;
+  char p16[2048], p32[2048];
+  snprintf(p16, sizeof p16, "%s/table.bin", a->dir);
+  snprintf(p32, sizeof p32, "%s/table.bin", c->dir);
+  CHECK(stat(p16, &s16) == 0 && stat(p32, &s32) == 0);
+  const dlrec_table *t = dlrec_net_table(a->net);
+  const uint64_t elems = dlrec_table_rows(t) * dlrec_table_stride(t);
+  CHECK(s16.st_size >= (off_t)(2 * elems) && s16.st_size < (off_t)(2 * elems + 256));
+  CHECK(s32.st_size >= (off_t)(4 * elems) && s32.st_size < (off_t)(4 * elems + 256));
+  /* Loaded, it scores the validation rows as any model does. */
+  const char *valid[] = {test_path("valid.dlr")};
+  dlrec_metrics m;
+  CHECK_OK(dlrec_evaluate(a->net, valid, 1, 256, 0, &m));
+  CHECK(m.auc > 0.55);
+  /* Resuming a bf16 run with an fp32 config is refused, by name. */
+  {
+    char *out = NULL;
+    int rc = test_run_cli(&out, "train -q --config '%s' --train '%s' --etl '%s' --out '%s' --resume", fp32,
+                          test_path("train.dlr"), test_path("etl"), test_path("straight"));
+    CHECK(rc != 0);
+    CHECK(out && strstr(out, "its embedding table is bf16, the config's 'training.table_dtype' is fp32"));
+    if (out && !strstr(out, "bf16")) fprintf(stderr, "%s\n", out);
+    free(out);
+  }
+  /* The table's array read as fp32 is refused naming both dtypes. */
+  {
+    float *buf = malloc(elems * sizeof(float));
+    tensor_desc d = {"table", TENSOR_F32, elems, buf};
+    uint32_t crc;
+    CHECK_ERR(tensor_file_read(p16, &d, 1, &crc), DLREC_ERR_INVALID, "holds");
+    CHECK(strstr(dlrec_last_error(), "bf16") && strstr(dlrec_last_error(), "f32"));
+    free(buf);
+  }
+out:
+  dlrec_model_free(a);
+  dlrec_model_free(b);
+  dlrec_model_free(c);
+}
+
+/* Learning: on the same data and seed, a bf16 table (and an fp16 one)
+ * reaches the fp32 table's validation AUC within 0.003 (issue 10's bound). */
+TEST(table_16bit_learns_as_well_as_fp32) {
+  CHECK(make_data(60000, 20000) == 0);
+  const char *adagrad = "{\"type\": \"rowwise_adagrad\", \"lr\": 0.05}";
+  const char *dtypes[] = {"fp32", "bf16", "fp16"};
+  double auc[3] = {0};
+  for (int i = 0; i < 3 && !test_failed_now(); i++) {
+    const char *cfg = write_config(dtypes[i], adagrad);
+    CHECK(cfg);
+    char run[32];
+    snprintf(run, sizeof run, "learn-%s", dtypes[i]);
+    const char *train[] = {test_path("train.dlr")};
+    dlrec_train_args a = {.config_path = cfg, .train = train, .n_train = 1, .valid = test_path("valid.dlr"),
+                          .etl_dir = test_path("etl"), .run_dir = test_path(run)};
+    dlrec_train_result r;
+    CHECK_OK(dlrec_train(&a, &r));
+    CHECK(r.has_valid);
+    auc[i] = r.valid.auc;
+  }
+  fprintf(stderr, "validation AUC: fp32 %.4f, bf16 %.4f, fp16 %.4f\n", auc[0], auc[1], auc[2]);
+  CHECK(auc[0] > 0.6);
+  CHECK(fabs(auc[1] - auc[0]) <= 0.003);
+  CHECK(fabs(auc[2] - auc[0]) <= 0.003);
+}
