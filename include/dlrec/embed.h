@@ -1,8 +1,8 @@
 /* Embeddings: one fused table per width, bag lookups, and the sparse backward
  * fused with the optimizer.
  *
- * Every categorical column owns a contiguous range of rows of one fused fp32
- * table (global id = the column's first row + local id, as the ETL encodes
+ * Every categorical column owns a contiguous range of rows of one fused
+ * table (fp32, or bf16 / fp16: dlrec_table_create_dtype) (global id = the column's first row + local id, as the ETL encodes
  * them), so a batch's lookups of all columns are gathers from one array.
  *
  * A training step uses it as:
