@@ -2,8 +2,9 @@
  * fused with the optimizer.
  *
  * Every categorical column owns a contiguous range of rows of one fused
- * table (fp32, or bf16 / fp16: dlrec_table_create_dtype) (global id = the column's first row + local id, as the ETL encodes
- * them), so a batch's lookups of all columns are gathers from one array.
+ * table, fp32 or 16-bit (dlrec_table_create_dtype): global id = the column's
+ * first row + local id, as the ETL encodes them, so a batch's lookups of all
+ * columns are gathers from one array.
  *
  * A training step uses it as:
  *
