@@ -95,6 +95,7 @@ TEST(lock_dir_refuses_a_second_holder_naming_the_pid) {
 #include "dlrec/checkpoint.h"
 #include "dlrec/embed.h"
 #include "dlrec/fsutil.h"
+#include "dlrec/train_config.h"
 #include "dlrec/trainer.h"
 
 /* Synthesizes rows, fits the ETL and encodes train/valid files in tmpdir. */
@@ -245,4 +246,32 @@ TEST(table_16bit_learns_as_well_as_fp32) {
   CHECK(auc[0] > 0.6);
   CHECK(fabs(auc[1] - auc[0]) <= 0.003);
   CHECK(fabs(auc[2] - auc[0]) <= 0.003);
+}
+
+/* training.table_dtype: the three names, the default, a bad name refused
+ * naming the field and the choices, and the key written back. */
+TEST(config_table_dtype_parses_defaults_and_refuses_unknown_names) {
+  dlrec_train_config c;
+  dlrec_train_config_default(&c);
+  CHECK_EQ(c.model.table_dtype, DLREC_TABLE_FP32);
+  const char *names[] = {"fp32", "bf16", "fp16"};
+  for (int i = 0; i < 3; i++) {
+    char text[128];
+    snprintf(text, sizeof text, "{\"training\": {\"table_dtype\": \"%s\"}}", names[i]);
+    cJSON *j = cJSON_Parse(text);
+    dlrec_train_config_default(&c);
+    CHECK_OK(dlrec_train_config_from_json(j, "cfg.json", &c));
+    CHECK_EQ(c.model.table_dtype, (uint32_t)i);
+    cJSON *back = dlrec_train_config_to_json(&c);
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(back, "training");
+    const cJSON *d = cJSON_GetObjectItemCaseSensitive(t, "table_dtype");
+    CHECK(cJSON_IsString(d) && !strcmp(d->valuestring, names[i]));
+    cJSON_Delete(back);
+    cJSON_Delete(j);
+  }
+  cJSON *j = cJSON_Parse("{\"training\": {\"table_dtype\": \"int8\"}}");
+  dlrec_train_config_default(&c);
+  CHECK_ERR(dlrec_train_config_from_json(j, "cfg.json", &c), DLREC_ERR_INVALID,
+            "cfg.json: training: field 'table_dtype': 'int8' is not one of fp32, bf16, fp16");
+  cJSON_Delete(j);
 }
