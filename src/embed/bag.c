@@ -176,25 +176,44 @@ static int pool_range(const float *data, uint32_t stride, uint64_t rows, const d
   return bad;
 }
 
-/* Pools samples [b0, b1) of a 16-bit table (bf16 when bf16 is nonzero, else
- * fp16): each row is widened to fp32 and the bag summed in fp32 in the
- * bag's order, first row copied, exactly as the fp32 path pools, so the
- * output is bitwise the fp32 pooling of the widened rows. Half the bytes of
- * an fp32 row are gathered; the rows ahead are prefetched as there. */
+/* A 16-bit element widened: bf16 when bf16 is nonzero (a constant at every
+ * call, so each loop is compiled for one format), else fp16. */
+static ALWAYS_INLINE float widen(uint16_t h, int bf16) { return bf16 ? dtype_bf16_to_f32(h) : dtype_fp16_to_f32(h); }
+
+/* Pools samples [b0, b1) of a 16-bit table sample by sample, every column:
+ * each row is widened to fp32 and the bag summed in fp32 in the bag's order,
+ * first row copied, exactly as the fp32 path pools, so the output is bitwise
+ * the fp32 pooling of the widened rows. One-hot columns (hot[c]) skip the
+ * offsets, as there; the rows of the sample ONE_HOT_AHEAD places ahead are
+ * prefetched across the columns. Half the bytes of an fp32 row are gathered. */
 static ALWAYS_INLINE int pool16(const uint16_t *restrict data, uint32_t stride, uint64_t rows,
-                                const dlrec_bag_batch *bags, int mean, int bf16, uint32_t b0, uint32_t b1,
-                                float *restrict out, int D) {
+                                const dlrec_bag_batch *bags, const uint32_t *const *hot, int mean, int bf16,
+                                uint32_t b0, uint32_t b1, float *restrict out, int D) {
   const uint32_t B = bags->rows, F = bags->cols;
   int bad = 0;
   for (uint32_t b = b0; b < b1; b++) {
+    const int ahead = b + ONE_HOT_AHEAD < b1;
     for (uint32_t c = 0; c < F; c++) {
+      float *restrict o = out + ((size_t)b * F + c) * D;
+      const uint32_t *col = hot[c];
+      if (col) {
+        if (ahead && col[b + ONE_HOT_AHEAD] < rows)
+          __builtin_prefetch(data + (size_t)col[b + ONE_HOT_AHEAD] * stride);
+        const uint32_t id = col[b];
+        if (id >= rows) {
+          bad = 1;
+          continue;
+        }
+        const uint16_t *restrict row = data + (size_t)id * stride;
+        for (int d = 0; d < D; d++) o[d] = widen(row[d], bf16);
+        continue;
+      }
       const uint32_t *off = bags->offsets[c], *ids = bags->ids[c];
-      if (b + PREFETCH_SAMPLES < b1) {
-        const uint32_t k = off[b + PREFETCH_SAMPLES];
-        if (k < off[b + PREFETCH_SAMPLES + 1] && k < off[B] && ids[k] < rows)
+      if (ahead) {
+        const uint32_t k = off[b + ONE_HOT_AHEAD];
+        if (k < off[b + ONE_HOT_AHEAD + 1] && k < off[B] && ids[k] < rows)
           __builtin_prefetch(data + (size_t)ids[k] * stride);
       }
-      float *restrict o = out + ((size_t)b * F + c) * D;
       const uint32_t lo = off[b], hi = off[b + 1];
       if (hi <= lo || lo < off[0] || hi > off[B]) {
         bad |= hi < lo || lo < off[0] || hi > off[B];
@@ -209,17 +228,10 @@ static ALWAYS_INLINE int pool16(const uint16_t *restrict data, uint32_t stride, 
           continue;
         }
         const uint16_t *restrict row = data + (size_t)id * stride;
-        if (bf16) {
-          if (first)
-            for (int d = 0; d < D; d++) o[d] = dtype_bf16_to_f32(row[d]);
-          else
-            for (int d = 0; d < D; d++) o[d] += dtype_bf16_to_f32(row[d]);
-        } else {
-          if (first)
-            for (int d = 0; d < D; d++) o[d] = dtype_fp16_to_f32(row[d]);
-          else
-            for (int d = 0; d < D; d++) o[d] += dtype_fp16_to_f32(row[d]);
-        }
+        if (first)
+          for (int d = 0; d < D; d++) o[d] = widen(row[d], bf16);
+        else
+          for (int d = 0; d < D; d++) o[d] += widen(row[d], bf16);
         first = 0;
       }
       if (mean || (bags->mean_cols && bags->mean_cols[c])) {
@@ -231,15 +243,20 @@ static ALWAYS_INLINE int pool16(const uint16_t *restrict data, uint32_t stride, 
   return bad;
 }
 
-static int pool16_range(const uint16_t *data, uint32_t stride, uint64_t rows, const dlrec_bag_batch *bags, int mean,
-                        int bf16, uint32_t b0, uint32_t b1, float *out, uint32_t dim) {
-  switch (dim) {
-  case 16: return pool16(data, stride, rows, bags, mean, bf16, b0, b1, out, 16);
-  case 32: return pool16(data, stride, rows, bags, mean, bf16, b0, b1, out, 32);
-  case 64: return pool16(data, stride, rows, bags, mean, bf16, b0, b1, out, 64);
-  case 128: return pool16(data, stride, rows, bags, mean, bf16, b0, b1, out, 128);
-  default: return pool16(data, stride, rows, bags, mean, bf16, b0, b1, out, (int)dim);
+#define POOL16_DIMS(BF)                                                                         \
+  switch (dim) {                                                                                \
+  case 16: return pool16(data, stride, rows, bags, hot, mean, BF, b0, b1, out, 16);             \
+  case 32: return pool16(data, stride, rows, bags, hot, mean, BF, b0, b1, out, 32);             \
+  case 64: return pool16(data, stride, rows, bags, hot, mean, BF, b0, b1, out, 64);             \
+  case 128: return pool16(data, stride, rows, bags, hot, mean, BF, b0, b1, out, 128);           \
+  default: return pool16(data, stride, rows, bags, hot, mean, BF, b0, b1, out, (int)dim);       \
   }
+
+static int pool16_range(const uint16_t *data, uint32_t stride, uint64_t rows, const dlrec_bag_batch *bags,
+                        const uint32_t *const *hot, int mean, int bf16, uint32_t b0, uint32_t b1, float *out,
+                        uint32_t dim) {
+  if (bf16) POOL16_DIMS(1)
+  POOL16_DIMS(0)
 }
 
 dlrec_status dlrec_bag_forward(const dlrec_table *t, const dlrec_bag_batch *bags, dlrec_bag_mode mode, float *out) {
@@ -279,7 +296,7 @@ dlrec_status dlrec_bag_forward(const dlrec_table *t, const dlrec_bag_batch *bags
 #pragma omp parallel for schedule(static) reduction(| : bad) if (B > 32)
     for (uint32_t k = 0; k < chunks; k++) {
       uint32_t b0 = k * chunk, b1 = b0 + chunk < B ? b0 + chunk : B;
-      bad |= pool16_range(data16, stride, rows, bags, mean, bf16, b0, b1, out, dim);
+      bad |= pool16_range(data16, stride, rows, bags, hot, mean, bf16, b0, b1, out, dim);
     }
   }
   /* The lookup checked as it went; the slow pass runs only to name the

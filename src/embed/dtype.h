@@ -43,15 +43,19 @@ static inline uint16_t dtype_f32_to_bf16(float x) {
   return (uint16_t)(u >> 16);
 }
 
-/* fp16 (IEEE binary16): 5 exponent bits, 10 mantissa bits, subnormals. */
+/* fp16 (IEEE binary16): 5 exponent bits, 10 mantissa bits, subnormals.
+ * Shifting the exponent and mantissa into place and rebiasing the exponent
+ * is exact for normals; infinities and NaN get the rest of the exponent
+ * range, and subnormals are renormalized by one float subtraction (exact:
+ * both operands are powers of two apart by at most 2^10). Written as
+ * selects so that the pooling loop vectorizes. */
 static inline float dtype_fp16_to_f32(uint16_t h) {
-  const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
-  if (exp == 0x1f) return dtype_bits_f32(sign | 0x7f800000u | (man << 13)); /* inf, NaN */
-  if (exp == 0) {                                                            /* zero, subnormal: man * 2^-24 */
-    const float v = (float)man * 0x1p-24f;
-    return sign ? -v : v;
-  }
-  return dtype_bits_f32(sign | ((exp + 112u) << 23) | (man << 13));
+  const uint32_t shifted = (uint32_t)(h & 0x7fffu) << 13, exp = shifted & 0x0f800000u;
+  const uint32_t is_special = 0u - (uint32_t)(exp == 0x0f800000u), is_sub = 0u - (uint32_t)(exp == 0);
+  const uint32_t o = shifted + ((127u - 15u) << 23) + (is_special & ((128u - 16u) << 23));
+  const float sub = dtype_bits_f32(o + (1u << 23)) - dtype_bits_f32(113u << 23);
+  const uint32_t mag = (is_sub & dtype_f32_bits(sub)) | (~is_sub & o);
+  return dtype_bits_f32(mag | ((uint32_t)(h & 0x8000u) << 16));
 }
 
 /* Round toward zero (truncation), the lower neighbour in magnitude of x's two
@@ -94,8 +98,12 @@ static inline uint64_t dtype_mix64(uint64_t z) {
 
 /* Four 16-bit random draws for coordinates 4k .. 4k + 3 of `row` at update
  * `counter`, draw j in bits 16j .. 16j + 15. A pure function of its inputs. */
+static inline uint64_t dtype_sr_key(uint64_t counter) { return dtype_mix64(counter + 0x9e3779b97f4a7c15ull); }
+static inline uint64_t dtype_sr_draws_keyed(uint64_t key, uint32_t row, uint32_t k) {
+  return dtype_mix64(key ^ (((uint64_t)row << 10) | k));
+}
 static inline uint64_t dtype_sr_draws(uint64_t counter, uint32_t row, uint32_t k) {
-  return dtype_mix64(dtype_mix64(counter + 0x9e3779b97f4a7c15ull) ^ (((uint64_t)row << 10) | k));
+  return dtype_sr_draws_keyed(dtype_sr_key(counter), row, k);
 }
 
 /* bf16 with stochastic rounding: adding a uniform 16-bit draw to the bits

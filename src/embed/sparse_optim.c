@@ -295,14 +295,14 @@ typedef struct row_update {
   uint32_t *steps;
   dlrec_table_dtype dtype;
   size_t row_bytes;  /* the table's, stride elements of dtype */
-  uint64_t counter;  /* this update's number, for the stochastic rounding */
+  uint64_t sr_key;   /* this update's number, hashed: keys the stochastic rounding */
 } row_update;
 
 static ALWAYS_INLINE row_update row_update_of(const dlrec_sparse_optim *o) {
   const row_update u = {o->cfg.kind, o->cfg.lr,  o->cfg.weight_decay, o->cfg.beta1, o->cfg.beta2, o->cfg.eps,
                         o->log_beta1, o->log_beta2, o->stride,         o->accum,      o->m,         o->v,
                         o->steps,     o->dtype,     (size_t)o->stride * dlrec_table_dtype_bytes(o->dtype),
-                        o->updates};
+                        dtype_sr_key(o->updates)};
   return u;
 }
 
@@ -380,7 +380,7 @@ static ALWAYS_INLINE void update_row16(const row_update *u, uint16_t *restrict w
     for (int d = 0; d < D; d++) w[d] = dtype_fp16_to_f32(w16[d]);
   update_row(u, w, g, r, D);
   for (int k = 0; k < D; k += 4) {
-    const uint64_t draws = dtype_sr_draws(u->counter, r, (uint32_t)k / 4);
+    const uint64_t draws = dtype_sr_draws_keyed(u->sr_key, r, (uint32_t)k / 4);
     for (int j = 0; j < 4 && k + j < D; j++) {
       const uint32_t draw = (uint32_t)(draws >> (16 * j)) & 0xffffu;
       w16[k + j] = bf16 ? dtype_f32_to_bf16_sr(w[k + j], draw) : dtype_f32_to_fp16_sr(w[k + j], draw);
