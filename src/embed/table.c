@@ -104,23 +104,31 @@ const void *dlrec_table_raw_const(const dlrec_table *t) { return t->data; }
 
 void dlrec_table_get_row(const dlrec_table *t, uint64_t r, float *out) {
   const size_t at = (size_t)r * t->stride;
-  for (uint32_t d = 0; d < t->dim; d++) {
-    switch (t->dtype) {
-    case DLREC_TABLE_FP32: out[d] = ((const float *)t->data)[at + d]; break;
-    case DLREC_TABLE_BF16: out[d] = dtype_bf16_to_f32(((const uint16_t *)t->data)[at + d]); break;
-    case DLREC_TABLE_FP16: out[d] = dtype_fp16_to_f32(((const uint16_t *)t->data)[at + d]); break;
-    }
+  const float *f = (const float *)t->data + at;
+  const uint16_t *h = (const uint16_t *)t->data + at;
+  switch (t->dtype) {
+  case DLREC_TABLE_FP32: memcpy(out, f, t->dim * sizeof(float)); break;
+  case DLREC_TABLE_BF16:
+    for (uint32_t d = 0; d < t->dim; d++) out[d] = dtype_bf16_to_f32(h[d]);
+    break;
+  case DLREC_TABLE_FP16:
+    for (uint32_t d = 0; d < t->dim; d++) out[d] = dtype_fp16_to_f32(h[d]);
+    break;
   }
 }
 
 void dlrec_table_set_row(dlrec_table *t, uint64_t r, const float *in) {
   const size_t at = (size_t)r * t->stride;
-  for (uint32_t d = 0; d < t->dim; d++) {
-    switch (t->dtype) {
-    case DLREC_TABLE_FP32: ((float *)t->data)[at + d] = in[d]; break;
-    case DLREC_TABLE_BF16: ((uint16_t *)t->data)[at + d] = dtype_f32_to_bf16(in[d]); break;
-    case DLREC_TABLE_FP16: ((uint16_t *)t->data)[at + d] = dtype_f32_to_fp16(in[d]); break;
-    }
+  float *f = (float *)t->data + at;
+  uint16_t *h = (uint16_t *)t->data + at;
+  switch (t->dtype) {
+  case DLREC_TABLE_FP32: memcpy(f, in, t->dim * sizeof(float)); break;
+  case DLREC_TABLE_BF16:
+    for (uint32_t d = 0; d < t->dim; d++) h[d] = dtype_f32_to_bf16(in[d]);
+    break;
+  case DLREC_TABLE_FP16:
+    for (uint32_t d = 0; d < t->dim; d++) h[d] = dtype_f32_to_fp16(in[d]);
+    break;
   }
 }
 
@@ -159,19 +167,23 @@ dlrec_status dlrec_table_init_uniform(dlrec_table *t, const dlrec_row_range *ran
     const uint64_t r1 = r0 + INIT_CHUNK_ROWS < t->rows ? r0 + INIT_CHUNK_ROWS : t->rows;
     uint32_t ri = first_range_after(ranges, n_ranges, r0);
     float row[DLREC_EMBED_MAX_DIM + 4];
+    const int f32 = t->dtype == DLREC_TABLE_FP32;
     for (uint64_t r = r0; r < r1; r++) {
+      /* An fp32 table is drawn into in place, as it always was; a 16-bit
+       * one through a row of floats. */
+      float *w = f32 ? (float *)t->data + r * t->stride : row;
       while (ri < n_ranges && ranges[ri].end <= r) ri++;
       if (ri < n_ranges && r >= ranges[ri].begin) {
         /* DLRM: np.random.uniform(-sqrt(1/n), sqrt(1/n)) with n the column's rows. */
         const double a = sqrt(1.0 / (double)(ranges[ri].end - ranges[ri].begin));
-        for (uint32_t d = 0; d < dim; d++) row[d] = (float)((2.0 * dlrec_rng_uniform(&rng) - 1.0) * a);
+        for (uint32_t d = 0; d < dim; d++) w[d] = (float)((2.0 * dlrec_rng_uniform(&rng) - 1.0) * a);
       } else {
-        for (uint32_t d = 0; d < dim; d++) row[d] = 0.0f;
+        for (uint32_t d = 0; d < dim; d++) w[d] = 0.0f;
       }
       /* A 16-bit table stores the fp32 draw rounded to nearest, so its
        * initial rows are the fp32 table's, rounded. The padding is zeroed,
        * whatever a caller wrote there: zero bits are 0.0 in every dtype. */
-      dlrec_table_set_row(t, r, row);
+      if (!f32) dlrec_table_set_row(t, r, row);
       const size_t elem = dlrec_table_dtype_bytes(t->dtype);
       memset((char *)t->data + ((size_t)r * t->stride + dim) * elem, 0, (t->stride - dim) * elem);
     }
