@@ -117,16 +117,24 @@ static inline uint16_t dtype_f32_to_bf16_sr(float x, uint32_t draw16) {
 }
 
 /* fp16 with stochastic rounding: the upper neighbour in magnitude with
- * probability (|x| - |lo|) / (|hi| - |lo|), resolved to 1/65536 (so the
- * expected value is within 2^-16 of a last place of x). Magnitudes beyond the
- * largest finite fp16, infinities and NaN are rounded to nearest. */
+ * probability equal to the dropped fraction. In fp16's normal range the
+ * dropped part is fp32's low 13 mantissa bits, so adding 13 random bits and
+ * truncating is exact (as for bf16); in the subnormal range, |x| * 2^24 is
+ * exact and its fraction is compared with the 16-bit draw (resolved to
+ * 1/65536 of a last place). Magnitudes from the largest finite fp16 (65504)
+ * up, infinities and NaN are rounded to nearest. */
 static inline uint16_t dtype_f32_to_fp16_sr(float x, uint32_t draw16) {
-  const uint16_t lo = dtype_f32_to_fp16_rtz(x);
-  if ((lo & 0x7fffu) >= 0x7bffu) return dtype_f32_to_fp16(x);
-  const double ax = fabs((double)x), alo = fabs((double)dtype_fp16_to_f32(lo)),
-               ahi = fabs((double)dtype_fp16_to_f32((uint16_t)(lo + 1)));
-  const double p = (ax - alo) / (ahi - alo);
-  return (double)(draw16 & 0xffffu) < p * 65536.0 ? (uint16_t)(lo + 1) : lo;
+  const uint32_t u = dtype_f32_bits(x), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+  if (a >= 0x38800000u && a < 0x477fe000u) { /* [2^-14, 65504) */
+    const uint32_t t = a + ((draw16 & 0xffffu) >> 3);
+    return (uint16_t)(sign | ((t >> 13) - ((127u - 15u) << 10)));
+  }
+  if (a < 0x38800000u) {
+    const float v = dtype_bits_f32(a) * 0x1p24f, fl = floorf(v);
+    const uint32_t up = (v - fl) * 65536.0f > (float)(draw16 & 0xffffu);
+    return (uint16_t)(sign | ((uint32_t)fl + up));
+  }
+  return dtype_f32_to_fp16(x);
 }
 
 #endif

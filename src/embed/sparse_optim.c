@@ -415,7 +415,8 @@ static ALWAYS_INLINE void reduce_chunk(const row_update *u, char *restrict data,
       }
     }
     if (u->dtype == DLREC_TABLE_FP32) update_row(u, (float *)(data + (size_t)r * u->row_bytes), g, r, D);
-    else update_row16(u, (uint16_t *)(data + (size_t)r * u->row_bytes), g, r, u->dtype == DLREC_TABLE_BF16, D);
+    else if (u->dtype == DLREC_TABLE_BF16) update_row16(u, (uint16_t *)(data + (size_t)r * u->row_bytes), g, r, 1, D);
+    else update_row16(u, (uint16_t *)(data + (size_t)r * u->row_bytes), g, r, 0, D);
     s = e;
   }
 }
