@@ -213,7 +213,9 @@ size_t dlrec_bag_backward_scratch_bytes(const dlrec_table *t, uint64_t max_ids);
  *      row's contributions are contiguous and in that fixed order;
  *   3. for each unique row, sums its gradient contributions in that order
  *      (scaled by 1/|bag| for DLREC_BAG_MEAN) and applies o's update to the
- *      row in place.
+ *      row in place. A 16-bit row is widened, updated in fp32 and stored
+ *      with stochastic rounding drawn from (the optimizer's update count,
+ *      row, coordinate), so the bits do not depend on the thread count.
  * Rows the batch does not touch are not read or written, nor is their
  * optimizer state. The same row appearing several times in a batch gets one
  * update with the sum of its gradients. Bitwise deterministic for any thread
