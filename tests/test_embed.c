@@ -959,7 +959,9 @@ TEST(table_16bit_halves_the_memory_and_rounds_the_initial_rows) {
   const uint32_t stride = dlrec_table_stride(t16);
   for (uint64_t r = 0; r < 1000 && !test_failed_now(); r++)
     for (uint32_t d = 0; d < 16; d++) CHECK_EQ(raw[r * stride + d], ref_round(dlrec_table_data(t32)[r * stride + d], 1));
-  CHECK_ERR(dlrec_table_create_dtype(&t16, 10, 16, (dlrec_table_dtype)7), DLREC_ERR_INVALID, "unknown dtype");
+  dlrec_table *bad = NULL;
+  CHECK_ERR(dlrec_table_create_dtype(&bad, 10, 16, (dlrec_table_dtype)7), DLREC_ERR_INVALID, "unknown dtype");
+  CHECK(bad == NULL);
   dlrec_table_free(t16);
   dlrec_table_free(t32);
 }
