@@ -7,7 +7,7 @@
 #
 # Synthesizes ROWS rows once (default 41000) and encodes them; then, for each
 # batch size in BATCHES (default "128 2048"), trains examples/dlrm_synth.json
-# for SAMPLES samples (default 20000, but at least 16 steps and at most one
+# for SAMPLES samples (default 12000, but at least 16 steps and at most one
 # epoch) under each setting:
 #   default       dlrec's own default (neither OMP_WAIT_POLICY nor
 #                 GOMP_SPINCOUNT set), THREADS threads (default 2);
@@ -15,7 +15,7 @@
 #   ACTIVE        OMP_WAIT_POLICY=ACTIVE: idle workers spin without end;
 #   spin=N        GOMP_SPINCOUNT=N, OMP_WAIT_POLICY unset: libgomp's bounded
 #                 spin, N spins before sleeping (SPINCOUNTS, default
-#                 "100 300000"; 300000 is libgomp's own default);
+#                 "1000 300000"; 300000 is libgomp's own default);
 #   1 thread      dlrec's default with 1 thread (a team of one never waits);
 # each alone and "busy": with one competing CPU-bound process (a shell busy
 # loop at nice 0) started before the run and stopped after it. The settings
@@ -30,10 +30,10 @@
 set -euo pipefail
 
 rows=${ROWS:-41000}
-samples=${SAMPLES:-20000}
+samples=${SAMPLES:-12000}
 batches=${BATCHES:-128 2048}
 threads=${THREADS:-2}
-spincounts=${SPINCOUNTS:-100 300000}
+spincounts=${SPINCOUNTS:-1000 300000}
 repeats=${REPEATS:-3}
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=${DLREC_BIN:-$root/build/dlrec}
