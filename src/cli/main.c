@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "dlrec/log.h"
 
 #ifndef DLREC_VERSION
 #define DLREC_VERSION "dev"
@@ -38,30 +39,43 @@ static void usage(FILE *out) {
           "Every command takes -q/--quiet (no progress bars) and -v/--verbose (debug logs),\n"
           "before or after the command's name.\n"
           "Environment: DLREC_LOG=debug|info|warn|error, DLREC_PROGRESS=0; OpenMP's own\n"
-          "(OMP_NUM_THREADS, OMP_WAIT_POLICY: PASSIVE unless set).\n",
+          "(OMP_NUM_THREADS; OMP_WAIT_POLICY: PASSIVE unless it or GOMP_SPINCOUNT is set).\n",
           "version");
 }
 
-/* OpenMP threads that wait by spinning (libgomp's default spins for a
- * while before sleeping) burn the cores that dlrec's own prefetching and
- * serving threads, or any other process, need: on 2 cores batch-128
- * training ran at 0.79x of the passive policy's speed, and far slower when
- * anything else ran beside it. Passive waiting cost nothing measurable at
- * batch 2048. libgomp reads the variable when it is loaded, before main,
- * so dlrec sets it and re-executes itself once; a user's own setting wins. */
-static void default_passive_wait(char **argv) {
-  if (getenv("OMP_WAIT_POLICY")) return;
+/* How OpenMP's idle workers wait: passively (they sleep at once), unless
+ * the user set OMP_WAIT_POLICY or GOMP_SPINCOUNT, which then win, and make
+ * dlrec leave both alone (so bench/threads.sh can measure any spin count).
+ * Measured with bench/threads.sh and the same runs by hand (2 shared cores,
+ * AMD EPYC, examples/dlrm_synth.json, 2 threads, medians of 3, samples/s):
+ *   batch  128: PASSIVE 20.0k alone, 9.8k beside a CPU-bound process;
+ *               GOMP_SPINCOUNT=1000 30.0k alone, 6.5k beside it;
+ *   batch 2048: PASSIVE 42.4k, 17.2k; GOMP_SPINCOUNT=1000 35.0k, 18.1k;
+ * longer spins (ACTIVE, libgomp's default of 300000) ran 3 to 30 times
+ * slower whenever any other process wanted the cores, since a spinning
+ * worker takes the core that the thread it waits for needs. No policy keeps
+ * 2 threads within 2x of their speed alone beside a competitor at batch 128
+ * (1 thread does: 22.2k and 21.5k), so the fork-joins of a step, not the
+ * policy, are what remains; passive waiting loses least there.
+ * libgomp reads the variables when it is loaded, before main, so dlrec sets
+ * OMP_WAIT_POLICY and re-executes itself once. */
+static void default_omp_wait(char **argv) {
+  if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT")) return;
   if (setenv("OMP_WAIT_POLICY", "PASSIVE", 1) != 0) return;
   execv("/proc/self/exe", argv);
-  /* No /proc: go on with the default policy. */
+  /* No /proc: go on with libgomp's own default. */
 }
 
 int main(int argc, char **argv) {
-  default_passive_wait(argv);
+  default_omp_wait(argv);
   /* The options every command takes may come before the command too, as
    * git's do: `dlrec -q etl fit ...`. */
   int first = 1;
   while (first < argc && cli_common_option(argv[first])) first++;
+  /* What libgomp was given, so that `dlrec -v ...` shows how idle workers
+   * wait (and tests can check the default above). */
+  const char *wait = getenv("OMP_WAIT_POLICY"), *spin = getenv("GOMP_SPINCOUNT");
+  DLREC_DEBUG("OpenMP waiting: OMP_WAIT_POLICY=%s GOMP_SPINCOUNT=%s", wait ? wait : "(unset)", spin ? spin : "(unset)");
   if (first >= argc) {
     usage(stderr);
     return 2;
