@@ -215,6 +215,45 @@ static double best_auc(const char *dir, size_t rows) {
   return auc;
 }
 
+/* The learning tests' data: `rows` synth rows in DIR/clicks.tsv with their
+ * true click probabilities in DIR/clicks.probs, the ETL state DIR/etl fit
+ * on them, and the rows encoded as DIR/train.dlr and a 20% DIR/valid.dlr.
+ * 0 when every command succeeded (else their output is printed). */
+static int make_synth_data(const char *d, int rows) {
+  const char *bin = getenv("DLREC_BIN");
+  char *out = NULL;
+  int rc = test_run_cli(
+      &out,
+      "synth -q --rows %d --seed 3 --max-cardinality 2000 --threads 2 --probs '%s/clicks.probs' --out '%s/clicks.tsv' && "
+      "'%s' etl fit -q --input '%s/clicks.tsv' --out '%s/etl' --min-count 2 && "
+      "'%s' etl apply -q --etl '%s/etl' --input '%s/clicks.tsv' --out '%s/train.dlr' --valid-fraction 0.2 "
+      "--valid-out '%s/valid.dlr' --seed 1",
+      rows, d, d, bin, d, d, bin, d, d, d, d);
+  if (rc != 0) fprintf(stderr, "synth data -> %d: %s\n", rc, out ? out : "");
+  free(out);
+  return rc;
+}
+
+/* Trains the config `example` (a path under the source tree, run on 2
+ * threads) on DIR/train.dlr into DIR/RUN and returns its AUC on
+ * DIR/valid.dlr, or -1 if a command failed (its output printed). RUN, and
+ * the run2 and port files a previous model's checks left, are removed
+ * first. */
+static double train_example(const char *d, const char *example, const char *run) {
+  const char *bin = getenv("DLREC_BIN");
+  char *out = NULL;
+  int rc = test_run_cli(&out,
+                        "version >/dev/null && rm -rf '%s/%s' '%s/run2' '%s/port' && "
+                        "sed 's/\"threads\": *[0-9]*/\"threads\": 2/' '%s' > '%s/m.json' && "
+                        "'%s' train -q --config '%s/m.json' --train '%s/train.dlr' --etl '%s/etl' --out '%s/%s' && "
+                        "'%s' eval --model '%s/%s' --data '%s/valid.dlr'",
+                        d, run, d, d, test_source_path(example), d, bin, d, d, d, d, run, bin, d, run, d);
+  if (rc != 0) fprintf(stderr, "%s -> %d: %s\n", example, rc, out ? out : "");
+  double auc = rc == 0 ? auc_in(out) : -1;
+  free(out);
+  return auc;
+}
+
 /* lr learns on synth data through the CLI (examples/lr.json's settings on a
  * small run): its validation AUC is above chance by a stated margin
  * (measured at this size: see LR_MIN_AUC), `dlrec predict` on its run
@@ -225,29 +264,15 @@ static void check_served_equals_predict(const char *dir, const char *model);
 #define LR_MIN_AUC 0.64 /* 0.5 + 0.14; measured 0.674 */
 #define LR_MAX_GAP_TO_BEST 0.16 /* measured: 0.674 against a best possible 0.813 (48k training rows) */
 TEST(lr_learns_on_synth_data) {
-  const char *bin = getenv("DLREC_BIN");
   const char *d = test_tmpdir();
-  char *out = NULL;
-  int rc = test_run_cli(
-      &out,
-      "synth -q --rows %d --seed 3 --max-cardinality 2000 --probs '%s/clicks.probs' --out '%s/clicks.tsv' && "
-      "'%s' etl fit -q --input '%s/clicks.tsv' --out '%s/etl' --min-count 2 && "
-      "'%s' etl apply -q --etl '%s/etl' --input '%s/clicks.tsv' --out '%s/train.dlr' --valid-fraction 0.2 "
-      "--valid-out '%s/valid.dlr' --seed 1 && "
-      "sed 's/\"threads\": *[0-9]*/\"threads\": 2/' '%s' > '%s/lr.json' && "
-      "'%s' train -q --config '%s/lr.json' --train '%s/train.dlr' --etl '%s/etl' --out '%s/run' && "
-      "'%s' eval --model '%s/run' --data '%s/valid.dlr'",
-      LR_ROWS, d, d, bin, d, d, bin, d, d, d, d, test_source_path("examples/lr.json"), d, bin, d, d, d, d, bin, d, d);
-  if (rc != 0) fprintf(stderr, "lr pipeline -> %d: %s\n", rc, out ? out : "");
-  CHECK_EQ(rc, 0);
-  double auc = auc_in(out), best = best_auc(d, LR_ROWS);
+  CHECK_EQ(make_synth_data(d, LR_ROWS), 0);
+  double auc = train_example(d, "examples/lr.json", "run"), best = best_auc(d, LR_ROWS);
   fprintf(stderr, "lr: validation AUC %.4f, best possible %.4f\n", auc, best);
   CHECK(auc > LR_MIN_AUC);
   CHECK(auc > best - LR_MAX_GAP_TO_BEST);
-  free(out);
-  out = NULL;
+  char *out = NULL;
   /* predict on raw rows runs the lr model: one probability in (0, 1) per row. */
-  rc = test_run_cli(&out, "predict -q --model '%s/run' --input '%s/clicks.tsv' --out '%s/scores.txt'", d, d, d);
+  int rc = test_run_cli(&out, "predict -q --model '%s/run' --input '%s/clicks.tsv' --out '%s/scores.txt'", d, d, d);
   if (rc != 0) fprintf(stderr, "predict -> %d: %s\n", rc, out ? out : "");
   CHECK_EQ(rc, 0);
   free(out);
@@ -497,26 +522,12 @@ TEST(fm_scoring_is_batch_invariant) { check_batch_invariance("fm", FM_EXTRA); }
 #define FM_MIN_AUC 0.64 /* measured 0.668 (lr: 0.674 on these rows) */
 #define FM_MAX_GAP_TO_BEST 0.165 /* measured: 0.668 against 0.813 */
 TEST(fm_learns_on_synth_data) {
-  const char *bin = getenv("DLREC_BIN");
   const char *d = test_tmpdir();
-  char *out = NULL;
-  int rc = test_run_cli(
-      &out,
-      "synth -q --rows %d --seed 3 --max-cardinality 2000 --probs '%s/clicks.probs' --out '%s/clicks.tsv' && "
-      "'%s' etl fit -q --input '%s/clicks.tsv' --out '%s/etl' --min-count 2 && "
-      "'%s' etl apply -q --etl '%s/etl' --input '%s/clicks.tsv' --out '%s/train.dlr' --valid-fraction 0.2 "
-      "--valid-out '%s/valid.dlr' --seed 1 && "
-      "sed 's/\"threads\": *[0-9]*/\"threads\": 2/' '%s' > '%s/fm.json' && "
-      "'%s' train -q --config '%s/fm.json' --train '%s/train.dlr' --etl '%s/etl' --out '%s/run' && "
-      "'%s' eval --model '%s/run' --data '%s/valid.dlr'",
-      LR_ROWS, d, d, bin, d, d, bin, d, d, d, d, test_source_path("examples/fm.json"), d, bin, d, d, d, d, bin, d, d);
-  if (rc != 0) fprintf(stderr, "fm pipeline -> %d: %s\n", rc, out ? out : "");
-  CHECK_EQ(rc, 0);
-  double auc = auc_in(out), best = best_auc(d, LR_ROWS);
+  CHECK_EQ(make_synth_data(d, LR_ROWS), 0);
+  double auc = train_example(d, "examples/fm.json", "run"), best = best_auc(d, LR_ROWS);
   fprintf(stderr, "fm: validation AUC %.4f, best possible %.4f\n", auc, best);
   CHECK(auc > FM_MIN_AUC);
   CHECK(auc > best - FM_MAX_GAP_TO_BEST);
-  free(out);
   check_served_equals_predict(d, "fm");
 }
 
@@ -947,44 +958,17 @@ static void check_checkpoint_round_trip(const char *dir) {
 #define DCN_MIN_MARGIN 0.010
 #define DEEP_MAX_GAP_TO_BEST 0.12 /* measured: 0.705 to 0.710 against a best possible 0.811 (the true probabilities) */
 TEST(deep_models_learn_on_synth_data_beating_lr) {
-  const char *bin = getenv("DLREC_BIN");
   const char *d = test_tmpdir();
-  char *out = NULL;
-  int rc = test_run_cli(
-      &out,
-      "synth -q --rows %d --seed 3 --max-cardinality 2000 --threads 2 --probs '%s/clicks.probs' --out '%s/clicks.tsv' && "
-      "'%s' etl fit -q --input '%s/clicks.tsv' --out '%s/etl' --min-count 2 && "
-      "'%s' etl apply -q --etl '%s/etl' --input '%s/clicks.tsv' --out '%s/train.dlr' --valid-fraction 0.2 "
-      "--valid-out '%s/valid.dlr' --seed 1 && "
-      "sed 's/\"threads\": *[0-9]*/\"threads\": 2/' '%s' > '%s/lr.json' && "
-      "'%s' train -q --config '%s/lr.json' --train '%s/train.dlr' --etl '%s/etl' --out '%s/lr_run' && "
-      "'%s' eval --model '%s/lr_run' --data '%s/valid.dlr'",
-      WD_ROWS, d, d, bin, d, d, bin, d, d, d, d, test_source_path("examples/lr.json"), d, bin, d, d, d, d, bin, d, d);
-  if (rc != 0) fprintf(stderr, "lr pipeline -> %d: %s\n", rc, out ? out : "");
-  CHECK_EQ(rc, 0);
-  double lr_auc = auc_in(out), best = best_auc(d, WD_ROWS);
-  free(out);
+  CHECK_EQ(make_synth_data(d, WD_ROWS), 0);
+  double lr_auc = train_example(d, "examples/lr.json", "lr_run"), best = best_auc(d, WD_ROWS);
   fprintf(stderr, "lr: validation AUC %.4f\n", lr_auc);
   CHECK(isfinite(best));
   const char *types[3] = {"wide_deep", "deepfm", "dcn_v2"};
   const char *examples[3] = {"examples/wide_deep.json", "examples/deepfm.json", "examples/dcn_v2_stacked_moe.json"};
   const char *served[3] = {"wide_deep", "deepfm", "dcn_v2_moe"}; /* the examples' names */
   const double margin[3] = {WIDE_DEEP_MIN_MARGIN, DEEPFM_MIN_MARGIN, DCN_MIN_MARGIN};
-  char example[64];
   for (int i = 0; i < 3; i++) {
-    snprintf(example, sizeof example, "%s", examples[i]);
-    out = NULL;
-    /* Each model starts with no run and no port file of the previous one's server. */
-    rc = test_run_cli(&out,
-                      "version >/dev/null && rm -rf '%s/run' '%s/run2' '%s/port' && "
-                      "sed 's/\"threads\": *[0-9]*/\"threads\": 2/' '%s' > '%s/m.json' && "
-                      "'%s' train -q --config '%s/m.json' --train '%s/train.dlr' --etl '%s/etl' --out '%s/run' && "
-                      "'%s' eval --model '%s/run' --data '%s/valid.dlr'",
-                      d, d, d, test_source_path(example), d, bin, d, d, d, d, bin, d, d);
-    if (rc != 0) fprintf(stderr, "%s pipeline -> %d: %s\n", types[i], rc, out ? out : "");
-    CHECK_EQ(rc, 0);
-    double auc = auc_in(out);
-    free(out);
+    double auc = train_example(d, examples[i], "run");
     fprintf(stderr, "%s: validation AUC %.4f (lr %.4f, margin %.4f; best possible %.4f)\n", types[i], auc, lr_auc,
             auc - lr_auc, best);
     CHECK(auc > lr_auc + margin[i]);
