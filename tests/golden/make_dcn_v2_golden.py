@@ -33,6 +33,8 @@ import sys
 
 import numpy as np
 
+from golden_format import Sections, f32
+
 N_DENSE = 3
 COL_ROWS = [5, 7, 4]
 EMB_DIM = 3
@@ -54,10 +56,6 @@ NETS = [
     dict(name="dcn_v2_stacked_full", structure=0, layers=2, rank=0, experts=1, mlp=[5, 4], pooling=0),
     dict(name="dcn_v2_parallel_moe", structure=1, layers=2, rank=3, experts=3, mlp=[6], pooling=1),
 ]
-
-
-def f32(a):
-    return np.asarray(a, dtype=np.float64).astype(np.float32).astype(np.float64)
 
 
 def shapes(net):
@@ -180,17 +178,6 @@ def well_conditioned(net, params, dense, emb):
     return bool(np.all((p > 0.05) & (p < 0.95)))
 
 
-def fmt(values, kind, per_line=6):
-    if kind == "i":
-        toks = [str(int(v)) for v in values]
-        per_line = 16
-    elif kind == "f32":
-        toks = ["%.9g" % float(v) for v in values]
-    else:
-        toks = ["%.17g" % float(v) for v in values]
-    return "\n".join(" ".join(toks[i:i + per_line]) for i in range(0, len(toks), per_line))
-
-
 def write(net, out_dir):
     gids = global_ids()
     labels = np.array(LABELS)
@@ -221,12 +208,8 @@ def write(net, out_dir):
                 sys.exit(f"{net['name']}: finite differences disagree at {i}: {fd!r} vs {g.flat[i]!r}")
     print(f"{net['name']}: seed {seed}, loss {loss:.6f}, {params.size} params, max |complex step - fd| {worst:.2e}")
 
-    sections = []
-
-    def sec(name, kind, values):
-        values = list(np.asarray(values).ravel())
-        body = f"\n{fmt(values, kind)}" if values else ""
-        sections.append(f"@{name} {'i' if kind == 'i' else 'f'} {len(values)}{body}")
+    sections = Sections()
+    sec = sections.add
 
     begins = np.cumsum([0] + COL_ROWS[:-1])
     sec("seed", "i", [seed])
@@ -264,7 +247,7 @@ def write(net, out_dir):
         "# flat in dlrec's tensor order (make_dcn_v2_golden.py: shapes()); grad like params; d_emb\n"
         "# (batch, n_sparse, emb_dim). pooling: 0 sum, 1 mean. loss: mean BCE on logits.\n"
     )
-    text = header + "dlrec-dcn_v2-golden 1\n" + "\n".join(sections) + "\n"
+    text = sections.text(header, "dcn_v2")
     path = os.path.join(out_dir, net["name"] + ".txt")
     with open(path, "w") as f:
         f.write(text)

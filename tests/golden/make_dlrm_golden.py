@@ -24,6 +24,8 @@ import sys
 
 import numpy as np
 
+from golden_format import Sections, f32
+
 N_DENSE = 3
 COL_ROWS = [5, 7, 4]  # rows of each column's range in the fused table
 EMB_DIM = 4
@@ -42,10 +44,6 @@ B = len(LABELS)
 F = len(COL_ROWS)
 FIRST_SEED = 1
 MARGIN = 1e-2  # every ReLU pre-activation at least this far from 0
-
-
-def f32(a):
-    return np.asarray(a, dtype=np.float64).astype(np.float32).astype(np.float64)
 
 
 def layer_shapes():
@@ -237,17 +235,6 @@ def well_conditioned(params, dense, emb):
     return bool(np.all((p > 0.05) & (p < 0.95)))
 
 
-def fmt(values, kind, per_line=6):
-    if kind == "i":
-        toks = [str(int(v)) for v in values]
-        per_line = 16
-    elif kind == "f32":
-        toks = ["%.9g" % float(v) for v in values]  # round-trips float32 exactly
-    else:
-        toks = ["%.17g" % float(v) for v in values]  # round-trips float64
-    return "\n".join(" ".join(toks[i:i + per_line]) for i in range(0, len(toks), per_line))
-
-
 def main():
     out_path = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                                                   "dlrm_tiny.txt")
@@ -268,12 +255,8 @@ def main():
     print(f"seed {seed}: loss {loss:.6f}, {params.size} params, finite-difference check passed "
           f"(max |analytic - fd| {worst:.2e})")
 
-    sections = []
-
-    def sec(name, kind, values):
-        values = list(np.asarray(values).ravel())
-        sections.append(f"@{name} {'i' if kind == 'i' else 'f'} {len(values)}\n{fmt(values, kind)}" if values
-                        else f"@{name} {'i' if kind == 'i' else 'f'} 0")
+    sections = Sections()
+    sec = sections.add
 
     begins = np.cumsum([0] + COL_ROWS[:-1])
     sec("seed", "i", [seed])
@@ -312,7 +295,7 @@ def main():
         "# (per layer, bottom then top: weight (OUT, IN) row-major, then bias (OUT)); grad like\n"
         "# params; d_emb (batch, n_sparse, emb_dim). pooling: 0 sum, 1 mean. loss: mean BCE on logits.\n"
     )
-    text = header + "dlrec-dlrm-golden 1\n" + "\n".join(sections) + "\n"
+    text = sections.text(header, "dlrm")
     with open(out_path, "w") as f:
         f.write(text)
     print(f"wrote {out_path} ({len(text)} bytes)")

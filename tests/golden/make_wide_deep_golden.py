@@ -38,6 +38,8 @@ import sys
 
 import numpy as np
 
+from golden_format import Sections, f32
+
 N_DENSE = 3
 COL_ROWS = [5, 7, 4]  # rows of each column's range in the fused table
 EMB_DIM = 4  # D; the table's rows are D + 1 wide
@@ -58,10 +60,6 @@ BN_MOMENTUM = 0.1
 MARGIN = 1e-2  # every ReLU input at least this far from 0
 # (name, FM term, batch norm, pooling: 0 sum, 1 mean)
 MODELS = [("wide_deep", False, True, 0), ("deepfm", True, False, 1)]
-
-
-def f32(a):
-    return np.asarray(a, dtype=np.float64).astype(np.float32).astype(np.float64)
 
 
 class Layout:
@@ -280,17 +278,6 @@ def well_conditioned(lay, fm, p, dense, emb):
     return True
 
 
-def fmt(values, kind, per_line=6):
-    if kind == "i":
-        toks = [str(int(v)) for v in values]
-        per_line = 16
-    elif kind == "f32":
-        toks = ["%.9g" % float(v) for v in values]  # round-trips float32 exactly
-    else:
-        toks = ["%.17g" % float(v) for v in values]  # round-trips float64
-    return "\n".join(" ".join(toks[i:i + per_line]) for i in range(0, len(toks), per_line))
-
-
 def write(name, fm, bn, pooling, out_dir):
     lay = Layout(bn)
     gids = global_ids()
@@ -309,12 +296,8 @@ def write(name, fm, bn, pooling, out_dir):
     print(f"{name}: seed {seed}: loss {loss:.6f}, {params.size} params, finite-difference check passed "
           f"(max |analytic - fd| {worst:.2e})")
 
-    sections = []
-
-    def sec(sname, kind, values):
-        values = list(np.asarray(values).ravel())
-        sections.append(f"@{sname} {'i' if kind == 'i' else 'f'} {len(values)}\n{fmt(values, kind)}" if values
-                        else f"@{sname} {'i' if kind == 'i' else 'f'} 0")
+    sections = Sections()
+    sec = sections.add
 
     begins = np.cumsum([0] + COL_ROWS[:-1])
     sec("seed", "i", [seed])
@@ -357,7 +340,7 @@ def write(name, fm, bn, pooling, out_dir):
         "# (mean BCE), grad, d_emb: the training pass (batch statistics); state_after: params\n"
         "# after the training pass.\n"
     )
-    text = header + f"dlrec-{name}-golden 1\n" + "\n".join(sections) + "\n"
+    text = sections.text(header, name)
     path = os.path.join(out_dir, f"{name}_tiny.txt")
     with open(path, "w") as f:
         f.write(text)
