@@ -9,6 +9,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "dlrec/backend.h"
 #include "dlrec/model.h"
 #include "dlrec/status.h"
 
@@ -26,6 +27,7 @@ typedef struct dlrec_train_config {
   uint32_t epochs;
   uint64_t max_steps;                  /* 0: no limit beyond epochs */
   uint32_t threads;                    /* 0: all cores */
+  dlrec_precision precision;           /* of the dense layers' GEMMs (dlrec/backend.h); default fp32 */
   uint64_t seed;
   int deterministic;                   /* bitwise reproducible runs (fixed thread counts) */
   double target_auc;                   /* stop once validation AUC reaches it; 0 = off */

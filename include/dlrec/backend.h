@@ -1,0 +1,89 @@
+/* Compute backends: where a network's ops run, on how many threads, in
+ * which precision.
+ *
+ * A backend is an interface of ops plus a context (ggml-backend's design):
+ * the models call ops (linear forward and backward with fused bias and
+ * activation, the interactions, the cross layers, FM, the loss, the
+ * embedding bag forward, the fused sparse backward + update, the dense
+ * optimizer step) on a backend, and the backend owns its memory, its threads
+ * and its precision. Nothing of that is process-wide state: two backends
+ * with different thread counts or precisions may live in one process.
+ *
+ * The ops themselves and the interface a backend implements are internal
+ * (src/backend/backend.h); a host program only creates a backend, hands it
+ * to a network (dlrec_net_set_backend) and asks what it resolved to.
+ *
+ * Backends of a build: "cpu" always (OpenBLAS sgemm for fp32 GEMMs, oneDNN
+ * for bf16 ones, OpenMP threads); "cuda" only in a build configured with
+ * DLREC_CUDA=ON (a CPU-only build holds no CUDA symbol).
+ */
+#ifndef DLREC_BACKEND_H
+#define DLREC_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dlrec/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The precision of the dense layers' GEMMs. Master weights, gradients,
+ * optimizer state and every accumulation stay fp32 in all of them.
+ *   FP32  fp32 operands
+ *   BF16  operands rounded to bfloat16 (round to nearest even), products
+ *         accumulated in fp32: on the CPU's own instructions where it has
+ *         AMX or AVX512-BF16, emulated (slower, same rounding of the
+ *         operands) elsewhere
+ *   AUTO  BF16 where the CPU has AMX or AVX512-BF16, FP32 elsewhere
+ * Scoring (predict, evaluation, the server) runs the batch-invariant fp32
+ * kernel in every precision, so a row's score never depends on its batch. */
+typedef enum dlrec_precision {
+  DLREC_PRECISION_FP32 = 0,
+  DLREC_PRECISION_BF16 = 1,
+  DLREC_PRECISION_AUTO = 2,
+} dlrec_precision;
+
+/* "fp32", "bf16", "auto"; "?" for a value out of range. */
+const char *dlrec_precision_name(dlrec_precision p);
+/* The inverse of dlrec_precision_name; DLREC_ERR_INVALID (naming the
+ * accepted values) for anything else. */
+dlrec_status dlrec_precision_parse(const char *s, dlrec_precision *p);
+
+typedef struct dlrec_backend_config {
+  uint32_t threads;          /* compute threads; 0: every core the process may use */
+  dlrec_precision precision; /* of the GEMMs (default FP32) */
+} dlrec_backend_config;
+
+typedef struct dlrec_backend dlrec_backend;
+
+/* The backends compiled into this build, by index (0 is "cpu"); NULL past
+ * the last. */
+const char *dlrec_backend_name_at(size_t i);
+
+/* Creates the backend called name ("cpu", ...) with config c (NULL: all
+ * cores, fp32). DLREC_ERR_INVALID for a name this build lacks (the message
+ * lists those it has) or a bad config; *be is NULL on failure. */
+dlrec_status dlrec_backend_create(dlrec_backend **be, const char *name, const dlrec_backend_config *c);
+void dlrec_backend_free(dlrec_backend *be); /* accepts NULL */
+
+const char *dlrec_backend_name(const dlrec_backend *be);
+uint32_t dlrec_backend_threads(const dlrec_backend *be);
+/* The precision the GEMMs run in: AUTO resolved to FP32 or BF16. */
+dlrec_precision dlrec_backend_precision(const dlrec_backend *be);
+/* Whether BF16 runs on the machine's own bf16 instructions (1) or is
+ * emulated (0). 0 in FP32. */
+int dlrec_backend_bf16_native(const dlrec_backend *be);
+/* One line for logs: "cpu: 2 threads, bf16 GEMMs (oneDNN, AMX)" and the like. */
+const char *dlrec_backend_describe(const dlrec_backend *be);
+
+/* The process's default backend: "cpu" on every core in fp32, created on
+ * first use and never freed. A network without a backend of its own runs
+ * on it. */
+dlrec_backend *dlrec_backend_default(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

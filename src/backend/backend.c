@@ -1,0 +1,89 @@
+/* The backend registry and what every backend shares: creation by name,
+ * the precision's names, the default backend. */
+#include "backend/backend_impl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <pthread.h>
+
+const char *dlrec_precision_name(dlrec_precision p) {
+  switch (p) {
+  case DLREC_PRECISION_FP32: return "fp32";
+  case DLREC_PRECISION_BF16: return "bf16";
+  case DLREC_PRECISION_AUTO: return "auto";
+  }
+  return "?";
+}
+
+dlrec_status dlrec_precision_parse(const char *s, dlrec_precision *p) {
+  for (int i = DLREC_PRECISION_FP32; i <= DLREC_PRECISION_AUTO; i++)
+    if (s && !strcmp(s, dlrec_precision_name((dlrec_precision)i))) {
+      *p = (dlrec_precision)i;
+      return DLREC_OK;
+    }
+  return dlrec_error(DLREC_ERR_INVALID, "precision '%s' is not one of fp32, bf16, auto", s ? s : "(null)");
+}
+
+typedef struct backend_entry {
+  const char *name;
+  dlrec_status (*init)(dlrec_backend *be, const dlrec_backend_config *c);
+} backend_entry;
+
+static const backend_entry g_backends[] = {
+    {"cpu", dlrec_backend_cpu_init},
+};
+#define N_BACKENDS (sizeof g_backends / sizeof g_backends[0])
+
+const char *dlrec_backend_name_at(size_t i) { return i < N_BACKENDS ? g_backends[i].name : NULL; }
+
+dlrec_status dlrec_backend_create(dlrec_backend **out, const char *name, const dlrec_backend_config *c) {
+  *out = NULL;
+  dlrec_backend_config def = {0, DLREC_PRECISION_FP32};
+  if (!c) c = &def;
+  if (c->precision < DLREC_PRECISION_FP32 || c->precision > DLREC_PRECISION_AUTO)
+    return dlrec_error(DLREC_ERR_INVALID, "backend precision %d is not fp32, bf16 or auto", (int)c->precision);
+  for (size_t i = 0; i < N_BACKENDS; i++) {
+    if (!name || strcmp(name, g_backends[i].name)) continue;
+    dlrec_backend *be = calloc(1, sizeof *be);
+    if (!be) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
+    dlrec_status s = g_backends[i].init(be, c);
+    if (s != DLREC_OK) {
+      free(be);
+      return s;
+    }
+    *out = be;
+    return DLREC_OK;
+  }
+  char have[128] = "";
+  for (size_t i = 0; i < N_BACKENDS; i++)
+    snprintf(have + strlen(have), sizeof have - strlen(have), "%s%s", i ? ", " : "", g_backends[i].name);
+  return dlrec_error(DLREC_ERR_INVALID, "no backend '%s' in this build (it has: %s)", name ? name : "(null)", have);
+}
+
+void dlrec_backend_free(dlrec_backend *be) {
+  if (!be) return;
+  if (be->ops && be->ops->free) be->ops->free(be);
+  free(be);
+}
+
+const char *dlrec_backend_name(const dlrec_backend *be) { return be->name; }
+uint32_t dlrec_backend_threads(const dlrec_backend *be) { return be->threads; }
+dlrec_precision dlrec_backend_precision(const dlrec_backend *be) { return be->precision; }
+int dlrec_backend_bf16_native(const dlrec_backend *be) { return be->bf16_native; }
+const char *dlrec_backend_describe(const dlrec_backend *be) { return be->describe; }
+
+/* Static storage: the default backend cannot fail to exist. */
+static dlrec_backend g_default;
+static pthread_once_t g_default_once = PTHREAD_ONCE_INIT;
+
+static void create_default(void) {
+  dlrec_backend_config c = {0, DLREC_PRECISION_FP32};
+  (void)dlrec_backend_cpu_init(&g_default, &c); /* fp32 on every core: nothing that can fail */
+}
+
+dlrec_backend *dlrec_backend_default(void) {
+  pthread_once(&g_default_once, create_default);
+  return &g_default;
+}

@@ -1,0 +1,141 @@
+/* What a backend implements (ggml-backend-impl.h's role): a table of ops
+ * plus a context, and the one macro the models call them through.
+ *
+ * The argument convention, shared by every op so that a CUDA twin has the
+ * same signature: the backend first, then the outputs, then the inputs, then
+ * the sizes; shapes row-major as in dlrec/nn.h and dlrec/embed.h, whose
+ * contracts (what accumulates, what is overwritten, what may alias, the
+ * ranges of the sizes) every backend keeps. Pointers are the backend's
+ * memory: host memory on the CPU, device memory on a GPU (alloc/upload/
+ * download move data across). Every op returns DLREC_OK or an error with a
+ * message (dlrec_last_error()) and touches nothing on a refused call.
+ *
+ * A backend is used by one calling thread at a time for training; the
+ * scoring ops (packed_*, *_infer) may be called from several threads at
+ * once, each with its own output buffers.
+ */
+#ifndef DLREC_BACKEND_IMPL_H
+#define DLREC_BACKEND_IMPL_H
+
+#include "dlrec/backend.h"
+#include "dlrec/embed.h"
+#include "dlrec/nn.h"
+
+/* The activation a linear layer fuses after its bias. */
+typedef enum dlrec_act {
+  DLREC_ACT_NONE = 0,
+  DLREC_ACT_RELU = 1,
+} dlrec_act;
+
+typedef struct dlrec_backend_ops {
+  void (*free)(dlrec_backend *be); /* frees ctx, not be */
+
+  /* ---- memory ---- */
+  void *(*alloc)(dlrec_backend *be, size_t bytes); /* 64-byte aligned; NULL when out of memory */
+  void (*release)(dlrec_backend *be, void *p);     /* accepts NULL */
+  dlrec_status (*upload)(dlrec_backend *be, void *dst, const void *host_src, size_t bytes);
+  dlrec_status (*download)(dlrec_backend *be, void *host_dst, const void *src, size_t bytes);
+  dlrec_status (*synchronize)(dlrec_backend *be); /* waits for every op issued */
+
+  /* ---- dense layers (dlrec/nn.h) ---- */
+  /* out (B, OUT) = act(in (B, IN) · weightᵀ + bias), in the backend's precision. */
+  dlrec_status (*linear_forward)(dlrec_backend *be, float *out, const float *in, const float *weight,
+                                 const float *bias, int B, int IN, int OUT, dlrec_act act);
+  dlrec_status (*linear_backward)(dlrec_backend *be, float *din, float *dweight, float *dbias, const float *dout,
+                                  const float *in, const float *weight, int B, int IN, int OUT);
+  dlrec_status (*relu_backward)(dlrec_backend *be, float *din, const float *dout, const float *out, size_t n);
+  dlrec_status (*sigmoid)(dlrec_backend *be, float *out, const float *in, size_t n);
+
+  dlrec_status (*dot_forward)(dlrec_backend *be, float *out, const float *x, const float *emb, int B, int F, int D);
+  dlrec_status (*dot_backward)(dlrec_backend *be, float *dx, float *demb, const float *dout, const float *x,
+                               const float *emb, int B, int F, int D);
+  dlrec_status (*concat_forward)(dlrec_backend *be, float *out, const float *x, const float *emb, int B, int DX,
+                                 int F, int D);
+  dlrec_status (*concat_backward)(dlrec_backend *be, float *dx, float *demb, const float *dout, int B, int DX,
+                                  int F, int D);
+
+  dlrec_status (*cross_forward)(dlrec_backend *be, float *out, float *act, const float *x0, const float *xl,
+                                const float *w, const float *bias, int B, int d);
+  dlrec_status (*cross_backward)(dlrec_backend *be, float *dx0, float *dxl, float *dw, float *dbias,
+                                 const float *dout, const float *x0, const float *xl, const float *act,
+                                 const float *w, float *ws, int B, int d);
+  dlrec_status (*cross_lowrank_forward)(dlrec_backend *be, float *out, float *act, const float *x0, const float *xl,
+                                        const float *v, const float *u, const float *bias, int B, int d, int r);
+  dlrec_status (*cross_lowrank_backward)(dlrec_backend *be, float *dx0, float *dxl, float *dv, float *du,
+                                         float *dbias, const float *dout, const float *x0, const float *xl,
+                                         const float *act, const float *v, const float *u, float *ws, int B, int d,
+                                         int r);
+  dlrec_status (*cross_mix_forward)(dlrec_backend *be, float *out, float *act, const float *x0, const float *xl,
+                                    const float *v, const float *c, const float *u, const float *gate,
+                                    const float *bias, int B, int d, int r, int K);
+  dlrec_status (*cross_mix_backward)(dlrec_backend *be, float *dx0, float *dxl, float *dv, float *dc, float *du,
+                                     float *dgate, float *dbias, const float *dout, const float *x0, const float *xl,
+                                     const float *act, const float *v, const float *c, const float *u,
+                                     const float *gate, float *ws, int B, int d, int r, int K);
+
+  dlrec_status (*fm_forward)(dlrec_backend *be, float *out, const float *emb, int B, int F, int D);
+  dlrec_status (*fm_backward)(dlrec_backend *be, float *demb, const float *dout, const float *emb, int B, int F,
+                              int D);
+  dlrec_status (*wide_forward)(dlrec_backend *be, float *out, const float *w, const float *bias, int B, int F);
+  dlrec_status (*wide_backward)(dlrec_backend *be, float *dw, float *dbias, const float *dout, int B, int F);
+
+  dlrec_status (*dropout_forward)(dlrec_backend *be, float *out, const float *in, size_t n, float p, uint64_t seed,
+                                  uint64_t step, int train);
+  dlrec_status (*dropout_backward)(dlrec_backend *be, float *din, const float *dout, size_t n, float p,
+                                   uint64_t seed, uint64_t step);
+  dlrec_status (*batchnorm_train_forward)(dlrec_backend *be, float *out, float *saved, const float *in,
+                                          const float *gamma, const float *beta, float *running_mean,
+                                          float *running_var, float momentum, float eps, int B, int C);
+  dlrec_status (*batchnorm_backward)(dlrec_backend *be, float *din, float *dgamma, float *dbeta, const float *dout,
+                                     const float *in, const float *gamma, const float *saved, int B, int C);
+  dlrec_status (*batchnorm_infer)(dlrec_backend *be, float *out, const float *in, const float *gamma,
+                                  const float *beta, const float *running_mean, const float *running_var, float eps,
+                                  int B, int C);
+
+  /* ---- loss and the dense optimizer ---- */
+  dlrec_status (*bce_forward)(dlrec_backend *be, double *loss, const float *logits, const float *labels, int B);
+  dlrec_status (*bce_backward)(dlrec_backend *be, float *dlogits, const float *logits, const float *labels, int B);
+  dlrec_status (*optim_step)(dlrec_backend *be, const dlrec_optim_config *c, float *param, const float *grad,
+                             float *state, size_t n, uint64_t step);
+
+  /* ---- embeddings (dlrec/embed.h) ---- */
+  dlrec_status (*bag_forward)(dlrec_backend *be, float *out, const dlrec_table *t, const dlrec_bag_batch *bags,
+                              dlrec_bag_mode mode);
+  dlrec_status (*bag_backward_update)(dlrec_backend *be, dlrec_table *t, dlrec_sparse_optim *o,
+                                      const dlrec_bag_batch *bags, dlrec_bag_mode mode, const float *d_out,
+                                      void *scratch, size_t scratch_bytes);
+
+  /* ---- batch-invariant scoring (dlrec/nn.h's packed layers) ---- */
+  dlrec_status (*packed_create)(dlrec_backend *be, dlrec_packed_linear **p, const float *weight, const float *bias,
+                                int IN, int OUT);
+  void (*packed_free)(dlrec_backend *be, dlrec_packed_linear *p);
+  dlrec_status (*packed_forward)(dlrec_backend *be, float *out, const dlrec_packed_linear *p, const float *in, int B,
+                                 dlrec_act act);
+  dlrec_status (*cross_infer)(dlrec_backend *be, float *out, const float *x0, const float *xl,
+                              const dlrec_packed_linear *w, int B, int d);
+  dlrec_status (*cross_lowrank_infer)(dlrec_backend *be, float *out, float *ws, const float *x0, const float *xl,
+                                      const dlrec_packed_linear *v, const dlrec_packed_linear *u, int B, int d,
+                                      int r);
+  dlrec_status (*cross_mix_infer)(dlrec_backend *be, float *out, float *ws, const float *x0, const float *xl,
+                                  const dlrec_packed_linear *const *v, const dlrec_packed_linear *const *c,
+                                  const dlrec_packed_linear *const *u, const dlrec_packed_linear *gate, int B, int d,
+                                  int r, int K);
+} dlrec_backend_ops;
+
+struct dlrec_backend {
+  const dlrec_backend_ops *ops;
+  const char *name;
+  uint32_t threads;          /* resolved: >= 1 */
+  dlrec_precision precision; /* resolved: FP32 or BF16 */
+  int bf16_native;
+  char describe[128];
+  void *ctx; /* the backend's own state */
+};
+
+/* Calls op NAME of backend BE: BE_OP(be, linear_forward, out, in, ...). */
+#define BE_OP(be, name, ...) ((be)->ops->name((be), __VA_ARGS__))
+
+/* The CPU backend (cpu.c): fills be (ops, name, threads, precision) from c. */
+dlrec_status dlrec_backend_cpu_init(dlrec_backend *be, const dlrec_backend_config *c);
+
+#endif

@@ -1,0 +1,340 @@
+/* The CPU backend: the ops of backend_impl.h over dlrec/nn.h's and
+ * dlrec/embed.h's kernels, on the backend's own thread count and, for the
+ * linear layers, in its precision (cpu_gemm.c).
+ *
+ * Threads: the kernels are OpenMP loops and OpenBLAS (its OpenMP build)
+ * sizes its team from omp_get_max_threads() of the calling thread, so each
+ * op first sets the calling thread's team size to the backend's. That is a
+ * per-thread setting (OpenMP's nthreads-var), not process-wide state: a
+ * server's scoring threads and a trainer may run backends of different
+ * sizes side by side.
+ */
+#include "backend/backend_impl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <omp.h>
+
+#include "backend/cpu_gemm.h"
+
+/* Sets the calling thread's OpenMP team to the backend's size. */
+static inline void enter(dlrec_backend *be) {
+  if (omp_get_max_threads() != (int)be->threads) omp_set_num_threads((int)be->threads);
+}
+
+static cpu_gemm *gemm_of(dlrec_backend *be) { return be->ctx; }
+
+static void cpu_free(dlrec_backend *be) { cpu_gemm_free(gemm_of(be)); }
+
+/* ---- memory: host memory ---- */
+
+static void *cpu_alloc(dlrec_backend *be, size_t bytes) {
+  (void)be;
+  void *p = NULL;
+  return posix_memalign(&p, 64, bytes ? (bytes + 63) / 64 * 64 : 64) ? NULL : p;
+}
+
+static void cpu_release(dlrec_backend *be, void *p) {
+  (void)be;
+  free(p);
+}
+
+static dlrec_status cpu_copy(dlrec_backend *be, void *dst, const void *src, size_t bytes) {
+  (void)be;
+  if (bytes && (!dst || !src)) return dlrec_error(DLREC_ERR_INVALID, "copy of %zu bytes with a NULL buffer", bytes);
+  if (bytes) memmove(dst, src, bytes);
+  return DLREC_OK;
+}
+
+static dlrec_status cpu_synchronize(dlrec_backend *be) {
+  (void)be; /* every CPU op has finished when it returns */
+  return DLREC_OK;
+}
+
+/* ---- dense layers ---- */
+
+static dlrec_status cpu_linear_forward(dlrec_backend *be, float *out, const float *in, const float *weight,
+                                       const float *bias, int B, int IN, int OUT, dlrec_act act) {
+  enter(be);
+  return cpu_gemm_linear_forward(gemm_of(be), out, in, weight, bias, B, IN, OUT, act);
+}
+
+static dlrec_status cpu_linear_backward(dlrec_backend *be, float *din, float *dweight, float *dbias,
+                                        const float *dout, const float *in, const float *weight, int B, int IN,
+                                        int OUT) {
+  enter(be);
+  return cpu_gemm_linear_backward(gemm_of(be), din, dweight, dbias, dout, in, weight, B, IN, OUT);
+}
+
+static dlrec_status cpu_relu_backward(dlrec_backend *be, float *din, const float *dout, const float *out, size_t n) {
+  enter(be);
+  return dlrec_relu_backward(din, dout, out, n);
+}
+
+static dlrec_status cpu_sigmoid(dlrec_backend *be, float *out, const float *in, size_t n) {
+  enter(be);
+  return dlrec_sigmoid_forward(out, in, n);
+}
+
+static dlrec_status cpu_dot_forward(dlrec_backend *be, float *out, const float *x, const float *emb, int B, int F,
+                                    int D) {
+  enter(be);
+  return dlrec_interaction_dot_forward(out, x, emb, B, F, D);
+}
+
+static dlrec_status cpu_dot_backward(dlrec_backend *be, float *dx, float *demb, const float *dout, const float *x,
+                                     const float *emb, int B, int F, int D) {
+  enter(be);
+  return dlrec_interaction_dot_backward(dx, demb, dout, x, emb, B, F, D);
+}
+
+static dlrec_status cpu_concat_forward(dlrec_backend *be, float *out, const float *x, const float *emb, int B,
+                                       int DX, int F, int D) {
+  enter(be);
+  return dlrec_interaction_concat_forward(out, x, emb, B, DX, F, D);
+}
+
+static dlrec_status cpu_concat_backward(dlrec_backend *be, float *dx, float *demb, const float *dout, int B, int DX,
+                                        int F, int D) {
+  enter(be);
+  return dlrec_interaction_concat_backward(dx, demb, dout, B, DX, F, D);
+}
+
+static dlrec_status cpu_cross_forward(dlrec_backend *be, float *out, float *act, const float *x0, const float *xl,
+                                      const float *w, const float *bias, int B, int d) {
+  enter(be);
+  return dlrec_cross_forward(out, act, x0, xl, w, bias, B, d);
+}
+
+static dlrec_status cpu_cross_backward(dlrec_backend *be, float *dx0, float *dxl, float *dw, float *dbias,
+                                       const float *dout, const float *x0, const float *xl, const float *act,
+                                       const float *w, float *ws, int B, int d) {
+  enter(be);
+  return dlrec_cross_backward(dx0, dxl, dw, dbias, dout, x0, xl, act, w, ws, B, d);
+}
+
+static dlrec_status cpu_cross_lowrank_forward(dlrec_backend *be, float *out, float *act, const float *x0,
+                                              const float *xl, const float *v, const float *u, const float *bias,
+                                              int B, int d, int r) {
+  enter(be);
+  return dlrec_cross_lowrank_forward(out, act, x0, xl, v, u, bias, B, d, r);
+}
+
+static dlrec_status cpu_cross_lowrank_backward(dlrec_backend *be, float *dx0, float *dxl, float *dv, float *du,
+                                               float *dbias, const float *dout, const float *x0, const float *xl,
+                                               const float *act, const float *v, const float *u, float *ws, int B,
+                                               int d, int r) {
+  enter(be);
+  return dlrec_cross_lowrank_backward(dx0, dxl, dv, du, dbias, dout, x0, xl, act, v, u, ws, B, d, r);
+}
+
+static dlrec_status cpu_cross_mix_forward(dlrec_backend *be, float *out, float *act, const float *x0,
+                                          const float *xl, const float *v, const float *c, const float *u,
+                                          const float *gate, const float *bias, int B, int d, int r, int K) {
+  enter(be);
+  return dlrec_cross_mix_forward(out, act, x0, xl, v, c, u, gate, bias, B, d, r, K);
+}
+
+static dlrec_status cpu_cross_mix_backward(dlrec_backend *be, float *dx0, float *dxl, float *dv, float *dc,
+                                           float *du, float *dgate, float *dbias, const float *dout, const float *x0,
+                                           const float *xl, const float *act, const float *v, const float *c,
+                                           const float *u, const float *gate, float *ws, int B, int d, int r,
+                                           int K) {
+  enter(be);
+  return dlrec_cross_mix_backward(dx0, dxl, dv, dc, du, dgate, dbias, dout, x0, xl, act, v, c, u, gate, ws, B, d,
+                                  r, K);
+}
+
+static dlrec_status cpu_fm_forward(dlrec_backend *be, float *out, const float *emb, int B, int F, int D) {
+  enter(be);
+  return dlrec_fm_forward(out, emb, B, F, D);
+}
+
+static dlrec_status cpu_fm_backward(dlrec_backend *be, float *demb, const float *dout, const float *emb, int B,
+                                    int F, int D) {
+  enter(be);
+  return dlrec_fm_backward(demb, dout, emb, B, F, D);
+}
+
+static dlrec_status cpu_wide_forward(dlrec_backend *be, float *out, const float *w, const float *bias, int B,
+                                     int F) {
+  enter(be);
+  return dlrec_wide_forward(out, w, bias, B, F);
+}
+
+static dlrec_status cpu_wide_backward(dlrec_backend *be, float *dw, float *dbias, const float *dout, int B, int F) {
+  enter(be);
+  return dlrec_wide_backward(dw, dbias, dout, B, F);
+}
+
+static dlrec_status cpu_dropout_forward(dlrec_backend *be, float *out, const float *in, size_t n, float p,
+                                        uint64_t seed, uint64_t step, int train) {
+  enter(be);
+  return dlrec_dropout_forward(out, in, n, p, seed, step, train);
+}
+
+static dlrec_status cpu_dropout_backward(dlrec_backend *be, float *din, const float *dout, size_t n, float p,
+                                         uint64_t seed, uint64_t step) {
+  enter(be);
+  return dlrec_dropout_backward(din, dout, n, p, seed, step);
+}
+
+static dlrec_status cpu_batchnorm_train_forward(dlrec_backend *be, float *out, float *saved, const float *in,
+                                                const float *gamma, const float *beta, float *running_mean,
+                                                float *running_var, float momentum, float eps, int B, int C) {
+  enter(be);
+  return dlrec_batchnorm_train_forward(out, saved, in, gamma, beta, running_mean, running_var, momentum, eps, B, C);
+}
+
+static dlrec_status cpu_batchnorm_backward(dlrec_backend *be, float *din, float *dgamma, float *dbeta,
+                                           const float *dout, const float *in, const float *gamma,
+                                           const float *saved, int B, int C) {
+  enter(be);
+  return dlrec_batchnorm_backward(din, dgamma, dbeta, dout, in, gamma, saved, B, C);
+}
+
+static dlrec_status cpu_batchnorm_infer(dlrec_backend *be, float *out, const float *in, const float *gamma,
+                                        const float *beta, const float *running_mean, const float *running_var,
+                                        float eps, int B, int C) {
+  enter(be);
+  return dlrec_batchnorm_infer(out, in, gamma, beta, running_mean, running_var, eps, B, C);
+}
+
+/* ---- loss and the dense optimizer ---- */
+
+static dlrec_status cpu_bce_forward(dlrec_backend *be, double *loss, const float *logits, const float *labels,
+                                    int B) {
+  enter(be);
+  return dlrec_bce_logits_forward(loss, logits, labels, B);
+}
+
+static dlrec_status cpu_bce_backward(dlrec_backend *be, float *dlogits, const float *logits, const float *labels,
+                                     int B) {
+  enter(be);
+  return dlrec_bce_logits_backward(dlogits, logits, labels, B);
+}
+
+static dlrec_status cpu_optim_step(dlrec_backend *be, const dlrec_optim_config *c, float *param, const float *grad,
+                                   float *state, size_t n, uint64_t step) {
+  enter(be);
+  return dlrec_optim_step(c, param, grad, state, n, step);
+}
+
+/* ---- embeddings ---- */
+
+static dlrec_status cpu_bag_forward(dlrec_backend *be, float *out, const dlrec_table *t, const dlrec_bag_batch *bags,
+                                    dlrec_bag_mode mode) {
+  enter(be);
+  return dlrec_bag_forward(t, bags, mode, out);
+}
+
+static dlrec_status cpu_bag_backward_update(dlrec_backend *be, dlrec_table *t, dlrec_sparse_optim *o,
+                                            const dlrec_bag_batch *bags, dlrec_bag_mode mode, const float *d_out,
+                                            void *scratch, size_t scratch_bytes) {
+  enter(be);
+  return dlrec_bag_backward_update(t, o, bags, mode, d_out, scratch, scratch_bytes);
+}
+
+/* ---- batch-invariant scoring ---- */
+
+static dlrec_status cpu_packed_create(dlrec_backend *be, dlrec_packed_linear **p, const float *weight,
+                                      const float *bias, int IN, int OUT) {
+  (void)be;
+  return dlrec_packed_linear_create(p, weight, bias, IN, OUT);
+}
+
+static void cpu_packed_free(dlrec_backend *be, dlrec_packed_linear *p) {
+  (void)be;
+  dlrec_packed_linear_free(p);
+}
+
+static dlrec_status cpu_packed_forward(dlrec_backend *be, float *out, const dlrec_packed_linear *p, const float *in,
+                                       int B, dlrec_act act) {
+  enter(be);
+  return dlrec_packed_linear_forward(p, in, out, B, act == DLREC_ACT_RELU);
+}
+
+static dlrec_status cpu_cross_infer(dlrec_backend *be, float *out, const float *x0, const float *xl,
+                                    const dlrec_packed_linear *w, int B, int d) {
+  enter(be);
+  return dlrec_cross_infer(out, x0, xl, w, B, d);
+}
+
+static dlrec_status cpu_cross_lowrank_infer(dlrec_backend *be, float *out, float *ws, const float *x0,
+                                            const float *xl, const dlrec_packed_linear *v,
+                                            const dlrec_packed_linear *u, int B, int d, int r) {
+  enter(be);
+  return dlrec_cross_lowrank_infer(out, ws, x0, xl, v, u, B, d, r);
+}
+
+static dlrec_status cpu_cross_mix_infer(dlrec_backend *be, float *out, float *ws, const float *x0, const float *xl,
+                                        const dlrec_packed_linear *const *v, const dlrec_packed_linear *const *c,
+                                        const dlrec_packed_linear *const *u, const dlrec_packed_linear *gate, int B,
+                                        int d, int r, int K) {
+  enter(be);
+  return dlrec_cross_mix_infer(out, ws, x0, xl, v, c, u, gate, B, d, r, K);
+}
+
+static const dlrec_backend_ops cpu_ops = {
+    .free = cpu_free,
+    .alloc = cpu_alloc,
+    .release = cpu_release,
+    .upload = cpu_copy,
+    .download = cpu_copy,
+    .synchronize = cpu_synchronize,
+    .linear_forward = cpu_linear_forward,
+    .linear_backward = cpu_linear_backward,
+    .relu_backward = cpu_relu_backward,
+    .sigmoid = cpu_sigmoid,
+    .dot_forward = cpu_dot_forward,
+    .dot_backward = cpu_dot_backward,
+    .concat_forward = cpu_concat_forward,
+    .concat_backward = cpu_concat_backward,
+    .cross_forward = cpu_cross_forward,
+    .cross_backward = cpu_cross_backward,
+    .cross_lowrank_forward = cpu_cross_lowrank_forward,
+    .cross_lowrank_backward = cpu_cross_lowrank_backward,
+    .cross_mix_forward = cpu_cross_mix_forward,
+    .cross_mix_backward = cpu_cross_mix_backward,
+    .fm_forward = cpu_fm_forward,
+    .fm_backward = cpu_fm_backward,
+    .wide_forward = cpu_wide_forward,
+    .wide_backward = cpu_wide_backward,
+    .dropout_forward = cpu_dropout_forward,
+    .dropout_backward = cpu_dropout_backward,
+    .batchnorm_train_forward = cpu_batchnorm_train_forward,
+    .batchnorm_backward = cpu_batchnorm_backward,
+    .batchnorm_infer = cpu_batchnorm_infer,
+    .bce_forward = cpu_bce_forward,
+    .bce_backward = cpu_bce_backward,
+    .optim_step = cpu_optim_step,
+    .bag_forward = cpu_bag_forward,
+    .bag_backward_update = cpu_bag_backward_update,
+    .packed_create = cpu_packed_create,
+    .packed_free = cpu_packed_free,
+    .packed_forward = cpu_packed_forward,
+    .cross_infer = cpu_cross_infer,
+    .cross_lowrank_infer = cpu_cross_lowrank_infer,
+    .cross_mix_infer = cpu_cross_mix_infer,
+};
+
+dlrec_status dlrec_backend_cpu_init(dlrec_backend *be, const dlrec_backend_config *c) {
+  if (c->threads > 4096) return dlrec_error(DLREC_ERR_INVALID, "backend threads %u out of range [0, 4096]", c->threads);
+  dlrec_precision p = c->precision;
+  if (p == DLREC_PRECISION_AUTO) p = cpu_gemm_has_bf16() ? DLREC_PRECISION_BF16 : DLREC_PRECISION_FP32;
+  cpu_gemm *g = NULL;
+  int native = 0;
+  dlrec_status s = cpu_gemm_create(&g, p, &native);
+  if (s != DLREC_OK) return s;
+  be->ops = &cpu_ops;
+  be->name = "cpu";
+  be->threads = c->threads ? c->threads : (uint32_t)omp_get_num_procs();
+  be->precision = p;
+  be->bf16_native = native;
+  be->ctx = g;
+  snprintf(be->describe, sizeof be->describe, "cpu: %u thread%s, %s", be->threads, be->threads == 1 ? "" : "s",
+           cpu_gemm_describe(g));
+  return DLREC_OK;
+}

@@ -1,0 +1,29 @@
+/* The CPU backend's linear layers: their GEMMs in the backend's precision.
+ * FP32 runs OpenBLAS sgemm (dlrec/nn.h's dlrec_linear_*); BF16 rounds the
+ * operands to bfloat16 and accumulates in fp32. Created once per backend;
+ * whatever it caches per shape (primitives, scratch) is made on a shape's
+ * first call and reused, never per batch. */
+#ifndef DLREC_CPU_GEMM_H
+#define DLREC_CPU_GEMM_H
+
+#include "backend/backend_impl.h"
+
+typedef struct cpu_gemm cpu_gemm;
+
+/* precision is FP32 or BF16 (resolved); *native says whether BF16 runs on
+ * the CPU's own instructions (0 in FP32, or when emulated). */
+dlrec_status cpu_gemm_create(cpu_gemm **g, dlrec_precision precision, int *native);
+void cpu_gemm_free(cpu_gemm *g); /* accepts NULL */
+/* Whether this CPU has AMX-BF16 or AVX512-BF16 (what AUTO picks BF16 for). */
+int cpu_gemm_has_bf16(void);
+/* What runs the GEMMs, for the backend's description ("OpenBLAS sgemm", ...). */
+const char *cpu_gemm_describe(const cpu_gemm *g);
+
+/* dlrec_linear_forward / dlrec_linear_relu_forward / dlrec_linear_backward's
+ * contracts, in g's precision. */
+dlrec_status cpu_gemm_linear_forward(cpu_gemm *g, float *out, const float *in, const float *weight,
+                                     const float *bias, int B, int IN, int OUT, dlrec_act act);
+dlrec_status cpu_gemm_linear_backward(cpu_gemm *g, float *din, float *dweight, float *dbias, const float *dout,
+                                      const float *in, const float *weight, int B, int IN, int OUT);
+
+#endif
