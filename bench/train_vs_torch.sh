@@ -51,6 +51,7 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/dlrec-train-bench.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
 # run_rss, json_get, faster, make_criteo_data, dlrm_config
+# shellcheck source=bench/lib.sh
 . "$root/bench/lib.sh"
 
 echo "train_vs_torch: $rows rows (cap $cap), $(nproc) cores, dlrec $("$bin" version | cut -d' ' -f2)," \
