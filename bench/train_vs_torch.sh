@@ -50,47 +50,20 @@ fi
 work=$(mktemp -d "${TMPDIR:-/tmp}/dlrec-train-bench.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
-# Peak RSS through GNU time when there is one; otherwise none is reported.
-timev=
-if [ -x /usr/bin/time ] && /usr/bin/time -v true 2>/dev/null; then timev=/usr/bin/time; fi
-# run_rss RSSFILE CMD...: runs CMD (stdout passes through), its peak RSS in KiB into RSSFILE
-run_rss() {
-  local rss=$1
-  shift
-  if [ -n "$timev" ]; then
-    "$timev" -v -o "$rss.time" "$@"
-    awk -F': *' '/Maximum resident set size/ { print $2 }' "$rss.time" > "$rss"
-  else
-    "$@"
-    echo "" > "$rss"
-  fi
-}
-# json_get FILE EXPR: a value from a JSON file (python's json; EXPR indexes 'j')
-json_get() { "$py" -c "import json,sys; j=json.load(open(sys.argv[1])); v=$2; print('nan' if v is None else v)" "$1"; }
+# run_rss, json_get, faster, make_criteo_data, dlrm_config
+# shellcheck source=bench/lib.sh
+. "$root/bench/lib.sh"
 
 echo "train_vs_torch: $rows rows (cap $cap), $(nproc) cores, dlrec $("$bin" version | cut -d' ' -f2)," \
   "torch $("$py" -c 'import torch; print(torch.__version__)')"
-"$bin" synth --rows "$rows" --max-cardinality "$cap" --out "$work/clicks.tsv" -q
-"$bin" etl fit --input "$work/clicks.tsv" --out "$work/etl" --min-count 2 -q
-"$bin" etl apply --etl "$work/etl" --input "$work/clicks.tsv" --out "$work/train.dlr" \
-  --valid-fraction 0.1 --valid-out "$work/valid.dlr" --seed 7 -q
-rm -f "$work/clicks.tsv"
-"$bin" inspect "$work/train.dlr" --json > "$work/inspect.json"
-train_rows=$(json_get "$work/inspect.json" "j['rows']")
-table_rows=$(json_get "$work/inspect.json" "j['sparse'][-1]['id_end']")
-valid_rows=$("$bin" inspect "$work/valid.dlr" --json | "$py" -c 'import json,sys; print(json.load(sys.stdin)["rows"])')
+make_criteo_data "$rows" "$cap"
 echo "  data: $train_rows train rows, $valid_rows valid rows, 26 tables with $table_rows rows in all"
 
 results=() roofs=()
 for b in $batches; do
   # dlrec: examples/dlrm_criteo.json with this batch size, THREADS threads, one epoch
   cfg=$work/cfg-$b.json
-  "$py" - "$root/examples/dlrm_criteo.json" "$cfg" "$b" "$threads" <<'EOF'
-import json, sys
-c = json.load(open(sys.argv[1]))
-c["training"].update(batch_size=int(sys.argv[3]), threads=int(sys.argv[4]), epochs=1)
-json.dump(c, open(sys.argv[2], "w"), indent=2)
-EOF
+  dlrm_config "$cfg" "$b" "$threads"
   # REPEATS rounds, the engines alternating; each keeps its fastest run, so
   # that a burst of load from elsewhere on a shared machine hits both alike.
   # Each round also measures the machine's limits for this batch size, and
@@ -106,7 +79,7 @@ EOF
     rm -rf "$work/run-$b"
     s=$(json_get "$work/dlrec.json" "j['samples_per_s']")
     echo "    $(tr -d ' \t\n' < "$work/dlrec.json")"
-    if awk -v s="$s" -v best="$d_sps" 'BEGIN { exit !(s > best) }'; then
+    if faster "$s" "$d_sps"; then
       d_sps=$s d_rss=$(cat "$work/dlrec.rss")
       cp "$work/dlrec.json" "$work/dlrec-$b.json"
     fi
@@ -116,7 +89,7 @@ EOF
         --train "$work/train.dlr" --valid "$work/valid.dlr" --batch "$b" --threads "$t" > "$work/torch.json"
       s=$(json_get "$work/torch.json" "j['samples_per_s']")
       echo "    $(cat "$work/torch.json")"
-      if awk -v s="$s" -v best="$t_sps" 'BEGIN { exit !(s > best) }'; then
+      if faster "$s" "$t_sps"; then
         t_sps=$s t_thr=$t t_rss=$(cat "$work/torch.rss")
         t_auc=$(json_get "$work/torch.json" "j['auc']")
         t_cal=$(json_get "$work/torch.json" "j['calibration']")
