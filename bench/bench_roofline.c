@@ -411,7 +411,8 @@ int main(int argc, char **argv) {
    * backend's linear layers in fp32 and bf16. */
   int n_layers = n_bottom + n_top, lin[2 * MAX_LAYERS], lout[2 * MAX_LAYERS];
   for (int i = 0; i < n_layers; i++) {
-    lin[i] = i < n_bottom ? (i ? (int)bottom[i - 1] : (int)n_dense) : (i > n_bottom ? (int)top[i - n_bottom - 1] : (int)inter);
+    if (i < n_bottom) lin[i] = i ? (int)bottom[i - 1] : (int)n_dense;
+    else lin[i] = i > n_bottom ? (int)top[i - n_bottom - 1] : (int)inter;
     lout[i] = i < n_bottom ? (int)bottom[i] : (int)top[i - n_bottom];
   }
   char dnnl_rate[2][32];
@@ -437,7 +438,8 @@ int main(int argc, char **argv) {
     int native;
     if (cpu_gemm_create(&gm, bf16 ? DLREC_PRECISION_BF16 : DLREC_PRECISION_FP32, &native) != DLREC_OK) die("cpu_gemm");
     double secs = 0, flops = 0;
-    for (int i = 0; i < n_layers; i++) secs += gemm_layer_seconds(gm, batch, lin[i], lout[i], i == 0, seconds / 4, &flops);
+    for (int i = 0; i < n_layers; i++)
+      secs += gemm_layer_seconds(gm, batch, lin[i], lout[i], i == 0, seconds / 4, &flops);
     layer_rate[bf16] = flops / secs / 1e9;
     if (bf16) bf16_native = native, snprintf(bf16_gemms, sizeof bf16_gemms, "%s", cpu_gemm_describe(gm));
     cpu_gemm_free(gm);
