@@ -22,6 +22,19 @@
  *                        flushed before each batch, as in a training step,
  *                        where the MLPs' activations evict the table: the
  *                        limit the trainer's lookups compare with
+ *   dnnl_f32_model_gflops   oneDNN's fp32 matmul on the same calls (null
+ *                        in a build without oneDNN): what decides whether
+ *                        fp32 GEMMs stay on OpenBLAS
+ *   dnnl_bf16_model_gflops  oneDNN's bf16 matmul (bf16 operands already
+ *                        converted, fp32 accumulation) on the same calls;
+ *                        null where oneDNN has no bf16 kernel for this CPU
+ *                        (oneDNN 2.6 has none below AVX512)
+ *   bf16_model_gflops    the CPU backend's bf16 linear layers (forward, then
+ *                        backward: dW, db and din unless first), operand
+ *                        rounding or conversion included, on the MLPs' layers
+ *   fp32_layer_model_gflops  the same layers in fp32, for comparison
+ *   bf16_gemms, bf16_native  what ran bf16 ("bf16 GEMMs (emulated: ...)") and
+ *                        whether on the CPU's own bf16 instructions
  * Threads: --threads for OpenMP and OpenBLAS (the trainer's setting). */
 #include <cblas.h>
 #include <omp.h>
@@ -29,6 +42,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu_dnnl.h"
+#include "backend/cpu_gemm.h"
 #include "dlrec/embed.h"
 #include "dlrec/loader.h"
 #include "dlrec/nn.h"
@@ -126,6 +141,76 @@ static double layer_seconds(int B, int in, int out, int first, double seconds, d
   return s;
 }
 
+/* The same GEMM on oneDNN: A and B converted to bf16 beforehand (the
+ * conversion is the caller's, timed in bf16_model_gflops), accumulating
+ * onto C as the sgemm above does. */
+typedef struct dnnl_gemm {
+  cpu_dnnl *d;
+  gemm g;
+  const void *a, *b;
+  int failed;
+} dnnl_gemm;
+
+static void run_dnnl_gemm(void *ctx) {
+  dnnl_gemm *x = ctx;
+  if (cpu_dnnl_matmul(x->d, x->g.c, x->a, x->g.ta, x->b, x->g.tb, NULL, x->g.M, x->g.N, x->g.K, DLREC_ACT_NONE, 1))
+    x->failed = 1;
+}
+
+static uint16_t *to_bf16(const float *x, size_t n) {
+  uint16_t *h = xmalloc(n * sizeof *h);
+  for (size_t i = 0; i < n; i++) {
+    uint32_t u;
+    memcpy(&u, &x[i], 4);
+    h[i] = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); /* finite inputs: no NaN case */
+  }
+  return h;
+}
+
+/* layer_seconds on oneDNN, fp32 or bf16 as d was created; a negative result
+ * when oneDNN refuses a shape. */
+static double dnnl_layer_seconds(cpu_dnnl *d, int bf16, int B, int in, int out, int first, double seconds) {
+  dnnl_gemm x[3] = {{d, make_gemm(0, 1, B, out, in), NULL, NULL, 0}, {d, make_gemm(1, 0, out, in, B), NULL, NULL, 0},
+                    {d, make_gemm(0, 0, B, in, out), NULL, NULL, 0}};
+  double s = 0, f = 2.0 * B * in * out;
+  for (int i = 0; i < (first ? 2 : 3) && s >= 0; i++) {
+    gemm *g = &x[i].g;
+    x[i].a = bf16 ? (void *)to_bf16(g->a, (size_t)g->M * g->K) : (void *)g->a;
+    x[i].b = bf16 ? (void *)to_bf16(g->b, (size_t)g->K * g->N) : (void *)g->b;
+    run_dnnl_gemm(&x[i]);
+    if (x[i].failed) s = -1;
+    else s += f / best_rate(run_dnnl_gemm, &x[i], f, seconds);
+    if (bf16) free((void *)x[i].a), free((void *)x[i].b);
+  }
+  for (int i = 0; i < 3; i++) free_gemm(&x[i].g);
+  return s;
+}
+
+/* One MLP layer's forward and backward through the CPU backend's GEMMs (cpu_gemm.c). */
+typedef struct layer {
+  cpu_gemm *gm;
+  int B, in, out, first;
+  float *x, *w, *bias, *y, *dy, *dx, *dw, *db;
+} layer;
+
+static void run_layer(void *ctx) {
+  layer *l = ctx;
+  if (cpu_gemm_linear_forward(l->gm, l->y, l->x, l->w, l->bias, l->B, l->in, l->out, DLREC_ACT_RELU) ||
+      cpu_gemm_linear_backward(l->gm, l->first ? NULL : l->dx, l->dw, l->db, l->dy, l->x, l->w, l->B, l->in, l->out))
+    die("cpu_gemm layer");
+}
+
+static double gemm_layer_seconds(cpu_gemm *gm, int B, int in, int out, int first, double seconds, double *flops) {
+  layer l = {gm, B, in, out, first, random_floats((size_t)B * in, 1), random_floats((size_t)out * in, 2),
+             random_floats(out, 3), random_floats((size_t)B * out, 4), random_floats((size_t)B * out, 5),
+             random_floats((size_t)B * in, 6), random_floats((size_t)out * in, 7), random_floats(out, 8)};
+  double f = 2.0 * B * in * out * (first ? 2 : 3);
+  double s = f / best_rate(run_layer, &l, f, seconds);
+  *flops += f;
+  free(l.x), free(l.w), free(l.bias), free(l.y), free(l.dy), free(l.dx), free(l.dw), free(l.db);
+  return s;
+}
+
 typedef struct gather {
   const float *table;
   uint32_t stride, dim, cols;
@@ -195,8 +280,9 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: bench_roofline --data T.dlr [--batch 2048] [--threads 2] [--dim 16]\n"
           "                      [--bottom 512,256,64,16] [--top 512,256,1] [--seconds 1]\n"
-          "Measures sgemm's peak and its rate on the MLPs' shapes, and embedding gathers of\n"
-          "the file's ids, and prints them as one JSON object.\n");
+          "Measures sgemm's peak and its rate on the MLPs' shapes, oneDNN's fp32 and bf16\n"
+          "matmuls and the CPU backend's bf16 layers on the same shapes, and embedding gathers\n"
+          "of the file's ids, and prints them as one JSON object.\n");
 }
 
 int main(int argc, char **argv) {
@@ -320,10 +406,52 @@ int main(int argc, char **argv) {
   for (int i = 0; i < n_top; i++)
     model_s += layer_seconds(batch, i ? (int)top[i - 1] : (int)inter, (int)top[i], 0, seconds / 4, &model_flops);
 
+
+  /* The same layers on oneDNN (fp32, then bf16), and through the CPU
+   * backend's linear layers in fp32 and bf16. */
+  int n_layers = n_bottom + n_top, lin[2 * MAX_LAYERS], lout[2 * MAX_LAYERS];
+  for (int i = 0; i < n_layers; i++) {
+    if (i < n_bottom) lin[i] = i ? (int)bottom[i - 1] : (int)n_dense;
+    else lin[i] = i > n_bottom ? (int)top[i - n_bottom - 1] : (int)inter;
+    lout[i] = i < n_bottom ? (int)bottom[i] : (int)top[i - n_bottom];
+  }
+  char dnnl_rate[2][32];
+  for (int bf16 = 0; bf16 <= 1; bf16++) {
+    cpu_dnnl *d = NULL;
+    double secs = 0;
+    snprintf(dnnl_rate[bf16], sizeof dnnl_rate[bf16], "null");
+    if (cpu_dnnl_available() && cpu_dnnl_create(&d, bf16) == DLREC_OK) {
+      for (int i = 0; i < n_layers && secs >= 0; i++) {
+        double t = dnnl_layer_seconds(d, bf16, batch, lin[i], lout[i], i == 0, seconds / 4);
+        secs = t < 0 ? -1 : secs + t;
+      }
+      if (secs > 0) snprintf(dnnl_rate[bf16], sizeof dnnl_rate[bf16], "%.1f", model_flops / secs / 1e9);
+      else fprintf(stderr, "bench_roofline: oneDNN %s matmul: %s\n", bf16 ? "bf16" : "fp32", dlrec_last_error());
+    }
+    cpu_dnnl_free(d);
+  }
+  double layer_rate[2];
+  int bf16_native = 0;
+  char bf16_gemms[160] = "";
+  for (int bf16 = 0; bf16 <= 1; bf16++) {
+    cpu_gemm *gm;
+    int native;
+    if (cpu_gemm_create(&gm, bf16 ? DLREC_PRECISION_BF16 : DLREC_PRECISION_FP32, &native) != DLREC_OK) die("cpu_gemm");
+    double secs = 0, flops = 0;
+    for (int i = 0; i < n_layers; i++)
+      secs += gemm_layer_seconds(gm, batch, lin[i], lout[i], i == 0, seconds / 4, &flops);
+    layer_rate[bf16] = flops / secs / 1e9;
+    if (bf16) bf16_native = native, snprintf(bf16_gemms, sizeof bf16_gemms, "%s", cpu_gemm_describe(gm));
+    cpu_gemm_free(gm);
+  }
+
   printf("{\"batch\": %d, \"threads\": %d, \"sgemm_peak_gflops\": %.1f, \"sgemm_model_gflops\": %.1f, "
+         "\"dnnl_f32_model_gflops\": %s, \"dnnl_bf16_model_gflops\": %s, \"fp32_layer_model_gflops\": %.1f, "
+         "\"bf16_model_gflops\": %.1f, \"bf16_gemms\": \"%s\", \"bf16_native\": %s, "
          "\"gather_ids_per_s\": %.0f, \"random_gather_ids_per_s\": %.0f, \"bag_forward_ids_per_s\": %.0f, "
          "\"cold_gather_ids_per_s\": %.0f, \"cold_bag_forward_ids_per_s\": %.0f, \"table_rows\": %llu}\n",
-         batch, threads, peak, model_flops / model_s / 1e9, gather_rate, random_rate, bag_rate, cold_gather, cold_bag,
+         batch, threads, peak, model_flops / model_s / 1e9, dnnl_rate[0], dnnl_rate[1], layer_rate[0], layer_rate[1],
+         bf16_gemms, bf16_native ? "true" : "false", gather_rate, random_rate, bag_rate, cold_gather, cold_bag,
          (unsigned long long)table_rows);
   dlrec_table_free(t);
   return 0;

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages dlrec needs for one purpose, only when missing.
-#   scripts/deps.sh build   compiler, CMake, cJSON, OpenBLAS, libmicrohttpd
+#   scripts/deps.sh build   compiler, CMake, cJSON, OpenBLAS, libmicrohttpd, oneDNN (the bf16
+#                           GEMMs on CPUs with AMX or AVX512-BF16)
 #   scripts/deps.sh test    build + clang with its sanitizer/libFuzzer and OpenMP runtimes
 #                           (the ASan+UBSan and fuzz build), python3-venv (the Triton
 #                           client test installs tritonclient from PyPI into a venv)
@@ -9,7 +10,7 @@
 # (or sudo) only when it has something to install.
 set -euo pipefail
 
-want=(build-essential cmake pkg-config libcjson-dev libopenblas-openmp-dev libmicrohttpd-dev)
+want=(build-essential cmake pkg-config libcjson-dev libopenblas-openmp-dev libmicrohttpd-dev libdnnl-dev)
 case "${1:-build}" in
   build) ;;
   test) want+=(clang libclang-rt-dev libomp-dev python3-venv) ;;

@@ -1,43 +1,272 @@
-/* The CPU backend's linear layers (cpu_gemm.h). FP32 only so far: BF16 is
- * refused at creation until its GEMMs exist. */
+/* The CPU backend's linear layers (cpu_gemm.h), in one of three ways:
+ *
+ *   sgemm     FP32: dlrec/nn.h's dlrec_linear_* on OpenBLAS sgemm. oneDNN's
+ *             fp32 matmul was measured against it on the DLRM step's shapes
+ *             (bench_roofline's dnnl_f32_model_gflops) and was not faster on
+ *             the machines we have, so fp32 stays on OpenBLAS.
+ *   oneDNN    BF16 on a CPU with AMX-BF16 or AVX512-BF16: the fp32 operands
+ *             are converted to bf16 in scratch, and a oneDNN matmul (bf16
+ *             source and weights, fp32 destination, bias and ReLU fused)
+ *             runs on the CPU's own bf16 instructions (cpu_dnnl.c).
+ *   emulated  BF16 elsewhere: the operands are rounded to bf16 exactly as a
+ *             conversion does (to nearest even; NaN stays NaN) but kept in
+ *             fp32 scratch, and sgemm multiplies them. The product of two
+ *             bf16 values is exact in fp32, so this computes what the native
+ *             path does (fp32 accumulation of exact products), only slower:
+ *             a run on a CPU without bf16 learns what one with it would.
+ *
+ * In every way the master weights, dW, db and the accumulations are fp32;
+ * only the GEMMs' operands are rounded, and db sums the unrounded dout.
+ * Scratch is owned here and grown to the largest layer seen, never
+ * reallocated per batch.
+ */
 #include "backend/cpu_gemm.h"
 
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
+#include "backend/cpu_dnnl.h"
+#include "embed/dtype.h"
+
+/* Elementwise passes smaller than this run on one thread (as in nn/linear.c). */
+#define PARALLEL_MIN 32768
+
+typedef enum gemm_path { GEMM_SGEMM, GEMM_EMULATED, GEMM_ONEDNN } gemm_path;
+
+/* What cpuid says about bf16 GEMM instructions. */
+typedef enum bf16_isa { BF16_ISA_NONE = 0, BF16_ISA_AVX512 = 1, BF16_ISA_AMX = 2 } bf16_isa;
 
 struct cpu_gemm {
   dlrec_precision precision;
+  gemm_path path;
+  cpu_dnnl *dnnl;
+  void *scratch; /* the rounded or converted operands */
+  size_t scratch_bytes;
+  char describe[128];
 };
 
-int cpu_gemm_has_bf16(void) { return 0; }
+#if defined(__x86_64__) || defined(__i386__)
+/* The OS's enabled register state (XCR0), read only when cpuid says OSXSAVE. */
+static uint64_t xcr0(void) {
+  uint32_t lo, hi;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return ((uint64_t)hi << 32) | lo;
+}
+
+/* AMX-BF16 (leaf 7.0 EDX bits 22 and 24, tile state XCR0 bits 17-18) or
+ * AVX512-BF16 (leaf 7.1 EAX bit 5, with AVX512F and the opmask/ZMM state
+ * XCR0 bits 1-2 and 5-7). Both need the OS to save the registers, hence the
+ * XCR0 checks; Linux additionally grants AMX per process on request, which
+ * oneDNN makes itself. */
+static bf16_isa detect_bf16_isa(void) {
+  unsigned a, b, c, d;
+  if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27))) return BF16_ISA_NONE; /* OSXSAVE */
+  uint64_t x = xcr0();
+  if (__get_cpuid_max(0, NULL) < 7) return BF16_ISA_NONE;
+  __cpuid_count(7, 0, a, b, c, d);
+  int avx512f = (b >> 16) & 1, amx_bf16 = (d >> 22) & 1, amx_tile = (d >> 24) & 1;
+  if (amx_bf16 && amx_tile && (x & 0x60000) == 0x60000) return BF16_ISA_AMX;
+  unsigned a1, b1, c1, d1;
+  __cpuid_count(7, 1, a1, b1, c1, d1);
+  if (avx512f && ((a1 >> 5) & 1) && (x & 0xe6) == 0xe6) return BF16_ISA_AVX512;
+  return BF16_ISA_NONE;
+}
+#else
+static bf16_isa detect_bf16_isa(void) { return BF16_ISA_NONE; }
+#endif
+
+int cpu_gemm_has_bf16(void) { return detect_bf16_isa() != BF16_ISA_NONE; }
+
+float cpu_gemm_round_bf16(float x) { return dtype_bf16_to_f32(dtype_f32_to_bf16(x)); }
+
+/* dst[i] = x[i] rounded to bf16, kept as fp32 (the emulated path). The same
+ * rounding as dtype_f32_to_bf16, written out so that the loop vectorizes. */
+static void round_to_bf16(float *restrict dst, const float *restrict src, size_t n) {
+#pragma omp parallel for schedule(static) if (n >= PARALLEL_MIN)
+  for (size_t i = 0; i < n; i++) {
+    uint32_t u = dtype_f32_bits(src[i]);
+    uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    uint32_t nan = (u & 0xffff0000u) | 0x00400000u;
+    dst[i] = dtype_bits_f32((u & 0x7fffffffu) > 0x7f800000u ? nan : r);
+  }
+}
+
+/* dst[i] = x[i] as bf16 (the oneDNN path). */
+static void convert_to_bf16(uint16_t *restrict dst, const float *restrict src, size_t n) {
+#pragma omp parallel for schedule(static) if (n >= PARALLEL_MIN)
+  for (size_t i = 0; i < n; i++) dst[i] = dtype_f32_to_bf16(src[i]);
+}
+
+/* dbias (OUT) += column sums of dout (B, OUT), each in b order (as
+ * nn/linear.c's, so that the sum does not depend on the thread count). */
+static void bias_backward(float *restrict dbias, const float *restrict dout, int B, int OUT) {
+  enum { BLOCK = 64 };
+  int blocks = (OUT + BLOCK - 1) / BLOCK;
+  size_t total = (size_t)B * (size_t)OUT;
+#pragma omp parallel for schedule(static) if (total >= PARALLEL_MIN && blocks > 1)
+  for (int blk = 0; blk < blocks; blk++) {
+    int o0 = blk * BLOCK, o1 = o0 + BLOCK < OUT ? o0 + BLOCK : OUT;
+    float acc[BLOCK];
+    for (int o = o0; o < o1; o++) acc[o - o0] = dbias[o];
+    for (int b = 0; b < B; b++) {
+      const float *restrict row = dout + (size_t)b * OUT;
+      for (int o = o0; o < o1; o++) acc[o - o0] += row[o];
+    }
+    for (int o = o0; o < o1; o++) dbias[o] = acc[o - o0];
+  }
+}
+
+/* Scratch of at least n 4-byte values, grown (never shrunk) as layers need. */
+static void *scratch(cpu_gemm *g, size_t n) {
+  size_t bytes = n * 4;
+  if (bytes <= g->scratch_bytes) return g->scratch;
+  void *p = NULL;
+  if (posix_memalign(&p, 64, bytes)) {
+    dlrec_error(DLREC_ERR_NOMEM, "bf16 GEMM scratch of %zu bytes: out of memory", bytes);
+    return NULL;
+  }
+  free(g->scratch);
+  g->scratch = p;
+  g->scratch_bytes = bytes;
+  return p;
+}
+
+/* One tiny bf16 matmul, so that a oneDNN without bf16 kernels for this CPU
+ * (oneDNN 2.6 has none below AVX512) is refused when the backend is
+ * created, not at the first training step. */
+static dlrec_status probe(cpu_dnnl *d) {
+  uint16_t one = dtype_f32_to_bf16(1.0f);
+  float out = 0;
+  dlrec_status s = cpu_dnnl_matmul(d, &out, &one, 0, &one, 0, NULL, 1, 1, 1, DLREC_ACT_NONE, 0);
+  if (s == DLREC_OK && out != 1.0f)
+    return dlrec_error(DLREC_ERR_UNSUPPORTED, "oneDNN's bf16 matmul computed 1 x 1 = %g", out);
+  return s;
+}
 
 dlrec_status cpu_gemm_create(cpu_gemm **out, dlrec_precision precision, int *native) {
   *out = NULL;
   *native = 0;
-  if (precision != DLREC_PRECISION_FP32)
-    return dlrec_error(DLREC_ERR_UNSUPPORTED, "bf16 GEMMs are not built yet: use precision fp32");
+  if (precision != DLREC_PRECISION_FP32 && precision != DLREC_PRECISION_BF16)
+    return dlrec_error(DLREC_ERR_INVALID, "GEMM precision must be resolved to fp32 or bf16, not %s",
+                       dlrec_precision_name(precision));
   cpu_gemm *g = calloc(1, sizeof *g);
   if (!g) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
   g->precision = precision;
+  g->path = GEMM_SGEMM;
+  snprintf(g->describe, sizeof g->describe, "fp32 GEMMs (OpenBLAS sgemm)");
+  if (precision == DLREC_PRECISION_BF16) {
+    bf16_isa isa = detect_bf16_isa();
+    const char *force = getenv("DLREC_BF16_FORCE_ONEDNN");
+    int forced = force && !strcmp(force, "1");
+    g->path = GEMM_EMULATED;
+    snprintf(g->describe, sizeof g->describe, "bf16 GEMMs (emulated: this CPU has no AVX512-BF16 or AMX)");
+    if ((isa != BF16_ISA_NONE || forced) && cpu_dnnl_available()) {
+      dlrec_status s = cpu_dnnl_create(&g->dnnl, 1);
+      if (s == DLREC_OK) s = probe(g->dnnl);
+      if (s != DLREC_OK) {
+        cpu_gemm_free(g);
+        if (forced && isa == BF16_ISA_NONE)
+          return dlrec_error_context("DLREC_BF16_FORCE_ONEDNN=1 on a CPU without AVX512-BF16 or AMX "
+                                     "(unset it to emulate bf16): ");
+        return dlrec_error_context("bf16 GEMMs on oneDNN: ");
+      }
+      g->path = GEMM_ONEDNN;
+      *native = isa != BF16_ISA_NONE;
+      if (isa != BF16_ISA_NONE)
+        snprintf(g->describe, sizeof g->describe, "bf16 GEMMs (oneDNN, %s)",
+                 isa == BF16_ISA_AMX ? "AMX" : "AVX512-BF16");
+      else
+        snprintf(g->describe, sizeof g->describe,
+                 "bf16 GEMMs (oneDNN forced by DLREC_BF16_FORCE_ONEDNN, not native: this CPU has no "
+                 "AVX512-BF16 or AMX)");
+    } else if (forced) {
+      cpu_gemm_free(g);
+      return dlrec_error(DLREC_ERR_UNSUPPORTED,
+                         "DLREC_BF16_FORCE_ONEDNN=1, but this build has no oneDNN (install libdnnl-dev: "
+                         "scripts/deps.sh build, and reconfigure)");
+    } else if (isa != BF16_ISA_NONE) {
+      snprintf(g->describe, sizeof g->describe, "bf16 GEMMs (emulated: this build has no oneDNN)");
+    }
+  }
   *out = g;
   return DLREC_OK;
 }
 
-void cpu_gemm_free(cpu_gemm *g) { free(g); }
+void cpu_gemm_free(cpu_gemm *g) {
+  if (!g) return;
+  cpu_dnnl_free(g->dnnl);
+  free(g->scratch);
+  free(g);
+}
 
-const char *cpu_gemm_describe(const cpu_gemm *g) {
-  (void)g;
-  return "fp32 GEMMs (OpenBLAS sgemm)";
+const char *cpu_gemm_describe(const cpu_gemm *g) { return g->describe; }
+
+static dlrec_status check_dims(const char *what, const void *a, const void *b, const void *c, int B, int IN,
+                               int OUT) {
+  if (!a || !b || !c) return dlrec_error(DLREC_ERR_INVALID, "%s: NULL buffer", what);
+  if (B < 1 || IN < 1 || OUT < 1)
+    return dlrec_error(DLREC_ERR_INVALID, "%s: bad shape B=%d IN=%d OUT=%d", what, B, IN, OUT);
+  return DLREC_OK;
 }
 
 dlrec_status cpu_gemm_linear_forward(cpu_gemm *g, float *out, const float *in, const float *weight,
                                      const float *bias, int B, int IN, int OUT, dlrec_act act) {
-  (void)g;
-  return act == DLREC_ACT_RELU ? dlrec_linear_relu_forward(out, in, weight, bias, B, IN, OUT)
-                               : dlrec_linear_forward(out, in, weight, bias, B, IN, OUT);
+  if (g->path == GEMM_SGEMM)
+    return act == DLREC_ACT_RELU ? dlrec_linear_relu_forward(out, in, weight, bias, B, IN, OUT)
+                                 : dlrec_linear_forward(out, in, weight, bias, B, IN, OUT);
+  dlrec_status st = check_dims("linear_forward", out, in, weight, B, IN, OUT);
+  if (st != DLREC_OK) return st;
+  size_t n_in = (size_t)B * IN, n_w = (size_t)OUT * IN;
+  float *s = scratch(g, n_in + n_w);
+  if (!s) return DLREC_ERR_NOMEM;
+  if (g->path == GEMM_EMULATED) {
+    float *in_r = s, *w_r = s + n_in;
+    round_to_bf16(in_r, in, n_in);
+    round_to_bf16(w_r, weight, n_w);
+    return act == DLREC_ACT_RELU ? dlrec_linear_relu_forward(out, in_r, w_r, bias, B, IN, OUT)
+                                 : dlrec_linear_forward(out, in_r, w_r, bias, B, IN, OUT);
+  }
+  uint16_t *in_h = (uint16_t *)s, *w_h = in_h + n_in;
+  convert_to_bf16(in_h, in, n_in);
+  convert_to_bf16(w_h, weight, n_w);
+  // out (B, OUT) = act(in (B, IN) · Wᵀ (IN, OUT) + bias); W is stored (OUT, IN), so B is transposed
+  return cpu_dnnl_matmul(g->dnnl, out, in_h, 0, w_h, 1, bias, B, OUT, IN, act, 0);
 }
 
 dlrec_status cpu_gemm_linear_backward(cpu_gemm *g, float *din, float *dweight, float *dbias, const float *dout,
                                       const float *in, const float *weight, int B, int IN, int OUT) {
-  (void)g;
-  return dlrec_linear_backward(din, dweight, dbias, dout, in, weight, B, IN, OUT);
+  if (g->path == GEMM_SGEMM) return dlrec_linear_backward(din, dweight, dbias, dout, in, weight, B, IN, OUT);
+  dlrec_status st = check_dims("linear_backward", dweight, dout, in, B, IN, OUT);
+  if (st != DLREC_OK) return st;
+  if (din && !weight) return dlrec_error(DLREC_ERR_INVALID, "linear_backward: din needs the weights");
+  size_t n_dout = (size_t)B * OUT, n_in = (size_t)B * IN, n_w = din ? (size_t)OUT * IN : 0;
+  float *s = scratch(g, n_dout + n_in + n_w);
+  if (!s) return DLREC_ERR_NOMEM;
+  if (g->path == GEMM_EMULATED) {
+    float *dout_r = s, *in_r = s + n_dout, *w_r = din ? in_r + n_in : NULL;
+    round_to_bf16(dout_r, dout, n_dout);
+    round_to_bf16(in_r, in, n_in);
+    if (din) round_to_bf16(w_r, weight, n_w);
+    st = dlrec_linear_backward(din, dweight, NULL, dout_r, in_r, w_r, B, IN, OUT);
+  } else {
+    uint16_t *dout_h = (uint16_t *)s, *in_h = dout_h + n_dout, *w_h = in_h + n_in;
+    convert_to_bf16(dout_h, dout, n_dout);
+    convert_to_bf16(in_h, in, n_in);
+    // dW (OUT, IN) += doutᵀ (OUT, B) · in (B, IN); dout is stored (B, OUT), so A is transposed
+    st = cpu_dnnl_matmul(g->dnnl, dweight, dout_h, 1, in_h, 0, NULL, OUT, IN, B, DLREC_ACT_NONE, 1);
+    if (st == DLREC_OK && din) {
+      convert_to_bf16(w_h, weight, n_w);
+      // din (B, IN) = dout (B, OUT) · W (OUT, IN)
+      st = cpu_dnnl_matmul(g->dnnl, din, dout_h, 0, w_h, 0, NULL, B, IN, OUT, DLREC_ACT_NONE, 0);
+    }
+  }
+  if (st != DLREC_OK) return st;
+  if (dbias) bias_backward(dbias, dout, B, OUT);
+  return DLREC_OK;
 }

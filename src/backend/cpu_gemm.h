@@ -1,6 +1,10 @@
 /* The CPU backend's linear layers: their GEMMs in the backend's precision.
  * FP32 runs OpenBLAS sgemm (dlrec/nn.h's dlrec_linear_*); BF16 rounds the
- * operands to bfloat16 and accumulates in fp32. Created once per backend;
+ * operands to bfloat16 and accumulates in fp32, on oneDNN where the CPU has
+ * AMX-BF16 or AVX512-BF16 and emulated on sgemm elsewhere (cpu_gemm.c says
+ * why the two agree). Setting DLREC_BF16_FORCE_ONEDNN=1 runs BF16 on oneDNN
+ * even without those instructions (slow reference kernels; for testing that
+ * path on any machine). Created once per backend;
  * whatever it caches per shape (primitives, scratch) is made on a shape's
  * first call and reused, never per batch. */
 #ifndef DLREC_CPU_GEMM_H
@@ -16,7 +20,11 @@ dlrec_status cpu_gemm_create(cpu_gemm **g, dlrec_precision precision, int *nativ
 void cpu_gemm_free(cpu_gemm *g); /* accepts NULL */
 /* Whether this CPU has AMX-BF16 or AVX512-BF16 (what AUTO picks BF16 for). */
 int cpu_gemm_has_bf16(void);
-/* What runs the GEMMs, for the backend's description ("OpenBLAS sgemm", ...). */
+/* x rounded to the nearest bf16 (ties to even; NaN stays NaN, overflow goes
+ * to infinity), as an fp32: the rounding BF16 applies to every operand. */
+float cpu_gemm_round_bf16(float x);
+/* What runs the GEMMs, for the backend's description: "fp32 GEMMs (OpenBLAS
+ * sgemm)", "bf16 GEMMs (oneDNN, AMX)", "bf16 GEMMs (emulated: ...)". */
 const char *cpu_gemm_describe(const cpu_gemm *g);
 
 /* dlrec_linear_forward / dlrec_linear_relu_forward / dlrec_linear_backward's

@@ -212,13 +212,17 @@ dlrec_status dlrec_train_config_from_json(const cJSON *j, const char *what, dlre
     x = sub(&top, "training");
     static const char *k[] = {"batch_size", "epochs", "max_steps", "threads", "seed", "deterministic", "target_auc",
                               "early_stopping_patience", "early_stopping_min_delta", "restore_best", "table_dtype",
-                              NULL};
+                              "precision", NULL};
     /* In dlrec_table_dtype's order. */
     static const char *dtypes[] = {"fp32", "bf16", "fp16", NULL};
     TRY(dlrec_json_check_keys(o, x.what, k));
     int dtype = (int)c->model.table_dtype;
     TRY(get_choice(o, "table_dtype", &x, dtypes, &dtype));
     c->model.table_dtype = (uint32_t)dtype;
+    const char *precision;
+    TRY(dlrec_json_get_string_or(o, "precision", x.what, NULL, &precision));
+    if (precision && dlrec_precision_parse(precision, &c->precision) != DLREC_OK)
+      return dlrec_error_context("%s: field 'precision': ", x.what);
     TRY(get_u32(o, "early_stopping_patience", &x, 0, 1000000, &c->early_stop_patience));
     TRY(get_double(o, "early_stopping_min_delta", &x, 0, 1e6, &c->early_stop_min_delta));
     TRY(dlrec_json_get_bool_or(o, "restore_best", x.what, c->restore_best, &c->restore_best));
@@ -324,6 +328,7 @@ cJSON *dlrec_train_config_to_json(const dlrec_train_config *c) {
   cJSON_AddNumberToObject(t, "early_stopping_min_delta", c->early_stop_min_delta);
   cJSON_AddBoolToObject(t, "restore_best", c->restore_best);
   cJSON_AddStringToObject(t, "table_dtype", dlrec_table_dtype_name((dlrec_table_dtype)c->model.table_dtype));
+  cJSON_AddStringToObject(t, "precision", dlrec_precision_name(c->precision));
   cJSON *l = cJSON_AddObjectToObject(j, "loader");
   cJSON_AddBoolToObject(l, "shuffle", c->shuffle);
   cJSON_AddNumberToObject(l, "window_groups", c->window_groups);

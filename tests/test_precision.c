@@ -1,0 +1,361 @@
+/* training.precision bf16 on the CPU: the bf16 rounding itself, the linear
+ * layers' GEMMs (src/backend/cpu_gemm.c) against a double-precision
+ * reference computed from bf16-rounded operands, the backend's resolution of
+ * auto, the oneDNN path forced on a CPU without bf16 instructions, and a
+ * small MLP that must learn as well in bf16 as in fp32.
+ *
+ * On this project's CPUs without AVX512-BF16 or AMX, bf16 is emulated (the
+ * operands rounded into fp32 scratch, then sgemm); on one with them the
+ * same tests run the oneDNN path. */
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend_impl.h"
+#include "backend/cpu_dnnl.h"
+#include "backend/cpu_gemm.h"
+#include "dlrec/metrics.h"
+#include "test.h"
+
+static float bits_f32(uint32_t u) {
+  float x;
+  memcpy(&x, &u, 4);
+  return x;
+}
+static uint32_t f32_bits(float x) {
+  uint32_t u;
+  memcpy(&u, &x, 4);
+  return u;
+}
+
+/* A small deterministic generator (splitmix64), uniform in [-1, 1). */
+static uint64_t rng_state;
+static double uniform(void) {
+  uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  return (double)(z >> 11) / 9007199254740992.0 * 2.0 - 1.0;
+}
+static void fill(float *x, size_t n, double scale) {
+  for (size_t i = 0; i < n; i++) x[i] = (float)(scale * uniform());
+}
+
+TEST(round_bf16_known_values) {
+  CHECK(cpu_gemm_round_bf16(1.0f) == 1.0f);
+  CHECK(cpu_gemm_round_bf16(-2.5f) == -2.5f);
+  /* 1 + 2^-8 lies halfway between 1 and 1 + 2^-7 (bf16 keeps 7 fraction
+   * bits): ties go to the even mantissa, 1. */
+  CHECK(cpu_gemm_round_bf16(1.0f + 0x1p-8f) == 1.0f);
+  /* 1 + 3*2^-8 is halfway between 1 + 2^-7 (odd) and 1 + 2^-6 (even). */
+  CHECK(cpu_gemm_round_bf16(1.0f + 3 * 0x1p-8f) == 1.0f + 0x1p-6f);
+  /* Just above the tie rounds up; just below rounds down. */
+  CHECK(cpu_gemm_round_bf16(1.0f + 0x1p-8f + 0x1p-20f) == 1.0f + 0x1p-7f);
+  CHECK(cpu_gemm_round_bf16(1.0f + 0x1p-8f - 0x1p-20f) == 1.0f);
+  CHECK(cpu_gemm_round_bf16(-(1.0f + 0x1p-8f + 0x1p-20f)) == -(1.0f + 0x1p-7f));
+  /* Not a truncation: 0.1f is 0x3dcccccd, whose bf16 is 0x3dcd, not 0x3dcc. */
+  CHECK_EQ(f32_bits(cpu_gemm_round_bf16(0.1f)), 0x3dcd0000u);
+  CHECK(isinf(cpu_gemm_round_bf16(INFINITY)) && cpu_gemm_round_bf16(INFINITY) > 0);
+  CHECK(isinf(cpu_gemm_round_bf16(-INFINITY)) && cpu_gemm_round_bf16(-INFINITY) < 0);
+  CHECK(isnan(cpu_gemm_round_bf16(NAN)));
+  /* A NaN whose payload sits only in the low 16 bits must not become inf. */
+  CHECK(isnan(cpu_gemm_round_bf16(bits_f32(0x7f800001u))));
+  CHECK(isnan(cpu_gemm_round_bf16(bits_f32(0xff800001u))));
+  /* The largest bf16 (0x7f7f) is kept; FLT_MAX lies above the midpoint to
+   * the next binade and rounds to infinity, as a bf16 conversion does. */
+  CHECK_EQ(f32_bits(cpu_gemm_round_bf16(bits_f32(0x7f7f0000u))), 0x7f7f0000u);
+  CHECK(isinf(cpu_gemm_round_bf16(FLT_MAX)));
+  CHECK(cpu_gemm_round_bf16(0.0f) == 0.0f && !signbit(cpu_gemm_round_bf16(0.0f)));
+  CHECK(signbit(cpu_gemm_round_bf16(-0.0f)));
+}
+
+/* Sizes odd on purpose: no dimension a multiple of a vector width. */
+enum { TB = 37, TIN = 29, TOUT = 13 };
+
+static double r(float x) { return cpu_gemm_round_bf16(x); }
+
+/* The fp32 accumulation's slack on a sum of n terms whose magnitudes add to
+ * sum_abs: a few ulps per addition. The bf16 rounding of the operands is
+ * about 2^-9 relative, hundreds of times larger. */
+static double slack(int n, double sum_abs) { return 2.0 * n * FLT_EPSILON * sum_abs + 1e-7; }
+
+/* Forward (both activations) and backward of g's linear layer against a
+ * double reference on bf16-rounded operands, and far from the fp32 result. */
+static void check_linear_bf16(cpu_gemm *g) {
+  float *in = malloc(sizeof(float) * TB * TIN), *w = malloc(sizeof(float) * TOUT * TIN), bias[TOUT];
+  float *out = malloc(sizeof(float) * TB * TOUT), *dout = malloc(sizeof(float) * TB * TOUT);
+  float *din = malloc(sizeof(float) * TB * TIN), *dw = malloc(sizeof(float) * TOUT * TIN), db[TOUT];
+  float *dw0 = malloc(sizeof(float) * TOUT * TIN), db0[TOUT];
+  rng_state = 42;
+  fill(in, (size_t)TB * TIN, 2.0);
+  fill(w, (size_t)TOUT * TIN, 0.5);
+  fill(bias, TOUT, 0.3);
+  fill(dout, (size_t)TB * TOUT, 1.0);
+  fill(dw0, (size_t)TOUT * TIN, 1.0);
+  fill(db0, TOUT, 1.0);
+
+  for (int relu = 0; relu <= 1; relu++) {
+    CHECK_OK(cpu_gemm_linear_forward(g, out, in, w, bias, TB, TIN, TOUT, relu ? DLREC_ACT_RELU : DLREC_ACT_NONE));
+    double max_off_fp32 = 0;
+    for (int b = 0; b < TB; b++)
+      for (int o = 0; o < TOUT; o++) {
+        double ref = bias[o], ref32 = bias[o], sum_abs = fabs(bias[o]);
+        for (int i = 0; i < TIN; i++) {
+          ref += r(in[b * TIN + i]) * r(w[o * TIN + i]);
+          ref32 += (double)in[b * TIN + i] * w[o * TIN + i];
+          sum_abs += fabs(r(in[b * TIN + i]) * r(w[o * TIN + i]));
+        }
+        if (relu) ref = ref > 0 ? ref : 0, ref32 = ref32 > 0 ? ref32 : 0;
+        CHECK_NEAR(out[b * TOUT + o], ref, slack(TIN, sum_abs), 0);
+        if (fabs(out[b * TOUT + o] - ref32) > max_off_fp32) max_off_fp32 = fabs(out[b * TOUT + o] - ref32);
+      }
+    /* The rounding really happens: the fp32 result is far outside the slack. */
+    CHECK(max_off_fp32 > 1e-3);
+  }
+
+  /* Backward: dW and db accumulate onto what is there, din is overwritten
+   * (filled with garbage first), db sums the unrounded dout. */
+  memcpy(dw, dw0, sizeof(float) * TOUT * TIN);
+  memcpy(db, db0, sizeof db);
+  for (size_t i = 0; i < (size_t)TB * TIN; i++) din[i] = 1e30f;
+  CHECK_OK(cpu_gemm_linear_backward(g, din, dw, db, dout, in, w, TB, TIN, TOUT));
+  double max_off_fp32 = 0;
+  for (int o = 0; o < TOUT; o++) {
+    double refb = db0[o], sum_abs_b = fabs(db0[o]);
+    for (int b = 0; b < TB; b++) refb += dout[b * TOUT + o], sum_abs_b += fabs(dout[b * TOUT + o]);
+    CHECK_NEAR(db[o], refb, slack(TB, sum_abs_b), 0);
+    for (int i = 0; i < TIN; i++) {
+      double ref = dw0[o * TIN + i], ref32 = ref, sum_abs = fabs(ref);
+      for (int b = 0; b < TB; b++) {
+        ref += r(dout[b * TOUT + o]) * r(in[b * TIN + i]);
+        ref32 += (double)dout[b * TOUT + o] * in[b * TIN + i];
+        sum_abs += fabs(r(dout[b * TOUT + o]) * r(in[b * TIN + i]));
+      }
+      CHECK_NEAR(dw[o * TIN + i], ref, slack(TB, sum_abs), 0);
+      if (fabs(dw[o * TIN + i] - ref32) > max_off_fp32) max_off_fp32 = fabs(dw[o * TIN + i] - ref32);
+    }
+  }
+  CHECK(max_off_fp32 > 1e-3);
+  for (int b = 0; b < TB; b++)
+    for (int i = 0; i < TIN; i++) {
+      double ref = 0, sum_abs = 0;
+      for (int o = 0; o < TOUT; o++) {
+        ref += r(dout[b * TOUT + o]) * r(w[o * TIN + i]);
+        sum_abs += fabs(r(dout[b * TOUT + o]) * r(w[o * TIN + i]));
+      }
+      CHECK_NEAR(din[b * TIN + i], ref, slack(TOUT, sum_abs), 0);
+    }
+  /* The first layer: no din, no weights needed; dW as before. */
+  float *dw_checked = malloc(sizeof(float) * TOUT * TIN);
+  memcpy(dw_checked, dw, sizeof(float) * TOUT * TIN);
+  memcpy(dw, dw0, sizeof(float) * TOUT * TIN);
+  CHECK_OK(cpu_gemm_linear_backward(g, NULL, dw, NULL, dout, in, NULL, TB, TIN, TOUT));
+  for (int k = 0; k < TOUT * TIN; k++) CHECK_NEAR(dw[k], dw_checked[k], 1e-6, 1e-6);
+  free(dw_checked);
+  CHECK_ERR(cpu_gemm_linear_backward(g, din, dw, NULL, dout, in, NULL, TB, TIN, TOUT), DLREC_ERR_INVALID,
+            "din needs the weights");
+  CHECK_ERR(cpu_gemm_linear_forward(g, out, in, w, bias, 0, TIN, TOUT, DLREC_ACT_NONE), DLREC_ERR_INVALID,
+            "bad shape");
+  free(in), free(w), free(out), free(dout), free(din), free(dw), free(dw0);
+}
+
+TEST(bf16_linear_matches_rounded_reference) {
+  cpu_gemm *g;
+  int native = -1;
+  CHECK_OK(cpu_gemm_create(&g, DLREC_PRECISION_BF16, &native));
+  CHECK_EQ(native, cpu_gemm_has_bf16() && cpu_dnnl_available());
+  fprintf(stderr, "%s\n", cpu_gemm_describe(g));
+  check_linear_bf16(g);
+  cpu_gemm_free(g);
+}
+
+/* oneDNN's bf16 matmul, forced on whatever CPU this is: the same checks
+ * where oneDNN accepts; where it has no bf16 kernel for this CPU (oneDNN 2.6
+ * has none below AVX512), a clear refusal when the GEMMs are created, never
+ * a failure at the first training step. */
+TEST(bf16_linear_on_forced_onednn) {
+  cpu_gemm *g;
+  int native = -1;
+  setenv("DLREC_BF16_FORCE_ONEDNN", "1", 1);
+  dlrec_status s = cpu_gemm_create(&g, DLREC_PRECISION_BF16, &native);
+  unsetenv("DLREC_BF16_FORCE_ONEDNN");
+  if (!cpu_dnnl_available()) {
+    CHECK_EQ(s, DLREC_ERR_UNSUPPORTED);
+    CHECK(strstr(dlrec_last_error(), "this build has no oneDNN") != NULL);
+    return;
+  }
+  if (s != DLREC_OK && !cpu_gemm_has_bf16()) {
+    fprintf(stderr, "refused as expected: %s\n", dlrec_last_error());
+    CHECK_EQ(s, DLREC_ERR_UNSUPPORTED);
+    CHECK(strstr(dlrec_last_error(), "DLREC_BF16_FORCE_ONEDNN=1 on a CPU without AVX512-BF16 or AMX") != NULL);
+    CHECK(strstr(dlrec_last_error(), "oneDNN has no bf16 matmul") != NULL);
+    CHECK(g == NULL);
+    return;
+  }
+  CHECK_OK(s);
+  CHECK_EQ(native, cpu_gemm_has_bf16());
+  CHECK(strstr(cpu_gemm_describe(g), "oneDNN") != NULL);
+  check_linear_bf16(g);
+  cpu_gemm_free(g);
+}
+
+TEST(backend_resolves_precision) {
+  dlrec_backend *be;
+  dlrec_backend_config c = {.threads = 1, .precision = DLREC_PRECISION_AUTO};
+  CHECK_OK(dlrec_backend_create(&be, "cpu", &c));
+  /* auto: bf16 only where the CPU has it natively. */
+  CHECK_EQ(dlrec_backend_precision(be), cpu_gemm_has_bf16() ? DLREC_PRECISION_BF16 : DLREC_PRECISION_FP32);
+  CHECK_EQ(dlrec_backend_bf16_native(be), cpu_gemm_has_bf16() && cpu_dnnl_available());
+  dlrec_backend_free(be);
+
+  c.precision = DLREC_PRECISION_FP32;
+  CHECK_OK(dlrec_backend_create(&be, "cpu", &c));
+  CHECK_STR(dlrec_backend_describe(be), "cpu: 1 thread, fp32 GEMMs (OpenBLAS sgemm)");
+  CHECK_EQ(dlrec_backend_bf16_native(be), 0);
+  dlrec_backend_free(be);
+
+  c.precision = DLREC_PRECISION_BF16;
+  CHECK_OK(dlrec_backend_create(&be, "cpu", &c));
+  CHECK_EQ(dlrec_backend_precision(be), DLREC_PRECISION_BF16);
+  fprintf(stderr, "%s\n", dlrec_backend_describe(be));
+  if (!cpu_gemm_has_bf16())
+    CHECK_STR(dlrec_backend_describe(be), "cpu: 1 thread, bf16 GEMMs (emulated: this CPU has no AVX512-BF16 or AMX)");
+  else
+    CHECK(strstr(dlrec_backend_describe(be), "bf16 GEMMs (") != NULL);
+  /* The op goes through the backend's precision: 1.00390625 rounds to 1. */
+  float in[2] = {1.0f + 0x1p-8f, 1.0f}, w[2] = {1.0f, 1.0f + 0x1p-8f}, out = 0;
+  CHECK_OK(BE_OP(be, linear_forward, &out, in, w, NULL, 1, 2, 1, DLREC_ACT_NONE));
+  CHECK(out == 2.0f);
+  dlrec_backend_free(be);
+}
+
+/* ---- learning: a small MLP trained in fp32 and in bf16 ------------------ */
+
+/* Teacher: logit = Σ_j v_j relu(u_j · x + c_j) + a, labels drawn from its
+ * probability. Student: 16 -> 64 -> 32 -> 1 with ReLUs, Adam, trained with
+ * the GEMMs of g; scored in fp32 (as predict and the server score every
+ * precision's model), AUC on held-out rows. */
+enum { LD = 16, LH = 8, L1 = 64, L2 = 32, N_TRAIN = 32768, N_VALID = 16384, LBATCH = 128, LEPOCHS = 3 };
+
+typedef struct mlp {
+  float *p;       /* every parameter, one block */
+  float *w1, *b1, *w2, *b2, *w3, *b3;
+  size_t n;
+} mlp;
+
+static void mlp_init(mlp *m) {
+  m->n = (size_t)L1 * LD + L1 + (size_t)L2 * L1 + L2 + L2 + 1;
+  m->p = calloc(m->n, sizeof(float));
+  m->w1 = m->p, m->b1 = m->w1 + L1 * LD, m->w2 = m->b1 + L1, m->b2 = m->w2 + L2 * L1, m->w3 = m->b2 + L2,
+  m->b3 = m->w3 + L2;
+  rng_state = 7;
+  fill(m->w1, (size_t)L1 * LD, sqrt(6.0 / (LD + L1)));
+  fill(m->w2, (size_t)L2 * L1, sqrt(6.0 / (L1 + L2)));
+  fill(m->w3, L2, sqrt(6.0 / (L2 + 1)));
+}
+
+static void make_data(float *x, float *y, float *p_true, int n) {
+  float u[LH * LD], c[LH], v[LH];
+  rng_state = 1234;
+  fill(u, LH * LD, 0.8), fill(c, LH, 0.5), fill(v, LH, 2.5);
+  rng_state = 99 + (uint64_t)n;
+  for (int s = 0; s < n; s++) {
+    double z = -0.5;
+    for (int k = 0; k < LD; k++) x[s * LD + k] = (float)(1.7 * uniform());
+    for (int j = 0; j < LH; j++) {
+      double h = c[j];
+      for (int k = 0; k < LD; k++) h += u[j * LD + k] * x[s * LD + k];
+      z += v[j] * (h > 0 ? h : 0);
+    }
+    double p = 1 / (1 + exp(-z));
+    p_true[s] = (float)p;
+    y[s] = (uniform() + 1) / 2 < p ? 1.0f : 0.0f;
+  }
+}
+
+/* Scores every row in fp32 (dlrec_linear_*), returns the AUC. */
+static double mlp_auc(const mlp *m, const float *x, const float *y, int n) {
+  float *h1 = malloc(sizeof(float) * (size_t)n * L1), *h2 = malloc(sizeof(float) * (size_t)n * L2);
+  float *z = malloc(sizeof(float) * (size_t)n);
+  double auc = NAN;
+  dlrec_metrics met;
+  if (dlrec_linear_relu_forward(h1, x, m->w1, m->b1, n, LD, L1) == DLREC_OK &&
+      dlrec_linear_relu_forward(h2, h1, m->w2, m->b2, n, L1, L2) == DLREC_OK &&
+      dlrec_linear_forward(z, h2, m->w3, m->b3, n, L2, 1) == DLREC_OK &&
+      dlrec_metrics_compute(z, y, (size_t)n, &met) == DLREC_OK)
+    auc = met.auc;
+  free(h1), free(h2), free(z);
+  return auc;
+}
+
+static dlrec_status mlp_train(mlp *m, cpu_gemm *g, const float *x, const float *y) {
+  float *grad = calloc(m->n, sizeof(float)), *m1 = calloc(m->n, sizeof(float)), *m2 = calloc(m->n, sizeof(float));
+  float *dw1 = grad, *db1 = dw1 + L1 * LD, *dw2 = db1 + L1, *db2 = dw2 + L2 * L1, *dw3 = db2 + L2, *db3 = dw3 + L2;
+  float h1[LBATCH * L1], h2[LBATCH * L2], z[LBATCH], dz[LBATCH], dh1[LBATCH * L1], dh2[LBATCH * L2];
+  const double lr = 0.003, beta1 = 0.9, beta2 = 0.999;
+  dlrec_status s = DLREC_OK;
+  uint64_t t = 0;
+  for (int e = 0; e < LEPOCHS && s == DLREC_OK; e++)
+    for (int s0 = 0; s0 + LBATCH <= N_TRAIN && s == DLREC_OK; s0 += LBATCH) {
+      const float *xb = x + (size_t)s0 * LD;
+      if ((s = cpu_gemm_linear_forward(g, h1, xb, m->w1, m->b1, LBATCH, LD, L1, DLREC_ACT_RELU)) ||
+          (s = cpu_gemm_linear_forward(g, h2, h1, m->w2, m->b2, LBATCH, L1, L2, DLREC_ACT_RELU)) ||
+          (s = cpu_gemm_linear_forward(g, z, h2, m->w3, m->b3, LBATCH, L2, 1, DLREC_ACT_NONE)))
+        break;
+      for (int b = 0; b < LBATCH; b++) dz[b] = (float)((1 / (1 + exp(-z[b])) - y[s0 + b]) / LBATCH);
+      memset(grad, 0, m->n * sizeof(float));
+      if ((s = cpu_gemm_linear_backward(g, dh2, dw3, db3, dz, h2, m->w3, LBATCH, L2, 1))) break;
+      for (int i = 0; i < LBATCH * L2; i++) dh2[i] = h2[i] > 0 ? dh2[i] : 0;
+      if ((s = cpu_gemm_linear_backward(g, dh1, dw2, db2, dh2, h1, m->w2, LBATCH, L1, L2))) break;
+      for (int i = 0; i < LBATCH * L1; i++) dh1[i] = h1[i] > 0 ? dh1[i] : 0;
+      if ((s = cpu_gemm_linear_backward(g, NULL, dw1, db1, dh1, xb, NULL, LBATCH, LD, L1))) break;
+      t++;
+      double c1 = 1 - pow(beta1, (double)t), c2 = 1 - pow(beta2, (double)t);
+      for (size_t i = 0; i < m->n; i++) {
+        m1[i] = (float)(beta1 * m1[i] + (1 - beta1) * grad[i]);
+        m2[i] = (float)(beta2 * m2[i] + (1 - beta2) * grad[i] * grad[i]);
+        m->p[i] -= (float)(lr * (m1[i] / c1) / (sqrt(m2[i] / c2) + 1e-8));
+      }
+    }
+  free(grad), free(m1), free(m2);
+  return s;
+}
+
+/* Stated distance: the bf16 run's AUC within 0.003 of the fp32 run's. */
+#define MAX_AUC_GAP 0.003
+
+TEST(bf16_training_reaches_fp32_auc) {
+  float *x = malloc(sizeof(float) * N_TRAIN * LD), *y = malloc(sizeof(float) * N_TRAIN);
+  float *vx = malloc(sizeof(float) * N_VALID * LD), *vy = malloc(sizeof(float) * N_VALID);
+  float *p_train = malloc(sizeof(float) * N_TRAIN), *p_valid = malloc(sizeof(float) * N_VALID);
+  make_data(x, y, p_train, N_TRAIN);
+  make_data(vx, vy, p_valid, N_VALID);
+  dlrec_metrics best;
+  CHECK_OK(dlrec_metrics_compute(p_valid, vy, N_VALID, &best));
+
+  double auc[2];
+  mlp m[2];
+  for (int k = 0; k < 2; k++) {
+    cpu_gemm *g;
+    int native;
+    CHECK_OK(cpu_gemm_create(&g, k ? DLREC_PRECISION_BF16 : DLREC_PRECISION_FP32, &native));
+    mlp_init(&m[k]);
+    double before = mlp_auc(&m[k], vx, vy, N_VALID);
+    CHECK_OK(mlp_train(&m[k], g, x, y));
+    auc[k] = mlp_auc(&m[k], vx, vy, N_VALID);
+    fprintf(stderr, "%s: AUC %.4f -> %.4f\n", cpu_gemm_describe(g), before, auc[k]);
+    cpu_gemm_free(g);
+  }
+  double max_dw = 0;
+  for (size_t i = 0; i < m[0].n; i++) max_dw = fmax(max_dw, fabs(m[0].p[i] - m[1].p[i]));
+  fprintf(stderr, "best possible AUC %.4f; fp32 %.4f, bf16 %.4f; largest weight difference %.4g\n", best.auc,
+          auc[0], auc[1], max_dw);
+  /* Both learned (close to the teacher's own AUC), along different paths. */
+  CHECK(auc[0] > best.auc - 0.02);
+  CHECK(max_dw > 1e-3);
+  CHECK(fabs(auc[1] - auc[0]) <= MAX_AUC_GAP);
+  free(m[0].p), free(m[1].p);
+  free(x), free(y), free(vx), free(vy), free(p_train), free(p_valid);
+}
