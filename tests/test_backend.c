@@ -914,7 +914,10 @@ static void case_optim(void) {
       const size_t ns = dlrec_optim_state_floats(&c, n);
       float *w = hrand(n, -1, 1), *state = hf(ns);
       if (dlrec_optim_state_init(&c, ns ? state : NULL, n) != DLREC_OK) FAIL("%s", dlrec_last_error());
-      double *wr = hdbl(w, n), *sr = hdbl(state, ns);
+      /* The reference's state starts from the config, not from the op's
+       * initialization, so that a wrong start is noticed. */
+      double *wr = hdbl(w, n), *sr = hd(ns);
+      for (size_t i = 0; kind == DLREC_OPTIM_ADAGRAD && i < ns; i++) sr[i] = c.initial_accumulator;
       float *d_w = dup(w, n), *d_s = ns ? dup(state, ns) : NULL;
       for (uint64_t t = 1; t <= 3 && !test_failed_now(); t++) {
         float *g = hrand(n, -1, 1);

@@ -99,6 +99,7 @@ static void check_linear_backward(int B, int IN, int OUT, int relu) {
   ref_to_double(b_d, bias, OUT);
   for (size_t i = 0; i < nw; i++) dw[i] = 0.25f;
   for (int o = 0; o < OUT; o++) db[o] = -0.5f;
+  for (size_t i = 0; i < nin; i++) din[i] = NAN; /* overwritten, not accumulated */
   int fails = 0;
   if (relu) {
     fails += dlrec_linear_relu_forward(out, in, w, bias, B, IN, OUT) != DLREC_OK;
