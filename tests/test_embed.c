@@ -6,6 +6,7 @@
 
 #include "dlrec/embed.h"
 #include "dlrec/rng.h"
+#include "ref/ref.h"
 #include "test.h"
 
 /* ---- a test batch: CSR bags per column, owned by the struct --------------- */
@@ -60,20 +61,7 @@ static void fill(float *v, size_t n, dlrec_rng *r, float lo, float hi) {
   for (size_t i = 0; i < n; i++) v[i] = lo + (hi - lo) * (float)dlrec_rng_uniform(r);
 }
 
-/* The naive pooling in double: out (B, F, D). */
-static void ref_bag_forward(double *out, const float *data, uint32_t stride, uint32_t D, const test_batch *tb,
-                            int mean) {
-  for (uint32_t b = 0; b < tb->B; b++)
-    for (uint32_t c = 0; c < tb->F; c++) {
-      double *o = out + ((size_t)b * tb->F + c) * D;
-      const uint32_t lo = tb->offsets[c][b], hi = tb->offsets[c][b + 1];
-      for (uint32_t d = 0; d < D; d++) {
-        double s = 0;
-        for (uint32_t k = lo; k < hi; k++) s += data[(size_t)tb->ids[c][k] * stride + d];
-        o[d] = mean && hi > lo ? s / (hi - lo) : s;
-      }
-    }
-}
+static dlrec_bag_mode bag_mode(int mean) { return mean ? DLREC_BAG_MEAN : DLREC_BAG_SUM; }
 
 static dlrec_table *table_random(uint64_t rows, uint32_t dim, uint64_t seed) {
   dlrec_table *t = NULL;
@@ -187,8 +175,8 @@ static void check_bag_forward(uint64_t rows, uint32_t dim, uint32_t B, uint32_t 
   float *out = malloc((size_t)B * F * dim * sizeof(float));
   double *ref = malloc((size_t)B * F * dim * sizeof(double));
   for (size_t i = 0; i < (size_t)B * F * dim; i++) out[i] = NAN; /* empty bags must write zeros */
-  ref_bag_forward(ref, dlrec_table_data(t), dlrec_table_stride(t), dim, &tb, mean);
-  if (dlrec_bag_forward(t, &tb.bags, mean ? DLREC_BAG_MEAN : DLREC_BAG_SUM, out) != DLREC_OK)
+  ref_bag_forward(ref, dlrec_table_data(t), dlrec_table_stride(t), dim, &tb.bags, bag_mode(mean));
+  if (dlrec_bag_forward(t, &tb.bags, bag_mode(mean), out) != DLREC_OK)
     test_fail(__FILE__, __LINE__, "bag_forward: %s", dlrec_last_error());
   for (size_t i = 0; i < (size_t)B * F * dim && !test_failed_now(); i++)
     if (!(fabs(out[i] - ref[i]) <= 1e-6 + 1e-6 * fabs(ref[i])))
@@ -243,8 +231,8 @@ TEST(bag_forward_one_hot_but_the_last_sample_matches_naive) {
           float *out = malloc((size_t)B * F * dim * sizeof(float));
           double *ref = malloc((size_t)B * F * dim * sizeof(double));
           for (size_t i = 0; i < (size_t)B * F * dim; i++) out[i] = NAN;
-          ref_bag_forward(ref, dlrec_table_data(t), dlrec_table_stride(t), dim, &tb, mean);
-          if (dlrec_bag_forward(t, &tb.bags, mean ? DLREC_BAG_MEAN : DLREC_BAG_SUM, out) != DLREC_OK)
+          ref_bag_forward(ref, dlrec_table_data(t), dlrec_table_stride(t), dim, &tb.bags, bag_mode(mean));
+          if (dlrec_bag_forward(t, &tb.bags, bag_mode(mean), out) != DLREC_OK)
             test_fail(__FILE__, __LINE__, "bag_forward: %s", dlrec_last_error());
           for (size_t i = 0; i < (size_t)B * F * dim && !test_failed_now(); i++)
             if (!(fabs(out[i] - ref[i]) <= 1e-6 + 1e-6 * fabs(ref[i])))
@@ -298,7 +286,7 @@ static void check_bag_gradient(int mean) {
   c.lr = 1.0f;
   backward_ctx x;
   if (ctx_open(&x, t, &c, batch_ids(&tb)) != DLREC_OK ||
-      dlrec_bag_backward_update(t, x.o, &tb.bags, mean ? DLREC_BAG_MEAN : DLREC_BAG_SUM, R, x.scratch,
+      dlrec_bag_backward_update(t, x.o, &tb.bags, bag_mode(mean), R, x.scratch,
                                 x.scratch_bytes) != DLREC_OK)
     test_fail(__FILE__, __LINE__, "backward: %s", dlrec_last_error());
   double *out = malloc((size_t)B * F * dim * sizeof(double));
@@ -311,11 +299,11 @@ static void check_bag_gradient(int mean) {
     for (uint32_t d = 0; d < dim; d++) {
       size_t i = row * stride + d;
       pert[i] = before[i] + h;
-      ref_bag_forward(out, pert, stride, dim, &tb, mean);
+      ref_bag_forward(out, pert, stride, dim, &tb.bags, bag_mode(mean));
       double lp = 0, lm = 0;
       for (size_t k = 0; k < (size_t)B * F * dim; k++) lp += out[k] * R[k];
       pert[i] = before[i] - h;
-      ref_bag_forward(out, pert, stride, dim, &tb, mean);
+      ref_bag_forward(out, pert, stride, dim, &tb.bags, bag_mode(mean));
       for (size_t k = 0; k < (size_t)B * F * dim; k++) lm += out[k] * R[k];
       pert[i] = before[i];
       double fd = (lp - lm) / (2 * h), got = (double)before[i] - dlrec_table_data(t)[i];
@@ -399,59 +387,9 @@ TEST(bag_backward_sums_repeated_rows_exactly) {
   dlrec_table_free(t);
 }
 
-/* The naive reference of the three sparse optimizers: per batch, a dense
- * gradient of the table, then an update in double of the touched rows. The
- * gradient is summed in float in (column, sample, position) order, the order
- * the API promises, so that a hot row's sum of thousands of terms matches to
- * the bit rather than to a tolerance that would hide real errors. */
-typedef struct ref_state {
-  double *w, *accum, *m, *v;
-  uint32_t *steps;
-} ref_state;
-
-static void ref_step(ref_state *s, const dlrec_sparse_optim_config *c, const test_batch *tb, const float *dout,
-                     uint64_t rows, uint32_t D, int mean) {
-  float *g = calloc(rows * D, sizeof(float));
-  char *touched = calloc(rows, 1);
-  for (uint32_t cc = 0; cc < tb->F; cc++)
-    for (uint32_t b = 0; b < tb->B; b++) {
-      const uint32_t lo = tb->offsets[cc][b], hi = tb->offsets[cc][b + 1];
-      const float inv = mean ? 1.0f / (float)(hi - lo) : 1.0f;
-      for (uint32_t k = lo; k < hi; k++) {
-        const uint32_t r = tb->ids[cc][k];
-        touched[r] = 1;
-        for (uint32_t d = 0; d < D; d++) {
-          const float go = dout[((size_t)b * tb->F + cc) * D + d];
-          g[(size_t)r * D + d] += mean ? inv * go : go;
-        }
-      }
-    }
-  double gr[64];
-  for (uint64_t r = 0; r < rows; r++) {
-    if (!touched[r]) continue;
-    double *w = s->w + r * D;
-    for (uint32_t d = 0; d < D; d++) gr[d] = g[r * D + d] + (double)c->weight_decay * w[d];
-    if (c->kind == DLREC_SPARSE_SGD) {
-      for (uint32_t d = 0; d < D; d++) w[d] -= c->lr * gr[d];
-    } else if (c->kind == DLREC_SPARSE_ROWWISE_ADAGRAD) {
-      double sq = 0;
-      for (uint32_t d = 0; d < D; d++) sq += gr[d] * gr[d];
-      s->accum[r] += sq / D;
-      for (uint32_t d = 0; d < D; d++) w[d] -= c->lr * gr[d] / (sqrt(s->accum[r]) + c->eps);
-    } else {
-      const uint32_t t = ++s->steps[r];
-      double *m = s->m + r * D, *v = s->v + r * D;
-      for (uint32_t d = 0; d < D; d++) {
-        m[d] = c->beta1 * m[d] + (1 - (double)c->beta1) * gr[d];
-        v[d] = c->beta2 * v[d] + (1 - (double)c->beta2) * gr[d] * gr[d];
-        double mh = m[d] / (1 - pow(c->beta1, t)), vh = v[d] / (1 - pow(c->beta2, t));
-        w[d] -= c->lr * mh / (sqrt(vh) + c->eps);
-      }
-    }
-  }
-  free(g);
-  free(touched);
-}
+/* The naive reference of the three sparse optimizers is ref.c's
+ * ref_bag_backward_update: per batch, a dense gradient of the table summed in
+ * float in the promised order, then an update in double of the touched rows. */
 
 /* B = 64 gives a list of a few hundred items; B = 2048 one of ~15000, where
  * runs of a hot row cross the update phase's chunks, the radix sort cuts the
@@ -468,7 +406,7 @@ static void check_sparse_optimizer_eps(dlrec_sparse_optim_kind kind, float wd, i
   c.initial_accumulator = accum0;
   dlrec_table *t = table_random(rows, D, 11);
   const uint32_t stride = dlrec_table_stride(t);
-  ref_state s = {calloc(rows * D, sizeof(double)), calloc(rows, sizeof(double)), calloc(rows * D, sizeof(double)),
+  ref_sparse_state s = {calloc(rows * D, sizeof(double)), calloc(rows, sizeof(double)), calloc(rows * D, sizeof(double)),
                  calloc(rows * D, sizeof(double)), calloc(rows, sizeof(uint32_t))};
   for (uint64_t r = 0; r < rows; r++) {
     s.accum[r] = c.initial_accumulator;
@@ -489,8 +427,8 @@ static void check_sparse_optimizer_eps(dlrec_sparse_optim_kind kind, float wd, i
     batch_make(&tb, B, F, 0, 4, rows * 2 / 3, 1000 + step);
     fill(dout, (size_t)B * F * D, &r, -1, 1);
     memcpy(before, dlrec_table_data(t), rows * stride * sizeof(float));
-    ref_step(&s, &c, &tb, dout, rows, D, mean);
-    if (dlrec_bag_backward_update(t, x.o, &tb.bags, mean ? DLREC_BAG_MEAN : DLREC_BAG_SUM, dout, x.scratch,
+    ref_bag_backward_update(&s, &c, &tb.bags, bag_mode(mean), dout, rows, D);
+    if (dlrec_bag_backward_update(t, x.o, &tb.bags, bag_mode(mean), dout, x.scratch,
                                   x.scratch_bytes) != DLREC_OK)
       test_fail(__FILE__, __LINE__, "backward: %s", dlrec_last_error());
     const float *w = dlrec_table_data(t);
@@ -673,7 +611,7 @@ TEST(sparse_update_sorts_by_every_bit_of_the_row) {
     dlrec_table *t = table_random(rows, D, 31 + i);
     CHECK(t != NULL);
     const uint32_t stride = dlrec_table_stride(t);
-    ref_state s = {calloc(rows * D, sizeof(double)), calloc(rows, sizeof(double)), calloc(rows * D, sizeof(double)),
+    ref_sparse_state s = {calloc(rows * D, sizeof(double)), calloc(rows, sizeof(double)), calloc(rows * D, sizeof(double)),
                    calloc(rows * D, sizeof(double)), calloc(rows, sizeof(uint32_t))};
     for (uint64_t r = 0; r < rows; r++) {
       s.accum[r] = c.initial_accumulator;
@@ -695,7 +633,7 @@ TEST(sparse_update_sorts_by_every_bit_of_the_row) {
     dlrec_rng_seed(&r, 50 + i, 0);
     float *dout = malloc((size_t)B * F * D * sizeof(float));
     fill(dout, (size_t)B * F * D, &r, -1, 1);
-    ref_step(&s, &c, &tb, dout, rows, D, 0);
+    ref_bag_backward_update(&s, &c, &tb.bags, DLREC_BAG_SUM, dout, rows, D);
     backward_ctx x;
     if (ctx_open(&x, t, &c, batch_ids(&tb)) != DLREC_OK ||
         dlrec_bag_backward_update(t, x.o, &tb.bags, DLREC_BAG_SUM, dout, x.scratch, x.scratch_bytes) != DLREC_OK)
@@ -1017,7 +955,7 @@ static void check_sparse_16bit(dlrec_sparse_optim_kind kind, dlrec_table_dtype d
   float *dout = malloc((size_t)B * F * D * sizeof(float));
   uint16_t *before = malloc(rows * dlrec_table_stride(t16) * sizeof(uint16_t));
   const uint32_t stride = dlrec_table_stride(t16);
-  ref_state s = {calloc(rows * D, sizeof(double)), calloc(rows, sizeof(double)), calloc(rows * D, sizeof(double)),
+  ref_sparse_state s = {calloc(rows * D, sizeof(double)), calloc(rows, sizeof(double)), calloc(rows * D, sizeof(double)),
                  calloc(rows * D, sizeof(double)), calloc(rows, sizeof(uint32_t))};
   CHECK_OK(ctx_open(&x16, t16, &c, (uint64_t)B * F * 4));
   dlrec_rng r;
@@ -1052,7 +990,7 @@ static void check_sparse_16bit(dlrec_sparse_optim_kind kind, dlrec_table_dtype d
     test_batch tb;
     batch_make(&tb, B, F, 0, 4, rows / 2, 700 + step); /* the upper half is never touched */
     fill(dout, (size_t)B * F * D, &r, -1, 1);
-    ref_step(&s, &c, &tb, dout, rows, D, 0);
+    ref_bag_backward_update(&s, &c, &tb.bags, DLREC_BAG_SUM, dout, rows, D);
     CHECK_OK(dlrec_bag_backward_update(t16, x16.o, &tb.bags, DLREC_BAG_SUM, dout, x16.scratch, x16.scratch_bytes));
     CHECK_OK(dlrec_bag_backward_update(t32, x32.o, &tb.bags, DLREC_BAG_SUM, dout, x32.scratch, x32.scratch_bytes));
     const uint16_t *got = dlrec_table_raw_const(t16);

@@ -5,6 +5,7 @@
 
 #include "dlrec/nn.h"
 #include "dlrec/rng.h"
+#include "ref/ref.h"
 #include "test.h"
 
 /* Uniform values in [lo, hi). */
@@ -15,56 +16,12 @@ static void fill(float *v, size_t n, dlrec_rng *r, float lo, float hi) {
 static float *fvec(size_t n) { return calloc(n ? n : 1, sizeof(float)); }
 static double *dvec(size_t n) { return calloc(n ? n : 1, sizeof(double)); }
 
-/* ---- references (double precision, the obvious loops) ---------------------- */
+/* The references (double precision, the obvious loops) are tests/ref/ref.c's. */
 
-/* out (B, OUT) = in (B, IN) · Wᵀ + bias, optionally through a ReLU. */
-static void ref_linear(double *out, const double *in, const double *w, const double *bias, int B, int IN, int OUT,
-                       int relu) {
-  for (int b = 0; b < B; b++)
-    for (int o = 0; o < OUT; o++) {
-      double s = bias ? bias[o] : 0.0;
-      for (int i = 0; i < IN; i++) s += in[b * IN + i] * w[o * IN + i];
-      out[b * OUT + o] = relu && s < 0 ? 0.0 : s;
-    }
-}
-
-/* The dot interaction, spelled out in the DLRM reference's order. */
-static void ref_interaction(double *out, const double *x, const double *emb, int B, int F, int D) {
-  const int W = D + F * (F + 1) / 2;
-  for (int b = 0; b < B; b++) {
-    double *o = out + (size_t)b * W;
-    for (int d = 0; d < D; d++) o[d] = x[b * D + d];
-    int k = D;
-    for (int i = 1; i <= F; i++)
-      for (int j = 0; j < i; j++) {
-        const double *zi = emb + ((size_t)b * F + i - 1) * D;
-        const double *zj = j == 0 ? x + (size_t)b * D : emb + ((size_t)b * F + j - 1) * D;
-        double s = 0;
-        for (int d = 0; d < D; d++) s += zi[d] * zj[d];
-        o[k++] = s;
-      }
-  }
-}
-
-static double ref_bce(const double *z, const double *y, int B) {
-  double s = 0;
-  for (int b = 0; b < B; b++) {
-    /* -y log σ(z) - (1-y) log(1-σ(z)), with log σ(z) = -log1p(exp(-z)). */
-    double log_p = z[b] >= 0 ? -log1p(exp(-z[b])) : z[b] - log1p(exp(z[b]));
-    double log_q = z[b] >= 0 ? -z[b] - log1p(exp(-z[b])) : -log1p(exp(z[b]));
-    s += -y[b] * log_p - (1 - y[b]) * log_q;
-  }
-  return s / B;
-}
-
-static void to_double(double *d, const float *f, size_t n) {
-  for (size_t i = 0; i < n; i++) d[i] = f[i];
-}
-
-static double dot_d(const double *a, const float *r, size_t n) {
-  double s = 0;
-  for (size_t i = 0; i < n; i++) s += a[i] * r[i];
-  return s;
+static double bce(const double *z, const double *y, int B) {
+  double loss;
+  ref_bce_forward(&loss, z, y, B);
+  return loss;
 }
 
 /* ---- linear --------------------------------------------------------------- */
@@ -77,10 +34,10 @@ static void check_linear_forward(int B, int IN, int OUT, int with_bias, int relu
   fill(in, (size_t)B * IN, &r, -1, 1);
   fill(w, (size_t)OUT * IN, &r, -1, 1);
   fill(bias, OUT, &r, -1, 1);
-  to_double(din, in, (size_t)B * IN);
-  to_double(dw, w, (size_t)OUT * IN);
-  to_double(db, bias, OUT);
-  ref_linear(ref, din, dw, with_bias ? db : NULL, B, IN, OUT, relu);
+  ref_to_double(din, in, (size_t)B * IN);
+  ref_to_double(dw, w, (size_t)OUT * IN);
+  ref_to_double(db, bias, OUT);
+  ref_linear_forward(ref, din, dw, with_bias ? db : NULL, B, IN, OUT, relu);
   dlrec_status st = relu ? dlrec_linear_relu_forward(out, in, w, with_bias ? bias : NULL, B, IN, OUT)
                          : dlrec_linear_forward(out, in, w, with_bias ? bias : NULL, B, IN, OUT);
   int ok = st == DLREC_OK;
@@ -108,8 +65,8 @@ TEST(linear_forward_matches_naive) {
 /* L = Σ R ⊙ relu?(in Wᵀ + b) in double, for finite differences. */
 static double linear_loss(const double *in, const double *w, const double *b, const float *R, int B, int IN, int OUT,
                           int relu, double *scratch) {
-  ref_linear(scratch, in, w, b, B, IN, OUT, relu);
-  return dot_d(scratch, R, (size_t)B * OUT);
+  ref_linear_forward(scratch, in, w, b, B, IN, OUT, relu);
+  return ref_weighted_sum(scratch, R, (size_t)B * OUT);
 }
 
 /* Central difference of linear_loss in parameter p (a double array). */
@@ -137,11 +94,12 @@ static void check_linear_backward(int B, int IN, int OUT, int relu) {
   fill(w, nw, &r, -1, 1);
   fill(bias, OUT, &r, -0.5f, 0.5f);
   fill(R, nout, &r, -1, 1);
-  to_double(in_d, in, nin);
-  to_double(w_d, w, nw);
-  to_double(b_d, bias, OUT);
+  ref_to_double(in_d, in, nin);
+  ref_to_double(w_d, w, nw);
+  ref_to_double(b_d, bias, OUT);
   for (size_t i = 0; i < nw; i++) dw[i] = 0.25f;
   for (int o = 0; o < OUT; o++) db[o] = -0.5f;
+  for (size_t i = 0; i < nin; i++) din[i] = NAN; /* overwritten, not accumulated */
   int fails = 0;
   if (relu) {
     fails += dlrec_linear_relu_forward(out, in, w, bias, B, IN, OUT) != DLREC_OK;
@@ -154,7 +112,7 @@ static void check_linear_backward(int B, int IN, int OUT, int relu) {
    * (inputs and weights are within ±1), so a pre-activation that close to
    * zero would put the ReLU's kink inside the finite difference. The draw is
    * fixed; this says so if a change of seed ever makes it happen. */
-  ref_linear(scratch, in_d, w_d, b_d, B, IN, OUT, 0);
+  ref_linear_forward(scratch, in_d, w_d, b_d, B, IN, OUT, 0);
   for (size_t i = 0; relu && i < nout; i++)
     if (fabs(scratch[i]) < 2e-4) {
       test_fail(__FILE__, __LINE__, "test setup: pre-activation %zu is %.3g, too close to the kink", i, scratch[i]);
@@ -273,9 +231,9 @@ static void check_interaction_forward(int B, int F, int D) {
   double *xd = dvec((size_t)B * D), *ed = dvec((size_t)B * F * D), *ref = dvec((size_t)B * W);
   fill(x, (size_t)B * D, &r, -1, 1);
   fill(emb, (size_t)B * F * D, &r, -1, 1);
-  to_double(xd, x, (size_t)B * D);
-  to_double(ed, emb, (size_t)B * F * D);
-  ref_interaction(ref, xd, ed, B, F, D);
+  ref_to_double(xd, x, (size_t)B * D);
+  ref_to_double(ed, emb, (size_t)B * F * D);
+  ref_dot_forward(ref, xd, ed, B, F, D);
   for (size_t i = 0; i < (size_t)B * W; i++) out[i] = NAN; /* every output must be written */
   if (dlrec_interaction_dot_forward(out, x, emb, B, F, D) != DLREC_OK)
     test_fail(__FILE__, __LINE__, "interaction forward: %s", dlrec_last_error());
@@ -316,8 +274,8 @@ static void check_interaction_backward(int B, int F, int D) {
   fill(x, nx, &r, -1, 1);
   fill(emb, ne, &r, -1, 1);
   fill(R, (size_t)B * W, &r, -1, 1);
-  to_double(xd, x, nx);
-  to_double(ed, emb, ne);
+  ref_to_double(xd, x, nx);
+  ref_to_double(ed, emb, ne);
   for (size_t i = 0; i < nx; i++) dx[i] = NAN; /* overwritten, not accumulated */
   for (size_t i = 0; i < ne; i++) demb[i] = NAN;
   if (dlrec_interaction_dot_backward(dx, demb, R, x, emb, B, F, D) != DLREC_OK)
@@ -329,11 +287,11 @@ static void check_interaction_backward(int B, int F, int D) {
     double *p = i < nx ? &xd[i] : &ed[i - nx];
     const double keep = *p;
     *p = keep + h;
-    ref_interaction(out, xd, ed, B, F, D);
-    double lp = dot_d(out, R, (size_t)B * W);
+    ref_dot_forward(out, xd, ed, B, F, D);
+    double lp = ref_weighted_sum(out, R, (size_t)B * W);
     *p = keep - h;
-    ref_interaction(out, xd, ed, B, F, D);
-    double lm = dot_d(out, R, (size_t)B * W);
+    ref_dot_forward(out, xd, ed, B, F, D);
+    double lm = ref_weighted_sum(out, R, (size_t)B * W);
     *p = keep;
     double g = (lp - lm) / (2 * h), got = i < nx ? dx[i] : demb[i - nx];
     if (!(fabs(got - g) <= 1e-4 + 1e-4 * fabs(g)))
@@ -387,11 +345,11 @@ TEST(bce_forward_matches_reference) {
   float y[] = {1.0f, 0.0f, 1.0f, 1.0f, 0.0f, 0.0f, 1.0f, 0.3f};
   const int B = (int)(sizeof z / sizeof z[0]);
   double zd[sizeof z / sizeof z[0]], yd[sizeof z / sizeof z[0]], loss;
-  to_double(zd, z, (size_t)B);
-  to_double(yd, y, (size_t)B);
+  ref_to_double(zd, z, (size_t)B);
+  ref_to_double(yd, y, (size_t)B);
   CHECK_OK(dlrec_bce_logits_forward(&loss, z, y, B));
   CHECK(isfinite(loss));
-  CHECK_NEAR(loss, ref_bce(zd, yd, B), 1e-12, 1e-12);
+  CHECK_NEAR(loss, bce(zd, yd, B), 1e-12, 1e-12);
   /* Known values: z = 0 costs log 2; a confident wrong answer costs |z|. */
   CHECK_OK(dlrec_bce_logits_forward(&loss, z, y, 1));
   CHECK_NEAR(loss, log(2.0), 1e-12, 0);
@@ -406,15 +364,15 @@ TEST(bce_backward_matches_finite_differences) {
   const int B = (int)(sizeof z / sizeof z[0]);
   float dz[sizeof z / sizeof z[0]];
   double zd[sizeof z / sizeof z[0]], yd[sizeof z / sizeof z[0]];
-  to_double(zd, z, (size_t)B);
-  to_double(yd, y, (size_t)B);
+  ref_to_double(zd, z, (size_t)B);
+  ref_to_double(yd, y, (size_t)B);
   CHECK_OK(dlrec_bce_logits_backward(dz, z, y, B));
   for (int b = 0; b < B; b++) {
     const double h = 1e-5, keep = zd[b];
     zd[b] = keep + h;
-    double lp = ref_bce(zd, yd, B);
+    double lp = bce(zd, yd, B);
     zd[b] = keep - h;
-    double lm = ref_bce(zd, yd, B);
+    double lm = bce(zd, yd, B);
     zd[b] = keep;
     CHECK_NEAR(dz[b], (lp - lm) / (2 * h), 1e-7, 1e-5);
   }
@@ -437,33 +395,22 @@ static void check_optimizer_eps(dlrec_optim_kind kind, float wd, float eps, floa
   dlrec_rng r;
   dlrec_rng_seed(&r, 7, (uint64_t)kind);
   float *w = fvec(N), *g = fvec(N), *state = fvec(dlrec_optim_state_floats(&c, N));
-  double *wr = dvec(N), *m = dvec(N), *v = dvec(N), *s = dvec(N);
+  /* The reference's state, laid out as the op's: Adam's m then v, or
+   * Adagrad's sums. */
+  double *wr = dvec(N), *gd = dvec(N), *rs = dvec(2 * (size_t)N);
+  const double *m = rs, *v = rs + N, *s = rs;
   fill(w, N, &r, -1, 1);
-  to_double(wr, w, N);
-  for (int i = 0; i < N; i++) s[i] = c.initial_accumulator;
+  ref_to_double(wr, w, N);
+  if (kind == DLREC_OPTIM_ADAGRAD)
+    for (int i = 0; i < N; i++) rs[i] = c.initial_accumulator;
   if (dlrec_optim_state_init(&c, state, N) != DLREC_OK) test_fail(__FILE__, __LINE__, "%s", dlrec_last_error());
   for (int t = 1; t <= STEPS && !test_failed_now(); t++) {
     fill(g, N, &r, -1, 1);
     if (t == 3) g[0] = 0.0f; /* a zero gradient still moves Adam's moments */
     if (dlrec_optim_step(&c, w, g, state, N, (uint64_t)t) != DLREC_OK)
       test_fail(__FILE__, __LINE__, "%s", dlrec_last_error());
-    for (int i = 0; i < N; i++) {
-      double gi = g[i] + (double)wd * wr[i];
-      switch (kind) {
-      case DLREC_OPTIM_SGD: wr[i] -= (double)c.lr * gi; break;
-      case DLREC_OPTIM_ADAM: {
-        m[i] = c.beta1 * m[i] + (1 - (double)c.beta1) * gi;
-        v[i] = c.beta2 * v[i] + (1 - (double)c.beta2) * gi * gi;
-        double mh = m[i] / (1 - pow(c.beta1, t)), vh = v[i] / (1 - pow(c.beta2, t));
-        wr[i] -= c.lr * mh / (sqrt(vh) + c.eps);
-        break;
-      }
-      case DLREC_OPTIM_ADAGRAD:
-        s[i] += gi * gi;
-        wr[i] -= c.lr * gi / (sqrt(s[i]) + c.eps);
-        break;
-      }
-    }
+    ref_to_double(gd, g, N);
+    ref_optim_step(&c, wr, gd, rs, N, (uint64_t)t);
     for (int i = 0; i < N && !test_failed_now(); i++) {
       if (!(fabs(w[i] - wr[i]) <= 1e-5 + 1e-5 * fabs(wr[i])))
         test_fail(__FILE__, __LINE__, "kind %d step %d: w[%d] = %.9g, reference %.9g", kind, t, i, w[i], wr[i]);
@@ -474,7 +421,7 @@ static void check_optimizer_eps(dlrec_optim_kind kind, float wd, float eps, floa
         test_fail(__FILE__, __LINE__, "Adagrad state %d: %.9g vs %.9g", i, state[i], s[i]);
     }
   }
-  free(w), free(g), free(state), free(wr), free(m), free(v), free(s);
+  free(w), free(g), free(state), free(wr), free(gd), free(rs);
 }
 
 /* The same with the default eps, and Adagrad's accumulator starting at 0.1. */

@@ -7,6 +7,7 @@
 
 #include "dlrec/nn.h"
 #include "dlrec/rng.h"
+#include "ref/ref.h"
 #include "test.h"
 
 /* Uniform values in [lo, hi). */
@@ -16,10 +17,6 @@ static void fill(float *v, size_t n, dlrec_rng *r, float lo, float hi) {
 
 static float *fvec(size_t n) { return calloc(n ? n : 1, sizeof(float)); }
 static double *dvec(size_t n) { return calloc(n ? n : 1, sizeof(double)); }
-
-static void to_double(double *d, const float *f, size_t n) {
-  for (size_t i = 0; i < n; i++) d[i] = f[i];
-}
 
 /* A scalar loss of double-precision parameters, for finite differences. */
 typedef double (*loss_fn)(void *ctx);
@@ -57,12 +54,6 @@ static int check_close(const char *name, const float *got, const double *ref, si
       return 1;
     }
   return 0;
-}
-
-static double weighted_sum(const double *v, const float *R, size_t n) {
-  double s = 0;
-  for (size_t i = 0; i < n; i++) s += v[i] * R[i];
-  return s;
 }
 
 /* ---- batch invariance ------------------------------------------------------- */
@@ -131,19 +122,10 @@ typedef struct concat_ctx {
   const float *R;
 } concat_ctx;
 
-static void ref_concat(double *out, const double *x, const double *emb, int B, int DX, int F, int D) {
-  const int W = DX + F * D;
-  for (int b = 0; b < B; b++) {
-    for (int i = 0; i < DX; i++) out[b * W + i] = x[b * DX + i];
-    for (int f = 0; f < F; f++)
-      for (int d = 0; d < D; d++) out[b * W + DX + f * D + d] = emb[(b * F + f) * D + d];
-  }
-}
-
 static double concat_loss(void *p) {
   concat_ctx *c = p;
-  ref_concat(c->out, c->x, c->emb, c->B, c->DX, c->F, c->D);
-  return weighted_sum(c->out, c->R, (size_t)c->B * (c->DX + c->F * c->D));
+  ref_concat_forward(c->out, c->x, c->emb, c->B, c->DX, c->F, c->D);
+  return ref_weighted_sum(c->out, c->R, (size_t)c->B * (c->DX + c->F * c->D));
 }
 
 static void check_concat(int B, int DX, int F, int D) {
@@ -153,11 +135,11 @@ static void check_concat(int B, int DX, int F, int D) {
   float *x = fvec(nx), *emb = fvec(ne), *out = fvec(B * W), *R = fvec(B * W), *dx = fvec(nx), *demb = fvec(ne);
   double *xd = dvec(nx), *ed = dvec(ne), *ref = dvec(B * W);
   fill(x, nx, &r, -1, 1), fill(emb, ne, &r, -1, 1), fill(R, B * W, &r, -1, 1);
-  to_double(xd, x, nx), to_double(ed, emb, ne);
+  ref_to_double(xd, x, nx), ref_to_double(ed, emb, ne);
   int fails = W != (size_t)DX + (size_t)F * D;
   if (fails) test_fail(__FILE__, __LINE__, "concat_dim(%d, %d, %d) = %zu", DX, F, D, W);
   fails = fails || dlrec_interaction_concat_forward(out, DX ? x : NULL, emb, B, DX, F, D) != DLREC_OK;
-  ref_concat(ref, xd, ed, B, DX, F, D);
+  ref_concat_forward(ref, xd, ed, B, DX, F, D);
   fails = fails || check_close("concat out", out, ref, B * W, 0, 0);
   fails = fails || dlrec_interaction_concat_backward(DX ? dx : NULL, demb, R, B, DX, F, D) != DLREC_OK;
   concat_ctx c = {B, DX, F, D, xd, ed, ref, R};
@@ -166,12 +148,11 @@ static void check_concat(int B, int DX, int F, int D) {
     fails = fails || check_grad("concat demb", demb, 0, ed, ne, concat_loss, &c, 1e-3, 1e-6, 1e-6);
   } else {
     /* Closed form: the matching slices of dout. */
-    double *gx = dvec(nx), *ge = dvec(ne);
-    for (int b = 0; b < B; b++) {
-      for (int i = 0; i < DX; i++) gx[(size_t)b * DX + i] = R[b * W + i];
-      for (int i = 0; i < F * D; i++) ge[(size_t)b * F * D + i] = R[b * W + DX + i];
-    }
+    double *gx = dvec(nx), *ge = dvec(ne), *Rd = dvec(B * W);
+    ref_to_double(Rd, R, B * W);
+    ref_concat_backward(gx, ge, Rd, B, DX, F, D);
     fails = fails || check_close("concat dx", dx, gx, nx, 0, 0) || check_close("concat demb", demb, ge, ne, 0, 0);
+    free(Rd);
     free(gx), free(ge);
   }
   if (fails && !test_failed_now()) test_fail(__FILE__, __LINE__, "concat: %s", dlrec_last_error());
@@ -207,27 +188,11 @@ TEST(concat_rejects_bad_arguments) {
 
 /* ---- cross layer ------------------------------------------------------------ */
 
-/* out = x0 ⊙ (xl Wᵀ + bias) + xl with W = w (d, d) when r = 0, else the
- * product of u (d, r) and v (r, d) applied as u · (v · xl), spelled out. */
-static void ref_cross(double *out, const double *x0, const double *xl, const double *w, const double *v,
+/* The full-rank reference (r = 0, w) or the low-rank one (v, u). */
+static void cross_reference(double *out, const double *x0, const double *xl, const double *w, const double *v,
                       const double *u, const double *bias, int B, int d, int r) {
-  double *t = dvec((size_t)r);
-  for (int b = 0; b < B; b++) {
-    const double *a = xl + (size_t)b * d;
-    for (int k = 0; k < r; k++) {
-      t[k] = 0;
-      for (int i = 0; i < d; i++) t[k] += v[k * d + i] * a[i];
-    }
-    for (int o = 0; o < d; o++) {
-      double s = bias[o];
-      if (r == 0)
-        for (int i = 0; i < d; i++) s += w[o * d + i] * a[i];
-      else
-        for (int k = 0; k < r; k++) s += u[o * r + k] * t[k];
-      out[(size_t)b * d + o] = x0[(size_t)b * d + o] * s + a[o];
-    }
-  }
-  free(t);
+  if (r == 0) ref_cross_forward(out, x0, xl, w, bias, B, d);
+  else ref_cross_lowrank_forward(out, x0, xl, v, u, bias, B, d, r);
 }
 
 typedef struct cross_ctx {
@@ -238,8 +203,8 @@ typedef struct cross_ctx {
 
 static double cross_loss(void *p) {
   cross_ctx *c = p;
-  ref_cross(c->out, c->x0, c->first ? c->x0 : c->xl, c->w, c->v, c->u, c->bias, c->B, c->d, c->r);
-  return weighted_sum(c->out, c->R, (size_t)c->B * c->d);
+  cross_reference(c->out, c->x0, c->first ? c->x0 : c->xl, c->w, c->v, c->u, c->bias, c->B, c->d, c->r);
+  return ref_weighted_sum(c->out, c->R, (size_t)c->B * c->d);
 }
 
 /* Forward against the reference, and every gradient against finite
@@ -259,8 +224,8 @@ static void check_cross(int B, int d, int r, int first) {
   fill(x0, n, &rng, -1, 1), fill(xl, n, &rng, -1, 1), fill(w, nw, &rng, -1, 1), fill(v, nr, &rng, -1, 1);
   fill(u, nr, &rng, -1, 1), fill(bias, d, &rng, -1, 1), fill(R, n, &rng, -1, 1);
   const float *xin = first ? x0 : xl;
-  to_double(x0d, x0, n), to_double(xld, xin, n), to_double(wd, w, nw), to_double(vd, v, nr);
-  to_double(ud, u, nr), to_double(bd, bias, d);
+  ref_to_double(x0d, x0, n), ref_to_double(xld, xin, n), ref_to_double(wd, w, nw), ref_to_double(vd, v, nr);
+  ref_to_double(ud, u, nr), ref_to_double(bd, bias, d);
   for (size_t i = 0; i < n; i++) dx0[i] = 0.25f;
   for (size_t i = 0; i < nw; i++) dw[i] = 0.25f;
   for (size_t i = 0; i < nr; i++) dv[i] = 0.25f, du[i] = 0.25f;
@@ -274,7 +239,7 @@ static void check_cross(int B, int d, int r, int first) {
     fails = fails || dlrec_cross_lowrank_backward(dx0, dxl, dv, du, dbias, R, x0, xin, act, v, u, ws, B, d, r) !=
                          DLREC_OK;
   }
-  ref_cross(ref, x0d, xld, wd, vd, ud, bd, B, d, r);
+  cross_reference(ref, x0d, xld, wd, vd, ud, bd, B, d, r);
   fails = fails || check_close("cross out", out, ref, n, 1e-5, 1e-5);
   cross_ctx c = {B, d, r, first, x0d, xld, wd, vd, ud, bd, ref, R};
   const double h = 1e-3, atol = 1e-4, rtol = 1e-4; /* the loss is quadratic: central differences are exact */
@@ -321,13 +286,13 @@ TEST(cross_forward_large_matches_reference) {
   double *ref = dvec(n);
   fill(x0, n, &rng, -1, 1), fill(xl, n, &rng, -1, 1), fill(w, d * d, &rng, -0.2f, 0.2f);
   fill(v, r * d, &rng, -0.2f, 0.2f), fill(u, d * r, &rng, -0.2f, 0.2f), fill(bias, d, &rng, -1, 1);
-  to_double(x0d, x0, n), to_double(xld, xl, n), to_double(wd, w, d * d), to_double(vd, v, r * d);
-  to_double(ud, u, d * r), to_double(bd, bias, d);
+  ref_to_double(x0d, x0, n), ref_to_double(xld, xl, n), ref_to_double(wd, w, d * d), ref_to_double(vd, v, r * d);
+  ref_to_double(ud, u, d * r), ref_to_double(bd, bias, d);
   int fails = dlrec_cross_forward(out, act, x0, xl, w, bias, B, d) != DLREC_OK;
-  ref_cross(ref, x0d, xld, wd, NULL, NULL, bd, B, d, 0);
+  cross_reference(ref, x0d, xld, wd, NULL, NULL, bd, B, d, 0);
   fails = fails || check_close("cross out", out, ref, n, 1e-5, 1e-5);
   fails = fails || dlrec_cross_lowrank_forward(out, act, x0, xl, v, u, bias, B, d, r) != DLREC_OK;
-  ref_cross(ref, x0d, xld, NULL, vd, ud, bd, B, d, r);
+  cross_reference(ref, x0d, xld, NULL, vd, ud, bd, B, d, r);
   fails = fails || check_close("cross lowrank out", out, ref, n, 1e-5, 1e-5);
   if (fails && !test_failed_now()) test_fail(__FILE__, __LINE__, "cross: %s", dlrec_last_error());
   free(x0), free(xl), free(w), free(v), free(u), free(bias), free(out), free(act);
@@ -361,19 +326,19 @@ TEST(cross_infer_is_batch_invariant_and_matches_reference) {
   double *ref = dvec(n);
   fill(w, d * d, &rng, -0.1f, 0.1f), fill(v, r * d, &rng, -0.1f, 0.1f), fill(u, d * r, &rng, -0.2f, 0.2f);
   fill(bias, d, &rng, -1, 1), fill(x0, n, &rng, -1, 1), fill(xl, n, &rng, -1, 1);
-  to_double(x0d, x0, n), to_double(xld, xl, n), to_double(wd, w, d * d), to_double(vd, v, r * d);
-  to_double(ud, u, d * r), to_double(bd, bias, d);
+  ref_to_double(x0d, x0, n), ref_to_double(xld, xl, n), ref_to_double(wd, w, d * d), ref_to_double(vd, v, r * d);
+  ref_to_double(ud, u, d * r), ref_to_double(bd, bias, d);
   cross_infer_ctx c = {d, 0, NULL, NULL, NULL, ws};
   int fails = dlrec_packed_linear_create(&c.w, w, bias, d, d) != DLREC_OK;
   fails = fails || dlrec_packed_linear_create(&c.v, v, NULL, d, r) != DLREC_OK;
   fails = fails || dlrec_packed_linear_create(&c.u, u, bias, r, d) != DLREC_OK;
   fails = fails || cross_infer(&c, out, x0, xl, B) != DLREC_OK;
-  ref_cross(ref, x0d, xld, wd, NULL, NULL, bd, B, d, 0);
+  cross_reference(ref, x0d, xld, wd, NULL, NULL, bd, B, d, 0);
   fails = fails || check_close("cross infer", out, ref, n, 1e-5, 1e-5);
   fails = fails || check_batch_invariant("cross infer", cross_infer, &c, d, d, d, 2);
   c.r = r;
   fails = fails || cross_infer(&c, out, x0, xl, B) != DLREC_OK;
-  ref_cross(ref, x0d, xld, NULL, vd, ud, bd, B, d, r);
+  cross_reference(ref, x0d, xld, NULL, vd, ud, bd, B, d, r);
   fails = fails || check_close("cross lowrank infer", out, ref, n, 1e-5, 1e-5);
   fails = fails || check_batch_invariant("cross lowrank infer", cross_infer, &c, d, d, d, 3);
   if (fails && !test_failed_now()) test_fail(__FILE__, __LINE__, "cross infer: %s", dlrec_last_error());
@@ -400,51 +365,6 @@ TEST(cross_rejects_bad_arguments) {
 
 /* ---- mixture of low-rank experts ------------------------------------------------ */
 
-/* DCN-Mix spelled out per row: each expert's two ReLU layers and up
- * projection, the softmax over the gates' logits, the mixture. The loss of
- * a finite difference must not cross a ReLU's kink: *min_pre receives the
- * smallest nonzero |pre-activation| seen. */
-static void ref_mix(double *out, double *min_pre, const double *x0, const double *xl, const double *v,
-                    const double *c, const double *u, const double *gate, const double *bias, int B, int d, int r,
-                    int K) {
-  double *t1 = dvec(r), *t2 = dvec(r), *logit = dvec(K), *m = dvec(d);
-  for (int b = 0; b < B; b++) {
-    const double *a = xl + (size_t)b * d;
-    double mx = -INFINITY, sum = 0;
-    for (int k = 0; k < K; k++) {
-      logit[k] = 0;
-      for (int i = 0; i < d; i++) logit[k] += gate[k * d + i] * a[i];
-      mx = fmax(mx, logit[k]);
-    }
-    for (int k = 0; k < K; k++) sum += exp(logit[k] - mx);
-    for (int j = 0; j < d; j++) m[j] = 0;
-    for (int k = 0; k < K; k++) {
-      const double pk = exp(logit[k] - mx) / sum;
-      for (int q = 0; q < r; q++) {
-        double s = 0;
-        for (int i = 0; i < d; i++) s += v[((size_t)k * r + q) * d + i] * a[i];
-        if (min_pre) *min_pre = fmin(*min_pre, fabs(s));
-        t1[q] = s > 0 ? s : 0;
-      }
-      for (int q = 0; q < r; q++) {
-        double s = 0;
-        for (int i = 0; i < r; i++) s += c[((size_t)k * r + q) * r + i] * t1[i];
-        /* Exactly 0 when the first layer is all zero (far from its kinks):
-         * no perturbation moves it then. */
-        if (min_pre && s != 0) *min_pre = fmin(*min_pre, fabs(s));
-        t2[q] = s > 0 ? s : 0;
-      }
-      for (int j = 0; j < d; j++) {
-        double s = bias[j];
-        for (int i = 0; i < r; i++) s += u[((size_t)k * d + j) * r + i] * t2[i];
-        m[j] += pk * s;
-      }
-    }
-    for (int j = 0; j < d; j++) out[(size_t)b * d + j] = x0[(size_t)b * d + j] * m[j] + a[j];
-  }
-  free(t1), free(t2), free(logit), free(m);
-}
-
 typedef struct mix_ctx {
   int B, d, r, K, first;
   double *x0, *xl, *v, *c, *u, *gate, *bias, *out;
@@ -453,9 +373,9 @@ typedef struct mix_ctx {
 
 static double mix_loss(void *p) {
   mix_ctx *m = p;
-  ref_mix(m->out, NULL, m->x0, m->first ? m->x0 : m->xl, m->v, m->c, m->u, m->gate, m->bias, m->B, m->d, m->r,
-          m->K);
-  return weighted_sum(m->out, m->R, (size_t)m->B * m->d);
+  ref_cross_mix_forward(m->out, NULL, m->x0, m->first ? m->x0 : m->xl, m->v, m->c, m->u, m->gate, m->bias, m->B,
+                        m->d, m->r, m->K);
+  return ref_weighted_sum(m->out, m->R, (size_t)m->B * m->d);
 }
 
 static void check_mix(int B, int d, int r, int K, int first, uint64_t seed) {
@@ -471,8 +391,8 @@ static void check_mix(int B, int d, int r, int K, int first, uint64_t seed) {
   fill(x0, n, &rng, -1, 1), fill(xl, n, &rng, -1, 1), fill(v, nv, &rng, -1, 1), fill(c, nc, &rng, -1, 1);
   fill(u, nv, &rng, -1, 1), fill(g, ng, &rng, -2, 2), fill(bias, d, &rng, -1, 1), fill(R, n, &rng, -1, 1);
   const float *xin = first ? x0 : xl;
-  to_double(x0d, x0, n), to_double(xld, xin, n), to_double(vd, v, nv), to_double(cd, c, nc);
-  to_double(ud, u, nv), to_double(gd, g, ng), to_double(bd, bias, d);
+  ref_to_double(x0d, x0, n), ref_to_double(xld, xin, n), ref_to_double(vd, v, nv), ref_to_double(cd, c, nc);
+  ref_to_double(ud, u, nv), ref_to_double(gd, g, ng), ref_to_double(bd, bias, d);
   for (size_t i = 0; i < n; i++) dx0[i] = 0.25f;
   for (size_t i = 0; i < nv; i++) dv[i] = du[i] = 0.25f;
   for (size_t i = 0; i < nc; i++) dc[i] = 0.25f;
@@ -482,7 +402,7 @@ static void check_mix(int B, int d, int r, int K, int first, uint64_t seed) {
   fails = fails || dlrec_cross_mix_backward(dx0, dxl, dv, dc, du, dg, dbias, R, x0, xin, act, v, c, u, g, ws, B, d,
                                             r, K) != DLREC_OK;
   double min_pre = INFINITY;
-  ref_mix(ref, &min_pre, x0d, xld, vd, cd, ud, gd, bd, B, d, r, K);
+  ref_cross_mix_forward(ref, &min_pre, x0d, xld, vd, cd, ud, gd, bd, B, d, r, K);
   fails = fails || check_close("mix out", out, ref, n, 1e-5, 1e-5);
   /* With values within ±2 and r, d <= 6, h = 1e-4 moves a pre-activation by
    * less than 1e-3; a draw that puts one closer to the kink would make the
@@ -542,8 +462,8 @@ TEST(cross_mix_infer_is_batch_invariant_and_matches_reference) {
   double *bd = dvec(d), *ref = dvec(n);
   fill(x0, n, &rng, -1, 1), fill(xl, n, &rng, -1, 1), fill(v, nv, &rng, -0.3f, 0.3f), fill(c, nc, &rng, -1, 1);
   fill(u, nv, &rng, -1, 1), fill(g, ng, &rng, -0.5f, 0.5f), fill(bias, d, &rng, -1, 1);
-  to_double(x0d, x0, n), to_double(xld, xl, n), to_double(vd, v, nv), to_double(cd, c, nc);
-  to_double(ud, u, nv), to_double(gd, g, ng), to_double(bd, bias, d);
+  ref_to_double(x0d, x0, n), ref_to_double(xld, xl, n), ref_to_double(vd, v, nv), ref_to_double(cd, c, nc);
+  ref_to_double(ud, u, nv), ref_to_double(gd, g, ng), ref_to_double(bd, bias, d);
   mix_infer_ctx m = {d, r, K, {0}, {0}, {0}, NULL, fvec(dlrec_cross_mix_infer_ws_floats(33, d, r, K))};
   int fails = 0;
   for (int k = 0; k < K; k++) {
@@ -553,7 +473,7 @@ TEST(cross_mix_infer_is_batch_invariant_and_matches_reference) {
   }
   fails += dlrec_packed_linear_create(&m.gate, g, NULL, d, K) != DLREC_OK;
   fails = fails || mix_infer(&m, out, x0, xl, B) != DLREC_OK;
-  ref_mix(ref, NULL, x0d, xld, vd, cd, ud, gd, bd, B, d, r, K);
+  ref_cross_mix_forward(ref, NULL, x0d, xld, vd, cd, ud, gd, bd, B, d, r, K);
   fails = fails || check_close("mix infer", out, ref, n, 1e-5, 1e-5);
   fails = fails || check_batch_invariant("cross mix infer", mix_infer, &m, d, d, d, 8);
   if (fails && !test_failed_now()) test_fail(__FILE__, __LINE__, "cross mix infer: %s", dlrec_last_error());
@@ -586,18 +506,6 @@ TEST(cross_mix_rejects_bad_arguments) {
 
 /* ---- FM second-order term ------------------------------------------------- */
 
-/* Σ_{f<g} <e_f, e_g> per sample: the pairwise definition, not the identity
- * the kernel uses. */
-static void ref_fm(double *out, const double *emb, int B, int F, int D) {
-  for (int b = 0; b < B; b++) {
-    double s = 0;
-    for (int f = 0; f < F; f++)
-      for (int g = f + 1; g < F; g++)
-        for (int d = 0; d < D; d++) s += emb[((size_t)b * F + f) * D + d] * emb[((size_t)b * F + g) * D + d];
-    out[b] = s;
-  }
-}
-
 typedef struct fm_ctx {
   int B, F, D;
   double *emb, *out;
@@ -606,8 +514,8 @@ typedef struct fm_ctx {
 
 static double fm_loss(void *p) {
   fm_ctx *c = p;
-  ref_fm(c->out, c->emb, c->B, c->F, c->D);
-  return weighted_sum(c->out, c->R, (size_t)c->B);
+  ref_fm_forward(c->out, c->emb, c->B, c->F, c->D);
+  return ref_weighted_sum(c->out, c->R, (size_t)c->B);
 }
 
 static void check_fm(int B, int F, int D) {
@@ -617,9 +525,9 @@ static void check_fm(int B, int F, int D) {
   float *emb = fvec(ne), *out = fvec(B), *R = fvec(B), *demb = fvec(ne);
   double *ed = dvec(ne), *ref = dvec(B);
   fill(emb, ne, &r, -1, 1), fill(R, B, &r, -1, 1);
-  to_double(ed, emb, ne);
+  ref_to_double(ed, emb, ne);
   int fails = dlrec_fm_forward(out, emb, B, F, D) != DLREC_OK;
-  ref_fm(ref, ed, B, F, D);
+  ref_fm_forward(ref, ed, B, F, D);
   /* fp32 sums of F terms per d, each |term| <= 1: an error of order F·D·u·F. */
   fails = fails || check_close("fm out", out, ref, B, 1e-6 * F * F * D / 8 + 1e-6, 1e-5);
   fails = fails || dlrec_fm_backward(demb, R, emb, B, F, D) != DLREC_OK;
@@ -627,16 +535,11 @@ static void check_fm(int B, int F, int D) {
   if (ne <= FD_MAX) {
     fails = fails || check_grad("fm demb", demb, 0, ed, ne, fm_loss, &c, 1e-3, 1e-5 * F, 1e-4);
   } else {
-    /* Closed form: dout_b · Σ_{g≠f} e_gd, summed pairwise in double. */
-    double *ge = dvec(ne);
-    for (int b = 0; b < B; b++)
-      for (int f = 0; f < F; f++)
-        for (int d = 0; d < D; d++) {
-          double s = 0;
-          for (int g = 0; g < F; g++)
-            if (g != f) s += ed[((size_t)b * F + g) * D + d];
-          ge[((size_t)b * F + f) * D + d] = R[b] * s;
-        }
+    /* Closed form: dout_b · Σ_{g≠f} e_gd, summed in double. */
+    double *ge = dvec(ne), *Rd = dvec(B);
+    ref_to_double(Rd, R, B);
+    ref_fm_backward(ge, Rd, ed, B, F, D);
+    free(Rd);
     fails = fails || check_close("fm demb", demb, ge, ne, 1e-5 * F, 1e-4);
     free(ge);
   }
@@ -679,12 +582,8 @@ typedef struct wide_ctx {
 
 static double wide_loss(void *p) {
   wide_ctx *c = p;
-  for (int b = 0; b < c->B; b++) {
-    double s = *c->bias;
-    for (int f = 0; f < c->F; f++) s += c->w[(size_t)b * c->F + f];
-    c->out[b] = s;
-  }
-  return weighted_sum(c->out, c->R, (size_t)c->B);
+  ref_wide_forward(c->out, c->w, c->bias, c->B, c->F);
+  return ref_weighted_sum(c->out, c->R, (size_t)c->B);
 }
 
 static void check_wide(int B, int F) {
@@ -694,7 +593,7 @@ static void check_wide(int B, int F) {
   float *w = fvec(n), *out = fvec(B), *R = fvec(B), *dw = fvec(n), bias, dbias = 0.25f;
   double *wd = dvec(n), *ref = dvec(B), bd;
   fill(w, n, &r, -1, 1), fill(R, B, &r, -1, 1), fill(&bias, 1, &r, -1, 1);
-  to_double(wd, w, n), bd = bias;
+  ref_to_double(wd, w, n), bd = bias;
   wide_ctx c = {B, F, wd, &bd, ref, R};
   wide_loss(&c);
   int fails = dlrec_wide_forward(out, w, &bias, B, F) != DLREC_OK;
@@ -704,8 +603,10 @@ static void check_wide(int B, int F) {
     fails = fails || check_grad("wide dw", dw, 0, wd, n, wide_loss, &c, 1e-3, 1e-5, 1e-5);
   } else {
     /* Closed form: dout broadcast over the row. */
-    double *gw = dvec(n);
-    for (size_t i = 0; i < n; i++) gw[i] = R[i / F];
+    double *gw = dvec(n), *Rd = dvec(B), gb;
+    ref_to_double(Rd, R, B);
+    ref_wide_backward(gw, &gb, Rd, B, F);
+    free(Rd);
     fails = fails || check_close("wide dw", dw, gw, n, 0, 0);
     free(gw);
   }
@@ -829,7 +730,7 @@ TEST(dropout_backward_matches_finite_differences) {
   float *in = fvec(N), *R = fvec(N), *din = fvec(N), *xf = fvec(N), *out = fvec(N);
   double *x = dvec(N);
   fill(in, N, &r, -1, 1), fill(R, N, &r, -1, 1);
-  to_double(x, in, N);
+  ref_to_double(x, in, N);
   CHECK_OK(dlrec_dropout_backward(din, R, N, 0.25f, 9, 4));
   dropout_ctx c = {N, 0.25f, x, R, xf, out};
   CHECK(!check_grad("dropout din", din, 0, x, N, dropout_loss, &c, 0.25, 1e-5, 1e-5));
@@ -877,22 +778,6 @@ TEST(dropout_rejects_bad_arguments) {
 
 /* ---- batch normalization ------------------------------------------------------ */
 
-/* PyTorch's BatchNorm1d in training mode, in double: out, and the running
- * statistics moved with the unbiased variance. */
-static void ref_bn_train(double *out, double *rmean, double *rvar, const double *x, const double *gamma,
-                         const double *beta, double momentum, double eps, int B, int C) {
-  for (int c = 0; c < C; c++) {
-    double mean = 0, var = 0;
-    for (int b = 0; b < B; b++) mean += x[b * C + c];
-    mean /= B;
-    for (int b = 0; b < B; b++) var += (x[b * C + c] - mean) * (x[b * C + c] - mean);
-    for (int b = 0; b < B; b++)
-      out[b * C + c] = gamma[c] * (x[b * C + c] - mean) / sqrt(var / B + eps) + beta[c];
-    if (rmean) rmean[c] = (1 - momentum) * rmean[c] + momentum * mean;
-    if (rvar) rvar[c] = (1 - momentum) * rvar[c] + momentum * var / (B - 1);
-  }
-}
-
 typedef struct bn_ctx {
   int B, C;
   double *x, *gamma, *beta, *out;
@@ -901,8 +786,8 @@ typedef struct bn_ctx {
 
 static double bn_loss(void *p) {
   bn_ctx *c = p;
-  ref_bn_train(c->out, NULL, NULL, c->x, c->gamma, c->beta, 0, 1e-5, c->B, c->C);
-  return weighted_sum(c->out, c->R, (size_t)c->B * c->C);
+  ref_batchnorm_train_forward(c->out, NULL, c->x, c->gamma, c->beta, NULL, NULL, 0, 1e-5, c->B, c->C);
+  return ref_weighted_sum(c->out, c->R, (size_t)c->B * c->C);
 }
 
 static void check_bn(int B, int C, int grads) {
@@ -914,11 +799,11 @@ static void check_bn(int B, int C, int grads) {
   double *xd = dvec(n), *gd = dvec(C), *bd = dvec(C), *rmd = dvec(C), *rvd = dvec(C), *ref = dvec(n);
   fill(x, n, &r, -1, 3), fill(gamma, C, &r, 0.5f, 1.5f), fill(beta, C, &r, -1, 1), fill(R, n, &r, -1, 1);
   fill(rm, C, &r, -1, 1), fill(rv, C, &r, 0.5f, 2);
-  to_double(xd, x, n), to_double(gd, gamma, C), to_double(bd, beta, C), to_double(rmd, rm, C);
-  to_double(rvd, rv, C);
+  ref_to_double(xd, x, n), ref_to_double(gd, gamma, C), ref_to_double(bd, beta, C), ref_to_double(rmd, rm, C);
+  ref_to_double(rvd, rv, C);
   for (int c = 0; c < C; c++) dgamma[c] = dbeta[c] = 0.25f;
   int fails = dlrec_batchnorm_train_forward(out, saved, x, gamma, beta, rm, rv, 0.1f, 1e-5f, B, C) != DLREC_OK;
-  ref_bn_train(ref, rmd, rvd, xd, gd, bd, 0.1, 1e-5, B, C);
+  ref_batchnorm_train_forward(ref, NULL, xd, gd, bd, rmd, rvd, 0.1, 1e-5, B, C);
   fails = fails || check_close("bn out", out, ref, n, 1e-5, 1e-5);
   fails = fails || check_close("bn running_mean", rm, rmd, C, 1e-6, 1e-6);
   fails = fails || check_close("bn running_var", rv, rvd, C, 1e-6, 1e-6);
@@ -991,9 +876,11 @@ TEST(batchnorm_infer_uses_running_stats_and_is_batch_invariant) {
   double *ref = dvec(B * C);
   fill(g, C, &r, 0.5f, 1.5f), fill(be, C, &r, -1, 1), fill(rm, C, &r, -1, 1), fill(rv, C, &r, 0.1f, 2);
   fill(x, B * C, &r, -2, 2);
-  for (int b = 0; b < B; b++)
-    for (int c = 0; c < C; c++)
-      ref[b * C + c] = (double)g[c] * (x[b * C + c] - (double)rm[c]) / sqrt((double)rv[c] + 1e-5f) + be[c];
+  double *gd = dvec(C), *bed = dvec(C), *rmd = dvec(C), *rvd = dvec(C), *xd = dvec(B * C);
+  ref_to_double(gd, g, C), ref_to_double(bed, be, C), ref_to_double(rmd, rm, C), ref_to_double(rvd, rv, C);
+  ref_to_double(xd, x, B * C);
+  ref_batchnorm_infer(ref, xd, gd, bed, rmd, rvd, 1e-5f, B, C);
+  free(gd), free(bed), free(rmd), free(rvd), free(xd);
   CHECK_OK(dlrec_batchnorm_infer(out, x, g, be, rm, rv, 1e-5f, B, C));
   CHECK(!check_close("bn infer", out, ref, B * C, 1e-6, 1e-6));
   CHECK_OK(dlrec_batchnorm_infer(out, x, g, be, rm, rv, 1e-5f, 1, C));
