@@ -454,8 +454,8 @@ static dlrec_status backward(const void *ctx, void *ws, const net_io *io, const 
   const float *xL = w->xc[m->cfg.layers - 1];
   /* The output layer's input, as forward built it. */
   const float *in = parallel ? w->cat : has_mlp ? w->h : xL;
-  dlrec_status st =
-      BE_OP(io->be, linear_backward, w->dcat, g + m->L_out.w, g + m->L_out.b, d_logits, in, P + m->L_out.w, B, (int)I, 1);
+  dlrec_status st = BE_OP(io->be, linear_backward, w->dcat, g + m->L_out.w, g + m->L_out.b, d_logits, in,
+                          P + m->L_out.w, B, (int)I, 1);
   p->mlp_flops += 4.0 * B * I;
   float *dxl = w->da; /* dL/dx_L */
   if (parallel) {
