@@ -8,13 +8,14 @@
  * batch-invariant scorer the server uses (dlrec_net_predict), for --seconds,
  * and prints {"batch": B, "threads": T, "rows_per_s": R} — the forward only,
  * with no HTTP, parsing or encoding. With --threads T, T threads each score
- * their own batches on one OpenMP thread, as the server's workers do. */
-#include <omp.h>
+ * their own batches on one OpenMP thread (a one-thread backend), as the
+ * server's workers do. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "dlrec/backend.h"
 #include "dlrec/checkpoint.h"
 #include "dlrec/model.h"
 #include "dlrec/etl.h"
@@ -39,7 +40,6 @@ typedef struct worker {
 static void *run(void *arg) {
   worker *w = arg;
   shared *sh = w->sh;
-  omp_set_num_threads(1);
   uint32_t B = sh->batch;
   dlrec_net_ws *ws;
   float *prob = malloc(B * sizeof *prob), *dense = malloc((size_t)B * sh->n_dense * sizeof(float));
@@ -156,6 +156,13 @@ int main(int argc, char **argv) {
   sh.n_rows = (uint32_t)n;
   sh.dense = dense;
   sh.cols = cols;
+  dlrec_backend_config bc = {1, DLREC_PRECISION_FP32};
+  dlrec_backend *be;
+  if (dlrec_backend_create(&be, "cpu", &bc) != DLREC_OK) {
+    fprintf(stderr, "bench_score: %s\n", dlrec_last_error());
+    return 1;
+  }
+  dlrec_net_set_backend(m->net, be);
   dlrec_net_scorer *scorer;
   if (dlrec_net_scorer_create(&scorer, m->net) != DLREC_OK) {
     fprintf(stderr, "bench_score: %s\n", dlrec_last_error());
@@ -180,6 +187,7 @@ int main(int argc, char **argv) {
   printf("{\"batch\": %u, \"threads\": %u, \"rows_per_s\": %.0f}\n", batch, threads, rate);
   dlrec_net_scorer_free(scorer);
   dlrec_model_free(m);
+  dlrec_backend_free(be);
   free(dense);
   free(ids);
   free(cols);

@@ -1,7 +1,11 @@
 /* DLRM: the whole model's analytic gradients (dense parameters and the pooled
  * embeddings) against central finite differences of the loss, on a tiny
  * shape with multi-hot bags; a training step lowering the loss; the named
- * tensors DLRM plans; and scoring running the training forward. */
+ * tensors DLRM plans; scoring running the training forward; and the
+ * backend, not the process, deciding a pass's threads. */
+#include <omp.h>
+
+#include "dlrec/backend.h"
 #include "dlrec/dlrm.h"
 #include "dlrec/rng.h"
 #include "net_check.h"
@@ -118,6 +122,82 @@ TEST(dlrm_training_steps_lower_the_loss) {
   dlrec_sparse_optim_free(opt.sparse);
   dlrec_net_ws_free(ws);
   dlrec_net_free(m);
+}
+
+/* The backend, not the process, decides how many threads a pass runs on:
+ * the same DLRM on a 1-thread and on a 2-thread backend both learn one
+ * batch, and whatever team size the calling thread had before, a step or a
+ * scorer on the 1-thread backend leaves it at 1 and one on the 2-thread
+ * backend at 2. A scorer keeps the backend it was created with after its
+ * network is given another, and scores the same bits on either (the packed
+ * kernel is thread-count invariant). */
+TEST(dlrm_threads_belong_to_the_backend) {
+  dlrec_schema s;
+  net_check_schema(&s, 3);
+  dlrec_dlrm_shape sh = tiny_shape();
+  dlrec_backend *be[2];
+  for (int i = 0; i < 2; i++) {
+    dlrec_backend_config c = {(uint32_t)i + 1, DLREC_PRECISION_FP32};
+    CHECK_OK(dlrec_backend_create(&be[i], "cpu", &c));
+    CHECK_EQ(dlrec_backend_threads(be[i]), (uint32_t)i + 1);
+  }
+  net_check_batch tb;
+  net_check_make_batch(&tb, &s, 2, 0);
+  dlrec_net *m[2];
+  dlrec_net_ws *ws[2];
+  dlrec_net_optim opt[2];
+  memset(opt, 0, sizeof opt);
+  dlrec_sparse_optim_config sc;
+  dlrec_sparse_optim_config_default(&sc, DLREC_SPARSE_SGD);
+  for (int i = 0; i < 2; i++) {
+    CHECK_OK(dlrec_dlrm_create(&m[i], &sh, &s));
+    CHECK(dlrec_net_backend(m[i]) == dlrec_backend_default());
+    dlrec_net_set_backend(m[i], be[i]);
+    CHECK(dlrec_net_backend(m[i]) == be[i]);
+    CHECK_OK(dlrec_net_init(m[i], 9));
+    CHECK_OK(dlrec_net_ws_create(&ws[i], m[i], 4));
+    dlrec_optim_config_default(&opt[i].dense, DLREC_OPTIM_SGD);
+    opt[i].dense.lr = 0.5f;
+    opt[i].sparse_lr = 0.5f;
+    CHECK_OK(dlrec_sparse_optim_create(&opt[i].sparse, dlrec_net_table(m[i]), &sc));
+  }
+  const int keep = omp_get_max_threads();
+  double first[2] = {0, 0}, loss[2] = {0, 0};
+  for (uint64_t step = 1; step <= 30; step++)
+    for (int i = 0; i < 2; i++) {
+      omp_set_num_threads(3); /* the process's setting, which the backend overrides */
+      CHECK_OK(dlrec_net_train_step(m[i], ws[i], &opt[i], &tb.b, 1.0f, step, &loss[i], NULL));
+      CHECK_EQ(omp_get_max_threads(), i + 1);
+      if (step == 1) first[i] = loss[i];
+    }
+  for (int i = 0; i < 2; i++) CHECK(loss[i] < 0.5 * first[i]); /* both learned the batch */
+  /* The same steps on other thread counts: equal up to float summation order. */
+  CHECK_NEAR(loss[1], loss[0], 1e-6, 1e-4);
+  float prob[3][4];
+  dlrec_net_scorer *on1, *on2;
+  CHECK_OK(dlrec_net_scorer_create(&on1, m[0]));
+  dlrec_net_set_backend(m[0], be[1]);
+  CHECK_OK(dlrec_net_scorer_create(&on2, m[0]));
+  omp_set_num_threads(3);
+  CHECK_OK(dlrec_net_predict(on1, ws[0], &tb.b, prob[0]));
+  CHECK_EQ(omp_get_max_threads(), 1);
+  CHECK_OK(dlrec_net_predict(on2, ws[0], &tb.b, prob[1]));
+  CHECK_EQ(omp_get_max_threads(), 2);
+  CHECK_OK(dlrec_net_predict(on1, ws[0], &tb.b, prob[2]));
+  CHECK_EQ(omp_get_max_threads(), 1);
+  CHECK(memcmp(prob[0], prob[1], sizeof prob[0]) == 0);
+  CHECK(memcmp(prob[0], prob[2], sizeof prob[0]) == 0);
+  dlrec_net_set_backend(m[0], NULL);
+  CHECK(dlrec_net_backend(m[0]) == dlrec_backend_default());
+  omp_set_num_threads(keep);
+  dlrec_net_scorer_free(on1);
+  dlrec_net_scorer_free(on2);
+  for (int i = 0; i < 2; i++) {
+    dlrec_sparse_optim_free(opt[i].sparse);
+    dlrec_net_ws_free(ws[i]);
+    dlrec_net_free(m[i]);
+    dlrec_backend_free(be[i]);
+  }
 }
 
 /* DLRM plans its dense parameters as named tensors, bottom then top, each

@@ -648,9 +648,20 @@ static double lr_reference(uint64_t step, double warmup, double start, double st
   return v > floor_ ? v : floor_;
 }
 
+/* Whether a metrics.jsonl line says it trained on the CPU backend in fp32
+ * GEMMs (the default training.precision, resolved) without bf16 hardware. */
+static int logs_cpu_fp32(const cJSON *line) {
+  const cJSON *be = cJSON_GetObjectItemCaseSensitive(line, "backend");
+  const cJSON *pr = cJSON_GetObjectItemCaseSensitive(line, "precision");
+  const cJSON *native = cJSON_GetObjectItemCaseSensitive(line, "bf16_native");
+  return cJSON_IsString(be) && !strcmp(be->valuestring, "cpu") && cJSON_IsString(pr) &&
+         !strcmp(pr->valuestring, "fp32") && cJSON_IsFalse(native);
+}
+
 /* metrics.jsonl logs the scale each step trained with: at step s that of
  * step s (1-based), through warmup, the decay, the floor before the decay
- * ends ((1 - t)^2 < 0.1 from t = 0.69) and after it. */
+ * ends ((1 - t)^2 < 0.1 from t = 0.69) and after it; and on every line the
+ * backend and the resolved precision that trained. */
 TEST(lr_schedule_in_training_reaches_the_floor) {
   CHECK(make_data(8000) == 0);
   const char *cfg =
@@ -674,7 +685,7 @@ TEST(lr_schedule_in_training_reaches_the_floor) {
     cJSON *j = cJSON_Parse(line);
     const cJSON *st = cJSON_GetObjectItemCaseSensitive(j, "step");
     const cJSON *sc = cJSON_GetObjectItemCaseSensitive(j, "lr_scale");
-    int ok = cJSON_IsNumber(st) && cJSON_IsNumber(sc);
+    int ok = cJSON_IsNumber(st) && cJSON_IsNumber(sc) && logs_cpu_fp32(j);
     uint64_t step = ok ? (uint64_t)st->valuedouble : 0;
     double got = ok ? sc->valuedouble : NAN, want = lr_reference(step, 10, 20, 30, 2, 0.1);
     cJSON_Delete(j);
@@ -785,6 +796,11 @@ TEST(every_epoch_validation_drives_plateau_early_stop_and_best) {
   cJSON_ArrayForEach(l, lines) {
     uint64_t step = (uint64_t)num(l, "step");
     const cJSON *valid = cJSON_GetObjectItemCaseSensitive(l, "valid");
+    if (!logs_cpu_fp32(l)) { /* training, validation and final lines alike */
+      test_fail(__FILE__, __LINE__, "step %llu's line does not record backend cpu, precision fp32",
+                (unsigned long long)step);
+      break;
+    }
     if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(l, "final"))) {
       restored_step = num(l, "restored_best_step"); /* the report of restore_best, last */
       continue;

@@ -15,6 +15,11 @@
  * A workspace (dlrec_net_ws) holds every activation and gradient buffer for
  * batches of up to max_batch rows, planned once; the trainer owns one, and
  * each serving thread owns its own while they share one network read-only.
+ *
+ * Every op of a pass (the linear layers, the interactions, the loss, the
+ * embedding bags, the optimizers) runs on the network's compute backend
+ * (dlrec/backend.h), which decides its threads and its precision; a scorer
+ * keeps the backend it was created with.
  */
 #ifndef DLREC_MODEL_H
 #define DLREC_MODEL_H
@@ -24,6 +29,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "dlrec/backend.h"
 #include "dlrec/embed.h"
 #include "dlrec/loader.h"
 #include "dlrec/nn.h"
@@ -76,9 +82,20 @@ typedef struct dlrec_net_ws dlrec_net_ws;
 
 /* Creates a network of config c's type for data of `schema` (its dense and
  * sparse columns and the fused table's rows), with parameters zeroed. The
- * type checks its config against the schema. */
+ * type checks its config against the schema. The network runs on the
+ * default backend (dlrec_backend_default()) until dlrec_net_set_backend. */
 dlrec_status dlrec_net_create(dlrec_net **n, const dlrec_net_config *c, const dlrec_schema *schema);
 void dlrec_net_free(dlrec_net *n); /* accepts NULL */
+
+/* Makes the network's training steps, dlrec_net_gradients and the scorers
+ * created from now on run on backend be (NULL: dlrec_backend_default()).
+ * The network borrows be: the caller keeps be alive while the network uses
+ * it (until the network is freed or given another backend) and while any
+ * scorer created on it lives. Scorers created before keep their backend.
+ * Not to be called while a pass on the network runs. */
+void dlrec_net_set_backend(dlrec_net *n, dlrec_backend *be);
+/* The backend the network runs on; never NULL. */
+dlrec_backend *dlrec_net_backend(const dlrec_net *n);
 
 /* Initializes the parameters from seed: the dense tensors as the type says,
  * each column's embedding rows uniform in ±sqrt(1 / its rows). The same for
@@ -125,7 +142,9 @@ void dlrec_net_ws_profile(const dlrec_net_ws *ws, dlrec_net_profile *p);
  * agree to the bit. The model's forward is the one training runs; only the
  * kernel under its linear op differs. The packed weights are a snapshot of
  * the parameters when the scorer is created (after training steps, create a
- * new one); the embedding table is read live. */
+ * new one); the embedding table is read live. The scorer packs on, scores
+ * on and frees its packed layers through the network's backend at its
+ * creation, which must outlive it. */
 typedef struct dlrec_net_scorer dlrec_net_scorer;
 dlrec_status dlrec_net_scorer_create(dlrec_net_scorer **s, const dlrec_net *n);
 void dlrec_net_scorer_free(dlrec_net_scorer *s); /* accepts NULL */

@@ -3,7 +3,9 @@
  *
  * A training run writes into RUN:
  *   RUN/metrics.jsonl  one JSON object per logging interval (step, samples,
- *                      epoch, loss, lr_scale, samples_per_s) and per
+ *                      epoch, loss, lr_scale, samples_per_s; on every line
+ *                      too: backend, precision (the GEMMs' resolved one,
+ *                      fp32 or bf16) and bf16_native) and per
  *                      evaluation (the same plus "valid": {auc, logloss, ...};
  *                      "epoch_end", "best", "plateau_scale", "early_stop"
  *                      on scheduled validations; "final": true on the
@@ -58,9 +60,10 @@ typedef struct dlrec_train_result {
 dlrec_status dlrec_train(const dlrec_train_args *a, dlrec_train_result *r);
 
 /* Scores every row of the .dlr files in order (no shuffle) with batches of
- * `batch` rows, up to max_rows (0: all), on `threads` threads. With an
- * evaluator the metrics are computed into *out (the data must be labeled);
- * with scores, each prediction is passed to the callback in row order. */
+ * `batch` rows, up to max_rows (0: all), on the network's backend (its
+ * threads: dlrec_net_set_backend). dlrec_evaluate computes the metrics into
+ * *out (the data must be labeled); dlrec_score_files passes each prediction
+ * to the callback in row order. */
 typedef dlrec_status (*dlrec_score_fn)(void *ctx, const float *prob, const float *label, uint32_t n);
 dlrec_status dlrec_score_files(const dlrec_net *m, const char *const *paths, int n_paths, uint32_t batch,
                                uint64_t max_rows, dlrec_score_fn fn, void *ctx);
@@ -69,8 +72,5 @@ dlrec_status dlrec_evaluate(const dlrec_net *m, const char *const *paths, int n_
 
 /* The metrics as a JSON object (the CLI's and metrics.jsonl's format). */
 struct cJSON *dlrec_metrics_to_json(const dlrec_metrics *m);
-
-/* Sets the threads that OpenMP and OpenBLAS use (0: all cores). */
-void dlrec_set_compute_threads(uint32_t threads);
 
 #endif

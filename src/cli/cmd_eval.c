@@ -3,6 +3,7 @@
 #include <stdio.h>
 
 #include "cli/cli.h"
+#include "dlrec/backend.h"
 #include "dlrec/checkpoint.h"
 #include "dlrec/json.h"
 #include "dlrec/trainer.h"
@@ -14,7 +15,8 @@ static void usage(FILE *out) {
           "Prints AUC, logloss, normalized entropy and calibration of the model on the data\n"
           "as one JSON object. RUN is a run directory (its latest checkpoint) or a checkpoint.\n\n"
           "  --checkpoint WHICH  latest (default) or best: RUN/best, the checkpoint of the best\n"
-          "                      validation of a run trained with checkpoint.keep_best\n");
+          "                      validation of a run trained with checkpoint.keep_best\n"
+          "  --threads N         compute threads (default: all cores); scores do not depend on it\n");
 }
 
 int cmd_eval(int argc, char **argv) {
@@ -46,15 +48,24 @@ int cmd_eval(int argc, char **argv) {
   }
   if (optind < argc) return cli_usage_error("eval", "unexpected argument '%s'", argv[optind]);
   if (!model || !data) return cli_usage_error("eval", "--model and --data are required");
-  dlrec_set_compute_threads((uint32_t)threads);
   char dir[4096];
   if (dlrec_checkpoint_select(model, which, dir, sizeof dir) != DLREC_OK) return cli_fail("eval");
+  /* Scoring runs fp32 in every precision (dlrec/backend.h): only the
+   * threads are the user's to choose. */
+  dlrec_backend_config bc = {(uint32_t)threads, DLREC_PRECISION_FP32};
+  dlrec_backend *be;
+  if (dlrec_backend_create(&be, "cpu", &bc) != DLREC_OK) return cli_fail("eval");
   dlrec_model *m;
-  if (dlrec_model_load(dir, &m) != DLREC_OK) return cli_fail("eval");
+  if (dlrec_model_load(dir, &m) != DLREC_OK) {
+    dlrec_backend_free(be);
+    return cli_fail("eval");
+  }
+  dlrec_net_set_backend(m->net, be);
   dlrec_metrics met;
   const char *paths[] = {data};
   dlrec_status s = dlrec_evaluate(m->net, paths, 1, (uint32_t)batch, max_rows, &met);
   dlrec_model_free(m);
+  dlrec_backend_free(be);
   if (s != DLREC_OK) return cli_fail("eval");
   cJSON *j = dlrec_metrics_to_json(&met);
   char *text = cJSON_Print(j);

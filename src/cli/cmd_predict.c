@@ -3,6 +3,7 @@
 #include <stdio.h>
 
 #include "cli/cli.h"
+#include "dlrec/backend.h"
 #include "dlrec/checkpoint.h"
 #include "dlrec/predict.h"
 #include "dlrec/trainer.h"
@@ -19,7 +20,8 @@ static void usage(FILE *out) {
           "                    validation of a run trained with checkpoint.keep_best\n"
           "  --no-label        raw rows have no label column (e.g. Criteo's 39-field test files)\n"
           "  --strict-fields   raw Criteo rows of fewer fields (trailing empty fields stripped,\n"
-          "                    or a torn line) are errors; by default they are valid and counted\n");
+          "                    or a torn line) are errors; by default they are valid and counted\n"
+          "  --threads N       compute threads (default: all cores); scores do not depend on it\n");
 }
 
 int cmd_predict(int argc, char **argv) {
@@ -57,14 +59,23 @@ int cmd_predict(int argc, char **argv) {
   if (!model || !input || !out) return cli_usage_error("predict", "--model, --input and --out are required");
   o.batch_rows = (uint32_t)batch;
   o.progress = !quiet;
-  dlrec_set_compute_threads((uint32_t)threads);
   char dir[4096];
   if (dlrec_checkpoint_select(model, which, dir, sizeof dir) != DLREC_OK) return cli_fail("predict");
+  /* Scoring runs fp32 in every precision (dlrec/backend.h): only the
+   * threads are the user's to choose. */
+  dlrec_backend_config bc = {(uint32_t)threads, DLREC_PRECISION_FP32};
+  dlrec_backend *be;
+  if (dlrec_backend_create(&be, "cpu", &bc) != DLREC_OK) return cli_fail("predict");
   dlrec_model *m;
-  if (dlrec_model_load(dir, &m) != DLREC_OK) return cli_fail("predict");
+  if (dlrec_model_load(dir, &m) != DLREC_OK) {
+    dlrec_backend_free(be);
+    return cli_fail("predict");
+  }
+  dlrec_net_set_backend(m->net, be);
   uint64_t rows = 0;
   dlrec_status s = dlrec_predict_file(m, input, out, &o, &rows);
   dlrec_model_free(m);
+  dlrec_backend_free(be);
   if (s != DLREC_OK) return cli_fail("predict");
   return 0;
 }

@@ -371,15 +371,16 @@ static dlrec_status cross_forward(const dcn *m, dcn_ws *w, const net_io *io, uin
   float *out = w->xc[l];
   if (io->packed) {
     const dlrec_packed_linear *const *pk = io->packed;
-    if (r == 0) return dlrec_cross_infer(out, w->x0, xl, pk[x->w], B, d);
-    if (K == 1) return dlrec_cross_lowrank_infer(out, w->scratch, w->x0, xl, pk[x->v0], pk[x->u0], B, d, r);
-    return dlrec_cross_mix_infer(out, w->scratch, w->x0, xl, pk + x->v0, pk + x->c0, pk + x->u0, pk[x->gate], B, d,
-                                 r, K);
+    if (r == 0) return BE_OP(io->be, cross_infer, out, w->x0, xl, pk[x->w], B, d);
+    if (K == 1) return BE_OP(io->be, cross_lowrank_infer, out, w->scratch, w->x0, xl, pk[x->v0], pk[x->u0], B, d, r);
+    return BE_OP(io->be, cross_mix_infer, out, w->scratch, w->x0, xl, pk + x->v0, pk + x->c0, pk + x->u0, pk[x->gate],
+                 B, d, r, K);
   }
-  if (r == 0) return dlrec_cross_forward(out, w->act[l], w->x0, xl, P + x->W, P + x->bias, B, d);
-  if (K == 1) return dlrec_cross_lowrank_forward(out, w->act[l], w->x0, xl, P + x->V, P + x->U, P + x->bias, B, d, r);
-  return dlrec_cross_mix_forward(out, w->act[l], w->x0, xl, P + x->V, P + x->C, P + x->U, P + x->G, P + x->bias, B, d,
-                                 r, K);
+  if (r == 0) return BE_OP(io->be, cross_forward, out, w->act[l], w->x0, xl, P + x->W, P + x->bias, B, d);
+  if (K == 1)
+    return BE_OP(io->be, cross_lowrank_forward, out, w->act[l], w->x0, xl, P + x->V, P + x->U, P + x->bias, B, d, r);
+  return BE_OP(io->be, cross_mix_forward, out, w->act[l], w->x0, xl, P + x->V, P + x->C, P + x->U, P + x->G,
+               P + x->bias, B, d, r, K);
 }
 
 /* The backward of cross layer l from dout (B, d): dx0 accumulated, dxl
@@ -390,13 +391,13 @@ static dlrec_status cross_backward(const dcn *m, dcn_ws *w, const net_io *io, ui
   const float *P = io->params, *xl = l ? w->xc[l - 1] : w->x0;
   int B = io->B, d = (int)m->d, r = (int)m->cfg.rank, K = (int)m->cfg.experts;
   if (r == 0)
-    return dlrec_cross_backward(w->dx0, dxl, g + x->W, g + x->bias, dout, w->x0, xl, w->act[l], P + x->W, w->scratch,
-                                B, d);
+    return BE_OP(io->be, cross_backward, w->dx0, dxl, g + x->W, g + x->bias, dout, w->x0, xl, w->act[l], P + x->W,
+                 w->scratch, B, d);
   if (K == 1)
-    return dlrec_cross_lowrank_backward(w->dx0, dxl, g + x->V, g + x->U, g + x->bias, dout, w->x0, xl, w->act[l],
-                                        P + x->V, P + x->U, w->scratch, B, d, r);
-  return dlrec_cross_mix_backward(w->dx0, dxl, g + x->V, g + x->C, g + x->U, g + x->G, g + x->bias, dout, w->x0, xl,
-                                  w->act[l], P + x->V, P + x->C, P + x->U, P + x->G, w->scratch, B, d, r, K);
+    return BE_OP(io->be, cross_lowrank_backward, w->dx0, dxl, g + x->V, g + x->U, g + x->bias, dout, w->x0, xl,
+                 w->act[l], P + x->V, P + x->U, w->scratch, B, d, r);
+  return BE_OP(io->be, cross_mix_backward, w->dx0, dxl, g + x->V, g + x->C, g + x->U, g + x->G, g + x->bias, dout,
+               w->x0, xl, w->act[l], P + x->V, P + x->C, P + x->U, P + x->G, w->scratch, B, d, r, K);
 }
 
 static dlrec_status forward(const void *ctx, void *ws, const net_io *io, const float **logits) {
@@ -453,8 +454,8 @@ static dlrec_status backward(const void *ctx, void *ws, const net_io *io, const 
   const float *xL = w->xc[m->cfg.layers - 1];
   /* The output layer's input, as forward built it. */
   const float *in = parallel ? w->cat : has_mlp ? w->h : xL;
-  dlrec_status st =
-      dlrec_linear_backward(w->dcat, g + m->L_out.w, g + m->L_out.b, d_logits, in, P + m->L_out.w, B, (int)I, 1);
+  dlrec_status st = BE_OP(io->be, linear_backward, w->dcat, g + m->L_out.w, g + m->L_out.b, d_logits, in,
+                          P + m->L_out.w, B, (int)I, 1);
   p->mlp_flops += 4.0 * B * I;
   float *dxl = w->da; /* dL/dx_L */
   if (parallel) {

@@ -46,6 +46,6 @@ dlrec_status net_dense_term_backward(const net_dense_term *t, const net_io *io, 
     return DLREC_OK;
   }
   io->prof->mlp_flops += 2.0 * io->B * t->n_dense;
-  return dlrec_linear_backward(NULL, g + t->L.w, g + t->L.b, d_out, io->dense, io->params + t->L.w, io->B,
-                               (int)t->n_dense, 1);
+  return BE_OP(io->be, linear_backward, NULL, g + t->L.w, g + t->L.b, d_out, io->dense, io->params + t->L.w, io->B,
+               (int)t->n_dense, 1);
 }

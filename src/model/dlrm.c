@@ -269,13 +269,14 @@ static double mlp_flops_row(const net_linear *ls, uint32_t n) {
  * kernel runs on Z = [e_1; e_2 .. e_F], gathered out of emb (B, F, D), and
  * the pairs of its output, past e_1's copy, go to w->inter (B, I). Each row
  * is computed on its own, so scoring stays batch-invariant. */
-static dlrec_status pairs_forward(const dlrm *m, dlrm_ws *w, const float *emb, int B) {
+static dlrec_status pairs_forward(const dlrm *m, dlrm_ws *w, const net_io *io, int B) {
+  const float *emb = io->emb;
   size_t F = m->n_sparse, D = m->shape.emb_dim, I = m->inter_dim;
   for (size_t b = 0; b < (size_t)B; b++) {
     memcpy(w->e1 + b * D, emb + b * F * D, D * sizeof(float));
     memcpy(w->rest + b * (F - 1) * D, emb + b * F * D + D, (F - 1) * D * sizeof(float));
   }
-  dlrec_status st = dlrec_interaction_dot_forward(w->full, w->e1, w->rest, B, (int)F - 1, (int)D);
+  dlrec_status st = BE_OP(io->be, dot_forward, w->full, w->e1, w->rest, B, (int)F - 1, (int)D);
   for (size_t b = 0; st == DLREC_OK && b < (size_t)B; b++)
     memcpy(w->inter + b * I, w->full + b * (D + I) + D, I * sizeof(float));
   return st;
@@ -283,13 +284,13 @@ static dlrec_status pairs_forward(const dlrm *m, dlrm_ws *w, const float *emb, i
 
 /* The backward of pairs_forward: d_inter back through the kernel (e_1's
  * copy gets no gradient) into d_emb (B, F, D). */
-static dlrec_status pairs_backward(const dlrm *m, dlrm_ws *w, float *d_emb, int B) {
+static dlrec_status pairs_backward(const dlrm *m, dlrm_ws *w, const net_io *io, float *d_emb, int B) {
   size_t F = m->n_sparse, D = m->shape.emb_dim, I = m->inter_dim;
   for (size_t b = 0; b < (size_t)B; b++) {
     memset(w->d_full + b * (D + I), 0, D * sizeof(float));
     memcpy(w->d_full + b * (D + I) + D, w->d_inter + b * I, I * sizeof(float));
   }
-  dlrec_status st = dlrec_interaction_dot_backward(w->dx, w->d_rest, w->d_full, w->e1, w->rest, B, (int)F - 1, (int)D);
+  dlrec_status st = BE_OP(io->be, dot_backward, w->dx, w->d_rest, w->d_full, w->e1, w->rest, B, (int)F - 1, (int)D);
   for (size_t b = 0; st == DLREC_OK && b < (size_t)B; b++) {
     memcpy(d_emb + b * F * D, w->dx + b * D, D * sizeof(float));
     memcpy(d_emb + b * F * D + D, w->d_rest + b * (F - 1) * D, (F - 1) * D * sizeof(float));
@@ -311,9 +312,9 @@ static dlrec_status forward(const void *ctx, void *ws, const net_io *io, const f
   }
   net_lap(&p->mlp, &t);
   if (st == DLREC_OK && m->cat)
-    st = dlrec_interaction_concat_forward(w->inter, m->n_bottom ? in : NULL, io->emb, B, m->n_bottom ? D : 0, F, D);
-  else if (st == DLREC_OK && m->n_bottom) st = dlrec_interaction_dot_forward(w->inter, in, io->emb, B, F, D);
-  else if (st == DLREC_OK) st = pairs_forward(m, w, io->emb, B);
+    st = BE_OP(io->be, concat_forward, w->inter, m->n_bottom ? in : NULL, io->emb, B, m->n_bottom ? D : 0, F, D);
+  else if (st == DLREC_OK && m->n_bottom) st = BE_OP(io->be, dot_forward, w->inter, in, io->emb, B, F, D);
+  else if (st == DLREC_OK) st = pairs_forward(m, w, io, B);
   net_lap(&p->interaction, &t);
   in = w->inter;
   for (uint32_t l = 0; st == DLREC_OK && l < m->shape.n_top; l++) {
@@ -341,33 +342,33 @@ static dlrec_status backward(const void *ctx, void *ws, const net_io *io, const 
     const net_linear *L = &m->lt[l];
     const float *in = l ? w->top[l - 1] : w->inter;
     float *din = l ? dnext : w->d_inter;
-    st = dlrec_linear_backward(din, g + L->w, g + L->b, dout, in, params + L->w, B, (int)L->in, (int)L->out);
-    if (st == DLREC_OK && l) st = dlrec_relu_backward(din, din, in, (size_t)B * L->in);
+    st = BE_OP(io->be, linear_backward, din, g + L->w, g + L->b, dout, in, params + L->w, B, (int)L->in, (int)L->out);
+    if (st == DLREC_OK && l) st = BE_OP(io->be, relu_backward, din, din, in, (size_t)B * L->in);
     dout = din;
     dnext = (dnext == w->d_a) ? w->d_b : w->d_a;
   }
   net_lap(&p->mlp, &t);
   if (!m->n_bottom) {
-    if (st == DLREC_OK && m->cat) st = dlrec_interaction_concat_backward(NULL, d_emb, w->d_inter, B, 0, F, D);
-    else if (st == DLREC_OK) st = pairs_backward(m, w, d_emb, B);
+    if (st == DLREC_OK && m->cat) st = BE_OP(io->be, concat_backward, NULL, d_emb, w->d_inter, B, 0, F, D);
+    else if (st == DLREC_OK) st = pairs_backward(m, w, io, d_emb, B);
     net_lap(&p->interaction, &t);
     p->mlp_flops += B * 2 * mlp_flops_row(m->lt, m->shape.n_top);
     return st;
   }
   const float *x = w->bot[m->n_bottom - 1];
-  if (st == DLREC_OK && m->cat) st = dlrec_interaction_concat_backward(w->dx, d_emb, w->d_inter, B, D, F, D);
-  else if (st == DLREC_OK) st = dlrec_interaction_dot_backward(w->dx, d_emb, w->d_inter, x, io->emb, B, F, D);
+  if (st == DLREC_OK && m->cat) st = BE_OP(io->be, concat_backward, w->dx, d_emb, w->d_inter, B, D, F, D);
+  else if (st == DLREC_OK) st = BE_OP(io->be, dot_backward, w->dx, d_emb, w->d_inter, x, io->emb, B, F, D);
   net_lap(&p->interaction, &t);
   /* The bottom MLP's last layer has a ReLU too: mask dx with its output. */
-  if (st == DLREC_OK) st = dlrec_relu_backward(w->dx, w->dx, x, (size_t)B * D);
+  if (st == DLREC_OK) st = BE_OP(io->be, relu_backward, w->dx, w->dx, x, (size_t)B * D);
   dout = w->dx;
   dnext = w->d_a;
   for (int l = (int)m->n_bottom - 1; st == DLREC_OK && l >= 0; l--) {
     const net_linear *L = &m->lb[l];
     const float *in = l ? w->bot[l - 1] : io->dense;
     float *din = l ? dnext : NULL; /* nothing flows into the dense features */
-    st = dlrec_linear_backward(din, g + L->w, g + L->b, dout, in, params + L->w, B, (int)L->in, (int)L->out);
-    if (st == DLREC_OK && l) st = dlrec_relu_backward(din, din, in, (size_t)B * L->in);
+    st = BE_OP(io->be, linear_backward, din, g + L->w, g + L->b, dout, in, params + L->w, B, (int)L->in, (int)L->out);
+    if (st == DLREC_OK && l) st = BE_OP(io->be, relu_backward, din, din, in, (size_t)B * L->in);
     dout = din;
     dnext = (dnext == w->d_a) ? w->d_b : w->d_a;
   }

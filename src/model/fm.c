@@ -142,8 +142,8 @@ static dlrec_status forward(const void *ctx, void *ws, const net_io *io, const f
   dlrec_status st = net_dense_term_forward(&m->dense, io, w->logits);
   net_lap(&io->prof->mlp, &t);
   net_fm_split(w->v, w->w, io->emb, (size_t)B * F, m->D);
-  if (st == DLREC_OK) st = dlrec_fm_forward(w->second, w->v, B, F, D);
-  if (st == DLREC_OK) st = dlrec_wide_forward(w->first, w->w, NULL, B, F);
+  if (st == DLREC_OK) st = BE_OP(io->be, fm_forward, w->second, w->v, B, F, D);
+  if (st == DLREC_OK) st = BE_OP(io->be, wide_forward, w->first, w->w, NULL, B, F);
   /* linear + first order + second order, in that order for every row. */
   for (int b = 0; st == DLREC_OK && b < B; b++) w->logits[b] = (w->logits[b] + w->first[b]) + w->second[b];
   net_lap(&io->prof->interaction, &t);
@@ -157,8 +157,8 @@ static dlrec_status backward(const void *ctx, void *ws, const net_io *io, const 
   fm_ws *w = ws;
   int B = io->B, F = (int)m->n_sparse, D = (int)m->D;
   double t = dlrec_now();
-  dlrec_status st = dlrec_fm_backward(w->dv, d_logits, w->v, B, F, D);
-  if (st == DLREC_OK) st = dlrec_wide_backward(w->dw, NULL, d_logits, B, F);
+  dlrec_status st = BE_OP(io->be, fm_backward, w->dv, d_logits, w->v, B, F, D);
+  if (st == DLREC_OK) st = BE_OP(io->be, wide_backward, w->dw, NULL, d_logits, B, F);
   if (st == DLREC_OK) net_fm_join(d_emb, w->dv, (size_t)F * D, NULL, w->dw, B, F, m->D);
   net_lap(&io->prof->interaction, &t);
   if (st == DLREC_OK) st = net_dense_term_backward(&m->dense, io, d_logits, g);

@@ -143,6 +143,7 @@ dlrec_status dlrec_net_create(dlrec_net **out, const dlrec_net_config *c, const 
   dlrec_net *n = calloc(1, sizeof *n);
   if (!n) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
   n->type = t;
+  n->be = dlrec_backend_default();
   n->config = *c;
   n->schema = *schema;
   dlrec_status s = t->plan(c->params, schema, &n->plan, &n->ctx);
@@ -186,6 +187,9 @@ dlrec_status dlrec_net_init(dlrec_net *n, uint64_t seed) {
     ranges[c] = (dlrec_row_range){n->schema.sparse[c].id_begin, n->schema.sparse[c].id_end};
   return dlrec_table_init_uniform(n->table, ranges, n->schema.n_sparse, seed);
 }
+
+void dlrec_net_set_backend(dlrec_net *n, dlrec_backend *be) { n->be = be ? be : dlrec_backend_default(); }
+dlrec_backend *dlrec_net_backend(const dlrec_net *n) { return n->be; }
 
 const dlrec_net_config *dlrec_net_get_config(const dlrec_net *n) { return &n->config; }
 const dlrec_schema *dlrec_net_schema(const dlrec_net *n) { return &n->schema; }

@@ -10,6 +10,7 @@
 #ifndef DLREC_MODEL_TYPE_H
 #define DLREC_MODEL_TYPE_H
 
+#include "backend/backend_impl.h"
 #include "dlrec/dlrm.h"
 #include "dlrec/model.h"
 
@@ -67,8 +68,9 @@ dlrec_status net_plan_buffer(net_plan *p, const char *name, uint32_t rows, size_
 static inline size_t net_buffer_offset(const net_plan *p, size_t handle) { return p->n_trainable + handle; }
 
 /* What one pass of the model sees: the batch's inputs, the parameters, the
- * kernel context, and the workspace's profile. */
+ * backend every op of the pass runs on, and the workspace's profile. */
 typedef struct net_io {
+  dlrec_backend *be;                         /* the network's, or the scorer's when scoring */
   int B;                                     /* rows */
   const float *dense;                        /* (B, n_dense) */
   const float *emb;                          /* (B, F, D) pooled embeddings */
@@ -82,8 +84,9 @@ typedef struct net_io {
 } net_io;
 
 /* The linear op every model calls: out (B, out) = in (B, in) · Wᵀ + b, with a
- * ReLU if relu. In training it runs sgemm (with the bias-fill trick of
- * dlrec_linear_forward); when scoring, the packed batch-invariant kernel. */
+ * ReLU if relu, on io->be. In training it runs the backend's linear_forward
+ * (on the CPU in fp32, sgemm with the bias-fill trick of
+ * dlrec_linear_forward); when scoring, its packed batch-invariant kernel. */
 dlrec_status net_linear_forward(const net_io *io, int layer, float *out, const float *in, int relu);
 
 /* The first-order term on the dense features (dense_term.c): out (B) =
@@ -225,6 +228,7 @@ struct dlrec_net {
   net_plan plan;
   float *params;
   dlrec_table *table;
+  dlrec_backend *be;        /* borrowed (dlrec_net_set_backend); the default backend unless set */
   uint64_t max_ids_per_row; /* sum of the columns' max hotness */
   /* Per column: pools by its mean because the ETL schema declares it so
    * (multi=NAME:SEP:mean); the config's pooling applies to the others. */

@@ -177,16 +177,19 @@ dlrec_status net_mlp_forward(const net_mlp *m, const net_io *io, float *ws, cons
       size_t rm = net_buffer_offset(io->plan, m->rmean[l]), rv = net_buffer_offset(io->plan, m->rvar[l]);
       s = net_linear_forward(io, m->lin[l], b.z[l], in, 0);
       if (s == DLREC_OK && !io->train)
-        s = dlrec_batchnorm_infer(b.a[l], b.z[l], gamma, beta, P + rm, P + rv, BN_EPS, io->B, C);
+        s = BE_OP(io->be, batchnorm_infer, b.a[l], b.z[l], gamma, beta, P + rm, P + rv, BN_EPS, io->B, C);
       else if (s == DLREC_OK && io->B == 1)
         bn_running(b.a[l], b.saved[l], b.z[l], gamma, beta, P + rm, P + rv, C);
       else if (s == DLREC_OK)
-        s = dlrec_batchnorm_train_forward(b.a[l], b.saved[l], b.z[l], gamma, beta, io->state + rm, io->state + rv,
-                                          BN_MOMENTUM, BN_EPS, io->B, C);
+        s = BE_OP(io->be, batchnorm_train_forward, b.a[l], b.saved[l], b.z[l], gamma, beta, io->state + rm,
+                  io->state + rv, BN_MOMENTUM, BN_EPS, io->B, C);
+      /* The backends fuse the ReLU into linear_forward and have no op of
+       * its own for it, so after batch normalization it runs here, on the
+       * calling thread's team that the backend's last op sized. */
       if (s == DLREC_OK) s = dlrec_relu_forward(b.a[l], b.a[l], n);
     }
     if (s == DLREC_OK && m->dropout > 0.0f)
-      s = dlrec_dropout_forward(b.a[l], b.a[l], n, m->dropout, dropout_seed(m, l), io->step, io->train);
+      s = BE_OP(io->be, dropout_forward, b.a[l], b.a[l], n, m->dropout, dropout_seed(m, l), io->step, io->train);
     in = b.a[l];
     io->prof->mlp_flops += 2.0 * io->B * m->L[l].in * m->L[l].out;
   }
@@ -214,11 +217,12 @@ dlrec_status net_mlp_backward(const net_mlp *m, const net_io *io, float *ws, con
        * to dL/dz_l, in place. a_l is the ReLU's mask (dropped elements
        * already have no gradient). */
       float *d = (float *)dout;
-      if (m->dropout > 0.0f) s = dlrec_dropout_backward(d, d, n, m->dropout, dropout_seed(m, (uint32_t)l), io->step);
-      if (s == DLREC_OK) s = dlrec_relu_backward(d, d, b.a[l], n);
+      if (m->dropout > 0.0f)
+        s = BE_OP(io->be, dropout_backward, d, d, n, m->dropout, dropout_seed(m, (uint32_t)l), io->step);
+      if (s == DLREC_OK) s = BE_OP(io->be, relu_backward, d, d, b.a[l], n);
       if (s == DLREC_OK && m->bn && B >= 2)
-        s = dlrec_batchnorm_backward(d, g + m->gamma[l], g + m->beta[l], d, b.z[l], P + m->gamma[l], b.saved[l], B,
-                                     (int)L->out);
+        s = BE_OP(io->be, batchnorm_backward, d, g + m->gamma[l], g + m->beta[l], d, b.z[l], P + m->gamma[l],
+                  b.saved[l], B, (int)L->out);
       else if (s == DLREC_OK && m->bn) {
         /* One row, normalized by the running statistics: an affine map. */
         const float *gamma = P + m->gamma[l], *sv = b.saved[l];
@@ -233,7 +237,7 @@ dlrec_status net_mlp_backward(const net_mlp *m, const net_io *io, float *ws, con
     const float *x = l ? b.a[l - 1] : in;
     float *dx = l ? next : din;
     if (s == DLREC_OK)
-      s = dlrec_linear_backward(dx, g + L->w, g + L->b, dout, x, P + L->w, B, (int)L->in, (int)L->out);
+      s = BE_OP(io->be, linear_backward, dx, g + L->w, g + L->b, dout, x, P + L->w, B, (int)L->in, (int)L->out);
     io->prof->mlp_flops += 2.0 * B * L->in * L->out * (dx ? 2 : 1);
     dout = dx;
     next = next == b.g0 ? b.g1 : b.g0;

@@ -4,6 +4,8 @@
  * table from d_emb, the dense optimizer over the flat array).
  *   ids -> bags -> emb (B, F, D)
  *   (dense (B, n_dense), emb) -> model forward -> logits (B)
+ * Every op runs on a backend (BE_OP): the network's in training, the one a
+ * scorer was created with when scoring.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -31,6 +33,9 @@ struct dlrec_net_ws {
 
 struct dlrec_net_scorer {
   const dlrec_net *net;
+  /* The backend that packed the layers: it scores with them and frees them,
+   * whatever backend the network is given later. */
+  dlrec_backend *be;
   dlrec_packed_linear *packed[NET_MAX_LINEAR];
 };
 
@@ -41,11 +46,11 @@ void net_lap(double *acc, double *t) {
 }
 
 dlrec_status net_linear_forward(const net_io *io, int layer, float *out, const float *in, int relu) {
-  if (io->packed) return dlrec_packed_linear_forward(io->packed[layer], in, out, io->B, relu);
+  const dlrec_act act = relu ? DLREC_ACT_RELU : DLREC_ACT_NONE;
+  if (io->packed) return BE_OP(io->be, packed_forward, out, io->packed[layer], in, io->B, act);
   const net_linear *L = &io->plan->linear[layer];
   const float *w = io->params + L->w, *b = L->b == NET_NO_BIAS ? NULL : io->params + L->b;
-  return relu ? dlrec_linear_relu_forward(out, in, w, b, io->B, (int)L->in, (int)L->out)
-              : dlrec_linear_forward(out, in, w, b, io->B, (int)L->in, (int)L->out);
+  return BE_OP(io->be, linear_forward, out, in, w, b, io->B, (int)L->in, (int)L->out, act);
 }
 
 void dlrec_net_ws_profile(const dlrec_net_ws *ws, dlrec_net_profile *p) { *p = ws->prof; }
@@ -97,17 +102,28 @@ static dlrec_bag_batch bags_of(const dlrec_net *n, const dlrec_batch *b) {
   return bags;
 }
 
-/* A pass's view; state (the writable parameters) only in training. */
-static net_io io_of(const dlrec_net *n, dlrec_net_ws *ws, const dlrec_batch *b,
+/* A pass's view on backend be; state (the writable parameters) only in training. */
+static net_io io_of(const dlrec_net *n, dlrec_backend *be, dlrec_net_ws *ws, const dlrec_batch *b,
                     const dlrec_packed_linear *const *packed, float *state, uint64_t step) {
-  net_io io = {(int)b->rows, b->dense, ws->emb, n->params, &n->plan, packed, &ws->prof, state != NULL, step, state};
+  net_io io = {.be = be,
+               .B = (int)b->rows,
+               .dense = b->dense,
+               .emb = ws->emb,
+               .params = n->params,
+               .plan = &n->plan,
+               .packed = packed,
+               .prof = &ws->prof,
+               .train = state != NULL,
+               .step = step,
+               .state = state};
   return io;
 }
 
-/* The embedding stage and the model's forward up to the logits, keeping
- * every activation for the backward. Scoring passes packed (and no state);
- * training passes the network's writable parameters as state and the step. */
-static dlrec_status run_forward(const dlrec_net *n, dlrec_net_ws *ws, const dlrec_batch *b,
+/* The embedding stage and the model's forward up to the logits on backend
+ * be, keeping every activation for the backward. Scoring passes packed (and
+ * no state); training passes the network's writable parameters as state and
+ * the step. */
+static dlrec_status run_forward(const dlrec_net *n, dlrec_backend *be, dlrec_net_ws *ws, const dlrec_batch *b,
                                 const dlrec_packed_linear *const *packed, float *state, uint64_t step,
                                 const float **logits) {
   if (b->rows < 1 || b->rows > ws->max_batch)
@@ -116,27 +132,27 @@ static dlrec_status run_forward(const dlrec_net *n, dlrec_net_ws *ws, const dlre
   dlrec_net_profile *p = &ws->prof;
   double t = dlrec_now();
   dlrec_bag_batch bags = bags_of(n, b);
-  dlrec_status st = F ? dlrec_bag_forward(n->table, &bags, n->plan.pooling, ws->emb) : DLREC_OK;
+  dlrec_status st = F ? BE_OP(be, bag_forward, ws->emb, n->table, &bags, n->plan.pooling) : DLREC_OK;
   for (int c = 0; st == DLREC_OK && c < F; c++) p->lookups += b->offsets[c][B] - b->offsets[c][0];
   net_lap(&p->emb_forward, &t);
-  net_io io = io_of(n, ws, b, packed, state, step);
+  net_io io = io_of(n, be, ws, b, packed, state, step);
   if (st == DLREC_OK) st = n->type->forward(n->ctx, ws->model_ws, &io, logits);
   p->forward_rows += (uint64_t)B;
   return st;
 }
 
-/* Loss and backward down to ws->grad (dense) and ws->d_emb. */
+/* Loss and backward down to ws->grad (dense) and ws->d_emb, on the network's backend. */
 static dlrec_status run_backward(dlrec_net *n, dlrec_net_ws *ws, const dlrec_batch *b, const float *logits,
                                  uint64_t step, double *loss) {
   if (!b->labels) return dlrec_error(DLREC_ERR_INVALID, "training needs labeled data");
   int B = (int)b->rows;
   dlrec_net_profile *p = &ws->prof;
   double t = dlrec_now();
-  dlrec_status st = dlrec_bce_logits_forward(loss, logits, b->labels, B);
-  if (st == DLREC_OK) st = dlrec_bce_logits_backward(ws->d_logits, logits, b->labels, B);
+  dlrec_status st = BE_OP(n->be, bce_forward, loss, logits, b->labels, B);
+  if (st == DLREC_OK) st = BE_OP(n->be, bce_backward, ws->d_logits, logits, b->labels, B);
   memset(ws->grad, 0, n->plan.n_params * sizeof(float));
   net_lap(&p->other, &t);
-  net_io io = io_of(n, ws, b, NULL, n->params, step);
+  net_io io = io_of(n, n->be, ws, b, NULL, n->params, step);
   if (st == DLREC_OK) st = n->type->backward(n->ctx, ws->model_ws, &io, ws->d_logits, ws->grad, ws->d_emb);
   p->backward_rows += (uint64_t)B;
   return st;
@@ -146,7 +162,8 @@ static dlrec_status run_backward(dlrec_net *n, dlrec_net_ws *ws, const dlrec_bat
 
 void dlrec_net_scorer_free(dlrec_net_scorer *s) {
   if (!s) return;
-  for (uint32_t l = 0; l < NET_MAX_LINEAR; l++) dlrec_packed_linear_free(s->packed[l]);
+  for (uint32_t l = 0; l < NET_MAX_LINEAR; l++)
+    if (s->packed[l]) BE_OP(s->be, packed_free, s->packed[l]);
   free(s);
 }
 
@@ -155,11 +172,12 @@ dlrec_status dlrec_net_scorer_create(dlrec_net_scorer **out, const dlrec_net *n)
   dlrec_net_scorer *s = calloc(1, sizeof *s);
   if (!s) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
   s->net = n;
+  s->be = n->be;
   dlrec_status st = DLREC_OK;
   for (uint32_t l = 0; st == DLREC_OK && l < n->plan.n_linear; l++) {
     const net_linear *L = &n->plan.linear[l];
     const float *bias = L->b == NET_NO_BIAS ? NULL : n->params + L->b;
-    st = dlrec_packed_linear_create(&s->packed[l], n->params + L->w, bias, (int)L->in, (int)L->out);
+    st = BE_OP(s->be, packed_create, &s->packed[l], n->params + L->w, bias, (int)L->in, (int)L->out);
   }
   if (st != DLREC_OK) {
     dlrec_net_scorer_free(s);
@@ -171,8 +189,9 @@ dlrec_status dlrec_net_scorer_create(dlrec_net_scorer **out, const dlrec_net *n)
 
 dlrec_status dlrec_net_predict(const dlrec_net_scorer *s, dlrec_net_ws *ws, const dlrec_batch *b, float *prob) {
   const float *logits = NULL;
-  dlrec_status st = run_forward(s->net, ws, b, (const dlrec_packed_linear *const *)s->packed, NULL, 0, &logits);
-  if (st == DLREC_OK) st = dlrec_sigmoid_forward(prob, logits, (size_t)b->rows);
+  dlrec_status st =
+      run_forward(s->net, s->be, ws, b, (const dlrec_packed_linear *const *)s->packed, NULL, 0, &logits);
+  if (st == DLREC_OK) st = BE_OP(s->be, sigmoid, prob, logits, (size_t)b->rows);
   return st;
 }
 
@@ -181,7 +200,7 @@ dlrec_status dlrec_net_predict(const dlrec_net_scorer *s, dlrec_net_ws *ws, cons
 dlrec_status dlrec_net_gradients(dlrec_net *n, dlrec_net_ws *ws, const dlrec_batch *batch, double *loss,
                                  const float **grad, const float **d_emb) {
   const float *logits = NULL;
-  dlrec_status st = run_forward(n, ws, batch, NULL, n->params, 0, &logits);
+  dlrec_status st = run_forward(n, n->be, ws, batch, NULL, n->params, 0, &logits);
   if (st == DLREC_OK) st = run_backward(n, ws, batch, logits, 0, loss);
   *grad = ws->grad;
   *d_emb = ws->d_emb;
@@ -213,8 +232,8 @@ static dlrec_status clip_gradients(float *grad, size_t n_grad, float *d_emb, siz
 dlrec_status dlrec_net_train_step(dlrec_net *n, dlrec_net_ws *ws, dlrec_net_optim *opt, const dlrec_batch *batch,
                                   float lr_scale, uint64_t step, double *loss, float *prob) {
   const float *logits = NULL;
-  dlrec_status st = run_forward(n, ws, batch, NULL, n->params, step, &logits);
-  if (st == DLREC_OK && prob) st = dlrec_sigmoid_forward(prob, logits, batch->rows);
+  dlrec_status st = run_forward(n, n->be, ws, batch, NULL, n->params, step, &logits);
+  if (st == DLREC_OK && prob) st = BE_OP(n->be, sigmoid, prob, logits, batch->rows);
   if (st == DLREC_OK) st = run_backward(n, ws, batch, logits, step, loss);
   if (st == DLREC_OK && opt->clip_grad_norm > 0)
     st = clip_gradients(ws->grad, n->plan.n_trainable, ws->d_emb,
@@ -224,14 +243,14 @@ dlrec_status dlrec_net_train_step(dlrec_net *n, dlrec_net_ws *ws, dlrec_net_opti
   dlrec_bag_batch bags = bags_of(n, batch);
   st = dlrec_sparse_optim_set_lr(opt->sparse, opt->sparse_lr * lr_scale);
   if (st == DLREC_OK && n->schema.n_sparse) /* no categorical column: no embedding to update */
-    st = dlrec_bag_backward_update(n->table, opt->sparse, &bags, n->plan.pooling, ws->d_emb, ws->scratch,
-                                   ws->scratch_bytes);
+    st = BE_OP(n->be, bag_backward_update, n->table, opt->sparse, &bags, n->plan.pooling, ws->d_emb, ws->scratch,
+               ws->scratch_bytes);
   net_lap(&ws->prof.emb_update, &t);
   if (st != DLREC_OK) return st;
   dlrec_optim_config dense = opt->dense;
   dense.lr = opt->dense.lr * lr_scale;
   /* The trainable prefix only: buffers have no gradient and are not stepped. */
-  st = dlrec_optim_step(&dense, n->params, ws->grad, opt->dense_state, n->plan.n_trainable, step);
+  st = BE_OP(n->be, optim_step, &dense, n->params, ws->grad, opt->dense_state, n->plan.n_trainable, step);
   net_lap(&ws->prof.other, &t);
   return st;
 }

@@ -203,8 +203,8 @@ static dlrec_status forward(const void *ctx, void *ws, const net_io *io, const f
   int B = io->B, F = (int)m->n_sparse, D = (int)m->D;
   double t = dlrec_now();
   net_fm_split(w->v, w->w, io->emb, (size_t)B * F, m->D);
-  dlrec_status st = dlrec_wide_forward(w->first, w->w, NULL, B, F);
-  if (st == DLREC_OK && m->fm) st = dlrec_fm_forward(w->second, w->v, B, F, D);
+  dlrec_status st = BE_OP(io->be, wide_forward, w->first, w->w, NULL, B, F);
+  if (st == DLREC_OK && m->fm) st = BE_OP(io->be, fm_forward, w->second, w->v, B, F, D);
   net_lap(&io->prof->interaction, &t);
   const float *deep = NULL;
   if (st == DLREC_OK) st = net_dense_term_forward(&m->dense, io, w->logits);
@@ -233,8 +233,8 @@ static dlrec_status backward(const void *ctx, void *ws, const net_io *io, const 
   dlrec_status st = net_mlp_backward(&m->mlp, io, w->mlp, w->in, w->d_deep, w->dx, g);
   if (st == DLREC_OK) st = net_dense_term_backward(&m->dense, io, d_logits, g);
   net_lap(&io->prof->mlp, &t);
-  if (st == DLREC_OK) st = dlrec_wide_backward(w->dw, NULL, d_logits, B, F);
-  if (st == DLREC_OK && m->fm) st = dlrec_fm_backward(w->dv_fm, d_logits, w->v, B, F, D);
+  if (st == DLREC_OK) st = BE_OP(io->be, wide_backward, w->dw, NULL, d_logits, B, F);
+  if (st == DLREC_OK && m->fm) st = BE_OP(io->be, fm_backward, w->dv_fm, d_logits, w->v, B, F, D);
   if (st == DLREC_OK) net_fm_join(d_emb, w->dx + m->n_dense, m->mlp.in, m->fm ? w->dv_fm : NULL, w->dw, B, F, m->D);
   net_lap(&io->prof->interaction, &t);
   return st;

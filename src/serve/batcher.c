@@ -8,11 +8,11 @@
  * scorer is batch-invariant (model.h), so how requests are merged never
  * changes a score.
  *
- * Each worker runs its batches on one OpenMP thread and keeps its own
- * workspace and merge buffer, rebuilt only when the model changes; the
+ * Each worker runs its batches on one OpenMP thread (the registry's backend
+ * has one, and each op sets the calling worker's team to it) and keeps its
+ * own workspace and merge buffer, rebuilt only when the model changes; the
  * workers together use the cores. */
 #include <errno.h>
-#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -109,7 +109,6 @@ static dlrec_status score(worker_state *w, serve_job *jobs) {
 static void *worker_main(void *arg) {
   worker_state *w = arg;
   serve_batcher *b = w->b;
-  omp_set_num_threads(1);
   pthread_mutex_lock(&b->mu);
   for (;;) {
     while (!b->stop && !b->head) pthread_cond_wait(&b->work_cv, &b->mu);

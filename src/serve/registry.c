@@ -24,8 +24,8 @@ void serve_model_release(serve_model *m) {
 }
 
 /* Loads the checkpoint at dir (a checkpoint directory) into a new model with
- * one reference. */
-static dlrec_status load_model(const char *dir, serve_model **out) {
+ * one reference, scoring on the registry's backend. */
+static dlrec_status load_model(serve_registry *r, const char *dir, serve_model **out) {
   *out = NULL;
   serve_model *m = calloc(1, sizeof *m);
   if (!m) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
@@ -33,6 +33,7 @@ static dlrec_status load_model(const char *dir, serve_model **out) {
   atomic_init(&m->refs, 1);
   m->serial = atomic_fetch_add(&serials, 1) + 1;
   dlrec_status s = dlrec_model_load(dir, &m->model);
+  if (s == DLREC_OK) dlrec_net_set_backend(m->model->net, r->be);
   if (s == DLREC_OK) s = dlrec_net_scorer_create(&m->scorer, m->model->net);
   if (s != DLREC_OK) {
     serve_model_release(m);
@@ -56,7 +57,7 @@ serve_model *serve_registry_acquire(serve_registry *r) {
  * the directory (so the watcher does not retry it) and keeps the current. */
 static dlrec_status swap_in(serve_registry *r, const char *dir) {
   serve_model *m;
-  dlrec_status s = load_model(dir, &m);
+  dlrec_status s = load_model(r, dir, &m);
   if (s == DLREC_OK && strcmp(m->model->config.name, r->name) != 0) {
     s = dlrec_error(DLREC_ERR_INVALID, "%s: model name '%s' differs from the served '%s'", dir,
                     m->model->config.name, r->name);
@@ -135,10 +136,16 @@ dlrec_status serve_registry_open(serve_registry *r, const char *run_dir) {
   pthread_cond_init(&r->stop_cv, NULL);
   snprintf(r->run_dir, sizeof r->run_dir, "%s", run_dir);
   char dir[1024];
-  dlrec_status s = dlrec_checkpoint_resolve(run_dir, dir, sizeof dir);
-  if (s != DLREC_OK) return s;
-  serve_model *m;
-  if ((s = load_model(dir, &m)) != DLREC_OK) return s;
+  dlrec_backend_config bc = {1, DLREC_PRECISION_FP32}; /* scoring is fp32 in every precision */
+  dlrec_status s = dlrec_backend_create(&r->be, "cpu", &bc);
+  if (s == DLREC_OK) s = dlrec_checkpoint_resolve(run_dir, dir, sizeof dir);
+  serve_model *m = NULL;
+  if (s == DLREC_OK) s = load_model(r, dir, &m);
+  if (s != DLREC_OK) {
+    dlrec_backend_free(r->be);
+    r->be = NULL;
+    return s;
+  }
   snprintf(r->name, sizeof r->name, "%s", m->model->config.name);
   r->current = m;
   snprintf(r->current_dir, sizeof r->current_dir, "%s", dir);
@@ -212,6 +219,9 @@ void serve_registry_close(serve_registry *r) {
   }
   serve_model_release(r->current);
   r->current = NULL;
+  /* Requests held the other references, and they have all ended by now. */
+  dlrec_backend_free(r->be);
+  r->be = NULL;
   pthread_mutex_destroy(&r->mu);
   pthread_cond_destroy(&r->load_cv);
   pthread_mutex_destroy(&r->stop_mu);

@@ -32,6 +32,10 @@ void serve_model_release(serve_model *m); /* accepts NULL */
 
 typedef struct serve_registry {
   pthread_mutex_t mu;
+  /* The scoring workers' backend: one thread per op, as each worker scores
+   * its batches alone and the workers together use the cores. Every model
+   * loaded runs on it; it outlives them all (freed by close). */
+  dlrec_backend *be;
   char run_dir[1024];
   char name[64];           /* the config's name: the model's name in URLs */
   serve_model *current;    /* NULL when unloaded */

@@ -2,7 +2,6 @@
  * checkpoints at intervals; resume; graceful stop on SIGINT/SIGTERM. */
 #include "dlrec/trainer.h"
 
-#include <cblas.h>
 #include <errno.h>
 #include <math.h>
 #include <omp.h>
@@ -24,12 +23,6 @@ static volatile sig_atomic_t g_stop;
 static void on_signal(int sig) {
   (void)sig;
   g_stop = 1;
-}
-
-void dlrec_set_compute_threads(uint32_t threads) {
-  int n = threads ? (int)threads : omp_get_num_procs();
-  omp_set_num_threads(n);
-  openblas_set_num_threads(n);
 }
 
 cJSON *dlrec_metrics_to_json(const dlrec_metrics *m) {
@@ -105,6 +98,7 @@ typedef struct run {
   dlrec_train_config cfg;
   char metrics_path[4096];
   FILE *metrics;
+  dlrec_backend *be; /* the run's: training.threads and training.precision; the model borrows it */
   dlrec_net *model;
   dlrec_net_ws *ws;
   dlrec_net_optim opt;
@@ -126,6 +120,7 @@ static void run_free(run *r) {
   dlrec_sparse_optim_free(r->opt.sparse);
   free(r->opt.dense_state);
   dlrec_net_free(r->model);
+  dlrec_backend_free(r->be); /* after the model, which borrows it */
   dlrec_unlock_dir(r->lock_fd);
 }
 
@@ -195,7 +190,17 @@ static dlrec_status setup(run *r) {
   if (a->deterministic) r->cfg.deterministic = 1;
   if (a->threads) r->cfg.threads = a->threads;
   if (a->max_steps) r->cfg.max_steps = a->max_steps;
-  dlrec_set_compute_threads(r->cfg.threads);
+  /* The run's threads and precision are its backend's, not the process's. */
+  dlrec_backend_config bc = {r->cfg.threads, r->cfg.precision};
+  if ((s = dlrec_backend_create(&r->be, "cpu", &bc)) != DLREC_OK)
+    return dlrec_error_context("%s: training.threads %u, training.precision %s: ",
+                               a->config_path ? a->config_path : "the config", r->cfg.threads,
+                               dlrec_precision_name(r->cfg.precision));
+  DLREC_INFO("compute backend %s", dlrec_backend_describe(r->be));
+  /* The backend sizes each op's OpenMP team, but with dynamic adjustment on
+   * (OMP_DYNAMIC=true in the environment) the runtime could hand a region
+   * fewer threads than asked, which would change how reductions split and
+   * so the bits; turning it off keeps deterministic runs deterministic. */
   if (r->cfg.deterministic) omp_set_dynamic(0);
 
   dlrec_etl *etl;
@@ -219,6 +224,7 @@ static dlrec_status setup(run *r) {
   if (!schema.has_label) return dlrec_error(DLREC_ERR_INVALID, "%s: has no labels to train on", a->train[0]);
 
   if ((s = dlrec_net_create(&r->model, &r->cfg.model, &schema)) != DLREC_OK) return s;
+  dlrec_net_set_backend(r->model, r->be);
   if ((s = dlrec_net_ws_create(&r->ws, r->model, r->cfg.batch_size)) != DLREC_OK) return s;
   size_t n_params;
   dlrec_net_dense_params(r->model, &n_params);
@@ -272,6 +278,12 @@ static cJSON *step_json(const run *r, double loss, double lr_scale, double rate)
   if (isfinite(loss)) cJSON_AddNumberToObject(j, "loss", loss);
   cJSON_AddNumberToObject(j, "lr_scale", lr_scale);
   cJSON_AddNumberToObject(j, "samples_per_s", rate);
+  /* Which backend and GEMM precision trained (AUTO resolved), on every
+   * line: a resume may run another precision, and truncation on resume
+   * keeps lines by step, so no header line could say it once. */
+  cJSON_AddStringToObject(j, "backend", dlrec_backend_name(r->be));
+  cJSON_AddStringToObject(j, "precision", dlrec_precision_name(dlrec_backend_precision(r->be)));
+  cJSON_AddBoolToObject(j, "bf16_native", dlrec_backend_bf16_native(r->be));
   return j;
 }
 
@@ -325,6 +337,7 @@ static dlrec_status evaluate_best(run *r, dlrec_train_result *res) {
   const char *paths[] = {r->a->valid};
   dlrec_status s = dlrec_checkpoint_select(r->a->run_dir, "best", dir, sizeof dir);
   if (s == DLREC_OK) s = dlrec_model_load(dir, &best);
+  if (s == DLREC_OK) dlrec_net_set_backend(best->net, r->be); /* scored on the run's threads */
   if (s == DLREC_OK) s = dlrec_evaluate(best->net, paths, 1, r->cfg.eval_batch_size, r->cfg.eval_max_rows, &res->valid);
   if (s == DLREC_OK) {
     res->has_valid = 1;
