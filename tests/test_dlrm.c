@@ -490,3 +490,125 @@ TEST(dlrm_cat_interaction_gradients_and_batch_invariance) {
     dlrec_net_free(m);
   }
 }
+
+/* A batch of B rows of net_check_schema's 3 columns (the middle one
+ * multi-hot, 0 to 3 ids), labels and dense values from seed. */
+typedef struct big_batch {
+  dlrec_batch b;
+  float labels[128], dense[128 * 3];
+  uint32_t off[3][129], ids[3][128 * 3];
+} big_batch;
+
+static void make_big_batch(big_batch *t, const dlrec_schema *s, uint32_t B, uint64_t seed) {
+  memset(t, 0, sizeof *t);
+  dlrec_rng r;
+  dlrec_rng_seed(&r, seed, 0);
+  t->b.rows = B;
+  for (uint32_t i = 0; i < B; i++) t->labels[i] = dlrec_rng_uniform(&r) < 0.4 ? 1.0f : 0.0f;
+  for (uint32_t i = 0; i < B * s->n_dense; i++) t->dense[i] = (float)dlrec_rng_uniform(&r);
+  for (int c = 0; c < 3; c++) {
+    uint32_t n = 0, span = (uint32_t)(s->sparse[c].id_end - s->sparse[c].id_begin);
+    for (uint32_t i = 0; i < B; i++) {
+      t->off[c][i] = n;
+      uint32_t k = c == 1 ? dlrec_rng_below(&r, 4) : 1;
+      for (uint32_t j = 0; j < k; j++) t->ids[c][n++] = (uint32_t)s->sparse[c].id_begin + dlrec_rng_below(&r, span);
+    }
+    t->off[c][B] = n;
+    t->b.offsets[c] = t->off[c];
+    t->b.ids[c] = t->ids[c];
+  }
+  t->b.labels = t->labels;
+  t->b.dense = t->dense;
+}
+
+/* Trains the tiny DLRM for 6 steps on batch b with a `threads`-thread
+ * backend; its dense parameters and table land in params and table, the
+ * losses in loss, the ways the last step split in *split. With nested set,
+ * the steps run inside an enclosing parallel region, where OpenMP gives the
+ * step's own region a team of one: every way then runs on one thread. */
+static void train_tiny(uint32_t threads, const dlrec_batch *b, int nested, float *params, float *table,
+                       double *loss, uint32_t *split) {
+  dlrec_schema s;
+  net_check_schema(&s, 3);
+  dlrec_dlrm_shape sh = tiny_shape();
+  dlrec_backend_config bc = {threads, DLREC_PRECISION_FP32};
+  dlrec_backend *be;
+  dlrec_net *m;
+  dlrec_net_ws *ws;
+  CHECK_OK(dlrec_backend_create(&be, "cpu", &bc));
+  CHECK_OK(dlrec_dlrm_create(&m, &sh, &s));
+  dlrec_net_set_backend(m, be);
+  CHECK_OK(dlrec_net_init(m, 5));
+  CHECK_OK(dlrec_net_ws_create(&ws, m, 128));
+  dlrec_net_optim opt;
+  memset(&opt, 0, sizeof opt);
+  dlrec_optim_config_default(&opt.dense, DLREC_OPTIM_ADAM);
+  opt.dense.lr = 0.01f;
+  opt.sparse_lr = 0.1f;
+  dlrec_sparse_optim_config sc;
+  dlrec_sparse_optim_config_default(&sc, DLREC_SPARSE_ROWWISE_ADAGRAD);
+  CHECK_OK(dlrec_sparse_optim_create(&opt.sparse, dlrec_net_table(m), &sc));
+  size_t n_params = 0;
+  dlrec_net_dense_params_const(m, &n_params);
+  CHECK(n_params <= 256 && s.table_rows * sh.emb_dim <= 64); /* what the caller's arrays hold */
+  opt.dense_state = calloc(dlrec_optim_state_floats(&opt.dense, n_params), sizeof(float));
+  CHECK_OK(dlrec_optim_state_init(&opt.dense, opt.dense_state, n_params));
+  for (uint64_t step = 1; step <= 6; step++) {
+    dlrec_status st = DLREC_OK;
+    if (nested) {
+#pragma omp parallel num_threads(2)
+#pragma omp single
+      st = dlrec_net_train_step(m, ws, &opt, b, 1.0f, step, &loss[step - 1], NULL);
+    } else {
+      st = dlrec_net_train_step(m, ws, &opt, b, 1.0f, step, &loss[step - 1], NULL);
+    }
+    CHECK_OK(st);
+  }
+  *split = dlrec_net_ws_split(ws);
+  memcpy(params, dlrec_net_dense_params_const(m, &n_params), n_params * sizeof(float));
+  const dlrec_table *t = dlrec_net_table_const(m);
+  for (uint64_t r = 0; r < s.table_rows; r++) dlrec_table_get_row(t, r, table + r * sh.emb_dim);
+  free(opt.dense_state);
+  dlrec_sparse_optim_free(opt.sparse);
+  dlrec_net_ws_free(ws);
+  dlrec_net_free(m);
+  dlrec_backend_free(be);
+}
+
+/* A training step split across threads (dlrec_net_ws_split) computes the
+ * whole batch's step: the same losses, dense parameters (Adam) and
+ * embedding rows (row-wise Adagrad) as one thread, up to float summation order, for
+ * an even and an uneven split; bitwise the same run to run; and bitwise the
+ * same when OpenMP gives it fewer threads than ways. Batches too small to
+ * give each way 32 rows run whole. */
+TEST(split_training_step_matches_the_whole_batch) {
+  dlrec_schema s;
+  net_check_schema(&s, 3);
+  enum { NP = 256, NT = 16 * 4 };
+  static big_batch bb;
+  make_big_batch(&bb, &s, 100, 3);
+  float p[5][NP] = {{0}}, tab[5][NT] = {{0}};
+  double loss[5][6];
+  uint32_t split[5];
+  train_tiny(1, &bb.b, 0, p[0], tab[0], loss[0], &split[0]);
+  train_tiny(2, &bb.b, 0, p[1], tab[1], loss[1], &split[1]);
+  train_tiny(3, &bb.b, 0, p[2], tab[2], loss[2], &split[2]); /* 33, 33 and 34 rows */
+  train_tiny(2, &bb.b, 0, p[3], tab[3], loss[3], &split[3]);
+  train_tiny(2, &bb.b, 1, p[4], tab[4], loss[4], &split[4]);
+  CHECK_EQ(split[0], 1u);
+  CHECK_EQ(split[1], 2u);
+  CHECK_EQ(split[2], 3u);
+  CHECK_EQ(split[4], 2u);
+  CHECK(loss[0][5] < loss[0][0]); /* it learned */
+  for (int k = 1; k <= 2; k++) {
+    for (int i = 0; i < 6; i++) CHECK_NEAR(loss[k][i], loss[0][i], 1e-7, 1e-5);
+    for (int i = 0; i < NP; i++) CHECK_NEAR(p[k][i], p[0][i], 1e-6, 1e-4);
+    for (int i = 0; i < NT; i++) CHECK_NEAR(tab[k][i], tab[0][i], 1e-6, 1e-4);
+  }
+  CHECK(memcmp(p[1], p[3], sizeof p[1]) == 0 && memcmp(tab[1], tab[3], sizeof tab[1]) == 0);
+  CHECK(memcmp(p[1], p[4], sizeof p[1]) == 0 && memcmp(tab[1], tab[4], sizeof tab[1]) == 0);
+  /* 63 rows cannot give 2 ways 32 each: the step runs whole. */
+  make_big_batch(&bb, &s, 63, 4);
+  train_tiny(2, &bb.b, 0, p[0], tab[0], loss[0], &split[0]);
+  CHECK_EQ(split[0], 1u);
+}

@@ -74,6 +74,15 @@ dlrec_precision dlrec_backend_precision(const dlrec_backend *be) { return be->pr
 int dlrec_backend_bf16_native(const dlrec_backend *be) { return be->bf16_native; }
 const char *dlrec_backend_describe(const dlrec_backend *be) { return be->describe; }
 
+uint32_t backend_split_ways(const dlrec_backend *be) {
+  return !strcmp(be->name, "cpu") ? be->threads : 1;
+}
+
+dlrec_status backend_lane_create(const dlrec_backend *be, dlrec_backend **lane) {
+  dlrec_backend_config c = {1, be->precision};
+  return dlrec_backend_create(lane, be->name, &c);
+}
+
 /* Static storage: the default backend cannot fail to exist. */
 static dlrec_backend g_default;
 static pthread_once_t g_default_once = PTHREAD_ONCE_INIT;

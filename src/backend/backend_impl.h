@@ -135,6 +135,16 @@ struct dlrec_backend {
 /* Calls op NAME of backend BE: BE_OP(be, linear_forward, out, in, ...). */
 #define BE_OP(be, name, ...) ((be)->ops->name((be), __VA_ARGS__))
 
+/* How many ways a training step may split its batch across this backend:
+ * row ranges that run side by side, each through the whole network on a
+ * one-thread LANE of the backend (net_run.c). The CPU backend splits in as
+ * many ways as it has threads; a backend whose ops do not run on the
+ * calling thread (a GPU's) does not split (1). */
+uint32_t backend_split_ways(const dlrec_backend *be);
+/* A lane of be: a new backend of the same kind and precision on one thread,
+ * which the caller frees. */
+dlrec_status backend_lane_create(const dlrec_backend *be, dlrec_backend **lane);
+
 /* The CPU backend (cpu.c): fills be (ops, name, threads, precision) from c. */
 dlrec_status dlrec_backend_cpu_init(dlrec_backend *be, const dlrec_backend_config *c);
 

@@ -8,8 +8,11 @@
  * scorer was created with when scoring.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <omp.h>
 
 #include "dlrec/arena.h"
 #include "dlrec/progress.h"
@@ -29,7 +32,24 @@ struct dlrec_net_ws {
    * so it keeps the type, which is static, and not the network. */
   const net_type *type;
   dlrec_net_profile prof;
+  /* Split training steps (split_step): one shard per way, made on the first
+   * step that splits, for the backend they were made for. */
+  uint32_t n_shards;
+  struct net_shard *shards;
+  const dlrec_backend *shards_be;
+  uint32_t last_split; /* the ways of the last training step */
 };
+
+/* One way of a split training step: a one-thread lane of the network's
+ * backend, its rows' activations and d_logits, and its own dense gradients,
+ * which the step sums over the shards after the backward. */
+typedef struct net_shard {
+  dlrec_backend *lane;
+  void *model_ws;
+  float *grad;     /* (n_params) */
+  float *d_logits; /* (rows) */
+  dlrec_net_profile prof;
+} net_shard;
 
 struct dlrec_net_scorer {
   const dlrec_net *net;
@@ -54,6 +74,8 @@ dlrec_status net_linear_forward(const net_io *io, int layer, float *out, const f
 }
 
 void dlrec_net_ws_profile(const dlrec_net_ws *ws, dlrec_net_profile *p) { *p = ws->prof; }
+
+uint32_t dlrec_net_ws_split(const dlrec_net_ws *ws) { return ws->last_split; }
 
 dlrec_status dlrec_net_ws_create(dlrec_net_ws **out, const dlrec_net *n, uint32_t max_batch) {
   *out = NULL;
@@ -90,8 +112,23 @@ nomem:
   return dlrec_error(DLREC_ERR_NOMEM, "cannot allocate the workspace for batches of %u rows", max_batch);
 }
 
+static void shards_free(dlrec_net_ws *ws) {
+  for (uint32_t i = 0; ws->shards && i < ws->n_shards; i++) {
+    net_shard *sh = &ws->shards[i];
+    if (sh->model_ws) ws->type->ws_free(sh->model_ws);
+    dlrec_backend_free(sh->lane);
+    free(sh->grad);
+    free(sh->d_logits);
+  }
+  free(ws->shards);
+  ws->shards = NULL;
+  ws->n_shards = 0;
+  ws->shards_be = NULL;
+}
+
 void dlrec_net_ws_free(dlrec_net_ws *ws) {
   if (!ws) return;
+  shards_free(ws);
   if (ws->model_ws) ws->type->ws_free(ws->model_ws);
   dlrec_arena_free(&ws->arena);
   free(ws);
@@ -195,6 +232,147 @@ dlrec_status dlrec_net_predict(const dlrec_net_scorer *s, dlrec_net_ws *ws, cons
   return st;
 }
 
+/* ---- split training steps ------------------------------------------------------------ */
+
+/* Fewer rows than this per thread and a step runs whole. */
+#define SHARD_MIN_ROWS 32
+#define MAX_SHARDS 64
+
+static dlrec_status shards_create(const dlrec_net *n, dlrec_net_ws *ws, uint32_t T) {
+  uint32_t rows = (ws->max_batch + T - 1) / T;
+  ws->shards = calloc(T, sizeof *ws->shards);
+  if (!ws->shards) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
+  ws->n_shards = T;
+  ws->shards_be = n->be;
+  for (uint32_t i = 0; i < T; i++) {
+    net_shard *sh = &ws->shards[i];
+    dlrec_status s = backend_lane_create(n->be, &sh->lane);
+    if (s == DLREC_OK) s = n->type->ws_create(n->ctx, &n->plan, rows, &sh->model_ws);
+    if (s != DLREC_OK) {
+      shards_free(ws);
+      return s;
+    }
+    sh->grad = malloc((n->plan.n_params ? n->plan.n_params : 1) * sizeof(float));
+    sh->d_logits = malloc(rows * sizeof(float));
+    if (!sh->grad || !sh->d_logits) {
+      shards_free(ws);
+      return dlrec_error(DLREC_ERR_NOMEM, "cannot allocate the split step's workspaces");
+    }
+  }
+  return DLREC_OK;
+}
+
+/* The rows [r0, r1) of batch b as a batch of their own. */
+static dlrec_batch sub_batch(const dlrec_batch *b, uint32_t F, uint32_t n_dense, uint32_t r0, uint32_t r1) {
+  dlrec_batch s = *b;
+  s.rows = r1 - r0;
+  s.labels = b->labels ? b->labels + r0 : NULL;
+  s.dense = b->dense ? b->dense + (size_t)r0 * n_dense : NULL;
+  for (uint32_t c = 0; c < F; c++) s.offsets[c] = b->offsets[c] + r0;
+  return s;
+}
+
+/* The ways a step splits: the backend's (backend_split_ways), unless the
+ * model has buffers (batch normalization wants the whole batch's
+ * statistics) or the batch gives a way fewer than SHARD_MIN_ROWS rows. */
+static uint32_t split_ways(const dlrec_net *n, uint32_t B) {
+  if (n->plan.n_params > n->plan.n_trainable) return 1;
+  uint32_t T = backend_split_ways(n->be);
+  if (T > MAX_SHARDS) T = MAX_SHARDS;
+  if (T > B / SHARD_MIN_ROWS) T = B / SHARD_MIN_ROWS;
+  return T < 1 ? 1 : T;
+}
+
+/* The forward, loss and backward of a training step with the batch split
+ * into T contiguous row ranges, one per thread, each through the whole
+ * network on one thread; then every thread sums its slice of the dense
+ * gradients over the shards, in shard order. One parallel region instead of
+ * one per kernel: at small batches waking the team for each kernel cost
+ * more than the kernels. Results are bitwise reproducible for a given T. */
+static dlrec_status split_step(dlrec_net *n, dlrec_net_ws *ws, const dlrec_batch *b, uint64_t step, uint32_t T,
+                               double *loss, float *prob) {
+  if (b->rows > ws->max_batch)
+    return dlrec_error(DLREC_ERR_INVALID, "batch of %u rows, the workspace holds 1 to %u", b->rows, ws->max_batch);
+  if (!b->labels) return dlrec_error(DLREC_ERR_INVALID, "training needs labeled data");
+  dlrec_status s = DLREC_OK;
+  if (ws->n_shards != T || ws->shards_be != n->be) {
+    shards_free(ws);
+    if ((s = shards_create(n, ws, T)) != DLREC_OK) return s;
+  }
+  const uint32_t B = b->rows, F = n->schema.n_sparse, D = n->plan.emb_dim, nd = n->schema.n_dense;
+  const size_t n_params = n->plan.n_params;
+  dlrec_status st[MAX_SHARDS];
+  double part[MAX_SHARDS];
+  char msg[MAX_SHARDS][256];
+  dlrec_bag_batch all = bags_of(n, b);
+  double t = dlrec_now();
+#pragma omp parallel num_threads(T)
+  {
+    /* A team smaller than asked for (OMP_DYNAMIC, a thread limit) runs
+     * several shards per thread: the shards, not the team, fix the bits. */
+    const uint32_t tid = (uint32_t)omp_get_thread_num(), nth = (uint32_t)omp_get_num_threads();
+    for (uint32_t i = tid; i < T; i += nth) {
+      const uint32_t r0 = (uint32_t)((uint64_t)B * i / T), r1 = (uint32_t)((uint64_t)B * (i + 1) / T);
+      const int rows = (int)(r1 - r0);
+      net_shard *sh = &ws->shards[i];
+      dlrec_backend *lane = sh->lane;
+      dlrec_batch sb = sub_batch(b, F, nd, r0, r1);
+      dlrec_bag_batch bags = bags_of(n, &sb);
+      float *emb = ws->emb + (size_t)r0 * F * D, *d_emb = ws->d_emb + (size_t)r0 * F * D;
+      const float *logits = NULL;
+      double l = 0, t1 = dlrec_now();
+      dlrec_status s1 = F ? BE_OP(lane, bag_forward, emb, n->table, &bags, n->plan.pooling) : DLREC_OK;
+      net_lap(&sh->prof.emb_forward, &t1);
+      net_io io = {.be = lane, .B = rows, .dense = sb.dense, .emb = emb, .params = n->params, .plan = &n->plan,
+                   .prof = &sh->prof, .train = 1, .step = step, .state = n->params};
+      if (s1 == DLREC_OK) s1 = n->type->forward(n->ctx, sh->model_ws, &io, &logits);
+      if (s1 == DLREC_OK && prob) s1 = BE_OP(lane, sigmoid, prob + r0, logits, (size_t)rows);
+      if (s1 == DLREC_OK) s1 = BE_OP(lane, bce_forward, &l, logits, sb.labels, rows);
+      if (s1 == DLREC_OK) s1 = BE_OP(lane, bce_backward, sh->d_logits, logits, sb.labels, rows);
+      /* The loss is the whole batch's mean: each shard's gradient is its
+       * own mean's times its share of the rows. */
+      const float share = (float)rows / (float)B;
+      for (int r = 0; s1 == DLREC_OK && r < rows; r++) sh->d_logits[r] *= share;
+      memset(sh->grad, 0, n_params * sizeof(float));
+      if (s1 == DLREC_OK) s1 = n->type->backward(n->ctx, sh->model_ws, &io, sh->d_logits, sh->grad, d_emb);
+      part[i] = l * rows;
+      st[i] = s1;
+      if (s1 != DLREC_OK) snprintf(msg[i], sizeof msg[i], "%s", dlrec_last_error());
+    }
+#pragma omp barrier
+    /* Each thread sums a slice of the gradients over the shards, in shard order. */
+    const size_t j0 = n_params * tid / nth, j1 = n_params * (tid + 1) / nth;
+    for (size_t j = j0; j < j1; j++) {
+      float g = 0;
+      for (uint32_t k = 0; k < T; k++) g += ws->shards[k].grad[j];
+      ws->grad[j] = g;
+    }
+  }
+  double sum = 0;
+  for (uint32_t i = 0; i < T; i++) {
+    if (st[i] != DLREC_OK) return dlrec_error(st[i], "%s", msg[i]);
+    sum += part[i];
+  }
+  *loss = sum / B;
+  dlrec_net_profile *p = &ws->prof, *p0 = &ws->shards[0].prof;
+  for (int c = 0; c < (int)F; c++) p->lookups += all.offsets[c][B] - all.offsets[c][0];
+  p->forward_rows += B;
+  p->backward_rows += B;
+  /* The shards ran side by side: shard 0's phases stand for the step's,
+   * and the rest of the region (the loss, the gradients' sum) counts as
+   * other. */
+  const double region = dlrec_now() - t, inner = p0->emb_forward + p0->mlp + p0->interaction;
+  p->emb_forward += p0->emb_forward;
+  p->mlp += p0->mlp;
+  p->interaction += p0->interaction;
+  p->other += region > inner ? region - inner : 0;
+  for (uint32_t i = 0; i < T; i++) {
+    p->mlp_flops += ws->shards[i].prof.mlp_flops;
+    memset(&ws->shards[i].prof, 0, sizeof ws->shards[i].prof);
+  }
+  return DLREC_OK;
+}
+
 /* ---- training --------------------------------------------------------------- */
 
 dlrec_status dlrec_net_gradients(dlrec_net *n, dlrec_net_ws *ws, const dlrec_batch *batch, double *loss,
@@ -232,9 +410,16 @@ static dlrec_status clip_gradients(float *grad, size_t n_grad, float *d_emb, siz
 dlrec_status dlrec_net_train_step(dlrec_net *n, dlrec_net_ws *ws, dlrec_net_optim *opt, const dlrec_batch *batch,
                                   float lr_scale, uint64_t step, double *loss, float *prob) {
   const float *logits = NULL;
-  dlrec_status st = run_forward(n, n->be, ws, batch, NULL, n->params, step, &logits);
-  if (st == DLREC_OK && prob) st = BE_OP(n->be, sigmoid, prob, logits, batch->rows);
-  if (st == DLREC_OK) st = run_backward(n, ws, batch, logits, step, loss);
+  dlrec_status st = DLREC_OK;
+  const uint32_t T = split_ways(n, batch->rows);
+  ws->last_split = T;
+  if (T > 1) {
+    st = split_step(n, ws, batch, step, T, loss, prob);
+  } else {
+    st = run_forward(n, n->be, ws, batch, NULL, n->params, step, &logits);
+    if (st == DLREC_OK && prob) st = BE_OP(n->be, sigmoid, prob, logits, batch->rows);
+    if (st == DLREC_OK) st = run_backward(n, ws, batch, logits, step, loss);
+  }
   if (st == DLREC_OK && opt->clip_grad_norm > 0)
     st = clip_gradients(ws->grad, n->plan.n_trainable, ws->d_emb,
                         (size_t)batch->rows * n->schema.n_sparse * n->plan.emb_dim, opt->clip_grad_norm, step);
