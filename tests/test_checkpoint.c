@@ -346,8 +346,10 @@ static long dense_params_differ(const char *run_a, const char *run_b) {
   if (dlrec_model_load(test_path(run_a), &a) == DLREC_OK && dlrec_model_load(test_path(run_b), &b) == DLREC_OK) {
     size_t na, nb;
     const float *pa = dlrec_net_dense_params(a->net, &na), *pb = dlrec_net_dense_params(b->net, &nb);
-    if (na == nb)
-      for (size_t i = differ = 0; i < na; i++) differ += memcmp(&pa[i], &pb[i], sizeof(float)) != 0;
+    if (na == nb) {
+      differ = 0;
+      for (size_t i = 0; i < na; i++) differ += memcmp(&pa[i], &pb[i], sizeof(float)) != 0;
+    }
   }
   if (differ < 0) fprintf(stderr, "loading %s and %s: %s\n", run_a, run_b, dlrec_last_error());
   dlrec_model_free(a);
@@ -473,7 +475,7 @@ TEST(bf16_precision_checkpoint_resumes_serves_and_says_emulated) {
   dlrec_metrics m;
   CHECK_OK(dlrec_evaluate(a->net, valid, 1, 256, 0, &m));
   CHECK(m.auc > 0.55);
-  /* Another precision on resume: allowed, and the log and metrics say so. */
+  /* Another precision on resume: allowed, and metrics.jsonl says which ran when. */
   CHECK(train_cli(bf16, "mixed", "--max-steps 50") == 0);
   char resume_valid[2200];
   snprintf(resume_valid, sizeof resume_valid, "--resume %s", valid_arg);
