@@ -390,6 +390,21 @@ TEST(linear_forward_backward_match_reference) { each_backend(case_linear, 2); }
 
 /* ---- activations ----------------------------------------------------------------------- */
 
+/* got[i] has the bits of (float)ref[i]: a ReLU's outputs are its inputs or
+ * +0, so nothing but the same bits is right. */
+static int check_relu_bits(int line, const char *what, const float *got, const double *ref, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    const float want = (float)ref[i];
+    uint32_t bits;
+    memcpy(&bits, &got[i], sizeof bits);
+    if (memcmp(&got[i], &want, sizeof want)) {
+      fail_at(line, "%s[%zu] = %.9g (bits 0x%08x), reference %.9g", what, i, got[i], bits, want);
+      return 1;
+    }
+  }
+  return 0;
+}
+
 static void case_activations(void) {
   static const size_t sizes[] = {1, 7, 1000, 40001};
   for (size_t s = 0; s < sizeof sizes / sizeof sizes[0] && !test_failed_now(); s++) {
@@ -404,6 +419,19 @@ static void case_activations(void) {
     if (OP(sigmoid, d_out, d_x, n) || CHECKV("sigmoid", down(d_out, n), NULL, ref, NULL, 0, n, CMP_FP32)) return;
     /* In place is allowed. */
     if (OP(sigmoid, d_x, d_x, n) || CHECKV("sigmoid in place", down(d_x, n), NULL, ref, NULL, 0, n, CMP_FP32)) return;
+    /* relu_forward: out of place into NaN (overwritten), then in place; with
+     * −0 and NaN among the inputs, both of which give +0 (not a passed-through
+     * NaN or −0), so the bits are compared, not only the values. */
+    float *xr = hrand(n, -30, 30);
+    static const float odd[] = {-0.0f, NAN, 0.0f, -1e-38f, 1e-38f};
+    for (size_t i = 0; i < n && i < 5; i++) xr[i] = odd[i];
+    double *xrd = hdbl(xr, n);
+    float *d_xr = dup(xr, n), *d_r = dnan(n);
+    ref_relu_forward(ref, xrd, n);
+    if (OP(relu_forward, d_r, d_xr, n) || check_relu_bits(__LINE__, "relu_forward", down(d_r, n), ref, n)) return;
+    if (OP(relu_forward, d_xr, d_xr, n) ||
+        check_relu_bits(__LINE__, "relu_forward in place", down(d_xr, n), ref, n))
+      return;
     ref_relu_backward(ref, dd, yd, n);
     if (OP(relu_backward, d_out, d_dout, d_y, n) ||
         CHECKV("relu_backward", down(d_out, n), NULL, ref, NULL, 0, n, CMP_EXACT))

@@ -43,6 +43,9 @@ typedef struct dlrec_backend_ops {
                                  const float *bias, int B, int IN, int OUT, dlrec_act act);
   dlrec_status (*linear_backward)(dlrec_backend *be, float *din, float *dweight, float *dbias, const float *dout,
                                   const float *in, const float *weight, int B, int IN, int OUT);
+  /* out[i] = max(in[i], 0): the ReLU a layer cannot fuse into linear_forward
+   * (after batch normalization); out == in is allowed. */
+  dlrec_status (*relu_forward)(dlrec_backend *be, float *out, const float *in, size_t n);
   dlrec_status (*relu_backward)(dlrec_backend *be, float *din, const float *dout, const float *out, size_t n);
   dlrec_status (*sigmoid)(dlrec_backend *be, float *out, const float *in, size_t n);
 

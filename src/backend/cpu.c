@@ -68,6 +68,11 @@ static dlrec_status cpu_linear_backward(dlrec_backend *be, float *din, float *dw
   return cpu_gemm_linear_backward(gemm_of(be), din, dweight, dbias, dout, in, weight, B, IN, OUT);
 }
 
+static dlrec_status cpu_relu_forward(dlrec_backend *be, float *out, const float *in, size_t n) {
+  enter(be);
+  return dlrec_relu_forward(out, in, n);
+}
+
 static dlrec_status cpu_relu_backward(dlrec_backend *be, float *din, const float *dout, const float *out, size_t n) {
   enter(be);
   return dlrec_relu_backward(din, dout, out, n);
@@ -286,6 +291,7 @@ static const dlrec_backend_ops cpu_ops = {
     .synchronize = cpu_synchronize,
     .linear_forward = cpu_linear_forward,
     .linear_backward = cpu_linear_backward,
+    .relu_forward = cpu_relu_forward,
     .relu_backward = cpu_relu_backward,
     .sigmoid = cpu_sigmoid,
     .dot_forward = cpu_dot_forward,

@@ -183,10 +183,9 @@ dlrec_status net_mlp_forward(const net_mlp *m, const net_io *io, float *ws, cons
       else if (s == DLREC_OK)
         s = BE_OP(io->be, batchnorm_train_forward, b.a[l], b.saved[l], b.z[l], gamma, beta, io->state + rm,
                   io->state + rv, BN_MOMENTUM, BN_EPS, io->B, C);
-      /* The backends fuse the ReLU into linear_forward and have no op of
-       * its own for it, so after batch normalization it runs here, on the
-       * calling thread's team that the backend's last op sized. */
-      if (s == DLREC_OK) s = dlrec_relu_forward(b.a[l], b.a[l], n);
+      /* Batch normalization sits between the linear layer and its ReLU, so
+       * the ReLU cannot be fused into linear_forward and runs as its own op. */
+      if (s == DLREC_OK) s = BE_OP(io->be, relu_forward, b.a[l], b.a[l], n);
     }
     if (s == DLREC_OK && m->dropout > 0.0f)
       s = BE_OP(io->be, dropout_forward, b.a[l], b.a[l], n, m->dropout, dropout_seed(m, l), io->step, io->train);

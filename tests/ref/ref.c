@@ -91,6 +91,10 @@ void ref_linear_backward_abs(double *din, double *dw, double *dbias, const doubl
 
 /* ---- activations --------------------------------------------------------------- */
 
+void ref_relu_forward(double *out, const double *in, size_t n) {
+  for (size_t i = 0; i < n; i++) out[i] = in[i] > 0 ? in[i] : 0.0;
+}
+
 void ref_relu_backward(double *din, const double *dout, const double *out, size_t n) {
   for (size_t i = 0; i < n; i++) din[i] = out[i] > 0 ? dout[i] : 0.0;
 }

@@ -55,6 +55,8 @@ void ref_linear_backward_abs(double *din, double *dw, double *dbias, const doubl
 
 /* ---- activations --------------------------------------------------------------- */
 
+/* out[i] = in[i] > 0 ? in[i] : 0 (so −0 and NaN give +0). */
+void ref_relu_forward(double *out, const double *in, size_t n);
 /* din[i] = out[i] > 0 ? dout[i] : 0 (out is the ReLU's output). */
 void ref_relu_backward(double *din, const double *dout, const double *out, size_t n);
 /* out[i] = 1 / (1 + e^−in[i]). */
