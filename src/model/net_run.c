@@ -252,7 +252,7 @@ static dlrec_status shards_create(const dlrec_net *n, dlrec_net_ws *ws, uint32_t
       shards_free(ws);
       return s;
     }
-    sh->grad = malloc((n->plan.n_params ? n->plan.n_params : 1) * sizeof(float));
+    sh->grad = calloc(n->plan.n_params ? n->plan.n_params : 1, sizeof(float)); /* zero between steps */
     sh->d_logits = malloc(rows * sizeof(float));
     if (!sh->grad || !sh->d_logits) {
       shards_free(ws);
@@ -333,19 +333,28 @@ static dlrec_status split_step(dlrec_net *n, dlrec_net_ws *ws, const dlrec_batch
        * own mean's times its share of the rows. */
       const float share = (float)rows / (float)B;
       for (int r = 0; s1 == DLREC_OK && r < rows; r++) sh->d_logits[r] *= share;
-      memset(sh->grad, 0, n_params * sizeof(float));
       if (s1 == DLREC_OK) s1 = n->type->backward(n->ctx, sh->model_ws, &io, sh->d_logits, sh->grad, d_emb);
       part[i] = l * rows;
       st[i] = s1;
       if (s1 != DLREC_OK) snprintf(msg[i], sizeof msg[i], "%s", dlrec_last_error());
     }
 #pragma omp barrier
-    /* Each thread sums a slice of the gradients over the shards, in shard order. */
+    /* Each thread sums a slice of the gradients over the shards, in shard
+     * order, and zeroes the shards' slices as it goes, so that the next
+     * step's backward finds them zeroed without a pass of its own. */
     const size_t j0 = n_params * tid / nth, j1 = n_params * (tid + 1) / nth;
+    float *restrict out = ws->grad;
+    float *restrict g0 = ws->shards[0].grad;
     for (size_t j = j0; j < j1; j++) {
-      float g = 0;
-      for (uint32_t k = 0; k < T; k++) g += ws->shards[k].grad[j];
-      ws->grad[j] = g;
+      out[j] = g0[j];
+      g0[j] = 0.0f;
+    }
+    for (uint32_t k = 1; k < T; k++) {
+      float *restrict gk = ws->shards[k].grad;
+      for (size_t j = j0; j < j1; j++) {
+        out[j] += gk[j];
+        gk[j] = 0.0f;
+      }
     }
   }
   double sum = 0;
