@@ -2,12 +2,12 @@
 # OpenMP waiting and thread counts: how `dlrec train` fares under each, alone
 # and beside one other CPU-bound process.
 #
-# usage: bench/threads.sh                          (a few minutes on an idle machine)
+# usage: bench/threads.sh                          (about 7 minutes on an idle machine)
 #        REPEATS=1 BATCHES=128 bench/threads.sh     (smoke run)
 #
 # Synthesizes ROWS rows once (default 41000) and encodes them; then, for each
 # batch size in BATCHES (default "128 2048"), trains examples/dlrm_synth.json
-# for SAMPLES samples (default 12000, but at least 16 steps and at most one
+# for SAMPLES samples (default 40000, but at least 16 steps and at most one
 # epoch) under each setting:
 #   default       dlrec's own default (neither OMP_WAIT_POLICY nor
 #                 GOMP_SPINCOUNT set), THREADS threads (default 2);
@@ -30,7 +30,7 @@
 set -euo pipefail
 
 rows=${ROWS:-41000}
-samples=${SAMPLES:-12000}
+samples=${SAMPLES:-40000}
 batches=${BATCHES:-128 2048}
 threads=${THREADS:-2}
 spincounts=${SPINCOUNTS:-1000 300000}

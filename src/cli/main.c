@@ -46,19 +46,18 @@ static void usage(FILE *out) {
 /* How OpenMP's idle workers wait: passively (they sleep at once), unless
  * the user set OMP_WAIT_POLICY or GOMP_SPINCOUNT, which then win, and make
  * dlrec leave both alone (so bench/threads.sh can measure any spin count).
- * Measured with bench/threads.sh and the same runs by hand (2 shared cores,
- * AMD EPYC, examples/dlrm_synth.json, 2 threads, medians of 3, samples/s):
- *   batch  128: PASSIVE 20.0k alone, 9.8k beside a CPU-bound process;
- *               GOMP_SPINCOUNT=1000 30.0k alone, 6.5k beside it;
- *   batch 2048: PASSIVE 42.4k, 17.2k; GOMP_SPINCOUNT=1000 35.0k, 18.1k;
- * longer spins (ACTIVE, libgomp's default of 300000) ran 3 to 30 times
- * slower whenever any other process wanted the cores, since a spinning
- * worker takes the core that the thread it waits for needs. No policy keeps
- * 2 threads within 2x of their speed alone beside a competitor at batch 128
- * (1 thread does: 22.2k and 21.5k), so the fork-joins of a step, not the
- * policy, are what remains; passive waiting loses least there.
- * libgomp reads the variables when it is loaded, before main, so dlrec sets
- * OMP_WAIT_POLICY and re-executes itself once. */
+ * Measured with bench/threads.sh (2 shared cores, AMD EPYC,
+ * examples/dlrm_synth.json, 2 threads, medians of 3, samples/s alone and
+ * beside one CPU-bound process), with training steps split across the
+ * threads (one parallel region per step):
+ *   batch  128: PASSIVE 38.7k, 19.6k; ACTIVE 37.2k, 12.5k;
+ *   batch 2048: PASSIVE 47.5k, 26.6k; ACTIVE 49.7k, 20.5k;
+ * spinning gains little alone now that a step has few regions, and loses a
+ * third beside a competitor, since a spinning worker takes the core that
+ * the thread it waits for needs (before the split, at about 50 regions a
+ * step, spinning ran 3 to 30 times slower there). libgomp reads the
+ * variables when it is loaded, before main, so dlrec sets OMP_WAIT_POLICY
+ * and re-executes itself once. */
 static void default_omp_wait(char **argv) {
   if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT")) return;
   if (setenv("OMP_WAIT_POLICY", "PASSIVE", 1) != 0) return;
