@@ -359,3 +359,43 @@ TEST(bf16_training_reaches_fp32_auc) {
   free(m[0].p), free(m[1].p);
   free(x), free(y), free(vx), free(vy), free(p_train), free(p_valid);
 }
+
+/* The oneDNN matmul wrapper in fp32, on every CPU: what the native bf16 path
+ * shares with it (the strided views of transposed operands, the bias, the
+ * ReLU and sum post-ops, the per-shape cache) runs here against a naive
+ * double loop, for every combination of transpositions, bias, activation
+ * and accumulation, each shape called twice (the second from the cache).
+ * Only the operands' data type differs on a CPU with native bf16. */
+TEST(onednn_f32_matmul_matches_reference) {
+  if (!cpu_dnnl_available()) {
+    printf("test_precision: no oneDNN in this build: onednn_f32_matmul skipped\n");
+    return;
+  }
+  cpu_dnnl *d;
+  CHECK_OK(cpu_dnnl_create(&d, 0));
+  enum { M = 7, N = 5, K = 9 };
+  float a[M * K], b[K * N], bias[N], out[M * N], before[M * N];
+  rng_state = 77;
+  for (int i = 0; i < M * K; i++) a[i] = (float)(uniform() * 2 - 1);
+  for (int i = 0; i < K * N; i++) b[i] = (float)(uniform() * 2 - 1);
+  for (int i = 0; i < N; i++) bias[i] = (float)(uniform() * 2 - 1);
+  for (int combo = 0; combo < 32; combo++) {
+    const int at = combo & 1, bt = (combo >> 1) & 1, has_bias = (combo >> 2) & 1, relu = (combo >> 3) & 1,
+              acc = (combo >> 4) & 1;
+    if (acc && (has_bias || relu)) continue; /* accumulate goes without bias and act (cpu_dnnl.h) */
+    for (int rep = 0; rep < 2; rep++) {
+      for (int i = 0; i < M * N; i++) before[i] = out[i] = (float)(uniform() * 2 - 1);
+      CHECK_OK(cpu_dnnl_matmul(d, out, a, at, b, bt, has_bias ? bias : NULL, M, N, K,
+                               relu ? DLREC_ACT_RELU : DLREC_ACT_NONE, acc));
+      for (int m = 0; m < M; m++)
+        for (int n = 0; n < N; n++) {
+          double s = has_bias ? bias[n] : 0;
+          for (int k = 0; k < K; k++) s += (double)a[at ? k * M + m : m * K + k] * b[bt ? n * K + k : k * N + n];
+          if (relu && s < 0) s = 0;
+          if (acc) s += before[m * N + n];
+          CHECK_NEAR(out[m * N + n], s, 1e-5, 1e-5);
+        }
+    }
+  }
+  cpu_dnnl_free(d);
+}
