@@ -227,6 +227,21 @@ out:
   dlrec_model_free(c);
 }
 
+/* Trains config cfg (NULL: a failure) on make_data's train.dlr into RUN and
+ * returns the validation AUC, or NAN (the test failed) when anything did. */
+static double train_valid_auc(const char *cfg, const char *run) {
+  if (!cfg) return NAN;
+  const char *train[] = {test_path("train.dlr")};
+  dlrec_train_args a = {.config_path = cfg, .train = train, .n_train = 1, .valid = test_path("valid.dlr"),
+                        .etl_dir = test_path("etl"), .run_dir = test_path(run)};
+  dlrec_train_result r;
+  if (dlrec_train(&a, &r) != DLREC_OK) {
+    fprintf(stderr, "training %s: %s\n", run, dlrec_last_error());
+    return NAN;
+  }
+  return r.has_valid ? r.valid.auc : NAN;
+}
+
 /* Learning: on the same data and seed, a bf16 table (and an fp16 one)
  * reaches the fp32 table's validation AUC within 0.003 (issue 10's bound). */
 TEST(table_16bit_learns_as_well_as_fp32) {
@@ -235,17 +250,9 @@ TEST(table_16bit_learns_as_well_as_fp32) {
   const char *dtypes[] = {"fp32", "bf16", "fp16"};
   double auc[3] = {0};
   for (int i = 0; i < 3 && !test_failed_now(); i++) {
-    const char *cfg = write_config(dtypes[i], NULL, adagrad);
-    CHECK(cfg);
     char run[32];
     snprintf(run, sizeof run, "learn-%s", dtypes[i]);
-    const char *train[] = {test_path("train.dlr")};
-    dlrec_train_args a = {.config_path = cfg, .train = train, .n_train = 1, .valid = test_path("valid.dlr"),
-                          .etl_dir = test_path("etl"), .run_dir = test_path(run)};
-    dlrec_train_result r;
-    CHECK_OK(dlrec_train(&a, &r));
-    CHECK(r.has_valid);
-    auc[i] = r.valid.auc;
+    auc[i] = train_valid_auc(write_config(dtypes[i], NULL, adagrad), run);
   }
   fprintf(stderr, "validation AUC: fp32 %.4f, bf16 %.4f, fp16 %.4f\n", auc[0], auc[1], auc[2]);
   CHECK(auc[0] > 0.6);
@@ -375,17 +382,9 @@ TEST(bf16_precision_training_reaches_fp32_auc) {
   const char *precisions[] = {"fp32", "bf16"};
   double auc[2] = {0};
   for (int i = 0; i < 2 && !test_failed_now(); i++) {
-    const char *cfg = write_config("fp32", precisions[i], adagrad);
-    CHECK(cfg);
     char run[32];
     snprintf(run, sizeof run, "prec-%s", precisions[i]);
-    const char *train[] = {test_path("train.dlr")};
-    dlrec_train_args a = {.config_path = cfg, .train = train, .n_train = 1, .valid = test_path("valid.dlr"),
-                          .etl_dir = test_path("etl"), .run_dir = test_path(run)};
-    dlrec_train_result r;
-    CHECK_OK(dlrec_train(&a, &r));
-    CHECK(r.has_valid);
-    auc[i] = r.valid.auc;
+    auc[i] = train_valid_auc(write_config("fp32", precisions[i], adagrad), run);
     /* Every line, the final one with the validation included. */
     CHECK(lines_say_precision(run, 0, UINT64_MAX, precisions[i], i == 1 && native) >= 2);
   }

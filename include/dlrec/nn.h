@@ -52,6 +52,11 @@ dlrec_status dlrec_linear_relu_forward(float *out, const float *in, const float 
 dlrec_status dlrec_linear_backward(float *din, float *dweight, float *dbias, const float *dout, const float *in,
                                    const float *weight, int B, int IN, int OUT);
 
+/* dbias (OUT) += the column sums of dout (B, OUT), each summed over b in
+ * order, so the result does not depend on the thread count (the bias part of
+ * dlrec_linear_backward, for GEMMs that run elsewhere). */
+void dlrec_bias_backward(float *dbias, const float *dout, int B, int OUT);
+
 /* ---- activations -------------------------------------------------------- */
 
 /* out[i] = max(in[i], 0) for n values; out == in is allowed. */

@@ -103,25 +103,6 @@ static void convert_to_bf16(uint16_t *restrict dst, const float *restrict src, s
   for (size_t i = 0; i < n; i++) dst[i] = dtype_f32_to_bf16(src[i]);
 }
 
-/* dbias (OUT) += column sums of dout (B, OUT), each in b order (as
- * nn/linear.c's, so that the sum does not depend on the thread count). */
-static void bias_backward(float *restrict dbias, const float *restrict dout, int B, int OUT) {
-  enum { BLOCK = 64 };
-  int blocks = (OUT + BLOCK - 1) / BLOCK;
-  size_t total = (size_t)B * (size_t)OUT;
-#pragma omp parallel for schedule(static) if (total >= PARALLEL_MIN && blocks > 1)
-  for (int blk = 0; blk < blocks; blk++) {
-    int o0 = blk * BLOCK, o1 = o0 + BLOCK < OUT ? o0 + BLOCK : OUT;
-    float acc[BLOCK];
-    for (int o = o0; o < o1; o++) acc[o - o0] = dbias[o];
-    for (int b = 0; b < B; b++) {
-      const float *restrict row = dout + (size_t)b * OUT;
-      for (int o = o0; o < o1; o++) acc[o - o0] += row[o];
-    }
-    for (int o = o0; o < o1; o++) dbias[o] = acc[o - o0];
-  }
-}
-
 /* Scratch of at least n 4-byte values, grown (never shrunk) as layers need. */
 static void *scratch(cpu_gemm *g, size_t n) {
   size_t bytes = n * 4;
@@ -267,6 +248,6 @@ dlrec_status cpu_gemm_linear_backward(cpu_gemm *g, float *din, float *dweight, f
     }
   }
   if (st != DLREC_OK) return st;
-  if (dbias) bias_backward(dbias, dout, B, OUT);
+  if (dbias) dlrec_bias_backward(dbias, dout, B, OUT); /* on the unrounded dout */
   return DLREC_OK;
 }

@@ -67,7 +67,7 @@ dlrec_status dlrec_linear_relu_forward(float *out, const float *in, const float 
 /* dbias (OUT) += column sums of dout (B, OUT). Threads split the columns, not
  * the rows, so each sum runs over b in order: the result does not depend on
  * the thread count, and each thread streams whole rows' slices. */
-static void bias_backward(float *restrict dbias, const float *restrict dout, int B, int OUT) {
+void dlrec_bias_backward(float *restrict dbias, const float *restrict dout, int B, int OUT) {
   enum { BLOCK = 64 };
   int blocks = (OUT + BLOCK - 1) / BLOCK;
   size_t total = (size_t)B * (size_t)OUT;
@@ -91,7 +91,7 @@ dlrec_status dlrec_linear_backward(float *din, float *dweight, float *dbias, con
   if (din && !weight) return dlrec_error(DLREC_ERR_INVALID, "linear_backward: din needs the weights");
   // dW (OUT, IN) += doutᵀ (OUT, B) · in (B, IN)
   cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OUT, IN, B, 1.0f, dout, OUT, in, IN, 1.0f, dweight, IN);
-  if (dbias) bias_backward(dbias, dout, B, OUT);
+  if (dbias) dlrec_bias_backward(dbias, dout, B, OUT);
   // din (B, IN) = dout (B, OUT) · W (OUT, IN), onto zeros for the reason of fill_bias
   if (din) {
     fill_bias(din, NULL, B, IN);
