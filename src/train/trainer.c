@@ -380,6 +380,7 @@ dlrec_status dlrec_train(const dlrec_train_args *a, dlrec_train_result *res) {
   uint64_t rows_log = 0, start_samples = r.prog.samples, start_step = r.prog.step;
   double eval_seconds = 0;
   int state_ok = 1; /* the parameters are those after r.prog.step whole steps */
+  int split_said = 0;
   while (!g_stop && (!c->max_steps || r.prog.step < c->max_steps)) {
     const dlrec_batch *b;
     double tw = dlrec_now();
@@ -400,6 +401,17 @@ dlrec_status dlrec_train(const dlrec_train_args *a, dlrec_train_result *res) {
                       "training diverged at step %llu (loss is %g): lower the learning rates or add warmup",
                       (unsigned long long)r.prog.step + 1, loss);
       break;
+    }
+    /* Once, so a user sees how the threads share a step (dlrec_net_ws_split). */
+    if (!split_said) {
+      const uint32_t ways = dlrec_net_ws_split(r.ws);
+      const uint32_t t = dlrec_backend_threads(r.be);
+      if (ways > 1)
+        DLREC_INFO("training steps split %u ways, one per thread", ways);
+      else
+        DLREC_INFO("training steps run whole on %u thread%s (a split needs 32 rows a thread and no batch "
+                   "normalization)", t, t == 1 ? "" : "s");
+      split_said = 1;
     }
     r.prog.step++;
     r.prog.samples += b->rows;
