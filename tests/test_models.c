@@ -19,6 +19,7 @@
 
 #include "dlrec/metrics.h"
 
+#include "dlrec/backend.h"
 #include "dlrec/fsutil.h"
 #include "dlrec/model.h"
 #include "dlrec/rng.h"
@@ -713,6 +714,56 @@ TEST(wide_deep_gradients_match_finite_differences) {
 TEST(deepfm_gradients_match_finite_differences) {
   check_gradients("deepfm", WD_EXTRA);
   check_gradients("deepfm", WD_BN);
+}
+
+/* Dropout in a split training step: each way's masks are its own. The
+ * batch is 128 copies of one row, so the predictions of a training forward
+ * (dlrec_net_train_step's prob, before the update) differ only by their
+ * dropout masks; with every way drawing the same masks, row r and row
+ * r + 64 (the same position in the two ways) would always agree. */
+TEST(split_step_draws_each_ways_own_dropout_masks) {
+  dlrec_schema s;
+  net_check_schema(&s, 3);
+  enum { B = 128 };
+  static float labels[B], dense[B * 3], prob[B];
+  static uint32_t off[3][B + 1], ids[3][B];
+  dlrec_batch b = {.rows = B, .labels = labels, .dense = dense};
+  for (int i = 0; i < B; i++) labels[i] = 1.0f, dense[3 * i] = 0.5f, dense[3 * i + 1] = 0.25f, dense[3 * i + 2] = 1;
+  for (int c = 0; c < 3; c++) {
+    for (int i = 0; i <= B; i++) off[c][i] = (uint32_t)i;
+    for (int i = 0; i < B; i++) ids[c][i] = (uint32_t)s.sparse[c].id_begin;
+    b.offsets[c] = off[c];
+    b.ids[c] = ids[c];
+  }
+  dlrec_backend_config bc = {2, DLREC_PRECISION_FP32};
+  dlrec_backend *be;
+  dlrec_net *m;
+  dlrec_net_ws *ws;
+  CHECK_OK(dlrec_backend_create(&be, "cpu", &bc));
+  CHECK_OK(model_create(&m, &s, "wide_deep", "sum", WD_EXTRA ", \"dropout\": 0.5"));
+  dlrec_net_set_backend(m, be);
+  CHECK_OK(dlrec_net_init(m, 3));
+  CHECK_OK(dlrec_net_ws_create(&ws, m, B));
+  dlrec_net_optim opt;
+  memset(&opt, 0, sizeof opt);
+  dlrec_optim_config_default(&opt.dense, DLREC_OPTIM_SGD);
+  dlrec_sparse_optim_config sc;
+  dlrec_sparse_optim_config_default(&sc, DLREC_SPARSE_SGD);
+  CHECK_OK(dlrec_sparse_optim_create(&opt.sparse, dlrec_net_table(m), &sc));
+  double loss;
+  CHECK_OK(dlrec_net_train_step(m, ws, &opt, &b, 1.0f, 1, &loss, prob));
+  CHECK_EQ(dlrec_net_ws_split(ws), 2u);
+  int same_across = 0, same_within = 0;
+  for (int r = 0; r < B / 2; r++) same_across += prob[r] == prob[r + B / 2];
+  for (int r = 0; r + 1 < B / 2; r++) same_within += prob[r] == prob[r + 1];
+  fprintf(stderr, "rows agreeing with their twin in the other way: %d of %d (with their neighbour: %d)\n",
+          same_across, B / 2, same_within);
+  CHECK(same_within < B / 4); /* dropout really varies the rows */
+  CHECK(same_across < B / 4);
+  dlrec_sparse_optim_free(opt.sparse);
+  dlrec_net_ws_free(ws);
+  dlrec_net_free(m);
+  dlrec_backend_free(be);
 }
 
 /* Batch invariance, also with batch normalization and dropout: scoring

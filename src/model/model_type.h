@@ -80,6 +80,7 @@ typedef struct net_io {
   dlrec_net_profile *prof;
   int train;        /* a training pass: dropout on, batch statistics (scoring: neither) */
   uint64_t step;    /* the training step, which dropout's masks depend on */
+  uint32_t row0;    /* the pass's first row in the step's batch (> 0 in a split step's later ways) */
   float *state;     /* the flat array, writable, when training (buffers move); NULL when scoring */
 } net_io;
 

@@ -145,9 +145,13 @@ static mlp_bufs bufs_of(const net_mlp *m, float *ws, uint32_t B) {
 }
 
 /* The dropout mask's seed for hidden layer l of the MLP that starts at
- * linear layer lin0 of the plan: distinct per layer of the network. */
-static uint64_t dropout_seed(const net_mlp *m, uint32_t l) {
-  return 0x9E3779B97F4A7C15ull * (uint64_t)(m->lin[0] + 1) ^ (0xD1B54A32D192ED03ull * (l + 1));
+ * linear layer lin0 of the plan: distinct per layer of the network, and per
+ * way of a split step (io->row0), whose element indices restart at 0: else
+ * row r of every way would share one mask. A whole step (row0 = 0) keeps
+ * the seed it always had. */
+static uint64_t dropout_seed(const net_mlp *m, const net_io *io, uint32_t l) {
+  return (0x9E3779B97F4A7C15ull * (uint64_t)(m->lin[0] + 1) ^ (0xD1B54A32D192ED03ull * (l + 1))) +
+         0xC2B2AE3D27D4EB4Full * io->row0;
 }
 
 /* Normalizes a one-row batch with the running statistics (training with
@@ -188,7 +192,7 @@ dlrec_status net_mlp_forward(const net_mlp *m, const net_io *io, float *ws, cons
       if (s == DLREC_OK) s = BE_OP(io->be, relu_forward, b.a[l], b.a[l], n);
     }
     if (s == DLREC_OK && m->dropout > 0.0f)
-      s = BE_OP(io->be, dropout_forward, b.a[l], b.a[l], n, m->dropout, dropout_seed(m, l), io->step, io->train);
+      s = BE_OP(io->be, dropout_forward, b.a[l], b.a[l], n, m->dropout, dropout_seed(m, io, l), io->step, io->train);
     in = b.a[l];
     io->prof->mlp_flops += 2.0 * io->B * m->L[l].in * m->L[l].out;
   }
@@ -217,7 +221,7 @@ dlrec_status net_mlp_backward(const net_mlp *m, const net_io *io, float *ws, con
        * already have no gradient). */
       float *d = (float *)dout;
       if (m->dropout > 0.0f)
-        s = BE_OP(io->be, dropout_backward, d, d, n, m->dropout, dropout_seed(m, (uint32_t)l), io->step);
+        s = BE_OP(io->be, dropout_backward, d, d, n, m->dropout, dropout_seed(m, io, (uint32_t)l), io->step);
       if (s == DLREC_OK) s = BE_OP(io->be, relu_backward, d, d, b.a[l], n);
       if (s == DLREC_OK && m->bn && B >= 2)
         s = BE_OP(io->be, batchnorm_backward, d, g + m->gamma[l], g + m->beta[l], d, b.z[l], P + m->gamma[l],

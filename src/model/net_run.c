@@ -324,7 +324,7 @@ static dlrec_status split_step(dlrec_net *n, dlrec_net_ws *ws, const dlrec_batch
       dlrec_status s1 = F ? BE_OP(lane, bag_forward, emb, n->table, &bags, n->plan.pooling) : DLREC_OK;
       net_lap(&sh->prof.emb_forward, &t1);
       net_io io = {.be = lane, .B = rows, .dense = sb.dense, .emb = emb, .params = n->params, .plan = &n->plan,
-                   .prof = &sh->prof, .train = 1, .step = step, .state = n->params};
+                   .prof = &sh->prof, .train = 1, .step = step, .row0 = r0, .state = n->params};
       if (s1 == DLREC_OK) s1 = n->type->forward(n->ctx, sh->model_ws, &io, &logits);
       if (s1 == DLREC_OK && prob) s1 = BE_OP(lane, sigmoid, prob + r0, logits, (size_t)rows);
       if (s1 == DLREC_OK) s1 = BE_OP(lane, bce_forward, &l, logits, sb.labels, rows);
