@@ -7,6 +7,7 @@
 
 #include "dlrec/nn.h"
 #include "dlrec/rng.h"
+#include "ref/ref.h"
 #include "test.h"
 
 /* Uniform values in [lo, hi). */
@@ -46,27 +47,39 @@ static int run_forward(const dlrec_packed_linear *p, const float *in, float *out
 
 /* ---- against the naive reference ---------------------------------------------- */
 
-/* Compares out (B, OUT) with a double-precision loop. The tolerance is the
- * error bound of a sum of IN + 1 terms in fp32, (IN + 1) u Σ|term| with u =
- * 2^-24, which any summation order meets; a ReLU does not widen it. */
+/* Widens n floats to a new double array (the reference library's type). */
+static double *widen(const float *v, size_t n) {
+  double *d = malloc((n ? n : 1) * sizeof(double));
+  for (size_t i = 0; d && i < n; i++) d[i] = v[i];
+  return d;
+}
+
+/* Compares out (B, OUT) with the reference library's double-precision
+ * linear layer. The tolerance is the error bound of a sum of IN + 1 terms
+ * in fp32, (IN + 1) u Σ|term| with u = 2^-24, which any summation order
+ * meets; a ReLU does not widen it. */
 static int check_against_reference(const case_data *c, const float *out, int with_bias, int relu) {
-  for (int b = 0; b < c->B; b++)
-    for (int o = 0; o < c->OUT; o++) {
-      double s = with_bias ? c->bias[o] : 0.0, mag = fabs(s);
-      for (int k = 0; k < c->IN; k++) {
-        double t = (double)c->in[(size_t)b * c->IN + k] * c->w[(size_t)o * c->IN + k];
-        s += t, mag += fabs(t);
-      }
-      if (relu && s < 0) s = 0;
-      const double tol = (c->IN + 1) * (FLT_EPSILON / 2) * mag + 1e-30;
-      const float v = out[(size_t)b * c->OUT + o];
-      if (!(fabs(v - s) <= tol) || (relu && !(v >= 0))) {
-        test_fail(__FILE__, __LINE__, "B=%d IN=%d OUT=%d bias=%d relu=%d: out[%d][%d] = %.9g, reference %.9g (tol %.3g)",
-                  c->B, c->IN, c->OUT, with_bias, relu, b, o, v, s, tol);
-        return -1;
-      }
+  const size_t n_out = (size_t)c->B * c->OUT;
+  double *in = widen(c->in, (size_t)c->B * c->IN), *w = widen(c->w, (size_t)c->OUT * c->IN);
+  double *bias = widen(c->bias, (size_t)c->OUT), *ref = malloc(n_out * sizeof(double));
+  double *mag = malloc(n_out * sizeof(double));
+  int bad = !in || !w || !bias || !ref || !mag;
+  if (bad) test_fail(__FILE__, __LINE__, "out of memory for the reference of B=%d IN=%d OUT=%d", c->B, c->IN, c->OUT);
+  if (!bad) {
+    ref_linear_forward(ref, in, w, with_bias ? bias : NULL, c->B, c->IN, c->OUT, relu);
+    ref_linear_forward_abs(mag, in, w, with_bias ? bias : NULL, c->B, c->IN, c->OUT);
+  }
+  for (size_t i = 0; !bad && i < n_out; i++) {
+    const double tol = (c->IN + 1) * (FLT_EPSILON / 2) * mag[i] + 1e-30;
+    const float v = out[i];
+    if (!(fabs(v - ref[i]) <= tol) || (relu && !(v >= 0))) {
+      test_fail(__FILE__, __LINE__, "B=%d IN=%d OUT=%d bias=%d relu=%d: out[%zu][%zu] = %.9g, reference %.9g (tol %.3g)",
+                c->B, c->IN, c->OUT, with_bias, relu, i / c->OUT, i % c->OUT, v, ref[i], tol);
+      bad = 1;
     }
-  return 0;
+  }
+  free(in), free(w), free(bias), free(ref), free(mag);
+  return bad ? -1 : 0;
 }
 
 static int check_shape(int B, int IN, int OUT, int with_bias, int relu, int threads) {
