@@ -855,10 +855,105 @@ static void bn_case(int B, int C, int fd) {
   CHECKFD("bn dbeta", db, pre_db, rdb, NULL, B, bd, C, bn_loss, &c, 1e-4, CMP_FP32);
 }
 
+/* C doubles of the backend's memory back on the host, summed into acc. */
+static void add_down(double *acc, const double *d, int C) {
+  double *h = hd(C);
+  if (g_be->ops->download(g_be, h, d, (size_t)C * sizeof(double)) != DLREC_OK) FAIL("download: %s", dlrec_last_error());
+  for (int c = 0; c < C; c++) acc[c] += h[c];
+}
+static double *dup_d(const double *h, int C) {
+  double *d = dalloc((size_t)C * sizeof(double));
+  if (g_be->ops->upload(g_be, d, h, (size_t)C * sizeof(double)) != DLREC_OK) FAIL("upload: %s", dlrec_last_error());
+  return d;
+}
+
+/* Batch normalization split into W ways of B rows in all (a split training
+ * step): each way's statistics summed on the host in way order between the
+ * ops give the whole batch's forward, running statistics (moved by way 0
+ * alone), din, dgamma and dbeta of the reference. One way (W = 1) gives
+ * bitwise what the whole-batch ops give. */
+static void bn_split_case(int B, int C, int W) {
+  const size_t n = (size_t)B * C;
+  float *x = hrand(n, -1, 3), *gamma = hrand(C, 0.5f, 1.5f), *beta = hrand(C, -1, 1), *R = hrand(n, -1, 1);
+  float *rm = hrand(C, -1, 1), *rv = hrand(C, 0.5f, 2), *pre_dg = hrand(C, -1, 1), *pre_db = hrand(C, -1, 1);
+  double *ref = hd(n), *saved = hd(2 * (size_t)C), *rmd = hdbl(rm, C), *rvd = hdbl(rv, C);
+  double *xd = hdbl(x, n), *gd = hdbl(gamma, C), *bd = hdbl(beta, C);
+  ref_batchnorm_train_forward(ref, saved, xd, gd, bd, rmd, rvd, 0.1, 1e-5, B, C);
+  float *d_x = dup(x, n), *d_g = dup(gamma, C), *d_b = dup(beta, C), *d_R = dup(R, n), *d_rm = dup(rm, C);
+  float *d_rv = dup(rv, C), *d_out = dnan(n), *d_saved[8], *d_din = dnan(n), *d_dg = dup(pre_dg, C);
+  float *d_db = dup(pre_db, C);
+  double *d_part = dalloc((size_t)C * sizeof(double));
+  double *sum = hd(C), *sqdev = hd(C), *sg = hd(C), *sgx = hd(C);
+  for (int w = 0; w < W; w++) { /* Σ x per way, summed */
+    const int r0 = B * w / W, r1 = B * (w + 1) / W;
+    if (OP(batchnorm_stats, d_part, d_x + (size_t)r0 * C, NULL, 0, r1 - r0, C)) return;
+    add_down(sum, d_part, C);
+  }
+  double *d_sum = dup_d(sum, C);
+  for (int w = 0; w < W; w++) { /* Σ (x − mean)² per way, summed */
+    const int r0 = B * w / W, r1 = B * (w + 1) / W;
+    if (OP(batchnorm_stats, d_part, d_x + (size_t)r0 * C, d_sum, B, r1 - r0, C)) return;
+    add_down(sqdev, d_part, C);
+  }
+  double *d_sqdev = dup_d(sqdev, C);
+  for (int w = 0; w < W; w++) {
+    const int r0 = B * w / W, r1 = B * (w + 1) / W;
+    d_saved[w] = dnan(2 * (size_t)C);
+    if (OP(batchnorm_normalize, d_out + (size_t)r0 * C, d_saved[w], d_x + (size_t)r0 * C, d_sum, d_sqdev, B, d_g,
+           d_b, w ? NULL : d_rm, w ? NULL : d_rv, 0.1f, 1e-5f, r1 - r0, C))
+      return;
+  }
+  if (CHECKV("bn split out", down(d_out, n), NULL, ref, NULL, 4, n, CMP_FP32) ||
+      CHECKV("bn split saved", down(d_saved[W - 1], 2 * (size_t)C), NULL, saved, NULL, 4, 2 * (size_t)C, CMP_FP32) ||
+      CHECKV("bn split running_mean", down(d_rm, C), NULL, rmd, NULL, 1, C, CMP_FP32) ||
+      CHECKV("bn split running_var", down(d_rv, C), NULL, rvd, NULL, 1, C, CMP_FP32))
+    return;
+  double *rdin = hd(n), *rdg = hd(C), *rdb = hd(C);
+  ref_batchnorm_backward(rdin, rdg, rdb, hdbl(R, n), xd, gd, 1e-5, B, C);
+  double *way_sg[8], *way_sgx[8];
+  for (int w = 0; w < W; w++) {
+    const int r0 = B * w / W, r1 = B * (w + 1) / W;
+    way_sg[w] = dalloc((size_t)C * sizeof(double));
+    way_sgx[w] = dalloc((size_t)C * sizeof(double));
+    if (OP(batchnorm_backward_stats, way_sg[w], way_sgx[w], d_R + (size_t)r0 * C, d_x + (size_t)r0 * C, d_saved[w],
+           r1 - r0, C))
+      return;
+    add_down(sg, way_sg[w], C);
+    add_down(sgx, way_sgx[w], C);
+  }
+  double *d_sg = dup_d(sg, C), *d_all_sgx = dup_d(sgx, C);
+  for (int w = 0; w < W; w++) {
+    const int r0 = B * w / W, r1 = B * (w + 1) / W;
+    if (OP(batchnorm_backward_apply, d_din + (size_t)r0 * C, d_dg, d_db, d_R + (size_t)r0 * C, d_x + (size_t)r0 * C,
+           d_g, d_saved[w], way_sg[w], way_sgx[w], d_sg, d_all_sgx, B, r1 - r0, C))
+      return;
+  }
+  const float *din = down(d_din, n), *dg = down(d_dg, C), *db = down(d_db, C);
+  if (CHECKV("bn split din", din, NULL, rdin, NULL, 12, n, CMP_FP32) ||
+      CHECKV("bn split dgamma", dg, pre_dg, rdg, NULL, 4.0 * B, C, CMP_FP32) ||
+      CHECKV("bn split dbeta", db, pre_db, rdb, NULL, B, C, CMP_FP32) || W != 1)
+    return;
+  /* One way: bitwise the whole-batch ops, which run the same steps. */
+  float *w_out = dnan(n), *w_saved = dnan(2 * (size_t)C), *w_rm = dup(rm, C), *w_rv = dup(rv, C), *w_din = dnan(n);
+  float *w_dg = dup(pre_dg, C), *w_db = dup(pre_db, C);
+  if (OP(batchnorm_train_forward, w_out, w_saved, d_x, d_g, d_b, w_rm, w_rv, 0.1f, 1e-5f, B, C) ||
+      OP(batchnorm_backward, w_din, w_dg, w_db, d_R, d_x, d_g, w_saved, B, C))
+    return;
+  if (memcmp(down(w_out, n), down(d_out, n), n * sizeof(float)) || memcmp(down(w_din, n), din, n * sizeof(float)) ||
+      memcmp(down(w_rm, C), down(d_rm, C), (size_t)C * sizeof(float)) ||
+      memcmp(down(w_dg, C), dg, (size_t)C * sizeof(float)) || memcmp(down(w_db, C), db, (size_t)C * sizeof(float)))
+    FAIL("bn with one way (B=%d C=%d) differs from the whole-batch ops", B, C);
+}
+
 static void case_batchnorm(void) {
   static const int shapes[][3] = {{2, 1, 1}, {4, 3, 1}, {7, 5, 1}, {9, 70, 1}, {300, 130, 0}};
   for (size_t s = 0; s < sizeof shapes / sizeof shapes[0] && !test_failed_now(); s++) {
     bn_case(shapes[s][0], shapes[s][1], shapes[s][2]);
+    case_end();
+  }
+  static const int split_shapes[][3] = {{2, 1, 1}, {9, 70, 1}, {9, 70, 2}, {300, 130, 3}, {64, 5, 8}};
+  for (size_t s = 0; s < sizeof split_shapes / sizeof split_shapes[0] && !test_failed_now(); s++) {
+    bn_split_case(split_shapes[s][0], split_shapes[s][1], split_shapes[s][2]);
     case_end();
   }
   /* Inference from the running statistics, B = 1 included. */

@@ -766,6 +766,108 @@ TEST(split_step_draws_each_ways_own_dropout_masks) {
   dlrec_backend_free(be);
 }
 
+/* 128 rows of net_check_schema's 3 columns from seed: labels, dense values
+ * and one id per column (bad_row >= 0: that row's first id is out of the
+ * table). The arrays are static: one batch at a time. */
+static dlrec_batch bn_batch(const dlrec_schema *s, uint64_t seed, int bad_row) {
+  enum { B = 128 };
+  static float labels[B], dense[B * 3];
+  static uint32_t off[3][B + 1], ids[3][B];
+  dlrec_rng r;
+  dlrec_rng_seed(&r, seed, 0);
+  dlrec_batch b = {.rows = B, .labels = labels, .dense = dense};
+  for (int i = 0; i < B; i++) labels[i] = dlrec_rng_uniform(&r) < 0.4 ? 1.0f : 0.0f;
+  for (int i = 0; i < B * 3; i++) dense[i] = (float)dlrec_rng_uniform(&r);
+  for (int c = 0; c < 3; c++) {
+    uint32_t span = (uint32_t)(s->sparse[c].id_end - s->sparse[c].id_begin);
+    for (int i = 0; i <= B; i++) off[c][i] = (uint32_t)i;
+    for (int i = 0; i < B; i++) ids[c][i] = (uint32_t)s->sparse[c].id_begin + dlrec_rng_below(&r, span);
+    b.offsets[c] = off[c];
+    b.ids[c] = ids[c];
+  }
+  if (bad_row >= 0) ids[0][bad_row] = (uint32_t)s->table_rows;
+  return b;
+}
+
+/* Trains wide_deep with batch normalization for 4 steps on a `threads`-thread
+ * backend (nested: inside an enclosing parallel region, where the step's own
+ * region gets a team of one); the dense array (parameters and running
+ * statistics) lands in params, the ways of the last step in *split. */
+static void bn_train(uint32_t threads, int nested, float *params, size_t cap, uint32_t *split) {
+  dlrec_schema s;
+  net_check_schema(&s, 3);
+  dlrec_backend_config bc = {threads, DLREC_PRECISION_FP32};
+  dlrec_backend *be;
+  dlrec_net *m;
+  dlrec_net_ws *ws;
+  CHECK_OK(dlrec_backend_create(&be, "cpu", &bc));
+  CHECK_OK(model_create(&m, &s, "wide_deep", "sum", WD_EXTRA ", \"batch_norm\": true"));
+  dlrec_net_set_backend(m, be);
+  CHECK_OK(dlrec_net_init(m, 4));
+  CHECK_OK(dlrec_net_ws_create(&ws, m, 128));
+  dlrec_net_optim opt;
+  memset(&opt, 0, sizeof opt);
+  dlrec_optim_config_default(&opt.dense, DLREC_OPTIM_SGD);
+  opt.dense.lr = 0.5f;
+  opt.sparse_lr = 0.5f;
+  dlrec_sparse_optim_config sc;
+  dlrec_sparse_optim_config_default(&sc, DLREC_SPARSE_SGD);
+  CHECK_OK(dlrec_sparse_optim_create(&opt.sparse, dlrec_net_table(m), &sc));
+  for (uint64_t step = 1; step <= 4; step++) {
+    dlrec_batch b = bn_batch(&s, step, -1);
+    double loss;
+    dlrec_status st = DLREC_OK;
+    if (nested) {
+#pragma omp parallel num_threads(2)
+#pragma omp single
+      st = dlrec_net_train_step(m, ws, &opt, &b, 1.0f, step, &loss, NULL);
+    } else {
+      st = dlrec_net_train_step(m, ws, &opt, &b, 1.0f, step, &loss, NULL);
+    }
+    CHECK_OK(st);
+  }
+  *split = dlrec_net_ws_split(ws);
+  size_t n = 0;
+  const float *p = dlrec_net_dense_params_const(m, &n);
+  CHECK(n <= cap);
+  memcpy(params, p, (n < cap ? n : cap) * sizeof(float));
+  /* A batch with a bad id in its second way: an error naming it, not a hang
+   * of the first way at the statistics the second never brings. */
+  dlrec_batch bad = bn_batch(&s, 9, 100);
+  double loss;
+  CHECK_ERR(dlrec_net_train_step(m, ws, &opt, &bad, 1.0f, 5, &loss, NULL), DLREC_ERR_INVALID, "id");
+  dlrec_sparse_optim_free(opt.sparse);
+  dlrec_net_ws_free(ws);
+  dlrec_net_free(m);
+  dlrec_backend_free(be);
+}
+
+/* Batch normalization in a split step: the statistics are the whole batch's,
+ * summed across the ways, so 2 ways train as 1 thread does (parameters and
+ * running statistics, up to float summation order); a team too small for
+ * the ways to meet runs the step whole, bitwise as one thread would on the
+ * same backend; and a failing way ends the step with its error. */
+TEST(split_step_batch_norm_matches_the_whole_batch) {
+  enum { CAP = 4096 };
+  static float p[3][CAP];
+  uint32_t split[3];
+  bn_train(1, 0, p[0], CAP, &split[0]);
+  bn_train(2, 0, p[1], CAP, &split[1]);
+  bn_train(2, 1, p[2], CAP, &split[2]);
+  CHECK_EQ(split[0], 1u);
+  CHECK_EQ(split[1], 2u);
+  CHECK_EQ(split[2], 1u);
+  int moved = 0;
+  for (int i = 0; i < CAP; i++) {
+    CHECK_NEAR(p[1][i], p[0][i], 1e-6, 1e-4);
+    moved += p[1][i] != 0;
+  }
+  CHECK(moved > 0);
+  /* Whole on a 2-thread backend: the same kernels as 1 thread, whose
+   * column sums do not depend on the thread count. */
+  CHECK(memcmp(p[2], p[0], sizeof p[0]) == 0);
+}
+
 /* Batch invariance, also with batch normalization and dropout: scoring
  * uses the running statistics (moved away from their start by two training
  * passes here) and no dropout, so a row's score does not depend on the

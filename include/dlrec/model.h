@@ -137,13 +137,13 @@ void dlrec_net_ws_profile(const dlrec_net_ws *ws, dlrec_net_profile *p);
 
 /* How many ways the workspace's last training step split its batch (1: it
  * ran whole). A step splits on a backend that splits (the CPU backend, in
- * as many ways as it has threads) when every way gets at least 32 rows and
- * the model has no batch normalization (which wants the whole batch's
- * statistics): each way runs the forward and backward of its rows on one
- * thread, and the dense gradients are summed over the ways in order. This
- * gives one parallel region per step instead of one per kernel. The result
- * equals the whole batch's up to float summation order, and is bitwise
- * reproducible for a given thread count. */
+ * as many ways as it has threads) when every way gets at least 32 rows:
+ * each way runs the forward and backward of its rows on one thread, batch
+ * normalization sums its statistics across the ways, and the dense
+ * gradients are summed over the ways in order. This gives one parallel
+ * region per step instead of one per kernel. The result equals the whole
+ * batch's up to float summation order (dropout aside: each way draws its
+ * own masks), and is bitwise reproducible for a given thread count. */
 uint32_t dlrec_net_ws_split(const dlrec_net_ws *ws);
 
 /* Scoring. A scorer holds the network's linear layers packed for the

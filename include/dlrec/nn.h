@@ -388,6 +388,35 @@ dlrec_status dlrec_batchnorm_train_forward(float *out, float *saved, const float
 dlrec_status dlrec_batchnorm_backward(float *din, float *dgamma, float *dbeta, const float *dout, const float *in,
                                       const float *gamma, const float *saved, int B, int C);
 
+/* Batch normalization over a batch split in ways (a split training step,
+ * model.h's dlrec_net_ws_split): each way holds B of the batch's N rows, and
+ * the caller sums each statistic over the ways (in way order) between the
+ * calls. The forward is
+ *   dlrec_batchnorm_stats(sum, in, NULL, 0, B, C)       sum   = Σ_b x        → summed over ways
+ *   dlrec_batchnorm_stats(sqdev, in, sum, N, B, C)      sqdev = Σ_b (x − sum/N)² → summed over ways
+ *   dlrec_batchnorm_normalize(out, saved, in, sum, sqdev, N, ...)
+ * and the backward
+ *   dlrec_batchnorm_backward_stats(sg, sgx, dout, in, saved, B, C)  Σ dout, Σ dout ⊙ x̂ → summed over ways
+ *   dlrec_batchnorm_backward_apply(din, dgamma, dbeta, ..., sg_way, sgx_way, sg, sgx, N, B, C)
+ * Sums are doubles over b in order, per column. With one way (N = B) the
+ * results are bitwise dlrec_batchnorm_train_forward's and
+ * dlrec_batchnorm_backward's, which run these same steps. normalize moves
+ * the running statistics unless running_mean and running_var are NULL (one
+ * way moves them; every way sees the same statistics). backward_apply adds
+ * the way's own sums (sg_way, sgx_way) to dbeta and dgamma, so that summing
+ * the ways' gradients gives the batch's. B >= 1, N >= 2. */
+dlrec_status dlrec_batchnorm_stats(double *out, const float *in, const double *sum, double N, int B, int C);
+dlrec_status dlrec_batchnorm_normalize(float *out, float *saved, const float *in, const double *sum,
+                                       const double *sqdev, double N, const float *gamma, const float *beta,
+                                       float *running_mean, float *running_var, float momentum, float eps, int B,
+                                       int C);
+dlrec_status dlrec_batchnorm_backward_stats(double *sg, double *sgx, const float *dout, const float *in,
+                                            const float *saved, int B, int C);
+dlrec_status dlrec_batchnorm_backward_apply(float *din, float *dgamma, float *dbeta, const float *dout,
+                                            const float *in, const float *gamma, const float *saved,
+                                            const double *sg_way, const double *sgx_way, const double *sg,
+                                            const double *sgx, double N, int B, int C);
+
 /* Inference: out = gamma · (in − running_mean) / sqrt(running_var + eps) +
  * beta, elementwise from the running statistics, so scoring is
  * batch-invariant. B >= 1. out == in is allowed. */

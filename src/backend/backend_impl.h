@@ -91,6 +91,19 @@ typedef struct dlrec_backend_ops {
                                           float *running_var, float momentum, float eps, int B, int C);
   dlrec_status (*batchnorm_backward)(dlrec_backend *be, float *din, float *dgamma, float *dbeta, const float *dout,
                                      const float *in, const float *gamma, const float *saved, int B, int C);
+  /* Batch normalization over the ways of a split step (dlrec/nn.h's
+   * dlrec_batchnorm_stats and the three after it). */
+  dlrec_status (*batchnorm_stats)(dlrec_backend *be, double *out, const float *in, const double *sum, double N, int B,
+                                  int C);
+  dlrec_status (*batchnorm_normalize)(dlrec_backend *be, float *out, float *saved, const float *in, const double *sum,
+                                      const double *sqdev, double N, const float *gamma, const float *beta,
+                                      float *running_mean, float *running_var, float momentum, float eps, int B, int C);
+  dlrec_status (*batchnorm_backward_stats)(dlrec_backend *be, double *sg, double *sgx, const float *dout,
+                                           const float *in, const float *saved, int B, int C);
+  dlrec_status (*batchnorm_backward_apply)(dlrec_backend *be, float *din, float *dgamma, float *dbeta,
+                                           const float *dout, const float *in, const float *gamma, const float *saved,
+                                           const double *sg_way, const double *sgx_way, const double *sg,
+                                           const double *sgx, double N, int B, int C);
   dlrec_status (*batchnorm_infer)(dlrec_backend *be, float *out, const float *in, const float *gamma,
                                   const float *beta, const float *running_mean, const float *running_var, float eps,
                                   int B, int C);

@@ -200,6 +200,36 @@ static dlrec_status cpu_batchnorm_backward(dlrec_backend *be, float *din, float 
   return dlrec_batchnorm_backward(din, dgamma, dbeta, dout, in, gamma, saved, B, C);
 }
 
+static dlrec_status cpu_batchnorm_stats(dlrec_backend *be, double *out, const float *in, const double *sum, double N,
+                                       int B, int C) {
+  enter(be);
+  return dlrec_batchnorm_stats(out, in, sum, N, B, C);
+}
+
+static dlrec_status cpu_batchnorm_normalize(dlrec_backend *be, float *out, float *saved, const float *in,
+                                           const double *sum, const double *sqdev, double N, const float *gamma,
+                                           const float *beta, float *running_mean, float *running_var,
+                                           float momentum, float eps, int B, int C) {
+  enter(be);
+  return dlrec_batchnorm_normalize(out, saved, in, sum, sqdev, N, gamma, beta, running_mean, running_var, momentum,
+                                   eps, B, C);
+}
+
+static dlrec_status cpu_batchnorm_backward_stats(dlrec_backend *be, double *sg, double *sgx, const float *dout,
+                                                const float *in, const float *saved, int B, int C) {
+  enter(be);
+  return dlrec_batchnorm_backward_stats(sg, sgx, dout, in, saved, B, C);
+}
+
+static dlrec_status cpu_batchnorm_backward_apply(dlrec_backend *be, float *din, float *dgamma, float *dbeta,
+                                                const float *dout, const float *in, const float *gamma,
+                                                const float *saved, const double *sg_way, const double *sgx_way,
+                                                const double *sg, const double *sgx, double N, int B, int C) {
+  enter(be);
+  return dlrec_batchnorm_backward_apply(din, dgamma, dbeta, dout, in, gamma, saved, sg_way, sgx_way, sg, sgx, N, B,
+                                        C);
+}
+
 static dlrec_status cpu_batchnorm_infer(dlrec_backend *be, float *out, const float *in, const float *gamma,
                                         const float *beta, const float *running_mean, const float *running_var,
                                         float eps, int B, int C) {
@@ -312,6 +342,10 @@ static const dlrec_backend_ops cpu_ops = {
     .dropout_backward = cpu_dropout_backward,
     .batchnorm_train_forward = cpu_batchnorm_train_forward,
     .batchnorm_backward = cpu_batchnorm_backward,
+    .batchnorm_stats = cpu_batchnorm_stats,
+    .batchnorm_normalize = cpu_batchnorm_normalize,
+    .batchnorm_backward_stats = cpu_batchnorm_backward_stats,
+    .batchnorm_backward_apply = cpu_batchnorm_backward_apply,
     .batchnorm_infer = cpu_batchnorm_infer,
     .bce_forward = cpu_bce_forward,
     .bce_backward = cpu_bce_backward,

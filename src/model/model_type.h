@@ -67,6 +67,16 @@ dlrec_status net_plan_buffer(net_plan *p, const char *name, uint32_t rows, size_
 /* The offset in the flat array of the buffer behind handle. */
 static inline size_t net_buffer_offset(const net_plan *p, size_t handle) { return p->n_trainable + handle; }
 
+/* One way of a split training step (net_run.c), for what a model must sum
+ * across the ways: batch normalization's statistics. */
+typedef struct net_split {
+  uint32_t ways, way;   /* way in [0, ways) */
+  uint32_t rows;        /* the whole batch's rows (N) */
+  double *work;         /* this way's scratch: 4 doubles per column of the widest linear layer */
+  double *const *slots; /* every way's slot for net_allreduce: 2 doubles per such column */
+  struct net_sync *sync;
+} net_split;
+
 /* What one pass of the model sees: the batch's inputs, the parameters, the
  * backend every op of the pass runs on, and the workspace's profile. */
 typedef struct net_io {
@@ -81,6 +91,7 @@ typedef struct net_io {
   int train;        /* a training pass: dropout on, batch statistics (scoring: neither) */
   uint64_t step;    /* the training step, which dropout's masks depend on */
   uint32_t row0;    /* the pass's first row in the step's batch (> 0 in a split step's later ways) */
+  const net_split *split; /* this way of a split step that sums across its ways; NULL otherwise */
   float *state;     /* the flat array, writable, when training (buffers move); NULL when scoring */
 } net_io;
 
@@ -89,6 +100,13 @@ typedef struct net_io {
  * (on the CPU in fp32, sgemm with the bias-fill trick of
  * dlrec_linear_forward); when scoring, its packed batch-invariant kernel. */
 dlrec_status net_linear_forward(const net_io *io, int layer, float *out, const float *in, int relu);
+
+/* Sums v (n doubles, at most 2 per column of the plan's widest linear
+ * layer) over the ways of io's split step,
+ * in way order, into v on every way; leaves v alone when io->split is NULL.
+ * Every way must make the same calls with the same n, errors or not: the
+ * ways wait for each other at each one. */
+void net_allreduce(const net_io *io, double *v, size_t n);
 
 /* The first-order term on the dense features (dense_term.c): out (B) =
  * dense (B, n_dense) · w + b through net_linear_forward when n_dense > 0,

@@ -154,6 +154,40 @@ static uint64_t dropout_seed(const net_mlp *m, const net_io *io, uint32_t l) {
          0xC2B2AE3D27D4EB4Full * io->row0;
 }
 
+/* Batch normalization's training forward in one way of a split step: the
+ * statistics are the whole batch's, summed across the ways (net_allreduce),
+ * and the first way moves the running statistics. s is the pass's status so
+ * far: after an error the ops are skipped but the ways still meet. */
+static dlrec_status bn_split_forward(const net_io *io, dlrec_status s, float *out, float *saved, const float *z,
+                                     const float *gamma, const float *beta, float *rmean, float *rvar, int C) {
+  const net_split *sp = io->split;
+  double *sum = sp->work, *sqdev = sp->work + C;
+  if (s == DLREC_OK) s = BE_OP(io->be, batchnorm_stats, sum, z, NULL, 0, io->B, C);
+  net_allreduce(io, sum, (size_t)C);
+  if (s == DLREC_OK) s = BE_OP(io->be, batchnorm_stats, sqdev, z, sum, sp->rows, io->B, C);
+  net_allreduce(io, sqdev, (size_t)C);
+  const int first = sp->way == 0;
+  if (s == DLREC_OK)
+    s = BE_OP(io->be, batchnorm_normalize, out, saved, z, sum, sqdev, sp->rows, gamma, beta, first ? rmean : NULL,
+              first ? rvar : NULL, BN_MOMENTUM, BN_EPS, io->B, C);
+  return s;
+}
+
+/* Its backward, in place on d (dL/da in, dL/dz out): the sums over the
+ * whole batch give d, this way's own give its dgamma and dbeta. */
+static dlrec_status bn_split_backward(const net_io *io, dlrec_status s, float *d, float *dgamma, float *dbeta,
+                                      const float *z, const float *gamma, const float *saved, int C) {
+  const net_split *sp = io->split;
+  double *sg_way = sp->work, *sgx_way = sg_way + C, *all = sgx_way + C; /* all: sg then sgx, summed */
+  if (s == DLREC_OK) s = BE_OP(io->be, batchnorm_backward_stats, sg_way, sgx_way, d, z, saved, io->B, C);
+  memcpy(all, sg_way, 2 * (size_t)C * sizeof(double));
+  net_allreduce(io, all, 2 * (size_t)C);
+  if (s == DLREC_OK)
+    s = BE_OP(io->be, batchnorm_backward_apply, d, dgamma, dbeta, d, z, gamma, saved, sg_way, sgx_way, all,
+              all + C, sp->rows, io->B, C);
+  return s;
+}
+
 /* Normalizes a one-row batch with the running statistics (training with
  * B = 1, where the batch has no variance); saved gets (mean, invstd). */
 static void bn_running(float *out, float *saved, const float *in, const float *gamma, const float *beta,
@@ -184,6 +218,8 @@ dlrec_status net_mlp_forward(const net_mlp *m, const net_io *io, float *ws, cons
         s = BE_OP(io->be, batchnorm_infer, b.a[l], b.z[l], gamma, beta, P + rm, P + rv, BN_EPS, io->B, C);
       else if (s == DLREC_OK && io->B == 1)
         bn_running(b.a[l], b.saved[l], b.z[l], gamma, beta, P + rm, P + rv, C);
+      else if (io->split) /* even after an error: the other ways wait in net_allreduce */
+        s = bn_split_forward(io, s, b.a[l], b.saved[l], b.z[l], gamma, beta, io->state + rm, io->state + rv, C);
       else if (s == DLREC_OK)
         s = BE_OP(io->be, batchnorm_train_forward, b.a[l], b.saved[l], b.z[l], gamma, beta, io->state + rm,
                   io->state + rv, BN_MOMENTUM, BN_EPS, io->B, C);
@@ -223,7 +259,10 @@ dlrec_status net_mlp_backward(const net_mlp *m, const net_io *io, float *ws, con
       if (m->dropout > 0.0f)
         s = BE_OP(io->be, dropout_backward, d, d, n, m->dropout, dropout_seed(m, io, (uint32_t)l), io->step);
       if (s == DLREC_OK) s = BE_OP(io->be, relu_backward, d, d, b.a[l], n);
-      if (s == DLREC_OK && m->bn && B >= 2)
+      if (m->bn && io->split) /* even after an error: the other ways wait in net_allreduce */
+        s = bn_split_backward(io, s, d, g + m->gamma[l], g + m->beta[l], b.z[l], P + m->gamma[l], b.saved[l],
+                              (int)L->out);
+      else if (s == DLREC_OK && m->bn && B >= 2)
         s = BE_OP(io->be, batchnorm_backward, d, g + m->gamma[l], g + m->beta[l], d, b.z[l], P + m->gamma[l],
                   b.saved[l], B, (int)L->out);
       else if (s == DLREC_OK && m->bn) {

@@ -13,10 +13,22 @@
 #include <string.h>
 
 #include <omp.h>
+#include <sched.h>
+#include <stdatomic.h>
 
 #include "dlrec/arena.h"
 #include "dlrec/progress.h"
 #include "model/model_type.h"
+
+/* Where the ways of a split step meet (net_allreduce): a counting barrier
+ * that a failed way releases. A way whose pass fails stops making the calls
+ * the others wait in; it sets `failed`, and every wait then returns at once,
+ * so the step ends with that way's error instead of hanging. */
+struct net_sync {
+  _Atomic uint32_t arrived, generation;
+  _Atomic int failed;
+  uint32_t ways;
+};
 
 struct dlrec_net_ws {
   uint32_t max_batch;
@@ -36,6 +48,8 @@ struct dlrec_net_ws {
    * step that splits, for the backend they were made for. */
   uint32_t n_shards;
   struct net_shard *shards;
+  double **slots; /* each shard's slot, for net_split */
+  struct net_sync sync;
   const dlrec_backend *shards_be;
   uint32_t last_split; /* the ways of the last training step */
 };
@@ -48,8 +62,11 @@ typedef struct net_shard {
   void *model_ws;
   float *grad;     /* (n_params) */
   float *d_logits; /* (rows) */
+  net_split split; /* with the work and slot below, for models that sum across the ways */
+  double *work, *slot;
   dlrec_net_profile prof;
 } net_shard;
+
 
 struct dlrec_net_scorer {
   const dlrec_net *net;
@@ -119,8 +136,12 @@ static void shards_free(dlrec_net_ws *ws) {
     dlrec_backend_free(sh->lane);
     free(sh->grad);
     free(sh->d_logits);
+    free(sh->work);
+    free(sh->slot);
   }
   free(ws->shards);
+  free(ws->slots);
+  ws->slots = NULL;
   ws->shards = NULL;
   ws->n_shards = 0;
   ws->shards_be = NULL;
@@ -238,6 +259,10 @@ dlrec_status dlrec_net_predict(const dlrec_net_scorer *s, dlrec_net_ws *ws, cons
 #define SHARD_MIN_ROWS 32
 #define MAX_SHARDS 64
 
+/* Whether the model's pass sums across the ways (net_allreduce): it has
+ * buffers, i.e. batch normalization. */
+static int needs_sync(const dlrec_net *n) { return n->plan.n_params > n->plan.n_trainable; }
+
 static dlrec_status shards_create(const dlrec_net *n, dlrec_net_ws *ws, uint32_t T) {
   uint32_t rows = (ws->max_batch + T - 1) / T;
   ws->shards = calloc(T, sizeof *ws->shards);
@@ -259,7 +284,54 @@ static dlrec_status shards_create(const dlrec_net *n, dlrec_net_ws *ws, uint32_t
       return dlrec_error(DLREC_ERR_NOMEM, "cannot allocate the split step's workspaces");
     }
   }
+  if (!needs_sync(n)) return DLREC_OK;
+  /* Batch normalization sums its statistics across the ways: scratch and a
+   * slot per way, sized by the widest layer it could normalize. */
+  size_t widest = 1;
+  for (uint32_t l = 0; l < n->plan.n_linear; l++) widest = n->plan.linear[l].out > widest ? n->plan.linear[l].out : widest;
+  ws->slots = calloc(T, sizeof *ws->slots);
+  for (uint32_t i = 0; ws->slots && i < T; i++) {
+    net_shard *sh = &ws->shards[i];
+    sh->work = malloc(4 * widest * sizeof(double));
+    sh->slot = malloc(2 * widest * sizeof(double));
+    if (!sh->work || !sh->slot) break;
+    ws->slots[i] = sh->slot;
+    sh->split = (net_split){.ways = T, .way = i, .work = sh->work, .slots = ws->slots, .sync = &ws->sync};
+  }
+  if (!ws->slots || !ws->shards[T - 1].slot) {
+    shards_free(ws);
+    return dlrec_error(DLREC_ERR_NOMEM, "cannot allocate the split step's batch-normalization scratch");
+  }
+  ws->sync.ways = T;
   return DLREC_OK;
+}
+
+/* Waits until every way arrives; 0 when a way failed (it will not come). */
+static int sync_wait(struct net_sync *y) {
+  const uint32_t gen = atomic_load_explicit(&y->generation, memory_order_acquire);
+  if (atomic_fetch_add_explicit(&y->arrived, 1, memory_order_acq_rel) + 1 == y->ways) {
+    atomic_store_explicit(&y->arrived, 0, memory_order_relaxed);
+    atomic_fetch_add_explicit(&y->generation, 1, memory_order_release);
+    return 1;
+  }
+  for (unsigned spins = 0; atomic_load_explicit(&y->generation, memory_order_acquire) == gen; spins++) {
+    if (atomic_load_explicit(&y->failed, memory_order_acquire)) return 0;
+    if (spins >= 64) sched_yield();
+  }
+  return 1;
+}
+
+void net_allreduce(const net_io *io, double *v, size_t n) {
+  const net_split *sp = io->split;
+  if (!sp || sp->ways < 2) return;
+  memcpy(sp->slots[sp->way], v, n * sizeof(double));
+  if (!sync_wait(sp->sync)) return;
+  for (size_t i = 0; i < n; i++) {
+    double acc = sp->slots[0][i];
+    for (uint32_t k = 1; k < sp->ways; k++) acc += sp->slots[k][i];
+    v[i] = acc;
+  }
+  sync_wait(sp->sync); /* no way overwrites its slot before every way has read it */
 }
 
 /* The rows [r0, r1) of batch b as a batch of their own. */
@@ -273,10 +345,8 @@ static dlrec_batch sub_batch(const dlrec_batch *b, uint32_t F, uint32_t n_dense,
 }
 
 /* The ways a step splits: the backend's (backend_split_ways), unless the
- * model has buffers (batch normalization wants the whole batch's
- * statistics) or the batch gives a way fewer than SHARD_MIN_ROWS rows. */
+ * batch gives a way fewer than SHARD_MIN_ROWS rows. */
 static uint32_t split_ways(const dlrec_net *n, uint32_t B) {
-  if (n->plan.n_params > n->plan.n_trainable) return 1;
   uint32_t T = backend_split_ways(n->be);
   if (T > MAX_SHARDS) T = MAX_SHARDS;
   if (T > B / SHARD_MIN_ROWS) T = B / SHARD_MIN_ROWS;
@@ -290,7 +360,7 @@ static uint32_t split_ways(const dlrec_net *n, uint32_t B) {
  * one per kernel: at small batches waking the team for each kernel cost
  * more than the kernels. Results are bitwise reproducible for a given T. */
 static dlrec_status split_step(dlrec_net *n, dlrec_net_ws *ws, const dlrec_batch *b, uint64_t step, uint32_t T,
-                               double *loss, float *prob) {
+                               double *loss, float *prob, int *whole) {
   if (b->rows > ws->max_batch)
     return dlrec_error(DLREC_ERR_INVALID, "batch of %u rows, the workspace holds 1 to %u", b->rows, ws->max_batch);
   if (!b->labels) return dlrec_error(DLREC_ERR_INVALID, "training needs labeled data");
@@ -305,13 +375,19 @@ static dlrec_status split_step(dlrec_net *n, dlrec_net_ws *ws, const dlrec_batch
   double part[MAX_SHARDS];
   char msg[MAX_SHARDS][256];
   dlrec_bag_batch all = bags_of(n, b);
+  const int sync = needs_sync(n);
+  *whole = 0; /* set when the team came smaller than the ways that must meet: the caller runs the step whole */
+  atomic_store(&ws->sync.arrived, 0);
+  atomic_store(&ws->sync.failed, 0);
   double t = dlrec_now();
 #pragma omp parallel num_threads(T)
   {
     /* A team smaller than asked for (OMP_DYNAMIC, a thread limit) runs
-     * several shards per thread: the shards, not the team, fix the bits. */
+     * several shards per thread: the shards, not the team, fix the bits.
+     * Ways that meet (batch normalization) need one thread each. */
     const uint32_t tid = (uint32_t)omp_get_thread_num(), nth = (uint32_t)omp_get_num_threads();
-    for (uint32_t i = tid; i < T; i += nth) {
+    if (sync && nth != T && tid == 0) *whole = 1;
+    for (uint32_t i = tid; i < T && !(sync && nth != T); i += nth) {
       const uint32_t r0 = (uint32_t)((uint64_t)B * i / T), r1 = (uint32_t)((uint64_t)B * (i + 1) / T);
       const int rows = (int)(r1 - r0);
       net_shard *sh = &ws->shards[i];
@@ -324,7 +400,9 @@ static dlrec_status split_step(dlrec_net *n, dlrec_net_ws *ws, const dlrec_batch
       dlrec_status s1 = F ? BE_OP(lane, bag_forward, emb, n->table, &bags, n->plan.pooling) : DLREC_OK;
       net_lap(&sh->prof.emb_forward, &t1);
       net_io io = {.be = lane, .B = rows, .dense = sb.dense, .emb = emb, .params = n->params, .plan = &n->plan,
-                   .prof = &sh->prof, .train = 1, .step = step, .row0 = r0, .state = n->params};
+                   .prof = &sh->prof, .train = 1, .step = step, .row0 = r0, .state = n->params,
+                   .split = sync ? &sh->split : NULL};
+      sh->split.rows = B;
       if (s1 == DLREC_OK) s1 = n->type->forward(n->ctx, sh->model_ws, &io, &logits);
       if (s1 == DLREC_OK && prob) s1 = BE_OP(lane, sigmoid, prob + r0, logits, (size_t)rows);
       if (s1 == DLREC_OK) s1 = BE_OP(lane, bce_forward, &l, logits, sb.labels, rows);
@@ -336,7 +414,10 @@ static dlrec_status split_step(dlrec_net *n, dlrec_net_ws *ws, const dlrec_batch
       if (s1 == DLREC_OK) s1 = n->type->backward(n->ctx, sh->model_ws, &io, sh->d_logits, sh->grad, d_emb);
       part[i] = l * rows;
       st[i] = s1;
-      if (s1 != DLREC_OK) snprintf(msg[i], sizeof msg[i], "%s", dlrec_last_error());
+      if (s1 != DLREC_OK) {
+        snprintf(msg[i], sizeof msg[i], "%s", dlrec_last_error());
+        atomic_store(&ws->sync.failed, 1); /* releases the ways waiting for this one */
+      }
     }
 #pragma omp barrier
     /* Each thread sums a slice of the gradients over the shards, in shard
@@ -357,6 +438,7 @@ static dlrec_status split_step(dlrec_net *n, dlrec_net_ws *ws, const dlrec_batch
       }
     }
   }
+  if (*whole) return DLREC_OK;
   double sum = 0;
   for (uint32_t i = 0; i < T; i++) {
     if (st[i] != DLREC_OK) return dlrec_error(st[i], "%s", msg[i]);
@@ -420,11 +502,12 @@ dlrec_status dlrec_net_train_step(dlrec_net *n, dlrec_net_ws *ws, dlrec_net_opti
                                   float lr_scale, uint64_t step, double *loss, float *prob) {
   const float *logits = NULL;
   dlrec_status st = DLREC_OK;
-  const uint32_t T = split_ways(n, batch->rows);
+  uint32_t T = split_ways(n, batch->rows);
+  int whole = 0;
+  if (T > 1) st = split_step(n, ws, batch, step, T, loss, prob, &whole);
+  if (whole) T = 1; /* the ways that must meet had no thread each */
   ws->last_split = T;
-  if (T > 1) {
-    st = split_step(n, ws, batch, step, T, loss, prob);
-  } else {
+  if (T == 1) {
     st = run_forward(n, n->be, ws, batch, NULL, n->params, step, &logits);
     if (st == DLREC_OK && prob) st = BE_OP(n->be, sigmoid, prob, logits, batch->rows);
     if (st == DLREC_OK) st = run_backward(n, ws, batch, logits, step, loss);

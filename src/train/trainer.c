@@ -409,8 +409,7 @@ dlrec_status dlrec_train(const dlrec_train_args *a, dlrec_train_result *res) {
       if (ways > 1)
         DLREC_INFO("training steps split %u ways, one per thread", ways);
       else
-        DLREC_INFO("training steps run whole on %u thread%s (a split needs 32 rows a thread and no batch "
-                   "normalization)", t, t == 1 ? "" : "s");
+        DLREC_INFO("training steps run whole on %u thread%s (a split needs 32 rows a thread)", t, t == 1 ? "" : "s");
       split_said = 1;
     }
     r.prog.step++;
