@@ -716,6 +716,30 @@ TEST(deepfm_gradients_match_finite_differences) {
   check_gradients("deepfm", WD_BN);
 }
 
+/* A small wide_deep (WD_EXTRA plus extra) initialized from seed, on a new
+ * `threads`-thread backend, with a workspace for 128 rows and SGD at lr
+ * (dense and sparse); the caller frees all four. */
+static dlrec_status wd_on_backend(const dlrec_schema *s, uint32_t threads, const char *extra, uint64_t seed,
+                                  float lr, dlrec_backend **be, dlrec_net **m, dlrec_net_ws **ws,
+                                  dlrec_net_optim *opt) {
+  dlrec_backend_config bc = {threads, DLREC_PRECISION_FP32};
+  char more[128];
+  snprintf(more, sizeof more, WD_EXTRA "%s", extra);
+  memset(opt, 0, sizeof *opt);
+  dlrec_optim_config_default(&opt->dense, DLREC_OPTIM_SGD);
+  opt->dense.lr = opt->sparse_lr = lr;
+  dlrec_sparse_optim_config sc;
+  dlrec_sparse_optim_config_default(&sc, DLREC_SPARSE_SGD);
+  dlrec_status st = dlrec_backend_create(be, "cpu", &bc);
+  if (st == DLREC_OK) st = model_create(m, s, "wide_deep", "sum", more);
+  if (st != DLREC_OK) return st;
+  dlrec_net_set_backend(*m, *be);
+  st = dlrec_net_init(*m, seed);
+  if (st == DLREC_OK) st = dlrec_net_ws_create(ws, *m, 128);
+  if (st == DLREC_OK) st = dlrec_sparse_optim_create(&opt->sparse, dlrec_net_table(*m), &sc);
+  return st;
+}
+
 /* Dropout in a split training step: each way's masks are its own. The
  * batch is 128 copies of one row, so the predictions of a training forward
  * (dlrec_net_train_step's prob, before the update) differ only by their
@@ -735,21 +759,11 @@ TEST(split_step_draws_each_ways_own_dropout_masks) {
     b.offsets[c] = off[c];
     b.ids[c] = ids[c];
   }
-  dlrec_backend_config bc = {2, DLREC_PRECISION_FP32};
   dlrec_backend *be;
   dlrec_net *m;
   dlrec_net_ws *ws;
-  CHECK_OK(dlrec_backend_create(&be, "cpu", &bc));
-  CHECK_OK(model_create(&m, &s, "wide_deep", "sum", WD_EXTRA ", \"dropout\": 0.5"));
-  dlrec_net_set_backend(m, be);
-  CHECK_OK(dlrec_net_init(m, 3));
-  CHECK_OK(dlrec_net_ws_create(&ws, m, B));
   dlrec_net_optim opt;
-  memset(&opt, 0, sizeof opt);
-  dlrec_optim_config_default(&opt.dense, DLREC_OPTIM_SGD);
-  dlrec_sparse_optim_config sc;
-  dlrec_sparse_optim_config_default(&sc, DLREC_SPARSE_SGD);
-  CHECK_OK(dlrec_sparse_optim_create(&opt.sparse, dlrec_net_table(m), &sc));
+  CHECK_OK(wd_on_backend(&s, 2, ", \"dropout\": 0.5", 3, 0.01f, &be, &m, &ws, &opt));
   double loss;
   CHECK_OK(dlrec_net_train_step(m, ws, &opt, &b, 1.0f, 1, &loss, prob));
   CHECK_EQ(dlrec_net_ws_split(ws), 2u);
@@ -796,23 +810,11 @@ static dlrec_batch bn_batch(const dlrec_schema *s, uint64_t seed, int bad_row) {
 static void bn_train(uint32_t threads, int nested, float *params, size_t cap, uint32_t *split) {
   dlrec_schema s;
   net_check_schema(&s, 3);
-  dlrec_backend_config bc = {threads, DLREC_PRECISION_FP32};
   dlrec_backend *be;
   dlrec_net *m;
   dlrec_net_ws *ws;
-  CHECK_OK(dlrec_backend_create(&be, "cpu", &bc));
-  CHECK_OK(model_create(&m, &s, "wide_deep", "sum", WD_EXTRA ", \"batch_norm\": true"));
-  dlrec_net_set_backend(m, be);
-  CHECK_OK(dlrec_net_init(m, 4));
-  CHECK_OK(dlrec_net_ws_create(&ws, m, 128));
   dlrec_net_optim opt;
-  memset(&opt, 0, sizeof opt);
-  dlrec_optim_config_default(&opt.dense, DLREC_OPTIM_SGD);
-  opt.dense.lr = 0.5f;
-  opt.sparse_lr = 0.5f;
-  dlrec_sparse_optim_config sc;
-  dlrec_sparse_optim_config_default(&sc, DLREC_SPARSE_SGD);
-  CHECK_OK(dlrec_sparse_optim_create(&opt.sparse, dlrec_net_table(m), &sc));
+  CHECK_OK(wd_on_backend(&s, threads, ", \"batch_norm\": true", 4, 0.5f, &be, &m, &ws, &opt));
   for (uint64_t step = 1; step <= 4; step++) {
     dlrec_batch b = bn_batch(&s, step, -1);
     double loss;
