@@ -156,6 +156,18 @@ static int same_file(const char *a, const char *b) {
   return eq;
 }
 
+/* Two checkpoints hold the same state: their dense, table and optimizer
+ * files are byte for byte equal. */
+static void check_same_state(const char *dir_a, const char *dir_b) {
+  const char *files[] = {"dense.bin", "table.bin", "optim.bin"};
+  for (int i = 0; i < 3; i++) {
+    char x[2048], y[2048];
+    snprintf(x, sizeof x, "%s/%s", dir_a, files[i]);
+    snprintf(y, sizeof y, "%s/%s", dir_b, files[i]);
+    if (!same_file(x, y)) test_fail(__FILE__, __LINE__, "%s differs after resume", files[i]);
+  }
+}
+
 /* A bf16 table: the checkpoint records its dtype and half the bytes; a run
  * stopped and resumed ends bitwise where the uninterrupted one does (the
  * stochastic rounding's update counter is restored); the model loads as bf16
@@ -180,13 +192,7 @@ TEST(bf16_table_checkpoint_round_trip_resume_and_load) {
   CHECK_EQ(dlrec_table_get_dtype(dlrec_net_table(a->net)), DLREC_TABLE_BF16);
   CHECK_EQ(dlrec_table_get_dtype(dlrec_net_table(c->net)), DLREC_TABLE_FP32);
   CHECK_EQ_U64(a->progress.step, b->progress.step);
-  const char *files[] = {"dense.bin", "table.bin", "optim.bin"};
-  for (int i = 0; i < 3; i++) {
-    char x[2048], y[2048];
-    snprintf(x, sizeof x, "%s/%s", a->dir, files[i]);
-    snprintf(y, sizeof y, "%s/%s", b->dir, files[i]);
-    if (!same_file(x, y)) test_fail(__FILE__, __LINE__, "%s differs after resume", files[i]);
-  }
+  check_same_state(a->dir, b->dir);
   /* table.bin: the same rows in half the bytes (up to the header's). */
   struct stat s16, s32;
   char p16[2048], p32[2048];
@@ -457,13 +463,7 @@ TEST(bf16_precision_checkpoint_resumes_serves_and_says_emulated) {
   CHECK_EQ(a->config.precision, DLREC_PRECISION_BF16);
   CHECK_EQ_U64(a->progress.step, b->progress.step);
   CHECK(a->progress.step > 50);
-  const char *files[] = {"dense.bin", "table.bin", "optim.bin"};
-  for (int i = 0; i < 3; i++) {
-    char x[2048], y[2048];
-    snprintf(x, sizeof x, "%s/%s", a->dir, files[i]);
-    snprintf(y, sizeof y, "%s/%s", b->dir, files[i]);
-    if (!same_file(x, y)) test_fail(__FILE__, __LINE__, "%s differs after resume", files[i]);
-  }
+  check_same_state(a->dir, b->dir);
   CHECK(lines_say_precision("run", 0, UINT64_MAX, "bf16", native) >= 2);
   CHECK(lines_say_precision("resumed", 0, UINT64_MAX, "bf16", native) >= 2);
   if (test_failed_now()) goto out;
