@@ -62,8 +62,7 @@ typedef struct net_shard {
   void *model_ws;
   float *grad;     /* (n_params) */
   float *d_logits; /* (rows) */
-  net_split split; /* with the work and slot below, for models that sum across the ways */
-  double *work, *slot;
+  net_split split; /* for models that sum across the ways; its work and the slot in ws->slots are this shard's */
   dlrec_net_profile prof;
 } net_shard;
 
@@ -136,8 +135,8 @@ static void shards_free(dlrec_net_ws *ws) {
     dlrec_backend_free(sh->lane);
     free(sh->grad);
     free(sh->d_logits);
-    free(sh->work);
-    free(sh->slot);
+    free(sh->split.work);
+    if (ws->slots) free(ws->slots[i]);
   }
   free(ws->shards);
   free(ws->slots);
@@ -288,17 +287,17 @@ static dlrec_status shards_create(const dlrec_net *n, dlrec_net_ws *ws, uint32_t
   /* Batch normalization sums its statistics across the ways: scratch and a
    * slot per way, sized by the widest layer it could normalize. */
   size_t widest = 1;
-  for (uint32_t l = 0; l < n->plan.n_linear; l++) widest = n->plan.linear[l].out > widest ? n->plan.linear[l].out : widest;
+  for (uint32_t l = 0; l < n->plan.n_linear; l++)
+    if (n->plan.linear[l].out > widest) widest = n->plan.linear[l].out;
   ws->slots = calloc(T, sizeof *ws->slots);
   for (uint32_t i = 0; ws->slots && i < T; i++) {
     net_shard *sh = &ws->shards[i];
-    sh->work = malloc(4 * widest * sizeof(double));
-    sh->slot = malloc(2 * widest * sizeof(double));
-    if (!sh->work || !sh->slot) break;
-    ws->slots[i] = sh->slot;
-    sh->split = (net_split){.ways = T, .way = i, .work = sh->work, .slots = ws->slots, .sync = &ws->sync};
+    sh->split = (net_split){.ways = T, .way = i, .work = malloc(4 * widest * sizeof(double)), .slots = ws->slots,
+                            .sync = &ws->sync};
+    ws->slots[i] = malloc(2 * widest * sizeof(double));
+    if (!sh->split.work || !ws->slots[i]) break;
   }
-  if (!ws->slots || !ws->shards[T - 1].slot) {
+  if (!ws->slots || !ws->shards[T - 1].split.work || !ws->slots[T - 1]) {
     shards_free(ws);
     return dlrec_error(DLREC_ERR_NOMEM, "cannot allocate the split step's batch-normalization scratch");
   }
