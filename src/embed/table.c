@@ -10,10 +10,11 @@
 #include "dlrec/embed.h"
 #include "dlrec/rng.h"
 #include "embed/dtype.h"
+#include "embed/table_impl.h"
 
 /* Rows drawn from one random stream during initialization. The value is part
  * of what a seed means: changing it changes every initial table. */
-#define INIT_CHUNK_ROWS 4096
+#define INIT_CHUNK_ROWS TABLE_INIT_CHUNK_ROWS
 
 struct dlrec_table {
   uint64_t rows;
@@ -143,18 +144,30 @@ static uint32_t first_range_after(const dlrec_row_range *ranges, uint32_t n, uin
   return lo;
 }
 
-dlrec_status dlrec_table_init_uniform(dlrec_table *t, const dlrec_row_range *ranges, uint32_t n_ranges,
-                                      uint64_t seed) {
-  if (!t || (!ranges && n_ranges)) return dlrec_error(DLREC_ERR_INVALID, "table_init_uniform: NULL argument");
+dlrec_status table_check_ranges(const dlrec_row_range *ranges, uint32_t n_ranges, uint64_t rows) {
+  if (!ranges && n_ranges) return dlrec_error(DLREC_ERR_INVALID, "table_init_uniform: NULL ranges");
   for (uint32_t i = 0; i < n_ranges; i++) {
     const dlrec_row_range *g = &ranges[i];
-    if (g->begin >= g->end || g->end > t->rows || (i > 0 && g->begin < ranges[i - 1].end))
+    if (g->begin >= g->end || g->end > rows || (i > 0 && g->begin < ranges[i - 1].end))
       return dlrec_error(DLREC_ERR_INVALID,
                          "table_init_uniform: range %u [%llu, %llu) is empty, overlaps the previous one, or "
                          "is outside the table of %llu rows",
-                         i, (unsigned long long)g->begin, (unsigned long long)g->end, (unsigned long long)t->rows);
+                         i, (unsigned long long)g->begin, (unsigned long long)g->end, (unsigned long long)rows);
   }
-  const uint64_t chunks = (t->rows + INIT_CHUNK_ROWS - 1) / INIT_CHUNK_ROWS;
+  return DLREC_OK;
+}
+
+dlrec_status dlrec_table_init_uniform(dlrec_table *t, const dlrec_row_range *ranges, uint32_t n_ranges,
+                                      uint64_t seed) {
+  if (!t) return dlrec_error(DLREC_ERR_INVALID, "table_init_uniform: NULL argument");
+  dlrec_status s = table_check_ranges(ranges, n_ranges, t->rows);
+  if (s == DLREC_OK) table_init_window(t, 0, ranges, n_ranges, seed);
+  return s;
+}
+
+void table_init_window(dlrec_table *t, uint64_t first, const dlrec_row_range *ranges, uint32_t n_ranges,
+                       uint64_t seed) {
+  const uint64_t chunks = (t->rows + INIT_CHUNK_ROWS - 1) / INIT_CHUNK_ROWS, chunk0 = first / INIT_CHUNK_ROWS;
   const uint32_t dim = t->dim;
   /* Chunks are independent random streams, so any thread may draw any chunk
    * and the table does not depend on the schedule. Writing in parallel also
@@ -162,18 +175,20 @@ dlrec_status dlrec_table_init_uniform(dlrec_table *t, const dlrec_row_range *ran
 #pragma omp parallel for schedule(dynamic, 4)
   for (uint64_t k = 0; k < chunks; k++) {
     dlrec_rng rng;
-    dlrec_rng_seed(&rng, seed, k);
+    dlrec_rng_seed(&rng, seed, chunk0 + k);
     const uint64_t r0 = k * INIT_CHUNK_ROWS;
     const uint64_t r1 = r0 + INIT_CHUNK_ROWS < t->rows ? r0 + INIT_CHUNK_ROWS : t->rows;
-    uint32_t ri = first_range_after(ranges, n_ranges, r0);
+    uint32_t ri = first_range_after(ranges, n_ranges, first + r0);
     float row[DLREC_EMBED_MAX_DIM + 4];
     const int f32 = t->dtype == DLREC_TABLE_FP32;
     for (uint64_t r = r0; r < r1; r++) {
       /* An fp32 table is drawn into in place, as it always was; a 16-bit
-       * one through a row of floats. */
+       * one through a row of floats. g is the row's number in the whole
+       * table, which the ranges are in. */
+      const uint64_t g = first + r;
       float *w = f32 ? (float *)t->data + r * t->stride : row;
-      while (ri < n_ranges && ranges[ri].end <= r) ri++;
-      if (ri < n_ranges && r >= ranges[ri].begin) {
+      while (ri < n_ranges && ranges[ri].end <= g) ri++;
+      if (ri < n_ranges && g >= ranges[ri].begin) {
         /* DLRM: np.random.uniform(-sqrt(1/n), sqrt(1/n)) with n the column's rows. */
         const double a = sqrt(1.0 / (double)(ranges[ri].end - ranges[ri].begin));
         for (uint32_t d = 0; d < dim; d++) w[d] = (float)((2.0 * dlrec_rng_uniform(&rng) - 1.0) * a);
@@ -188,5 +203,4 @@ dlrec_status dlrec_table_init_uniform(dlrec_table *t, const dlrec_row_range *ran
       memset((char *)t->data + ((size_t)r * t->stride + dim) * elem, 0, (t->stride - dim) * elem);
     }
   }
-  return DLREC_OK;
 }

@@ -1,0 +1,125 @@
+/* Table storage (dlrec/store.h): the interface, and the ram store, whose
+ * resident table is the whole table and whose resolve is the identity. */
+#include "embed/store_impl.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "embed/table_impl.h"
+
+const char *dlrec_store_kind_name(dlrec_store_kind kind) {
+  switch (kind) {
+  case DLREC_STORE_RAM: return "ram";
+  case DLREC_STORE_TIERED: return "tiered";
+  }
+  return "?";
+}
+
+dlrec_status dlrec_store_kind_parse(const char *name, dlrec_store_kind *kind) {
+  for (int k = DLREC_STORE_RAM; k <= DLREC_STORE_TIERED; k++)
+    if (name && !strcmp(name, dlrec_store_kind_name((dlrec_store_kind)k))) {
+      *kind = (dlrec_store_kind)k;
+      return DLREC_OK;
+    }
+  return dlrec_error(DLREC_ERR_INVALID, "unknown table storage \"%s\" (one of: ram, tiered)", name ? name : "");
+}
+
+dlrec_status dlrec_store_create(dlrec_store **out, const dlrec_store_config *c, uint64_t rows, uint32_t dim,
+                                dlrec_table_dtype dtype) {
+  if (!out || !c) return dlrec_error(DLREC_ERR_INVALID, "store_create: NULL argument");
+  *out = NULL;
+  if (c->kind != DLREC_STORE_RAM && c->kind != DLREC_STORE_TIERED)
+    return dlrec_error(DLREC_ERR_INVALID, "store_create: unknown kind %d", (int)c->kind);
+  /* The logical table's bounds are the resident table's: checked by creating
+   * a ram table, or a one-row table for tiered, whose cache comes later. */
+  dlrec_table *probe = NULL;
+  dlrec_status st = dlrec_table_create_dtype(&probe, c->kind == DLREC_STORE_RAM ? rows : 1, dim, dtype);
+  if (st != DLREC_OK) return st;
+  if (c->kind == DLREC_STORE_TIERED && (rows < 1 || rows > (1ull << 32))) {
+    dlrec_table_free(probe);
+    return dlrec_error(DLREC_ERR_INVALID, "store_create: %llu rows; ids are 32-bit, so 1 to 2^32",
+                       (unsigned long long)rows);
+  }
+  dlrec_store *s = calloc(1, sizeof *s);
+  if (!s) {
+    dlrec_table_free(probe);
+    return dlrec_error(DLREC_ERR_NOMEM, "store_create: out of memory");
+  }
+  s->kind = c->kind;
+  s->rows = rows;
+  s->dim = dim;
+  s->stride = dlrec_table_stride(probe);
+  s->dtype = dtype;
+  if (c->kind == DLREC_STORE_RAM) {
+    s->table = probe;
+    s->stats.resident = rows;
+  } else {
+    dlrec_table_free(probe);
+    if ((st = tiered_create(s, c)) != DLREC_OK) {
+      dlrec_store_free(s);
+      return st;
+    }
+  }
+  *out = s;
+  return DLREC_OK;
+}
+
+void dlrec_store_free(dlrec_store *s) {
+  if (!s) return;
+  tiered_free(s->tiered);
+  dlrec_table_free(s->table);
+  free(s);
+}
+
+uint64_t dlrec_store_rows(const dlrec_store *s) { return s->rows; }
+dlrec_table *dlrec_store_table(dlrec_store *s) { return s->table; }
+const dlrec_table *dlrec_store_table_const(const dlrec_store *s) { return s->table; }
+dlrec_store_kind dlrec_store_get_kind(const dlrec_store *s) { return s->kind; }
+
+dlrec_status dlrec_store_init_uniform(dlrec_store *s, const dlrec_row_range *ranges, uint32_t n_ranges,
+                                      uint64_t seed) {
+  if (!s) return dlrec_error(DLREC_ERR_INVALID, "store_init_uniform: NULL store");
+  if (s->kind == DLREC_STORE_RAM) return dlrec_table_init_uniform(s->table, ranges, n_ranges, seed);
+  dlrec_status st = table_check_ranges(ranges, n_ranges, s->rows);
+  return st == DLREC_OK ? tiered_init_uniform(s, ranges, n_ranges, seed) : st;
+}
+
+dlrec_status dlrec_store_optim_create(dlrec_store *s, const dlrec_sparse_optim_config *c, dlrec_sparse_optim **o) {
+  if (!s || !c || !o) return dlrec_error(DLREC_ERR_INVALID, "store_optim_create: NULL argument");
+  *o = NULL;
+  if (s->optim) return dlrec_error(DLREC_ERR_INVALID, "store_optim_create: the store already has an optimizer");
+  dlrec_status st = dlrec_sparse_optim_create(o, s->table, c);
+  if (st == DLREC_OK && s->tiered && (st = tiered_optim_added(s, c)) != DLREC_OK) {
+    dlrec_sparse_optim_free(*o);
+    *o = NULL;
+  }
+  if (st == DLREC_OK) s->optim = *o;
+  return st;
+}
+
+dlrec_status dlrec_store_resolve(dlrec_store *s, const dlrec_bag_batch *in, dlrec_bag_batch *out, int write) {
+  if (!s || !in || !out) return dlrec_error(DLREC_ERR_INVALID, "store_resolve: NULL argument");
+  if (s->tiered) return tiered_resolve(s, in, out, write);
+  *out = *in;
+  for (uint32_t c = 0; c < in->cols; c++) s->stats.lookups += in->offsets[c][in->rows] - in->offsets[c][0];
+  return DLREC_OK;
+}
+
+dlrec_status dlrec_store_flush(dlrec_store *s) { return s->tiered ? tiered_flush(s) : DLREC_OK; }
+
+dlrec_status dlrec_store_map(dlrec_store *s, dlrec_store_view *v) {
+  memset(v, 0, sizeof *v);
+  if (s->tiered) return tiered_map(s, v);
+  v->table = dlrec_table_raw(s->table);
+  if (s->optim) dlrec_sparse_optim_state_view(s->optim, &v->optim);
+  return DLREC_OK;
+}
+
+void dlrec_store_unmap(dlrec_store *s, dlrec_store_view *v) {
+  if (s->tiered) tiered_unmap(s, v);
+  memset(v, 0, sizeof *v);
+}
+
+void dlrec_store_get_stats(const dlrec_store *s, dlrec_store_stats *st) { *st = s->stats; }
+
+size_t dlrec_store_overhead_bytes(const dlrec_store *s) { return s->tiered ? tiered_overhead_bytes(s) : 0; }

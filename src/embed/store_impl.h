@@ -1,0 +1,33 @@
+/* The store's inside, shared by the interface (store.c) and the tiered
+ * implementation (store_tiered.c). */
+#ifndef DLREC_EMBED_STORE_IMPL_H
+#define DLREC_EMBED_STORE_IMPL_H
+
+#include "dlrec/store.h"
+
+typedef struct tiered tiered;
+
+struct dlrec_store {
+  dlrec_store_kind kind;
+  uint64_t rows; /* of the logical table */
+  uint32_t dim, stride;
+  dlrec_table_dtype dtype;
+  dlrec_table *table;        /* resident: the whole table (ram) or the cache (tiered) */
+  dlrec_sparse_optim *optim; /* borrowed from its creator, on table */
+  dlrec_store_stats stats;
+  tiered *tiered; /* NULL for ram */
+};
+
+dlrec_status tiered_create(dlrec_store *s, const dlrec_store_config *c);
+void tiered_free(tiered *t);
+dlrec_status tiered_init_uniform(dlrec_store *s, const dlrec_row_range *ranges, uint32_t n_ranges, uint64_t seed);
+/* Lays out the optimizer's state in the file, initialized as
+ * dlrec_sparse_optim_create initializes its own. */
+dlrec_status tiered_optim_added(dlrec_store *s, const dlrec_sparse_optim_config *c);
+dlrec_status tiered_resolve(dlrec_store *s, const dlrec_bag_batch *in, dlrec_bag_batch *out, int write);
+dlrec_status tiered_flush(dlrec_store *s);
+dlrec_status tiered_map(dlrec_store *s, dlrec_store_view *v);
+void tiered_unmap(dlrec_store *s, dlrec_store_view *v);
+size_t tiered_overhead_bytes(const dlrec_store *s);
+
+#endif

@@ -1,0 +1,412 @@
+/* The tiered store (dlrec/store.h): the table and its optimizer state in a
+ * file, the rows batches touch in a RAM cache.
+ *
+ * The file holds the ram layout, section by section, each at a 4 KiB
+ * boundary: the table (rows, stride) in its dtype, then the optimizer's
+ * arrays as dlrec_sparse_optim_state shows them (Adagrad's accum (rows);
+ * Adam's m, v (rows, stride) and steps (rows)). So a row and its state are
+ * a few preads at computed offsets, and a checkpoint maps the file and
+ * reads the arrays in place.
+ *
+ * The cache is a dlrec_table of cache_rows slots (the resident table the
+ * kernels use) with the optimizer's state beside it, an index from table
+ * row to slot (open addressing, linear probing, deletion by backward shift)
+ * and, per slot, its row, a reference bit, a dirty bit and the batch that
+ * last used it. A miss takes a free slot or the CLOCK hand's victim: the
+ * first slot, going round, whose reference bit is clear (the hand clears
+ * the bits it passes) and that the current batch does not use. A dirty
+ * victim is written back before the slot is reused. ETL's frequency order
+ * puts each column's hottest rows first; CLOCK keeps them resident because
+ * they are referenced again before the hand comes back.
+ *
+ * Resolving is sequential and in the batch's (column, sample, position)
+ * order, so which rows live where, and hence the whole run, is a function
+ * of the batch sequence alone.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "embed/store_impl.h"
+#include "embed/table_impl.h"
+
+#define SLOT_EMPTY UINT64_MAX
+#define FLAG_REF 1u
+#define FLAG_DIRTY 2u
+/* Rows initialized and written per pwrite by tiered_init_uniform. */
+#define INIT_WINDOW_ROWS (16 * TABLE_INIT_CHUNK_ROWS)
+
+/* One section of the file: an array of `rows` records of `bytes` each. */
+typedef struct section {
+  uint64_t at;    /* byte offset in the file */
+  uint32_t bytes; /* per row */
+} section;
+
+enum { SEC_TABLE, SEC_ACCUM, SEC_M, SEC_V, SEC_STEPS, SEC_N };
+
+struct tiered {
+  char *path;
+  int fd;
+  uint64_t file_bytes;
+  section sec[SEC_N]; /* bytes 0: the section is absent */
+  uint64_t cache_rows;
+  uint64_t used; /* slots handed out so far; the rest are free */
+  uint64_t hand; /* CLOCK */
+  uint32_t batch; /* the current resolve's number, from 1 */
+  uint64_t *slot_row;     /* (cache_rows) the row in the slot, SLOT_EMPTY if none */
+  uint32_t *slot_batch;   /* (cache_rows) the resolve that last used the slot */
+  uint8_t *slot_flags;    /* (cache_rows) FLAG_REF | FLAG_DIRTY */
+  uint64_t *index_key;    /* (index_cap) row + 1, 0 for empty */
+  uint32_t *index_slot;   /* (index_cap) */
+  uint64_t index_mask;    /* index_cap - 1, index_cap a power of two >= 2 * cache_rows */
+  uint32_t *ids;          /* the resolved ids, column after column */
+  size_t ids_cap;
+  const uint32_t *col_ids[DLREC_BAG_MAX_COLS];
+  void *map; /* dlrec_store_map's mapping of the whole file */
+};
+
+static uint64_t align4k(uint64_t n) { return (n + 4095) & ~(uint64_t)4095; }
+
+static uint64_t hash_row(uint64_t r) {
+  r ^= r >> 33;
+  r *= 0xff51afd7ed558ccdull;
+  r ^= r >> 33;
+  return r;
+}
+
+/* ---- the index: row -> slot ------------------------------------------------- */
+
+static int index_find(const tiered *t, uint64_t row, uint32_t *slot) {
+  for (uint64_t i = hash_row(row) & t->index_mask;; i = (i + 1) & t->index_mask) {
+    if (t->index_key[i] == row + 1) {
+      *slot = t->index_slot[i];
+      return 1;
+    }
+    if (!t->index_key[i]) return 0;
+  }
+}
+
+static void index_insert(tiered *t, uint64_t row, uint32_t slot) {
+  uint64_t i = hash_row(row) & t->index_mask;
+  while (t->index_key[i]) i = (i + 1) & t->index_mask;
+  t->index_key[i] = row + 1;
+  t->index_slot[i] = slot;
+}
+
+/* Removes row (present) and shifts back the entries after it that its
+ * removal would cut off from their home position. */
+static void index_remove(tiered *t, uint64_t row) {
+  uint64_t i = hash_row(row) & t->index_mask;
+  while (t->index_key[i] != row + 1) i = (i + 1) & t->index_mask;
+  for (uint64_t j = (i + 1) & t->index_mask; t->index_key[j]; j = (j + 1) & t->index_mask) {
+    uint64_t home = hash_row(t->index_key[j] - 1) & t->index_mask;
+    /* j's entry may move to the hole at i unless its home lies in (i, j]. */
+    int stays = i <= j ? (home > i && home <= j) : (home > i || home <= j);
+    if (stays) continue;
+    t->index_key[i] = t->index_key[j];
+    t->index_slot[i] = t->index_slot[j];
+    i = j;
+  }
+  t->index_key[i] = 0;
+}
+
+/* ---- file I/O ----------------------------------------------------------------- */
+
+static dlrec_status io_all(tiered *t, int write, void *buf, size_t bytes, uint64_t at) {
+  char *p = buf;
+  while (bytes) {
+    ssize_t k = write ? pwrite(t->fd, p, bytes, (off_t)at) : pread(t->fd, p, bytes, (off_t)at);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0)
+      return dlrec_error(DLREC_ERR_IO, "%s: %s of %zu bytes at offset %llu: %s", t->path, write ? "write" : "read",
+                         bytes, (unsigned long long)at, k < 0 ? strerror(errno) : "unexpected end of file");
+    p += k, bytes -= (size_t)k, at += (uint64_t)k;
+  }
+  return DLREC_OK;
+}
+
+/* The resident copy of section k's record of the row in `slot`. */
+static void *resident(dlrec_store *s, int k, uint32_t slot) {
+  if (k == SEC_TABLE)
+    return (char *)dlrec_table_raw(s->table) + (size_t)slot * s->stride * dlrec_table_dtype_bytes(s->dtype);
+  dlrec_sparse_optim_state o;
+  dlrec_sparse_optim_state_view(s->optim, &o);
+  switch (k) {
+  case SEC_ACCUM: return o.accum + slot;
+  case SEC_M: return o.m + (size_t)slot * s->stride;
+  case SEC_V: return o.v + (size_t)slot * s->stride;
+  default: return o.steps + slot;
+  }
+}
+
+/* Reads (write 0) or writes back (write 1) row's record of every section
+ * between the file and `slot`. */
+static dlrec_status io_row(dlrec_store *s, int write, uint64_t row, uint32_t slot) {
+  tiered *t = s->tiered;
+  for (int k = 0; k < SEC_N; k++) {
+    const section *c = &t->sec[k];
+    if (!c->bytes) continue;
+    dlrec_status st = io_all(t, write, resident(s, k, slot), c->bytes, c->at + row * c->bytes);
+    if (st != DLREC_OK) return st;
+    if (write) s->stats.bytes_written += c->bytes;
+    else s->stats.bytes_read += c->bytes;
+  }
+  return DLREC_OK;
+}
+
+/* Grows the file to `bytes` (new bytes read as zeros). */
+static dlrec_status grow(tiered *t, uint64_t bytes) {
+  if (ftruncate(t->fd, (off_t)bytes) != 0)
+    return dlrec_error(DLREC_ERR_IO, "%s: cannot size the table file to %llu bytes: %s", t->path,
+                       (unsigned long long)bytes, strerror(errno));
+  t->file_bytes = bytes;
+  return DLREC_OK;
+}
+
+/* ---- lifetime ----------------------------------------------------------------- */
+
+dlrec_status tiered_create(dlrec_store *s, const dlrec_store_config *c) {
+  if (!c->path || !*c->path) return dlrec_error(DLREC_ERR_INVALID, "tiered table: no file path");
+  if (c->cache_rows < 1)
+    return dlrec_error(DLREC_ERR_INVALID, "tiered table %s: cache_rows must be at least 1", c->path);
+  tiered *t = calloc(1, sizeof *t);
+  if (!t) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
+  s->tiered = t;
+  t->fd = -1;
+  t->cache_rows = c->cache_rows < s->rows ? c->cache_rows : s->rows;
+  if (!(t->path = strdup(c->path))) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
+  uint64_t cap = 2;
+  while (cap < 2 * t->cache_rows) cap *= 2;
+  t->index_mask = cap - 1;
+  t->slot_row = malloc(t->cache_rows * sizeof *t->slot_row);
+  t->slot_batch = calloc(t->cache_rows, sizeof *t->slot_batch);
+  t->slot_flags = calloc(t->cache_rows, 1);
+  t->index_key = calloc(cap, sizeof *t->index_key);
+  t->index_slot = malloc(cap * sizeof *t->index_slot);
+  if (!t->slot_row || !t->slot_batch || !t->slot_flags || !t->index_key || !t->index_slot)
+    return dlrec_error(DLREC_ERR_NOMEM, "tiered table %s: out of memory for a cache of %llu rows", c->path,
+                       (unsigned long long)t->cache_rows);
+  for (uint64_t i = 0; i < t->cache_rows; i++) t->slot_row[i] = SLOT_EMPTY;
+  dlrec_status st = dlrec_table_create_dtype(&s->table, t->cache_rows, s->dim, s->dtype);
+  if (st != DLREC_OK) return dlrec_error_context("tiered table %s, its cache: ", c->path);
+  t->fd = open(c->path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (t->fd < 0) return dlrec_error(DLREC_ERR_IO, "tiered table %s: %s", c->path, strerror(errno));
+  t->sec[SEC_TABLE] = (section){0, s->stride * dlrec_table_dtype_bytes(s->dtype)};
+  return grow(t, align4k(s->rows * t->sec[SEC_TABLE].bytes));
+}
+
+void tiered_free(tiered *t) {
+  if (!t) return;
+  if (t->fd >= 0) {
+    close(t->fd);
+    unlink(t->path);
+  }
+  free(t->path);
+  free(t->slot_row);
+  free(t->slot_batch);
+  free(t->slot_flags);
+  free(t->index_key);
+  free(t->index_slot);
+  free(t->ids);
+  free(t);
+}
+
+size_t tiered_overhead_bytes(const dlrec_store *s) {
+  const tiered *t = s->tiered;
+  return t->cache_rows * (sizeof *t->slot_row + sizeof *t->slot_batch + 1) +
+         (t->index_mask + 1) * (sizeof *t->index_key + sizeof *t->index_slot) + t->ids_cap * sizeof *t->ids;
+}
+
+/* Empties the cache without writing anything back. */
+static void drop_cache(tiered *t) {
+  for (uint64_t i = 0; i < t->used; i++) t->slot_row[i] = SLOT_EMPTY;
+  memset(t->slot_flags, 0, t->cache_rows);
+  memset(t->index_key, 0, (t->index_mask + 1) * sizeof *t->index_key);
+  t->used = 0;
+  t->hand = 0;
+}
+
+dlrec_status tiered_init_uniform(dlrec_store *s, const dlrec_row_range *ranges, uint32_t n_ranges, uint64_t seed) {
+  tiered *t = s->tiered;
+  dlrec_table *w = NULL;
+  const uint64_t n = s->rows < INIT_WINDOW_ROWS ? s->rows : INIT_WINDOW_ROWS;
+  dlrec_status st = dlrec_table_create_dtype(&w, n, s->dim, s->dtype);
+  const uint32_t bytes = t->sec[SEC_TABLE].bytes;
+  for (uint64_t r0 = 0; st == DLREC_OK && r0 < s->rows; r0 += n) {
+    const uint64_t k = s->rows - r0 < n ? s->rows - r0 : n;
+    /* The window table initializes rows [r0, r0 + n); only k are the table's. */
+    table_init_window(w, r0, ranges, n_ranges, seed);
+    st = io_all(t, 1, dlrec_table_raw(w), (size_t)(k * bytes), t->sec[SEC_TABLE].at + r0 * bytes);
+  }
+  dlrec_table_free(w);
+  drop_cache(t);
+  return st;
+}
+
+dlrec_status tiered_optim_added(dlrec_store *s, const dlrec_sparse_optim_config *c) {
+  tiered *t = s->tiered;
+  uint64_t at = t->file_bytes;
+  if (c->kind == DLREC_SPARSE_ROWWISE_ADAGRAD) {
+    t->sec[SEC_ACCUM] = (section){at, sizeof(float)};
+    at = align4k(at + s->rows * sizeof(float));
+  } else if (c->kind == DLREC_SPARSE_LAZY_ADAM) {
+    const uint32_t row = s->stride * (uint32_t)sizeof(float);
+    t->sec[SEC_M] = (section){at, row};
+    at = align4k(at + s->rows * row);
+    t->sec[SEC_V] = (section){at, row};
+    at = align4k(at + s->rows * row);
+    t->sec[SEC_STEPS] = (section){at, sizeof(uint32_t)};
+    at = align4k(at + s->rows * sizeof(uint32_t));
+  }
+  dlrec_status st = grow(t, at);
+  /* Adagrad's accumulators start at initial_accumulator; the rest at the
+   * new bytes' zeros. The rows resident now got theirs from the optimizer. */
+  if (st == DLREC_OK && t->sec[SEC_ACCUM].bytes && c->initial_accumulator != 0.0f) {
+    enum { CHUNK = 65536 };
+    float *buf = malloc(CHUNK * sizeof *buf);
+    if (!buf) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < CHUNK; i++) buf[i] = c->initial_accumulator;
+    for (uint64_t r = 0; st == DLREC_OK && r < s->rows; r += CHUNK) {
+      const uint64_t k = s->rows - r < CHUNK ? s->rows - r : CHUNK;
+      st = io_all(t, 1, buf, (size_t)k * sizeof(float), t->sec[SEC_ACCUM].at + r * sizeof(float));
+    }
+    free(buf);
+  }
+  return st;
+}
+
+/* ---- resolving a batch --------------------------------------------------------- */
+
+/* A slot for a row not resident: a free one, else CLOCK's victim, written
+ * back first if dirty. UINT32_MAX with an error when every slot is used by
+ * this batch. */
+static uint32_t take_slot(dlrec_store *s) {
+  tiered *t = s->tiered;
+  if (t->used < t->cache_rows) return (uint32_t)t->used++;
+  /* Two turns: the first may only clear reference bits. */
+  for (uint64_t seen = 0; seen < 2 * t->cache_rows; seen++) {
+    const uint64_t i = t->hand;
+    t->hand = t->hand + 1 == t->cache_rows ? 0 : t->hand + 1;
+    if (t->slot_batch[i] == t->batch) continue;
+    if (t->slot_flags[i] & FLAG_REF) {
+      t->slot_flags[i] &= (uint8_t)~FLAG_REF;
+      continue;
+    }
+    if ((t->slot_flags[i] & FLAG_DIRTY) && io_row(s, 1, t->slot_row[i], (uint32_t)i) != DLREC_OK)
+      return UINT32_MAX;
+    index_remove(t, t->slot_row[i]);
+    t->slot_row[i] = SLOT_EMPTY;
+    t->slot_flags[i] = 0;
+    s->stats.evictions++;
+    return (uint32_t)i;
+  }
+  dlrec_error(DLREC_ERR_INVALID,
+              "tiered table %s: a batch touches more distinct rows than the cache's %llu (raise cache_rows)",
+              t->path, (unsigned long long)t->cache_rows);
+  return UINT32_MAX;
+}
+
+dlrec_status tiered_resolve(dlrec_store *s, const dlrec_bag_batch *in, dlrec_bag_batch *out, int write) {
+  tiered *t = s->tiered;
+  if (t->map) return dlrec_error(DLREC_ERR_INVALID, "tiered table %s: resolve while mapped", t->path);
+  if (in->cols < 1 || in->cols > DLREC_BAG_MAX_COLS || !in->offsets || !in->ids)
+    return dlrec_error(DLREC_ERR_INVALID, "store_resolve: bad batch (%u columns)", in->cols);
+  size_t need = 0;
+  for (uint32_t c = 0; c < in->cols; c++) need += in->offsets[c][in->rows];
+  if (need > t->ids_cap) {
+    uint32_t *p = realloc(t->ids, need * sizeof *p);
+    if (!p) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
+    t->ids = p;
+    t->ids_cap = need;
+  }
+  if (++t->batch == 0) { /* wrapped: no slot may look used by this batch */
+    memset(t->slot_batch, 0, t->cache_rows * sizeof *t->slot_batch);
+    t->batch = 1;
+  }
+  const uint8_t mark = (uint8_t)(FLAG_REF | (write ? FLAG_DIRTY : 0));
+  uint32_t *dst = t->ids;
+  for (uint32_t c = 0; c < in->cols; c++) {
+    const uint32_t *off = in->offsets[c], *ids = in->ids[c];
+    /* Checked before any id is written: k stays below off[rows], the room
+     * this column has in t->ids. */
+    for (uint32_t b = 0; b < in->rows; b++)
+      if (off[b + 1] < off[b])
+        return dlrec_error(DLREC_ERR_INVALID, "column %u: offsets decrease at sample %u (%u, then %u)", c, b, off[b],
+                           off[b + 1]);
+    for (uint32_t b = 0; b < in->rows; b++) {
+      for (uint32_t k = off[b]; k < off[b + 1]; k++) {
+        const uint64_t row = ids[k];
+        if (row >= s->rows)
+          return dlrec_error(DLREC_ERR_INVALID, "column %u, sample %u: id %llu is outside the table of %llu rows", c,
+                             b, (unsigned long long)row, (unsigned long long)s->rows);
+        uint32_t slot;
+        s->stats.lookups++;
+        if (!index_find(t, row, &slot)) {
+          if ((slot = take_slot(s)) == UINT32_MAX) return dlrec_last_status();
+          dlrec_status st = io_row(s, 0, row, slot);
+          if (st != DLREC_OK) return st;
+          t->slot_row[slot] = row;
+          index_insert(t, row, slot);
+          s->stats.misses++;
+        }
+        t->slot_batch[slot] = t->batch;
+        t->slot_flags[slot] |= mark;
+        dst[k] = slot;
+      }
+    }
+    t->col_ids[c] = dst;
+    dst += off[in->rows];
+  }
+  s->stats.resident = t->used;
+  *out = *in;
+  out->ids = t->col_ids;
+  return DLREC_OK;
+}
+
+dlrec_status tiered_flush(dlrec_store *s) {
+  tiered *t = s->tiered;
+  for (uint64_t i = 0; i < t->used; i++) {
+    if (!(t->slot_flags[i] & FLAG_DIRTY)) continue;
+    dlrec_status st = io_row(s, 1, t->slot_row[i], (uint32_t)i);
+    if (st != DLREC_OK) return st;
+    t->slot_flags[i] &= (uint8_t)~FLAG_DIRTY;
+  }
+  return DLREC_OK;
+}
+
+/* ---- the whole table, for checkpoints --------------------------------------------- */
+
+dlrec_status tiered_map(dlrec_store *s, dlrec_store_view *v) {
+  tiered *t = s->tiered;
+  if (t->map) return dlrec_error(DLREC_ERR_INVALID, "tiered table %s: mapped twice", t->path);
+  dlrec_status st = tiered_flush(s);
+  if (st != DLREC_OK) return st;
+  void *p = mmap(NULL, (size_t)t->file_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, t->fd, 0);
+  if (p == MAP_FAILED) return dlrec_error(DLREC_ERR_IO, "%s: cannot map the table file: %s", t->path, strerror(errno));
+  (void)madvise(p, (size_t)t->file_bytes, MADV_SEQUENTIAL);
+  drop_cache(t);
+  t->map = p;
+  char *base = p;
+  v->table = base + t->sec[SEC_TABLE].at;
+  if (s->optim) {
+    dlrec_sparse_optim_state_view(s->optim, &v->optim); /* for its update counter */
+    v->optim.rows = s->rows;
+    v->optim.accum = t->sec[SEC_ACCUM].bytes ? (float *)(base + t->sec[SEC_ACCUM].at) : NULL;
+    v->optim.m = t->sec[SEC_M].bytes ? (float *)(base + t->sec[SEC_M].at) : NULL;
+    v->optim.v = t->sec[SEC_V].bytes ? (float *)(base + t->sec[SEC_V].at) : NULL;
+    v->optim.steps = t->sec[SEC_STEPS].bytes ? (uint32_t *)(base + t->sec[SEC_STEPS].at) : NULL;
+  }
+  return DLREC_OK;
+}
+
+void tiered_unmap(dlrec_store *s, dlrec_store_view *v) {
+  tiered *t = s->tiered;
+  (void)v;
+  if (!t->map) return;
+  munmap(t->map, (size_t)t->file_bytes);
+  t->map = NULL;
+}

@@ -1,0 +1,17 @@
+/* What the table's initialization offers the stores (store.c, store_tiered.c). */
+#ifndef DLREC_EMBED_TABLE_IMPL_H
+#define DLREC_EMBED_TABLE_IMPL_H
+
+#include "dlrec/embed.h"
+
+/* Ranges as dlrec_table_init_uniform requires them, for a table of `rows`. */
+dlrec_status table_check_ranges(const dlrec_row_range *ranges, uint32_t n_ranges, uint64_t rows);
+
+/* Initializes t as rows [first, first + rows(t)) of a table initialized by
+ * dlrec_table_init_uniform(ranges, seed): first must be a multiple of the
+ * initialization's chunk (TABLE_INIT_CHUNK_ROWS), the ranges checked. */
+#define TABLE_INIT_CHUNK_ROWS 4096
+void table_init_window(dlrec_table *t, uint64_t first, const dlrec_row_range *ranges, uint32_t n_ranges,
+                       uint64_t seed);
+
+#endif

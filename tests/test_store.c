@@ -1,0 +1,208 @@
+/* Table storage (dlrec/store.h): the tiered store against the ram store on the
+ * same batches, bit for bit, through eviction and write-back; its view for
+ * checkpoints; and what it refuses. */
+#include <sys/stat.h>
+
+#include "dlrec/rng.h"
+#include "dlrec/store.h"
+#include "test.h"
+
+enum { COLS = 3, DIM = 6, ROWS_PER_COL = 700, ROWS = COLS * ROWS_PER_COL, B = 24, MAX_HOT = 3 };
+
+/* A batch of B samples, each column 0 to MAX_HOT ids drawn mostly from the
+ * column's first rows (as frequency-ordered ids are) and sometimes from
+ * anywhere in it. */
+typedef struct batch_buf {
+  uint32_t offsets[COLS][B + 1];
+  uint32_t ids[COLS][B * MAX_HOT];
+  const uint32_t *off_p[COLS], *ids_p[COLS];
+  dlrec_bag_batch bags;
+} batch_buf;
+
+static void make_batch(batch_buf *bb, dlrec_rng *rng) {
+  for (uint32_t c = 0; c < COLS; c++) {
+    uint32_t k = 0;
+    bb->offsets[c][0] = 0;
+    for (uint32_t b = 0; b < B; b++) {
+      uint32_t hot = (uint32_t)(dlrec_rng_uniform(rng) * (MAX_HOT + 1)) % (MAX_HOT + 1);
+      for (uint32_t h = 0; h < hot; h++) {
+        double u = dlrec_rng_uniform(rng);
+        uint32_t local = u < 0.7 ? (uint32_t)(u * u * 60) : (uint32_t)(dlrec_rng_uniform(rng) * ROWS_PER_COL);
+        bb->ids[c][k++] = c * ROWS_PER_COL + local % ROWS_PER_COL;
+      }
+      bb->offsets[c][b + 1] = k;
+    }
+    bb->off_p[c] = bb->offsets[c];
+    bb->ids_p[c] = bb->ids[c];
+  }
+  bb->bags = (dlrec_bag_batch){B, COLS, bb->off_p, bb->ids_p, NULL};
+}
+
+static const dlrec_row_range ranges[COLS] = {{0, ROWS_PER_COL}, {ROWS_PER_COL, 2 * ROWS_PER_COL},
+                                             {2 * ROWS_PER_COL, 3 * ROWS_PER_COL}};
+
+static dlrec_status make_store(dlrec_store **s, dlrec_store_kind kind, uint64_t cache_rows, const char *name) {
+  dlrec_store_config c = {kind, name ? test_path(name) : NULL, cache_rows};
+  dlrec_status st = dlrec_store_create(s, &c, ROWS, DIM, DLREC_TABLE_FP32);
+  return st == DLREC_OK ? dlrec_store_init_uniform(*s, ranges, COLS, 42) : st;
+}
+
+/* Trains `steps` batches on a ram and a tiered store with the same
+ * optimizer, checking each forward bitwise, then the whole tables and
+ * optimizer state through dlrec_store_map. */
+static void tiered_matches_ram(dlrec_sparse_optim_kind kind, uint64_t cache_rows, int steps) {
+  dlrec_store *ram = NULL, *tier = NULL;
+  dlrec_sparse_optim *o_ram = NULL, *o_tier = NULL;
+  float *out_ram = NULL, *out_tier = NULL, *d_out = NULL;
+  void *scratch = NULL;
+  dlrec_sparse_optim_config oc;
+  dlrec_sparse_optim_config_default(&oc, kind);
+  oc.lr = 0.05f;
+  oc.initial_accumulator = 0.1f;
+  CHECK_OK(make_store(&ram, DLREC_STORE_RAM, 0, NULL));
+  CHECK_OK(make_store(&tier, DLREC_STORE_TIERED, cache_rows, "tiered.table"));
+  CHECK_OK(dlrec_store_optim_create(ram, &oc, &o_ram));
+  CHECK_OK(dlrec_store_optim_create(tier, &oc, &o_tier));
+  const size_t n_out = (size_t)B * COLS * DIM;
+  out_ram = malloc(n_out * sizeof(float));
+  out_tier = malloc(n_out * sizeof(float));
+  d_out = malloc(n_out * sizeof(float));
+  size_t scratch_bytes = dlrec_bag_backward_scratch_bytes(dlrec_store_table(ram), B * COLS * MAX_HOT);
+  scratch = malloc(scratch_bytes);
+  CHECK(out_ram && out_tier && d_out && scratch);
+  dlrec_rng rng;
+  dlrec_rng_seed(&rng, 7, 0);
+  batch_buf bb;
+  for (int step = 0; step < steps && !test_failed_now(); step++) {
+    make_batch(&bb, &rng);
+    dlrec_bag_batch r_ram, r_tier;
+    CHECK_OK(dlrec_store_resolve(ram, &bb.bags, &r_ram, 1));
+    CHECK_OK(dlrec_store_resolve(tier, &bb.bags, &r_tier, 1));
+    CHECK_OK(dlrec_bag_forward(dlrec_store_table(ram), &r_ram, DLREC_BAG_SUM, out_ram));
+    CHECK_OK(dlrec_bag_forward(dlrec_store_table(tier), &r_tier, DLREC_BAG_SUM, out_tier));
+    CHECK(memcmp(out_ram, out_tier, n_out * sizeof(float)) == 0);
+    for (size_t i = 0; i < n_out; i++) d_out[i] = (float)(dlrec_rng_uniform(&rng) - 0.5);
+    CHECK_OK(dlrec_bag_backward_update(dlrec_store_table(ram), o_ram, &r_ram, DLREC_BAG_SUM, d_out, scratch,
+                                       scratch_bytes));
+    CHECK_OK(dlrec_bag_backward_update(dlrec_store_table(tier), o_tier, &r_tier, DLREC_BAG_SUM, d_out, scratch,
+                                       scratch_bytes));
+  }
+  dlrec_store_stats st;
+  dlrec_store_get_stats(tier, &st);
+  /* The cache was too small for the rows the batches touched: rows were
+   * evicted and read back, so the comparison went through the file. */
+  if (cache_rows < ROWS) {
+    CHECK(st.evictions > 0);
+    CHECK(st.bytes_written > 0);
+  }
+  CHECK(st.misses > 0 && st.misses < st.lookups);
+  CHECK(st.resident <= cache_rows);
+  dlrec_store_view v_ram, v_tier;
+  CHECK_OK(dlrec_store_map(ram, &v_ram));
+  CHECK_OK(dlrec_store_map(tier, &v_tier));
+  CHECK(memcmp(v_ram.table, v_tier.table, (size_t)ROWS * 8 * sizeof(float)) == 0);
+  CHECK((v_ram.optim.accum == NULL) == (v_tier.optim.accum == NULL));
+  CHECK((v_ram.optim.m == NULL) == (v_tier.optim.m == NULL));
+  CHECK_EQ_U64(v_tier.optim.rows, ROWS);
+  if (v_ram.optim.accum) CHECK(memcmp(v_ram.optim.accum, v_tier.optim.accum, ROWS * sizeof(float)) == 0);
+  if (v_ram.optim.m) {
+    CHECK(memcmp(v_ram.optim.m, v_tier.optim.m, (size_t)ROWS * 8 * sizeof(float)) == 0);
+    CHECK(memcmp(v_ram.optim.v, v_tier.optim.v, (size_t)ROWS * 8 * sizeof(float)) == 0);
+    CHECK(memcmp(v_ram.optim.steps, v_tier.optim.steps, ROWS * sizeof(uint32_t)) == 0);
+  }
+  dlrec_store_unmap(ram, &v_ram);
+  dlrec_store_unmap(tier, &v_tier);
+  free(out_ram), free(out_tier), free(d_out), free(scratch);
+  dlrec_sparse_optim_free(o_ram);
+  dlrec_sparse_optim_free(o_tier);
+  dlrec_store_free(ram);
+  dlrec_store_free(tier);
+}
+
+TEST(tiered_sgd_matches_ram_through_evictions) { tiered_matches_ram(DLREC_SPARSE_SGD, 120, 60); }
+TEST(tiered_adagrad_matches_ram_through_evictions) { tiered_matches_ram(DLREC_SPARSE_ROWWISE_ADAGRAD, 120, 60); }
+TEST(tiered_adam_matches_ram_through_evictions) { tiered_matches_ram(DLREC_SPARSE_LAZY_ADAM, 120, 60); }
+TEST(tiered_with_room_for_every_row_matches_ram) { tiered_matches_ram(DLREC_SPARSE_LAZY_ADAM, 4 * ROWS, 20); }
+
+TEST(tiered_initial_rows_are_rams) {
+  dlrec_store *ram = NULL, *tier = NULL;
+  CHECK_OK(make_store(&ram, DLREC_STORE_RAM, 0, NULL));
+  /* More rows than one initialization window of the tiered store. */
+  CHECK_OK(make_store(&tier, DLREC_STORE_TIERED, 10, "init.table"));
+  dlrec_store_view a, b;
+  CHECK_OK(dlrec_store_map(ram, &a));
+  CHECK_OK(dlrec_store_map(tier, &b));
+  CHECK(memcmp(a.table, b.table, (size_t)ROWS * 8 * sizeof(float)) == 0);
+  CHECK(b.optim.accum == NULL && b.optim.m == NULL);
+  dlrec_store_unmap(ram, &a);
+  dlrec_store_unmap(tier, &b);
+  dlrec_store_free(ram);
+  dlrec_store_free(tier);
+}
+
+/* What is written through the view is what the next resolve reads, and the
+ * file is gone once the store is freed. */
+TEST(tiered_view_writes_reach_resolved_rows) {
+  dlrec_store *s = NULL;
+  CHECK_OK(make_store(&s, DLREC_STORE_TIERED, 16, "view.table"));
+  uint32_t off[2] = {0, 1}, id[1] = {ROWS - 1};
+  const uint32_t *offp[1] = {off}, *idp[1] = {id};
+  dlrec_bag_batch in = {1, 1, offp, idp, NULL}, out;
+  CHECK_OK(dlrec_store_resolve(s, &in, &out, 0));
+  dlrec_store_view v;
+  CHECK_OK(dlrec_store_map(s, &v));
+  float *row = (float *)v.table + (size_t)(ROWS - 1) * 8;
+  for (int d = 0; d < DIM; d++) row[d] = (float)d + 0.5f;
+  dlrec_store_unmap(s, &v);
+  CHECK_OK(dlrec_store_resolve(s, &in, &out, 0));
+  float pooled[DIM];
+  CHECK_OK(dlrec_bag_forward(dlrec_store_table(s), &out, DLREC_BAG_SUM, pooled));
+  for (int d = 0; d < DIM; d++) CHECK(pooled[d] == (float)d + 0.5f);
+  struct stat stt;
+  CHECK(stat(test_path("view.table"), &stt) == 0);
+  dlrec_store_free(s);
+  CHECK(stat(test_path("view.table"), &stt) != 0);
+}
+
+TEST(tiered_refuses_bad_ids_and_batches_larger_than_its_cache) {
+  dlrec_store *s = NULL;
+  CHECK_OK(make_store(&s, DLREC_STORE_TIERED, 4, "bad.table"));
+  uint32_t off[2] = {0, 5}, ids[5] = {1, 2, 3, 4, 5};
+  const uint32_t *offp[1] = {off}, *idp[1] = {ids};
+  dlrec_bag_batch in = {1, 1, offp, idp, NULL}, out;
+  CHECK_ERR(dlrec_store_resolve(s, &in, &out, 1), DLREC_ERR_INVALID, "more distinct rows than the cache's 4");
+  /* Repeats of one row need one slot. */
+  uint32_t same[5] = {9, 9, 9, 9, 9};
+  idp[0] = same;
+  CHECK_OK(dlrec_store_resolve(s, &in, &out, 1));
+  CHECK(out.ids[0][0] == out.ids[0][4]);
+  uint32_t far[5] = {1, 2, ROWS, 3, 4};
+  idp[0] = far;
+  CHECK_ERR(dlrec_store_resolve(s, &in, &out, 1), DLREC_ERR_INVALID, "id 2100 is outside the table of 2100 rows");
+  uint32_t down[3] = {0, 2, 1};
+  const uint32_t *downp[1] = {down};
+  dlrec_bag_batch bad = {2, 1, downp, idp, NULL};
+  CHECK_ERR(dlrec_store_resolve(s, &bad, &out, 1), DLREC_ERR_INVALID, "offsets decrease at sample 1");
+  /* After the refusals the store still works. */
+  uint32_t ok[5] = {1, 2, 3, 4, 4};
+  idp[0] = ok;
+  CHECK_OK(dlrec_store_resolve(s, &in, &out, 1));
+  dlrec_store_free(s);
+}
+
+TEST(store_config_errors_name_the_problem) {
+  dlrec_store *s = NULL;
+  dlrec_store_config c = {DLREC_STORE_TIERED, NULL, 10};
+  CHECK_ERR(dlrec_store_create(&s, &c, ROWS, DIM, DLREC_TABLE_FP32), DLREC_ERR_INVALID, "no file path");
+  c.path = test_path("x.table");
+  c.cache_rows = 0;
+  CHECK_ERR(dlrec_store_create(&s, &c, ROWS, DIM, DLREC_TABLE_FP32), DLREC_ERR_INVALID, "cache_rows");
+  c.path = "/nonexistent-dir/x.table";
+  c.cache_rows = 10;
+  CHECK_ERR(dlrec_store_create(&s, &c, ROWS, DIM, DLREC_TABLE_FP32), DLREC_ERR_IO, "/nonexistent-dir/x.table");
+  dlrec_store_kind k;
+  CHECK_ERR(dlrec_store_kind_parse("disk", &k), DLREC_ERR_INVALID, "ram, tiered");
+  CHECK_OK(dlrec_store_kind_parse("tiered", &k));
+  CHECK_EQ(k, DLREC_STORE_TIERED);
+  CHECK(s == NULL);
+}
