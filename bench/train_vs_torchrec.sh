@@ -31,7 +31,9 @@
 # BF16_ROWS rows there (default 16384) and evaluates on as many validation
 # rows; its AUC is then marked and is not comparable. BF16_ROWS=0 trains on all.
 #
-# Needs a built dlrec (build/dlrec, or DLREC_BIN), /usr/bin/python3 and the
+# The last table (bench/step_shares.py) puts each dlrec run's step, phase by phase,
+# against bench_roofline's GEMM limits on the same shapes, measured per batch size.
+# Needs a built dlrec (build/dlrec and build/bench_roofline, or DLREC_BIN), /usr/bin/python3 and the
 # venv of bench/torchrec/setup.sh (TREC_VENV, default .venv-torchrec).
 set -euo pipefail
 
@@ -51,6 +53,8 @@ bin=${DLREC_BIN:-$root/build/dlrec}
 py=${PYTHON:-/usr/bin/python3}
 venv=${TREC_VENV:-$root/.venv-torchrec}
 tpy=$venv/bin/python
+roofline=${ROOFLINE_BIN:-$(dirname "$bin")/bench_roofline}
+[ -x "$roofline" ] || { echo "train_vs_torchrec: no bench_roofline at $roofline (run 'make build')" >&2; exit 1; }
 [ -x "$bin" ] || { echo "train_vs_torchrec: no dlrec at $bin (run 'make build' or set DLREC_BIN)" >&2; exit 1; }
 for p in $precisions; do
   case $p in fp32 | bf16) ;; *) echo "train_vs_torchrec: PRECISIONS: '$p' is not fp32 or bf16" >&2; exit 1 ;; esac
@@ -130,7 +134,13 @@ run_engine() {
 }
 
 results=()
+roofs=()
 for b in $batches; do
+  # The machine's limits on this step's own GEMM shapes, in the same run:
+  # sgemm (what fp32 runs on) and oneDNN's bf16 matmul (what bf16 runs on
+  # where the CPU has bf16 instructions).
+  echo "  batch $b: bench_roofline ..."
+  OMP_WAIT_POLICY=$wait "$roofline" --data "$work/train.dlr" --batch "$b" --threads "$threads" > "$work/roof-$b.json"
   # REPEATS rounds, the runs alternating; each keeps its fastest, so that a
   # burst of load from elsewhere on a shared machine hits all of them alike.
   declare -A best=()
@@ -164,6 +174,7 @@ for b in $batches; do
       [ "$prec" = bf16 ] && [ "$bf16_rows" -gt 0 ] && mark='*'
     fi
     results+=("$b $eng $prec $(cat "$f.thr") ${best[$e]} ${tf:--} ${tb:--} $(printf '%.4f' "$auc")$mark $(cat "$f.rss")")
+    [ "$eng" = dlrec ] && roofs+=("$("$py" "$root/bench/step_shares.py" "$f.json" "$work/roof-$b.json" "$b" "$prec")")
   done
   unset best
 done
@@ -187,3 +198,8 @@ if [[ " ${engines[*]} " == *" torchrec:bf16 "* ]] && [ "$bf16_rows" -gt 0 ]; the
   echo "* torchrec bf16 trained on the first $bf16_rows rows only and was evaluated on as many validation rows"
   echo "  (no avx512_bf16 or AMX here, so bf16 is emulated): its samples/s compares, its AUC does not"
 fi
+echo
+echo "dlrec's step against the machine's limit (bench_roofline, same run): the MLPs' GFLOP/s against sgemm (fp32)"
+echo "or oneDNN's bf16 matmul (bf16) on the step's own GEMM shapes, and each phase's share of the training loop"
+printf '%6s %-5s %9s %9s %7s %6s %6s %6s %6s %6s %6s\n' batch prec mlp_GF/s limit share mlp emb_fw emb_up inter other load
+for r in "${roofs[@]}"; do echo "$r"; done
