@@ -11,7 +11,8 @@
  *           touch, chosen by CLOCK (second chance). A row missing from the
  *           cache is read from the file into a free or evicted slot; an
  *           evicted row that a training step changed is written back first,
- *           with its optimizer state. RSS is the cache, not the table.
+ *           with its optimizer state. RSS is the cache (plus the file's
+ *           pages in flight: under 64 MiB and one batch's), not the table.
  *
  * The contract:
  *   - dlrec_store_resolve makes every row a batch names resident and gives
@@ -31,9 +32,12 @@
  *     store is not shared between threads.
  *   - Checkpoints see the whole logical table through dlrec_store_map: the
  *     table and optimizer state as arrays of the ram layout (for tiered, the
- *     file mapped after a flush, so reading them costs page cache, not RSS
- *     beyond what is touched), written or read in place, then
- *     dlrec_store_unmap.
+ *     file's mapping after a flush; its pages leave RSS at unmap), written
+ *     or read in place, then dlrec_store_unmap.
+ *   - A tiered file lives on a disk that keeps working: its blocks are
+ *     allocated when it is created (a full disk is an error then), but an
+ *     I/O error of the disk under the mapping is a SIGBUS, as for any
+ *     mapped file.
  */
 #ifndef DLREC_STORE_H
 #define DLREC_STORE_H

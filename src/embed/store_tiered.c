@@ -4,9 +4,14 @@
  * The file holds the ram layout, section by section, each at a 4 KiB
  * boundary: the table (rows, stride) in its dtype, then the optimizer's
  * arrays as dlrec_sparse_optim_state shows them (Adagrad's accum (rows);
- * Adam's m, v (rows, stride) and steps (rows)). So a row and its state are
- * a few preads at computed offsets, and a checkpoint maps the file and
- * reads the arrays in place.
+ * Adam's m, v (rows, stride) and steps (rows)). It is mapped shared, and a
+ * row moves between file and cache by memcpy: pread/pwrite of 64-byte
+ * records cost a syscall each and serialized on the inode's lock, which
+ * made resolving 10x slower (bench/tiered.sh). Mapped pages count as
+ * resident memory, so they are dropped (madvise DONTNEED: the page cache and
+ * the file keep them) every DROP_BYTES of pages touched. The blocks are
+ * allocated up front, so a write through the mapping never needs one. A
+ * checkpoint reads the arrays in place, through the same mapping.
  *
  * The cache is a dlrec_table of cache_rows slots (the resident table the
  * kernels use) with the optimizer's state beside it, an index from table
@@ -48,6 +53,16 @@ typedef struct section {
 
 enum { SEC_TABLE, SEC_ACCUM, SEC_M, SEC_V, SEC_STEPS, SEC_N };
 
+/* Misses of one resolve below this move on one thread. */
+#define PARALLEL_IO_MIN 256
+
+/* A row read into a slot, after the slot's previous row is written back
+ * (evict: its row, SLOT_EMPTY when there is nothing to write). */
+typedef struct move {
+  uint64_t evict, row;
+  uint32_t slot;
+} move;
+
 struct tiered {
   char *path;
   int fd;
@@ -66,7 +81,11 @@ struct tiered {
   uint32_t *ids;          /* the resolved ids, column after column */
   size_t ids_cap;
   const uint32_t *col_ids[DLREC_BAG_MAX_COLS];
-  void *map; /* dlrec_store_map's mapping of the whole file */
+  move *moves; /* the current resolve's rows to move between file and cache */
+  size_t moves_cap;
+  char *base;      /* the whole file, mapped shared: rows move by memcpy */
+  uint64_t touched; /* bytes of pages touched through base since they were last dropped */
+  int viewing;     /* between dlrec_store_map and dlrec_store_unmap */
 };
 
 static uint64_t align4k(uint64_t n) { return (n + 4095) & ~(uint64_t)4095; }
@@ -144,27 +163,57 @@ static void *resident(dlrec_store *s, int k, uint32_t slot) {
 }
 
 /* Reads (write 0) or writes back (write 1) row's record of every section
- * between the file and `slot`. */
-static dlrec_status io_row(dlrec_store *s, int write, uint64_t row, uint32_t slot) {
+ * between the file's mapping and `slot`: record_bytes(t) bytes. Touches no
+ * counter, so that threads may move different slots at once. */
+static void io_row(dlrec_store *s, int write, uint64_t row, uint32_t slot) {
   tiered *t = s->tiered;
   for (int k = 0; k < SEC_N; k++) {
     const section *c = &t->sec[k];
     if (!c->bytes) continue;
-    dlrec_status st = io_all(t, write, resident(s, k, slot), c->bytes, c->at + row * c->bytes);
-    if (st != DLREC_OK) return st;
-    if (write) s->stats.bytes_written += c->bytes;
-    else s->stats.bytes_read += c->bytes;
+    char *file = t->base + c->at + row * c->bytes;
+    if (write) memcpy(file, resident(s, k, slot), c->bytes);
+    else memcpy(resident(s, k, slot), file, c->bytes);
   }
+}
+
+static uint64_t record_bytes(const tiered *t) {
+  uint64_t n = 0;
+  for (int k = 0; k < SEC_N; k++) n += t->sec[k].bytes;
+  return n;
+}
+
+/* Grows the file to `bytes` (new bytes read as zeros) and maps all of it.
+ * The blocks are allocated now (posix_fallocate): a write through the
+ * mapping into a hole would need a block, and a full disk would then be a
+ * SIGBUS in the middle of training instead of this error. */
+static dlrec_status grow(tiered *t, uint64_t bytes) {
+  int e = posix_fallocate(t->fd, 0, (off_t)bytes);
+  if (e)
+    return dlrec_error(DLREC_ERR_IO, "%s: cannot allocate %llu bytes for the table's file: %s", t->path,
+                       (unsigned long long)bytes, strerror(e));
+  if (t->base) munmap(t->base, (size_t)t->file_bytes);
+  t->base = NULL;
+  void *p = mmap(NULL, (size_t)bytes, PROT_READ | PROT_WRITE, MAP_SHARED, t->fd, 0);
+  if (p == MAP_FAILED)
+    return dlrec_error(DLREC_ERR_IO, "%s: cannot map the table's file (%llu bytes): %s", t->path,
+                       (unsigned long long)bytes, strerror(errno));
+  /* Rows are scattered: reading ahead would fill the page cache with rows
+   * no batch asked for. */
+  (void)madvise(p, (size_t)bytes, MADV_RANDOM);
+  t->base = p;
+  t->file_bytes = bytes;
   return DLREC_OK;
 }
 
-/* Grows the file to `bytes` (new bytes read as zeros). */
-static dlrec_status grow(tiered *t, uint64_t bytes) {
-  if (ftruncate(t->fd, (off_t)bytes) != 0)
-    return dlrec_error(DLREC_ERR_IO, "%s: cannot size the table file to %llu bytes: %s", t->path,
-                       (unsigned long long)bytes, strerror(errno));
-  t->file_bytes = bytes;
-  return DLREC_OK;
+/* The pages of the mapping count as the process's resident memory while
+ * mapped: dropped (they stay in the page cache, and the file keeps what was
+ * written) each time this many bytes of them have been touched, so that
+ * RSS stays the cache plus at most this much. */
+#define DROP_BYTES (64ull << 20)
+
+static void drop_pages(tiered *t) {
+  (void)madvise(t->base, (size_t)t->file_bytes, MADV_DONTNEED);
+  t->touched = 0;
 }
 
 /* ---- lifetime ----------------------------------------------------------------- */
@@ -201,6 +250,7 @@ dlrec_status tiered_create(dlrec_store *s, const dlrec_store_config *c) {
 
 void tiered_free(tiered *t) {
   if (!t) return;
+  if (t->base) munmap(t->base, (size_t)t->file_bytes);
   if (t->fd >= 0) {
     close(t->fd);
     unlink(t->path);
@@ -212,6 +262,7 @@ void tiered_free(tiered *t) {
   free(t->index_key);
   free(t->index_slot);
   free(t->ids);
+  free(t->moves);
   free(t);
 }
 
@@ -281,11 +332,12 @@ dlrec_status tiered_optim_added(dlrec_store *s, const dlrec_sparse_optim_config 
 
 /* ---- resolving a batch --------------------------------------------------------- */
 
-/* A slot for a row not resident: a free one, else CLOCK's victim, written
- * back first if dirty. UINT32_MAX with an error when every slot is used by
- * this batch. */
-static uint32_t take_slot(dlrec_store *s) {
+/* A slot for a row not resident: a free one, else CLOCK's victim, whose row
+ * goes to *evict when it must be written back (SLOT_EMPTY otherwise).
+ * UINT32_MAX with an error when every slot is used by this batch. */
+static uint32_t take_slot(dlrec_store *s, uint64_t *evict) {
   tiered *t = s->tiered;
+  *evict = SLOT_EMPTY;
   if (t->used < t->cache_rows) return (uint32_t)t->used++;
   /* Two turns: the first may only clear reference bits. */
   for (uint64_t seen = 0; seen < 2 * t->cache_rows; seen++) {
@@ -296,8 +348,7 @@ static uint32_t take_slot(dlrec_store *s) {
       t->slot_flags[i] &= (uint8_t)~FLAG_REF;
       continue;
     }
-    if ((t->slot_flags[i] & FLAG_DIRTY) && io_row(s, 1, t->slot_row[i], (uint32_t)i) != DLREC_OK)
-      return UINT32_MAX;
+    if (t->slot_flags[i] & FLAG_DIRTY) *evict = t->slot_row[i];
     index_remove(t, t->slot_row[i]);
     t->slot_row[i] = SLOT_EMPTY;
     t->slot_flags[i] = 0;
@@ -310,9 +361,41 @@ static uint32_t take_slot(dlrec_store *s) {
   return UINT32_MAX;
 }
 
+/* Moves the rows planned by resolve: first every evicted row written back,
+ * then every new row read in. In that order a row evicted from one slot and
+ * wanted again by the same batch (in another slot) is read after its write.
+ * Within each phase the moves touch different slots and different rows, so
+ * threads share them. */
+static void move_rows(dlrec_store *s, size_t n) {
+  tiered *t = s->tiered;
+  const uint64_t rec = record_bytes(t);
+  uint64_t wr = 0;
+#pragma omp parallel if (n >= PARALLEL_IO_MIN) reduction(+ : wr)
+  for (int phase = 0; phase < 2; phase++) {
+    /* The loop's closing barrier ends the writes before any read starts. */
+#pragma omp for schedule(dynamic, 64)
+    for (size_t i = 0; i < n; i++) {
+      const move *m = &t->moves[i];
+      if (phase == 1) io_row(s, 0, m->row, m->slot);
+      else if (m->evict != SLOT_EMPTY) {
+        io_row(s, 1, m->evict, m->slot);
+        wr += rec;
+      }
+    }
+  }
+  s->stats.bytes_read += n * rec;
+  s->stats.bytes_written += wr;
+  /* Each move touches a page of each section for the read, and as many for
+   * the write back. */
+  uint64_t sections = 0;
+  for (int k = 0; k < SEC_N; k++) sections += t->sec[k].bytes != 0;
+  t->touched += (n + wr / (rec ? rec : 1)) * sections * 4096;
+  if (t->touched >= DROP_BYTES) drop_pages(t);
+}
+
 dlrec_status tiered_resolve(dlrec_store *s, const dlrec_bag_batch *in, dlrec_bag_batch *out, int write) {
   tiered *t = s->tiered;
-  if (t->map) return dlrec_error(DLREC_ERR_INVALID, "tiered table %s: resolve while mapped", t->path);
+  if (t->viewing) return dlrec_error(DLREC_ERR_INVALID, "tiered table %s: resolve while mapped", t->path);
   if (in->cols < 1 || in->cols > DLREC_BAG_MAX_COLS || !in->offsets || !in->ids)
     return dlrec_error(DLREC_ERR_INVALID, "store_resolve: bad batch (%u columns)", in->cols);
   size_t need = 0;
@@ -323,32 +406,50 @@ dlrec_status tiered_resolve(dlrec_store *s, const dlrec_bag_batch *in, dlrec_bag
     t->ids = p;
     t->ids_cap = need;
   }
+  /* A batch misses at most its ids and at most the cache's slots. */
+  const size_t max_moves = need < t->cache_rows ? need : (size_t)t->cache_rows;
+  if (max_moves > t->moves_cap) {
+    move *m = realloc(t->moves, max_moves * sizeof *m);
+    if (!m) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
+    t->moves = m;
+    t->moves_cap = max_moves;
+  }
   if (++t->batch == 0) { /* wrapped: no slot may look used by this batch */
     memset(t->slot_batch, 0, t->cache_rows * sizeof *t->slot_batch);
     t->batch = 1;
   }
+  /* First the plan, in batch order: slots for every id, the moves listed;
+   * then the moves. A refusal midway still makes the moves planned so far,
+   * which the index already promises. */
   const uint8_t mark = (uint8_t)(FLAG_REF | (write ? FLAG_DIRTY : 0));
   uint32_t *dst = t->ids;
-  for (uint32_t c = 0; c < in->cols; c++) {
+  size_t n_moves = 0;
+  dlrec_status st = DLREC_OK;
+  for (uint32_t c = 0; st == DLREC_OK && c < in->cols; c++) {
     const uint32_t *off = in->offsets[c], *ids = in->ids[c];
     /* Checked before any id is written: k stays below off[rows], the room
      * this column has in t->ids. */
-    for (uint32_t b = 0; b < in->rows; b++)
+    for (uint32_t b = 0; st == DLREC_OK && b < in->rows; b++)
       if (off[b + 1] < off[b])
-        return dlrec_error(DLREC_ERR_INVALID, "column %u: offsets decrease at sample %u (%u, then %u)", c, b, off[b],
-                           off[b + 1]);
-    for (uint32_t b = 0; b < in->rows; b++) {
+        st = dlrec_error(DLREC_ERR_INVALID, "column %u: offsets decrease at sample %u (%u, then %u)", c, b, off[b],
+                         off[b + 1]);
+    for (uint32_t b = 0; st == DLREC_OK && b < in->rows; b++) {
       for (uint32_t k = off[b]; k < off[b + 1]; k++) {
         const uint64_t row = ids[k];
-        if (row >= s->rows)
-          return dlrec_error(DLREC_ERR_INVALID, "column %u, sample %u: id %llu is outside the table of %llu rows", c,
-                             b, (unsigned long long)row, (unsigned long long)s->rows);
+        if (row >= s->rows) {
+          st = dlrec_error(DLREC_ERR_INVALID, "column %u, sample %u: id %llu is outside the table of %llu rows", c, b,
+                           (unsigned long long)row, (unsigned long long)s->rows);
+          break;
+        }
         uint32_t slot;
         s->stats.lookups++;
         if (!index_find(t, row, &slot)) {
-          if ((slot = take_slot(s)) == UINT32_MAX) return dlrec_last_status();
-          dlrec_status st = io_row(s, 0, row, slot);
-          if (st != DLREC_OK) return st;
+          uint64_t evict;
+          if ((slot = take_slot(s, &evict)) == UINT32_MAX) {
+            st = dlrec_last_status();
+            break;
+          }
+          t->moves[n_moves++] = (move){evict, row, slot};
           t->slot_row[slot] = row;
           index_insert(t, row, slot);
           s->stats.misses++;
@@ -362,6 +463,8 @@ dlrec_status tiered_resolve(dlrec_store *s, const dlrec_bag_batch *in, dlrec_bag
     dst += off[in->rows];
   }
   s->stats.resident = t->used;
+  move_rows(s, n_moves);
+  if (st != DLREC_OK) return st;
   *out = *in;
   out->ids = t->col_ids;
   return DLREC_OK;
@@ -371,8 +474,8 @@ dlrec_status tiered_flush(dlrec_store *s) {
   tiered *t = s->tiered;
   for (uint64_t i = 0; i < t->used; i++) {
     if (!(t->slot_flags[i] & FLAG_DIRTY)) continue;
-    dlrec_status st = io_row(s, 1, t->slot_row[i], (uint32_t)i);
-    if (st != DLREC_OK) return st;
+    io_row(s, 1, t->slot_row[i], (uint32_t)i);
+    s->stats.bytes_written += record_bytes(t);
     t->slot_flags[i] &= (uint8_t)~FLAG_DIRTY;
   }
   return DLREC_OK;
@@ -382,15 +485,13 @@ dlrec_status tiered_flush(dlrec_store *s) {
 
 dlrec_status tiered_map(dlrec_store *s, dlrec_store_view *v) {
   tiered *t = s->tiered;
-  if (t->map) return dlrec_error(DLREC_ERR_INVALID, "tiered table %s: mapped twice", t->path);
+  if (t->viewing) return dlrec_error(DLREC_ERR_INVALID, "tiered table %s: mapped twice", t->path);
   dlrec_status st = tiered_flush(s);
   if (st != DLREC_OK) return st;
-  void *p = mmap(NULL, (size_t)t->file_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, t->fd, 0);
-  if (p == MAP_FAILED) return dlrec_error(DLREC_ERR_IO, "%s: cannot map the table file: %s", t->path, strerror(errno));
-  (void)madvise(p, (size_t)t->file_bytes, MADV_SEQUENTIAL);
   drop_cache(t);
-  t->map = p;
-  char *base = p;
+  (void)madvise(t->base, (size_t)t->file_bytes, MADV_SEQUENTIAL);
+  t->viewing = 1;
+  char *base = t->base;
   v->table = base + t->sec[SEC_TABLE].at;
   if (s->optim) {
     dlrec_sparse_optim_state_view(s->optim, &v->optim); /* for its update counter */
@@ -403,10 +504,13 @@ dlrec_status tiered_map(dlrec_store *s, dlrec_store_view *v) {
   return DLREC_OK;
 }
 
+/* The view's reads and writes touched the whole file: its pages leave the
+ * process's resident memory (the page cache keeps them). */
 void tiered_unmap(dlrec_store *s, dlrec_store_view *v) {
   tiered *t = s->tiered;
   (void)v;
-  if (!t->map) return;
-  munmap(t->map, (size_t)t->file_bytes);
-  t->map = NULL;
+  if (!t->viewing) return;
+  (void)madvise(t->base, (size_t)t->file_bytes, MADV_RANDOM);
+  drop_pages(t);
+  t->viewing = 0;
 }
