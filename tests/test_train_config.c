@@ -385,3 +385,23 @@ TEST(config_precision) {
   CHECK_ERR(parse("{\"training\": {\"precision\": 16}}", &c), DLREC_ERR_INVALID, "precision");
   CHECK_ERR(parse("{\"training\": {\"precison\": \"bf16\"}}", &c), DLREC_ERR_INVALID, "unknown field 'precison'");
 }
+
+TEST(config_storage_parses_round_trips_and_names_errors) {
+  dlrec_train_config a, b;
+  CHECK_OK(parse("{}", &a));
+  CHECK_EQ(a.storage, DLREC_STORE_RAM);
+  CHECK_OK(parse("{\"storage\": {\"kind\": \"tiered\", \"cache_rows\": 5000, \"path\": \"/fast/t.tiered\"}}", &a));
+  CHECK_EQ(a.storage, DLREC_STORE_TIERED);
+  CHECK_EQ_U64(a.storage_cache_rows, 5000);
+  CHECK_STR(a.storage_path, "/fast/t.tiered");
+  cJSON *j = dlrec_train_config_to_json(&a);
+  CHECK_OK(dlrec_train_config_from_json(j, "round trip", &b));
+  cJSON_Delete(j);
+  CHECK_EQ(b.storage, DLREC_STORE_TIERED);
+  CHECK_EQ_U64(b.storage_cache_rows, 5000);
+  CHECK_STR(b.storage_path, "/fast/t.tiered");
+  CHECK_ERR(parse("{\"storage\": {\"kind\": \"disk\"}}", &a), DLREC_ERR_INVALID,
+            "storage: field 'kind': unknown table storage \"disk\" (one of: ram, tiered)");
+  CHECK_ERR(parse("{\"storage\": {\"kind\": \"tiered\"}}", &a), DLREC_ERR_INVALID, "storage.cache_rows");
+  CHECK_ERR(parse("{\"storage\": {\"cache\": 3}}", &a), DLREC_ERR_INVALID, "unknown field 'cache'");
+}

@@ -35,6 +35,7 @@
 #include "dlrec/nn.h"
 #include "dlrec/schema.h"
 #include "dlrec/status.h"
+#include "dlrec/store.h"
 
 #define DLREC_NET_TYPE_MAX 32      /* bytes of a type name, NUL included */
 #define DLREC_NET_CONFIG_BYTES 512 /* room for a type's parsed config section */
@@ -85,6 +86,12 @@ typedef struct dlrec_net_ws dlrec_net_ws;
  * type checks its config against the schema. The network runs on the
  * default backend (dlrec_backend_default()) until dlrec_net_set_backend. */
 dlrec_status dlrec_net_create(dlrec_net **n, const dlrec_net_config *c, const dlrec_schema *schema);
+/* The same with the embedding table in `storage` (dlrec/store.h; NULL: ram).
+ * Every pass resolves its batch's ids through the store first; a network on
+ * a tiered store is used by one thread at a time, scorers included. Data
+ * without categorical columns always gets a ram table (of one row). */
+dlrec_status dlrec_net_create_stored(dlrec_net **n, const dlrec_net_config *c, const dlrec_schema *schema,
+                                     const dlrec_store_config *storage);
 void dlrec_net_free(dlrec_net *n); /* accepts NULL */
 
 /* Makes the network's training steps, dlrec_net_gradients and the scorers
@@ -107,8 +114,11 @@ const dlrec_schema *dlrec_net_schema(const dlrec_net *n);
 /* The flat dense parameters (n floats), valid for the network's life. */
 float *dlrec_net_dense_params(dlrec_net *n, size_t *count);
 const float *dlrec_net_dense_params_const(const dlrec_net *n, size_t *count);
+/* The resident embedding table (the whole table on a ram store; the cache
+ * of a tiered one), and its store, valid for the network's life. */
 dlrec_table *dlrec_net_table(dlrec_net *n);
 const dlrec_table *dlrec_net_table_const(const dlrec_net *n);
+dlrec_store *dlrec_net_store(const dlrec_net *n); /* the store is a handle: passes change its cache */
 /* The named tensors, in flat-array order, valid for the network's life. */
 uint32_t dlrec_net_n_tensors(const dlrec_net *n);
 const dlrec_net_tensor *dlrec_net_tensors(const dlrec_net *n);
@@ -132,6 +142,8 @@ typedef struct dlrec_net_profile {
   double emb_update;      /* the fused sparse backward + optimizer update */
   double interaction;     /* feature interaction, forward and backward */
   double other;           /* loss, sigmoid, dense optimizer step */
+  double store;           /* resolving ids through a tiered table storage: cache lookups, file reads,
+                             write-backs (0 on a ram store, where ids are rows) */
 } dlrec_net_profile;
 void dlrec_net_ws_profile(const dlrec_net_ws *ws, dlrec_net_profile *p);
 
@@ -169,7 +181,7 @@ dlrec_status dlrec_net_predict(const dlrec_net_scorer *s, dlrec_net_ws *ws, cons
 typedef struct dlrec_net_optim {
   dlrec_optim_config dense;   /* dense.lr is the base learning rate */
   float *dense_state;         /* dlrec_optim_state_floats(&dense, n) floats */
-  dlrec_sparse_optim *sparse; /* on the network's table */
+  dlrec_sparse_optim *sparse; /* on the network's table (dlrec_store_optim_create on dlrec_net_store) */
   float sparse_lr;            /* the sparse optimizer's base learning rate */
   float clip_grad_norm;       /* > 0: clip the gradients' global norm to this (dlrec_net_train_step) */
 } dlrec_net_optim;

@@ -51,6 +51,10 @@ typedef struct dlrec_train_config {
   int keep_best;                       /* keep RUN/best, the checkpoint of the best validation */
   int restore_best;                    /* the final report evaluates RUN/best */
   float clip_grad_norm;                /* clip the global gradient norm to this; 0 = off */
+  /* Where the embedding table lives (dlrec/store.h; docs/config.md "storage"). */
+  dlrec_store_kind storage;            /* default ram */
+  uint64_t storage_cache_rows;         /* tiered: rows resident in RAM */
+  char storage_path[1024];             /* tiered: the table's file; "" = RUN/table.tiered */
   /* loader */
   int shuffle;
   uint32_t window_groups, slice_rows, prefetch;

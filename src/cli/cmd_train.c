@@ -49,6 +49,7 @@ static cJSON *profile_json(const dlrec_train_result *r) {
   cJSON_AddNumberToObject(j, "embedding_update_seconds", p->emb_update);
   cJSON_AddNumberToObject(j, "interaction_seconds", p->interaction);
   cJSON_AddNumberToObject(j, "other_seconds", p->other);
+  cJSON_AddNumberToObject(j, "table_storage_seconds", p->store);
   cJSON_AddNumberToObject(j, "loader_wait_seconds", r->loader_wait);
   return j;
 }

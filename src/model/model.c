@@ -137,7 +137,13 @@ void net_init_linear(const net_linear *L, float *params, uint64_t seed, uint64_t
 /* ---- the network --------------------------------------------------------- */
 
 dlrec_status dlrec_net_create(dlrec_net **out, const dlrec_net_config *c, const dlrec_schema *schema) {
+  return dlrec_net_create_stored(out, c, schema, NULL);
+}
+
+dlrec_status dlrec_net_create_stored(dlrec_net **out, const dlrec_net_config *c, const dlrec_schema *schema,
+                                     const dlrec_store_config *storage) {
   *out = NULL;
+  const dlrec_store_config ram = {DLREC_STORE_RAM, NULL, 0};
   const net_type *t = net_type_find(c->type);
   if (!t) return unknown_type("model", c->type);
   dlrec_net *n = calloc(1, sizeof *n);
@@ -158,8 +164,9 @@ dlrec_status dlrec_net_create(dlrec_net **out, const dlrec_net_config *c, const 
    * keeps a one-row table that no pass reads, so that checkpoints, the
    * sparse optimizer and the scorer need no special case. */
   if (s == DLREC_OK)
-    s = dlrec_table_create_dtype(&n->table, schema->n_sparse ? schema->table_rows : 1, n->plan.emb_dim,
-                                 (dlrec_table_dtype)c->table_dtype);
+    s = dlrec_store_create(&n->store, schema->n_sparse && storage ? storage : &ram,
+                           schema->n_sparse ? schema->table_rows : 1, n->plan.emb_dim, (dlrec_table_dtype)c->table_dtype);
+  if (s == DLREC_OK) n->table = dlrec_store_table(n->store);
   for (uint32_t i = 0; i < schema->n_sparse; i++) {
     n->max_ids_per_row += schema->sparse[i].max_hotness;
     n->mean_cols[i] = schema->sparse[i].pooling == DLREC_POOLING_MEAN;
@@ -175,7 +182,7 @@ dlrec_status dlrec_net_create(dlrec_net **out, const dlrec_net_config *c, const 
 void dlrec_net_free(dlrec_net *n) {
   if (!n) return;
   if (n->ctx) n->type->free_ctx(n->ctx);
-  dlrec_table_free(n->table);
+  dlrec_store_free(n->store);
   free(n->params);
   free(n);
 }
@@ -185,7 +192,7 @@ dlrec_status dlrec_net_init(dlrec_net *n, uint64_t seed) {
   dlrec_row_range ranges[DLREC_MAX_SPARSE];
   for (uint32_t c = 0; c < n->schema.n_sparse; c++)
     ranges[c] = (dlrec_row_range){n->schema.sparse[c].id_begin, n->schema.sparse[c].id_end};
-  return dlrec_table_init_uniform(n->table, ranges, n->schema.n_sparse, seed);
+  return dlrec_store_init_uniform(n->store, ranges, n->schema.n_sparse, seed);
 }
 
 void dlrec_net_set_backend(dlrec_net *n, dlrec_backend *be) { n->be = be ? be : dlrec_backend_default(); }
@@ -203,6 +210,7 @@ const float *dlrec_net_dense_params_const(const dlrec_net *n, size_t *count) {
 }
 dlrec_table *dlrec_net_table(dlrec_net *n) { return n->table; }
 const dlrec_table *dlrec_net_table_const(const dlrec_net *n) { return n->table; }
+dlrec_store *dlrec_net_store(const dlrec_net *n) { return n->store; }
 uint32_t dlrec_net_n_tensors(const dlrec_net *n) { return n->plan.n_tensors; }
 const dlrec_net_tensor *dlrec_net_tensors(const dlrec_net *n) { return n->plan.tensors; }
 

@@ -246,7 +246,8 @@ struct dlrec_net {
   dlrec_schema schema;
   net_plan plan;
   float *params;
-  dlrec_table *table;
+  dlrec_store *store;  /* where the embedding rows live (dlrec/store.h) */
+  dlrec_table *table;  /* the store's resident table, which the kernels gather from */
   dlrec_backend *be;        /* borrowed (dlrec_net_set_backend); the default backend unless set */
   uint64_t max_ids_per_row; /* sum of the columns' max hotness */
   /* Per column: pools by its mean because the ETL schema declares it so

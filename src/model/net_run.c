@@ -159,6 +159,21 @@ static dlrec_bag_batch bags_of(const dlrec_net *n, const dlrec_batch *b) {
   return bags;
 }
 
+/* *out = b with its ids rewritten as rows of the network's resident table
+ * (dlrec/store.h), which the kernels then read; write: the pass will update
+ * those rows. A ram store's rows are the ids: *out = b. */
+static dlrec_status resolve(const dlrec_net *n, dlrec_net_ws *ws, const dlrec_batch *b, dlrec_batch *out,
+                            int write) {
+  *out = *b;
+  if (!n->schema.n_sparse || dlrec_store_get_kind(n->store) == DLREC_STORE_RAM) return DLREC_OK;
+  double t = dlrec_now();
+  dlrec_bag_batch in = bags_of(n, b), r;
+  dlrec_status st = dlrec_store_resolve(n->store, &in, &r, write);
+  for (uint32_t c = 0; st == DLREC_OK && c < n->schema.n_sparse; c++) out->ids[c] = r.ids[c];
+  net_lap(&ws->prof.store, &t);
+  return st;
+}
+
 /* A pass's view on backend be; state (the writable parameters) only in training. */
 static net_io io_of(const dlrec_net *n, dlrec_backend *be, dlrec_net_ws *ws, const dlrec_batch *b,
                     const dlrec_packed_linear *const *packed, float *state, uint64_t step) {
@@ -244,10 +259,12 @@ dlrec_status dlrec_net_scorer_create(dlrec_net_scorer **out, const dlrec_net *n)
   return DLREC_OK;
 }
 
-dlrec_status dlrec_net_predict(const dlrec_net_scorer *s, dlrec_net_ws *ws, const dlrec_batch *b, float *prob) {
+dlrec_status dlrec_net_predict(const dlrec_net_scorer *s, dlrec_net_ws *ws, const dlrec_batch *batch, float *prob) {
   const float *logits = NULL;
-  dlrec_status st =
-      run_forward(s->net, s->be, ws, b, (const dlrec_packed_linear *const *)s->packed, NULL, 0, &logits);
+  dlrec_batch rb, *b = &rb;
+  dlrec_status st = resolve(s->net, ws, batch, &rb, 0);
+  if (st == DLREC_OK)
+    st = run_forward(s->net, s->be, ws, b, (const dlrec_packed_linear *const *)s->packed, NULL, 0, &logits);
   if (st == DLREC_OK) st = BE_OP(s->be, sigmoid, prob, logits, (size_t)b->rows);
   return st;
 }
@@ -468,8 +485,10 @@ static dlrec_status split_step(dlrec_net *n, dlrec_net_ws *ws, const dlrec_batch
 dlrec_status dlrec_net_gradients(dlrec_net *n, dlrec_net_ws *ws, const dlrec_batch *batch, double *loss,
                                  const float **grad, const float **d_emb) {
   const float *logits = NULL;
-  dlrec_status st = run_forward(n, n->be, ws, batch, NULL, n->params, 0, &logits);
-  if (st == DLREC_OK) st = run_backward(n, ws, batch, logits, 0, loss);
+  dlrec_batch rb;
+  dlrec_status st = resolve(n, ws, batch, &rb, 0);
+  if (st == DLREC_OK) st = run_forward(n, n->be, ws, &rb, NULL, n->params, 0, &logits);
+  if (st == DLREC_OK) st = run_backward(n, ws, &rb, logits, 0, loss);
   *grad = ws->grad;
   *d_emb = ws->d_emb;
   return st;
@@ -497,10 +516,12 @@ static dlrec_status clip_gradients(float *grad, size_t n_grad, float *d_emb, siz
   return DLREC_OK;
 }
 
-dlrec_status dlrec_net_train_step(dlrec_net *n, dlrec_net_ws *ws, dlrec_net_optim *opt, const dlrec_batch *batch,
+dlrec_status dlrec_net_train_step(dlrec_net *n, dlrec_net_ws *ws, dlrec_net_optim *opt, const dlrec_batch *given,
                                   float lr_scale, uint64_t step, double *loss, float *prob) {
   const float *logits = NULL;
-  dlrec_status st = DLREC_OK;
+  dlrec_batch resolved, *batch = &resolved;
+  dlrec_status st = resolve(n, ws, given, &resolved, 1);
+  if (st != DLREC_OK) return st;
   uint32_t T = split_ways(n, batch->rows);
   int whole = 0;
   if (T > 1) st = split_step(n, ws, batch, step, T, loss, prob, &whole);

@@ -63,13 +63,27 @@ static int dense_arrays(const dlrec_net *n, float *params, tensor_desc *out) {
   return (int)k;
 }
 
-/* The arrays of optim.bin for this optimizer setup (none for SGD + SGD). */
-static int optim_arrays(const dlrec_net_optim *opt, size_t n_params, tensor_desc *out) {
+/* The whole table and its optimizer state, wherever the network's store
+ * keeps them (dlrec_store_map: for a tiered table, its file, flushed first).
+ * A ram store's optimizer may have been made on its table directly rather
+ * than through the store; its state is then the optimizer's own. Pair with
+ * dlrec_store_unmap. */
+static dlrec_status map_table(const dlrec_net *n, const dlrec_net_optim *opt, dlrec_store_view *v) {
+  dlrec_store *store = dlrec_net_store(n);
+  TRY(dlrec_store_map(store, v));
+  if (opt && !v->optim.rows && dlrec_store_get_kind(store) == DLREC_STORE_RAM)
+    dlrec_sparse_optim_state_view(opt->sparse, &v->optim);
+  return DLREC_OK;
+}
+
+/* The arrays of optim.bin for this optimizer setup (none for SGD + SGD);
+ * st is the sparse optimizer's state, as map_table shows it. */
+static int optim_arrays(const dlrec_net_optim *opt, const dlrec_sparse_optim_state *sp, size_t n_params,
+                        tensor_desc *out) {
   int n = 0;
   size_t dense_floats = dlrec_optim_state_floats(&opt->dense, n_params);
   if (dense_floats) out[n++] = (tensor_desc){"dense_state", TENSOR_F32, dense_floats, opt->dense_state};
-  dlrec_sparse_optim_state st;
-  dlrec_sparse_optim_state_view(opt->sparse, &st);
+  const dlrec_sparse_optim_state st = *sp;
   if (st.accum) out[n++] = (tensor_desc){"sparse_accum", TENSOR_F32, st.rows, st.accum};
   if (st.m) out[n++] = (tensor_desc){"sparse_m", TENSOR_F32, st.rows * st.stride, st.m};
   if (st.v) out[n++] = (tensor_desc){"sparse_v", TENSOR_F32, st.rows * st.stride, st.v};
@@ -81,13 +95,15 @@ static int optim_arrays(const dlrec_net_optim *opt, size_t n_params, tensor_desc
   return n;
 }
 
-/* table.bin's one array, typed as the table stores its rows, so that a load
- * into a table of another dtype is refused naming both. */
-static tensor_desc table_array(const dlrec_table *t) {
+/* table.bin's one array (rows in v.table, as map_table shows them), typed
+ * as the table stores its rows, so that a load into a table of another
+ * dtype is refused naming both. */
+static tensor_desc table_array(const dlrec_net *n, const dlrec_store_view *v) {
   static const tensor_dtype of[] = {[DLREC_TABLE_FP32] = TENSOR_F32, [DLREC_TABLE_BF16] = TENSOR_BF16,
                                     [DLREC_TABLE_FP16] = TENSOR_F16};
-  return (tensor_desc){"table", of[dlrec_table_get_dtype(t)], dlrec_table_rows(t) * dlrec_table_stride(t),
-                       (void *)dlrec_table_raw_const(t)};
+  const dlrec_table *t = dlrec_net_table_const(n);
+  return (tensor_desc){"table", of[dlrec_table_get_dtype(t)],
+                       dlrec_store_rows(dlrec_net_store(n)) * dlrec_table_stride(t), v->table};
 }
 
 static dlrec_status join(char *out, size_t n, const char *dir, const char *name) {
@@ -278,18 +294,22 @@ dlrec_status dlrec_checkpoint_save(const char *run_dir, const dlrec_train_config
   if (s == DLREC_OK) s = join(path, sizeof path, tmp, "dense.bin");
   if (s == DLREC_OK) s = tensor_file_write(path, dense, n_dense, &crc);
   if (s == DLREC_OK) s = note_file(&man, tmp, F_DENSE, &crc);
-  const dlrec_table *t = dlrec_net_table_const(m);
-  tensor_desc table = table_array(t);
-  if (s == DLREC_OK) s = join(path, sizeof path, tmp, "table.bin");
-  if (s == DLREC_OK) s = tensor_file_write(path, &table, 1, &crc);
-  if (s == DLREC_OK) s = note_file(&man, tmp, F_TABLE, &crc);
+  dlrec_store_view view;
+  int mapped = s == DLREC_OK && (s = map_table(m, opt, &view)) == DLREC_OK;
+  if (s == DLREC_OK) {
+    tensor_desc table = table_array(m, &view);
+    s = join(path, sizeof path, tmp, "table.bin");
+    if (s == DLREC_OK) s = tensor_file_write(path, &table, 1, &crc);
+    if (s == DLREC_OK) s = note_file(&man, tmp, F_TABLE, &crc);
+  }
   if (opt) {
     tensor_desc arrays[8];
-    int n = optim_arrays(opt, n_params, arrays);
+    int n = optim_arrays(opt, &view.optim, n_params, arrays);
     if (s == DLREC_OK) s = join(path, sizeof path, tmp, "optim.bin");
     if (s == DLREC_OK) s = tensor_file_write(path, arrays, n, &crc);
     if (s == DLREC_OK) s = note_file(&man, tmp, F_OPTIM, &crc);
   }
+  if (mapped) dlrec_store_unmap(dlrec_net_store(m), &view);
   if (s == DLREC_OK) s = write_manifest(tmp, &man);
   if (s == DLREC_OK) s = dlrec_fsync_dir(tmp);
   /* Saving a step that exists (a resumed run reaching it again) replaces it. */
@@ -477,17 +497,25 @@ static dlrec_status same_tensors(const char *dir, const manifest *m, const dlrec
   return DLREC_OK;
 }
 
-/* Reads the dense tensors and the table of the checkpoint into n, after
- * checking that they are the ones n plans. */
-static dlrec_status read_params(const char *dir, const manifest *man, dlrec_net *n) {
+/* Reads the dense tensors and the table of the checkpoint into n, and with
+ * opt the optimizer state, after checking that they are the ones n plans. */
+static dlrec_status read_params(const char *dir, const manifest *man, dlrec_net *n, dlrec_net_optim *opt) {
   TRY(same_tensors(dir, man, n));
   size_t n_params = 0;
   tensor_desc dense[DLREC_NET_MAX_TENSORS];
   int k = dense_arrays(n, dlrec_net_dense_params(n, &n_params), dense);
   TRY(read_tensors(dir, man, F_DENSE, dense, k));
-  dlrec_table *t = dlrec_net_table(n);
-  tensor_desc table = table_array(t);
-  return read_tensors(dir, man, F_TABLE, &table, 1);
+  dlrec_store_view view;
+  TRY(map_table(n, opt, &view));
+  tensor_desc table = table_array(n, &view);
+  dlrec_status s = read_tensors(dir, man, F_TABLE, &table, 1);
+  if (s == DLREC_OK && opt) {
+    tensor_desc arrays[8];
+    int na = optim_arrays(opt, &view.optim, n_params, arrays);
+    s = read_tensors(dir, man, F_OPTIM, arrays, na);
+  }
+  dlrec_store_unmap(dlrec_net_store(n), &view);
+  return s;
 }
 
 /* Reads the manifest's optional valid member (absent: no validation yet, as
@@ -644,7 +672,7 @@ dlrec_status dlrec_model_load(const char *path, dlrec_model **out) {
   if (s == DLREC_OK) s = read_config(m->dir, &man, &m->config);
   if (s == DLREC_OK) s = load_etl(m->dir, &man, &m->etl);
   if (s == DLREC_OK) s = dlrec_net_create(&m->net, &m->config.model, dlrec_etl_schema(m->etl));
-  if (s == DLREC_OK) s = read_params(m->dir, &man, m->net);
+  if (s == DLREC_OK) s = read_params(m->dir, &man, m->net, NULL);
   if (s != DLREC_OK) {
     dlrec_error_context("loading checkpoint %s: ", path);
     dlrec_model_free(m);
@@ -705,12 +733,7 @@ dlrec_status dlrec_checkpoint_load_training(const char *path, const dlrec_train_
   if (s == DLREC_OK) s = read_config(dir, &man, &saved);
   if (s == DLREC_OK) s = same_training(cfg, &saved, dir);
   if (s == DLREC_OK) s = same_etl(dir, &man, etl_dir);
-  if (s == DLREC_OK) s = read_params(dir, &man, m);
-  size_t n_params = 0;
-  dlrec_net_dense_params(m, &n_params);
-  tensor_desc arrays[8];
-  int n = optim_arrays(opt, n_params, arrays);
-  if (s == DLREC_OK) s = read_tensors(dir, &man, F_OPTIM, arrays, n);
+  if (s == DLREC_OK) s = read_params(dir, &man, m, opt);
   if (s != DLREC_OK) return dlrec_error_context("resuming from %s: ", dir);
   *prog = man.p;
   return DLREC_OK;

@@ -167,7 +167,7 @@ dlrec_status dlrec_train_config_from_json(const cJSON *j, const char *what, dlre
   ctx top;
   snprintf(top.what, sizeof top.what, "%s", what);
   static const char *keys[] = {"name", "model", "optimizer", "schedule", "training", "loader", "eval", "checkpoint",
-                               "log", NULL};
+                               "log", "storage", NULL};
   TRY(dlrec_json_check_keys(j, what, keys));
   const char *name;
   TRY(dlrec_json_get_string_or(j, "name", what, c->name, &name));
@@ -269,6 +269,24 @@ dlrec_status dlrec_train_config_from_json(const cJSON *j, const char *what, dlre
     TRY(get_u64(o, "interval_steps", &x, &c->log_interval_steps));
     if (c->log_interval_steps == 0) return dlrec_error(DLREC_ERR_INVALID, "%s: field 'interval_steps' must be >= 1", x.what);
   }
+  if ((o = section(j, "storage"))) {
+    x = sub(&top, "storage");
+    static const char *k[] = {"kind", "cache_rows", "path", NULL};
+    TRY(dlrec_json_check_keys(o, x.what, k));
+    const char *kind, *path;
+    TRY(dlrec_json_get_string_or(o, "kind", x.what, dlrec_store_kind_name(c->storage), &kind));
+    if (dlrec_store_kind_parse(kind, &c->storage) != DLREC_OK)
+      return dlrec_error_context("%s: field 'kind': ", x.what);
+    TRY(get_u64(o, "cache_rows", &x, &c->storage_cache_rows));
+    TRY(dlrec_json_get_string_or(o, "path", x.what, c->storage_path, &path));
+    if (strlen(path) >= sizeof c->storage_path)
+      return dlrec_error(DLREC_ERR_INVALID, "%s: field 'path': longer than %zu bytes", x.what,
+                         sizeof c->storage_path - 1);
+    memmove(c->storage_path, path, strlen(path) + 1);
+  }
+  if (c->storage == DLREC_STORE_TIERED && c->storage_cache_rows < 1)
+    return dlrec_error(DLREC_ERR_INVALID, "%s: field 'storage.cache_rows': a tiered table needs its cache's size "
+                       "in rows (at least one batch's distinct rows)", what);
   return check_validation(c, what);
 }
 
@@ -346,6 +364,10 @@ cJSON *dlrec_train_config_to_json(const dlrec_train_config *c) {
   cJSON_AddBoolToObject(k, "keep_best", c->keep_best);
   cJSON *g = cJSON_AddObjectToObject(j, "log");
   cJSON_AddNumberToObject(g, "interval_steps", (double)c->log_interval_steps);
+  cJSON *st = cJSON_AddObjectToObject(j, "storage");
+  cJSON_AddStringToObject(st, "kind", dlrec_store_kind_name(c->storage));
+  cJSON_AddNumberToObject(st, "cache_rows", (double)c->storage_cache_rows);
+  cJSON_AddStringToObject(st, "path", c->storage_path);
   return j;
 }
 

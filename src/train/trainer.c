@@ -223,19 +223,6 @@ static dlrec_status setup(run *r) {
                        a->etl_dir);
   if (!schema.has_label) return dlrec_error(DLREC_ERR_INVALID, "%s: has no labels to train on", a->train[0]);
 
-  if ((s = dlrec_net_create(&r->model, &r->cfg.model, &schema)) != DLREC_OK) return s;
-  dlrec_net_set_backend(r->model, r->be);
-  if ((s = dlrec_net_ws_create(&r->ws, r->model, r->cfg.batch_size)) != DLREC_OK) return s;
-  size_t n_params;
-  dlrec_net_dense_params(r->model, &n_params);
-  r->opt.dense = r->cfg.dense;
-  size_t state = dlrec_optim_state_floats(&r->opt.dense, n_params);
-  if (state && !(r->opt.dense_state = malloc(state * sizeof(float))))
-    return dlrec_error(DLREC_ERR_NOMEM, "cannot allocate the dense optimizer state");
-  if ((s = dlrec_optim_state_init(&r->opt.dense, r->opt.dense_state, n_params)) != DLREC_OK) return s;
-  r->opt.sparse_lr = r->cfg.sparse.lr;
-  if ((s = dlrec_sparse_optim_create(&r->opt.sparse, dlrec_net_table(r->model), &r->cfg.sparse)) != DLREC_OK) return s;
-  r->opt.clip_grad_norm = r->cfg.clip_grad_norm;
   const dlrec_train_config *c = &r->cfg;
   if (!a->valid && (c->early_stop_patience || c->plateau_factor < 1 || c->keep_best))
     return dlrec_error(DLREC_ERR_INVALID, "%s: early stopping, the lr plateau and checkpoint.keep_best need --valid",
@@ -246,6 +233,31 @@ static dlrec_status setup(run *r) {
    * checkpoints, `latest` and metrics.jsonl. The lock comes before anything
    * in RUN is touched, and the process's death releases it. */
   if ((s = dlrec_lock_dir(a->run_dir, "another training run", &r->lock_fd)) != DLREC_OK) return s;
+  /* The table's storage: a tiered table's file defaults to RUN/table.tiered,
+   * created after the lock so that a second run cannot truncate it. */
+  dlrec_store_config sc = {r->cfg.storage, r->cfg.storage_path, r->cfg.storage_cache_rows};
+  char table_path[1024];
+  if (sc.kind == DLREC_STORE_TIERED && !sc.path[0]) {
+    if ((s = dlrec_path_join(table_path, sizeof table_path, a->run_dir, "table.tiered")) != DLREC_OK) return s;
+    sc.path = table_path;
+  }
+  if ((s = dlrec_net_create_stored(&r->model, &r->cfg.model, &schema, &sc)) != DLREC_OK) return s;
+  if (sc.kind == DLREC_STORE_TIERED)
+    DLREC_INFO("embedding table: tiered, %s, %llu of %llu rows in RAM", sc.path,
+               (unsigned long long)sc.cache_rows, (unsigned long long)schema.table_rows);
+  dlrec_net_set_backend(r->model, r->be);
+  if ((s = dlrec_net_ws_create(&r->ws, r->model, r->cfg.batch_size)) != DLREC_OK) return s;
+  size_t n_params;
+  dlrec_net_dense_params(r->model, &n_params);
+  r->opt.dense = r->cfg.dense;
+  size_t state = dlrec_optim_state_floats(&r->opt.dense, n_params);
+  if (state && !(r->opt.dense_state = malloc(state * sizeof(float))))
+    return dlrec_error(DLREC_ERR_NOMEM, "cannot allocate the dense optimizer state");
+  if ((s = dlrec_optim_state_init(&r->opt.dense, r->opt.dense_state, n_params)) != DLREC_OK) return s;
+  r->opt.sparse_lr = r->cfg.sparse.lr;
+  if ((s = dlrec_store_optim_create(dlrec_net_store(r->model), &r->cfg.sparse, &r->opt.sparse)) != DLREC_OK) return s;
+  r->opt.clip_grad_norm = r->cfg.clip_grad_norm;
+
   if ((s = dlrec_path_join(r->metrics_path, sizeof r->metrics_path, a->run_dir, "metrics.jsonl")) != DLREC_OK) return s;
   r->prog.valid_auc = NAN;
   dlrec_valid_state_init(&r->prog.valid);
@@ -284,6 +296,21 @@ static cJSON *step_json(const run *r, double loss, double lr_scale, double rate)
   cJSON_AddStringToObject(j, "backend", dlrec_backend_name(r->be));
   cJSON_AddStringToObject(j, "precision", dlrec_precision_name(dlrec_backend_precision(r->be)));
   cJSON_AddBoolToObject(j, "bf16_native", dlrec_backend_bf16_native(r->be));
+  const dlrec_store *store = dlrec_net_store(r->model);
+  if (dlrec_store_get_kind(store) != DLREC_STORE_RAM) {
+    /* The table storage's counters since the run started. */
+    dlrec_store_stats st;
+    dlrec_store_get_stats(store, &st);
+    cJSON *t = cJSON_AddObjectToObject(j, "table_storage");
+    cJSON_AddStringToObject(t, "kind", dlrec_store_kind_name(dlrec_store_get_kind(store)));
+    cJSON_AddNumberToObject(t, "lookups", (double)st.lookups);
+    cJSON_AddNumberToObject(t, "hit_rate", st.lookups ? 1.0 - (double)st.misses / (double)st.lookups : 0.0);
+    cJSON_AddNumberToObject(t, "misses", (double)st.misses);
+    cJSON_AddNumberToObject(t, "evictions", (double)st.evictions);
+    cJSON_AddNumberToObject(t, "bytes_read", (double)st.bytes_read);
+    cJSON_AddNumberToObject(t, "bytes_written", (double)st.bytes_written);
+    cJSON_AddNumberToObject(t, "resident_rows", (double)st.resident);
+  }
   return j;
 }
 
