@@ -4,6 +4,8 @@
  * trainer and the CLI in 16 bits: bf16 and fp16 embedding tables
  * (training.table_dtype) and bf16 GEMMs (training.precision), each learning
  * as well as fp32, saved, resumed bitwise and scored. */
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -36,7 +38,7 @@ static int flip_byte(const char *path, long offset) {
 TEST(tensor_file_checksum_covers_every_byte) {
   float a[3] = {1.5f, -2.0f, 3.25f};
   uint32_t b[5] = {1, 2, 3, 4, 5};
-  tensor_desc w[2] = {{"a", TENSOR_F32, 3, a}, {"b", TENSOR_U32, 5, b}};
+  tensor_desc w[2] = {{"a", TENSOR_F32, 3, a, 0}, {"b", TENSOR_U32, 5, b, 0}};
   const char *path = test_path("t.bin");
   uint32_t wrote = 0, read = 0;
   CHECK_OK(tensor_file_write(path, w, 2, &wrote));
@@ -47,7 +49,7 @@ TEST(tensor_file_checksum_covers_every_byte) {
   CHECK_EQ(st.st_size, 320);
   float ra[3];
   uint32_t rb[5];
-  tensor_desc r[2] = {{"b", TENSOR_U32, 5, rb}, {"a", TENSOR_F32, 3, ra}}; /* any order */
+  tensor_desc r[2] = {{"b", TENSOR_U32, 5, rb, 0}, {"a", TENSOR_F32, 3, ra, 0}}; /* any order */
   CHECK_OK(tensor_file_read(path, r, 2, &read));
   CHECK_EQ_U64(read, wrote);
   CHECK(memcmp(ra, a, sizeof a) == 0 && memcmp(rb, b, sizeof b) == 0);
@@ -67,7 +69,7 @@ TEST(tensor_file_checksum_covers_every_byte) {
 
 TEST(tensor_file_that_has_grown_is_refused) {
   float a[16] = {0};
-  tensor_desc w = {"a", TENSOR_F32, 16, a};
+  tensor_desc w = {"a", TENSOR_F32, 16, a, 0};
   const char *path = test_path("t.bin");
   uint32_t crc;
   CHECK_OK(tensor_file_write(path, &w, 1, &crc));
@@ -221,7 +223,7 @@ TEST(bf16_table_checkpoint_round_trip_resume_and_load) {
   /* The table's array read as fp32 is refused naming both dtypes. */
   {
     float *buf = malloc(elems * sizeof(float));
-    tensor_desc d = {"table", TENSOR_F32, elems, buf};
+    tensor_desc d = {"table", TENSOR_F32, elems, buf, 0};
     uint32_t crc;
     CHECK_ERR(tensor_file_read(p16, &d, 1, &crc), DLREC_ERR_INVALID, "holds");
     CHECK(strstr(dlrec_last_error(), "bf16") && strstr(dlrec_last_error(), "f32"));
@@ -485,4 +487,31 @@ TEST(bf16_precision_checkpoint_resumes_serves_and_says_emulated) {
 out:
   dlrec_model_free(a);
   dlrec_model_free(b);
+}
+
+/* Arrays in a shared file mapping (a tiered table's view) pass through
+ * tensor files with their pages dropped as they go, and nothing is lost:
+ * the written file holds them, and what is read lands in the file. */
+TEST(tensor_file_drops_pages_of_mapped_arrays_without_losing_them) {
+  enum { N = 3 << 20 }; /* floats: 12 MiB, more than one chunk */
+  const char *back = test_path("mapped.bin");
+  int fd = open(back, O_RDWR | O_CREAT | O_TRUNC, 0600);
+  CHECK(fd >= 0);
+  CHECK(ftruncate(fd, (off_t)N * 4) == 0);
+  float *m = mmap(NULL, (size_t)N * 4, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  CHECK(m != MAP_FAILED);
+  for (size_t i = 0; i < N; i++) m[i] = (float)i * 0.5f;
+  uint32_t crc_w, crc_r;
+  tensor_desc d = {"table", TENSOR_F32, N, m, 1};
+  CHECK_OK(tensor_file_write(test_path("t.bin"), &d, 1, &crc_w));
+  for (size_t i = 0; i < N; i += 4099) CHECK(m[i] == (float)i * 0.5f);
+  memset(m, 0, (size_t)N * 4);
+  CHECK_OK(tensor_file_read(test_path("t.bin"), &d, 1, &crc_r));
+  CHECK_EQ(crc_w, crc_r);
+  CHECK(munmap(m, (size_t)N * 4) == 0);
+  float *again = mmap(NULL, (size_t)N * 4, PROT_READ, MAP_SHARED, fd, 0);
+  CHECK(again != MAP_FAILED);
+  for (size_t i = 0; i < N; i += 4099) CHECK(again[i] == (float)i * 0.5f);
+  munmap(again, (size_t)N * 4);
+  close(fd);
 }

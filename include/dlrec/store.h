@@ -122,6 +122,10 @@ dlrec_status dlrec_store_flush(dlrec_store *s);
 typedef struct dlrec_store_view {
   void *table;
   dlrec_sparse_optim_state optim;
+  /* The arrays lie in a shared mapping of the store's file (tiered): a
+   * caller passing through them may drop their pages as it goes (madvise
+   * MADV_DONTNEED keeps what was written) to keep RSS bounded. */
+  int mapped;
 } dlrec_store_view;
 dlrec_status dlrec_store_map(dlrec_store *s, dlrec_store_view *v);
 void dlrec_store_unmap(dlrec_store *s, dlrec_store_view *v);

@@ -491,6 +491,7 @@ dlrec_status tiered_map(dlrec_store *s, dlrec_store_view *v) {
   drop_cache(t);
   (void)madvise(t->base, (size_t)t->file_bytes, MADV_SEQUENTIAL);
   t->viewing = 1;
+  v->mapped = 1;
   char *base = t->base;
   v->table = base + t->sec[SEC_TABLE].at;
   if (s->optim) {

@@ -59,7 +59,7 @@ static const char *shape_str(const dlrec_net_tensor *t, char *buf, size_t n) {
 static int dense_arrays(const dlrec_net *n, float *params, tensor_desc *out) {
   const dlrec_net_tensor *t = dlrec_net_tensors(n);
   uint32_t k = dlrec_net_n_tensors(n);
-  for (uint32_t i = 0; i < k; i++) out[i] = (tensor_desc){t[i].name, TENSOR_F32, t[i].count, params + t[i].offset};
+  for (uint32_t i = 0; i < k; i++) out[i] = (tensor_desc){t[i].name, TENSOR_F32, t[i].count, params + t[i].offset, 0};
   return (int)k;
 }
 
@@ -78,20 +78,21 @@ static dlrec_status map_table(const dlrec_net *n, const dlrec_net_optim *opt, dl
 
 /* The arrays of optim.bin for this optimizer setup (none for SGD + SGD);
  * st is the sparse optimizer's state, as map_table shows it. */
-static int optim_arrays(const dlrec_net_optim *opt, const dlrec_sparse_optim_state *sp, size_t n_params,
-                        tensor_desc *out) {
+static int optim_arrays(const dlrec_net_optim *opt, const dlrec_store_view *v, size_t n_params, tensor_desc *out) {
+  const dlrec_sparse_optim_state *sp = &v->optim;
+  const int mapped = v->mapped;
   int n = 0;
   size_t dense_floats = dlrec_optim_state_floats(&opt->dense, n_params);
-  if (dense_floats) out[n++] = (tensor_desc){"dense_state", TENSOR_F32, dense_floats, opt->dense_state};
+  if (dense_floats) out[n++] = (tensor_desc){"dense_state", TENSOR_F32, dense_floats, opt->dense_state, 0};
   const dlrec_sparse_optim_state st = *sp;
-  if (st.accum) out[n++] = (tensor_desc){"sparse_accum", TENSOR_F32, st.rows, st.accum};
-  if (st.m) out[n++] = (tensor_desc){"sparse_m", TENSOR_F32, st.rows * st.stride, st.m};
-  if (st.v) out[n++] = (tensor_desc){"sparse_v", TENSOR_F32, st.rows * st.stride, st.v};
-  if (st.steps) out[n++] = (tensor_desc){"sparse_steps", TENSOR_U32, st.rows, st.steps};
+  if (st.accum) out[n++] = (tensor_desc){"sparse_accum", TENSOR_F32, st.rows, st.accum, mapped};
+  if (st.m) out[n++] = (tensor_desc){"sparse_m", TENSOR_F32, st.rows * st.stride, st.m, mapped};
+  if (st.v) out[n++] = (tensor_desc){"sparse_v", TENSOR_F32, st.rows * st.stride, st.v, mapped};
+  if (st.steps) out[n++] = (tensor_desc){"sparse_steps", TENSOR_U32, st.rows, st.steps, mapped};
   /* A 16-bit table's update counter keys its stochastic rounding: restoring
    * it makes a resumed run round as the uninterrupted one. One u64 stored as
    * two little-endian u32s. */
-  if (st.updates) out[n++] = (tensor_desc){"sparse_updates", TENSOR_U32, 2, st.updates};
+  if (st.updates) out[n++] = (tensor_desc){"sparse_updates", TENSOR_U32, 2, st.updates, 0};
   return n;
 }
 
@@ -103,7 +104,7 @@ static tensor_desc table_array(const dlrec_net *n, const dlrec_store_view *v) {
                                     [DLREC_TABLE_FP16] = TENSOR_F16};
   const dlrec_table *t = dlrec_net_table_const(n);
   return (tensor_desc){"table", of[dlrec_table_get_dtype(t)],
-                       dlrec_store_rows(dlrec_net_store(n)) * dlrec_table_stride(t), v->table};
+                       dlrec_store_rows(dlrec_net_store(n)) * dlrec_table_stride(t), v->table, v->mapped};
 }
 
 static dlrec_status join(char *out, size_t n, const char *dir, const char *name) {
@@ -304,7 +305,7 @@ dlrec_status dlrec_checkpoint_save(const char *run_dir, const dlrec_train_config
   }
   if (opt) {
     tensor_desc arrays[8];
-    int n = optim_arrays(opt, &view.optim, n_params, arrays);
+    int n = optim_arrays(opt, &view, n_params, arrays);
     if (s == DLREC_OK) s = join(path, sizeof path, tmp, "optim.bin");
     if (s == DLREC_OK) s = tensor_file_write(path, arrays, n, &crc);
     if (s == DLREC_OK) s = note_file(&man, tmp, F_OPTIM, &crc);
@@ -511,7 +512,7 @@ static dlrec_status read_params(const char *dir, const manifest *man, dlrec_net 
   dlrec_status s = read_tensors(dir, man, F_TABLE, &table, 1);
   if (s == DLREC_OK && opt) {
     tensor_desc arrays[8];
-    int na = optim_arrays(opt, &view.optim, n_params, arrays);
+    int na = optim_arrays(opt, &view, n_params, arrays);
     s = read_tensors(dir, man, F_OPTIM, arrays, na);
   }
   dlrec_store_unmap(dlrec_net_store(n), &view);

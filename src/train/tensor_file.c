@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "dlrec/crc32c.h"
@@ -39,6 +40,12 @@ typedef struct entry {
 _Static_assert(sizeof(entry) == ENTRY_BYTES, "entry layout");
 
 static uint64_t align64(uint64_t x) { return (x + 63) & ~(uint64_t)63; }
+
+/* The whole pages of [p, p + n) leave the process (tensor_desc.drop_pages). */
+static void drop_pages(const void *p, size_t n) {
+  const uintptr_t page = 4096, a = ((uintptr_t)p + page - 1) & ~(page - 1), b = ((uintptr_t)p + n) & ~(page - 1);
+  if (b > a) (void)madvise((void *)a, b - a, MADV_DONTNEED);
+}
 
 /* Bytes per element of a dtype; 0 for none this build knows. */
 static uint64_t elem_bytes(uint32_t dtype) {
@@ -103,6 +110,7 @@ dlrec_status tensor_file_write(const char *path, const tensor_desc *arrays, int 
       size_t k = left > CHUNK ? CHUNK : (size_t)left;
       s = dlrec_pwrite_all(fd, p, k, at, path);
       fcrc = dlrec_crc32c(fcrc, p, k);
+      if (arrays[i].drop_pages) drop_pages(p, k);
       p += k;
       at += k;
       left -= k;
@@ -241,6 +249,7 @@ dlrec_status tensor_file_read(const char *path, const tensor_desc *arrays, int n
       if (s == DLREC_OK) {
         crc = dlrec_crc32c(crc, p, k);
         fcrc = dlrec_crc32c(fcrc, p, k);
+        if (arrays[i].drop_pages) drop_pages(p, k);
       }
       p += k;
       at += k;

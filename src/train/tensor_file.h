@@ -18,6 +18,10 @@ typedef struct tensor_desc {
   tensor_dtype dtype;
   uint64_t count;     /* elements */
   void *data;         /* read: the destination; write: the source */
+  /* data lies in a shared file mapping (a tiered table's view): the pages
+   * of each chunk leave the process once read or written (the page cache
+   * keeps them), so a table larger than memory passes through in chunks. */
+  int drop_pages;
 } tensor_desc;
 
 /* Writes the arrays to path (created or replaced) and fsyncs it. Sets
