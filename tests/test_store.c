@@ -42,7 +42,7 @@ static const dlrec_row_range ranges[COLS] = {{0, ROWS_PER_COL}, {ROWS_PER_COL, 2
                                              {2 * ROWS_PER_COL, 3 * ROWS_PER_COL}};
 
 static dlrec_status make_store(dlrec_store **s, dlrec_store_kind kind, uint64_t cache_rows, const char *name) {
-  dlrec_store_config c = {kind, name ? test_path(name) : NULL, cache_rows};
+  dlrec_store_config c = {.kind = kind, .path = name ? test_path(name) : NULL, .cache_rows = cache_rows};
   dlrec_status st = dlrec_store_create(s, &c, ROWS, DIM, DLREC_TABLE_FP32);
   return st == DLREC_OK ? dlrec_store_init_uniform(*s, ranges, COLS, 42) : st;
 }
@@ -192,7 +192,7 @@ TEST(tiered_refuses_bad_ids_and_batches_larger_than_its_cache) {
 
 TEST(store_config_errors_name_the_problem) {
   dlrec_store *s = NULL;
-  dlrec_store_config c = {DLREC_STORE_TIERED, NULL, 10};
+  dlrec_store_config c = {.kind = DLREC_STORE_TIERED, .cache_rows = 10};
   CHECK_ERR(dlrec_store_create(&s, &c, ROWS, DIM, DLREC_TABLE_FP32), DLREC_ERR_INVALID, "no file path");
   c.path = test_path("x.table");
   c.cache_rows = 0;
@@ -231,5 +231,178 @@ TEST(tiered_row_evicted_and_wanted_again_in_one_batch_keeps_its_update) {
   dlrec_store_stats st;
   dlrec_store_get_stats(s, &st);
   CHECK_EQ_U64(st.evictions, 2);
+  dlrec_store_free(s);
+}
+
+/* ---- the hash store on scripted key streams ------------------------------------ */
+
+static dlrec_status make_hash(dlrec_store **s, uint64_t rows, uint32_t min_count, dlrec_hash_evict evict,
+                              uint64_t ttl) {
+  dlrec_store_config c = {.kind = DLREC_STORE_HASH, .cache_rows = rows, .admit_min_count = min_count,
+                          .evict = evict, .ttl_steps = ttl, .init_range = 0.5f, .seed = 9};
+  return dlrec_store_create(s, &c, 1ull << 32, DIM, DLREC_TABLE_FP32);
+}
+
+/* Resolves one sample whose one bag holds keys[0..n), returning how many
+ * rows the bag got (-1 on error). */
+static int resolve_keys(dlrec_store *s, const uint64_t *keys, uint32_t n, dlrec_bag_batch *out) {
+  uint32_t off[2] = {0, n};
+  const uint32_t *offp[1] = {off};
+  const uint64_t *kp[1] = {keys};
+  dlrec_key_batch in = {1, 1, offp, kp, NULL};
+  if (dlrec_store_resolve_keys(s, &in, out, 1) != DLREC_OK) return -1;
+  return (int)(out->offsets[0][1] - out->offsets[0][0]);
+}
+
+/* The keys resident now, as a bit set over keys 0..63. */
+static uint64_t resident_keys(const dlrec_store *s, uint32_t rows) {
+  uint64_t set = 0, key;
+  for (uint32_t r = 0; r < rows; r++)
+    if (dlrec_store_key_of(s, r, &key)) set |= 1ull << key;
+  return set;
+}
+
+TEST(hash_admits_a_key_at_its_min_count) {
+  dlrec_store *s = NULL;
+  CHECK_OK(make_hash(&s, 16, 3, DLREC_HASH_EVICT_LRU, 0));
+  uint64_t k = 100;
+  dlrec_bag_batch out;
+  CHECK_EQ(resolve_keys(s, &k, 1, &out), 0);
+  CHECK_EQ(resolve_keys(s, &k, 1, &out), 0);
+  CHECK_EQ(resolve_keys(s, &k, 1, &out), 1);
+  uint64_t key = 0;
+  CHECK(dlrec_store_key_of(s, out.ids[0][0], &key) && key == 100);
+  CHECK_EQ(resolve_keys(s, &k, 1, &out), 1);
+  dlrec_store_stats st;
+  dlrec_store_get_stats(s, &st);
+  CHECK_EQ_U64(st.not_admitted, 2);
+  CHECK_EQ_U64(st.admitted, 1);
+  CHECK_EQ_U64(st.lookups, 4);
+  dlrec_store_free(s);
+}
+
+TEST(hash_lru_and_lfu_evict_the_right_row) {
+  for (int lfu = 0; lfu <= 1; lfu++) {
+    dlrec_store *s = NULL;
+    CHECK_OK(make_hash(&s, 4, 0, lfu ? DLREC_HASH_EVICT_LFU : DLREC_HASH_EVICT_LRU, 0));
+    dlrec_bag_batch out;
+    /* Seen: 1 three times, 2 twice, 3 once, 4 twice; 1 longest ago but for 2. */
+    const uint64_t b1[] = {1, 1, 1}, b2[] = {2, 2}, b3[] = {3}, b4[] = {4, 4}, b5[] = {5};
+    CHECK_EQ(resolve_keys(s, b2, 2, &out), 2);
+    CHECK_EQ(resolve_keys(s, b1, 3, &out), 3);
+    CHECK_EQ(resolve_keys(s, b3, 1, &out), 1);
+    CHECK_EQ(resolve_keys(s, b4, 2, &out), 2);
+    CHECK_EQ(resolve_keys(s, b5, 1, &out), 1);
+    /* LRU gives up 2 (looked up first); LFU gives up 3 (looked up once). */
+    uint64_t want = lfu ? (1u << 1 | 1u << 2 | 1u << 4 | 1u << 5) : (1u << 1 | 1u << 3 | 1u << 4 | 1u << 5);
+    CHECK_EQ_U64(resident_keys(s, 4), want);
+    dlrec_store_stats st;
+    dlrec_store_get_stats(s, &st);
+    CHECK_EQ_U64(st.evictions, 1);
+    dlrec_store_free(s);
+  }
+}
+
+TEST(hash_ttl_frees_unseen_rows_and_readmits_them_as_new) {
+  dlrec_store *s = NULL;
+  CHECK_OK(make_hash(&s, 4, 0, DLREC_HASH_EVICT_LRU, 2));
+  dlrec_bag_batch out;
+  const uint64_t one = 1, two = 2;
+  CHECK_EQ(resolve_keys(s, &one, 1, &out), 1);
+  float first[DIM];
+  dlrec_table_get_row(dlrec_store_table(s), out.ids[0][0], first);
+  /* Training changes it. */
+  float changed[DIM] = {0};
+  dlrec_table_set_row(dlrec_store_table(s), out.ids[0][0], changed);
+  /* Unseen for 2 resolves: kept; for 3: freed (a table this small is
+   * swept whole at every resolve). */
+  for (int i = 0; i < 2; i++) CHECK_EQ(resolve_keys(s, &two, 1, &out), 1);
+  CHECK_EQ_U64(resident_keys(s, 4), 1u << 1 | 1u << 2);
+  CHECK_EQ(resolve_keys(s, &two, 1, &out), 1);
+  CHECK_EQ_U64(resident_keys(s, 4), 1u << 2);
+  dlrec_store_stats st;
+  dlrec_store_get_stats(s, &st);
+  CHECK_EQ_U64(st.expired, 1);
+  CHECK_EQ_U64(st.evictions, 0);
+  /* Back as a new key: its row drawn again from (seed, key). */
+  CHECK_EQ(resolve_keys(s, &one, 1, &out), 1);
+  float again[DIM];
+  dlrec_table_get_row(dlrec_store_table(s), out.ids[0][0], again);
+  CHECK(memcmp(first, again, sizeof first) == 0);
+  for (int d = 0; d < DIM; d++) CHECK(fabsf(first[d]) <= 0.5f && first[d] != 0.0f);
+  dlrec_store_free(s);
+}
+
+TEST(hash_counts_every_key_left_without_a_row) {
+  dlrec_store *s = NULL;
+  CHECK_OK(make_hash(&s, 2, 0, DLREC_HASH_EVICT_LRU, 0));
+  dlrec_bag_batch out;
+  const uint64_t keys[] = {1ull << 40, (1ull << 40) + 1, 7, 1ull << 40};
+  /* Two rows for three distinct keys in one batch: the third is left out
+   * and counted; the repeat of the first key finds its row. */
+  CHECK_EQ(resolve_keys(s, keys, 4, &out), 3);
+  CHECK(out.ids[0][0] == out.ids[0][2]);
+  CHECK(out.ids[0][0] != out.ids[0][1]);
+  dlrec_store_stats st;
+  dlrec_store_get_stats(s, &st);
+  CHECK_EQ_U64(st.dropped, 1);
+  CHECK_EQ_U64(st.admitted, 2);
+  CHECK_EQ_U64(st.lookups, 4);
+  /* The next batch takes 7 in, giving up the older of the two. */
+  CHECK_EQ(resolve_keys(s, keys + 2, 1, &out), 1);
+  dlrec_store_get_stats(s, &st);
+  CHECK_EQ_U64(st.evictions, 1);
+  dlrec_store_free(s);
+}
+
+TEST(hash_admits_by_probability_at_its_rate) {
+  dlrec_store *s = NULL;
+  dlrec_store_config c = {.kind = DLREC_STORE_HASH, .cache_rows = 20000, .admit_probability = 0.25f, .seed = 3};
+  CHECK_OK(dlrec_store_create(&s, &c, 1ull << 32, DIM, DLREC_TABLE_FP32));
+  enum { N = 8000 };
+  uint64_t *keys = malloc(N * sizeof *keys);
+  CHECK(keys);
+  for (uint64_t i = 0; i < N; i++) keys[i] = i * 0x9e3779b97f4a7c15ull;
+  dlrec_bag_batch out;
+  int got = resolve_keys(s, keys, N, &out);
+  free(keys);
+  /* 2000 expected, standard deviation about 39. */
+  CHECK(got > 2000 - 200 && got < 2000 + 200);
+  dlrec_store_free(s);
+}
+
+TEST(hash_new_row_resets_its_optimizer_state) {
+  dlrec_store *s = NULL;
+  CHECK_OK(make_hash(&s, 1, 0, DLREC_HASH_EVICT_LRU, 0));
+  dlrec_sparse_optim_config oc;
+  dlrec_sparse_optim_config_default(&oc, DLREC_SPARSE_ROWWISE_ADAGRAD);
+  oc.initial_accumulator = 0.25f;
+  dlrec_sparse_optim *o = NULL;
+  CHECK_OK(dlrec_store_optim_create(s, &oc, &o));
+  dlrec_sparse_optim_state st;
+  dlrec_sparse_optim_state_view(o, &st);
+  dlrec_bag_batch out;
+  const uint64_t a = 7, b = 8;
+  CHECK_EQ(resolve_keys(s, &a, 1, &out), 1);
+  CHECK(st.accum[0] == 0.25f);
+  st.accum[0] = 5.0f; /* as training would */
+  CHECK_EQ(resolve_keys(s, &b, 1, &out), 1);
+  CHECK(st.accum[0] == 0.25f);
+  dlrec_sparse_optim_free(o);
+  dlrec_store_free(s);
+}
+
+TEST(hash_config_errors_and_keys_on_other_stores) {
+  dlrec_store *s = NULL;
+  dlrec_store_config c = {.kind = DLREC_STORE_HASH, .cache_rows = 0};
+  CHECK_ERR(dlrec_store_create(&s, &c, 100, DIM, DLREC_TABLE_FP32), DLREC_ERR_INVALID, "cache_rows");
+  c.cache_rows = 10;
+  c.admit_probability = 2;
+  CHECK_ERR(dlrec_store_create(&s, &c, 100, DIM, DLREC_TABLE_FP32), DLREC_ERR_INVALID, "admit_probability");
+  CHECK_OK(make_store(&s, DLREC_STORE_RAM, 0, NULL));
+  dlrec_bag_batch out;
+  const uint64_t k = 1;
+  CHECK_EQ(resolve_keys(s, &k, 1, &out), -1);
+  CHECK(strstr(dlrec_last_error(), "raw keys need a hash table, not a ram one") != NULL);
   dlrec_store_free(s);
 }

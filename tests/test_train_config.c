@@ -401,7 +401,8 @@ TEST(config_storage_parses_round_trips_and_names_errors) {
   CHECK_EQ_U64(b.storage_cache_rows, 5000);
   CHECK_STR(b.storage_path, "/fast/t.tiered");
   CHECK_ERR(parse("{\"storage\": {\"kind\": \"disk\"}}", &a), DLREC_ERR_INVALID,
-            "storage: field 'kind': unknown table storage \"disk\" (one of: ram, tiered)");
+            "storage: field 'kind': unknown table storage \"disk\" (one of: ram, tiered, hash)");
+  CHECK_ERR(parse("{\"storage\": {\"kind\": \"hash\", \"cache_rows\": 10}}", &a), DLREC_ERR_UNSUPPORTED, "cannot be trained");
   CHECK_ERR(parse("{\"storage\": {\"kind\": \"tiered\"}}", &a), DLREC_ERR_INVALID, "storage.cache_rows");
   CHECK_ERR(parse("{\"storage\": {\"cache\": 3}}", &a), DLREC_ERR_INVALID, "unknown field 'cache'");
 }

@@ -13,6 +13,15 @@
  *           evicted row that a training step changed is written back first,
  *           with its optimizer state. RSS is the cache (plus the file's
  *           pages in flight: under 64 MiB and one batch's), not the table.
+ *   hash    a dynamic table keyed by raw 64-bit keys (no vocabulary pass):
+ *           `cache_rows` rows in RAM, a key gets one when admitted (at its
+ *           n-th sighting, or with a probability per sighting), the least
+ *           recently (LRU) or least frequently (LFU) used row is given up
+ *           for a new key when the table is full, and rows unseen for
+ *           `ttl_steps` resolves are freed. Keys that are not admitted, or
+ *           that find no row (every row is used by the same batch), are left
+ *           out of their bags, and every such key is counted: nothing is
+ *           dropped silently.
  *
  * The contract:
  *   - dlrec_store_resolve makes every row a batch names resident and gives
@@ -55,9 +64,15 @@ extern "C" {
 typedef enum dlrec_store_kind {
   DLREC_STORE_RAM = 0, /* the default */
   DLREC_STORE_TIERED = 1,
+  DLREC_STORE_HASH = 2,
 } dlrec_store_kind;
 
-/* "ram" or "tiered" ("?" otherwise); static storage. */
+typedef enum dlrec_hash_evict {
+  DLREC_HASH_EVICT_LRU = 0, /* the row looked up longest ago */
+  DLREC_HASH_EVICT_LFU = 1, /* the row looked up the fewest times (then the oldest) */
+} dlrec_hash_evict;
+
+/* "ram", "tiered" or "hash" ("?" otherwise); static storage. */
 const char *dlrec_store_kind_name(dlrec_store_kind kind);
 /* The kind named `name`; DLREC_ERR_INVALID naming the kinds otherwise. */
 dlrec_status dlrec_store_kind_parse(const char *name, dlrec_store_kind *kind);
@@ -68,8 +83,19 @@ typedef struct dlrec_store_config {
    * dlrec_store_create; removed by dlrec_store_free). A scratch file of the
    * run, not a format: checkpoints hold the durable copy. */
   const char *path;
-  /* tiered: rows resident in RAM, at least one batch's distinct rows. */
+  /* tiered: rows resident in RAM, at least one batch's distinct rows;
+   * hash: the table's rows. */
   uint64_t cache_rows;
+  /* hash: admission. A key gets a row at its admit_min_count-th sighting
+   * (0 or 1: the first; counted in a count-min sketch, so possibly a little
+   * early, never late) or, when admit_probability is in (0, 1), at each
+   * sighting with that probability. */
+  uint32_t admit_min_count;
+  float admit_probability;
+  dlrec_hash_evict evict; /* hash: which row a new key takes when the table is full */
+  uint64_t ttl_steps;     /* hash: rows unseen for this many resolves are freed (0: never) */
+  float init_range;       /* hash: a new key's row is uniform in [-init_range, init_range] */
+  uint64_t seed;          /* hash: admission draws and new rows */
 } dlrec_store_config;
 
 typedef struct dlrec_store dlrec_store;
@@ -109,10 +135,30 @@ dlrec_status dlrec_store_optim_create(dlrec_store *s, const dlrec_sparse_optim_c
  * cache holds, naming both counts. write: see the contract above. */
 dlrec_status dlrec_store_resolve(dlrec_store *s, const dlrec_bag_batch *in, dlrec_bag_batch *out, int write);
 
+/* A batch of raw keys, in dlrec_bag_batch's CSR form. */
+typedef struct dlrec_key_batch {
+  uint32_t rows, cols;
+  const uint32_t *const *offsets; /* F arrays of (B + 1), non-decreasing */
+  const uint64_t *const *keys;    /* F arrays of keys */
+  const uint8_t *mean_cols;       /* as in dlrec_bag_batch */
+} dlrec_key_batch;
+
+/* The hash store's resolve: `out` has in's shape, with its own offsets and
+ * the rows of the keys that have one (admitted now or before); the others
+ * are left out of their bags and counted (dlrec_store_stats). Valid as for
+ * dlrec_store_resolve. dlrec_store_resolve on a hash store takes each id as
+ * a key. Other stores refuse keys. */
+dlrec_status dlrec_store_resolve_keys(dlrec_store *s, const dlrec_key_batch *in, dlrec_bag_batch *out, int write);
+
+/* hash: the key that resident row `row` holds into *key, returning 1; 0 for
+ * a free row and on the other stores. */
+int dlrec_store_key_of(const dlrec_store *s, uint32_t row, uint64_t *key);
+
 /* Writes back every row changed since it was loaded (tiered; ram: nothing). */
 dlrec_status dlrec_store_flush(dlrec_store *s);
 
-/* The whole logical table as dlrec_table_raw and the optimizer state as
+/* The whole logical table (hash: its resident rows, keys from
+ * dlrec_store_key_of) as dlrec_table_raw and the optimizer state as
  * dlrec_sparse_optim_state_view would show them for a ram store of the same
  * shape: rows * stride elements of the dtype, then the optimizer's arrays
  * (NULL where it has none, or no optimizer was created). Flushes first and
@@ -138,11 +184,17 @@ typedef struct dlrec_store_stats {
   uint64_t bytes_read;    /* from the file (rows and optimizer state) */
   uint64_t bytes_written; /* to the file */
   uint64_t resident;      /* rows resident now */
+  /* hash */
+  uint64_t admitted;     /* keys given a row */
+  uint64_t not_admitted; /* lookups of keys not (yet) admitted: left out of their bags */
+  uint64_t dropped;      /* lookups of admitted keys that found no free row: left out, counted */
+  uint64_t expired;      /* rows freed by ttl_steps */
 } dlrec_store_stats;
 void dlrec_store_get_stats(const dlrec_store *s, dlrec_store_stats *st);
 
 /* Bytes of RAM the store holds beyond its resident table and optimizer
- * state: the tiered cache's index (row -> slot) and per-slot bookkeeping. */
+ * state: the index (row or key -> slot), per-slot bookkeeping, the
+ * admission sketch. */
 size_t dlrec_store_overhead_bytes(const dlrec_store *s);
 
 #ifdef __cplusplus

@@ -11,31 +11,32 @@ const char *dlrec_store_kind_name(dlrec_store_kind kind) {
   switch (kind) {
   case DLREC_STORE_RAM: return "ram";
   case DLREC_STORE_TIERED: return "tiered";
+  case DLREC_STORE_HASH: return "hash";
   }
   return "?";
 }
 
 dlrec_status dlrec_store_kind_parse(const char *name, dlrec_store_kind *kind) {
-  for (int k = DLREC_STORE_RAM; k <= DLREC_STORE_TIERED; k++)
+  for (int k = DLREC_STORE_RAM; k <= DLREC_STORE_HASH; k++)
     if (name && !strcmp(name, dlrec_store_kind_name((dlrec_store_kind)k))) {
       *kind = (dlrec_store_kind)k;
       return DLREC_OK;
     }
-  return dlrec_error(DLREC_ERR_INVALID, "unknown table storage \"%s\" (one of: ram, tiered)", name ? name : "");
+  return dlrec_error(DLREC_ERR_INVALID, "unknown table storage \"%s\" (one of: ram, tiered, hash)", name ? name : "");
 }
 
 dlrec_status dlrec_store_create(dlrec_store **out, const dlrec_store_config *c, uint64_t rows, uint32_t dim,
                                 dlrec_table_dtype dtype) {
   if (!out || !c) return dlrec_error(DLREC_ERR_INVALID, "store_create: NULL argument");
   *out = NULL;
-  if (c->kind != DLREC_STORE_RAM && c->kind != DLREC_STORE_TIERED)
+  if (c->kind != DLREC_STORE_RAM && c->kind != DLREC_STORE_TIERED && c->kind != DLREC_STORE_HASH)
     return dlrec_error(DLREC_ERR_INVALID, "store_create: unknown kind %d", (int)c->kind);
   /* The logical table's bounds are the resident table's: checked by creating
-   * a ram table, or a one-row table for tiered, whose cache comes later. */
+   * a ram table, or a one-row table for the others, whose rows come later. */
   dlrec_table *probe = NULL;
   dlrec_status st = dlrec_table_create_dtype(&probe, c->kind == DLREC_STORE_RAM ? rows : 1, dim, dtype);
   if (st != DLREC_OK) return st;
-  if (c->kind == DLREC_STORE_TIERED && (rows < 1 || rows > (1ull << 32))) {
+  if (c->kind != DLREC_STORE_RAM && (rows < 1 || rows > (1ull << 32))) {
     dlrec_table_free(probe);
     return dlrec_error(DLREC_ERR_INVALID, "store_create: %llu rows; ids are 32-bit, so 1 to 2^32",
                        (unsigned long long)rows);
@@ -55,7 +56,7 @@ dlrec_status dlrec_store_create(dlrec_store **out, const dlrec_store_config *c, 
     s->stats.resident = rows;
   } else {
     dlrec_table_free(probe);
-    if ((st = tiered_create(s, c)) != DLREC_OK) {
+    if ((st = c->kind == DLREC_STORE_TIERED ? tiered_create(s, c) : hashed_create(s, c)) != DLREC_OK) {
       dlrec_store_free(s);
       return st;
     }
@@ -67,6 +68,7 @@ dlrec_status dlrec_store_create(dlrec_store **out, const dlrec_store_config *c, 
 void dlrec_store_free(dlrec_store *s) {
   if (!s) return;
   tiered_free(s->tiered);
+  hashed_free(s->hashed);
   dlrec_table_free(s->table);
   free(s);
 }
@@ -81,7 +83,8 @@ dlrec_status dlrec_store_init_uniform(dlrec_store *s, const dlrec_row_range *ran
   if (!s) return dlrec_error(DLREC_ERR_INVALID, "store_init_uniform: NULL store");
   if (s->kind == DLREC_STORE_RAM) return dlrec_table_init_uniform(s->table, ranges, n_ranges, seed);
   dlrec_status st = table_check_ranges(ranges, n_ranges, s->rows);
-  return st == DLREC_OK ? tiered_init_uniform(s, ranges, n_ranges, seed) : st;
+  /* A hash table draws each row when its key is admitted. */
+  return st == DLREC_OK && s->tiered ? tiered_init_uniform(s, ranges, n_ranges, seed) : st;
 }
 
 dlrec_status dlrec_store_optim_create(dlrec_store *s, const dlrec_sparse_optim_config *c, dlrec_sparse_optim **o) {
@@ -89,6 +92,7 @@ dlrec_status dlrec_store_optim_create(dlrec_store *s, const dlrec_sparse_optim_c
   *o = NULL;
   if (s->optim) return dlrec_error(DLREC_ERR_INVALID, "store_optim_create: the store already has an optimizer");
   dlrec_status st = dlrec_sparse_optim_create(o, s->table, c);
+  if (st == DLREC_OK && s->hashed) hashed_optim_added(s, c);
   if (st == DLREC_OK && s->tiered && (st = tiered_optim_added(s, c)) != DLREC_OK) {
     dlrec_sparse_optim_free(*o);
     *o = NULL;
@@ -100,9 +104,22 @@ dlrec_status dlrec_store_optim_create(dlrec_store *s, const dlrec_sparse_optim_c
 dlrec_status dlrec_store_resolve(dlrec_store *s, const dlrec_bag_batch *in, dlrec_bag_batch *out, int write) {
   if (!s || !in || !out) return dlrec_error(DLREC_ERR_INVALID, "store_resolve: NULL argument");
   if (s->tiered) return tiered_resolve(s, in, out, write);
+  if (s->hashed) return hashed_resolve_ids(s, in, out);
   *out = *in;
   for (uint32_t c = 0; c < in->cols; c++) s->stats.lookups += in->offsets[c][in->rows] - in->offsets[c][0];
   return DLREC_OK;
+}
+
+dlrec_status dlrec_store_resolve_keys(dlrec_store *s, const dlrec_key_batch *in, dlrec_bag_batch *out, int write) {
+  (void)write; /* a hash table's rows are all in RAM: nothing to write back */
+  if (!s || !in || !out) return dlrec_error(DLREC_ERR_INVALID, "store_resolve_keys: NULL argument");
+  if (!s->hashed)
+    return dlrec_error(DLREC_ERR_INVALID, "raw keys need a hash table, not a %s one", dlrec_store_kind_name(s->kind));
+  return hashed_resolve_keys(s, in, out);
+}
+
+int dlrec_store_key_of(const dlrec_store *s, uint32_t row, uint64_t *key) {
+  return s->hashed ? hashed_key_of(s, row, key) : 0;
 }
 
 dlrec_status dlrec_store_flush(dlrec_store *s) { return s->tiered ? tiered_flush(s) : DLREC_OK; }
@@ -122,4 +139,6 @@ void dlrec_store_unmap(dlrec_store *s, dlrec_store_view *v) {
 
 void dlrec_store_get_stats(const dlrec_store *s, dlrec_store_stats *st) { *st = s->stats; }
 
-size_t dlrec_store_overhead_bytes(const dlrec_store *s) { return s->tiered ? tiered_overhead_bytes(s) : 0; }
+size_t dlrec_store_overhead_bytes(const dlrec_store *s) {
+  return s->tiered ? tiered_overhead_bytes(s) : s->hashed ? hashed_overhead_bytes(s) : 0;
+}

@@ -6,6 +6,7 @@
 #include "dlrec/store.h"
 
 typedef struct tiered tiered;
+typedef struct hashed hashed;
 
 struct dlrec_store {
   dlrec_store_kind kind;
@@ -15,7 +16,8 @@ struct dlrec_store {
   dlrec_table *table;        /* resident: the whole table (ram) or the cache (tiered) */
   dlrec_sparse_optim *optim; /* borrowed from its creator, on table */
   dlrec_store_stats stats;
-  tiered *tiered; /* NULL for ram */
+  tiered *tiered; /* the tiered store's own state; NULL for the others */
+  hashed *hashed; /* the hash store's own state; NULL for the others */
 };
 
 dlrec_status tiered_create(dlrec_store *s, const dlrec_store_config *c);
@@ -29,5 +31,13 @@ dlrec_status tiered_flush(dlrec_store *s);
 dlrec_status tiered_map(dlrec_store *s, dlrec_store_view *v);
 void tiered_unmap(dlrec_store *s, dlrec_store_view *v);
 size_t tiered_overhead_bytes(const dlrec_store *s);
+
+dlrec_status hashed_create(dlrec_store *s, const dlrec_store_config *c);
+void hashed_free(hashed *h);
+void hashed_optim_added(dlrec_store *s, const dlrec_sparse_optim_config *c);
+dlrec_status hashed_resolve_ids(dlrec_store *s, const dlrec_bag_batch *in, dlrec_bag_batch *out);
+dlrec_status hashed_resolve_keys(dlrec_store *s, const dlrec_key_batch *in, dlrec_bag_batch *out);
+int hashed_key_of(const dlrec_store *s, uint32_t row, uint64_t *key);
+size_t hashed_overhead_bytes(const dlrec_store *s);
 
 #endif

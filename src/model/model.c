@@ -143,7 +143,7 @@ dlrec_status dlrec_net_create(dlrec_net **out, const dlrec_net_config *c, const 
 dlrec_status dlrec_net_create_stored(dlrec_net **out, const dlrec_net_config *c, const dlrec_schema *schema,
                                      const dlrec_store_config *storage) {
   *out = NULL;
-  const dlrec_store_config ram = {DLREC_STORE_RAM, NULL, 0};
+  const dlrec_store_config ram = {.kind = DLREC_STORE_RAM};
   const net_type *t = net_type_find(c->type);
   if (!t) return unknown_type("model", c->type);
   dlrec_net *n = calloc(1, sizeof *n);

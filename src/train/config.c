@@ -277,6 +277,12 @@ dlrec_status dlrec_train_config_from_json(const cJSON *j, const char *what, dlre
     TRY(dlrec_json_get_string_or(o, "kind", x.what, dlrec_store_kind_name(c->storage), &kind));
     if (dlrec_store_kind_parse(kind, &c->storage) != DLREC_OK)
       return dlrec_error_context("%s: field 'kind': ", x.what);
+    /* The hash store exists in the library (dlrec/store.h), but its
+     * checkpoints (keys with their rows) and raw-key data are not written
+     * yet: training on one would lose its table at the first checkpoint. */
+    if (c->storage == DLREC_STORE_HASH)
+      return dlrec_error(DLREC_ERR_UNSUPPORTED, "%s: field 'kind': \"hash\" tables cannot be trained by `dlrec "
+                         "train` yet (their checkpoints are not written yet); use \"ram\" or \"tiered\"", x.what);
     TRY(get_u64(o, "cache_rows", &x, &c->storage_cache_rows));
     TRY(dlrec_json_get_string_or(o, "path", x.what, c->storage_path, &path));
     if (strlen(path) >= sizeof c->storage_path)

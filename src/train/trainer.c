@@ -235,7 +235,7 @@ static dlrec_status setup(run *r) {
   if ((s = dlrec_lock_dir(a->run_dir, "another training run", &r->lock_fd)) != DLREC_OK) return s;
   /* The table's storage: a tiered table's file defaults to RUN/table.tiered,
    * created after the lock so that a second run cannot truncate it. */
-  dlrec_store_config sc = {r->cfg.storage, r->cfg.storage_path, r->cfg.storage_cache_rows};
+  dlrec_store_config sc = {.kind = r->cfg.storage, .path = r->cfg.storage_path, .cache_rows = r->cfg.storage_cache_rows};
   char table_path[1024];
   if (sc.kind == DLREC_STORE_TIERED && !sc.path[0]) {
     if ((s = dlrec_path_join(table_path, sizeof table_path, a->run_dir, "table.tiered")) != DLREC_OK) return s;
