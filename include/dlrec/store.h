@@ -11,8 +11,10 @@
  *           touch, chosen by CLOCK (second chance). A row missing from the
  *           cache is read from the file into a free or evicted slot; an
  *           evicted row that a training step changed is written back first,
- *           with its optimizer state. RSS is the cache (plus the file's
- *           pages in flight: under 64 MiB and one batch's), not the table.
+ *           with its optimizer state (through a write-back buffer of a
+ *           quarter of the cache's rows, swept to the file in row order).
+ *           RSS is the cache, the buffer and at most 32 MiB of the file's
+ *           pages per array of the file, not the table.
  *   hash    a dynamic table keyed by raw 64-bit keys (no vocabulary pass):
  *           `cache_rows` rows in RAM, a key gets one when admitted (at its
  *           n-th sighting, or with a probability per sighting), the least

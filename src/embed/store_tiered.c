@@ -4,14 +4,11 @@
  * The file holds the ram layout, section by section, each at a 4 KiB
  * boundary: the table (rows, stride) in its dtype, then the optimizer's
  * arrays as dlrec_sparse_optim_state shows them (Adagrad's accum (rows);
- * Adam's m, v (rows, stride) and steps (rows)). It is mapped shared, and a
- * row moves between file and cache by memcpy: pread/pwrite of 64-byte
- * records cost a syscall each and serialized on the inode's lock, which
- * made resolving 10x slower (bench/tiered.sh). Mapped pages count as
- * resident memory, so they are dropped (madvise DONTNEED: the page cache and
- * the file keep them) every DROP_BYTES of pages touched. The blocks are
- * allocated up front, so a write through the mapping never needs one. A
- * checkpoint reads the arrays in place, through the same mapping.
+ * Adam's m, v (rows, stride) and steps (rows)). A missing row is read with
+ * a pread per section; an evicted dirty row goes to a write-back buffer,
+ * swept to the file in row order through a shared mapping of it (below).
+ * The blocks are allocated up front, so a write through the mapping never
+ * needs one. A checkpoint reads the arrays in place, through the mapping.
  *
  * The cache is a dlrec_table of cache_rows slots (the resident table the
  * kernels use) with the optimizer's state beside it, an index from table
@@ -55,6 +52,8 @@ enum { SEC_TABLE, SEC_ACCUM, SEC_M, SEC_V, SEC_STEPS, SEC_N };
 
 /* Misses of one resolve below this move on one thread. */
 #define PARALLEL_IO_MIN 256
+/* The write-back buffer's least capacity, in records. */
+#define WB_MIN 4096
 
 /* A row read into a slot, after the slot's previous row is written back
  * (evict: its row, SLOT_EMPTY when there is nothing to write). */
@@ -83,9 +82,18 @@ struct tiered {
   const uint32_t *col_ids[DLREC_BAG_MAX_COLS];
   move *moves; /* the current resolve's rows to move between file and cache */
   size_t moves_cap;
-  char *base;      /* the whole file, mapped shared: rows move by memcpy */
-  uint64_t touched; /* bytes of pages touched through base since they were last dropped */
-  int viewing;     /* between dlrec_store_map and dlrec_store_unmap */
+  int broken; /* a read failed: the index may name rows that slots do not hold */
+  char *base;  /* the whole file, mapped shared: write-back sweeps go through it */
+  int viewing; /* between dlrec_store_map and dlrec_store_unmap */
+  /* The write-back buffer: records (the sections' bytes of one row, in
+   * section order) of rows evicted dirty, and an index from row to record. */
+  uint64_t wb_cap, wb_n;
+  uint64_t *wb_row;   /* (wb_cap) */
+  char *wb_data;      /* (wb_cap, record_bytes) */
+  uint64_t *wb_order; /* (wb_cap) the sweep's sort keys: row << 32 | record */
+  uint64_t *wb_key;   /* (wb_mask + 1) row + 1, 0 for empty */
+  uint32_t *wb_pos;   /* (wb_mask + 1) */
+  uint64_t wb_mask;
 };
 
 static uint64_t align4k(uint64_t n) { return (n + 4095) & ~(uint64_t)4095; }
@@ -162,18 +170,19 @@ static void *resident(dlrec_store *s, int k, uint32_t slot) {
   }
 }
 
-/* Reads (write 0) or writes back (write 1) row's record of every section
- * between the file's mapping and `slot`: record_bytes(t) bytes. Touches no
- * counter, so that threads may move different slots at once. */
-static void io_row(dlrec_store *s, int write, uint64_t row, uint32_t slot) {
+/* Reads row's record of every section from the file into `slot` (preads:
+ * a read fault on the mapping would map the whole large folio around the
+ * row, and rows are scattered). Touches no counter, so that threads may
+ * read different slots at once. */
+static dlrec_status read_row(dlrec_store *s, uint64_t row, uint32_t slot) {
   tiered *t = s->tiered;
   for (int k = 0; k < SEC_N; k++) {
     const section *c = &t->sec[k];
     if (!c->bytes) continue;
-    char *file = t->base + c->at + row * c->bytes;
-    if (write) memcpy(file, resident(s, k, slot), c->bytes);
-    else memcpy(resident(s, k, slot), file, c->bytes);
+    dlrec_status st = io_all(t, 0, resident(s, k, slot), c->bytes, c->at + row * c->bytes);
+    if (st != DLREC_OK) return st;
   }
+  return DLREC_OK;
 }
 
 static uint64_t record_bytes(const tiered *t) {
@@ -205,15 +214,112 @@ static dlrec_status grow(tiered *t, uint64_t bytes) {
   return DLREC_OK;
 }
 
-/* The pages of the mapping count as the process's resident memory while
- * mapped: dropped (they stay in the page cache, and the file keeps what was
- * written) each time this many bytes of them have been touched, so that
- * RSS stays the cache plus at most this much. */
-#define DROP_BYTES (64ull << 20)
+/* Write-back sweeps drop the pages behind them every this many bytes of
+ * the table's section (and the same rows of the others). */
+#define DROP_BYTES (32ull << 20)
 
-static void drop_pages(tiered *t) {
-  (void)madvise(t->base, (size_t)t->file_bytes, MADV_DONTNEED);
-  t->touched = 0;
+/* The pages of [from, to) of the mapping leave the process (they stay in
+ * the page cache, and the file keeps what was written). */
+static void drop_range(tiered *t, uint64_t from, uint64_t to) {
+  from &= ~(uint64_t)4095;
+  to &= ~(uint64_t)4095;
+  if (to > from) (void)madvise(t->base + from, (size_t)(to - from), MADV_DONTNEED);
+}
+
+static void drop_pages(tiered *t) { drop_range(t, 0, t->file_bytes); }
+
+/* ---- the write-back buffer ------------------------------------------------------ */
+
+/* Rows evicted dirty go to a buffer in RAM, not straight to the file: a
+ * pwrite per 64-byte record cost a syscall each, serialized on ext4's inode
+ * lock, and a write through the mapping would map the whole large folio
+ * around each scattered row into the process. When the buffer is full (and
+ * at flush), its records are sorted by row and written through the mapping
+ * in one ascending sweep, dropping the pages behind it every DROP_BYTES: the
+ * sweep touches each page once and holds at most DROP_BYTES (and a folio)
+ * per section. A row evicted again before the sweep overwrites its record;
+ * a row read back before the sweep is read from the buffer. */
+
+static int wb_find(const tiered *t, uint64_t row, uint32_t *pos) {
+  for (uint64_t i = hash_row(row) & t->wb_mask;; i = (i + 1) & t->wb_mask) {
+    if (t->wb_key[i] == row + 1) {
+      *pos = t->wb_pos[i];
+      return 1;
+    }
+    if (!t->wb_key[i]) return 0;
+  }
+}
+
+static void wb_clear(tiered *t) {
+  t->wb_n = 0;
+  memset(t->wb_key, 0, (t->wb_mask + 1) * sizeof *t->wb_key);
+}
+
+static int by_row(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Writes every buffered record to the file, in row order, and empties the
+ * buffer. */
+static void wb_sweep(tiered *t) {
+  if (!t->wb_n) return;
+  for (uint64_t i = 0; i < t->wb_n; i++) t->wb_order[i] = t->wb_row[i] << 32 | i;
+  qsort(t->wb_order, (size_t)t->wb_n, sizeof *t->wb_order, by_row);
+  const uint64_t rec = record_bytes(t), row_bytes = t->sec[SEC_TABLE].bytes;
+  uint64_t dropped_to = t->wb_order[0] >> 32; /* rows below were written and their pages dropped */
+  for (uint64_t i = 0; i < t->wb_n; i++) {
+    const uint64_t row = t->wb_order[i] >> 32;
+    const char *r = t->wb_data + (t->wb_order[i] & 0xffffffffu) * rec;
+    if ((row - dropped_to) * row_bytes >= DROP_BYTES) {
+      for (int k = 0; k < SEC_N; k++)
+        if (t->sec[k].bytes)
+          drop_range(t, t->sec[k].at + dropped_to * t->sec[k].bytes, t->sec[k].at + row * t->sec[k].bytes);
+      dropped_to = row;
+    }
+    for (int k = 0; k < SEC_N; k++) {
+      const section *c = &t->sec[k];
+      if (!c->bytes) continue;
+      memcpy(t->base + c->at + row * c->bytes, r, c->bytes);
+      r += c->bytes;
+    }
+  }
+  const uint64_t last = (t->wb_order[t->wb_n - 1] >> 32) + 1;
+  for (int k = 0; k < SEC_N; k++)
+    if (t->sec[k].bytes)
+      drop_range(t, t->sec[k].at + dropped_to * t->sec[k].bytes, t->sec[k].at + last * t->sec[k].bytes + 4095);
+  wb_clear(t);
+}
+
+/* Buffers the record of `row` from `slot` (sweeping first when full). */
+static void wb_put(dlrec_store *s, uint64_t row, uint32_t slot) {
+  tiered *t = s->tiered;
+  const uint64_t rec = record_bytes(t);
+  uint32_t pos;
+  if (!wb_find(t, row, &pos)) {
+    if (t->wb_n == t->wb_cap) wb_sweep(t);
+    pos = (uint32_t)t->wb_n++;
+    t->wb_row[pos] = row;
+    uint64_t i = hash_row(row) & t->wb_mask;
+    while (t->wb_key[i]) i = (i + 1) & t->wb_mask;
+    t->wb_key[i] = row + 1;
+    t->wb_pos[i] = pos;
+  }
+  char *r = t->wb_data + pos * rec;
+  for (int k = 0; k < SEC_N; k++) {
+    if (!t->sec[k].bytes) continue;
+    memcpy(r, resident(s, k, slot), t->sec[k].bytes);
+    r += t->sec[k].bytes;
+  }
+  s->stats.bytes_written += rec;
+}
+
+/* (Re)sizes the buffer for the current record size: wb_cap records. */
+static dlrec_status wb_alloc(tiered *t) {
+  free(t->wb_data);
+  t->wb_data = malloc(t->wb_cap * record_bytes(t));
+  if (!t->wb_data) return dlrec_error(DLREC_ERR_NOMEM, "tiered table %s: out of memory for its write-back buffer", t->path);
+  return DLREC_OK;
 }
 
 /* ---- lifetime ----------------------------------------------------------------- */
@@ -245,6 +351,21 @@ dlrec_status tiered_create(dlrec_store *s, const dlrec_store_config *c) {
   t->fd = open(c->path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (t->fd < 0) return dlrec_error(DLREC_ERR_IO, "tiered table %s: %s", c->path, strerror(errno));
   t->sec[SEC_TABLE] = (section){0, s->stride * dlrec_table_dtype_bytes(s->dtype)};
+  /* The write-back buffer holds a quarter of the cache's rows (at least a
+   * few thousand): a sweep of the file per that many evictions. */
+  t->wb_cap = t->cache_rows / 4 > WB_MIN ? t->cache_rows / 4 : WB_MIN;
+  if (t->wb_cap > UINT32_MAX) t->wb_cap = UINT32_MAX;
+  uint64_t wcap = 2;
+  while (wcap < 2 * t->wb_cap) wcap *= 2;
+  t->wb_mask = wcap - 1;
+  t->wb_row = malloc(t->wb_cap * sizeof *t->wb_row);
+  t->wb_order = malloc(t->wb_cap * sizeof *t->wb_order);
+  t->wb_key = calloc(wcap, sizeof *t->wb_key);
+  t->wb_pos = malloc(wcap * sizeof *t->wb_pos);
+  if (!t->wb_row || !t->wb_order || !t->wb_key || !t->wb_pos)
+    return dlrec_error(DLREC_ERR_NOMEM, "tiered table %s: out of memory for its write-back buffer", c->path);
+  st = wb_alloc(t);
+  if (st != DLREC_OK) return st;
   return grow(t, align4k(s->rows * t->sec[SEC_TABLE].bytes));
 }
 
@@ -263,13 +384,21 @@ void tiered_free(tiered *t) {
   free(t->index_slot);
   free(t->ids);
   free(t->moves);
+  free(t->wb_row);
+  free(t->wb_data);
+  free(t->wb_order);
+  free(t->wb_key);
+  free(t->wb_pos);
   free(t);
 }
 
 size_t tiered_overhead_bytes(const dlrec_store *s) {
   const tiered *t = s->tiered;
   return t->cache_rows * (sizeof *t->slot_row + sizeof *t->slot_batch + 1) +
-         (t->index_mask + 1) * (sizeof *t->index_key + sizeof *t->index_slot) + t->ids_cap * sizeof *t->ids;
+         (t->index_mask + 1) * (sizeof *t->index_key + sizeof *t->index_slot) + t->ids_cap * sizeof *t->ids +
+         t->moves_cap * sizeof *t->moves +
+         t->wb_cap * (record_bytes(t) + sizeof *t->wb_row + sizeof *t->wb_order) +
+         (t->wb_mask + 1) * (sizeof *t->wb_key + sizeof *t->wb_pos);
 }
 
 /* Empties the cache without writing anything back. */
@@ -279,6 +408,7 @@ static void drop_cache(tiered *t) {
   memset(t->index_key, 0, (t->index_mask + 1) * sizeof *t->index_key);
   t->used = 0;
   t->hand = 0;
+  wb_clear(t);
 }
 
 dlrec_status tiered_init_uniform(dlrec_store *s, const dlrec_row_range *ranges, uint32_t n_ranges, uint64_t seed) {
@@ -313,7 +443,9 @@ dlrec_status tiered_optim_added(dlrec_store *s, const dlrec_sparse_optim_config 
     t->sec[SEC_STEPS] = (section){at, sizeof(uint32_t)};
     at = align4k(at + s->rows * sizeof(uint32_t));
   }
+  wb_sweep(t); /* records change size */
   dlrec_status st = grow(t, at);
+  if (st == DLREC_OK) st = wb_alloc(t);
   /* Adagrad's accumulators start at initial_accumulator; the rest at the
    * new bytes' zeros. The rows resident now got theirs from the optimizer. */
   if (st == DLREC_OK && t->sec[SEC_ACCUM].bytes && c->initial_accumulator != 0.0f) {
@@ -361,41 +493,52 @@ static uint32_t take_slot(dlrec_store *s, uint64_t *evict) {
   return UINT32_MAX;
 }
 
-/* Moves the rows planned by resolve: first every evicted row written back,
- * then every new row read in. In that order a row evicted from one slot and
- * wanted again by the same batch (in another slot) is read after its write.
- * Within each phase the moves touch different slots and different rows, so
- * threads share them. */
-static void move_rows(dlrec_store *s, size_t n) {
+/* Moves the rows planned by resolve: first every evicted dirty row into
+ * the write-back buffer, then every new row into its slot, from the buffer
+ * when its newest record is there, else from the file. In that order a row
+ * evicted from one slot and wanted again by the same batch (in another) is
+ * read after its write. The reads touch different slots and only read the
+ * buffer, so threads share them. */
+static dlrec_status move_rows(dlrec_store *s, size_t n) {
   tiered *t = s->tiered;
   const uint64_t rec = record_bytes(t);
-  uint64_t wr = 0;
-#pragma omp parallel if (n >= PARALLEL_IO_MIN) reduction(+ : wr)
-  for (int phase = 0; phase < 2; phase++) {
-    /* The loop's closing barrier ends the writes before any read starts. */
-#pragma omp for schedule(dynamic, 64)
-    for (size_t i = 0; i < n; i++) {
-      const move *m = &t->moves[i];
-      if (phase == 1) io_row(s, 0, m->row, m->slot);
-      else if (m->evict != SLOT_EMPTY) {
-        io_row(s, 1, m->evict, m->slot);
-        wr += rec;
+  for (size_t i = 0; i < n; i++)
+    if (t->moves[i].evict != SLOT_EMPTY) wb_put(s, t->moves[i].evict, t->moves[i].slot);
+  int failed = 0;
+  char msg[512] = "";
+#pragma omp parallel for schedule(dynamic, 64) if (n >= PARALLEL_IO_MIN)
+  for (size_t i = 0; i < n; i++) {
+    const move *m = &t->moves[i];
+    uint32_t pos;
+    if (wb_find(t, m->row, &pos)) {
+      const char *r = t->wb_data + pos * rec;
+      for (int k = 0; k < SEC_N; k++) {
+        if (!t->sec[k].bytes) continue;
+        memcpy(resident(s, k, m->slot), r, t->sec[k].bytes);
+        r += t->sec[k].bytes;
       }
+      continue;
+    }
+    if (read_row(s, m->row, m->slot) == DLREC_OK) continue;
+#pragma omp critical(dlrec_tiered_move)
+    if (!failed) {
+      snprintf(msg, sizeof msg, "%s", dlrec_last_error());
+      failed = 1;
     }
   }
   s->stats.bytes_read += n * rec;
-  s->stats.bytes_written += wr;
-  /* Each move touches a page of each section for the read, and as many for
-   * the write back. */
-  uint64_t sections = 0;
-  for (int k = 0; k < SEC_N; k++) sections += t->sec[k].bytes != 0;
-  t->touched += (n + wr / (rec ? rec : 1)) * sections * 4096;
-  if (t->touched >= DROP_BYTES) drop_pages(t);
+  if (!failed) return DLREC_OK;
+  t->broken = 1;
+  return dlrec_error(DLREC_ERR_IO, "%s (the tiered table's cache no longer matches its index: resume from the last "
+                     "checkpoint)", msg);
 }
 
 dlrec_status tiered_resolve(dlrec_store *s, const dlrec_bag_batch *in, dlrec_bag_batch *out, int write) {
   tiered *t = s->tiered;
   if (t->viewing) return dlrec_error(DLREC_ERR_INVALID, "tiered table %s: resolve while mapped", t->path);
+  if (t->broken)
+    return dlrec_error(DLREC_ERR_IO, "tiered table %s: an earlier read of the file failed; resume from the last "
+                       "checkpoint", t->path);
   if (in->cols < 1 || in->cols > DLREC_BAG_MAX_COLS || !in->offsets || !in->ids)
     return dlrec_error(DLREC_ERR_INVALID, "store_resolve: bad batch (%u columns)", in->cols);
   size_t need = 0;
@@ -463,8 +606,14 @@ dlrec_status tiered_resolve(dlrec_store *s, const dlrec_bag_batch *in, dlrec_bag
     dst += off[in->rows];
   }
   s->stats.resident = t->used;
-  move_rows(s, n_moves);
-  if (st != DLREC_OK) return st;
+  /* A refusal midway still makes the moves planned so far, which the
+   * index already promises. */
+  if (st != DLREC_OK) {
+    dlrec_error_copy e;
+    dlrec_error_save(&e);
+    return move_rows(s, n_moves) == DLREC_OK ? dlrec_error_restore(&e) : dlrec_last_status();
+  }
+  if ((st = move_rows(s, n_moves)) != DLREC_OK) return st;
   *out = *in;
   out->ids = t->col_ids;
   return DLREC_OK;
@@ -474,10 +623,10 @@ dlrec_status tiered_flush(dlrec_store *s) {
   tiered *t = s->tiered;
   for (uint64_t i = 0; i < t->used; i++) {
     if (!(t->slot_flags[i] & FLAG_DIRTY)) continue;
-    io_row(s, 1, t->slot_row[i], (uint32_t)i);
-    s->stats.bytes_written += record_bytes(t);
+    wb_put(s, t->slot_row[i], (uint32_t)i);
     t->slot_flags[i] &= (uint8_t)~FLAG_DIRTY;
   }
+  wb_sweep(t);
   return DLREC_OK;
 }
 
