@@ -95,7 +95,7 @@ static double run(dlrec_store *s, const batches *d, int keys, uint32_t threads, 
 
 int main(int argc, char **argv) {
   opts o = {100000, 16, 2048, 26, 50, 3, 2, 1.05};
-  for (int i = 1; i < argc; i++) {
+  for (int i = 1; i < argc; i += 2) { /* options come in pairs: --name value */
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(a, "--help") || !v) {
       fprintf(stderr, "usage: bench_store [--keys 100000] [--dim 16] [--batch 2048] [--cols 26] [--batches 50]\n"
@@ -116,7 +116,6 @@ int main(int argc, char **argv) {
       fprintf(stderr, "bench_store: unknown option %s (--help)\n", a);
       return 2;
     }
-    i++;
   }
   if (!o.rows_per_col || !o.dim || !o.batch || !o.cols || o.cols > DLREC_BAG_MAX_COLS || !o.batches ||
       !o.repeats || !o.threads) {

@@ -7,7 +7,10 @@
 #                meaningless but every path exercised)
 #   environment: ROWS (default 200000), CAP (100000), BATCHES ("128 4096"),
 #                THREADS (2, both engines), REPEATS (1), SAME_INIT (1),
-#                MIX_ACTIVATION (relu), DLREC_BIN, PYTHON (/usr/bin/python3)
+#                MIX_ACTIVATION (relu), DLREC_BIN, PYTHON (/usr/bin/python3),
+#                PRECISION (fp32; bf16: dlrec's training.precision "bf16" against
+#                PyTorch under torch.autocast bf16, both native on a CPU with
+#                avx512_bf16 or AMX and emulated elsewhere)
 #
 # Synthesizes ROWS Criteo-like rows (`dlrec synth`, categorical columns capped
 # at CAP distinct values), fits the ETL (--min-count 2) and encodes train.dlr
@@ -78,6 +81,10 @@ else
   rows=${ROWS:-200000} cap=${CAP:-100000}
 fi
 batches=${BATCHES:-128 4096}
+precision=${PRECISION:-fp32}
+case $precision in fp32 | bf16) ;; *) echo "models_vs_torch: PRECISION: '$precision' is not fp32 or bf16" >&2; exit 2 ;; esac
+torch_prec=()
+[ "$precision" = bf16 ] && torch_prec=(--bf16)
 threads=${THREADS:-2}
 repeats=${REPEATS:-1}
 mix_act=${MIX_ACTIVATION:-relu}
@@ -113,7 +120,7 @@ json_get() { "$py" -c "import json,sys; j=json.load(open(sys.argv[1])); v=$2; pr
 
 cpu=$(LC_ALL=C lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1)
 [ -n "$cpu" ] || cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
-echo "models_vs_torch: $rows rows (cap $cap), CPU ${cpu:-unknown} ($(nproc) cores), $threads threads each," \
+echo "models_vs_torch: $rows rows (cap $cap), CPU ${cpu:-unknown} ($(nproc) cores), $threads threads each, $precision," \
   "dlrec $("$bin" version | cut -d' ' -f2), torch $("$py" -c 'import torch; print(torch.__version__)')"
 "$bin" synth --rows "$rows" --max-cardinality "$cap" --out "$work/clicks.tsv" -q
 "$bin" etl fit --input "$work/clicks.tsv" --out "$work/etl" --min-count 2 -q
@@ -127,10 +134,10 @@ echo "  data: $train_rows train rows, $valid_rows valid rows"
 # write_config MODEL BATCH OUT [LR_SCALE]: the config both engines read (its
 # learning rates times LR_SCALE, default 1).
 write_config() {
-  "$py" - "$1" "$2" "$threads" "$3" "${4:-1}" <<'EOF'
+  "$py" - "$1" "$2" "$threads" "$3" "${4:-1}" "$precision" <<'EOF'
 import json, sys
 name, batch, threads, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-lr_scale = float(sys.argv[5])
+lr_scale, precision = float(sys.argv[5]), sys.argv[6]
 mlp_opt = {"dense": {"type": "adam", "lr": 0.002}, "sparse": {"type": "rowwise_adagrad", "lr": 0.05}}
 deep = {"embedding_dim": 16, "mlp": [400, 400, 400]}
 models = {
@@ -150,7 +157,7 @@ model, opt = models[name]
 for o in opt.values():
     o["lr"] *= lr_scale
 json.dump({"name": name, "model": model, "optimizer": opt,
-           "training": {"batch_size": batch, "epochs": 1, "threads": threads, "seed": 1},
+           "training": {"batch_size": batch, "epochs": 1, "threads": threads, "seed": 1, "precision": precision},
            "loader": {"shuffle": False}, "eval": {"interval_steps": 0, "batch_size": 4096},
            "log": {"interval_steps": 1000}}, open(out, "w"), indent=2)
 EOF
@@ -224,7 +231,7 @@ for m in "${models[@]}"; do
       echo "  $m, batch $b, round $round: pytorch ..."
       OMP_WAIT_POLICY=$wait "$py" "$root/bench/torch_models.py" --config "$cfg" --train "$work/train.dlr" \
         --valid "$work/valid.dlr" --batch "$b" --threads "$threads" --no-shuffle --mix-activation "$mix_act" \
-        ${model_init[@]+"${model_init[@]}"} > "$work/torch.json"
+        ${model_init[@]+"${model_init[@]}"} ${torch_prec[@]+"${torch_prec[@]}"} > "$work/torch.json"
       s=$(json_get "$work/torch.json" "j['samples_per_s']")
       if awk -v s="$s" -v best="$t_sps" 'BEGIN { exit !(s > best) }'; then
         t_sps=$s
@@ -245,7 +252,7 @@ done
 
 echo
 echo "Models, dlrec against PyTorch: one epoch of $train_rows rows, AUC on $valid_rows rows; CPU ${cpu:-unknown}"
-echo "($(nproc) cores); $threads threads each, OMP_WAIT_POLICY=$wait; best of $repeats round(s); goal >= 2x at |dAUC| <= 0.002"
+echo "($(nproc) cores); $threads threads each, $precision (both engines), OMP_WAIT_POLICY=$wait; best of $repeats round(s); goal >= 2x at |dAUC| <= 0.002"
 echo "same_fn: max |p_dlrec - p_torch| on the valid rows with the same parameters (dlrec's, loaded into PyTorch)"
 printf '%-11s %6s %14s %14s %7s %9s %9s %7s %7s %9s %s\n' model batch dlrec_samp/s torch_samp/s ratio dlrec_AUC \
   torch_AUC '|dAUC|' steps same_fn goal

@@ -437,6 +437,8 @@ def main():
     ap.add_argument("--mix-activation", choices=("relu", "none"), default="relu",
                     help="g of dcn_v2's mixture of experts (src/nn/cross_mix.c uses relu)")
     ap.add_argument("--eval-batch", type=int, default=4096)
+    ap.add_argument("--bf16", action="store_true",
+                    help="train under torch.autocast('cpu', torch.bfloat16) (dlrec's training.precision bf16)")
     ap.add_argument("--check", metavar="CKPT",
                     help="no training: load this dlrec checkpoint and compare the probabilities on --valid "
                          "with --scores (what `dlrec predict` wrote for it)")
@@ -479,7 +481,8 @@ def main():
         xd = torch.from_numpy(dense)
         xi = torch.from_numpy(ids) + begins  # back to the file's global ids: one table
         dopt.zero_grad(set_to_none=True)
-        loss = lossf(model(xd, xi), y)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.bf16):
+            loss = lossf(model(xd, xi).float(), y)
         loss.backward()
         dopt.step()
         sopt.step()
@@ -507,6 +510,7 @@ def main():
         "auc": auc, "logloss": logloss, "calibration": calibration,
         "samples": samples, "steps": steps, "seconds": train_s, "train_loss_last_batch": train_loss,
         "valid_rows": int(y.shape[0]), "dense_params": n_dense_params, "torch": torch.__version__,
+        "bf16": a.bf16,
     }))
     sys.stdout.flush()
 

@@ -415,10 +415,17 @@ TEST(hash_config_errors_and_keys_on_other_stores) {
 
 /* ---- memory ----------------------------------------------------------------------- */
 
-/* The process's resident set now: the "Rss:" of /proc/self/smaps_rollup,
- * which walks the page tables. (statm and status read the kernel's RSS
- * counters, which here kept counting file pages long after MADV_DONTNEED
- * had unmapped them: +300 MiB against smaps_rollup's +30 MiB.) */
+#if defined(__SANITIZE_ADDRESS__)
+#define UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define UNDER_ASAN 1
+#endif
+#endif
+
+#ifndef UNDER_ASAN
+/* The process's resident set now: the "Rss:" of /proc/self/smaps_rollup
+ * (the pages mapped now, file pages included). */
 static uint64_t rss_bytes(void) {
   FILE *f = fopen("/proc/self/smaps_rollup", "r");
   if (!f) return 0;
@@ -429,13 +436,6 @@ static uint64_t rss_bytes(void) {
   fclose(f);
   return (uint64_t)kb * 1024;
 }
-
-#if defined(__SANITIZE_ADDRESS__)
-#define UNDER_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define UNDER_ASAN 1
-#endif
 #endif
 
 /* A tiered table ten times its cache, trained on ids spread over all of it
