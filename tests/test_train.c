@@ -9,6 +9,7 @@
 #include "dlrec/checkpoint.h"
 #include "dlrec/fsutil.h"
 #include "dlrec/json.h"
+#include "dlrec/trainer.h"
 #include "net_check.h"
 #include "test.h"
 
@@ -1114,4 +1115,47 @@ TEST(tiered_table_trains_as_ram_resumes_and_survives_sigkill) {
   CHECK(stat(latest, &st) == 0);
   CHECK(train("killed", "--max-steps 180 --resume") == 0);
   CHECK(same_checkpoint("ram", "killed", 180));
+}
+
+/* Whether /proc/self/maps has a mapping of a file whose path contains s. */
+static int mapped_here(const char *s) {
+  FILE *f = fopen("/proc/self/maps", "r"); /* its size reads as 0: read it line by line */
+  if (!f) return -1;
+  char line[4096 + 128];
+  int found = 0;
+  while (!found && fgets(line, sizeof line, f)) found = strstr(line, s) != NULL;
+  fclose(f);
+  return found;
+}
+
+/* A model-only load maps table.bin instead of reading it into memory (so a
+ * table larger than RAM can be scored from the page cache), and scores
+ * what the training run's own evaluation scored. */
+TEST(model_load_maps_the_table_and_scores_as_training_did) {
+  CHECK(make_data(8000) == 0);
+  CHECK(test_write_file(test_path("cfg.json"), CONFIG, (size_t)-1) == 0);
+  char *out = NULL;
+  int rc = test_run_cli(&out, "train -q --config '%s' --train '%s' --valid '%s' --etl '%s' --out '%s' --max-steps 40",
+                        test_path("cfg.json"), test_path("train.dlr"), test_path("valid.dlr"), test_path("etl"),
+                        test_path("mapped"));
+  CHECK(rc == 0 && out);
+  cJSON *trained = cJSON_Parse(strchr(out, '{'));
+  free(out);
+  const cJSON *tv = cJSON_GetObjectItemCaseSensitive(trained, "valid");
+  double train_auc = cJSON_GetObjectItemCaseSensitive(tv, "auc") ? cJSON_GetObjectItemCaseSensitive(tv, "auc")->valuedouble : -1;
+  cJSON_Delete(trained);
+  CHECK(train_auc > 0);
+  char ckpt[2048];
+  snprintf(ckpt, sizeof ckpt, "%s/ckpt-000000000040/table.bin", test_path("mapped"));
+  CHECK_EQ(mapped_here(ckpt), 0);
+  dlrec_model *m = NULL;
+  CHECK_OK(dlrec_model_load(test_path("mapped"), &m));
+  CHECK_EQ(mapped_here(ckpt), 1);
+  const char *paths[] = {test_path("valid.dlr")};
+  dlrec_metrics met;
+  CHECK_OK(dlrec_evaluate(m->net, paths, 1, 4096, 0, &met));
+  /* Equal as far as the summary's JSON prints (15 significant digits). */
+  CHECK_NEAR(met.auc, train_auc, 1e-13, 0);
+  dlrec_model_free(m);
+  CHECK_EQ(mapped_here(ckpt), 0);
 }

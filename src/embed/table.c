@@ -21,8 +21,9 @@ struct dlrec_table {
   uint32_t dim;
   uint32_t stride;
   dlrec_table_dtype dtype;
-  void *data;       /* (rows, stride) elements of dtype */
-  size_t map_bytes; /* the mapping's length, for munmap */
+  void *data;       /* (rows, stride) elements of dtype, inside map */
+  void *map;        /* the mapping that holds data, for munmap */
+  size_t map_bytes; /* its length */
 };
 
 const char *dlrec_table_dtype_name(dlrec_table_dtype dtype) {
@@ -83,6 +84,7 @@ dlrec_status dlrec_table_create_dtype(dlrec_table **out, uint64_t rows, uint32_t
   t->stride = stride;
   t->dtype = dtype;
   t->data = p;
+  t->map = p;
   t->map_bytes = (size_t)bytes;
   *out = t;
   return DLREC_OK;
@@ -90,8 +92,15 @@ dlrec_status dlrec_table_create_dtype(dlrec_table **out, uint64_t rows, uint32_t
 
 void dlrec_table_free(dlrec_table *t) {
   if (!t) return;
-  munmap(t->data, t->map_bytes);
+  munmap(t->map, t->map_bytes);
   free(t);
+}
+
+void table_adopt(dlrec_table *t, void *map, size_t map_bytes, void *data) {
+  munmap(t->map, t->map_bytes);
+  t->map = map;
+  t->map_bytes = map_bytes;
+  t->data = data;
 }
 
 uint64_t dlrec_table_rows(const dlrec_table *t) { return t->rows; }

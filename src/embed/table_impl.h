@@ -14,4 +14,9 @@ dlrec_status table_check_ranges(const dlrec_row_range *ranges, uint32_t n_ranges
 void table_init_window(dlrec_table *t, uint64_t first, const dlrec_row_range *ranges, uint32_t n_ranges,
                        uint64_t seed);
 
+/* Makes t's rows the (rows, stride) elements at data, inside a mapping
+ * (map, map_bytes) that t now owns and unmaps when freed; its own storage is
+ * released. For a checkpoint's table.bin mapped in place. */
+void table_adopt(dlrec_table *t, void *map, size_t map_bytes, void *data);
+
 #endif

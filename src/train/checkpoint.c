@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -16,6 +17,7 @@
 #include "dlrec/fsutil.h"
 #include "dlrec/json.h"
 #include "dlrec/log.h"
+#include "embed/table_impl.h"
 #include "train/etl_match.h"
 #include "train/tensor_file.h"
 
@@ -498,14 +500,40 @@ static dlrec_status same_tensors(const char *dir, const manifest *m, const dlrec
   return DLREC_OK;
 }
 
+/* A model-only load (eval, predict, serve) maps table.bin in place of
+ * reading it: after the same checks (the file read through once, from the
+ * page cache afterwards), the network's ram table becomes the array inside a
+ * private mapping of the file, whose pages are read on first touch. A table
+ * larger than memory is then scored from the page cache, and a server's RSS
+ * holds the rows it looks up, not the table. */
+static dlrec_status map_table_file(const char *dir, const manifest *m, dlrec_net *n) {
+  char path[4096];
+  uint32_t crc = 0;
+  void *map = NULL, *data = NULL;
+  size_t bytes = 0;
+  dlrec_store_view none = {0};
+  tensor_desc want = table_array(n, &none);
+  TRY(join(path, sizeof path, dir, FILE_NAMES[F_TABLE]));
+  TRY(tensor_file_map(path, &want, &map, &bytes, &data, &crc));
+  if (crc != m->crc[F_TABLE]) {
+    munmap(map, bytes);
+    return dlrec_error(DLREC_ERR_CORRUPT, "%s: checksum mismatch (CRC32C %08x, the manifest says %08x): modified or damaged",
+                       path, crc, m->crc[F_TABLE]);
+  }
+  table_adopt(dlrec_net_table(n), map, bytes, data);
+  return DLREC_OK;
+}
+
 /* Reads the dense tensors and the table of the checkpoint into n, and with
- * opt the optimizer state, after checking that they are the ones n plans. */
+ * opt the optimizer state, after checking that they are the ones n plans.
+ * Without opt (a model-only load) the table is mapped (map_table_file). */
 static dlrec_status read_params(const char *dir, const manifest *man, dlrec_net *n, dlrec_net_optim *opt) {
   TRY(same_tensors(dir, man, n));
   size_t n_params = 0;
   tensor_desc dense[DLREC_NET_MAX_TENSORS];
   int k = dense_arrays(n, dlrec_net_dense_params(n, &n_params), dense);
   TRY(read_tensors(dir, man, F_DENSE, dense, k));
+  if (!opt && dlrec_store_get_kind(dlrec_net_store(n)) == DLREC_STORE_RAM) return map_table_file(dir, man, n);
   dlrec_store_view view;
   TRY(map_table(n, opt, &view));
   tensor_desc table = table_array(n, &view);

@@ -208,9 +208,20 @@ static dlrec_status crc_range(int fd, uint64_t from, uint64_t to, uint32_t *crc,
   return DLREC_OK;
 }
 
-dlrec_status tensor_file_read(const char *path, const tensor_desc *arrays, int n, uint32_t *file_crc) {
+/* tensor_file_read, where an array whose data is NULL is only checked (read
+ * through a scratch buffer); each array's offset in the file goes to
+ * offsets[i] when offsets is not NULL. */
+static dlrec_status read_arrays(const char *path, const tensor_desc *arrays, int n, uint32_t *file_crc,
+                                uint64_t *offsets) {
+  char *scratch = NULL;
+  for (int i = 0; i < n; i++)
+    if (!arrays[i].data && !scratch && !(scratch = malloc(CHUNK)))
+      return dlrec_error(DLREC_ERR_NOMEM, "%s: out of memory", path);
   int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return dlrec_error(DLREC_ERR_IO, "%s: %s", path, strerror(errno));
+  if (fd < 0) {
+    free(scratch);
+    return dlrec_error(DLREC_ERR_IO, "%s: %s", path, strerror(errno));
+  }
   unsigned char header[HEADER_BYTES];
   entry table[MAX_ARRAYS];
   uint32_t have = 0;
@@ -240,7 +251,8 @@ dlrec_status tensor_file_read(const char *path, const tensor_desc *arrays, int n
       break;
     }
     s = crc_range(fd, at_crc, e->offset, &fcrc, path);
-    char *p = arrays[i].data;
+    if (offsets) offsets[i] = e->offset;
+    char *p = arrays[i].data ? arrays[i].data : scratch;
     uint64_t left = e->count * elem_bytes(e->dtype), at = e->offset;
     uint32_t crc = 0;
     while (s == DLREC_OK && left) {
@@ -251,7 +263,7 @@ dlrec_status tensor_file_read(const char *path, const tensor_desc *arrays, int n
         fcrc = dlrec_crc32c(fcrc, p, k);
         if (arrays[i].drop_pages) drop_pages(p, k);
       }
-      p += k;
+      if (arrays[i].data) p += k;
       at += k;
       left -= k;
     }
@@ -262,6 +274,42 @@ dlrec_status tensor_file_read(const char *path, const tensor_desc *arrays, int n
   }
   if (s == DLREC_OK) s = crc_range(fd, at_crc, size, &fcrc, path); /* the padding after the last array */
   close(fd);
+  free(scratch);
   *file_crc = fcrc;
   return s;
+}
+
+dlrec_status tensor_file_read(const char *path, const tensor_desc *arrays, int n, uint32_t *file_crc) {
+  for (int i = 0; i < n; i++)
+    if (!arrays[i].data) return dlrec_error(DLREC_ERR_INVALID, "%s: array '%s': no destination", path, arrays[i].name);
+  return read_arrays(path, arrays, n, file_crc, NULL);
+}
+
+dlrec_status tensor_file_map(const char *path, const tensor_desc *array, void **map, size_t *map_bytes, void **data,
+                             uint32_t *file_crc) {
+  *map = *data = NULL;
+  *map_bytes = 0;
+  tensor_desc check = *array;
+  check.data = NULL;
+  uint64_t offset = 0;
+  dlrec_status s = read_arrays(path, &check, 1, file_crc, &offset);
+  if (s != DLREC_OK) return s;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return dlrec_error(DLREC_ERR_IO, "%s: %s", path, strerror(errno));
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    int e = errno;
+    close(fd);
+    return dlrec_error(DLREC_ERR_IO, "%s: %s", path, strerror(e));
+  }
+  /* Private: a stray write is the process's own copy, never the file's. */
+  void *p = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+  int e = errno;
+  close(fd);
+  if (p == MAP_FAILED) return dlrec_error(DLREC_ERR_IO, "%s: cannot map %lld bytes: %s", path, (long long)st.st_size, strerror(e));
+  (void)madvise(p, (size_t)st.st_size, MADV_RANDOM);
+  *map = p;
+  *map_bytes = (size_t)st.st_size;
+  *data = (char *)p + offset;
+  return DLREC_OK;
 }

@@ -4,6 +4,7 @@
 #ifndef DLREC_TENSOR_FILE_H
 #define DLREC_TENSOR_FILE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "dlrec/status.h"
@@ -36,5 +37,15 @@ dlrec_status tensor_file_write(const char *path, const tensor_desc *arrays, int 
  * the CRC32C of the whole file as read (the caller compares it with the one
  * it recorded: the arrays' own checksums do not cover the padding). */
 dlrec_status tensor_file_read(const char *path, const tensor_desc *arrays, int n, uint32_t *file_crc);
+
+/* For a file of the one array `array` (its data unused): checks everything
+ * tensor_file_read checks, reading the file through once, then maps it:
+ * *data is the array inside a private mapping of the whole file (*map,
+ * *map_bytes: the caller munmaps them). Its pages are read on first touch
+ * (from the page cache when the check left them there) and count in RSS
+ * only once touched, so a table larger than memory can be scored. A write
+ * changes the process's copy, never the file. */
+dlrec_status tensor_file_map(const char *path, const tensor_desc *array, void **map, size_t *map_bytes, void **data,
+                             uint32_t *file_crc);
 
 #endif
