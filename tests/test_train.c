@@ -1158,4 +1158,11 @@ TEST(model_load_maps_the_table_and_scores_as_training_did) {
   CHECK_NEAR(met.auc, train_auc, 1e-13, 0);
   dlrec_model_free(m);
   CHECK_EQ(mapped_here(ckpt), 0);
+  /* Another checkpoint's table.bin is a sound tensor file of the right shape:
+   * only the manifest's CRC32C tells it is not this checkpoint's. */
+  char other[2048];
+  snprintf(other, sizeof other, "%s/ckpt-000000000030/table.bin", test_path("mapped"));
+  CHECK_OK(dlrec_copy_file(other, ckpt));
+  CHECK_ERR(dlrec_model_load(test_path("mapped"), &m), DLREC_ERR_CORRUPT, "the manifest says");
+  CHECK_EQ(mapped_here(ckpt), 0);
 }
