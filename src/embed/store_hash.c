@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "dlrec/rng.h"
+#include "embed/slot_index.h"
 #include "embed/store_impl.h"
 
 #define SAMPLES 8
@@ -38,7 +39,7 @@
 /* Batches of fewer ids are looked up on one thread. */
 #define PARALLEL_FIND_MIN 4096
 #define SKETCH_DEPTH 4
-#define NO_SLOT UINT32_MAX
+#define NO_SLOT SLOT_INDEX_NONE
 
 /* One row's key and use; packed so that a lookup touches one line of it. */
 typedef struct row_meta {
@@ -46,13 +47,6 @@ typedef struct row_meta {
   uint64_t seen;  /* the resolve that last looked the row up; 0: the row is free */
   uint64_t count; /* lookups since the key was admitted */
 } row_meta;
-
-/* One entry of the index, key and row together (one cache line per probe). */
-typedef struct index_entry {
-  uint64_t key;
-  uint32_t slot; /* NO_SLOT: empty */
-  uint32_t pad;
-} index_entry;
 
 struct hashed {
   dlrec_store_config cfg;
@@ -62,8 +56,7 @@ struct hashed {
   row_meta *meta;       /* (capacity) */
   uint32_t *free_slots; /* a stack */
   uint64_t n_free;
-  index_entry *index;   /* (index_mask + 1) */
-  uint64_t index_mask;
+  slot_index index;     /* key -> row */
   uint16_t *sketch; /* SKETCH_DEPTH rows of sketch_mask + 1 counters */
   uint64_t sketch_mask;
   uint64_t ttl_hand;
@@ -74,42 +67,7 @@ struct hashed {
   const uint32_t *col_offsets[DLREC_BAG_MAX_COLS], *col_ids[DLREC_BAG_MAX_COLS];
 };
 
-static uint64_t mix(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ull;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-/* ---- the index: key -> slot ---------------------------------------------------- */
-
-static uint32_t index_find(const hashed *h, uint64_t key) {
-  for (uint64_t i = mix(key) & h->index_mask;; i = (i + 1) & h->index_mask) {
-    const index_entry *e = &h->index[i];
-    if (e->slot == NO_SLOT) return NO_SLOT;
-    if (e->key == key) return e->slot;
-  }
-}
-
-static void index_insert(hashed *h, uint64_t key, uint32_t slot) {
-  uint64_t i = mix(key) & h->index_mask;
-  while (h->index[i].slot != NO_SLOT) i = (i + 1) & h->index_mask;
-  h->index[i] = (index_entry){key, slot, 0};
-}
-
-static void index_remove(hashed *h, uint64_t key) {
-  uint64_t i = mix(key) & h->index_mask;
-  while (h->index[i].slot == NO_SLOT || h->index[i].key != key) i = (i + 1) & h->index_mask;
-  for (uint64_t j = (i + 1) & h->index_mask; h->index[j].slot != NO_SLOT; j = (j + 1) & h->index_mask) {
-    uint64_t home = mix(h->index[j].key) & h->index_mask;
-    int stays = i <= j ? (home > i && home <= j) : (home > i || home <= j);
-    if (stays) continue;
-    h->index[i] = h->index[j];
-    i = j;
-  }
-  h->index[i].slot = NO_SLOT;
-}
+static uint64_t mix(uint64_t x) { return slot_index_hash(x); }
 
 /* ---- lifetime ------------------------------------------------------------------ */
 
@@ -129,23 +87,22 @@ dlrec_status hashed_create(dlrec_store *s, const dlrec_store_config *c) {
   h->cfg = *c;
   h->cfg.path = NULL;
   h->capacity = c->cache_rows;
-  uint64_t cap = 2, width = 64;
-  while (cap < 2 * h->capacity) cap *= 2;
+  uint64_t width = 64;
   while (width < h->capacity) width *= 2;
-  h->index_mask = cap - 1;
   h->sketch_mask = width - 1;
   h->meta = calloc(h->capacity, sizeof *h->meta);
   h->free_slots = malloc(h->capacity * sizeof *h->free_slots);
-  h->index = malloc(cap * sizeof *h->index);
+
   h->sketch = c->admit_min_count > 1 ? calloc(SKETCH_DEPTH * width, sizeof *h->sketch) : NULL;
-  if (!h->meta || !h->free_slots || !h->index || (c->admit_min_count > 1 && !h->sketch))
+  if (!h->meta || !h->free_slots || (c->admit_min_count > 1 && !h->sketch))
     return dlrec_error(DLREC_ERR_NOMEM, "hash table: out of memory for %llu rows", (unsigned long long)h->capacity);
-  for (uint64_t i = 0; i < cap; i++) h->index[i] = (index_entry){0, NO_SLOT, 0};
+  dlrec_status st = slot_index_init(&h->index, h->capacity, "hash table");
+  if (st != DLREC_OK) return st;
   /* Free rows are taken lowest first. */
   for (uint64_t i = 0; i < h->capacity; i++) h->free_slots[i] = (uint32_t)(h->capacity - 1 - i);
   h->n_free = h->capacity;
   dlrec_rng_seed(&h->victim_rng, c->seed, 0x76696374696d); /* "victim" */
-  dlrec_status st = dlrec_table_create_dtype(&s->table, h->capacity, s->dim, s->dtype);
+  st = dlrec_table_create_dtype(&s->table, h->capacity, s->dim, s->dtype);
   if (st != DLREC_OK) return dlrec_error_context("hash table, its rows: ");
   return DLREC_OK;
 }
@@ -154,7 +111,7 @@ void hashed_free(hashed *h) {
   if (!h) return;
   free(h->meta);
   free(h->free_slots);
-  free(h->index);
+  slot_index_free(&h->index);
   free(h->sketch);
   free(h->offsets);
   free(h->ids);
@@ -168,7 +125,7 @@ void hashed_optim_added(dlrec_store *s, const dlrec_sparse_optim_config *c) {
 
 size_t hashed_overhead_bytes(const dlrec_store *s) {
   const hashed *h = s->hashed;
-  return h->capacity * (sizeof *h->meta + sizeof *h->free_slots) + (h->index_mask + 1) * sizeof *h->index +
+  return h->capacity * (sizeof *h->meta + sizeof *h->free_slots) + slot_index_bytes(&h->index) +
          (h->sketch ? SKETCH_DEPTH * (h->sketch_mask + 1) * sizeof *h->sketch : 0) +
          h->offsets_cap * sizeof *h->offsets + h->ids_cap * (sizeof *h->ids + sizeof *h->found);
 }
@@ -194,7 +151,7 @@ static int admit(hashed *h, uint64_t key) {
 
 /* Frees row `slot` (in use). */
 static void release(hashed *h, uint32_t slot) {
-  index_remove(h, h->meta[slot].key);
+  slot_index_remove(&h->index, h->meta[slot].key);
   h->meta[slot].seen = 0;
   h->free_slots[h->n_free++] = slot;
 }
@@ -316,10 +273,10 @@ static dlrec_status resolve(dlrec_store *s, uint32_t rows, uint32_t cols, const 
        * PREFETCH ids ahead is fetched while this one waits. */
       if (k + PREFETCH < n) {
         const uint64_t ahead = keys ? keys[c][k0 + k + PREFETCH] : ids[c][k0 + k + PREFETCH];
-        __builtin_prefetch(&h->index[mix(ahead) & h->index_mask]);
+        slot_index_prefetch(&h->index, ahead);
       }
       const uint64_t key = keys ? keys[c][k0 + k] : ids[c][k0 + k];
-      const uint32_t slot = index_find(h, key);
+      const uint32_t slot = slot_index_find(&h->index, key);
       found[at + k] = slot;
       if (slot == NO_SLOT) continue;
       row_meta *m = &h->meta[slot];
@@ -344,7 +301,7 @@ static dlrec_status resolve(dlrec_store *s, uint32_t rows, uint32_t cols, const 
         if (slot == NO_SLOT) {
           const uint64_t key = keys ? keys[c][k] : ids[c][k];
           /* Admitted earlier in this batch, or new. */
-          if ((slot = index_find(h, key)) != NO_SLOT) {
+          if ((slot = slot_index_find(&h->index, key)) != NO_SLOT) {
             h->meta[slot].count++;
           } else {
             s->stats.misses++;
@@ -357,7 +314,7 @@ static dlrec_status resolve(dlrec_store *s, uint32_t rows, uint32_t cols, const 
               continue;
             }
             h->meta[slot] = (row_meta){key, h->step, 1};
-            index_insert(h, key, slot);
+            slot_index_insert(&h->index, key, slot);
             init_row(s, slot, key);
             s->stats.admitted++;
           }

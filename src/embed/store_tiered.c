@@ -33,6 +33,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "embed/slot_index.h"
 #include "embed/store_impl.h"
 #include "embed/table_impl.h"
 
@@ -74,9 +75,7 @@ struct tiered {
   uint64_t *slot_row;     /* (cache_rows) the row in the slot, SLOT_EMPTY if none */
   uint32_t *slot_batch;   /* (cache_rows) the resolve that last used the slot */
   uint8_t *slot_flags;    /* (cache_rows) FLAG_REF | FLAG_DIRTY */
-  uint64_t *index_key;    /* (index_cap) row + 1, 0 for empty */
-  uint32_t *index_slot;   /* (index_cap) */
-  uint64_t index_mask;    /* index_cap - 1, index_cap a power of two >= 2 * cache_rows */
+  slot_index index;       /* row -> slot */
   uint32_t *ids;          /* the resolved ids, column after column */
   size_t ids_cap;
   const uint32_t *col_ids[DLREC_BAG_MAX_COLS];
@@ -91,55 +90,10 @@ struct tiered {
   uint64_t *wb_row;   /* (wb_cap) */
   char *wb_data;      /* (wb_cap, record_bytes) */
   uint64_t *wb_order; /* (wb_cap) the sweep's sort keys: row << 32 | record */
-  uint64_t *wb_key;   /* (wb_mask + 1) row + 1, 0 for empty */
-  uint32_t *wb_pos;   /* (wb_mask + 1) */
-  uint64_t wb_mask;
+  slot_index wb_index; /* row -> record */
 };
 
 static uint64_t align4k(uint64_t n) { return (n + 4095) & ~(uint64_t)4095; }
-
-static uint64_t hash_row(uint64_t r) {
-  r ^= r >> 33;
-  r *= 0xff51afd7ed558ccdull;
-  r ^= r >> 33;
-  return r;
-}
-
-/* ---- the index: row -> slot ------------------------------------------------- */
-
-static int index_find(const tiered *t, uint64_t row, uint32_t *slot) {
-  for (uint64_t i = hash_row(row) & t->index_mask;; i = (i + 1) & t->index_mask) {
-    if (t->index_key[i] == row + 1) {
-      *slot = t->index_slot[i];
-      return 1;
-    }
-    if (!t->index_key[i]) return 0;
-  }
-}
-
-static void index_insert(tiered *t, uint64_t row, uint32_t slot) {
-  uint64_t i = hash_row(row) & t->index_mask;
-  while (t->index_key[i]) i = (i + 1) & t->index_mask;
-  t->index_key[i] = row + 1;
-  t->index_slot[i] = slot;
-}
-
-/* Removes row (present) and shifts back the entries after it that its
- * removal would cut off from their home position. */
-static void index_remove(tiered *t, uint64_t row) {
-  uint64_t i = hash_row(row) & t->index_mask;
-  while (t->index_key[i] != row + 1) i = (i + 1) & t->index_mask;
-  for (uint64_t j = (i + 1) & t->index_mask; t->index_key[j]; j = (j + 1) & t->index_mask) {
-    uint64_t home = hash_row(t->index_key[j] - 1) & t->index_mask;
-    /* j's entry may move to the hole at i unless its home lies in (i, j]. */
-    int stays = i <= j ? (home > i && home <= j) : (home > i || home <= j);
-    if (stays) continue;
-    t->index_key[i] = t->index_key[j];
-    t->index_slot[i] = t->index_slot[j];
-    i = j;
-  }
-  t->index_key[i] = 0;
-}
 
 /* ---- file I/O ----------------------------------------------------------------- */
 
@@ -241,18 +195,12 @@ static void drop_pages(tiered *t) { drop_range(t, 0, t->file_bytes); }
  * a row read back before the sweep is read from the buffer. */
 
 static int wb_find(const tiered *t, uint64_t row, uint32_t *pos) {
-  for (uint64_t i = hash_row(row) & t->wb_mask;; i = (i + 1) & t->wb_mask) {
-    if (t->wb_key[i] == row + 1) {
-      *pos = t->wb_pos[i];
-      return 1;
-    }
-    if (!t->wb_key[i]) return 0;
-  }
+  return (*pos = slot_index_find(&t->wb_index, row)) != SLOT_INDEX_NONE;
 }
 
 static void wb_clear(tiered *t) {
   t->wb_n = 0;
-  memset(t->wb_key, 0, (t->wb_mask + 1) * sizeof *t->wb_key);
+  slot_index_clear(&t->wb_index);
 }
 
 static int by_row(const void *a, const void *b) {
@@ -300,10 +248,7 @@ static void wb_put(dlrec_store *s, uint64_t row, uint32_t slot) {
     if (t->wb_n == t->wb_cap) wb_sweep(t);
     pos = (uint32_t)t->wb_n++;
     t->wb_row[pos] = row;
-    uint64_t i = hash_row(row) & t->wb_mask;
-    while (t->wb_key[i]) i = (i + 1) & t->wb_mask;
-    t->wb_key[i] = row + 1;
-    t->wb_pos[i] = pos;
+    slot_index_insert(&t->wb_index, row, pos);
   }
   char *r = t->wb_data + pos * rec;
   for (int k = 0; k < SEC_N; k++) {
@@ -334,19 +279,16 @@ dlrec_status tiered_create(dlrec_store *s, const dlrec_store_config *c) {
   t->fd = -1;
   t->cache_rows = c->cache_rows < s->rows ? c->cache_rows : s->rows;
   if (!(t->path = strdup(c->path))) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
-  uint64_t cap = 2;
-  while (cap < 2 * t->cache_rows) cap *= 2;
-  t->index_mask = cap - 1;
   t->slot_row = malloc(t->cache_rows * sizeof *t->slot_row);
   t->slot_batch = calloc(t->cache_rows, sizeof *t->slot_batch);
   t->slot_flags = calloc(t->cache_rows, 1);
-  t->index_key = calloc(cap, sizeof *t->index_key);
-  t->index_slot = malloc(cap * sizeof *t->index_slot);
-  if (!t->slot_row || !t->slot_batch || !t->slot_flags || !t->index_key || !t->index_slot)
+  if (!t->slot_row || !t->slot_batch || !t->slot_flags)
     return dlrec_error(DLREC_ERR_NOMEM, "tiered table %s: out of memory for a cache of %llu rows", c->path,
                        (unsigned long long)t->cache_rows);
   for (uint64_t i = 0; i < t->cache_rows; i++) t->slot_row[i] = SLOT_EMPTY;
-  dlrec_status st = dlrec_table_create_dtype(&s->table, t->cache_rows, s->dim, s->dtype);
+  dlrec_status st = slot_index_init(&t->index, t->cache_rows, t->path);
+  if (st != DLREC_OK) return st;
+  st = dlrec_table_create_dtype(&s->table, t->cache_rows, s->dim, s->dtype);
   if (st != DLREC_OK) return dlrec_error_context("tiered table %s, its cache: ", c->path);
   t->fd = open(c->path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (t->fd < 0) return dlrec_error(DLREC_ERR_IO, "tiered table %s: %s", c->path, strerror(errno));
@@ -355,15 +297,11 @@ dlrec_status tiered_create(dlrec_store *s, const dlrec_store_config *c) {
    * few thousand): a sweep of the file per that many evictions. */
   t->wb_cap = t->cache_rows / 4 > WB_MIN ? t->cache_rows / 4 : WB_MIN;
   if (t->wb_cap > UINT32_MAX) t->wb_cap = UINT32_MAX;
-  uint64_t wcap = 2;
-  while (wcap < 2 * t->wb_cap) wcap *= 2;
-  t->wb_mask = wcap - 1;
   t->wb_row = malloc(t->wb_cap * sizeof *t->wb_row);
   t->wb_order = malloc(t->wb_cap * sizeof *t->wb_order);
-  t->wb_key = calloc(wcap, sizeof *t->wb_key);
-  t->wb_pos = malloc(wcap * sizeof *t->wb_pos);
-  if (!t->wb_row || !t->wb_order || !t->wb_key || !t->wb_pos)
+  if (!t->wb_row || !t->wb_order)
     return dlrec_error(DLREC_ERR_NOMEM, "tiered table %s: out of memory for its write-back buffer", c->path);
+  if ((st = slot_index_init(&t->wb_index, t->wb_cap, t->path)) != DLREC_OK) return st;
   st = wb_alloc(t);
   if (st != DLREC_OK) return st;
   return grow(t, align4k(s->rows * t->sec[SEC_TABLE].bytes));
@@ -380,32 +318,30 @@ void tiered_free(tiered *t) {
   free(t->slot_row);
   free(t->slot_batch);
   free(t->slot_flags);
-  free(t->index_key);
-  free(t->index_slot);
+  slot_index_free(&t->index);
   free(t->ids);
   free(t->moves);
   free(t->wb_row);
   free(t->wb_data);
   free(t->wb_order);
-  free(t->wb_key);
-  free(t->wb_pos);
+  slot_index_free(&t->wb_index);
   free(t);
 }
 
 size_t tiered_overhead_bytes(const dlrec_store *s) {
   const tiered *t = s->tiered;
   return t->cache_rows * (sizeof *t->slot_row + sizeof *t->slot_batch + 1) +
-         (t->index_mask + 1) * (sizeof *t->index_key + sizeof *t->index_slot) + t->ids_cap * sizeof *t->ids +
+         slot_index_bytes(&t->index) + t->ids_cap * sizeof *t->ids +
          t->moves_cap * sizeof *t->moves +
          t->wb_cap * (record_bytes(t) + sizeof *t->wb_row + sizeof *t->wb_order) +
-         (t->wb_mask + 1) * (sizeof *t->wb_key + sizeof *t->wb_pos);
+         slot_index_bytes(&t->wb_index);
 }
 
 /* Empties the cache without writing anything back. */
 static void drop_cache(tiered *t) {
   for (uint64_t i = 0; i < t->used; i++) t->slot_row[i] = SLOT_EMPTY;
   memset(t->slot_flags, 0, t->cache_rows);
-  memset(t->index_key, 0, (t->index_mask + 1) * sizeof *t->index_key);
+  slot_index_clear(&t->index);
   t->used = 0;
   t->hand = 0;
   wb_clear(t);
@@ -481,7 +417,7 @@ static uint32_t take_slot(dlrec_store *s, uint64_t *evict) {
       continue;
     }
     if (t->slot_flags[i] & FLAG_DIRTY) *evict = t->slot_row[i];
-    index_remove(t, t->slot_row[i]);
+    slot_index_remove(&t->index, t->slot_row[i]);
     t->slot_row[i] = SLOT_EMPTY;
     t->slot_flags[i] = 0;
     s->stats.evictions++;
@@ -586,7 +522,7 @@ dlrec_status tiered_resolve(dlrec_store *s, const dlrec_bag_batch *in, dlrec_bag
         }
         uint32_t slot;
         s->stats.lookups++;
-        if (!index_find(t, row, &slot)) {
+        if ((slot = slot_index_find(&t->index, row)) == SLOT_INDEX_NONE) {
           uint64_t evict;
           if ((slot = take_slot(s, &evict)) == UINT32_MAX) {
             st = dlrec_last_status();
@@ -594,7 +530,7 @@ dlrec_status tiered_resolve(dlrec_store *s, const dlrec_bag_batch *in, dlrec_bag
           }
           t->moves[n_moves++] = (move){evict, row, slot};
           t->slot_row[slot] = row;
-          index_insert(t, row, slot);
+          slot_index_insert(&t->index, row, slot);
           s->stats.misses++;
         }
         t->slot_batch[slot] = t->batch;
