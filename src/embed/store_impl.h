@@ -1,5 +1,5 @@
-/* The store's inside, shared by the interface (store.c) and the tiered
- * implementation (store_tiered.c). */
+/* The store's inside, shared by the interface (store.c) and the tiered and
+ * hash implementations (store_tiered.c, store_hash.c). */
 #ifndef DLREC_EMBED_STORE_IMPL_H
 #define DLREC_EMBED_STORE_IMPL_H
 

@@ -78,15 +78,14 @@ static dlrec_status map_table(const dlrec_net *n, const dlrec_net_optim *opt, dl
   return DLREC_OK;
 }
 
-/* The arrays of optim.bin for this optimizer setup (none for SGD + SGD);
- * st is the sparse optimizer's state, as map_table shows it. */
+/* The arrays of optim.bin for this optimizer setup (none for SGD + SGD),
+ * the sparse optimizer's state taken from v, as map_table shows it. */
 static int optim_arrays(const dlrec_net_optim *opt, const dlrec_store_view *v, size_t n_params, tensor_desc *out) {
-  const dlrec_sparse_optim_state *sp = &v->optim;
+  const dlrec_sparse_optim_state st = v->optim;
   const int mapped = v->mapped;
   int n = 0;
   size_t dense_floats = dlrec_optim_state_floats(&opt->dense, n_params);
   if (dense_floats) out[n++] = (tensor_desc){"dense_state", TENSOR_F32, dense_floats, opt->dense_state, 0};
-  const dlrec_sparse_optim_state st = *sp;
   if (st.accum) out[n++] = (tensor_desc){"sparse_accum", TENSOR_F32, st.rows, st.accum, mapped};
   if (st.m) out[n++] = (tensor_desc){"sparse_m", TENSOR_F32, st.rows * st.stride, st.m, mapped};
   if (st.v) out[n++] = (tensor_desc){"sparse_v", TENSOR_F32, st.rows * st.stride, st.v, mapped};
@@ -297,7 +296,7 @@ dlrec_status dlrec_checkpoint_save(const char *run_dir, const dlrec_train_config
   if (s == DLREC_OK) s = join(path, sizeof path, tmp, "dense.bin");
   if (s == DLREC_OK) s = tensor_file_write(path, dense, n_dense, &crc);
   if (s == DLREC_OK) s = note_file(&man, tmp, F_DENSE, &crc);
-  dlrec_store_view view;
+  dlrec_store_view view = {0};
   int mapped = s == DLREC_OK && (s = map_table(m, opt, &view)) == DLREC_OK;
   if (s == DLREC_OK) {
     tensor_desc table = table_array(m, &view);
