@@ -213,9 +213,10 @@ TEST(store_config_errors_name_the_problem) {
   CHECK(s == NULL);
 }
 
-/* A row evicted for a batch and wanted again by the same batch comes back
- * with what training wrote into it (its write-back precedes its read). */
-TEST(tiered_row_evicted_and_wanted_again_in_one_batch_keeps_its_update) {
+/* A row evicted by one batch and wanted by the next comes back with what
+ * training wrote into it (from the write-back buffer: no sweep has written
+ * it to the file yet). Rows a batch finds resident are never its victims. */
+TEST(tiered_row_evicted_and_wanted_again_keeps_its_update) {
   dlrec_store *s = NULL;
   CHECK_OK(make_store(&s, DLREC_STORE_TIERED, 2, "again.table"));
   uint32_t off[3] = {0, 1, 2}, first[2] = {5, 6};
@@ -227,16 +228,28 @@ TEST(tiered_row_evicted_and_wanted_again_in_one_batch_keeps_its_update) {
   for (int d = 0; d < DIM; d++) mark[d] = 100.0f + (float)d;
   dlrec_table_set_row(dlrec_store_table(s), out.ids[0][0], mark);
   dlrec_table_set_row(dlrec_store_table(s), out.ids[0][1], mark);
-  /* 7 evicts one of them; then 5 must come back from the file. */
-  uint32_t second[2] = {7, 5};
-  idp[0] = second;
+  /* 7 evicts one of them; the next batch wants both back. */
+  uint32_t seven[1] = {7}, off1[2] = {0, 1};
+  const uint32_t *off1p[1] = {off1}, *sevenp[1] = {seven};
+  dlrec_bag_batch one = {1, 1, off1p, sevenp, NULL};
+  CHECK_OK(dlrec_store_resolve(s, &one, &out, 0));
   CHECK_OK(dlrec_store_resolve(s, &in, &out, 0));
-  float got[DIM];
-  dlrec_table_get_row(dlrec_store_table(s), out.ids[0][1], got);
-  for (int d = 0; d < DIM; d++) CHECK(got[d] == mark[d]);
+  for (int i = 0; i < 2; i++) {
+    float got[DIM];
+    dlrec_table_get_row(dlrec_store_table(s), out.ids[0][i], got);
+    for (int d = 0; d < DIM; d++) CHECK(got[d] == mark[d]);
+  }
   dlrec_store_stats st;
   dlrec_store_get_stats(s, &st);
   CHECK_EQ_U64(st.evictions, 2);
+  /* A batch that finds 5 resident and misses 8 gives up the other row, never 5. */
+  uint32_t keep[2] = {5, 8};
+  idp[0] = keep;
+  CHECK_OK(dlrec_store_resolve(s, &in, &out, 0));
+  CHECK(out.ids[0][0] != out.ids[0][1]);
+  float got[DIM];
+  dlrec_table_get_row(dlrec_store_table(s), out.ids[0][0], got);
+  for (int d = 0; d < DIM; d++) CHECK(got[d] == mark[d]);
   dlrec_store_free(s);
 }
 

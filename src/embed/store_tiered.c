@@ -55,6 +55,8 @@ enum { SEC_TABLE, SEC_ACCUM, SEC_M, SEC_V, SEC_STEPS, SEC_N };
 #define PARALLEL_IO_MIN 256
 /* The write-back buffer's least capacity, in records. */
 #define WB_MIN 4096
+/* Batches of fewer ids look their rows up on one thread. */
+#define PARALLEL_FIND_MIN 4096
 
 /* A row read into a slot, after the slot's previous row is written back
  * (evict: its row, SLOT_EMPTY when there is nothing to write). */
@@ -497,10 +499,30 @@ dlrec_status tiered_resolve(dlrec_store *s, const dlrec_bag_batch *in, dlrec_bag
     memset(t->slot_batch, 0, t->cache_rows * sizeof *t->slot_batch);
     t->batch = 1;
   }
-  /* First the plan, in batch order: slots for every id, the moves listed;
-   * then the moves. A refusal midway still makes the moves planned so far,
-   * which the index already promises. */
   const uint8_t mark = (uint8_t)(FLAG_REF | (write ? FLAG_DIRTY : 0));
+  /* First every id's slot as the cache stands, on all threads (the index is
+   * only read): a slot found is marked as used by this batch, so no miss
+   * below evicts it, with the same values by every thread that finds it. */
+#pragma omp parallel for schedule(dynamic, 1) if (need >= PARALLEL_FIND_MIN)
+  for (uint32_t c = 0; c < in->cols; c++) {
+    const uint32_t *off = in->offsets[c], *ids = in->ids[c];
+    uint32_t *col = t->ids;
+    for (uint32_t d = 0; d < c; d++) col += in->offsets[d][in->rows];
+    int sound = 1; /* offsets that decrease are left to the plan below to report */
+    for (uint32_t b = 0; sound && b < in->rows; b++) sound = off[b + 1] >= off[b];
+    for (uint32_t k = off[0]; sound && k < off[in->rows]; k++) {
+      const uint32_t slot = ids[k] < s->rows ? slot_index_find(&t->index, ids[k]) : SLOT_INDEX_NONE;
+      col[k] = slot;
+      if (slot == SLOT_INDEX_NONE) continue;
+#pragma omp atomic write
+      t->slot_batch[slot] = t->batch;
+#pragma omp atomic update
+      t->slot_flags[slot] |= mark;
+    }
+  }
+  /* Then the plan of the misses, in batch order: a slot for each, the moves
+   * listed; then the moves. A refusal midway still makes the moves planned
+   * so far, which the index already promises. */
   uint32_t *dst = t->ids;
   size_t n_moves = 0;
   dlrec_status st = DLREC_OK;
@@ -520,8 +542,10 @@ dlrec_status tiered_resolve(dlrec_store *s, const dlrec_bag_batch *in, dlrec_bag
                            (unsigned long long)row, (unsigned long long)s->rows);
           break;
         }
-        uint32_t slot;
+        uint32_t slot = dst[k]; /* found above, or SLOT_INDEX_NONE */
         s->stats.lookups++;
+        if (slot != SLOT_INDEX_NONE) continue;
+        /* Taken in by an earlier miss of this batch, or not resident. */
         if ((slot = slot_index_find(&t->index, row)) == SLOT_INDEX_NONE) {
           uint64_t evict;
           if ((slot = take_slot(s, &evict)) == UINT32_MAX) {
