@@ -41,16 +41,22 @@ static void make_batch(batch_buf *bb, dlrec_rng *rng) {
 static const dlrec_row_range ranges[COLS] = {{0, ROWS_PER_COL}, {ROWS_PER_COL, 2 * ROWS_PER_COL},
                                              {2 * ROWS_PER_COL, 3 * ROWS_PER_COL}};
 
-static dlrec_status make_store(dlrec_store **s, dlrec_store_kind kind, uint64_t cache_rows, const char *name) {
+static dlrec_status make_store_dtype(dlrec_store **s, dlrec_store_kind kind, uint64_t cache_rows, const char *name,
+                                     dlrec_table_dtype dtype) {
   dlrec_store_config c = {.kind = kind, .path = name ? test_path(name) : NULL, .cache_rows = cache_rows};
-  dlrec_status st = dlrec_store_create(s, &c, ROWS, DIM, DLREC_TABLE_FP32);
+  dlrec_status st = dlrec_store_create(s, &c, ROWS, DIM, dtype);
   return st == DLREC_OK ? dlrec_store_init_uniform(*s, ranges, COLS, 42) : st;
+}
+
+static dlrec_status make_store(dlrec_store **s, dlrec_store_kind kind, uint64_t cache_rows, const char *name) {
+  return make_store_dtype(s, kind, cache_rows, name, DLREC_TABLE_FP32);
 }
 
 /* Trains `steps` batches on a ram and a tiered store with the same
  * optimizer, checking each forward bitwise, then the whole tables and
  * optimizer state through dlrec_store_map. */
-static void tiered_matches_ram(dlrec_sparse_optim_kind kind, uint64_t cache_rows, int steps) {
+static void tiered_matches_ram_dtype(dlrec_sparse_optim_kind kind, uint64_t cache_rows, int steps,
+                                     dlrec_table_dtype dtype) {
   dlrec_store *ram = NULL, *tier = NULL;
   dlrec_sparse_optim *o_ram = NULL, *o_tier = NULL;
   float *out_ram = NULL, *out_tier = NULL, *d_out = NULL;
@@ -59,8 +65,8 @@ static void tiered_matches_ram(dlrec_sparse_optim_kind kind, uint64_t cache_rows
   dlrec_sparse_optim_config_default(&oc, kind);
   oc.lr = 0.05f;
   oc.initial_accumulator = 0.1f;
-  CHECK_OK(make_store(&ram, DLREC_STORE_RAM, 0, NULL));
-  CHECK_OK(make_store(&tier, DLREC_STORE_TIERED, cache_rows, "tiered.table"));
+  CHECK_OK(make_store_dtype(&ram, DLREC_STORE_RAM, 0, NULL, dtype));
+  CHECK_OK(make_store_dtype(&tier, DLREC_STORE_TIERED, cache_rows, "tiered.table", dtype));
   CHECK_OK(dlrec_store_optim_create(ram, &oc, &o_ram));
   CHECK_OK(dlrec_store_optim_create(tier, &oc, &o_tier));
   const size_t n_out = (size_t)B * COLS * DIM;
@@ -101,7 +107,7 @@ static void tiered_matches_ram(dlrec_sparse_optim_kind kind, uint64_t cache_rows
   dlrec_store_view v_ram, v_tier;
   CHECK_OK(dlrec_store_map(ram, &v_ram));
   CHECK_OK(dlrec_store_map(tier, &v_tier));
-  CHECK(memcmp(v_ram.table, v_tier.table, (size_t)ROWS * 8 * sizeof(float)) == 0);
+  CHECK(memcmp(v_ram.table, v_tier.table, (size_t)ROWS * 8 * dlrec_table_dtype_bytes(dtype)) == 0);
   CHECK((v_ram.optim.accum == NULL) == (v_tier.optim.accum == NULL));
   CHECK((v_ram.optim.m == NULL) == (v_tier.optim.m == NULL));
   CHECK_EQ_U64(v_tier.optim.rows, ROWS);
@@ -120,7 +126,16 @@ static void tiered_matches_ram(dlrec_sparse_optim_kind kind, uint64_t cache_rows
   dlrec_store_free(tier);
 }
 
+static void tiered_matches_ram(dlrec_sparse_optim_kind kind, uint64_t cache_rows, int steps) {
+  tiered_matches_ram_dtype(kind, cache_rows, steps, DLREC_TABLE_FP32);
+}
+
 TEST(tiered_sgd_matches_ram_through_evictions) { tiered_matches_ram(DLREC_SPARSE_SGD, 120, 60); }
+/* A 16-bit row's stochastic rounding is keyed by its row in the table, not
+ * by the cache slot it happens to sit in. */
+TEST(tiered_bf16_table_matches_ram_through_evictions) {
+  tiered_matches_ram_dtype(DLREC_SPARSE_ROWWISE_ADAGRAD, 120, 60, DLREC_TABLE_BF16);
+}
 TEST(tiered_adagrad_matches_ram_through_evictions) { tiered_matches_ram(DLREC_SPARSE_ROWWISE_ADAGRAD, 120, 60); }
 TEST(tiered_adam_matches_ram_through_evictions) { tiered_matches_ram(DLREC_SPARSE_LAZY_ADAM, 120, 60); }
 TEST(tiered_with_room_for_every_row_matches_ram) { tiered_matches_ram(DLREC_SPARSE_LAZY_ADAM, 4 * ROWS, 20); }

@@ -183,6 +183,13 @@ void dlrec_sparse_optim_free(dlrec_sparse_optim *o); /* accepts NULL */
 /* Changes the learning rate for later updates (warmup and decay schedules). */
 dlrec_status dlrec_sparse_optim_set_lr(dlrec_sparse_optim *o, float lr);
 
+/* For a table that holds rows of a larger logical table (a tiered store's
+ * cache): row_keys[r] is the logical row that table row r holds, and keys
+ * the stochastic rounding of a 16-bit row instead of r, so that a row rounds
+ * the same wherever it is cached. row_keys must stay valid (and current)
+ * while updates run; NULL (the default) keys each row by itself. */
+void dlrec_sparse_optim_set_row_keys(dlrec_sparse_optim *o, const uint64_t *row_keys);
+
 /* The optimizer's state arrays, for checkpoints and tests; NULL where the
  * kind has none. Valid until dlrec_sparse_optim_free. */
 typedef struct dlrec_sparse_optim_state {

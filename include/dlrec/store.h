@@ -36,9 +36,9 @@
  *     evicts them and at dlrec_store_flush. The caller never writes back.
  *   - The sparse optimizer is created through dlrec_store_optim_create, on
  *     the resident table, so that its per-row state (Adagrad's accumulator,
- *     Adam's moments and step counts) moves with the rows. 16-bit tables key
- *     their stochastic rounding by the resident row, so a tiered 16-bit table
- *     rounds differently from a ram one (fp32 tables are bitwise the same).
+ *     Adam's moments and step counts) moves with the rows, and a 16-bit
+ *     row's stochastic rounding is keyed by its logical row
+ *     (dlrec_sparse_optim_set_row_keys), so every store trains the same bits.
  *   - One caller at a time: resolve mutates the cache. A network on a tiered
  *     store is not shared between threads.
  *   - Checkpoints see the whole logical table through dlrec_store_map: the

@@ -54,6 +54,7 @@ struct dlrec_sparse_optim {
   double log_beta1, log_beta2; /* for the per-row bias corrections */
   dlrec_table_dtype dtype;     /* the table's */
   uint64_t updates;            /* calls that changed rows: keys a 16-bit table's stochastic rounding */
+  const uint64_t *row_keys;    /* each table row's row in the logical table (a tiered cache); NULL: itself */
 };
 
 /* ---- the optimizer's state ------------------------------------------------ */
@@ -167,6 +168,8 @@ dlrec_status dlrec_sparse_optim_set_lr(dlrec_sparse_optim *o, float lr) {
   o->cfg.lr = lr;
   return DLREC_OK;
 }
+
+void dlrec_sparse_optim_set_row_keys(dlrec_sparse_optim *o, const uint64_t *row_keys) { o->row_keys = row_keys; }
 
 void dlrec_sparse_optim_state_view(dlrec_sparse_optim *o, dlrec_sparse_optim_state *s) {
   s->rows = o->rows;
@@ -296,13 +299,14 @@ typedef struct row_update {
   dlrec_table_dtype dtype;
   size_t row_bytes;  /* the table's, stride elements of dtype */
   uint64_t sr_key;   /* this update's number, hashed: keys the stochastic rounding */
+  const uint64_t *row_keys; /* dlrec_sparse_optim_set_row_keys's, or NULL */
 } row_update;
 
 static ALWAYS_INLINE row_update row_update_of(const dlrec_sparse_optim *o) {
   const row_update u = {o->cfg.kind, o->cfg.lr,  o->cfg.weight_decay, o->cfg.beta1, o->cfg.beta2, o->cfg.eps,
                         o->log_beta1, o->log_beta2, o->stride,         o->accum,      o->m,         o->v,
                         o->steps,     o->dtype,     (size_t)o->stride * dlrec_table_dtype_bytes(o->dtype),
-                        dtype_sr_key(o->updates)};
+                        dtype_sr_key(o->updates), o->row_keys};
   return u;
 }
 
@@ -380,7 +384,8 @@ static ALWAYS_INLINE void update_row16(const row_update *u, uint16_t *restrict w
     for (int d = 0; d < D; d++) w[d] = dtype_fp16_to_f32(w16[d]);
   update_row(u, w, g, r, D);
   for (int k = 0; k < D; k += 4) {
-    const uint64_t draws = dtype_sr_draws_keyed(u->sr_key, r, (uint32_t)k / 4);
+    const uint32_t key_row = u->row_keys ? (uint32_t)u->row_keys[r] : r;
+    const uint64_t draws = dtype_sr_draws_keyed(u->sr_key, key_row, (uint32_t)k / 4);
     for (int j = 0; j < 4 && k + j < D; j++) {
       const uint32_t draw = (uint32_t)(draws >> (16 * j)) & 0xffffu;
       w16[k + j] = bf16 ? dtype_f32_to_bf16_sr(w[k + j], draw) : dtype_f32_to_fp16_sr(w[k + j], draw);

@@ -93,7 +93,7 @@ dlrec_status dlrec_store_optim_create(dlrec_store *s, const dlrec_sparse_optim_c
   if (s->optim) return dlrec_error(DLREC_ERR_INVALID, "store_optim_create: the store already has an optimizer");
   dlrec_status st = dlrec_sparse_optim_create(o, s->table, c);
   if (st == DLREC_OK && s->hashed) hashed_optim_added(s, c);
-  if (st == DLREC_OK && s->tiered && (st = tiered_optim_added(s, c)) != DLREC_OK) {
+  if (st == DLREC_OK && s->tiered && (st = tiered_optim_added(s, *o, c)) != DLREC_OK) {
     dlrec_sparse_optim_free(*o);
     *o = NULL;
   }

@@ -25,7 +25,7 @@ void tiered_free(tiered *t);
 dlrec_status tiered_init_uniform(dlrec_store *s, const dlrec_row_range *ranges, uint32_t n_ranges, uint64_t seed);
 /* Lays out the optimizer's state in the file, initialized as
  * dlrec_sparse_optim_create initializes its own. */
-dlrec_status tiered_optim_added(dlrec_store *s, const dlrec_sparse_optim_config *c);
+dlrec_status tiered_optim_added(dlrec_store *s, dlrec_sparse_optim *o, const dlrec_sparse_optim_config *c);
 dlrec_status tiered_resolve(dlrec_store *s, const dlrec_bag_batch *in, dlrec_bag_batch *out, int write);
 dlrec_status tiered_flush(dlrec_store *s);
 dlrec_status tiered_map(dlrec_store *s, dlrec_store_view *v);

@@ -366,8 +366,10 @@ dlrec_status tiered_init_uniform(dlrec_store *s, const dlrec_row_range *ranges, 
   return st;
 }
 
-dlrec_status tiered_optim_added(dlrec_store *s, const dlrec_sparse_optim_config *c) {
+dlrec_status tiered_optim_added(dlrec_store *s, dlrec_sparse_optim *o, const dlrec_sparse_optim_config *c) {
   tiered *t = s->tiered;
+  /* A 16-bit row rounds as the same row of a ram table would. */
+  dlrec_sparse_optim_set_row_keys(o, t->slot_row);
   uint64_t at = t->file_bytes;
   if (c->kind == DLREC_SPARSE_ROWWISE_ADAGRAD) {
     t->sec[SEC_ACCUM] = (section){at, sizeof(float)};
