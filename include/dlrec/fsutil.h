@@ -16,6 +16,9 @@ dlrec_status dlrec_read_file(const char *path, size_t max_bytes, char **out, siz
 /* write()/pwrite() until done, retrying on EINTR; `path` names the file in errors. */
 dlrec_status dlrec_write_all(int fd, const void *buf, size_t n, const char *path);
 dlrec_status dlrec_pwrite_all(int fd, const void *buf, size_t n, uint64_t offset, const char *path);
+/* pread() until n bytes are read, retrying on EINTR; a file that ends first
+ * is DLREC_ERR_CORRUPT ("truncated at offset ..."); `path` names the file. */
+dlrec_status dlrec_pread_all(int fd, void *buf, size_t n, uint64_t offset, const char *path);
 /* read() until n bytes or end of file; *got says how many. */
 dlrec_status dlrec_read_full(int fd, void *buf, size_t n, size_t *got, const char *path);
 

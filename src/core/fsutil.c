@@ -74,6 +74,21 @@ dlrec_status dlrec_pwrite_all(int fd, const void *buf, size_t n, uint64_t offset
   return DLREC_OK;
 }
 
+dlrec_status dlrec_pread_all(int fd, void *buf, size_t n, uint64_t offset, const char *path) {
+  char *p = buf;
+  while (n) {
+    ssize_t r = pread(fd, p, n, (off_t)offset);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return dlrec_error(DLREC_ERR_IO, "%s: read failed: %s", path, strerror(errno));
+    if (r == 0)
+      return dlrec_error(DLREC_ERR_CORRUPT, "%s: truncated at offset %llu", path, (unsigned long long)offset);
+    p += r;
+    n -= (size_t)r;
+    offset += (uint64_t)r;
+  }
+  return DLREC_OK;
+}
+
 dlrec_status dlrec_read_full(int fd, void *buf, size_t n, size_t *got, const char *path) {
   char *p = buf;
   size_t done = 0;

@@ -33,6 +33,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "dlrec/fsutil.h"
 #include "embed/slot_index.h"
 #include "embed/store_impl.h"
 #include "embed/table_impl.h"
@@ -99,19 +100,6 @@ static uint64_t align4k(uint64_t n) { return (n + 4095) & ~(uint64_t)4095; }
 
 /* ---- file I/O ----------------------------------------------------------------- */
 
-static dlrec_status io_all(tiered *t, int write, void *buf, size_t bytes, uint64_t at) {
-  char *p = buf;
-  while (bytes) {
-    ssize_t k = write ? pwrite(t->fd, p, bytes, (off_t)at) : pread(t->fd, p, bytes, (off_t)at);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0)
-      return dlrec_error(DLREC_ERR_IO, "%s: %s of %zu bytes at offset %llu: %s", t->path, write ? "write" : "read",
-                         bytes, (unsigned long long)at, k < 0 ? strerror(errno) : "unexpected end of file");
-    p += k, bytes -= (size_t)k, at += (uint64_t)k;
-  }
-  return DLREC_OK;
-}
-
 /* The resident copy of section k's record of the row in `slot`. */
 static void *resident(dlrec_store *s, int k, uint32_t slot) {
   if (k == SEC_TABLE)
@@ -135,7 +123,7 @@ static dlrec_status read_row(dlrec_store *s, uint64_t row, uint32_t slot) {
   for (int k = 0; k < SEC_N; k++) {
     const section *c = &t->sec[k];
     if (!c->bytes) continue;
-    dlrec_status st = io_all(t, 0, resident(s, k, slot), c->bytes, c->at + row * c->bytes);
+    dlrec_status st = dlrec_pread_all(t->fd, resident(s, k, slot), c->bytes, c->at + row * c->bytes, t->path);
     if (st != DLREC_OK) return st;
   }
   return DLREC_OK;
@@ -359,7 +347,7 @@ dlrec_status tiered_init_uniform(dlrec_store *s, const dlrec_row_range *ranges, 
     const uint64_t k = s->rows - r0 < n ? s->rows - r0 : n;
     /* The window table initializes rows [r0, r0 + n); only k are the table's. */
     table_init_window(w, r0, ranges, n_ranges, seed);
-    st = io_all(t, 1, dlrec_table_raw(w), (size_t)(k * bytes), t->sec[SEC_TABLE].at + r0 * bytes);
+    st = dlrec_pwrite_all(t->fd, dlrec_table_raw(w), (size_t)(k * bytes), t->sec[SEC_TABLE].at + r0 * bytes, t->path);
   }
   dlrec_table_free(w);
   drop_cache(t);
@@ -395,7 +383,7 @@ dlrec_status tiered_optim_added(dlrec_store *s, dlrec_sparse_optim *o, const dlr
     for (size_t i = 0; i < CHUNK; i++) buf[i] = c->initial_accumulator;
     for (uint64_t r = 0; st == DLREC_OK && r < s->rows; r += CHUNK) {
       const uint64_t k = s->rows - r < CHUNK ? s->rows - r : CHUNK;
-      st = io_all(t, 1, buf, (size_t)k * sizeof(float), t->sec[SEC_ACCUM].at + r * sizeof(float));
+      st = dlrec_pwrite_all(t->fd, buf, (size_t)k * sizeof(float), t->sec[SEC_ACCUM].at + r * sizeof(float), t->path);
     }
     free(buf);
   }

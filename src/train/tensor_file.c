@@ -126,20 +126,6 @@ dlrec_status tensor_file_write(const char *path, const tensor_desc *arrays, int 
   return s;
 }
 
-static dlrec_status read_at(int fd, void *buf, size_t n, uint64_t off, const char *path) {
-  char *p = buf;
-  while (n) {
-    ssize_t r = pread(fd, p, n, (off_t)off);
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) return dlrec_error(DLREC_ERR_IO, "%s: read failed: %s", path, strerror(errno));
-    if (r == 0) return dlrec_error(DLREC_ERR_CORRUPT, "%s: truncated at offset %llu", path, (unsigned long long)off);
-    p += r;
-    n -= (size_t)r;
-    off += (uint64_t)r;
-  }
-  return DLREC_OK;
-}
-
 static const char *dtype_name(uint32_t t) {
   switch (t) {
   case TENSOR_F32: return "f32";
@@ -156,7 +142,7 @@ static dlrec_status check_layout(const char *path, int fd, unsigned char *header
   if (fstat(fd, &st) != 0) return dlrec_error(DLREC_ERR_IO, "%s: %s", path, strerror(errno));
   if ((uint64_t)st.st_size < HEADER_BYTES)
     return dlrec_error(DLREC_ERR_CORRUPT, "%s: truncated: %lld bytes, shorter than the header", path, (long long)st.st_size);
-  dlrec_status s = read_at(fd, header, HEADER_BYTES, 0, path);
+  dlrec_status s = dlrec_pread_all(fd, header, HEADER_BYTES, 0, path);
   if (s != DLREC_OK) return s;
   if (memcmp(header, MAGIC, 8) != 0) return dlrec_error(DLREC_ERR_CORRUPT, "%s: not a dlrec tensor file (bad magic)", path);
   uint32_t version, n, table_crc, header_crc;
@@ -174,7 +160,7 @@ static dlrec_status check_layout(const char *path, int fd, unsigned char *header
     return dlrec_error(DLREC_ERR_CORRUPT, "%s: truncated or extended: header says %llu bytes, file has %lld", path,
                        (unsigned long long)size, (long long)st.st_size);
   if (n > MAX_ARRAYS) return dlrec_error(DLREC_ERR_CORRUPT, "%s: %u arrays, at most %d", path, n, MAX_ARRAYS);
-  s = read_at(fd, table, (size_t)n * ENTRY_BYTES, HEADER_BYTES, path);
+  s = dlrec_pread_all(fd, table, (size_t)n * ENTRY_BYTES, HEADER_BYTES, path);
   if (s != DLREC_OK) return s;
   if (dlrec_crc32c(0, table, (size_t)n * ENTRY_BYTES) != table_crc)
     return dlrec_error(DLREC_ERR_CORRUPT, "%s: array table checksum mismatch at offset %d", path, HEADER_BYTES);
@@ -200,7 +186,7 @@ static dlrec_status crc_range(int fd, uint64_t from, uint64_t to, uint32_t *crc,
   unsigned char buf[4096];
   while (from < to) {
     size_t k = to - from > sizeof buf ? sizeof buf : (size_t)(to - from);
-    dlrec_status s = read_at(fd, buf, k, from, path);
+    dlrec_status s = dlrec_pread_all(fd, buf, k, from, path);
     if (s != DLREC_OK) return s;
     *crc = dlrec_crc32c(*crc, buf, k);
     from += k;
@@ -257,7 +243,7 @@ static dlrec_status read_arrays(const char *path, const tensor_desc *arrays, int
     uint32_t crc = 0;
     while (s == DLREC_OK && left) {
       size_t k = left > CHUNK ? CHUNK : (size_t)left;
-      s = read_at(fd, p, k, at, path);
+      s = dlrec_pread_all(fd, p, k, at, path);
       if (s == DLREC_OK) {
         crc = dlrec_crc32c(crc, p, k);
         fcrc = dlrec_crc32c(fcrc, p, k);
