@@ -83,6 +83,22 @@ static int train(const char *run, const char *extra) {
   return rc;
 }
 
+/* dense.bin, table.bin and optim.bin of RUN_A/ckpt-STEP and RUN_B/ckpt-STEP
+ * are the same bytes (the first that differs is named on stderr). */
+static int same_checkpoint(const char *run_a, const char *run_b, uint64_t step) {
+  const char *files[] = {"dense.bin", "table.bin", "optim.bin"};
+  for (int i = 0; i < 3; i++) {
+    char a[2048], b[2048];
+    snprintf(a, sizeof a, "%s/ckpt-%012llu/%s", test_path(run_a), (unsigned long long)step, files[i]);
+    snprintf(b, sizeof b, "%s/ckpt-%012llu/%s", test_path(run_b), (unsigned long long)step, files[i]);
+    if (!files_equal(a, b)) {
+      fprintf(stderr, "%s differs between %s and %s\n", files[i], run_a, run_b);
+      return 0;
+    }
+  }
+  return 1;
+}
+
 TEST(resume_is_bitwise_identical) {
   CHECK(make_data(20000) == 0);
   CHECK(test_write_file(test_path("cfg.json"), CONFIG, (size_t)-1) == 0);
@@ -90,13 +106,7 @@ TEST(resume_is_bitwise_identical) {
   CHECK(train("straight", "--max-steps 180") == 0);
   CHECK(train("resumed", "--max-steps 95") == 0);
   CHECK(train("resumed", "--max-steps 180 --resume") == 0);
-  const char *files[] = {"dense.bin", "table.bin", "optim.bin"};
-  for (int i = 0; i < 3; i++) {
-    char a[2048], b[2048];
-    snprintf(a, sizeof a, "%s/ckpt-000000000180/%s", test_path("straight"), files[i]);
-    snprintf(b, sizeof b, "%s/ckpt-000000000180/%s", test_path("resumed"), files[i]);
-    if (!files_equal(a, b)) test_fail(__FILE__, __LINE__, "%s differs after resume", files[i]);
-  }
+  CHECK(same_checkpoint("straight", "resumed", 180));
   /* The log of the resumed run has each step once. */
   char *log;
   size_t n;
@@ -114,27 +124,33 @@ TEST(resume_is_bitwise_identical) {
   CHECK(same_metrics("straight", "resumed90"));
 }
 
-TEST(sigkill_then_resume_completes) {
-  CHECK(make_data(20000) == 0);
-  CHECK(test_write_file(test_path("cfg.json"), CONFIG, (size_t)-1) == 0);
+/* Starts `dlrec train` on cfg.json into RUN (with --max-steps MAX_STEPS
+ * unless NULL) and kills it with SIGKILL once it has written a checkpoint
+ * or two, mid-training. 0 when the run ended and RUN/latest exists. */
+static int train_killed(const char *run, const char *max_steps) {
   pid_t pid = fork();
-  CHECK(pid >= 0);
+  if (pid < 0) return -1;
   if (pid == 0) {
     execl(getenv("DLREC_BIN"), "dlrec", "train", "-q", "--config", test_path("cfg.json"), "--train",
-          test_path("train.dlr"), "--etl", test_path("etl"), "--out", test_path("run"), (char *)NULL);
+          test_path("train.dlr"), "--etl", test_path("etl"), "--out", test_path(run),
+          max_steps ? "--max-steps" : (char *)NULL, max_steps, (char *)NULL);
     _exit(127);
   }
-  /* Kill it once it has written a checkpoint or two, mid-training. */
   char latest[2048];
-  snprintf(latest, sizeof latest, "%s/latest", test_path("run"));
+  snprintf(latest, sizeof latest, "%s/latest", test_path(run));
   struct stat st;
   for (int i = 0; i < 3000 && stat(latest, &st) != 0; i++) usleep(10000);
   usleep(30000);
   kill(pid, SIGKILL);
   int status;
   waitpid(pid, &status, 0);
-  CHECK(WIFSIGNALED(status) || WIFEXITED(status));
-  CHECK(stat(latest, &st) == 0);
+  return (WIFSIGNALED(status) || WIFEXITED(status)) && stat(latest, &st) == 0 ? 0 : -1;
+}
+
+TEST(sigkill_then_resume_completes) {
+  CHECK(make_data(20000) == 0);
+  CHECK(test_write_file(test_path("cfg.json"), CONFIG, (size_t)-1) == 0);
+  CHECK(train_killed("run", NULL) == 0);
   CHECK(train("run", "--resume") == 0);
   char *out = NULL;
   int rc = test_run_cli(&out, "eval --model '%s' --data '%s'", test_path("run"), test_path("valid.dlr"));
@@ -935,13 +951,7 @@ TEST(resume_mid_epoch_with_validation_features_is_bitwise_identical) {
   CHECK(train("straight", a1) == 0);
   CHECK(train("resumed", a2) == 0);
   CHECK(train("resumed", a3) == 0);
-  const char *files[] = {"dense.bin", "table.bin", "optim.bin"};
-  for (int i = 0; i < 3; i++) {
-    char a[2048], b[2048];
-    snprintf(a, sizeof a, "%s/ckpt-000000000300/%s", test_path("straight"), files[i]);
-    snprintf(b, sizeof b, "%s/ckpt-000000000300/%s", test_path("resumed"), files[i]);
-    if (!files_equal(a, b)) test_fail(__FILE__, __LINE__, "%s differs after resume", files[i]);
-  }
+  CHECK(same_checkpoint("straight", "resumed", 300));
   CHECK(same_metrics("straight", "resumed"));
   CHECK(pointer_step("straight", "best") != 0);
   CHECK_EQ_U64(pointer_step("straight", "best"), pointer_step("resumed", "best"));
@@ -1047,19 +1057,6 @@ static int write_tiered_config(void) {
   return test_write_file(test_path("cfg.json"), cfg, (size_t)-1);
 }
 
-static int same_checkpoint(const char *run_a, const char *run_b, uint64_t step) {
-  const char *files[] = {"dense.bin", "table.bin", "optim.bin"};
-  for (int i = 0; i < 3; i++) {
-    char a[2048], b[2048];
-    snprintf(a, sizeof a, "%s/ckpt-%012llu/%s", test_path(run_a), (unsigned long long)step, files[i]);
-    snprintf(b, sizeof b, "%s/ckpt-%012llu/%s", test_path(run_b), (unsigned long long)step, files[i]);
-    if (!files_equal(a, b)) {
-      fprintf(stderr, "%s differs between %s and %s\n", files[i], run_a, run_b);
-      return 0;
-    }
-  }
-  return 1;
-}
 
 /* The last metrics line's table_storage counter `key` (-1 if absent). */
 static double last_storage_counter(const char *run, const char *key) {
@@ -1097,22 +1094,7 @@ TEST(tiered_table_trains_as_ram_resumes_and_survives_sigkill) {
   CHECK(train("resumed", "--max-steps 180 --resume") == 0);
   CHECK(same_checkpoint("ram", "resumed", 180));
   /* Killed mid-run (its table file left behind), resumed: nothing lost. */
-  pid_t pid = fork();
-  CHECK(pid >= 0);
-  if (pid == 0) {
-    execl(getenv("DLREC_BIN"), "dlrec", "train", "-q", "--config", test_path("cfg.json"), "--train",
-          test_path("train.dlr"), "--etl", test_path("etl"), "--out", test_path("killed"), "--max-steps", "180",
-          (char *)NULL);
-    _exit(127);
-  }
-  char latest[2048];
-  snprintf(latest, sizeof latest, "%s/latest", test_path("killed"));
-  for (int i = 0; i < 3000 && stat(latest, &st) != 0; i++) usleep(10000);
-  usleep(20000);
-  kill(pid, SIGKILL);
-  int status;
-  waitpid(pid, &status, 0);
-  CHECK(stat(latest, &st) == 0);
+  CHECK(train_killed("killed", "180") == 0);
   CHECK(train("killed", "--max-steps 180 --resume") == 0);
   CHECK(same_checkpoint("ram", "killed", 180));
 }
