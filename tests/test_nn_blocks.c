@@ -232,12 +232,12 @@ static void check_cross(int B, int d, int r, int first) {
   for (int i = 0; i < d; i++) dbias[i] = 0.25f;
   int fails = 0;
   if (r == 0) {
-    fails += dlrec_cross_forward(out, act, x0, xin, w, bias, B, d) != DLREC_OK;
-    fails = fails || dlrec_cross_backward(dx0, dxl, dw, dbias, R, x0, xin, act, w, ws, B, d) != DLREC_OK;
+    fails += dlrec_cross_forward(NULL, out, act, x0, xin, w, bias, B, d) != DLREC_OK;
+    fails = fails || dlrec_cross_backward(NULL, dx0, dxl, dw, dbias, R, x0, xin, act, w, ws, B, d) != DLREC_OK;
   } else {
-    fails += dlrec_cross_lowrank_forward(out, act, x0, xin, v, u, bias, B, d, r) != DLREC_OK;
-    fails = fails || dlrec_cross_lowrank_backward(dx0, dxl, dv, du, dbias, R, x0, xin, act, v, u, ws, B, d, r) !=
-                         DLREC_OK;
+    fails += dlrec_cross_lowrank_forward(NULL, out, act, x0, xin, v, u, bias, B, d, r) != DLREC_OK;
+    fails = fails ||
+            dlrec_cross_lowrank_backward(NULL, dx0, dxl, dv, du, dbias, R, x0, xin, act, v, u, ws, B, d, r) != DLREC_OK;
   }
   cross_reference(ref, x0d, xld, wd, vd, ud, bd, B, d, r);
   fails = fails || check_close("cross out", out, ref, n, 1e-5, 1e-5);
@@ -288,10 +288,10 @@ TEST(cross_forward_large_matches_reference) {
   fill(v, r * d, &rng, -0.2f, 0.2f), fill(u, d * r, &rng, -0.2f, 0.2f), fill(bias, d, &rng, -1, 1);
   ref_to_double(x0d, x0, n), ref_to_double(xld, xl, n), ref_to_double(wd, w, d * d), ref_to_double(vd, v, r * d);
   ref_to_double(ud, u, d * r), ref_to_double(bd, bias, d);
-  int fails = dlrec_cross_forward(out, act, x0, xl, w, bias, B, d) != DLREC_OK;
+  int fails = dlrec_cross_forward(NULL, out, act, x0, xl, w, bias, B, d) != DLREC_OK;
   cross_reference(ref, x0d, xld, wd, NULL, NULL, bd, B, d, 0);
   fails = fails || check_close("cross out", out, ref, n, 1e-5, 1e-5);
-  fails = fails || dlrec_cross_lowrank_forward(out, act, x0, xl, v, u, bias, B, d, r) != DLREC_OK;
+  fails = fails || dlrec_cross_lowrank_forward(NULL, out, act, x0, xl, v, u, bias, B, d, r) != DLREC_OK;
   cross_reference(ref, x0d, xld, NULL, vd, ud, bd, B, d, r);
   fails = fails || check_close("cross lowrank out", out, ref, n, 1e-5, 1e-5);
   if (fails && !test_failed_now()) test_fail(__FILE__, __LINE__, "cross: %s", dlrec_last_error());
@@ -349,12 +349,12 @@ TEST(cross_infer_is_batch_invariant_and_matches_reference) {
 
 TEST(cross_rejects_bad_arguments) {
   float buf[64] = {0};
-  CHECK_ERR(dlrec_cross_forward(buf, buf, buf, buf, buf, NULL, 1, 1), DLREC_ERR_INVALID, "NULL");
-  CHECK_ERR(dlrec_cross_forward(buf, buf, buf, buf, buf, buf, 1, 0), DLREC_ERR_INVALID, "d=0");
-  CHECK_ERR(dlrec_cross_lowrank_forward(buf, buf, buf, buf, buf, buf, buf, 1, 2, 0), DLREC_ERR_INVALID, "r=0");
-  CHECK_ERR(dlrec_cross_backward(buf, buf, buf, buf, buf, buf, buf, buf, buf, NULL, 1, 1), DLREC_ERR_INVALID,
+  CHECK_ERR(dlrec_cross_forward(NULL, buf, buf, buf, buf, buf, NULL, 1, 1), DLREC_ERR_INVALID, "NULL");
+  CHECK_ERR(dlrec_cross_forward(NULL, buf, buf, buf, buf, buf, buf, 1, 0), DLREC_ERR_INVALID, "d=0");
+  CHECK_ERR(dlrec_cross_lowrank_forward(NULL, buf, buf, buf, buf, buf, buf, buf, 1, 2, 0), DLREC_ERR_INVALID, "r=0");
+  CHECK_ERR(dlrec_cross_backward(NULL, buf, buf, buf, buf, buf, buf, buf, buf, buf, NULL, 1, 1), DLREC_ERR_INVALID,
             "NULL");
-  CHECK_ERR(dlrec_cross_lowrank_backward(buf, buf, buf, buf, buf, buf, buf, buf, buf, buf, buf, buf, 0, 1, 1),
+  CHECK_ERR(dlrec_cross_lowrank_backward(NULL, buf, buf, buf, buf, buf, buf, buf, buf, buf, buf, buf, buf, 0, 1, 1),
             DLREC_ERR_INVALID, "B=0");
   CHECK_ERR(dlrec_cross_infer(buf, buf, buf, NULL, 1, 1), DLREC_ERR_INVALID, "NULL");
   CHECK_EQ(dlrec_cross_act_floats(2, 3, 0), 6);
@@ -398,9 +398,9 @@ static void check_mix(int B, int d, int r, int K, int first, uint64_t seed) {
   for (size_t i = 0; i < nc; i++) dc[i] = 0.25f;
   for (size_t i = 0; i < ng; i++) dg[i] = 0.25f;
   for (int i = 0; i < d; i++) dbias[i] = 0.25f;
-  int fails = dlrec_cross_mix_forward(out, act, x0, xin, v, c, u, g, bias, B, d, r, K) != DLREC_OK;
-  fails = fails || dlrec_cross_mix_backward(dx0, dxl, dv, dc, du, dg, dbias, R, x0, xin, act, v, c, u, g, ws, B, d,
-                                            r, K) != DLREC_OK;
+  int fails = dlrec_cross_mix_forward(NULL, out, act, x0, xin, v, c, u, g, bias, B, d, r, K) != DLREC_OK;
+  fails = fails || dlrec_cross_mix_backward(NULL, dx0, dxl, dv, dc, du, dg, dbias, R, x0, xin, act, v, c, u, g, ws, B,
+                                            d, r, K) != DLREC_OK;
   double min_pre = INFINITY;
   ref_cross_mix_forward(ref, &min_pre, x0d, xld, vd, cd, ud, gd, bd, B, d, r, K);
   fails = fails || check_close("mix out", out, ref, n, 1e-5, 1e-5);
@@ -486,12 +486,12 @@ TEST(cross_mix_infer_is_batch_invariant_and_matches_reference) {
 
 TEST(cross_mix_rejects_bad_arguments) {
   float buf[64] = {0};
-  CHECK_ERR(dlrec_cross_mix_forward(buf, buf, buf, buf, buf, buf, buf, buf, buf, 1, 2, 1, 65), DLREC_ERR_INVALID,
+  CHECK_ERR(dlrec_cross_mix_forward(NULL, buf, buf, buf, buf, buf, buf, buf, buf, buf, 1, 2, 1, 65), DLREC_ERR_INVALID,
             "K=65");
-  CHECK_ERR(dlrec_cross_mix_forward(buf, buf, buf, buf, buf, buf, buf, NULL, buf, 1, 2, 1, 1), DLREC_ERR_INVALID,
+  CHECK_ERR(dlrec_cross_mix_forward(NULL, buf, buf, buf, buf, buf, buf, buf, NULL, buf, 1, 2, 1, 1), DLREC_ERR_INVALID,
             "NULL");
-  CHECK_ERR(dlrec_cross_mix_backward(buf, buf, buf, buf, buf, buf, buf, buf, buf, buf, buf, buf, buf, buf, buf, buf,
-                                     1, 2, 0, 1),
+  CHECK_ERR(dlrec_cross_mix_backward(NULL, buf, buf, buf, buf, buf, buf, buf, buf, buf, buf, buf, buf, buf, buf, buf,
+                                     buf, 1, 2, 0, 1),
             DLREC_ERR_INVALID, "r=0");
   const dlrec_packed_linear *none[1] = {NULL};
   dlrec_packed_linear *gate = NULL;
@@ -851,7 +851,8 @@ TEST(batchnorm_is_thread_count_invariant) {
   CHECK(memcmp(rv[0], rv[1], sizeof(float) * C) == 0);
   CHECK(memcmp(din[0], din[1], sizeof(float) * B * C) == 0);
   CHECK(memcmp(dg[0], dg[1], sizeof(float) * C) == 0);
-  for (int t = 0; t < 2; t++) free(out[t]), free(sv[t]), free(rm[t]), free(rv[t]), free(din[t]), free(dg[t]), free(db[t]);
+  for (int t = 0; t < 2; t++)
+    free(out[t]), free(sv[t]), free(rm[t]), free(rv[t]), free(din[t]), free(dg[t]), free(db[t]);
   free(x), free(g), free(be), free(R);
 }
 

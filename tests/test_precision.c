@@ -1,8 +1,9 @@
 /* training.precision bf16 on the CPU: the bf16 rounding itself, the linear
  * layers' GEMMs (src/backend/cpu_gemm.c) against a double-precision
- * reference computed from bf16-rounded operands, the backend's resolution of
- * auto, the oneDNN path forced on a CPU without bf16 instructions, and a
- * small MLP that must learn as well in bf16 as in fp32.
+ * reference computed from bf16-rounded operands, the cross layers' products
+ * through those GEMMs, the backend's resolution of auto, the oneDNN path
+ * forced on a CPU without bf16 instructions, and a small MLP that must learn
+ * as well in bf16 as in fp32.
  *
  * On this project's CPUs without AVX512-BF16 or AMX, bf16 is emulated (the
  * operands rounded into fp32 scratch, then sgemm); on one with them the
@@ -228,6 +229,49 @@ TEST(backend_resolves_precision) {
   float in[2] = {1.0f + 0x1p-8f, 1.0f}, w[2] = {1.0f, 1.0f + 0x1p-8f}, out = 0;
   CHECK_OK(BE_OP(be, linear_forward, &out, in, w, NULL, 1, 2, 1, DLREC_ACT_NONE));
   CHECK(out == 2.0f);
+  dlrec_backend_free(be);
+}
+
+/* The cross layers' products go through the backend's GEMMs too: with
+ * xl[0] = 1 + 2^-8 (not a bf16, rounded to 1) each layer's output and its
+ * first weight gradient come out as exact values that only the bf16
+ * products give. x0 = 1, biases and gates 0, dout = 1, B = 1, d = 2, r = 1,
+ * one expert:
+ *   full rank  W = [[1 + 2^-8, 1], ..]: u0 = 1·1 + 1·1 = 2 (fp32: 2.0078125)
+ *   low rank   V = [1 + 2^-8, 1], U = [1, 1]: t = 2, u0 = 2
+ *   mixture    V as low rank, C = [1], U = [1, 1]: t1 = t2 = e0 = 2, p = 1
+ * so out[0] = x0·u0 + xl[0] = 2 + 1.00390625 everywhere, and the gradient of
+ * the weight that meets xl[0] (dW[0][0], dV[0][0]) is 1·1 = 1 (full rank)
+ * or 2·1 = 2 (dt = dt1 = 2), where fp32 gives 1.00390625 or 2.0078125. */
+TEST(bf16_cross_layers_round_their_products) {
+  dlrec_backend *be;
+  dlrec_backend_config c = {.threads = 1, .precision = DLREC_PRECISION_BF16};
+  CHECK_OK(dlrec_backend_create(&be, "cpu", &c));
+  const float e = 1.0f + 0x1p-8f, want_out = 2.0f + e;
+  float x0[2] = {1, 1}, xl[2] = {e, 1}, dout[2] = {1, 1}, zero[2] = {0, 0}, one[2] = {1, 1};
+  float w[4] = {e, 1, 1, e}, v[2] = {e, 1}, cc[1] = {1};
+  float out[2], act[16], ws[16], dx0[2], dxl[2], dw[4], dv[2], du[2], dc[1], dg[2], db[2];
+  CHECK(dlrec_cross_mix_act_floats(1, 2, 1, 1) <= 16 && dlrec_cross_mix_ws_floats(1, 2, 1, 1) <= 16);
+
+  CHECK_OK(BE_OP(be, cross_forward, out, act, x0, xl, w, zero, 1, 2));
+  CHECK(out[0] == want_out);
+  memset(dx0, 0, sizeof dx0), memset(dw, 0, sizeof dw), memset(db, 0, sizeof db);
+  CHECK_OK(BE_OP(be, cross_backward, dx0, dxl, dw, db, dout, x0, xl, act, w, ws, 1, 2));
+  CHECK(dw[0] == 1.0f);
+
+  CHECK_OK(BE_OP(be, cross_lowrank_forward, out, act, x0, xl, v, one, zero, 1, 2, 1));
+  CHECK(out[0] == want_out);
+  memset(dx0, 0, sizeof dx0), memset(dv, 0, sizeof dv), memset(du, 0, sizeof du), memset(db, 0, sizeof db);
+  CHECK_OK(BE_OP(be, cross_lowrank_backward, dx0, dxl, dv, du, db, dout, x0, xl, act, v, one, ws, 1, 2, 1));
+  CHECK(dv[0] == 2.0f);
+
+  CHECK_OK(BE_OP(be, cross_mix_forward, out, act, x0, xl, v, cc, one, zero, zero, 1, 2, 1, 1));
+  CHECK(out[0] == want_out);
+  memset(dx0, 0, sizeof dx0), memset(dv, 0, sizeof dv), memset(du, 0, sizeof du), memset(db, 0, sizeof db);
+  memset(dc, 0, sizeof dc), memset(dg, 0, sizeof dg);
+  CHECK_OK(BE_OP(be, cross_mix_backward, dx0, dxl, dv, dc, du, dg, db, dout, x0, xl, act, v, cc, one, zero, ws, 1,
+                 2, 1, 1));
+  CHECK(dv[0] == 2.0f);
   dlrec_backend_free(be);
 }
 

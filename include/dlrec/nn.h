@@ -57,6 +57,25 @@ dlrec_status dlrec_linear_backward(float *din, float *dweight, float *dbias, con
  * dlrec_linear_backward, for GEMMs that run elsewhere). */
 void dlrec_bias_backward(float *dbias, const float *dout, int B, int OUT);
 
+/* The products of a block built on linear layers (the cross layers), run by
+ * whoever owns the arithmetic: forward is dlrec_linear_forward's contract
+ * (dlrec_linear_relu_forward's when relu is set), backward is
+ * dlrec_linear_backward's. A backend passes its own (bf16 GEMMs); a NULL
+ * dlrec_gemm_ops * means fp32 sgemm, dlrec_linear_* itself. */
+typedef struct dlrec_gemm_ops {
+  dlrec_status (*forward)(void *ctx, float *out, const float *in, const float *weight, const float *bias, int B, int IN,
+                          int OUT, int relu);
+  dlrec_status (*backward)(void *ctx, float *din, float *dweight, float *dbias, const float *dout, const float *in,
+                           const float *weight, int B, int IN, int OUT);
+  void *ctx;
+} dlrec_gemm_ops;
+
+/* The linear layer's forward and backward through g (NULL: sgemm). */
+dlrec_status dlrec_gemm_forward(const dlrec_gemm_ops *g, float *out, const float *in, const float *weight,
+                                const float *bias, int B, int IN, int OUT, int relu);
+dlrec_status dlrec_gemm_backward(const dlrec_gemm_ops *g, float *din, float *dweight, float *dbias, const float *dout,
+                                 const float *in, const float *weight, int B, int IN, int OUT);
+
 /* ---- activations -------------------------------------------------------- */
 
 /* out[i] = max(in[i], 0) for n values; out == in is allowed. */
@@ -235,12 +254,14 @@ size_t dlrec_cross_act_floats(int B, int d, int r);
 /* Floats of the backward's scratch: B·d (full rank, r = 0) or B·(d + r). */
 size_t dlrec_cross_ws_floats(int B, int d, int r);
 
-/* The training forward of the full-rank layer (sgemm).
+/* The training forward of the full-rank layer, its product through g
+ * (dlrec_gemm_ops; NULL: fp32 sgemm), as in every training forward and
+ * backward below.
  *   out (B, d); act (dlrec_cross_act_floats(B, d, 0)), written for the backward
  *   x0, xl (B, d); w (d, d); bias (d)
  * out must not overlap the inputs; xl == x0 is allowed. */
-dlrec_status dlrec_cross_forward(float *out, float *act, const float *x0, const float *xl, const float *w,
-                                 const float *bias, int B, int d);
+dlrec_status dlrec_cross_forward(const dlrec_gemm_ops *g, float *out, float *act, const float *x0, const float *xl,
+                                 const float *w, const float *bias, int B, int d);
 
 /* The backward of dlrec_cross_forward, given dout (B, d):
  *   dx0   (B, d)  ACCUMULATED (+=), since x0 feeds every layer of a stack
@@ -249,22 +270,24 @@ dlrec_status dlrec_cross_forward(float *out, float *act, const float *x0, const 
  *   ws    dlrec_cross_ws_floats(B, d, 0) floats of scratch
  * x0, xl, act and w are the forward's. dx0 and dxl must not overlap each
  * other or the inputs: for the first layer (xl = x0) add dxl to dx0. */
-dlrec_status dlrec_cross_backward(float *dx0, float *dxl, float *dw, float *dbias, const float *dout,
-                                  const float *x0, const float *xl, const float *act, const float *w, float *ws,
-                                  int B, int d);
+dlrec_status dlrec_cross_backward(const dlrec_gemm_ops *g, float *dx0, float *dxl, float *dw, float *dbias,
+                                  const float *dout, const float *x0, const float *xl, const float *act, const float *w,
+                                  float *ws, int B, int d);
 
 /* The training forward of the low-rank layer: act (dlrec_cross_act_floats(B,
  * d, r)) receives t = xl · Vᵀ (B, r) then u = t · Uᵀ + bias (B, d). */
-dlrec_status dlrec_cross_lowrank_forward(float *out, float *act, const float *x0, const float *xl, const float *v,
-                                         const float *u, const float *bias, int B, int d, int r);
+dlrec_status dlrec_cross_lowrank_forward(const dlrec_gemm_ops *g, float *out, float *act, const float *x0,
+                                         const float *xl, const float *v, const float *u, const float *bias, int B,
+                                         int d, int r);
 
 /* The backward of the low-rank layer, given dout (B, d): dx0 (B, d)
  * accumulated, dxl (B, d) overwritten, dv (r, d), du (d, r) and dbias (d)
  * accumulated; ws holds dlrec_cross_ws_floats(B, d, r) floats. act, v and u
  * are the forward's. Overlap rules as dlrec_cross_backward. */
-dlrec_status dlrec_cross_lowrank_backward(float *dx0, float *dxl, float *dv, float *du, float *dbias,
-                                          const float *dout, const float *x0, const float *xl, const float *act,
-                                          const float *v, const float *u, float *ws, int B, int d, int r);
+dlrec_status dlrec_cross_lowrank_backward(const dlrec_gemm_ops *g, float *dx0, float *dxl, float *dv, float *du,
+                                          float *dbias, const float *dout, const float *x0, const float *xl,
+                                          const float *act, const float *v, const float *u, float *ws, int B, int d,
+                                          int r);
 
 /* The inference forwards, batch-invariant: the products run through packed
  * layers (dlrec_packed_linear_create of w with its bias, IN = OUT = d; of v
@@ -297,17 +320,17 @@ size_t dlrec_cross_mix_ws_floats(int B, int d, int r, int K);
 /* Floats of the inference forward's scratch: B·(2r + d + K). */
 size_t dlrec_cross_mix_infer_ws_floats(int B, int d, int r, int K);
 
-/* The training forward (sgemm); act receives t1, t2, e (each k-major) and p. */
-dlrec_status dlrec_cross_mix_forward(float *out, float *act, const float *x0, const float *xl, const float *v,
-                                     const float *c, const float *u, const float *gate, const float *bias, int B,
-                                     int d, int r, int K);
+/* The training forward (products through g); act receives t1, t2, e (each k-major) and p. */
+dlrec_status dlrec_cross_mix_forward(const dlrec_gemm_ops *g, float *out, float *act, const float *x0, const float *xl,
+                                     const float *v, const float *c, const float *u, const float *gate,
+                                     const float *bias, int B, int d, int r, int K);
 
 /* The backward, given dout (B, d): dx0 (B, d) accumulated, dxl (B, d)
  * overwritten; dv, dc, du, dgate, dbias accumulated (shapes of v, c, u,
  * gate, bias). act, v, c, u and gate are the forward's; ws holds
  * dlrec_cross_mix_ws_floats floats. Overlap rules as dlrec_cross_backward. */
-dlrec_status dlrec_cross_mix_backward(float *dx0, float *dxl, float *dv, float *dc, float *du, float *dgate,
-                                      float *dbias, const float *dout, const float *x0, const float *xl,
+dlrec_status dlrec_cross_mix_backward(const dlrec_gemm_ops *g, float *dx0, float *dxl, float *dv, float *dc, float *du,
+                                      float *dgate, float *dbias, const float *dout, const float *x0, const float *xl,
                                       const float *act, const float *v, const float *c, const float *u,
                                       const float *gate, float *ws, int B, int d, int r, int K);
 

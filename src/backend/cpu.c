@@ -68,6 +68,22 @@ static dlrec_status cpu_linear_backward(dlrec_backend *be, float *din, float *dw
   return cpu_gemm_linear_backward(gemm_of(be), din, dweight, dbias, dout, in, weight, B, IN, OUT);
 }
 
+/* The cross layers' products, in the backend's precision like the linear
+ * layers' (dlrec_gemm_ops over cpu_gemm). */
+static dlrec_status gemm_ops_forward(void *ctx, float *out, const float *in, const float *weight,
+                                     const float *bias, int B, int IN, int OUT, int relu) {
+  return cpu_gemm_linear_forward(ctx, out, in, weight, bias, B, IN, OUT, relu ? DLREC_ACT_RELU : DLREC_ACT_NONE);
+}
+
+static dlrec_status gemm_ops_backward(void *ctx, float *din, float *dweight, float *dbias, const float *dout,
+                                      const float *in, const float *weight, int B, int IN, int OUT) {
+  return cpu_gemm_linear_backward(ctx, din, dweight, dbias, dout, in, weight, B, IN, OUT);
+}
+
+static dlrec_gemm_ops gemm_ops(dlrec_backend *be) {
+  return (dlrec_gemm_ops){.forward = gemm_ops_forward, .backward = gemm_ops_backward, .ctx = gemm_of(be)};
+}
+
 static dlrec_status cpu_relu_forward(dlrec_backend *be, float *out, const float *in, size_t n) {
   enter(be);
   return dlrec_relu_forward(out, in, n);
@@ -110,21 +126,24 @@ static dlrec_status cpu_concat_backward(dlrec_backend *be, float *dx, float *dem
 static dlrec_status cpu_cross_forward(dlrec_backend *be, float *out, float *act, const float *x0, const float *xl,
                                       const float *w, const float *bias, int B, int d) {
   enter(be);
-  return dlrec_cross_forward(out, act, x0, xl, w, bias, B, d);
+  const dlrec_gemm_ops g = gemm_ops(be);
+  return dlrec_cross_forward(&g, out, act, x0, xl, w, bias, B, d);
 }
 
 static dlrec_status cpu_cross_backward(dlrec_backend *be, float *dx0, float *dxl, float *dw, float *dbias,
                                        const float *dout, const float *x0, const float *xl, const float *act,
                                        const float *w, float *ws, int B, int d) {
   enter(be);
-  return dlrec_cross_backward(dx0, dxl, dw, dbias, dout, x0, xl, act, w, ws, B, d);
+  const dlrec_gemm_ops g = gemm_ops(be);
+  return dlrec_cross_backward(&g, dx0, dxl, dw, dbias, dout, x0, xl, act, w, ws, B, d);
 }
 
 static dlrec_status cpu_cross_lowrank_forward(dlrec_backend *be, float *out, float *act, const float *x0,
                                               const float *xl, const float *v, const float *u, const float *bias,
                                               int B, int d, int r) {
   enter(be);
-  return dlrec_cross_lowrank_forward(out, act, x0, xl, v, u, bias, B, d, r);
+  const dlrec_gemm_ops g = gemm_ops(be);
+  return dlrec_cross_lowrank_forward(&g, out, act, x0, xl, v, u, bias, B, d, r);
 }
 
 static dlrec_status cpu_cross_lowrank_backward(dlrec_backend *be, float *dx0, float *dxl, float *dv, float *du,
@@ -132,14 +151,16 @@ static dlrec_status cpu_cross_lowrank_backward(dlrec_backend *be, float *dx0, fl
                                                const float *act, const float *v, const float *u, float *ws, int B,
                                                int d, int r) {
   enter(be);
-  return dlrec_cross_lowrank_backward(dx0, dxl, dv, du, dbias, dout, x0, xl, act, v, u, ws, B, d, r);
+  const dlrec_gemm_ops g = gemm_ops(be);
+  return dlrec_cross_lowrank_backward(&g, dx0, dxl, dv, du, dbias, dout, x0, xl, act, v, u, ws, B, d, r);
 }
 
 static dlrec_status cpu_cross_mix_forward(dlrec_backend *be, float *out, float *act, const float *x0,
                                           const float *xl, const float *v, const float *c, const float *u,
                                           const float *gate, const float *bias, int B, int d, int r, int K) {
   enter(be);
-  return dlrec_cross_mix_forward(out, act, x0, xl, v, c, u, gate, bias, B, d, r, K);
+  const dlrec_gemm_ops g = gemm_ops(be);
+  return dlrec_cross_mix_forward(&g, out, act, x0, xl, v, c, u, gate, bias, B, d, r, K);
 }
 
 static dlrec_status cpu_cross_mix_backward(dlrec_backend *be, float *dx0, float *dxl, float *dv, float *dc,
@@ -148,7 +169,8 @@ static dlrec_status cpu_cross_mix_backward(dlrec_backend *be, float *dx0, float 
                                            const float *u, const float *gate, float *ws, int B, int d, int r,
                                            int K) {
   enter(be);
-  return dlrec_cross_mix_backward(dx0, dxl, dv, dc, du, dgate, dbias, dout, x0, xl, act, v, c, u, gate, ws, B, d,
+  const dlrec_gemm_ops g = gemm_ops(be);
+  return dlrec_cross_mix_backward(&g, dx0, dxl, dv, dc, du, dgate, dbias, dout, x0, xl, act, v, c, u, gate, ws, B, d,
                                   r, K);
 }
 

@@ -4,9 +4,10 @@
  * The layer is a linear map of xl followed by an elementwise gate with x0:
  *   u   = xl · Wᵀ + bias                 (B, d), W = U V in the low-rank case
  *   out = x0 ⊙ u + xl
- * so the products go through dlrec_linear_* (sgemm) in training, and the
- * backward is the linear layer's backward fed with du = dout ⊙ x0, plus the
- * two direct terms: dxl += dout (the residual) and dx0 += dout ⊙ u.
+ * so in training the products go through the caller's dlrec_gemm_ops (sgemm,
+ * or a backend's bf16 GEMMs), and the backward is the linear layer's
+ * backward fed with du = dout ⊙ x0, plus the two direct terms: dxl += dout
+ * (the residual) and dx0 += dout ⊙ u.
  *
  * sgemm's summation order depends on the matrix sizes, so for scoring the
  * products run through dlrec_packed_linear, whose order is fixed per output;
@@ -76,20 +77,20 @@ static void add_inplace(float *restrict y, const float *restrict x, size_t n) {
 
 /* ---- full rank ------------------------------------------------------------ */
 
-dlrec_status dlrec_cross_forward(float *out, float *act, const float *x0, const float *xl, const float *w,
-                                 const float *bias, int B, int d) {
+dlrec_status dlrec_cross_forward(const dlrec_gemm_ops *g, float *out, float *act, const float *x0, const float *xl,
+                                 const float *w, const float *bias, int B, int d) {
   if (!out || !act || !x0 || !xl || !w || !bias) return dlrec_error(DLREC_ERR_INVALID, "cross_forward: NULL buffer");
   dlrec_status st = check_shape("cross_forward", B, d, 0);
   if (st != DLREC_OK) return st;
-  st = dlrec_linear_forward(act, xl, w, bias, B, d, d); // u (B, d)
+  st = dlrec_gemm_forward(g, act, xl, w, bias, B, d, d, 0); // u (B, d)
   if (st != DLREC_OK) return st;
   gate(out, x0, act, xl, (size_t)B * d);
   return DLREC_OK;
 }
 
-dlrec_status dlrec_cross_backward(float *dx0, float *dxl, float *dw, float *dbias, const float *dout,
-                                  const float *x0, const float *xl, const float *act, const float *w, float *ws,
-                                  int B, int d) {
+dlrec_status dlrec_cross_backward(const dlrec_gemm_ops *g, float *dx0, float *dxl, float *dw, float *dbias,
+                                  const float *dout, const float *x0, const float *xl, const float *act, const float *w,
+                                  float *ws, int B, int d) {
   if (!dx0 || !dxl || !dw || !dbias || !dout || !x0 || !xl || !act || !w || !ws)
     return dlrec_error(DLREC_ERR_INVALID, "cross_backward: NULL buffer");
   dlrec_status st = check_shape("cross_backward", B, d, 0);
@@ -97,7 +98,7 @@ dlrec_status dlrec_cross_backward(float *dx0, float *dxl, float *dw, float *dbia
   const size_t n = (size_t)B * d;
   float *du = ws; // (B, d)
   gate_backward(du, dx0, dout, x0, act, n);
-  st = dlrec_linear_backward(dxl, dw, dbias, du, xl, w, B, d, d);
+  st = dlrec_gemm_backward(g, dxl, dw, dbias, du, xl, w, B, d, d);
   if (st != DLREC_OK) return st;
   add_inplace(dxl, dout, n);
   return DLREC_OK;
@@ -116,24 +117,26 @@ dlrec_status dlrec_cross_infer(float *out, const float *x0, const float *xl, con
 
 /* ---- low rank ----------------------------------------------------------------- */
 
-dlrec_status dlrec_cross_lowrank_forward(float *out, float *act, const float *x0, const float *xl, const float *v,
-                                         const float *u, const float *bias, int B, int d, int r) {
+dlrec_status dlrec_cross_lowrank_forward(const dlrec_gemm_ops *g, float *out, float *act, const float *x0,
+                                         const float *xl, const float *v, const float *u, const float *bias, int B,
+                                         int d, int r) {
   if (!out || !act || !x0 || !xl || !v || !u || !bias)
     return dlrec_error(DLREC_ERR_INVALID, "cross_lowrank_forward: NULL buffer");
   dlrec_status st = check_shape("cross_lowrank_forward", B, d, r);
   if (st == DLREC_OK && r < 1) st = dlrec_error(DLREC_ERR_INVALID, "cross_lowrank_forward: rank r=%d < 1", r);
   if (st != DLREC_OK) return st;
   float *t = act, *uu = act + (size_t)B * r;
-  st = dlrec_linear_forward(t, xl, v, NULL, B, d, r); // t (B, r) = xl · Vᵀ
-  if (st == DLREC_OK) st = dlrec_linear_forward(uu, t, u, bias, B, r, d); // u (B, d) = t · Uᵀ + bias
+  st = dlrec_gemm_forward(g, t, xl, v, NULL, B, d, r, 0);                     // t (B, r) = xl · Vᵀ
+  if (st == DLREC_OK) st = dlrec_gemm_forward(g, uu, t, u, bias, B, r, d, 0); // u (B, d) = t · Uᵀ + bias
   if (st != DLREC_OK) return st;
   gate(out, x0, uu, xl, (size_t)B * d);
   return DLREC_OK;
 }
 
-dlrec_status dlrec_cross_lowrank_backward(float *dx0, float *dxl, float *dv, float *du, float *dbias,
-                                          const float *dout, const float *x0, const float *xl, const float *act,
-                                          const float *v, const float *u, float *ws, int B, int d, int r) {
+dlrec_status dlrec_cross_lowrank_backward(const dlrec_gemm_ops *g, float *dx0, float *dxl, float *dv, float *du,
+                                          float *dbias, const float *dout, const float *x0, const float *xl,
+                                          const float *act, const float *v, const float *u, float *ws, int B, int d,
+                                          int r) {
   if (!dx0 || !dxl || !dv || !du || !dbias || !dout || !x0 || !xl || !act || !v || !u || !ws)
     return dlrec_error(DLREC_ERR_INVALID, "cross_lowrank_backward: NULL buffer");
   dlrec_status st = check_shape("cross_lowrank_backward", B, d, r);
@@ -143,8 +146,8 @@ dlrec_status dlrec_cross_lowrank_backward(float *dx0, float *dxl, float *dv, flo
   const float *t = act, *uu = act + (size_t)B * r;
   float *dpre = ws, *dt = ws + n; // (B, d), (B, r)
   gate_backward(dpre, dx0, dout, x0, uu, n);
-  st = dlrec_linear_backward(dt, du, dbias, dpre, t, u, B, r, d);
-  if (st == DLREC_OK) st = dlrec_linear_backward(dxl, dv, NULL, dt, xl, v, B, d, r);
+  st = dlrec_gemm_backward(g, dt, du, dbias, dpre, t, u, B, r, d);
+  if (st == DLREC_OK) st = dlrec_gemm_backward(g, dxl, dv, NULL, dt, xl, v, B, d, r);
   if (st != DLREC_OK) return st;
   add_inplace(dxl, dout, n);
   return DLREC_OK;

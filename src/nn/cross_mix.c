@@ -5,9 +5,10 @@
  *   e_k = relu(relu(xl · V_kᵀ) · C_kᵀ) · U_kᵀ + bias
  * and the layer mixes them with a softmax over per-expert linear gates:
  *   out = x0 ⊙ Σ_k p_k e_k + xl,   p = softmax_k(xl · G_kᵀ)
- * (TorchRec's LowRankMixtureCrossNet, with ReLU as g). The products go
- * through dlrec_linear_* in training, one expert at a time; the softmax and
- * the mixture are per row, with the experts summed in k order.
+ * (TorchRec's LowRankMixtureCrossNet, with ReLU as g). In training the
+ * products go through the caller's dlrec_gemm_ops (sgemm, or a backend's
+ * bf16 GEMMs), one expert at a time; the softmax and the mixture are per
+ * row, with the experts summed in k order.
  *
  * The backward, with m = Σ_k p_k e_k and dm = dout ⊙ x0:
  *   dx0 += dout ⊙ m          de_k = p_k dm         dp_k = <dm, e_k>
@@ -95,9 +96,9 @@ static void gate_inplace(float *out, const float *x0, const float *xl, size_t n)
   }
 }
 
-dlrec_status dlrec_cross_mix_forward(float *out, float *act, const float *x0, const float *xl, const float *v,
-                                     const float *c, const float *u, const float *gate, const float *bias, int B,
-                                     int d, int r, int K) {
+dlrec_status dlrec_cross_mix_forward(const dlrec_gemm_ops *g, float *out, float *act, const float *x0, const float *xl,
+                                     const float *v, const float *c, const float *u, const float *gate,
+                                     const float *bias, int B, int d, int r, int K) {
   if (!out || !act || !x0 || !xl || !v || !c || !u || !gate || !bias)
     return dlrec_error(DLREC_ERR_INVALID, "cross_mix_forward: NULL buffer");
   dlrec_status st = check_shape("cross_mix_forward", B, d, r, K);
@@ -105,11 +106,11 @@ dlrec_status dlrec_cross_mix_forward(float *out, float *act, const float *x0, co
   const size_t Br = (size_t)B * r, Bd = (size_t)B * d;
   float *t1 = act, *t2 = t1 + K * Br, *e = t2 + K * Br, *p = e + K * Bd;
   for (int k = 0; k < K && st == DLREC_OK; k++) {
-    st = dlrec_linear_relu_forward(t1 + k * Br, xl, v + (size_t)k * r * d, NULL, B, d, r);
-    if (st == DLREC_OK) st = dlrec_linear_relu_forward(t2 + k * Br, t1 + k * Br, c + (size_t)k * r * r, NULL, B, r, r);
-    if (st == DLREC_OK) st = dlrec_linear_forward(e + k * Bd, t2 + k * Br, u + (size_t)k * d * r, bias, B, r, d);
+    st = dlrec_gemm_forward(g, t1 + k * Br, xl, v + (size_t)k * r * d, NULL, B, d, r, 1);
+    if (st == DLREC_OK) st = dlrec_gemm_forward(g, t2 + k * Br, t1 + k * Br, c + (size_t)k * r * r, NULL, B, r, r, 1);
+    if (st == DLREC_OK) st = dlrec_gemm_forward(g, e + k * Bd, t2 + k * Br, u + (size_t)k * d * r, bias, B, r, d, 0);
   }
-  if (st == DLREC_OK) st = dlrec_linear_forward(p, xl, gate, NULL, B, d, K); // logits (B, K)
+  if (st == DLREC_OK) st = dlrec_gemm_forward(g, p, xl, gate, NULL, B, d, K, 0); // logits (B, K)
   if (st != DLREC_OK) return st;
   softmax_rows(p, B, K);
   mixture(out, p, e, B, d, K);
@@ -117,12 +118,12 @@ dlrec_status dlrec_cross_mix_forward(float *out, float *act, const float *x0, co
   return DLREC_OK;
 }
 
-dlrec_status dlrec_cross_mix_backward(float *dx0, float *dxl, float *dv, float *dc, float *du, float *dgate,
-                                      float *dbias, const float *dout, const float *x0, const float *xl,
+dlrec_status dlrec_cross_mix_backward(const dlrec_gemm_ops *g, float *dx0, float *dxl, float *dv, float *dc, float *du,
+                                      float *dgate, float *dbias, const float *dout, const float *x0, const float *xl,
                                       const float *act, const float *v, const float *c, const float *u,
                                       const float *gate, float *ws, int B, int d, int r, int K) {
-  if (!dx0 || !dxl || !dv || !dc || !du || !dgate || !dbias || !dout || !x0 || !xl || !act || !v || !c || !u ||
-      !gate || !ws)
+  if (!dx0 || !dxl || !dv || !dc || !du || !dgate || !dbias || !dout || !x0 || !xl || !act || !v || !c || !u || !gate ||
+      !ws)
     return dlrec_error(DLREC_ERR_INVALID, "cross_mix_backward: NULL buffer");
   dlrec_status st = check_shape("cross_mix_backward", B, d, r, K);
   if (st != DLREC_OK) return st;
@@ -151,7 +152,7 @@ dlrec_status dlrec_cross_mix_backward(float *dx0, float *dxl, float *dv, float *
     for (int k = 0; k < K; k++) dl[k] = (float)(pr[k] * (dl[k] - s));
   }
   /* The residual, then the gate's term. */
-  st = dlrec_linear_backward(tmp, dgate, NULL, dlogit, xl, gate, B, d, K);
+  st = dlrec_gemm_backward(g, tmp, dgate, NULL, dlogit, xl, gate, B, d, K);
   if (st != DLREC_OK) return st;
   for (size_t i = 0; i < Bd; i++) dxl[i] = dout[i] + tmp[i];
   for (int k = 0; k < K && st == DLREC_OK; k++) {
@@ -160,13 +161,13 @@ dlrec_status dlrec_cross_mix_backward(float *dx0, float *dxl, float *dv, float *
       const float pk = p[(size_t)b * K + k];
       for (int j = 0; j < d; j++) de[(size_t)b * d + j] = pk * dm[(size_t)b * d + j];
     }
-    st = dlrec_linear_backward(dt2, du + (size_t)k * d * r, dbias, de, t2k, u + (size_t)k * d * r, B, r, d);
+    st = dlrec_gemm_backward(g, dt2, du + (size_t)k * d * r, dbias, de, t2k, u + (size_t)k * d * r, B, r, d);
     if (st == DLREC_OK) st = dlrec_relu_backward(dt2, dt2, t2k, Br);
     if (st == DLREC_OK)
-      st = dlrec_linear_backward(dt1, dc + (size_t)k * r * r, NULL, dt2, t1k, c + (size_t)k * r * r, B, r, r);
+      st = dlrec_gemm_backward(g, dt1, dc + (size_t)k * r * r, NULL, dt2, t1k, c + (size_t)k * r * r, B, r, r);
     if (st == DLREC_OK) st = dlrec_relu_backward(dt1, dt1, t1k, Br);
     if (st == DLREC_OK)
-      st = dlrec_linear_backward(tmp, dv + (size_t)k * r * d, NULL, dt1, xl, v + (size_t)k * r * d, B, d, r);
+      st = dlrec_gemm_backward(g, tmp, dv + (size_t)k * r * d, NULL, dt1, xl, v + (size_t)k * r * d, B, d, r);
     if (st == DLREC_OK)
       for (size_t i = 0; i < Bd; i++) dxl[i] += tmp[i];
   }

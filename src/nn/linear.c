@@ -99,3 +99,15 @@ dlrec_status dlrec_linear_backward(float *din, float *dweight, float *dbias, con
   }
   return DLREC_OK;
 }
+
+dlrec_status dlrec_gemm_forward(const dlrec_gemm_ops *g, float *out, const float *in, const float *weight,
+                                const float *bias, int B, int IN, int OUT, int relu) {
+  if (g) return g->forward(g->ctx, out, in, weight, bias, B, IN, OUT, relu);
+  return forward(out, in, weight, bias, B, IN, OUT, relu, relu ? "linear_relu_forward" : "linear_forward");
+}
+
+dlrec_status dlrec_gemm_backward(const dlrec_gemm_ops *g, float *din, float *dweight, float *dbias,
+                                 const float *dout, const float *in, const float *weight, int B, int IN, int OUT) {
+  if (g) return g->backward(g->ctx, din, dweight, dbias, dout, in, weight, B, IN, OUT);
+  return dlrec_linear_backward(din, dweight, dbias, dout, in, weight, B, IN, OUT);
+}
