@@ -38,7 +38,7 @@ static int flip_byte(const char *path, long offset) {
 TEST(tensor_file_checksum_covers_every_byte) {
   float a[3] = {1.5f, -2.0f, 3.25f};
   uint32_t b[5] = {1, 2, 3, 4, 5};
-  tensor_desc w[2] = {{"a", TENSOR_F32, 3, a, 0}, {"b", TENSOR_U32, 5, b, 0}};
+  tensor_desc w[2] = {tensor_array("a", TENSOR_F32, 3, a, 0), tensor_array("b", TENSOR_U32, 5, b, 0)};
   const char *path = test_path("t.bin");
   uint32_t wrote = 0, read = 0;
   CHECK_OK(tensor_file_write(path, w, 2, &wrote));
@@ -49,7 +49,7 @@ TEST(tensor_file_checksum_covers_every_byte) {
   CHECK_EQ(st.st_size, 320);
   float ra[3];
   uint32_t rb[5];
-  tensor_desc r[2] = {{"b", TENSOR_U32, 5, rb, 0}, {"a", TENSOR_F32, 3, ra, 0}}; /* any order */
+  tensor_desc r[2] = {tensor_array("b", TENSOR_U32, 5, rb, 0), tensor_array("a", TENSOR_F32, 3, ra, 0)}; /* any order */
   CHECK_OK(tensor_file_read(path, r, 2, &read));
   CHECK_EQ_U64(read, wrote);
   CHECK(memcmp(ra, a, sizeof a) == 0 && memcmp(rb, b, sizeof b) == 0);
@@ -67,9 +67,59 @@ TEST(tensor_file_checksum_covers_every_byte) {
   CHECK_EQ_U64(read, wrote);
 }
 
+/* Gathered rows (a journal's changed rows of a table): written from their
+ * places in a larger array, read back contiguous and scattered to their
+ * places, with rows of 3 floats so that 8 MiB chunks end inside a row. A
+ * damaged array is refused before any row is scattered. */
+TEST(tensor_file_gathers_and_scatters_rows) {
+  enum { ROWS = 2000000, ELEMS = 3, PICK = 900000 };
+  float *table = malloc(sizeof(float) * ROWS * ELEMS), *back = malloc(sizeof(float) * ROWS * ELEMS);
+  float *flat = malloc(sizeof(float) * PICK * ELEMS);
+  uint32_t *rows = malloc(sizeof(uint32_t) * PICK);
+  CHECK(table && back && flat && rows);
+  for (size_t i = 0; i < (size_t)ROWS * ELEMS; i++) table[i] = (float)i;
+  for (uint32_t i = 0; i < PICK; i++) rows[i] = i * 2 + (i % 3 == 0); /* ascending, gaps of 1 to 3 */
+  tensor_desc g = tensor_array("rows_of_table", TENSOR_F32, (uint64_t)PICK * ELEMS, table, 0);
+  g.rows = rows, g.row_elems = ELEMS;
+  const char *path = test_path("g.bin");
+  uint32_t wrote, read;
+  CHECK_OK(tensor_file_write(path, &g, 1, &wrote));
+  tensor_desc f = tensor_array("rows_of_table", TENSOR_F32, (uint64_t)PICK * ELEMS, flat, 0);
+  CHECK_OK(tensor_file_read(path, &f, 1, &read));
+  CHECK_EQ_U64(read, wrote);
+  int bad = 0;
+  for (uint32_t i = 0; i < PICK; i++)
+    for (int e = 0; e < ELEMS; e++) bad += flat[(size_t)i * ELEMS + e] != table[(size_t)rows[i] * ELEMS + e];
+  CHECK_EQ(bad, 0);
+  for (size_t i = 0; i < (size_t)ROWS * ELEMS; i++) back[i] = -1.0f;
+  tensor_desc sc = g;
+  sc.data = back;
+  CHECK_OK(tensor_file_read(path, &sc, 1, &read));
+  size_t placed = 0, untouched = 0;
+  for (uint32_t r = 0, i = 0; r < ROWS; r++) {
+    const int picked = i < PICK && rows[i] == r;
+    for (int e = 0; e < ELEMS; e++) {
+      const size_t k = (size_t)r * ELEMS + e;
+      if (picked) placed += back[k] == table[k];
+      else untouched += back[k] == -1.0f;
+    }
+    i += picked;
+  }
+  CHECK_EQ_U64(placed, (uint64_t)PICK * ELEMS);
+  CHECK_EQ_U64(untouched, (uint64_t)(ROWS - PICK) * ELEMS);
+  /* A flipped byte in the array: refused, and no row written. */
+  for (size_t i = 0; i < (size_t)ROWS * ELEMS; i++) back[i] = -1.0f;
+  CHECK(flip_byte(path, 64 + 5000000));
+  CHECK_ERR(tensor_file_read(path, &sc, 1, &read), DLREC_ERR_CORRUPT, "checksum mismatch");
+  size_t changed = 0;
+  for (size_t i = 0; i < (size_t)ROWS * ELEMS; i++) changed += back[i] != -1.0f;
+  CHECK_EQ_U64(changed, 0);
+  free(table), free(back), free(flat), free(rows);
+}
+
 TEST(tensor_file_that_has_grown_is_refused) {
   float a[16] = {0};
-  tensor_desc w = {"a", TENSOR_F32, 16, a, 0};
+  tensor_desc w = tensor_array("a", TENSOR_F32, 16, a, 0);
   const char *path = test_path("t.bin");
   uint32_t crc;
   CHECK_OK(tensor_file_write(path, &w, 1, &crc));
@@ -223,7 +273,7 @@ TEST(bf16_table_checkpoint_round_trip_resume_and_load) {
   /* The table's array read as fp32 is refused naming both dtypes. */
   {
     float *buf = malloc(elems * sizeof(float));
-    tensor_desc d = {"table", TENSOR_F32, elems, buf, 0};
+    tensor_desc d = tensor_array("table", TENSOR_F32, elems, buf, 0);
     uint32_t crc;
     CHECK_ERR(tensor_file_read(p16, &d, 1, &crc), DLREC_ERR_INVALID, "holds");
     CHECK(strstr(dlrec_last_error(), "bf16") && strstr(dlrec_last_error(), "f32"));
@@ -502,7 +552,7 @@ TEST(tensor_file_drops_pages_of_mapped_arrays_without_losing_them) {
   CHECK(m != MAP_FAILED);
   for (size_t i = 0; i < N; i++) m[i] = (float)i * 0.5f;
   uint32_t crc_w, crc_r;
-  tensor_desc d = {"table", TENSOR_F32, N, m, 1};
+  tensor_desc d = tensor_array("table", TENSOR_F32, N, m, 1);
   CHECK_OK(tensor_file_write(test_path("t.bin"), &d, 1, &crc_w));
   for (size_t i = 0; i < N; i += 4099) CHECK(m[i] == (float)i * 0.5f);
   memset(m, 0, (size_t)N * 4);

@@ -944,7 +944,7 @@ static void check_checkpoint_round_trip(const char *dir) {
   double loss;
   const float *g, *d;
   CHECK_OK(dlrec_net_gradients(a->net, ws, batch, &loss, &g, &d)); /* moves the running statistics */
-  CHECK_OK(dlrec_checkpoint_save(run2, &a->config, etl, a->net, NULL, &a->progress, 1));
+  CHECK_OK(dlrec_checkpoint_save(run2, &a->config, etl, a->net, NULL, &a->progress, 1, NULL));
   CHECK_OK(dlrec_model_load(run2, &b));
   if (b) {
     size_t nb;

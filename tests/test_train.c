@@ -10,8 +10,10 @@
 #include "dlrec/fsutil.h"
 #include "dlrec/json.h"
 #include "dlrec/trainer.h"
+#include "dlrec/store.h"
 #include "net_check.h"
 #include "test.h"
+#include "train/tensor_file.h"
 
 /* Synthesizes rows, fits the ETL and encodes train/valid files in tmpdir. */
 static int make_data(int rows) {
@@ -885,7 +887,7 @@ TEST(every_epoch_validation_drives_plateau_early_stop_and_best) {
   dlrec_train_progress p = m->progress;
   for (uint64_t s = 0; s < 3; s++) {
     p.step = 100000 + s;
-    CHECK_OK(dlrec_checkpoint_save(test_path("run"), &m->config, test_path("etl"), m->net, NULL, &p, 1));
+    CHECK_OK(dlrec_checkpoint_save(test_path("run"), &m->config, test_path("etl"), m->net, NULL, &p, 1, NULL));
   }
   dlrec_model_free(m);
   CHECK(ckpt_exists("run", vstep[best]));
@@ -1097,6 +1099,176 @@ TEST(tiered_table_trains_as_ram_resumes_and_survives_sigkill) {
   CHECK(train_killed("killed", "180") == 0);
   CHECK(train("killed", "--max-steps 180 --resume") == 0);
   CHECK(same_checkpoint("ram", "killed", 180));
+}
+
+/* RUN/ckpt-STEP's table and Adagrad state as whole arrays, read with the
+ * tensor file reader alone: table.bin and optim.bin, then, for a journaled
+ * checkpoint, journal.bin's and journal_optim.bin's rows put in place (this
+ * is the format docs/formats.md states, applied independently of the
+ * loader). rows and stride: the table's shape; n_dense: the dense
+ * optimizer's state floats. *journal_rows: the journal's rows (0: none). */
+static int read_state(const char *run, uint64_t step, uint64_t rows, uint64_t stride, uint64_t n_dense, float **table,
+                      float **accum, float **dense, uint64_t *journal_rows) {
+  char dir[2048], path[2100];
+  snprintf(dir, sizeof dir, "%s/ckpt-%012llu", test_path(run), (unsigned long long)step);
+  uint32_t crc;
+  *table = malloc(rows * stride * sizeof(float));
+  *accum = malloc(rows * sizeof(float));
+  *dense = malloc(n_dense * sizeof(float));
+  uint32_t updates[2];
+  tensor_desc t = tensor_array("table", TENSOR_F32, rows * stride, *table, 0);
+  tensor_desc o[3] = {tensor_array("dense_state", TENSOR_F32, n_dense, *dense, 0),
+                      tensor_array("sparse_accum", TENSOR_F32, rows, *accum, 0),
+                      tensor_array("sparse_updates", TENSOR_U32, 2, updates, 0)};
+  snprintf(path, sizeof path, "%s/table.bin", dir);
+  if (tensor_file_read(path, &t, 1, &crc) != DLREC_OK) return 0;
+  snprintf(path, sizeof path, "%s/optim.bin", dir);
+  if (tensor_file_read(path, o, 2, &crc) != DLREC_OK) return 0;
+  *journal_rows = 0;
+  snprintf(path, sizeof path, "%s/manifest.json", dir);
+  char *text;
+  size_t n;
+  if (dlrec_read_file(path, 1u << 20, &text, &n) != DLREC_OK) return 0;
+  cJSON *m = cJSON_Parse(text);
+  free(text);
+  const cJSON *j = cJSON_GetObjectItemCaseSensitive(m, "journal");
+  const cJSON *jr = cJSON_GetObjectItemCaseSensitive(j, "rows");
+  const uint64_t k = cJSON_IsNumber(jr) ? (uint64_t)jr->valuedouble : 0;
+  const int journaled = j != NULL;
+  cJSON_Delete(m);
+  if (!journaled) return 1;
+  *journal_rows = k;
+  uint32_t *r = malloc((k + 1) * sizeof *r);
+  float *jt = malloc((k * stride + 1) * sizeof(float)), *ja = malloc((k + 1) * sizeof(float));
+  tensor_desc a[2] = {tensor_array("rows", TENSOR_U32, k, r, 0), tensor_array("table", TENSOR_F32, k * stride, jt, 0)};
+  tensor_desc b[2] = {tensor_array("dense_state", TENSOR_F32, n_dense, *dense, 0),
+                      tensor_array("sparse_accum", TENSOR_F32, k, ja, 0)};
+  snprintf(path, sizeof path, "%s/journal.bin", dir);
+  int ok = tensor_file_read(path, a, 2, &crc) == DLREC_OK;
+  snprintf(path, sizeof path, "%s/journal_optim.bin", dir);
+  ok = ok && tensor_file_read(path, b, 2, &crc) == DLREC_OK;
+  for (uint64_t i = 0; ok && i < k; i++) {
+    ok = r[i] < rows && (i == 0 || r[i] > r[i - 1]);
+    if (ok) memcpy(*table + (uint64_t)r[i] * stride, jt + i * stride, stride * sizeof(float));
+    if (ok) (*accum)[r[i]] = ja[i];
+  }
+  free(r), free(jt), free(ja);
+  return ok;
+}
+
+/* RUN_A/ckpt-STEP (full) and RUN_B/ckpt-STEP (full or journaled) hold the
+ * same model and optimizer state, bit for bit. */
+static int same_state(const char *run_a, const char *run_b, uint64_t step, uint64_t *journal_rows) {
+  char a[2048], b[2048];
+  snprintf(a, sizeof a, "%s/ckpt-%012llu/dense.bin", test_path(run_a), (unsigned long long)step);
+  snprintf(b, sizeof b, "%s/ckpt-%012llu/dense.bin", test_path(run_b), (unsigned long long)step);
+  if (!files_equal(a, b)) return fprintf(stderr, "dense.bin differs\n"), 0;
+  dlrec_model *m;
+  snprintf(a, sizeof a, "%s/ckpt-%012llu", test_path(run_a), (unsigned long long)step);
+  if (dlrec_model_load(a, &m) != DLREC_OK) return 0;
+  const uint64_t rows = dlrec_store_rows(dlrec_net_store(m->net)), stride = dlrec_table_stride(dlrec_net_table_const(m->net));
+  size_t n_params;
+  dlrec_net_dense_params_const(m->net, &n_params);
+  const uint64_t n_dense = dlrec_optim_state_floats(&m->config.dense, n_params);
+  dlrec_model_free(m);
+  float *ta = NULL, *aa = NULL, *da = NULL, *tb = NULL, *ab = NULL, *db = NULL;
+  uint64_t none;
+  int ok = read_state(run_a, step, rows, stride, n_dense, &ta, &aa, &da, &none) &&
+           read_state(run_b, step, rows, stride, n_dense, &tb, &ab, &db, journal_rows);
+  if (ok && memcmp(ta, tb, rows * stride * sizeof(float))) ok = 0, fprintf(stderr, "the tables differ\n");
+  if (ok && memcmp(aa, ab, rows * sizeof(float))) ok = 0, fprintf(stderr, "the Adagrad states differ\n");
+  if (ok && memcmp(da, db, n_dense * sizeof(float))) ok = 0, fprintf(stderr, "the dense optimizer states differ\n");
+  free(ta), free(aa), free(da), free(tb), free(ab), free(db);
+  return ok;
+}
+
+/* Writes CONFIG with its checkpoint section replaced by `sections` (which
+ * then end the object). */
+static int write_config_with(const char *sections) {
+  const char *ckpt = "\"checkpoint\": {\"interval_steps\": 10, \"keep\": 3}, ", *at = strstr(CONFIG, ckpt);
+  if (!at) return -1;
+  const char *rest = at + strlen(ckpt);
+  char cfg[2048];
+  snprintf(cfg, sizeof cfg, "%.*s%.*s, %s}", (int)(at - CONFIG), CONFIG, (int)strlen(rest) - 1, rest, sections);
+  return test_write_file(test_path("cfg.json"), cfg, (size_t)-1);
+}
+
+/* The steps of RUN's checkpoints that are journaled and that are full. */
+static void count_journaled(const char *run, int *journaled, int *full) {
+  *journaled = *full = 0;
+  for (int step = 1; step <= 200; step++) {
+    char path[2048];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/ckpt-%012d/manifest.json", test_path(run), step);
+    if (stat(path, &st) != 0) continue;
+    snprintf(path, sizeof path, "%s/ckpt-%012d/journal.bin", test_path(run), step);
+    if (stat(path, &st) == 0) (*journaled)++;
+    else (*full)++;
+  }
+}
+
+/* A tiered table's checkpoints journal the rows changed since the last full
+ * one: with journal_max_fraction 1 every checkpoint after the first is a
+ * journal, holds the ram run's state bit for bit, and links the first one's
+ * table.bin; the first journal (10 steps of changes) is smaller than the
+ * table. With 0.3, full checkpoints and journals alternate, each holding
+ * the same state. Resume from a journal, and SIGKILL, lose nothing; predict
+ * reads a journaled checkpoint as the full one; a damaged journal is refused
+ * by name. */
+TEST(tiered_checkpoints_journal_the_changed_rows) {
+  CHECK(make_data(20000) == 0);
+  const char *tiered = "\"storage\": {\"kind\": \"tiered\", \"cache_rows\": 4000}";
+  char sections[512];
+  CHECK(write_config_with("\"checkpoint\": {\"interval_steps\": 10, \"keep\": 20}") == 0);
+  CHECK(train("ram", "--max-steps 180") == 0);
+  snprintf(sections, sizeof sections,
+           "%s, \"checkpoint\": {\"interval_steps\": 10, \"keep\": 20, \"journal_max_fraction\": 1}", tiered);
+  CHECK(write_config_with(sections) == 0);
+  CHECK(train("tiered", "--max-steps 180") == 0);
+  uint64_t rows = 0;
+  for (uint64_t step = 20; step <= 180; step += 80) {
+    CHECK(same_state("ram", "tiered", step, &rows));
+    CHECK(rows > 0);
+  }
+  struct stat base, table, journal;
+  CHECK(stat(test_path("tiered/ckpt-000000000010/table.bin"), &base) == 0);
+  CHECK(stat(test_path("tiered/ckpt-000000000180/table.bin"), &table) == 0);
+  CHECK(stat(test_path("tiered/ckpt-000000000020/journal.bin"), &journal) == 0);
+  CHECK(table.st_ino == base.st_ino && table.st_nlink >= 18);
+  CHECK(journal.st_size < table.st_size);
+  int journaled, full;
+  count_journaled("tiered", &journaled, &full);
+  CHECK(full == 1 && journaled == 17);
+  /* Resumed from a journaled checkpoint, and killed and resumed. */
+  CHECK(train("resumed", "--max-steps 95") == 0);
+  CHECK(train("resumed", "--max-steps 180 --resume") == 0);
+  CHECK(same_state("ram", "resumed", 180, &rows) && rows > 0);
+  CHECK(train_killed("killed", "180") == 0);
+  CHECK(train("killed", "--max-steps 180 --resume") == 0);
+  CHECK(same_state("ram", "killed", 180, &rows) && rows > 0);
+  /* predict scores the journaled checkpoint as the full one. */
+  char *out = NULL;
+  int rc = test_run_cli(&out, "predict --model '%s' --input '%s' --out '%s' && '%s' predict --model '%s' --input '%s' "
+                        "--out '%s' && cmp '%s' '%s'",
+                        test_path("ram/ckpt-000000000180"), test_path("valid.dlr"), test_path("p_ram.tsv"),
+                        getenv("DLREC_BIN"), test_path("tiered/ckpt-000000000180"), test_path("valid.dlr"),
+                        test_path("p_tiered.tsv"), test_path("p_ram.tsv"), test_path("p_tiered.tsv"));
+  CHECK_EQ(rc, 0);
+  free(out);
+  /* Every 2 steps with at most 30% of the rows in a journal: both kinds. */
+  snprintf(sections, sizeof sections,
+           "%s, \"checkpoint\": {\"interval_steps\": 2, \"keep\": 100, \"journal_max_fraction\": 0.3}", tiered);
+  CHECK(write_config_with(sections) == 0);
+  CHECK(train("mixed", "--max-steps 60") == 0);
+  count_journaled("mixed", &journaled, &full);
+  CHECK(journaled >= 3 && full >= 3);
+  for (uint64_t step = 10; step <= 60; step += 10) CHECK(same_state("ram", "mixed", step, &rows));
+  /* A flipped byte in the journal: refused, naming the file. */
+  flip_byte(test_path("tiered/ckpt-000000000180/journal.bin"), 300);
+  rc = test_run_cli(&out, "predict --model '%s' --input '%s' --out '%s'", test_path("tiered/ckpt-000000000180"),
+                    test_path("valid.dlr"), test_path("p_bad.tsv"));
+  CHECK(rc != 0 && out && strstr(out, "journal.bin"));
+  free(out);
 }
 
 /* Whether /proc/self/maps has a mapping of a file whose path contains s. */

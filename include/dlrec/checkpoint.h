@@ -56,13 +56,28 @@ typedef struct dlrec_train_progress {
   dlrec_valid_state valid;
 } dlrec_train_progress;
 
+/* Journaled checkpoints of a tiered table (docs/formats.md): what a trainer
+ * carries from one save to the next. A journaled checkpoint's table.bin and
+ * optim.bin are hard links to those of `base` (a checkpoint directory), and
+ * its journal.bin holds the rows the store recorded as changed since then
+ * (dlrec_store_changes), with their optimizer state. */
+typedef struct dlrec_checkpoint_journal {
+  double max_fraction; /* journal while changed rows <= this fraction of the table; 0: always full */
+  char base[4096];     /* a checkpoint holding the base table.bin and optim.bin; "" for none yet */
+  uint64_t base_step;  /* the step of the full checkpoint that wrote them */
+} dlrec_checkpoint_journal;
+
 /* Saves model, optimizer state (opt may be NULL: a model-only checkpoint)
  * and progress as RUN/ckpt-STEP, points RUN/latest at it, and removes the
  * oldest checkpoints beyond `keep` (never the one RUN/best names). etl_dir's
- * files are copied in. */
+ * files are copied in. With j (and opt) and a store that tracks changes,
+ * the checkpoint is journaled when it can be (a base, at most
+ * j->max_fraction of the rows changed, the base's files linkable), else
+ * full; j is updated to the new base, and a full save resets the store's
+ * changes. j may be NULL: a full checkpoint. */
 dlrec_status dlrec_checkpoint_save(const char *run_dir, const dlrec_train_config *cfg, const char *etl_dir,
                                    const dlrec_net *m, const dlrec_net_optim *opt,
-                                   const dlrec_train_progress *p, uint32_t keep);
+                                   const dlrec_train_progress *p, uint32_t keep, dlrec_checkpoint_journal *j);
 
 /* Points RUN/best at RUN/ckpt-STEP (which must exist), atomically. */
 dlrec_status dlrec_checkpoint_mark_best(const char *run_dir, uint64_t step);
@@ -99,7 +114,10 @@ void dlrec_model_free(dlrec_model *m); /* accepts NULL */
  * field differs) and the same encoding: the ETL state in etl_dir must encode
  * rows as the checkpoint's own etl/ does (else DLREC_ERR_INVALID names the
  * first column that differs). */
+/* With j (may be NULL), j becomes the loaded checkpoint's base and, for a
+ * store that tracks changes, the store's changes the rows of its journal. */
 dlrec_status dlrec_checkpoint_load_training(const char *path, const dlrec_train_config *cfg, const char *etl_dir,
-                                            dlrec_net *m, dlrec_net_optim *opt, dlrec_train_progress *p);
+                                            dlrec_net *m, dlrec_net_optim *opt, dlrec_train_progress *p,
+                                            dlrec_checkpoint_journal *j);
 
 #endif

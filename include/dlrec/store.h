@@ -41,6 +41,8 @@
  *     (dlrec_sparse_optim_set_row_keys), so every store trains the same bits.
  *   - One caller at a time: resolve mutates the cache. A network on a tiered
  *     store is not shared between threads.
+ *   - A tiered store can record the rows resolves with `write` name
+ *     (dlrec_store_track_changes), so that a checkpoint copies only those.
  *   - Checkpoints see the whole logical table through dlrec_store_map: the
  *     table and optimizer state as arrays of the ram layout (for tiered, the
  *     file's mapping after a flush; its pages leave RSS at unmap), written
@@ -177,6 +179,21 @@ typedef struct dlrec_store_view {
 } dlrec_store_view;
 dlrec_status dlrec_store_map(dlrec_store *s, dlrec_store_view *v);
 void dlrec_store_unmap(dlrec_store *s, dlrec_store_view *v);
+
+/* Change tracking, for incremental checkpoints (docs/formats.md): once
+ * dlrec_store_track_changes is called, every row that a resolve with
+ * `write` names is recorded, until dlrec_store_changes_reset. Tiered stores
+ * only (DLREC_ERR_UNSUPPORTED otherwise): a ram table's rows are its ids,
+ * which its resolve does not look at; a hash table's rows change owners. A
+ * bit per row of the logical table. */
+dlrec_status dlrec_store_track_changes(dlrec_store *s);
+/* The number of rows recorded (UINT64_MAX when the store does not track
+ * changes); with rows non-NULL, also the rows themselves, ascending. */
+uint64_t dlrec_store_changes(const dlrec_store *s, uint32_t *rows);
+void dlrec_store_changes_reset(dlrec_store *s);
+/* Records rows as changed (a resume: the rows its checkpoint's journal
+ * holds); a row past the table is refused, and nothing is recorded. */
+dlrec_status dlrec_store_changes_mark(dlrec_store *s, const uint32_t *rows, uint64_t n);
 
 /* Counters since the store was created. */
 typedef struct dlrec_store_stats {

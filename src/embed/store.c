@@ -70,6 +70,7 @@ void dlrec_store_free(dlrec_store *s) {
   tiered_free(s->tiered);
   hashed_free(s->hashed);
   dlrec_table_free(s->table);
+  free(s->changed);
   free(s);
 }
 
@@ -141,4 +142,41 @@ void dlrec_store_get_stats(const dlrec_store *s, dlrec_store_stats *st) { *st = 
 
 size_t dlrec_store_overhead_bytes(const dlrec_store *s) {
   return s->tiered ? tiered_overhead_bytes(s) : s->hashed ? hashed_overhead_bytes(s) : 0;
+}
+
+dlrec_status dlrec_store_track_changes(dlrec_store *s) {
+  if (!s->tiered)
+    return dlrec_error(DLREC_ERR_UNSUPPORTED, "change tracking: a %s table is not tracked (tiered tables are)",
+                       dlrec_store_kind_name(s->kind));
+  if (s->changed) return DLREC_OK;
+  if (!(s->changed = calloc((s->rows + 63) / 64, sizeof *s->changed)))
+    return dlrec_error(DLREC_ERR_NOMEM, "change tracking of %llu rows: out of memory", (unsigned long long)s->rows);
+  s->n_changed = 0;
+  return DLREC_OK;
+}
+
+uint64_t dlrec_store_changes(const dlrec_store *s, uint32_t *rows) {
+  if (!s->changed) return UINT64_MAX;
+  if (rows) {
+    uint64_t n = 0;
+    for (uint64_t w = 0; w < (s->rows + 63) / 64; w++)
+      for (uint64_t bits = s->changed[w]; bits; bits &= bits - 1)
+        rows[n++] = (uint32_t)(w * 64 + (uint64_t)__builtin_ctzll(bits));
+  }
+  return s->n_changed;
+}
+
+void dlrec_store_changes_reset(dlrec_store *s) {
+  if (!s->changed) return;
+  memset(s->changed, 0, (s->rows + 63) / 64 * sizeof *s->changed);
+  s->n_changed = 0;
+}
+
+dlrec_status dlrec_store_changes_mark(dlrec_store *s, const uint32_t *rows, uint64_t n) {
+  for (uint64_t i = 0; i < n; i++)
+    if (rows[i] >= s->rows)
+      return dlrec_error(DLREC_ERR_INVALID, "change tracking: row %u is outside the table of %llu rows", rows[i],
+                         (unsigned long long)s->rows);
+  for (uint64_t i = 0; i < n; i++) store_mark_changed(s, rows[i]);
+  return DLREC_OK;
 }

@@ -16,9 +16,21 @@ struct dlrec_store {
   dlrec_table *table;        /* resident: the whole table (ram) or the cache (tiered) */
   dlrec_sparse_optim *optim; /* borrowed from its creator, on table */
   dlrec_store_stats stats;
+  /* Change tracking (tiered, after dlrec_store_track_changes): a bit per
+   * logical row that a resolve with `write` named since the last reset. */
+  uint64_t *changed;
+  uint64_t n_changed;
   tiered *tiered; /* the tiered store's own state; NULL for the others */
   hashed *hashed; /* the hash store's own state; NULL for the others */
 };
+
+/* Records row as changed when the store tracks changes. */
+static inline void store_mark_changed(dlrec_store *s, uint64_t row) {
+  if (!s->changed) return;
+  uint64_t *w = &s->changed[row >> 6], bit = 1ull << (row & 63);
+  s->n_changed += !(*w & bit);
+  *w |= bit;
+}
 
 dlrec_status tiered_create(dlrec_store *s, const dlrec_store_config *c);
 void tiered_free(tiered *t);

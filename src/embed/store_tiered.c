@@ -534,6 +534,7 @@ dlrec_status tiered_resolve(dlrec_store *s, const dlrec_bag_batch *in, dlrec_bag
         }
         uint32_t slot = dst[k]; /* found above, or SLOT_INDEX_NONE */
         s->stats.lookups++;
+        if (write) store_mark_changed(s, row);
         if (slot != SLOT_INDEX_NONE) continue;
         /* Taken in by an earlier miss of this batch, or not resident. */
         if ((slot = slot_index_find(&t->index, row)) == SLOT_INDEX_NONE) {

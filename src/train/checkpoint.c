@@ -32,9 +32,9 @@ static const char *const ETL_FILES[] = {"etl.json", "vocab.bin", NULL};
 /* The files a checkpoint may hold, as the manifest names them. Each is
  * listed with its size and the CRC32C of all its bytes, and the manifest
  * carries a CRC32C of itself, so that every byte of a checkpoint is covered. */
-enum { F_CONFIG, F_ETL_JSON, F_ETL_VOCAB, F_DENSE, F_TABLE, F_OPTIM, N_FILES };
-static const char *const FILE_NAMES[N_FILES] = {"config.json", "etl/etl.json", "etl/vocab.bin",
-                                                "dense.bin",   "table.bin",    "optim.bin"};
+enum { F_CONFIG, F_ETL_JSON, F_ETL_VOCAB, F_DENSE, F_TABLE, F_OPTIM, F_JOURNAL, F_JOURNAL_OPTIM, N_FILES };
+static const char *const FILE_NAMES[N_FILES] = {"config.json", "etl/etl.json", "etl/vocab.bin", "dense.bin",
+                                                "table.bin",   "optim.bin",    "journal.bin",   "journal_optim.bin"};
 
 typedef struct manifest {
   dlrec_train_progress p;
@@ -46,9 +46,14 @@ typedef struct manifest {
   char type[DLREC_NET_TYPE_MAX];
   uint32_t n_tensors;
   dlrec_net_tensor tensors[DLREC_NET_MAX_TENSORS];
+  /* A journaled checkpoint (has[F_JOURNAL]): the step of the full
+   * checkpoint whose table.bin and optim.bin it links, and the rows its
+   * journal holds. */
+  uint64_t journal_base, journal_rows;
 } manifest;
 
 static dlrec_status read_tensors(const char *dir, const manifest *m, int i, const tensor_desc *arrays, int n);
+static dlrec_status read_manifest(const char *dir, manifest *m);
 
 /* "(3, 4)" or "(4)": a tensor's shape for messages. */
 static const char *shape_str(const dlrec_net_tensor *t, char *buf, size_t n) {
@@ -61,7 +66,7 @@ static const char *shape_str(const dlrec_net_tensor *t, char *buf, size_t n) {
 static int dense_arrays(const dlrec_net *n, float *params, tensor_desc *out) {
   const dlrec_net_tensor *t = dlrec_net_tensors(n);
   uint32_t k = dlrec_net_n_tensors(n);
-  for (uint32_t i = 0; i < k; i++) out[i] = (tensor_desc){t[i].name, TENSOR_F32, t[i].count, params + t[i].offset, 0};
+  for (uint32_t i = 0; i < k; i++) out[i] = tensor_array(t[i].name, TENSOR_F32, t[i].count, params + t[i].offset, 0);
   return (int)k;
 }
 
@@ -85,15 +90,15 @@ static int optim_arrays(const dlrec_net_optim *opt, const dlrec_store_view *v, s
   const int mapped = v->mapped;
   int n = 0;
   size_t dense_floats = dlrec_optim_state_floats(&opt->dense, n_params);
-  if (dense_floats) out[n++] = (tensor_desc){"dense_state", TENSOR_F32, dense_floats, opt->dense_state, 0};
-  if (st.accum) out[n++] = (tensor_desc){"sparse_accum", TENSOR_F32, st.rows, st.accum, mapped};
-  if (st.m) out[n++] = (tensor_desc){"sparse_m", TENSOR_F32, st.rows * st.stride, st.m, mapped};
-  if (st.v) out[n++] = (tensor_desc){"sparse_v", TENSOR_F32, st.rows * st.stride, st.v, mapped};
-  if (st.steps) out[n++] = (tensor_desc){"sparse_steps", TENSOR_U32, st.rows, st.steps, mapped};
+  if (dense_floats) out[n++] = tensor_array("dense_state", TENSOR_F32, dense_floats, opt->dense_state, 0);
+  if (st.accum) out[n++] = tensor_array("sparse_accum", TENSOR_F32, st.rows, st.accum, mapped);
+  if (st.m) out[n++] = tensor_array("sparse_m", TENSOR_F32, st.rows * st.stride, st.m, mapped);
+  if (st.v) out[n++] = tensor_array("sparse_v", TENSOR_F32, st.rows * st.stride, st.v, mapped);
+  if (st.steps) out[n++] = tensor_array("sparse_steps", TENSOR_U32, st.rows, st.steps, mapped);
   /* A 16-bit table's update counter keys its stochastic rounding: restoring
    * it makes a resumed run round as the uninterrupted one. One u64 stored as
    * two little-endian u32s. */
-  if (st.updates) out[n++] = (tensor_desc){"sparse_updates", TENSOR_U32, 2, st.updates, 0};
+  if (st.updates) out[n++] = tensor_array("sparse_updates", TENSOR_U32, 2, st.updates, 0);
   return n;
 }
 
@@ -104,8 +109,44 @@ static tensor_desc table_array(const dlrec_net *n, const dlrec_store_view *v) {
   static const tensor_dtype of[] = {[DLREC_TABLE_FP32] = TENSOR_F32, [DLREC_TABLE_BF16] = TENSOR_BF16,
                                     [DLREC_TABLE_FP16] = TENSOR_F16};
   const dlrec_table *t = dlrec_net_table_const(n);
-  return (tensor_desc){"table", of[dlrec_table_get_dtype(t)],
-                       dlrec_store_rows(dlrec_net_store(n)) * dlrec_table_stride(t), v->table, v->mapped};
+  return tensor_array("table", of[dlrec_table_get_dtype(t)],
+                       dlrec_store_rows(dlrec_net_store(n)) * dlrec_table_stride(t), v->table, v->mapped);
+}
+
+/* ---- journals ---------------------------------------------------------------------- */
+
+/* d restricted to the n rows listed (of the table's `table_rows`): its
+ * count elements become n rows of count / table_rows elements each. */
+static tensor_desc gathered(tensor_desc d, const uint32_t *rows, uint64_t n, uint64_t table_rows) {
+  d.row_elems = d.count / table_rows;
+  d.count = n * d.row_elems;
+  d.rows = rows;
+  return d;
+}
+
+/* journal.bin's arrays: "rows" (the changed rows, ascending), then "table",
+ * those rows of table.bin's array. check_only: the rows' data are not
+ * copied (a read that checks them). */
+static int journal_table_arrays(const dlrec_net *n, void *table, int mapped, uint32_t *rows, uint64_t n_rows,
+                                int check_only, tensor_desc *out) {
+  const dlrec_store_view v = {.table = table, .mapped = mapped};
+  const uint64_t table_rows = dlrec_store_rows(dlrec_net_store(n));
+  out[0] = tensor_array("rows", TENSOR_U32, n_rows, rows, 0);
+  out[1] = gathered(table_array(n, &v), rows, n_rows, table_rows);
+  if (check_only) out[1].data = NULL, out[1].rows = NULL;
+  return 2;
+}
+
+/* journal_optim.bin's arrays: optim.bin's, each per-row one restricted to
+ * the changed rows, the others (the dense optimizer's state, the update
+ * counter) whole. */
+static int journal_optim_arrays(const dlrec_net_optim *opt, const dlrec_store_view *v, size_t n_params,
+                                uint64_t table_rows, const uint32_t *rows, uint64_t n_rows, tensor_desc *out) {
+  int k = optim_arrays(opt, v, n_params, out);
+  for (int i = 0; i < k; i++)
+    if (strcmp(out[i].name, "dense_state") && strcmp(out[i].name, "sparse_updates"))
+      out[i] = gathered(out[i], rows, n_rows, table_rows);
+  return k;
 }
 
 static dlrec_status join(char *out, size_t n, const char *dir, const char *name) {
@@ -189,6 +230,11 @@ static dlrec_status write_manifest(const char *dir, const manifest *m) {
     for (uint32_t d = 0; d < m->tensors[i].ndim; d++) cJSON_AddItemToArray(shape, cJSON_CreateNumber(m->tensors[i].shape[d]));
     cJSON_AddItemToArray(tensors, t);
   }
+  if (m->has[F_JOURNAL]) {
+    cJSON *jo = cJSON_AddObjectToObject(j, "journal");
+    cJSON_AddNumberToObject(jo, "base_step", (double)m->journal_base);
+    cJSON_AddNumberToObject(jo, "rows", (double)m->journal_rows);
+  }
   cJSON *fl = cJSON_AddObjectToObject(j, "files");
   for (int i = 0; i < N_FILES; i++) {
     if (!m->has[i]) continue;
@@ -257,9 +303,56 @@ static void prune(const char *run_dir, uint32_t keep) {
   }
 }
 
+/* A journaled checkpoint's table.bin and optim.bin: hard links to the
+ * base's (j->base), recorded with the sizes and checksums the base's sealed
+ * manifest gives them (that manifest's read checks the sizes). */
+static dlrec_status link_base(const dlrec_checkpoint_journal *j, const char *tmp, manifest *man) {
+  manifest base;
+  TRY(read_manifest(j->base, &base));
+  const uint64_t step = base.has[F_JOURNAL] ? base.journal_base : base.p.step;
+  if (!base.has[F_OPTIM] || step != j->base_step)
+    return dlrec_error(DLREC_ERR_INVALID, "%s: not the base of step %llu any more", j->base,
+                       (unsigned long long)j->base_step);
+  for (int i = F_TABLE; i <= F_OPTIM; i++) {
+    char from[4096], to[4096];
+    TRY(join(from, sizeof from, j->base, FILE_NAMES[i]));
+    TRY(join(to, sizeof to, tmp, FILE_NAMES[i]));
+    if (link(from, to) != 0) return dlrec_error(DLREC_ERR_IO, "cannot link %s to %s: %s", from, to, strerror(errno));
+    man->has[i] = 1;
+    man->bytes[i] = base.bytes[i];
+    man->crc[i] = base.crc[i];
+  }
+  return DLREC_OK;
+}
+
+/* The journal of a journaled checkpoint: journal.bin (the changed rows and
+ * their table rows) and journal_optim.bin (their optimizer state, and the
+ * dense optimizer's), from the view v. */
+static dlrec_status write_journal(const char *tmp, const dlrec_net *m, const dlrec_net_optim *opt,
+                                  const dlrec_store_view *v, size_t n_params, uint64_t n_rows, manifest *man) {
+  dlrec_store *store = dlrec_net_store(m);
+  uint32_t *rows = malloc((n_rows ? n_rows : 1) * sizeof *rows);
+  if (!rows) return dlrec_error(DLREC_ERR_NOMEM, "out of memory for a journal of %llu rows", (unsigned long long)n_rows);
+  dlrec_store_changes(store, rows);
+  char path[4096];
+  uint32_t crc = 0;
+  tensor_desc a[8];
+  int k = journal_table_arrays(m, v->table, v->mapped, rows, n_rows, 0, a);
+  dlrec_status s = join(path, sizeof path, tmp, FILE_NAMES[F_JOURNAL]);
+  if (s == DLREC_OK) s = tensor_file_write(path, a, k, &crc);
+  if (s == DLREC_OK) s = note_file(man, tmp, F_JOURNAL, &crc);
+  k = journal_optim_arrays(opt, v, n_params, dlrec_store_rows(store), rows, n_rows, a);
+  if (s == DLREC_OK) s = join(path, sizeof path, tmp, FILE_NAMES[F_JOURNAL_OPTIM]);
+  if (s == DLREC_OK) s = tensor_file_write(path, a, k, &crc);
+  if (s == DLREC_OK) s = note_file(man, tmp, F_JOURNAL_OPTIM, &crc);
+  man->journal_rows = n_rows;
+  free(rows);
+  return s;
+}
+
 dlrec_status dlrec_checkpoint_save(const char *run_dir, const dlrec_train_config *cfg, const char *etl_dir,
                                    const dlrec_net *m, const dlrec_net_optim *opt,
-                                   const dlrec_train_progress *p, uint32_t keep) {
+                                   const dlrec_train_progress *p, uint32_t keep, dlrec_checkpoint_journal *j) {
   char name[64], final_dir[4096], tmp[4096], path[4096], src[4096];
   snprintf(name, sizeof name, "ckpt-%012" PRIu64, p->step);
   TRY(dlrec_mkdirs(run_dir));
@@ -296,15 +389,33 @@ dlrec_status dlrec_checkpoint_save(const char *run_dir, const dlrec_train_config
   if (s == DLREC_OK) s = join(path, sizeof path, tmp, "dense.bin");
   if (s == DLREC_OK) s = tensor_file_write(path, dense, n_dense, &crc);
   if (s == DLREC_OK) s = note_file(&man, tmp, F_DENSE, &crc);
+  /* Journaled, when the store tracks its changed rows, there is a base,
+   * few enough rows changed since, and the base's files can be linked. */
+  dlrec_store *store = dlrec_net_store(m);
+  const uint64_t n_changed = j && opt ? dlrec_store_changes(store, NULL) : UINT64_MAX;
+  int journaled = n_changed != UINT64_MAX && j->max_fraction > 0 && j->base[0] &&
+                  (double)n_changed <= j->max_fraction * (double)dlrec_store_rows(store);
+  if (s == DLREC_OK && journaled && link_base(j, tmp, &man) != DLREC_OK) {
+    DLREC_WARN("checkpoint at step %llu: a full one, not a journal (%s)", (unsigned long long)p->step,
+               dlrec_last_error());
+    journaled = 0;
+    man.has[F_TABLE] = man.has[F_OPTIM] = 0;
+    for (int i = F_TABLE; i <= F_OPTIM && s == DLREC_OK; i++)
+      if ((s = join(path, sizeof path, tmp, FILE_NAMES[i])) == DLREC_OK && unlink(path) != 0 && errno != ENOENT)
+        s = dlrec_error(DLREC_ERR_IO, "%s: %s", path, strerror(errno));
+  }
   dlrec_store_view view = {0};
   int mapped = s == DLREC_OK && (s = map_table(m, opt, &view)) == DLREC_OK;
-  if (s == DLREC_OK) {
+  if (s == DLREC_OK && journaled) {
+    s = write_journal(tmp, m, opt, &view, n_params, n_changed, &man);
+    man.journal_base = j->base_step;
+  } else if (s == DLREC_OK) {
     tensor_desc table = table_array(m, &view);
     s = join(path, sizeof path, tmp, "table.bin");
     if (s == DLREC_OK) s = tensor_file_write(path, &table, 1, &crc);
     if (s == DLREC_OK) s = note_file(&man, tmp, F_TABLE, &crc);
   }
-  if (opt) {
+  if (opt && !journaled) {
     tensor_desc arrays[8];
     int n = optim_arrays(opt, &view, n_params, arrays);
     if (s == DLREC_OK) s = join(path, sizeof path, tmp, "optim.bin");
@@ -328,6 +439,15 @@ dlrec_status dlrec_checkpoint_save(const char *run_dir, const dlrec_train_config
     dlrec_error_save(&e);
     dlrec_remove_tree(tmp);
     return dlrec_error_restore(&e);
+  }
+  /* The new checkpoint holds the base's files from now on (linked, or
+   * written: then a new base, relative to which nothing changed yet). */
+  if (j && opt) {
+    snprintf(j->base, sizeof j->base, "%s", final_dir);
+    if (!journaled) {
+      j->base_step = p->step;
+      dlrec_store_changes_reset(store);
+    }
   }
   prune(run_dir, keep ? keep : 1);
   return DLREC_OK;
@@ -429,7 +549,7 @@ static dlrec_status read_files(const char *dir, const char *path, const cJSON *f
                       (unsigned long long)have, (unsigned long long)m->bytes[i]);
   }
   for (int i = 0; s == DLREC_OK && i < N_FILES; i++)
-    if (!m->has[i] && i != F_OPTIM) /* optim.bin is absent from model-only checkpoints */
+    if (!m->has[i] && i != F_OPTIM && i != F_JOURNAL && i != F_JOURNAL_OPTIM) /* optional */
       s = dlrec_error(DLREC_ERR_CORRUPT, "%s: files: '%s' is missing", path, FILE_NAMES[i]);
   return s;
 }
@@ -523,16 +643,60 @@ static dlrec_status map_table_file(const char *dir, const manifest *m, dlrec_net
   return DLREC_OK;
 }
 
+/* Applies a journaled checkpoint's journal over the base's arrays in v
+ * (the table; with opt, the optimizer state too): first a pass that checks
+ * journal.bin whole and reads its rows (ascending, inside the table), then
+ * the rows copied to their places. *rows_out receives the rows (the caller
+ * frees them). */
+static dlrec_status apply_journal(const char *dir, const manifest *man, const dlrec_net *n, const dlrec_net_optim *opt,
+                                  const dlrec_store_view *v, size_t n_params, uint32_t **rows_out) {
+  const uint64_t table_rows = dlrec_store_rows(dlrec_net_store(n)), k = man->journal_rows;
+  char path[4096];
+  TRY(join(path, sizeof path, dir, FILE_NAMES[F_JOURNAL]));
+  if (k > table_rows)
+    return dlrec_error(DLREC_ERR_CORRUPT, "%s: %llu rows, the table has %llu", path, (unsigned long long)k,
+                       (unsigned long long)table_rows);
+  uint32_t *rows = malloc((k ? k : 1) * sizeof *rows);
+  if (!rows) return dlrec_error(DLREC_ERR_NOMEM, "out of memory for a journal of %llu rows", (unsigned long long)k);
+  tensor_desc a[8];
+  int na = journal_table_arrays(n, NULL, 0, rows, k, 1, a);
+  dlrec_status s = read_tensors(dir, man, F_JOURNAL, a, na);
+  for (uint64_t i = 0; s == DLREC_OK && i < k; i++)
+    if (rows[i] >= table_rows || (i && rows[i] <= rows[i - 1]))
+      s = dlrec_error(DLREC_ERR_CORRUPT, "%s: array 'rows': row %u at %llu is outside the table of %llu rows or "
+                      "out of order", path, rows[i], (unsigned long long)i, (unsigned long long)table_rows);
+  if (s == DLREC_OK) {
+    na = journal_table_arrays(n, v->table, v->mapped, rows, k, 0, a);
+    a[0].data = NULL; /* read above */
+    s = read_tensors(dir, man, F_JOURNAL, a, na);
+  }
+  if (s == DLREC_OK && opt) {
+    na = journal_optim_arrays(opt, v, n_params, table_rows, rows, k, a);
+    s = read_tensors(dir, man, F_JOURNAL_OPTIM, a, na);
+  }
+  if (s == DLREC_OK && rows_out) *rows_out = rows;
+  else free(rows);
+  return s;
+}
+
 /* Reads the dense tensors and the table of the checkpoint into n, and with
  * opt the optimizer state, after checking that they are the ones n plans.
- * Without opt (a model-only load) the table is mapped (map_table_file). */
-static dlrec_status read_params(const char *dir, const manifest *man, dlrec_net *n, dlrec_net_optim *opt) {
+ * Without opt (a model-only load) the table is mapped (map_table_file). A
+ * journaled checkpoint's journal is applied over them; its rows go to
+ * *journal_rows when that is not NULL (NULL for a full checkpoint). */
+static dlrec_status read_params(const char *dir, const manifest *man, dlrec_net *n, dlrec_net_optim *opt,
+                                uint32_t **journal_rows) {
   TRY(same_tensors(dir, man, n));
   size_t n_params = 0;
   tensor_desc dense[DLREC_NET_MAX_TENSORS];
   int k = dense_arrays(n, dlrec_net_dense_params(n, &n_params), dense);
   TRY(read_tensors(dir, man, F_DENSE, dense, k));
-  if (!opt && dlrec_store_get_kind(dlrec_net_store(n)) == DLREC_STORE_RAM) return map_table_file(dir, man, n);
+  if (journal_rows) *journal_rows = NULL;
+  if (!opt && dlrec_store_get_kind(dlrec_net_store(n)) == DLREC_STORE_RAM) {
+    TRY(map_table_file(dir, man, n));
+    const dlrec_store_view mapped = {.table = dlrec_table_raw(dlrec_net_table(n))};
+    return man->has[F_JOURNAL] ? apply_journal(dir, man, n, NULL, &mapped, n_params, journal_rows) : DLREC_OK;
+  }
   dlrec_store_view view;
   TRY(map_table(n, opt, &view));
   tensor_desc table = table_array(n, &view);
@@ -542,6 +706,7 @@ static dlrec_status read_params(const char *dir, const manifest *man, dlrec_net 
     int na = optim_arrays(opt, &view, n_params, arrays);
     s = read_tensors(dir, man, F_OPTIM, arrays, na);
   }
+  if (s == DLREC_OK && man->has[F_JOURNAL]) s = apply_journal(dir, man, n, opt, &view, n_params, journal_rows);
   dlrec_store_unmap(dlrec_net_store(n), &view);
   return s;
 }
@@ -634,6 +799,14 @@ static dlrec_status read_manifest(const char *dir, manifest *m) {
   if (s == DLREC_OK) s = read_model_section(j, path, m);
   if (s == DLREC_OK) s = dlrec_json_get_object(j, "files", path, &files);
   if (s == DLREC_OK) s = read_files(dir, path, files, m);
+  if (s == DLREC_OK && (m->has[F_JOURNAL] || m->has[F_JOURNAL_OPTIM]) &&
+      !(m->has[F_JOURNAL] && m->has[F_JOURNAL_OPTIM] && m->has[F_OPTIM]))
+    s = dlrec_error(DLREC_ERR_CORRUPT, "%s: files: a journal needs journal.bin, journal_optim.bin and optim.bin", path);
+  const cJSON *jo;
+  if (s == DLREC_OK && m->has[F_JOURNAL] && (s = dlrec_json_get_object(j, "journal", path, &jo)) == DLREC_OK) {
+    s = dlrec_json_get_u64(jo, "base_step", path, &m->journal_base);
+    if (s == DLREC_OK) s = dlrec_json_get_u64(jo, "rows", path, &m->journal_rows);
+  }
   cJSON_Delete(j);
   return s;
 }
@@ -700,7 +873,9 @@ dlrec_status dlrec_model_load(const char *path, dlrec_model **out) {
   if (s == DLREC_OK) s = read_config(m->dir, &man, &m->config);
   if (s == DLREC_OK) s = load_etl(m->dir, &man, &m->etl);
   if (s == DLREC_OK) s = dlrec_net_create(&m->net, &m->config.model, dlrec_etl_schema(m->etl));
-  if (s == DLREC_OK) s = read_params(m->dir, &man, m->net, NULL);
+  uint32_t *rows = NULL;
+  if (s == DLREC_OK) s = read_params(m->dir, &man, m->net, NULL, &rows);
+  free(rows);
   if (s != DLREC_OK) {
     dlrec_error_context("loading checkpoint %s: ", path);
     dlrec_model_free(m);
@@ -750,7 +925,8 @@ static dlrec_status same_etl(const char *dir, const manifest *m, const char *etl
 }
 
 dlrec_status dlrec_checkpoint_load_training(const char *path, const dlrec_train_config *cfg, const char *etl_dir,
-                                            dlrec_net *m, dlrec_net_optim *opt, dlrec_train_progress *prog) {
+                                            dlrec_net *m, dlrec_net_optim *opt, dlrec_train_progress *prog,
+                                            dlrec_checkpoint_journal *j) {
   char dir[1024];
   manifest man;
   dlrec_train_config saved;
@@ -761,7 +937,20 @@ dlrec_status dlrec_checkpoint_load_training(const char *path, const dlrec_train_
   if (s == DLREC_OK) s = read_config(dir, &man, &saved);
   if (s == DLREC_OK) s = same_training(cfg, &saved, dir);
   if (s == DLREC_OK) s = same_etl(dir, &man, etl_dir);
-  if (s == DLREC_OK) s = read_params(dir, &man, m, opt);
+  uint32_t *rows = NULL;
+  if (s == DLREC_OK) s = read_params(dir, &man, m, opt, &rows);
+  /* The store now holds the base plus the journal: its changes are the
+   * journal's rows, relative to the loaded checkpoint's base files. */
+  dlrec_store *store = dlrec_net_store(m);
+  if (s == DLREC_OK && j) {
+    snprintf(j->base, sizeof j->base, "%s", dir);
+    j->base_step = man.has[F_JOURNAL] ? man.journal_base : man.p.step;
+    if (dlrec_store_changes(store, NULL) != UINT64_MAX) {
+      dlrec_store_changes_reset(store);
+      if (rows) s = dlrec_store_changes_mark(store, rows, man.journal_rows);
+    }
+  }
+  free(rows);
   if (s != DLREC_OK) return dlrec_error_context("resuming from %s: ", dir);
   *prog = man.p;
   return DLREC_OK;

@@ -22,6 +22,7 @@ void dlrec_train_config_default(dlrec_train_config *c) {
   c->seed = 1;
   c->eval_batch_size = 4096;
   c->checkpoint_keep = 2;
+  c->checkpoint_journal_max_fraction = 0.25;
   c->log_interval_steps = 1000;
   c->shuffle = 1;
   c->window_groups = 8;
@@ -256,8 +257,9 @@ dlrec_status dlrec_train_config_from_json(const cJSON *j, const char *what, dlre
   }
   if ((o = section(j, "checkpoint"))) {
     x = sub(&top, "checkpoint");
-    static const char *k[] = {"interval_steps", "keep", "keep_best", NULL};
+    static const char *k[] = {"interval_steps", "keep", "keep_best", "journal_max_fraction", NULL};
     TRY(dlrec_json_check_keys(o, x.what, k));
+    TRY(get_double(o, "journal_max_fraction", &x, 0, 1, &c->checkpoint_journal_max_fraction));
     TRY(dlrec_json_get_bool_or(o, "keep_best", x.what, c->keep_best, &c->keep_best));
     TRY(get_u64(o, "interval_steps", &x, &c->checkpoint_interval_steps));
     TRY(get_u32(o, "keep", &x, 1, 1000, &c->checkpoint_keep));
@@ -368,6 +370,7 @@ cJSON *dlrec_train_config_to_json(const dlrec_train_config *c) {
   cJSON_AddNumberToObject(k, "interval_steps", (double)c->checkpoint_interval_steps);
   cJSON_AddNumberToObject(k, "keep", c->checkpoint_keep);
   cJSON_AddBoolToObject(k, "keep_best", c->keep_best);
+  cJSON_AddNumberToObject(k, "journal_max_fraction", c->checkpoint_journal_max_fraction);
   cJSON *g = cJSON_AddObjectToObject(j, "log");
   cJSON_AddNumberToObject(g, "interval_steps", (double)c->log_interval_steps);
   cJSON *st = cJSON_AddObjectToObject(j, "storage");

@@ -58,6 +58,25 @@ static uint64_t elem_bytes(uint32_t dtype) {
   return 0;
 }
 
+/* The array's bytes [at, at + k), k within one chunk, copied from (gather)
+ * or to (scatter) its rows; drop_pages then drops the span they cover. */
+static void move_rows(const tensor_desc *a, char *buf, uint64_t at, size_t k, int scatter) {
+  const uint64_t eb = elem_bytes(a->dtype), rb = a->row_elems * eb;
+  char *data = a->data;
+  uint64_t first = at / rb, done = 0;
+  for (uint64_t i = first; done < k; i++) {
+    const uint64_t from = i == first ? at - i * rb : 0, n = rb - from < k - done ? rb - from : k - done;
+    char *row = data + (uint64_t)a->rows[i] * rb + from;
+    if (scatter) memcpy(row, buf + done, n);
+    else memcpy(buf + done, row, n);
+    done += n;
+  }
+  if (a->drop_pages) {
+    const uint64_t last = first + (at + k - 1 - first * rb) / rb;
+    drop_pages(data + (uint64_t)a->rows[first] * rb, (size_t)(((uint64_t)a->rows[last] - a->rows[first] + 1) * rb));
+  }
+}
+
 /* The CRC32C of the whole file goes through its bytes in file order: the
  * writer lays the arrays out in table order, each 64-byte aligned, so the
  * gaps before each array are zeros shorter than 64 bytes. */
@@ -75,6 +94,7 @@ dlrec_status tensor_file_write(const char *path, const tensor_desc *arrays, int 
   if (n < 0 || n > MAX_ARRAYS) return dlrec_error(DLREC_ERR_INTERNAL, "%s: %d arrays", path, n);
   entry table[MAX_ARRAYS];
   memset(table, 0, sizeof table);
+  char *staging = NULL; /* a chunk of gathered rows */
   uint64_t off = align64(HEADER_BYTES + (uint64_t)n * ENTRY_BYTES);
   for (int i = 0; i < n; i++) {
     if (strlen(arrays[i].name) >= TENSOR_NAME_MAX) return dlrec_error(DLREC_ERR_INTERNAL, "tensor name too long");
@@ -82,8 +102,20 @@ dlrec_status tensor_file_write(const char *path, const tensor_desc *arrays, int 
     table[i].dtype = arrays[i].dtype;
     table[i].count = arrays[i].count;
     table[i].offset = off;
-    table[i].crc = dlrec_crc32c(0, arrays[i].data, arrays[i].count * elem_bytes(arrays[i].dtype));
-    off = align64(off + arrays[i].count * elem_bytes(arrays[i].dtype));
+    if (arrays[i].rows && (!arrays[i].row_elems || arrays[i].count % arrays[i].row_elems))
+      return dlrec_error(DLREC_ERR_INTERNAL, "%s: array '%s': %llu elements are not rows of %llu", path,
+                         arrays[i].name, (unsigned long long)arrays[i].count, (unsigned long long)arrays[i].row_elems);
+    if (arrays[i].rows && !staging && !(staging = malloc(CHUNK))) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
+    const uint64_t bytes = arrays[i].count * elem_bytes(arrays[i].dtype);
+    if (!arrays[i].rows) table[i].crc = dlrec_crc32c(0, arrays[i].data, bytes);
+    for (uint64_t at = 0; arrays[i].rows && at < bytes; at += CHUNK) {
+      const size_t k = bytes - at > CHUNK ? CHUNK : (size_t)(bytes - at);
+      tensor_desc gather = arrays[i];
+      gather.drop_pages = 0; /* the write pass below reads them again */
+      move_rows(&gather, staging, at, k, 0);
+      table[i].crc = dlrec_crc32c(table[i].crc, staging, k);
+    }
+    off = align64(off + bytes);
   }
   unsigned char header[HEADER_BYTES] = {0};
   memcpy(header, MAGIC, 8);
@@ -98,21 +130,33 @@ dlrec_status tensor_file_write(const char *path, const tensor_desc *arrays, int 
   fcrc = dlrec_crc32c(fcrc, table, (size_t)n * ENTRY_BYTES);
   uint64_t at_crc = HEADER_BYTES + (uint64_t)n * ENTRY_BYTES; /* where fcrc has got to */
 
-  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return dlrec_error(DLREC_ERR_IO, "%s: %s", path, strerror(errno));
+  /* A new file, never the old one truncated: the old may be a hard link of
+   * another checkpoint's file (a journaled checkpoint's base). */
+  if (unlink(path) != 0 && errno != ENOENT) {
+    free(staging);
+    return dlrec_error(DLREC_ERR_IO, "%s: %s", path, strerror(errno));
+  }
+  int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    free(staging);
+    return dlrec_error(DLREC_ERR_IO, "%s: %s", path, strerror(errno));
+  }
   dlrec_status s = dlrec_pwrite_all(fd, header, HEADER_BYTES, 0, path);
   if (s == DLREC_OK) s = dlrec_pwrite_all(fd, table, (size_t)n * ENTRY_BYTES, HEADER_BYTES, path);
   for (int i = 0; s == DLREC_OK && i < n; i++) {
     const char *p = arrays[i].data;
-    uint64_t left = arrays[i].count * elem_bytes(arrays[i].dtype), at = table[i].offset;
+    uint64_t left = arrays[i].count * elem_bytes(arrays[i].dtype), at = table[i].offset, done = 0;
     fcrc = crc_zeros(fcrc, at - at_crc);
     while (s == DLREC_OK && left) {
       size_t k = left > CHUNK ? CHUNK : (size_t)left;
-      s = dlrec_pwrite_all(fd, p, k, at, path);
-      fcrc = dlrec_crc32c(fcrc, p, k);
-      if (arrays[i].drop_pages) drop_pages(p, k);
+      if (arrays[i].rows) move_rows(&arrays[i], staging, done, k, 0);
+      const char *src = arrays[i].rows ? staging : p;
+      s = dlrec_pwrite_all(fd, src, k, at, path);
+      fcrc = dlrec_crc32c(fcrc, src, k);
+      if (arrays[i].drop_pages && !arrays[i].rows) drop_pages(p, k);
       p += k;
       at += k;
+      done += k;
       left -= k;
     }
     at_crc = at;
@@ -123,6 +167,7 @@ dlrec_status tensor_file_write(const char *path, const tensor_desc *arrays, int 
     s = dlrec_error(DLREC_ERR_IO, "%s: cannot set size: %s", path, strerror(errno));
   if (s == DLREC_OK && fsync(fd) != 0) s = dlrec_error(DLREC_ERR_IO, "%s: fsync failed: %s", path, strerror(errno));
   if (close(fd) != 0 && s == DLREC_OK) s = dlrec_error(DLREC_ERR_IO, "%s: close failed: %s", path, strerror(errno));
+  free(staging);
   return s;
 }
 
@@ -200,9 +245,13 @@ static dlrec_status crc_range(int fd, uint64_t from, uint64_t to, uint32_t *crc,
 static dlrec_status read_arrays(const char *path, const tensor_desc *arrays, int n, uint32_t *file_crc,
                                 uint64_t *offsets) {
   char *scratch = NULL;
-  for (int i = 0; i < n; i++)
-    if (!arrays[i].data && !scratch && !(scratch = malloc(CHUNK)))
+  for (int i = 0; i < n; i++) {
+    if (arrays[i].rows && (!arrays[i].row_elems || arrays[i].count % arrays[i].row_elems))
+      return dlrec_error(DLREC_ERR_INTERNAL, "%s: array '%s': %llu elements are not rows of %llu", path,
+                         arrays[i].name, (unsigned long long)arrays[i].count, (unsigned long long)arrays[i].row_elems);
+    if ((!arrays[i].data || arrays[i].rows) && !scratch && !(scratch = malloc(CHUNK)))
       return dlrec_error(DLREC_ERR_NOMEM, "%s: out of memory", path);
+  }
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     free(scratch);
@@ -238,8 +287,13 @@ static dlrec_status read_arrays(const char *path, const tensor_desc *arrays, int
     }
     s = crc_range(fd, at_crc, e->offset, &fcrc, path);
     if (offsets) offsets[i] = e->offset;
-    char *p = arrays[i].data ? arrays[i].data : scratch;
-    uint64_t left = e->count * elem_bytes(e->dtype), at = e->offset;
+    /* Scattered rows are read into scratch and copied out only once the
+     * array's checksum holds: a damaged journal never reaches the table. So
+     * they are read twice, the second time for the copy. */
+    const int scatter = arrays[i].rows && arrays[i].data, direct = arrays[i].data && !arrays[i].rows;
+    char *p = direct ? arrays[i].data : scratch;
+    const uint64_t bytes = e->count * elem_bytes(e->dtype);
+    uint64_t left = bytes, at = e->offset;
     uint32_t crc = 0;
     while (s == DLREC_OK && left) {
       size_t k = left > CHUNK ? CHUNK : (size_t)left;
@@ -247,11 +301,16 @@ static dlrec_status read_arrays(const char *path, const tensor_desc *arrays, int
       if (s == DLREC_OK) {
         crc = dlrec_crc32c(crc, p, k);
         fcrc = dlrec_crc32c(fcrc, p, k);
-        if (arrays[i].drop_pages) drop_pages(p, k);
+        if (arrays[i].drop_pages && direct) drop_pages(p, k);
       }
-      if (arrays[i].data) p += k;
+      if (direct) p += k;
       at += k;
       left -= k;
+    }
+    for (uint64_t done = 0; s == DLREC_OK && scatter && crc == e->crc && done < bytes; done += CHUNK) {
+      size_t k = bytes - done > CHUNK ? CHUNK : (size_t)(bytes - done);
+      s = dlrec_pread_all(fd, scratch, k, e->offset + done, path);
+      if (s == DLREC_OK) move_rows(&arrays[i], scratch, done, k, 1);
     }
     at_crc = at;
     if (s == DLREC_OK && crc != e->crc)
@@ -266,8 +325,6 @@ static dlrec_status read_arrays(const char *path, const tensor_desc *arrays, int
 }
 
 dlrec_status tensor_file_read(const char *path, const tensor_desc *arrays, int n, uint32_t *file_crc) {
-  for (int i = 0; i < n; i++)
-    if (!arrays[i].data) return dlrec_error(DLREC_ERR_INVALID, "%s: array '%s': no destination", path, arrays[i].name);
   return read_arrays(path, arrays, n, file_crc, NULL);
 }
 

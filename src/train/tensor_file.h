@@ -23,9 +23,23 @@ typedef struct tensor_desc {
    * of each chunk leave the process once read or written (the page cache
    * keeps them), so a table larger than memory passes through in chunks. */
   int drop_pages;
+  /* Gathered (write) or scattered (read) rows: with rows set, the array's
+   * count elements are count / row_elems rows of row_elems elements each,
+   * row i at data + rows[i]·row_elems. rows ascend, so that a chunk of the
+   * array covers one span of data (whose pages drop_pages drops as it goes):
+   * a journal's changed rows of a whole table. */
+  const uint32_t *rows;
+  uint64_t row_elems;
 } tensor_desc;
 
-/* Writes the arrays to path (created or replaced) and fsyncs it. Sets
+/* A whole, contiguous array (rows unset). */
+static inline tensor_desc tensor_array(const char *name, tensor_dtype dtype, uint64_t count, void *data,
+                                       int drop_pages) {
+  return (tensor_desc){.name = name, .dtype = dtype, .count = count, .data = data, .drop_pages = drop_pages};
+}
+
+/* Writes the arrays to path (a new file, replacing any there: a hard link
+ * to it keeps the old bytes) and fsyncs it. Sets
  * *file_crc to the CRC32C of the whole file, padding included, so that a
  * checkpoint's manifest can cover every byte. */
 dlrec_status tensor_file_write(const char *path, const tensor_desc *arrays, int n, uint32_t *file_crc);
@@ -35,7 +49,8 @@ dlrec_status tensor_file_write(const char *path, const tensor_desc *arrays, int 
  * types and nothing else, and every checksum. Errors name the file and the
  * array ("table.bin: array 'table': checksum mismatch"). Sets *file_crc to
  * the CRC32C of the whole file as read (the caller compares it with the one
- * it recorded: the arrays' own checksums do not cover the padding). */
+ * it recorded: the arrays' own checksums do not cover the padding). An
+ * array whose data is NULL is checked and not copied anywhere. */
 dlrec_status tensor_file_read(const char *path, const tensor_desc *arrays, int n, uint32_t *file_crc);
 
 /* For a file of the one array `array` (its data unused): checks everything

@@ -102,6 +102,7 @@ typedef struct run {
   dlrec_net *model;
   dlrec_net_ws *ws;
   dlrec_net_optim opt;
+  dlrec_checkpoint_journal journal; /* journaled checkpoints of a tiered table */
   dlrec_loader *loader;
   dlrec_train_progress prog;
   int lock_fd; /* RUN/lock, held while the run writes into RUN; -1 if not */
@@ -170,7 +171,7 @@ static dlrec_status evaluate_now(run *r, dlrec_metrics *out) {
 static dlrec_status checkpoint_now(run *r) {
   double t0 = dlrec_now();
   dlrec_status s = dlrec_checkpoint_save(r->a->run_dir, &r->cfg, r->a->etl_dir, r->model, &r->opt, &r->prog,
-                                         r->cfg.checkpoint_keep);
+                                         r->cfg.checkpoint_keep, &r->journal);
   if (s == DLREC_OK) DLREC_DEBUG("checkpoint at step %llu in %.2f s", (unsigned long long)r->prog.step, dlrec_now() - t0);
   if (s == DLREC_OK) r->last_ckpt_step = r->prog.step;
   return s;
@@ -257,12 +258,18 @@ static dlrec_status setup(run *r) {
   r->opt.sparse_lr = r->cfg.sparse.lr;
   if ((s = dlrec_store_optim_create(dlrec_net_store(r->model), &r->cfg.sparse, &r->opt.sparse)) != DLREC_OK) return s;
   r->opt.clip_grad_norm = r->cfg.clip_grad_norm;
+  /* A tiered table records the rows each step changes, so that checkpoints
+   * can journal them instead of copying the whole table. */
+  r->journal.max_fraction = r->cfg.checkpoint_journal_max_fraction;
+  if (sc.kind == DLREC_STORE_TIERED && r->journal.max_fraction > 0 &&
+      (s = dlrec_store_track_changes(dlrec_net_store(r->model))) != DLREC_OK)
+    return s;
 
   if ((s = dlrec_path_join(r->metrics_path, sizeof r->metrics_path, a->run_dir, "metrics.jsonl")) != DLREC_OK) return s;
   r->prog.valid_auc = NAN;
   dlrec_valid_state_init(&r->prog.valid);
   if (a->resume) {
-    s = dlrec_checkpoint_load_training(a->run_dir, &r->cfg, a->etl_dir, r->model, &r->opt, &r->prog);
+    s = dlrec_checkpoint_load_training(a->run_dir, &r->cfg, a->etl_dir, r->model, &r->opt, &r->prog, &r->journal);
     if (s == DLREC_OK) s = dlrec_loader_seek(r->loader, r->prog.position);
     if (s == DLREC_OK) s = truncate_metrics(r->metrics_path, r->prog.step);
     /* A crash between saving a best checkpoint and pointing RUN/best at it
