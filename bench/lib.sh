@@ -45,13 +45,14 @@ cpu_line() {
   echo "CPU: ${model:-unknown} ($(nproc) cores); flags:${have:- none of avx2/avx512/amx}"
 }
 
-# make_criteo_data ROWS CAP: synthesizes ROWS Criteo-like rows (categorical
-# columns capped at CAP distinct values), fits the ETL (--min-count 2) into
+# make_criteo_data ROWS CAP [MIN_COUNT]: synthesizes ROWS Criteo-like rows
+# (categorical columns capped at CAP distinct values), fits the ETL
+# (--min-count MIN_COUNT, default 2) into
 # $work/etl and encodes $work/train.dlr and $work/valid.dlr (10% held out).
 # Sets train_rows, valid_rows and table_rows (the 26 tables' rows in all).
 make_criteo_data() {
   "$bin" synth --rows "$1" --max-cardinality "$2" --out "$work/clicks.tsv" -q
-  "$bin" etl fit --input "$work/clicks.tsv" --out "$work/etl" --min-count 2 -q
+  "$bin" etl fit --input "$work/clicks.tsv" --out "$work/etl" --min-count "${3:-2}" -q
   "$bin" etl apply --etl "$work/etl" --input "$work/clicks.tsv" --out "$work/train.dlr" \
     --valid-fraction 0.1 --valid-out "$work/valid.dlr" --seed 7 -q
   rm -f "$work/clicks.tsv"

@@ -170,9 +170,16 @@ static dlrec_status evaluate_now(run *r, dlrec_metrics *out) {
 
 static dlrec_status checkpoint_now(run *r) {
   double t0 = dlrec_now();
+  const dlrec_store *store = dlrec_net_store(r->model);
+  const uint64_t changed = dlrec_store_changes(store, NULL);
   dlrec_status s = dlrec_checkpoint_save(r->a->run_dir, &r->cfg, r->a->etl_dir, r->model, &r->opt, &r->prog,
                                          r->cfg.checkpoint_keep, &r->journal);
-  if (s == DLREC_OK) DLREC_DEBUG("checkpoint at step %llu in %.2f s", (unsigned long long)r->prog.step, dlrec_now() - t0);
+  if (s == DLREC_OK && changed != UINT64_MAX && r->journal.base_step != r->prog.step)
+    DLREC_DEBUG("checkpoint at step %llu in %.2f s: a journal of %llu rows (%.1f%% of the table)",
+                (unsigned long long)r->prog.step, dlrec_now() - t0, (unsigned long long)changed,
+                100.0 * (double)changed / (double)dlrec_store_rows(store));
+  else if (s == DLREC_OK)
+    DLREC_DEBUG("checkpoint at step %llu in %.2f s: full", (unsigned long long)r->prog.step, dlrec_now() - t0);
   if (s == DLREC_OK) r->last_ckpt_step = r->prog.step;
   return s;
 }
