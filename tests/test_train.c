@@ -1271,6 +1271,124 @@ TEST(tiered_checkpoints_journal_the_changed_rows) {
   free(out);
 }
 
+/* Encodes 2560 synthetic rows (seed `seed`, 20 batches of 128) with the
+ * ETL state of make_data into PATH, through PATH.tmp as etl apply writes. */
+static int make_part(int seed, const char *path) {
+  char *out = NULL;
+  int rc = test_run_cli(&out, "synth -q --rows 2560 --seed %d --max-cardinality 2000 --out '%s' && '%s' etl apply -q "
+                        "--etl '%s' --input '%s' --out '%s'",
+                        seed, test_path("part.tsv"), getenv("DLREC_BIN"), test_path("etl"), test_path("part.tsv"), path);
+  if (rc != 0) fprintf(stderr, "part %d: %s\n", seed, out ? out : "");
+  free(out);
+  return rc;
+}
+
+/* `dlrec train --follow DIR` for RUN in the background (--max-steps
+ * max_steps unless NULL): its pid. */
+static pid_t follow_start(const char *run, const char *dir, const char *idle, int resume, const char *max_steps) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    const char *argv[20] = {"dlrec", "train", "-q", "--config", test_path("cfg.json"), "--follow", dir,
+                            "--follow-idle", idle, "--etl", test_path("etl"), "--out", test_path(run)};
+    int n = 13;
+    if (resume) argv[n++] = "--resume";
+    if (max_steps) argv[n++] = "--max-steps", argv[n++] = max_steps;
+    if (!freopen("/dev/null", "w", stdout)) _exit(126); /* the run's summary */
+    execv(getenv("DLREC_BIN"), (char *const *)argv);
+    _exit(127);
+  }
+  return pid;
+}
+
+static int exit_code(pid_t pid) {
+  int status;
+  if (waitpid(pid, &status, 0) != pid) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* Hard-links the staged parts FROM .. TO - 1 into dir. */
+static int add_parts(char parts[][2048], int from, int to, const char *dir) {
+  for (int i = from; i < to; i++) {
+    char path[2100];
+    snprintf(path, sizeof path, "%s/part-%d.dlr", dir, i);
+    if (link(parts[i], path) != 0) return -1;
+  }
+  return 0;
+}
+
+/* --follow trains each file once, in name order, as files appear: the same
+ * bits as one run over the files in that order (no shuffle, batches that do
+ * not straddle files). Files that appear while it runs are picked up; a run
+ * stopped inside a file resumes there, and one killed while waiting for the
+ * next file resumes after the last; a follow run is not resumed with
+ * --train. */
+TEST(follow_trains_files_as_they_appear_and_resumes_inside_one) {
+  CHECK(make_data(8000) == 0);
+  /* CONFIG without shuffling. */
+  const char *loader = "\"loader\": {\"window_groups\": 2, \"slice_rows\": 8}", *at = strstr(CONFIG, loader);
+  CHECK(at != NULL);
+  if (!at) return;
+  char cfg[2048];
+  snprintf(cfg, sizeof cfg, "%.*s\"loader\": {\"shuffle\": false}%s", (int)(at - CONFIG), CONFIG, at + strlen(loader));
+  CHECK(test_write_file(test_path("cfg.json"), cfg, (size_t)-1) == 0);
+  char parts[3][2048], dir[2048], staged[2100];
+  CHECK(mkdir(test_path("staged"), 0755) == 0);
+  for (int i = 0; i < 3; i++) {
+    snprintf(parts[i], sizeof parts[i], "%s/part-%d.dlr", test_path("staged"), i);
+    CHECK(make_part(11 + i, parts[i]) == 0);
+  }
+  char *out = NULL;
+  int rc = test_run_cli(&out, "train -q --config '%s' --train '%s' --train '%s' --train '%s' --etl '%s' --out '%s' --max-steps 60",
+                        test_path("cfg.json"), parts[0], parts[1], parts[2], test_path("etl"), test_path("all"));
+  CHECK_EQ(rc, 0);
+  free(out);
+  /* Live: the follower starts on an empty directory; the files arrive by
+   * rename, in order, while it waits or trains. */
+  snprintf(dir, sizeof dir, "%s", test_path("live-in"));
+  CHECK(mkdir(dir, 0755) == 0);
+  pid_t pid = follow_start("live", dir, "2", 0, NULL);
+  for (int i = 0; i < 3; i++) {
+    usleep(300000);
+    char tmp[2200];
+    snprintf(staged, sizeof staged, "%s/part-%d.dlr", dir, i);
+    snprintf(tmp, sizeof tmp, "%s.tmp", staged);
+    CHECK(link(parts[i], tmp) == 0 && rename(tmp, staged) == 0);
+  }
+  CHECK_EQ(exit_code(pid), 0);
+  CHECK(same_checkpoint("all", "live", 60));
+  /* Stopped inside the second file (--max-steps 25), resumed there. */
+  snprintf(dir, sizeof dir, "%s", test_path("all-in"));
+  CHECK(mkdir(dir, 0755) == 0);
+  CHECK(add_parts(parts, 0, 3, dir) == 0);
+  CHECK_EQ(exit_code(follow_start("paused", dir, "0.5", 0, "25")), 0);
+  size_t n;
+  CHECK_OK(dlrec_read_file(test_path("paused/ckpt-000000000025/manifest.json"), 1u << 20, &out, &n));
+  CHECK(out && strstr(out, "\"follow_file\":\t\"part-1.dlr\""));
+  free(out);
+  CHECK_EQ(exit_code(follow_start("paused", dir, "0.5", 1, NULL)), 0);
+  CHECK(same_checkpoint("all", "paused", 60));
+  /* Killed while waiting after the first file, resumed when the others came. */
+  snprintf(dir, sizeof dir, "%s", test_path("late-in"));
+  CHECK(mkdir(dir, 0755) == 0);
+  CHECK(add_parts(parts, 0, 1, dir) == 0);
+  pid = follow_start("killed", dir, "60", 0, NULL);
+  char ckpt[2048];
+  struct stat st;
+  snprintf(ckpt, sizeof ckpt, "%s/ckpt-000000000020/manifest.json", test_path("killed"));
+  for (int i = 0; i < 1500 && stat(ckpt, &st) != 0; i++) usleep(10000);
+  usleep(100000);
+  kill(pid, SIGKILL);
+  CHECK_EQ(exit_code(pid), 128 + SIGKILL);
+  CHECK(add_parts(parts, 1, 3, dir) == 0);
+  CHECK_EQ(exit_code(follow_start("killed", dir, "0.5", 1, NULL)), 0);
+  CHECK(same_checkpoint("all", "killed", 60));
+  /* A follow run resumed on --train files is refused, saying why. */
+  rc = test_run_cli(&out, "train -q --config '%s' --train '%s' --etl '%s' --out '%s' --resume", test_path("cfg.json"),
+                    parts[0], test_path("etl"), test_path("paused"));
+  CHECK(rc != 0 && out && strstr(out, "resume it with --follow"));
+  free(out);
+}
+
 /* Whether /proc/self/maps has a mapping of a file whose path contains s. */
 static int mapped_here(const char *s) {
   FILE *f = fopen("/proc/self/maps", "r"); /* its size reads as 0: read it line by line */

@@ -54,6 +54,9 @@ typedef struct dlrec_train_progress {
   uint64_t loss_rows;
   /* What the validations decided so far (best, early stopping, plateau). */
   dlrec_valid_state valid;
+  /* dlrec train --follow: the file (its name in the followed directory)
+   * that `position` is a position of; "" for a run on --train files. */
+  char follow_file[256];
 } dlrec_train_progress;
 
 /* Journaled checkpoints of a tiered table (docs/formats.md): what a trainer

@@ -16,6 +16,16 @@
  *                      run on RUN is refused with DLREC_ERR_INVALID naming it
  * SIGINT or SIGTERM stops at the end of the current step, saves a
  * checkpoint, and returns DLREC_OK with result.interrupted set.
+ *
+ * Following a directory (follow_dir): the run trains each `*.dlr` file of
+ * the directory once, in name order, then waits for the next name after the
+ * last one trained (polling five times a second), until a signal, max_steps
+ * or follow_idle seconds without a new file. A file counts once it has its
+ * .dlr name: dlrec etl apply writes NAME.dlr.tmp and renames it when done,
+ * and other producers must do the same. Each file is one pass
+ * (training.epochs does not apply); eval.every_epoch validates after each
+ * file. The checkpoints' position names its file, so --resume continues
+ * inside it.
  */
 #ifndef DLREC_TRAINER_H
 #define DLREC_TRAINER_H
@@ -31,6 +41,10 @@ typedef struct dlrec_train_args {
   const char *config_path;        /* NULL: the defaults of dlrec_train_config_default */
   const char *const *train;       /* .dlr files */
   int n_train;
+  /* Instead of train: a directory whose .dlr files are trained one after
+   * the other, in name order, each once, as they appear (see dlrec_train). */
+  const char *follow_dir;
+  double follow_idle;             /* --follow: stop after this many seconds without a new file; 0: never */
   const char *valid;              /* a .dlr file, or NULL */
   const char *etl_dir;            /* the ETL state the files were encoded with */
   const char *run_dir;
@@ -55,6 +69,7 @@ typedef struct dlrec_train_result {
   uint64_t best_step;             /* the step of RUN/best when restored_best */
   dlrec_net_profile profile;     /* where this run's training steps spent their time */
   double loader_wait;             /* seconds the loop waited for the loader's next batch */
+  double idle_seconds;            /* --follow: seconds waiting for new files (in neither of the above) */
 } dlrec_train_result;
 
 dlrec_status dlrec_train(const dlrec_train_args *a, dlrec_train_result *r);

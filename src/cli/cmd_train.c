@@ -1,5 +1,7 @@
 /* `dlrec train`: train a model on .dlr files. */
+#include <errno.h>
 #include <getopt.h>
+#include <stdlib.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -11,13 +13,20 @@
 static void usage(FILE *out) {
   fprintf(out,
           "usage: dlrec train --config CFG.json --train T.dlr [--train T2.dlr ...] [--valid V.dlr]\n"
-          "                   --etl ETLDIR --out RUN [--resume] [options]\n\n"
+          "                   --etl ETLDIR --out RUN [--resume] [options]\n"
+          "       dlrec train --config CFG.json --follow DIR [--follow-idle S] --etl ETLDIR --out RUN ...\n\n"
           "Trains the config's model.type (default dlrm) on encoded rows (see 'dlrec etl apply')\n"
           "and writes RUN/: checkpoints (RUN/ckpt-STEP, RUN/latest, RUN/best), RUN/metrics.jsonl, and a\n"
           "summary on stdout (JSON).\n\n"
           "  --config FILE       training config (docs/config.md; examples/dlrm_criteo.json);\n"
           "                      without it, the Criteo Kaggle DLRM defaults\n"
           "  --train FILE        training data (.dlr); repeat for several files\n"
+          "  --follow DIR        instead of --train: train each .dlr file of DIR once, in name\n"
+          "                      order, then wait for the next to appear (name files by time;\n"
+          "                      write NAME.dlr.tmp and rename, as 'dlrec etl apply' does); one\n"
+          "                      pass per file; eval.every_epoch validates after each file\n"
+          "  --follow-idle S     with --follow: stop after S seconds without a new file\n"
+          "                      (default: wait until SIGINT/SIGTERM or --max-steps)\n"
           "  --valid FILE        validation data (.dlr): AUC, logloss, NE, calibration at the\n"
           "                      config's eval interval, after each epoch with eval.every_epoch,\n"
           "                      and at the end; early stopping, the lr plateau and RUN/best\n"
@@ -62,6 +71,7 @@ int cmd_train(int argc, char **argv) {
       {"deterministic", no_argument, 0, 'd'}, {"threads", required_argument, 0, 'j'},
       {"max-steps", required_argument, 0, 's'}, {"help", no_argument, 0, 'h'},
       {"quiet", no_argument, 0, 'q'},        {"verbose", no_argument, 0, 'v'},
+      {"follow", required_argument, 0, 'F'}, {"follow-idle", required_argument, 0, 'I'},
       {0, 0, 0, 0}};
   dlrec_train_args a = {0};
   const char *train[64];
@@ -76,6 +86,16 @@ int cmd_train(int argc, char **argv) {
       train[a.n_train++] = optarg;
       break;
     case 'V': a.valid = optarg; break;
+    case 'F': a.follow_dir = optarg; break;
+    case 'I': {
+      char *end;
+      errno = 0;
+      const double idle = strtod(optarg, &end);
+      if (end == optarg || *end || errno || !(idle > 0 && idle <= 1e9))
+        return cli_usage_error("train", "--follow-idle: '%s' is not a number of seconds in (0, 1e9]", optarg);
+      a.follow_idle = idle;
+      break;
+    }
     case 'e': a.etl_dir = optarg; break;
     case 'o': a.run_dir = optarg; break;
     case 'r': a.resume = 1; break;
@@ -96,7 +116,9 @@ int cmd_train(int argc, char **argv) {
     }
   }
   if (optind < argc) return cli_usage_error("train", "unexpected argument '%s'", argv[optind]);
-  if (!a.n_train) return cli_usage_error("train", "--train is required");
+  if (!a.n_train && !a.follow_dir) return cli_usage_error("train", "--train or --follow is required");
+  if (a.n_train && a.follow_dir) return cli_usage_error("train", "--train and --follow do not go together");
+  if (a.follow_idle > 0 && !a.follow_dir) return cli_usage_error("train", "--follow-idle needs --follow");
   if (!a.etl_dir) return cli_usage_error("train", "--etl is required");
   if (!a.run_dir) return cli_usage_error("train", "--out is required");
   a.train = train;
@@ -110,6 +132,7 @@ int cmd_train(int argc, char **argv) {
   if (isfinite(r.last_loss)) cJSON_AddNumberToObject(j, "train_loss", r.last_loss);
   if (r.has_valid) cJSON_AddItemToObject(j, "valid", dlrec_metrics_to_json(&r.valid));
   cJSON_AddItemToObject(j, "profile", profile_json(&r));
+  if (a.follow_dir) cJSON_AddNumberToObject(j, "idle_seconds", r.idle_seconds);
   if (r.interrupted) cJSON_AddBoolToObject(j, "interrupted", 1);
   if (r.reached_target) cJSON_AddBoolToObject(j, "reached_target_auc", 1);
   if (r.early_stopped) cJSON_AddBoolToObject(j, "early_stopped", 1);

@@ -198,6 +198,7 @@ static dlrec_status write_manifest(const char *dir, const manifest *m) {
   char hex[32];
   snprintf(hex, sizeof hex, "%016" PRIx64, p->position.fingerprint);
   cJSON_AddStringToObject(pos, "fingerprint", hex);
+  if (p->follow_file[0]) cJSON_AddStringToObject(pos, "follow_file", p->follow_file);
   if (!isnan(p->valid_auc)) cJSON_AddNumberToObject(j, "valid_auc", p->valid_auc);
   /* cJSON prints a double with enough digits to read back the same bits. */
   cJSON *loss = cJSON_AddObjectToObject(j, "loss");
@@ -791,6 +792,11 @@ static dlrec_status read_manifest(const char *dir, manifest *m) {
   if (s == DLREC_OK) s = dlrec_json_get_string(pos, "fingerprint", path, &fp);
   if (s == DLREC_OK) s = parse_hex(fp, 16, path, &fingerprint);
   p->position.fingerprint = fingerprint;
+  const char *follow = "";
+  if (s == DLREC_OK) s = dlrec_json_get_string_or(pos, "follow_file", path, "", &follow);
+  if (s == DLREC_OK && (strlen(follow) >= sizeof p->follow_file || strchr(follow, '/')))
+    s = dlrec_error(DLREC_ERR_CORRUPT, "%s: position: 'follow_file' is not a file name: '%s'", path, follow);
+  if (s == DLREC_OK) snprintf(p->follow_file, sizeof p->follow_file, "%s", follow);
   if (s == DLREC_OK) s = dlrec_json_get_double_or(j, "valid_auc", path, NAN, &p->valid_auc);
   if (s == DLREC_OK) s = dlrec_json_get_object(j, "loss", path, &loss);
   if (s == DLREC_OK) s = dlrec_json_get_double(loss, "sum", path, &p->loss_sum);

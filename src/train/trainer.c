@@ -2,6 +2,7 @@
  * checkpoints at intervals; resume; graceful stop on SIGINT/SIGTERM. */
 #include "dlrec/trainer.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <omp.h>
@@ -9,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "dlrec/checkpoint.h"
 #include "dlrec/etl.h"
@@ -103,8 +105,14 @@ typedef struct run {
   dlrec_net_ws *ws;
   dlrec_net_optim opt;
   dlrec_checkpoint_journal journal; /* journaled checkpoints of a tiered table */
-  dlrec_loader *loader;
+  dlrec_loader *loader; /* following a directory: the current file's, or NULL between files */
   dlrec_train_progress prog;
+  /* --follow: the options and schema each file's loader is opened with, and
+   * the current file's rows. */
+  dlrec_loader_opts lo;
+  dlrec_schema schema;
+  uint64_t follow_rows;
+  double follow_idle; /* seconds spent waiting for a new file */
   int lock_fd; /* RUN/lock, held while the run writes into RUN; -1 if not */
   /* The last validation of this run (its step and metrics), so that the
    * final report reuses one made at the last step rather than repeating it,
@@ -189,6 +197,77 @@ static double watched(const dlrec_train_config *c, const dlrec_metrics *m) {
   return c->eval_metric == DLREC_VALID_LOGLOSS ? m->logloss : m->auc;
 }
 
+/* ---- following a directory ---- */
+
+/* The smallest name after `after` (any, when it is "") of a .dlr file in
+ * dir, into out: 1; 0 when there is none; -1 when dir cannot be read. */
+static int next_file(const char *dir, const char *after, char *out, size_t n) {
+  DIR *d = opendir(dir);
+  if (!d) return -1;
+  int found = 0;
+  for (struct dirent *e; (e = readdir(d));) {
+    const size_t len = strlen(e->d_name);
+    if (len < 5 || len >= n || strcmp(e->d_name + len - 4, ".dlr")) continue;
+    if (after[0] && strcmp(e->d_name, after) <= 0) continue;
+    if (!found || strcmp(e->d_name, out) < 0) {
+      memcpy(out, e->d_name, len + 1);
+      found = 1;
+    }
+  }
+  closedir(d);
+  return found;
+}
+
+/* Opens the loader on the followed directory's file `name` (the run's
+ * schema, labeled), which becomes the progress's follow_file. */
+static dlrec_status follow_open(run *r, const char *file) {
+  char path[4096], name[sizeof r->prog.follow_file];
+  snprintf(name, sizeof name, "%s", file); /* file may be r->prog.follow_file itself */
+  dlrec_status s = dlrec_path_join(path, sizeof path, r->a->follow_dir, name);
+  const char *paths[] = {path};
+  dlrec_loader_close(r->loader);
+  r->loader = NULL;
+  if (s == DLREC_OK) s = dlrec_loader_open(&r->loader, paths, 1, &r->lo);
+  if (s == DLREC_OK && !dlrec_schema_equal(dlrec_loader_schema(r->loader), &r->schema))
+    s = dlrec_error(DLREC_ERR_INVALID, "%s: encoded with another ETL state than %s (the schemas differ)", path,
+                    r->a->etl_dir);
+  if (s == DLREC_OK && !r->schema.has_label) s = dlrec_error(DLREC_ERR_INVALID, "%s: has no labels to train on", path);
+  if (s != DLREC_OK) return s;
+  snprintf(r->prog.follow_file, sizeof r->prog.follow_file, "%s", name);
+  r->follow_rows = dlrec_loader_epoch_rows(r->loader);
+  DLREC_INFO("following %s: training on %s (%llu rows)", r->a->follow_dir, name, (unsigned long long)r->follow_rows);
+  return DLREC_OK;
+}
+
+/* The next batch of the followed directory: from the current file, then
+ * from the next file after it as it appears. DLREC_END when the run is to
+ * stop: a signal, or follow_idle seconds without a new file. */
+static dlrec_status follow_next(run *r, const dlrec_batch **b) {
+  for (;;) {
+    if (r->loader) {
+      dlrec_status s = dlrec_loader_next(r->loader, b);
+      if (s != DLREC_END) return s;
+      dlrec_loader_close(r->loader);
+      r->loader = NULL;
+    }
+    char name[sizeof r->prog.follow_file];
+    int found;
+    const double since = dlrec_now();
+    while ((found = next_file(r->a->follow_dir, r->prog.follow_file, name, sizeof name)) == 0) {
+      const double waited = dlrec_now() - since;
+      if (g_stop || (r->a->follow_idle > 0 && waited >= r->a->follow_idle)) {
+        r->follow_idle += waited;
+        return DLREC_END;
+      }
+      usleep(200000);
+    }
+    r->follow_idle += dlrec_now() - since;
+    if (found < 0) return dlrec_error(DLREC_ERR_IO, "--follow %s: %s", r->a->follow_dir, strerror(errno));
+    dlrec_status s = follow_open(r, name);
+    if (s != DLREC_OK) return s;
+  }
+}
+
 static dlrec_status setup(run *r) {
   const dlrec_train_args *a = r->a;
   dlrec_status s = DLREC_OK;
@@ -225,11 +304,21 @@ static dlrec_status setup(run *r) {
   lo.seed = r->cfg.seed;
   lo.epochs = r->cfg.epochs;
   lo.prefetch = r->cfg.prefetch;
-  if ((s = dlrec_loader_open(&r->loader, a->train, a->n_train, &lo)) != DLREC_OK) return s;
-  if (!dlrec_schema_equal(dlrec_loader_schema(r->loader), &schema))
-    return dlrec_error(DLREC_ERR_INVALID, "%s: encoded with another ETL state than %s (the schemas differ)", a->train[0],
-                       a->etl_dir);
-  if (!schema.has_label) return dlrec_error(DLREC_ERR_INVALID, "%s: has no labels to train on", a->train[0]);
+  r->schema = schema;
+  if (a->follow_dir) {
+    /* Each file gets its own loader, for one pass, as it comes. */
+    lo.epochs = 1;
+    r->lo = lo;
+    DIR *d = opendir(a->follow_dir);
+    if (!d) return dlrec_error(DLREC_ERR_IO, "--follow %s: %s", a->follow_dir, strerror(errno));
+    closedir(d);
+  } else {
+    if ((s = dlrec_loader_open(&r->loader, a->train, a->n_train, &lo)) != DLREC_OK) return s;
+    if (!dlrec_schema_equal(dlrec_loader_schema(r->loader), &schema))
+      return dlrec_error(DLREC_ERR_INVALID, "%s: encoded with another ETL state than %s (the schemas differ)",
+                         a->train[0], a->etl_dir);
+    if (!schema.has_label) return dlrec_error(DLREC_ERR_INVALID, "%s: has no labels to train on", a->train[0]);
+  }
 
   const dlrec_train_config *c = &r->cfg;
   if (!a->valid && (c->early_stop_patience || c->plateau_factor < 1 || c->keep_best))
@@ -277,7 +366,16 @@ static dlrec_status setup(run *r) {
   dlrec_valid_state_init(&r->prog.valid);
   if (a->resume) {
     s = dlrec_checkpoint_load_training(a->run_dir, &r->cfg, a->etl_dir, r->model, &r->opt, &r->prog, &r->journal);
-    if (s == DLREC_OK) s = dlrec_loader_seek(r->loader, r->prog.position);
+    if (s == DLREC_OK && !a->follow_dir && r->prog.follow_file[0])
+      s = dlrec_error(DLREC_ERR_INVALID, "%s was training on files of a followed directory (last %s): resume it "
+                      "with --follow", a->run_dir, r->prog.follow_file);
+    /* Following: back into the checkpoint's file, where it stopped; a run
+     * that trained on --train files follows from the directory's first. */
+    if (s == DLREC_OK && a->follow_dir && r->prog.follow_file[0] &&
+        (s = follow_open(r, r->prog.follow_file)) == DLREC_OK)
+      s = dlrec_loader_seek(r->loader, r->prog.position);
+    else if (s == DLREC_OK && !a->follow_dir)
+      s = dlrec_loader_seek(r->loader, r->prog.position);
     if (s == DLREC_OK) s = truncate_metrics(r->metrics_path, r->prog.step);
     /* A crash between saving a best checkpoint and pointing RUN/best at it
      * leaves the state saying "best here": point at it now. */
@@ -288,7 +386,7 @@ static dlrec_status setup(run *r) {
                (unsigned long long)r->prog.position.epoch, (unsigned long long)r->prog.position.row);
   } else {
     if ((s = dlrec_net_init(r->model, r->cfg.seed)) != DLREC_OK) return s;
-    r->prog.position = dlrec_loader_position(r->loader);
+    if (r->loader) r->prog.position = dlrec_loader_position(r->loader);
     remove(r->metrics_path); /* a fresh run starts a fresh log */
   }
   r->metrics = fopen(r->metrics_path, "a");
@@ -301,6 +399,7 @@ static cJSON *step_json(const run *r, double loss, double lr_scale, double rate)
   cJSON_AddNumberToObject(j, "step", (double)r->prog.step);
   cJSON_AddNumberToObject(j, "samples", (double)r->prog.samples);
   cJSON_AddNumberToObject(j, "epoch", (double)r->prog.position.epoch);
+  if (r->a->follow_dir) cJSON_AddStringToObject(j, "file", r->prog.follow_file);
   if (isfinite(loss)) cJSON_AddNumberToObject(j, "loss", loss);
   cJSON_AddNumberToObject(j, "lr_scale", lr_scale);
   cJSON_AddNumberToObject(j, "samples_per_s", rate);
@@ -412,9 +511,13 @@ dlrec_status dlrec_train(const dlrec_train_args *a, dlrec_train_result *res) {
   sigaction(SIGINT, &sa, &old_int);
   sigaction(SIGTERM, &sa, &old_term);
 
-  uint64_t epoch_rows = dlrec_loader_epoch_rows(r.loader);
-  uint64_t total = epoch_rows * c->epochs;
+  /* Following, the rows to come are unknown: the bar has no total unless
+   * max_steps gives one. */
+  const int follow = a->follow_dir != NULL;
+  uint64_t epoch_rows = follow ? 0 : dlrec_loader_epoch_rows(r.loader);
+  uint64_t total = follow ? UINT64_MAX : epoch_rows * c->epochs;
   if (c->max_steps && c->max_steps * c->batch_size < total) total = c->max_steps * c->batch_size;
+  if (total == UINT64_MAX) total = 0;
   dlrec_progress *bar = dlrec_progress_start("train", total, "samples");
   dlrec_progress_add(bar, r.prog.samples < total ? r.prog.samples : total);
   double t0 = dlrec_now(), t_log = t0;
@@ -425,7 +528,7 @@ dlrec_status dlrec_train(const dlrec_train_args *a, dlrec_train_result *res) {
   while (!g_stop && (!c->max_steps || r.prog.step < c->max_steps)) {
     const dlrec_batch *b;
     double tw = dlrec_now();
-    s = dlrec_loader_next(r.loader, &b);
+    s = follow ? follow_next(&r, &b) : dlrec_loader_next(r.loader, &b);
     res->loader_wait += dlrec_now() - tw;
     if (s == DLREC_END) {
       s = DLREC_OK;
@@ -470,8 +573,8 @@ dlrec_status dlrec_train(const dlrec_train_args *a, dlrec_train_result *res) {
       t_log = now;
       if (s != DLREC_OK) break;
     }
-    /* The last batch of an epoch ends at the epoch's last row. */
-    int epoch_end = b->end.row >= epoch_rows;
+    /* The last batch of an epoch (following: of a file) ends at its last row. */
+    int epoch_end = b->end.row >= (follow ? r.follow_rows : epoch_rows);
     if (a->valid && ((c->eval_interval_steps && r.prog.step % c->eval_interval_steps == 0) ||
                      (c->eval_every_epoch && epoch_end))) {
       double te = dlrec_now();
@@ -484,7 +587,11 @@ dlrec_status dlrec_train(const dlrec_train_args *a, dlrec_train_result *res) {
         r.last_ckpt_step != r.prog.step && (s = checkpoint_now(&r)) != DLREC_OK)
       break;
   }
-  double loop_seconds = dlrec_now() - t0 - eval_seconds;
+  /* Waiting for a followed directory's next file is neither training nor
+   * loading. */
+  double loop_seconds = dlrec_now() - t0 - eval_seconds - r.follow_idle;
+  res->loader_wait -= r.follow_idle;
+  res->idle_seconds = r.follow_idle;
   dlrec_progress_finish(bar);
   if (s == DLREC_OK && r.prog.loss_rows) res->last_loss = r.prog.loss_sum / (double)r.prog.loss_rows;
   res->interrupted = g_stop && s == DLREC_OK;
