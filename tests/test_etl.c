@@ -1687,3 +1687,133 @@ TEST(csv_multi_hot_column_with_mean_pooling_and_max) {
   CHECK(edit_sealed(test_path("etl/etl.json"), "multi=genres:|:mean:3", "multi=movie:|:mean:3") == 0);
   CHECK_ERR(load_status(etl), DLREC_ERR_INVALID, "'multi' does not match the input format or SPEC");
 }
+
+/* ---- raw keys (fit --raw-keys) ---- */
+
+/* Column c's raw key for text s as the docs state it, computed here:
+ * mix64(key + (c + 1) * 0x9e3779b97f4a7c15), the empty field's key all ones. */
+static uint64_t want_raw_key(dlrec_key_kind kind, uint64_t salt, uint32_t c, const char *s) {
+  uint64_t key = UINT64_MAX;
+  if (*s && dlrec_cat_key(kind, salt, s, strlen(s), &key)) return 0;
+  return dlrec_mix64(key + (uint64_t)(c + 1) * 0x9e3779b97f4a7c15ull);
+}
+
+/* The ids of row r, column c of a .dlr file as keys ("[k1 k2]", hex). */
+static const char *dlr_keys(const char *path, uint32_t c, uint32_t r) {
+  static char buf[512];
+  snprintf(buf, sizeof buf, "(unreadable)");
+  dlrec_dlr *f;
+  if (dlrec_dlr_open(&f, path) != DLREC_OK) return buf;
+  dlrec_rowgroup rg;
+  if (dlrec_dlr_verify(f, 0) == DLREC_OK && dlrec_dlr_row_group(f, 0, &rg) == DLREC_OK && r < rg.rows) {
+    const dlrec_sparse_col *col = &dlrec_dlr_schema(f)->sparse[c];
+    uint32_t b = col->hotness ? r * col->hotness : rg.offsets[c][r];
+    uint32_t e = col->hotness ? b + col->hotness : rg.offsets[c][r + 1];
+    size_t k = (size_t)snprintf(buf, sizeof buf, "[");
+    for (uint32_t i = b; i + 1 < e; i += 2)
+      k += (size_t)snprintf(buf + k, sizeof buf - k, "%s%016llx", i > b ? " " : "",
+                            (unsigned long long)rg.ids[c][i] | (unsigned long long)rg.ids[c][i + 1] << 32);
+    snprintf(buf + k, sizeof buf - k, "%s]", (e - b) % 2 ? " (odd)" : "");
+  }
+  dlrec_dlr_close(f);
+  return buf;
+}
+
+/* No vocabulary: every value encodes to its raw key, as two ids, in apply,
+ * in the encoders a server uses and in the .dlr header's keys flag; the
+ * state says so and loads back the same; the options that shape
+ * vocabularies are refused with it. */
+TEST(raw_keys_encode_each_value_to_its_column_mixed_key) {
+  const char *in = small_input(), *etl = keep(test_path("etl")), *out = keep(test_path("k.dlr"));
+  dlrec_etl_fit_opts o = fit_opts();
+  o.raw_keys = 1;
+  CHECK_OK(dlrec_etl_fit(&in, 1, etl, &o, NULL));
+  dlrec_etl *e;
+  CHECK_OK(dlrec_etl_load(&e, etl));
+  const dlrec_schema *s = dlrec_etl_schema(e);
+  CHECK(s->keys && s->table_rows == 1ull << 32);
+  CHECK(s->sparse[0].hotness == 2 && s->sparse[0].id_begin == 0 && s->sparse[0].id_end == 1ull << 32);
+  CHECK_EQ_U64(dlrec_etl_ids_max(e), 52);
+  dlrec_etl_cat_info g;
+  CHECK_OK(dlrec_etl_cat_info_get(e, 0, &g));
+  CHECK_EQ_U64(g.kept, 0);
+  CHECK_EQ_U64(g.missing, 1);
+  dlrec_etl_apply_opts ao = apply_opts();
+  CHECK_OK(dlrec_etl_apply(e, &in, 1, out, &ao, NULL));
+  dlrec_dlr *f;
+  CHECK_OK(dlrec_dlr_open(&f, out));
+  CHECK(dlrec_dlr_schema(f)->keys);
+  dlrec_dlr_close(f);
+  /* C1 of rows 0 ("a"), 2 ("a"), 8 ("B" = "b") and 9 (missing); C2 of row 1 ("2"). */
+  const char *texts[] = {"a", "", "a", "", "", "", "", "", "B", ""};
+  for (uint32_t r = 0; r < 10; r++) {
+    if (r != 0 && r != 2 && r != 8 && r != 9) continue;
+    char want[64];
+    snprintf(want, sizeof want, "[%016llx]", (unsigned long long)want_raw_key(DLREC_KEY_HEX, 0, 0, texts[r]));
+    CHECK_STR(dlr_keys(out, 0, r), want);
+  }
+  char want[64];
+  snprintf(want, sizeof want, "[%016llx]", (unsigned long long)want_raw_key(DLREC_KEY_HEX, 0, 1, "2"));
+  CHECK_STR(dlr_keys(out, 1, 1), want);
+  /* "a" in column 0 and in column 1: two keys. */
+  CHECK(want_raw_key(DLREC_KEY_HEX, 0, 0, "a") != want_raw_key(DLREC_KEY_HEX, 0, 1, "a"));
+  /* The encoders a server uses: two ids a value; one id cannot hold a key. */
+  uint32_t ids[2], n_ids, one;
+  CHECK_OK(dlrec_etl_encode_cat_multi(e, 0, "b", 1, ids, &n_ids, NULL));
+  const uint64_t kb = want_raw_key(DLREC_KEY_HEX, 0, 0, "b");
+  CHECK(n_ids == 2 && ids[0] == (uint32_t)kb && ids[1] == (uint32_t)(kb >> 32));
+  CHECK_ERR(dlrec_etl_encode_cat(e, 0, "b", 1, &one), DLREC_ERR_INVALID, "holds raw keys");
+  float label, dense[13];
+  uint32_t all[52];
+  char line[512];
+  crow(line, sizeof line, "1", "5", "a", "1");
+  CHECK_ERR(dlrec_etl_encode_line(e, line, strlen(line) - 1, 1, &label, dense, all), DLREC_ERR_INVALID,
+            "encode_line_multi");
+  dlrec_etl_free(e);
+  /* The state records raw keys and reloads as it was written. */
+  char *json = read_all(test_path("etl/etl.json"), NULL);
+  CHECK(json && strstr(json, "\"raw_keys\":\ttrue"));
+  free(json);
+  o.threads = 1;
+  CHECK_OK(dlrec_etl_fit(&in, 1, test_path("etl1"), &o, NULL));
+  CHECK(same_file(test_path("etl/etl.json"), test_path("etl1/etl.json")));
+  /* Vocabulary options do not go with it. */
+  o.min_count = 2;
+  CHECK_ERR(dlrec_etl_fit(&in, 1, test_path("etl2"), &o, NULL), DLREC_ERR_INVALID, "--raw-keys keeps no vocabulary");
+  o.min_count = 1;
+  o.hash_buckets = 4;
+  CHECK_ERR(dlrec_etl_fit(&in, 1, test_path("etl2"), &o, NULL), DLREC_ERR_INVALID, "--raw-keys keeps no vocabulary");
+}
+
+/* A multi-hot CSV column of raw keys: each value's key, at most max values,
+ * the missing key for an empty field. */
+TEST(raw_keys_multi_hot_csv_column) {
+  const char *text = "movie,genres,y\n"
+                     "m1,Drama|Comedy,1\n"
+                     "m2,,0\n"
+                     "m1,Drama|Comedy|Drama|Noir,0\n";
+  const char *in = keep(test_path("movies.csv")), *etl = keep(test_path("etl")), *out = keep(test_path("m.dlr"));
+  CHECK(test_write_file(in, text, (size_t)-1) == 0);
+  dlrec_etl_fit_opts o = fit_opts();
+  o.format = DLREC_FORMAT_CSV;
+  o.schema_spec = "label=y;cat=movie,genres;multi=genres:|:sum:3";
+  o.raw_keys = 1;
+  dlrec_etl_report rep;
+  CHECK_OK(dlrec_etl_fit(&in, 1, etl, &o, &rep));
+  dlrec_etl *e;
+  CHECK_OK(dlrec_etl_load(&e, etl));
+  CHECK(dlrec_etl_schema(e)->sparse[1].max_hotness == 6 && dlrec_etl_schema(e)->sparse[1].hotness == 0);
+  dlrec_etl_apply_opts ao = apply_opts();
+  CHECK_OK(dlrec_etl_apply(e, &in, 1, out, &ao, &rep));
+  CHECK_EQ_U64(rep.truncated_rows, 1);
+  const uint64_t salt = dlrec_cat_salt("genres");
+  char want[3][128];
+  snprintf(want[0], 128, "[%016llx %016llx]", (unsigned long long)want_raw_key(DLREC_KEY_HASH, salt, 1, "Drama"),
+           (unsigned long long)want_raw_key(DLREC_KEY_HASH, salt, 1, "Comedy"));
+  snprintf(want[1], 128, "[%016llx]", (unsigned long long)want_raw_key(DLREC_KEY_HASH, salt, 1, ""));
+  snprintf(want[2], 128, "[%016llx %016llx %016llx]", (unsigned long long)want_raw_key(DLREC_KEY_HASH, salt, 1, "Drama"),
+           (unsigned long long)want_raw_key(DLREC_KEY_HASH, salt, 1, "Comedy"),
+           (unsigned long long)want_raw_key(DLREC_KEY_HASH, salt, 1, "Drama"));
+  for (uint32_t r = 0; r < 3; r++) CHECK_STR(dlr_keys(out, 1, r), want[r]);
+  dlrec_etl_free(e);
+}

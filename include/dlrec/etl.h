@@ -17,6 +17,12 @@
  * N: 2 + rank(dlrec_mix64(key) % N), the buckets ranked by descending fit
  * frequency (ties: smaller bucket first); id 1 is then never used.
  *
+ * Raw keys (fit with raw_keys, for hash tables): no vocabulary; each value
+ * encodes to its 64-bit key mixed with its column,
+ *   dlrec_mix64(key + (c + 1) * 0x9e3779b97f4a7c15)  (an empty field: key
+ *   DLREC_ETL_MISSING_KEY), stored as two ids, low then high 32 bits (the
+ *   schema's `keys`; docs/formats.md).
+ *
  * Dense values: t = log(1 + max(x, 0)) (log transform, the default) or t = x;
  * with standardize, (t - mean) / std using fit's mean and population std of
  * t (std 0 divides by 1); a missing value encodes as 0.
@@ -74,7 +80,11 @@ typedef struct dlrec_etl_fit_opts {
   uint32_t libfm_fields;      /* libFM: the number of fields (columns f0..f<N-1>), required */
   dlrec_pooling pooling;      /* libSVM / libFM columns' pooling (DLREC_POOLING_SUM) */
   uint32_t max_hotness;       /* libSVM / libFM: values kept a row; 0: the most fit saw */
+  int raw_keys;               /* 0; 1: no vocabularies, rows encode to raw keys (above) */
 } dlrec_etl_fit_opts;
+
+/* The key an empty categorical field stands for, before the column mix. */
+#define DLREC_ETL_MISSING_KEY 0xffffffffffffffffull
 
 /* Fills o with the defaults above. */
 void dlrec_etl_fit_opts_default(dlrec_etl_fit_opts *o);

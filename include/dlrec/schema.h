@@ -45,7 +45,16 @@ typedef struct dlrec_schema {
   char dense_names[DLREC_MAX_DENSE][DLREC_NAME_MAX];
   dlrec_sparse_col sparse[DLREC_MAX_SPARSE];
   uint64_t table_rows;        /* rows of the fused table: every id_end <= table_rows */
+  /* Raw keys instead of ids (dlrec etl fit --raw-keys; a hash table trains
+   * on them): each value of a sparse column is a 64-bit key stored as two
+   * ids, its low then its high 32 bits, so hotness, max_hotness and offsets
+   * count two per value; every column's range is [0, 2^32) and table_rows
+   * is 2^32 (nothing indexes a table by these words). */
+  int keys;
 } dlrec_schema;
+
+/* The range and table_rows of a keys schema's columns. */
+#define DLREC_KEYS_RANGE (1ull << 32)
 
 /* Checks internal consistency (counts within limits, names NUL-terminated and
  * unique, ranges ordered and inside table_rows, hotness <= max_hotness).

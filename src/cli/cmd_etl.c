@@ -53,6 +53,9 @@ static void usage_fit(FILE *out) {
           "  --min-count K           values seen fewer than K times share the OOV id (default 1)\n"
           "  --hash-buckets N        a column with more than N kept values is hashed into N\n"
           "                          buckets, ranked by frequency (default 0: never)\n"
+          "  --raw-keys              no vocabularies: rows encode to raw 64-bit keys (each\n"
+          "                          value's key mixed with its column) for a hash table\n"
+          "                          (storage.kind \"hash\"), which admits new keys as it trains\n"
           "  --dense-transform T     log (log(1 + max(x, 0)), the default) or none\n"
           "  --standardize           encode dense values as (t - mean) / std\n"
           "  --skip-bad-rows N       skip up to N bad rows, warning about each (default 0)\n"
@@ -207,6 +210,8 @@ static int parse_args(etl_args *a, int is_fit, int argc, char **argv) {
       else return cli_usage_error(a->cmd, "--dense-transform: expected log or none, got '%s'", v);
     } else if (is_fit && !strcmp(name, "--standardize")) {
       a->fit.standardize = 1;
+    } else if (is_fit && !strcmp(name, "--raw-keys")) {
+      a->fit.raw_keys = 1;
     } else if (!is_fit && !strcmp(name, "--etl")) {
       if (!(v = value_of(a, argc, argv, &i, iv))) return 2;
       a->etl = v;

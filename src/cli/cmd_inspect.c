@@ -43,6 +43,12 @@ static const char *hotness_text(const dlrec_sparse_col *c, char *buf, size_t n) 
   return buf;
 }
 
+/* A raw key (two ids: low, high) as 16 hex digits. */
+static const char *key_hex(const uint32_t *w, char *buf, size_t n) {
+  snprintf(buf, n, "%016llx", (ull)w[0] | (ull)w[1] << 32);
+  return buf;
+}
+
 /* Row r of group view rg as text, or as a JSON object when j is not NULL.
  * The group's offsets passed dlrec_dlr_check_offsets, so indexing is safe. */
 static void print_row(const dlrec_schema *s, const dlrec_rowgroup *rg, uint32_t r, uint64_t file_row, cJSON *jrows) {
@@ -58,7 +64,10 @@ static void print_row(const dlrec_schema *s, const dlrec_rowgroup *rg, uint32_t 
       uint32_t a = s->sparse[c].hotness ? r * s->sparse[c].hotness : rg->offsets[c][r];
       uint32_t z = s->sparse[c].hotness ? a + s->sparse[c].hotness : rg->offsets[c][r + 1];
       cJSON *ids = cJSON_AddArrayToObject(sp, s->sparse[c].name);
-      for (uint32_t k = a; k < z; k++) cJSON_AddItemToArray(ids, cJSON_CreateNumber(rg->ids[c][k]));
+      char hex[24];
+      for (uint32_t k = a; k < z; k += s->keys ? 2 : 1)
+        cJSON_AddItemToArray(ids, s->keys ? cJSON_CreateString(key_hex(rg->ids[c] + k, hex, sizeof hex))
+                                          : cJSON_CreateNumber(rg->ids[c][k]));
     }
     cJSON_AddItemToArray(jrows, o);
     return;
@@ -71,7 +80,12 @@ static void print_row(const dlrec_schema *s, const dlrec_rowgroup *rg, uint32_t 
     uint32_t a = col->hotness ? r * col->hotness : rg->offsets[c][r];
     uint32_t z = col->hotness ? a + col->hotness : rg->offsets[c][r + 1];
     printf(" %s %s", c == 0 ? "|" : "", col->name);
-    if (col->hotness == 1) {
+    if (s->keys) {
+      char hex[24];
+      printf(" [");
+      for (uint32_t k = a; k < z; k += 2) printf("%s%s", k > a ? " " : "", key_hex(rg->ids[c] + k, hex, sizeof hex));
+      printf("]");
+    } else if (col->hotness == 1) {
       printf(" %u", rg->ids[c][a]);
     } else {
       printf(" [");
@@ -99,6 +113,15 @@ static void print_schema(const dlrec_dlr *f) {
   printf("dense     %u:", s->n_dense);
   for (uint32_t i = 0; i < s->n_dense; i++) printf(" %s", s->dense_names[i]);
   printf("\n");
+  if (s->keys) {
+    printf("sparse    %u columns of raw 64-bit keys (for a hash table; two ids a key):\n", s->n_sparse);
+    for (uint32_t i = 0; i < s->n_sparse; i++) {
+      const dlrec_sparse_col *c = &s->sparse[i];
+      if (c->hotness) printf("  %-16s %u key%s a row\n", c->name, c->hotness / 2, c->hotness == 2 ? "" : "s");
+      else printf("  %-16s up to %u keys a row\n", c->name, c->max_hotness / 2);
+    }
+    return;
+  }
   printf("sparse    %u columns, fused table of %llu rows:\n", s->n_sparse, (ull)s->table_rows);
   for (uint32_t i = 0; i < s->n_sparse; i++) {
     char h[48];
@@ -133,6 +156,7 @@ static cJSON *json_schema(const dlrec_dlr *f) {
     cJSON_AddItemToArray(sp, x);
   }
   cJSON_AddNumberToObject(o, "table_rows", (double)s->table_rows);
+  cJSON_AddBoolToObject(o, "keys", s->keys);
   cJSON *g = cJSON_AddArrayToObject(o, "row_groups");
   for (uint32_t i = 0; i < dlrec_dlr_row_groups(f); i++) {
     dlrec_dlr_group_info gi;

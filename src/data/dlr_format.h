@@ -48,7 +48,8 @@ static const unsigned char DLR_MAGIC[8] = {0x89, 'D', 'L', 'R', '\r', '\n', 0x1a
 
 #define DLR_FLAG_COMPLETE 1u /* set only by dlrec_dlr_writer_finish */
 #define DLR_FLAG_HAS_LABEL 2u
-#define DLR_FLAGS_KNOWN (DLR_FLAG_COMPLETE | DLR_FLAG_HAS_LABEL)
+#define DLR_FLAG_KEYS 4u /* the sparse columns hold raw 64-bit keys (dlrec_schema.keys) */
+#define DLR_FLAGS_KNOWN (DLR_FLAG_COMPLETE | DLR_FLAG_HAS_LABEL | DLR_FLAG_KEYS)
 
 /* A sparse column record: name[48], hotness u32, max_hotness u32,
  * id_begin u64, id_end u64. */

@@ -96,6 +96,7 @@ static dlrec_status parse_header(dlrec_dlr *f) {
   dlrec_schema *s = &f->schema;
   memset(s, 0, sizeof *s);
   s->has_label = (flags & DLR_FLAG_HAS_LABEL) != 0;
+  s->keys = (flags & DLR_FLAG_KEYS) != 0;
   s->n_dense = nd;
   s->n_sparse = ns;
   s->table_rows = dlr_get64(h + DLR_HDR_TABLE_ROWS);

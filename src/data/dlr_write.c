@@ -44,7 +44,8 @@ static void build_header(dlrec_dlr_writer *w, int complete, uint64_t index_offse
   memcpy(h + DLR_HDR_MAGIC, DLR_MAGIC, 8);
   dlr_put32(h + DLR_HDR_VERSION, DLREC_DLR_VERSION);
   dlr_put32(h + DLR_HDR_BYTES, (uint32_t)w->header_bytes);
-  dlr_put32(h + DLR_HDR_FLAGS, (complete ? DLR_FLAG_COMPLETE : 0) | (s->has_label ? DLR_FLAG_HAS_LABEL : 0));
+  dlr_put32(h + DLR_HDR_FLAGS, (complete ? DLR_FLAG_COMPLETE : 0) | (s->has_label ? DLR_FLAG_HAS_LABEL : 0) |
+                                   (s->keys ? DLR_FLAG_KEYS : 0));
   dlr_put32(h + DLR_HDR_N_DENSE, s->n_dense);
   dlr_put32(h + DLR_HDR_N_SPARSE, s->n_sparse);
   dlr_put64(h + DLR_HDR_ROWS, w->rows);

@@ -49,6 +49,23 @@ dlrec_status etl_build_layouts(dlrec_etl *e) {
   return DLREC_OK;
 }
 
+void etl_keys_schema(dlrec_etl *e) {
+  dlrec_schema *s = &e->schema;
+  e->vocab_rows = s->table_rows;
+  s->keys = 1;
+  s->table_rows = DLREC_KEYS_RANGE;
+  e->multi = 1;
+  e->ids_max = 0;
+  for (uint32_t c = 0; c < s->n_sparse; c++) {
+    dlrec_sparse_col *col = &s->sparse[c];
+    col->hotness *= 2;
+    col->max_hotness *= 2;
+    col->id_begin = 0;
+    col->id_end = DLREC_KEYS_RANGE;
+    e->ids_max += col->max_hotness;
+  }
+}
+
 /* ---- accessors ---- */
 
 const dlrec_schema *dlrec_etl_schema(const dlrec_etl *e) { return &e->schema; }
@@ -119,13 +136,25 @@ dlrec_status dlrec_etl_encode_cat(const dlrec_etl *e, uint32_t col, const char *
   if (e->cat[col].sep)
     return dlrec_error(DLREC_ERR_INVALID, "categorical column '%s' is multi-hot: use dlrec_etl_encode_line_multi",
                        e->schema.sparse[col].name);
+  if (e->raw_keys)
+    return dlrec_error(DLREC_ERR_INVALID, "categorical column '%s' holds raw keys, two ids a value: use "
+                       "dlrec_etl_encode_cat_multi", e->schema.sparse[col].name);
   const char *why = etl_cat_id(e, col, s, n, id);
   if (!why) return DLREC_OK;
   const dlrec_layout *L = default_layout(e);
   return dlrec_parse_error(NULL, dlrec_layout_cat_field(L, col), e->schema.sparse[col].name, why, s, n);
 }
 
-/* A multi-hot column's ids: each value's, in order, at most max hotness. */
+/* Column c's raw key for a value's key, as its two ids (low, high): 2. */
+static uint32_t put_raw_key(uint32_t *ids, uint32_t c, uint64_t key) {
+  const uint64_t k = etl_raw_key(c, key);
+  ids[0] = (uint32_t)k;
+  ids[1] = (uint32_t)(k >> 32);
+  return 2;
+}
+
+/* A multi-hot column's ids: each value's, in order, at most max hotness
+ * (raw keys: two ids a value, at most max hotness ids). */
 static dlrec_status encode_multi(const dlrec_etl *e, const dlrec_layout *L, uint32_t c, dlrec_text t,
                                  const dlrec_where *w, uint32_t *ids, uint32_t *n_out, uint32_t *truncated) {
   const etl_cat *k = &e->cat[c];
@@ -141,8 +170,10 @@ static dlrec_status encode_multi(const dlrec_etl *e, const dlrec_layout *L, uint
     uint64_t key;
     const char *why = dlrec_cat_key(k->key_kind, k->salt, v, vn, &key);
     if (why) return dlrec_parse_error(w, L->cat_field[c], e->schema.sparse[c].name, why, v, vn);
-    ids[n++] = (uint32_t)(k->id_begin + etl_cat_local(k, key, keymap_hash(key)));
+    if (e->raw_keys) n += put_raw_key(ids + n, c, key);
+    else ids[n++] = (uint32_t)(k->id_begin + etl_cat_local(k, key, keymap_hash(key)));
   }
+  if (n == 0 && e->raw_keys) n = put_raw_key(ids, c, DLREC_ETL_MISSING_KEY);
   if (n == 0) ids[n++] = (uint32_t)(k->id_begin + ETL_LOCAL_MISSING);
   *n_out = n;
   return DLREC_OK;
@@ -152,6 +183,15 @@ dlrec_status dlrec_etl_encode_cat_multi(const dlrec_etl *e, uint32_t col, const 
                                         uint32_t *n_ids, uint32_t *truncated) {
   if (col >= e->schema.n_sparse)
     return dlrec_error(DLREC_ERR_INVALID, "categorical column %u out of range (%u columns)", col, e->schema.n_sparse);
+  if (!e->cat[col].sep && e->raw_keys) {
+    uint64_t key = DLREC_ETL_MISSING_KEY;
+    const char *why = n ? dlrec_cat_key(e->cat[col].key_kind, e->cat[col].salt, s, n, &key) : NULL;
+    if (why)
+      return dlrec_parse_error(NULL, dlrec_layout_cat_field(default_layout(e), col), e->schema.sparse[col].name, why,
+                               s, n);
+    *n_ids = put_raw_key(ids, col, key);
+    return DLREC_OK;
+  }
   if (!e->cat[col].sep) {
     *n_ids = 1;
     return dlrec_etl_encode_cat(e, col, s, n, ids);
@@ -180,7 +220,7 @@ dlrec_status etl_encode_row(const dlrec_etl *e, const dlrec_layout *L, const dlr
     if ((why = dlrec_cat_key(e->cat[c].key_kind, e->cat[c].salt, t.s, t.n, &keys[c])) != NULL)
       return dlrec_parse_error(w, L->cat_field[c], e->schema.sparse[c].name, why, t.s, t.n);
     hashes[c] = keymap_hash(keys[c]);
-    if (!e->cat[c].hashed) keymap_prefetch(&e->cat[c].map, hashes[c]);
+    if (!e->cat[c].hashed && !e->raw_keys) keymap_prefetch(&e->cat[c].map, hashes[c]);
   }
   for (uint32_t d = 0; d < nd; d++) {
     const dlrec_text t = row->dense[d];
@@ -201,6 +241,11 @@ dlrec_status etl_encode_row(const dlrec_etl *e, const dlrec_layout *L, const dlr
     if (k->sep) {
       dlrec_status st = encode_multi(e, L, c, row->cat[c], w, ids + at, &nids[c], truncated);
       if (st != DLREC_OK) return st;
+      at += nids[c];
+      continue;
+    }
+    if (e->raw_keys) {
+      nids[c] = put_raw_key(ids + at, c, row->cat[c].n == 0 ? DLREC_ETL_MISSING_KEY : keys[c]);
       at += nids[c];
       continue;
     }

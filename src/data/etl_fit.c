@@ -195,7 +195,8 @@ static dlrec_status fit_row(fit_ctx *x, fit_worker *W, fit_job *j, const dlrec_l
       if (n == 0) W->cat_missing[c]++;
       if (n > W->max_values[c]) W->max_values[c] = n;
       for (uint32_t i = 0; i < n; i++) {
-        uint64_t k = W->mkeys[W->mbegin[c] + i];
+        /* Raw keys: values counted, not kept (one entry per column). */
+        uint64_t k = x->o->raw_keys ? 0 : W->mkeys[W->mbegin[c] + i];
         if (keymap_count(&W->maps[c], k, keymap_hash(k)) != DLREC_OK)
           return dlrec_error_context("fit: column %s: ", x->cols.cat[c]);
       }
@@ -205,7 +206,8 @@ static dlrec_status fit_row(fit_ctx *x, fit_worker *W, fit_job *j, const dlrec_l
       W->cat_missing[c]++;
       continue;
     }
-    if (keymap_count(&W->maps[c], keys[c], hashes[c]) != DLREC_OK)
+    const uint64_t key = x->o->raw_keys ? 0 : keys[c];
+    if (keymap_count(&W->maps[c], key, x->o->raw_keys ? keymap_hash(0) : hashes[c]) != DLREC_OK)
       return dlrec_error_context("fit: column %s: ", x->cols.cat[c]);
   }
   return DLREC_OK;
@@ -427,6 +429,10 @@ static dlrec_status finish_column(const dlrec_etl_fit_opts *o, etl_cat *c, keyma
 /* Merges the workers' counts and builds every column, columns in parallel. */
 static dlrec_status finish_columns(fit_ctx *x, dlrec_etl *e) {
   dlrec_status st = DLREC_OK;
+  /* Raw keys: each column's one entry (its value count) is out of vocabulary. */
+  dlrec_etl_fit_opts raw = *x->o;
+  raw.min_count = UINT64_MAX;
+  const dlrec_etl_fit_opts *fo = x->o->raw_keys ? &raw : x->o;
   int nt = x->n_workers;
   dlrec_error_copy *errs = calloc(x->nc ? x->nc : 1, sizeof *errs);
   dlrec_status *sts = calloc(x->nc ? x->nc : 1, sizeof *sts);
@@ -446,7 +452,8 @@ static dlrec_status finish_columns(fit_ctx *x, dlrec_etl *e) {
     }
     k->key_kind = x->in.keys.kind[c];
     k->salt = x->in.keys.salt[c];
-    if (s == DLREC_OK) s = finish_column(x->o, k, &x->workers[0].maps[c], &e->owned[2 * c]);
+    if (s == DLREC_OK) s = finish_column(fo, k, &x->workers[0].maps[c], &e->owned[2 * c]);
+    if (x->o->raw_keys) k->distinct = 0; /* not counted */
     sts[c] = s;
     if (s != DLREC_OK) dlrec_error_save(&errs[c]);
   }
@@ -529,6 +536,10 @@ static dlrec_status build_state(fit_ctx *x, dlrec_etl *e) {
     return dlrec_error(DLREC_ERR_INVALID,
                        "fit: the columns need %llu ids, more than 2^32: raise --min-count or set --hash-buckets",
                        (unsigned long long)next);
+  dlrec_status vs = dlrec_schema_validate(s, "fit");
+  if (vs != DLREC_OK || !o->raw_keys) return vs;
+  e->raw_keys = 1;
+  etl_keys_schema(e);
   return dlrec_schema_validate(s, "fit");
 }
 
@@ -550,6 +561,9 @@ static dlrec_status check_opts(const dlrec_etl_fit_opts *o) {
     return dlrec_error(DLREC_ERR_INVALID,
                        "--max-hotness and --pooling are for --format libsvm and libfm (CSV: multi= in --schema)");
   if (o->max_hotness > 65536) return dlrec_error(DLREC_ERR_INVALID, "--max-hotness must be in [1, 65536]");
+  if (o->raw_keys && (o->hash_buckets || o->min_count > 1))
+    return dlrec_error(DLREC_ERR_INVALID, "--raw-keys keeps no vocabulary: --min-count and --hash-buckets do not apply "
+                                          "(a hash table admits keys: storage.admit_min_count)");
   if (o->max_line_bytes == 0 || o->max_line_bytes > (1u << 30))
     return dlrec_error(DLREC_ERR_INVALID, "--max-line-bytes must be in [1, 2^30]");
   return DLREC_OK;

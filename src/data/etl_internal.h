@@ -12,6 +12,7 @@
 #include "data/keymap.h"
 #include "data/layout.h"
 #include "dlrec/etl.h"
+#include "dlrec/hash.h"
 
 #define ETL_JSON "etl.json"
 #define ETL_VOCAB "vocab.bin"
@@ -64,11 +65,25 @@ struct dlrec_etl {
   etl_cat cat[DLREC_MAX_SPARSE];
   dlrec_layout *layout[2]; /* encode_line's layouts without / with the label */
   uint32_t libfm_fields;   /* libFM: the fields fit was told */
-  int multi;               /* some column is multi-hot */
+  int multi;               /* some column is multi-hot (and every raw-keys state) */
+  /* Raw keys (dlrec_etl_fit_opts.raw_keys): the schema is the keys schema;
+   * the columns keep the vocabulary layout fit recorded (no kept values),
+   * whose table rows are vocab_rows. */
+  int raw_keys;
+  uint64_t vocab_rows;
   uint64_t ids_max;        /* the most ids a row encodes to: the sum of max hotness */
   void *owned[2 * DLREC_MAX_SPARSE + 1]; /* buffers that keys/counts/ranks point into */
   int n_owned;
 };
+
+/* Turns a raw-keys state's schema from the vocabulary layout into the keys
+ * schema (dlrec_schema.keys): two ids a value, ranges [0, 2^32). */
+void etl_keys_schema(dlrec_etl *e);
+
+/* Column c's raw key for a value's key (see dlrec/etl.h). */
+static inline uint64_t etl_raw_key(uint32_t c, uint64_t key) {
+  return dlrec_mix64(key + (uint64_t)(c + 1) * 0x9e3779b97f4a7c15ull);
+}
 
 /* Writes e (keys, counts and ranks from its arrays) to dir atomically:
  * vocab.bin first, then etl.json, which records vocab.bin's size and CRC. */

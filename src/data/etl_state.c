@@ -143,7 +143,10 @@ static cJSON *state_json(const dlrec_etl *e, uint64_t vocab_bytes, uint32_t voca
   cJSON_AddItemToObject(root, "rows", num((double)e->rows));
   cJSON_AddItemToObject(root, "positives", num((double)e->positives));
   cJSON_AddItemToObject(root, "bad_rows_skipped", num((double)e->bad_rows));
-  cJSON_AddItemToObject(root, "table_rows", num((double)e->schema.table_rows));
+  /* A raw-keys state records its columns' vocabulary layout (no kept
+   * values), from which load rebuilds the keys schema. */
+  if (e->raw_keys) cJSON_AddBoolToObject(root, "raw_keys", 1);
+  cJSON_AddItemToObject(root, "table_rows", num((double)(e->raw_keys ? e->vocab_rows : e->schema.table_rows)));
   cJSON *dense = cJSON_AddArrayToObject(root, "dense");
   for (uint32_t i = 0; i < e->schema.n_dense; i++) {
     const etl_dense *d = &e->dense[i];
@@ -169,8 +172,8 @@ static cJSON *state_json(const dlrec_etl *e, uint64_t vocab_bytes, uint32_t voca
     if (c->key_kind == DLREC_KEY_HASH) cJSON_AddStringToObject(o, "salt", salt);
     cJSON_AddStringToObject(o, "encoding", c->hashed ? "hashed" : "vocab");
     cJSON_AddItemToObject(o, "size", num((double)c->size));
-    cJSON_AddItemToObject(o, "id_begin", num((double)s->id_begin));
-    cJSON_AddItemToObject(o, "id_end", num((double)s->id_end));
+    cJSON_AddItemToObject(o, "id_begin", num((double)c->id_begin));
+    cJSON_AddItemToObject(o, "id_end", num((double)(c->id_begin + c->size)));
     cJSON_AddItemToObject(o, "distinct", num((double)c->distinct));
     cJSON_AddItemToObject(o, "kept", num((double)c->kept));
     if (c->hashed) cJSON_AddItemToObject(o, "buckets", num((double)c->buckets));
@@ -179,7 +182,7 @@ static cJSON *state_json(const dlrec_etl *e, uint64_t vocab_bytes, uint32_t voca
     if (c->sep) {
       char sep[2] = {c->sep, '\0'};
       cJSON_AddStringToObject(o, "multi", sep);
-      cJSON_AddItemToObject(o, "max_hotness", num((double)s->max_hotness));
+      cJSON_AddItemToObject(o, "max_hotness", num((double)(s->max_hotness / (e->raw_keys ? 2 : 1))));
       cJSON_AddStringToObject(o, "pooling", s->pooling == DLREC_POOLING_MEAN ? "mean" : "sum");
       cJSON_AddItemToObject(o, "values", num((double)c->values));
     }
@@ -469,7 +472,7 @@ static dlrec_status load_json(dlrec_etl *e, const cJSON *root, const char *text,
   static const char *const keys[] = {"format", "version", "input_format", "fields", "schema_spec", "header", "has_label",
                                      "label", "min_count", "hash_buckets", "dense_transform", "standardize", "rows",
                                      "positives", "bad_rows_skipped", "table_rows", "dense", "categorical", "vocab",
-                                     ETL_CRC_KEY, NULL};
+                                     "raw_keys", ETL_CRC_KEY, NULL};
   const char *fmt, *input, *transform;
   uint64_t version, table_rows;
   dlrec_status st = dlrec_json_get_string(root, "format", jpath, &fmt);
@@ -507,6 +510,7 @@ static dlrec_status load_json(dlrec_etl *e, const cJSON *root, const char *text,
   if (st == DLREC_OK) st = dlrec_json_get_u64_or(root, "positives", jpath, 0, &e->positives);
   if (st == DLREC_OK) st = dlrec_json_get_u64_or(root, "bad_rows_skipped", jpath, 0, &e->bad_rows);
   if (st == DLREC_OK) st = dlrec_json_get_u64(root, "table_rows", jpath, &table_rows);
+  if (st == DLREC_OK) st = dlrec_json_get_bool_or(root, "raw_keys", jpath, 0, &e->raw_keys);
   const cJSON *dense, *cats, *vocab;
   if (st == DLREC_OK) st = dlrec_json_get_array(root, "dense", jpath, &dense);
   if (st == DLREC_OK) st = dlrec_json_get_array(root, "categorical", jpath, &cats);
@@ -595,7 +599,10 @@ static dlrec_status load_json(dlrec_etl *e, const cJSON *root, const char *text,
     if (e->cat[i].key_kind != want || (want == DLREC_KEY_HASH && e->cat[i].salt != dlrec_cat_salt(e->cols.cat[i])))
       return dlrec_error(DLREC_ERR_INVALID, "%s: categorical[%u]: key derivation does not match the input format",
                          jpath, i);
+    if (e->raw_keys && (e->cat[i].kept || e->cat[i].hashed))
+      return dlrec_error(DLREC_ERR_INVALID, "%s: categorical[%u]: a raw-keys state keeps no values", jpath, i);
   }
+  if (e->raw_keys) etl_keys_schema(e);
   return dlrec_schema_validate(&e->schema, jpath);
 }
 

@@ -14,9 +14,18 @@ dlrec_status dlrec_schema_validate(const dlrec_schema *s, const char *what) {
   if (s->has_label && !name_ok(s->label_name)) return dlrec_error(DLREC_ERR_INVALID, "%s: bad label name", what);
   for (uint32_t i = 0; i < s->n_dense; i++)
     if (!name_ok(s->dense_names[i])) return dlrec_error(DLREC_ERR_INVALID, "%s: dense column %u: bad name", what, i);
+  if (s->keys && s->table_rows != DLREC_KEYS_RANGE)
+    return dlrec_error(DLREC_ERR_INVALID, "%s: raw keys, but table rows %llu (expected 2^32)", what,
+                       (unsigned long long)s->table_rows);
   for (uint32_t i = 0; i < s->n_sparse; i++) {
     const dlrec_sparse_col *c = &s->sparse[i];
     if (!name_ok(c->name)) return dlrec_error(DLREC_ERR_INVALID, "%s: sparse column %u: bad name", what, i);
+    if (s->keys && (c->hotness % 2 || c->max_hotness % 2 || c->id_begin != 0 || c->id_end != DLREC_KEYS_RANGE))
+      return dlrec_error(DLREC_ERR_INVALID,
+                         "%s: sparse column '%s' of raw keys: hotness %u and max hotness %u must count two ids a key, "
+                         "its range [%llu, %llu) must be [0, 2^32)",
+                         what, c->name, c->hotness, c->max_hotness, (unsigned long long)c->id_begin,
+                         (unsigned long long)c->id_end);
     if (c->max_hotness == 0 || (c->hotness && c->hotness != c->max_hotness))
       return dlrec_error(DLREC_ERR_INVALID, "%s: sparse column '%s': hotness %u, max hotness %u", what, c->name,
                          c->hotness, c->max_hotness);
@@ -39,7 +48,7 @@ dlrec_status dlrec_schema_validate(const dlrec_schema *s, const char *what) {
 
 int dlrec_schema_equal(const dlrec_schema *a, const dlrec_schema *b) {
   if (a->has_label != b->has_label || a->n_dense != b->n_dense || a->n_sparse != b->n_sparse ||
-      a->table_rows != b->table_rows)
+      a->table_rows != b->table_rows || !a->keys != !b->keys)
     return 0;
   if (a->has_label && strcmp(a->label_name, b->label_name)) return 0;
   for (uint32_t i = 0; i < a->n_dense; i++)
