@@ -39,7 +39,7 @@ TEST(batch_histogram_puts_exactly_2_pow_i_rows_in_bucket_le_2_pow_i) {
     const uint32_t p = 1u << i, sizes[3] = {p, p + 1, p - 1};
     for (int k = 0; k < 3; k++) {
       if (sizes[k] == 0) continue;
-      serve_metrics_batch(&m, sizes[k]);
+      serve_metrics_batch(&m, sizes[k], 0);
       want[ref_bucket(sizes[k])]++;
       rows_sum += sizes[k];
       batches++;
@@ -101,6 +101,42 @@ static dlrec_status make_rows(dlrec_serve_rows **out, const dlrec_schema *s, uin
   dlrec_kserve_request_free(req);
   test_buf_free(&j);
   return st;
+}
+
+/* A raw-keys model takes CATCOLUMN's values as its 64-bit keys: each key
+ * becomes its two ids (low, high), and ROWINDEX counts keys. */
+TEST(hugectr_catcolumn_carries_raw_keys) {
+  dlrec_schema s;
+  tiny_schema(&s);
+  s.keys = 1;
+  s.table_rows = s.sparse[0].id_end = 1ull << 32;
+  s.sparse[0].hotness = s.sparse[0].max_hotness = 2;
+  const char *body = "{\"inputs\":[{\"name\":\"ROWINDEX\",\"datatype\":\"INT32\",\"shape\":[3],\"data\":[0,1,2]},"
+                     "{\"name\":\"DES\",\"datatype\":\"FP32\",\"shape\":[2],\"data\":[0.5,1.5]},"
+                     "{\"name\":\"CATCOLUMN\",\"datatype\":\"UINT64\",\"shape\":[2],"
+                     "\"data\":[9007199254740991,7]}]}";
+  dlrec_serve_rows *r = NULL;
+  dlrec_kserve_request *req = NULL;
+  CHECK_OK(dlrec_serve_rows_new(&r, &s, NULL));
+  CHECK_OK(dlrec_kserve_parse_request(body, strlen(body), -1, NULL, &req));
+  CHECK_OK(dlrec_serve_rows_add_request(r, req, 2, NULL));
+  dlrec_batch b;
+  dlrec_serve_rows_batch(r, &b);
+  CHECK_EQ(b.rows, 2);
+  /* 9007199254740991 = 2^53 - 1 = 0x001fffffffffffff (JSON carries integers up to 2^53 exactly) */
+  CHECK(b.offsets[0][1] == 2 && b.offsets[0][2] == 4);
+  CHECK(b.ids[0][0] == 0xffffffffu && b.ids[0][1] == 0x001fffffu && b.ids[0][2] == 7 && b.ids[0][3] == 0);
+  dlrec_kserve_request_free(req);
+  dlrec_serve_rows_free(r);
+  /* Two keys for a one-key column: refused, counting keys. */
+  const char *two = "{\"inputs\":[{\"name\":\"ROWINDEX\",\"datatype\":\"INT32\",\"shape\":[2],\"data\":[0,2]},"
+                    "{\"name\":\"DES\",\"datatype\":\"FP32\",\"shape\":[1],\"data\":[0.5]},"
+                    "{\"name\":\"CATCOLUMN\",\"datatype\":\"INT64\",\"shape\":[2],\"data\":[1,2]}]}";
+  CHECK_OK(dlrec_serve_rows_new(&r, &s, NULL));
+  CHECK_OK(dlrec_kserve_parse_request(two, strlen(two), -1, NULL, &req));
+  CHECK_ERR(dlrec_serve_rows_add_request(r, req, 2, NULL), DLREC_ERR_PARSE, "2 keys, the column takes exactly 1");
+  dlrec_kserve_request_free(req);
+  dlrec_serve_rows_free(r);
 }
 
 TEST(batcher_takes_a_request_that_exactly_fills_the_queue) {

@@ -426,6 +426,88 @@ TEST(hash_new_row_resets_its_optimizer_state) {
   dlrec_store_free(s);
 }
 
+/* Scoring looks keys up without changing the table: known keys get their
+ * rows, unknown ones are counted and left out, nothing is admitted. */
+TEST(hash_lookup_reads_without_admitting) {
+  dlrec_store *s = NULL;
+  CHECK_OK(make_hash(&s, 8, 0, DLREC_HASH_EVICT_LRU, 0));
+  dlrec_bag_batch out;
+  const uint64_t known[3] = {5, 6, 7};
+  CHECK_EQ(resolve_keys(s, known, 3, &out), 3);
+  uint32_t rows_of[3] = {out.ids[0][0], out.ids[0][1], out.ids[0][2]};
+  dlrec_store_stats before, after;
+  dlrec_store_get_stats(s, &before);
+  const uint64_t keys[5] = {6, 40, 5, 41, 7};
+  uint32_t koff[3] = {0, 3, 5}, roff[3], rids[5];
+  const uint32_t *kop[1] = {koff};
+  const uint64_t *kp[1] = {keys};
+  uint32_t *rop[1] = {roff}, *rip[1] = {rids};
+  dlrec_key_batch in = {2, 1, kop, kp, NULL};
+  uint64_t missing = 0;
+  CHECK_OK(dlrec_store_lookup_keys(s, &in, rop, rip, &missing));
+  CHECK_EQ_U64(missing, 2);
+  CHECK(roff[0] == 0 && roff[1] == 2 && roff[2] == 3);
+  CHECK(rids[0] == rows_of[1] && rids[1] == rows_of[0] && rids[2] == rows_of[2]);
+  dlrec_store_get_stats(s, &after);
+  CHECK(memcmp(&before, &after, sizeof before) == 0);
+  CHECK_EQ_U64(resident_keys(s, 8), 1u << 5 | 1u << 6 | 1u << 7);
+  dlrec_store_free(s);
+}
+
+/* A checkpoint's view of the bookkeeping: copied into a fresh store and
+ * rebuilt, the table resolves the next keys exactly as the original
+ * (admission counts, recency, free rows and the eviction draws included);
+ * damaged bookkeeping is refused. */
+TEST(hash_arrays_restore_a_table_that_then_resolves_the_same) {
+  dlrec_store *a = NULL, *b = NULL;
+  CHECK_OK(make_hash(&a, 6, 2, DLREC_HASH_EVICT_LRU, 5));
+  CHECK_OK(make_hash(&b, 6, 2, DLREC_HASH_EVICT_LRU, 5));
+  dlrec_rng rng;
+  dlrec_rng_seed(&rng, 4, 0);
+  dlrec_bag_batch out;
+  for (int i = 0; i < 40; i++) {
+    uint64_t k = dlrec_rng_u64(&rng) % 12;
+    CHECK(resolve_keys(a, &k, 1, &out) >= 0);
+  }
+  dlrec_hash_arrays x, y;
+  CHECK_OK(dlrec_store_hash_arrays(a, &x));
+  CHECK_OK(dlrec_store_hash_arrays(b, &y));
+  CHECK(x.meta_words == y.meta_words && x.n_slots == y.n_slots && x.sketch_words == y.sketch_words && x.sketch);
+  memcpy(y.meta, x.meta, x.meta_words * 4);
+  memcpy(y.free_slots, x.free_slots, x.n_slots * 4);
+  memcpy(y.sketch, x.sketch, x.sketch_words * 4);
+  memcpy(y.scalars, x.scalars, x.n_scalars * 4);
+  CHECK_OK(dlrec_store_hash_rebuild(b));
+  for (int i = 0; i < 60; i++) {
+    uint64_t k = dlrec_rng_u64(&rng) % 12;
+    dlrec_bag_batch oa, ob;
+    int na = resolve_keys(a, &k, 1, &oa), nb = resolve_keys(b, &k, 1, &ob);
+    CHECK_EQ(na, nb);
+    if (na == 1 && nb == 1) CHECK_EQ(oa.ids[0][0], ob.ids[0][0]);
+  }
+  for (uint32_t r = 0; r < 6; r++) {
+    uint64_t ka = 0, kb = 0;
+    CHECK_EQ(dlrec_store_key_of(a, r, &ka), dlrec_store_key_of(b, r, &kb));
+    CHECK_EQ_U64(ka, kb);
+  }
+  /* The same key in two rows, a free row in use: refused. */
+  CHECK_OK(dlrec_store_hash_arrays(b, &y));
+  uint64_t *meta = (uint64_t *)(void *)y.meta;
+  int used0 = -1, used1 = -1;
+  for (int r = 0; r < 6; r++)
+    if (meta[3 * r + 1]) used1 = used0 < 0 ? used1 : r, used0 = used0 < 0 ? r : used0;
+  CHECK(used0 >= 0 && used1 >= 0);
+  const uint64_t saved = meta[3 * used1];
+  meta[3 * used1] = meta[3 * used0];
+  CHECK_ERR(dlrec_store_hash_rebuild(b), DLREC_ERR_CORRUPT, "twice");
+  meta[3 * used1] = saved;
+  CHECK_OK(dlrec_store_hash_rebuild(b));
+  y.scalars[2] = 7; /* free rows: 7 of 6 */
+  CHECK_ERR(dlrec_store_hash_rebuild(b), DLREC_ERR_CORRUPT, "free rows");
+  dlrec_store_free(a);
+  dlrec_store_free(b);
+}
+
 TEST(hash_config_errors_and_keys_on_other_stores) {
   dlrec_store *s = NULL;
   dlrec_store_config c = {.kind = DLREC_STORE_HASH, .cache_rows = 0};

@@ -12,6 +12,7 @@
 #include "dlrec/trainer.h"
 #include "dlrec/store.h"
 #include "net_check.h"
+#include "serve_check.h"
 #include "test.h"
 #include "train/tensor_file.h"
 
@@ -80,6 +81,18 @@ static int train(const char *run, const char *extra) {
   char *out = NULL;
   int rc = test_run_cli(&out, "train -q --config '%s' --train '%s' --etl '%s' --out '%s' %s", test_path("cfg.json"),
                         test_path("train.dlr"), test_path("etl"), test_path(run), extra);
+  if (rc != 0) fprintf(stderr, "train %s %s -> %d: %s\n", run, extra, rc, out ? out : "");
+  free(out);
+  return rc;
+}
+
+/* train() on another data file and ETL state (names in the test directory). */
+static int train_files(const char *run, const char *data, const char *etl, const char *extra) {
+  char *out = NULL;
+  char d[2048];
+  snprintf(d, sizeof d, "%s", test_path(data));
+  int rc = test_run_cli(&out, "train -q --config '%s' --train '%s' --etl '%s' --out '%s' %s", test_path("cfg.json"), d,
+                        test_path(etl), test_path(run), extra);
   if (rc != 0) fprintf(stderr, "train %s %s -> %d: %s\n", run, extra, rc, out ? out : "");
   free(out);
   return rc;
@@ -1386,6 +1399,125 @@ TEST(follow_trains_files_as_they_appear_and_resumes_inside_one) {
   rc = test_run_cli(&out, "train -q --config '%s' --train '%s' --etl '%s' --out '%s' --resume", test_path("cfg.json"),
                     parts[0], test_path("etl"), test_path("paused"));
   CHECK(rc != 0 && out && strstr(out, "resume it with --follow"));
+  free(out);
+}
+
+/* The final validation AUC of a run's summary in `out` (NAN if absent). */
+static double summary_auc(const char *out) {
+  const char *v = out ? strstr(out, "\"valid\"") : NULL;
+  const char *a = v ? strstr(v, "\"auc\":") : NULL;
+  return a ? strtod(a + 6, NULL) : NAN;
+}
+
+/* Raw keys end to end: ETL without vocabularies, a hash table smaller than
+ * the keys (admission at the second sighting, LRU eviction, expiry), the
+ * keys' counters in metrics.jsonl, a resume bitwise equal to the straight
+ * run, predict on raw rows equal to predict on the encoded rows and within
+ * a stated distance of the vocabulary run's AUC; the two kinds of data and
+ * tables do not mix. */
+TEST(hash_table_trains_on_raw_keys_end_to_end) {
+  CHECK(make_data(20000) == 0);
+  char *out = NULL;
+  int rc = test_run_cli(&out, "etl fit -q --input '%s' --out '%s' --raw-keys && '%s' etl apply -q --etl '%s' --input '%s' "
+                        "--out '%s' --valid-fraction 0.2 --valid-out '%s' --seed 1",
+                        test_path("clicks.tsv"), test_path("ketl"), getenv("DLREC_BIN"), test_path("ketl"),
+                        test_path("clicks.tsv"), test_path("ktrain.dlr"), test_path("kvalid.dlr"));
+  CHECK_EQ(rc, 0);
+  free(out);
+  CHECK(write_config_with("\"storage\": {\"kind\": \"hash\", \"cache_rows\": 12000, \"admit_min_count\": 2, "
+                          "\"ttl_steps\": 100}, \"checkpoint\": {\"interval_steps\": 10, \"keep\": 3}") == 0);
+  rc = test_run_cli(&out, "train -q --config '%s' --train '%s' --valid '%s' --etl '%s' --out '%s' --max-steps 180",
+                    test_path("cfg.json"), test_path("ktrain.dlr"), test_path("kvalid.dlr"), test_path("ketl"),
+                    test_path("hash"));
+  CHECK_EQ(rc, 0);
+  const double hash_auc = summary_auc(out);
+  free(out);
+  /* Keys were admitted, kept out until their second sighting, evicted. */
+  CHECK(last_storage_counter("hash", "admitted") > 12000);
+  CHECK(last_storage_counter("hash", "not_admitted") > 0);
+  CHECK(last_storage_counter("hash", "evictions") > 0);
+  CHECK(last_storage_counter("hash", "dropped") == 0);
+  /* Resumed: the same bits, the table's bookkeeping included. */
+  CHECK(train_files("resumed", "ktrain.dlr", "ketl", "--max-steps 95") == 0);
+  CHECK(train_files("resumed", "ktrain.dlr", "ketl", "--max-steps 180 --resume") == 0);
+  CHECK(same_checkpoint("hash", "resumed", 180));
+  char a[2048], b[2048];
+  snprintf(a, sizeof a, "%s/ckpt-000000000180/hash.bin", test_path("hash"));
+  snprintf(b, sizeof b, "%s/ckpt-000000000180/hash.bin", test_path("resumed"));
+  CHECK(files_equal(a, b));
+  /* Learning: the vocabulary run's AUC, less a stated margin (the hash
+   * table admits a key at its second sighting, so it learns nothing of the
+   * keys seen once, which the vocabulary maps to the shared OOV row). */
+  CHECK(test_write_file(test_path("cfg.json"), CONFIG, (size_t)-1) == 0);
+  rc = test_run_cli(&out, "train -q --config '%s' --train '%s' --valid '%s' --etl '%s' --out '%s' --max-steps 180",
+                    test_path("cfg.json"), test_path("train.dlr"), test_path("valid.dlr"), test_path("etl"),
+                    test_path("vocab"));
+  CHECK_EQ(rc, 0);
+  const double vocab_auc = summary_auc(out);
+  free(out);
+  fprintf(stderr, "valid AUC: hash table on raw keys %.4f, vocabulary %.4f\n", hash_auc, vocab_auc);
+  CHECK(hash_auc > 0.6 && hash_auc > vocab_auc - 0.02);
+  /* Scoring: raw rows and their encoded .dlr give the same bits. */
+  char clicks[2048], all[2048], raw[2048], enc[2048];
+  snprintf(clicks, sizeof clicks, "%s", test_path("clicks.tsv"));
+  snprintf(all, sizeof all, "%s", test_path("kall.dlr"));
+  snprintf(raw, sizeof raw, "%s", test_path("p_raw.txt"));
+  snprintf(enc, sizeof enc, "%s", test_path("p_dlr.txt"));
+  rc = test_run_cli(&out, "etl apply -q --etl '%s' --input '%s' --out '%s'", test_path("ketl"), clicks, all);
+  CHECK_EQ(rc, 0);
+  free(out);
+  rc = test_run_cli(&out, "predict -q --model '%s' --input '%s' --out '%s'", test_path("hash"), clicks, raw);
+  CHECK_EQ(rc, 0);
+  free(out);
+  rc = test_run_cli(&out, "predict -q --model '%s' --input '%s' --out '%s'", test_path("hash"), all, enc);
+  CHECK_EQ(rc, 0);
+  free(out);
+  CHECK(files_equal(raw, enc));
+  /* Scoring leaves keys without a row out, counts them, and admits none. */
+  dlrec_model *m = NULL;
+  CHECK_OK(dlrec_model_load(test_path("hash"), &m));
+  if (m) {
+    dlrec_store *st = dlrec_net_store(m->net);
+    const dlrec_schema *sc = dlrec_net_schema(m->net);
+    uint64_t known = 0;
+    for (uint32_t r = 0; r < 12000 && !dlrec_store_key_of(st, r, &known); r++) {}
+    dlrec_store_stats before, after;
+    dlrec_store_get_stats(st, &before);
+    float dense[13] = {0}, prob;
+    uint32_t offs[26][2], words[26][2];
+    dlrec_batch bt = {.rows = 1, .dense = dense};
+    for (uint32_t c = 0; c < sc->n_sparse; c++) {
+      const uint64_t k = c == 0 ? known : 0x5eed0000ull + c; /* column 0's key is in the table */
+      words[c][0] = (uint32_t)k, words[c][1] = (uint32_t)(k >> 32);
+      offs[c][0] = 0, offs[c][1] = 2;
+      bt.offsets[c] = offs[c], bt.ids[c] = words[c];
+    }
+    dlrec_net_ws *ws = NULL;
+    dlrec_net_scorer *scorer = NULL;
+    CHECK_OK(dlrec_net_ws_create(&ws, m->net, 4));
+    CHECK_OK(dlrec_net_scorer_create(&scorer, m->net));
+    if (ws && scorer) CHECK_OK(dlrec_net_predict(scorer, ws, &bt, &prob));
+    CHECK_EQ_U64(dlrec_net_ws_keys_missing(ws), 25);
+    dlrec_store_get_stats(st, &after);
+    CHECK_EQ_U64(after.admitted, before.admitted);
+    CHECK_EQ_U64(after.resident, before.resident);
+    dlrec_net_scorer_free(scorer);
+    dlrec_net_ws_free(ws);
+    dlrec_model_free(m);
+  }
+  /* The server scores raw features as predict does. */
+  CHECK(rename(test_path("hash"), test_path("run")) == 0);
+  check_served_equals_predict(test_tmpdir(), "dlrm");
+  /* Keys and ids do not mix. */
+  rc = test_run_cli(&out, "train -q --config '%s' --train '%s' --etl '%s' --out '%s' --max-steps 2",
+                    test_path("cfg.json"), test_path("ktrain.dlr"), test_path("ketl"), test_path("mixed1"));
+  CHECK(rc != 0 && out && strstr(out, "need storage.kind \"hash\""));
+  free(out);
+  CHECK(write_config_with("\"storage\": {\"kind\": \"hash\", \"cache_rows\": 100}, "
+                          "\"checkpoint\": {\"interval_steps\": 10, \"keep\": 3}") == 0);
+  rc = test_run_cli(&out, "train -q --config '%s' --train '%s' --etl '%s' --out '%s' --max-steps 2",
+                    test_path("cfg.json"), test_path("train.dlr"), test_path("etl"), test_path("mixed2"));
+  CHECK(rc != 0 && out && strstr(out, "--raw-keys"));
   free(out);
 }
 

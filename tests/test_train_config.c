@@ -402,7 +402,25 @@ TEST(config_storage_parses_round_trips_and_names_errors) {
   CHECK_STR(b.storage_path, "/fast/t.tiered");
   CHECK_ERR(parse("{\"storage\": {\"kind\": \"disk\"}}", &a), DLREC_ERR_INVALID,
             "storage: field 'kind': unknown table storage \"disk\" (one of: ram, tiered, hash)");
-  CHECK_ERR(parse("{\"storage\": {\"kind\": \"hash\", \"cache_rows\": 10}}", &a), DLREC_ERR_UNSUPPORTED, "cannot be trained");
+  /* A hash table: its settings, round trip, and the store config they give. */
+  CHECK_OK(parse("{\"storage\": {\"kind\": \"hash\", \"cache_rows\": 1000, \"admit_min_count\": 3, "
+                 "\"evict\": \"lfu\", \"ttl_steps\": 50, \"admit_probability\": 0.25}, "
+                 "\"training\": {\"seed\": 9}}", &a));
+  j = dlrec_train_config_to_json(&a);
+  CHECK_OK(dlrec_train_config_from_json(j, "round trip", &b));
+  cJSON_Delete(j);
+  dlrec_store_config sc = dlrec_train_config_store(&b, 10, NULL);
+  CHECK_EQ(sc.kind, DLREC_STORE_HASH);
+  CHECK_EQ_U64(sc.cache_rows, 1000);
+  CHECK_EQ(sc.admit_min_count, 3);
+  CHECK(sc.admit_probability == 0.25f);
+  CHECK_EQ(sc.evict, DLREC_HASH_EVICT_LFU);
+  CHECK_EQ_U64(sc.ttl_steps, 50);
+  CHECK_EQ_U64(sc.seed, 9);
+  CHECK(fabsf(sc.init_range - 0.1f) < 1e-7f); /* sqrt(10 columns / 1000 rows) */
+  CHECK_ERR(parse("{\"storage\": {\"kind\": \"hash\"}}", &a), DLREC_ERR_INVALID, "storage.cache_rows");
+  CHECK_ERR(parse("{\"storage\": {\"kind\": \"hash\", \"cache_rows\": 9, \"evict\": \"fifo\"}}", &a),
+            DLREC_ERR_INVALID, "'fifo' is not one of lru, lfu");
   CHECK_ERR(parse("{\"storage\": {\"kind\": \"tiered\"}}", &a), DLREC_ERR_INVALID, "storage.cache_rows");
   CHECK_ERR(parse("{\"storage\": {\"cache\": 3}}", &a), DLREC_ERR_INVALID, "unknown field 'cache'");
 }

@@ -158,6 +158,10 @@ void dlrec_net_ws_profile(const dlrec_net_ws *ws, dlrec_net_profile *p);
  * own masks), and is bitwise reproducible for a given thread count. */
 uint32_t dlrec_net_ws_split(const dlrec_net_ws *ws);
 
+/* Raw keys (schema.keys): the keys this workspace scored that the hash table
+ * had no row for (left out of their bags), since it was created. */
+uint64_t dlrec_net_ws_keys_missing(const dlrec_net_ws *ws);
+
 /* Scoring. A scorer holds the network's linear layers packed for the
  * batch-invariant linear kernel (dlrec_packed_linear_forward), so that a
  * row's score is bitwise the same whatever batch it is scored in, at any

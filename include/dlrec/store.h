@@ -154,6 +154,31 @@ typedef struct dlrec_key_batch {
  * a key. Other stores refuse keys. */
 dlrec_status dlrec_store_resolve_keys(dlrec_store *s, const dlrec_key_batch *in, dlrec_bag_batch *out, int write);
 
+/* hash: the rows of the keys of `in` that have one, written to the caller's
+ * offsets (in->cols arrays of rows + 1) and ids (at least as many as in's
+ * keys), without admitting, evicting or touching anything: a read-only
+ * lookup for scoring, safe on several threads at once (while nothing
+ * resolves). Keys without a row are left out of their bags; *missing
+ * counts them. DLREC_ERR_INVALID on the other stores. */
+dlrec_status dlrec_store_lookup_keys(const dlrec_store *s, const dlrec_key_batch *in, uint32_t *const *offsets,
+                                     uint32_t *const *ids, uint64_t *missing);
+
+/* hash: its bookkeeping as arrays of u32 words, for checkpoints: views into
+ * the store, written from or read into in place. After reading into them,
+ * dlrec_store_hash_rebuild checks them and rebuilds the key index. */
+typedef struct dlrec_hash_arrays {
+  uint32_t *meta;       /* per row: key, last resolve seen (0: free), lookups, each a u64 */
+  uint64_t meta_words;
+  uint32_t *free_slots; /* the free rows' stack (the first n_free of n_slots are live) */
+  uint64_t n_slots;
+  uint32_t *sketch;     /* the admission sketch's counters, two u16 a word; NULL without one */
+  uint64_t sketch_words;
+  uint32_t *scalars;    /* resolves so far, free rows, the expiry hand, the eviction draws' state */
+  uint32_t n_scalars;
+} dlrec_hash_arrays;
+dlrec_status dlrec_store_hash_arrays(dlrec_store *s, dlrec_hash_arrays *a);
+dlrec_status dlrec_store_hash_rebuild(dlrec_store *s);
+
 /* hash: the key that resident row `row` holds into *key, returning 1; 0 for
  * a free row and on the other stores. */
 int dlrec_store_key_of(const dlrec_store *s, uint32_t row, uint64_t *key);
@@ -170,6 +195,7 @@ dlrec_status dlrec_store_flush(dlrec_store *s);
  * read. Valid until dlrec_store_unmap, which every map must be paired with
  * before any other call on the store. */
 typedef struct dlrec_store_view {
+  uint64_t rows; /* of table and the optimizer's arrays: the logical table's (hash: the resident rows) */
   void *table;
   dlrec_sparse_optim_state optim;
   /* The arrays lie in a shared mapping of the store's file (tiered): a

@@ -12,6 +12,7 @@
 #include "dlrec/backend.h"
 #include "dlrec/model.h"
 #include "dlrec/status.h"
+#include "dlrec/store.h"
 
 typedef struct dlrec_train_config {
   char name[64];                       /* the model's name (serving uses it); default "dlrm" */
@@ -57,8 +58,14 @@ typedef struct dlrec_train_config {
   float clip_grad_norm;                /* clip the global gradient norm to this; 0 = off */
   /* Where the embedding table lives (dlrec/store.h; docs/config.md "storage"). */
   dlrec_store_kind storage;            /* default ram */
-  uint64_t storage_cache_rows;         /* tiered: rows resident in RAM */
+  uint64_t storage_cache_rows;         /* tiered: rows resident in RAM; hash: the table's rows */
   char storage_path[1024];             /* tiered: the table's file; "" = RUN/table.tiered */
+  /* hash: admission, eviction, expiry and new rows (dlrec/store.h) */
+  uint32_t storage_admit_min_count;    /* a key gets a row at its n-th sighting (1: the first) */
+  double storage_admit_probability;    /* or with this probability per sighting; 0: off */
+  int storage_evict;                   /* dlrec_hash_evict: LRU (default) or LFU */
+  uint64_t storage_ttl_steps;          /* rows unseen this many steps are freed; 0: never */
+  double storage_init_range;           /* new rows uniform in +-this; 0: sqrt(columns / rows) */
   /* loader */
   int shuffle;
   uint32_t window_groups, slice_rows, prefetch;
@@ -74,6 +81,10 @@ void dlrec_train_config_default(dlrec_train_config *c);
 dlrec_status dlrec_train_config_read(const char *path, dlrec_train_config *c);
 /* The same from parsed JSON; `what` names its source in errors. */
 dlrec_status dlrec_train_config_from_json(const cJSON *j, const char *what, dlrec_train_config *c);
+
+/* The table storage the config asks for, for data of n_sparse columns
+ * (path: a tiered table's file, resolved by the caller). */
+dlrec_store_config dlrec_train_config_store(const dlrec_train_config *c, uint32_t n_sparse, const char *path);
 
 /* The complete config as JSON (every field, defaults included), so a
  * checkpoint records exactly what ran. The caller frees it (cJSON_Delete). */

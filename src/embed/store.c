@@ -125,8 +125,31 @@ int dlrec_store_key_of(const dlrec_store *s, uint32_t row, uint64_t *key) {
 
 dlrec_status dlrec_store_flush(dlrec_store *s) { return s->tiered ? tiered_flush(s) : DLREC_OK; }
 
+dlrec_status dlrec_store_lookup_keys(const dlrec_store *s, const dlrec_key_batch *in, uint32_t *const *offsets,
+                                     uint32_t *const *ids, uint64_t *missing) {
+  if (!s || !in || !offsets || !ids || !missing) return dlrec_error(DLREC_ERR_INVALID, "store_lookup_keys: NULL argument");
+  if (!s->hashed)
+    return dlrec_error(DLREC_ERR_INVALID, "raw keys need a hash table, not a %s one", dlrec_store_kind_name(s->kind));
+  if (in->cols < 1 || in->cols > DLREC_BAG_MAX_COLS || !in->offsets || !in->keys)
+    return dlrec_error(DLREC_ERR_INVALID, "store_lookup_keys: bad batch (%u columns)", in->cols);
+  return hashed_lookup_keys(s, in, offsets, ids, missing);
+}
+
+dlrec_status dlrec_store_hash_arrays(dlrec_store *s, dlrec_hash_arrays *a) {
+  memset(a, 0, sizeof *a);
+  if (!s->hashed) return dlrec_error(DLREC_ERR_INVALID, "not a hash table");
+  hashed_arrays(s, a);
+  return DLREC_OK;
+}
+
+dlrec_status dlrec_store_hash_rebuild(dlrec_store *s) {
+  if (!s->hashed) return dlrec_error(DLREC_ERR_INVALID, "not a hash table");
+  return hashed_rebuild(s);
+}
+
 dlrec_status dlrec_store_map(dlrec_store *s, dlrec_store_view *v) {
   memset(v, 0, sizeof *v);
+  v->rows = s->hashed ? dlrec_table_rows(s->table) : s->rows;
   if (s->tiered) return tiered_map(s, v);
   v->table = dlrec_table_raw(s->table);
   if (s->optim) dlrec_sparse_optim_state_view(s->optim, &v->optim);

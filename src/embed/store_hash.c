@@ -52,15 +52,18 @@ struct hashed {
   dlrec_store_config cfg;
   float initial_accumulator; /* the optimizer's, for a new row's state */
   uint64_t capacity;
-  uint64_t step; /* resolves so far */
+  /* The scalars a checkpoint saves (dlrec_store_hash_arrays), together. */
+  struct hash_scalars {
+    uint64_t step; /* resolves so far */
+    uint64_t n_free;
+    uint64_t ttl_hand;
+    dlrec_rng victim_rng;
+  } st;
   row_meta *meta;       /* (capacity) */
   uint32_t *free_slots; /* a stack */
-  uint64_t n_free;
   slot_index index;     /* key -> row */
   uint16_t *sketch; /* SKETCH_DEPTH rows of sketch_mask + 1 counters */
   uint64_t sketch_mask;
-  uint64_t ttl_hand;
-  dlrec_rng victim_rng;
   /* the resolved batch */
   uint32_t *offsets, *ids, *found; /* found: the row each id had before the batch's misses */
   size_t offsets_cap, ids_cap;
@@ -100,8 +103,8 @@ dlrec_status hashed_create(dlrec_store *s, const dlrec_store_config *c) {
   if (st != DLREC_OK) return st;
   /* Free rows are taken lowest first. */
   for (uint64_t i = 0; i < h->capacity; i++) h->free_slots[i] = (uint32_t)(h->capacity - 1 - i);
-  h->n_free = h->capacity;
-  dlrec_rng_seed(&h->victim_rng, c->seed, 0x76696374696d); /* "victim" */
+  h->st.n_free = h->capacity;
+  dlrec_rng_seed(&h->st.victim_rng, c->seed, 0x76696374696d); /* "victim" */
   st = dlrec_table_create_dtype(&s->table, h->capacity, s->dim, s->dtype);
   if (st != DLREC_OK) return dlrec_error_context("hash table, its rows: ");
   return DLREC_OK;
@@ -136,7 +139,7 @@ size_t hashed_overhead_bytes(const dlrec_store *s) {
 static int admit(hashed *h, uint64_t key) {
   const dlrec_store_config *c = &h->cfg;
   if (c->admit_probability > 0.0f && c->admit_probability < 1.0f) {
-    uint64_t r = mix(mix(key ^ c->seed) + h->step);
+    uint64_t r = mix(mix(key ^ c->seed) + h->st.step);
     return (double)(r >> 11) * 0x1.0p-53 < (double)c->admit_probability;
   }
   if (!h->sketch) return 1;
@@ -153,7 +156,7 @@ static int admit(hashed *h, uint64_t key) {
 static void release(hashed *h, uint32_t slot) {
   slot_index_remove(&h->index, h->meta[slot].key);
   h->meta[slot].seen = 0;
-  h->free_slots[h->n_free++] = slot;
+  h->free_slots[h->st.n_free++] = slot;
 }
 
 /* Whether row a is a better victim than row b. */
@@ -167,27 +170,27 @@ static int worse(const hashed *h, uint32_t a, uint32_t b) {
  * (evicted). NO_SLOT when every row is in use by this batch. */
 static uint32_t take_row(dlrec_store *s) {
   hashed *h = s->hashed;
-  if (h->n_free) return h->free_slots[--h->n_free];
+  if (h->st.n_free) return h->free_slots[--h->st.n_free];
   uint32_t best = NO_SLOT;
   if (h->capacity <= SAMPLES) {
     for (uint32_t i = 0; i < h->capacity; i++)
-      if (h->meta[i].seen != h->step && (best == NO_SLOT || worse(h, i, best))) best = i;
+      if (h->meta[i].seen != h->st.step && (best == NO_SLOT || worse(h, i, best))) best = i;
   } else {
     /* Samples that hit this batch's rows do not count; a batch using most
      * rows falls back to a scan. */
     for (uint32_t tries = 0, got = 0; got < SAMPLES && tries < 16 * SAMPLES; tries++) {
-      uint32_t i = (uint32_t)(dlrec_rng_u64(&h->victim_rng) % h->capacity);
-      if (h->meta[i].seen == h->step) continue;
+      uint32_t i = (uint32_t)(dlrec_rng_u64(&h->st.victim_rng) % h->capacity);
+      if (h->meta[i].seen == h->st.step) continue;
       got++;
       if (best == NO_SLOT || worse(h, i, best)) best = i;
     }
     for (uint32_t i = 0; best == NO_SLOT && i < h->capacity; i++)
-      if (h->meta[i].seen != h->step) best = i;
+      if (h->meta[i].seen != h->st.step) best = i;
   }
   if (best == NO_SLOT) return NO_SLOT;
   release(h, best);
   s->stats.evictions++;
-  return h->free_slots[--h->n_free];
+  return h->free_slots[--h->st.n_free];
 }
 
 /* Row `slot` as a new key's: drawn from (seed, key), optimizer state reset. */
@@ -216,9 +219,9 @@ static void expire(dlrec_store *s) {
   uint64_t n = 2 * h->capacity / h->cfg.ttl_steps + 1;
   if (n > h->capacity) n = h->capacity;
   for (uint64_t k = 0; k < n; k++) {
-    uint32_t i = (uint32_t)h->ttl_hand;
-    h->ttl_hand = h->ttl_hand + 1 == h->capacity ? 0 : h->ttl_hand + 1;
-    if (h->meta[i].seen && h->step - h->meta[i].seen > h->cfg.ttl_steps) {
+    uint32_t i = (uint32_t)h->st.ttl_hand;
+    h->st.ttl_hand = h->st.ttl_hand + 1 == h->capacity ? 0 : h->st.ttl_hand + 1;
+    if (h->meta[i].seen && h->st.step - h->meta[i].seen > h->cfg.ttl_steps) {
       release(h, i);
       s->stats.expired++;
     }
@@ -256,7 +259,7 @@ static dlrec_status resolve(dlrec_store *s, uint32_t rows, uint32_t cols, const 
     h->found = q;
     h->ids_cap = n_ids;
   }
-  h->step++;
+  h->st.step++;
   expire(s);
   /* First every id's row as the table stands, in parallel: the index is
    * only read, and a row found is marked as used by this batch (so no miss
@@ -281,7 +284,7 @@ static dlrec_status resolve(dlrec_store *s, uint32_t rows, uint32_t cols, const 
       if (slot == NO_SLOT) continue;
       row_meta *m = &h->meta[slot];
 #pragma omp atomic write
-      m->seen = h->step;
+      m->seen = h->st.step;
 #pragma omp atomic update
       m->count++;
     }
@@ -313,7 +316,7 @@ static dlrec_status resolve(dlrec_store *s, uint32_t rows, uint32_t cols, const 
               s->stats.dropped++;
               continue;
             }
-            h->meta[slot] = (row_meta){key, h->step, 1};
+            h->meta[slot] = (row_meta){key, h->st.step, 1};
             slot_index_insert(&h->index, key, slot);
             init_row(s, slot, key);
             s->stats.admitted++;
@@ -329,7 +332,7 @@ static dlrec_status resolve(dlrec_store *s, uint32_t rows, uint32_t cols, const 
     off += rows + 1;
     dst += k_out;
   }
-  s->stats.resident = h->capacity - h->n_free;
+  s->stats.resident = h->capacity - h->st.n_free;
   *out = (dlrec_bag_batch){rows, cols, h->col_offsets, h->col_ids, mean_cols};
   return DLREC_OK;
 }
@@ -347,4 +350,77 @@ int hashed_key_of(const dlrec_store *s, uint32_t row, uint64_t *key) {
   if (row >= h->capacity || !h->meta[row].seen) return 0;
   *key = h->meta[row].key;
   return 1;
+}
+
+/* ---- checkpoints ------------------------------------------------------------------------ */
+
+_Static_assert(sizeof(row_meta) == 24, "row_meta is three u64s");
+_Static_assert(sizeof(struct hash_scalars) % 4 == 0, "the scalars are u32 words");
+
+void hashed_arrays(dlrec_store *s, dlrec_hash_arrays *a) {
+  hashed *h = s->hashed;
+  a->meta = (uint32_t *)(void *)h->meta;
+  a->meta_words = h->capacity * (sizeof *h->meta / 4);
+  a->free_slots = h->free_slots;
+  a->n_slots = h->capacity;
+  a->sketch = h->sketch ? (uint32_t *)(void *)h->sketch : NULL;
+  a->sketch_words = h->sketch ? SKETCH_DEPTH * (h->sketch_mask + 1) / 2 : 0;
+  a->scalars = (uint32_t *)(void *)&h->st;
+  a->n_scalars = sizeof h->st / 4;
+}
+
+dlrec_status hashed_rebuild(dlrec_store *s) {
+  hashed *h = s->hashed;
+  slot_index_free(&h->index);
+  dlrec_status st = slot_index_init(&h->index, h->capacity, "hash table");
+  if (st != DLREC_OK) return st;
+  if (h->st.n_free > h->capacity || h->st.ttl_hand >= h->capacity)
+    return dlrec_error(DLREC_ERR_CORRUPT, "hash table: %llu free rows or hand %llu of %llu rows",
+                       (unsigned long long)h->st.n_free, (unsigned long long)h->st.ttl_hand,
+                       (unsigned long long)h->capacity);
+  uint64_t used = 0;
+  for (uint64_t i = 0; i < h->capacity; i++) {
+    const row_meta *m = &h->meta[i];
+    if (!m->seen) continue;
+    if (m->seen > h->st.step || slot_index_find(&h->index, m->key) != NO_SLOT)
+      return dlrec_error(DLREC_ERR_CORRUPT, "hash table: row %llu: key %016llx seen at resolve %llu of %llu, or twice",
+                         (unsigned long long)i, (unsigned long long)m->key, (unsigned long long)m->seen,
+                         (unsigned long long)h->st.step);
+    slot_index_insert(&h->index, m->key, (uint32_t)i);
+    used++;
+  }
+  if (used + h->st.n_free != h->capacity)
+    return dlrec_error(DLREC_ERR_CORRUPT, "hash table: %llu rows in use and %llu free, of %llu",
+                       (unsigned long long)used, (unsigned long long)h->st.n_free, (unsigned long long)h->capacity);
+  for (uint64_t k = 0; k < h->st.n_free; k++) {
+    const uint32_t r = h->free_slots[k];
+    if (r >= h->capacity || h->meta[r].seen)
+      return dlrec_error(DLREC_ERR_CORRUPT, "hash table: free row %u is in use or outside the table", r);
+  }
+  s->stats.resident = used;
+  return DLREC_OK;
+}
+
+dlrec_status hashed_lookup_keys(const dlrec_store *s, const dlrec_key_batch *in, uint32_t *const *offsets,
+                                uint32_t *const *ids, uint64_t *missing) {
+  const hashed *h = s->hashed;
+  uint64_t miss = 0;
+  for (uint32_t c = 0; c < in->cols; c++) {
+    const uint32_t *off = in->offsets[c];
+    uint32_t k_out = 0;
+    offsets[c][0] = 0;
+    for (uint32_t b = 0; b < in->rows; b++) {
+      if (off[b + 1] < off[b])
+        return dlrec_error(DLREC_ERR_INVALID, "column %u: offsets decrease at sample %u (%u, then %u)", c, b, off[b],
+                           off[b + 1]);
+      for (uint32_t k = off[b]; k < off[b + 1]; k++) {
+        const uint32_t slot = slot_index_find(&h->index, in->keys[c][k]);
+        if (slot == NO_SLOT) miss++;
+        else ids[c][k_out++] = slot;
+      }
+      offsets[c][b + 1] = k_out;
+    }
+  }
+  *missing = miss;
+  return DLREC_OK;
 }

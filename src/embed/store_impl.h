@@ -50,6 +50,10 @@ void hashed_optim_added(dlrec_store *s, const dlrec_sparse_optim_config *c);
 dlrec_status hashed_resolve_ids(dlrec_store *s, const dlrec_bag_batch *in, dlrec_bag_batch *out);
 dlrec_status hashed_resolve_keys(dlrec_store *s, const dlrec_key_batch *in, dlrec_bag_batch *out);
 int hashed_key_of(const dlrec_store *s, uint32_t row, uint64_t *key);
+void hashed_arrays(dlrec_store *s, dlrec_hash_arrays *a);
+dlrec_status hashed_rebuild(dlrec_store *s);
+dlrec_status hashed_lookup_keys(const dlrec_store *s, const dlrec_key_batch *in, uint32_t *const *offsets,
+                                uint32_t *const *ids, uint64_t *missing);
 size_t hashed_overhead_bytes(const dlrec_store *s);
 
 #endif

@@ -160,6 +160,13 @@ dlrec_status dlrec_net_create_stored(dlrec_net **out, const dlrec_net_config *c,
     n->params = calloc(n->plan.n_params ? n->plan.n_params : 1, sizeof(float));
     if (!n->params) s = dlrec_error(DLREC_ERR_NOMEM, "cannot allocate %zu dense parameters", n->plan.n_params);
   }
+  /* Raw keys index nothing: only a hash table (whose rows keys take as they
+   * are admitted) trains or scores them, and a hash table only them. */
+  const dlrec_store_kind kind = storage ? storage->kind : DLREC_STORE_RAM;
+  if (s == DLREC_OK && schema->n_sparse && schema->keys != (kind == DLREC_STORE_HASH))
+    s = dlrec_error(DLREC_ERR_INVALID,
+                    schema->keys ? "the data holds raw keys (etl fit --raw-keys): they need storage.kind \"hash\""
+                                 : "a hash table (storage.kind \"hash\") takes raw keys: fit the ETL with --raw-keys");
   /* Data with no categorical column has no embedding rows; the network
    * keeps a one-row table that no pass reads, so that checkpoints, the
    * sparse optimizer and the scorer need no special case. */
@@ -189,6 +196,8 @@ void dlrec_net_free(dlrec_net *n) {
 
 dlrec_status dlrec_net_init(dlrec_net *n, uint64_t seed) {
   n->type->init(n->ctx, &n->plan, n->params, seed);
+  /* A hash table draws each row when its key is admitted. */
+  if (dlrec_store_get_kind(n->store) == DLREC_STORE_HASH) return DLREC_OK;
   dlrec_row_range ranges[DLREC_MAX_SPARSE];
   for (uint32_t c = 0; c < n->schema.n_sparse; c++)
     ranges[c] = (dlrec_row_range){n->schema.sparse[c].id_begin, n->schema.sparse[c].id_end};

@@ -52,6 +52,13 @@ struct dlrec_net_ws {
   struct net_sync sync;
   const dlrec_backend *shards_be;
   uint32_t last_split; /* the ways of the last training step */
+  /* Raw keys (schema.keys): a batch's keys, from its pairs of ids, with their
+   * offsets (F arrays of max_batch + 1), and for scoring the rows the keys
+   * have (offsets and ids, as many); keys_missing counts the scored keys
+   * that had none. */
+  uint64_t *keys;
+  uint32_t *key_offsets, *row_offsets, *row_ids;
+  uint64_t keys_cap, keys_missing;
 };
 
 /* One way of a split training step: a one-thread lane of the network's
@@ -115,6 +122,15 @@ dlrec_status dlrec_net_ws_create(dlrec_net_ws **out, const dlrec_net *n, uint32_
   WS_ALLOC(ws->d_logits, B);
   WS_ALLOC(ws->grad, n->plan.n_params ? n->plan.n_params : 1);
 #undef WS_ALLOC
+  if (n->schema.keys) {
+    ws->keys_cap = (uint64_t)B * (n->max_ids_per_row / 2);
+    const size_t offs = F * (B + 1) * sizeof(uint32_t);
+    if (!(ws->keys = dlrec_arena_alloc(&ws->arena, (ws->keys_cap + 1) * sizeof *ws->keys, 64)) ||
+        !(ws->key_offsets = dlrec_arena_alloc(&ws->arena, offs, 64)) ||
+        !(ws->row_offsets = dlrec_arena_alloc(&ws->arena, offs, 64)) ||
+        !(ws->row_ids = dlrec_arena_alloc(&ws->arena, (ws->keys_cap + 1) * sizeof *ws->row_ids, 64)))
+      goto nomem;
+  }
   ws->scratch_bytes = dlrec_bag_backward_scratch_bytes(n->table, (uint64_t)B * n->max_ids_per_row);
   if (!(ws->scratch = dlrec_arena_alloc(&ws->arena, ws->scratch_bytes ? ws->scratch_bytes : 1, 64))) goto nomem;
   if ((s = n->type->ws_create(n->ctx, &n->plan, max_batch, &ws->model_ws)) != DLREC_OK) {
@@ -159,12 +175,60 @@ static dlrec_bag_batch bags_of(const dlrec_net *n, const dlrec_batch *b) {
   return bags;
 }
 
+/* resolve for raw keys (schema.keys): each column's pairs of ids become
+ * keys; training resolves them in the hash table (admitting new keys),
+ * scoring only looks them up. Either way the keys without a row are left
+ * out of their bags. */
+static dlrec_status resolve_keys(const dlrec_net *n, dlrec_net_ws *ws, const dlrec_batch *b, dlrec_batch *out,
+                                 int write) {
+  double t = dlrec_now();
+  const uint32_t F = n->schema.n_sparse, B = b->rows;
+  const uint64_t *keys[DLREC_MAX_SPARSE];
+  const uint32_t *offs[DLREC_MAX_SPARSE];
+  uint32_t *row_offs[DLREC_MAX_SPARSE], *row_ids[DLREC_MAX_SPARSE];
+  uint64_t at = 0;
+  for (uint32_t c = 0; c < F; c++) {
+    const uint32_t *bo = b->offsets[c], *w = b->ids[c];
+    uint32_t *o = ws->key_offsets + (size_t)c * (ws->max_batch + 1);
+    o[0] = 0;
+    keys[c] = ws->keys + at;
+    row_ids[c] = ws->row_ids + at;
+    row_offs[c] = ws->row_offsets + (size_t)c * (ws->max_batch + 1);
+    for (uint32_t r = 0; r < B; r++) {
+      const uint32_t words = bo[r + 1] - bo[r];
+      if (bo[r + 1] < bo[r] || words % 2 || at + words / 2 > ws->keys_cap)
+        return dlrec_error(DLREC_ERR_INVALID, "column '%s', row %u: %u ids: raw keys come in pairs of ids, at most "
+                           "%u a row", n->schema.sparse[c].name, r, words, n->schema.sparse[c].max_hotness);
+      for (uint32_t k = bo[r]; k < bo[r + 1]; k += 2) ws->keys[at++] = (uint64_t)w[k] | (uint64_t)w[k + 1] << 32;
+      o[r + 1] = o[r] + words / 2;
+    }
+    offs[c] = o;
+  }
+  const dlrec_key_batch kb = {B, F, offs, keys, n->mean_cols};
+  dlrec_status st;
+  if (write) {
+    dlrec_bag_batch r;
+    st = dlrec_store_resolve_keys(n->store, &kb, &r, 1);
+    for (uint32_t c = 0; st == DLREC_OK && c < F; c++) out->offsets[c] = r.offsets[c], out->ids[c] = r.ids[c];
+  } else {
+    uint64_t missing = 0;
+    st = dlrec_store_lookup_keys(n->store, &kb, row_offs, row_ids, &missing);
+    ws->keys_missing += missing;
+    for (uint32_t c = 0; st == DLREC_OK && c < F; c++) out->offsets[c] = row_offs[c], out->ids[c] = row_ids[c];
+  }
+  net_lap(&ws->prof.store, &t);
+  return st;
+}
+
+uint64_t dlrec_net_ws_keys_missing(const dlrec_net_ws *ws) { return ws->keys_missing; }
+
 /* *out = b with its ids rewritten as rows of the network's resident table
  * (dlrec/store.h), which the kernels then read; write: the pass will update
  * those rows. A ram store's rows are the ids: *out = b. */
 static dlrec_status resolve(const dlrec_net *n, dlrec_net_ws *ws, const dlrec_batch *b, dlrec_batch *out,
                             int write) {
   *out = *b;
+  if (n->schema.keys && n->schema.n_sparse) return resolve_keys(n, ws, b, out, write);
   if (!n->schema.n_sparse || dlrec_store_get_kind(n->store) == DLREC_STORE_RAM) return DLREC_OK;
   double t = dlrec_now();
   dlrec_bag_batch in = bags_of(n, b), r;

@@ -29,6 +29,7 @@ typedef struct worker_state {
   dlrec_net_ws *ws;
   dlrec_serve_rows *merged;
   float *scores;
+  uint64_t keys_missing; /* of the last batch: raw keys the hash table has no row for */
 } worker_state;
 
 static struct timespec deadline_after_us(uint32_t us) {
@@ -95,8 +96,10 @@ static dlrec_status score(worker_state *w, serve_job *jobs) {
   if (s != DLREC_OK) return s;
   dlrec_batch batch;
   dlrec_serve_rows_batch(src, &batch);
+  const uint64_t missing = dlrec_net_ws_keys_missing(w->ws);
   s = dlrec_net_predict(m->scorer, w->ws, &batch, w->scores);
   if (s != DLREC_OK) return s;
+  w->keys_missing = dlrec_net_ws_keys_missing(w->ws) - missing;
   uint32_t at = 0;
   for (serve_job *j = jobs; j; j = j->next) {
     uint32_t n = dlrec_serve_rows_count(j->rows);
@@ -129,7 +132,7 @@ static void *worker_main(void *arg) {
     dlrec_status s = score(w, jobs);
     dlrec_error_copy err;
     if (s != DLREC_OK) dlrec_error_save(&err);
-    if (s == DLREC_OK && b->metrics) serve_metrics_batch(b->metrics, rows);
+    if (s == DLREC_OK && b->metrics) serve_metrics_batch(b->metrics, rows, w->keys_missing);
 
     pthread_mutex_lock(&b->mu);
     for (serve_job *j = jobs, *next; j; j = next) {

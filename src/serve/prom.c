@@ -46,7 +46,7 @@ void serve_metrics_request(serve_metrics *m, serve_endpoint ep, int status, doub
   pthread_mutex_unlock(&m->mu);
 }
 
-void serve_metrics_batch(serve_metrics *m, uint32_t rows) {
+void serve_metrics_batch(serve_metrics *m, uint32_t rows, uint64_t keys_missing) {
   int i = 0; /* bucket i holds batches of at most 2^i rows */
   while (i < SERVE_BATCH_BUCKETS && rows > (1u << i)) i++;
   pthread_mutex_lock(&m->mu);
@@ -54,6 +54,7 @@ void serve_metrics_batch(serve_metrics *m, uint32_t rows) {
   m->batch_rows_sum += rows;
   m->batches++;
   m->rows_scored += rows;
+  m->keys_missing += keys_missing;
   pthread_mutex_unlock(&m->mu);
 }
 
@@ -139,6 +140,8 @@ dlrec_status serve_metrics_write(serve_metrics *m, dlrec_kserve_buf *b, uint64_t
             "dlrec_batch_rows_bucket{le=\"+Inf\"} %llu\ndlrec_batch_rows_sum %llu\ndlrec_batch_rows_count %llu\n"
             "# HELP dlrec_rows_scored_total Rows scored.\n# TYPE dlrec_rows_scored_total counter\n"
             "dlrec_rows_scored_total %llu\n"
+            "# HELP dlrec_keys_missing_total Raw keys scored that the hash table has no row for (left out of "
+            "their rows' bags).\n# TYPE dlrec_keys_missing_total counter\ndlrec_keys_missing_total %llu\n"
             "# HELP dlrec_queue_rows Rows waiting to be scored.\n# TYPE dlrec_queue_rows gauge\n"
             "dlrec_queue_rows %llu\n"
             "# HELP dlrec_model_version The served checkpoint's step (-1: unloaded).\n"
@@ -151,7 +154,8 @@ dlrec_status serve_metrics_write(serve_metrics *m, dlrec_kserve_buf *b, uint64_t
             "dlrec_connections_cut_total{reason=\"request_timeout\"} %llu\n"
             "dlrec_connections_cut_total{reason=\"shed\"} %llu\n",
             (unsigned long long)c.batches, (unsigned long long)c.batch_rows_sum, (unsigned long long)c.batches,
-            (unsigned long long)c.rows_scored, (unsigned long long)queue_rows, name, version,
+            (unsigned long long)c.rows_scored, (unsigned long long)c.keys_missing, (unsigned long long)queue_rows, name,
+            version,
             (unsigned long long)loads_ok, (unsigned long long)loads_failed, (unsigned long long)timed_out,
             (unsigned long long)shed);
   return s;

@@ -221,7 +221,7 @@ static dlrec_status add_raw(dlrec_serve_rows *r, const dlrec_kserve_tensor *dens
   /* The ETL state gives one-hot and variable multi-hot columns only; a
    * column of a fixed hotness above 1 cannot come from its fields. */
   for (uint32_t c = 0; c < nc; c++)
-    if (s->sparse[c].hotness > 1)
+    if (s->sparse[c].hotness > 1 && !s->keys) /* raw keys: one value, two ids */
       return dlrec_error(DLREC_ERR_UNSUPPORTED, "input 'categorical': column %s takes exactly %u ids per row; send "
                          "it as CATCOLUMN and ROWINDEX", s->sparse[c].name, s->sparse[c].hotness);
   const dlrec_schema *es = dlrec_etl_schema(r->etl);
@@ -348,14 +348,17 @@ static dlrec_status add_hugectr(dlrec_serve_rows *r, const dlrec_kserve_tensor *
                            "column %s)", (unsigned long long)(j + 1), (long long)lo, (long long)hi,
                            (unsigned long long)b, s->sparse[c].name);
       /* lo >= 0 and hi <= K: it starts at 0, never decreases and ends at K. */
-      uint64_t k = (uint64_t)(hi - lo);
+      /* A raw-keys model takes CATCOLUMN's values as its 64-bit keys (as
+       * etl apply writes them: docs/etl.md), two ids each. */
+      const uint64_t k = (uint64_t)(hi - lo), words = s->keys ? 2 * k : k;
       const dlrec_sparse_col *col = &s->sparse[c];
-      if (col->hotness ? k != col->hotness : k > col->max_hotness)
+      if (col->hotness ? words != col->hotness : words > col->max_hotness)
         return dlrec_error(DLREC_ERR_PARSE,
                            "input 'ROWINDEX': sample %llu, column %s: %llu keys, the column takes %s %u",
                            (unsigned long long)b, col->name, (unsigned long long)k,
-                           col->hotness ? "exactly" : "at most", col->hotness ? col->hotness : col->max_hotness);
-      for (int64_t q = lo; q < hi; q++) {
+                           col->hotness ? "exactly" : "at most",
+                           (col->hotness ? col->hotness : col->max_hotness) / (s->keys ? 2 : 1));
+      for (int64_t q = lo; q < hi && !s->keys; q++) {
         int64_t id = dlrec_kserve_get_i64(cat, (uint64_t)q);
         /* Ranges lie inside the table, whose ids are 32-bit; the last check keeps the cast below exact
          * whatever the schema says. */
@@ -370,7 +373,7 @@ static dlrec_status add_hugectr(dlrec_serve_rows *r, const dlrec_kserve_tensor *
                              (long long)id, (unsigned long long)col->id_begin, (unsigned long long)col->id_end);
         }
       }
-      per_col[c] += k;
+      per_col[c] += words;
     }
 
   const uint32_t row0 = r->rows;
@@ -384,7 +387,11 @@ static dlrec_status add_hugectr(dlrec_serve_rows *r, const dlrec_kserve_tensor *
       int64_t lo = dlrec_kserve_get_i64(ri, j), hi = dlrec_kserve_get_i64(ri, j + 1);
       uint32_t *ids = r->ids[c];
       uint32_t n = r->n_ids[c];
-      for (int64_t q = lo; q < hi; q++) ids[n++] = (uint32_t)dlrec_kserve_get_i64(cat, (uint64_t)q);
+      for (int64_t q = lo; q < hi; q++) {
+        const uint64_t v = (uint64_t)dlrec_kserve_get_i64(cat, (uint64_t)q);
+        ids[n++] = (uint32_t)v;
+        if (s->keys) ids[n++] = (uint32_t)(v >> 32);
+      }
       r->n_ids[c] = n;
       r->offsets[c][row0 + b + 1] = n;
     }

@@ -183,12 +183,13 @@ typedef struct serve_metrics {
   uint64_t batch[SERVE_BATCH_BUCKETS + 1];
   uint64_t batch_rows_sum, batches;
   uint64_t rows_scored;
+  uint64_t keys_missing; /* raw keys scored without a row in the hash table */
 } serve_metrics;
 
 void serve_metrics_init(serve_metrics *m);
 void serve_metrics_destroy(serve_metrics *m);
 void serve_metrics_request(serve_metrics *m, serve_endpoint ep, int status, double seconds);
-void serve_metrics_batch(serve_metrics *m, uint32_t rows);
+void serve_metrics_batch(serve_metrics *m, uint32_t rows, uint64_t keys_missing);
 /* The Prometheus text exposition of everything, with the queue depth, the
  * registry's model version and load counts, and the connections the guard
  * cut off (conns may be NULL: none). */

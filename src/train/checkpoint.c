@@ -32,9 +32,10 @@ static const char *const ETL_FILES[] = {"etl.json", "vocab.bin", NULL};
 /* The files a checkpoint may hold, as the manifest names them. Each is
  * listed with its size and the CRC32C of all its bytes, and the manifest
  * carries a CRC32C of itself, so that every byte of a checkpoint is covered. */
-enum { F_CONFIG, F_ETL_JSON, F_ETL_VOCAB, F_DENSE, F_TABLE, F_OPTIM, F_JOURNAL, F_JOURNAL_OPTIM, N_FILES };
-static const char *const FILE_NAMES[N_FILES] = {"config.json", "etl/etl.json", "etl/vocab.bin", "dense.bin",
-                                                "table.bin",   "optim.bin",    "journal.bin",   "journal_optim.bin"};
+enum { F_CONFIG, F_ETL_JSON, F_ETL_VOCAB, F_DENSE, F_TABLE, F_OPTIM, F_JOURNAL, F_JOURNAL_OPTIM, F_HASH, N_FILES };
+static const char *const FILE_NAMES[N_FILES] = {"config.json", "etl/etl.json", "etl/vocab.bin",
+                                                "dense.bin",   "table.bin",    "optim.bin",
+                                                "journal.bin", "journal_optim.bin", "hash.bin"};
 
 typedef struct manifest {
   dlrec_train_progress p;
@@ -109,8 +110,22 @@ static tensor_desc table_array(const dlrec_net *n, const dlrec_store_view *v) {
   static const tensor_dtype of[] = {[DLREC_TABLE_FP32] = TENSOR_F32, [DLREC_TABLE_BF16] = TENSOR_BF16,
                                     [DLREC_TABLE_FP16] = TENSOR_F16};
   const dlrec_table *t = dlrec_net_table_const(n);
-  return tensor_array("table", of[dlrec_table_get_dtype(t)],
-                       dlrec_store_rows(dlrec_net_store(n)) * dlrec_table_stride(t), v->table, v->mapped);
+  const uint64_t rows = v->rows ? v->rows : dlrec_store_rows(dlrec_net_store(n));
+  return tensor_array("table", of[dlrec_table_get_dtype(t)], rows * dlrec_table_stride(t), v->table, v->mapped);
+}
+
+/* hash.bin's arrays: a hash table's bookkeeping (dlrec_store_hash_arrays),
+ * whose table.bin holds its resident rows: which key each row holds, when
+ * it was last looked up, the free rows, the admission sketch, the scalars. */
+static int hash_arrays(const dlrec_net *n, tensor_desc *out) {
+  dlrec_hash_arrays a;
+  if (dlrec_store_hash_arrays(dlrec_net_store(n), &a) != DLREC_OK) return 0;
+  int k = 0;
+  out[k++] = tensor_array("hash_meta", TENSOR_U32, a.meta_words, a.meta, 0);
+  out[k++] = tensor_array("hash_free", TENSOR_U32, a.n_slots, a.free_slots, 0);
+  if (a.sketch) out[k++] = tensor_array("hash_sketch", TENSOR_U32, a.sketch_words, a.sketch, 0);
+  out[k++] = tensor_array("hash_scalars", TENSOR_U32, a.n_scalars, a.scalars, 0);
+  return k;
 }
 
 /* ---- journals ---------------------------------------------------------------------- */
@@ -424,6 +439,13 @@ dlrec_status dlrec_checkpoint_save(const char *run_dir, const dlrec_train_config
     if (s == DLREC_OK) s = note_file(&man, tmp, F_OPTIM, &crc);
   }
   if (mapped) dlrec_store_unmap(dlrec_net_store(m), &view);
+  if (s == DLREC_OK && dlrec_store_get_kind(store) == DLREC_STORE_HASH) {
+    tensor_desc arrays[4];
+    const int k = hash_arrays(m, arrays);
+    s = join(path, sizeof path, tmp, FILE_NAMES[F_HASH]);
+    if (s == DLREC_OK) s = tensor_file_write(path, arrays, k, &crc);
+    if (s == DLREC_OK) s = note_file(&man, tmp, F_HASH, &crc);
+  }
   if (s == DLREC_OK) s = write_manifest(tmp, &man);
   if (s == DLREC_OK) s = dlrec_fsync_dir(tmp);
   /* Saving a step that exists (a resumed run reaching it again) replaces it. */
@@ -550,7 +572,7 @@ static dlrec_status read_files(const char *dir, const char *path, const cJSON *f
                       (unsigned long long)have, (unsigned long long)m->bytes[i]);
   }
   for (int i = 0; s == DLREC_OK && i < N_FILES; i++)
-    if (!m->has[i] && i != F_OPTIM && i != F_JOURNAL && i != F_JOURNAL_OPTIM) /* optional */
+    if (!m->has[i] && i != F_OPTIM && i != F_JOURNAL && i != F_JOURNAL_OPTIM && i != F_HASH) /* optional */
       s = dlrec_error(DLREC_ERR_CORRUPT, "%s: files: '%s' is missing", path, FILE_NAMES[i]);
   return s;
 }
@@ -693,6 +715,19 @@ static dlrec_status read_params(const char *dir, const manifest *man, dlrec_net 
   int k = dense_arrays(n, dlrec_net_dense_params(n, &n_params), dense);
   TRY(read_tensors(dir, man, F_DENSE, dense, k));
   if (journal_rows) *journal_rows = NULL;
+  dlrec_store *store = dlrec_net_store(n);
+  const int hash = dlrec_store_get_kind(store) == DLREC_STORE_HASH;
+  if (hash != man->has[F_HASH])
+    return dlrec_error(DLREC_ERR_INVALID, "%s: %s", dir,
+                       hash ? "not a checkpoint of a hash table (no hash.bin), but the model's table is one"
+                            : "a checkpoint of a hash table (hash.bin): its model needs storage.kind \"hash\"");
+  if (hash) {
+    /* The bookkeeping first: the rows of table.bin are the keys' it names. */
+    tensor_desc arrays[4];
+    const int k = hash_arrays(n, arrays);
+    TRY(read_tensors(dir, man, F_HASH, arrays, k));
+    TRY(dlrec_store_hash_rebuild(store));
+  }
   if (!opt && dlrec_store_get_kind(dlrec_net_store(n)) == DLREC_STORE_RAM) {
     TRY(map_table_file(dir, man, n));
     const dlrec_store_view mapped = {.table = dlrec_table_raw(dlrec_net_table(n))};
@@ -878,7 +913,13 @@ dlrec_status dlrec_model_load(const char *path, dlrec_model **out) {
   m->progress = man.p;
   if (s == DLREC_OK) s = read_config(m->dir, &man, &m->config);
   if (s == DLREC_OK) s = load_etl(m->dir, &man, &m->etl);
-  if (s == DLREC_OK) s = dlrec_net_create(&m->net, &m->config.model, dlrec_etl_schema(m->etl));
+  /* A hash table's model scores through its table (its keys name its
+   * rows); the others load their table into RAM (a mapping of table.bin). */
+  const dlrec_store_config sc = dlrec_train_config_store(&m->config, m->etl ? dlrec_etl_schema(m->etl)->n_sparse : 0,
+                                                         NULL);
+  if (s == DLREC_OK)
+    s = dlrec_net_create_stored(&m->net, &m->config.model, dlrec_etl_schema(m->etl),
+                                m->config.storage == DLREC_STORE_HASH ? &sc : NULL);
   uint32_t *rows = NULL;
   if (s == DLREC_OK) s = read_params(m->dir, &man, m->net, NULL, &rows);
   free(rows);

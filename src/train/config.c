@@ -23,6 +23,7 @@ void dlrec_train_config_default(dlrec_train_config *c) {
   c->eval_batch_size = 4096;
   c->checkpoint_keep = 2;
   c->checkpoint_journal_max_fraction = 0.25;
+  c->storage_admit_min_count = 1;
   c->log_interval_steps = 1000;
   c->shuffle = 1;
   c->window_groups = 8;
@@ -273,25 +274,29 @@ dlrec_status dlrec_train_config_from_json(const cJSON *j, const char *what, dlre
   }
   if ((o = section(j, "storage"))) {
     x = sub(&top, "storage");
-    static const char *k[] = {"kind", "cache_rows", "path", NULL};
+    static const char *k[] = {"kind",      "cache_rows", "path",       "admit_min_count", "admit_probability",
+                              "evict",     "ttl_steps",  "init_range", NULL};
     TRY(dlrec_json_check_keys(o, x.what, k));
     const char *kind, *path;
     TRY(dlrec_json_get_string_or(o, "kind", x.what, dlrec_store_kind_name(c->storage), &kind));
     if (dlrec_store_kind_parse(kind, &c->storage) != DLREC_OK)
       return dlrec_error_context("%s: field 'kind': ", x.what);
-    /* The hash store exists in the library (dlrec/store.h), but its
-     * checkpoints (keys with their rows) and raw-key data are not written
-     * yet: training on one would lose its table at the first checkpoint. */
-    if (c->storage == DLREC_STORE_HASH)
-      return dlrec_error(DLREC_ERR_UNSUPPORTED, "%s: field 'kind': \"hash\" tables cannot be trained by `dlrec "
-                         "train` yet (their checkpoints are not written yet); use \"ram\" or \"tiered\"", x.what);
     TRY(get_u64(o, "cache_rows", &x, &c->storage_cache_rows));
+    TRY(get_u32(o, "admit_min_count", &x, 1, 65535, &c->storage_admit_min_count));
+    TRY(get_double(o, "admit_probability", &x, 0, 1, &c->storage_admit_probability));
+    static const char *const evicts[] = {"lru", "lfu", NULL};
+    TRY(get_choice(o, "evict", &x, evicts, &c->storage_evict));
+    TRY(get_u64(o, "ttl_steps", &x, &c->storage_ttl_steps));
+    TRY(get_double(o, "init_range", &x, 0, 1e6, &c->storage_init_range));
     TRY(dlrec_json_get_string_or(o, "path", x.what, c->storage_path, &path));
     if (strlen(path) >= sizeof c->storage_path)
       return dlrec_error(DLREC_ERR_INVALID, "%s: field 'path': longer than %zu bytes", x.what,
                          sizeof c->storage_path - 1);
     memmove(c->storage_path, path, strlen(path) + 1);
   }
+  if (c->storage == DLREC_STORE_HASH && (c->storage_cache_rows < 1 || c->storage_cache_rows >= UINT32_MAX))
+    return dlrec_error(DLREC_ERR_INVALID, "%s: field 'storage.cache_rows': a hash table needs its size in rows "
+                       "(1 to 2^32 - 2)", what);
   if (c->storage == DLREC_STORE_TIERED && c->storage_cache_rows < 1)
     return dlrec_error(DLREC_ERR_INVALID, "%s: field 'storage.cache_rows': a tiered table needs its cache's size "
                        "in rows (at least one batch's distinct rows)", what);
@@ -377,7 +382,28 @@ cJSON *dlrec_train_config_to_json(const dlrec_train_config *c) {
   cJSON_AddStringToObject(st, "kind", dlrec_store_kind_name(c->storage));
   cJSON_AddNumberToObject(st, "cache_rows", (double)c->storage_cache_rows);
   cJSON_AddStringToObject(st, "path", c->storage_path);
+  cJSON_AddNumberToObject(st, "admit_min_count", c->storage_admit_min_count);
+  cJSON_AddNumberToObject(st, "admit_probability", c->storage_admit_probability);
+  cJSON_AddStringToObject(st, "evict", c->storage_evict == DLREC_HASH_EVICT_LFU ? "lfu" : "lru");
+  cJSON_AddNumberToObject(st, "ttl_steps", (double)c->storage_ttl_steps);
+  cJSON_AddNumberToObject(st, "init_range", c->storage_init_range);
   return j;
+}
+
+dlrec_store_config dlrec_train_config_store(const dlrec_train_config *c, uint32_t n_sparse, const char *path) {
+  dlrec_store_config sc = {.kind = c->storage,
+                           .path = path,
+                           .cache_rows = c->storage_cache_rows,
+                           .admit_min_count = c->storage_admit_min_count,
+                           .admit_probability = (float)c->storage_admit_probability,
+                           .evict = (dlrec_hash_evict)c->storage_evict,
+                           .ttl_steps = c->storage_ttl_steps,
+                           .init_range = (float)c->storage_init_range,
+                           .seed = c->seed};
+  /* DLRM's scale, sqrt(1 / rows), for a column holding an equal share. */
+  if (sc.init_range == 0 && c->storage_cache_rows)
+    sc.init_range = (float)sqrt((double)(n_sparse ? n_sparse : 1) / (double)c->storage_cache_rows);
+  return sc;
 }
 
 double dlrec_lr_scale(const dlrec_train_config *c, uint64_t step) {

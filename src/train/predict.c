@@ -98,7 +98,7 @@ static dlrec_status predict_raw(const dlrec_model *m, const char *input, const d
   /* Criteo rows go through the one-hot encoder, which also checks short
    * rows (a notion of Criteo's layout only); CSV, libSVM and libFM rows,
    * whose columns may be multi-hot, through the multi-hot one. */
-  const int multi = dlrec_etl_format(m->etl) != DLREC_FORMAT_CRITEO;
+  const int multi = dlrec_etl_format(m->etl) != DLREC_FORMAT_CRITEO || sc->keys; /* raw keys: two ids a value */
   const uint64_t row_ids = dlrec_etl_ids_max(m->etl); /* the most ids one row encodes to */
   FILE *in = strcmp(input, "-") ? fopen(input, "r") : stdin;
   if (!in) return dlrec_error(DLREC_ERR_IO, "%s: %s", input, strerror(errno));

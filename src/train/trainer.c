@@ -332,7 +332,7 @@ static dlrec_status setup(run *r) {
   if ((s = dlrec_lock_dir(a->run_dir, "another training run", &r->lock_fd)) != DLREC_OK) return s;
   /* The table's storage: a tiered table's file defaults to RUN/table.tiered,
    * created after the lock so that a second run cannot truncate it. */
-  dlrec_store_config sc = {.kind = r->cfg.storage, .path = r->cfg.storage_path, .cache_rows = r->cfg.storage_cache_rows};
+  dlrec_store_config sc = dlrec_train_config_store(&r->cfg, schema.n_sparse, r->cfg.storage_path);
   char table_path[1024];
   if (sc.kind == DLREC_STORE_TIERED && !sc.path[0]) {
     if ((s = dlrec_path_join(table_path, sizeof table_path, a->run_dir, "table.tiered")) != DLREC_OK) return s;
@@ -342,6 +342,10 @@ static dlrec_status setup(run *r) {
   if (sc.kind == DLREC_STORE_TIERED)
     DLREC_INFO("embedding table: tiered, %s, %llu of %llu rows in RAM", sc.path,
                (unsigned long long)sc.cache_rows, (unsigned long long)schema.table_rows);
+  if (sc.kind == DLREC_STORE_HASH)
+    DLREC_INFO("embedding table: a hash table of %llu rows for raw keys (admitted at sighting %u%s, %s eviction)",
+               (unsigned long long)sc.cache_rows, sc.admit_min_count,
+               sc.admit_probability > 0 ? ", or by probability" : "", sc.evict == DLREC_HASH_EVICT_LFU ? "LFU" : "LRU");
   dlrec_net_set_backend(r->model, r->be);
   if ((s = dlrec_net_ws_create(&r->ws, r->model, r->cfg.batch_size)) != DLREC_OK) return s;
   size_t n_params;
@@ -423,6 +427,13 @@ static cJSON *step_json(const run *r, double loss, double lr_scale, double rate)
     cJSON_AddNumberToObject(t, "bytes_read", (double)st.bytes_read);
     cJSON_AddNumberToObject(t, "bytes_written", (double)st.bytes_written);
     cJSON_AddNumberToObject(t, "resident_rows", (double)st.resident);
+    if (dlrec_store_get_kind(store) == DLREC_STORE_HASH) {
+      /* Every key that did not get a row is counted, never dropped silently. */
+      cJSON_AddNumberToObject(t, "admitted", (double)st.admitted);
+      cJSON_AddNumberToObject(t, "not_admitted", (double)st.not_admitted);
+      cJSON_AddNumberToObject(t, "dropped", (double)st.dropped);
+      cJSON_AddNumberToObject(t, "expired", (double)st.expired);
+    }
   }
   return j;
 }
