@@ -175,7 +175,7 @@ TEST(batcher_takes_a_request_that_exactly_fills_the_queue) {
   serve_metrics_init(&met);
   serve_batcher b;
   /* max_batch is the queue's size too, so one request can fill both. */
-  CHECK_OK(serve_batcher_start(&b, 1, QUEUE + 1, 0, QUEUE, &met));
+  CHECK_OK(serve_batcher_start(&b, 1, QUEUE + 1, 0, QUEUE, &met, NULL));
   serve_job job;
   memset(&job, 0, sizeof job);
   job.model = &sm;

@@ -419,6 +419,18 @@ TEST(config_storage_parses_round_trips_and_names_errors) {
   CHECK_EQ_U64(sc.seed, 9);
   CHECK(fabsf(sc.init_range - 0.1f) < 1e-7f); /* sqrt(10 columns / 1000 rows) */
   CHECK_ERR(parse("{\"storage\": {\"kind\": \"hash\"}}", &a), DLREC_ERR_INVALID, "storage.cache_rows");
+  /* Publishing to the Redis tier: defaults, round trip, errors. */
+  CHECK_OK(parse("{}", &a));
+  CHECK(a.publish_redis[0] == 0 && a.publish_interval_steps == 10 && a.publish_timeout_ms == 200);
+  CHECK_OK(parse("{\"publish\": {\"redis\": \"10.0.0.5:6379\", \"interval_steps\": 3, \"prefix\": \"m:v2\"}}", &a));
+  j = dlrec_train_config_to_json(&a);
+  CHECK_OK(dlrec_train_config_from_json(j, "round trip", &b));
+  cJSON_Delete(j);
+  CHECK_STR(b.publish_redis, "10.0.0.5:6379");
+  CHECK_STR(b.publish_prefix, "m:v2");
+  CHECK_EQ_U64(b.publish_interval_steps, 3);
+  CHECK_ERR(parse("{\"publish\": {\"interval_steps\": 0}}", &a), DLREC_ERR_INVALID, "'interval_steps' must be >= 1");
+  CHECK_ERR(parse("{\"publish\": {\"host\": \"x\"}}", &a), DLREC_ERR_INVALID, "unknown field 'host'");
   CHECK_ERR(parse("{\"storage\": {\"kind\": \"hash\", \"cache_rows\": 9, \"evict\": \"fifo\"}}", &a),
             DLREC_ERR_INVALID, "'fifo' is not one of lru, lfu");
   CHECK_ERR(parse("{\"storage\": {\"kind\": \"tiered\"}}", &a), DLREC_ERR_INVALID, "storage.cache_rows");

@@ -181,6 +181,17 @@ void dlrec_net_scorer_free(dlrec_net_scorer *s); /* accepts NULL */
  * workspaces may share them. A batch with ids outside the table is refused. */
 dlrec_status dlrec_net_predict(const dlrec_net_scorer *s, dlrec_net_ws *ws, const dlrec_batch *batch, float *prob);
 
+/* dlrec_net_predict with rows from elsewhere (a server's Redis tier): fetch
+ * is asked once per batch for the rows its bags read, by key (the row's id,
+ * or the raw key a hash table's row holds), each key once; it fills the
+ * rows it has (dim floats each) and sets found[i], and the others are the
+ * network's own. The scores are those of dlrec_net_predict on a table
+ * holding the fetched rows (the same bits where they equal the table's). A
+ * fetch error is returned as is. */
+typedef dlrec_status (*dlrec_row_fetch)(void *ctx, const uint64_t *keys, size_t n, float *rows, uint8_t *found);
+dlrec_status dlrec_net_predict_fetch(const dlrec_net_scorer *s, dlrec_net_ws *ws, const dlrec_batch *batch,
+                                     float *prob, dlrec_row_fetch fetch, void *ctx);
+
 /* Optimizers of one training run. */
 typedef struct dlrec_net_optim {
   dlrec_optim_config dense;   /* dense.lr is the base learning rate */

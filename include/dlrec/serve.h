@@ -54,6 +54,13 @@ typedef struct dlrec_serve_opts {
   const char *model_control_token_file; /* NULL, or a file holding the token load/unload must carry */
   int watch;                  /* poll RUN/latest for new checkpoints */
   uint32_t watch_interval_ms; /* 1000 */
+  /* The Redis tier (docs/serving.md): rows a trainer publishes, read in
+   * front of the checkpoint's table. redis NULL: none. */
+  const char *redis;          /* HOST:PORT */
+  const char *redis_prefix;   /* NULL: dlrec:NAME, the model's name (the trainer's default) */
+  uint32_t redis_timeout_ms;  /* 20: per read; Redis slower than that is taken as down */
+  uint32_t redis_max_age_ms;  /* 1000: a row read from Redis is served at most this long */
+  uint64_t redis_cache_rows;  /* 1048576 per scoring worker; 0: every row read from Redis */
 } dlrec_serve_opts;
 
 void dlrec_serve_opts_default(dlrec_serve_opts *o);

@@ -66,6 +66,11 @@ typedef struct dlrec_train_config {
   int storage_evict;                   /* dlrec_hash_evict: LRU (default) or LFU */
   uint64_t storage_ttl_steps;          /* rows unseen this many steps are freed; 0: never */
   double storage_init_range;           /* new rows uniform in +-this; 0: sqrt(columns / rows) */
+  /* The Redis tier: trained rows published for servers (docs/serving.md) */
+  char publish_redis[256];             /* HOST:PORT; "" = off */
+  char publish_prefix[201];            /* the rows' key prefix; "" = dlrec:NAME */
+  uint64_t publish_interval_steps;     /* publish every N steps (and at the end); default 10 */
+  uint32_t publish_timeout_ms;         /* per Redis call; default 200 */
   /* loader */
   int shuffle;
   uint32_t window_groups, slice_rows, prefetch;

@@ -16,7 +16,8 @@ static void usage(FILE *out) {
           "                   [--request-timeout-s 30] [--drain-timeout-s 10]\n"
           "                   [--model-control none|explicit] [--model-control-token-file FILE]\n"
           "                   [--watch] [--watch-interval-ms 1000] [--port-file FILE]\n"
-          "                   [--checkpoint latest|best]\n\n"
+          "                   [--checkpoint latest|best] [--redis HOST:PORT [--redis-prefix P]\n"
+          "                   [--redis-timeout-ms 20] [--redis-max-age-ms 1000] [--redis-cache-rows N]]\n\n"
           "Serves RUN's latest checkpoint over HTTP with the KServe v2 / Triton protocol\n"
           "(JSON and binary tensors) until SIGINT or SIGTERM, which drain: new connections\n"
           "are refused and requests in flight finish first. See docs/serving.md.\n\n"
@@ -46,7 +47,15 @@ static void usage(FILE *out) {
           "                        load/unload also need \"Authorization: Bearer TOKEN\" with the\n"
           "                        token in FILE (one line, at least 16 printable characters)\n"
           "  --watch               load new checkpoints of RUN as they appear (hot reload)\n"
-          "  --watch-interval-ms N how often RUN/latest is checked (default 1000)\n");
+          "  --watch-interval-ms N how often RUN/latest is checked (default 1000)\n"
+          "  --redis HOST:PORT     the Redis tier: embedding rows a trainer publishes\n"
+          "                        (publish.redis), read in front of the checkpoint's table;\n"
+          "                        Redis down or slow, rows come from the table (docs/serving.md)\n"
+          "  --redis-prefix P      the rows' key prefix (default dlrec:NAME, the model's name)\n"
+          "  --redis-timeout-ms N  a read slower than this counts as Redis down (default 20)\n"
+          "  --redis-max-age-ms N  a row read from Redis is served at most this long, so a\n"
+          "                        published row is seen within it (default 1000)\n"
+          "  --redis-cache-rows N  rows each scoring worker keeps (default 1048576; 0: none)\n");
 }
 
 static int parse_u64(const char *opt, const char *v, uint64_t max, uint64_t *out) {
@@ -64,7 +73,8 @@ int cmd_serve(int argc, char **argv) {
   dlrec_serve_opts o;
   dlrec_serve_opts_default(&o);
   enum { O_HOST = 256, O_PORT, O_PORT_FILE, O_THREADS, O_MAX_BATCH, O_DELAY, O_QUEUE, O_BODY, O_CONN, O_TIMEOUT,
-         O_WATCH, O_WATCH_MS, O_REQ_TIMEOUT, O_DRAIN, O_CONTROL, O_TOKEN, O_CHECKPOINT };
+         O_WATCH, O_WATCH_MS, O_REQ_TIMEOUT, O_DRAIN, O_CONTROL, O_TOKEN, O_CHECKPOINT, O_REDIS, O_REDIS_PREFIX,
+         O_REDIS_TIMEOUT, O_REDIS_AGE, O_REDIS_CACHE };
   static const struct option opts[] = {
       {"model", required_argument, 0, 'm'},         {"host", required_argument, 0, O_HOST},
       {"port", required_argument, 0, O_PORT},       {"port-file", required_argument, 0, O_PORT_FILE},
@@ -77,6 +87,10 @@ int cmd_serve(int argc, char **argv) {
       {"model-control", required_argument, 0, O_CONTROL}, {"model-control-token-file", required_argument, 0, O_TOKEN},
       {"quiet", no_argument, 0, 'q'},               {"verbose", no_argument, 0, 'v'},
       {"checkpoint", required_argument, 0, O_CHECKPOINT},
+      {"redis", required_argument, 0, O_REDIS},    {"redis-prefix", required_argument, 0, O_REDIS_PREFIX},
+      {"redis-timeout-ms", required_argument, 0, O_REDIS_TIMEOUT},
+      {"redis-max-age-ms", required_argument, 0, O_REDIS_AGE},
+      {"redis-cache-rows", required_argument, 0, O_REDIS_CACHE},
       {0, 0, 0, 0}};
   int c;
   uint64_t v;
@@ -106,6 +120,11 @@ int cmd_serve(int argc, char **argv) {
       break;
     case O_TOKEN: o.model_control_token_file = optarg; break;
     case O_CHECKPOINT: which = optarg; break;
+    case O_REDIS: o.redis = optarg; break;
+    case O_REDIS_PREFIX: o.redis_prefix = optarg; break;
+    case O_REDIS_TIMEOUT: if (!parse_u64("--redis-timeout-ms", optarg, 60000, &v) || !v) return 2; o.redis_timeout_ms = (uint32_t)v; break;
+    case O_REDIS_AGE: if (!parse_u64("--redis-max-age-ms", optarg, 86400000, &v)) return 2; o.redis_max_age_ms = (uint32_t)v; break;
+    case O_REDIS_CACHE: if (!parse_u64("--redis-cache-rows", optarg, UINT32_MAX - 1, &v)) return 2; o.redis_cache_rows = v; break;
     case O_WATCH_MS: if (!parse_u64("--watch-interval-ms", optarg, 3600000, &v) || !v) return 2; o.watch_interval_ms = (uint32_t)v; break;
     case 'h': usage(stdout); return 0;
     case 'q': cli_common_option("-q"); break;
@@ -115,6 +134,9 @@ int cmd_serve(int argc, char **argv) {
   }
   if (optind < argc) return cli_usage_error("serve", "unexpected argument '%s'", argv[optind]);
   if (!o.run_dir) return cli_usage_error("serve", "--model is required");
+  if (!o.redis && (o.redis_prefix || o.redis_timeout_ms != 20 || o.redis_max_age_ms != 1000 ||
+                   o.redis_cache_rows != (1u << 20)))
+    return cli_usage_error("serve", "the --redis-* options need --redis HOST:PORT");
   if (which && strcmp(which, "latest") && strcmp(which, "best"))
     return cli_usage_error("serve", "--checkpoint: expected latest or best, got '%s'", which);
   if (which && !strcmp(which, "best")) {

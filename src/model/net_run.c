@@ -59,6 +59,16 @@ struct dlrec_net_ws {
   uint64_t *keys;
   uint32_t *key_offsets, *row_offsets, *row_ids;
   uint64_t keys_cap, keys_missing;
+  /* dlrec_net_predict_fetch: the batch's rows, fetched or copied into a
+   * table of their own (made on first use), which the forward then reads
+   * (table_override) through rewritten ids. */
+  dlrec_table *fetch_table;
+  const dlrec_table *table_override;
+  uint64_t fetch_cap;
+  uint32_t *fetch_rows, *fetch_ids;
+  uint64_t *fetch_keys;
+  float *fetch_buf;
+  uint8_t *fetch_found;
 };
 
 /* One way of a split training step: a one-thread lane of the network's
@@ -167,6 +177,8 @@ void dlrec_net_ws_free(dlrec_net_ws *ws) {
   shards_free(ws);
   if (ws->model_ws) ws->type->ws_free(ws->model_ws);
   dlrec_arena_free(&ws->arena);
+  dlrec_table_free(ws->fetch_table);
+  free(ws->fetch_rows), free(ws->fetch_ids), free(ws->fetch_keys), free(ws->fetch_buf), free(ws->fetch_found);
   free(ws);
 }
 
@@ -268,7 +280,8 @@ static dlrec_status run_forward(const dlrec_net *n, dlrec_backend *be, dlrec_net
   dlrec_net_profile *p = &ws->prof;
   double t = dlrec_now();
   dlrec_bag_batch bags = bags_of(n, b);
-  dlrec_status st = F ? BE_OP(be, bag_forward, ws->emb, n->table, &bags, n->plan.pooling) : DLREC_OK;
+  const dlrec_table *table = ws->table_override ? ws->table_override : n->table;
+  dlrec_status st = F ? BE_OP(be, bag_forward, ws->emb, table, &bags, n->plan.pooling) : DLREC_OK;
   for (int c = 0; st == DLREC_OK && c < F; c++) p->lookups += b->offsets[c][B] - b->offsets[c][0];
   net_lap(&p->emb_forward, &t);
   net_io io = io_of(n, be, ws, b, packed, state, step);
@@ -330,6 +343,87 @@ dlrec_status dlrec_net_predict(const dlrec_net_scorer *s, dlrec_net_ws *ws, cons
   if (st == DLREC_OK)
     st = run_forward(s->net, s->be, ws, b, (const dlrec_packed_linear *const *)s->packed, NULL, 0, &logits);
   if (st == DLREC_OK) st = BE_OP(s->be, sigmoid, prob, logits, (size_t)b->rows);
+  return st;
+}
+
+static int cmp_u32(const void *a, const void *b) {
+  const uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* The fetch scratch for n rows of the table's dim, made or grown once. */
+static dlrec_status fetch_reserve(const dlrec_net *n, dlrec_net_ws *ws, uint64_t rows) {
+  if (rows <= ws->fetch_cap) return DLREC_OK;
+  const uint32_t D = n->plan.emb_dim;
+  dlrec_table_free(ws->fetch_table);
+  free(ws->fetch_rows), free(ws->fetch_ids), free(ws->fetch_keys), free(ws->fetch_buf), free(ws->fetch_found);
+  ws->fetch_table = NULL;
+  ws->fetch_cap = 0;
+  ws->fetch_rows = malloc(rows * sizeof *ws->fetch_rows);
+  ws->fetch_ids = malloc(rows * sizeof *ws->fetch_ids);
+  ws->fetch_keys = malloc(rows * sizeof *ws->fetch_keys);
+  ws->fetch_buf = malloc(rows * D * sizeof *ws->fetch_buf);
+  ws->fetch_found = malloc(rows);
+  dlrec_status st = ws->fetch_rows && ws->fetch_ids && ws->fetch_keys && ws->fetch_buf && ws->fetch_found
+                        ? dlrec_table_create(&ws->fetch_table, rows, D)
+                        : dlrec_error(DLREC_ERR_NOMEM, "out of memory for the rows of a batch");
+  if (st == DLREC_OK) ws->fetch_cap = rows;
+  return st;
+}
+
+dlrec_status dlrec_net_predict_fetch(const dlrec_net_scorer *s, dlrec_net_ws *ws, const dlrec_batch *batch,
+                                     float *prob, dlrec_row_fetch fetch, void *ctx) {
+  const dlrec_net *n = s->net;
+  const uint32_t F = n->schema.n_sparse, D = n->plan.emb_dim;
+  dlrec_batch rb;
+  dlrec_status st = resolve(n, ws, batch, &rb, 0);
+  if (st != DLREC_OK || !F || !fetch) return st == DLREC_OK ? dlrec_net_predict(s, ws, batch, prob) : st;
+  /* The rows the bags read, each once, in row order. */
+  uint64_t total = 0;
+  for (uint32_t c = 0; c < F; c++) total += rb.offsets[c][rb.rows] - rb.offsets[c][0];
+  if ((st = fetch_reserve(n, ws, total ? total : 1)) != DLREC_OK) return st;
+  uint64_t at = 0;
+  for (uint32_t c = 0; c < F; c++)
+    for (uint32_t k = rb.offsets[c][0]; k < rb.offsets[c][rb.rows]; k++) ws->fetch_rows[at++] = rb.ids[c][k];
+  qsort(ws->fetch_rows, total, sizeof *ws->fetch_rows, cmp_u32);
+  uint64_t u = 0;
+  for (uint64_t i = 0; i < total; i++)
+    if (!u || ws->fetch_rows[i] != ws->fetch_rows[u - 1]) ws->fetch_rows[u++] = ws->fetch_rows[i];
+  /* Their keys: the ids, or a hash table's raw keys. */
+  const dlrec_store *store = dlrec_net_store(n);
+  const int hash = dlrec_store_get_kind(store) == DLREC_STORE_HASH;
+  for (uint64_t j = 0; j < u; j++)
+    if (!hash || !dlrec_store_key_of(store, ws->fetch_rows[j], &ws->fetch_keys[j])) ws->fetch_keys[j] = ws->fetch_rows[j];
+  double t = dlrec_now();
+  st = fetch(ctx, ws->fetch_keys, u, ws->fetch_buf, ws->fetch_found);
+  net_lap(&ws->prof.store, &t);
+  if (st != DLREC_OK) return st;
+  /* Fetched rows, or the table's own. */
+  float row[DLREC_EMBED_MAX_DIM];
+  for (uint64_t j = 0; j < u; j++) {
+    const float *r = ws->fetch_buf + j * D;
+    if (!ws->fetch_found[j]) {
+      dlrec_table_get_row(n->table, ws->fetch_rows[j], row);
+      r = row;
+    }
+    dlrec_table_set_row(ws->fetch_table, j, r);
+  }
+  /* The bags' ids, as rows of that table. */
+  at = 0;
+  for (uint32_t c = 0; c < F; c++) {
+    uint32_t *ids = ws->fetch_ids + at;
+    for (uint32_t k = rb.offsets[c][0]; k < rb.offsets[c][rb.rows]; k++) {
+      const uint32_t *p = bsearch(&rb.ids[c][k], ws->fetch_rows, u, sizeof *ws->fetch_rows, cmp_u32);
+      ids[k - rb.offsets[c][0]] = (uint32_t)(p - ws->fetch_rows);
+    }
+    at += rb.offsets[c][rb.rows] - rb.offsets[c][0];
+    rb.ids[c] = ids - rb.offsets[c][0];
+  }
+  const float *logits = NULL;
+  ws->table_override = ws->fetch_table;
+  st = run_forward(n, s->be, ws, &rb, (const dlrec_packed_linear *const *)s->packed, NULL, 0, &logits);
+  ws->table_override = NULL;
+  if (st == DLREC_OK) st = BE_OP(s->be, sigmoid, prob, logits, (size_t)rb.rows);
   return st;
 }
 

@@ -30,6 +30,7 @@ typedef struct worker_state {
   dlrec_serve_rows *merged;
   float *scores;
   uint64_t keys_missing; /* of the last batch: raw keys the hash table has no row for */
+  serve_redis *redis;    /* the Redis tier, for the model of `serial` */
 } worker_state;
 
 static struct timespec deadline_after_us(uint32_t us) {
@@ -80,7 +81,19 @@ static dlrec_status score(worker_state *w, serve_job *jobs) {
     w->ws = NULL;
     w->merged = NULL;
     w->serial = 0;
+    serve_redis_free(w->redis);
+    w->redis = NULL;
     s = dlrec_net_ws_create(&w->ws, m->model->net, w->b->max_batch);
+    if (s == DLREC_OK && w->b->redis) {
+      /* The rows' prefix: the option's, else dlrec:NAME (the trainer's default). */
+      serve_redis_opts o = *w->b->redis;
+      char prefix[128];
+      if (!o.prefix || !*o.prefix) {
+        snprintf(prefix, sizeof prefix, "dlrec:%s", m->model->config.name);
+        o.prefix = prefix;
+      }
+      s = serve_redis_create(&w->redis, &o, dlrec_table_dim(dlrec_net_table_const(m->model->net)));
+    }
     if (s == DLREC_OK)
       s = dlrec_serve_rows_new(&w->merged, dlrec_net_schema(m->model->net), m->model->etl);
     if (s == DLREC_OK) s = dlrec_serve_rows_reserve(w->merged, w->b->max_batch);
@@ -97,7 +110,8 @@ static dlrec_status score(worker_state *w, serve_job *jobs) {
   dlrec_batch batch;
   dlrec_serve_rows_batch(src, &batch);
   const uint64_t missing = dlrec_net_ws_keys_missing(w->ws);
-  s = dlrec_net_predict(m->scorer, w->ws, &batch, w->scores);
+  s = w->redis ? dlrec_net_predict_fetch(m->scorer, w->ws, &batch, w->scores, serve_redis_fetch, w->redis)
+               : dlrec_net_predict(m->scorer, w->ws, &batch, w->scores);
   if (s != DLREC_OK) return s;
   w->keys_missing = dlrec_net_ws_keys_missing(w->ws) - missing;
   uint32_t at = 0;
@@ -133,6 +147,11 @@ static void *worker_main(void *arg) {
     dlrec_error_copy err;
     if (s != DLREC_OK) dlrec_error_save(&err);
     if (s == DLREC_OK && b->metrics) serve_metrics_batch(b->metrics, rows, w->keys_missing);
+    if (w->redis && b->metrics) {
+      serve_redis_counts c;
+      serve_redis_take_counts(w->redis, &c);
+      serve_metrics_redis(b->metrics, &c);
+    }
 
     pthread_mutex_lock(&b->mu);
     for (serve_job *j = jobs, *next; j; j = next) {
@@ -146,11 +165,12 @@ static void *worker_main(void *arg) {
   pthread_mutex_unlock(&b->mu);
   dlrec_net_ws_free(w->ws);
   dlrec_serve_rows_free(w->merged);
+  serve_redis_free(w->redis);
   return NULL;
 }
 
 dlrec_status serve_batcher_start(serve_batcher *b, uint32_t workers, uint32_t max_batch, uint32_t max_delay_us,
-                                 uint64_t max_queue_rows, serve_metrics *metrics) {
+                                 uint64_t max_queue_rows, serve_metrics *metrics, const serve_redis_opts *redis) {
   memset(b, 0, sizeof *b);
   pthread_mutex_init(&b->mu, NULL);
   pthread_cond_init(&b->work_cv, NULL);
@@ -160,6 +180,7 @@ dlrec_status serve_batcher_start(serve_batcher *b, uint32_t workers, uint32_t ma
   b->max_delay_us = max_delay_us;
   b->max_queue_rows = max_queue_rows;
   b->metrics = metrics;
+  b->redis = redis;
   b->workers = calloc(workers, sizeof *b->workers);
   worker_state *ws = calloc(workers, sizeof *ws);
   float *scores = malloc((size_t)workers * max_batch * sizeof(float));

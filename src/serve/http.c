@@ -37,6 +37,7 @@
 #include "dlrec/fsutil.h"
 #include "dlrec/log.h"
 #include "dlrec/progress.h"
+#include "dlrec/redis_rows.h"
 #include "serve/serve_internal.h"
 
 #ifndef DLREC_VERSION
@@ -52,6 +53,7 @@ typedef struct server {
   serve_conns conns;
   char *token; /* the model control token, or NULL */
   size_t token_len;
+  serve_redis_opts redis; /* used when o.redis is set */
 } server;
 
 /* Per request state (MHD's con_cls), made when the request line comes. */
@@ -77,6 +79,9 @@ void dlrec_serve_opts_default(dlrec_serve_opts *o) {
   o->request_timeout_s = 30;
   o->drain_timeout_s = 10;
   o->watch_interval_ms = 1000;
+  o->redis_timeout_ms = 20;
+  o->redis_max_age_ms = 1000;
+  o->redis_cache_rows = 1u << 20;
 }
 
 /* The guard's record of connection c (its socket context), or NULL. */
@@ -712,7 +717,17 @@ dlrec_status dlrec_serve_run(const dlrec_serve_opts *opts) {
     free(sv);
     return s;
   }
-  s = serve_batcher_start(&sv->batcher, o->threads, o->max_batch, o->max_delay_us, o->max_queue_rows, &sv->metrics);
+  sv->redis = (serve_redis_opts){.addr = o->redis, .prefix = o->redis_prefix, .timeout_ms = o->redis_timeout_ms,
+                                 .max_age_ms = o->redis_max_age_ms, .cache_rows = o->redis_cache_rows};
+  if (o->redis) { /* a malformed address or option is an error now, not at the first request */
+    dlrec_redis_rows *probe = NULL;
+    s = dlrec_redis_rows_open(&probe, o->redis, o->redis_prefix ? o->redis_prefix : "dlrec", 1, o->redis_timeout_ms,
+                              1000);
+    dlrec_redis_rows_close(probe);
+  }
+  if (s == DLREC_OK)
+    s = serve_batcher_start(&sv->batcher, o->threads, o->max_batch, o->max_delay_us, o->max_queue_rows, &sv->metrics,
+                          o->redis ? &sv->redis : NULL);
   if (s == DLREC_OK && o->watch) s = serve_registry_watch(&sv->reg, o->watch_interval_ms);
   if (s == DLREC_OK) s = serve_conns_start(&sv->conns, o->max_connections, o->request_timeout_s, o->timeout_s);
   struct MHD_Daemon *d = NULL;

@@ -58,6 +58,15 @@ void serve_metrics_batch(serve_metrics *m, uint32_t rows, uint64_t keys_missing)
   pthread_mutex_unlock(&m->mu);
 }
 
+void serve_metrics_redis(serve_metrics *m, const serve_redis_counts *c) {
+  pthread_mutex_lock(&m->mu);
+  m->redis_rows[0] += c->cache;
+  m->redis_rows[1] += c->redis;
+  m->redis_rows[2] += c->table;
+  m->redis_errors += c->errors;
+  pthread_mutex_unlock(&m->mu);
+}
+
 /* printf into b, growing it. */
 static dlrec_status put(dlrec_kserve_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static dlrec_status put(dlrec_kserve_buf *b, const char *fmt, ...) {
@@ -142,6 +151,11 @@ dlrec_status serve_metrics_write(serve_metrics *m, dlrec_kserve_buf *b, uint64_t
             "dlrec_rows_scored_total %llu\n"
             "# HELP dlrec_keys_missing_total Raw keys scored that the hash table has no row for (left out of "
             "their rows' bags).\n# TYPE dlrec_keys_missing_total counter\ndlrec_keys_missing_total %llu\n"
+            "# HELP dlrec_redis_rows_total Embedding rows scored with the Redis tier, by where they came from.\n"
+            "# TYPE dlrec_redis_rows_total counter\ndlrec_redis_rows_total{source=\"cache\"} %llu\n"
+            "dlrec_redis_rows_total{source=\"redis\"} %llu\ndlrec_redis_rows_total{source=\"table\"} %llu\n"
+            "# HELP dlrec_redis_errors_total Reads of the Redis tier that failed (Redis down, slow or wrong); "
+            "their rows came from the table.\n# TYPE dlrec_redis_errors_total counter\ndlrec_redis_errors_total %llu\n"
             "# HELP dlrec_queue_rows Rows waiting to be scored.\n# TYPE dlrec_queue_rows gauge\n"
             "dlrec_queue_rows %llu\n"
             "# HELP dlrec_model_version The served checkpoint's step (-1: unloaded).\n"
@@ -154,8 +168,10 @@ dlrec_status serve_metrics_write(serve_metrics *m, dlrec_kserve_buf *b, uint64_t
             "dlrec_connections_cut_total{reason=\"request_timeout\"} %llu\n"
             "dlrec_connections_cut_total{reason=\"shed\"} %llu\n",
             (unsigned long long)c.batches, (unsigned long long)c.batch_rows_sum, (unsigned long long)c.batches,
-            (unsigned long long)c.rows_scored, (unsigned long long)c.keys_missing, (unsigned long long)queue_rows, name,
-            version,
+            (unsigned long long)c.rows_scored, (unsigned long long)c.keys_missing,
+            (unsigned long long)c.redis_rows[0], (unsigned long long)c.redis_rows[1],
+            (unsigned long long)c.redis_rows[2], (unsigned long long)c.redis_errors, (unsigned long long)queue_rows,
+            name, version,
             (unsigned long long)loads_ok, (unsigned long long)loads_failed, (unsigned long long)timed_out,
             (unsigned long long)shed);
   return s;

@@ -184,12 +184,37 @@ typedef struct serve_metrics {
   uint64_t batch_rows_sum, batches;
   uint64_t rows_scored;
   uint64_t keys_missing; /* raw keys scored without a row in the hash table */
+  uint64_t redis_rows[3]; /* the Redis tier: rows from the cache, from Redis, from the table */
+  uint64_t redis_errors;  /* MGETs that could not reach Redis */
 } serve_metrics;
+
+/* ---- the Redis tier (redis_tier.c): one per scoring worker ---- */
+
+typedef struct serve_redis_opts {
+  const char *addr;    /* HOST:PORT */
+  const char *prefix;  /* the rows' key prefix */
+  uint32_t timeout_ms; /* per MGET */
+  uint32_t max_age_ms; /* a cached row is read again after this long */
+  uint64_t cache_rows; /* 0: no cache (every row from Redis) */
+} serve_redis_opts;
+
+/* Rows served since the last take, by where they came from, and failed MGETs. */
+typedef struct serve_redis_counts {
+  uint64_t cache, redis, table, errors;
+} serve_redis_counts;
+
+typedef struct serve_redis serve_redis;
+dlrec_status serve_redis_create(serve_redis **t, const serve_redis_opts *o, uint32_t dim);
+void serve_redis_free(serve_redis *t); /* accepts NULL */
+/* dlrec_row_fetch (dlrec/model.h) over the tier; ctx is the serve_redis. */
+dlrec_status serve_redis_fetch(void *ctx, const uint64_t *keys, size_t n, float *rows, uint8_t *found);
+void serve_redis_take_counts(serve_redis *t, serve_redis_counts *out);
 
 void serve_metrics_init(serve_metrics *m);
 void serve_metrics_destroy(serve_metrics *m);
 void serve_metrics_request(serve_metrics *m, serve_endpoint ep, int status, double seconds);
 void serve_metrics_batch(serve_metrics *m, uint32_t rows, uint64_t keys_missing);
+void serve_metrics_redis(serve_metrics *m, const serve_redis_counts *c);
 /* The Prometheus text exposition of everything, with the queue depth, the
  * registry's model version and load counts, and the connections the guard
  * cut off (conns may be NULL: none). */
@@ -222,10 +247,12 @@ typedef struct serve_batcher {
   void *workers_state;
   float *scores;
   serve_metrics *metrics;
+  const serve_redis_opts *redis; /* NULL: no Redis tier */
 } serve_batcher;
 
+/* redis (NULL: none) must outlive the batcher. */
 dlrec_status serve_batcher_start(serve_batcher *b, uint32_t workers, uint32_t max_batch, uint32_t max_delay_us,
-                                 uint64_t max_queue_rows, serve_metrics *metrics);
+                                 uint64_t max_queue_rows, serve_metrics *metrics, const serve_redis_opts *redis);
 void serve_batcher_stop(serve_batcher *b);
 /* A request's rows are being received and encoded: workers holding a
  * partial batch wait for it (up to the delay). Each begin ends with exactly

@@ -24,6 +24,8 @@ void dlrec_train_config_default(dlrec_train_config *c) {
   c->checkpoint_keep = 2;
   c->checkpoint_journal_max_fraction = 0.25;
   c->storage_admit_min_count = 1;
+  c->publish_interval_steps = 10;
+  c->publish_timeout_ms = 200;
   c->log_interval_steps = 1000;
   c->shuffle = 1;
   c->window_groups = 8;
@@ -169,6 +171,7 @@ dlrec_status dlrec_train_config_from_json(const cJSON *j, const char *what, dlre
   ctx top;
   snprintf(top.what, sizeof top.what, "%s", what);
   static const char *keys[] = {"name", "model", "optimizer", "schedule", "training", "loader", "eval", "checkpoint",
+                               "publish",
                                "log", "storage", NULL};
   TRY(dlrec_json_check_keys(j, what, keys));
   const char *name;
@@ -294,6 +297,23 @@ dlrec_status dlrec_train_config_from_json(const cJSON *j, const char *what, dlre
                          sizeof c->storage_path - 1);
     memmove(c->storage_path, path, strlen(path) + 1);
   }
+  if ((o = section(j, "publish"))) {
+    x = sub(&top, "publish");
+    static const char *k[] = {"redis", "prefix", "interval_steps", "timeout_ms", NULL};
+    TRY(dlrec_json_check_keys(o, x.what, k));
+    const char *redis, *prefix;
+    TRY(dlrec_json_get_string_or(o, "redis", x.what, c->publish_redis, &redis));
+    TRY(dlrec_json_get_string_or(o, "prefix", x.what, c->publish_prefix, &prefix));
+    if (strlen(redis) >= sizeof c->publish_redis || strlen(prefix) >= sizeof c->publish_prefix)
+      return dlrec_error(DLREC_ERR_INVALID, "%s: field '%s': too long", x.what,
+                         strlen(redis) >= sizeof c->publish_redis ? "redis" : "prefix");
+    memmove(c->publish_redis, redis, strlen(redis) + 1);
+    memmove(c->publish_prefix, prefix, strlen(prefix) + 1);
+    TRY(get_u64(o, "interval_steps", &x, &c->publish_interval_steps));
+    TRY(get_u32(o, "timeout_ms", &x, 1, 60000, &c->publish_timeout_ms));
+    if (c->publish_interval_steps < 1)
+      return dlrec_error(DLREC_ERR_INVALID, "%s: field 'interval_steps' must be >= 1", x.what);
+  }
   if (c->storage == DLREC_STORE_HASH && (c->storage_cache_rows < 1 || c->storage_cache_rows >= UINT32_MAX))
     return dlrec_error(DLREC_ERR_INVALID, "%s: field 'storage.cache_rows': a hash table needs its size in rows "
                        "(1 to 2^32 - 2)", what);
@@ -387,6 +407,11 @@ cJSON *dlrec_train_config_to_json(const dlrec_train_config *c) {
   cJSON_AddStringToObject(st, "evict", c->storage_evict == DLREC_HASH_EVICT_LFU ? "lfu" : "lru");
   cJSON_AddNumberToObject(st, "ttl_steps", (double)c->storage_ttl_steps);
   cJSON_AddNumberToObject(st, "init_range", c->storage_init_range);
+  cJSON *pb = cJSON_AddObjectToObject(j, "publish");
+  cJSON_AddStringToObject(pb, "redis", c->publish_redis);
+  cJSON_AddStringToObject(pb, "prefix", c->publish_prefix);
+  cJSON_AddNumberToObject(pb, "interval_steps", (double)c->publish_interval_steps);
+  cJSON_AddNumberToObject(pb, "timeout_ms", c->publish_timeout_ms);
   return j;
 }
 

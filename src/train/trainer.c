@@ -19,6 +19,7 @@
 #include "dlrec/loader.h"
 #include "dlrec/log.h"
 #include "dlrec/progress.h"
+#include "train/publish.h"
 
 static volatile sig_atomic_t g_stop;
 
@@ -113,6 +114,7 @@ typedef struct run {
   dlrec_schema schema;
   uint64_t follow_rows;
   double follow_idle; /* seconds spent waiting for a new file */
+  publisher *pub;     /* publish.redis: trained rows to the Redis tier; NULL: off */
   int lock_fd; /* RUN/lock, held while the run writes into RUN; -1 if not */
   /* The last validation of this run (its step and metrics), so that the
    * final report reuses one made at the last step rather than repeating it,
@@ -124,6 +126,7 @@ typedef struct run {
 
 static void run_free(run *r) {
   if (r->metrics) fclose(r->metrics);
+  publisher_free(r->pub);
   dlrec_loader_close(r->loader);
   dlrec_net_ws_free(r->ws);
   dlrec_sparse_optim_free(r->opt.sparse);
@@ -358,6 +361,7 @@ static dlrec_status setup(run *r) {
   r->opt.sparse_lr = r->cfg.sparse.lr;
   if ((s = dlrec_store_optim_create(dlrec_net_store(r->model), &r->cfg.sparse, &r->opt.sparse)) != DLREC_OK) return s;
   r->opt.clip_grad_norm = r->cfg.clip_grad_norm;
+  if (r->cfg.publish_redis[0] && (s = publisher_create(&r->pub, &r->cfg, r->model)) != DLREC_OK) return s;
   /* A tiered table records the rows each step changes, so that checkpoints
    * can journal them instead of copying the whole table. */
   r->journal.max_fraction = r->cfg.checkpoint_journal_max_fraction;
@@ -434,6 +438,15 @@ static cJSON *step_json(const run *r, double loss, double lr_scale, double rate)
       cJSON_AddNumberToObject(t, "dropped", (double)st.dropped);
       cJSON_AddNumberToObject(t, "expired", (double)st.expired);
     }
+  }
+  if (r->pub) {
+    publish_stats ps;
+    publisher_stats(r->pub, &ps);
+    cJSON *p = cJSON_AddObjectToObject(j, "publish");
+    cJSON_AddNumberToObject(p, "rows", (double)ps.rows);
+    cJSON_AddNumberToObject(p, "publishes", (double)ps.publishes);
+    cJSON_AddNumberToObject(p, "errors", (double)ps.errors);
+    cJSON_AddNumberToObject(p, "pending", (double)ps.pending);
   }
   return j;
 }
@@ -569,6 +582,8 @@ dlrec_status dlrec_train(const dlrec_train_args *a, dlrec_train_result *res) {
     }
     r.prog.step++;
     r.prog.samples += b->rows;
+    if (r.pub && (s = publisher_note(r.pub, b, dlrec_net_schema(r.model)->n_sparse)) != DLREC_OK) break;
+    if (r.pub && r.prog.step % c->publish_interval_steps == 0) publisher_publish(r.pub, r.model, r.prog.step);
     r.prog.position = b->end;
     r.prog.loss_sum += loss * b->rows;
     r.prog.loss_rows += b->rows;
@@ -624,6 +639,8 @@ dlrec_status dlrec_train(const dlrec_train_args *a, dlrec_train_result *res) {
   if (s == DLREC_OK && a->valid && !res->interrupted && c->restore_best && r.prog.valid.validations &&
       !isnan(r.prog.valid.best))
     s = evaluate_best(&r, res);
+  /* The last trained rows reach the Redis tier too. */
+  if (r.pub && state_ok) publisher_publish(r.pub, r.model, r.prog.step);
   /* The final checkpoint: also after a signal or an error in the data or the
    * evaluation, so that the steps trained are not lost; never after a failed
    * or diverged step, whose parameters must not replace a good checkpoint. */

@@ -1,0 +1,155 @@
+/* The server's Redis tier (docs/serving.md, "The Redis tier"): per scoring
+ * worker, an in-process cache of rows read from Redis, in front of one
+ * MGET per batch for the rest; what neither has comes from the
+ * checkpoint's own table (dlrec_net_predict_fetch).
+ *
+ * The cache holds cache_rows rows by key, each with the time it was read
+ * and whether Redis had it (a row Redis lacks is remembered as absent, so
+ * the table answers it without a round trip). An entry older than
+ * max_age_ms is read again: a row the trainer publishes is served within
+ * max_age_ms (plus one MGET) of reaching Redis. When full, the oldest
+ * entry (FIFO) gives way. Redis down or slow: the MGET fails within its
+ * timeout, the batch is scored from the cache and the table, nothing is
+ * cached as absent, and the client retries at most once per second.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "dlrec/progress.h"
+#include "dlrec/redis_rows.h"
+#include "embed/slot_index.h"
+#include "serve/serve_internal.h"
+
+struct serve_redis {
+  dlrec_redis_rows *client;
+  uint32_t dim;
+  double max_age_s;
+  uint64_t cap, used, hand; /* FIFO: the next slot to reuse once full */
+  slot_index index;         /* key -> slot */
+  uint64_t *keys;           /* (cap) */
+  double *when;             /* (cap) read at */
+  uint8_t *present;         /* (cap) Redis had the row */
+  float *rows;              /* (cap, dim) */
+  /* the misses of a fetch */
+  uint64_t *miss_keys;
+  uint32_t *miss_at;
+  float *miss_rows;
+  uint8_t *miss_found;
+  size_t miss_cap;
+  serve_redis_counts counts;
+};
+
+dlrec_status serve_redis_create(serve_redis **out, const serve_redis_opts *o, uint32_t dim) {
+  *out = NULL;
+  serve_redis *t = calloc(1, sizeof *t);
+  if (!t) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
+  t->dim = dim;
+  t->max_age_s = o->max_age_ms / 1000.0;
+  t->cap = o->cache_rows;
+  dlrec_status s = dlrec_redis_rows_open(&t->client, o->addr, o->prefix, dim, o->timeout_ms, 1000);
+  if (s == DLREC_OK && t->cap) {
+    s = slot_index_init(&t->index, t->cap, "redis cache");
+    t->keys = malloc(t->cap * sizeof *t->keys);
+    t->when = malloc(t->cap * sizeof *t->when);
+    t->present = malloc(t->cap);
+    t->rows = malloc(t->cap * dim * sizeof *t->rows);
+    if (s == DLREC_OK && (!t->keys || !t->when || !t->present || !t->rows))
+      s = dlrec_error(DLREC_ERR_NOMEM, "out of memory for a Redis cache of %llu rows", (unsigned long long)t->cap);
+  }
+  if (s != DLREC_OK) {
+    serve_redis_free(t);
+    return s;
+  }
+  *out = t;
+  return DLREC_OK;
+}
+
+void serve_redis_free(serve_redis *t) {
+  if (!t) return;
+  dlrec_redis_rows_close(t->client);
+  if (t->cap) slot_index_free(&t->index);
+  free(t->keys), free(t->when), free(t->present), free(t->rows);
+  free(t->miss_keys), free(t->miss_at), free(t->miss_rows), free(t->miss_found);
+  free(t);
+}
+
+void serve_redis_take_counts(serve_redis *t, serve_redis_counts *out) {
+  *out = t->counts;
+  memset(&t->counts, 0, sizeof t->counts);
+}
+
+/* Remembers key's row (NULL: Redis has none) as read at now. */
+static void remember(serve_redis *t, uint64_t key, const float *row, double now) {
+  if (!t->cap) return;
+  uint32_t slot = slot_index_find(&t->index, key);
+  if (slot == SLOT_INDEX_NONE) {
+    if (t->used < t->cap) {
+      slot = (uint32_t)t->used++;
+    } else {
+      slot = (uint32_t)t->hand;
+      t->hand = t->hand + 1 == t->cap ? 0 : t->hand + 1;
+      slot_index_remove(&t->index, t->keys[slot]);
+    }
+    slot_index_insert(&t->index, key, slot);
+    t->keys[slot] = key;
+  }
+  t->when[slot] = now;
+  t->present[slot] = row != NULL;
+  if (row) memcpy(t->rows + (size_t)slot * t->dim, row, t->dim * sizeof(float));
+}
+
+static dlrec_status reserve_misses(serve_redis *t, size_t n) {
+  if (n <= t->miss_cap) return DLREC_OK;
+  free(t->miss_keys), free(t->miss_at), free(t->miss_rows), free(t->miss_found);
+  t->miss_keys = malloc(n * sizeof *t->miss_keys);
+  t->miss_at = malloc(n * sizeof *t->miss_at);
+  t->miss_rows = malloc(n * t->dim * sizeof *t->miss_rows);
+  t->miss_found = malloc(n);
+  t->miss_cap = 0;
+  if (!t->miss_keys || !t->miss_at || !t->miss_rows || !t->miss_found)
+    return dlrec_error(DLREC_ERR_NOMEM, "out of memory for %zu rows", n);
+  t->miss_cap = n;
+  return DLREC_OK;
+}
+
+dlrec_status serve_redis_fetch(void *ctx, const uint64_t *keys, size_t n, float *rows, uint8_t *found) {
+  serve_redis *t = ctx;
+  const double now = dlrec_now();
+  dlrec_status s = reserve_misses(t, n);
+  if (s != DLREC_OK) return s;
+  size_t m = 0;
+  for (size_t i = 0; i < n; i++) {
+    const uint32_t slot = t->cap ? slot_index_find(&t->index, keys[i]) : SLOT_INDEX_NONE;
+    if (slot != SLOT_INDEX_NONE && now - t->when[slot] <= t->max_age_s) {
+      found[i] = t->present[slot];
+      if (found[i]) {
+        memcpy(rows + i * t->dim, t->rows + (size_t)slot * t->dim, t->dim * sizeof(float));
+        t->counts.cache++;
+      } else {
+        t->counts.table++;
+      }
+      continue;
+    }
+    t->miss_keys[m] = keys[i];
+    t->miss_at[m++] = (uint32_t)i;
+  }
+  if (!m) return DLREC_OK;
+  /* Redis down or slow: the table answers the misses, and nothing is
+   * remembered (an absent row would hide the real one once Redis is back). */
+  if (dlrec_redis_rows_get(t->client, t->miss_keys, m, t->miss_rows, t->miss_found) != DLREC_OK) {
+    for (size_t j = 0; j < m; j++) found[t->miss_at[j]] = 0;
+    t->counts.table += m;
+    t->counts.errors++;
+    return DLREC_OK;
+  }
+  for (size_t j = 0; j < m; j++) {
+    const size_t i = t->miss_at[j];
+    const float *row = t->miss_found[j] ? t->miss_rows + j * t->dim : NULL;
+    found[i] = row != NULL;
+    if (row) memcpy(rows + i * t->dim, row, t->dim * sizeof(float));
+    if (row) t->counts.redis++;
+    else t->counts.table++;
+    remember(t, t->miss_keys[j], row, now);
+  }
+  return DLREC_OK;
+}

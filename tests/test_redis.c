@@ -1,0 +1,413 @@
+/* The Redis tier with a real redis-server on a loopback port (started and
+ * stopped here): the rows client (round trip, a foreign value, an outage
+ * and the recovery), a trainer publishing its rows, and a server reading
+ * them: the same scores as predict with and without the tier, a published
+ * change seen within the freshness bound, and Redis killed under load
+ * without a failed request. Skipped, saying so, where redis-server is not
+ * installed (scripts/deps.sh test installs it). */
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <math.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "dlrec/checkpoint.h"
+#include "dlrec/redis_rows.h"
+#include "serve_check.h"
+#include "test.h"
+
+#define REDIS "/usr/bin/redis-server"
+
+/* A free loopback TCP port (bound and released: another process could take
+ * it in between, which the callers' checks would report). */
+static int free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET};
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  int port = -1;
+  if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+    port = ntohs(a.sin_port);
+  if (fd >= 0) close(fd);
+  return port;
+}
+
+/* redis-server on port, without persistence; its pid once it answers. */
+static pid_t redis_start(int port) {
+  char p[16];
+  snprintf(p, sizeof p, "%d", port);
+  pid_t pid = fork();
+  if (pid == 0) {
+    int null = open("/dev/null", O_WRONLY);
+    if (null >= 0) dup2(null, 1), dup2(null, 2);
+    execl(REDIS, "redis-server", "--port", p, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+          (char *)NULL);
+    _exit(127);
+  }
+  /* Up once it answers PING (a plain socket: no client warnings meanwhile). */
+  int up = 0;
+  for (int i = 0; i < 200 && !up; i++) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    char reply[16] = {0};
+    up = fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0 && write(fd, "PING\r\n", 6) == 6 &&
+         read(fd, reply, sizeof reply - 1) > 0 && !strncmp(reply, "+PONG", 5);
+    if (fd >= 0) close(fd);
+    if (!up) usleep(25000);
+  }
+  return up ? pid : -1;
+}
+
+static void redis_stop(pid_t pid) {
+  if (pid <= 0) return;
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+}
+
+static int have_redis(void) {
+  if (access(REDIS, X_OK) == 0) return 1;
+  printf("test_redis: skipped: %s is not installed (scripts/deps.sh test installs redis-server)\n", REDIS);
+  return 0;
+}
+
+TEST(rows_round_trip_and_survive_an_outage) {
+  if (!have_redis()) return;
+  const int port = free_port();
+  pid_t pid = redis_start(port);
+  CHECK(pid > 0);
+  char addr[64];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+  dlrec_redis_rows *r = NULL, *other = NULL;
+  CHECK_OK(dlrec_redis_rows_open(&r, addr, "t:rows", 3, 500, 200));
+  const uint64_t keys[3] = {1, 1ull << 40, 7};
+  const float rows[9] = {1, 2, 3, -4, 5.5f, 6, 7, 8, 9e-9f};
+  CHECK_OK(dlrec_redis_rows_put(r, keys, rows, 2, 42));
+  float got[9];
+  uint8_t found[3];
+  CHECK_OK(dlrec_redis_rows_get(r, keys, 3, got, found));
+  CHECK(found[0] && found[1] && !found[2]);
+  CHECK(memcmp(got, rows, 6 * sizeof(float)) == 0);
+  /* A value of another size under a row's key is not a row. */
+  CHECK_OK(dlrec_redis_rows_open(&other, addr, "t:rows", 2, 500, 200));
+  CHECK_OK(dlrec_redis_rows_put(other, &keys[2], rows, 1, UINT64_MAX));
+  CHECK_OK(dlrec_redis_rows_get(r, keys, 3, got, found));
+  CHECK(found[0] && found[1] && !found[2]);
+  dlrec_redis_stats st;
+  dlrec_redis_rows_stats(r, &st);
+  CHECK_EQ_U64(st.errors, 1);
+  /* Down: an error, not a hang; then back. */
+  redis_stop(pid);
+  CHECK_ERR(dlrec_redis_rows_get(r, keys, 2, got, found), DLREC_ERR_IO, "redis");
+  CHECK(!found[0] && !found[1]);
+  CHECK_ERR(dlrec_redis_rows_put(r, keys, rows, 1, 1), DLREC_ERR_IO, "redis");
+  pid = redis_start(port);
+  CHECK(pid > 0);
+  usleep(250000); /* past the retry interval */
+  CHECK_OK(dlrec_redis_rows_put(r, keys, rows, 1, 43));
+  CHECK_OK(dlrec_redis_rows_get(r, keys, 1, got, found));
+  CHECK(found[0] && memcmp(got, rows, 3 * sizeof(float)) == 0);
+  dlrec_redis_rows_stats(r, &st);
+  CHECK(st.connects >= 2);
+  dlrec_redis_rows_close(r);
+  dlrec_redis_rows_close(other);
+  redis_stop(pid);
+  CHECK_ERR(dlrec_redis_rows_open(&r, "localhost", "p", 3, 100, 0), DLREC_ERR_INVALID, "HOST:PORT");
+  CHECK_ERR(dlrec_redis_rows_open(&r, "127.0.0.1:0", "p", 3, 100, 0), DLREC_ERR_INVALID, "HOST:PORT");
+}
+
+/* ---- a trainer publishing, a server reading ---- */
+
+static pid_t server_pid;
+static int server_port;
+
+/* `dlrec serve` of dir/run with extra arguments (NULL-terminated). */
+static int serve_start(const char *dir, const char *const *extra) {
+  char run[1100], port_file[1100], log[1100];
+  snprintf(run, sizeof run, "%s/run", dir);
+  snprintf(port_file, sizeof port_file, "%s/port", dir);
+  snprintf(log, sizeof log, "%s/serve.log", dir);
+  unlink(port_file);
+  server_pid = fork();
+  if (server_pid == 0) {
+    int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) dup2(fd, 1), dup2(fd, 2);
+    const char *argv[32] = {"dlrec", "serve", "--model", run, "--host", "127.0.0.1", "--port", "0", "--port-file",
+                            port_file, "--threads", "1"};
+    int n = 12;
+    for (int i = 0; extra && extra[i] && n < 31; i++) argv[n++] = extra[i];
+    execv(getenv("DLREC_BIN"), (char *const *)argv);
+    _exit(127);
+  }
+  server_port = 0;
+  for (int i = 0; i < 200 && !server_port; i++) {
+    FILE *pf = fopen(port_file, "r");
+    if (pf) {
+      if (fscanf(pf, "%d", &server_port) != 1) server_port = 0;
+      fclose(pf);
+    }
+    if (!server_port) usleep(50000);
+  }
+  return server_port > 0;
+}
+
+static void serve_stop(void) {
+  if (server_pid <= 0) return;
+  kill(server_pid, SIGTERM);
+  waitpid(server_pid, NULL, 0);
+  server_pid = 0;
+}
+
+/* The raw-feature request of the first n rows of dir/clicks.tsv. */
+static char *request_of(const char *dir, int n) {
+  char path[1100];
+  snprintf(path, sizeof path, "%s/clicks.tsv", dir);
+  FILE *f = fopen(path, "r");
+  if (!f) return NULL;
+  cJSON *dense = cJSON_CreateArray(), *cat = cJSON_CreateArray();
+  char line[4096];
+  for (int r = 0; r < n && fgets(line, sizeof line, f); r++) {
+    line[strcspn(line, "\n")] = 0;
+    char *p = line;
+    for (int k = 0; k < 40; k++) {
+      char *tab = strchr(p, '\t');
+      if (tab) *tab = 0;
+      if (k >= 1) cJSON_AddItemToArray(k <= 13 ? dense : cat, cJSON_CreateString(p));
+      p = tab ? tab + 1 : p + strlen(p);
+    }
+  }
+  fclose(f);
+  cJSON *req = cJSON_CreateObject(), *inputs = cJSON_AddArrayToObject(req, "inputs");
+  const char *names[2] = {"dense", "categorical"};
+  cJSON *data[2] = {dense, cat};
+  for (int i = 0; i < 2; i++) {
+    cJSON *in = cJSON_CreateObject();
+    cJSON_AddStringToObject(in, "name", names[i]);
+    cJSON_AddStringToObject(in, "datatype", "BYTES");
+    int shape[2] = {n, i ? 26 : 13};
+    cJSON_AddItemToObject(in, "shape", cJSON_CreateIntArray(shape, 2));
+    cJSON_AddItemToObject(in, "data", data[i]);
+    cJSON_AddItemToArray(inputs, in);
+  }
+  char *body = cJSON_PrintUnformatted(req);
+  cJSON_Delete(req);
+  return body;
+}
+
+/* The server's scores of body (n rows) into out; 1 on a 200 answer. */
+static int scores(const char *body, int n, float *out) {
+  char *resp = http_post(server_port, "/v2/models/dlrm/infer", body);
+  const char *json = resp ? strstr(resp, "\r\n\r\n") : NULL;
+  cJSON *o = json && !strncmp(resp, "HTTP/1.1 200", 12) ? cJSON_Parse(json + 4) : NULL;
+  cJSON *got = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(o, "outputs"), 0),
+                                                "data");
+  int ok = got && cJSON_GetArraySize(got) == n;
+  for (int r = 0; ok && r < n; r++) out[r] = (float)cJSON_GetArrayItem(got, r)->valuedouble;
+  if (!ok) fprintf(stderr, "response: %.300s\n", resp ? resp : "(none)");
+  cJSON_Delete(o);
+  free(resp);
+  return ok;
+}
+
+/* A Prometheus counter of the server's /metrics (-1 if absent). */
+static double metric(const char *name) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)server_port)};
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  struct timeval tv = {10, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  double v = -1;
+  const char req[] = "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+  if (connect(fd, (struct sockaddr *)&a, sizeof a) == 0 && write(fd, req, sizeof req - 1) == (ssize_t)(sizeof req - 1)) {
+    test_buf in = {0};
+    char chunk[4096];
+    ssize_t r;
+    while ((r = read(fd, chunk, sizeof chunk)) > 0) test_buf_put(&in, chunk, (size_t)r);
+    char key[200];
+    snprintf(key, sizeof key, "\n%s ", name);
+    const char *p = in.n ? strstr(in.p, key) : NULL;
+    if (p) v = strtod(p + strlen(key), NULL);
+    test_buf_free(&in);
+  }
+  close(fd);
+  return v;
+}
+
+#define ROWS 64
+
+TEST(trainer_publishes_and_server_reads_within_the_freshness_bound) {
+  if (!have_redis()) return;
+  const int port = free_port();
+  pid_t pid = redis_start(port);
+  CHECK(pid > 0);
+  char addr[64], cfg[1024];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+  const char *d = test_tmpdir();
+  char *out = NULL;
+  int rc = test_run_cli(&out, "synth -q --rows 6000 --seed 3 --max-cardinality 500 --out '%s/clicks.tsv' && '%s' etl "
+                        "fit -q --input '%s/clicks.tsv' --out '%s/etl'",
+                        d, getenv("DLREC_BIN"), d, d);
+  CHECK_EQ(rc, 0);
+  free(out);
+  rc = test_run_cli(&out, "etl apply -q --etl '%s/etl' --input '%s/clicks.tsv' --out '%s/train.dlr'", d, d, d);
+  CHECK_EQ(rc, 0);
+  free(out);
+  snprintf(cfg, sizeof cfg,
+           "{\"model\": {\"embedding_dim\": 8, \"bottom_mlp\": [16, 8], \"top_mlp\": [16, 1]}, "
+           "\"training\": {\"batch_size\": 128, \"threads\": 2}, \"log\": {\"interval_steps\": 10}, "
+           "\"publish\": {\"redis\": \"%s\", \"interval_steps\": 10}}",
+           addr);
+  char cfg_path[1100];
+  snprintf(cfg_path, sizeof cfg_path, "%s/cfg.json", d);
+  CHECK(test_write_file(cfg_path, cfg, (size_t)-1) == 0);
+  rc = test_run_cli(&out, "train -q --config '%s' --train '%s/train.dlr' --etl '%s/etl' --out '%s/run'", cfg_path, d, d,
+                    d);
+  CHECK_EQ(rc, 0);
+  free(out);
+  /* Redis holds the trained rows as the final checkpoint has them, and its step. */
+  dlrec_model *m = NULL;
+  char run[1100];
+  snprintf(run, sizeof run, "%s/run", d);
+  CHECK_OK(dlrec_model_load(run, &m));
+  if (!m) return;
+  const uint32_t dim = dlrec_table_dim(dlrec_net_table_const(m->net));
+  const uint64_t rows = dlrec_table_rows(dlrec_net_table_const(m->net));
+  dlrec_redis_rows *r = NULL;
+  CHECK_OK(dlrec_redis_rows_open(&r, addr, "dlrec:dlrm", dim, 500, 0));
+  uint64_t *keys = malloc(rows * sizeof *keys);
+  float *got = malloc(rows * dim * sizeof *got), want[64];
+  uint8_t *found = malloc(rows);
+  for (uint64_t i = 0; i < rows; i++) keys[i] = i;
+  CHECK_OK(dlrec_redis_rows_get(r, keys, rows, got, found));
+  uint64_t published = 0, same = 0;
+  for (uint64_t i = 0; i < rows; i++) {
+    if (!found[i]) continue;
+    published++;
+    dlrec_table_get_row(dlrec_net_table_const(m->net), i, want);
+    same += memcmp(want, got + i * dim, dim * sizeof(float)) == 0;
+  }
+  CHECK(published > rows / 4);
+  CHECK_EQ_U64(same, published);
+  const uint64_t final_step = m->progress.step;
+  dlrec_model_free(m);
+  /* The server: predict's scores with the tier, and without it. */
+  check_served_equals_predict(d, "dlrm");
+  rc = test_run_cli(&out, "predict -q --model '%s/run' --input '%s/clicks.tsv' --out '%s/ref.txt'", d, d, d);
+  CHECK_EQ(rc, 0);
+  free(out);
+  float ref[ROWS], s[ROWS];
+  char path[1100];
+  snprintf(path, sizeof path, "%s/ref.txt", d);
+  FILE *f = fopen(path, "r");
+  for (int i = 0; f && i < ROWS; i++) CHECK(fscanf(f, "%f", &ref[i]) == 1);
+  if (f) fclose(f);
+  char *body = request_of(d, ROWS);
+  const char *extra[] = {"--redis", addr, "--redis-max-age-ms", "200", "--redis-timeout-ms", "100", NULL};
+  CHECK(serve_start(d, extra));
+  CHECK(scores(body, ROWS, s));
+  CHECK(memcmp(s, ref, sizeof ref) == 0);
+  CHECK(metric("dlrec_redis_rows_total{source=\"redis\"}") > 0);
+  CHECK(scores(body, ROWS, s)); /* again: from the cache now */
+  CHECK(memcmp(s, ref, sizeof ref) == 0);
+  CHECK(metric("dlrec_redis_rows_total{source=\"cache\"}") > 0);
+  /* A published change (every published row zeroed): seen once the
+   * cached rows are older than the bound, then the original again. */
+  float *zero = calloc(published * dim, sizeof *zero);
+  uint64_t *pk = malloc(published * sizeof *pk), np = 0;
+  for (uint64_t i = 0; i < rows; i++)
+    if (found[i]) pk[np++] = i;
+  CHECK_OK(dlrec_redis_rows_put(r, pk, zero, np, final_step + 1));
+  usleep(300000);
+  CHECK(scores(body, ROWS, s));
+  CHECK(memcmp(s, ref, sizeof ref) != 0);
+  float *orig = malloc(published * dim * sizeof *orig);
+  for (uint64_t i = 0; i < np; i++) memcpy(orig + i * dim, got + pk[i] * dim, dim * sizeof(float));
+  CHECK_OK(dlrec_redis_rows_put(r, pk, orig, np, final_step));
+  usleep(300000);
+  CHECK(scores(body, ROWS, s));
+  CHECK(memcmp(s, ref, sizeof ref) == 0);
+  /* Redis killed while requests keep coming: every one answered, with
+   * predict's scores (Redis held the checkpoint's rows), the failed reads
+   * counted; Redis back, the rows come from it again. */
+  redis_stop(pid);
+  int all_ok = 1;
+  for (int i = 0; i < 20; i++) {
+    all_ok &= scores(body, ROWS, s) && memcmp(s, ref, sizeof ref) == 0;
+    usleep(30000);
+  }
+  CHECK(all_ok);
+  CHECK(metric("dlrec_redis_errors_total") > 0);
+  pid = redis_start(port);
+  CHECK(pid > 0);
+  /* This client's connection died with the old server: its next call finds
+   * out, the one after reconnects. */
+  if (dlrec_redis_rows_put(r, pk, orig, np, final_step) != DLREC_OK) CHECK_OK(dlrec_redis_rows_put(r, pk, orig, np, final_step));
+  const double before = metric("dlrec_redis_rows_total{source=\"redis\"}");
+  usleep(1300000); /* the retry interval and the bound */
+  CHECK(scores(body, ROWS, s));
+  CHECK(memcmp(s, ref, sizeof ref) == 0);
+  CHECK(metric("dlrec_redis_rows_total{source=\"redis\"}") > before);
+  serve_stop();
+  redis_stop(pid);
+  dlrec_redis_rows_close(r);
+  free(keys), free(got), free(found), free(zero), free(pk), free(orig), free(body);
+}
+
+/* A hash table publishes by raw key: Redis's row of each key the table
+ * holds is the table's row. */
+TEST(hash_table_publishes_its_rows_by_raw_key) {
+  if (!have_redis()) return;
+  const int port = free_port();
+  pid_t pid = redis_start(port);
+  CHECK(pid > 0);
+  char addr[64], cfg[1024], cfg_path[1100];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+  const char *d = test_tmpdir();
+  char *out = NULL;
+  int rc = test_run_cli(&out, "synth -q --rows 4000 --seed 5 --max-cardinality 300 --out '%s/clicks.tsv' && '%s' etl "
+                        "fit -q --raw-keys --input '%s/clicks.tsv' --out '%s/etl'",
+                        d, getenv("DLREC_BIN"), d, d);
+  CHECK_EQ(rc, 0);
+  free(out);
+  rc = test_run_cli(&out, "etl apply -q --etl '%s/etl' --input '%s/clicks.tsv' --out '%s/train.dlr'", d, d, d);
+  CHECK_EQ(rc, 0);
+  free(out);
+  snprintf(cfg, sizeof cfg,
+           "{\"name\": \"hashed\", \"model\": {\"embedding_dim\": 4, \"bottom_mlp\": [8, 4], \"top_mlp\": [8, 1]}, "
+           "\"training\": {\"batch_size\": 64, \"threads\": 1}, \"storage\": {\"kind\": \"hash\", \"cache_rows\": 3000}, "
+           "\"publish\": {\"redis\": \"%s\", \"interval_steps\": 7}}",
+           addr);
+  snprintf(cfg_path, sizeof cfg_path, "%s/cfg.json", d);
+  CHECK(test_write_file(cfg_path, cfg, (size_t)-1) == 0);
+  rc = test_run_cli(&out, "train -q --config '%s' --train '%s/train.dlr' --etl '%s/etl' --out '%s/run'", cfg_path, d, d,
+                    d);
+  CHECK_EQ(rc, 0);
+  free(out);
+  dlrec_model *m = NULL;
+  char run[1100];
+  snprintf(run, sizeof run, "%s/run", d);
+  CHECK_OK(dlrec_model_load(run, &m));
+  if (!m) return;
+  const dlrec_store *st = dlrec_net_store(m->net);
+  dlrec_redis_rows *r = NULL;
+  CHECK_OK(dlrec_redis_rows_open(&r, addr, "dlrec:hashed", 4, 500, 0));
+  uint64_t held = 0, same = 0;
+  for (uint32_t row = 0; row < 3000; row++) {
+    uint64_t key;
+    if (!dlrec_store_key_of(st, row, &key)) continue;
+    float want[4], got[4];
+    uint8_t found;
+    dlrec_table_get_row(dlrec_net_table_const(m->net), row, want);
+    CHECK_OK(dlrec_redis_rows_get(r, &key, 1, got, &found));
+    held++;
+    same += found && memcmp(want, got, sizeof want) == 0;
+  }
+  CHECK(held > 100);
+  CHECK_EQ_U64(same, held);
+  dlrec_redis_rows_close(r);
+  dlrec_model_free(m);
+  redis_stop(pid);
+}
