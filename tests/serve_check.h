@@ -53,6 +53,44 @@ static inline char *http_post(int port, const char *path, const char *body) {
   return resp;
 }
 
+/* The raw-feature request (dense and categorical as BYTES, as a client
+ * logs them, missing values "") of the first n rows of DIR/clicks.tsv
+ * (Criteo TSV), as JSON (malloc'd), or NULL when the file cannot be read. */
+static inline char *serve_raw_request(const char *dir, int n) {
+  char path[2048];
+  snprintf(path, sizeof path, "%s/clicks.tsv", dir);
+  FILE *f = fopen(path, "r");
+  if (!f) return NULL;
+  cJSON *dense = cJSON_CreateArray(), *cat = cJSON_CreateArray();
+  char line[4096];
+  for (int r = 0; r < n && fgets(line, sizeof line, f); r++) {
+    line[strcspn(line, "\n")] = 0;
+    char *p = line;
+    for (int k = 0; k < 40; k++) {
+      char *tab = strchr(p, '\t');
+      if (tab) *tab = 0;
+      if (k >= 1) cJSON_AddItemToArray(k <= 13 ? dense : cat, cJSON_CreateString(p));
+      p = tab ? tab + 1 : p + strlen(p);
+    }
+  }
+  fclose(f);
+  cJSON *req = cJSON_CreateObject(), *inputs = cJSON_AddArrayToObject(req, "inputs");
+  const char *names[2] = {"dense", "categorical"};
+  cJSON *data[2] = {dense, cat};
+  for (int i = 0; i < 2; i++) {
+    cJSON *in = cJSON_CreateObject();
+    cJSON_AddStringToObject(in, "name", names[i]);
+    cJSON_AddStringToObject(in, "datatype", "BYTES");
+    int shape[2] = {n, i ? 26 : 13};
+    cJSON_AddItemToObject(in, "shape", cJSON_CreateIntArray(shape, 2));
+    cJSON_AddItemToObject(in, "data", data[i]);
+    cJSON_AddItemToArray(inputs, in);
+  }
+  char *body = cJSON_PrintUnformatted(req);
+  cJSON_Delete(req);
+  return body;
+}
+
 /* `dlrec serve` on the run DIR/run of the named model (a learning test's,
  * whose directory the harness removes after the test): the scores of raw
  * rows (dense values as text, missing ones "") bitwise equal to `dlrec
@@ -66,44 +104,16 @@ static inline void check_served_equals_predict(const char *dir, const char *mode
   CHECK_EQ(rc, 0);
   free(out);
   /* The first SERVE_ROWS raw rows and predict's scores of them. */
+  char *body = serve_raw_request(d, SERVE_ROWS);
+  CHECK(body != NULL);
+  if (!body) return;
   char path[2048];
-  snprintf(path, sizeof path, "%s/clicks.tsv", d);
-  FILE *f = fopen(path, "r");
-  CHECK(f != NULL);
-  if (!f) return;
-  cJSON *dense = cJSON_CreateArray(), *cat = cJSON_CreateArray();
-  char line[4096];
-  for (int r = 0; r < SERVE_ROWS && fgets(line, sizeof line, f); r++) {
-    line[strcspn(line, "\n")] = 0;
-    char *p = line;
-    for (int k = 0; k < 40; k++) {
-      char *tab = strchr(p, '\t');
-      if (tab) *tab = 0;
-      if (k >= 1) cJSON_AddItemToArray(k <= 13 ? dense : cat, cJSON_CreateString(p));
-      p = tab ? tab + 1 : p + strlen(p);
-    }
-  }
-  fclose(f);
   float ref[SERVE_ROWS];
   snprintf(path, sizeof path, "%s/ref.txt", d);
-  f = fopen(path, "r");
+  FILE *f = fopen(path, "r");
   CHECK(f != NULL);
   for (int r = 0; f && r < SERVE_ROWS; r++) CHECK(fscanf(f, "%f", &ref[r]) == 1);
   if (f) fclose(f);
-  cJSON *req = cJSON_CreateObject(), *inputs = cJSON_AddArrayToObject(req, "inputs");
-  const char *names[2] = {"dense", "categorical"};
-  cJSON *data[2] = {dense, cat};
-  for (int i = 0; i < 2; i++) {
-    cJSON *in = cJSON_CreateObject();
-    cJSON_AddStringToObject(in, "name", names[i]);
-    cJSON_AddStringToObject(in, "datatype", "BYTES");
-    int shape[2] = {SERVE_ROWS, i ? 26 : 13};
-    cJSON_AddItemToObject(in, "shape", cJSON_CreateIntArray(shape, 2));
-    cJSON_AddItemToObject(in, "data", data[i]);
-    cJSON_AddItemToArray(inputs, in);
-  }
-  char *body = cJSON_PrintUnformatted(req);
-  cJSON_Delete(req);
 
   /* The server, on a free loopback port written to a file. */
   char run[1100], port_file[1100], log[1100];

@@ -1444,8 +1444,14 @@ static const char *dlr_ids(const char *path, uint32_t c, uint32_t r) {
     uint32_t b = col->hotness ? r * col->hotness : rg.offsets[c][r];
     uint32_t e = col->hotness ? b + col->hotness : rg.offsets[c][r + 1];
     size_t k = (size_t)snprintf(buf, sizeof buf, "[");
-    for (uint32_t i = b; i < e; i++) k += (size_t)snprintf(buf + k, sizeof buf - k, "%s%u", i > b ? " " : "", rg.ids[c][i]);
-    snprintf(buf + k, sizeof buf - k, "]");
+    /* A raw-keys file's ids are keys, two ids each: shown as 16 hex digits. */
+    const int keys = dlrec_dlr_schema(f)->keys;
+    for (uint32_t i = b; i < e && !keys; i++)
+      k += (size_t)snprintf(buf + k, sizeof buf - k, "%s%u", i > b ? " " : "", rg.ids[c][i]);
+    for (uint32_t i = b; i + 1 < e && keys; i += 2)
+      k += (size_t)snprintf(buf + k, sizeof buf - k, "%s%016llx", i > b ? " " : "",
+                            (unsigned long long)rg.ids[c][i] | (unsigned long long)rg.ids[c][i + 1] << 32);
+    snprintf(buf + k, sizeof buf - k, "%s]", keys && (e - b) % 2 ? " (odd)" : "");
   }
   dlrec_dlr_close(f);
   return buf;
@@ -1698,27 +1704,6 @@ static uint64_t want_raw_key(dlrec_key_kind kind, uint64_t salt, uint32_t c, con
   return dlrec_mix64(key + (uint64_t)(c + 1) * 0x9e3779b97f4a7c15ull);
 }
 
-/* The ids of row r, column c of a .dlr file as keys ("[k1 k2]", hex). */
-static const char *dlr_keys(const char *path, uint32_t c, uint32_t r) {
-  static char buf[512];
-  snprintf(buf, sizeof buf, "(unreadable)");
-  dlrec_dlr *f;
-  if (dlrec_dlr_open(&f, path) != DLREC_OK) return buf;
-  dlrec_rowgroup rg;
-  if (dlrec_dlr_verify(f, 0) == DLREC_OK && dlrec_dlr_row_group(f, 0, &rg) == DLREC_OK && r < rg.rows) {
-    const dlrec_sparse_col *col = &dlrec_dlr_schema(f)->sparse[c];
-    uint32_t b = col->hotness ? r * col->hotness : rg.offsets[c][r];
-    uint32_t e = col->hotness ? b + col->hotness : rg.offsets[c][r + 1];
-    size_t k = (size_t)snprintf(buf, sizeof buf, "[");
-    for (uint32_t i = b; i + 1 < e; i += 2)
-      k += (size_t)snprintf(buf + k, sizeof buf - k, "%s%016llx", i > b ? " " : "",
-                            (unsigned long long)rg.ids[c][i] | (unsigned long long)rg.ids[c][i + 1] << 32);
-    snprintf(buf + k, sizeof buf - k, "%s]", (e - b) % 2 ? " (odd)" : "");
-  }
-  dlrec_dlr_close(f);
-  return buf;
-}
-
 /* No vocabulary: every value encodes to its raw key, as two ids, in apply,
  * in the encoders a server uses and in the .dlr header's keys flag; the
  * state says so and loads back the same; the options that shape
@@ -1750,11 +1735,11 @@ TEST(raw_keys_encode_each_value_to_its_column_mixed_key) {
     if (r != 0 && r != 2 && r != 8 && r != 9) continue;
     char want[64];
     snprintf(want, sizeof want, "[%016llx]", (unsigned long long)want_raw_key(DLREC_KEY_HEX, 0, 0, texts[r]));
-    CHECK_STR(dlr_keys(out, 0, r), want);
+    CHECK_STR(dlr_ids(out, 0, r), want);
   }
   char want[64];
   snprintf(want, sizeof want, "[%016llx]", (unsigned long long)want_raw_key(DLREC_KEY_HEX, 0, 1, "2"));
-  CHECK_STR(dlr_keys(out, 1, 1), want);
+  CHECK_STR(dlr_ids(out, 1, 1), want);
   /* "a" in column 0 and in column 1: two keys. */
   CHECK(want_raw_key(DLREC_KEY_HEX, 0, 0, "a") != want_raw_key(DLREC_KEY_HEX, 0, 1, "a"));
   /* The encoders a server uses: two ids a value; one id cannot hold a key. */
@@ -1814,6 +1799,6 @@ TEST(raw_keys_multi_hot_csv_column) {
   snprintf(want[2], 128, "[%016llx %016llx %016llx]", (unsigned long long)want_raw_key(DLREC_KEY_HASH, salt, 1, "Drama"),
            (unsigned long long)want_raw_key(DLREC_KEY_HASH, salt, 1, "Comedy"),
            (unsigned long long)want_raw_key(DLREC_KEY_HASH, salt, 1, "Drama"));
-  for (uint32_t r = 0; r < 3; r++) CHECK_STR(dlr_keys(out, 1, r), want[r]);
+  for (uint32_t r = 0; r < 3; r++) CHECK_STR(dlr_ids(out, 1, r), want[r]);
   dlrec_etl_free(e);
 }

@@ -161,42 +161,6 @@ static void serve_stop(void) {
   server_pid = 0;
 }
 
-/* The raw-feature request of the first n rows of dir/clicks.tsv. */
-static char *request_of(const char *dir, int n) {
-  char path[1100];
-  snprintf(path, sizeof path, "%s/clicks.tsv", dir);
-  FILE *f = fopen(path, "r");
-  if (!f) return NULL;
-  cJSON *dense = cJSON_CreateArray(), *cat = cJSON_CreateArray();
-  char line[4096];
-  for (int r = 0; r < n && fgets(line, sizeof line, f); r++) {
-    line[strcspn(line, "\n")] = 0;
-    char *p = line;
-    for (int k = 0; k < 40; k++) {
-      char *tab = strchr(p, '\t');
-      if (tab) *tab = 0;
-      if (k >= 1) cJSON_AddItemToArray(k <= 13 ? dense : cat, cJSON_CreateString(p));
-      p = tab ? tab + 1 : p + strlen(p);
-    }
-  }
-  fclose(f);
-  cJSON *req = cJSON_CreateObject(), *inputs = cJSON_AddArrayToObject(req, "inputs");
-  const char *names[2] = {"dense", "categorical"};
-  cJSON *data[2] = {dense, cat};
-  for (int i = 0; i < 2; i++) {
-    cJSON *in = cJSON_CreateObject();
-    cJSON_AddStringToObject(in, "name", names[i]);
-    cJSON_AddStringToObject(in, "datatype", "BYTES");
-    int shape[2] = {n, i ? 26 : 13};
-    cJSON_AddItemToObject(in, "shape", cJSON_CreateIntArray(shape, 2));
-    cJSON_AddItemToObject(in, "data", data[i]);
-    cJSON_AddItemToArray(inputs, in);
-  }
-  char *body = cJSON_PrintUnformatted(req);
-  cJSON_Delete(req);
-  return body;
-}
-
 /* The server's scores of body (n rows) into out; 1 on a 200 answer. */
 static int scores(const char *body, int n, float *out) {
   char *resp = http_post(server_port, "/v2/models/dlrm/infer", body);
@@ -236,6 +200,28 @@ static double metric(const char *name) {
   return v;
 }
 
+/* In the test's directory: ROWS synthetic rows (seed, cardinality cap),
+ * the ETL state (fit_extra: more fit options), train.dlr, and a run "run"
+ * trained with config cfg (JSON). 0 on success. */
+static int make_run(int rows, int seed, int card, const char *fit_extra, const char *cfg) {
+  const char *d = test_tmpdir();
+  char *out = NULL, cfg_path[1100];
+  int rc = test_run_cli(&out, "synth -q --rows %d --seed %d --max-cardinality %d --out '%s/clicks.tsv' && '%s' etl "
+                        "fit -q %s --input '%s/clicks.tsv' --out '%s/etl'",
+                        rows, seed, card, d, getenv("DLREC_BIN"), fit_extra, d, d);
+  free(out);
+  if (rc == 0) rc = test_run_cli(&out, "etl apply -q --etl '%s/etl' --input '%s/clicks.tsv' --out '%s/train.dlr'", d, d, d);
+  if (rc == 0) free(out);
+  snprintf(cfg_path, sizeof cfg_path, "%s/cfg.json", d);
+  if (rc == 0 && test_write_file(cfg_path, cfg, (size_t)-1) != 0) rc = -1;
+  if (rc == 0)
+    rc = test_run_cli(&out, "train -q --config '%s' --train '%s/train.dlr' --etl '%s/etl' --out '%s/run'", cfg_path, d,
+                      d, d);
+  if (rc != 0) fprintf(stderr, "make_run: %s\n", out ? out : "");
+  free(out);
+  return rc;
+}
+
 #define ROWS 64
 
 TEST(trainer_publishes_and_server_reads_within_the_freshness_bound) {
@@ -246,27 +232,14 @@ TEST(trainer_publishes_and_server_reads_within_the_freshness_bound) {
   char addr[64], cfg[1024];
   snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
   const char *d = test_tmpdir();
-  char *out = NULL;
-  int rc = test_run_cli(&out, "synth -q --rows 6000 --seed 3 --max-cardinality 500 --out '%s/clicks.tsv' && '%s' etl "
-                        "fit -q --input '%s/clicks.tsv' --out '%s/etl'",
-                        d, getenv("DLREC_BIN"), d, d);
-  CHECK_EQ(rc, 0);
-  free(out);
-  rc = test_run_cli(&out, "etl apply -q --etl '%s/etl' --input '%s/clicks.tsv' --out '%s/train.dlr'", d, d, d);
-  CHECK_EQ(rc, 0);
-  free(out);
   snprintf(cfg, sizeof cfg,
            "{\"model\": {\"embedding_dim\": 8, \"bottom_mlp\": [16, 8], \"top_mlp\": [16, 1]}, "
            "\"training\": {\"batch_size\": 128, \"threads\": 2}, \"log\": {\"interval_steps\": 10}, "
            "\"publish\": {\"redis\": \"%s\", \"interval_steps\": 10}}",
            addr);
-  char cfg_path[1100];
-  snprintf(cfg_path, sizeof cfg_path, "%s/cfg.json", d);
-  CHECK(test_write_file(cfg_path, cfg, (size_t)-1) == 0);
-  rc = test_run_cli(&out, "train -q --config '%s' --train '%s/train.dlr' --etl '%s/etl' --out '%s/run'", cfg_path, d, d,
-                    d);
-  CHECK_EQ(rc, 0);
-  free(out);
+  CHECK_EQ(make_run(6000, 3, 500, "", cfg), 0);
+  char *out = NULL;
+  int rc;
   /* Redis holds the trained rows as the final checkpoint has them, and its step. */
   dlrec_model *m = NULL;
   char run[1100];
@@ -304,7 +277,7 @@ TEST(trainer_publishes_and_server_reads_within_the_freshness_bound) {
   FILE *f = fopen(path, "r");
   for (int i = 0; f && i < ROWS; i++) CHECK(fscanf(f, "%f", &ref[i]) == 1);
   if (f) fclose(f);
-  char *body = request_of(d, ROWS);
+  char *body = serve_raw_request(d, ROWS);
   const char *extra[] = {"--redis", addr, "--redis-max-age-ms", "200", "--redis-timeout-ms", "100", NULL};
   CHECK(serve_start(d, extra));
   CHECK(scores(body, ROWS, s));
@@ -363,29 +336,15 @@ TEST(hash_table_publishes_its_rows_by_raw_key) {
   const int port = free_port();
   pid_t pid = redis_start(port);
   CHECK(pid > 0);
-  char addr[64], cfg[1024], cfg_path[1100];
+  char addr[64], cfg[1024];
   snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
   const char *d = test_tmpdir();
-  char *out = NULL;
-  int rc = test_run_cli(&out, "synth -q --rows 4000 --seed 5 --max-cardinality 300 --out '%s/clicks.tsv' && '%s' etl "
-                        "fit -q --raw-keys --input '%s/clicks.tsv' --out '%s/etl'",
-                        d, getenv("DLREC_BIN"), d, d);
-  CHECK_EQ(rc, 0);
-  free(out);
-  rc = test_run_cli(&out, "etl apply -q --etl '%s/etl' --input '%s/clicks.tsv' --out '%s/train.dlr'", d, d, d);
-  CHECK_EQ(rc, 0);
-  free(out);
   snprintf(cfg, sizeof cfg,
            "{\"name\": \"hashed\", \"model\": {\"embedding_dim\": 4, \"bottom_mlp\": [8, 4], \"top_mlp\": [8, 1]}, "
            "\"training\": {\"batch_size\": 64, \"threads\": 1}, \"storage\": {\"kind\": \"hash\", \"cache_rows\": 3000}, "
            "\"publish\": {\"redis\": \"%s\", \"interval_steps\": 7}}",
            addr);
-  snprintf(cfg_path, sizeof cfg_path, "%s/cfg.json", d);
-  CHECK(test_write_file(cfg_path, cfg, (size_t)-1) == 0);
-  rc = test_run_cli(&out, "train -q --config '%s' --train '%s/train.dlr' --etl '%s/etl' --out '%s/run'", cfg_path, d, d,
-                    d);
-  CHECK_EQ(rc, 0);
-  free(out);
+  CHECK_EQ(make_run(4000, 5, 300, "--raw-keys", cfg), 0);
   dlrec_model *m = NULL;
   char run[1100];
   snprintf(run, sizeof run, "%s/run", d);
