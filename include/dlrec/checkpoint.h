@@ -59,7 +59,7 @@ typedef struct dlrec_train_progress {
   char follow_file[256];
 } dlrec_train_progress;
 
-/* Journaled checkpoints of a tiered table (docs/formats.md): what a trainer
+/* Journaled checkpoints of a tiered or hash table (docs/formats.md): what a trainer
  * carries from one save to the next. A journaled checkpoint's table.bin and
  * optim.bin are hard links to those of `base` (a checkpoint directory), and
  * its journal.bin holds the rows the store recorded as changed since then

@@ -209,10 +209,14 @@ void dlrec_store_unmap(dlrec_store *s, dlrec_store_view *v);
 /* Change tracking, for incremental checkpoints (docs/formats.md): once
  * dlrec_store_track_changes is called, every row that a resolve with
  * `write` names is recorded, until dlrec_store_changes_reset. Tiered stores
- * only (DLREC_ERR_UNSUPPORTED otherwise): a ram table's rows are its ids,
- * which its resolve does not look at; a hash table's rows change owners. A
- * bit per row of the logical table. */
+ * (rows of the logical table) and hash stores (their resident rows, which
+ * the keys' rows are: an admitted key's new row is named by its resolve);
+ * DLREC_ERR_UNSUPPORTED for a ram table, whose resolve does not look at its
+ * ids. A bit per row of dlrec_store_changes_space. */
 dlrec_status dlrec_store_track_changes(dlrec_store *s);
+/* The rows change tracking covers: the logical table's (tiered), the
+ * resident table's (hash). */
+uint64_t dlrec_store_changes_space(const dlrec_store *s);
 /* The number of rows recorded (UINT64_MAX when the store does not track
  * changes); with rows non-NULL, also the rows themselves, ascending. */
 uint64_t dlrec_store_changes(const dlrec_store *s, uint32_t *rows);

@@ -37,7 +37,7 @@ typedef struct dlrec_train_config {
   uint64_t eval_max_rows;              /* 0: the whole validation file */
   uint64_t checkpoint_interval_steps;  /* 0: checkpoint at the end only */
   uint32_t checkpoint_keep;            /* checkpoints kept (newest first), >= 1 */
-  /* tiered tables: a checkpoint journals the rows changed since the last
+  /* tiered and hash tables: a checkpoint journals the rows changed since the last
    * full one while they are at most this fraction of the table (0: every
    * checkpoint full; docs/formats.md "Journaled checkpoints") */
   double checkpoint_journal_max_fraction;

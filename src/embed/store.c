@@ -105,18 +105,17 @@ dlrec_status dlrec_store_optim_create(dlrec_store *s, const dlrec_sparse_optim_c
 dlrec_status dlrec_store_resolve(dlrec_store *s, const dlrec_bag_batch *in, dlrec_bag_batch *out, int write) {
   if (!s || !in || !out) return dlrec_error(DLREC_ERR_INVALID, "store_resolve: NULL argument");
   if (s->tiered) return tiered_resolve(s, in, out, write);
-  if (s->hashed) return hashed_resolve_ids(s, in, out);
+  if (s->hashed) return hashed_resolve_ids(s, in, out, write);
   *out = *in;
   for (uint32_t c = 0; c < in->cols; c++) s->stats.lookups += in->offsets[c][in->rows] - in->offsets[c][0];
   return DLREC_OK;
 }
 
 dlrec_status dlrec_store_resolve_keys(dlrec_store *s, const dlrec_key_batch *in, dlrec_bag_batch *out, int write) {
-  (void)write; /* a hash table's rows are all in RAM: nothing to write back */
   if (!s || !in || !out) return dlrec_error(DLREC_ERR_INVALID, "store_resolve_keys: NULL argument");
   if (!s->hashed)
     return dlrec_error(DLREC_ERR_INVALID, "raw keys need a hash table, not a %s one", dlrec_store_kind_name(s->kind));
-  return hashed_resolve_keys(s, in, out);
+  return hashed_resolve_keys(s, in, out, write);
 }
 
 int dlrec_store_key_of(const dlrec_store *s, uint32_t row, uint64_t *key) {
@@ -168,21 +167,27 @@ size_t dlrec_store_overhead_bytes(const dlrec_store *s) {
 }
 
 dlrec_status dlrec_store_track_changes(dlrec_store *s) {
-  if (!s->tiered)
-    return dlrec_error(DLREC_ERR_UNSUPPORTED, "change tracking: a %s table is not tracked (tiered tables are)",
+  if (!s->tiered && !s->hashed)
+    return dlrec_error(DLREC_ERR_UNSUPPORTED, "change tracking: a %s table is not tracked (tiered and hash tables are)",
                        dlrec_store_kind_name(s->kind));
   if (s->changed) return DLREC_OK;
-  if (!(s->changed = calloc((s->rows + 63) / 64, sizeof *s->changed)))
-    return dlrec_error(DLREC_ERR_NOMEM, "change tracking of %llu rows: out of memory", (unsigned long long)s->rows);
+  s->changed_rows = dlrec_store_changes_space(s);
+  if (!(s->changed = calloc((s->changed_rows + 63) / 64, sizeof *s->changed)))
+    return dlrec_error(DLREC_ERR_NOMEM, "change tracking of %llu rows: out of memory",
+                       (unsigned long long)s->changed_rows);
   s->n_changed = 0;
   return DLREC_OK;
+}
+
+uint64_t dlrec_store_changes_space(const dlrec_store *s) {
+  return s->hashed ? dlrec_table_rows(s->table) : s->rows;
 }
 
 uint64_t dlrec_store_changes(const dlrec_store *s, uint32_t *rows) {
   if (!s->changed) return UINT64_MAX;
   if (rows) {
     uint64_t n = 0;
-    for (uint64_t w = 0; w < (s->rows + 63) / 64; w++)
+    for (uint64_t w = 0; w < (s->changed_rows + 63) / 64; w++)
       for (uint64_t bits = s->changed[w]; bits; bits &= bits - 1)
         rows[n++] = (uint32_t)(w * 64 + (uint64_t)__builtin_ctzll(bits));
   }
@@ -191,15 +196,15 @@ uint64_t dlrec_store_changes(const dlrec_store *s, uint32_t *rows) {
 
 void dlrec_store_changes_reset(dlrec_store *s) {
   if (!s->changed) return;
-  memset(s->changed, 0, (s->rows + 63) / 64 * sizeof *s->changed);
+  memset(s->changed, 0, (s->changed_rows + 63) / 64 * sizeof *s->changed);
   s->n_changed = 0;
 }
 
 dlrec_status dlrec_store_changes_mark(dlrec_store *s, const uint32_t *rows, uint64_t n) {
   for (uint64_t i = 0; i < n; i++)
-    if (rows[i] >= s->rows)
+    if (rows[i] >= s->changed_rows)
       return dlrec_error(DLREC_ERR_INVALID, "change tracking: row %u is outside the table of %llu rows", rows[i],
-                         (unsigned long long)s->rows);
+                         (unsigned long long)s->changed_rows);
   for (uint64_t i = 0; i < n; i++) store_mark_changed(s, rows[i]);
   return DLREC_OK;
 }

@@ -233,7 +233,7 @@ static void expire(dlrec_store *s) {
 /* One resolve over keys given as 64-bit (keys) or 32-bit (ids) arrays. */
 static dlrec_status resolve(dlrec_store *s, uint32_t rows, uint32_t cols, const uint32_t *const *offsets,
                             const uint64_t *const *keys, const uint32_t *const *ids, const uint8_t *mean_cols,
-                            dlrec_bag_batch *out) {
+                            dlrec_bag_batch *out, int write) {
   hashed *h = s->hashed;
   if (cols < 1 || cols > DLREC_BAG_MAX_COLS || !offsets || (!keys && !ids))
     return dlrec_error(DLREC_ERR_INVALID, "store_resolve: bad batch (%u columns)", cols);
@@ -322,6 +322,7 @@ static dlrec_status resolve(dlrec_store *s, uint32_t rows, uint32_t cols, const 
             s->stats.admitted++;
           }
         }
+        if (write) store_mark_changed(s, slot);
         dst[k_out++] = slot;
       }
       off[b + 1] = k_out;
@@ -337,12 +338,12 @@ static dlrec_status resolve(dlrec_store *s, uint32_t rows, uint32_t cols, const 
   return DLREC_OK;
 }
 
-dlrec_status hashed_resolve_keys(dlrec_store *s, const dlrec_key_batch *in, dlrec_bag_batch *out) {
-  return resolve(s, in->rows, in->cols, in->offsets, in->keys, NULL, in->mean_cols, out);
+dlrec_status hashed_resolve_keys(dlrec_store *s, const dlrec_key_batch *in, dlrec_bag_batch *out, int write) {
+  return resolve(s, in->rows, in->cols, in->offsets, in->keys, NULL, in->mean_cols, out, write);
 }
 
-dlrec_status hashed_resolve_ids(dlrec_store *s, const dlrec_bag_batch *in, dlrec_bag_batch *out) {
-  return resolve(s, in->rows, in->cols, in->offsets, NULL, in->ids, in->mean_cols, out);
+dlrec_status hashed_resolve_ids(dlrec_store *s, const dlrec_bag_batch *in, dlrec_bag_batch *out, int write) {
+  return resolve(s, in->rows, in->cols, in->offsets, NULL, in->ids, in->mean_cols, out, write);
 }
 
 int hashed_key_of(const dlrec_store *s, uint32_t row, uint64_t *key) {

@@ -19,7 +19,7 @@ struct dlrec_store {
   /* Change tracking (tiered, after dlrec_store_track_changes): a bit per
    * logical row that a resolve with `write` named since the last reset. */
   uint64_t *changed;
-  uint64_t n_changed;
+  uint64_t n_changed, changed_rows; /* the rows the bits cover: the logical table's, or a hash table's own */
   tiered *tiered; /* the tiered store's own state; NULL for the others */
   hashed *hashed; /* the hash store's own state; NULL for the others */
 };
@@ -47,8 +47,8 @@ size_t tiered_overhead_bytes(const dlrec_store *s);
 dlrec_status hashed_create(dlrec_store *s, const dlrec_store_config *c);
 void hashed_free(hashed *h);
 void hashed_optim_added(dlrec_store *s, const dlrec_sparse_optim_config *c);
-dlrec_status hashed_resolve_ids(dlrec_store *s, const dlrec_bag_batch *in, dlrec_bag_batch *out);
-dlrec_status hashed_resolve_keys(dlrec_store *s, const dlrec_key_batch *in, dlrec_bag_batch *out);
+dlrec_status hashed_resolve_ids(dlrec_store *s, const dlrec_bag_batch *in, dlrec_bag_batch *out, int write);
+dlrec_status hashed_resolve_keys(dlrec_store *s, const dlrec_key_batch *in, dlrec_bag_batch *out, int write);
 int hashed_key_of(const dlrec_store *s, uint32_t row, uint64_t *key);
 void hashed_arrays(dlrec_store *s, dlrec_hash_arrays *a);
 dlrec_status hashed_rebuild(dlrec_store *s);

@@ -144,8 +144,8 @@ static tensor_desc gathered(tensor_desc d, const uint32_t *rows, uint64_t n, uin
  * copied (a read that checks them). */
 static int journal_table_arrays(const dlrec_net *n, void *table, int mapped, uint32_t *rows, uint64_t n_rows,
                                 int check_only, tensor_desc *out) {
-  const dlrec_store_view v = {.table = table, .mapped = mapped};
-  const uint64_t table_rows = dlrec_store_rows(dlrec_net_store(n));
+  const uint64_t table_rows = dlrec_store_changes_space(dlrec_net_store(n));
+  const dlrec_store_view v = {.rows = table_rows, .table = table, .mapped = mapped};
   out[0] = tensor_array("rows", TENSOR_U32, n_rows, rows, 0);
   out[1] = gathered(table_array(n, &v), rows, n_rows, table_rows);
   if (check_only) out[1].data = NULL, out[1].rows = NULL;
@@ -357,7 +357,7 @@ static dlrec_status write_journal(const char *tmp, const dlrec_net *m, const dlr
   dlrec_status s = join(path, sizeof path, tmp, FILE_NAMES[F_JOURNAL]);
   if (s == DLREC_OK) s = tensor_file_write(path, a, k, &crc);
   if (s == DLREC_OK) s = note_file(man, tmp, F_JOURNAL, &crc);
-  k = journal_optim_arrays(opt, v, n_params, dlrec_store_rows(store), rows, n_rows, a);
+  k = journal_optim_arrays(opt, v, n_params, dlrec_store_changes_space(store), rows, n_rows, a);
   if (s == DLREC_OK) s = join(path, sizeof path, tmp, FILE_NAMES[F_JOURNAL_OPTIM]);
   if (s == DLREC_OK) s = tensor_file_write(path, a, k, &crc);
   if (s == DLREC_OK) s = note_file(man, tmp, F_JOURNAL_OPTIM, &crc);
@@ -410,7 +410,7 @@ dlrec_status dlrec_checkpoint_save(const char *run_dir, const dlrec_train_config
   dlrec_store *store = dlrec_net_store(m);
   const uint64_t n_changed = j && opt ? dlrec_store_changes(store, NULL) : UINT64_MAX;
   int journaled = n_changed != UINT64_MAX && j->max_fraction > 0 && j->base[0] &&
-                  (double)n_changed <= j->max_fraction * (double)dlrec_store_rows(store);
+                  (double)n_changed <= j->max_fraction * (double)dlrec_store_changes_space(store);
   if (s == DLREC_OK && journaled && link_base(j, tmp, &man) != DLREC_OK) {
     DLREC_WARN("checkpoint at step %llu: a full one, not a journal (%s)", (unsigned long long)p->step,
                dlrec_last_error());
@@ -673,7 +673,7 @@ static dlrec_status map_table_file(const char *dir, const manifest *m, dlrec_net
  * frees them). */
 static dlrec_status apply_journal(const char *dir, const manifest *man, const dlrec_net *n, const dlrec_net_optim *opt,
                                   const dlrec_store_view *v, size_t n_params, uint32_t **rows_out) {
-  const uint64_t table_rows = dlrec_store_rows(dlrec_net_store(n)), k = man->journal_rows;
+  const uint64_t table_rows = dlrec_store_changes_space(dlrec_net_store(n)), k = man->journal_rows;
   char path[4096];
   TRY(join(path, sizeof path, dir, FILE_NAMES[F_JOURNAL]));
   if (k > table_rows)

@@ -362,10 +362,10 @@ static dlrec_status setup(run *r) {
   if ((s = dlrec_store_optim_create(dlrec_net_store(r->model), &r->cfg.sparse, &r->opt.sparse)) != DLREC_OK) return s;
   r->opt.clip_grad_norm = r->cfg.clip_grad_norm;
   if (r->cfg.publish_redis[0] && (s = publisher_create(&r->pub, &r->cfg, r->model)) != DLREC_OK) return s;
-  /* A tiered table records the rows each step changes, so that checkpoints
-   * can journal them instead of copying the whole table. */
+  /* A tiered or hash table records the rows each step changes, so that
+   * checkpoints can journal them instead of copying the whole table. */
   r->journal.max_fraction = r->cfg.checkpoint_journal_max_fraction;
-  if (sc.kind == DLREC_STORE_TIERED && r->journal.max_fraction > 0 &&
+  if ((sc.kind == DLREC_STORE_TIERED || sc.kind == DLREC_STORE_HASH) && r->journal.max_fraction > 0 &&
       (s = dlrec_store_track_changes(dlrec_net_store(r->model))) != DLREC_OK)
     return s;
 
