@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <math.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -41,6 +42,7 @@ static pid_t redis_start(int port) {
   snprintf(p, sizeof p, "%d", port);
   pid_t pid = fork();
   if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlives the test, however it ends */
     int null = open("/dev/null", O_WRONLY);
     if (null >= 0) dup2(null, 1), dup2(null, 2);
     execl(REDIS, "redis-server", "--port", p, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
@@ -133,6 +135,7 @@ static int serve_start(const char *dir, const char *const *extra) {
   unlink(port_file);
   server_pid = fork();
   if (server_pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlives the test, however it ends */
     int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd >= 0) dup2(fd, 1), dup2(fd, 2);
     const char *argv[32] = {"dlrec", "serve", "--model", run, "--host", "127.0.0.1", "--port", "0", "--port-file",
