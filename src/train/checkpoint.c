@@ -411,14 +411,13 @@ dlrec_status dlrec_checkpoint_save(const char *run_dir, const dlrec_train_config
   const uint64_t n_changed = j && opt ? dlrec_store_changes(store, NULL) : UINT64_MAX;
   int journaled = n_changed != UINT64_MAX && j->max_fraction > 0 && j->base[0] &&
                   (double)n_changed <= j->max_fraction * (double)dlrec_store_changes_space(store);
+  /* A link made before a failure is replaced below: tensor_file_write
+   * writes a new file, never through the old name's inode. */
   if (s == DLREC_OK && journaled && link_base(j, tmp, &man) != DLREC_OK) {
     DLREC_WARN("checkpoint at step %llu: a full one, not a journal (%s)", (unsigned long long)p->step,
                dlrec_last_error());
     journaled = 0;
     man.has[F_TABLE] = man.has[F_OPTIM] = 0;
-    for (int i = F_TABLE; i <= F_OPTIM && s == DLREC_OK; i++)
-      if ((s = join(path, sizeof path, tmp, FILE_NAMES[i])) == DLREC_OK && unlink(path) != 0 && errno != ENOENT)
-        s = dlrec_error(DLREC_ERR_IO, "%s: %s", path, strerror(errno));
   }
   dlrec_store_view view = {0};
   int mapped = s == DLREC_OK && (s = map_table(m, opt, &view)) == DLREC_OK;

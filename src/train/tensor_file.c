@@ -97,14 +97,17 @@ dlrec_status tensor_file_write(const char *path, const tensor_desc *arrays, int 
   char *staging = NULL; /* a chunk of gathered rows */
   uint64_t off = align64(HEADER_BYTES + (uint64_t)n * ENTRY_BYTES);
   for (int i = 0; i < n; i++) {
-    if (strlen(arrays[i].name) >= TENSOR_NAME_MAX) return dlrec_error(DLREC_ERR_INTERNAL, "tensor name too long");
+    if (strlen(arrays[i].name) >= TENSOR_NAME_MAX || (arrays[i].rows && (!arrays[i].row_elems ||
+                                                                         arrays[i].count % arrays[i].row_elems))) {
+      free(staging);
+      return dlrec_error(DLREC_ERR_INTERNAL, "%s: array '%.40s': name too long, or %llu elements not rows of %llu",
+                         path, arrays[i].name, (unsigned long long)arrays[i].count,
+                         (unsigned long long)arrays[i].row_elems);
+    }
     memcpy(table[i].name, arrays[i].name, strlen(arrays[i].name));
     table[i].dtype = arrays[i].dtype;
     table[i].count = arrays[i].count;
     table[i].offset = off;
-    if (arrays[i].rows && (!arrays[i].row_elems || arrays[i].count % arrays[i].row_elems))
-      return dlrec_error(DLREC_ERR_INTERNAL, "%s: array '%s': %llu elements are not rows of %llu", path,
-                         arrays[i].name, (unsigned long long)arrays[i].count, (unsigned long long)arrays[i].row_elems);
     if (arrays[i].rows && !staging && !(staging = malloc(CHUNK))) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
     const uint64_t bytes = arrays[i].count * elem_bytes(arrays[i].dtype);
     if (!arrays[i].rows) table[i].crc = dlrec_crc32c(0, arrays[i].data, bytes);
