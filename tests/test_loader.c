@@ -951,3 +951,214 @@ TEST(small_file_with_huge_declared_hotness_allocates_little) {
   }
   CHECK(setrlimit(RLIMIT_AS, &old) == 0);
 }
+
+/* ---- parts of batches (data parallelism) ---- */
+
+/* Steps a parts=1 loader and `parts` part loaders in lockstep until the
+ * reference ends: each part's batch must be its slice [n*p/parts,
+ * n*(p+1)/parts) of the reference batch, bit for bit (labels, dense, ids,
+ * offsets rebased to 0), with the reference's epoch and end. Counts the
+ * global batches and the 0-row parts handed out. Returns 0 on a mismatch
+ * (reported). */
+static int parts_match(dlrec_loader *ref, dlrec_loader **part, uint32_t parts, const char *what, uint64_t *batches,
+                       uint64_t *empty) {
+  const dlrec_schema *sc = dlrec_loader_schema(ref);
+  uint32_t *rows_seen = malloc(4ull * dlrec_loader_epoch_rows(ref) + 4);
+  int ok = rows_seen != NULL;
+  *batches = *empty = 0;
+  for (;;) {
+    const dlrec_batch *r;
+    dlrec_status st = dlrec_loader_next(ref, &r);
+    if (st != DLREC_OK && st != DLREC_END) {
+      test_fail(__FILE__, __LINE__, "%s: reference: %s: %s", what, dlrec_status_name(st), dlrec_last_error());
+      ok = 0;
+    }
+    for (uint32_t p = 0; ok && p < parts; p++) {
+      const dlrec_batch *b;
+      dlrec_status pst = dlrec_loader_next(part[p], &b);
+      if (pst != st) {
+        test_fail(__FILE__, __LINE__, "%s: batch %llu part %u/%u: %s (reference %s): %s", what,
+                  (unsigned long long)*batches, p, parts, dlrec_status_name(pst), dlrec_status_name(st),
+                  dlrec_last_error());
+        ok = 0;
+        break;
+      }
+      if (st == DLREC_END) continue;
+      const uint32_t n = r->rows, lo = (uint32_t)((uint64_t)n * p / parts),
+                     hi = (uint32_t)((uint64_t)n * (p + 1) / parts), m = hi - lo;
+      ok = b->rows == m && b->epoch == r->epoch && b->end.epoch == r->end.epoch && b->end.row == r->end.row &&
+               b->end.fingerprint == r->end.fingerprint && memcmp(b->labels, r->labels + lo, 4ull * m) == 0 &&
+               memcmp(b->dense, r->dense + 2ull * lo, 8ull * m) == 0;
+      for (uint32_t c = 0; ok && c < sc->n_sparse; c++) {
+        const uint32_t *ro = r->offsets[c], *bo = b->offsets[c];
+        for (uint32_t i = 0; ok && i <= m; i++) ok = bo[i] == ro[lo + i] - ro[lo];
+        ok = ok && memcmp(b->ids[c], r->ids[c] + ro[lo], 4ull * (ro[hi] - ro[lo])) == 0;
+      }
+      /* And the rows hold what they must (also on 0-row parts: offsets [0]). */
+      ok = ok && check_batch(b, rows_seen);
+      if (!ok) {
+        test_fail(__FILE__, __LINE__,
+                  "%s: batch %llu (%u rows, end %llu) part %u/%u: %u rows, differs from rows [%u, %u)", what,
+                  (unsigned long long)*batches, n, (unsigned long long)r->end.row, p, parts, b->rows, lo, hi);
+        break;
+      }
+      *empty += m == 0;
+    }
+    if (!ok || st == DLREC_END) break;
+    ++*batches;
+  }
+  free(rows_seen);
+  return ok;
+}
+
+static dlrec_loader_opts part_opts(int shuffle, uint32_t slice, uint32_t part, uint32_t parts) {
+  dlrec_loader_opts o = opts(64, 3, slice, 2, 2);
+  o.shuffle = shuffle;
+  o.part = part;
+  o.parts = parts;
+  return o;
+}
+
+/* 963 rows (two files, irregular groups, a multi-hot and a variable-hotness
+ * column) in batches of 64: 15 full batches and one of 3 rows per epoch, so
+ * parts 4 and 7 get empty parts. Unshuffled, shuffled by slices of 7 and of
+ * one row (the one-row copy path). */
+TEST(parts_of_batches_concatenate_to_the_whole_batch) {
+  stream s;
+  CHECK(make_stream(&s, "parts", 963, 2));
+  static const uint32_t part_counts[] = {1, 2, 3, 4, 7};
+  static const struct {
+    int shuffle;
+    uint32_t slice;
+  } cfg[] = {{0, 1}, {1, 7}, {1, 1}};
+  for (size_t k = 0; k < sizeof cfg / sizeof cfg[0] && !test_failed_now(); k++) {
+    for (size_t q = 0; q < sizeof part_counts / sizeof part_counts[0] && !test_failed_now(); q++) {
+      const uint32_t parts = part_counts[q];
+      dlrec_loader_opts o = part_opts(cfg[k].shuffle, cfg[k].slice, 0, 1);
+      dlrec_loader *ref, *part[7] = {0};
+      CHECK_OK(dlrec_loader_open(&ref, s.paths, 2, &o));
+      for (uint32_t p = 0; p < parts; p++) {
+        o = part_opts(cfg[k].shuffle, cfg[k].slice, p, parts);
+        o.threads = 1 + p % 3;
+        CHECK_OK(dlrec_loader_open(&part[p], s.paths, 2, &o));
+        CHECK_EQ_U64(dlrec_loader_fingerprint(part[p]), dlrec_loader_fingerprint(ref));
+        CHECK_EQ_U64(dlrec_loader_epoch_rows(part[p]), 963);
+      }
+      char what[64];
+      snprintf(what, sizeof what, "shuffle %d slice %u parts %u", cfg[k].shuffle, cfg[k].slice, parts);
+      uint64_t batches = 0, empty = 0;
+      int ok = parts_match(ref, part, parts, what, &batches, &empty);
+      for (uint32_t p = 0; p < parts; p++) dlrec_loader_close(part[p]);
+      dlrec_loader_close(ref);
+      CHECK(ok);
+      CHECK_EQ_U64(batches, 2 * 16);
+      /* The 3-row batch of each epoch leaves 1 of 4 and 4 of 7 parts empty. */
+      CHECK_EQ_U64(empty, parts == 4 ? 2 * 1 : parts == 7 ? 2 * 4 : 0);
+    }
+  }
+}
+
+/* A part loader sought to a position (a batch end from another part, or a
+ * row inside a batch) continues with the same part rows as one that ran
+ * through, and as the parts=1 loader's batches from there, sliced. */
+TEST(parts_seek_and_resume_like_the_whole_stream) {
+  stream s;
+  CHECK(make_stream(&s, "partseek", 963, 2));
+  const uint32_t parts = 3;
+  for (int shuffle = 0; shuffle < 2 && !test_failed_now(); shuffle++) {
+    dlrec_loader_opts o = part_opts(shuffle, 7, 0, 1);
+    dlrec_loader *ref, *part[3];
+    CHECK_OK(dlrec_loader_open(&ref, s.paths, 2, &o));
+    run full[3];
+    for (uint32_t p = 0; p < parts; p++) {
+      o = part_opts(shuffle, 7, p, parts);
+      CHECK_OK(dlrec_loader_open(&part[p], s.paths, 2, &o));
+      CHECK_EQ(drain(part[p], &full[p], 0), DLREC_END);
+      CHECK_EQ_U64(full[p].n_batches, 32);
+    }
+    /* Resume every part from part 0's position after batch c (mid first
+     * epoch, the epoch's end, mid second epoch). */
+    static const uint64_t cuts[] = {5, 16, 23};
+    for (size_t k = 0; k < 3 && !test_failed_now(); k++) {
+      const uint64_t c = cuts[k];
+      const dlrec_position at = full[0].ends[c - 1];
+      for (uint32_t p = 0; p < parts && !test_failed_now(); p++) {
+        uint64_t before = 0;
+        for (uint64_t b = 0; b < c; b++) before += full[p].batch_rows[b];
+        dlrec_loader *m;
+        o = part_opts(shuffle, 7, p, parts);
+        o.threads = 3;
+        CHECK_OK(dlrec_loader_open(&m, s.paths, 2, &o));
+        CHECK_OK(dlrec_loader_seek(m, at));
+        run rest;
+        dlrec_status st = drain(m, &rest, 0);
+        dlrec_loader_close(m);
+        int ok = st == DLREC_END && rest.n_batches == 32 - c && rest.n_rows == full[p].n_rows - before &&
+                 same_rows(&full[p], before, &rest, 0, rest.n_rows);
+        for (uint64_t b = 0; ok && b < rest.n_batches; b++)
+          ok = rest.batch_rows[b] == full[p].batch_rows[c + b] && rest.ends[b].epoch == full[p].ends[c + b].epoch &&
+               rest.ends[b].row == full[p].ends[c + b].row;
+        if (!ok)
+          test_fail(__FILE__, __LINE__, "shuffle %d part %u resumed after batch %llu: %s, %llu batches", shuffle, p,
+                    (unsigned long long)c, dlrec_status_name(st), (unsigned long long)rest.n_batches);
+        run_free(&rest);
+      }
+    }
+    /* Seeks into the middle of a batch (rows 100 and 961 of epoch 0, row 40
+     * of epoch 1): the global batches shift, and the parts follow. */
+    static const uint64_t rows_at[][2] = {{0, 100}, {0, 961}, {1, 40}};
+    for (size_t k = 0; k < 3 && !test_failed_now(); k++) {
+      dlrec_position at = {rows_at[k][0], rows_at[k][1], dlrec_loader_fingerprint(ref)};
+      CHECK_OK(dlrec_loader_seek(ref, at));
+      for (uint32_t p = 0; p < parts; p++) CHECK_OK(dlrec_loader_seek(part[p], at));
+      uint64_t batches = 0, empty = 0;
+      char what[64];
+      snprintf(what, sizeof what, "shuffle %d seek %llu:%llu", shuffle, (unsigned long long)at.epoch,
+               (unsigned long long)at.row);
+      CHECK(parts_match(ref, part, parts, what, &batches, &empty));
+      CHECK(batches > 0);
+    }
+    for (uint32_t p = 0; p < parts; p++) dlrec_loader_close(part[p]), run_free(&full[p]);
+    dlrec_loader_close(ref);
+  }
+}
+
+TEST(parts_options_are_checked) {
+  stream s;
+  CHECK(make_stream(&s, "partopts", 100, 1));
+  dlrec_loader_opts o;
+  dlrec_loader_opts_default(&o);
+  CHECK_EQ(o.part, 0);
+  CHECK_EQ(o.parts, 1);
+  dlrec_loader *l;
+  o = part_opts(1, 7, 2, 2);
+  CHECK_ERR(dlrec_loader_open(&l, s.paths, 1, &o), DLREC_ERR_INVALID, "part 2 is out of range for parts 2");
+  o.part = 9;
+  o.parts = 3;
+  CHECK_ERR(dlrec_loader_open(&l, s.paths, 1, &o), DLREC_ERR_INVALID, "part 9 is out of range for parts 3");
+  o.part = 0;
+  o.parts = 5000;
+  CHECK_ERR(dlrec_loader_open(&l, s.paths, 1, &o), DLREC_ERR_INVALID, "parts 5000 is out of range [1, 4096]");
+  /* parts 0 counts as 1: part 0 is the whole batch, part 1 is out of range. */
+  o.parts = 0;
+  o.part = 1;
+  CHECK_ERR(dlrec_loader_open(&l, s.paths, 1, &o), DLREC_ERR_INVALID, "part 1 is out of range for parts 1");
+  o.part = 0;
+  CHECK_OK(dlrec_loader_open(&l, s.paths, 1, &o));
+  const dlrec_batch *b;
+  CHECK_OK(dlrec_loader_next(l, &b));
+  CHECK_EQ(b->rows, 64);
+  dlrec_loader_close(l);
+  /* The largest count: with 64-row batches most parts are empty (part 1
+   * gets rows [0, 0) of each), and each is handed out. */
+  o.parts = 4096;
+  o.part = 1;
+  CHECK_OK(dlrec_loader_open(&l, s.paths, 1, &o));
+  dlrec_status st;
+  uint64_t n = 0, rows = 0;
+  while ((st = dlrec_loader_next(l, &b)) == DLREC_OK) n++, rows += b->rows;
+  dlrec_loader_close(l);
+  CHECK_EQ(st, DLREC_END);
+  CHECK_EQ_U64(n, 2 * 2);
+  CHECK_EQ_U64(rows, 0);
+}

@@ -42,10 +42,19 @@ typedef struct dlrec_loader_opts {
   uint32_t threads;       /* assembling threads (>= 1) */
   int verify;             /* check each row group's checksum (and id ranges) before first use;
                              with 0, only the offsets that copying relies on are checked */
+  /* Data parallelism: this loader hands out part `part` of `parts` of every
+   * batch (parts 0 counts as 1; parts in [1, 4096], part < parts). Every
+   * part plans the same global batches, in the same order, as parts 1; of a
+   * global batch of n rows, part p gets rows [n*p/parts, n*(p+1)/parts), in
+   * their order in the batch, as a batch of that many rows (0 when n <
+   * parts, still handed out so that the ranks stay in step). batch.end,
+   * positions, seek, epoch_rows and the fingerprint are the global stream's,
+   * the same on every part, so one saved position resumes every rank. */
+  uint32_t part, parts;
 } dlrec_loader_opts;
 
 /* batch 2048, shuffle on, window 8 groups, slices of 32 rows, seed 0,
- * 1 epoch, prefetch 4, 1 thread, verify on. */
+ * 1 epoch, prefetch 4, 1 thread, verify on, part 0 of 1. */
 void dlrec_loader_opts_default(dlrec_loader_opts *o);
 
 /* Where the next batch starts: `row` rows of epoch `epoch` have been handed
@@ -58,14 +67,14 @@ typedef struct dlrec_position {
 } dlrec_position;
 
 typedef struct dlrec_batch {
-  uint32_t rows;
+  uint32_t rows; /* this part's rows of the global batch (may be 0 with parts > 1) */
   const float *labels;                       /* (rows); NULL when unlabeled */
   const float *dense;                        /* (rows, n_dense) */
   const uint32_t *offsets[DLREC_MAX_SPARSE]; /* (rows + 1) per column, from 0 (CSR); generated
                                                 for fixed-hotness columns (row i at i * hotness) */
   const uint32_t *ids[DLREC_MAX_SPARSE];     /* global ids */
   uint64_t epoch;                            /* the epoch the rows belong to */
-  dlrec_position end;                        /* the position after this batch */
+  dlrec_position end;                        /* the position after this (global) batch, on every part */
 } dlrec_batch;
 
 typedef struct dlrec_loader dlrec_loader;

@@ -9,7 +9,8 @@
  * position), never on the number of threads or their timing. Workers then
  * copy the segments column by column into one of the ring's batch buffers,
  * in parallel and outside the lock. The consumer takes buffers in `seq`
- * order.
+ * order. A loader for part p of `parts` (data parallelism) plans the same
+ * global batches and keeps only the segments of its rows of each.
  *
  * Order of an epoch (shuffle on): the row groups of all files (numbered
  * file by file) are permuted by rng(seed, stream = epoch << 32); the
@@ -60,6 +61,7 @@
 #define MAX_BATCH_ROWS (1u << 24)
 #define MAX_PREFETCH 1024u
 #define MAX_THREADS 256u
+#define MAX_PARTS 4096u
 
 typedef unsigned long long ull;
 
@@ -176,6 +178,8 @@ void dlrec_loader_opts_default(dlrec_loader_opts *o) {
   o->prefetch = 4;
   o->threads = 1;
   o->verify = 1;
+  o->part = 0;
+  o->parts = 1;
 }
 
 /* ---- planning (under the lock) ---- */
@@ -285,6 +289,12 @@ static dlrec_status plan_batch(dlrec_loader *l, slot *s, uint64_t seq) {
   if (!p->epoch_ready) plan_locate(l, p->epoch, p->row);
   uint64_t rem = l->N - p->row;
   uint32_t n = (uint32_t)(rem < B ? rem : B), filled = 0, maxrows = 0;
+  /* This part's rows [lo, hi) of the global batch. The planner walks all n
+   * rows whatever the part, so that every part stays at the same place in
+   * the stream; only the slices' pieces inside [lo, hi) become segments (and
+   * only their groups are checked), placed relative to lo. */
+  const uint32_t lo = (uint32_t)((uint64_t)n * l->o.part / l->o.parts);
+  const uint32_t hi = (uint32_t)((uint64_t)n * (l->o.part + 1) / l->o.parts);
   s->n_segs = 0;
   s->n_vgroups = 0;
   while (filled < n) {
@@ -292,14 +302,18 @@ static dlrec_status plan_batch(dlrec_loader *l, slot *s, uint64_t seq) {
     const slice *sl = &p->slices[p->si];
     uint32_t take = sl->rows - p->soff;
     if (take > n - filled) take = n - filled;
-    seg *last = s->n_segs ? &s->segs[s->n_segs - 1] : NULL;
-    if (last && last->group == sl->group && last->row + last->rows == sl->row + p->soff) {
-      last->rows += take; /* adjacent slices stay one copy (always so unshuffled) */
-    } else {
-      s->segs[s->n_segs++] = (seg){sl->group, sl->row + p->soff, take, filled};
-      note_group(l, s, sl->group, seq);
+    uint32_t a = filled > lo ? filled : lo, z = filled + take < hi ? filled + take : hi;
+    if (a < z) {
+      uint32_t row = sl->row + p->soff + (a - filled);
+      seg *last = s->n_segs ? &s->segs[s->n_segs - 1] : NULL;
+      if (last && last->group == sl->group && last->row + last->rows == row) {
+        last->rows += z - a; /* adjacent slices stay one copy (always so unshuffled) */
+      } else {
+        s->segs[s->n_segs++] = (seg){sl->group, row, z - a, a - lo};
+        note_group(l, s, sl->group, seq);
+      }
+      if (s->segs[s->n_segs - 1].rows > maxrows) maxrows = s->segs[s->n_segs - 1].rows;
     }
-    if (s->segs[s->n_segs - 1].rows > maxrows) maxrows = s->segs[s->n_segs - 1].rows;
     filled += take;
     p->soff += take;
     if (p->soff == sl->rows) {
@@ -309,7 +323,7 @@ static dlrec_status plan_batch(dlrec_loader *l, slot *s, uint64_t seq) {
   }
   s->singles = maxrows == 1;
   p->row += n;
-  s->batch.rows = n;
+  s->batch.rows = hi - lo; /* 0 when n < parts; handed out all the same */
   s->batch.epoch = p->epoch;
   s->batch.end = (dlrec_position){p->epoch, p->row, l->fingerprint};
   return DLREC_OK;
@@ -543,6 +557,12 @@ static dlrec_status check_opts(const dlrec_loader_opts *o) {
     return dlrec_error(DLREC_ERR_INVALID, "loader: prefetch %u is out of range [1, %u]", o->prefetch, MAX_PREFETCH);
   if (o->threads < 1 || o->threads > MAX_THREADS)
     return dlrec_error(DLREC_ERR_INVALID, "loader: threads %u is out of range [1, %u]", o->threads, MAX_THREADS);
+  uint32_t parts = o->parts ? o->parts : 1;
+  if (parts > MAX_PARTS)
+    return dlrec_error(DLREC_ERR_INVALID, "loader: parts %u is out of range [1, %u]", o->parts, MAX_PARTS);
+  if (o->part >= parts)
+    return dlrec_error(DLREC_ERR_INVALID, "loader: part %u is out of range for parts %u (part must be below parts)",
+                       o->part, parts);
   return DLREC_OK;
 }
 
@@ -762,6 +782,7 @@ dlrec_status dlrec_loader_open(dlrec_loader **out, const char *const *paths, int
   dlrec_loader *l = calloc(1, sizeof *l);
   if (!l) return dlrec_error(DLREC_ERR_NOMEM, "loader: out of memory");
   l->o = *o;
+  if (!l->o.parts) l->o.parts = 1;
   dlrec_arena_init(&l->arena, 1 << 20);
   /* Adaptive: critical sections are short (plan a batch, flip a state), so
    * spinning briefly beats sleeping on contention. */
