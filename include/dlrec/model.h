@@ -86,6 +86,10 @@ typedef struct dlrec_net_ws dlrec_net_ws;
  * type checks its config against the schema. The network runs on the
  * default backend (dlrec_backend_default()) until dlrec_net_set_backend. */
 dlrec_status dlrec_net_create(dlrec_net **n, const dlrec_net_config *c, const dlrec_schema *schema);
+/* The same with a table of one row, for a network whose embedding rows live
+ * elsewhere (a rank's shard, src/dist/): its passes must be given a table
+ * (dlrec_net_train_pass), and dlrec_net_init leaves the rows alone. */
+dlrec_status dlrec_net_create_tableless(dlrec_net **n, const dlrec_net_config *c, const dlrec_schema *schema);
 /* The same with the embedding table in `storage` (dlrec/store.h; NULL: ram).
  * Every pass resolves its batch's ids through the store first; a network on
  * a tiered store is used by one thread at a time, scorers included. Data
@@ -214,6 +218,18 @@ typedef struct dlrec_net_optim {
  * batch counts as k gradients, not as their sum (docs/config.md). */
 dlrec_status dlrec_net_train_step(dlrec_net *n, dlrec_net_ws *ws, dlrec_net_optim *opt, const dlrec_batch *batch,
                                   float lr_scale, uint64_t step, double *loss, float *prob);
+
+/* The forward, loss and backward of one part of a data-parallel step
+ * (src/dist/), without any update: batch holds rows [row_base, row_base +
+ * batch->rows) of a global batch of global_rows rows, its ids are rows of
+ * `table` (NULL: the network's own). The dense gradients (*grad, n floats)
+ * are this part's share of the global batch's mean-loss gradient, so that
+ * the parts' sum is the whole's; d_emb (*d_emb, (rows, F, D)) likewise;
+ * *loss_sum is the sum of the rows' losses. A part of 0 rows gives zero
+ * gradients. The pointers stay valid until the next pass on ws. */
+dlrec_status dlrec_net_train_pass(dlrec_net *n, dlrec_net_ws *ws, const dlrec_batch *batch, const dlrec_table *table,
+                                  uint32_t global_rows, uint32_t row_base, uint64_t step, double *loss_sum,
+                                  float **grad, float **d_emb);
 
 /* For gradient checks: forward + backward without any update, leaving the
  * dense gradients in *grad (n floats, valid until the next call) and d_emb

@@ -140,8 +140,10 @@ dlrec_status dlrec_net_create(dlrec_net **out, const dlrec_net_config *c, const 
   return dlrec_net_create_stored(out, c, schema, NULL);
 }
 
-dlrec_status dlrec_net_create_stored(dlrec_net **out, const dlrec_net_config *c, const dlrec_schema *schema,
-                                     const dlrec_store_config *storage) {
+/* table_rows: the rows of the network's table (the schema's, or 1 for a
+ * network whose rows live elsewhere). */
+static dlrec_status create(dlrec_net **out, const dlrec_net_config *c, const dlrec_schema *schema,
+                           const dlrec_store_config *storage, uint64_t table_rows) {
   *out = NULL;
   const dlrec_store_config ram = {.kind = DLREC_STORE_RAM};
   const net_type *t = net_type_find(c->type);
@@ -172,8 +174,9 @@ dlrec_status dlrec_net_create_stored(dlrec_net **out, const dlrec_net_config *c,
    * sparse optimizer and the scorer need no special case. */
   if (s == DLREC_OK)
     s = dlrec_store_create(&n->store, schema->n_sparse && storage ? storage : &ram,
-                           schema->n_sparse ? schema->table_rows : 1, n->plan.emb_dim, (dlrec_table_dtype)c->table_dtype);
+                           schema->n_sparse ? table_rows : 1, n->plan.emb_dim, (dlrec_table_dtype)c->table_dtype);
   if (s == DLREC_OK) n->table = dlrec_store_table(n->store);
+  n->tableless = schema->n_sparse && table_rows != schema->table_rows;
   for (uint32_t i = 0; i < schema->n_sparse; i++) {
     n->max_ids_per_row += schema->sparse[i].max_hotness;
     n->mean_cols[i] = schema->sparse[i].pooling == DLREC_POOLING_MEAN;
@@ -184,6 +187,15 @@ dlrec_status dlrec_net_create_stored(dlrec_net **out, const dlrec_net_config *c,
   }
   *out = n;
   return DLREC_OK;
+}
+
+dlrec_status dlrec_net_create_stored(dlrec_net **out, const dlrec_net_config *c, const dlrec_schema *schema,
+                                     const dlrec_store_config *storage) {
+  return create(out, c, schema, storage, schema->table_rows);
+}
+
+dlrec_status dlrec_net_create_tableless(dlrec_net **out, const dlrec_net_config *c, const dlrec_schema *schema) {
+  return create(out, c, schema, NULL, 1);
 }
 
 void dlrec_net_free(dlrec_net *n) {
@@ -198,6 +210,7 @@ dlrec_status dlrec_net_init(dlrec_net *n, uint64_t seed) {
   n->type->init(n->ctx, &n->plan, n->params, seed);
   /* A hash table draws each row when its key is admitted. */
   if (dlrec_store_get_kind(n->store) == DLREC_STORE_HASH) return DLREC_OK;
+  if (n->tableless) return DLREC_OK; /* its rows live elsewhere */
   dlrec_row_range ranges[DLREC_MAX_SPARSE];
   for (uint32_t c = 0; c < n->schema.n_sparse; c++)
     ranges[c] = (dlrec_row_range){n->schema.sparse[c].id_begin, n->schema.sparse[c].id_end};

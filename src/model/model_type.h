@@ -250,6 +250,7 @@ struct dlrec_net {
   dlrec_table *table;  /* the store's resident table, which the kernels gather from */
   dlrec_backend *be;        /* borrowed (dlrec_net_set_backend); the default backend unless set */
   uint64_t max_ids_per_row; /* sum of the columns' max hotness */
+  int tableless;            /* dlrec_net_create_tableless: the table is a placeholder row */
   /* Per column: pools by its mean because the ETL schema declares it so
    * (multi=NAME:SEP:mean); the config's pooling applies to the others. */
   uint8_t mean_cols[DLREC_MAX_SPARSE];

@@ -64,6 +64,9 @@ struct dlrec_net_ws {
    * (table_override) through rewritten ids. */
   dlrec_table *fetch_table;
   const dlrec_table *table_override;
+  /* dlrec_net_train_pass: the pass's rows are [row_base, row_base + rows)
+   * of a global batch of global_rows rows (0: the batch is the whole). */
+  uint32_t row_base, global_rows;
   uint64_t fetch_cap;
   uint32_t *fetch_rows, *fetch_ids;
   uint64_t *fetch_keys;
@@ -263,6 +266,7 @@ static net_io io_of(const dlrec_net *n, dlrec_backend *be, dlrec_net_ws *ws, con
                .prof = &ws->prof,
                .train = state != NULL,
                .step = step,
+               .row0 = ws->row_base,
                .state = state};
   return io;
 }
@@ -299,6 +303,12 @@ static dlrec_status run_backward(dlrec_net *n, dlrec_net_ws *ws, const dlrec_bat
   double t = dlrec_now();
   dlrec_status st = BE_OP(n->be, bce_forward, loss, logits, b->labels, B);
   if (st == DLREC_OK) st = BE_OP(n->be, bce_backward, ws->d_logits, logits, b->labels, B);
+  /* A part of a global batch: its gradient is its own mean's times its
+   * share of the rows, as a way of split_step scales it. */
+  if (ws->global_rows && ws->global_rows != (uint32_t)B) {
+    const float share = (float)B / (float)ws->global_rows;
+    for (int r = 0; r < B; r++) ws->d_logits[r] *= share;
+  }
   memset(ws->grad, 0, n->plan.n_params * sizeof(float));
   net_lap(&p->other, &t);
   net_io io = io_of(n, n->be, ws, b, NULL, n->params, step);
@@ -534,7 +544,7 @@ static uint32_t split_ways(const dlrec_net *n, uint32_t B) {
  * one per kernel: at small batches waking the team for each kernel cost
  * more than the kernels. Results are bitwise reproducible for a given T. */
 static dlrec_status split_step(dlrec_net *n, dlrec_net_ws *ws, const dlrec_batch *b, uint64_t step, uint32_t T,
-                               double *loss, float *prob, int *whole) {
+                               double *loss_sum, float *prob, int *whole) {
   if (b->rows > ws->max_batch)
     return dlrec_error(DLREC_ERR_INVALID, "batch of %u rows, the workspace holds 1 to %u", b->rows, ws->max_batch);
   if (!b->labels) return dlrec_error(DLREC_ERR_INVALID, "training needs labeled data");
@@ -544,6 +554,10 @@ static dlrec_status split_step(dlrec_net *n, dlrec_net_ws *ws, const dlrec_batch
     if ((s = shards_create(n, ws, T)) != DLREC_OK) return s;
   }
   const uint32_t B = b->rows, F = n->schema.n_sparse, D = n->plan.emb_dim, nd = n->schema.n_dense;
+  /* A part of a global batch (dlrec_net_train_pass) scales by its share of
+   * the global batch, and its rows' dropout masks are the global rows'. */
+  const uint32_t G = ws->global_rows ? ws->global_rows : B, row_base = ws->row_base;
+  const dlrec_table *table = ws->table_override ? ws->table_override : n->table;
   const size_t n_params = n->plan.n_params;
   dlrec_status st[MAX_SHARDS];
   double part[MAX_SHARDS];
@@ -571,10 +585,10 @@ static dlrec_status split_step(dlrec_net *n, dlrec_net_ws *ws, const dlrec_batch
       float *emb = ws->emb + (size_t)r0 * F * D, *d_emb = ws->d_emb + (size_t)r0 * F * D;
       const float *logits = NULL;
       double l = 0, t1 = dlrec_now();
-      dlrec_status s1 = F ? BE_OP(lane, bag_forward, emb, n->table, &bags, n->plan.pooling) : DLREC_OK;
+      dlrec_status s1 = F ? BE_OP(lane, bag_forward, emb, table, &bags, n->plan.pooling) : DLREC_OK;
       net_lap(&sh->prof.emb_forward, &t1);
       net_io io = {.be = lane, .B = rows, .dense = sb.dense, .emb = emb, .params = n->params, .plan = &n->plan,
-                   .prof = &sh->prof, .train = 1, .step = step, .row0 = r0, .state = n->params,
+                   .prof = &sh->prof, .train = 1, .step = step, .row0 = row_base + r0, .state = n->params,
                    .split = sync ? &sh->split : NULL};
       sh->split.rows = B;
       if (s1 == DLREC_OK) s1 = n->type->forward(n->ctx, sh->model_ws, &io, &logits);
@@ -583,7 +597,7 @@ static dlrec_status split_step(dlrec_net *n, dlrec_net_ws *ws, const dlrec_batch
       if (s1 == DLREC_OK) s1 = BE_OP(lane, bce_backward, sh->d_logits, logits, sb.labels, rows);
       /* The loss is the whole batch's mean: each shard's gradient is its
        * own mean's times its share of the rows. */
-      const float share = (float)rows / (float)B;
+      const float share = (float)rows / (float)G;
       for (int r = 0; s1 == DLREC_OK && r < rows; r++) sh->d_logits[r] *= share;
       if (s1 == DLREC_OK) s1 = n->type->backward(n->ctx, sh->model_ws, &io, sh->d_logits, sh->grad, d_emb);
       part[i] = l * rows;
@@ -618,7 +632,7 @@ static dlrec_status split_step(dlrec_net *n, dlrec_net_ws *ws, const dlrec_batch
     if (st[i] != DLREC_OK) return dlrec_error(st[i], "%s", msg[i]);
     sum += part[i];
   }
-  *loss = sum / B;
+  *loss_sum = sum;
   dlrec_net_profile *p = &ws->prof, *p0 = &ws->shards[0].prof;
   for (int c = 0; c < (int)F; c++) p->lookups += all.offsets[c][B] - all.offsets[c][0];
   p->forward_rows += B;
@@ -652,6 +666,53 @@ dlrec_status dlrec_net_gradients(dlrec_net *n, dlrec_net_ws *ws, const dlrec_bat
   return st;
 }
 
+/* The forward, loss and backward of a training step, split across the
+ * threads or whole: the dense gradients in ws->grad, d_emb, and the loss:
+ * the batch's mean into *loss, or the sum over its rows into *loss_sum. */
+static dlrec_status step_pass(dlrec_net *n, dlrec_net_ws *ws, const dlrec_batch *batch, uint64_t step, double *loss,
+                              double *loss_sum, float *prob) {
+  uint32_t T = split_ways(n, batch->rows);
+  int whole = 0;
+  double sum = 0, mean = 0;
+  dlrec_status st = DLREC_OK;
+  if (T > 1) st = split_step(n, ws, batch, step, T, &sum, prob, &whole);
+  if (whole) T = 1; /* the ways that must meet had no thread each */
+  ws->last_split = T;
+  if (T > 1) mean = sum / batch->rows;
+  if (T == 1) {
+    const float *logits = NULL;
+    st = run_forward(n, n->be, ws, batch, NULL, n->params, step, &logits);
+    if (st == DLREC_OK && prob) st = BE_OP(n->be, sigmoid, prob, logits, batch->rows);
+    if (st == DLREC_OK) st = run_backward(n, ws, batch, logits, step, &mean);
+    sum = mean * batch->rows;
+  }
+  if (loss) *loss = mean;
+  if (loss_sum) *loss_sum = sum;
+  return st;
+}
+
+dlrec_status dlrec_net_train_pass(dlrec_net *n, dlrec_net_ws *ws, const dlrec_batch *batch, const dlrec_table *table,
+                                  uint32_t global_rows, uint32_t row_base, uint64_t step, double *loss_sum,
+                                  float **grad, float **d_emb) {
+  *grad = ws->grad;
+  *d_emb = ws->d_emb;
+  *loss_sum = 0;
+  if (batch->rows > global_rows || (uint64_t)row_base + batch->rows > global_rows)
+    return dlrec_error(DLREC_ERR_INVALID, "train_pass: rows [%u, %u) outside a global batch of %u", row_base,
+                       row_base + batch->rows, global_rows);
+  if (batch->rows == 0) { /* a part with no rows adds nothing */
+    memset(ws->grad, 0, n->plan.n_params * sizeof(float));
+    return DLREC_OK;
+  }
+  ws->table_override = table;
+  ws->row_base = row_base;
+  ws->global_rows = global_rows;
+  dlrec_status st = step_pass(n, ws, batch, step, NULL, loss_sum, NULL);
+  ws->table_override = NULL;
+  ws->row_base = ws->global_rows = 0;
+  return st;
+}
+
 /* Gradient-norm clipping with PyTorch clip_grad_norm_'s semantics: the L2
  * norm of all gradients together (the dense ones and d_emb (B, F, D), the
  * per-lookup embedding gradients), and if it exceeds max_norm, every
@@ -676,20 +737,9 @@ static dlrec_status clip_gradients(float *grad, size_t n_grad, float *d_emb, siz
 
 dlrec_status dlrec_net_train_step(dlrec_net *n, dlrec_net_ws *ws, dlrec_net_optim *opt, const dlrec_batch *given,
                                   float lr_scale, uint64_t step, double *loss, float *prob) {
-  const float *logits = NULL;
   dlrec_batch resolved, *batch = &resolved;
   dlrec_status st = resolve(n, ws, given, &resolved, 1);
-  if (st != DLREC_OK) return st;
-  uint32_t T = split_ways(n, batch->rows);
-  int whole = 0;
-  if (T > 1) st = split_step(n, ws, batch, step, T, loss, prob, &whole);
-  if (whole) T = 1; /* the ways that must meet had no thread each */
-  ws->last_split = T;
-  if (T == 1) {
-    st = run_forward(n, n->be, ws, batch, NULL, n->params, step, &logits);
-    if (st == DLREC_OK && prob) st = BE_OP(n->be, sigmoid, prob, logits, batch->rows);
-    if (st == DLREC_OK) st = run_backward(n, ws, batch, logits, step, loss);
-  }
+  if (st == DLREC_OK) st = step_pass(n, ws, batch, step, loss, NULL, prob);
   if (st == DLREC_OK && opt->clip_grad_norm > 0)
     st = clip_gradients(ws->grad, n->plan.n_trainable, ws->d_emb,
                         (size_t)batch->rows * n->schema.n_sparse * n->plan.emb_dim, opt->clip_grad_norm, step);
