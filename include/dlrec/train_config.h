@@ -71,6 +71,9 @@ typedef struct dlrec_train_config {
   char publish_prefix[201];            /* the rows' key prefix; "" = dlrec:NAME */
   uint64_t publish_interval_steps;     /* publish every N steps (and at the end); default 10 */
   uint32_t publish_timeout_ms;         /* per Redis call; default 200 */
+  /* Across ranks (docs/distributed.md): a column with more than this share
+   * of a rank's fair part of the table's bytes is split row-wise; default 0.5 */
+  double dist_rowwise_share;
   /* loader */
   int shuffle;
   uint32_t window_groups, slice_rows, prefetch;

@@ -31,7 +31,9 @@
 #define DLREC_TRAINER_H
 
 #include <stdint.h>
+#include <stdio.h>
 
+#include "dlrec/dist.h"
 #include "dlrec/model.h"
 #include "dlrec/metrics.h"
 #include "dlrec/status.h"
@@ -52,7 +54,17 @@ typedef struct dlrec_train_args {
   int deterministic;              /* force deterministic mode (else the config's) */
   uint32_t threads;               /* 0: the config's */
   uint64_t max_steps;             /* 0: the config's */
+  /* The job's ranks (dlrec/comm.h), which the caller opened; NULL or one
+   * rank: this process alone. With more, every rank calls dlrec_train with
+   * the same arguments: each trains on its part of every batch with its
+   * shard of the table (dlrec/dist.h), and rank 0 alone writes into RUN. */
+  struct dlrec_comm *comm;
 } dlrec_train_args;
+
+/* Prints how a->config's embedding table would be sharded over `ranks`
+ * ranks (dlrec/dist.h) and each rank's memory, from the config and the ETL
+ * state alone (nothing is allocated for the table). */
+dlrec_status dlrec_train_print_plan(const dlrec_train_args *a, int ranks, FILE *out);
 
 typedef struct dlrec_train_result {
   uint64_t steps, samples;        /* totals of the run, resumed part included */
@@ -68,6 +80,8 @@ typedef struct dlrec_train_result {
   int restored_best;              /* valid is RUN/best's evaluation (training.restore_best) */
   uint64_t best_step;             /* the step of RUN/best when restored_best */
   dlrec_net_profile profile;     /* where this run's training steps spent their time */
+  int ranks;                      /* the job's ranks (1: this process alone) */
+  dlrec_sharded_stats dist;       /* ranks > 1: this rank's exchanges */
   double loader_wait;             /* seconds the loop waited for the loader's next batch */
   double idle_seconds;            /* --follow: seconds waiting for new files (in neither of the above) */
 } dlrec_train_result;

@@ -7,7 +7,9 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "dlrec/comm.h"
 #include "dlrec/json.h"
+#include "dlrec/log.h"
 #include "dlrec/trainer.h"
 
 static void usage(FILE *out) {
@@ -40,8 +42,16 @@ static void usage(FILE *out) {
           "  --deterministic     bitwise reproducible: same config and threads, same parameters\n"
           "  --threads N         compute threads (default: the config's, 0 = all cores)\n"
           "  --max-steps N       stop after N steps in all (default: the config's)\n"
+          "  --plan              print how the embedding table is sharded over the job's ranks\n"
+          "                      and each rank's memory, then exit (no training; needs only\n"
+          "                      --config and --etl)\n"
+          "  --ranks N           with --plan: plan for N ranks (default: the job's)\n"
           "  -q, --quiet         no progress bar\n"
           "  -v, --verbose       debug logs\n\n"
+          "Across processes and machines: mpirun -np N dlrec train ... (docs/distributed.md).\n"
+          "Each rank trains on its part of every batch, with its shard of the table; the\n"
+          "dense gradients are summed over the ranks, and rank 0 alone writes RUN/.\n"
+          "Checkpoints are those of one process: any number of ranks resumes them.\n\n"
           "SIGINT or SIGTERM stops after the current step and saves a checkpoint.\n");
 }
 
@@ -72,8 +82,10 @@ int cmd_train(int argc, char **argv) {
       {"max-steps", required_argument, 0, 's'}, {"help", no_argument, 0, 'h'},
       {"quiet", no_argument, 0, 'q'},        {"verbose", no_argument, 0, 'v'},
       {"follow", required_argument, 0, 'F'}, {"follow-idle", required_argument, 0, 'I'},
+      {"plan", no_argument, 0, 'P'},         {"ranks", required_argument, 0, 'R'},
       {0, 0, 0, 0}};
   dlrec_train_args a = {0};
+  int plan = 0, ranks = 0;
   const char *train[64];
   int c;
   optind = 1;
@@ -109,21 +121,51 @@ int cmd_train(int argc, char **argv) {
         return cli_usage_error("train", "%s", dlrec_last_error());
       a.max_steps = v;
       break;
+    case 'P': plan = 1; break;
+    case 'R':
+      if (cli_parse_u64("--ranks", optarg, 1, 1024, &v) != DLREC_OK) return cli_usage_error("train", "%s", dlrec_last_error());
+      ranks = (int)v;
+      break;
     case 'h': usage(stdout); return 0;
     case 'q': cli_common_option("-q"); break;
     case 'v': cli_common_option("-v"); break;
     default: return cli_usage_error("train", "unknown option");
     }
   }
+  if (ranks && !plan) return cli_usage_error("train", "--ranks goes with --plan");
   if (optind < argc) return cli_usage_error("train", "unexpected argument '%s'", argv[optind]);
+  if (plan && !a.etl_dir) return cli_usage_error("train", "--plan needs --etl (and the --config to plan)");
+  if (plan) {
+    /* Only rank 0 prints; the plan needs the config and the ETL state alone. */
+    dlrec_comm *comm = NULL;
+    if (dlrec_comm_open(&comm) != DLREC_OK) return cli_fail("train");
+    const int n = ranks ? ranks : dlrec_comm_size(comm);
+    dlrec_status s = dlrec_comm_rank(comm) == 0 ? dlrec_train_print_plan(&a, n, stdout) : DLREC_OK;
+    dlrec_comm_free(comm);
+    return s == DLREC_OK ? 0 : cli_fail("train");
+  }
   if (!a.n_train && !a.follow_dir) return cli_usage_error("train", "--train or --follow is required");
   if (a.n_train && a.follow_dir) return cli_usage_error("train", "--train and --follow do not go together");
   if (a.follow_idle > 0 && !a.follow_dir) return cli_usage_error("train", "--follow-idle needs --follow");
   if (!a.etl_dir) return cli_usage_error("train", "--etl is required");
   if (!a.run_dir) return cli_usage_error("train", "--out is required");
   a.train = train;
+  /* The job's ranks: MPI's when mpirun started this process, else this one. */
+  dlrec_comm *comm = NULL;
+  if (dlrec_comm_open(&comm) != DLREC_OK) return cli_fail("train");
+  const int rank = dlrec_comm_rank(comm);
+  a.comm = comm;
+  /* One voice: the other ranks log only warnings and errors (or all with -v). */
+  if (rank != 0 && dlrec_log_get_level() == DLREC_LOG_INFO) dlrec_log_set_level(DLREC_LOG_WARN);
   dlrec_train_result r;
-  if (dlrec_train(&a, &r) != DLREC_OK) return cli_fail("train");
+  dlrec_status ts = dlrec_train(&a, &r);
+  if (ts != DLREC_OK) {
+    int code = cli_fail("train");
+    dlrec_comm_free(comm);
+    return code;
+  }
+  dlrec_comm_free(comm);
+  if (rank != 0) return r.interrupted ? 130 : 0; /* rank 0 reports */
   cJSON *j = cJSON_CreateObject();
   cJSON_AddNumberToObject(j, "steps", (double)r.steps);
   cJSON_AddNumberToObject(j, "samples", (double)r.samples);
@@ -132,6 +174,19 @@ int cmd_train(int argc, char **argv) {
   if (isfinite(r.last_loss)) cJSON_AddNumberToObject(j, "train_loss", r.last_loss);
   if (r.has_valid) cJSON_AddItemToObject(j, "valid", dlrec_metrics_to_json(&r.valid));
   cJSON_AddItemToObject(j, "profile", profile_json(&r));
+  if (r.ranks > 1) {
+    /* Rank 0's share of the exchanges (docs/distributed.md). */
+    const dlrec_sharded_stats *d = &r.dist;
+    const double steps = d->steps ? (double)d->steps : 1;
+    cJSON *x = cJSON_AddObjectToObject(j, "distributed");
+    cJSON_AddNumberToObject(x, "ranks", r.ranks);
+    cJSON_AddNumberToObject(x, "rank0_bytes_sent_per_step", (double)d->bytes_sent / steps);
+    cJSON_AddNumberToObject(x, "rank0_lookups_per_step", (double)d->lookups / steps);
+    cJSON_AddNumberToObject(x, "rank0_unique_rows_per_step", (double)d->unique_rows / steps);
+    cJSON_AddNumberToObject(x, "exchange_seconds", d->exchange_seconds);
+    cJSON_AddNumberToObject(x, "compute_seconds", d->compute_seconds);
+    cJSON_AddNumberToObject(x, "update_seconds", d->update_seconds);
+  }
   if (a.follow_dir) cJSON_AddNumberToObject(j, "idle_seconds", r.idle_seconds);
   if (r.interrupted) cJSON_AddBoolToObject(j, "interrupted", 1);
   if (r.reached_target) cJSON_AddBoolToObject(j, "reached_target_auc", 1);

@@ -26,6 +26,7 @@ void dlrec_train_config_default(dlrec_train_config *c) {
   c->storage_admit_min_count = 1;
   c->publish_interval_steps = 10;
   c->publish_timeout_ms = 200;
+  c->dist_rowwise_share = 0.5;
   c->log_interval_steps = 1000;
   c->shuffle = 1;
   c->window_groups = 8;
@@ -171,7 +172,7 @@ dlrec_status dlrec_train_config_from_json(const cJSON *j, const char *what, dlre
   ctx top;
   snprintf(top.what, sizeof top.what, "%s", what);
   static const char *keys[] = {"name", "model", "optimizer", "schedule", "training", "loader", "eval", "checkpoint",
-                               "publish",
+                               "publish", "distributed",
                                "log", "storage", NULL};
   TRY(dlrec_json_check_keys(j, what, keys));
   const char *name;
@@ -314,6 +315,12 @@ dlrec_status dlrec_train_config_from_json(const cJSON *j, const char *what, dlre
     if (c->publish_interval_steps < 1)
       return dlrec_error(DLREC_ERR_INVALID, "%s: field 'interval_steps' must be >= 1", x.what);
   }
+  if ((o = section(j, "distributed"))) {
+    x = sub(&top, "distributed");
+    static const char *k[] = {"rowwise_share", NULL};
+    TRY(dlrec_json_check_keys(o, x.what, k));
+    TRY(get_double(o, "rowwise_share", &x, 0, 1e9, &c->dist_rowwise_share));
+  }
   if (c->storage == DLREC_STORE_HASH && (c->storage_cache_rows < 1 || c->storage_cache_rows >= UINT32_MAX))
     return dlrec_error(DLREC_ERR_INVALID, "%s: field 'storage.cache_rows': a hash table needs its size in rows "
                        "(1 to 2^32 - 2)", what);
@@ -412,6 +419,7 @@ cJSON *dlrec_train_config_to_json(const dlrec_train_config *c) {
   cJSON_AddStringToObject(pb, "prefix", c->publish_prefix);
   cJSON_AddNumberToObject(pb, "interval_steps", (double)c->publish_interval_steps);
   cJSON_AddNumberToObject(pb, "timeout_ms", c->publish_timeout_ms);
+  cJSON_AddNumberToObject(cJSON_AddObjectToObject(j, "distributed"), "rowwise_share", c->dist_rowwise_share);
   return j;
 }
 

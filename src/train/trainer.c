@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "dlrec/checkpoint.h"
+#include "dlrec/dist.h"
 #include "dlrec/etl.h"
 #include "dlrec/fsutil.h"
 #include "dlrec/json.h"
@@ -115,6 +116,13 @@ typedef struct run {
   uint64_t follow_rows;
   double follow_idle; /* seconds spent waiting for a new file */
   publisher *pub;     /* publish.redis: trained rows to the Redis tier; NULL: off */
+  /* Across ranks (a->comm of more than one rank): this rank's part of each
+   * batch, its shard of the table and the exchanges (dlrec/dist.h). Rank 0
+   * also holds the whole table, gathered for validations and checkpoints,
+   * and alone writes into RUN. */
+  int rank, ranks;
+  dlrec_shard_plan plan;
+  dlrec_sharded *sh;
   int lock_fd; /* RUN/lock, held while the run writes into RUN; -1 if not */
   /* The last validation of this run (its step and metrics), so that the
    * final report reuses one made at the last step rather than repeating it,
@@ -126,6 +134,8 @@ typedef struct run {
 
 static void run_free(run *r) {
   if (r->metrics) fclose(r->metrics);
+  dlrec_sharded_free(r->sh);
+  dlrec_shard_plan_free(&r->plan);
   publisher_free(r->pub);
   dlrec_loader_close(r->loader);
   dlrec_net_ws_free(r->ws);
@@ -280,6 +290,23 @@ static dlrec_status setup(run *r) {
   if (a->deterministic) r->cfg.deterministic = 1;
   if (a->threads) r->cfg.threads = a->threads;
   if (a->max_steps) r->cfg.max_steps = a->max_steps;
+  const char *what = a->config_path ? a->config_path : "the config";
+  if (r->ranks > 1) {
+    /* Ranks share the machine's cores: without a thread count, each takes
+     * its share of the cores (mpirun says how many ranks run here). */
+    const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    const long cpus = sysconf(_SC_NPROCESSORS_ONLN), here = local && atol(local) > 0 ? atol(local) : r->ranks;
+    if (!r->cfg.threads) r->cfg.threads = cpus / here > 1 ? (uint32_t)(cpus / here) : 1;
+    if (a->follow_dir)
+      return dlrec_error(DLREC_ERR_UNSUPPORTED, "--follow trains in one process only (this job has %d ranks)",
+                         r->ranks);
+    if (r->cfg.storage != DLREC_STORE_RAM)
+      return dlrec_error(DLREC_ERR_UNSUPPORTED, "%s: storage.kind \"%s\" trains in one process only; across ranks "
+                         "the table is sharded in RAM (storage.kind \"ram\")", what,
+                         dlrec_store_kind_name(r->cfg.storage));
+    if (r->cfg.publish_redis[0])
+      return dlrec_error(DLREC_ERR_UNSUPPORTED, "%s: publish.redis publishes from one process only", what);
+  }
   /* The run's threads and precision are its backend's, not the process's. */
   dlrec_backend_config bc = {r->cfg.threads, r->cfg.precision};
   if ((s = dlrec_backend_create(&r->be, "cpu", &bc)) != DLREC_OK)
@@ -307,6 +334,8 @@ static dlrec_status setup(run *r) {
   lo.seed = r->cfg.seed;
   lo.epochs = r->cfg.epochs;
   lo.prefetch = r->cfg.prefetch;
+  lo.part = (uint32_t)r->rank;
+  lo.parts = (uint32_t)r->ranks;
   r->schema = schema;
   if (a->follow_dir) {
     /* Each file gets its own loader, for one pass, as it comes. */
@@ -328,11 +357,11 @@ static dlrec_status setup(run *r) {
     return dlrec_error(DLREC_ERR_INVALID, "%s: early stopping, the lr plateau and checkpoint.keep_best need --valid",
                        a->config_path ? a->config_path : "the config");
 
-  if ((s = dlrec_mkdirs(a->run_dir)) != DLREC_OK) return s;
+  if (r->rank == 0 && (s = dlrec_mkdirs(a->run_dir)) != DLREC_OK) return s;
   /* One writer per run directory: two runs would overwrite each other's
    * checkpoints, `latest` and metrics.jsonl. The lock comes before anything
    * in RUN is touched, and the process's death releases it. */
-  if ((s = dlrec_lock_dir(a->run_dir, "another training run", &r->lock_fd)) != DLREC_OK) return s;
+  if (r->rank == 0 && (s = dlrec_lock_dir(a->run_dir, "another training run", &r->lock_fd)) != DLREC_OK) return s;
   /* The table's storage: a tiered table's file defaults to RUN/table.tiered,
    * created after the lock so that a second run cannot truncate it. */
   dlrec_store_config sc = dlrec_train_config_store(&r->cfg, schema.n_sparse, r->cfg.storage_path);
@@ -341,7 +370,10 @@ static dlrec_status setup(run *r) {
     if ((s = dlrec_path_join(table_path, sizeof table_path, a->run_dir, "table.tiered")) != DLREC_OK) return s;
     sc.path = table_path;
   }
-  if ((s = dlrec_net_create_stored(&r->model, &r->cfg.model, &schema, &sc)) != DLREC_OK) return s;
+  /* Across ranks, the others hold only their shards (dlrec_sharded_create). */
+  s = r->rank == 0 ? dlrec_net_create_stored(&r->model, &r->cfg.model, &schema, &sc)
+                   : dlrec_net_create_tableless(&r->model, &r->cfg.model, &schema);
+  if (s != DLREC_OK) return s;
   if (sc.kind == DLREC_STORE_TIERED)
     DLREC_INFO("embedding table: tiered, %s, %llu of %llu rows in RAM", sc.path,
                (unsigned long long)sc.cache_rows, (unsigned long long)schema.table_rows);
@@ -359,7 +391,9 @@ static dlrec_status setup(run *r) {
     return dlrec_error(DLREC_ERR_NOMEM, "cannot allocate the dense optimizer state");
   if ((s = dlrec_optim_state_init(&r->opt.dense, r->opt.dense_state, n_params)) != DLREC_OK) return s;
   r->opt.sparse_lr = r->cfg.sparse.lr;
-  if ((s = dlrec_store_optim_create(dlrec_net_store(r->model), &r->cfg.sparse, &r->opt.sparse)) != DLREC_OK) return s;
+  if (r->rank == 0 &&
+      (s = dlrec_store_optim_create(dlrec_net_store(r->model), &r->cfg.sparse, &r->opt.sparse)) != DLREC_OK)
+    return s;
   r->opt.clip_grad_norm = r->cfg.clip_grad_norm;
   if (r->cfg.publish_redis[0] && (s = publisher_create(&r->pub, &r->cfg, r->model)) != DLREC_OK) return s;
   /* A tiered or hash table records the rows each step changes, so that
@@ -372,6 +406,8 @@ static dlrec_status setup(run *r) {
   if ((s = dlrec_path_join(r->metrics_path, sizeof r->metrics_path, a->run_dir, "metrics.jsonl")) != DLREC_OK) return s;
   r->prog.valid_auc = NAN;
   dlrec_valid_state_init(&r->prog.valid);
+  /* The other ranks get rank 0's start (dist_start). */
+  if (r->rank != 0) return DLREC_OK;
   if (a->resume) {
     s = dlrec_checkpoint_load_training(a->run_dir, &r->cfg, a->etl_dir, r->model, &r->opt, &r->prog, &r->journal);
     if (s == DLREC_OK && !a->follow_dir && r->prog.follow_file[0])
@@ -519,11 +555,153 @@ static dlrec_status evaluate_best(run *r, dlrec_train_result *res) {
   return s;
 }
 
+/* ---- across ranks ---- */
+
+/* Every rank's status, so that all go on or all stop: one that failed alone
+ * would leave the others waiting in the next collective. Returns this
+ * rank's error, or one naming the first rank that failed. */
+static dlrec_status dist_agree(run *r, dlrec_status s) {
+  if (r->ranks < 2) return s;
+  int32_t mine = s, all[DLREC_DIST_MAX_RANKS];
+  dlrec_status c = dlrec_comm_allgather(r->a->comm, &mine, sizeof mine, all);
+  if (c != DLREC_OK) return c;
+  if (s != DLREC_OK) return s;
+  for (int q = 0; q < r->ranks; q++)
+    if (all[q] != DLREC_OK && all[q] != DLREC_END)
+      return dlrec_error((dlrec_status)all[q], "rank %d failed (its error is in its log)", q);
+  return DLREC_OK;
+}
+
+/* The shard plan of net's table over `ranks` ranks with the config's sparse
+ * optimizer, and the bytes of the dense parameters with their state and of
+ * the whole table with its (rank 0's copy). */
+static dlrec_status make_plan(const dlrec_train_config *cfg, dlrec_net *net, int ranks, dlrec_shard_plan *p,
+                              uint64_t *dense_bytes, uint64_t *mirror_bytes) {
+  size_t n_params;
+  dlrec_net_dense_params(net, &n_params);
+  const dlrec_schema *schema = dlrec_net_schema(net);
+  const dlrec_table *t = dlrec_net_table_const(net); /* its dim, stride and dtype are the whole table's */
+  const uint32_t stride = dlrec_table_stride(t);
+  const uint32_t row_bytes = stride * dlrec_table_dtype_bytes(dlrec_table_get_dtype(t));
+  const uint32_t optim_bytes = cfg->sparse.kind == DLREC_SPARSE_ROWWISE_ADAGRAD ? 4
+                               : cfg->sparse.kind == DLREC_SPARSE_LAZY_ADAM  ? 8 * stride + 4
+                                                                              : 0;
+  *dense_bytes = (uint64_t)(n_params + dlrec_optim_state_floats(&cfg->dense, n_params)) * sizeof(float);
+  *mirror_bytes = ranks > 1 ? schema->table_rows * (uint64_t)(row_bytes + optim_bytes) : 0;
+  return dlrec_shard_plan_make(p, schema, ranks, dlrec_table_dim(t), row_bytes, optim_bytes, cfg->dist_rowwise_share);
+}
+
+dlrec_status dlrec_train_print_plan(const dlrec_train_args *a, int ranks, FILE *out) {
+  dlrec_train_config cfg;
+  dlrec_status s = DLREC_OK;
+  if (a->config_path) s = dlrec_train_config_read(a->config_path, &cfg);
+  else dlrec_train_config_default(&cfg);
+  dlrec_etl *etl = NULL;
+  if (s == DLREC_OK) s = dlrec_etl_load(&etl, a->etl_dir);
+  if (s != DLREC_OK) return s;
+  dlrec_schema schema = *dlrec_etl_schema(etl);
+  dlrec_etl_free(etl);
+  dlrec_net *net = NULL;
+  dlrec_shard_plan p = {0};
+  uint64_t dense = 0, mirror = 0;
+  s = dlrec_net_create_tableless(&net, &cfg.model, &schema);
+  if (s == DLREC_OK) s = make_plan(&cfg, net, ranks, &p, &dense, &mirror);
+  if (s == DLREC_OK) dlrec_shard_plan_print(&p, &schema, dense, mirror, out);
+  dlrec_shard_plan_free(&p);
+  dlrec_net_free(net);
+  return s;
+}
+
+/* After setup: every rank takes rank 0's start (progress, dense parameters
+ * and optimizer state, and its shard of the table), and seeks its loader to
+ * the start's position. */
+static dlrec_status dist_start(run *r) {
+  dlrec_comm *c = r->a->comm;
+  size_t n_params;
+  float *params = dlrec_net_dense_params(r->model, &n_params);
+  const size_t state = dlrec_optim_state_floats(&r->opt.dense, n_params);
+  uint64_t dense = 0, mirror = 0;
+  dlrec_status s = dlrec_comm_bcast(c, &r->prog, sizeof r->prog, 0);
+  if (s == DLREC_OK) s = dlrec_comm_bcast(c, params, n_params * sizeof(float), 0);
+  if (s == DLREC_OK && state) s = dlrec_comm_bcast(c, r->opt.dense_state, state * sizeof(float), 0);
+  if (s == DLREC_OK) s = make_plan(&r->cfg, r->model, r->ranks, &r->plan, &dense, &mirror);
+  /* A part holds at most ceil(batch / ranks) rows. */
+  const uint32_t part_rows = (uint32_t)(((uint64_t)r->cfg.batch_size + (uint64_t)r->ranks - 1) / (uint64_t)r->ranks);
+  if (s == DLREC_OK) s = dlrec_sharded_create(&r->sh, c, &r->plan, r->model, &r->cfg.sparse, part_rows);
+  if ((s = dist_agree(r, s)) != DLREC_OK) return s;
+  if (r->rank == 0) {
+    DLREC_INFO("%d ranks (%s), %u thread%s each; the table sharded:", r->ranks, dlrec_comm_name(c), r->cfg.threads,
+               r->cfg.threads == 1 ? "" : "s");
+    if (dlrec_log_get_level() <= DLREC_LOG_INFO)
+      dlrec_shard_plan_print(&r->plan, dlrec_net_schema(r->model), dense, mirror, stderr);
+  }
+  s = dlrec_sharded_scatter(r->sh, r->model, r->opt.sparse);
+  if (s == DLREC_OK && r->rank != 0) s = dlrec_loader_seek(r->loader, r->prog.position);
+  return dist_agree(r, s);
+}
+
+/* Rank 0's whole table up to date, for a validation or a checkpoint. */
+static dlrec_status dist_gather(run *r) {
+  return r->sh ? dist_agree(r, dlrec_sharded_gather(r->sh, r->model, r->opt.sparse)) : DLREC_OK;
+}
+
+/* What rank 0 decided at a validation or checkpoint, to every rank: its
+ * status, the validation state (the plateau's lr factor), and whether the
+ * run stops. */
+static dlrec_status dist_decided(run *r, dlrec_status s, dlrec_train_result *res, int *stop) {
+  if (!r->sh) return s;
+  struct {
+    int32_t status, stop, early, target;
+    dlrec_valid_state valid;
+    double valid_auc;
+    uint64_t last_ckpt_step;
+  } d = {s, *stop, res->early_stopped, res->reached_target, r->prog.valid, r->prog.valid_auc, r->last_ckpt_step};
+  dlrec_status c = dlrec_comm_bcast(r->a->comm, &d, sizeof d, 0);
+  if (c != DLREC_OK) return c;
+  if (r->rank == 0) return s;
+  *stop = d.stop;
+  res->early_stopped = d.early;
+  res->reached_target = d.target;
+  r->prog.valid = d.valid;
+  r->prog.valid_auc = d.valid_auc;
+  r->last_ckpt_step = d.last_ckpt_step;
+  return d.status == DLREC_OK ? DLREC_OK : dlrec_error((dlrec_status)d.status, "rank 0 failed (its error is in its log)");
+}
+
+/* The step's agreement: every rank's loader outcome (its part of the same
+ * batch, or the end), its stop request and its part's rows. *global and
+ * *base: the batch's rows and where this part starts in it; *stop: some
+ * rank was asked to stop (a signal reaches the ranks at different steps). */
+static dlrec_status dist_step_agree(run *r, dlrec_status ls, uint32_t rows, uint32_t *global, uint32_t *base,
+                                    int *stop) {
+  uint32_t mine[3] = {(uint32_t)(int32_t)ls, (uint32_t)g_stop, rows}, all[3 * DLREC_DIST_MAX_RANKS];
+  dlrec_status s = dlrec_comm_allgather(r->a->comm, mine, sizeof mine, all);
+  if (s != DLREC_OK) return s;
+  *global = *base = 0;
+  *stop = 0;
+  int ends = 0;
+  for (int q = 0; q < r->ranks; q++) {
+    const dlrec_status qs = (dlrec_status)(int32_t)all[3 * q];
+    if (qs != DLREC_OK && qs != DLREC_END)
+      return q == r->rank ? ls : dlrec_error(qs, "rank %d failed to load its part of the batch (its error is in its log)", q);
+    ends += qs == DLREC_END;
+    *stop |= all[3 * q + 1] != 0;
+    if (q < r->rank) *base += all[3 * q + 2];
+    *global += all[3 * q + 2];
+  }
+  if (ends && ends != r->ranks)
+    return dlrec_error(DLREC_ERR_INTERNAL, "the ranks' loaders disagree on the end of the data");
+  return ends ? DLREC_END : DLREC_OK;
+}
+
 dlrec_status dlrec_train(const dlrec_train_args *a, dlrec_train_result *res) {
   memset(res, 0, sizeof *res);
   res->last_loss = NAN;
   run r = {.a = a, .lock_fd = -1, .last_ckpt_step = UINT64_MAX};
+  r.rank = a->comm ? dlrec_comm_rank(a->comm) : 0;
+  r.ranks = a->comm ? dlrec_comm_size(a->comm) : 1;
   dlrec_status s = setup(&r);
+  if (r.ranks > 1 && (s = dist_agree(&r, s)) == DLREC_OK) s = dist_start(&r);
   if (s != DLREC_OK) {
     run_free(&r);
     return s;
@@ -542,18 +720,30 @@ dlrec_status dlrec_train(const dlrec_train_args *a, dlrec_train_result *res) {
   uint64_t total = follow ? UINT64_MAX : epoch_rows * c->epochs;
   if (c->max_steps && c->max_steps * c->batch_size < total) total = c->max_steps * c->batch_size;
   if (total == UINT64_MAX) total = 0;
-  dlrec_progress *bar = dlrec_progress_start("train", total, "samples");
+  dlrec_progress *bar = r.rank == 0 ? dlrec_progress_start("train", total, "samples") : NULL;
   dlrec_progress_add(bar, r.prog.samples < total ? r.prog.samples : total);
   double t0 = dlrec_now(), t_log = t0;
   uint64_t rows_log = 0, start_samples = r.prog.samples, start_step = r.prog.step;
   double eval_seconds = 0;
   int state_ok = 1; /* the parameters are those after r.prog.step whole steps */
-  int split_said = 0;
-  while (!g_stop && (!c->max_steps || r.prog.step < c->max_steps)) {
-    const dlrec_batch *b;
+  int split_said = r.rank != 0;
+  /* Across ranks, an error of rank 0's own (writing metrics.jsonl) waits for
+   * the next step's agreement, so that every rank stops together. */
+  dlrec_status pending = DLREC_OK;
+  /* Across ranks, the loop's stop (a signal) is agreed on at each step. */
+  while ((r.sh || !g_stop) && (!c->max_steps || r.prog.step < c->max_steps)) {
+    const dlrec_batch *b = NULL;
     double tw = dlrec_now();
     s = follow ? follow_next(&r, &b) : dlrec_loader_next(r.loader, &b);
     res->loader_wait += dlrec_now() - tw;
+    uint32_t rows = s == DLREC_OK ? b->rows : 0, row_base = 0;
+    if (r.sh) {
+      int stop = 0;
+      uint32_t part = rows;
+      s = dist_step_agree(&r, pending != DLREC_OK ? pending : s, part, &rows, &row_base, &stop);
+      if (stop) g_stop = 1;
+      if (stop && s == DLREC_OK) break;
+    }
     if (s == DLREC_END) {
       s = DLREC_OK;
       break;
@@ -561,7 +751,17 @@ dlrec_status dlrec_train(const dlrec_train_args *a, dlrec_train_result *res) {
     if (s != DLREC_OK) break;
     /* The schedule's scale times the plateau's factor (1 without one). */
     double loss, scale = dlrec_lr_scale(c, r.prog.step + 1) * r.prog.valid.plateau_scale;
-    s = dlrec_net_train_step(r.model, r.ws, &r.opt, b, (float)scale, r.prog.step + 1, &loss, NULL);
+    if (r.sh) {
+      s = dlrec_sharded_step(r.sh, r.model, r.ws, &r.opt, b, rows, row_base, (float)scale, r.prog.step + 1, &loss);
+      if (s != DLREC_OK) {
+        /* The other ranks may be waiting in this step's exchanges: the
+         * job ends here; its last checkpoint stands. */
+        DLREC_ERROR("rank %d: step %llu: %s", r.rank, (unsigned long long)r.prog.step + 1, dlrec_last_error());
+        dlrec_comm_abort(a->comm, 1);
+      }
+    } else {
+      s = dlrec_net_train_step(r.model, r.ws, &r.opt, b, (float)scale, r.prog.step + 1, &loss, NULL);
+    }
     if (s != DLREC_OK || !isfinite(loss)) state_ok = 0;
     if (s != DLREC_OK) break;
     if (!isfinite(loss)) {
@@ -581,22 +781,23 @@ dlrec_status dlrec_train(const dlrec_train_args *a, dlrec_train_result *res) {
       split_said = 1;
     }
     r.prog.step++;
-    r.prog.samples += b->rows;
+    r.prog.samples += rows;
     if (r.pub && (s = publisher_note(r.pub, b, dlrec_net_schema(r.model)->n_sparse)) != DLREC_OK) break;
     if (r.pub && r.prog.step % c->publish_interval_steps == 0) publisher_publish(r.pub, r.model, r.prog.step);
     r.prog.position = b->end;
-    r.prog.loss_sum += loss * b->rows;
-    r.prog.loss_rows += b->rows;
-    rows_log += b->rows;
-    dlrec_progress_add(bar, b->rows);
+    r.prog.loss_sum += loss * rows;
+    r.prog.loss_rows += rows;
+    rows_log += rows;
+    dlrec_progress_add(bar, rows);
     if (r.prog.step % c->log_interval_steps == 0) {
       double now = dlrec_now();
       res->last_loss = r.prog.loss_sum / (double)r.prog.loss_rows;
       dlrec_progress_note(bar, "loss %.4f", res->last_loss);
-      s = log_json(&r, step_json(&r, res->last_loss, scale, rows_log / (now - t_log)));
+      if (r.rank == 0) s = log_json(&r, step_json(&r, res->last_loss, scale, rows_log / (now - t_log)));
       r.prog.loss_sum = 0;
       r.prog.loss_rows = rows_log = 0;
       t_log = now;
+      if (s != DLREC_OK && r.sh) pending = s, s = DLREC_OK;
       if (s != DLREC_OK) break;
     }
     /* The last batch of an epoch (following: of a file) ends at its last row. */
@@ -605,13 +806,19 @@ dlrec_status dlrec_train(const dlrec_train_args *a, dlrec_train_result *res) {
                      (c->eval_every_epoch && epoch_end))) {
       double te = dlrec_now();
       int stop = 0;
-      s = validate(&r, res, scale, loss, epoch_end, bar, &stop);
+      s = dist_gather(&r); /* across ranks, rank 0 validates on the whole table */
+      if (s == DLREC_OK && r.rank == 0) s = validate(&r, res, scale, loss, epoch_end, bar, &stop);
+      s = dist_decided(&r, s, res, &stop);
       eval_seconds += dlrec_now() - te;
       if (s != DLREC_OK || stop) break;
     }
     if (c->checkpoint_interval_steps && r.prog.step % c->checkpoint_interval_steps == 0 &&
-        r.last_ckpt_step != r.prog.step && (s = checkpoint_now(&r)) != DLREC_OK)
-      break;
+        r.last_ckpt_step != r.prog.step) {
+      int stop = 0;
+      s = dist_gather(&r);
+      if (s == DLREC_OK && r.rank == 0) s = checkpoint_now(&r);
+      if ((s = dist_decided(&r, s, res, &stop)) != DLREC_OK) break;
+    }
   }
   /* Waiting for a followed directory's next file is neither training nor
    * loading. */
@@ -621,39 +828,51 @@ dlrec_status dlrec_train(const dlrec_train_args *a, dlrec_train_result *res) {
   dlrec_progress_finish(bar);
   if (s == DLREC_OK && r.prog.loss_rows) res->last_loss = r.prog.loss_sum / (double)r.prog.loss_rows;
   res->interrupted = g_stop && s == DLREC_OK;
-  if (s == DLREC_OK && a->valid && !res->interrupted && r.has_last_valid && r.last_valid_step == r.prog.step) {
-    /* The last step was validated (and logged) already. */
-    res->has_valid = 1;
-    res->valid = r.last_valid;
-  } else if (s == DLREC_OK && a->valid && !res->interrupted) {
-    s = evaluate_now(&r, &res->valid);
-    if (s == DLREC_OK) {
-      res->has_valid = 1;
-      cJSON *j = step_json(&r, res->last_loss, dlrec_lr_scale(c, r.prog.step) * r.prog.valid.plateau_scale, 0);
-      cJSON_DeleteItemFromObject(j, "samples_per_s");
-      cJSON_AddItemToObject(j, "valid", dlrec_metrics_to_json(&res->valid));
-      cJSON_AddBoolToObject(j, "final", 1);
-      s = log_json(&r, j);
-    }
-  }
-  if (s == DLREC_OK && a->valid && !res->interrupted && c->restore_best && r.prog.valid.validations &&
-      !isnan(r.prog.valid.best))
-    s = evaluate_best(&r, res);
-  /* The last trained rows reach the Redis tier too. */
-  if (r.pub && state_ok) publisher_publish(r.pub, r.model, r.prog.step);
-  /* The final checkpoint: also after a signal or an error in the data or the
-   * evaluation, so that the steps trained are not lost; never after a failed
-   * or diverged step, whose parameters must not replace a good checkpoint. */
-  if (state_ok) {
+  /* Across ranks, rank 0 alone reports and saves, on the whole table
+   * gathered from the shards. */
+  if (r.sh && state_ok) {
     dlrec_error_copy e;
     dlrec_error_save(&e);
-    /* A checkpoint of this very state exists when the last step was both
-     * validated and checkpointed (a best one, say): writing it again would
-     * only replace RUN/best's directory under it. */
-    int saved = r.last_ckpt_step == r.prog.step && r.has_last_valid && r.last_valid_step == r.prog.step;
-    dlrec_status cs = (r.prog.step > start_step || !a->resume) && !saved ? checkpoint_now(&r) : DLREC_OK;
-    if (s == DLREC_OK) s = cs;
+    const dlrec_status g = dist_gather(&r);
+    if (g != DLREC_OK) state_ok = 0;
+    if (s == DLREC_OK) s = g;
     else dlrec_error_restore(&e);
+  }
+  if (r.rank == 0) {
+    if (s == DLREC_OK && a->valid && !res->interrupted && r.has_last_valid && r.last_valid_step == r.prog.step) {
+      /* The last step was validated (and logged) already. */
+      res->has_valid = 1;
+      res->valid = r.last_valid;
+    } else if (s == DLREC_OK && a->valid && !res->interrupted) {
+      s = evaluate_now(&r, &res->valid);
+      if (s == DLREC_OK) {
+        res->has_valid = 1;
+        cJSON *j = step_json(&r, res->last_loss, dlrec_lr_scale(c, r.prog.step) * r.prog.valid.plateau_scale, 0);
+        cJSON_DeleteItemFromObject(j, "samples_per_s");
+        cJSON_AddItemToObject(j, "valid", dlrec_metrics_to_json(&res->valid));
+        cJSON_AddBoolToObject(j, "final", 1);
+        s = log_json(&r, j);
+      }
+    }
+    if (s == DLREC_OK && a->valid && !res->interrupted && c->restore_best && r.prog.valid.validations &&
+        !isnan(r.prog.valid.best))
+      s = evaluate_best(&r, res);
+    /* The last trained rows reach the Redis tier too. */
+    if (r.pub && state_ok) publisher_publish(r.pub, r.model, r.prog.step);
+    /* The final checkpoint: also after a signal or an error in the data or the
+     * evaluation, so that the steps trained are not lost; never after a failed
+     * or diverged step, whose parameters must not replace a good checkpoint. */
+    if (state_ok) {
+      dlrec_error_copy e;
+      dlrec_error_save(&e);
+      /* A checkpoint of this very state exists when the last step was both
+       * validated and checkpointed (a best one, say): writing it again would
+       * only replace RUN/best's directory under it. */
+      int saved = r.last_ckpt_step == r.prog.step && r.has_last_valid && r.last_valid_step == r.prog.step;
+      dlrec_status cs = (r.prog.step > start_step || !a->resume) && !saved ? checkpoint_now(&r) : DLREC_OK;
+      if (s == DLREC_OK) s = cs;
+      else dlrec_error_restore(&e);
+    }
   }
   sigaction(SIGINT, &old_int, NULL);
   sigaction(SIGTERM, &old_term, NULL);
@@ -663,6 +882,8 @@ dlrec_status dlrec_train(const dlrec_train_args *a, dlrec_train_result *res) {
   res->seconds = loop_seconds;
   res->samples_per_s = loop_seconds > 0 ? (double)(r.prog.samples - start_samples) / loop_seconds : 0;
   if (r.ws) dlrec_net_ws_profile(r.ws, &res->profile);
+  res->ranks = r.ranks;
+  if (r.sh) dlrec_sharded_get_stats(r.sh, &res->dist);
   run_free(&r);
   return s;
 }

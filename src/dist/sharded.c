@@ -1,0 +1,544 @@
+/* The sharded embedding stage of a data-parallel training step
+ * (dlrec/dist.h): the rows a part needs come from their owners, the
+ * lookups' gradients go back to them, and the dense gradients are summed
+ * over the ranks. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend_impl.h"
+#include "dlrec/dist.h"
+#include "dlrec/progress.h"
+#include "model/model_type.h"
+
+struct dlrec_sharded {
+  dlrec_comm *comm;
+  const dlrec_shard_plan *plan;
+  int rank, N;
+  uint32_t F, D;
+  size_t row_bytes;         /* a table row's bytes */
+  dlrec_table *shard;       /* this rank's rows */
+  dlrec_sparse_optim *opt;  /* on shard */
+  dlrec_sparse_optim_config ocfg;
+  uint64_t *row_keys;       /* shard row -> fused row: keys a 16-bit row's stochastic rounding as one process would */
+  uint64_t updates;         /* sparse updates so far, the job's (one per step with any lookup) */
+  /* A part's lookups, in (column, row, position) order: the owner and
+   * shard row of each (owner << 32 | local), and its row in `fetch`. */
+  uint64_t max_lookups;
+  uint64_t *lookup_key;
+  uint32_t *fetch_ids;
+  /* The unique keys, bucketed by owner, and a hash set finding them. */
+  uint64_t *uniq, *uniq_tmp;
+  uint64_t *set_key;
+  uint32_t *set_val;
+  uint64_t set_cap;
+  dlrec_table *fetch; /* the rows of a part's lookups, owner by owner, unique */
+  /* Per-peer counts (N each). */
+  uint64_t *cnt, *rcnt, *sbytes, *rbytes;
+  /* Owner side: requested rows, and received gradients. */
+  uint32_t *req, *recv_req;
+  uint64_t recv_req_cap;
+  char *reply;
+  uint64_t reply_cap;
+  char *gsend, *grecv;
+  uint64_t grecv_cap;
+  uint32_t *upd_ids, *upd_off;
+  float *upd_g;
+  uint64_t upd_cap;
+  void *scratch;
+  size_t scratch_bytes;
+  dlrec_sharded_stats stats;
+};
+
+/* A 16-bit table's optimizer counts its updates (they key the rounding);
+ * an fp32 table's has no count. */
+static uint64_t get_updates(dlrec_sparse_optim *o) {
+  dlrec_sparse_optim_state st;
+  dlrec_sparse_optim_state_view(o, &st);
+  return st.updates ? *st.updates : 0;
+}
+
+static void set_updates(dlrec_sparse_optim *o, uint64_t u) {
+  dlrec_sparse_optim_state st;
+  dlrec_sparse_optim_state_view(o, &st);
+  if (st.updates) *st.updates = u;
+}
+
+static void *grow(void *p, uint64_t *cap, uint64_t need, size_t elem) {
+  if (need <= *cap && p) return p;
+  uint64_t n = need > *cap * 2 ? need : *cap * 2;
+  if (n < 64) n = 64;
+  void *q = realloc(p, n * elem);
+  if (!q) return NULL;
+  *cap = n;
+  return q;
+}
+
+void dlrec_sharded_free(dlrec_sharded *s) {
+  if (!s) return;
+  dlrec_sparse_optim_free(s->opt);
+  dlrec_table_free(s->shard);
+  dlrec_table_free(s->fetch);
+  free(s->row_keys), free(s->lookup_key), free(s->fetch_ids), free(s->uniq), free(s->uniq_tmp);
+  free(s->set_key), free(s->set_val), free(s->cnt), free(s->rcnt), free(s->sbytes), free(s->rbytes);
+  free(s->req), free(s->recv_req), free(s->reply), free(s->gsend), free(s->grecv);
+  free(s->upd_ids), free(s->upd_off), free(s->upd_g), free(s->scratch);
+  free(s);
+}
+
+static dlrec_status set_row_key(void *ctx, uint64_t local, uint64_t global, uint64_t stride, uint64_t n) {
+  uint64_t *keys = ctx;
+  for (uint64_t i = 0; i < n; i++) keys[local + i] = global + i * stride;
+  return DLREC_OK;
+}
+
+/* Bytes of a row's sparse optimizer state. */
+static size_t optim_row_bytes(const dlrec_sparse_optim_config *oc, uint32_t stride) {
+  if (oc->kind == DLREC_SPARSE_ROWWISE_ADAGRAD) return sizeof(float);
+  if (oc->kind == DLREC_SPARSE_LAZY_ADAM) return 2 * (size_t)stride * sizeof(float) + sizeof(uint32_t);
+  return 0;
+}
+
+dlrec_status dlrec_sharded_create(dlrec_sharded **out, dlrec_comm *c, const dlrec_shard_plan *p, const dlrec_net *net,
+                                  const dlrec_sparse_optim_config *oc, uint32_t max_rows) {
+  *out = NULL;
+  const dlrec_schema *schema = dlrec_net_schema(net);
+  if (p->ranks != dlrec_comm_size(c) || p->n_cols != schema->n_sparse)
+    return dlrec_error(DLREC_ERR_INVALID, "sharded: a plan of %d ranks and %u columns for %d ranks and %u columns",
+                       p->ranks, p->n_cols, dlrec_comm_size(c), schema->n_sparse);
+  if (net->plan.n_params > net->plan.n_trainable)
+    return dlrec_error(DLREC_ERR_UNSUPPORTED, "batch normalization is not supported across ranks yet (its statistics "
+                       "would be each rank's, not the global batch's): turn it off or train in one process");
+  dlrec_sharded *s = calloc(1, sizeof *s);
+  if (!s) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
+  s->comm = c;
+  s->plan = p;
+  s->rank = dlrec_comm_rank(c);
+  s->ocfg = *oc;
+  s->N = p->ranks;
+  s->F = schema->n_sparse;
+  s->D = net->plan.emb_dim;
+  const dlrec_table_dtype dtype = (dlrec_table_dtype)net->config.table_dtype;
+  dlrec_status st = dlrec_table_create_dtype(&s->shard, p->rows[s->rank] ? p->rows[s->rank] : 1, s->D, dtype);
+  if (st != DLREC_OK) goto fail;
+  s->row_bytes = (size_t)dlrec_table_stride(s->shard) * dlrec_table_dtype_bytes(dtype);
+  if ((st = dlrec_sparse_optim_create(&s->opt, s->shard, oc)) != DLREC_OK) goto fail;
+  s->row_keys = calloc(dlrec_table_rows(s->shard), sizeof *s->row_keys);
+  if (!s->row_keys) goto nomem;
+  dlrec_shard_plan_runs(p, s->rank, set_row_key, s->row_keys);
+  dlrec_sparse_optim_set_row_keys(s->opt, s->row_keys);
+  s->max_lookups = (uint64_t)max_rows * (net->max_ids_per_row ? net->max_ids_per_row : 1);
+  if ((st = dlrec_table_create_dtype(&s->fetch, s->max_lookups ? s->max_lookups : 1, s->D, dtype)) != DLREC_OK)
+    goto fail;
+  s->set_cap = 64;
+  while (s->set_cap < 2 * s->max_lookups) s->set_cap *= 2;
+  s->lookup_key = malloc(s->max_lookups * sizeof *s->lookup_key);
+  s->fetch_ids = malloc(s->max_lookups * sizeof *s->fetch_ids);
+  s->uniq = malloc(s->max_lookups * sizeof *s->uniq);
+  s->uniq_tmp = malloc(s->max_lookups * sizeof *s->uniq_tmp);
+  s->req = malloc(s->max_lookups * sizeof *s->req);
+  s->set_key = malloc(s->set_cap * sizeof *s->set_key);
+  s->set_val = malloc(s->set_cap * sizeof *s->set_val);
+  s->gsend = malloc(s->max_lookups * (sizeof(uint32_t) + s->D * sizeof(float)));
+  s->cnt = calloc((size_t)s->N, sizeof *s->cnt);
+  s->rcnt = calloc((size_t)s->N, sizeof *s->rcnt);
+  s->sbytes = calloc((size_t)s->N, sizeof *s->sbytes);
+  s->rbytes = calloc((size_t)s->N, sizeof *s->rbytes);
+  if (!s->lookup_key || !s->fetch_ids || !s->uniq || !s->uniq_tmp || !s->req || !s->set_key || !s->set_val ||
+      !s->gsend || !s->cnt || !s->rcnt || !s->sbytes || !s->rbytes)
+    goto nomem;
+  memset(s->set_key, 0xff, s->set_cap * sizeof *s->set_key);
+  *out = s;
+  return DLREC_OK;
+nomem:
+  st = dlrec_error(DLREC_ERR_NOMEM, "cannot allocate the sharded embedding stage (%llu lookups a part)",
+                   (unsigned long long)s->max_lookups);
+fail:
+  dlrec_sharded_free(s);
+  return st;
+}
+
+/* ---- moving shards between rank 0's whole table and the ranks ------------ */
+
+typedef struct pack_ctx {
+  dlrec_sharded *s;
+  char *buf;        /* packed rows: row bytes, then optimizer state */
+  dlrec_table *t;   /* the whole table (rank 0) */
+  dlrec_sparse_optim_state full, shard;
+  size_t rec, obytes;
+  int to_whole; /* 1: buf -> whole table; 0: whole table -> buf */
+} pack_ctx;
+
+/* A row's optimizer state to or from a packed record. */
+static void optim_copy(const dlrec_sparse_optim_state *st, uint64_t row, char *rec, int to_state) {
+  const size_t m = (size_t)st->stride * sizeof(float);
+  if (st->accum) {
+    if (to_state) memcpy(&st->accum[row], rec, sizeof(float));
+    else memcpy(rec, &st->accum[row], sizeof(float));
+  }
+  if (st->m) {
+    float *mm = st->m + row * st->stride, *vv = st->v + row * st->stride;
+    if (to_state) {
+      memcpy(mm, rec, m), memcpy(vv, rec + m, m), memcpy(&st->steps[row], rec + 2 * m, sizeof(uint32_t));
+    } else {
+      memcpy(rec, mm, m), memcpy(rec + m, vv, m), memcpy(rec + 2 * m, &st->steps[row], sizeof(uint32_t));
+    }
+  }
+}
+
+/* Run of a shard: whole-table rows global + i * stride <-> buf records local + i. */
+static dlrec_status pack_run(void *vctx, uint64_t local, uint64_t global, uint64_t stride, uint64_t n) {
+  pack_ctx *x = vctx;
+  char *data = dlrec_table_raw(x->t);
+  for (uint64_t i = 0; i < n; i++) {
+    char *rec = x->buf + (local + i) * x->rec;
+    const uint64_t g = global + i * stride;
+    if (x->to_whole) memcpy(data + g * x->s->row_bytes, rec, x->s->row_bytes);
+    else memcpy(rec, data + g * x->s->row_bytes, x->s->row_bytes);
+    if (x->obytes) optim_copy(&x->full, g, rec + x->s->row_bytes, x->to_whole);
+  }
+  return DLREC_OK;
+}
+
+/* This rank's shard <-> packed records. */
+static void shard_pack(dlrec_sharded *s, char *buf, size_t rec, size_t obytes, int to_shard) {
+  dlrec_sparse_optim_state st;
+  dlrec_sparse_optim_state_view(s->opt, &st);
+  char *data = dlrec_table_raw(s->shard);
+  const uint64_t n = s->plan->rows[s->rank];
+  for (uint64_t r = 0; r < n; r++) {
+    char *x = buf + r * rec;
+    if (to_shard) memcpy(data + r * s->row_bytes, x, s->row_bytes);
+    else memcpy(x, data + r * s->row_bytes, s->row_bytes);
+    if (obytes) optim_copy(&st, r, x + s->row_bytes, to_shard);
+  }
+}
+
+/* Moves every rank's shard to or from rank 0's whole table, one rank at a
+ * time (rank 0 holds one shard's records at once besides the table). */
+static dlrec_status move_shards(dlrec_sharded *s, dlrec_net *net, dlrec_sparse_optim *full_opt, int to_whole) {
+  const size_t obytes = optim_row_bytes(&s->ocfg, dlrec_table_stride(s->shard)), rec = s->row_bytes + obytes;
+  pack_ctx x = {.s = s, .rec = rec, .obytes = obytes, .to_whole = to_whole};
+  if (s->rank == 0) {
+    x.t = dlrec_net_table(net);
+    if (dlrec_table_rows(x.t) != s->plan->rows[0] && dlrec_table_rows(x.t) < s->plan->cols[s->F - 1].end)
+      return dlrec_error(DLREC_ERR_INTERNAL, "sharded: rank 0's table is not the whole table");
+    dlrec_sparse_optim_state_view(full_opt, &x.full);
+  }
+  dlrec_status st = DLREC_OK;
+  for (int r = 0; r < s->N && st == DLREC_OK; r++) {
+    const uint64_t n = s->plan->rows[r], bytes = n * rec;
+    char *buf = (s->rank == r || s->rank == 0) && bytes ? malloc(bytes) : NULL;
+    /* Every rank learns whether the buffers came, so none waits alone. */
+    uint64_t ok = !bytes || ((s->rank != r && s->rank != 0) || buf), all_ok[DLREC_DIST_MAX_RANKS];
+    st = dlrec_comm_allgather(s->comm, &ok, sizeof ok, all_ok);
+    for (int q = 0; st == DLREC_OK && q < s->N; q++)
+      if (!all_ok[q]) st = dlrec_error(DLREC_ERR_NOMEM, "rank %d cannot allocate %llu bytes to move shard %d", q,
+                                       (unsigned long long)bytes, r);
+    if (st == DLREC_OK && bytes) {
+      x.buf = buf;
+      if (r == s->rank && to_whole) shard_pack(s, buf, rec, obytes, 0);
+      if (s->rank == 0 && !to_whole) st = dlrec_shard_plan_runs(s->plan, r, pack_run, &x);
+      if (st == DLREC_OK && r != 0) {
+        memset(s->sbytes, 0, s->N * sizeof *s->sbytes);
+        memset(s->rbytes, 0, s->N * sizeof *s->rbytes);
+        if (to_whole) {
+          if (s->rank == r) s->sbytes[0] = bytes;
+          if (s->rank == 0) s->rbytes[r] = bytes;
+        } else {
+          if (s->rank == 0) s->sbytes[r] = bytes;
+          if (s->rank == r) s->rbytes[0] = bytes;
+        }
+        st = dlrec_comm_alltoallv(s->comm, buf, s->sbytes, buf, s->rbytes);
+      }
+      if (st == DLREC_OK && s->rank == 0 && to_whole) st = dlrec_shard_plan_runs(s->plan, r, pack_run, &x);
+      if (st == DLREC_OK && r == s->rank && !to_whole) shard_pack(s, buf, rec, obytes, 1);
+    }
+    free(buf);
+  }
+  return st;
+}
+
+dlrec_status dlrec_sharded_scatter(dlrec_sharded *s, dlrec_net *net, dlrec_sparse_optim *full_opt) {
+  dlrec_status st = move_shards(s, net, full_opt, 0);
+  /* The update count keys 16-bit rows' rounding: the job's, everywhere. */
+  uint64_t updates = s->rank == 0 ? get_updates(full_opt) : 0;
+  if (st == DLREC_OK) st = dlrec_comm_bcast(s->comm, &updates, sizeof updates, 0);
+  if (st == DLREC_OK) set_updates(s->opt, s->updates = updates);
+  return st;
+}
+
+dlrec_status dlrec_sharded_gather(dlrec_sharded *s, dlrec_net *net, dlrec_sparse_optim *full_opt) {
+  dlrec_status st = move_shards(s, net, full_opt, 1);
+  if (st == DLREC_OK && s->rank == 0) set_updates(full_opt, s->updates);
+  return st;
+}
+
+/* ---- the step -------------------------------------------------------------- */
+
+static inline uint64_t mix(uint64_t k) {
+  k ^= k >> 33;
+  k *= 0xff51afd7ed558ccdull;
+  k ^= k >> 33;
+  return k;
+}
+
+/* The part's lookups: their keys, the unique keys bucketed by owner (in
+ * s->uniq, cnt[r] of them for owner r) and each lookup's row of fetch. */
+static dlrec_status list_lookups(dlrec_sharded *s, const dlrec_batch *b, uint64_t *n_out, uint64_t *u_out) {
+  const dlrec_shard_plan *p = s->plan;
+  const uint64_t mask = s->set_cap - 1;
+  uint64_t n = 0, u = 0;
+  for (uint32_t c = 0; c < s->F; c++) {
+    const uint32_t *off = b->offsets[c], *ids = b->ids[c];
+    if (off[0] != 0) return dlrec_error(DLREC_ERR_INVALID, "sharded: column %u's offsets start at %u, not 0", c, off[0]);
+    const uint32_t end = off[b->rows];
+    if (n + end > s->max_lookups)
+      return dlrec_error(DLREC_ERR_INVALID, "sharded: more than %llu lookups in a part of %u rows",
+                         (unsigned long long)s->max_lookups, b->rows);
+    const dlrec_shard_col *col = &p->cols[c];
+    for (uint32_t k = 0; k < end; k++, n++) {
+      const uint64_t id = ids[k];
+      if (id < col->begin || id >= col->end)
+        return dlrec_error(DLREC_ERR_CORRUPT, "column %u: id %llu outside the column's rows [%llu, %llu)", c,
+                           (unsigned long long)id, (unsigned long long)col->begin, (unsigned long long)col->end);
+      uint64_t local;
+      const int owner = dlrec_shard_owner(p, c, id, &local);
+      const uint64_t key = (uint64_t)owner << 32 | local;
+      s->lookup_key[n] = key;
+      uint64_t h = mix(key) & mask;
+      while (s->set_key[h] != UINT64_MAX && s->set_key[h] != key) h = (h + 1) & mask;
+      if (s->set_key[h] == UINT64_MAX) {
+        s->set_key[h] = key;
+        s->set_val[h] = (uint32_t)u;
+        s->uniq_tmp[u++] = key;
+      }
+      s->fetch_ids[n] = s->set_val[h];
+    }
+  }
+  /* Bucket the unique keys by owner, stably (a counting sort), and renumber
+   * the lookups' rows of fetch to match; clear the set for the next step. */
+  memset(s->cnt, 0, s->N * sizeof *s->cnt);
+  for (uint64_t i = 0; i < u; i++) s->cnt[s->uniq_tmp[i] >> 32]++;
+  uint64_t at = 0;
+  for (int r = 0; r < s->N; r++) {
+    s->rcnt[r] = at; /* as scratch: where owner r's bucket starts */
+    at += s->cnt[r];
+  }
+  uint32_t *renum = (uint32_t *)s->req; /* u <= max_lookups; req is filled after this */
+  for (uint64_t i = 0; i < u; i++) {
+    const uint64_t key = s->uniq_tmp[i], pos = s->rcnt[key >> 32]++;
+    s->uniq[pos] = key;
+    renum[i] = (uint32_t)pos;
+  }
+  for (uint64_t k = 0; k < n; k++) s->fetch_ids[k] = renum[s->fetch_ids[k]];
+  for (uint64_t k = 0; k < n; k++) {
+    uint64_t h = mix(s->lookup_key[k]) & mask;
+    while (s->set_key[h] != UINT64_MAX) {
+      s->set_key[h] = UINT64_MAX;
+      h = (h + 1) & mask;
+    }
+  }
+  for (uint64_t i = 0; i < u; i++) s->req[i] = (uint32_t)s->uniq[i];
+  *n_out = n;
+  *u_out = u;
+  return DLREC_OK;
+}
+
+/* Step 1: the unique rows go to their owners, the rows come back into fetch. */
+static dlrec_status fetch_rows(dlrec_sharded *s, uint64_t u) {
+  dlrec_status st = dlrec_comm_alltoall_u64(s->comm, s->cnt, s->rcnt);
+  if (st != DLREC_OK) return st;
+  uint64_t n_req = 0;
+  for (int r = 0; r < s->N; r++) {
+    s->sbytes[r] = s->cnt[r] * sizeof(uint32_t);
+    s->rbytes[r] = s->rcnt[r] * sizeof(uint32_t);
+    n_req += s->rcnt[r];
+  }
+  if (!(s->recv_req = grow(s->recv_req, &s->recv_req_cap, n_req, sizeof *s->recv_req)) ||
+      !(s->reply = grow(s->reply, &s->reply_cap, n_req * s->row_bytes, 1)))
+    return dlrec_error(DLREC_ERR_NOMEM, "sharded: cannot hold %llu requested rows", (unsigned long long)n_req);
+  if ((st = dlrec_comm_alltoallv(s->comm, s->req, s->sbytes, s->recv_req, s->rbytes)) != DLREC_OK) return st;
+  const uint64_t shard_rows = s->plan->rows[s->rank];
+  const char *data = dlrec_table_raw_const(s->shard);
+  for (uint64_t i = 0; i < n_req; i++) {
+    if (s->recv_req[i] >= shard_rows)
+      return dlrec_error(DLREC_ERR_INTERNAL, "sharded: a request for row %u of a shard of %llu", s->recv_req[i],
+                         (unsigned long long)shard_rows);
+    memcpy(s->reply + i * s->row_bytes, data + (size_t)s->recv_req[i] * s->row_bytes, s->row_bytes);
+  }
+  for (int r = 0; r < s->N; r++) {
+    s->sbytes[r] = s->rcnt[r] * s->row_bytes;
+    s->rbytes[r] = s->cnt[r] * s->row_bytes;
+  }
+  (void)u;
+  return dlrec_comm_alltoallv(s->comm, s->reply, s->sbytes, dlrec_table_raw(s->fetch), s->rbytes);
+}
+
+/* Step 4: each lookup's gradient (d_emb's bag, times 1/|bag| when the
+ * column pools by its mean, as the fused backward scales it) to its row's
+ * owner, in (column, row, position) order, and the owner's update. */
+static dlrec_status update_rows(dlrec_sharded *s, const dlrec_net *net, const dlrec_batch *b, const float *d_emb,
+                                uint64_t n, uint64_t global_lookups) {
+  const uint32_t F = s->F, D = s->D, B = b->rows;
+  const size_t rec = sizeof(uint32_t) + (size_t)D * sizeof(float);
+  memset(s->cnt, 0, s->N * sizeof *s->cnt);
+  for (uint64_t k = 0; k < n; k++) s->cnt[s->lookup_key[k] >> 32]++;
+  uint64_t at = 0;
+  for (int r = 0; r < s->N; r++) {
+    s->rcnt[r] = at;
+    at += s->cnt[r];
+  }
+  uint64_t k = 0;
+  for (uint32_t c = 0; c < F; c++) {
+    const uint32_t *off = b->offsets[c];
+    const int mean = net->plan.pooling == DLREC_BAG_MEAN || net->mean_cols[c];
+    for (uint32_t row = 0; row < B; row++) {
+      const float *g = d_emb + ((size_t)row * F + c) * D;
+      const float inv = off[row + 1] > off[row] ? 1.0f / (float)(off[row + 1] - off[row]) : 0.0f;
+      for (uint32_t j = off[row]; j < off[row + 1]; j++, k++) {
+        const uint64_t key = s->lookup_key[k];
+        char *x = s->gsend + (s->rcnt[key >> 32]++) * rec;
+        const uint32_t local = (uint32_t)key;
+        memcpy(x, &local, sizeof local);
+        float *v = (float *)(x + sizeof local);
+        if (mean)
+          for (uint32_t d = 0; d < D; d++) v[d] = inv * g[d];
+        else
+          memcpy(v, g, D * sizeof(float));
+      }
+    }
+  }
+  dlrec_status st = dlrec_comm_alltoall_u64(s->comm, s->cnt, s->rcnt);
+  if (st != DLREC_OK) return st;
+  uint64_t n_recv = 0;
+  for (int r = 0; r < s->N; r++) {
+    s->sbytes[r] = s->cnt[r] * rec;
+    s->rbytes[r] = s->rcnt[r] * rec;
+    n_recv += s->rcnt[r];
+  }
+  uint64_t cap = s->grecv_cap;
+  if (!(s->grecv = grow(s->grecv, &s->grecv_cap, n_recv * rec, 1)))
+    return dlrec_error(DLREC_ERR_NOMEM, "sharded: cannot hold %llu gradients", (unsigned long long)n_recv);
+  (void)cap;
+  if ((st = dlrec_comm_alltoallv(s->comm, s->gsend, s->sbytes, s->grecv, s->rbytes)) != DLREC_OK) return st;
+  if (n_recv > UINT32_MAX - 1)
+    return dlrec_error(DLREC_ERR_UNSUPPORTED, "sharded: %llu gradients for one rank in a step, at most 2^32 - 2",
+                       (unsigned long long)n_recv);
+  uint64_t ucap = s->upd_cap;
+  if (n_recv + 1 > ucap) {
+    free(s->upd_ids), free(s->upd_off), free(s->upd_g);
+    ucap = n_recv + 1 > 2 * ucap ? n_recv + 1 : 2 * ucap;
+    s->upd_ids = malloc(ucap * sizeof *s->upd_ids);
+    s->upd_off = malloc((ucap + 1) * sizeof *s->upd_off);
+    s->upd_g = malloc(ucap * D * sizeof *s->upd_g);
+    s->upd_cap = s->upd_ids && s->upd_off && s->upd_g ? ucap : 0;
+    if (!s->upd_cap) return dlrec_error(DLREC_ERR_NOMEM, "sharded: cannot hold %llu gradients", (unsigned long long)n_recv);
+  }
+  /* The gradients arrive rank by rank, each rank's in (column, row,
+   * position) order; a row belongs to one column, so its gradients are in
+   * the global batch's (row, position) order: the order one process sums
+   * them in. One bag per gradient keeps that order through the sort. */
+  for (uint64_t i = 0; i < n_recv; i++) {
+    const char *x = s->grecv + i * rec;
+    memcpy(&s->upd_ids[i], x, sizeof(uint32_t));
+    memcpy(s->upd_g + i * D, x + sizeof(uint32_t), D * sizeof(float));
+    s->upd_off[i] = (uint32_t)i;
+  }
+  s->upd_off[n_recv] = (uint32_t)n_recv;
+  const size_t need = dlrec_bag_backward_scratch_bytes(s->shard, n_recv ? n_recv : 1);
+  if (need > s->scratch_bytes) {
+    free(s->scratch);
+    s->scratch = malloc(need);
+    s->scratch_bytes = s->scratch ? need : 0;
+    if (!s->scratch) return dlrec_error(DLREC_ERR_NOMEM, "sharded: cannot allocate %zu bytes of scratch", need);
+  }
+  /* The update count keys a 16-bit row's rounding: one process counts one
+   * update per step with any lookup, so every shard counts the same. */
+  set_updates(s->opt, s->updates);
+  if (n_recv) {
+    const uint32_t *offs[1] = {s->upd_off}, *ids[1] = {s->upd_ids};
+    const dlrec_bag_batch bags = {(uint32_t)n_recv, 1, offs, ids, NULL};
+    st = BE_OP(net->be, bag_backward_update, s->shard, s->opt, &bags, DLREC_BAG_SUM, s->upd_g, s->scratch,
+               s->scratch_bytes);
+  }
+  if (global_lookups) s->updates++;
+  set_updates(s->opt, s->updates);
+  return st;
+}
+
+dlrec_status dlrec_sharded_step(dlrec_sharded *s, dlrec_net *net, dlrec_net_ws *ws, dlrec_net_optim *opt,
+                                const dlrec_batch *b, uint32_t global_rows, uint32_t row_base, float lr_scale,
+                                uint64_t step, double *loss) {
+  double t = dlrec_now(), t0 = t;
+  const uint64_t sent0 = dlrec_comm_bytes_sent(s->comm);
+  uint64_t n = 0, u = 0;
+  dlrec_status st = s->F ? list_lookups(s, b, &n, &u) : DLREC_OK;
+  if (st == DLREC_OK && s->F) st = fetch_rows(s, u);
+  if (st != DLREC_OK) return st;
+  s->stats.exchange_seconds += dlrec_now() - t;
+  t = dlrec_now();
+  /* The part's batch, its ids rewritten as rows of fetch. */
+  dlrec_batch lb = *b;
+  uint64_t at = 0;
+  for (uint32_t c = 0; c < s->F; c++) {
+    lb.ids[c] = s->fetch_ids + at;
+    at += b->offsets[c][b->rows];
+  }
+  double loss_sum = 0;
+  float *grad = NULL, *d_emb = NULL;
+  st = dlrec_net_train_pass(net, ws, &lb, s->F ? s->fetch : NULL, global_rows, row_base, step, &loss_sum, &grad,
+                            &d_emb);
+  if (st != DLREC_OK) return st;
+  const size_t n_train = net->plan.n_trainable;
+  const size_t n_emb = (size_t)b->rows * s->F * s->D;
+  /* Every rank's loss, squared d_emb norm (for clipping) and lookups, in rank order. */
+  double mine[3] = {loss_sum, 0, (double)n}, all[3 * DLREC_DIST_MAX_RANKS];
+  if (opt->clip_grad_norm > 0)
+    for (size_t i = 0; i < n_emb; i++) mine[1] += (double)d_emb[i] * d_emb[i];
+  s->stats.compute_seconds += dlrec_now() - t;
+  t = dlrec_now();
+  if ((st = dlrec_comm_allreduce_f32(s->comm, grad, n_train)) != DLREC_OK) return st;
+  if ((st = dlrec_comm_allgather(s->comm, mine, sizeof mine, all)) != DLREC_OK) return st;
+  s->stats.exchange_seconds += dlrec_now() - t;
+  t = dlrec_now();
+  double sum = 0, sq = 0, lookups = 0;
+  for (int r = 0; r < s->N; r++) {
+    sum += all[3 * r];
+    lookups += all[3 * r + 2];
+  }
+  *loss = sum / global_rows;
+  if (opt->clip_grad_norm > 0) {
+    /* As dlrec_net_train_step clips, with the ranks' d_emb norms summed in
+     * rank order: the same norm up to rounding (docs/distributed.md). */
+    for (size_t i = 0; i < n_train; i++) sq += (double)grad[i] * grad[i];
+    for (int r = 0; r < s->N; r++) sq += all[3 * r + 1];
+    const double norm = sqrt(sq);
+    if (!isfinite(norm))
+      return dlrec_error(DLREC_ERR_INVALID, "training diverged at step %llu (the gradient norm is %g): lower the "
+                         "learning rates or add warmup", (unsigned long long)step, norm);
+    const double coef = (double)opt->clip_grad_norm / (norm + 1e-6);
+    if (coef < 1.0) {
+      const float cf = (float)coef;
+      for (size_t i = 0; i < n_train; i++) grad[i] *= cf;
+      for (size_t i = 0; i < n_emb; i++) d_emb[i] *= cf;
+    }
+  }
+  if (s->F) {
+    if ((st = dlrec_sparse_optim_set_lr(s->opt, opt->sparse_lr * lr_scale)) != DLREC_OK) return st;
+    st = update_rows(s, net, b, d_emb, n, (uint64_t)lookups);
+    if (st != DLREC_OK) return st;
+  }
+  dlrec_optim_config dense = opt->dense;
+  dense.lr = opt->dense.lr * lr_scale;
+  st = BE_OP(net->be, optim_step, &dense, net->params, grad, opt->dense_state, n_train, step);
+  s->stats.update_seconds += dlrec_now() - t;
+  s->stats.steps++;
+  s->stats.lookups += n;
+  s->stats.unique_rows += u;
+  s->stats.bytes_sent += dlrec_comm_bytes_sent(s->comm) - sent0;
+  (void)t0;
+  return st;
+}
+
+void dlrec_sharded_get_stats(const dlrec_sharded *s, dlrec_sharded_stats *st) { *st = s->stats; }

@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# Training across ranks (docs/distributed.md), with Open MPI's mpirun:
+#   1. N ranks of one thread train the same model, bit for bit, as one
+#      process whose steps split N ways (N threads): N = 1 to 4, for DLRM
+#      (fp32, SGD) and for DeepFM (dropout, Adam, row-wise Adagrad, a bf16
+#      table whose rounding is keyed by the job's update count);
+#   2. a checkpoint written by 4 ranks, resumed by 2, then scored by one
+#      process: the same checkpoint bytes and scores as one process's;
+#   3. a rank killed with SIGKILL mid-step: mpirun ends every rank within
+#      KILL_LIMIT seconds, the last checkpoint loads, and 3 ranks resume it;
+#   4. a config that cannot run across ranks (a tiered table) stops every
+#      rank with a clear error, not a hang.
+# usage: tests/dist/run.sh DLREC_BIN MPIRUN WORKDIR
+set -euo pipefail
+bin=$1
+mpirun=$2
+work=$3
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+KILL_LIMIT=${KILL_LIMIT:-30}
+rm -rf "$work"
+mkdir -p "$work"
+cd "$work"
+fail() { echo "dist/run.sh: $*" >&2; exit 1; }
+# Open MPI leaves allocations of its own at exit, which an ASan build's
+# LeakSanitizer would report from every rank (tests/CMakeLists.txt,
+# comm_mpi); the runs in one process keep their leak checks.
+mpi() { ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" "$mpirun" --oversubscribe --bind-to none \
+  --timeout 300 -np "$@"; }
+
+"$bin" synth --rows 30000 --seed 3 --out clicks.tsv -q
+"$bin" etl fit --input clicks.tsv --out etl --min-count 2 -q
+"$bin" etl apply --etl etl --input clicks.tsv --out train.dlr --valid-fraction 0.1 --valid-out valid.dlr --seed 5 -q
+# Batches of 250 (the epoch's last one short). DLRM's plan mixes row-wise
+# and table-wise columns; DeepFM's splits every column row-wise.
+sed 's/"batch_size": 128/"batch_size": 250/; s/^}/, "distributed": { "rowwise_share": 0.06 } }/' \
+  "$root/examples/dlrm_criteo.json" > dlrm.json
+cat > deepfm.json <<'EOF'
+{
+  "model": { "type": "deepfm", "embedding_dim": 8, "mlp": [64, 32], "dropout": 0.2, "batch_norm": false },
+  "optimizer": { "dense": { "type": "adam", "lr": 0.001 }, "sparse": { "type": "rowwise_adagrad", "lr": 0.05 } },
+  "training": { "batch_size": 250, "epochs": 1, "seed": 2, "table_dtype": "bf16" },
+  "log": { "interval_steps": 50 },
+  "distributed": { "rowwise_share": 0 }
+}
+EOF
+for n in 2 3 4; do
+  "$bin" train --config dlrm.json --etl etl --plan --ranks $n > plan.txt
+  grep -q 'row-wise' plan.txt && grep -q 'table-wise' plan.txt || fail "DLRM's plan on $n ranks is not mixed"
+done
+"$bin" train --config deepfm.json --train train.dlr --etl etl --out check --max-steps 1 -q > /dev/null ||
+  fail "deepfm.json does not train in one process"
+
+same_model() { # RUN_A RUN_B: their latest checkpoints' parameters, bit for bit
+  local a b f
+  a=$1/$(cat "$1/latest")
+  b=$2/$(cat "$2/latest")
+  for f in dense.bin table.bin optim.bin; do
+    cmp -s "$a/$f" "$b/$f" || fail "$a/$f and $b/$f differ"
+  done
+}
+
+# 1. N ranks x 1 thread == 1 process x N threads.
+for cfg in dlrm deepfm; do
+  for n in 1 2 3 4; do
+    "$bin" train --config $cfg.json --train train.dlr --valid valid.dlr --etl etl --out one-$cfg-$n \
+      --threads $n --deterministic -q > one.json
+    mpi $n "$bin" train --config $cfg.json --train train.dlr --valid valid.dlr --etl etl --out mpi-$cfg-$n \
+      --threads 1 --deterministic -q > mpi.json
+    same_model one-$cfg-$n mpi-$cfg-$n
+    # The validations ran on the same model: the same AUC.
+    python3 -c 'import json,sys; a,b=(json.load(open(f))["valid"]["auc"] for f in sys.argv[1:]); sys.exit(a!=b)' \
+      one.json mpi.json || fail "$cfg, $n ranks: another validation AUC than one process's"
+    echo "dist: $cfg, $n ranks: the same model as one process of $n threads"
+  done
+done
+
+# 2. Written by 4 ranks, resumed by 2, scored by one process (DeepFM: the
+# optimizers' state and the bf16 rounding's count move between rank counts).
+"$bin" train --config deepfm.json --train train.dlr --etl etl --out one-r --threads 4 --deterministic --max-steps 50 -q >/dev/null
+"$bin" train --config deepfm.json --train train.dlr --etl etl --out one-r --threads 2 --deterministic --resume -q >/dev/null
+mpi 4 "$bin" train --config deepfm.json --train train.dlr --etl etl --out mpi-r --threads 1 --deterministic --max-steps 50 -q >/dev/null
+mpi 2 "$bin" train --config deepfm.json --train train.dlr --etl etl --out mpi-r --threads 1 --deterministic --resume -q >/dev/null
+same_model one-r mpi-r
+"$bin" predict --model one-r --input valid.dlr --out one-scores.txt -q
+"$bin" predict --model mpi-r --input valid.dlr --out mpi-scores.txt -q
+cmp -s one-scores.txt mpi-scores.txt || fail "predict scores differ between the 4->2-rank run and one process's"
+echo "dist: written by 4 ranks, resumed by 2, scored by one process: the same as one process"
+
+# 3. A rank killed mid-step.
+sed 's/"epochs": 1/"epochs": 50/; s/"interval_steps": 0, "keep"/"interval_steps": 20, "keep"/' dlrm.json > long.json
+mpi 2 "$bin" train --config long.json --train train.dlr --etl etl --out killed --threads 1 -q > /dev/null 2> killed.err &
+job=$!
+for _ in $(seq 600); do [ -e killed/latest ] && break; sleep 0.05; done
+[ -e killed/latest ] || fail "no checkpoint before the kill"
+victim=$(pgrep -f -- "--out killed" | while read -r p; do
+  [ "$(cat /proc/"$p"/comm 2>/dev/null)" = dlrec ] && echo "$p"; done | tail -1)
+[ -n "$victim" ] || fail "no rank to kill"
+t0=$(date +%s.%N)
+kill -9 "$victim"
+set +e
+wait "$job"
+rc=$?
+set -e
+t1=$(date +%s.%N)
+[ "$rc" -ne 0 ] || fail "mpirun exited 0 after a rank was killed"
+left=$(pgrep -f -- "--out killed" || true)
+[ -z "$left" ] || fail "ranks still running after the job ended: $left"
+python3 -c "import sys; d=$t1-$t0; print('dist: a rank killed: every rank gone in %.1f s' % d); sys.exit(d > $KILL_LIMIT)" ||
+  fail "the job took more than $KILL_LIMIT s to end after a rank was killed"
+"$bin" eval --model killed --data valid.dlr > /dev/null || fail "the checkpoint left by the killed job does not load"
+mpi 3 "$bin" train --config long.json --train train.dlr --etl etl --out killed --threads 1 --resume --max-steps 400 -q \
+  > resumed.json || fail "3 ranks cannot resume the killed job"
+python3 -c 'import json,sys; sys.exit(json.load(open(sys.argv[1]))["steps"] != 400)' resumed.json ||
+  fail "the resumed job did not run to step 400"
+echo "dist: the killed job resumed on 3 ranks"
+
+# 4. A config that cannot run across ranks.
+sed 's/"training":/"storage": { "kind": "tiered", "cache_rows": 1000 }, "training":/' dlrm.json > tiered.json
+set +e
+mpi 2 "$bin" train --config tiered.json --train train.dlr --etl etl --out tiered -q > /dev/null 2> tiered.err
+rc=$?
+set -e
+[ "$rc" -ne 0 ] || fail "a tiered table trained across ranks"
+grep -q 'storage.kind "tiered" trains in one process only' tiered.err || { cat tiered.err >&2; fail "no clear error for a tiered table across ranks"; }
+echo "dist: a tiered table across ranks: $(grep -m1 'tiered' tiered.err)"
