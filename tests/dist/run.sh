@@ -8,7 +8,9 @@
 #      process: the same checkpoint bytes and scores as one process's;
 #   3. a rank killed with SIGKILL mid-step: mpirun ends every rank within
 #      KILL_LIMIT seconds, the last checkpoint loads, and 3 ranks resume it;
-#   4. a config that cannot run across ranks (a tiered table) stops every
+#   4. SIGTERM to one rank stops every rank at the same step, with a
+#      checkpoint that resumes;
+#   5. a config that cannot run across ranks (a tiered table) stops every
 #      rank with a clear error, not a hang.
 # usage: tests/dist/run.sh DLREC_BIN MPIRUN WORKDIR
 set -euo pipefail
@@ -115,7 +117,30 @@ python3 -c 'import json,sys; sys.exit(json.load(open(sys.argv[1]))["steps"] != 4
   fail "the resumed job did not run to step 400"
 echo "dist: the killed job resumed on 3 ranks"
 
-# 4. A config that cannot run across ranks.
+# 4. SIGTERM to one rank: every rank stops at the same step (the stop is
+# agreed on), rank 0 saves a checkpoint, and the job resumes.
+mpi 2 "$bin" train --config long.json --train train.dlr --etl etl --out stopped --threads 1 -q > stopped.json 2> stopped.err &
+job=$!
+for _ in $(seq 600); do [ -e stopped/latest ] && break; sleep 0.05; done
+[ -e stopped/latest ] || fail "no checkpoint before the signal"
+victim=$(pgrep -f -- "--out stopped" | while read -r p; do
+  [ "$(cat /proc/"$p"/comm 2>/dev/null)" = dlrec ] && echo "$p"; done | tail -1)
+kill -TERM "$victim"
+# A rank that stopped alone would leave the other waiting until mpirun's timeout.
+for _ in $(seq 600); do kill -0 "$job" 2>/dev/null || break; sleep 0.05; done
+if kill -0 "$job" 2>/dev/null; then kill -9 "$job"; fail "SIGTERM to one rank did not stop the job within 30 s"; fi
+set +e
+wait "$job"
+set -e
+python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); sys.exit(not j.get("interrupted"))' stopped.json ||
+  fail "rank 0 did not report an interrupted run"
+step=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["steps"])' stopped.json)
+[ "$(cat stopped/latest)" = "$(printf 'ckpt-%012d' "$step")" ] || fail "no checkpoint at the stopped step $step"
+mpi 2 "$bin" train --config long.json --train train.dlr --etl etl --out stopped --threads 1 --resume \
+  --max-steps $((step + 20)) -q > /dev/null || fail "the stopped job does not resume"
+echo "dist: SIGTERM to one rank stopped both at step $step with a checkpoint; resumed"
+
+# 5. A config that cannot run across ranks.
 sed 's/"training":/"storage": { "kind": "tiered", "cache_rows": 1000 }, "training":/' dlrm.json > tiered.json
 set +e
 mpi 2 "$bin" train --config tiered.json --train train.dlr --etl etl --out tiered -q > /dev/null 2> tiered.err
