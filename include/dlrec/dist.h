@@ -114,6 +114,12 @@ dlrec_status dlrec_sharded_step(dlrec_sharded *s, dlrec_net *net, dlrec_net_ws *
                                 const dlrec_batch *b, uint32_t global_rows, uint32_t row_base, float lr_scale,
                                 uint64_t step, double *loss);
 
+/* Scores this rank's part b of a batch (the step's rows in: step 1 above)
+ * with scorer sc into prob (b->rows). Collective, like a step, and like a
+ * step's, its errors may leave the other ranks waiting. */
+dlrec_status dlrec_sharded_score(dlrec_sharded *s, const dlrec_net_scorer *sc, dlrec_net_ws *ws, const dlrec_batch *b,
+                                 float *prob);
+
 typedef struct dlrec_sharded_stats {
   uint64_t steps;
   uint64_t lookups, unique_rows; /* this rank's, over the steps */

@@ -184,6 +184,10 @@ void dlrec_net_scorer_free(dlrec_net_scorer *s); /* accepts NULL */
  * Reads the scorer and its network only, so threads with their own
  * workspaces may share them. A batch with ids outside the table is refused. */
 dlrec_status dlrec_net_predict(const dlrec_net_scorer *s, dlrec_net_ws *ws, const dlrec_batch *batch, float *prob);
+/* The same with the batch's ids rows of `table` (NULL: the network's own):
+ * a rank's part scored on the rows fetched from their owners (src/dist/). */
+dlrec_status dlrec_net_predict_rows(const dlrec_net_scorer *s, dlrec_net_ws *ws, const dlrec_batch *batch,
+                                    const dlrec_table *table, float *prob);
 
 /* dlrec_net_predict with rows from elsewhere (a server's Redis tier): fetch
  * is asked once per batch for the rows its bags read, by key (the row's id,

@@ -467,6 +467,27 @@ static dlrec_status update_rows(dlrec_sharded *s, const dlrec_net *net, const dl
   return st;
 }
 
+/* The part's batch with its ids rewritten as rows of fetch. */
+static void part_batch(const dlrec_sharded *s, const dlrec_batch *b, dlrec_batch *out) {
+  *out = *b;
+  uint64_t at = 0;
+  for (uint32_t c = 0; c < s->F; c++) {
+    out->ids[c] = s->fetch_ids + at;
+    at += b->offsets[c][b->rows];
+  }
+}
+
+dlrec_status dlrec_sharded_score(dlrec_sharded *s, const dlrec_net_scorer *sc, dlrec_net_ws *ws, const dlrec_batch *b,
+                                 float *prob) {
+  uint64_t n = 0, u = 0;
+  dlrec_status st = s->F ? list_lookups(s, b, &n, &u) : DLREC_OK;
+  if (st == DLREC_OK && s->F) st = fetch_rows(s, u);
+  if (st != DLREC_OK || !b->rows) return st;
+  dlrec_batch lb;
+  part_batch(s, b, &lb);
+  return dlrec_net_predict_rows(sc, ws, &lb, s->F ? s->fetch : NULL, prob);
+}
+
 dlrec_status dlrec_sharded_step(dlrec_sharded *s, dlrec_net *net, dlrec_net_ws *ws, dlrec_net_optim *opt,
                                 const dlrec_batch *b, uint32_t global_rows, uint32_t row_base, float lr_scale,
                                 uint64_t step, double *loss) {
@@ -478,13 +499,8 @@ dlrec_status dlrec_sharded_step(dlrec_sharded *s, dlrec_net *net, dlrec_net_ws *
   if (st != DLREC_OK) return st;
   s->stats.exchange_seconds += dlrec_now() - t;
   t = dlrec_now();
-  /* The part's batch, its ids rewritten as rows of fetch. */
-  dlrec_batch lb = *b;
-  uint64_t at = 0;
-  for (uint32_t c = 0; c < s->F; c++) {
-    lb.ids[c] = s->fetch_ids + at;
-    at += b->offsets[c][b->rows];
-  }
+  dlrec_batch lb;
+  part_batch(s, b, &lb);
   double loss_sum = 0;
   float *grad = NULL, *d_emb = NULL;
   st = dlrec_net_train_pass(net, ws, &lb, s->F ? s->fetch : NULL, global_rows, row_base, step, &loss_sum, &grad,

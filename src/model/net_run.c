@@ -356,6 +356,14 @@ dlrec_status dlrec_net_predict(const dlrec_net_scorer *s, dlrec_net_ws *ws, cons
   return st;
 }
 
+dlrec_status dlrec_net_predict_rows(const dlrec_net_scorer *s, dlrec_net_ws *ws, const dlrec_batch *batch,
+                                    const dlrec_table *table, float *prob) {
+  ws->table_override = table;
+  dlrec_status st = dlrec_net_predict(s, ws, batch, prob);
+  ws->table_override = NULL;
+  return st;
+}
+
 static int cmp_u32(const void *a, const void *b) {
   const uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
   return x < y ? -1 : x > y;

@@ -181,9 +181,16 @@ static dlrec_status truncate_metrics(const char *path, uint64_t step) {
   return s;
 }
 
+/* Across ranks (the definitions are with the rest, below dlrec_train's helpers). */
+static dlrec_status dist_evaluate(run *r, dlrec_metrics *out);
+static dlrec_status dist_checkpoint(run *r);
+static dlrec_status dist_status(run *r, dlrec_status s, void *shared, size_t bytes);
+
+/* Across ranks, collective: every rank scores its part and gets the metrics. */
 static dlrec_status evaluate_now(run *r, dlrec_metrics *out) {
   const char *paths[] = {r->a->valid};
-  dlrec_status s = dlrec_evaluate(r->model, paths, 1, r->cfg.eval_batch_size, r->cfg.eval_max_rows, out);
+  dlrec_status s = r->sh ? dist_evaluate(r, out)
+                         : dlrec_evaluate(r->model, paths, 1, r->cfg.eval_batch_size, r->cfg.eval_max_rows, out);
   if (s != DLREC_OK) return dlrec_error_context("evaluating on %s: ", r->a->valid);
   r->prog.valid_auc = out->auc;
   return DLREC_OK;
@@ -490,7 +497,9 @@ static cJSON *step_json(const run *r, double loss, double lr_scale, double rate)
 /* A scheduled validation (eval.interval_steps or the end of an epoch) after
  * the step trained with lr scale `scale`: evaluates, feeds the metric to the
  * validation state (best, early stopping, plateau), logs the line, and saves
- * the best checkpoint. *stop is set when the run must end here. */
+ * the best checkpoint. *stop is set when the run must end here. Across
+ * ranks every rank calls it: the evaluation is collective, rank 0 decides
+ * and logs, and every rank takes its decisions. */
 static dlrec_status validate(run *r, dlrec_train_result *res, double scale, double loss, int epoch_end,
                              dlrec_progress *bar, int *stop) {
   const dlrec_train_config *c = &r->cfg;
@@ -500,22 +509,33 @@ static dlrec_status validate(run *r, dlrec_train_result *res, double scale, doub
   r->has_last_valid = 1;
   r->last_valid_step = r->prog.step;
   r->last_valid = m;
-  dlrec_valid_outcome o;
-  dlrec_valid_observe(c, &r->prog.valid, watched(c, &m), r->prog.step, &o);
-  cJSON *j = step_json(r, NAN, scale, 0);
-  cJSON_DeleteItemFromObject(j, "samples_per_s");
-  if (epoch_end) cJSON_AddBoolToObject(j, "epoch_end", 1);
-  cJSON_AddItemToObject(j, "valid", dlrec_metrics_to_json(&m));
-  if (o.improved && c->keep_best) cJSON_AddBoolToObject(j, "best", 1);
-  if (c->plateau_factor < 1) cJSON_AddNumberToObject(j, "plateau_scale", r->prog.valid.plateau_scale);
-  if (o.stop) cJSON_AddBoolToObject(j, "early_stop", 1);
-  if ((s = log_json(r, j)) != DLREC_OK) return s;
+  struct {
+    dlrec_valid_outcome o;
+    dlrec_valid_state valid;
+  } d = {{0}, {0}};
+  if (r->rank == 0) {
+    dlrec_valid_observe(c, &r->prog.valid, watched(c, &m), r->prog.step, &d.o);
+    cJSON *j = step_json(r, NAN, scale, 0);
+    cJSON_DeleteItemFromObject(j, "samples_per_s");
+    if (epoch_end) cJSON_AddBoolToObject(j, "epoch_end", 1);
+    cJSON_AddItemToObject(j, "valid", dlrec_metrics_to_json(&m));
+    if (d.o.improved && c->keep_best) cJSON_AddBoolToObject(j, "best", 1);
+    if (c->plateau_factor < 1) cJSON_AddNumberToObject(j, "plateau_scale", r->prog.valid.plateau_scale);
+    if (d.o.stop) cJSON_AddBoolToObject(j, "early_stop", 1);
+    s = log_json(r, j);
+    d.valid = r->prog.valid;
+  }
+  /* Rank 0's decisions (and the plateau's lr factor) to every rank. */
+  if ((s = dist_status(r, s, &d, sizeof d)) != DLREC_OK) return s;
+  const dlrec_valid_outcome o = d.o;
+  r->prog.valid = d.valid;
   dlrec_progress_note(bar, "loss %.4f auc %.4f", isfinite(res->last_loss) ? res->last_loss : loss, m.auc);
   /* The best checkpoint: saved (which makes it `latest` too), then named by
    * RUN/best; a crash between the two is repaired on resume. */
   if (c->keep_best && o.improved) {
-    if ((s = checkpoint_now(r)) != DLREC_OK) return s;
-    if ((s = dlrec_checkpoint_mark_best(r->a->run_dir, r->prog.step)) != DLREC_OK) return s;
+    if ((s = dist_checkpoint(r)) != DLREC_OK) return s;
+    if (r->rank == 0) s = dlrec_checkpoint_mark_best(r->a->run_dir, r->prog.step);
+    if ((s = dist_status(r, s, NULL, 0)) != DLREC_OK) return s;
   }
   if (o.reduced) DLREC_INFO("validation plateau at step %llu: learning rates x%g", (unsigned long long)r->prog.step,
                             r->prog.valid.plateau_scale);
@@ -625,8 +645,9 @@ static dlrec_status dist_start(run *r) {
   if (s == DLREC_OK) s = dlrec_comm_bcast(c, params, n_params * sizeof(float), 0);
   if (s == DLREC_OK && state) s = dlrec_comm_bcast(c, r->opt.dense_state, state * sizeof(float), 0);
   if (s == DLREC_OK) s = make_plan(&r->cfg, r->model, r->ranks, &r->plan, &dense, &mirror);
-  /* A part holds at most ceil(batch / ranks) rows. */
-  const uint32_t part_rows = (uint32_t)(((uint64_t)r->cfg.batch_size + (uint64_t)r->ranks - 1) / (uint64_t)r->ranks);
+  /* A part holds at most ceil(batch / ranks) rows, of a training or a validation batch. */
+  const uint64_t most = r->cfg.batch_size > r->cfg.eval_batch_size ? r->cfg.batch_size : r->cfg.eval_batch_size;
+  const uint32_t part_rows = (uint32_t)((most + (uint64_t)r->ranks - 1) / (uint64_t)r->ranks);
   if (s == DLREC_OK) s = dlrec_sharded_create(&r->sh, c, &r->plan, r->model, &r->cfg.sparse, part_rows);
   if ((s = dist_agree(r, s)) != DLREC_OK) return s;
   if (r->rank == 0) {
@@ -645,27 +666,126 @@ static dlrec_status dist_gather(run *r) {
   return r->sh ? dist_agree(r, dlrec_sharded_gather(r->sh, r->model, r->opt.sparse)) : DLREC_OK;
 }
 
-/* What rank 0 decided at a validation or checkpoint, to every rank: its
- * status, the validation state (the plateau's lr factor), and whether the
- * run stops. */
-static dlrec_status dist_decided(run *r, dlrec_status s, dlrec_train_result *res, int *stop) {
+/* Something rank 0 did alone (logging, saving): its status, and `bytes`
+ * bytes of `shared` (what it decided), to every rank. Returns this rank's
+ * status on rank 0, rank 0's on the others. */
+static dlrec_status dist_status(run *r, dlrec_status s, void *shared, size_t bytes) {
   if (!r->sh) return s;
-  struct {
-    int32_t status, stop, early, target;
-    dlrec_valid_state valid;
-    double valid_auc;
-    uint64_t last_ckpt_step;
-  } d = {s, *stop, res->early_stopped, res->reached_target, r->prog.valid, r->prog.valid_auc, r->last_ckpt_step};
-  dlrec_status c = dlrec_comm_bcast(r->a->comm, &d, sizeof d, 0);
+  int32_t st = s;
+  dlrec_status c = dlrec_comm_bcast(r->a->comm, &st, sizeof st, 0);
+  if (c == DLREC_OK && bytes) c = dlrec_comm_bcast(r->a->comm, shared, bytes, 0);
   if (c != DLREC_OK) return c;
   if (r->rank == 0) return s;
-  *stop = d.stop;
-  res->early_stopped = d.early;
-  res->reached_target = d.target;
-  r->prog.valid = d.valid;
-  r->prog.valid_auc = d.valid_auc;
-  r->last_ckpt_step = d.last_ckpt_step;
-  return d.status == DLREC_OK ? DLREC_OK : dlrec_error((dlrec_status)d.status, "rank 0 failed (its error is in its log)");
+  return st == DLREC_OK ? DLREC_OK : dlrec_error((dlrec_status)st, "rank 0 failed (its error is in its log)");
+}
+
+/* A checkpoint, collectively across ranks: the shards gathered into rank
+ * 0's copy of the table, which rank 0 saves. */
+static dlrec_status dist_checkpoint(run *r) {
+  if (!r->sh) return checkpoint_now(r);
+  dlrec_status s = dist_gather(r);
+  if (s == DLREC_OK && r->rank == 0) s = checkpoint_now(r);
+  return dist_status(r, s, &r->last_ckpt_step, sizeof r->last_ckpt_step);
+}
+
+/* Across ranks: every rank scores its part of each validation batch, with
+ * the rows its lookups need from their owners, and sends its scores and
+ * labels to rank 0, which computes the metrics over all of them in the
+ * file's order (the exact global AUC) and shares them. */
+static dlrec_status dist_evaluate(run *r, dlrec_metrics *out) {
+  const char *paths[] = {r->a->valid};
+  dlrec_comm *c = r->a->comm;
+  const uint32_t N = (uint32_t)r->ranks, B = r->cfg.eval_batch_size;
+  const uint64_t max_rows = r->cfg.eval_max_rows;
+  dlrec_loader_opts o;
+  dlrec_loader_opts_default(&o);
+  o.batch_rows = B;
+  o.shuffle = 0;
+  o.epochs = 1;
+  o.part = (uint32_t)r->rank;
+  o.parts = N;
+  const uint32_t part = (uint32_t)(((uint64_t)B + N - 1) / N);
+  dlrec_loader *ld = NULL;
+  dlrec_net_ws *ws = NULL;
+  dlrec_net_scorer *sc = NULL;
+  dlrec_evaluator *ev = NULL;
+  float *pairs = malloc((size_t)part * 2 * sizeof(float)); /* (score, label) of each row of the part */
+  float *prob = malloc((size_t)part * sizeof(float));
+  /* Rank 0: every part's pairs, then the batch's scores and labels. */
+  float *all = r->rank == 0 ? malloc((size_t)B * 4 * sizeof(float)) : NULL;
+  uint64_t *sb = calloc(N, sizeof *sb), *rb = calloc(N, sizeof *rb);
+  dlrec_status s = pairs && prob && sb && rb && (r->rank != 0 || all) ? DLREC_OK
+                                                                      : dlrec_error(DLREC_ERR_NOMEM, "out of memory");
+  if (s == DLREC_OK) s = dlrec_loader_open(&ld, paths, 1, &o);
+  if (s == DLREC_OK && !dlrec_schema_equal(dlrec_loader_schema(ld), dlrec_net_schema(r->model)))
+    s = dlrec_error(DLREC_ERR_INVALID, "%s: encoded with another ETL state than the model's (the schemas differ)",
+                    paths[0]);
+  if (s == DLREC_OK && !dlrec_loader_schema(ld)->has_label)
+    s = dlrec_error(DLREC_ERR_INVALID, "evaluation needs labeled data");
+  if (s == DLREC_OK) s = dlrec_net_ws_create(&ws, r->model, part);
+  if (s == DLREC_OK) s = dlrec_net_scorer_create(&sc, r->model);
+  if (s == DLREC_OK && r->rank == 0) s = dlrec_evaluator_create(&ev, 0);
+  s = dist_agree(r, s);
+  uint64_t done = 0;
+  while (s == DLREC_OK) {
+    const dlrec_batch *b = NULL;
+    const dlrec_status ls = dlrec_loader_next(ld, &b);
+    uint32_t mine[2] = {(uint32_t)(int32_t)ls, ls == DLREC_OK ? b->rows : 0}, got[2 * DLREC_DIST_MAX_RANKS];
+    if ((s = dlrec_comm_allgather(c, mine, sizeof mine, got)) != DLREC_OK) break;
+    int ends = 0;
+    for (uint32_t q = 0; q < N && s == DLREC_OK; q++) {
+      const dlrec_status qs = (dlrec_status)(int32_t)got[2 * q];
+      if (qs != DLREC_OK && qs != DLREC_END)
+        s = (int)q == r->rank ? ls : dlrec_error(qs, "rank %u failed to load its part of %s", q, paths[0]);
+      ends += qs == DLREC_END;
+    }
+    if (s != DLREC_OK) break;
+    if (ends) {
+      if (ends != (int)N) s = dlrec_error(DLREC_ERR_INTERNAL, "the ranks' loaders disagree on the end of %s", paths[0]);
+      break;
+    }
+    if ((s = dlrec_sharded_score(r->sh, sc, ws, b, prob)) != DLREC_OK) {
+      DLREC_ERROR("rank %d: scoring %s: %s", r->rank, paths[0], dlrec_last_error());
+      dlrec_comm_abort(c, 1);
+      break;
+    }
+    /* The rows within eval.max_rows, each rank's, in the file's order. */
+    uint64_t base = done;
+    for (uint32_t q = 0; q < N; q++) {
+      const uint64_t rows = got[2 * q + 1];
+      const uint64_t keep = !max_rows ? rows : base >= max_rows ? 0 : max_rows - base < rows ? max_rows - base : rows;
+      sb[q] = 0;
+      rb[q] = r->rank == 0 ? keep * 2 * sizeof(float) : 0;
+      if ((int)q == r->rank) {
+        sb[0] = keep * 2 * sizeof(float);
+        for (uint64_t i = 0; i < keep; i++) pairs[2 * i] = prob[i], pairs[2 * i + 1] = b->labels[i];
+      }
+      base += rows;
+    }
+    if ((s = dlrec_comm_alltoallv(c, pairs, sb, all, rb)) != DLREC_OK) break;
+    dlrec_status es = DLREC_OK;
+    if (r->rank == 0) {
+      uint64_t n = 0;
+      for (uint32_t q = 0; q < N; q++) n += rb[q] / (2 * sizeof(float));
+      float *scores = all + 2 * (size_t)B, *labels = scores + B;
+      for (uint64_t i = 0; i < n; i++) scores[i] = all[2 * i], labels[i] = all[2 * i + 1];
+      if (n) es = dlrec_evaluator_add(ev, scores, labels, n);
+    }
+    if ((s = dist_status(r, es, NULL, 0)) != DLREC_OK) break;
+    done = base;
+    if (max_rows && done >= max_rows) break;
+  }
+  if (s == DLREC_OK) s = dist_status(r, r->rank == 0 ? dlrec_evaluator_compute(ev, out) : DLREC_OK, out, sizeof *out);
+  free(sb);
+  free(rb);
+  dlrec_evaluator_free(ev);
+  dlrec_net_scorer_free(sc);
+  dlrec_net_ws_free(ws);
+  dlrec_loader_close(ld);
+  free(pairs);
+  free(all);
+  free(prob);
+  return s;
 }
 
 /* The step's agreement: every rank's loader outcome (its part of the same
@@ -806,19 +926,13 @@ dlrec_status dlrec_train(const dlrec_train_args *a, dlrec_train_result *res) {
                      (c->eval_every_epoch && epoch_end))) {
       double te = dlrec_now();
       int stop = 0;
-      s = dist_gather(&r); /* across ranks, rank 0 validates on the whole table */
-      if (s == DLREC_OK && r.rank == 0) s = validate(&r, res, scale, loss, epoch_end, bar, &stop);
-      s = dist_decided(&r, s, res, &stop);
+      s = validate(&r, res, scale, loss, epoch_end, bar, &stop);
       eval_seconds += dlrec_now() - te;
       if (s != DLREC_OK || stop) break;
     }
     if (c->checkpoint_interval_steps && r.prog.step % c->checkpoint_interval_steps == 0 &&
-        r.last_ckpt_step != r.prog.step) {
-      int stop = 0;
-      s = dist_gather(&r);
-      if (s == DLREC_OK && r.rank == 0) s = checkpoint_now(&r);
-      if ((s = dist_decided(&r, s, res, &stop)) != DLREC_OK) break;
-    }
+        r.last_ckpt_step != r.prog.step && (s = dist_checkpoint(&r)) != DLREC_OK)
+      break;
   }
   /* Waiting for a followed directory's next file is neither training nor
    * loading. */
@@ -828,51 +942,49 @@ dlrec_status dlrec_train(const dlrec_train_args *a, dlrec_train_result *res) {
   dlrec_progress_finish(bar);
   if (s == DLREC_OK && r.prog.loss_rows) res->last_loss = r.prog.loss_sum / (double)r.prog.loss_rows;
   res->interrupted = g_stop && s == DLREC_OK;
-  /* Across ranks, rank 0 alone reports and saves, on the whole table
-   * gathered from the shards. */
-  if (r.sh && state_ok) {
-    dlrec_error_copy e;
-    dlrec_error_save(&e);
-    const dlrec_status g = dist_gather(&r);
-    if (g != DLREC_OK) state_ok = 0;
-    if (s == DLREC_OK) s = g;
-    else dlrec_error_restore(&e);
-  }
-  if (r.rank == 0) {
-    if (s == DLREC_OK && a->valid && !res->interrupted && r.has_last_valid && r.last_valid_step == r.prog.step) {
-      /* The last step was validated (and logged) already. */
+  /* Across ranks, an error rank 0 met logging reaches every rank. */
+  if (r.sh && s == DLREC_OK) s = dist_agree(&r, pending);
+  /* From here across ranks every rank takes part (the evaluation and the
+   * checkpoint are collective) and rank 0 reports. */
+  if (s == DLREC_OK && a->valid && !res->interrupted && r.has_last_valid && r.last_valid_step == r.prog.step) {
+    /* The last step was validated (and logged) already. */
+    res->has_valid = 1;
+    res->valid = r.last_valid;
+  } else if (s == DLREC_OK && a->valid && !res->interrupted) {
+    s = evaluate_now(&r, &res->valid);
+    if (s == DLREC_OK) {
       res->has_valid = 1;
-      res->valid = r.last_valid;
-    } else if (s == DLREC_OK && a->valid && !res->interrupted) {
-      s = evaluate_now(&r, &res->valid);
-      if (s == DLREC_OK) {
-        res->has_valid = 1;
+      if (r.rank == 0) {
         cJSON *j = step_json(&r, res->last_loss, dlrec_lr_scale(c, r.prog.step) * r.prog.valid.plateau_scale, 0);
         cJSON_DeleteItemFromObject(j, "samples_per_s");
         cJSON_AddItemToObject(j, "valid", dlrec_metrics_to_json(&res->valid));
         cJSON_AddBoolToObject(j, "final", 1);
         s = log_json(&r, j);
       }
+      s = dist_status(&r, s, NULL, 0);
     }
-    if (s == DLREC_OK && a->valid && !res->interrupted && c->restore_best && r.prog.valid.validations &&
-        !isnan(r.prog.valid.best))
-      s = evaluate_best(&r, res);
-    /* The last trained rows reach the Redis tier too. */
-    if (r.pub && state_ok) publisher_publish(r.pub, r.model, r.prog.step);
-    /* The final checkpoint: also after a signal or an error in the data or the
-     * evaluation, so that the steps trained are not lost; never after a failed
-     * or diverged step, whose parameters must not replace a good checkpoint. */
-    if (state_ok) {
-      dlrec_error_copy e;
-      dlrec_error_save(&e);
-      /* A checkpoint of this very state exists when the last step was both
-       * validated and checkpointed (a best one, say): writing it again would
-       * only replace RUN/best's directory under it. */
-      int saved = r.last_ckpt_step == r.prog.step && r.has_last_valid && r.last_valid_step == r.prog.step;
-      dlrec_status cs = (r.prog.step > start_step || !a->resume) && !saved ? checkpoint_now(&r) : DLREC_OK;
-      if (s == DLREC_OK) s = cs;
-      else dlrec_error_restore(&e);
-    }
+  }
+  if (s == DLREC_OK && a->valid && !res->interrupted && c->restore_best && r.prog.valid.validations &&
+      !isnan(r.prog.valid.best)) {
+    /* RUN/best, loaded and scored in this process (its table mapped). */
+    if (r.rank == 0) s = evaluate_best(&r, res);
+    s = dist_status(&r, s, NULL, 0);
+  }
+  /* The last trained rows reach the Redis tier too. */
+  if (r.pub && state_ok) publisher_publish(r.pub, r.model, r.prog.step);
+  /* The final checkpoint: also after a signal or an error in the data or the
+   * evaluation, so that the steps trained are not lost; never after a failed
+   * or diverged step, whose parameters must not replace a good checkpoint. */
+  if (state_ok) {
+    dlrec_error_copy e;
+    dlrec_error_save(&e);
+    /* A checkpoint of this very state exists when the last step was both
+     * validated and checkpointed (a best one, say): writing it again would
+     * only replace RUN/best's directory under it. */
+    int saved = r.last_ckpt_step == r.prog.step && r.has_last_valid && r.last_valid_step == r.prog.step;
+    dlrec_status cs = (r.prog.step > start_step || !a->resume) && !saved ? dist_checkpoint(&r) : DLREC_OK;
+    if (s == DLREC_OK) s = cs;
+    else dlrec_error_restore(&e);
   }
   sigaction(SIGINT, &old_int, NULL);
   sigaction(SIGTERM, &old_term, NULL);

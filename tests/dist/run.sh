@@ -77,6 +77,33 @@ for cfg in dlrm deepfm; do
   done
 done
 
+# Validations across ranks: every rank scores its part of each validation
+# batch and rank 0 computes the metrics over all rows (several batches, a
+# row limit), and decides best, plateau and early stop for every rank.
+python3 - deepfm.json > deepfm-valid.json <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["eval"] = {"interval_steps": 15, "batch_size": 700, "max_rows": 2500}
+c["checkpoint"] = {"keep_best": True}
+c["schedule"] = {"plateau_factor": 0.5, "plateau_patience": 1}
+c["training"].update(restore_best=True, early_stopping_patience=3, epochs=2)
+print(json.dumps(c))
+PY
+valid_lines() { python3 -c 'import json,sys
+for l in open(sys.argv[1]):
+    j = json.loads(l)
+    if "valid" in j: print(json.dumps(j, sort_keys=True))' "$1/metrics.jsonl"; }
+"$bin" train --config deepfm-valid.json --train train.dlr --valid valid.dlr --etl etl --out one-v --threads 3 \
+  --deterministic -q > one.json
+mpi 3 "$bin" train --config deepfm-valid.json --train train.dlr --valid valid.dlr --etl etl --out mpi-v --threads 1 \
+  --deterministic -q > mpi.json
+same_model one-v mpi-v
+[ "$(valid_lines one-v)" = "$(valid_lines mpi-v)" ] || fail "validations across 3 ranks differ from one process's"
+[ "$(cat one-v/best)" = "$(cat mpi-v/best)" ] || fail "RUN/best differs across 3 ranks"
+n=$(valid_lines mpi-v | wc -l)
+[ "$n" -ge 3 ] || fail "only $n validations"
+echo "dist: $n validations on 3 ranks (best, plateau, early stopping): the same as one process's"
+
 # 2. Written by 4 ranks, resumed by 2, scored by one process (DeepFM: the
 # optimizers' state and the bf16 rounding's count move between rank counts).
 "$bin" train --config deepfm.json --train train.dlr --etl etl --out one-r --threads 4 --deterministic --max-steps 50 -q >/dev/null
