@@ -29,8 +29,9 @@ score = (killed + timeout) / (killed + timeout + survived).
 A patch's header (the lines before its first `diff`/`---`) may hold
   # DESCRIPTION            the first such line is printed with the result
   # tests: test_nn test_embed
-                           the test executables (tests/test_*.c names) that
-                           cover the mutated code; without it every unit test runs.
+                           the test executables (tests/test_*.c names), or the
+                           script tests (dist_mpi: tests/dist/run.sh under mpirun),
+                           that cover the mutated code; without it every unit test runs.
 Tests run one executable at a time and stop at the first failure.
 
 Before the mutants, the same tests run on the unmutated copy; if one of them
@@ -119,8 +120,22 @@ tests_of() {
 }
 describe() { sed -n '/^\(diff\|---\) /q; /^# *tests:/d; s/^# *//p' "$1" | head -1; }
 
+# Tests that are scripts rather than tests/test_*.c executables: the
+# command that runs each (after the build dir, the copy and the scratch
+# directory are known) and its environment, as tests/CMakeLists.txt has them.
+script_test() { # NAME -> the command line, or nothing when NAME is none
+  case "$1" in
+  dist_mpi)
+    echo "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1" \
+      "OMPI_MCA_btl_vader_single_copy_mechanism=none $copy/tests/dist/run.sh $bdir/dlrec" \
+      "$(command -v mpirun) $bdir/testtmp/dist" ;;
+  esac
+}
+
 build() { # TARGETS... -> 0 when built; output in $build_log
-  nice -n 10 cmake --build "$bdir" -j "$jobs" --target dlrec "$@" >>"$build_log" 2>&1
+  local t targets=()
+  for t in "$@"; do [ -n "$(script_test "$t")" ] || targets+=("$t"); done
+  nice -n 10 cmake --build "$bdir" -j "$jobs" --target dlrec "${targets[@]}" >>"$build_log" 2>&1
 }
 
 # Runs the given test executables one after another under one deadline of
@@ -135,8 +150,11 @@ run_tests() {
     left=$((deadline - $(date +%s)))
     [ $left -le 0 ] && { echo timeout; return; }
     echo "== $t" >>"$log"
+    local cmd
+    cmd=$(script_test "$t")
+    # shellcheck disable=SC2086
     (cd "$bdir/tests" && DLREC_BIN=$bdir/dlrec DLREC_SOURCE_DIR=$copy DLREC_TEST_TMP=$bdir/testtmp \
-      DLREC_PROGRESS=0 OMP_WAIT_POLICY=PASSIVE nice -n 10 timeout -k 5 "$left" "./$t") >>"$log" 2>&1
+      DLREC_PROGRESS=0 OMP_WAIT_POLICY=PASSIVE nice -n 10 timeout -k 5 "$left" ${cmd:-"./$t"}) >>"$log" 2>&1
     rc=$?
     echo "== $t: exit $rc after $((left - (deadline - $(date +%s)))) s" >>"$log"
     [ $rc -eq 124 ] || [ $rc -eq 137 ] && { echo timeout; return; }
@@ -149,7 +167,8 @@ run_tests() {
 declare -A want=()
 for p in "${patches[@]}"; do
   for t in $(tests_of "$p"); do
-    [ -f "tests/$t.c" ] || { echo "mutate.sh: $p names $t, which is not a tests/test_*.c" >&2; exit 2; }
+    [ -f "tests/$t.c" ] || [ -n "$(script_test "$t")" ] ||
+      { echo "mutate.sh: $p names $t, which is not a tests/test_*.c nor a script test" >&2; exit 2; }
     want[$t]=1
   done
 done

@@ -70,6 +70,30 @@ typedef struct dlrec_checkpoint_journal {
   uint64_t base_step;  /* the step of the full checkpoint that wrote them */
 } dlrec_checkpoint_journal;
 
+/* The embedding rows and their sparse optimizer state when they live outside
+ * the network (across ranks, in the ranks' shards: src/dist/). A checkpoint
+ * then takes table.bin's rows and optim.bin's per-row arrays from get, and a
+ * resume hands them to put, in row order, a chunk of rows at a time; a put
+ * gets rows before their file's checksum is checked, so a failed resume
+ * leaves them unusable. The network is a tableless one of the same config
+ * (dlrec_net_create_tableless) and opt's sparse optimizer unused. */
+typedef enum dlrec_row_array {
+  DLREC_ROWS_TABLE, /* the rows, as the table stores them */
+  DLREC_ROWS_ACCUM, /* row-wise Adagrad's accumulator (a float a row) */
+  DLREC_ROWS_M,     /* lazy Adam's moments (stride floats a row) */
+  DLREC_ROWS_V,
+  DLREC_ROWS_STEPS  /* lazy Adam's steps (a uint32 a row) */
+} dlrec_row_array;
+typedef struct dlrec_row_source {
+  uint64_t rows; /* the whole table's */
+  dlrec_status (*get)(void *ctx, dlrec_row_array a, uint64_t first, uint64_t n, void *out);
+  dlrec_status (*put)(void *ctx, dlrec_row_array a, uint64_t first, uint64_t n, const void *in);
+  void *ctx;
+  /* The sparse optimizer's update count (it keys a 16-bit table's rounding):
+   * saved from and loaded into *updates; NULL for an fp32 table. */
+  uint64_t *updates;
+} dlrec_row_source;
+
 /* Saves model, optimizer state (opt may be NULL: a model-only checkpoint)
  * and progress as RUN/ckpt-STEP, points RUN/latest at it, and removes the
  * oldest checkpoints beyond `keep` (never the one RUN/best names). etl_dir's
@@ -81,6 +105,10 @@ typedef struct dlrec_checkpoint_journal {
 dlrec_status dlrec_checkpoint_save(const char *run_dir, const dlrec_train_config *cfg, const char *etl_dir,
                                    const dlrec_net *m, const dlrec_net_optim *opt,
                                    const dlrec_train_progress *p, uint32_t keep, dlrec_checkpoint_journal *j);
+/* The same with the rows from src (NULL: from m's own table). */
+dlrec_status dlrec_checkpoint_save_rows(const char *run_dir, const dlrec_train_config *cfg, const char *etl_dir,
+                                        const dlrec_net *m, const dlrec_net_optim *opt, const dlrec_train_progress *p,
+                                        uint32_t keep, dlrec_checkpoint_journal *j, const dlrec_row_source *src);
 
 /* Points RUN/best at RUN/ckpt-STEP (which must exist), atomically. */
 dlrec_status dlrec_checkpoint_mark_best(const char *run_dir, uint64_t step);
@@ -122,5 +150,9 @@ void dlrec_model_free(dlrec_model *m); /* accepts NULL */
 dlrec_status dlrec_checkpoint_load_training(const char *path, const dlrec_train_config *cfg, const char *etl_dir,
                                             dlrec_net *m, dlrec_net_optim *opt, dlrec_train_progress *p,
                                             dlrec_checkpoint_journal *j);
+/* The same with the rows to src (NULL: into m's own table). */
+dlrec_status dlrec_checkpoint_load_training_rows(const char *path, const dlrec_train_config *cfg, const char *etl_dir,
+                                                 dlrec_net *m, dlrec_net_optim *opt, dlrec_train_progress *prog,
+                                                 dlrec_checkpoint_journal *j, const dlrec_row_source *src);
 
 #endif

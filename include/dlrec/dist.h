@@ -26,6 +26,7 @@
 
 #include <stdio.h>
 
+#include "dlrec/checkpoint.h"
 #include "dlrec/comm.h"
 #include "dlrec/model.h"
 
@@ -81,29 +82,36 @@ typedef dlrec_status (*dlrec_shard_run_fn)(void *ctx, uint64_t local, uint64_t g
 dlrec_status dlrec_shard_plan_runs(const dlrec_shard_plan *p, int r, dlrec_shard_run_fn fn, void *ctx);
 
 /* Prints the plan and each rank's memory (dense_bytes: the dense
- * parameters and their optimizer state, on every rank; mirror_bytes: rank
- * 0's copy of the whole table and its state, for checkpoints and
- * validation). */
-void dlrec_shard_plan_print(const dlrec_shard_plan *p, const dlrec_schema *schema, uint64_t dense_bytes,
-                            uint64_t mirror_bytes, FILE *out);
+ * parameters and their optimizer state, on every rank). */
+void dlrec_shard_plan_print(const dlrec_shard_plan *p, const dlrec_schema *schema, uint64_t dense_bytes, FILE *out);
 
 /* ---- the sharded embedding stage ---------------------------------------- */
 
 typedef struct dlrec_sharded dlrec_sharded;
 
-/* This rank's shard of net's table (the net on rank 0 holds the whole table,
- * the others a tableless net), with a sparse optimizer of config oc on it,
- * for parts of at most max_rows rows. */
+/* This rank's shard of the table of net (a tableless network: no rank holds
+ * the whole table), with a sparse optimizer of config oc on it, for parts
+ * of at most max_rows rows. */
 dlrec_status dlrec_sharded_create(dlrec_sharded **s, dlrec_comm *c, const dlrec_shard_plan *p, const dlrec_net *net,
                                   const dlrec_sparse_optim_config *oc, uint32_t max_rows);
 void dlrec_sharded_free(dlrec_sharded *s);
 
-/* Rank 0's whole table and sparse optimizer state (the net's and full_opt)
- * into every rank's shard; full_opt's update count too. Collective. */
-dlrec_status dlrec_sharded_scatter(dlrec_sharded *s, dlrec_net *net, dlrec_sparse_optim *full_opt);
-/* The shards back into rank 0's whole table and optimizer state (for a
- * checkpoint or a validation). Collective. */
-dlrec_status dlrec_sharded_gather(dlrec_sharded *s, dlrec_net *net, dlrec_sparse_optim *full_opt);
+/* The shard's rows as dlrec_table_init_uniform(seed) draws the whole
+ * table's (each rank draws the table a window at a time and keeps its rows:
+ * the same start as one process, bit for bit). */
+dlrec_status dlrec_sharded_init(dlrec_sharded *s, const dlrec_schema *schema, uint64_t seed);
+
+/* Rows between rank 0 and the shards, for checkpoints (dlrec_row_source):
+ * rank 0 drives, calling get and put (with s as ctx) chunk by chunk and then
+ * dlrec_sharded_rows_end with its status; meanwhile every other rank runs
+ * dlrec_sharded_rows_serve, which returns when rank 0 ends, with rank 0's
+ * status. The end also gives every rank rank 0's update count (a resume
+ * sets it). Rank 0 holds one chunk of rows at a time, never the table. */
+dlrec_row_source dlrec_sharded_rows(dlrec_sharded *s, uint64_t table_rows);
+dlrec_status dlrec_sharded_rows_get(void *s, dlrec_row_array a, uint64_t first, uint64_t n, void *out);
+dlrec_status dlrec_sharded_rows_put(void *s, dlrec_row_array a, uint64_t first, uint64_t n, const void *in);
+dlrec_status dlrec_sharded_rows_end(dlrec_sharded *s, dlrec_status status);
+dlrec_status dlrec_sharded_rows_serve(dlrec_sharded *s);
 
 /* One data-parallel training step (steps 1 to 4 above): b is this rank's
  * part, rows [row_base, row_base + b->rows) of a global batch of global_rows

@@ -123,8 +123,7 @@ static void print_bytes(FILE *out, double b) {
   fprintf(out, "%8.1f %-3s", b, u[i]);
 }
 
-void dlrec_shard_plan_print(const dlrec_shard_plan *p, const dlrec_schema *schema, uint64_t dense_bytes,
-                            uint64_t mirror_bytes, FILE *out) {
+void dlrec_shard_plan_print(const dlrec_shard_plan *p, const dlrec_schema *schema, uint64_t dense_bytes, FILE *out) {
   fprintf(out, "shard plan: %d rank%s, %u columns, dim %u, %u table + %u optimizer bytes a row\n", p->ranks,
           p->ranks == 1 ? "" : "s", p->n_cols, p->dim, p->row_bytes, p->optim_bytes);
   fprintf(out, "  %-24s %12s  %s\n", "column", "rows", "placement");
@@ -140,11 +139,10 @@ void dlrec_shard_plan_print(const dlrec_shard_plan *p, const dlrec_schema *schem
     fprintf(out, "  %-6d %12llu ", r, (unsigned long long)p->rows[r]);
     print_bytes(out, shard);
     fprintf(out, "  ");
-    print_bytes(out, shard + (double)dense_bytes + (r == 0 ? (double)mirror_bytes : 0));
+    print_bytes(out, shard + (double)dense_bytes);
     fprintf(out, " %8.2f\n", p->lookups[r]);
   }
   fprintf(out, "  total: the shard, the dense parameters and their optimizer state (");
   print_bytes(out, (double)dense_bytes);
-  fprintf(out, " on every rank)%s; lookups: expected per batch row\n",
-          mirror_bytes ? ", and on rank 0 the whole table's copy for checkpoints and validation" : "");
+  fprintf(out, " on every rank); lookups: expected per batch row\n");
 }

@@ -7,7 +7,9 @@
 #include <string.h>
 
 #include "backend/backend_impl.h"
+#include "embed/table_impl.h"
 #include "dlrec/dist.h"
+#include "dlrec/log.h"
 #include "dlrec/progress.h"
 #include "model/model_type.h"
 
@@ -19,7 +21,6 @@ struct dlrec_sharded {
   size_t row_bytes;         /* a table row's bytes */
   dlrec_table *shard;       /* this rank's rows */
   dlrec_sparse_optim *opt;  /* on shard */
-  dlrec_sparse_optim_config ocfg;
   uint64_t *row_keys;       /* shard row -> fused row: keys a 16-bit row's stochastic rounding as one process would */
   uint64_t updates;         /* sparse updates so far, the job's (one per step with any lookup) */
   /* A part's lookups, in (column, row, position) order: the owner and
@@ -52,12 +53,6 @@ struct dlrec_sharded {
 
 /* A 16-bit table's optimizer counts its updates (they key the rounding);
  * an fp32 table's has no count. */
-static uint64_t get_updates(dlrec_sparse_optim *o) {
-  dlrec_sparse_optim_state st;
-  dlrec_sparse_optim_state_view(o, &st);
-  return st.updates ? *st.updates : 0;
-}
-
 static void set_updates(dlrec_sparse_optim *o, uint64_t u) {
   dlrec_sparse_optim_state st;
   dlrec_sparse_optim_state_view(o, &st);
@@ -92,13 +87,6 @@ static dlrec_status set_row_key(void *ctx, uint64_t local, uint64_t global, uint
   return DLREC_OK;
 }
 
-/* Bytes of a row's sparse optimizer state. */
-static size_t optim_row_bytes(const dlrec_sparse_optim_config *oc, uint32_t stride) {
-  if (oc->kind == DLREC_SPARSE_ROWWISE_ADAGRAD) return sizeof(float);
-  if (oc->kind == DLREC_SPARSE_LAZY_ADAM) return 2 * (size_t)stride * sizeof(float) + sizeof(uint32_t);
-  return 0;
-}
-
 dlrec_status dlrec_sharded_create(dlrec_sharded **out, dlrec_comm *c, const dlrec_shard_plan *p, const dlrec_net *net,
                                   const dlrec_sparse_optim_config *oc, uint32_t max_rows) {
   *out = NULL;
@@ -114,7 +102,6 @@ dlrec_status dlrec_sharded_create(dlrec_sharded **out, dlrec_comm *c, const dlre
   s->comm = c;
   s->plan = p;
   s->rank = dlrec_comm_rank(c);
-  s->ocfg = *oc;
   s->N = p->ranks;
   s->F = schema->n_sparse;
   s->D = net->plan.emb_dim;
@@ -158,120 +145,249 @@ fail:
   return st;
 }
 
-/* ---- moving shards between rank 0's whole table and the ranks ------------ */
+/* ---- rows between rank 0 and the shards ------------------------------------ */
 
-typedef struct pack_ctx {
+/* Bytes a row of array a takes. */
+static size_t array_row_bytes(const dlrec_sharded *s, dlrec_row_array a) {
+  const size_t stride = dlrec_table_stride(s->shard);
+  switch (a) {
+  case DLREC_ROWS_TABLE: return s->row_bytes;
+  case DLREC_ROWS_M:
+  case DLREC_ROWS_V: return stride * sizeof(float);
+  default: return sizeof(float); /* accum, steps */
+  }
+}
+
+/* Where shard row `local` keeps its bytes of array a; NULL when this
+ * optimizer has no such array. */
+static char *array_row(dlrec_sharded *s, const dlrec_sparse_optim_state *st, dlrec_row_array a, uint64_t local) {
+  switch (a) {
+  case DLREC_ROWS_TABLE: return (char *)dlrec_table_raw(s->shard) + local * s->row_bytes;
+  case DLREC_ROWS_ACCUM: return st->accum ? (char *)(st->accum + local) : NULL;
+  case DLREC_ROWS_M: return st->m ? (char *)(st->m + local * st->stride) : NULL;
+  case DLREC_ROWS_V: return st->v ? (char *)(st->v + local * st->stride) : NULL;
+  case DLREC_ROWS_STEPS: return st->steps ? (char *)(st->steps + local) : NULL;
+  }
+  return NULL;
+}
+
+/* Calls fn(ctx, row, owner, local) for each row of [first, first + n) of
+ * the whole table, in order; owner -1 for a row outside every column. */
+typedef void (*row_fn)(void *ctx, uint64_t row, int owner, uint64_t local);
+static void walk_rows(const dlrec_shard_plan *p, uint64_t first, uint64_t n, row_fn fn, void *ctx) {
+  uint32_t c = 0;
+  for (uint64_t r = first; r < first + n; r++) {
+    while (c < p->n_cols && p->cols[c].end <= r) c++;
+    uint64_t local = 0;
+    const int owner = c < p->n_cols && r >= p->cols[c].begin ? dlrec_shard_owner(p, c, r, &local) : -1;
+    fn(ctx, r, owner, local);
+  }
+}
+
+typedef struct rows_walk {
   dlrec_sharded *s;
-  char *buf;        /* packed rows: row bytes, then optimizer state */
-  dlrec_table *t;   /* the whole table (rank 0) */
-  dlrec_sparse_optim_state full, shard;
-  size_t rec, obytes;
-  int to_whole; /* 1: buf -> whole table; 0: whole table -> buf */
-} pack_ctx;
+  dlrec_sparse_optim_state st;
+  dlrec_row_array a;
+  size_t eb;
+  uint64_t first;
+  char *buf;       /* this rank's rows, packed */
+  char *whole;     /* rank 0: the chunk, in row order */
+  uint64_t *at;    /* rank 0: each rank's next row in the packed buffer */
+  uint64_t mine;   /* this rank's rows so far */
+  int put;         /* 1: whole -> shards, 0: shards -> whole */
+} rows_walk;
 
-/* A row's optimizer state to or from a packed record. */
-static void optim_copy(const dlrec_sparse_optim_state *st, uint64_t row, char *rec, int to_state) {
-  const size_t m = (size_t)st->stride * sizeof(float);
-  if (st->accum) {
-    if (to_state) memcpy(&st->accum[row], rec, sizeof(float));
-    else memcpy(rec, &st->accum[row], sizeof(float));
+static void count_row(void *ctx, uint64_t row, int owner, uint64_t local) {
+  rows_walk *w = ctx;
+  (void)row, (void)local;
+  if (owner >= 0) w->at[owner]++;
+}
+
+/* This rank's rows between its shard and buf. */
+static void shard_row(void *ctx, uint64_t row, int owner, uint64_t local) {
+  rows_walk *w = ctx;
+  (void)row;
+  if (owner != w->s->rank) return;
+  char *x = array_row(w->s, &w->st, w->a, local);
+  if (x && w->put) memcpy(x, w->buf + w->mine * w->eb, w->eb);
+  else if (x) memcpy(w->buf + w->mine * w->eb, x, w->eb);
+  w->mine++;
+}
+
+/* Rank 0: the chunk's rows between whole (row order) and the packed
+ * buffers of the ranks (w->buf, each rank's rows at w->at[q]). */
+static void whole_row(void *ctx, uint64_t row, int owner, uint64_t local) {
+  rows_walk *w = ctx;
+  (void)local;
+  char *x = w->whole + (row - w->first) * w->eb;
+  if (owner < 0) {
+    if (!w->put) memset(x, 0, w->eb); /* a row of no column: zeros, as one process's table has */
+    return;
   }
-  if (st->m) {
-    float *mm = st->m + row * st->stride, *vv = st->v + row * st->stride;
-    if (to_state) {
-      memcpy(mm, rec, m), memcpy(vv, rec + m, m), memcpy(&st->steps[row], rec + 2 * m, sizeof(uint32_t));
-    } else {
-      memcpy(rec, mm, m), memcpy(rec + m, vv, m), memcpy(rec + 2 * m, &st->steps[row], sizeof(uint32_t));
+  char *y = w->buf + (w->at[owner]++) * w->eb;
+  if (w->put) memcpy(y, x, w->eb);
+  else memcpy(x, y, w->eb);
+}
+
+/* Rows [first, first + n) of array a between rank 0's `whole` and the
+ * shards. Collective. An allocation that fails ends the job (the others
+ * would wait in the exchange). */
+static dlrec_status move_rows(dlrec_sharded *s, dlrec_row_array a, uint64_t first, uint64_t n, char *whole, int put) {
+  const int N = s->N;
+  rows_walk w = {.s = s, .a = a, .eb = array_row_bytes(s, a), .first = first, .whole = whole, .put = put};
+  dlrec_sparse_optim_state_view(s->opt, &w.st);
+  uint64_t *cnt = calloc((size_t)N, sizeof *cnt), *off = calloc((size_t)N, sizeof *off);
+  w.at = cnt;
+  if (cnt && off) walk_rows(s->plan, first, n, count_row, &w);
+  /* Rank 0 holds every rank's packed rows at once (the chunk's size);
+   * the others their own. */
+  const uint64_t mine = cnt ? cnt[s->rank] : 0, bytes = (s->rank == 0 ? n : mine) * w.eb;
+  w.buf = malloc(bytes ? bytes : 1);
+  if (!cnt || !off || !w.buf) {
+    DLREC_ERROR("rank %d: cannot allocate %llu bytes to move rows of the table", s->rank, (unsigned long long)bytes);
+    dlrec_comm_abort(s->comm, 1);
+    free(cnt), free(off), free(w.buf);
+    return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
+  }
+  memset(s->sbytes, 0, (size_t)N * sizeof *s->sbytes);
+  memset(s->rbytes, 0, (size_t)N * sizeof *s->rbytes);
+  uint64_t sum = 0;
+  for (int q = 0; q < N; q++) {
+    off[q] = sum;
+    sum += cnt[q];
+    if (s->rank == 0 && put) s->sbytes[q] = cnt[q] * w.eb;
+    if (s->rank == 0 && !put) s->rbytes[q] = cnt[q] * w.eb;
+  }
+  if (put) s->rbytes[0] = mine * w.eb;
+  else s->sbytes[0] = mine * w.eb;
+  dlrec_status st = DLREC_OK;
+  if (put) {
+    /* Rank 0 packs each rank's rows, and every rank takes its own. */
+    if (s->rank == 0) {
+      memcpy(cnt, off, (size_t)N * sizeof *cnt);
+      walk_rows(s->plan, first, n, whole_row, &w);
     }
+    char *in = malloc(mine * w.eb + 1);
+    if (!in) {
+      DLREC_ERROR("rank %d: out of memory moving rows of the table", s->rank);
+      dlrec_comm_abort(s->comm, 1);
+    }
+    if (in) st = dlrec_comm_alltoallv(s->comm, w.buf, s->sbytes, in, s->rbytes);
+    if (in && st == DLREC_OK) {
+      char *packed = w.buf;
+      w.buf = in;
+      w.mine = 0;
+      walk_rows(s->plan, first, n, shard_row, &w);
+      w.buf = packed;
+    }
+    free(in);
+  } else {
+    /* Every rank packs its rows, and rank 0 places them. */
+    char *out = s->rank == 0 ? malloc(n * w.eb + 1) : NULL;
+    if (s->rank == 0 && !out) {
+      DLREC_ERROR("rank 0: out of memory moving rows of the table");
+      dlrec_comm_abort(s->comm, 1);
+    }
+    walk_rows(s->plan, first, n, shard_row, &w);
+    st = dlrec_comm_alltoallv(s->comm, w.buf, s->sbytes, out, s->rbytes);
+    if (st == DLREC_OK && s->rank == 0) {
+      free(w.buf);
+      w.buf = out;
+      out = NULL;
+      memcpy(cnt, off, (size_t)N * sizeof *cnt);
+      walk_rows(s->plan, first, n, whole_row, &w);
+    }
+    free(out);
+  }
+  free(w.buf);
+  free(cnt);
+  free(off);
+  return st;
+}
+
+/* Rank 0 drives, the others serve: a command, then the rows. */
+enum { ROWS_END = 0, ROWS_GET = 1, ROWS_PUT = 2 };
+typedef struct rows_cmd {
+  int32_t op, array, status, pad;
+  uint64_t first, n;
+} rows_cmd;
+
+static dlrec_status rows_command(dlrec_sharded *s, int op, dlrec_row_array a, uint64_t first, uint64_t n, void *buf) {
+  rows_cmd c = {op, (int32_t)a, DLREC_OK, 0, first, n};
+  dlrec_status st = dlrec_comm_bcast(s->comm, &c, sizeof c, 0);
+  return st == DLREC_OK ? move_rows(s, a, first, n, buf, op == ROWS_PUT) : st;
+}
+
+dlrec_status dlrec_sharded_rows_get(void *ctx, dlrec_row_array a, uint64_t first, uint64_t n, void *out) {
+  return rows_command(ctx, ROWS_GET, a, first, n, out);
+}
+
+dlrec_status dlrec_sharded_rows_put(void *ctx, dlrec_row_array a, uint64_t first, uint64_t n, const void *in) {
+  return rows_command(ctx, ROWS_PUT, a, first, n, (void *)in);
+}
+
+dlrec_status dlrec_sharded_rows_end(dlrec_sharded *s, dlrec_status status) {
+  rows_cmd c = {ROWS_END, 0, status, 0, 0, 0};
+  dlrec_status st = dlrec_comm_bcast(s->comm, &c, sizeof c, 0);
+  if (st == DLREC_OK) st = dlrec_comm_bcast(s->comm, &s->updates, sizeof s->updates, 0);
+  if (st == DLREC_OK) set_updates(s->opt, s->updates);
+  return status != DLREC_OK ? status : st;
+}
+
+dlrec_status dlrec_sharded_rows_serve(dlrec_sharded *s) {
+  for (;;) {
+    rows_cmd c;
+    dlrec_status st = dlrec_comm_bcast(s->comm, &c, sizeof c, 0);
+    if (st != DLREC_OK) return st;
+    if (c.op == ROWS_END) {
+      if ((st = dlrec_comm_bcast(s->comm, &s->updates, sizeof s->updates, 0)) != DLREC_OK) return st;
+      set_updates(s->opt, s->updates);
+      return c.status == DLREC_OK ? DLREC_OK
+                                  : dlrec_error((dlrec_status)c.status, "rank 0 failed (its error is in its log)");
+    }
+    if ((st = move_rows(s, (dlrec_row_array)c.array, c.first, c.n, NULL, c.op == ROWS_PUT)) != DLREC_OK) return st;
   }
 }
 
-/* Run of a shard: whole-table rows global + i * stride <-> buf records local + i. */
-static dlrec_status pack_run(void *vctx, uint64_t local, uint64_t global, uint64_t stride, uint64_t n) {
-  pack_ctx *x = vctx;
-  char *data = dlrec_table_raw(x->t);
-  for (uint64_t i = 0; i < n; i++) {
-    char *rec = x->buf + (local + i) * x->rec;
-    const uint64_t g = global + i * stride;
-    if (x->to_whole) memcpy(data + g * x->s->row_bytes, rec, x->s->row_bytes);
-    else memcpy(rec, data + g * x->s->row_bytes, x->s->row_bytes);
-    if (x->obytes) optim_copy(&x->full, g, rec + x->s->row_bytes, x->to_whole);
-  }
-  return DLREC_OK;
-}
-
-/* This rank's shard <-> packed records. */
-static void shard_pack(dlrec_sharded *s, char *buf, size_t rec, size_t obytes, int to_shard) {
+dlrec_row_source dlrec_sharded_rows(dlrec_sharded *s, uint64_t table_rows) {
   dlrec_sparse_optim_state st;
   dlrec_sparse_optim_state_view(s->opt, &st);
-  char *data = dlrec_table_raw(s->shard);
-  const uint64_t n = s->plan->rows[s->rank];
-  for (uint64_t r = 0; r < n; r++) {
-    char *x = buf + r * rec;
-    if (to_shard) memcpy(data + r * s->row_bytes, x, s->row_bytes);
-    else memcpy(x, data + r * s->row_bytes, s->row_bytes);
-    if (obytes) optim_copy(&st, r, x + s->row_bytes, to_shard);
-  }
+  return (dlrec_row_source){.rows = table_rows, .get = dlrec_sharded_rows_get, .put = dlrec_sharded_rows_put,
+                            .ctx = s, .updates = st.updates ? &s->updates : NULL};
 }
 
-/* Moves every rank's shard to or from rank 0's whole table, one rank at a
- * time (rank 0 holds one shard's records at once besides the table). */
-static dlrec_status move_shards(dlrec_sharded *s, dlrec_net *net, dlrec_sparse_optim *full_opt, int to_whole) {
-  const size_t obytes = optim_row_bytes(&s->ocfg, dlrec_table_stride(s->shard)), rec = s->row_bytes + obytes;
-  pack_ctx x = {.s = s, .rec = rec, .obytes = obytes, .to_whole = to_whole};
-  if (s->rank == 0) {
-    x.t = dlrec_net_table(net);
-    if (dlrec_table_rows(x.t) != s->plan->rows[0] && dlrec_table_rows(x.t) < s->plan->cols[s->F - 1].end)
-      return dlrec_error(DLREC_ERR_INTERNAL, "sharded: rank 0's table is not the whole table");
-    dlrec_sparse_optim_state_view(full_opt, &x.full);
-  }
-  dlrec_status st = DLREC_OK;
-  for (int r = 0; r < s->N && st == DLREC_OK; r++) {
-    const uint64_t n = s->plan->rows[r], bytes = n * rec;
-    char *buf = (s->rank == r || s->rank == 0) && bytes ? malloc(bytes) : NULL;
-    /* Every rank learns whether the buffers came, so none waits alone. */
-    uint64_t ok = !bytes || ((s->rank != r && s->rank != 0) || buf), all_ok[DLREC_DIST_MAX_RANKS];
-    st = dlrec_comm_allgather(s->comm, &ok, sizeof ok, all_ok);
-    for (int q = 0; st == DLREC_OK && q < s->N; q++)
-      if (!all_ok[q]) st = dlrec_error(DLREC_ERR_NOMEM, "rank %d cannot allocate %llu bytes to move shard %d", q,
-                                       (unsigned long long)bytes, r);
-    if (st == DLREC_OK && bytes) {
-      x.buf = buf;
-      if (r == s->rank && to_whole) shard_pack(s, buf, rec, obytes, 0);
-      if (s->rank == 0 && !to_whole) st = dlrec_shard_plan_runs(s->plan, r, pack_run, &x);
-      if (st == DLREC_OK && r != 0) {
-        memset(s->sbytes, 0, s->N * sizeof *s->sbytes);
-        memset(s->rbytes, 0, s->N * sizeof *s->rbytes);
-        if (to_whole) {
-          if (s->rank == r) s->sbytes[0] = bytes;
-          if (s->rank == 0) s->rbytes[r] = bytes;
-        } else {
-          if (s->rank == 0) s->sbytes[r] = bytes;
-          if (s->rank == r) s->rbytes[0] = bytes;
-        }
-        st = dlrec_comm_alltoallv(s->comm, buf, s->sbytes, buf, s->rbytes);
-      }
-      if (st == DLREC_OK && s->rank == 0 && to_whole) st = dlrec_shard_plan_runs(s->plan, r, pack_run, &x);
-      if (st == DLREC_OK && r == s->rank && !to_whole) shard_pack(s, buf, rec, obytes, 1);
-    }
-    free(buf);
-  }
-  return st;
+/* A shard's rows as dlrec_table_init_uniform draws the whole table's: every
+ * rank draws the table a window at a time and keeps its own rows. */
+typedef struct init_walk {
+  dlrec_sharded *s;
+  const char *window;
+  uint64_t first;
+} init_walk;
+
+static void init_row(void *ctx, uint64_t row, int owner, uint64_t local) {
+  init_walk *w = ctx;
+  if (owner != w->s->rank) return;
+  memcpy((char *)dlrec_table_raw(w->s->shard) + local * w->s->row_bytes,
+         w->window + (row - w->first) * w->s->row_bytes, w->s->row_bytes);
 }
 
-dlrec_status dlrec_sharded_scatter(dlrec_sharded *s, dlrec_net *net, dlrec_sparse_optim *full_opt) {
-  dlrec_status st = move_shards(s, net, full_opt, 0);
-  /* The update count keys 16-bit rows' rounding: the job's, everywhere. */
-  uint64_t updates = s->rank == 0 ? get_updates(full_opt) : 0;
-  if (st == DLREC_OK) st = dlrec_comm_bcast(s->comm, &updates, sizeof updates, 0);
-  if (st == DLREC_OK) set_updates(s->opt, s->updates = updates);
-  return st;
-}
-
-dlrec_status dlrec_sharded_gather(dlrec_sharded *s, dlrec_net *net, dlrec_sparse_optim *full_opt) {
-  dlrec_status st = move_shards(s, net, full_opt, 1);
-  if (st == DLREC_OK && s->rank == 0) set_updates(full_opt, s->updates);
-  return st;
+dlrec_status dlrec_sharded_init(dlrec_sharded *s, const dlrec_schema *schema, uint64_t seed) {
+  dlrec_row_range ranges[DLREC_MAX_SPARSE];
+  for (uint32_t c = 0; c < schema->n_sparse; c++)
+    ranges[c] = (dlrec_row_range){schema->sparse[c].id_begin, schema->sparse[c].id_end};
+  dlrec_status st = table_check_ranges(ranges, schema->n_sparse, schema->table_rows);
+  if (st != DLREC_OK) return st;
+  const uint64_t W = (uint64_t)TABLE_INIT_CHUNK_ROWS * 16;
+  dlrec_table *win = NULL;
+  if ((st = dlrec_table_create_dtype(&win, W, s->D, dlrec_table_get_dtype(s->shard))) != DLREC_OK) return st;
+  init_walk w = {.s = s, .window = dlrec_table_raw_const(win)};
+  for (uint64_t first = 0; first < schema->table_rows; first += W) {
+    table_init_window(win, first, ranges, schema->n_sparse, seed);
+    w.first = first;
+    walk_rows(s->plan, first, schema->table_rows - first < W ? schema->table_rows - first : W, init_row, &w);
+  }
+  dlrec_table_free(win);
+  return DLREC_OK;
 }
 
 /* ---- the step -------------------------------------------------------------- */

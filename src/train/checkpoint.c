@@ -114,6 +114,66 @@ static tensor_desc table_array(const dlrec_net *n, const dlrec_store_view *v) {
   return tensor_array("table", of[dlrec_table_get_dtype(t)], rows * dlrec_table_stride(t), v->table, v->mapped);
 }
 
+/* ---- rows from a dlrec_row_source ------------------------------------------ */
+
+/* One array of table.bin or optim.bin streamed through a row source: byte
+ * chunks become whole rows (the chunks are multiples of a row's bytes). */
+typedef struct source_stream {
+  const dlrec_row_source *src;
+  dlrec_row_array array;
+  uint64_t row_bytes;
+  int write;
+} source_stream;
+
+static dlrec_status stream_rows(void *ctx, uint64_t at, void *buf, size_t k) {
+  const source_stream *x = ctx;
+  if (at % x->row_bytes || k % x->row_bytes)
+    return dlrec_error(DLREC_ERR_INTERNAL, "a chunk of %zu bytes at %llu is not rows of %llu bytes", k,
+                       (unsigned long long)at, (unsigned long long)x->row_bytes);
+  const uint64_t first = at / x->row_bytes, n = k / x->row_bytes;
+  return x->write ? x->src->get(x->src->ctx, x->array, first, n, buf) : x->src->put(x->src->ctx, x->array, first, n, buf);
+}
+
+static tensor_desc streamed(const char *name, tensor_dtype dtype, uint64_t row_elems, uint64_t row_bytes,
+                            const dlrec_row_source *src, dlrec_row_array a, int write, source_stream *x) {
+  *x = (source_stream){src, a, row_bytes, write};
+  tensor_desc d = tensor_array(name, dtype, src->rows * row_elems, NULL, 0);
+  d.stream = stream_rows;
+  d.stream_ctx = x;
+  return d;
+}
+
+/* table.bin's array from src (write) or into it (read). */
+static tensor_desc source_table(const dlrec_net *n, const dlrec_row_source *src, int write, source_stream *x) {
+  static const tensor_dtype of[] = {[DLREC_TABLE_FP32] = TENSOR_F32, [DLREC_TABLE_BF16] = TENSOR_BF16,
+                                    [DLREC_TABLE_FP16] = TENSOR_F16};
+  const dlrec_table *t = dlrec_net_table_const(n);
+  const dlrec_table_dtype dt = dlrec_table_get_dtype(t);
+  const uint32_t stride = dlrec_table_stride(t);
+  return streamed("table", of[dt], stride, (uint64_t)stride * dlrec_table_dtype_bytes(dt), src, DLREC_ROWS_TABLE,
+                  write, x);
+}
+
+/* optim.bin's arrays, in optim_arrays' order, the per-row ones through src
+ * (the sparse optimizer's kind from cfg). x holds 4 streams. */
+static int source_optim_arrays(const dlrec_train_config *cfg, const dlrec_net *n, const dlrec_net_optim *opt,
+                               const dlrec_row_source *src, size_t n_params, int write, source_stream *x,
+                               tensor_desc *out) {
+  const uint64_t stride = dlrec_table_stride(dlrec_net_table_const(n));
+  int k = 0;
+  size_t dense_floats = dlrec_optim_state_floats(&opt->dense, n_params);
+  if (dense_floats) out[k++] = tensor_array("dense_state", TENSOR_F32, dense_floats, opt->dense_state, 0);
+  if (cfg->sparse.kind == DLREC_SPARSE_ROWWISE_ADAGRAD)
+    out[k++] = streamed("sparse_accum", TENSOR_F32, 1, 4, src, DLREC_ROWS_ACCUM, write, &x[0]);
+  if (cfg->sparse.kind == DLREC_SPARSE_LAZY_ADAM) {
+    out[k++] = streamed("sparse_m", TENSOR_F32, stride, 4 * stride, src, DLREC_ROWS_M, write, &x[1]);
+    out[k++] = streamed("sparse_v", TENSOR_F32, stride, 4 * stride, src, DLREC_ROWS_V, write, &x[2]);
+    out[k++] = streamed("sparse_steps", TENSOR_U32, 1, 4, src, DLREC_ROWS_STEPS, write, &x[3]);
+  }
+  if (src->updates) out[k++] = tensor_array("sparse_updates", TENSOR_U32, 2, src->updates, 0);
+  return k;
+}
+
 /* hash.bin's arrays: a hash table's bookkeeping (dlrec_store_hash_arrays),
  * whose table.bin holds its resident rows: which key each row holds, when
  * it was last looked up, the free rows, the admission sketch, the scalars. */
@@ -369,7 +429,13 @@ static dlrec_status write_journal(const char *tmp, const dlrec_net *m, const dlr
 dlrec_status dlrec_checkpoint_save(const char *run_dir, const dlrec_train_config *cfg, const char *etl_dir,
                                    const dlrec_net *m, const dlrec_net_optim *opt,
                                    const dlrec_train_progress *p, uint32_t keep, dlrec_checkpoint_journal *j) {
-  char name[64], final_dir[4096], tmp[4096], path[4096], src[4096];
+  return dlrec_checkpoint_save_rows(run_dir, cfg, etl_dir, m, opt, p, keep, j, NULL);
+}
+
+dlrec_status dlrec_checkpoint_save_rows(const char *run_dir, const dlrec_train_config *cfg, const char *etl_dir,
+                                        const dlrec_net *m, const dlrec_net_optim *opt, const dlrec_train_progress *p,
+                                        uint32_t keep, dlrec_checkpoint_journal *j, const dlrec_row_source *src) {
+  char name[64], final_dir[4096], tmp[4096], path[4096], from[4096];
   snprintf(name, sizeof name, "ckpt-%012" PRIu64, p->step);
   TRY(dlrec_mkdirs(run_dir));
   TRY(join(final_dir, sizeof final_dir, run_dir, name));
@@ -387,9 +453,9 @@ dlrec_status dlrec_checkpoint_save(const char *run_dir, const dlrec_train_config
   if (s == DLREC_OK) s = join(etl_out, sizeof etl_out, tmp, "etl");
   if (s == DLREC_OK) s = dlrec_mkdirs(etl_out);
   for (int i = 0; s == DLREC_OK && ETL_FILES[i]; i++) {
-    s = join(src, sizeof src, etl_dir, ETL_FILES[i]);
+    s = join(from, sizeof from, etl_dir, ETL_FILES[i]);
     if (s == DLREC_OK) s = join(path, sizeof path, etl_out, ETL_FILES[i]);
-    if (s == DLREC_OK) s = dlrec_copy_file(src, path);
+    if (s == DLREC_OK) s = dlrec_copy_file(from, path);
     if (s == DLREC_OK) s = note_file(&man, tmp, i ? F_ETL_VOCAB : F_ETL_JSON, NULL);
   }
   if (s == DLREC_OK) s = dlrec_fsync_dir(etl_out);
@@ -408,7 +474,7 @@ dlrec_status dlrec_checkpoint_save(const char *run_dir, const dlrec_train_config
   /* Journaled, when the store tracks its changed rows, there is a base,
    * few enough rows changed since, and the base's files can be linked. */
   dlrec_store *store = dlrec_net_store(m);
-  const uint64_t n_changed = j && opt ? dlrec_store_changes(store, NULL) : UINT64_MAX;
+  const uint64_t n_changed = j && opt && !src ? dlrec_store_changes(store, NULL) : UINT64_MAX;
   int journaled = n_changed != UINT64_MAX && j->max_fraction > 0 && j->base[0] &&
                   (double)n_changed <= j->max_fraction * (double)dlrec_store_changes_space(store);
   /* A link made before a failure is replaced below: tensor_file_write
@@ -420,19 +486,21 @@ dlrec_status dlrec_checkpoint_save(const char *run_dir, const dlrec_train_config
     man.has[F_TABLE] = man.has[F_OPTIM] = 0;
   }
   dlrec_store_view view = {0};
-  int mapped = s == DLREC_OK && (s = map_table(m, opt, &view)) == DLREC_OK;
+  source_stream streams[5];
+  int mapped = s == DLREC_OK && !src && (s = map_table(m, opt, &view)) == DLREC_OK;
   if (s == DLREC_OK && journaled) {
     s = write_journal(tmp, m, opt, &view, n_params, n_changed, &man);
     man.journal_base = j->base_step;
   } else if (s == DLREC_OK) {
-    tensor_desc table = table_array(m, &view);
+    tensor_desc table = src ? source_table(m, src, 1, &streams[4]) : table_array(m, &view);
     s = join(path, sizeof path, tmp, "table.bin");
     if (s == DLREC_OK) s = tensor_file_write(path, &table, 1, &crc);
     if (s == DLREC_OK) s = note_file(&man, tmp, F_TABLE, &crc);
   }
   if (opt && !journaled) {
     tensor_desc arrays[8];
-    int n = optim_arrays(opt, &view, n_params, arrays);
+    int n = src ? source_optim_arrays(cfg, m, opt, src, n_params, 1, streams, arrays)
+                : optim_arrays(opt, &view, n_params, arrays);
     if (s == DLREC_OK) s = join(path, sizeof path, tmp, "optim.bin");
     if (s == DLREC_OK) s = tensor_file_write(path, arrays, n, &crc);
     if (s == DLREC_OK) s = note_file(&man, tmp, F_OPTIM, &crc);
@@ -707,13 +775,24 @@ static dlrec_status apply_journal(const char *dir, const manifest *man, const dl
  * journaled checkpoint's journal is applied over them; its rows go to
  * *journal_rows when that is not NULL (NULL for a full checkpoint). */
 static dlrec_status read_params(const char *dir, const manifest *man, dlrec_net *n, dlrec_net_optim *opt,
-                                uint32_t **journal_rows) {
+                                uint32_t **journal_rows, const dlrec_train_config *cfg, const dlrec_row_source *src) {
   TRY(same_tensors(dir, man, n));
   size_t n_params = 0;
   tensor_desc dense[DLREC_NET_MAX_TENSORS];
   int k = dense_arrays(n, dlrec_net_dense_params(n, &n_params), dense);
   TRY(read_tensors(dir, man, F_DENSE, dense, k));
   if (journal_rows) *journal_rows = NULL;
+  if (src) {
+    /* The rows go to src (a training resume: opt is there). */
+    if (man->has[F_JOURNAL] || man->has[F_HASH])
+      return dlrec_error(DLREC_ERR_UNSUPPORTED, "%s: a checkpoint of a tiered or hash table cannot be resumed across "
+                         "ranks", dir);
+    source_stream streams[5];
+    tensor_desc table = source_table(n, src, 0, &streams[4]), arrays[8];
+    TRY(read_tensors(dir, man, F_TABLE, &table, 1));
+    const int na = source_optim_arrays(cfg, n, opt, src, n_params, 0, streams, arrays);
+    return read_tensors(dir, man, F_OPTIM, arrays, na);
+  }
   dlrec_store *store = dlrec_net_store(n);
   const int hash = dlrec_store_get_kind(store) == DLREC_STORE_HASH;
   if (hash != man->has[F_HASH])
@@ -920,7 +999,7 @@ dlrec_status dlrec_model_load(const char *path, dlrec_model **out) {
     s = dlrec_net_create_stored(&m->net, &m->config.model, dlrec_etl_schema(m->etl),
                                 m->config.storage == DLREC_STORE_HASH ? &sc : NULL);
   uint32_t *rows = NULL;
-  if (s == DLREC_OK) s = read_params(m->dir, &man, m->net, NULL, &rows);
+  if (s == DLREC_OK) s = read_params(m->dir, &man, m->net, NULL, &rows, NULL, NULL);
   free(rows);
   if (s != DLREC_OK) {
     dlrec_error_context("loading checkpoint %s: ", path);
@@ -973,6 +1052,12 @@ static dlrec_status same_etl(const char *dir, const manifest *m, const char *etl
 dlrec_status dlrec_checkpoint_load_training(const char *path, const dlrec_train_config *cfg, const char *etl_dir,
                                             dlrec_net *m, dlrec_net_optim *opt, dlrec_train_progress *prog,
                                             dlrec_checkpoint_journal *j) {
+  return dlrec_checkpoint_load_training_rows(path, cfg, etl_dir, m, opt, prog, j, NULL);
+}
+
+dlrec_status dlrec_checkpoint_load_training_rows(const char *path, const dlrec_train_config *cfg, const char *etl_dir,
+                                                 dlrec_net *m, dlrec_net_optim *opt, dlrec_train_progress *prog,
+                                                 dlrec_checkpoint_journal *j, const dlrec_row_source *src) {
   char dir[1024];
   manifest man;
   dlrec_train_config saved;
@@ -984,7 +1069,7 @@ dlrec_status dlrec_checkpoint_load_training(const char *path, const dlrec_train_
   if (s == DLREC_OK) s = same_training(cfg, &saved, dir);
   if (s == DLREC_OK) s = same_etl(dir, &man, etl_dir);
   uint32_t *rows = NULL;
-  if (s == DLREC_OK) s = read_params(dir, &man, m, opt, &rows);
+  if (s == DLREC_OK) s = read_params(dir, &man, m, opt, &rows, cfg, src);
   /* The store now holds the base plus the journal: its changes are the
    * journal's rows, relative to the loaded checkpoint's base files. */
   dlrec_store *store = dlrec_net_store(m);

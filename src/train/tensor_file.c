@@ -108,9 +108,19 @@ dlrec_status tensor_file_write(const char *path, const tensor_desc *arrays, int 
     table[i].dtype = arrays[i].dtype;
     table[i].count = arrays[i].count;
     table[i].offset = off;
-    if (arrays[i].rows && !staging && !(staging = malloc(CHUNK))) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
+    if ((arrays[i].rows || arrays[i].stream) && !staging && !(staging = malloc(CHUNK)))
+      return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
     const uint64_t bytes = arrays[i].count * elem_bytes(arrays[i].dtype);
-    if (!arrays[i].rows) table[i].crc = dlrec_crc32c(0, arrays[i].data, bytes);
+    if (!arrays[i].rows && !arrays[i].stream) table[i].crc = dlrec_crc32c(0, arrays[i].data, bytes);
+    for (uint64_t at = 0; arrays[i].stream && at < bytes; at += CHUNK) {
+      const size_t k = bytes - at > CHUNK ? CHUNK : (size_t)(bytes - at);
+      dlrec_status s = arrays[i].stream(arrays[i].stream_ctx, at, staging, k);
+      if (s != DLREC_OK) {
+        free(staging);
+        return s;
+      }
+      table[i].crc = dlrec_crc32c(table[i].crc, staging, k);
+    }
     for (uint64_t at = 0; arrays[i].rows && at < bytes; at += CHUNK) {
       const size_t k = bytes - at > CHUNK ? CHUNK : (size_t)(bytes - at);
       tensor_desc gather = arrays[i];
@@ -153,7 +163,8 @@ dlrec_status tensor_file_write(const char *path, const tensor_desc *arrays, int 
     while (s == DLREC_OK && left) {
       size_t k = left > CHUNK ? CHUNK : (size_t)left;
       if (arrays[i].rows) move_rows(&arrays[i], staging, done, k, 0);
-      const char *src = arrays[i].rows ? staging : p;
+      if (arrays[i].stream && (s = arrays[i].stream(arrays[i].stream_ctx, done, staging, k)) != DLREC_OK) break;
+      const char *src = arrays[i].rows || arrays[i].stream ? staging : p;
       s = dlrec_pwrite_all(fd, src, k, at, path);
       fcrc = dlrec_crc32c(fcrc, src, k);
       if (arrays[i].drop_pages && !arrays[i].rows) drop_pages(p, k);
@@ -252,7 +263,7 @@ static dlrec_status read_arrays(const char *path, const tensor_desc *arrays, int
     if (arrays[i].rows && (!arrays[i].row_elems || arrays[i].count % arrays[i].row_elems))
       return dlrec_error(DLREC_ERR_INTERNAL, "%s: array '%s': %llu elements are not rows of %llu", path,
                          arrays[i].name, (unsigned long long)arrays[i].count, (unsigned long long)arrays[i].row_elems);
-    if ((!arrays[i].data || arrays[i].rows) && !scratch && !(scratch = malloc(CHUNK)))
+    if ((!arrays[i].data || arrays[i].rows || arrays[i].stream) && !scratch && !(scratch = malloc(CHUNK)))
       return dlrec_error(DLREC_ERR_NOMEM, "%s: out of memory", path);
   }
   int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -305,6 +316,7 @@ static dlrec_status read_arrays(const char *path, const tensor_desc *arrays, int
         crc = dlrec_crc32c(crc, p, k);
         fcrc = dlrec_crc32c(fcrc, p, k);
         if (arrays[i].drop_pages && direct) drop_pages(p, k);
+        if (arrays[i].stream) s = arrays[i].stream(arrays[i].stream_ctx, at - e->offset, p, k);
       }
       if (direct) p += k;
       at += k;

@@ -200,8 +200,10 @@ static dlrec_status checkpoint_now(run *r) {
   double t0 = dlrec_now();
   const dlrec_store *store = dlrec_net_store(r->model);
   const uint64_t changed = dlrec_store_changes(store, NULL);
-  dlrec_status s = dlrec_checkpoint_save(r->a->run_dir, &r->cfg, r->a->etl_dir, r->model, &r->opt, &r->prog,
-                                         r->cfg.checkpoint_keep, &r->journal);
+  /* Across ranks (rank 0 saves), the rows come from the shards. */
+  const dlrec_row_source rows = r->sh ? dlrec_sharded_rows(r->sh, r->schema.table_rows) : (dlrec_row_source){0};
+  dlrec_status s = dlrec_checkpoint_save_rows(r->a->run_dir, &r->cfg, r->a->etl_dir, r->model, &r->opt, &r->prog,
+                                              r->cfg.checkpoint_keep, &r->journal, r->sh ? &rows : NULL);
   if (s == DLREC_OK && changed != UINT64_MAX && r->journal.base_step != r->prog.step)
     DLREC_DEBUG("checkpoint at step %llu in %.2f s: a journal of %llu rows (%.1f%% of the table)",
                 (unsigned long long)r->prog.step, dlrec_now() - t0, (unsigned long long)changed,
@@ -287,6 +289,8 @@ static dlrec_status follow_next(run *r, const dlrec_batch **b) {
     if (s != DLREC_OK) return s;
   }
 }
+
+static dlrec_status start_run(run *r, const dlrec_row_source *rows);
 
 static dlrec_status setup(run *r) {
   const dlrec_train_args *a = r->a;
@@ -377,9 +381,9 @@ static dlrec_status setup(run *r) {
     if ((s = dlrec_path_join(table_path, sizeof table_path, a->run_dir, "table.tiered")) != DLREC_OK) return s;
     sc.path = table_path;
   }
-  /* Across ranks, the others hold only their shards (dlrec_sharded_create). */
-  s = r->rank == 0 ? dlrec_net_create_stored(&r->model, &r->cfg.model, &schema, &sc)
-                   : dlrec_net_create_tableless(&r->model, &r->cfg.model, &schema);
+  /* Across ranks, each holds only its shard of the table (dlrec_sharded_create). */
+  s = r->ranks == 1 ? dlrec_net_create_stored(&r->model, &r->cfg.model, &schema, &sc)
+                    : dlrec_net_create_tableless(&r->model, &r->cfg.model, &schema);
   if (s != DLREC_OK) return s;
   if (sc.kind == DLREC_STORE_TIERED)
     DLREC_INFO("embedding table: tiered, %s, %llu of %llu rows in RAM", sc.path,
@@ -398,7 +402,7 @@ static dlrec_status setup(run *r) {
     return dlrec_error(DLREC_ERR_NOMEM, "cannot allocate the dense optimizer state");
   if ((s = dlrec_optim_state_init(&r->opt.dense, r->opt.dense_state, n_params)) != DLREC_OK) return s;
   r->opt.sparse_lr = r->cfg.sparse.lr;
-  if (r->rank == 0 &&
+  if (r->ranks == 1 &&
       (s = dlrec_store_optim_create(dlrec_net_store(r->model), &r->cfg.sparse, &r->opt.sparse)) != DLREC_OK)
     return s;
   r->opt.clip_grad_norm = r->cfg.clip_grad_norm;
@@ -413,10 +417,19 @@ static dlrec_status setup(run *r) {
   if ((s = dlrec_path_join(r->metrics_path, sizeof r->metrics_path, a->run_dir, "metrics.jsonl")) != DLREC_OK) return s;
   r->prog.valid_auc = NAN;
   dlrec_valid_state_init(&r->prog.valid);
-  /* The other ranks get rank 0's start (dist_start). */
-  if (r->rank != 0) return DLREC_OK;
+  /* Across ranks, the start waits for the shards (dist_start). */
+  return r->ranks > 1 ? DLREC_OK : start_run(r, NULL);
+}
+
+/* Resumes RUN's latest checkpoint, its rows into `rows` when not NULL
+ * (across ranks: the shards), or initializes the parameters (across ranks:
+ * the dense ones); then opens metrics.jsonl. */
+static dlrec_status start_run(run *r, const dlrec_row_source *rows) {
+  const dlrec_train_args *a = r->a;
+  dlrec_status s;
   if (a->resume) {
-    s = dlrec_checkpoint_load_training(a->run_dir, &r->cfg, a->etl_dir, r->model, &r->opt, &r->prog, &r->journal);
+    s = dlrec_checkpoint_load_training_rows(a->run_dir, &r->cfg, a->etl_dir, r->model, &r->opt, &r->prog,
+                                            &r->journal, rows);
     if (s == DLREC_OK && !a->follow_dir && r->prog.follow_file[0])
       s = dlrec_error(DLREC_ERR_INVALID, "%s was training on files of a followed directory (last %s): resume it "
                       "with --follow", a->run_dir, r->prog.follow_file);
@@ -596,7 +609,7 @@ static dlrec_status dist_agree(run *r, dlrec_status s) {
  * optimizer, and the bytes of the dense parameters with their state and of
  * the whole table with its (rank 0's copy). */
 static dlrec_status make_plan(const dlrec_train_config *cfg, dlrec_net *net, int ranks, dlrec_shard_plan *p,
-                              uint64_t *dense_bytes, uint64_t *mirror_bytes) {
+                              uint64_t *dense_bytes) {
   size_t n_params;
   dlrec_net_dense_params(net, &n_params);
   const dlrec_schema *schema = dlrec_net_schema(net);
@@ -607,7 +620,6 @@ static dlrec_status make_plan(const dlrec_train_config *cfg, dlrec_net *net, int
                                : cfg->sparse.kind == DLREC_SPARSE_LAZY_ADAM  ? 8 * stride + 4
                                                                               : 0;
   *dense_bytes = (uint64_t)(n_params + dlrec_optim_state_floats(&cfg->dense, n_params)) * sizeof(float);
-  *mirror_bytes = ranks > 1 ? schema->table_rows * (uint64_t)(row_bytes + optim_bytes) : 0;
   return dlrec_shard_plan_make(p, schema, ranks, dlrec_table_dim(t), row_bytes, optim_bytes, cfg->dist_rowwise_share);
 }
 
@@ -623,28 +635,27 @@ dlrec_status dlrec_train_print_plan(const dlrec_train_args *a, int ranks, FILE *
   dlrec_etl_free(etl);
   dlrec_net *net = NULL;
   dlrec_shard_plan p = {0};
-  uint64_t dense = 0, mirror = 0;
+  uint64_t dense = 0;
   s = dlrec_net_create_tableless(&net, &cfg.model, &schema);
-  if (s == DLREC_OK) s = make_plan(&cfg, net, ranks, &p, &dense, &mirror);
-  if (s == DLREC_OK) dlrec_shard_plan_print(&p, &schema, dense, mirror, out);
+  if (s == DLREC_OK) s = make_plan(&cfg, net, ranks, &p, &dense);
+  if (s == DLREC_OK) dlrec_shard_plan_print(&p, &schema, dense, out);
   dlrec_shard_plan_free(&p);
   dlrec_net_free(net);
   return s;
 }
 
-/* After setup: every rank takes rank 0's start (progress, dense parameters
- * and optimizer state, and its shard of the table), and seeks its loader to
- * the start's position. */
+/* After setup, across ranks: the shard plan and this rank's shard; then
+ * rank 0 resumes RUN's checkpoint (its rows going to the shards) or every
+ * rank draws its shard's rows as one process draws the table, and every
+ * rank takes rank 0's progress, dense parameters and their optimizer state
+ * and seeks its loader to the progress's position. */
 static dlrec_status dist_start(run *r) {
   dlrec_comm *c = r->a->comm;
   size_t n_params;
   float *params = dlrec_net_dense_params(r->model, &n_params);
   const size_t state = dlrec_optim_state_floats(&r->opt.dense, n_params);
-  uint64_t dense = 0, mirror = 0;
-  dlrec_status s = dlrec_comm_bcast(c, &r->prog, sizeof r->prog, 0);
-  if (s == DLREC_OK) s = dlrec_comm_bcast(c, params, n_params * sizeof(float), 0);
-  if (s == DLREC_OK && state) s = dlrec_comm_bcast(c, r->opt.dense_state, state * sizeof(float), 0);
-  if (s == DLREC_OK) s = make_plan(&r->cfg, r->model, r->ranks, &r->plan, &dense, &mirror);
+  uint64_t dense = 0;
+  dlrec_status s = make_plan(&r->cfg, r->model, r->ranks, &r->plan, &dense);
   /* A part holds at most ceil(batch / ranks) rows, of a training or a validation batch. */
   const uint64_t most = r->cfg.batch_size > r->cfg.eval_batch_size ? r->cfg.batch_size : r->cfg.eval_batch_size;
   const uint32_t part_rows = (uint32_t)((most + (uint64_t)r->ranks - 1) / (uint64_t)r->ranks);
@@ -653,17 +664,23 @@ static dlrec_status dist_start(run *r) {
   if (r->rank == 0) {
     DLREC_INFO("%d ranks (%s), %u thread%s each; the table sharded:", r->ranks, dlrec_comm_name(c), r->cfg.threads,
                r->cfg.threads == 1 ? "" : "s");
-    if (dlrec_log_get_level() <= DLREC_LOG_INFO)
-      dlrec_shard_plan_print(&r->plan, dlrec_net_schema(r->model), dense, mirror, stderr);
+    if (dlrec_log_get_level() <= DLREC_LOG_INFO) dlrec_shard_plan_print(&r->plan, &r->schema, dense, stderr);
   }
-  s = dlrec_sharded_scatter(r->sh, r->model, r->opt.sparse);
+  if (r->a->resume && r->rank == 0) {
+    const dlrec_row_source rows = dlrec_sharded_rows(r->sh, r->schema.table_rows);
+    s = dlrec_sharded_rows_end(r->sh, start_run(r, &rows));
+  } else if (r->a->resume) {
+    s = dlrec_sharded_rows_serve(r->sh);
+  } else {
+    s = dlrec_sharded_init(r->sh, &r->schema, r->cfg.seed);
+    if (s == DLREC_OK && r->rank == 0) s = start_run(r, NULL);
+  }
+  if ((s = dist_agree(r, s)) != DLREC_OK) return s;
+  s = dlrec_comm_bcast(c, &r->prog, sizeof r->prog, 0);
+  if (s == DLREC_OK) s = dlrec_comm_bcast(c, params, n_params * sizeof(float), 0);
+  if (s == DLREC_OK && state) s = dlrec_comm_bcast(c, r->opt.dense_state, state * sizeof(float), 0);
   if (s == DLREC_OK && r->rank != 0) s = dlrec_loader_seek(r->loader, r->prog.position);
   return dist_agree(r, s);
-}
-
-/* Rank 0's whole table up to date, for a validation or a checkpoint. */
-static dlrec_status dist_gather(run *r) {
-  return r->sh ? dist_agree(r, dlrec_sharded_gather(r->sh, r->model, r->opt.sparse)) : DLREC_OK;
 }
 
 /* Something rank 0 did alone (logging, saving): its status, and `bytes`
@@ -679,12 +696,12 @@ static dlrec_status dist_status(run *r, dlrec_status s, void *shared, size_t byt
   return st == DLREC_OK ? DLREC_OK : dlrec_error((dlrec_status)st, "rank 0 failed (its error is in its log)");
 }
 
-/* A checkpoint, collectively across ranks: the shards gathered into rank
- * 0's copy of the table, which rank 0 saves. */
+/* A checkpoint, collectively across ranks: rank 0 writes it, taking the
+ * rows from the shards a chunk at a time, while the others serve them. */
 static dlrec_status dist_checkpoint(run *r) {
   if (!r->sh) return checkpoint_now(r);
-  dlrec_status s = dist_gather(r);
-  if (s == DLREC_OK && r->rank == 0) s = checkpoint_now(r);
+  const dlrec_status s =
+      r->rank == 0 ? dlrec_sharded_rows_end(r->sh, checkpoint_now(r)) : dlrec_sharded_rows_serve(r->sh);
   return dist_status(r, s, &r->last_ckpt_step, sizeof r->last_ckpt_step);
 }
 
