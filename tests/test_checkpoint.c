@@ -565,3 +565,159 @@ TEST(tensor_file_drops_pages_of_mapped_arrays_without_losing_them) {
   munmap(again, (size_t)N * 4);
   close(fd);
 }
+
+/* A streamed array (tensor_desc.stream) makes the very file a plain one
+ * does, asked for chunk by chunk in order twice (checksums, then writing);
+ * a streamed read hands over the same bytes in order, and a damaged file is
+ * still refused. */
+typedef struct stream_log {
+  const char *src; /* write: the bytes to hand out */
+  char *dst;       /* read: where the handed bytes go */
+  uint64_t calls, next, bad;
+} stream_log;
+
+static dlrec_status stream_cb(void *ctx, uint64_t at, void *buf, size_t k) {
+  stream_log *x = ctx;
+  const uint64_t total = (uint64_t)(5 << 20) * 4;
+  if (at != x->next) x->bad++;
+  x->next = at + k >= total ? 0 : at + k; /* a write's second pass starts again at 0 */
+  x->calls++;
+  if (x->src) memcpy(buf, x->src + at, k);
+  else memcpy(x->dst + at, buf, k);
+  return DLREC_OK;
+}
+
+TEST(tensor_file_streams_arrays_in_chunks) {
+  enum { N = 5 << 20 }; /* floats: 20 MiB, three chunks */
+  float *a = malloc((size_t)N * 4), *back = calloc(N, 4);
+  CHECK(a && back);
+  for (size_t i = 0; i < N; i++) a[i] = (float)(i % 1000003) * 0.25f;
+  uint32_t head[3] = {7, 8, 9}, crc_plain, crc_streamed, crc_read;
+  tensor_desc plain[2] = {tensor_array("head", TENSOR_U32, 3, head, 0), tensor_array("a", TENSOR_F32, N, a, 0)};
+  CHECK_OK(tensor_file_write(test_path("plain.bin"), plain, 2, &crc_plain));
+  stream_log w = {.src = (const char *)a};
+  tensor_desc streamed[2] = {plain[0], tensor_array("a", TENSOR_F32, N, NULL, 0)};
+  streamed[1].stream = stream_cb;
+  streamed[1].stream_ctx = &w;
+  CHECK_OK(tensor_file_write(test_path("streamed.bin"), streamed, 2, &crc_streamed));
+  CHECK_EQ_U64(w.calls, 6);
+  CHECK_EQ_U64(w.bad, 0);
+  CHECK_EQ(crc_plain, crc_streamed);
+  CHECK(same_file(test_path("plain.bin"), test_path("streamed.bin")));
+  stream_log r = {.dst = (char *)back};
+  streamed[1].stream_ctx = &r;
+  uint32_t head_back[3] = {0};
+  streamed[0].data = head_back;
+  CHECK_OK(tensor_file_read(test_path("streamed.bin"), streamed, 2, &crc_read));
+  CHECK_EQ(crc_read, crc_plain);
+  CHECK_EQ_U64(r.calls, 3);
+  CHECK_EQ_U64(r.bad, 0);
+  CHECK(memcmp(back, a, (size_t)N * 4) == 0 && head_back[2] == 9);
+  CHECK(flip_byte(test_path("streamed.bin"), 4096 + 17 * 1000));
+  CHECK_ERR(tensor_file_read(test_path("streamed.bin"), streamed, 2, &crc_read), DLREC_ERR_CORRUPT, "checksum mismatch");
+  free(a);
+  free(back);
+}
+
+/* A row source standing for the ranks' shards: the rows of a whole table
+ * and its optimizer state (a network of one process), handed out or taken
+ * back row by row. */
+typedef struct rows_of_net {
+  dlrec_net *net;
+  dlrec_sparse_optim_state st;
+  uint64_t gets, puts;
+} rows_of_net;
+
+static char *row_of(rows_of_net *x, dlrec_row_array a, uint64_t r, size_t *bytes) {
+  dlrec_table *t = dlrec_net_table(x->net);
+  const size_t stride = dlrec_table_stride(t);
+  switch (a) {
+  case DLREC_ROWS_TABLE:
+    *bytes = stride * dlrec_table_dtype_bytes(dlrec_table_get_dtype(t));
+    return (char *)dlrec_table_raw(t) + r * *bytes;
+  case DLREC_ROWS_ACCUM: *bytes = 4; return (char *)(x->st.accum + r);
+  case DLREC_ROWS_M: *bytes = 4 * stride; return (char *)(x->st.m + r * stride);
+  case DLREC_ROWS_V: *bytes = 4 * stride; return (char *)(x->st.v + r * stride);
+  case DLREC_ROWS_STEPS: *bytes = 4; return (char *)(x->st.steps + r);
+  }
+  return NULL;
+}
+
+static dlrec_status get_rows(void *ctx, dlrec_row_array a, uint64_t first, uint64_t n, void *out) {
+  rows_of_net *x = ctx;
+  size_t b = 0;
+  row_of(x, a, first, &b);
+  for (uint64_t i = 0; i < n; i++) memcpy((char *)out + i * b, row_of(x, a, first + i, &b), b);
+  x->gets++;
+  return DLREC_OK;
+}
+
+static dlrec_status put_rows(void *ctx, dlrec_row_array a, uint64_t first, uint64_t n, const void *in) {
+  rows_of_net *x = ctx;
+  size_t b = 0;
+  row_of(x, a, first, &b);
+  for (uint64_t i = 0; i < n; i++) memcpy(row_of(x, a, first + i, &b), (const char *)in + i * b, b);
+  x->puts++;
+  return DLREC_OK;
+}
+
+/* A checkpoint written through a row source (a tableless network, rows from
+ * elsewhere: ranks' shards) is byte for byte the one written from the
+ * network's own table, and a resume through a row source hands back every
+ * row and optimizer value: lazy Adam (m, v, steps) on a bf16 table (its
+ * update count too). */
+TEST(checkpoint_rows_through_a_row_source_are_the_tables) {
+  CHECK(make_data(12000, 3000) == 0);
+  const char *cfg_path = write_config("bf16", NULL, "{\"type\": \"lazy_adam\", \"lr\": 0.01}");
+  CHECK(cfg_path && train_cli(cfg_path, "run", "--max-steps 30") == 0);
+  dlrec_train_config cfg;
+  CHECK_OK(dlrec_train_config_read(cfg_path, &cfg));
+  dlrec_etl *etl;
+  CHECK_OK(dlrec_etl_load(&etl, test_path("etl")));
+  const dlrec_schema schema = *dlrec_etl_schema(etl);
+  dlrec_etl_free(etl);
+  /* The trained state in a whole network (one process's). */
+  dlrec_net *whole, *tl;
+  CHECK_OK(dlrec_net_create(&whole, &cfg.model, &schema));
+  CHECK_OK(dlrec_net_create_tableless(&tl, &cfg.model, &schema));
+  size_t n_params;
+  dlrec_net_dense_params(whole, &n_params);
+  dlrec_net_optim opt = {.dense = cfg.dense, .sparse_lr = cfg.sparse.lr};
+  opt.dense_state = malloc(dlrec_optim_state_floats(&cfg.dense, n_params) * sizeof(float) + 4);
+  CHECK_OK(dlrec_store_optim_create(dlrec_net_store(whole), &cfg.sparse, &opt.sparse));
+  dlrec_train_progress prog;
+  CHECK_OK(dlrec_checkpoint_load_training(test_path("run"), &cfg, test_path("etl"), whole, &opt, &prog, NULL));
+  /* Written from the network, and through a row source. */
+  rows_of_net x = {.net = whole};
+  dlrec_sparse_optim_state_view(opt.sparse, &x.st);
+  CHECK(x.st.m && x.st.v && x.st.steps && x.st.updates);
+  const dlrec_row_source src = {.rows = schema.table_rows, .get = get_rows, .put = put_rows, .ctx = &x,
+                                .updates = x.st.updates};
+  size_t nt;
+  memcpy(dlrec_net_dense_params(tl, &nt), dlrec_net_dense_params(whole, &n_params), n_params * sizeof(float));
+  CHECK_OK(dlrec_checkpoint_save(test_path("a"), &cfg, test_path("etl"), whole, &opt, &prog, 1, NULL));
+  CHECK_OK(dlrec_checkpoint_save_rows(test_path("b"), &cfg, test_path("etl"), tl, &opt, &prog, 1, NULL, &src));
+  CHECK(x.gets >= 8); /* table, m, v, steps: each through its checksum pass and its write pass */
+  char a_dir[1024], b_dir[1024];
+  snprintf(a_dir, sizeof a_dir, "%s/ckpt-%012llu", test_path("a"), (unsigned long long)prog.step);
+  snprintf(b_dir, sizeof b_dir, "%s/ckpt-%012llu", test_path("b"), (unsigned long long)prog.step);
+  check_same_state(a_dir, b_dir);
+  /* Read back through the row source into a cleared network. */
+  const uint64_t updates = *x.st.updates;
+  memset(dlrec_table_raw(dlrec_net_table(whole)), 0,
+         schema.table_rows * dlrec_table_stride(dlrec_net_table(whole)) * 2);
+  memset(x.st.m, 0, schema.table_rows * x.st.stride * 4);
+  memset(x.st.v, 0, schema.table_rows * x.st.stride * 4);
+  memset(x.st.steps, 0, schema.table_rows * 4);
+  *x.st.updates = 0;
+  CHECK_OK(dlrec_checkpoint_load_training_rows(test_path("b"), &cfg, test_path("etl"), tl, &opt, &prog, NULL, &src));
+  CHECK(x.puts >= 4);
+  CHECK_EQ_U64(*x.st.updates, updates);
+  CHECK_OK(dlrec_checkpoint_save(test_path("c"), &cfg, test_path("etl"), whole, &opt, &prog, 1, NULL));
+  snprintf(b_dir, sizeof b_dir, "%s/ckpt-%012llu", test_path("c"), (unsigned long long)prog.step);
+  check_same_state(a_dir, b_dir);
+  dlrec_sparse_optim_free(opt.sparse);
+  free(opt.dense_state);
+  dlrec_net_free(whole);
+  dlrec_net_free(tl);
+}
