@@ -377,7 +377,7 @@ dlrec_status dlrec_sharded_init(dlrec_sharded *s, const dlrec_schema *schema, ui
     ranges[c] = (dlrec_row_range){schema->sparse[c].id_begin, schema->sparse[c].id_end};
   dlrec_status st = table_check_ranges(ranges, schema->n_sparse, schema->table_rows);
   if (st != DLREC_OK) return st;
-  const uint64_t W = (uint64_t)TABLE_INIT_CHUNK_ROWS * 16;
+  const uint64_t W = (uint64_t)TABLE_INIT_CHUNK_ROWS * 4; /* 16k rows a window */
   dlrec_table *win = NULL;
   if ((st = dlrec_table_create_dtype(&win, W, s->D, dlrec_table_get_dtype(s->shard))) != DLREC_OK) return st;
   init_walk w = {.s = s, .window = dlrec_table_raw_const(win)};
