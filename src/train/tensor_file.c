@@ -167,8 +167,8 @@ dlrec_status tensor_file_write(const char *path, const tensor_desc *arrays, int 
       const char *src = arrays[i].rows || arrays[i].stream ? staging : p;
       s = dlrec_pwrite_all(fd, src, k, at, path);
       fcrc = dlrec_crc32c(fcrc, src, k);
-      if (arrays[i].drop_pages && !arrays[i].rows) drop_pages(p, k);
-      p += k;
+      if (arrays[i].drop_pages && !arrays[i].rows && p) drop_pages(p, k);
+      if (p) p += k; /* a streamed array has no data */
       at += k;
       done += k;
       left -= k;
