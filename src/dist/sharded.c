@@ -462,7 +462,7 @@ static dlrec_status list_lookups(dlrec_sharded *s, const dlrec_batch *b, uint64_
 }
 
 /* Step 1: the unique rows go to their owners, the rows come back into fetch. */
-static dlrec_status fetch_rows(dlrec_sharded *s, uint64_t u) {
+static dlrec_status fetch_rows(dlrec_sharded *s) {
   dlrec_status st = dlrec_comm_alltoall_u64(s->comm, s->cnt, s->rcnt);
   if (st != DLREC_OK) return st;
   uint64_t n_req = 0;
@@ -487,7 +487,6 @@ static dlrec_status fetch_rows(dlrec_sharded *s, uint64_t u) {
     s->sbytes[r] = s->rcnt[r] * s->row_bytes;
     s->rbytes[r] = s->cnt[r] * s->row_bytes;
   }
-  (void)u;
   return dlrec_comm_alltoallv(s->comm, s->reply, s->sbytes, dlrec_table_raw(s->fetch), s->rbytes);
 }
 
@@ -533,10 +532,8 @@ static dlrec_status update_rows(dlrec_sharded *s, const dlrec_net *net, const dl
     s->rbytes[r] = s->rcnt[r] * rec;
     n_recv += s->rcnt[r];
   }
-  uint64_t cap = s->grecv_cap;
   if (!(s->grecv = grow(s->grecv, &s->grecv_cap, n_recv * rec, 1)))
     return dlrec_error(DLREC_ERR_NOMEM, "sharded: cannot hold %llu gradients", (unsigned long long)n_recv);
-  (void)cap;
   if ((st = dlrec_comm_alltoallv(s->comm, s->gsend, s->sbytes, s->grecv, s->rbytes)) != DLREC_OK) return st;
   if (n_recv > UINT32_MAX - 1)
     return dlrec_error(DLREC_ERR_UNSUPPORTED, "sharded: %llu gradients for one rank in a step, at most 2^32 - 2",
@@ -597,7 +594,7 @@ dlrec_status dlrec_sharded_score(dlrec_sharded *s, const dlrec_net_scorer *sc, d
                                  float *prob) {
   uint64_t n = 0, u = 0;
   dlrec_status st = s->F ? list_lookups(s, b, &n, &u) : DLREC_OK;
-  if (st == DLREC_OK && s->F) st = fetch_rows(s, u);
+  if (st == DLREC_OK && s->F) st = fetch_rows(s);
   if (st != DLREC_OK || !b->rows) return st;
   dlrec_batch lb;
   part_batch(s, b, &lb);
@@ -607,11 +604,11 @@ dlrec_status dlrec_sharded_score(dlrec_sharded *s, const dlrec_net_scorer *sc, d
 dlrec_status dlrec_sharded_step(dlrec_sharded *s, dlrec_net *net, dlrec_net_ws *ws, dlrec_net_optim *opt,
                                 const dlrec_batch *b, uint32_t global_rows, uint32_t row_base, float lr_scale,
                                 uint64_t step, double *loss) {
-  double t = dlrec_now(), t0 = t;
+  double t = dlrec_now();
   const uint64_t sent0 = dlrec_comm_bytes_sent(s->comm);
   uint64_t n = 0, u = 0;
   dlrec_status st = s->F ? list_lookups(s, b, &n, &u) : DLREC_OK;
-  if (st == DLREC_OK && s->F) st = fetch_rows(s, u);
+  if (st == DLREC_OK && s->F) st = fetch_rows(s);
   if (st != DLREC_OK) return st;
   s->stats.exchange_seconds += dlrec_now() - t;
   t = dlrec_now();
@@ -669,7 +666,6 @@ dlrec_status dlrec_sharded_step(dlrec_sharded *s, dlrec_net *net, dlrec_net_ws *
   s->stats.lookups += n;
   s->stats.unique_rows += u;
   s->stats.bytes_sent += dlrec_comm_bytes_sent(s->comm) - sent0;
-  (void)t0;
   return st;
 }
 
