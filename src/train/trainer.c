@@ -196,12 +196,19 @@ static dlrec_status evaluate_now(run *r, dlrec_metrics *out) {
   return DLREC_OK;
 }
 
+/* Across ranks: the checkpoint's rows, from and to the shards. Data without
+ * categorical columns has a table of one row that nothing reads (as one
+ * process's network keeps), which no shard holds: zeros. */
+static dlrec_row_source shard_rows(run *r) {
+  return dlrec_sharded_rows(r->sh, r->schema.n_sparse ? r->schema.table_rows : 1);
+}
+
 static dlrec_status checkpoint_now(run *r) {
   double t0 = dlrec_now();
   const dlrec_store *store = dlrec_net_store(r->model);
   const uint64_t changed = dlrec_store_changes(store, NULL);
   /* Across ranks (rank 0 saves), the rows come from the shards. */
-  const dlrec_row_source rows = r->sh ? dlrec_sharded_rows(r->sh, r->schema.table_rows) : (dlrec_row_source){0};
+  const dlrec_row_source rows = r->sh ? shard_rows(r) : (dlrec_row_source){0};
   dlrec_status s = dlrec_checkpoint_save_rows(r->a->run_dir, &r->cfg, r->a->etl_dir, r->model, &r->opt, &r->prog,
                                               r->cfg.checkpoint_keep, &r->journal, r->sh ? &rows : NULL);
   if (s == DLREC_OK && changed != UINT64_MAX && r->journal.base_step != r->prog.step)
@@ -667,7 +674,7 @@ static dlrec_status dist_start(run *r) {
     if (dlrec_log_get_level() <= DLREC_LOG_INFO) dlrec_shard_plan_print(&r->plan, &r->schema, dense, stderr);
   }
   if (r->a->resume && r->rank == 0) {
-    const dlrec_row_source rows = dlrec_sharded_rows(r->sh, r->schema.table_rows);
+    const dlrec_row_source rows = shard_rows(r);
     s = dlrec_sharded_rows_end(r->sh, start_run(r, &rows));
   } else if (r->a->resume) {
     s = dlrec_sharded_rows_serve(r->sh);

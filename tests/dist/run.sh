@@ -86,6 +86,27 @@ for cfg in dlrm deepfm; do
   done
 done
 
+# Data without a categorical column (logistic regression on dense
+# features): no shard holds a row, and the checkpoint's one-row table is
+# one process's.
+python3 - > dense.csv <<'PY'
+import random
+random.seed(1)
+print("click,a,b,c")
+for i in range(5000):
+    a, b, c = random.random(), random.random(), random.random()
+    print("%d,%.4f,%.4f,%.4f" % (random.random() < 0.2 + 0.5 * a * b, a, b, c))
+PY
+"$bin" etl fit --format csv --schema 'label=click;dense=*' --input dense.csv --out etl-dense -q
+"$bin" etl apply --etl etl-dense --input dense.csv --out dense.dlr -q
+echo '{"model": {"type": "lr"}, "optimizer": {"dense": {"type": "adam", "lr": 0.01}},
+  "training": {"batch_size": 100, "epochs": 1, "seed": 1}}' > lr.json
+"$bin" train --config lr.json --train dense.dlr --etl etl-dense --out one-dense --threads 2 --deterministic -q > /dev/null
+mpi 2 "$bin" train --config lr.json --train dense.dlr --etl etl-dense --out mpi-dense --threads 1 --deterministic -q \
+  > /dev/null
+same_model one-dense mpi-dense
+echo "dist: dense features only, 2 ranks: the same model as one process of 2 threads"
+
 # Validations across ranks: every rank scores its part of each validation
 # batch and rank 0 computes the metrics over all rows (several batches, a
 # row limit), and decides best, plateau and early stop for every rank.
