@@ -90,11 +90,25 @@ static uint32_t crc_zeros(uint32_t crc, uint64_t n) {
   return crc;
 }
 
+/* The header for the array table (its CRCs as they are) of a file of `size` bytes. */
+static void make_header(unsigned char *header, const entry *table, int n, uint64_t size) {
+  memset(header, 0, HEADER_BYTES);
+  memcpy(header, MAGIC, 8);
+  uint32_t version = VERSION, count = (uint32_t)n, table_crc = dlrec_crc32c(0, table, (size_t)n * ENTRY_BYTES);
+  memcpy(header + 8, &version, 4);
+  memcpy(header + 12, &count, 4);
+  memcpy(header + 16, &size, 8);
+  memcpy(header + 24, &table_crc, 4);
+  uint32_t header_crc = dlrec_crc32c(0, header, 28);
+  memcpy(header + 28, &header_crc, 4);
+}
+
 dlrec_status tensor_file_write(const char *path, const tensor_desc *arrays, int n, uint32_t *file_crc) {
   if (n < 0 || n > MAX_ARRAYS) return dlrec_error(DLREC_ERR_INTERNAL, "%s: %d arrays", path, n);
   entry table[MAX_ARRAYS];
   memset(table, 0, sizeof table);
   char *staging = NULL; /* a chunk of gathered rows */
+  int streamed = 0;
   uint64_t off = align64(HEADER_BYTES + (uint64_t)n * ENTRY_BYTES);
   for (int i = 0; i < n; i++) {
     if (strlen(arrays[i].name) >= TENSOR_NAME_MAX || (arrays[i].rows && (!arrays[i].row_elems ||
@@ -111,16 +125,8 @@ dlrec_status tensor_file_write(const char *path, const tensor_desc *arrays, int 
     if ((arrays[i].rows || arrays[i].stream) && !staging && !(staging = malloc(CHUNK)))
       return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
     const uint64_t bytes = arrays[i].count * elem_bytes(arrays[i].dtype);
+    streamed |= arrays[i].stream != NULL; /* its checksum comes with the write pass */
     if (!arrays[i].rows && !arrays[i].stream) table[i].crc = dlrec_crc32c(0, arrays[i].data, bytes);
-    for (uint64_t at = 0; arrays[i].stream && at < bytes; at += CHUNK) {
-      const size_t k = bytes - at > CHUNK ? CHUNK : (size_t)(bytes - at);
-      dlrec_status s = arrays[i].stream(arrays[i].stream_ctx, at, staging, k);
-      if (s != DLREC_OK) {
-        free(staging);
-        return s;
-      }
-      table[i].crc = dlrec_crc32c(table[i].crc, staging, k);
-    }
     for (uint64_t at = 0; arrays[i].rows && at < bytes; at += CHUNK) {
       const size_t k = bytes - at > CHUNK ? CHUNK : (size_t)(bytes - at);
       tensor_desc gather = arrays[i];
@@ -130,15 +136,8 @@ dlrec_status tensor_file_write(const char *path, const tensor_desc *arrays, int 
     }
     off = align64(off + bytes);
   }
-  unsigned char header[HEADER_BYTES] = {0};
-  memcpy(header, MAGIC, 8);
-  uint32_t version = VERSION, count = (uint32_t)n, table_crc = dlrec_crc32c(0, table, (size_t)n * ENTRY_BYTES);
-  memcpy(header + 8, &version, 4);
-  memcpy(header + 12, &count, 4);
-  memcpy(header + 16, &off, 8);
-  memcpy(header + 24, &table_crc, 4);
-  uint32_t header_crc = dlrec_crc32c(0, header, 28);
-  memcpy(header + 28, &header_crc, 4);
+  unsigned char header[HEADER_BYTES];
+  make_header(header, table, n, off);
   uint32_t fcrc = dlrec_crc32c(0, header, HEADER_BYTES);
   fcrc = dlrec_crc32c(fcrc, table, (size_t)n * ENTRY_BYTES);
   uint64_t at_crc = HEADER_BYTES + (uint64_t)n * ENTRY_BYTES; /* where fcrc has got to */
@@ -149,7 +148,7 @@ dlrec_status tensor_file_write(const char *path, const tensor_desc *arrays, int 
     free(staging);
     return dlrec_error(DLREC_ERR_IO, "%s: %s", path, strerror(errno));
   }
-  int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) {
     free(staging);
     return dlrec_error(DLREC_ERR_IO, "%s: %s", path, strerror(errno));
@@ -163,7 +162,10 @@ dlrec_status tensor_file_write(const char *path, const tensor_desc *arrays, int 
     while (s == DLREC_OK && left) {
       size_t k = left > CHUNK ? CHUNK : (size_t)left;
       if (arrays[i].rows) move_rows(&arrays[i], staging, done, k, 0);
-      if (arrays[i].stream && (s = arrays[i].stream(arrays[i].stream_ctx, done, staging, k)) != DLREC_OK) break;
+      if (arrays[i].stream) {
+        if ((s = arrays[i].stream(arrays[i].stream_ctx, done, staging, k)) != DLREC_OK) break;
+        table[i].crc = dlrec_crc32c(table[i].crc, staging, k);
+      }
       const char *src = arrays[i].rows || arrays[i].stream ? staging : p;
       s = dlrec_pwrite_all(fd, src, k, at, path);
       fcrc = dlrec_crc32c(fcrc, src, k);
@@ -179,6 +181,19 @@ dlrec_status tensor_file_write(const char *path, const tensor_desc *arrays, int 
   *file_crc = fcrc;
   if (s == DLREC_OK && ftruncate(fd, (off_t)off) != 0)
     s = dlrec_error(DLREC_ERR_IO, "%s: cannot set size: %s", path, strerror(errno));
+  /* A streamed array's checksum is known only now: the header and table
+   * again, and the file's CRC read back (the header leads it). */
+  if (s == DLREC_OK && streamed) {
+    make_header(header, table, n, off);
+    s = dlrec_pwrite_all(fd, header, HEADER_BYTES, 0, path);
+    if (s == DLREC_OK) s = dlrec_pwrite_all(fd, table, (size_t)n * ENTRY_BYTES, HEADER_BYTES, path);
+    fcrc = 0;
+    for (uint64_t at = 0; s == DLREC_OK && at < off; at += CHUNK) {
+      const size_t k = off - at > CHUNK ? CHUNK : (size_t)(off - at);
+      if ((s = dlrec_pread_all(fd, staging, k, at, path)) == DLREC_OK) fcrc = dlrec_crc32c(fcrc, staging, k);
+    }
+    *file_crc = fcrc;
+  }
   if (s == DLREC_OK && fsync(fd) != 0) s = dlrec_error(DLREC_ERR_IO, "%s: fsync failed: %s", path, strerror(errno));
   if (close(fd) != 0 && s == DLREC_OK) s = dlrec_error(DLREC_ERR_IO, "%s: close failed: %s", path, strerror(errno));
   free(staging);

@@ -31,11 +31,12 @@ typedef struct tensor_desc {
   const uint32_t *rows;
   uint64_t row_elems;
   /* Or streamed (data NULL): a write asks stream(stream_ctx, at, buf, k) for
-   * the array's bytes [at, at + k) into buf, chunk by chunk in order, twice
-   * (the checksum pass, then the write pass); a read hands each chunk it
-   * reads to stream, before the array's checksum is known (a read that
-   * fails must make the caller drop what it was given). k is at most 8 MiB,
-   * and every chunk but the last is 8 MiB. */
+   * the array's bytes [at, at + k) into buf, chunk by chunk in order, once
+   * (the header, which holds the checksums, is written last, and the file's
+   * CRC then read back); a read hands each chunk it reads to stream, before
+   * the array's checksum is known (a read that fails must make the caller
+   * drop what it was given). k is at most 8 MiB, and every chunk but the
+   * last is 8 MiB. */
   dlrec_status (*stream)(void *stream_ctx, uint64_t at, void *buf, size_t k);
   void *stream_ctx;
 } tensor_desc;
