@@ -231,9 +231,18 @@ dlrec_status dlrec_net_train_step(dlrec_net *n, dlrec_net_ws *ws, dlrec_net_opti
  * the parts' sum is the whole's; d_emb (*d_emb, (rows, F, D)) likewise;
  * *loss_sum is the sum of the rows' losses. A part of 0 rows gives zero
  * gradients. The pointers stay valid until the next pass on ws. */
+/* Sums n doubles over the parts of a data-parallel step, in part order, into
+ * v on every part (src/dist/: an allreduce across the ranks). */
+typedef dlrec_status (*dlrec_sum_fn)(void *ctx, double *v, size_t n);
+/* With batch normalization, sum (with sum_ctx) makes its statistics the
+ * global batch's (the part then runs whole: one way). NULL: a model without
+ * batch normalization. */
 dlrec_status dlrec_net_train_pass(dlrec_net *n, dlrec_net_ws *ws, const dlrec_batch *batch, const dlrec_table *table,
-                                  uint32_t global_rows, uint32_t row_base, uint64_t step, double *loss_sum,
-                                  float **grad, float **d_emb);
+                                  uint32_t global_rows, uint32_t row_base, uint64_t step, dlrec_sum_fn sum,
+                                  void *sum_ctx, double *loss_sum, float **grad, float **d_emb);
+/* Whether the model has batch normalization, whose statistics a data-parallel
+ * step must sum over the parts (dlrec_net_train_pass's sum). */
+int dlrec_net_has_batchnorm(const dlrec_net *n);
 
 /* For gradient checks: forward + backward without any update, leaving the
  * dense gradients in *grad (n floats, valid until the next call) and d_emb

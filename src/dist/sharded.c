@@ -48,6 +48,12 @@ struct dlrec_sharded {
   uint64_t upd_cap;
   void *scratch;
   size_t scratch_bytes;
+  /* Batch normalization across ranks: the sizes of the sums a pass made
+   * (the last with rows), which a part of no rows makes with zeros. */
+  size_t sums[64], n_sums;
+  int sums_known, sums_overflow;
+  double *zeros;
+  size_t zeros_cap;
   dlrec_sharded_stats stats;
 };
 
@@ -77,7 +83,7 @@ void dlrec_sharded_free(dlrec_sharded *s) {
   free(s->row_keys), free(s->lookup_key), free(s->fetch_ids), free(s->uniq), free(s->uniq_tmp);
   free(s->set_key), free(s->set_val), free(s->cnt), free(s->rcnt), free(s->sbytes), free(s->rbytes);
   free(s->req), free(s->recv_req), free(s->reply), free(s->gsend), free(s->grecv);
-  free(s->upd_ids), free(s->upd_off), free(s->upd_g), free(s->scratch);
+  free(s->upd_ids), free(s->upd_off), free(s->upd_g), free(s->scratch), free(s->zeros);
   free(s);
 }
 
@@ -94,9 +100,6 @@ dlrec_status dlrec_sharded_create(dlrec_sharded **out, dlrec_comm *c, const dlre
   if (p->ranks != dlrec_comm_size(c) || p->n_cols != schema->n_sparse)
     return dlrec_error(DLREC_ERR_INVALID, "sharded: a plan of %d ranks and %u columns for %d ranks and %u columns",
                        p->ranks, p->n_cols, dlrec_comm_size(c), schema->n_sparse);
-  if (net->plan.n_params > net->plan.n_trainable)
-    return dlrec_error(DLREC_ERR_UNSUPPORTED, "batch normalization is not supported across ranks yet (its statistics "
-                       "would be each rank's, not the global batch's): turn it off or train in one process");
   dlrec_sharded *s = calloc(1, sizeof *s);
   if (!s) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
   s->comm = c;
@@ -601,6 +604,42 @@ dlrec_status dlrec_sharded_score(dlrec_sharded *s, const dlrec_net_scorer *sc, d
   return dlrec_net_predict_rows(sc, ws, &lb, s->F ? s->fetch : NULL, prob);
 }
 
+/* Batch normalization's statistics, summed over the ranks in rank order
+ * (a pass of one way each: as one process sums its ways). The sizes are
+ * logged for the parts of no rows. A failed sum ends the job: the other
+ * ranks would wait in it. */
+static dlrec_status sum_ranks(void *ctx, double *v, size_t n) {
+  dlrec_sharded *s = ctx;
+  if (s->n_sums < sizeof s->sums / sizeof *s->sums) s->sums[s->n_sums++] = n;
+  else s->sums_overflow = 1;
+  dlrec_status st = dlrec_comm_allreduce_f64(s->comm, v, n);
+  if (st != DLREC_OK) {
+    DLREC_ERROR("rank %d: batch normalization's sums: %s", s->rank, dlrec_last_error());
+    dlrec_comm_abort(s->comm, 1);
+  }
+  return st;
+}
+
+/* A part of no rows in a step whose batch normalization sums over the
+ * ranks: the sums the others make, with zeros (its rows add nothing). */
+static dlrec_status sum_zeros(dlrec_sharded *s) {
+  if (!s->sums_known || s->sums_overflow)
+    return dlrec_error(DLREC_ERR_UNSUPPORTED, "rank %d has no row of a batch and no step before it to follow: with "
+                       "batch normalization across ranks, every rank needs a row of the first batch", s->rank);
+  for (size_t i = 0; i < s->n_sums; i++) {
+    if (s->sums[i] > s->zeros_cap) {
+      free(s->zeros);
+      s->zeros_cap = s->sums[i];
+      if (!(s->zeros = calloc(s->zeros_cap, sizeof *s->zeros)))
+        return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
+    }
+    memset(s->zeros, 0, s->sums[i] * sizeof *s->zeros);
+    dlrec_status st = dlrec_comm_allreduce_f64(s->comm, s->zeros, s->sums[i]);
+    if (st != DLREC_OK) return st;
+  }
+  return DLREC_OK;
+}
+
 dlrec_status dlrec_sharded_step(dlrec_sharded *s, dlrec_net *net, dlrec_net_ws *ws, dlrec_net_optim *opt,
                                 const dlrec_batch *b, uint32_t global_rows, uint32_t row_base, float lr_scale,
                                 uint64_t step, double *loss) {
@@ -616,8 +655,18 @@ dlrec_status dlrec_sharded_step(dlrec_sharded *s, dlrec_net *net, dlrec_net_ws *
   part_batch(s, b, &lb);
   double loss_sum = 0;
   float *grad = NULL, *d_emb = NULL;
-  st = dlrec_net_train_pass(net, ws, &lb, s->F ? s->fetch : NULL, global_rows, row_base, step, &loss_sum, &grad,
-                            &d_emb);
+  /* Batch normalization sums over every rank's rows, except in a batch of
+   * one row, which normalizes by the running statistics. */
+  const int bn = dlrec_net_has_batchnorm(net) && global_rows >= 2;
+  if (bn && b->rows) {
+    s->n_sums = 0;
+    s->sums_overflow = 0;
+  }
+  st = dlrec_net_train_pass(net, ws, &lb, s->F ? s->fetch : NULL, global_rows, row_base, step,
+                            bn && b->rows ? sum_ranks : NULL,
+                            s, &loss_sum, &grad, &d_emb);
+  if (st == DLREC_OK && bn && b->rows) s->sums_known = 1;
+  if (st == DLREC_OK && bn && !b->rows) st = sum_zeros(s);
   if (st != DLREC_OK) return st;
   const size_t n_train = net->plan.n_trainable;
   const size_t n_emb = (size_t)b->rows * s->F * s->D;

@@ -75,6 +75,10 @@ typedef struct net_split {
   double *work;         /* this way's scratch: 4 doubles per column of the widest linear layer */
   double *const *slots; /* every way's slot for net_allreduce: 2 doubles per such column */
   struct net_sync *sync;
+  /* Across processes (dlrec_net_train_pass with a sum): the ways' total is
+   * then summed over the processes too, in process order. */
+  dlrec_sum_fn sum;
+  void *sum_ctx;
 } net_split;
 
 /* What one pass of the model sees: the batch's inputs, the parameters, the

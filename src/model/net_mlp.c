@@ -216,7 +216,8 @@ dlrec_status net_mlp_forward(const net_mlp *m, const net_io *io, float *ws, cons
       s = net_linear_forward(io, m->lin[l], b.z[l], in, 0);
       if (s == DLREC_OK && !io->train)
         s = BE_OP(io->be, batchnorm_infer, b.a[l], b.z[l], gamma, beta, P + rm, P + rv, BN_EPS, io->B, C);
-      else if (s == DLREC_OK && io->B == 1)
+      /* A batch of one row (the whole batch's, when this is a part of it) has no variance. */
+      else if (s == DLREC_OK && (io->split ? io->split->rows : (uint32_t)io->B) == 1)
         bn_running(b.a[l], b.saved[l], b.z[l], gamma, beta, P + rm, P + rv, C);
       else if (io->split) /* even after an error: the other ways wait in net_allreduce */
         s = bn_split_forward(io, s, b.a[l], b.saved[l], b.z[l], gamma, beta, io->state + rm, io->state + rv, C);
@@ -259,7 +260,7 @@ dlrec_status net_mlp_backward(const net_mlp *m, const net_io *io, float *ws, con
       if (m->dropout > 0.0f)
         s = BE_OP(io->be, dropout_backward, d, d, n, m->dropout, dropout_seed(m, io, (uint32_t)l), io->step);
       if (s == DLREC_OK) s = BE_OP(io->be, relu_backward, d, d, b.a[l], n);
-      if (m->bn && io->split) /* even after an error: the other ways wait in net_allreduce */
+      if (m->bn && io->split && io->split->rows >= 2) /* even after an error: the other ways wait in net_allreduce */
         s = bn_split_backward(io, s, d, g + m->gamma[l], g + m->beta[l], b.z[l], P + m->gamma[l], b.saved[l],
                               (int)L->out);
       else if (s == DLREC_OK && m->bn && B >= 2)

@@ -65,8 +65,13 @@ struct dlrec_net_ws {
   dlrec_table *fetch_table;
   const dlrec_table *table_override;
   /* dlrec_net_train_pass: the pass's rows are [row_base, row_base + rows)
-   * of a global batch of global_rows rows (0: the batch is the whole). */
+   * of a global batch of global_rows rows (0: the batch is the whole), and
+   * with a sum across the parts, the whole pass's one way (part_split),
+   * whose batch normalization sums over the parts. */
   uint32_t row_base, global_rows;
+  net_split part_split;
+  const net_split *pass_split;
+  double *part_work, *part_slot;
   uint64_t fetch_cap;
   uint32_t *fetch_rows, *fetch_ids;
   uint64_t *fetch_keys;
@@ -180,6 +185,7 @@ void dlrec_net_ws_free(dlrec_net_ws *ws) {
   shards_free(ws);
   if (ws->model_ws) ws->type->ws_free(ws->model_ws);
   dlrec_arena_free(&ws->arena);
+  free(ws->part_work), free(ws->part_slot);
   dlrec_table_free(ws->fetch_table);
   free(ws->fetch_rows), free(ws->fetch_ids), free(ws->fetch_keys), free(ws->fetch_buf), free(ws->fetch_found);
   free(ws);
@@ -267,6 +273,7 @@ static net_io io_of(const dlrec_net *n, dlrec_backend *be, dlrec_net_ws *ws, con
                .train = state != NULL,
                .step = step,
                .row0 = ws->row_base,
+               .split = state ? ws->pass_split : NULL,
                .state = state};
   return io;
 }
@@ -515,6 +522,13 @@ static int sync_wait(struct net_sync *y) {
 
 void net_allreduce(const net_io *io, double *v, size_t n) {
   const net_split *sp = io->split;
+  /* One way of a part of a step across processes (dlrec_net_train_pass):
+   * the processes' sum. A failed sum leaves the job to end (the caller's
+   * communicator aborts); the statistics here are then the part's own. */
+  if (sp && sp->ways == 1 && sp->sum) {
+    (void)sp->sum(sp->sum_ctx, v, n);
+    return;
+  }
   if (!sp || sp->ways < 2) return;
   memcpy(sp->slots[sp->way], v, n * sizeof(double));
   if (!sync_wait(sp->sync)) return;
@@ -674,6 +688,19 @@ dlrec_status dlrec_net_gradients(dlrec_net *n, dlrec_net_ws *ws, const dlrec_bat
   return st;
 }
 
+/* A part's pass whole, on the network's backend: its batch normalization
+ * meets the other parts' through ws->pass_split. */
+static dlrec_status whole_pass(dlrec_net *n, dlrec_net_ws *ws, const dlrec_batch *batch, uint64_t step,
+                               double *loss_sum) {
+  const float *logits = NULL;
+  double mean = 0;
+  ws->last_split = 1;
+  dlrec_status st = run_forward(n, n->be, ws, batch, NULL, n->params, step, &logits);
+  if (st == DLREC_OK) st = run_backward(n, ws, batch, logits, step, &mean);
+  *loss_sum = mean * batch->rows;
+  return st;
+}
+
 /* The forward, loss and backward of a training step, split across the
  * threads or whole: the dense gradients in ws->grad, d_emb, and the loss:
  * the batch's mean into *loss, or the sum over its rows into *loss_sum. */
@@ -699,24 +726,46 @@ static dlrec_status step_pass(dlrec_net *n, dlrec_net_ws *ws, const dlrec_batch 
   return st;
 }
 
+int dlrec_net_has_batchnorm(const dlrec_net *n) { return needs_sync(n); }
+
 dlrec_status dlrec_net_train_pass(dlrec_net *n, dlrec_net_ws *ws, const dlrec_batch *batch, const dlrec_table *table,
-                                  uint32_t global_rows, uint32_t row_base, uint64_t step, double *loss_sum,
-                                  float **grad, float **d_emb) {
+                                  uint32_t global_rows, uint32_t row_base, uint64_t step, dlrec_sum_fn sum,
+                                  void *sum_ctx, double *loss_sum, float **grad, float **d_emb) {
   *grad = ws->grad;
   *d_emb = ws->d_emb;
   *loss_sum = 0;
   if (batch->rows > global_rows || (uint64_t)row_base + batch->rows > global_rows)
     return dlrec_error(DLREC_ERR_INVALID, "train_pass: rows [%u, %u) outside a global batch of %u", row_base,
                        row_base + batch->rows, global_rows);
-  if (batch->rows == 0) { /* a part with no rows adds nothing */
+  const int sync = needs_sync(n) && sum;
+  if (sync && !ws->part_work) {
+    /* The one way's scratch and slot, sized as a split step's (shards_create). */
+    size_t widest = 1;
+    for (uint32_t l = 0; l < n->plan.n_linear; l++)
+      if (n->plan.linear[l].out > widest) widest = n->plan.linear[l].out;
+    ws->part_work = malloc(4 * widest * sizeof(double));
+    ws->part_slot = malloc(2 * widest * sizeof(double));
+    if (!ws->part_work || !ws->part_slot)
+      return dlrec_error(DLREC_ERR_NOMEM, "cannot allocate the batch normalization's scratch");
+  }
+  if (batch->rows == 0) {
+    /* A part with no rows adds nothing; with batch normalization the other
+     * parts would wait for its sums, so the caller must not get here. */
     memset(ws->grad, 0, n->plan.n_params * sizeof(float));
-    return DLREC_OK;
+    return sync ? dlrec_error(DLREC_ERR_INTERNAL, "train_pass: a part of 0 rows with batch normalization")
+                : DLREC_OK;
   }
   ws->table_override = table;
   ws->row_base = row_base;
   ws->global_rows = global_rows;
-  dlrec_status st = step_pass(n, ws, batch, step, NULL, loss_sum, NULL);
+  if (sync) {
+    ws->part_split = (net_split){.ways = 1, .way = 0, .rows = global_rows, .work = ws->part_work,
+                                 .slots = &ws->part_slot, .sync = &ws->sync, .sum = sum, .sum_ctx = sum_ctx};
+    ws->pass_split = &ws->part_split;
+  }
+  dlrec_status st = sync ? whole_pass(n, ws, batch, step, loss_sum) : step_pass(n, ws, batch, step, NULL, loss_sum, NULL);
   ws->table_override = NULL;
+  ws->pass_split = NULL;
   ws->row_base = ws->global_rows = 0;
   return st;
 }

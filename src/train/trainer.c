@@ -399,6 +399,9 @@ static dlrec_status setup(run *r) {
     DLREC_INFO("embedding table: a hash table of %llu rows for raw keys (admitted at sighting %u%s, %s eviction)",
                (unsigned long long)sc.cache_rows, sc.admit_min_count,
                sc.admit_probability > 0 ? ", or by probability" : "", sc.evict == DLREC_HASH_EVICT_LFU ? "LFU" : "LRU");
+  if (r->ranks > 1 && dlrec_net_has_batchnorm(r->model) && r->cfg.batch_size < (uint32_t)r->ranks)
+    return dlrec_error(DLREC_ERR_INVALID, "%s: training.batch_size %u, fewer rows than the %d ranks: batch "
+                       "normalization across ranks needs a row on every rank", what, r->cfg.batch_size, r->ranks);
   dlrec_net_set_backend(r->model, r->be);
   if ((s = dlrec_net_ws_create(&r->ws, r->model, r->cfg.batch_size)) != DLREC_OK) return s;
   size_t n_params;
