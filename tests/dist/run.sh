@@ -27,8 +27,9 @@ fail() { echo "dist/run.sh: $*" >&2; exit 1; }
 # Open MPI leaves allocations of its own at exit, which an ASan build's
 # LeakSanitizer would report from every rank (tests/CMakeLists.txt,
 # comm_mpi); the runs in one process keep their leak checks.
+# MPI_TIMEOUT: seconds after which mpirun ends a job that hangs.
 mpi() { ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" "$mpirun" --oversubscribe --bind-to none \
-  --timeout 300 -np "$@"; }
+  --timeout "${MPI_TIMEOUT:-300}" -np "$@"; }
 
 "$bin" synth --rows 30000 --seed 3 --out clicks.tsv -q
 "$bin" etl fit --input clicks.tsv --out etl --min-count 2 -q
@@ -107,8 +108,8 @@ for n in 2 3; do
 done
 [ "$("$bin" inspect train.dlr --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["rows"])')" = 26933 ] ||
   fail "the data is not the 26,933 rows the short-batch check is made for"
-"$mpirun" --oversubscribe --bind-to none --timeout 60 -np 4 "$bin" train --config deepfm-bn-short.json \
-  --train train.dlr --etl etl --out mpi-bn-short --threads 1 -q > short.json ||
+MPI_TIMEOUT=60 mpi 4 "$bin" train --config deepfm-bn-short.json --train train.dlr --etl etl --out mpi-bn-short \
+  --threads 1 -q > short.json ||
   fail "batch normalization across 4 ranks with a last batch of 2 rows did not finish"
 python3 -c 'import json,sys; sys.exit(json.load(open(sys.argv[1]))["steps"] != 4)' short.json ||
   fail "the short-batch run did not train its 4 steps"
