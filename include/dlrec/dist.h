@@ -81,9 +81,16 @@ static inline int dlrec_shard_owner(const dlrec_shard_plan *p, uint32_t c, uint6
 typedef dlrec_status (*dlrec_shard_run_fn)(void *ctx, uint64_t local, uint64_t global, uint64_t stride, uint64_t n);
 dlrec_status dlrec_shard_plan_runs(const dlrec_shard_plan *p, int r, dlrec_shard_run_fn fn, void *ctx);
 
+/* About the bytes of a rank's step buffers (dlrec_sharded_create) for parts
+ * of at most max_rows rows: the part's rows fetched, its lookups' keys and
+ * gradients, and the gradients its rows receive. */
+uint64_t dlrec_shard_plan_step_bytes(const dlrec_shard_plan *p, const dlrec_schema *schema, uint32_t max_rows);
+
 /* Prints the plan and each rank's memory (dense_bytes: the dense
- * parameters and their optimizer state, on every rank). */
-void dlrec_shard_plan_print(const dlrec_shard_plan *p, const dlrec_schema *schema, uint64_t dense_bytes, FILE *out);
+ * parameters and their optimizer state, on every rank; step_bytes: the step
+ * buffers of dlrec_shard_plan_step_bytes). */
+void dlrec_shard_plan_print(const dlrec_shard_plan *p, const dlrec_schema *schema, uint64_t dense_bytes,
+                            uint64_t step_bytes, FILE *out);
 
 /* ---- the sharded embedding stage ---------------------------------------- */
 

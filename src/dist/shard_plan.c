@@ -116,14 +116,29 @@ dlrec_status dlrec_shard_plan_runs(const dlrec_shard_plan *p, int r, dlrec_shard
   return DLREC_OK;
 }
 
-static void print_bytes(FILE *out, double b) {
+uint64_t dlrec_shard_plan_step_bytes(const dlrec_shard_plan *p, const dlrec_schema *schema, uint32_t max_rows) {
+  uint64_t ids = 0;
+  for (uint32_t c = 0; c < schema->n_sparse; c++) ids += schema->sparse[c].max_hotness;
+  const uint64_t lookups = (uint64_t)max_rows * (ids ? ids : 1), grad = 4 + 4 * (uint64_t)p->dim;
+  uint64_t set = 64;
+  while (set < 2 * lookups) set *= 2;
+  /* fetch, keys, fetch ids, unique keys (two lists), requests, gradients
+   * out; the hash set; about as many gradients received, twice (as they
+   * come and unpacked). */
+  return lookups * (p->row_bytes + 8 + 4 + 16 + 4 + grad) + set * 12 + 2 * lookups * grad;
+}
+
+/* b bytes in a unit, padded to a table's column unless inline. */
+static void print_bytes(FILE *out, double b, int inline_) {
   const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   int i = 0;
   while (b >= 1024 && i < 4) b /= 1024, i++;
-  fprintf(out, "%8.1f %-3s", b, u[i]);
+  if (inline_) fprintf(out, "%.1f %s", b, u[i]);
+  else fprintf(out, "%8.1f %-3s", b, u[i]);
 }
 
-void dlrec_shard_plan_print(const dlrec_shard_plan *p, const dlrec_schema *schema, uint64_t dense_bytes, FILE *out) {
+void dlrec_shard_plan_print(const dlrec_shard_plan *p, const dlrec_schema *schema, uint64_t dense_bytes,
+                            uint64_t step_bytes, FILE *out) {
   fprintf(out, "shard plan: %d rank%s, %u columns, dim %u, %u table + %u optimizer bytes a row\n", p->ranks,
           p->ranks == 1 ? "" : "s", p->n_cols, p->dim, p->row_bytes, p->optim_bytes);
   fprintf(out, "  %-24s %12s  %s\n", "column", "rows", "placement");
@@ -137,12 +152,14 @@ void dlrec_shard_plan_print(const dlrec_shard_plan *p, const dlrec_schema *schem
   for (int r = 0; r < p->ranks; r++) {
     const double shard = (double)p->rows[r] * ((double)p->row_bytes + p->optim_bytes);
     fprintf(out, "  %-6d %12llu ", r, (unsigned long long)p->rows[r]);
-    print_bytes(out, shard);
+    print_bytes(out, shard, 0);
     fprintf(out, "  ");
-    print_bytes(out, shard + (double)dense_bytes);
+    print_bytes(out, shard + (double)dense_bytes + (double)step_bytes, 0);
     fprintf(out, " %8.2f\n", p->lookups[r]);
   }
   fprintf(out, "  total: the shard, the dense parameters and their optimizer state (");
-  print_bytes(out, (double)dense_bytes);
-  fprintf(out, " on every rank); lookups: expected per batch row\n");
+  print_bytes(out, (double)dense_bytes, 1);
+  fprintf(out, ") and the step's buffers (about ");
+  print_bytes(out, (double)step_bytes, 1);
+  fprintf(out, "), on every rank; lookups: expected per batch row\n");
 }

@@ -633,6 +633,13 @@ static dlrec_status make_plan(const dlrec_train_config *cfg, dlrec_net *net, int
   return dlrec_shard_plan_make(p, schema, ranks, dlrec_table_dim(t), row_bytes, optim_bytes, cfg->dist_rowwise_share);
 }
 
+/* The most rows a rank's part holds: ceil(batch / ranks), of a training or
+ * a validation batch. */
+static uint32_t part_rows(const dlrec_train_config *cfg, int ranks) {
+  const uint64_t most = cfg->batch_size > cfg->eval_batch_size ? cfg->batch_size : cfg->eval_batch_size;
+  return (uint32_t)((most + (uint64_t)ranks - 1) / (uint64_t)ranks);
+}
+
 dlrec_status dlrec_train_print_plan(const dlrec_train_args *a, int ranks, FILE *out) {
   dlrec_train_config cfg;
   dlrec_status s = DLREC_OK;
@@ -648,7 +655,8 @@ dlrec_status dlrec_train_print_plan(const dlrec_train_args *a, int ranks, FILE *
   uint64_t dense = 0;
   s = dlrec_net_create_tableless(&net, &cfg.model, &schema);
   if (s == DLREC_OK) s = make_plan(&cfg, net, ranks, &p, &dense);
-  if (s == DLREC_OK) dlrec_shard_plan_print(&p, &schema, dense, out);
+  if (s == DLREC_OK)
+    dlrec_shard_plan_print(&p, &schema, dense, dlrec_shard_plan_step_bytes(&p, &schema, part_rows(&cfg, ranks)), out);
   dlrec_shard_plan_free(&p);
   dlrec_net_free(net);
   return s;
@@ -666,15 +674,14 @@ static dlrec_status dist_start(run *r) {
   const size_t state = dlrec_optim_state_floats(&r->opt.dense, n_params);
   uint64_t dense = 0;
   dlrec_status s = make_plan(&r->cfg, r->model, r->ranks, &r->plan, &dense);
-  /* A part holds at most ceil(batch / ranks) rows, of a training or a validation batch. */
-  const uint64_t most = r->cfg.batch_size > r->cfg.eval_batch_size ? r->cfg.batch_size : r->cfg.eval_batch_size;
-  const uint32_t part_rows = (uint32_t)((most + (uint64_t)r->ranks - 1) / (uint64_t)r->ranks);
-  if (s == DLREC_OK) s = dlrec_sharded_create(&r->sh, c, &r->plan, r->model, &r->cfg.sparse, part_rows);
+  const uint32_t rows = part_rows(&r->cfg, r->ranks);
+  if (s == DLREC_OK) s = dlrec_sharded_create(&r->sh, c, &r->plan, r->model, &r->cfg.sparse, rows);
   if ((s = dist_agree(r, s)) != DLREC_OK) return s;
   if (r->rank == 0) {
     DLREC_INFO("%d ranks (%s), %u thread%s each; the table sharded:", r->ranks, dlrec_comm_name(c), r->cfg.threads,
                r->cfg.threads == 1 ? "" : "s");
-    if (dlrec_log_get_level() <= DLREC_LOG_INFO) dlrec_shard_plan_print(&r->plan, &r->schema, dense, stderr);
+    if (dlrec_log_get_level() <= DLREC_LOG_INFO)
+      dlrec_shard_plan_print(&r->plan, &r->schema, dense, dlrec_shard_plan_step_bytes(&r->plan, &r->schema, rows), stderr);
   }
   if (r->a->resume && r->rank == 0) {
     const dlrec_row_source rows = shard_rows(r);
