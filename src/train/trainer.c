@@ -117,9 +117,8 @@ typedef struct run {
   double follow_idle; /* seconds spent waiting for a new file */
   publisher *pub;     /* publish.redis: trained rows to the Redis tier; NULL: off */
   /* Across ranks (a->comm of more than one rank): this rank's part of each
-   * batch, its shard of the table and the exchanges (dlrec/dist.h). Rank 0
-   * also holds the whole table, gathered for validations and checkpoints,
-   * and alone writes into RUN. */
+   * batch, its shard of the table and the exchanges (dlrec/dist.h). No
+   * rank holds the whole table; rank 0 alone writes into RUN. */
   int rank, ranks;
   dlrec_shard_plan plan;
   dlrec_sharded *sh;
