@@ -161,5 +161,6 @@ void dlrec_shard_plan_print(const dlrec_shard_plan *p, const dlrec_schema *schem
   print_bytes(out, (double)dense_bytes, 1);
   fprintf(out, ") and the step's buffers (about ");
   print_bytes(out, (double)step_bytes, 1);
-  fprintf(out, "), on every rank; lookups: expected per batch row\n");
+  fprintf(out, "), on every rank, besides the model's activations for a part of the batch; lookups: expected per "
+               "batch row\n");
 }

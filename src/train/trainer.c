@@ -402,7 +402,10 @@ static dlrec_status setup(run *r) {
     return dlrec_error(DLREC_ERR_INVALID, "%s: training.batch_size %u, fewer rows than the %d ranks: batch "
                        "normalization across ranks needs a row on every rank", what, r->cfg.batch_size, r->ranks);
   dlrec_net_set_backend(r->model, r->be);
-  if ((s = dlrec_net_ws_create(&r->ws, r->model, r->cfg.batch_size)) != DLREC_OK) return s;
+  /* Across ranks, a step's pass holds a part of the batch. */
+  const uint32_t ws_rows =
+      (uint32_t)(((uint64_t)r->cfg.batch_size + (uint64_t)r->ranks - 1) / (uint64_t)r->ranks);
+  if ((s = dlrec_net_ws_create(&r->ws, r->model, ws_rows)) != DLREC_OK) return s;
   size_t n_params;
   dlrec_net_dense_params(r->model, &n_params);
   r->opt.dense = r->cfg.dense;
