@@ -2,7 +2,6 @@
  * (dlrec/dist.h): the rows a part needs come from their owners, the
  * lookups' gradients go back to them, and the dense gradients are summed
  * over the ranks. */
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -691,16 +690,7 @@ dlrec_status dlrec_sharded_step(dlrec_sharded *s, dlrec_net *net, dlrec_net_ws *
      * rank order: the same norm up to rounding (docs/distributed.md). */
     for (size_t i = 0; i < n_train; i++) sq += (double)grad[i] * grad[i];
     for (int r = 0; r < s->N; r++) sq += all[3 * r + 1];
-    const double norm = sqrt(sq);
-    if (!isfinite(norm))
-      return dlrec_error(DLREC_ERR_INVALID, "training diverged at step %llu (the gradient norm is %g): lower the "
-                         "learning rates or add warmup", (unsigned long long)step, norm);
-    const double coef = (double)opt->clip_grad_norm / (norm + 1e-6);
-    if (coef < 1.0) {
-      const float cf = (float)coef;
-      for (size_t i = 0; i < n_train; i++) grad[i] *= cf;
-      for (size_t i = 0; i < n_emb; i++) d_emb[i] *= cf;
-    }
+    if ((st = net_clip(grad, n_train, d_emb, n_emb, sq, opt->clip_grad_norm, step)) != DLREC_OK) return st;
   }
   if (s->F) {
     if ((st = dlrec_sparse_optim_set_lr(s->opt, opt->sparse_lr * lr_scale)) != DLREC_OK) return st;

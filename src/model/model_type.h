@@ -112,6 +112,15 @@ dlrec_status net_linear_forward(const net_io *io, int layer, float *out, const f
  * ways wait for each other at each one. */
 void net_allreduce(const net_io *io, double *v, size_t n);
 
+/* Gradient-norm clipping with PyTorch clip_grad_norm_'s semantics, given sq,
+ * the squared L2 norm of all gradients together (the dense ones and d_emb
+ * (B, F, D), the per-lookup embedding gradients), summed by the caller in
+ * double in a fixed order so that a step stays bitwise reproducible: if the
+ * norm exceeds max_norm, every gradient times max_norm / (norm + 1e-6). A
+ * norm that is not finite is the step's divergence error. */
+dlrec_status net_clip(float *grad, size_t n_grad, float *d_emb, size_t n_emb, double sq, float max_norm,
+                      uint64_t step);
+
 /* The first-order term on the dense features (dense_term.c): out (B) =
  * dense (B, n_dense) · w + b through net_linear_forward when n_dense > 0,
  * else a lone "bias" tensor. Backward adds its gradients into g; both

@@ -462,6 +462,15 @@ dlrec_status dlrec_net_predict_fetch(const dlrec_net_scorer *s, dlrec_net_ws *ws
  * buffers, i.e. batch normalization. */
 static int needs_sync(const dlrec_net *n) { return n->plan.n_params > n->plan.n_trainable; }
 
+/* The output width of the plan's widest linear layer: what batch
+ * normalization's scratch is sized by (4 doubles a column of work, 2 of slot). */
+static size_t widest_linear(const dlrec_net *n) {
+  size_t widest = 1;
+  for (uint32_t l = 0; l < n->plan.n_linear; l++)
+    if (n->plan.linear[l].out > widest) widest = n->plan.linear[l].out;
+  return widest;
+}
+
 static dlrec_status shards_create(const dlrec_net *n, dlrec_net_ws *ws, uint32_t T) {
   uint32_t rows = (ws->max_batch + T - 1) / T;
   ws->shards = calloc(T, sizeof *ws->shards);
@@ -486,9 +495,7 @@ static dlrec_status shards_create(const dlrec_net *n, dlrec_net_ws *ws, uint32_t
   if (!needs_sync(n)) return DLREC_OK;
   /* Batch normalization sums its statistics across the ways: scratch and a
    * slot per way, sized by the widest layer it could normalize. */
-  size_t widest = 1;
-  for (uint32_t l = 0; l < n->plan.n_linear; l++)
-    if (n->plan.linear[l].out > widest) widest = n->plan.linear[l].out;
+  const size_t widest = widest_linear(n);
   ws->slots = calloc(T, sizeof *ws->slots);
   for (uint32_t i = 0; ws->slots && i < T; i++) {
     net_shard *sh = &ws->shards[i];
@@ -688,25 +695,12 @@ dlrec_status dlrec_net_gradients(dlrec_net *n, dlrec_net_ws *ws, const dlrec_bat
   return st;
 }
 
-/* A part's pass whole, on the network's backend: its batch normalization
- * meets the other parts' through ws->pass_split. */
-static dlrec_status whole_pass(dlrec_net *n, dlrec_net_ws *ws, const dlrec_batch *batch, uint64_t step,
-                               double *loss_sum) {
-  const float *logits = NULL;
-  double mean = 0;
-  ws->last_split = 1;
-  dlrec_status st = run_forward(n, n->be, ws, batch, NULL, n->params, step, &logits);
-  if (st == DLREC_OK) st = run_backward(n, ws, batch, logits, step, &mean);
-  *loss_sum = mean * batch->rows;
-  return st;
-}
-
-/* The forward, loss and backward of a training step, split across the
- * threads or whole: the dense gradients in ws->grad, d_emb, and the loss:
- * the batch's mean into *loss, or the sum over its rows into *loss_sum. */
-static dlrec_status step_pass(dlrec_net *n, dlrec_net_ws *ws, const dlrec_batch *batch, uint64_t step, double *loss,
-                              double *loss_sum, float *prob) {
-  uint32_t T = split_ways(n, batch->rows);
+/* The forward, loss and backward of a training step, split T ways across
+ * the threads (split_ways) or whole (T = 1): the dense gradients in
+ * ws->grad, d_emb, and the loss: the batch's mean into *loss, or the sum
+ * over its rows into *loss_sum. */
+static dlrec_status step_pass(dlrec_net *n, dlrec_net_ws *ws, const dlrec_batch *batch, uint64_t step, uint32_t T,
+                              double *loss, double *loss_sum, float *prob) {
   int whole = 0;
   double sum = 0, mean = 0;
   dlrec_status st = DLREC_OK;
@@ -740,9 +734,7 @@ dlrec_status dlrec_net_train_pass(dlrec_net *n, dlrec_net_ws *ws, const dlrec_ba
   const int sync = needs_sync(n) && sum;
   if (sync && !ws->part_work) {
     /* The one way's scratch and slot, sized as a split step's (shards_create). */
-    size_t widest = 1;
-    for (uint32_t l = 0; l < n->plan.n_linear; l++)
-      if (n->plan.linear[l].out > widest) widest = n->plan.linear[l].out;
+    const size_t widest = widest_linear(n);
     ws->part_work = malloc(4 * widest * sizeof(double));
     ws->part_slot = malloc(2 * widest * sizeof(double));
     if (!ws->part_work || !ws->part_slot)
@@ -763,23 +755,18 @@ dlrec_status dlrec_net_train_pass(dlrec_net *n, dlrec_net_ws *ws, const dlrec_ba
                                  .slots = &ws->part_slot, .sync = &ws->sync, .sum = sum, .sum_ctx = sum_ctx};
     ws->pass_split = &ws->part_split;
   }
-  dlrec_status st = sync ? whole_pass(n, ws, batch, step, loss_sum) : step_pass(n, ws, batch, step, NULL, loss_sum, NULL);
+  /* With sums across the parts the pass runs whole: its one way meets the
+   * other parts' through ws->pass_split. */
+  const uint32_t T = sync ? 1 : split_ways(n, batch->rows);
+  dlrec_status st = step_pass(n, ws, batch, step, T, NULL, loss_sum, NULL);
   ws->table_override = NULL;
   ws->pass_split = NULL;
   ws->row_base = ws->global_rows = 0;
   return st;
 }
 
-/* Gradient-norm clipping with PyTorch clip_grad_norm_'s semantics: the L2
- * norm of all gradients together (the dense ones and d_emb (B, F, D), the
- * per-lookup embedding gradients), and if it exceeds max_norm, every
- * gradient times max_norm / (norm + 1e-6). The norm is summed in double in
- * a fixed order, so a step stays bitwise reproducible. */
-static dlrec_status clip_gradients(float *grad, size_t n_grad, float *d_emb, size_t n_emb, float max_norm,
-                                   uint64_t step) {
-  double sq = 0;
-  for (size_t i = 0; i < n_grad; i++) sq += (double)grad[i] * grad[i];
-  for (size_t i = 0; i < n_emb; i++) sq += (double)d_emb[i] * d_emb[i];
+dlrec_status net_clip(float *grad, size_t n_grad, float *d_emb, size_t n_emb, double sq, float max_norm,
+                      uint64_t step) {
   const double norm = sqrt(sq);
   if (!isfinite(norm))
     return dlrec_error(DLREC_ERR_INVALID, "training diverged at step %llu (the gradient norm is %g): lower the "
@@ -796,10 +783,14 @@ dlrec_status dlrec_net_train_step(dlrec_net *n, dlrec_net_ws *ws, dlrec_net_opti
                                   float lr_scale, uint64_t step, double *loss, float *prob) {
   dlrec_batch resolved, *batch = &resolved;
   dlrec_status st = resolve(n, ws, given, &resolved, 1);
-  if (st == DLREC_OK) st = step_pass(n, ws, batch, step, loss, NULL, prob);
-  if (st == DLREC_OK && opt->clip_grad_norm > 0)
-    st = clip_gradients(ws->grad, n->plan.n_trainable, ws->d_emb,
-                        (size_t)batch->rows * n->schema.n_sparse * n->plan.emb_dim, opt->clip_grad_norm, step);
+  if (st == DLREC_OK) st = step_pass(n, ws, batch, step, split_ways(n, batch->rows), loss, NULL, prob);
+  if (st == DLREC_OK && opt->clip_grad_norm > 0) {
+    const size_t n_grad = n->plan.n_trainable, n_emb = (size_t)batch->rows * n->schema.n_sparse * n->plan.emb_dim;
+    double sq = 0;
+    for (size_t i = 0; i < n_grad; i++) sq += (double)ws->grad[i] * ws->grad[i];
+    for (size_t i = 0; i < n_emb; i++) sq += (double)ws->d_emb[i] * ws->d_emb[i];
+    st = net_clip(ws->grad, n_grad, ws->d_emb, n_emb, sq, opt->clip_grad_norm, step);
+  }
   if (st != DLREC_OK) return st;
   double t = dlrec_now();
   dlrec_bag_batch bags = bags_of(n, batch);
