@@ -44,20 +44,31 @@ cJSON *dlrec_metrics_to_json(const dlrec_metrics *m) {
   return j;
 }
 
-dlrec_status dlrec_score_files(const dlrec_net *m, const char *const *paths, int n_paths, uint32_t batch,
-                               uint64_t max_rows, dlrec_score_fn fn, void *ctx) {
+/* A loader over the files in order, once, in batches of `batch` rows (part
+ * `part` of `parts` of each), for scoring m: the files must be encoded as
+ * m's schema says. */
+static dlrec_status open_scoring(dlrec_loader **ld, const dlrec_net *m, const char *const *paths, int n_paths,
+                                 uint32_t batch, uint32_t part, uint32_t parts) {
   dlrec_loader_opts o;
   dlrec_loader_opts_default(&o);
   o.batch_rows = batch;
   o.shuffle = 0;
   o.epochs = 1;
+  o.part = part;
+  o.parts = parts;
+  dlrec_status s = dlrec_loader_open(ld, paths, n_paths, &o);
+  if (s == DLREC_OK && !dlrec_schema_equal(dlrec_loader_schema(*ld), dlrec_net_schema(m)))
+    s = dlrec_error(DLREC_ERR_INVALID, "%s: encoded with another ETL state than the model's (the schemas differ)",
+                    paths[0]);
+  return s;
+}
+
+dlrec_status dlrec_score_files(const dlrec_net *m, const char *const *paths, int n_paths, uint32_t batch,
+                               uint64_t max_rows, dlrec_score_fn fn, void *ctx) {
   dlrec_loader *ld = NULL;
   dlrec_net_ws *ws = NULL;
   float *prob = malloc(batch * sizeof *prob);
-  dlrec_status s = prob ? dlrec_loader_open(&ld, paths, n_paths, &o) : dlrec_error(DLREC_ERR_NOMEM, "out of memory");
-  if (s == DLREC_OK && !dlrec_schema_equal(dlrec_loader_schema(ld), dlrec_net_schema(m)))
-    s = dlrec_error(DLREC_ERR_INVALID, "%s: encoded with another ETL state than the model's (the schemas differ)",
-                    paths[0]);
+  dlrec_status s = prob ? open_scoring(&ld, m, paths, n_paths, batch, 0, 1) : dlrec_error(DLREC_ERR_NOMEM, "out of memory");
   dlrec_net_scorer *sc = NULL;
   if (s == DLREC_OK) s = dlrec_net_ws_create(&ws, m, batch);
   if (s == DLREC_OK) s = dlrec_net_scorer_create(&sc, m);
@@ -298,6 +309,12 @@ static dlrec_status follow_next(run *r, const dlrec_batch **b) {
 
 static dlrec_status start_run(run *r, const dlrec_row_source *rows);
 
+/* The most rows of a batch of `batch` rows that one of `ranks` ranks holds
+ * (the loader's parts). */
+static uint32_t rows_per_rank(uint32_t batch, int ranks) {
+  return (uint32_t)(((uint64_t)batch + (uint64_t)ranks - 1) / (uint64_t)ranks);
+}
+
 static dlrec_status setup(run *r) {
   const dlrec_train_args *a = r->a;
   dlrec_status s = DLREC_OK;
@@ -403,9 +420,7 @@ static dlrec_status setup(run *r) {
                        "normalization across ranks needs a row on every rank", what, r->cfg.batch_size, r->ranks);
   dlrec_net_set_backend(r->model, r->be);
   /* Across ranks, a step's pass holds a part of the batch. */
-  const uint32_t ws_rows =
-      (uint32_t)(((uint64_t)r->cfg.batch_size + (uint64_t)r->ranks - 1) / (uint64_t)r->ranks);
-  if ((s = dlrec_net_ws_create(&r->ws, r->model, ws_rows)) != DLREC_OK) return s;
+  if ((s = dlrec_net_ws_create(&r->ws, r->model, rows_per_rank(r->cfg.batch_size, r->ranks))) != DLREC_OK) return s;
   size_t n_params;
   dlrec_net_dense_params(r->model, &n_params);
   r->opt.dense = r->cfg.dense;
@@ -638,8 +653,7 @@ static dlrec_status make_plan(const dlrec_train_config *cfg, dlrec_net *net, int
 /* The most rows a rank's part holds: ceil(batch / ranks), of a training or
  * a validation batch. */
 static uint32_t part_rows(const dlrec_train_config *cfg, int ranks) {
-  const uint64_t most = cfg->batch_size > cfg->eval_batch_size ? cfg->batch_size : cfg->eval_batch_size;
-  return (uint32_t)((most + (uint64_t)ranks - 1) / (uint64_t)ranks);
+  return rows_per_rank(cfg->batch_size > cfg->eval_batch_size ? cfg->batch_size : cfg->eval_batch_size, ranks);
 }
 
 dlrec_status dlrec_train_print_plan(const dlrec_train_args *a, int ranks, FILE *out) {
@@ -724,6 +738,34 @@ static dlrec_status dist_checkpoint(run *r) {
   return dist_status(r, s, &r->last_ckpt_step, sizeof r->last_ckpt_step);
 }
 
+/* The step's agreement: every rank's loader outcome (its part of the same
+ * batch, or the end), its stop request and its part's rows. *global and
+ * *base: the batch's rows and where this part starts in it; each (when not
+ * NULL): every rank's rows; *stop: some rank was asked to stop (a signal
+ * reaches the ranks at different steps). */
+static dlrec_status dist_step_agree(run *r, dlrec_status ls, uint32_t rows, uint32_t *global, uint32_t *base,
+                                    int *stop, uint32_t *each) {
+  uint32_t mine[3] = {(uint32_t)(int32_t)ls, (uint32_t)g_stop, rows}, all[3 * DLREC_DIST_MAX_RANKS];
+  dlrec_status s = dlrec_comm_allgather(r->a->comm, mine, sizeof mine, all);
+  if (s != DLREC_OK) return s;
+  *global = *base = 0;
+  *stop = 0;
+  int ends = 0;
+  for (int q = 0; q < r->ranks; q++) {
+    const dlrec_status qs = (dlrec_status)(int32_t)all[3 * q];
+    if (qs != DLREC_OK && qs != DLREC_END)
+      return q == r->rank ? ls : dlrec_error(qs, "rank %d failed to load its part of the batch (its error is in its log)", q);
+    ends += qs == DLREC_END;
+    *stop |= all[3 * q + 1] != 0;
+    if (q < r->rank) *base += all[3 * q + 2];
+    *global += all[3 * q + 2];
+    if (each) each[q] = all[3 * q + 2];
+  }
+  if (ends && ends != r->ranks)
+    return dlrec_error(DLREC_ERR_INTERNAL, "the ranks' loaders disagree on the end of the data");
+  return ends ? DLREC_END : DLREC_OK;
+}
+
 /* Across ranks: every rank scores its part of each validation batch, with
  * the rows its lookups need from their owners, and sends its scores and
  * labels to rank 0, which computes the metrics over all of them in the
@@ -733,14 +775,7 @@ static dlrec_status dist_evaluate(run *r, dlrec_metrics *out) {
   dlrec_comm *c = r->a->comm;
   const uint32_t N = (uint32_t)r->ranks, B = r->cfg.eval_batch_size;
   const uint64_t max_rows = r->cfg.eval_max_rows;
-  dlrec_loader_opts o;
-  dlrec_loader_opts_default(&o);
-  o.batch_rows = B;
-  o.shuffle = 0;
-  o.epochs = 1;
-  o.part = (uint32_t)r->rank;
-  o.parts = N;
-  const uint32_t part = (uint32_t)(((uint64_t)B + N - 1) / N);
+  const uint32_t part = rows_per_rank(B, r->ranks);
   dlrec_loader *ld = NULL;
   dlrec_net_ws *ws = NULL;
   dlrec_net_scorer *sc = NULL;
@@ -752,10 +787,7 @@ static dlrec_status dist_evaluate(run *r, dlrec_metrics *out) {
   uint64_t *sb = calloc(N, sizeof *sb), *rb = calloc(N, sizeof *rb);
   dlrec_status s = pairs && prob && sb && rb && (r->rank != 0 || all) ? DLREC_OK
                                                                       : dlrec_error(DLREC_ERR_NOMEM, "out of memory");
-  if (s == DLREC_OK) s = dlrec_loader_open(&ld, paths, 1, &o);
-  if (s == DLREC_OK && !dlrec_schema_equal(dlrec_loader_schema(ld), dlrec_net_schema(r->model)))
-    s = dlrec_error(DLREC_ERR_INVALID, "%s: encoded with another ETL state than the model's (the schemas differ)",
-                    paths[0]);
+  if (s == DLREC_OK) s = open_scoring(&ld, r->model, paths, 1, B, (uint32_t)r->rank, N);
   if (s == DLREC_OK && !dlrec_loader_schema(ld)->has_label)
     s = dlrec_error(DLREC_ERR_INVALID, "evaluation needs labeled data");
   if (s == DLREC_OK) s = dlrec_net_ws_create(&ws, r->model, part);
@@ -766,20 +798,11 @@ static dlrec_status dist_evaluate(run *r, dlrec_metrics *out) {
   while (s == DLREC_OK) {
     const dlrec_batch *b = NULL;
     const dlrec_status ls = dlrec_loader_next(ld, &b);
-    uint32_t mine[2] = {(uint32_t)(int32_t)ls, ls == DLREC_OK ? b->rows : 0}, got[2 * DLREC_DIST_MAX_RANKS];
-    if ((s = dlrec_comm_allgather(c, mine, sizeof mine, got)) != DLREC_OK) break;
-    int ends = 0;
-    for (uint32_t q = 0; q < N && s == DLREC_OK; q++) {
-      const dlrec_status qs = (dlrec_status)(int32_t)got[2 * q];
-      if (qs != DLREC_OK && qs != DLREC_END)
-        s = (int)q == r->rank ? ls : dlrec_error(qs, "rank %u failed to load its part of %s", q, paths[0]);
-      ends += qs == DLREC_END;
-    }
-    if (s != DLREC_OK) break;
-    if (ends) {
-      if (ends != (int)N) s = dlrec_error(DLREC_ERR_INTERNAL, "the ranks' loaders disagree on the end of %s", paths[0]);
-      break;
-    }
+    uint32_t global, base_rows, each[DLREC_DIST_MAX_RANKS];
+    int stop; /* a stop request waits for the training loop's next step */
+    s = dist_step_agree(r, ls, ls == DLREC_OK ? b->rows : 0, &global, &base_rows, &stop, each);
+    if (s == DLREC_END) s = DLREC_OK;
+    if (s != DLREC_OK || ls == DLREC_END) break;
     if ((s = dlrec_sharded_score(r->sh, sc, ws, b, prob)) != DLREC_OK) {
       DLREC_ERROR("rank %d: scoring %s: %s", r->rank, paths[0], dlrec_last_error());
       dlrec_comm_abort(c, 1);
@@ -788,7 +811,7 @@ static dlrec_status dist_evaluate(run *r, dlrec_metrics *out) {
     /* The rows within eval.max_rows, each rank's, in the file's order. */
     uint64_t base = done;
     for (uint32_t q = 0; q < N; q++) {
-      const uint64_t rows = got[2 * q + 1];
+      const uint64_t rows = each[q];
       const uint64_t keep = !max_rows ? rows : base >= max_rows ? 0 : max_rows - base < rows ? max_rows - base : rows;
       sb[q] = 0;
       rb[q] = r->rank == 0 ? keep * 2 * sizeof(float) : 0;
@@ -822,32 +845,6 @@ static dlrec_status dist_evaluate(run *r, dlrec_metrics *out) {
   free(all);
   free(prob);
   return s;
-}
-
-/* The step's agreement: every rank's loader outcome (its part of the same
- * batch, or the end), its stop request and its part's rows. *global and
- * *base: the batch's rows and where this part starts in it; *stop: some
- * rank was asked to stop (a signal reaches the ranks at different steps). */
-static dlrec_status dist_step_agree(run *r, dlrec_status ls, uint32_t rows, uint32_t *global, uint32_t *base,
-                                    int *stop) {
-  uint32_t mine[3] = {(uint32_t)(int32_t)ls, (uint32_t)g_stop, rows}, all[3 * DLREC_DIST_MAX_RANKS];
-  dlrec_status s = dlrec_comm_allgather(r->a->comm, mine, sizeof mine, all);
-  if (s != DLREC_OK) return s;
-  *global = *base = 0;
-  *stop = 0;
-  int ends = 0;
-  for (int q = 0; q < r->ranks; q++) {
-    const dlrec_status qs = (dlrec_status)(int32_t)all[3 * q];
-    if (qs != DLREC_OK && qs != DLREC_END)
-      return q == r->rank ? ls : dlrec_error(qs, "rank %d failed to load its part of the batch (its error is in its log)", q);
-    ends += qs == DLREC_END;
-    *stop |= all[3 * q + 1] != 0;
-    if (q < r->rank) *base += all[3 * q + 2];
-    *global += all[3 * q + 2];
-  }
-  if (ends && ends != r->ranks)
-    return dlrec_error(DLREC_ERR_INTERNAL, "the ranks' loaders disagree on the end of the data");
-  return ends ? DLREC_END : DLREC_OK;
 }
 
 dlrec_status dlrec_train(const dlrec_train_args *a, dlrec_train_result *res) {
@@ -896,7 +893,7 @@ dlrec_status dlrec_train(const dlrec_train_args *a, dlrec_train_result *res) {
     if (r.sh) {
       int stop = 0;
       uint32_t part = rows;
-      s = dist_step_agree(&r, pending != DLREC_OK ? pending : s, part, &rows, &row_base, &stop);
+      s = dist_step_agree(&r, pending != DLREC_OK ? pending : s, part, &rows, &row_base, &stop, NULL);
       if (stop) g_stop = 1;
       if (stop && s == DLREC_OK) break;
     }
