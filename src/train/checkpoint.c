@@ -103,15 +103,19 @@ static int optim_arrays(const dlrec_net_optim *opt, const dlrec_store_view *v, s
   return n;
 }
 
-/* table.bin's one array (rows in v.table, as map_table shows them), typed
- * as the table stores its rows, so that a load into a table of another
- * dtype is refused naming both. */
-static tensor_desc table_array(const dlrec_net *n, const dlrec_store_view *v) {
+/* table.bin's type: as the table stores its rows, so that a load into a
+ * table of another dtype is refused naming both. */
+static tensor_dtype table_tensor_dtype(const dlrec_table *t) {
   static const tensor_dtype of[] = {[DLREC_TABLE_FP32] = TENSOR_F32, [DLREC_TABLE_BF16] = TENSOR_BF16,
                                     [DLREC_TABLE_FP16] = TENSOR_F16};
+  return of[dlrec_table_get_dtype(t)];
+}
+
+/* table.bin's one array (rows in v.table, as map_table shows them). */
+static tensor_desc table_array(const dlrec_net *n, const dlrec_store_view *v) {
   const dlrec_table *t = dlrec_net_table_const(n);
   const uint64_t rows = v->rows ? v->rows : dlrec_store_rows(dlrec_net_store(n));
-  return tensor_array("table", of[dlrec_table_get_dtype(t)], rows * dlrec_table_stride(t), v->table, v->mapped);
+  return tensor_array("table", table_tensor_dtype(t), rows * dlrec_table_stride(t), v->table, v->mapped);
 }
 
 /* ---- rows from a dlrec_row_source ------------------------------------------ */
@@ -145,13 +149,11 @@ static tensor_desc streamed(const char *name, tensor_dtype dtype, uint64_t row_e
 
 /* table.bin's array from src (write) or into it (read). */
 static tensor_desc source_table(const dlrec_net *n, const dlrec_row_source *src, int write, source_stream *x) {
-  static const tensor_dtype of[] = {[DLREC_TABLE_FP32] = TENSOR_F32, [DLREC_TABLE_BF16] = TENSOR_BF16,
-                                    [DLREC_TABLE_FP16] = TENSOR_F16};
   const dlrec_table *t = dlrec_net_table_const(n);
-  const dlrec_table_dtype dt = dlrec_table_get_dtype(t);
   const uint32_t stride = dlrec_table_stride(t);
-  return streamed("table", of[dt], stride, (uint64_t)stride * dlrec_table_dtype_bytes(dt), src, DLREC_ROWS_TABLE,
-                  write, x);
+  return streamed("table", table_tensor_dtype(t), stride,
+                  (uint64_t)stride * dlrec_table_dtype_bytes(dlrec_table_get_dtype(t)), src, DLREC_ROWS_TABLE, write,
+                  x);
 }
 
 /* optim.bin's arrays, in optim_arrays' order, the per-row ones through src
