@@ -90,6 +90,25 @@ static uint32_t crc_zeros(uint32_t crc, uint64_t n) {
   return crc;
 }
 
+/* Extends *crc with the file's bytes [from, to), read through buf (cap
+ * bytes): a whole file written, or the gaps between arrays (crc_range). */
+static dlrec_status crc_read(int fd, uint64_t from, uint64_t to, uint32_t *crc, const char *path, char *buf,
+                             size_t cap) {
+  while (from < to) {
+    size_t k = to - from > cap ? cap : (size_t)(to - from);
+    dlrec_status s = dlrec_pread_all(fd, buf, k, from, path);
+    if (s != DLREC_OK) return s;
+    *crc = dlrec_crc32c(*crc, buf, k);
+    from += k;
+  }
+  return DLREC_OK;
+}
+
+static dlrec_status crc_range(int fd, uint64_t from, uint64_t to, uint32_t *crc, const char *path) {
+  char buf[4096];
+  return crc_read(fd, from, to, crc, path, buf, sizeof buf);
+}
+
 /* The header for the array table (its CRCs as they are) of a file of `size` bytes. */
 static void make_header(unsigned char *header, const entry *table, int n, uint64_t size) {
   memset(header, 0, HEADER_BYTES);
@@ -188,10 +207,7 @@ dlrec_status tensor_file_write(const char *path, const tensor_desc *arrays, int 
     s = dlrec_pwrite_all(fd, header, HEADER_BYTES, 0, path);
     if (s == DLREC_OK) s = dlrec_pwrite_all(fd, table, (size_t)n * ENTRY_BYTES, HEADER_BYTES, path);
     fcrc = 0;
-    for (uint64_t at = 0; s == DLREC_OK && at < off; at += CHUNK) {
-      const size_t k = off - at > CHUNK ? CHUNK : (size_t)(off - at);
-      if ((s = dlrec_pread_all(fd, staging, k, at, path)) == DLREC_OK) fcrc = dlrec_crc32c(fcrc, staging, k);
-    }
+    if (s == DLREC_OK) s = crc_read(fd, 0, off, &fcrc, path, staging, CHUNK);
     *file_crc = fcrc;
   }
   if (s == DLREC_OK && fsync(fd) != 0) s = dlrec_error(DLREC_ERR_IO, "%s: fsync failed: %s", path, strerror(errno));
@@ -252,19 +268,6 @@ static dlrec_status check_layout(const char *path, int fd, unsigned char *header
   }
   *n_out = n;
   *size_out = size;
-  return DLREC_OK;
-}
-
-/* Extends *crc with the file's bytes [from, to) (gaps between arrays). */
-static dlrec_status crc_range(int fd, uint64_t from, uint64_t to, uint32_t *crc, const char *path) {
-  unsigned char buf[4096];
-  while (from < to) {
-    size_t k = to - from > sizeof buf ? sizeof buf : (size_t)(to - from);
-    dlrec_status s = dlrec_pread_all(fd, buf, k, from, path);
-    if (s != DLREC_OK) return s;
-    *crc = dlrec_crc32c(*crc, buf, k);
-    from += k;
-  }
   return DLREC_OK;
 }
 
