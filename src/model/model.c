@@ -140,10 +140,9 @@ dlrec_status dlrec_net_create(dlrec_net **out, const dlrec_net_config *c, const 
   return dlrec_net_create_stored(out, c, schema, NULL);
 }
 
-/* table_rows: the rows of the network's table (the schema's, or 1 for a
- * network whose rows live elsewhere). */
+/* tableless: the network's rows live elsewhere; its table is one row. */
 static dlrec_status create(dlrec_net **out, const dlrec_net_config *c, const dlrec_schema *schema,
-                           const dlrec_store_config *storage, uint64_t table_rows) {
+                           const dlrec_store_config *storage, int tableless) {
   *out = NULL;
   const dlrec_store_config ram = {.kind = DLREC_STORE_RAM};
   const net_type *t = net_type_find(c->type);
@@ -174,9 +173,10 @@ static dlrec_status create(dlrec_net **out, const dlrec_net_config *c, const dlr
    * sparse optimizer and the scorer need no special case. */
   if (s == DLREC_OK)
     s = dlrec_store_create(&n->store, schema->n_sparse && storage ? storage : &ram,
-                           schema->n_sparse ? table_rows : 1, n->plan.emb_dim, (dlrec_table_dtype)c->table_dtype);
+                           schema->n_sparse && !tableless ? schema->table_rows : 1, n->plan.emb_dim,
+                           (dlrec_table_dtype)c->table_dtype);
   if (s == DLREC_OK) n->table = dlrec_store_table(n->store);
-  n->tableless = schema->n_sparse && table_rows != schema->table_rows;
+  n->tableless = tableless;
   for (uint32_t i = 0; i < schema->n_sparse; i++) {
     n->max_ids_per_row += schema->sparse[i].max_hotness;
     n->mean_cols[i] = schema->sparse[i].pooling == DLREC_POOLING_MEAN;
@@ -191,7 +191,7 @@ static dlrec_status create(dlrec_net **out, const dlrec_net_config *c, const dlr
 
 dlrec_status dlrec_net_create_stored(dlrec_net **out, const dlrec_net_config *c, const dlrec_schema *schema,
                                      const dlrec_store_config *storage) {
-  return create(out, c, schema, storage, schema->table_rows);
+  return create(out, c, schema, storage, 0);
 }
 
 dlrec_status dlrec_net_create_tableless(dlrec_net **out, const dlrec_net_config *c, const dlrec_schema *schema) {
