@@ -227,7 +227,11 @@ victim=$(pgrep -f -- "--out stopped" | while read -r p; do
 kill -TERM "$victim"
 # A rank that stopped alone would leave the other waiting until mpirun's timeout.
 for _ in $(seq 600); do kill -0 "$job" 2>/dev/null || break; sleep 0.05; done
-if kill -0 "$job" 2>/dev/null; then kill -9 "$job"; fail "SIGTERM to one rank did not stop the job within 30 s"; fi
+if kill -0 "$job" 2>/dev/null; then
+  pkill -9 -P "$job" # mpirun, the background shell's child, and with it the ranks
+  kill -9 "$job"
+  fail "SIGTERM to one rank did not stop the job within 30 s"
+fi
 set +e
 wait "$job"
 set -e
