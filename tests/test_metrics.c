@@ -76,6 +76,68 @@ TEST(logloss_ne_calibration) {
   CHECK_NEAR(m.ne, 1.0, 1e-6, 0);
 }
 
+static int cmp_pair(const void *a, const void *b) {
+  const float *x = a, *y = b;
+  return x[0] < y[0] ? -1 : x[0] > y[0];
+}
+
+/* Reliability bins against a naive build: sort (prediction, label) pairs with
+ * qsort, cut them into K equal-count runs, average each. Distinct scores, so
+ * the bins do not depend on how ties are ordered; then all-equal scores and
+ * fewer rows than bins. */
+TEST(reliability_bins_match_naive) {
+  dlrec_rng r;
+  dlrec_rng_seed(&r, 5, 0);
+  const size_t sizes[] = {1, 7, 20, 21, 999, 5000};
+  for (size_t t = 0; t < sizeof sizes / sizeof *sizes; t++) {
+    size_t n = sizes[t];
+    float *p = malloc(n * sizeof *p), *y = malloc(n * sizeof *y), *pair = malloc(2 * n * sizeof *pair);
+    for (size_t i = 0; i < n; i++) {
+      p[i] = (float)(i + 1) / (float)(n + 1); /* distinct */
+      y[i] = dlrec_rng_uniform(&r) < p[i] ? 1.0f : 0.0f;
+    }
+    for (size_t i = n; i-- > 1;) { /* shuffled, so the sort has work to do */
+      size_t j = dlrec_rng_below(&r, (uint32_t)(i + 1));
+      float tp = p[i], ty = y[i];
+      p[i] = p[j], y[i] = y[j], p[j] = tp, y[j] = ty;
+    }
+    for (size_t i = 0; i < n; i++) pair[2 * i] = p[i], pair[2 * i + 1] = y[i];
+    qsort(pair, n, 2 * sizeof *pair, cmp_pair);
+    dlrec_metrics m;
+    CHECK_OK(dlrec_metrics_compute(p, y, n, &m));
+    size_t k = n < DLREC_RELIABILITY_BINS ? n : DLREC_RELIABILITY_BINS, total = 0;
+    for (size_t b = 0; b < DLREC_RELIABILITY_BINS; b++) {
+      if (b >= k) {
+        CHECK_EQ(m.reliability[b].rows, 0);
+        continue;
+      }
+      size_t lo = b * n / k, hi = (b + 1) * n / k;
+      double sp = 0, sy = 0;
+      for (size_t i = lo; i < hi; i++) sp += pair[2 * i], sy += pair[2 * i + 1];
+      CHECK_EQ(m.reliability[b].rows, hi - lo);
+      CHECK_NEAR(m.reliability[b].mean_pred, sp / (double)(hi - lo), 1e-12, 0);
+      CHECK_NEAR(m.reliability[b].ctr, sy / (double)(hi - lo), 1e-12, 0);
+      total += m.reliability[b].rows;
+    }
+    CHECK_EQ(total, n);
+    free(p);
+    free(y);
+    free(pair);
+  }
+  /* One score for all: every bin predicts it, and the bins' clicks add up. */
+  float p[40], y[40];
+  for (int i = 0; i < 40; i++) p[i] = 0.25f, y[i] = (float)(i % 4 == 0);
+  dlrec_metrics m;
+  CHECK_OK(dlrec_metrics_compute(p, y, 40, &m));
+  double clicks = 0;
+  for (int b = 0; b < DLREC_RELIABILITY_BINS; b++) {
+    CHECK_EQ(m.reliability[b].rows, 2);
+    CHECK_NEAR(m.reliability[b].mean_pred, 0.25, 0, 0);
+    clicks += m.reliability[b].ctr * 2;
+  }
+  CHECK_NEAR(clicks, 10, 1e-12, 0);
+}
+
 TEST(evaluator_accumulates_and_rejects_nan) {
   dlrec_evaluator *ev;
   CHECK_OK(dlrec_evaluator_create(&ev, 2));

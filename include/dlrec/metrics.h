@@ -12,6 +12,8 @@
 
 #include "dlrec/status.h"
 
+#define DLREC_RELIABILITY_BINS 20
+
 typedef struct dlrec_metrics {
   uint64_t count;      /* rows evaluated */
   double auc;          /* P(score of a random positive > a random negative), ties 1/2; NaN without both classes */
@@ -20,6 +22,14 @@ typedef struct dlrec_metrics {
   double calibration;  /* mean prediction / observed CTR (1 is calibrated) */
   double ctr;          /* observed click rate */
   double mean_pred;    /* mean prediction */
+  /* The reliability (calibration) curve: the rows sorted by prediction and
+   * cut into K = min(count, DLREC_RELIABILITY_BINS) bins of equal count
+   * (bin b: the sorted rows [b count / K, (b + 1) count / K)), each bin's
+   * mean prediction against its observed click rate. Bins past K are zero. */
+  struct {
+    uint64_t rows;
+    double mean_pred, ctr;
+  } reliability[DLREC_RELIABILITY_BINS];
 } dlrec_metrics;
 
 typedef struct dlrec_evaluator dlrec_evaluator;

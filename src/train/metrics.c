@@ -82,6 +82,31 @@ static void radix_sort(uint64_t *v, uint64_t *tmp, size_t n) {
   /* After an even number of passes the sorted data is back in the caller's v. */
 }
 
+static inline float key_float(uint32_t k) {
+  uint32_t u = (k & 0x80000000u) ? (k & 0x7fffffffu) : ~k;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+/* The reliability bins of n rows sorted by score (v as radix_sort leaves it):
+ * bin b holds sorted rows [b n / K, (b + 1) n / K). */
+static void reliability(const uint64_t *v, size_t n, dlrec_metrics *out) {
+  const size_t k = n < DLREC_RELIABILITY_BINS ? n : DLREC_RELIABILITY_BINS;
+  for (size_t b = 0; b < k; b++) {
+    size_t lo = b * n / k, hi = (b + 1) * n / k;
+    double sum = 0;
+    uint64_t pos = 0;
+    for (size_t i = lo; i < hi; i++) {
+      sum += key_float((uint32_t)(v[i] >> 1));
+      pos += v[i] & 1;
+    }
+    out->reliability[b].rows = hi - lo;
+    out->reliability[b].mean_pred = sum / (double)(hi - lo);
+    out->reliability[b].ctr = (double)pos / (double)(hi - lo);
+  }
+}
+
 dlrec_status dlrec_evaluator_compute(dlrec_evaluator *ev, dlrec_metrics *out) {
   memset(out, 0, sizeof *out);
   size_t n = ev->n;
@@ -104,10 +129,6 @@ dlrec_status dlrec_evaluator_compute(dlrec_evaluator *ev, dlrec_metrics *out) {
   double c = out->ctr;
   double prior = (c > 0 && c < 1) ? -(c * log(c) + (1 - c) * log(1 - c)) : 0;
   out->ne = prior > 0 ? out->logloss / prior : NAN;
-  if (!pos || !neg) {
-    out->auc = NAN;
-    return DLREC_OK;
-  }
   uint64_t *v = malloc(n * sizeof *v), *tmp = malloc(n * sizeof *tmp);
   if (!v || !tmp) {
     free(v);
@@ -116,6 +137,13 @@ dlrec_status dlrec_evaluator_compute(dlrec_evaluator *ev, dlrec_metrics *out) {
   }
   for (size_t i = 0; i < n; i++) v[i] = ((uint64_t)float_key(ev->pred[i]) << 1) | ev->label[i];
   radix_sort(v, tmp, n);
+  reliability(v, n, out);
+  if (!pos || !neg) {
+    out->auc = NAN;
+    free(v);
+    free(tmp);
+    return DLREC_OK;
+  }
   /* Walk groups of equal scores in ascending order: every positive in a group
    * beats all negatives below the group and ties half of those in it. */
   double wins = 0;
