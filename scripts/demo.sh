@@ -86,3 +86,5 @@ trap - EXIT
 
 say "done: files in $DIR"
 ls -l "$DIR" | awk 'NR > 1 { printf "   %-14s %10.1f MB\n", $9, $5 / 1e6 }'
+say "the training report (curves, calibration, time, data, config; dlrec report RUN rebuilds it):"
+echo "   $(cd "$DIR/run" && pwd)/report.html"

@@ -9,7 +9,8 @@
 #                           client test installs tritonclient from PyPI into a venv),
 #                           redis-server (the Redis tier's tests start one on loopback),
 #                           openmpi-bin (the mpirun of the tests across processes; named
-#                           although libopenmpi-dev brings it, since the tests run it)
+#                           although libopenmpi-dev brings it, since the tests run it),
+#                           chromium (renders the training report headless in a test)
 #   scripts/deps.sh bench   test + python3-pandas, python3-torch and wrk, the peers and load of the benchmarks
 # Runs `apt-get update` itself the first time something is missing. Needs root
 # (or sudo) only when it has something to install.
@@ -19,8 +20,8 @@ want=(build-essential cmake pkg-config libcjson-dev libopenblas-openmp-dev libmi
       libopenmpi-dev)
 case "${1:-build}" in
   build) ;;
-  test) want+=(clang libclang-rt-dev libomp-dev python3-venv redis-server openmpi-bin) ;;
-  bench) want+=(clang libclang-rt-dev libomp-dev python3-venv redis-server openmpi-bin python3 python3-pandas python3-torch wrk) ;;
+  test) want+=(clang libclang-rt-dev libomp-dev python3-venv redis-server openmpi-bin chromium) ;;
+  bench) want+=(clang libclang-rt-dev libomp-dev python3-venv redis-server openmpi-bin chromium python3 python3-pandas python3-torch wrk) ;;
   *) echo "usage: $0 build|test|bench" >&2; exit 2 ;;
 esac
 

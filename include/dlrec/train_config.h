@@ -35,6 +35,8 @@ typedef struct dlrec_train_config {
   uint64_t eval_interval_steps;        /* 0: evaluate at the end only */
   uint32_t eval_batch_size;
   uint64_t eval_max_rows;              /* 0: the whole validation file */
+  uint64_t eval_train_rows;            /* score this many rows of the first training file at each validation too
+                                          (the report's training curves); 0: off */
   uint64_t checkpoint_interval_steps;  /* 0: checkpoint at the end only */
   uint32_t checkpoint_keep;            /* checkpoints kept (newest first), >= 1 */
   /* tiered and hash tables: a checkpoint journals the rows changed since the last

@@ -3,13 +3,19 @@
  *
  * A training run writes into RUN:
  *   RUN/metrics.jsonl  one JSON object per logging interval (step, samples,
- *                      epoch, loss, lr_scale, samples_per_s; on every line
+ *                      epoch, loss, lr_scale, samples_per_s (evaluations
+ *                      left out); on every line
  *                      too: backend, precision (the GEMMs' resolved one,
  *                      fp32 or bf16) and bf16_native) and per
- *                      evaluation (the same plus "valid": {auc, logloss, ...};
+ *                      evaluation (the same plus "valid": {auc, logloss, ...,
+ *                      reliability} and, with eval.train_rows, "train": the
+ *                      same metrics of the training file's first rows;
  *                      "epoch_end", "best", "plateau_scale", "early_stop"
  *                      on scheduled validations; "final": true on the
  *                      end-of-run report, which a resume drops)
+ *   RUN/summary.json   written when the run ends (not after an error): the
+ *                      totals and time profile, as `dlrec train` prints them
+ *   RUN/report.html    the training report (dlrec/report.h), rebuilt then
  *   RUN/ckpt-STEP/     checkpoints (checkpoint.h), RUN/latest the newest,
  *                      RUN/best the best validation's (checkpoint.keep_best)
  *   RUN/lock           the run's exclusive flock, holding its pid: a second
@@ -98,6 +104,10 @@ dlrec_status dlrec_score_files(const dlrec_net *m, const char *const *paths, int
                                uint64_t max_rows, dlrec_score_fn fn, void *ctx);
 dlrec_status dlrec_evaluate(const dlrec_net *m, const char *const *paths, int n_paths, uint32_t batch,
                             uint64_t max_rows, dlrec_metrics *out);
+
+/* The run's totals and time profile as a JSON object: what `dlrec train`
+ * prints and RUN/summary.json holds. */
+struct cJSON *dlrec_train_result_to_json(const dlrec_train_args *a, const dlrec_train_result *r);
 
 /* The metrics as a JSON object (the CLI's and metrics.jsonl's format). */
 struct cJSON *dlrec_metrics_to_json(const dlrec_metrics *m);

@@ -55,24 +55,6 @@ static void usage(FILE *out) {
           "SIGINT or SIGTERM stops after the current step and saves a checkpoint.\n");
 }
 
-/* Where the training loop's time went, with the rates that compare to the
- * machine's limits (bench/roofline): MLP GFLOP/s against sgemm's, embedding
- * ids per second against a random gather's. */
-static cJSON *profile_json(const dlrec_train_result *r) {
-  const dlrec_net_profile *p = &r->profile;
-  cJSON *j = cJSON_CreateObject();
-  cJSON_AddNumberToObject(j, "mlp_seconds", p->mlp);
-  cJSON_AddNumberToObject(j, "mlp_gflops", p->mlp > 0 ? p->mlp_flops / p->mlp / 1e9 : 0);
-  cJSON_AddNumberToObject(j, "embedding_forward_seconds", p->emb_forward);
-  cJSON_AddNumberToObject(j, "embedding_forward_ids_per_s", p->emb_forward > 0 ? p->lookups / p->emb_forward : 0);
-  cJSON_AddNumberToObject(j, "embedding_update_seconds", p->emb_update);
-  cJSON_AddNumberToObject(j, "interaction_seconds", p->interaction);
-  cJSON_AddNumberToObject(j, "other_seconds", p->other);
-  cJSON_AddNumberToObject(j, "table_storage_seconds", p->store);
-  cJSON_AddNumberToObject(j, "loader_wait_seconds", r->loader_wait);
-  return j;
-}
-
 int cmd_train(int argc, char **argv) {
   static const struct option opts[] = {
       {"config", required_argument, 0, 'c'}, {"train", required_argument, 0, 't'},
@@ -166,32 +148,7 @@ int cmd_train(int argc, char **argv) {
   }
   dlrec_comm_free(comm);
   if (rank != 0) return r.interrupted ? 130 : 0; /* rank 0 reports */
-  cJSON *j = cJSON_CreateObject();
-  cJSON_AddNumberToObject(j, "steps", (double)r.steps);
-  cJSON_AddNumberToObject(j, "samples", (double)r.samples);
-  cJSON_AddNumberToObject(j, "seconds", r.seconds);
-  cJSON_AddNumberToObject(j, "samples_per_s", r.samples_per_s);
-  if (isfinite(r.last_loss)) cJSON_AddNumberToObject(j, "train_loss", r.last_loss);
-  if (r.has_valid) cJSON_AddItemToObject(j, "valid", dlrec_metrics_to_json(&r.valid));
-  cJSON_AddItemToObject(j, "profile", profile_json(&r));
-  if (r.ranks > 1) {
-    /* Rank 0's share of the exchanges (docs/distributed.md). */
-    const dlrec_sharded_stats *d = &r.dist;
-    const double steps = d->steps ? (double)d->steps : 1;
-    cJSON *x = cJSON_AddObjectToObject(j, "distributed");
-    cJSON_AddNumberToObject(x, "ranks", r.ranks);
-    cJSON_AddNumberToObject(x, "rank0_bytes_sent_per_step", (double)d->bytes_sent / steps);
-    cJSON_AddNumberToObject(x, "rank0_lookups_per_step", (double)d->lookups / steps);
-    cJSON_AddNumberToObject(x, "rank0_unique_rows_per_step", (double)d->unique_rows / steps);
-    cJSON_AddNumberToObject(x, "exchange_seconds", d->exchange_seconds);
-    cJSON_AddNumberToObject(x, "compute_seconds", d->compute_seconds);
-    cJSON_AddNumberToObject(x, "update_seconds", d->update_seconds);
-  }
-  if (a.follow_dir) cJSON_AddNumberToObject(j, "idle_seconds", r.idle_seconds);
-  if (r.interrupted) cJSON_AddBoolToObject(j, "interrupted", 1);
-  if (r.reached_target) cJSON_AddBoolToObject(j, "reached_target_auc", 1);
-  if (r.early_stopped) cJSON_AddBoolToObject(j, "early_stopped", 1);
-  if (r.restored_best) cJSON_AddNumberToObject(j, "restored_best_step", (double)r.best_step);
+  cJSON *j = dlrec_train_result_to_json(&a, &r);
   char *text = cJSON_Print(j);
   printf("%s\n", text ? text : "{}");
   cJSON_free(text);

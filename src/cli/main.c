@@ -20,8 +20,9 @@ static const struct {
     {"synth", cmd_synth, "write synthetic click logs (Criteo layout) with known click probabilities"},
     {"etl", cmd_etl, "fit vocabularies and statistics on raw rows; encode rows into .dlr files"},
     {"inspect", cmd_inspect, "print a .dlr file's schema and row groups and verify every checksum"},
-    {"train", cmd_train, "train a DLRM on .dlr files, with evaluation and resumable checkpoints"},
+    {"train", cmd_train, "train a model (docs/config.md) on .dlr files, with evaluation and resumable checkpoints"},
     {"eval", cmd_eval, "print AUC, logloss, NE and calibration of a trained model on .dlr data"},
+    {"report", cmd_report, "write a training run's report: curves, calibration, time, data, config (HTML)"},
     {"predict", cmd_predict, "score raw rows or .dlr files with a trained model, in input order"},
     {"serve", cmd_serve, "serve a trained model over HTTP (KServe v2 / Triton protocol)"},
 };

@@ -21,6 +21,7 @@ void dlrec_train_config_default(dlrec_train_config *c) {
   c->epochs = 1;
   c->seed = 1;
   c->eval_batch_size = 4096;
+  c->eval_train_rows = 65536;
   c->checkpoint_keep = 2;
   c->checkpoint_journal_max_fraction = 0.25;
   c->storage_admit_min_count = 1;
@@ -251,7 +252,7 @@ dlrec_status dlrec_train_config_from_json(const cJSON *j, const char *what, dlre
   }
   if ((o = section(j, "eval"))) {
     x = sub(&top, "eval");
-    static const char *k[] = {"interval_steps", "batch_size", "max_rows", "every_epoch", "metric", NULL};
+    static const char *k[] = {"interval_steps", "batch_size", "max_rows", "train_rows", "every_epoch", "metric", NULL};
     static const char *metrics[] = {"auc", "logloss", NULL};
     TRY(dlrec_json_check_keys(o, x.what, k));
     TRY(dlrec_json_get_bool_or(o, "every_epoch", x.what, c->eval_every_epoch, &c->eval_every_epoch));
@@ -259,6 +260,7 @@ dlrec_status dlrec_train_config_from_json(const cJSON *j, const char *what, dlre
     TRY(get_u64(o, "interval_steps", &x, &c->eval_interval_steps));
     TRY(get_u32(o, "batch_size", &x, 1, 1u << 20, &c->eval_batch_size));
     TRY(get_u64(o, "max_rows", &x, &c->eval_max_rows));
+    TRY(get_u64(o, "train_rows", &x, &c->eval_train_rows));
   }
   if ((o = section(j, "checkpoint"))) {
     x = sub(&top, "checkpoint");
@@ -396,6 +398,7 @@ cJSON *dlrec_train_config_to_json(const dlrec_train_config *c) {
   cJSON_AddNumberToObject(e, "interval_steps", (double)c->eval_interval_steps);
   cJSON_AddNumberToObject(e, "batch_size", c->eval_batch_size);
   cJSON_AddNumberToObject(e, "max_rows", (double)c->eval_max_rows);
+  cJSON_AddNumberToObject(e, "train_rows", (double)c->eval_train_rows);
   cJSON_AddBoolToObject(e, "every_epoch", c->eval_every_epoch);
   cJSON_AddStringToObject(e, "metric", c->eval_metric == DLREC_VALID_LOGLOSS ? "logloss" : "auc");
   cJSON *k = cJSON_AddObjectToObject(j, "checkpoint");

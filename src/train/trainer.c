@@ -20,6 +20,7 @@
 #include "dlrec/loader.h"
 #include "dlrec/log.h"
 #include "dlrec/progress.h"
+#include "dlrec/report.h"
 #include "train/publish.h"
 
 static volatile sig_atomic_t g_stop;
@@ -41,6 +42,15 @@ cJSON *dlrec_metrics_to_json(const dlrec_metrics *m) {
   NUM("ctr", m->ctr);
   NUM("mean_prediction", m->mean_pred);
 #undef NUM
+  /* The reliability curve, as three arrays of one entry per bin. */
+  cJSON *rel = cJSON_AddObjectToObject(j, "reliability");
+  cJSON *rows = cJSON_AddArrayToObject(rel, "rows"), *pred = cJSON_AddArrayToObject(rel, "mean_prediction"),
+        *ctr = cJSON_AddArrayToObject(rel, "ctr");
+  for (int b = 0; b < DLREC_RELIABILITY_BINS && m->reliability[b].rows; b++) {
+    cJSON_AddItemToArray(rows, cJSON_CreateNumber((double)m->reliability[b].rows));
+    cJSON_AddItemToArray(pred, cJSON_CreateNumber(m->reliability[b].mean_pred));
+    cJSON_AddItemToArray(ctr, cJSON_CreateNumber(m->reliability[b].ctr));
+  }
   return j;
 }
 
@@ -192,18 +202,33 @@ static dlrec_status truncate_metrics(const char *path, uint64_t step) {
 }
 
 /* Across ranks (the definitions are with the rest, below dlrec_train's helpers). */
-static dlrec_status dist_evaluate(run *r, dlrec_metrics *out);
+static dlrec_status dist_evaluate(run *r, const char *path, uint64_t max_rows, dlrec_metrics *out);
 static dlrec_status dist_checkpoint(run *r);
 static dlrec_status dist_status(run *r, dlrec_status s, void *shared, size_t bytes);
 
-/* Across ranks, collective: every rank scores its part and gets the metrics. */
+/* The metrics of the model on the first max_rows rows (0: all) of the file
+ * at path. Across ranks, collective: every rank scores its part and gets
+ * the metrics. */
+static dlrec_status evaluate_file(run *r, const char *path, uint64_t max_rows, dlrec_metrics *out) {
+  const char *paths[] = {path};
+  dlrec_status s = r->sh ? dist_evaluate(r, path, max_rows, out)
+                         : dlrec_evaluate(r->model, paths, 1, r->cfg.eval_batch_size, max_rows, out);
+  return s == DLREC_OK ? DLREC_OK : dlrec_error_context("evaluating on %s: ", path);
+}
+
+/* The validation metrics. */
 static dlrec_status evaluate_now(run *r, dlrec_metrics *out) {
-  const char *paths[] = {r->a->valid};
-  dlrec_status s = r->sh ? dist_evaluate(r, out)
-                         : dlrec_evaluate(r->model, paths, 1, r->cfg.eval_batch_size, r->cfg.eval_max_rows, out);
-  if (s != DLREC_OK) return dlrec_error_context("evaluating on %s: ", r->a->valid);
-  r->prog.valid_auc = out->auc;
-  return DLREC_OK;
+  dlrec_status s = evaluate_file(r, r->a->valid, r->cfg.eval_max_rows, out);
+  if (s == DLREC_OK) r->prog.valid_auc = out->auc;
+  return s;
+}
+
+/* eval.train_rows: the metrics of the first rows of the (first) training
+ * file, which the report plots beside the validation's; *has is 0 when off
+ * or when the run follows a directory (no fixed training file). */
+static dlrec_status evaluate_train(run *r, dlrec_metrics *out, int *has) {
+  *has = r->cfg.eval_train_rows && r->a->n_train;
+  return *has ? evaluate_file(r, r->a->train[0], r->cfg.eval_train_rows, out) : DLREC_OK;
 }
 
 /* Across ranks: the checkpoint's rows, from and to the shards. Data without
@@ -543,8 +568,10 @@ static cJSON *step_json(const run *r, double loss, double lr_scale, double rate)
 static dlrec_status validate(run *r, dlrec_train_result *res, double scale, double loss, int epoch_end,
                              dlrec_progress *bar, int *stop) {
   const dlrec_train_config *c = &r->cfg;
-  dlrec_metrics m;
+  dlrec_metrics m, train;
+  int has_train;
   dlrec_status s = evaluate_now(r, &m);
+  if (s == DLREC_OK) s = evaluate_train(r, &train, &has_train);
   if (s != DLREC_OK) return s;
   r->has_last_valid = 1;
   r->last_valid_step = r->prog.step;
@@ -559,6 +586,7 @@ static dlrec_status validate(run *r, dlrec_train_result *res, double scale, doub
     cJSON_DeleteItemFromObject(j, "samples_per_s");
     if (epoch_end) cJSON_AddBoolToObject(j, "epoch_end", 1);
     cJSON_AddItemToObject(j, "valid", dlrec_metrics_to_json(&m));
+    if (has_train) cJSON_AddItemToObject(j, "train", dlrec_metrics_to_json(&train));
     if (d.o.improved && c->keep_best) cJSON_AddBoolToObject(j, "best", 1);
     if (c->plateau_factor < 1) cJSON_AddNumberToObject(j, "plateau_scale", r->prog.valid.plateau_scale);
     if (d.o.stop) cJSON_AddBoolToObject(j, "early_stop", 1);
@@ -770,11 +798,10 @@ static dlrec_status dist_step_agree(run *r, dlrec_status ls, uint32_t rows, uint
  * the rows its lookups need from their owners, and sends its scores and
  * labels to rank 0, which computes the metrics over all of them in the
  * file's order (the exact global AUC) and shares them. */
-static dlrec_status dist_evaluate(run *r, dlrec_metrics *out) {
-  const char *paths[] = {r->a->valid};
+static dlrec_status dist_evaluate(run *r, const char *path, uint64_t max_rows, dlrec_metrics *out) {
+  const char *paths[] = {path};
   dlrec_comm *c = r->a->comm;
   const uint32_t N = (uint32_t)r->ranks, B = r->cfg.eval_batch_size;
-  const uint64_t max_rows = r->cfg.eval_max_rows;
   const uint32_t part = rows_per_rank(B, r->ranks);
   dlrec_loader *ld = NULL;
   dlrec_net_ws *ws = NULL;
@@ -845,6 +872,68 @@ static dlrec_status dist_evaluate(run *r, dlrec_metrics *out) {
   free(all);
   free(prob);
   return s;
+}
+
+/* Where the training loop's time went, with the rates that compare to the
+ * machine's limits (bench/roofline): MLP GFLOP/s against sgemm's, embedding
+ * ids per second against a random gather's. */
+static cJSON *profile_json(const dlrec_train_result *r) {
+  const dlrec_net_profile *p = &r->profile;
+  cJSON *j = cJSON_CreateObject();
+  cJSON_AddNumberToObject(j, "mlp_seconds", p->mlp);
+  cJSON_AddNumberToObject(j, "mlp_gflops", p->mlp > 0 ? p->mlp_flops / p->mlp / 1e9 : 0);
+  cJSON_AddNumberToObject(j, "embedding_forward_seconds", p->emb_forward);
+  cJSON_AddNumberToObject(j, "embedding_forward_ids_per_s", p->emb_forward > 0 ? p->lookups / p->emb_forward : 0);
+  cJSON_AddNumberToObject(j, "embedding_update_seconds", p->emb_update);
+  cJSON_AddNumberToObject(j, "interaction_seconds", p->interaction);
+  cJSON_AddNumberToObject(j, "other_seconds", p->other);
+  cJSON_AddNumberToObject(j, "table_storage_seconds", p->store);
+  cJSON_AddNumberToObject(j, "loader_wait_seconds", r->loader_wait);
+  return j;
+}
+
+/* The run's totals as the CLI prints them and RUN/summary.json keeps them. */
+cJSON *dlrec_train_result_to_json(const dlrec_train_args *a, const dlrec_train_result *r) {
+  cJSON *j = cJSON_CreateObject();
+  cJSON_AddNumberToObject(j, "steps", (double)r->steps);
+  cJSON_AddNumberToObject(j, "samples", (double)r->samples);
+  cJSON_AddNumberToObject(j, "steps_this_run", (double)r->steps_this_run);
+  cJSON_AddNumberToObject(j, "seconds", r->seconds);
+  cJSON_AddNumberToObject(j, "samples_per_s", r->samples_per_s);
+  if (isfinite(r->last_loss)) cJSON_AddNumberToObject(j, "train_loss", r->last_loss);
+  if (r->has_valid) cJSON_AddItemToObject(j, "valid", dlrec_metrics_to_json(&r->valid));
+  cJSON_AddItemToObject(j, "profile", profile_json(r));
+  if (r->ranks > 1) {
+    /* Rank 0's share of the exchanges (docs/distributed.md). */
+    const dlrec_sharded_stats *d = &r->dist;
+    const double steps = d->steps ? (double)d->steps : 1;
+    cJSON *x = cJSON_AddObjectToObject(j, "distributed");
+    cJSON_AddNumberToObject(x, "ranks", r->ranks);
+    cJSON_AddNumberToObject(x, "rank0_bytes_sent_per_step", (double)d->bytes_sent / steps);
+    cJSON_AddNumberToObject(x, "rank0_lookups_per_step", (double)d->lookups / steps);
+    cJSON_AddNumberToObject(x, "rank0_unique_rows_per_step", (double)d->unique_rows / steps);
+    cJSON_AddNumberToObject(x, "exchange_seconds", d->exchange_seconds);
+    cJSON_AddNumberToObject(x, "compute_seconds", d->compute_seconds);
+    cJSON_AddNumberToObject(x, "update_seconds", d->update_seconds);
+  }
+  if (a->follow_dir) cJSON_AddNumberToObject(j, "idle_seconds", r->idle_seconds);
+  if (r->interrupted) cJSON_AddBoolToObject(j, "interrupted", 1);
+  if (r->reached_target) cJSON_AddBoolToObject(j, "reached_target_auc", 1);
+  if (r->early_stopped) cJSON_AddBoolToObject(j, "early_stopped", 1);
+  if (r->restored_best) cJSON_AddNumberToObject(j, "restored_best_step", (double)r->best_step);
+  return j;
+}
+
+/* RUN/summary.json, then RUN/report.html from it and the rest of RUN. The
+ * run itself is saved already, so a failure here is a warning. */
+static void write_summary(const dlrec_train_args *a, const dlrec_train_result *res) {
+  char path[4096];
+  cJSON *j = dlrec_train_result_to_json(a, res);
+  dlrec_status s = dlrec_path_join(path, sizeof path, a->run_dir, "summary.json");
+  if (s == DLREC_OK) s = dlrec_json_write(path, j);
+  cJSON_Delete(j);
+  if (s == DLREC_OK) s = dlrec_report_write(a->run_dir, NULL);
+  if (s != DLREC_OK) DLREC_WARN("the run's summary and report were not written: %s", dlrec_last_error());
 }
 
 dlrec_status dlrec_train(const dlrec_train_args *a, dlrec_train_result *res) {
@@ -960,7 +1049,9 @@ dlrec_status dlrec_train(const dlrec_train_args *a, dlrec_train_result *res) {
       double te = dlrec_now();
       int stop = 0;
       s = validate(&r, res, scale, loss, epoch_end, bar, &stop);
-      eval_seconds += dlrec_now() - te;
+      const double dt = dlrec_now() - te;
+      eval_seconds += dt;
+      t_log += dt; /* an interval's samples_per_s leaves its evaluations out */
       if (s != DLREC_OK || stop) break;
     }
     if (c->checkpoint_interval_steps && r.prog.step % c->checkpoint_interval_steps == 0 &&
@@ -984,13 +1075,17 @@ dlrec_status dlrec_train(const dlrec_train_args *a, dlrec_train_result *res) {
     res->has_valid = 1;
     res->valid = r.last_valid;
   } else if (s == DLREC_OK && a->valid && !res->interrupted) {
+    dlrec_metrics train;
+    int has_train = 0;
     s = evaluate_now(&r, &res->valid);
+    if (s == DLREC_OK) s = evaluate_train(&r, &train, &has_train);
     if (s == DLREC_OK) {
       res->has_valid = 1;
       if (r.rank == 0) {
         cJSON *j = step_json(&r, res->last_loss, dlrec_lr_scale(c, r.prog.step) * r.prog.valid.plateau_scale, 0);
         cJSON_DeleteItemFromObject(j, "samples_per_s");
         cJSON_AddItemToObject(j, "valid", dlrec_metrics_to_json(&res->valid));
+        if (has_train) cJSON_AddItemToObject(j, "train", dlrec_metrics_to_json(&train));
         cJSON_AddBoolToObject(j, "final", 1);
         s = log_json(&r, j);
       }
@@ -1029,6 +1124,8 @@ dlrec_status dlrec_train(const dlrec_train_args *a, dlrec_train_result *res) {
   if (r.ws) dlrec_net_ws_profile(r.ws, &res->profile);
   res->ranks = r.ranks;
   if (r.sh) dlrec_sharded_get_stats(r.sh, &res->dist);
-  run_free(&r);
+  const int rank = r.rank;
+  run_free(&r); /* closes metrics.jsonl, which the report reads */
+  if (s == DLREC_OK && rank == 0) write_summary(a, res);
   return s;
 }
