@@ -184,6 +184,13 @@ void dlrec_net_scorer_free(dlrec_net_scorer *s); /* accepts NULL */
  * Reads the scorer and its network only, so threads with their own
  * workspaces may share them. A batch with ids outside the table is refused. */
 dlrec_status dlrec_net_predict(const dlrec_net_scorer *s, dlrec_net_ws *ws, const dlrec_batch *batch, float *prob);
+
+/* Writes the network as an ONNX model (opset 17, ir_version 8) to path,
+ * atomically: inputs "dense" (N, n_dense) float32 and "ids" (N, S) int64,
+ * outputs "prob" and "logit" (N, 1); docs/export.md gives the details.
+ * DLREC_ERR_UNSUPPORTED for raw-key (hash table) models and tables over
+ * protobuf's 2 GB. */
+dlrec_status dlrec_net_export_onnx(const dlrec_net *n, const char *path);
 /* The same with the batch's ids rows of `table` (NULL: the network's own):
  * a rank's part scored on the rows fetched from their owners (src/dist/). */
 dlrec_status dlrec_net_predict_rows(const dlrec_net_scorer *s, dlrec_net_ws *ws, const dlrec_batch *batch,

@@ -24,6 +24,7 @@ static const struct {
     {"eval", cmd_eval, "print AUC, logloss, NE and calibration of a trained model on .dlr data"},
     {"report", cmd_report, "write a training run's report: curves, calibration, time, data, config (HTML)"},
     {"predict", cmd_predict, "score raw rows or .dlr files with a trained model, in input order"},
+    {"export", cmd_export, "write a trained model as an ONNX graph (every model type)"},
     {"serve", cmd_serve, "serve a trained model over HTTP (KServe v2 / Triton protocol)"},
 };
 

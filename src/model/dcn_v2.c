@@ -33,6 +33,7 @@
 #include "dlrec/progress.h"
 #include "dlrec/rng.h"
 #include "model/model_type.h"
+#include "model/onnx.h"
 
 #define DCN_MAX_LAYERS 16  /* cross layers */
 #define DCN_MAX_EXPERTS 16 /* low-rank experts of one layer */
@@ -492,6 +493,49 @@ static dlrec_status backward(const void *ctx, void *ws, const net_io *io, const 
   return st;
 }
 
+/* ---- ONNX export ---------------------------------------------------------------- */
+
+/* Cross layer l from xl: u (the full- or low-rank linear map, or the
+ * mixture of experts), then x0 ⊙ u + xl. */
+static const char *export_cross(const dcn *m, const net_plan *p, const float *params, onnx_graph *g, uint32_t l,
+                                const char *x0, const char *xl) {
+  const dcn_cross *x = &m->cross[l];
+  const uint32_t r = m->cfg.rank, K = m->cfg.experts;
+  const char *u;
+  if (r == 0) {
+    u = net_onnx_linear(g, p, params, x->w, xl, 0);
+  } else if (K == 1) {
+    u = net_onnx_linear(g, p, params, x->u0, net_onnx_linear(g, p, params, x->v0, xl, 0), 0);
+  } else {
+    const onnx_attr axis[] = {ONNX_INT("axis", 1)};
+    const char *logits = net_onnx_linear(g, p, params, x->gate, xl, 0);
+    const char *prob = onnx_node(g, "Softmax", NULL, &logits, 1, axis, 1, NULL); /* (N, K) */
+    u = NULL;
+    for (uint32_t k = 0; k < K; k++) {
+      const char *t1 = net_onnx_linear(g, p, params, x->v0 + (int)k, xl, 1);
+      const char *t2 = net_onnx_linear(g, p, params, x->c0 + (int)k, t1, 1);
+      const char *e = net_onnx_linear(g, p, params, x->u0 + (int)k, t2, 0);
+      const char *pe = onnx_op2(g, "Mul", onnx_slice(g, prob, 1, k, k + 1), e);
+      u = u ? onnx_op2(g, "Add", u, pe) : pe;
+    }
+  }
+  return onnx_op2(g, "Add", onnx_op2(g, "Mul", x0, u), xl);
+}
+
+static const char *export_onnx(const void *ctx, const net_plan *p, const float *params, onnx_graph *g,
+                               const char *dense, const char *emb) {
+  const dcn *m = ctx;
+  const char *parts[2] = {dense, emb ? onnx_reshape(g, emb, (const int64_t[]){0, -1}, 2) : NULL};
+  const char *x0 = dense && emb ? onnx_concat(g, parts, 2, 1) : dense ? dense : parts[1];
+  const char *xl = x0;
+  for (uint32_t l = 0; l < m->cfg.layers; l++) xl = export_cross(m, p, params, g, l, x0, xl);
+  const int parallel = m->cfg.structure == DCN_PARALLEL;
+  const char *h = m->cfg.mlp.n_hidden ? net_mlp_export(&m->mlp, p, params, g, parallel ? x0 : xl) : NULL;
+  const char *cat[2] = {xl, h};
+  const char *in = parallel && h ? onnx_concat(g, cat, 2, 1) : h ? h : xl;
+  return net_onnx_linear(g, p, params, m->out, in, 0);
+}
+
 const net_type net_type_dcn_v2 = {
     .name = "dcn_v2",
     .config_default = config_default,
@@ -504,4 +548,5 @@ const net_type net_type_dcn_v2 = {
     .ws_free = ws_free,
     .forward = forward,
     .backward = backward,
+    .export_onnx = export_onnx,
 };

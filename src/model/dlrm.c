@@ -22,6 +22,7 @@
 #include "dlrec/progress.h"
 #include "dlrec/rng.h"
 #include "model/model_type.h"
+#include "model/onnx.h"
 
 _Static_assert(sizeof(dlrec_dlrm_shape) <= DLREC_NET_CONFIG_BYTES, "the DLRM shape fits a model config");
 
@@ -379,6 +380,54 @@ static dlrec_status backward(const void *ctx, void *ws, const net_io *io, const 
   return st;
 }
 
+/* ---- ONNX export ---------------------------------------------------------------- */
+
+/* The dot interaction: Z = [x; e_1 .. e_F] (or the embeddings alone), its
+ * Gram matrix by MatMul, and the strictly lower triangle gathered in the
+ * kernel's order (row i, then column j < i). */
+static const char *export_dot(onnx_graph *g, const char *x, const char *emb, uint32_t F) {
+  const char *z = emb;
+  uint32_t T = F;
+  if (x) {
+    const char *parts[] = {onnx_op2(g, "Unsqueeze", x, onnx_i64s(g, (const int64_t[]){1}, 1)), emb};
+    z = onnx_concat(g, parts, 2, 1);
+    T = F + 1;
+  }
+  const onnx_attr perm[] = {ONNX_INTS("perm", ((const int64_t[]){0, 2, 1}), 3)};
+  const char *zt = onnx_node(g, "Transpose", NULL, &z, 1, perm, 1, NULL);
+  const char *gram = onnx_reshape(g, onnx_op2(g, "MatMul", z, zt), (const int64_t[]){0, -1}, 2);
+  const int64_t n = (int64_t)T * (T - 1) / 2;
+  int64_t *idx = malloc((size_t)(n ? n : 1) * sizeof *idx);
+  if (!idx) return NULL;
+  int64_t k = 0;
+  for (uint32_t i = 1; i < T; i++)
+    for (uint32_t j = 0; j < i; j++) idx[k++] = (int64_t)i * T + j;
+  const char *gin[] = {gram, onnx_const_i64(g, "pairs", idx, &n, 1)};
+  free(idx);
+  const onnx_attr axis[] = {ONNX_INT("axis", 1)};
+  const char *pairs = onnx_node(g, "Gather", NULL, gin, 2, axis, 1, NULL);
+  if (!x) return pairs;
+  const char *cat[] = {x, pairs};
+  return onnx_concat(g, cat, 2, 1);
+}
+
+static const char *export_onnx(const void *ctx, const net_plan *p, const float *params, onnx_graph *g,
+                               const char *dense, const char *emb) {
+  const dlrm *m = ctx;
+  const char *x = m->n_bottom ? dense : NULL;
+  for (uint32_t l = 0; l < m->n_bottom; l++) x = net_onnx_linear(g, p, params, m->bottom[l], x, 1);
+  const char *in;
+  if (m->cat) {
+    const char *parts[] = {x, onnx_reshape(g, emb, (const int64_t[]){0, -1}, 2)};
+    in = x ? onnx_concat(g, parts, 2, 1) : parts[1];
+  } else {
+    in = export_dot(g, x, emb, m->n_sparse);
+    if (!in) return "oom";
+  }
+  for (uint32_t l = 0; l < m->shape.n_top; l++) in = net_onnx_linear(g, p, params, m->top[l], in, l + 1 < m->shape.n_top);
+  return in;
+}
+
 const net_type net_type_dlrm = {
     .name = "dlrm",
     .config_default = config_default,
@@ -391,4 +440,5 @@ const net_type net_type_dlrm = {
     .ws_free = ws_free,
     .forward = forward,
     .backward = backward,
+    .export_onnx = export_onnx,
 };

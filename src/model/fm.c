@@ -26,6 +26,7 @@
 #include "dlrec/json.h"
 #include "dlrec/progress.h"
 #include "model/model_type.h"
+#include "model/onnx.h"
 
 typedef struct fm_config {
   uint32_t emb_dim;       /* D, the factors' width (the table's rows are D + 1) */
@@ -166,6 +167,17 @@ static dlrec_status backward(const void *ctx, void *ws, const net_io *io, const 
   return st;
 }
 
+/* ---- ONNX export ---------------------------------------------------------------- */
+
+static const char *export_onnx(const void *ctx, const net_plan *p, const float *params, onnx_graph *g,
+                               const char *dense, const char *emb) {
+  const fm *m = ctx;
+  const char *v, *w;
+  net_fm_split_export(g, emb, m->D, &v, &w);
+  const char *z = onnx_op2(g, "Add", net_dense_term_export(&m->dense, p, params, g, dense), net_wide_export(g, w));
+  return onnx_op2(g, "Add", z, net_fm_export(g, v));
+}
+
 const net_type net_type_fm = {
     .name = "fm",
     .config_default = config_default,
@@ -178,4 +190,5 @@ const net_type net_type_fm = {
     .ws_free = ws_free,
     .forward = forward,
     .backward = backward,
+    .export_onnx = export_onnx,
 };

@@ -18,6 +18,7 @@
 #include "dlrec/json.h"
 #include "dlrec/progress.h"
 #include "model/model_type.h"
+#include "model/onnx.h"
 
 typedef struct lr_config {
   dlrec_bag_mode pooling; /* how multi-hot bags pool their ids' weights */
@@ -142,6 +143,16 @@ static dlrec_status backward(const void *ctx, void *ws, const net_io *io, const 
   return st;
 }
 
+/* ---- ONNX export ---------------------------------------------------------------- */
+
+static const char *export_onnx(const void *ctx, const net_plan *p, const float *params, onnx_graph *g,
+                               const char *dense, const char *emb) {
+  const lr *m = ctx;
+  const char *z = net_dense_term_export(&m->dense, p, params, g, dense);
+  if (emb) z = onnx_op2(g, "Add", z, net_wide_export(g, emb)); /* emb (N, F, 1): Σ_f of the id weights */
+  return z;
+}
+
 const net_type net_type_lr = {
     .name = "lr",
     .config_default = config_default,
@@ -154,4 +165,5 @@ const net_type net_type_lr = {
     .ws_free = ws_free,
     .forward = forward,
     .backward = backward,
+    .export_onnx = export_onnx,
 };

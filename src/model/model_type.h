@@ -4,8 +4,9 @@
  * sparse update and the dense optimizer, so a type only plans its dense
  * tensors and maps (dense features, pooled embeddings) to logits and back.
  *
- * Adding a model type: a new src/model/NAME.c defining a `const net_type`,
- * one line in model.c's registry, its example config and its docs.
+ * Adding a model type: a new src/model/NAME.c defining a `const net_type`
+ * (its export_onnx too, which tests/onnx/run.sh checks), one line in
+ * model.c's registry, its example config and its docs.
  */
 #ifndef DLREC_MODEL_TYPE_H
 #define DLREC_MODEL_TYPE_H
@@ -13,6 +14,8 @@
 #include "backend/backend_impl.h"
 #include "dlrec/dlrm.h"
 #include "dlrec/model.h"
+
+struct onnx_graph; /* model/onnx.h */
 
 /* Linear layers of one network: DCN-v2's mixture of K low-rank experts
  * plans 3K + 1 per cross layer (each packed for scoring). */
@@ -236,7 +239,32 @@ typedef struct net_type {
    * (zeroed by the caller) and d_emb (B, F, D). */
   dlrec_status (*backward)(const void *ctx, void *ws, const net_io *io, const float *d_logits, float *grad,
                            float *d_emb);
+  /* ONNX export (export_onnx.c): adds to g the nodes from the tensors named
+   * dense ((N, n_dense) float32; NULL without dense columns) and emb ((N,
+   * F, D) pooled embeddings; NULL without categorical columns) to the
+   * logits (N, 1), whose name it returns; the same function as forward
+   * when scoring. */
+  const char *(*export_onnx)(const void *ctx, const net_plan *p, const float *params, struct onnx_graph *g,
+                             const char *dense, const char *emb);
 } net_type;
+
+/* ONNX export helpers (export_onnx.c; onnx.h builds the graph). The plan's
+ * linear layer as Gemm (transB) [+ Relu] of x (N, in) -> (N, out). */
+const char *net_onnx_linear(struct onnx_graph *g, const net_plan *p, const float *params, int layer, const char *x,
+                            int relu);
+/* The dense term (N, 1), or its lone bias (1, 1) without dense columns. */
+const char *net_dense_term_export(const net_dense_term *t, const net_plan *p, const float *params,
+                                  struct onnx_graph *g, const char *dense);
+/* emb (N, F, D + 1) -> the factors v (N, F, D) and the weights w (N, F, 1). */
+void net_fm_split_export(struct onnx_graph *g, const char *emb, uint32_t D, const char **v, const char **w);
+/* The first-order term Σ_f w_f (N, 1) and the FM's second-order term (N, 1). */
+const char *net_wide_export(struct onnx_graph *g, const char *w);
+const char *net_fm_export(struct onnx_graph *g, const char *v);
+/* The MLP from x (N, m->in) to (N, m->out): Linear -> [BatchNorm with the
+ * running statistics] -> ReLU per hidden layer (dropout is off when
+ * scoring), then the output Linear if planned. */
+const char *net_mlp_export(const net_mlp *m, const net_plan *p, const float *params, struct onnx_graph *g,
+                           const char *x);
 
 extern const net_type net_type_dlrm;
 extern const net_type net_type_lr;

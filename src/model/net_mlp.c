@@ -26,6 +26,7 @@
 
 #include "dlrec/json.h"
 #include "model/model_type.h"
+#include "model/onnx.h"
 
 #define BN_MOMENTUM 0.1f /* PyTorch's BatchNorm1d defaults */
 #define BN_EPS 1e-5f
@@ -286,4 +287,19 @@ dlrec_status net_mlp_backward(const net_mlp *m, const net_io *io, float *ws, con
     next = next == b.g0 ? b.g1 : b.g0;
   }
   return s;
+}
+
+const char *net_mlp_export(const net_mlp *m, const net_plan *p, const float *params, onnx_graph *g, const char *x) {
+  for (uint32_t l = 0; l < m->n_hidden; l++) {
+    x = net_onnx_linear(g, p, params, m->lin[l], x, !m->bn);
+    if (!m->bn) continue;
+    const int64_t d[1] = {m->L[l].out};
+    const char *in[] = {x, onnx_const_f32(g, "bn_gamma", params + m->gamma[l], d, 1),
+                        onnx_const_f32(g, "bn_beta", params + m->beta[l], d, 1),
+                        onnx_const_f32(g, "bn_mean", params + net_buffer_offset(p, m->rmean[l]), d, 1),
+                        onnx_const_f32(g, "bn_var", params + net_buffer_offset(p, m->rvar[l]), d, 1)};
+    const onnx_attr eps[] = {ONNX_FLOAT("epsilon", BN_EPS)};
+    x = onnx_op1(g, "Relu", onnx_node(g, "BatchNormalization", "bn", in, 5, eps, 1, NULL));
+  }
+  return m->output ? net_onnx_linear(g, p, params, m->lin[m->n_hidden], x, 0) : x;
 }

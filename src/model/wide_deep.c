@@ -39,6 +39,7 @@
 #include "dlrec/json.h"
 #include "dlrec/progress.h"
 #include "model/model_type.h"
+#include "model/onnx.h"
 
 typedef struct wd_config {
   uint32_t emb_dim;       /* D, the embeddings' width (the table's rows are D + 1) */
@@ -245,7 +246,22 @@ static dlrec_status backward(const void *ctx, void *ws, const net_io *io, const 
     .name = NAME, .config_default = DEFAULTS, .config_parse = config_parse,                           \
     .config_to_json = config_to_json, .plan = plan, .free_ctx = free_ctx, .init = init,               \
     .ws_create = ws_create, .ws_free = ws_free, .forward = forward, .backward = backward,             \
+    .export_onnx = export_onnx,                                                                       \
   }
+
+/* ---- ONNX export ---------------------------------------------------------------- */
+
+static const char *export_onnx(const void *ctx, const net_plan *p, const float *params, onnx_graph *g,
+                               const char *dense, const char *emb) {
+  const wide_deep *m = ctx;
+  const char *v, *w;
+  net_fm_split_export(g, emb, m->D, &v, &w);
+  const char *z = onnx_op2(g, "Add", net_dense_term_export(&m->dense, p, params, g, dense), net_wide_export(g, w));
+  if (m->fm) z = onnx_op2(g, "Add", z, net_fm_export(g, v));
+  const char *x[2] = {dense, onnx_reshape(g, v, (const int64_t[]){0, -1}, 2)}; /* [dense, v_1 .. v_F] */
+  const char *in = m->n_dense ? onnx_concat(g, x, 2, 1) : x[1];
+  return onnx_op2(g, "Add", z, net_mlp_export(&m->mlp, p, params, g, in));
+}
 
 const net_type net_type_wide_deep = WIDE_DEEP_TYPE("wide_deep", wide_deep_default);
 const net_type net_type_deepfm = WIDE_DEEP_TYPE("deepfm", deepfm_default);
