@@ -9,6 +9,7 @@
 
 #include "dlrec/checkpoint.h"
 #include "dlrec/status.h"
+#include "dlrec/trainer.h"
 
 typedef struct dlrec_predict_opts {
   uint32_t batch_rows;  /* rows per forward pass; 4096 */
@@ -26,5 +27,10 @@ void dlrec_predict_opts_default(dlrec_predict_opts *o);
  * "FILE:LINE: field N (NAME): reason" and nothing is written at output. */
 dlrec_status dlrec_predict_file(const dlrec_model *m, const char *input, const char *output,
                                 const dlrec_predict_opts *o, uint64_t *rows);
+
+/* The same scores, passed in input order to fn (labels NULL for raw rows)
+ * instead of written: a host keeps them in memory. */
+dlrec_status dlrec_predict_each(const dlrec_model *m, const char *input, const dlrec_predict_opts *o, dlrec_score_fn fn,
+                                void *ctx);
 
 #endif

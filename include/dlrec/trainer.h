@@ -20,7 +20,8 @@
  *                      RUN/best the best validation's (checkpoint.keep_best)
  *   RUN/lock           the run's exclusive flock, holding its pid: a second
  *                      run on RUN is refused with DLREC_ERR_INVALID naming it
- * SIGINT or SIGTERM stops at the end of the current step, saves a
+ * A stop request (args.stop, which the CLI's SIGINT and SIGTERM handlers
+ * set, or args.on_progress) stops at the end of the current step, saves a
  * checkpoint, and returns DLREC_OK with result.interrupted set.
  *
  * Following a directory (follow_dir): the run trains each `*.dlr` file of
@@ -45,8 +46,20 @@
 #include "dlrec/status.h"
 #include "dlrec/train_config.h"
 
+/* What dlrec_train_args.on_progress sees. */
+typedef struct dlrec_train_progress_info {
+  uint64_t step, samples;   /* so far, a resumed part included */
+  uint64_t total_samples;   /* the run's planned samples; 0 when unknown (following a directory) */
+  uint32_t epoch;
+  double loss;              /* the mean loss of the last logging interval; NaN before one */
+  double valid_auc;         /* the last validation's AUC; NaN before one */
+  double samples_per_s;     /* of this process's training loop so far */
+  int done;                 /* the last call: the loop has ended */
+} dlrec_train_progress_info;
+
 typedef struct dlrec_train_args {
-  const char *config_path;        /* NULL: the defaults of dlrec_train_config_default */
+  const char *config_path;        /* NULL: config_json, else the defaults of dlrec_train_config_default */
+  const char *config_json;        /* the config as JSON text, when config_path is NULL (a host's) */
   const char *const *train;       /* .dlr files */
   int n_train;
   /* Instead of train: a directory whose .dlr files are trained one after
@@ -65,7 +78,18 @@ typedef struct dlrec_train_args {
    * the same arguments: each trains on its part of every batch with its
    * shard of the table (dlrec/dist.h), and rank 0 alone writes into RUN. */
   struct dlrec_comm *comm;
+  /* A stop request, polled at every step: when *stop becomes nonzero (the
+   * CLI's SIGINT/SIGTERM handler sets it) the run stops after the current
+   * step, saves a checkpoint and returns DLREC_OK with result.interrupted.
+   * The library installs no signal handler itself: the host owns those. */
+  volatile int *stop;
+  /* Progress for a host (a notebook's bar), called on rank 0 after a step
+   * at most five times a second, after each validation and at the end;
+   * returning nonzero requests a stop as *stop does. NULL: none. */
+  int (*on_progress)(void *ctx, const dlrec_train_progress_info *info);
+  void *progress_ctx;
 } dlrec_train_args;
+
 
 /* Prints how a->config's embedding table would be sharded over `ranks`
  * ranks (dlrec/dist.h) and each rank's memory, from the config and the ETL

@@ -3,6 +3,7 @@
 #include <getopt.h>
 #include <stdlib.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -53,6 +54,15 @@ static void usage(FILE *out) {
           "dense gradients are summed over the ranks, and rank 0 alone writes RUN/.\n"
           "Checkpoints are those of one process: any number of ranks resumes them.\n\n"
           "SIGINT or SIGTERM stops after the current step and saves a checkpoint.\n");
+}
+
+/* SIGINT and SIGTERM ask the run to stop after its current step (with a
+ * checkpoint): the library polls the flag (dlrec_train_args.stop). */
+static volatile int g_stop;
+
+static void on_signal(int sig) {
+  (void)sig;
+  g_stop = 1;
 }
 
 int cmd_train(int argc, char **argv) {
@@ -140,7 +150,14 @@ int cmd_train(int argc, char **argv) {
   /* One voice: the other ranks log only warnings and errors (or all with -v). */
   if (rank != 0 && dlrec_log_get_level() == DLREC_LOG_INFO) dlrec_log_set_level(DLREC_LOG_WARN);
   dlrec_train_result r;
+  struct sigaction sa = {0}, old_int, old_term;
+  sa.sa_handler = on_signal;
+  sigaction(SIGINT, &sa, &old_int);
+  sigaction(SIGTERM, &sa, &old_term);
+  a.stop = &g_stop;
   dlrec_status ts = dlrec_train(&a, &r);
+  sigaction(SIGINT, &old_int, NULL);
+  sigaction(SIGTERM, &old_term, NULL);
   if (ts != DLREC_OK) {
     int code = cli_fail("train");
     dlrec_comm_free(comm);

@@ -92,7 +92,8 @@ static dlrec_status col_push(col_ids *c, const uint32_t *ids, uint32_t k) {
 /* Raw rows: read lines, encode each with the checkpoint's ETL state (one id
  * per column, or each multi-hot column's ids), gather them per column, and
  * score full batches. */
-static dlrec_status predict_raw(const dlrec_model *m, const char *input, const dlrec_predict_opts *o, sink *out) {
+static dlrec_status predict_raw(const dlrec_model *m, const char *input, const dlrec_predict_opts *o, dlrec_score_fn fn,
+                               void *ctx) {
   const dlrec_schema *sc = dlrec_etl_schema(m->etl);
   uint32_t B = o->batch_rows, F = sc->n_sparse, D = sc->n_dense;
   /* Criteo rows go through the one-hot encoder, which also checks short
@@ -167,7 +168,7 @@ static dlrec_status predict_raw(const dlrec_model *m, const char *input, const d
       batch.rows = n;
       for (uint32_t c = 0; c < F; c++) batch.ids[c] = cols[c].ids;
       s = dlrec_net_predict(scorer, ws, &batch, prob);
-      if (s == DLREC_OK) s = sink_write(out, prob, NULL, n);
+      if (s == DLREC_OK) s = fn(ctx, prob, NULL, n);
       n = 0;
       for (uint32_t c = 0; c < F; c++) cols[c].n = 0;
     }
@@ -195,18 +196,22 @@ static dlrec_status predict_raw(const dlrec_model *m, const char *input, const d
   return s;
 }
 
+dlrec_status dlrec_predict_each(const dlrec_model *m, const char *input, const dlrec_predict_opts *o, dlrec_score_fn fn,
+                                void *ctx) {
+  if (is_dlr(input)) {
+    const char *paths[] = {input};
+    return dlrec_score_files(m->net, paths, 1, o->batch_rows, 0, fn, ctx);
+  }
+  return predict_raw(m, input, o, fn, ctx);
+}
+
 dlrec_status dlrec_predict_file(const dlrec_model *m, const char *input, const char *output,
                                 const dlrec_predict_opts *o, uint64_t *rows) {
   sink out = {0};
   dlrec_status s = sink_open(&out, output);
   if (s != DLREC_OK) return s;
   out.bar = o->progress ? dlrec_progress_start("predict", 0, "rows") : NULL;
-  if (is_dlr(input)) {
-    const char *paths[] = {input};
-    s = dlrec_score_files(m->net, paths, 1, o->batch_rows, 0, sink_write, &out);
-  } else {
-    s = predict_raw(m, input, o, &out);
-  }
+  s = dlrec_predict_each(m, input, o, sink_write, &out);
   dlrec_progress_finish(out.bar);
   if (rows) *rows = out.rows;
   return sink_close(&out, s);

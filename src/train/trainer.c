@@ -6,7 +6,6 @@
 #include <errno.h>
 #include <math.h>
 #include <omp.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,13 +21,6 @@
 #include "dlrec/progress.h"
 #include "dlrec/report.h"
 #include "train/publish.h"
-
-static volatile sig_atomic_t g_stop;
-
-static void on_signal(int sig) {
-  (void)sig;
-  g_stop = 1;
-}
 
 cJSON *dlrec_metrics_to_json(const dlrec_metrics *m) {
   cJSON *j = cJSON_CreateObject();
@@ -150,7 +142,38 @@ typedef struct run {
   int has_last_valid;
   uint64_t last_valid_step, last_ckpt_step;
   dlrec_metrics last_valid;
+  int stop;             /* a stop was requested (sticky) */
+  /* on_progress: when it was last called, and the loop's start, its
+   * samples then and the planned total. */
+  double last_progress, loop_start;
+  uint64_t start_samples, total_samples;
 } run;
+
+/* Whether the host asked the run to stop (args.stop); sticky. */
+static int stop_requested(run *r) {
+  if (!r->stop && r->a->stop && *r->a->stop) r->stop = 1;
+  return r->stop;
+}
+
+/* Calls the host's on_progress (rank 0): always when force, else at most
+ * five times a second. A nonzero answer is a stop request. */
+static void report_progress(run *r, const dlrec_train_result *res, int force, int done) {
+  if (!r->a->on_progress || r->rank != 0) return;
+  const double now = dlrec_now();
+  if (!force && now - r->last_progress < 0.2) return;
+  r->last_progress = now;
+  dlrec_train_progress_info info = {
+      .step = r->prog.step,
+      .samples = r->prog.samples,
+      .total_samples = r->total_samples,
+      .epoch = (uint32_t)r->prog.position.epoch,
+      .loss = res->last_loss,
+      .valid_auc = r->has_last_valid ? r->last_valid.auc : NAN,
+      .samples_per_s = now > r->loop_start ? (double)(r->prog.samples - r->start_samples) / (now - r->loop_start) : 0,
+      .done = done,
+  };
+  if (r->a->on_progress(r->a->progress_ctx, &info)) r->stop = 1;
+}
 
 static void run_free(run *r) {
   if (r->metrics) fclose(r->metrics);
@@ -319,7 +342,7 @@ static dlrec_status follow_next(run *r, const dlrec_batch **b) {
     const double since = dlrec_now();
     while ((found = next_file(r->a->follow_dir, r->prog.follow_file, name, sizeof name)) == 0) {
       const double waited = dlrec_now() - since;
-      if (g_stop || (r->a->follow_idle > 0 && waited >= r->a->follow_idle)) {
+      if (stop_requested(r) || (r->a->follow_idle > 0 && waited >= r->a->follow_idle)) {
         r->follow_idle += waited;
         return DLREC_END;
       }
@@ -340,12 +363,24 @@ static uint32_t rows_per_rank(uint32_t batch, int ranks) {
   return (uint32_t)(((uint64_t)batch + (uint64_t)ranks - 1) / (uint64_t)ranks);
 }
 
+/* The run's config: a->config_json, a->config_path, or the defaults. */
+static dlrec_status read_config(const dlrec_train_args *a, dlrec_train_config *cfg) {
+  if (a->config_path) return dlrec_train_config_read(a->config_path, cfg);
+  if (!a->config_json) {
+    dlrec_train_config_default(cfg);
+    return DLREC_OK;
+  }
+  cJSON *j = NULL;
+  dlrec_status s = dlrec_json_parse(a->config_json, strlen(a->config_json), "the config", &j);
+  if (s == DLREC_OK) s = dlrec_train_config_from_json(j, "the config", cfg);
+  cJSON_Delete(j);
+  return s;
+}
+
 static dlrec_status setup(run *r) {
   const dlrec_train_args *a = r->a;
   dlrec_status s = DLREC_OK;
-  if (a->config_path) s = dlrec_train_config_read(a->config_path, &r->cfg);
-  else dlrec_train_config_default(&r->cfg);
-  if (s != DLREC_OK) return s;
+  if ((s = read_config(a, &r->cfg)) != DLREC_OK) return s;
   if (a->deterministic) r->cfg.deterministic = 1;
   if (a->threads) r->cfg.threads = a->threads;
   if (a->max_steps) r->cfg.max_steps = a->max_steps;
@@ -687,8 +722,7 @@ static uint32_t part_rows(const dlrec_train_config *cfg, int ranks) {
 dlrec_status dlrec_train_print_plan(const dlrec_train_args *a, int ranks, FILE *out) {
   dlrec_train_config cfg;
   dlrec_status s = DLREC_OK;
-  if (a->config_path) s = dlrec_train_config_read(a->config_path, &cfg);
-  else dlrec_train_config_default(&cfg);
+  s = read_config(a, &cfg);
   dlrec_etl *etl = NULL;
   if (s == DLREC_OK) s = dlrec_etl_load(&etl, a->etl_dir);
   if (s != DLREC_OK) return s;
@@ -773,7 +807,7 @@ static dlrec_status dist_checkpoint(run *r) {
  * reaches the ranks at different steps). */
 static dlrec_status dist_step_agree(run *r, dlrec_status ls, uint32_t rows, uint32_t *global, uint32_t *base,
                                     int *stop, uint32_t *each) {
-  uint32_t mine[3] = {(uint32_t)(int32_t)ls, (uint32_t)g_stop, rows}, all[3 * DLREC_DIST_MAX_RANKS];
+  uint32_t mine[3] = {(uint32_t)(int32_t)ls, (uint32_t)stop_requested(r), rows}, all[3 * DLREC_DIST_MAX_RANKS];
   dlrec_status s = dlrec_comm_allgather(r->a->comm, mine, sizeof mine, all);
   if (s != DLREC_OK) return s;
   *global = *base = 0;
@@ -949,11 +983,6 @@ dlrec_status dlrec_train(const dlrec_train_args *a, dlrec_train_result *res) {
     return s;
   }
   const dlrec_train_config *c = &r.cfg;
-  g_stop = 0;
-  struct sigaction sa = {0}, old_int, old_term;
-  sa.sa_handler = on_signal;
-  sigaction(SIGINT, &sa, &old_int);
-  sigaction(SIGTERM, &sa, &old_term);
 
   /* Following, the rows to come are unknown: the bar has no total unless
    * max_steps gives one. */
@@ -966,6 +995,7 @@ dlrec_status dlrec_train(const dlrec_train_args *a, dlrec_train_result *res) {
   dlrec_progress_add(bar, r.prog.samples < total ? r.prog.samples : total);
   double t0 = dlrec_now(), t_log = t0;
   uint64_t rows_log = 0, start_samples = r.prog.samples, start_step = r.prog.step;
+  r.loop_start = t0, r.start_samples = start_samples, r.total_samples = total;
   double eval_seconds = 0;
   int state_ok = 1; /* the parameters are those after r.prog.step whole steps */
   int split_said = r.rank != 0;
@@ -973,7 +1003,7 @@ dlrec_status dlrec_train(const dlrec_train_args *a, dlrec_train_result *res) {
    * the next step's agreement, so that every rank stops together. */
   dlrec_status pending = DLREC_OK;
   /* Across ranks, the loop's stop (a signal) is agreed on at each step. */
-  while ((r.sh || !g_stop) && (!c->max_steps || r.prog.step < c->max_steps)) {
+  while ((r.sh || !stop_requested(&r)) && (!c->max_steps || r.prog.step < c->max_steps)) {
     const dlrec_batch *b = NULL;
     double tw = dlrec_now();
     s = follow ? follow_next(&r, &b) : dlrec_loader_next(r.loader, &b);
@@ -983,7 +1013,7 @@ dlrec_status dlrec_train(const dlrec_train_args *a, dlrec_train_result *res) {
       int stop = 0;
       uint32_t part = rows;
       s = dist_step_agree(&r, pending != DLREC_OK ? pending : s, part, &rows, &row_base, &stop, NULL);
-      if (stop) g_stop = 1;
+      if (stop) r.stop = 1;
       if (stop && s == DLREC_OK) break;
     }
     if (s == DLREC_END) {
@@ -1031,6 +1061,7 @@ dlrec_status dlrec_train(const dlrec_train_args *a, dlrec_train_result *res) {
     r.prog.loss_rows += rows;
     rows_log += rows;
     dlrec_progress_add(bar, rows);
+    report_progress(&r, res, 0, 0);
     if (r.prog.step % c->log_interval_steps == 0) {
       double now = dlrec_now();
       res->last_loss = r.prog.loss_sum / (double)r.prog.loss_rows;
@@ -1049,6 +1080,7 @@ dlrec_status dlrec_train(const dlrec_train_args *a, dlrec_train_result *res) {
       double te = dlrec_now();
       int stop = 0;
       s = validate(&r, res, scale, loss, epoch_end, bar, &stop);
+      report_progress(&r, res, 1, 0);
       const double dt = dlrec_now() - te;
       eval_seconds += dt;
       t_log += dt; /* an interval's samples_per_s leaves its evaluations out */
@@ -1065,7 +1097,7 @@ dlrec_status dlrec_train(const dlrec_train_args *a, dlrec_train_result *res) {
   res->idle_seconds = r.follow_idle;
   dlrec_progress_finish(bar);
   if (s == DLREC_OK && r.prog.loss_rows) res->last_loss = r.prog.loss_sum / (double)r.prog.loss_rows;
-  res->interrupted = g_stop && s == DLREC_OK;
+  res->interrupted = r.stop && s == DLREC_OK;
   /* Across ranks, an error rank 0 met logging reaches every rank. */
   if (r.sh && s == DLREC_OK) s = dist_agree(&r, pending);
   /* From here across ranks every rank takes part (the evaluation and the
@@ -1114,8 +1146,6 @@ dlrec_status dlrec_train(const dlrec_train_args *a, dlrec_train_result *res) {
     if (s == DLREC_OK) s = cs;
     else dlrec_error_restore(&e);
   }
-  sigaction(SIGINT, &old_int, NULL);
-  sigaction(SIGTERM, &old_term, NULL);
   res->steps = r.prog.step;
   res->samples = r.prog.samples;
   res->steps_this_run = r.prog.step - start_step;
@@ -1124,6 +1154,7 @@ dlrec_status dlrec_train(const dlrec_train_args *a, dlrec_train_result *res) {
   if (r.ws) dlrec_net_ws_profile(r.ws, &res->profile);
   res->ranks = r.ranks;
   if (r.sh) dlrec_sharded_get_stats(r.sh, &res->dist);
+  if (s == DLREC_OK) report_progress(&r, res, 1, 1);
   const int rank = r.rank;
   run_free(&r); /* closes metrics.jsonl, which the report reads */
   if (s == DLREC_OK && rank == 0) write_summary(a, res);
