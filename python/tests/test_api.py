@@ -1,0 +1,195 @@
+"""The Python package against the CLI (DLREC_BIN): every API call, tabular
+sources and Parquet giving the .dlr bytes the CLI writes from the same rows
+as CSV, runs interchangeable both ways, the library's errors as DlrecError,
+and Ctrl-C stopping a fit with a checkpoint."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import dlrec
+
+BIN = os.environ["DLREC_BIN"]
+
+
+def cli(*args):
+    return subprocess.run([BIN, *map(str, args)], check=True, capture_output=True, text=True).stdout
+
+
+def frame(n=3000, seed=1, nulls=True):
+    """Rows with a label, two dense and two categorical columns, some nulls."""
+    r = np.random.default_rng(seed)
+    city = r.choice(["paris", "lyon", "nice", "oslo, no", 'say "hi"'], n)
+    dev = r.choice(["ios", "android", "web"], n)
+    x = r.normal(size=n).round(4)
+    z = r.exponential(size=n).round(3)
+    y = (r.random(n) < 1 / (1 + np.exp(-(x + (dev == "ios"))))).astype(np.int64)
+    df = pd.DataFrame({"y": y, "x": x, "z": z, "city": city, "dev": dev})
+    if nulls:
+        df.loc[r.random(n) < 0.05, "x"] = np.nan
+        df.loc[r.random(n) < 0.05, "city"] = None
+    return df
+
+
+SPEC = "label=y;dense=x,z;cat=city,dev"
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory):
+    return tmp_path_factory.mktemp("py")
+
+
+@pytest.fixture(scope="module")
+def csv_data(work):
+    """The same rows as CSV (pandas), the ETL fit by the CLI, and the CLI's .dlr."""
+    df = frame()
+    path = work / "rows.csv"
+    df.to_csv(path, index=False)
+    cli("etl", "fit", "-q", "--format", "csv", "--schema", SPEC, "--input", path, "--out", work / "etl")
+    cli("etl", "apply", "-q", "--etl", work / "etl", "--input", path, "--out", work / "cli.dlr")
+    return df, path
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def test_etl_from_tabular_sources_matches_csv(work, csv_data):
+    df, path = csv_data
+    # fit from the DataFrame gives the CLI's state: the same .dlr from the CSV.
+    rep = dlrec.etl_fit(df, work / "etl_df", schema=SPEC)
+    assert rep["rows"] == len(df)
+    dlrec.etl_apply(work / "etl_df", path, work / "df_state.dlr")
+    assert read(work / "df_state.dlr") == read(work / "cli.dlr")
+    # apply from each source, with the CLI's state.
+    table = pa.Table.from_pandas(df, preserve_index=False)
+    sources = {
+        "dataframe": df,
+        "table": table,
+        "batch": pa.RecordBatch.from_pandas(df, preserve_index=False),
+        "dict": {c: df[c].to_numpy() for c in df.columns},
+    }
+    for name, src in sources.items():
+        out = work / f"{name}.dlr"
+        dlrec.etl_apply(work / "etl", src, out)
+        assert read(out) == read(work / "cli.dlr"), name
+
+
+def test_parquet_matches_csv(work, csv_data):
+    df, _ = csv_data
+    # pyarrow: dictionary-encoded strings, several row groups.
+    table = pa.Table.from_pandas(df, preserve_index=False)
+    table = table.set_column(table.schema.get_field_index("city"), "city", table.column("city").dictionary_encode())
+    pq.write_table(table, work / "a.parquet", row_group_size=700)
+    assert pq.ParquetFile(work / "a.parquet").num_row_groups > 1
+    # pandas: its own writer, with a categorical column.
+    df2 = df.copy()
+    df2["dev"] = df2["dev"].astype("category")
+    df2.to_parquet(work / "b.parquet", index=False, row_group_size=1000)
+    for name in ("a", "b"):
+        out = work / f"{name}.dlr"
+        dlrec.etl_apply(work / "etl", str(work / f"{name}.parquet"), out)
+        assert read(out) == read(work / "cli.dlr"), name
+    # and fit on Parquet, with the schema inferred from the types.
+    rep = dlrec.etl_fit(str(work / "a.parquet"), work / "etl_pq", label="y")
+    assert rep["rows"] == len(df)
+
+
+def test_fit_evaluate_predict_export_report_and_cli_interchange(work, csv_data):
+    df, path = csv_data
+    dlrec.etl_apply(work / "etl", path, work / "train.dlr", valid_fraction=0.2, valid_out=work / "valid.dlr", seed=3)
+    cfg = {"model": {"type": "deepfm", "embedding_dim": 4, "mlp": [16]},
+           "training": {"batch_size": 64, "epochs": 2, "threads": 1, "seed": 2},
+           "eval": {"every_epoch": True}}
+    m = dlrec.Model(cfg)
+    res = m.fit(str(work / "train.dlr"), str(work / "valid.dlr"), etl=work / "etl", out=work / "run", progress=False)
+    assert res["steps"] > 0 and 0.5 < res["valid"]["auc"] <= 1
+    assert m.info["type"] == "deepfm"
+    met = m.evaluate(str(work / "valid.dlr"))
+    assert met["auc"] == pytest.approx(res["valid"]["auc"], abs=1e-12)
+    # The CLI reads the Python run: the same metrics and scores.
+    cli_met = json.loads(cli("eval", "--model", work / "run", "--data", work / "valid.dlr"))
+    assert cli_met["auc"] == met["auc"]
+    cli("predict", "-q", "--model", work / "run", "--input", work / "valid.dlr", "--out", work / "cli.scores")
+    want = np.loadtxt(work / "cli.scores", dtype=np.float32)
+    got = m.predict(str(work / "valid.dlr"))
+    assert got.dtype == np.float32 and np.array_equal(got, want)
+    # Raw rows as a DataFrame score as the CLI scores the same rows as CSV.
+    head = df.head(200)
+    head.to_csv(work / "head.csv", index=False)
+    cli("predict", "-q", "--model", work / "run", "--input", work / "head.csv", "--out", work / "head.scores")
+    assert np.array_equal(m.predict(head), np.loadtxt(work / "head.scores", dtype=np.float32))
+    assert np.array_equal(m.predict(head.drop(columns=["y"])), np.loadtxt(work / "head.scores", dtype=np.float32))
+    # evaluate on a DataFrame: encoded with the model's own ETL state.
+    assert m.evaluate(df)["rows"] == len(df)
+    assert os.path.exists(m.export_onnx(work / "m.onnx"))
+    assert os.path.getsize(m.report()) > 1000
+    # Model.load reads a run the CLI trained.
+    with open(work / "cfg.json", "w") as f:
+        json.dump(cfg, f)
+    cli("train", "-q", "--config", work / "cfg.json", "--train", work / "train.dlr", "--etl", work / "etl", "--out",
+        work / "clirun")
+    cli("predict", "-q", "--model", work / "clirun", "--input", work / "valid.dlr", "--out", work / "clirun.scores")
+    loaded = dlrec.Model.load(work / "clirun")
+    assert np.array_equal(loaded.predict(str(work / "valid.dlr")), np.loadtxt(work / "clirun.scores", dtype=np.float32))
+
+
+def test_bad_input_gets_the_library_error(work, csv_data):
+    df, _ = csv_data
+    bad = df.head(50).copy()
+    bad["x"] = bad["x"].astype(object)
+    bad.loc[bad.index[7], "x"] = "abc"
+    with pytest.raises(dlrec.DlrecError, match=r"<DataFrame 0>:9: field 2 \(x\)"):
+        dlrec.etl_apply(work / "etl", bad, work / "bad.dlr")
+    nan_label = df.head(50).astype({"y": float})
+    nan_label.loc[nan_label.index[3], "y"] = np.nan
+    with pytest.raises(dlrec.DlrecError, match=r"<DataFrame 0>:5: field 1 \(y\)"):
+        dlrec.etl_apply(work / "etl", nan_label, work / "bad.dlr")
+    with pytest.raises(dlrec.DlrecError, match="dev"):
+        dlrec.etl_apply(work / "etl", df.drop(columns=["dev"]), work / "bad.dlr")
+    with pytest.raises(dlrec.DlrecError, match="no such|No such"):
+        dlrec.etl_fit(str(work / "missing.tsv"), work / "etl_missing")
+    with pytest.raises(dlrec.DlrecError, match="model"):
+        dlrec.Model({"model": {"type": "nope"}}).fit(str(work / "cli.dlr"), etl=work / "etl", out=work / "run_bad")
+    with pytest.raises(dlrec.DlrecError):
+        dlrec.Model.load(work / "no_run")
+    assert not os.path.exists(work / "bad.dlr")
+
+
+def test_ctrl_c_stops_fit_with_a_checkpoint(work, csv_data):
+    _, path = csv_data
+    dlrec.etl_apply(work / "etl", path, work / "all.dlr")
+    script = textwrap.dedent(f"""
+        import os, signal, sys, dlrec
+        cfg = {{"model": {{"type": "dcn_v2", "embedding_dim": 8, "mlp": [256, 256]}},
+               "training": {{"batch_size": 16, "epochs": 50, "threads": 1}}}}
+        seen = []
+        def draw(self, p):  # a Ctrl-C once the run is going
+            if p.step >= 20 and not seen:
+                seen.append(1)
+                os.kill(os.getpid(), signal.SIGINT)
+        dlrec._Progress.draw = draw
+        try:
+            dlrec.Model(cfg).fit({str(work / "all.dlr")!r}, etl={str(work / "etl")!r}, out={str(work / "run_int")!r},
+                                 progress=False)
+        except KeyboardInterrupt as e:
+            print("interrupted:", e)
+            sys.exit(0)
+        sys.exit("not interrupted")
+    """)
+    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "interrupted: dlrec: stopped at step" in p.stdout
+    step = int(p.stdout.split("stopped at step ")[1].split(";")[0])
+    assert 20 <= step < 50 * 3000 // 16
+    with open(work / "run_int" / "latest") as f:
+        assert f.read().strip() == f"ckpt-{step:012d}"
