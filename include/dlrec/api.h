@@ -12,8 +12,8 @@
  * host's Ctrl-C handling decides), sets no allocator hooks, and changes no
  * environment. Progress bars on stderr are off unless asked for
  * ("progress": true), since a host draws its own from the callback.
- * OpenMP's thread count is set per call from the "threads" options, as the
- * CLI sets it.
+ * OpenMP's thread count is set from the "threads" options while a call
+ * works, as the CLI sets it, and the host's is restored when it returns.
  */
 #ifndef DLREC_API_H
 #define DLREC_API_H

@@ -99,6 +99,10 @@ def test_parquet_matches_csv(work, csv_data):
         out = work / f"{name}.dlr"
         dlrec.etl_apply(work / "etl", str(work / f"{name}.parquet"), out)
         assert read(out) == read(work / "cli.dlr"), name
+    # The CLI says where Parquet is read.
+    p = subprocess.run([BIN, "etl", "apply", "--etl", work / "etl", "--input", work / "a.parquet", "--out",
+                        work / "x.dlr"], capture_output=True, text=True)
+    assert p.returncode == 2 and "Python package" in p.stderr and "etl_apply" in p.stderr
     # and fit on Parquet, with the schema inferred from the types.
     rep = dlrec.etl_fit(str(work / "a.parquet"), work / "etl_pq", label="y")
     assert rep["rows"] == len(df)

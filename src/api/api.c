@@ -3,6 +3,7 @@
 #include "dlrec/api.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,7 +21,13 @@ int dlrec_api_version(void) { return DLREC_API_VERSION; }
 const char *dlrec_api_last_error(void) { return dlrec_last_error(); }
 void dlrec_api_free(void *p) { free(p); }
 
-static int fail(dlrec_status s) { return s == DLREC_OK ? 0 : -1; }
+/* A call's result, the host's OpenMP thread count restored: the library
+ * sets it to the call's "threads" (as the CLI does) while it works. */
+static int done(dlrec_status s, int host_threads) {
+  omp_set_num_threads(host_threads);
+  return s == DLREC_OK ? 0 : -1;
+}
+#define fail(s) done((s), host_threads)
 
 /* opts_json parsed (NULL: an empty object), its keys checked. */
 static dlrec_status parse_opts(const char *text, const char *what, const char *const *keys, cJSON **out) {
@@ -82,6 +89,7 @@ static char *own(char *text) {
 }
 
 int dlrec_api_etl_fit(const char *inputs_json, const char *out_dir, const char *opts_json, char **report) {
+  const int host_threads = omp_get_max_threads();
   static const char *keys[] = {"format",        "schema",       "has_label",    "min_count",   "hash_buckets",
                                "dense_transform", "standardize", "skip_bad_rows", "strict_fields", "libfm_fields",
                                "max_hotness",   "raw_keys",     "threads",      "progress",    NULL};
@@ -130,6 +138,7 @@ int dlrec_api_etl_fit(const char *inputs_json, const char *out_dir, const char *
 
 int dlrec_api_etl_apply(const char *etl_dir, const char *inputs_json, const char *out, const char *opts_json,
                         char **report) {
+  const int host_threads = omp_get_max_threads();
   static const char *keys[] = {"no_label",       "valid_fraction", "valid_out", "seed",     "row_group_rows",
                                "skip_bad_rows", "strict_fields",  "threads",   "progress", NULL};
   const char *what = "etl apply options";
@@ -190,6 +199,7 @@ static int bridge(void *ctx, const dlrec_train_progress_info *i) {
 
 int dlrec_api_train(const char *config_json, const char *args_json, dlrec_api_progress_fn fn, void *ctx,
                     char **result) {
+  const int host_threads = omp_get_max_threads();
   static const char *keys[] = {"train", "valid", "etl", "out", "resume", "threads", "max_steps", "deterministic",
                                "progress", NULL};
   const char *what = "train arguments";
@@ -243,6 +253,7 @@ struct dlrec_api_model {
 };
 
 dlrec_api_model *dlrec_api_model_load(const char *path, const char *which, uint32_t threads) {
+  const int host_threads = omp_get_max_threads();
   char dir[4096];
   dlrec_api_model *am = calloc(1, sizeof *am);
   if (!am) {
@@ -255,11 +266,13 @@ dlrec_api_model *dlrec_api_model_load(const char *path, const char *which, uint3
                         : dlrec_error(DLREC_ERR_INVALID, "no model path");
   if (s == DLREC_OK) s = dlrec_backend_create(&am->be, "cpu", &bc);
   if (s == DLREC_OK) s = dlrec_model_load(dir, &am->m);
-  if (s != DLREC_OK) {
+  if (s == DLREC_OK) {
+    dlrec_net_set_backend(am->m->net, am->be);
+  } else {
     dlrec_api_model_free(am);
-    return NULL;
+    am = NULL;
   }
-  dlrec_net_set_backend(am->m->net, am->be);
+  fail(s);
   return am;
 }
 
@@ -289,6 +302,7 @@ char *dlrec_api_model_info(const dlrec_api_model *am) {
 }
 
 int dlrec_api_evaluate(dlrec_api_model *am, const char *dlr_path, uint64_t max_rows, char **metrics_json) {
+  const int host_threads = omp_get_max_threads();
   dlrec_metrics met;
   const char *paths[] = {dlr_path};
   dlrec_status s = dlr_path ? dlrec_evaluate(am->m->net, paths, 1, 4096, max_rows, &met)
@@ -323,6 +337,7 @@ static dlrec_status keep_scores(void *ctx, const float *prob, const float *label
 }
 
 int dlrec_api_predict(dlrec_api_model *am, const char *input, int no_label, float **prob, uint64_t *n) {
+  const int host_threads = omp_get_max_threads();
   dlrec_predict_opts o;
   dlrec_predict_opts_default(&o);
   o.no_label = no_label;
@@ -332,17 +347,19 @@ int dlrec_api_predict(dlrec_api_model *am, const char *input, int no_label, floa
                          : dlrec_error(DLREC_ERR_INVALID, "predict: no input");
   if (s != DLREC_OK) {
     free(sc.p);
-    return -1;
+  } else {
+    *prob = sc.p ? sc.p : malloc(1);
+    *n = sc.n;
   }
-  *prob = sc.p ? sc.p : malloc(1);
-  *n = sc.n;
-  return 0;
+  return fail(s);
 }
 
 int dlrec_api_export_onnx(dlrec_api_model *am, const char *path) {
+  const int host_threads = omp_get_max_threads();
   return fail(path ? dlrec_net_export_onnx(am->m->net, path) : dlrec_error(DLREC_ERR_INVALID, "export: no path"));
 }
 
 int dlrec_api_report(const char *run_dir, const char *out) {
+  const int host_threads = omp_get_max_threads();
   return fail(run_dir ? dlrec_report_write(run_dir, out) : dlrec_error(DLREC_ERR_INVALID, "report: no run"));
 }

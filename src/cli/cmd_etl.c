@@ -40,7 +40,8 @@ static void usage_fit(FILE *out) {
           "  --out ETLDIR            the state directory (created; files replaced atomically)\n"
           "  --format F              criteo (default: tab-separated, no header), csv,\n"
           "                          libsvm (one multi-hot column 'features') or libfm\n"
-          "                          (columns f0..f<N-1>, one per field; needs --fields N)\n"
+          "                          (columns f0..f<N-1>, one per field; needs --fields N);\n"
+          "                          Parquet is read through the Python package (docs/python.md)\n"
           "  --schema SPEC           CSV columns by role, e.g. 'label=click;ignore=id;cat=*'\n"
           "                          or 'label=label;dense=I1..I13;cat=C1..C26' (docs/etl.md);\n"
           "                          multi=genres:|[:sum|mean[:MAX]] makes a cat column a\n"
@@ -147,6 +148,14 @@ static const char *value_of(const etl_args *a, int argc, char **argv, int *i, co
   }
 
 /* Parses argv into a; returns -1 to go on, or an exit code (0 after --help). */
+/* Parquet is read by pyarrow, through the Python package (docs/python.md). */
+static int parquet_refused(const etl_args *a) {
+  return cli_usage_error(a->cmd, "Parquet is read through the Python package, with pyarrow: pip install ./python "
+                                 "pyarrow, then dlrec.%s (docs/python.md), or write the rows as CSV",
+                         strcmp(a->cmd, "etl fit") ? "etl_apply(ETL, 'FILE.parquet', OUT)"
+                                                   : "etl_fit('FILE.parquet', OUT, schema=SPEC)");
+}
+
 static int parse_args(etl_args *a, int is_fit, int argc, char **argv) {
   a->inputs = calloc((size_t)argc, sizeof *a->inputs);
   if (!a->inputs) return cli_usage_error(a->cmd, "out of memory");
@@ -184,6 +193,7 @@ static int parse_args(etl_args *a, int is_fit, int argc, char **argv) {
     U64_OPT("--block-bytes", 1, 1u << 30, block)
     else if (is_fit && !strcmp(name, "--format")) {
       if (!(v = value_of(a, argc, argv, &i, iv))) return 2;
+      if (!strcmp(v, "parquet")) return parquet_refused(a);
       if (dlrec_format_parse(v, &a->fit.format) != DLREC_OK) return cli_usage_error(a->cmd, "--format: %s", dlrec_last_error());
     } else if (is_fit && !strcmp(name, "--schema")) {
       if (!(v = value_of(a, argc, argv, &i, iv))) return 2;
@@ -240,6 +250,10 @@ static int parse_args(etl_args *a, int is_fit, int argc, char **argv) {
   a->fit.max_line_bytes = a->apply.max_line_bytes = (size_t)max_line;
   a->fit.block_bytes = a->apply.block_bytes = (size_t)block;
   if (a->n_inputs == 0) return cli_usage_error(a->cmd, "--input is required");
+  for (int k = 0; k < a->n_inputs; k++) {
+    size_t n = strlen(a->inputs[k]);
+    if (n >= 8 && !strcmp(a->inputs[k] + n - 8, ".parquet")) return parquet_refused(a);
+  }
   if (!a->out) return cli_usage_error(a->cmd, "--out is required");
   if (!is_fit && !a->etl) return cli_usage_error(a->cmd, "--etl is required");
   if (is_fit && a->fit.format == DLREC_FORMAT_CSV && !a->fit.schema_spec)

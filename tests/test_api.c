@@ -1,0 +1,150 @@
+/* The host API (dlrec/api.h) from C, so that it runs under the sanitizers
+ * too (the Python package's tests cover it from Python): options refused
+ * with their field named, a training run stopped by its progress callback
+ * with a checkpoint, scores and metrics equal to the CLI's, and the
+ * caller's OpenMP thread count left as it was. */
+#include <omp.h>
+
+#include "dlrec/api.h"
+#include "dlrec/fsutil.h"
+#include "dlrec/json.h"
+#include "test.h"
+
+static int make_rows(void) {
+  char *out = NULL;
+  int rc = test_run_cli(&out, "synth -q --rows 3000 --seed 5 --max-cardinality 200 --out '%s'", test_path("rows.tsv"));
+  if (rc) fprintf(stderr, "%s\n", out ? out : "");
+  free(out);
+  return rc;
+}
+
+static char *json_paths(const char *a) {
+  static char buf[2][4096];
+  static int k;
+  char *b = buf[k++ & 1];
+  snprintf(b, 4096, "[\"%s\"]", a);
+  return b;
+}
+
+TEST(bad_options_are_refused_with_the_field_named) {
+  CHECK(make_rows() == 0);
+  CHECK_EQ(dlrec_api_version(), DLREC_API_VERSION);
+  const char *in = json_paths(test_path("rows.tsv"));
+  CHECK_EQ(dlrec_api_etl_fit(in, test_path("etl"), "{\"min_cont\": 2}", NULL), -1);
+  CHECK(strstr(dlrec_api_last_error(), "min_cont") != NULL);
+  CHECK_EQ(dlrec_api_etl_fit(in, test_path("etl"), "{\"format\": \"xml\"}", NULL), -1);
+  CHECK(strstr(dlrec_api_last_error(), "xml") != NULL);
+  CHECK_EQ(dlrec_api_etl_fit(in, test_path("etl"), "[1", NULL), -1);
+  CHECK_EQ(dlrec_api_etl_fit("[]", test_path("etl"), NULL, NULL), -1);
+  CHECK(strstr(dlrec_api_last_error(), "non-empty array") != NULL);
+  CHECK_EQ(dlrec_api_etl_fit("[\"\"]", test_path("etl"), NULL, NULL), -1);
+  CHECK_EQ(dlrec_api_etl_fit(in, NULL, NULL, NULL), -1);
+  CHECK_EQ(dlrec_api_etl_apply(test_path("etl"), in, test_path("x.dlr"), "{\"valid_fraction\": 0.5}", NULL), -1);
+  CHECK(strstr(dlrec_api_last_error(), "valid_out") != NULL);
+  CHECK_EQ(dlrec_api_train(NULL, "{\"etl\": \"e\", \"out\": \"o\"}", NULL, NULL, NULL), -1);
+  CHECK(strstr(dlrec_api_last_error(), "train") != NULL);
+  CHECK_EQ(dlrec_api_train("{\"model\": {\"type\": \"nope\"}}", "{\"train\": [\"a.dlr\"], \"etl\": \"e\", \"out\": \"o\"}",
+                           NULL, NULL, NULL),
+           -1);
+  CHECK(dlrec_api_model_load(test_path("nothing"), NULL, 1) == NULL);
+  CHECK(strlen(dlrec_api_last_error()) > 0);
+}
+
+typedef struct seen {
+  int calls, stop_at, done;
+  uint64_t last_step;
+} seen;
+
+static int on_progress(void *ctx, const dlrec_api_progress *p) {
+  seen *s = ctx;
+  s->calls++;
+  s->last_step = p->step;
+  s->done += p->done;
+  return s->stop_at && p->step >= (uint64_t)s->stop_at;
+}
+
+static double num(const cJSON *o, const char *k) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+  return cJSON_IsNumber(v) ? v->valuedouble : NAN;
+}
+
+TEST(train_stop_predict_evaluate_through_the_api) {
+  CHECK(make_rows() == 0);
+  const char *in = json_paths(test_path("rows.tsv"));
+  char *rep = NULL;
+  CHECK_EQ(dlrec_api_etl_fit(in, test_path("etl"), "{\"min_count\": 2}", &rep), 0);
+  CHECK(rep && strstr(rep, "\"rows\":3000"));
+  dlrec_api_free(rep);
+  char opts[4096];
+  snprintf(opts, sizeof opts, "{\"valid_fraction\": 0.2, \"valid_out\": \"%s\", \"seed\": 1}", test_path("valid.dlr"));
+  CHECK_EQ(dlrec_api_etl_apply(test_path("etl"), in, test_path("train.dlr"), opts, NULL), 0);
+
+  omp_set_num_threads(3);
+  const char *cfg = "{\"model\": {\"type\": \"lr\"}, \"training\": {\"batch_size\": 8, \"epochs\": 3}}";
+  char args[4096];
+  snprintf(args, sizeof args, "{\"train\": [\"%s\"], \"etl\": \"%s\", \"out\": \"%s\", \"threads\": 1}",
+           test_path("train.dlr"), test_path("etl"), test_path("run"));
+  /* A callback that asks to stop at its first call (after step 1): the run
+   * ends at that step, saved, and the callback's last call says so. */
+  seen s = {.stop_at = 1};
+  char *res = NULL;
+  CHECK_EQ(dlrec_api_train(cfg, args, on_progress, &s, &res), 0);
+  CHECK_EQ(omp_get_max_threads(), 3);
+  cJSON *j = cJSON_Parse(res);
+  dlrec_api_free(res);
+  CHECK(j != NULL);
+  const double steps = num(j, "steps");
+  const int interrupted = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "interrupted"));
+  cJSON_Delete(j);
+  CHECK(interrupted);
+  CHECK_EQ(s.calls, 2); /* the stop, then the last call */
+  CHECK_EQ(s.done, 1);
+  CHECK_EQ(steps, 1);
+  CHECK_EQ(s.last_step, 1);
+  char latest[64], *text = NULL;
+  size_t n;
+  snprintf(latest, sizeof latest, "ckpt-%012llu\n", (unsigned long long)steps);
+  CHECK_OK(dlrec_read_file(test_path("run/latest"), 64, &text, &n));
+  CHECK(!strncmp(text, latest, strlen(latest) - 1));
+  free(text);
+
+  /* Resumed to the end without a callback, then scored. */
+  snprintf(args, sizeof args,
+           "{\"train\": [\"%s\"], \"valid\": \"%s\", \"etl\": \"%s\", \"out\": \"%s\", \"resume\": true, \"threads\": 1}",
+           test_path("train.dlr"), test_path("valid.dlr"), test_path("etl"), test_path("run"));
+  seen s2 = {0};
+  CHECK_EQ(dlrec_api_train(cfg, args, on_progress, &s2, NULL), 0);
+  CHECK_EQ(s2.done, 1);
+  dlrec_api_model *m = dlrec_api_model_load(test_path("run"), "latest", 1);
+  CHECK(m != NULL);
+  char *info = dlrec_api_model_info(m);
+  CHECK(info && strstr(info, "\"type\":\"lr\"") && strstr(info, "\"format\":\"criteo\""));
+  dlrec_api_free(info);
+  float *prob = NULL;
+  uint64_t rows = 0;
+  CHECK_EQ(dlrec_api_predict(m, test_path("valid.dlr"), 0, &prob, &rows), 0);
+  char *out = NULL;
+  int rc = test_run_cli(&out, "predict -q --model '%s' --input '%s' --out -", test_path("run"), test_path("valid.dlr"));
+  CHECK_EQ(rc, 0);
+  uint64_t k = 0;
+  for (char *p = out, *e; k < rows && (e = strchr(p, '\n')); p = e + 1, k++) {
+    float want = strtof(p, NULL);
+    if (want != prob[k]) {
+      test_fail(__FILE__, __LINE__, "row %llu: api %.9g, cli %.9g", (unsigned long long)k, prob[k], want);
+      break;
+    }
+  }
+  free(out);
+  dlrec_api_free(prob);
+  CHECK(rows > 400 && k == rows);
+  char *met = NULL;
+  CHECK_EQ(dlrec_api_evaluate(m, test_path("valid.dlr"), 0, &met), 0);
+  CHECK(met && strstr(met, "\"auc\""));
+  dlrec_api_free(met);
+  CHECK_EQ(dlrec_api_predict(m, test_path("missing.dlr"), 0, &prob, &rows), -1);
+  CHECK(strstr(dlrec_api_last_error(), "missing.dlr") != NULL);
+  CHECK_EQ(dlrec_api_export_onnx(m, test_path("m.onnx")), 0);
+  dlrec_api_model_free(m);
+  CHECK_EQ(dlrec_api_report(test_path("run"), NULL), 0);
+  CHECK_EQ(omp_get_max_threads(), 3);
+}
