@@ -9,7 +9,9 @@ followed by `dlrec etl apply` on a Criteo TSV file, done the usual pandas way.
   them; log1p of the dense values clipped at 0, missing -> 0;
   labels as float32; one binary numpy file of the encoded columns.
 
-usage: etl_pandas.py DATA.tsv OUT.npz
+usage: etl_pandas.py DATA.tsv|DATA.parquet OUT.npz
+A .parquet file (the columns by name, as bench/python_vs_cli.sh writes it)
+is read with pd.read_parquet instead of read_csv.
 Prints the seconds taken (reading included, interpreter start excluded).
 """
 import sys
@@ -26,7 +28,10 @@ def main():
     names = ["label"] + dense + cats
     dtypes = {"label": np.float32, **{c: np.float32 for c in dense}, **{c: str for c in cats}}
     t0 = time.perf_counter()
-    df = pd.read_csv(path, sep="\t", header=None, names=names, dtype=dtypes, engine="c")
+    if path.endswith(".parquet"):
+        df = pd.read_parquet(path, columns=names)
+    else:
+        df = pd.read_csv(path, sep="\t", header=None, names=names, dtype=dtypes, engine="c")
     labels = df["label"].to_numpy(np.float32)
     x = df[dense].to_numpy(np.float32)
     x = np.log1p(np.clip(x, 0, None))

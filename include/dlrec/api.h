@@ -42,6 +42,18 @@ int dlrec_api_etl_fit(const char *inputs_json, const char *out_dir, const char *
 int dlrec_api_etl_apply(const char *etl_dir, const char *inputs_json, const char *out, const char *opts_json,
                         char **report_json);
 
+/* The same from tables: n Arrow C streams of record batches (pyarrow
+ * exports them without a copy; dlrec/arrow.h), read in place as CSV with
+ * their column names as the header, each named in messages by its entry of
+ * names_json (a JSON array of n strings). fit needs "format": "csv" and a
+ * "schema"; apply an ETL state fit on CSV. Every stream is released, also
+ * when the call fails. */
+struct ArrowArrayStream;
+int dlrec_api_etl_fit_arrow(struct ArrowArrayStream *streams, int n, const char *names_json, const char *out_dir,
+                            const char *opts_json, char **report_json);
+int dlrec_api_etl_apply_arrow(const char *etl_dir, struct ArrowArrayStream *streams, int n, const char *names_json,
+                              const char *out, const char *opts_json, char **report_json);
+
 /* What a training run's progress callback sees. */
 typedef struct dlrec_api_progress {
   uint64_t step, samples, total_samples; /* total 0: unknown */
@@ -74,6 +86,12 @@ int dlrec_api_evaluate(dlrec_api_model *m, const char *dlr_path, uint64_t max_ro
 /* Scores a .dlr file or raw rows in the ETL's input format (as `dlrec
  * predict`), in input order: *prob (dlrec_api_free) gets *n floats. */
 int dlrec_api_predict(dlrec_api_model *m, const char *input, int no_label, float **prob, uint64_t *n);
+/* Scores the rows of an Arrow stream (released by the call) named name:
+ * for a model fit on CSV, by its columns' names (a label column, if there,
+ * is read and ignored); on Criteo rows, the columns named as the schema's
+ * dense and categorical columns. */
+int dlrec_api_predict_arrow(dlrec_api_model *m, struct ArrowArrayStream *stream, const char *name, float **prob,
+                            uint64_t *n);
 /* Writes the model as ONNX (docs/export.md). */
 int dlrec_api_export_onnx(dlrec_api_model *m, const char *path);
 /* Rebuilds RUN/report.html (dlrec/report.h); out NULL: there. */

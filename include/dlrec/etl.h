@@ -81,6 +81,9 @@ typedef struct dlrec_etl_fit_opts {
   dlrec_pooling pooling;      /* libSVM / libFM columns' pooling (DLREC_POOLING_SUM) */
   uint32_t max_hotness;       /* libSVM / libFM: values kept a row; 0: the most fit saw */
   int raw_keys;               /* 0; 1: no vocabularies, rows encode to raw keys (above) */
+  const dlrec_source *sources; /* NULL; else n_inputs byte sources read instead of the input
+                                 files (a host's tables as CSV: dlrec/arrow.h), the inputs'
+                                 names unused */
 } dlrec_etl_fit_opts;
 
 /* The key an empty categorical field stands for, before the column mix. */
@@ -224,6 +227,7 @@ typedef struct dlrec_etl_apply_opts {
   size_t max_line_bytes;    /* DLREC_MAX_LINE_BYTES_DEFAULT */
   size_t block_bytes;       /* 0: DLREC_BLOCK_BYTES_DEFAULT */
   int progress;             /* 1 */
+  const dlrec_source *sources; /* NULL; else n_inputs byte sources read instead of the inputs */
 } dlrec_etl_apply_opts;
 
 void dlrec_etl_apply_opts_default(dlrec_etl_apply_opts *o);

@@ -234,6 +234,20 @@ typedef struct dlrec_reader dlrec_reader;
  * the caller longer than max_line_bytes, for the caller to report. */
 dlrec_status dlrec_reader_open(dlrec_reader **r, const char *path, size_t block_bytes, size_t max_line_bytes);
 
+/* A stream of bytes that is not a file (an Arrow table formatted as CSV,
+ * src/data/arrow_csv.c): read fills up to want bytes of buf and sets *got,
+ * 0 at the end; name names it in messages. */
+typedef dlrec_status (*dlrec_source_read_fn)(void *ctx, char *buf, size_t want, size_t *got);
+typedef struct dlrec_source {
+  const char *name;
+  dlrec_source_read_fn read;
+  void *ctx;
+} dlrec_source;
+
+/* dlrec_reader_open on a source instead of a file (its size unknown). */
+dlrec_status dlrec_reader_open_source(dlrec_reader **r, const dlrec_source *src, size_t block_bytes,
+                                      size_t max_line_bytes);
+
 /* The file's name in messages ("stdin" for "-"). */
 const char *dlrec_reader_name(const dlrec_reader *r);
 

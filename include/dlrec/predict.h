@@ -6,6 +6,7 @@
 #define DLREC_PREDICT_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "dlrec/checkpoint.h"
 #include "dlrec/status.h"
@@ -32,5 +33,10 @@ dlrec_status dlrec_predict_file(const dlrec_model *m, const char *input, const c
  * instead of written: a host keeps them in memory. */
 dlrec_status dlrec_predict_each(const dlrec_model *m, const char *input, const dlrec_predict_opts *o, dlrec_score_fn fn,
                                 void *ctx);
+
+/* Raw rows read from in (named `input` in messages), scored as
+ * dlrec_predict_each scores a file of them. */
+dlrec_status dlrec_predict_stream(const dlrec_model *m, FILE *in, const char *input, const dlrec_predict_opts *o,
+                                  dlrec_score_fn fn, void *ctx);
 
 #endif

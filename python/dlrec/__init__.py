@@ -81,6 +81,40 @@ def _read_parquet(path):
     return pq.read_table(path)
 
 
+def _arrow_streams(data):
+    """The sources as Arrow C streams of record batches, with their names
+    for messages, when every one is a table pyarrow can hold (a Parquet
+    file is streamed row group by row group); None otherwise (a path of
+    rows, no pyarrow, or a column Arrow cannot type), for the CSV way."""
+    items = data if isinstance(data, (list, tuple)) else [data]
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        return None
+    readers, names = [], []
+    for i, x in enumerate(items):
+        if isinstance(x, (str, os.PathLike)):
+            if not os.fspath(x).endswith(".parquet"):
+                return None
+            pf = pq.ParquetFile(os.fspath(x))
+            readers.append(pa.RecordBatchReader.from_batches(pf.schema_arrow, pf.iter_batches(batch_size=1 << 16)))
+            names.append(os.fspath(x))
+        elif _is_tabular(x):
+            try:
+                t = _to_arrow(x)
+            except (TypeError, ValueError, pa.ArrowException):
+                return None
+            readers.append(pa.RecordBatchReader.from_batches(t.schema, t.to_batches()))
+            names.append(f"<{type(x).__name__} {i}>")
+        else:
+            return None
+    streams = ffi.new("struct ArrowArrayStream[]", len(readers))
+    for k, r in enumerate(readers):
+        r._export_to_c(int(ffi.cast("uintptr_t", streams + k)))
+    return streams, names
+
+
 class _Staged:
     """Data sources as paths the library reads: paths stay, Parquet files and
     tabular objects are written as CSV into a temporary directory (removed on
@@ -126,18 +160,31 @@ def _write_csv(data, path, header, columns):
     header, or tab-separated without (the Criteo layout) in the given column
     order; nulls as empty fields, floats in their shortest round-trip form,
     booleans as 1 and 0, dictionary-encoded and categorical columns as their
-    values. pandas writes DataFrames (whose object columns may hold anything
-    a CSV cell can), pyarrow writes Arrow tables."""
+    values. pyarrow writes the text, or pandas (to_csv) when Arrow cannot
+    type a column (an object column of mixed values)."""
     names = columns if columns is not None else _column_names(data)
     missing = [c for c in names if c not in _column_names(data)]
     if missing:
         raise DlrecError(f"the data has no column {', '.join(map(repr, missing))} (the model reads "
                          f"{', '.join(names)})")
-    if type(data).__module__.startswith("pyarrow"):
+    try:
         import pyarrow as pa
+    except ImportError:
+        pa = None
+    table = None
+    if type(data).__module__.startswith("pyarrow"):
+        table = data if isinstance(data, pa.Table) else pa.Table.from_batches([data])
+    elif pa is not None:
+        # pyarrow's writer is several times faster than pandas' to_csv; a
+        # column Arrow cannot type (mixed objects) falls back to pandas.
+        try:
+            table = _to_arrow({n: data[n] for n in names} if isinstance(data, dict) else
+                              data if isinstance(data, np.ndarray) else data[names])
+        except (TypeError, ValueError, pa.ArrowException):
+            table = None
+    if table is not None:
         import pyarrow.compute as pc
         import pyarrow.csv as pacsv
-        table = data if isinstance(data, pa.Table) else pa.Table.from_batches([data])
         cols = {}
         for name in names:
             c = table.column(name)
@@ -206,17 +253,26 @@ def etl_fit(data, out, *, format=None, schema=None, label="label", min_count=1, 
     hash_buckets, dense_transform ("log", "none"), standardize,
     skip_bad_rows, strict_fields, libfm_fields, max_hotness, raw_keys.
     Returns the run's report (rows, bad_rows, ...)."""
-    with _Staged(data) as st:
-        if st.tabular:
+    def opts_for(tabular):
+        nonlocal format, schema
+        if tabular:
             if format not in (None, "csv"):
                 raise DlrecError(f"tabular data is read as CSV, not {format}")
-            format = "csv"
-            schema = schema or _infer_schema(data, label)
+            format, schema = "csv", schema or _infer_schema(data, label)
         opts = dict(options, format=format or "criteo", min_count=min_count, threads=threads, progress=progress)
         if schema is not None:
             opts["schema"] = schema
-        rep = ffi.new("char **")
-        if lib.dlrec_api_etl_fit(st.json(), _c(out), json.dumps(opts).encode(), rep):
+        return json.dumps(opts).encode()
+
+    rep = ffi.new("char **")
+    arrow = _arrow_streams(data)
+    if arrow is not None:
+        streams, names = arrow
+        if lib.dlrec_api_etl_fit_arrow(streams, len(names), json.dumps(names).encode(), _c(out), opts_for(True), rep):
+            _fail()
+        return json.loads(_take(rep))
+    with _Staged(data) as st:
+        if lib.dlrec_api_etl_fit(st.json(), _c(out), opts_for(st.tabular), rep):
             _fail(st.rename)
         return json.loads(_take(rep))
 
@@ -227,12 +283,19 @@ def etl_apply(etl, data, out, *, valid_fraction=0.0, valid_out=None, seed=0, thr
     etl_fit (tabular sources as CSV with their column names). Other options:
     no_label, row_group_rows, skip_bad_rows, strict_fields. Returns the
     report."""
+    opts = dict(options, valid_fraction=valid_fraction, seed=seed, threads=threads, progress=progress)
+    if valid_out is not None:
+        opts["valid_out"] = os.fspath(valid_out)
+    opts = json.dumps(opts).encode()
+    rep = ffi.new("char **")
+    arrow = _arrow_streams(data)
+    if arrow is not None:
+        streams, names = arrow
+        if lib.dlrec_api_etl_apply_arrow(_c(etl), streams, len(names), json.dumps(names).encode(), _c(out), opts, rep):
+            _fail()
+        return json.loads(_take(rep))
     with _Staged(data) as st:
-        opts = dict(options, valid_fraction=valid_fraction, seed=seed, threads=threads, progress=progress)
-        if valid_out is not None:
-            opts["valid_out"] = os.fspath(valid_out)
-        rep = ffi.new("char **")
-        if lib.dlrec_api_etl_apply(_c(etl), st.json(), _c(out), json.dumps(opts).encode(), rep):
+        if lib.dlrec_api_etl_apply(_c(etl), st.json(), _c(out), opts, rep):
             _fail(st.rename)
         return json.loads(_take(rep))
 
@@ -392,6 +455,13 @@ class Model:
         data with the model's column names (the label column, if any, is
         ignored), as `dlrec predict` scores them."""
         m = self._model()
+        prob, n = ffi.new("float **"), ffi.new("uint64_t *")
+        arrow = None if isinstance(data, (list, tuple)) else _arrow_streams(data)
+        if arrow is not None:
+            streams, names = arrow
+            if lib.dlrec_api_predict_arrow(m, streams, names[0].encode(), prob, n):
+                _fail()
+            return self._scores(prob, n)
         info = self.info
         header, columns, no_label = True, None, False
         if info["format"] == "criteo" and not isinstance(data, (str, os.PathLike)):
@@ -403,13 +473,16 @@ class Model:
             label = info.get("label")
             no_label = label is None or label not in _column_names(data)
         with _Staged(data, header=header, columns=columns) as st:
-            prob, n = ffi.new("float **"), ffi.new("uint64_t *")
             if lib.dlrec_api_predict(m, _c(st.paths[0]), int(no_label), prob, n):
                 _fail(st.rename)
-            try:
-                return np.frombuffer(ffi.buffer(prob[0], n[0] * 4), dtype=np.float32).copy()
-            finally:
-                lib.dlrec_api_free(prob[0])
+        return self._scores(prob, n)
+
+    @staticmethod
+    def _scores(prob, n):
+        try:
+            return np.frombuffer(ffi.buffer(prob[0], n[0] * 4), dtype=np.float32).copy()
+        finally:
+            lib.dlrec_api_free(prob[0])
 
     def export_onnx(self, path):
         """The model as ONNX (docs/export.md)."""

@@ -27,10 +27,46 @@ char *dlrec_api_model_info(const dlrec_api_model *m);
 int dlrec_api_evaluate(dlrec_api_model *m, const char *dlr_path, uint64_t max_rows, char **metrics_json);
 int dlrec_api_predict(dlrec_api_model *m, const char *input, int no_label, float **prob, uint64_t *n);
 int dlrec_api_export_onnx(dlrec_api_model *m, const char *path);
+struct ArrowSchema {
+  const char *format;
+  const char *name;
+  const char *metadata;
+  int64_t flags;
+  int64_t n_children;
+  struct ArrowSchema **children;
+  struct ArrowSchema *dictionary;
+  void (*release)(struct ArrowSchema *);
+  void *private_data;
+};
+struct ArrowArray {
+  int64_t length;
+  int64_t null_count;
+  int64_t offset;
+  int64_t n_buffers;
+  int64_t n_children;
+  const void **buffers;
+  struct ArrowArray **children;
+  struct ArrowArray *dictionary;
+  void (*release)(struct ArrowArray *);
+  void *private_data;
+};
+struct ArrowArrayStream {
+  int (*get_schema)(struct ArrowArrayStream *, struct ArrowSchema *out);
+  int (*get_next)(struct ArrowArrayStream *, struct ArrowArray *out);
+  const char *(*get_last_error)(struct ArrowArrayStream *);
+  void (*release)(struct ArrowArrayStream *);
+  void *private_data;
+};
+int dlrec_api_etl_fit_arrow(struct ArrowArrayStream *streams, int n, const char *names_json, const char *out_dir,
+                            const char *opts_json, char **report_json);
+int dlrec_api_etl_apply_arrow(const char *etl_dir, struct ArrowArrayStream *streams, int n, const char *names_json,
+                              const char *out, const char *opts_json, char **report_json);
+int dlrec_api_predict_arrow(dlrec_api_model *m, struct ArrowArrayStream *stream, const char *name, float **prob,
+                            uint64_t *n);
 int dlrec_api_report(const char *run_dir, const char *out);
 """
 
-API_VERSION = 1
+API_VERSION = 1  # include/dlrec/api.h's DLREC_API_VERSION
 
 ffi = FFI()
 ffi.cdef(CDEF)

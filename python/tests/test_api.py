@@ -147,6 +147,33 @@ def test_fit_evaluate_predict_export_report_and_cli_interchange(work, csv_data):
     assert np.array_equal(loaded.predict(str(work / "valid.dlr")), np.loadtxt(work / "clirun.scores", dtype=np.float32))
 
 
+def test_criteo_model_scores_a_dataframe_by_column_names(work):
+    """A model fit on Criteo TSV rows scores a DataFrame whose columns carry
+    the schema's names (any order, a label column ignored), as dlrec
+    predict scores the TSV rows."""
+    cli("synth", "-q", "--rows", 2000, "--seed", 9, "--max-cardinality", 100, "--out", work / "c.tsv")
+    cli("etl", "fit", "-q", "--input", work / "c.tsv", "--out", work / "cetl")
+    cli("etl", "apply", "-q", "--etl", work / "cetl", "--input", work / "c.tsv", "--out", work / "c.dlr")
+    cli("train", "-q", "--train", work / "c.dlr", "--etl", work / "cetl", "--out", work / "crun", "--max-steps", 20)
+    cli("predict", "-q", "--model", work / "crun", "--input", work / "c.tsv", "--out", work / "c.scores")
+    names = ["label"] + [f"I{i}" for i in range(1, 14)] + [f"C{i}" for i in range(1, 27)]
+    df = pd.read_csv(work / "c.tsv", sep="\t", header=None, names=names,
+                     dtype={**{f"C{i}": str for i in range(1, 27)}, **{f"I{i}": "Int64" for i in range(1, 14)}})
+    m = dlrec.Model.load(work / "crun")
+    want = np.loadtxt(work / "c.scores", dtype=np.float32)
+    assert np.array_equal(m.predict(df[names[::-1]]), want)
+    with pytest.raises(dlrec.DlrecError, match="no column 'C7'"):
+        m.predict(df.drop(columns=["C7"]))
+
+
+def test_unsupported_arrow_types_are_named(work, csv_data):
+    df, _ = csv_data
+    t = pa.Table.from_pandas(df, preserve_index=False)
+    t = t.append_column("when", pa.array(pd.date_range("2024-01-01", periods=len(df), freq="s")))
+    with pytest.raises(dlrec.DlrecError, match="column 'when': Arrow type 'ts"):
+        dlrec.etl_fit(t, work / "etl_ts", schema=SPEC + ";ignore=when")
+
+
 def test_bad_input_gets_the_library_error(work, csv_data):
     df, _ = csv_data
     bad = df.head(50).copy()

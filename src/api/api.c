@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dlrec/arrow.h"
 #include "dlrec/backend.h"
 #include "dlrec/checkpoint.h"
 #include "dlrec/etl.h"
@@ -88,45 +89,113 @@ static char *own(char *text) {
   return c;
 }
 
-int dlrec_api_etl_fit(const char *inputs_json, const char *out_dir, const char *opts_json, char **report) {
-  const int host_threads = omp_get_max_threads();
+/* etl fit's options from JSON into f. */
+static dlrec_status fit_opts(const char *opts_json, dlrec_etl_fit_opts *f, cJSON **o) {
   static const char *keys[] = {"format",        "schema",       "has_label",    "min_count",   "hash_buckets",
                                "dense_transform", "standardize", "skip_bad_rows", "strict_fields", "libfm_fields",
                                "max_hotness",   "raw_keys",     "threads",      "progress",    NULL};
   const char *what = "etl fit options";
+  dlrec_etl_fit_opts_default(f);
+  const char *format = NULL, *transform = NULL;
+  uint64_t u;
+  dlrec_status s = parse_opts(opts_json, what, keys, o);
+  if (s == DLREC_OK) s = dlrec_json_get_string_or(*o, "format", what, "criteo", &format);
+  if (s == DLREC_OK) s = dlrec_format_parse(format, &f->format);
+  if (s == DLREC_OK) s = dlrec_json_get_string_or(*o, "schema", what, NULL, &f->schema_spec);
+  if (s == DLREC_OK) s = dlrec_json_get_bool_or(*o, "has_label", what, f->has_label, &f->has_label);
+  if (s == DLREC_OK) s = dlrec_json_get_u64_or(*o, "min_count", what, f->min_count, &f->min_count);
+  if (s == DLREC_OK) s = dlrec_json_get_u64_or(*o, "hash_buckets", what, f->hash_buckets, &f->hash_buckets);
+  if (s == DLREC_OK) s = dlrec_json_get_string_or(*o, "dense_transform", what, "log", &transform);
+  if (s == DLREC_OK) {
+    if (!strcmp(transform, "log") || !strcmp(transform, "log1p")) f->dense_transform = DLREC_DENSE_LOG;
+    else if (!strcmp(transform, "none")) f->dense_transform = DLREC_DENSE_NONE;
+    else s = dlrec_error(DLREC_ERR_INVALID, "%s: dense_transform: expected log or none, got '%s'", what, transform);
+  }
+  if (s == DLREC_OK) s = dlrec_json_get_bool_or(*o, "standardize", what, f->standardize, &f->standardize);
+  if (s == DLREC_OK) s = dlrec_json_get_u64_or(*o, "skip_bad_rows", what, f->skip_bad_rows, &f->skip_bad_rows);
+  if (s == DLREC_OK) s = dlrec_json_get_bool_or(*o, "strict_fields", what, f->strict_fields, &f->strict_fields);
+  if (s == DLREC_OK && (s = dlrec_json_get_u64_or(*o, "libfm_fields", what, f->libfm_fields, &u)) == DLREC_OK)
+    f->libfm_fields = (uint32_t)(u > 256 ? 257 : u); /* the fit refuses over 256 */
+  if (s == DLREC_OK && (s = dlrec_json_get_u64_or(*o, "max_hotness", what, f->max_hotness, &u)) == DLREC_OK)
+    f->max_hotness = (uint32_t)(u > 65536 ? 65537 : u);
+  if (s == DLREC_OK) s = dlrec_json_get_bool_or(*o, "raw_keys", what, f->raw_keys, &f->raw_keys);
+  if (s == DLREC_OK) s = get_int(*o, "threads", what, &f->threads);
+  if (s == DLREC_OK) s = dlrec_json_get_bool_or(*o, "progress", what, 0, &f->progress);
+  return s;
+}
+
+/* etl apply's options from JSON into a. */
+static dlrec_status apply_opts(const char *opts_json, dlrec_etl_apply_opts *a, cJSON **o) {
+  static const char *keys[] = {"no_label",       "valid_fraction", "valid_out", "seed",     "row_group_rows",
+                               "skip_bad_rows", "strict_fields",  "threads",   "progress", NULL};
+  const char *what = "etl apply options";
+  dlrec_etl_apply_opts_default(a);
+  uint64_t u;
+  dlrec_status s = parse_opts(opts_json, what, keys, o);
+  if (s == DLREC_OK) s = dlrec_json_get_bool_or(*o, "no_label", what, a->no_label, &a->no_label);
+  if (s == DLREC_OK) s = dlrec_json_get_double_or(*o, "valid_fraction", what, a->valid_fraction, &a->valid_fraction);
+  if (s == DLREC_OK) s = dlrec_json_get_string_or(*o, "valid_out", what, NULL, &a->valid_out);
+  if (s == DLREC_OK) s = dlrec_json_get_u64_or(*o, "seed", what, a->seed, &a->seed);
+  if (s == DLREC_OK && (s = dlrec_json_get_u64_or(*o, "row_group_rows", what, a->row_group_rows, &u)) == DLREC_OK)
+    a->row_group_rows = (uint32_t)(u > UINT32_MAX ? UINT32_MAX : u);
+  if (s == DLREC_OK) s = dlrec_json_get_u64_or(*o, "skip_bad_rows", what, a->skip_bad_rows, &a->skip_bad_rows);
+  if (s == DLREC_OK) s = dlrec_json_get_bool_or(*o, "strict_fields", what, a->strict_fields, &a->strict_fields);
+  if (s == DLREC_OK) s = get_int(*o, "threads", what, &a->threads);
+  if (s == DLREC_OK) s = dlrec_json_get_bool_or(*o, "progress", what, 0, &a->progress);
+  if (s == DLREC_OK && !(a->valid_fraction >= 0 && a->valid_fraction < 1))
+    s = dlrec_error(DLREC_ERR_INVALID, "%s: valid_fraction must be in [0, 1)", what);
+  if (s == DLREC_OK && a->valid_fraction > 0 && !a->valid_out)
+    s = dlrec_error(DLREC_ERR_INVALID, "%s: valid_fraction needs valid_out", what);
+  return s;
+}
+
+/* Arrow streams as CSV sources: tables[i] opened over streams[i], named
+ * names[i]; every stream is released, also on failure. */
+typedef struct tables {
+  int n;
+  dlrec_arrow_csv **t;
+  dlrec_source *src;
+  const char **names;
+  cJSON *json;
+} tables;
+
+static void tables_free(tables *t) {
+  for (int i = 0; t->t && i < t->n; i++) dlrec_arrow_csv_free(t->t[i]);
+  free(t->t);
+  free(t->src);
+  free(t->names);
+  cJSON_Delete(t->json);
+}
+
+static dlrec_status tables_open(tables *t, struct ArrowArrayStream *streams, int n, const char *names_json) {
+  memset(t, 0, sizeof *t);
+  int k = 0;
+  dlrec_status s = n >= 1 && streams ? DLREC_OK : dlrec_error(DLREC_ERR_INVALID, "no Arrow streams");
+  if (s == DLREC_OK) s = parse_paths(names_json, "the tables' names", &t->json, &t->names, &k);
+  if (s == DLREC_OK && k != n) s = dlrec_error(DLREC_ERR_INVALID, "%d Arrow streams, %d names", n, k);
+  if (s == DLREC_OK) {
+    t->t = calloc((size_t)n, sizeof *t->t);
+    t->src = calloc((size_t)n, sizeof *t->src);
+    if (!t->t || !t->src) s = dlrec_error(DLREC_ERR_NOMEM, "out of memory");
+  }
+  t->n = n;
+  for (int i = 0; i < n && streams; i++) {
+    if (s == DLREC_OK) s = dlrec_arrow_csv_open(&t->t[i], &streams[i], t->names[i], 1, ',', NULL, 0);
+    else if (streams[i].release) streams[i].release(&streams[i]);
+    if (s == DLREC_OK) t->src[i] = dlrec_arrow_csv_source(t->t[i]);
+  }
+  return s;
+}
+
+int dlrec_api_etl_fit(const char *inputs_json, const char *out_dir, const char *opts_json, char **report) {
+  const int host_threads = omp_get_max_threads();
   cJSON *o = NULL, *pj = NULL;
   const char **paths = NULL;
   int n = 0;
   dlrec_etl_fit_opts f;
-  dlrec_etl_fit_opts_default(&f);
-  f.progress = 0;
-  const char *format = NULL, *transform = NULL;
-  uint64_t u;
-  dlrec_status s = parse_opts(opts_json, what, keys, &o);
+  dlrec_status s = fit_opts(opts_json, &f, &o);
   if (s == DLREC_OK) s = parse_paths(inputs_json, "etl fit inputs", &pj, &paths, &n);
   if (s == DLREC_OK && !out_dir) s = dlrec_error(DLREC_ERR_INVALID, "etl fit: no output directory");
-  if (s == DLREC_OK) s = dlrec_json_get_string_or(o, "format", what, "criteo", &format);
-  if (s == DLREC_OK) s = dlrec_format_parse(format, &f.format);
-  if (s == DLREC_OK) s = dlrec_json_get_string_or(o, "schema", what, NULL, &f.schema_spec);
-  if (s == DLREC_OK) s = dlrec_json_get_bool_or(o, "has_label", what, f.has_label, &f.has_label);
-  if (s == DLREC_OK) s = dlrec_json_get_u64_or(o, "min_count", what, f.min_count, &f.min_count);
-  if (s == DLREC_OK) s = dlrec_json_get_u64_or(o, "hash_buckets", what, f.hash_buckets, &f.hash_buckets);
-  if (s == DLREC_OK) s = dlrec_json_get_string_or(o, "dense_transform", what, "log", &transform);
-  if (s == DLREC_OK) {
-    if (!strcmp(transform, "log") || !strcmp(transform, "log1p")) f.dense_transform = DLREC_DENSE_LOG;
-    else if (!strcmp(transform, "none")) f.dense_transform = DLREC_DENSE_NONE;
-    else s = dlrec_error(DLREC_ERR_INVALID, "%s: dense_transform: expected log or none, got '%s'", what, transform);
-  }
-  if (s == DLREC_OK) s = dlrec_json_get_bool_or(o, "standardize", what, f.standardize, &f.standardize);
-  if (s == DLREC_OK) s = dlrec_json_get_u64_or(o, "skip_bad_rows", what, f.skip_bad_rows, &f.skip_bad_rows);
-  if (s == DLREC_OK) s = dlrec_json_get_bool_or(o, "strict_fields", what, f.strict_fields, &f.strict_fields);
-  if (s == DLREC_OK && (s = dlrec_json_get_u64_or(o, "libfm_fields", what, f.libfm_fields, &u)) == DLREC_OK)
-    f.libfm_fields = (uint32_t)(u > 256 ? 257 : u); /* the fit refuses over 256 */
-  if (s == DLREC_OK && (s = dlrec_json_get_u64_or(o, "max_hotness", what, f.max_hotness, &u)) == DLREC_OK)
-    f.max_hotness = (uint32_t)(u > 65536 ? 65537 : u);
-  if (s == DLREC_OK) s = dlrec_json_get_bool_or(o, "raw_keys", what, f.raw_keys, &f.raw_keys);
-  if (s == DLREC_OK) s = get_int(o, "threads", what, &f.threads);
-  if (s == DLREC_OK) s = dlrec_json_get_bool_or(o, "progress", what, 0, &f.progress);
   dlrec_etl_report rep = {0};
   if (s == DLREC_OK) s = dlrec_etl_fit(paths, n, out_dir, &f, &rep);
   if (s == DLREC_OK && report) *report = own(report_json(&rep));
@@ -136,37 +205,37 @@ int dlrec_api_etl_fit(const char *inputs_json, const char *out_dir, const char *
   return fail(s);
 }
 
+int dlrec_api_etl_fit_arrow(struct ArrowArrayStream *streams, int n, const char *names_json, const char *out_dir,
+                            const char *opts_json, char **report) {
+  const int host_threads = omp_get_max_threads();
+  cJSON *o = NULL;
+  tables t;
+  dlrec_etl_fit_opts f;
+  dlrec_status s = tables_open(&t, streams, n, names_json);
+  if (s == DLREC_OK) s = fit_opts(opts_json, &f, &o);
+  if (s == DLREC_OK && f.format != DLREC_FORMAT_CSV)
+    s = dlrec_error(DLREC_ERR_INVALID, "etl fit: tables are read as CSV (format \"csv\", with a schema)");
+  if (s == DLREC_OK && !out_dir) s = dlrec_error(DLREC_ERR_INVALID, "etl fit: no output directory");
+  f.sources = t.src;
+  dlrec_etl_report rep = {0};
+  if (s == DLREC_OK) s = dlrec_etl_fit(t.names, n, out_dir, &f, &rep);
+  if (s == DLREC_OK && report) *report = own(report_json(&rep));
+  tables_free(&t);
+  cJSON_Delete(o);
+  return fail(s);
+}
+
 int dlrec_api_etl_apply(const char *etl_dir, const char *inputs_json, const char *out, const char *opts_json,
                         char **report) {
   const int host_threads = omp_get_max_threads();
-  static const char *keys[] = {"no_label",       "valid_fraction", "valid_out", "seed",     "row_group_rows",
-                               "skip_bad_rows", "strict_fields",  "threads",   "progress", NULL};
-  const char *what = "etl apply options";
   cJSON *o = NULL, *pj = NULL;
   const char **paths = NULL;
   int n = 0;
   dlrec_etl *e = NULL;
   dlrec_etl_apply_opts a;
-  dlrec_etl_apply_opts_default(&a);
-  a.progress = 0;
-  uint64_t u;
-  dlrec_status s = parse_opts(opts_json, what, keys, &o);
+  dlrec_status s = apply_opts(opts_json, &a, &o);
   if (s == DLREC_OK) s = parse_paths(inputs_json, "etl apply inputs", &pj, &paths, &n);
   if (s == DLREC_OK && (!etl_dir || !out)) s = dlrec_error(DLREC_ERR_INVALID, "etl apply: an ETL state and an output are required");
-  if (s == DLREC_OK) s = dlrec_json_get_bool_or(o, "no_label", what, a.no_label, &a.no_label);
-  if (s == DLREC_OK) s = dlrec_json_get_double_or(o, "valid_fraction", what, a.valid_fraction, &a.valid_fraction);
-  if (s == DLREC_OK) s = dlrec_json_get_string_or(o, "valid_out", what, NULL, &a.valid_out);
-  if (s == DLREC_OK) s = dlrec_json_get_u64_or(o, "seed", what, a.seed, &a.seed);
-  if (s == DLREC_OK && (s = dlrec_json_get_u64_or(o, "row_group_rows", what, a.row_group_rows, &u)) == DLREC_OK)
-    a.row_group_rows = (uint32_t)(u > UINT32_MAX ? UINT32_MAX : u);
-  if (s == DLREC_OK) s = dlrec_json_get_u64_or(o, "skip_bad_rows", what, a.skip_bad_rows, &a.skip_bad_rows);
-  if (s == DLREC_OK) s = dlrec_json_get_bool_or(o, "strict_fields", what, a.strict_fields, &a.strict_fields);
-  if (s == DLREC_OK) s = get_int(o, "threads", what, &a.threads);
-  if (s == DLREC_OK) s = dlrec_json_get_bool_or(o, "progress", what, 0, &a.progress);
-  if (s == DLREC_OK && !(a.valid_fraction >= 0 && a.valid_fraction < 1))
-    s = dlrec_error(DLREC_ERR_INVALID, "%s: valid_fraction must be in [0, 1)", what);
-  if (s == DLREC_OK && a.valid_fraction > 0 && !a.valid_out)
-    s = dlrec_error(DLREC_ERR_INVALID, "%s: valid_fraction needs valid_out", what);
   if (s == DLREC_OK) s = dlrec_etl_load(&e, etl_dir);
   dlrec_etl_report rep = {0};
   if (s == DLREC_OK) s = dlrec_etl_apply(e, paths, n, out, &a, &rep);
@@ -174,6 +243,30 @@ int dlrec_api_etl_apply(const char *etl_dir, const char *inputs_json, const char
   dlrec_etl_free(e);
   free(paths);
   cJSON_Delete(pj);
+  cJSON_Delete(o);
+  return fail(s);
+}
+
+int dlrec_api_etl_apply_arrow(const char *etl_dir, struct ArrowArrayStream *streams, int n, const char *names_json,
+                              const char *out, const char *opts_json, char **report) {
+  const int host_threads = omp_get_max_threads();
+  cJSON *o = NULL;
+  tables t;
+  dlrec_etl *e = NULL;
+  dlrec_etl_apply_opts a;
+  dlrec_status s = tables_open(&t, streams, n, names_json);
+  if (s == DLREC_OK) s = apply_opts(opts_json, &a, &o);
+  if (s == DLREC_OK && (!etl_dir || !out)) s = dlrec_error(DLREC_ERR_INVALID, "etl apply: an ETL state and an output are required");
+  if (s == DLREC_OK) s = dlrec_etl_load(&e, etl_dir);
+  if (s == DLREC_OK && dlrec_etl_format(e) != DLREC_FORMAT_CSV)
+    s = dlrec_error(DLREC_ERR_INVALID, "%s: fit on %s rows; tables are read as CSV (fit the ETL on tables or CSV)",
+                    etl_dir, dlrec_format_name(dlrec_etl_format(e)));
+  a.sources = t.src;
+  dlrec_etl_report rep = {0};
+  if (s == DLREC_OK) s = dlrec_etl_apply(e, t.names, n, out, &a, &rep);
+  if (s == DLREC_OK && report) *report = own(report_json(&rep));
+  dlrec_etl_free(e);
+  tables_free(&t);
   cJSON_Delete(o);
   return fail(s);
 }
@@ -350,6 +443,61 @@ int dlrec_api_predict(dlrec_api_model *am, const char *input, int no_label, floa
   } else {
     *prob = sc.p ? sc.p : malloc(1);
     *n = sc.n;
+  }
+  return fail(s);
+}
+
+/* A source as a stdio stream (glibc's fopencookie), for predict's reader. */
+static ssize_t cookie_read(void *c, char *buf, size_t n) {
+  dlrec_source *src = c;
+  size_t got = 0;
+  return src->read(src->ctx, buf, n, &got) == DLREC_OK ? (ssize_t)got : -1;
+}
+
+int dlrec_api_predict_arrow(dlrec_api_model *am, struct ArrowArrayStream *stream, const char *name, float **prob,
+                            uint64_t *n) {
+  const int host_threads = omp_get_max_threads();
+  const dlrec_model *m = am->m;
+  const dlrec_schema *sc = dlrec_etl_schema(m->etl);
+  const dlrec_input_format format = dlrec_etl_format(m->etl);
+  dlrec_arrow_csv *t = NULL;
+  dlrec_status s = DLREC_OK;
+  dlrec_predict_opts o;
+  dlrec_predict_opts_default(&o);
+  o.progress = 0;
+  if (format == DLREC_FORMAT_CSV) {
+    /* The CSV's header names the columns; a label column is read if there. */
+    s = dlrec_arrow_csv_open(&t, stream, name, 1, ',', NULL, 0);
+    o.no_label = s == DLREC_OK && !(sc->has_label && dlrec_arrow_csv_has_column(t, sc->label_name));
+  } else if (format == DLREC_FORMAT_CRITEO) {
+    /* The Criteo layout: the dense, then the categorical columns, by name. */
+    const char *cols[DLREC_MAX_DENSE + DLREC_MAX_SPARSE];
+    int k = 0;
+    for (uint32_t i = 0; i < sc->n_dense; i++) cols[k++] = sc->dense_names[i];
+    for (uint32_t i = 0; i < sc->n_sparse; i++) cols[k++] = sc->sparse[i].name;
+    s = dlrec_arrow_csv_open(&t, stream, name, 0, '\t', cols, k);
+    o.no_label = 1;
+  } else {
+    if (stream && stream->release) stream->release(stream);
+    s = dlrec_error(DLREC_ERR_UNSUPPORTED, "predict: a model fit on %s rows scores files, not tables",
+                    dlrec_format_name(format));
+  }
+  dlrec_source src = {0};
+  FILE *in = NULL;
+  if (s == DLREC_OK) {
+    src = dlrec_arrow_csv_source(t);
+    in = fopencookie(&src, "r", (cookie_io_functions_t){.read = cookie_read});
+    if (!in) s = dlrec_error(DLREC_ERR_NOMEM, "out of memory");
+  }
+  scores sco = {0};
+  if (s == DLREC_OK) s = dlrec_predict_stream(m, in, name, &o, keep_scores, &sco);
+  if (in) fclose(in);
+  dlrec_arrow_csv_free(t);
+  if (s != DLREC_OK) {
+    free(sco.p);
+  } else {
+    *prob = sco.p ? sco.p : malloc(1);
+    *n = sco.n;
   }
   return fail(s);
 }

@@ -302,7 +302,7 @@ dlrec_status dlrec_etl_apply(const dlrec_etl *e, const char *const *inputs, int 
         !(x->workers[w].ids = malloc((e->ids_max + 1) * sizeof(uint32_t))))
       st = dlrec_error(DLREC_ERR_NOMEM, "apply: out of memory");
   if (st == DLREC_OK)
-    st = etl_inputs_init(&x->in, inputs, n_inputs, e->format, NULL, &e->cols, x->with_label, o->block_bytes,
+    st = etl_inputs_init(&x->in, inputs, o->sources, n_inputs, e->format, NULL, &e->cols, x->with_label, o->block_bytes,
                          o->max_line_bytes);
   /* The output schema: fit's, without the label for unlabeled input. */
   dlrec_schema schema = e->schema;

@@ -592,7 +592,7 @@ dlrec_status dlrec_etl_fit(const char *const *inputs, int n_inputs, const char *
     given = &svm_cols;
   }
   if (st == DLREC_OK)
-    st = etl_inputs_init(&x->in, inputs, n_inputs, o->format, o->schema_spec, given, o->has_label, o->block_bytes,
+    st = etl_inputs_init(&x->in, inputs, o->sources, n_inputs, o->format, o->schema_spec, given, o->has_label, o->block_bytes,
                          o->max_line_bytes);
   if (st == DLREC_OK) {
     x->cols = x->in.cols;

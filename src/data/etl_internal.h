@@ -206,6 +206,7 @@ void etl_column_keys_init(etl_column_keys *k, dlrec_input_format f, const dlrec_
 /* The input files of a run, read one after the other as blocks of lines. */
 typedef struct etl_inputs {
   const char *const *paths;
+  const dlrec_source *sources; /* (n) read instead of paths when not NULL */
   uint32_t n;
   dlrec_input_format format;
   int has_label;
@@ -223,11 +224,12 @@ typedef struct etl_inputs {
   dlrec_reader *r;
 } etl_inputs;
 
-/* Checks that every input exists. For CSV with a SPEC (fit), reads the first
+/* Checks that every input exists (sources: read those instead, their
+ * names for messages). For CSV with a SPEC (fit), reads the first
  * file's header and resolves the SPEC into in->cols; otherwise uses cols. */
-dlrec_status etl_inputs_init(etl_inputs *in, const char *const *paths, int n, dlrec_input_format format,
-                             const char *spec, const dlrec_columns *cols, int has_label, size_t block_bytes,
-                             size_t max_line_bytes);
+dlrec_status etl_inputs_init(etl_inputs *in, const char *const *paths, const dlrec_source *sources, int n,
+                             dlrec_input_format format, const char *spec, const dlrec_columns *cols, int has_label,
+                             size_t block_bytes, size_t max_line_bytes);
 /* The next block of any file, with the file's index; DLREC_END after the
  * last. *bytes is the input it stands for (the block, plus any CSV header
  * read since the last call), for progress. */

@@ -18,9 +18,15 @@ void etl_column_keys_init(etl_column_keys *k, dlrec_input_format f, const dlrec_
   }
 }
 
+/* A reader on input i: its file, or its source. */
+static dlrec_status open_reader(etl_inputs *in, uint32_t i) {
+  return in->sources ? dlrec_reader_open_source(&in->r, &in->sources[i], in->block_bytes, in->max_line_bytes)
+                     : dlrec_reader_open(&in->r, in->paths[i], in->block_bytes, in->max_line_bytes);
+}
+
 /* Opens input i and builds its layout (for CSV from its header line). */
 static dlrec_status open_file(etl_inputs *in, uint32_t i) {
-  dlrec_status st = dlrec_reader_open(&in->r, in->paths[i], in->block_bytes, in->max_line_bytes);
+  dlrec_status st = open_reader(in, i);
   if (st == DLREC_OK && in->format == DLREC_FORMAT_CRITEO) {
     st = dlrec_layout_criteo(&in->layouts[i], in->has_label);
   } else if (st == DLREC_OK && in->format != DLREC_FORMAT_CSV) {
@@ -43,12 +49,13 @@ static dlrec_status open_file(etl_inputs *in, uint32_t i) {
   return DLREC_OK;
 }
 
-dlrec_status etl_inputs_init(etl_inputs *in, const char *const *paths, int n, dlrec_input_format format,
-                             const char *spec, const dlrec_columns *cols, int has_label, size_t block_bytes,
-                             size_t max_line_bytes) {
+dlrec_status etl_inputs_init(etl_inputs *in, const char *const *paths, const dlrec_source *sources, int n,
+                             dlrec_input_format format, const char *spec, const dlrec_columns *cols, int has_label,
+                             size_t block_bytes, size_t max_line_bytes) {
   memset(in, 0, sizeof *in);
   if (n < 1) return dlrec_error(DLREC_ERR_INVALID, "no input files");
   in->paths = paths;
+  in->sources = sources;
   in->n = (uint32_t)n;
   in->format = format;
   in->has_label = has_label;
@@ -61,7 +68,10 @@ dlrec_status etl_inputs_init(etl_inputs *in, const char *const *paths, int n, dl
   for (int i = 0; i < n; i++) {
     /* Fail now, not after an hour of reading the files before it. */
     struct stat stt;
-    if (!strcmp(paths[i], "-")) {
+    if (sources) {
+      sizes_known = 0;
+      in->names[i] = strdup(sources[i].name ? sources[i].name : "(source)");
+    } else if (!strcmp(paths[i], "-")) {
       if (stdin_seen++) return dlrec_error(DLREC_ERR_INVALID, "standard input ('-') given twice");
       sizes_known = 0;
       in->names[i] = strdup("stdin");
@@ -79,7 +89,7 @@ dlrec_status etl_inputs_init(etl_inputs *in, const char *const *paths, int n, dl
     /* fit: the first file's header and the SPEC decide the columns. */
     const char *line;
     size_t len;
-    dlrec_status st = dlrec_reader_open(&in->r, paths[0], in->block_bytes, in->max_line_bytes);
+    dlrec_status st = open_reader(in, 0);
     if (st != DLREC_OK) return st;
     st = dlrec_reader_line(in->r, &line, &len);
     if (st == DLREC_END)

@@ -17,7 +17,8 @@
 #include "dlrec/parse.h"
 
 struct dlrec_reader {
-  int fd;
+  int fd;                  /* -1 when reading src */
+  dlrec_source src;
   char name[1024];
   size_t block_bytes, max_line_bytes;
   char *carry; /* the partial line after the last block */
@@ -80,6 +81,23 @@ dlrec_status dlrec_reader_open(dlrec_reader **out, const char *path, size_t bloc
   return DLREC_OK;
 }
 
+dlrec_status dlrec_reader_open_source(dlrec_reader **out, const dlrec_source *src, size_t block_bytes,
+                                      size_t max_line_bytes) {
+  *out = NULL;
+  if (block_bytes == 0 || max_line_bytes == 0 || !src || !src->read)
+    return dlrec_error(DLREC_ERR_INVALID, "reader: block and line sizes must be positive, and a source given");
+  dlrec_reader *r = calloc(1, sizeof *r);
+  if (!r) return dlrec_error(DLREC_ERR_NOMEM, "%s: out of memory", src->name);
+  r->block_bytes = block_bytes;
+  r->max_line_bytes = max_line_bytes;
+  r->next_line = 1;
+  r->fd = -1;
+  r->src = *src;
+  snprintf(r->name, sizeof r->name, "%s", src->name ? src->name : "(source)");
+  *out = r;
+  return DLREC_OK;
+}
+
 const char *dlrec_reader_name(const dlrec_reader *r) { return r->name; }
 uint64_t dlrec_reader_bytes(const dlrec_reader *r) { return r->bytes; }
 uint64_t dlrec_reader_size(const dlrec_reader *r) { return r->size; }
@@ -96,7 +114,15 @@ void dlrec_reader_close(dlrec_reader *r) {
  * left of an over-long line. Stops early only at end of file. */
 static dlrec_status fill(dlrec_reader *r, char *dst, size_t *len, size_t want) {
   while (want > 0 && !r->eof) {
-    ssize_t k = read(r->fd, dst + *len, want);
+    ssize_t k;
+    if (r->fd < 0) {
+      size_t got = 0;
+      dlrec_status st = r->src.read(r->src.ctx, dst + *len, want, &got);
+      if (st != DLREC_OK) return st;
+      k = (ssize_t)got;
+    } else {
+      k = read(r->fd, dst + *len, want);
+    }
     if (k < 0) {
       if (errno == EINTR) continue;
       return dlrec_error(DLREC_ERR_IO, "%s: read failed: %s", r->name, strerror(errno));

@@ -92,8 +92,8 @@ static dlrec_status col_push(col_ids *c, const uint32_t *ids, uint32_t k) {
 /* Raw rows: read lines, encode each with the checkpoint's ETL state (one id
  * per column, or each multi-hot column's ids), gather them per column, and
  * score full batches. */
-static dlrec_status predict_raw(const dlrec_model *m, const char *input, const dlrec_predict_opts *o, dlrec_score_fn fn,
-                               void *ctx) {
+dlrec_status dlrec_predict_stream(const dlrec_model *m, FILE *in, const char *input, const dlrec_predict_opts *o,
+                                  dlrec_score_fn fn, void *ctx) {
   const dlrec_schema *sc = dlrec_etl_schema(m->etl);
   uint32_t B = o->batch_rows, F = sc->n_sparse, D = sc->n_dense;
   /* Criteo rows go through the one-hot encoder, which also checks short
@@ -101,8 +101,6 @@ static dlrec_status predict_raw(const dlrec_model *m, const char *input, const d
    * whose columns may be multi-hot, through the multi-hot one. */
   const int multi = dlrec_etl_format(m->etl) != DLREC_FORMAT_CRITEO || sc->keys; /* raw keys: two ids a value */
   const uint64_t row_ids = dlrec_etl_ids_max(m->etl); /* the most ids one row encodes to */
-  FILE *in = strcmp(input, "-") ? fopen(input, "r") : stdin;
-  if (!in) return dlrec_error(DLREC_ERR_IO, "%s: %s", input, strerror(errno));
   float *dense = malloc(((size_t)B * D + 1) * sizeof *dense), *labels = malloc(B * sizeof *labels);
   float *prob = malloc(B * sizeof *prob);
   uint32_t *ids = malloc((row_ids + 1) * sizeof *ids), nids[DLREC_MAX_SPARSE];
@@ -192,7 +190,6 @@ static dlrec_status predict_raw(const dlrec_model *m, const char *input, const d
   free(ids);
   free(offsets);
   for (uint32_t c = 0; c < F; c++) free(cols[c].ids);
-  if (in != stdin) fclose(in);
   return s;
 }
 
@@ -202,7 +199,11 @@ dlrec_status dlrec_predict_each(const dlrec_model *m, const char *input, const d
     const char *paths[] = {input};
     return dlrec_score_files(m->net, paths, 1, o->batch_rows, 0, fn, ctx);
   }
-  return predict_raw(m, input, o, fn, ctx);
+  FILE *in = strcmp(input, "-") ? fopen(input, "r") : stdin;
+  if (!in) return dlrec_error(DLREC_ERR_IO, "%s: %s", input, strerror(errno));
+  dlrec_status s = dlrec_predict_stream(m, in, input, o, fn, ctx);
+  if (in != stdin) fclose(in);
+  return s;
 }
 
 dlrec_status dlrec_predict_file(const dlrec_model *m, const char *input, const char *output,
