@@ -184,7 +184,7 @@ static int fmt_i64(char *buf, int64_t v) {
 /* The shortest %g form that reads back as v; integers below 10^15 (most
  * values of count features) directly, as %.15g writes them. */
 static int fmt_double(char *buf, size_t n, double v) {
-  if (v == (double)(int64_t)v && fabs(v) < 1e15 && !(v == 0 && signbit(v))) return fmt_i64(buf, (int64_t)v);
+  if (fabs(v) < 1e15 && v == (double)(int64_t)v && !(v == 0 && signbit(v))) return fmt_i64(buf, (int64_t)v);
   int k = 0;
   for (int p = 15; p <= 17; p++) {
     k = snprintf(buf, n, "%.*g", p, v);
@@ -194,7 +194,7 @@ static int fmt_double(char *buf, size_t n, double v) {
 }
 
 static int fmt_float(char *buf, size_t n, float v) {
-  if (v == (float)(int32_t)v && fabsf(v) < 1e6f && !(v == 0 && signbit(v))) return fmt_i64(buf, (int32_t)v);
+  if (fabsf(v) < 1e6f && v == (float)(int32_t)v && !(v == 0 && signbit(v))) return fmt_i64(buf, (int32_t)v);
   int k = 0;
   for (int p = 6; p <= 9; p++) {
     k = snprintf(buf, n, "%.*g", p, (double)v);
