@@ -30,7 +30,8 @@ A patch's header (the lines before its first `diff`/`---`) may hold
   # DESCRIPTION            the first such line is printed with the result
   # tests: test_nn test_embed
                            the test executables (tests/test_*.c names), or the
-                           script tests (dist_mpi: tests/dist/run.sh under mpirun),
+                           script tests (dist_mpi: tests/dist/run.sh under mpirun;
+                           onnx_export, report_chromium, python),
                            that cover the mutated code; without it every unit test runs.
 Tests run one executable at a time and stop at the first failure.
 
@@ -129,12 +130,20 @@ script_test() { # NAME -> the command line, or nothing when NAME is none
     echo "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1" \
       "OMPI_MCA_btl_vader_single_copy_mechanism=none $copy/tests/dist/run.sh $bdir/dlrec" \
       "$(command -v mpirun) $bdir/testtmp/dist" ;;
+  # Their virtual environments live outside testtmp, which each mutant's run
+  # clears, so that PyPI is asked once.
+  onnx_export) echo "$copy/tests/onnx/run.sh $bdir/dlrec $bdir/script-tests/onnx" ;;
+  report_chromium) echo "$copy/tests/report/chromium.sh $bdir/dlrec $bdir/testtmp/report_chromium" ;;
+  python) echo "$copy/tests/python/run.sh $bdir/dlrec $bdir/libdlrec.so $bdir/script-tests/python" ;;
   esac
 }
 
 build() { # TARGETS... -> 0 when built; output in $build_log
   local t targets=()
-  for t in "$@"; do [ -n "$(script_test "$t")" ] || targets+=("$t"); done
+  for t in "$@"; do
+    [ -n "$(script_test "$t")" ] || targets+=("$t")
+    [ "$t" = python ] && targets+=(dlrec_shared)
+  done
   nice -n 10 cmake --build "$bdir" -j "$jobs" --target dlrec "${targets[@]}" >>"$build_log" 2>&1
 }
 

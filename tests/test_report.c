@@ -43,8 +43,8 @@ static int polyline_points(const char *html, const char *id, int idx) {
 }
 
 /* Lines of metrics.jsonl with a loss and no evaluation (the logging lines),
- * and lines with an evaluation that has a train part. */
-static int count_lines(const char *run, int *logging, int *evaluations, int *with_train) {
+ * and lines with an evaluation that has a train part of train_rows rows. */
+static int count_lines(const char *run, int *logging, int *evaluations, int *with_train, double train_rows) {
   char path[2048];
   snprintf(path, sizeof path, "%s/metrics.jsonl", test_path(run));
   char *text = read_text(path);
@@ -56,7 +56,9 @@ static int count_lines(const char *run, int *logging, int *evaluations, int *wit
     if (!j) continue;
     if (cJSON_GetObjectItemCaseSensitive(j, "valid")) {
       ++*evaluations;
-      *with_train += cJSON_GetObjectItemCaseSensitive(j, "train") != NULL;
+      const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "train");
+      const cJSON *rows = t ? cJSON_GetObjectItemCaseSensitive(t, "rows") : NULL;
+      *with_train += cJSON_IsNumber(rows) && rows->valuedouble == train_rows;
     } else if (cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(j, "loss"))) {
       ++*logging;
     }
@@ -98,7 +100,7 @@ TEST(training_writes_a_report_with_every_plot) {
   CHECK(summary && strstr(summary, "\"profile\""));
   free(summary);
   int logging, evaluations, with_train;
-  CHECK_EQ(count_lines(RUN, &logging, &evaluations, &with_train), 0);
+  CHECK_EQ(count_lines(RUN, &logging, &evaluations, &with_train, 1000), 0); /* eval.train_rows */
   CHECK(logging >= 10 && evaluations >= 3);
   CHECK_EQ(with_train, evaluations);
   /* loss: the training loss, the scored training rows, the validation. */

@@ -787,6 +787,41 @@ static int ckpt_exists(const char *run, uint64_t step) {
   return stat(path, &st) == 0;
 }
 
+/* SIGINT (Ctrl-C) and SIGTERM to `dlrec train` stop it after the current
+ * step with a checkpoint of that step and exit status 130; a resume then
+ * completes. The CLI owns these handlers, not the library. */
+TEST(sigint_and_sigterm_stop_with_a_checkpoint) {
+  CHECK(make_data(20000) == 0);
+  /* Long enough that the signal lands mid-run: 50 epochs. */
+  const char *cfg =
+      "{\"model\": {\"embedding_dim\": 8, \"bottom_mlp\": [32, 8], \"top_mlp\": [32, 1]},"
+      " \"training\": {\"batch_size\": 32, \"epochs\": 50, \"threads\": 1}, \"log\": {\"interval_steps\": 10}}";
+  CHECK(test_write_file(test_path("cfg.json"), cfg, (size_t)-1) == 0);
+  const int sigs[] = {SIGINT, SIGTERM};
+  for (int k = 0; k < 2; k++) {
+    char run[32], metrics[2048];
+    snprintf(run, sizeof run, "run%d", k);
+    snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", test_path(run));
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+      execl(getenv("DLREC_BIN"), "dlrec", "train", "-q", "--config", test_path("cfg.json"), "--train",
+            test_path("train.dlr"), "--etl", test_path("etl"), "--out", test_path(run), (char *)NULL);
+      _exit(127);
+    }
+    struct stat st;
+    for (int i = 0; i < 3000 && (stat(metrics, &st) != 0 || st.st_size == 0); i++) usleep(10000);
+    kill(pid, sigs[k]);
+    int status;
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status));
+    CHECK_EQ(WEXITSTATUS(status), 130);
+    const uint64_t step = pointer_step(run, "latest");
+    CHECK(step >= 10 && step < 50 * 16000 / 32);
+  }
+  CHECK(train("run0", "--resume --max-steps 200000") == 0);
+}
+
 /* A run of up to 5 epochs, validated after each, where no validation can
  * improve by more than min_delta 1 (an AUC moves by less): the first sets
  * the references, the second and third are bad. So early stopping with
