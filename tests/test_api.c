@@ -8,6 +8,7 @@
 #include "dlrec/api.h"
 #include "dlrec/fsutil.h"
 #include "dlrec/json.h"
+#include "dlrec/progress.h"
 #include "test.h"
 
 static int make_rows(void) {
@@ -113,8 +114,14 @@ TEST(train_stop_predict_evaluate_through_the_api) {
            "{\"train\": [\"%s\"], \"valid\": \"%s\", \"etl\": \"%s\", \"out\": \"%s\", \"resume\": true, \"threads\": 1}",
            test_path("train.dlr"), test_path("valid.dlr"), test_path("etl"), test_path("run"));
   seen s2 = {0};
+  double t0 = dlrec_now();
   CHECK_EQ(dlrec_api_train(cfg, args, on_progress, &s2, NULL), 0);
+  const double secs = dlrec_now() - t0;
   CHECK_EQ(s2.done, 1);
+  /* At most five calls a second (plus the first and the last), not one a
+   * step: the run had about 900 steps. */
+  if (s2.calls > 2 + (int)(secs / 0.2) + 1)
+    test_fail(__FILE__, __LINE__, "%d progress calls in %.2f s", s2.calls, secs);
   dlrec_api_model *m = dlrec_api_model_load(test_path("run"), "latest", 1);
   CHECK(m != NULL);
   char *info = dlrec_api_model_info(m);

@@ -219,6 +219,10 @@ typedef struct dlrec_etl_apply_opts {
   int no_label;             /* 0; 1: the input has no label column (unlabeled output) */
   double valid_fraction;    /* 0: no split; F in (0, 1): about F of the rows go to valid_out */
   const char *valid_out;    /* the validation .dlr (required when valid_fraction > 0) */
+  int per_input;            /* 0; 1: `out` is a directory and input i is written to
+                               OUT/NAME.dlr, NAME its file name without its extension (one
+                               pass, one progress bar; the validation rows of every input
+                               still go to valid_out) */
   uint64_t seed;            /* the split's seed */
   uint32_t row_group_rows;  /* 65536 */
   uint64_t skip_bad_rows;   /* 0 */
@@ -239,8 +243,10 @@ void dlrec_etl_apply_opts_default(dlrec_etl_apply_opts *o);
 int dlrec_etl_is_valid_row(uint64_t seed, uint32_t file_index, uint64_t line, double fraction);
 
 /* Encodes inputs (in order; "-" for stdin) with e into the .dlr file out
- * (and valid_out), rows in input order. Written atomically: nothing appears
- * at out unless the run succeeds. An input of no rows writes an empty file
+ * (and valid_out), rows in input order, or one file per input (per_input).
+ * Written atomically: nothing appears at out unless the run succeeds (per
+ * input: each file appears once complete; after an error, the inputs before
+ * the failing one have theirs). An input of no rows writes an empty file
  * and warns. rep may be NULL. */
 dlrec_status dlrec_etl_apply(const dlrec_etl *e, const char *const *inputs, int n_inputs, const char *out,
                              const dlrec_etl_apply_opts *o, dlrec_etl_report *rep);

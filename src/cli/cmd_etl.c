@@ -7,6 +7,7 @@
 #include "cli/cli.h"
 #include "dlrec/dlr.h"
 #include "dlrec/etl.h"
+#include "dlrec/fsutil.h"
 #include "dlrec/log.h"
 #include "dlrec/progress.h"
 
@@ -85,6 +86,9 @@ static void usage_apply(FILE *out) {
           "  --etl ETLDIR            the state written by 'dlrec etl fit'\n"
           "  --input FILE...         raw rows; '-' is stdin\n"
           "  --out OUT.dlr           the encoded rows (written atomically)\n"
+          "  --out-dir DIR           instead: one DIR/NAME.dlr per input (NAME: its file name\n"
+          "                          without the extension), in one pass over the inputs;\n"
+          "                          --valid-out still gets every input's validation rows\n"
           "  --valid-fraction F      send about F of the rows to --valid-out: a row goes there\n"
           "  --valid-out V.dlr       iff a hash of (seed, file index, line number) is below F,\n"
           "  --seed S                so the split depends on nothing else (default seed 0)\n"
@@ -185,7 +189,14 @@ static int parse_args(etl_args *a, int is_fit, int argc, char **argv) {
     } else if (!strcmp(name, "--out")) {
       if (!(v = value_of(a, argc, argv, &i, iv))) return 2;
       if (!*v) return cli_usage_error(a->cmd, "--out: empty name");
+      if (a->out) return cli_usage_error(a->cmd, "--out or --out-dir, once");
       a->out = v;
+    } else if (!is_fit && !strcmp(name, "--out-dir")) {
+      if (!(v = value_of(a, argc, argv, &i, iv))) return 2;
+      if (!*v) return cli_usage_error(a->cmd, "--out-dir: empty name");
+      if (a->out) return cli_usage_error(a->cmd, "--out or --out-dir, once");
+      a->out = v;
+      a->apply.per_input = 1;
     }
     U64_OPT("--skip-bad-rows", 0, UINT64_MAX / 2, skip)
     U64_OPT("--threads", 1, 1024, threads)
@@ -254,7 +265,7 @@ static int parse_args(etl_args *a, int is_fit, int argc, char **argv) {
     size_t n = strlen(a->inputs[k]);
     if (n >= 8 && !strcmp(a->inputs[k] + n - 8, ".parquet")) return parquet_refused(a);
   }
-  if (!a->out) return cli_usage_error(a->cmd, "--out is required");
+  if (!a->out) return cli_usage_error(a->cmd, is_fit ? "--out is required" : "--out or --out-dir is required");
   if (!is_fit && !a->etl) return cli_usage_error(a->cmd, "--etl is required");
   if (is_fit && a->fit.format == DLREC_FORMAT_CSV && !a->fit.schema_spec)
     return cli_usage_error(a->cmd, "--format csv needs --schema (e.g. 'label=click;ignore=id;cat=*')");
@@ -304,12 +315,14 @@ static int run_apply(int argc, char **argv) {
     return cli_fail("etl apply");
   }
   dlrec_etl_report rep;
-  dlrec_status st = dlrec_etl_apply(e, a.inputs, a.n_inputs, a.out, &a.apply, &rep);
+  dlrec_status st = a.apply.per_input ? dlrec_mkdirs(a.out) : DLREC_OK;
+  if (st == DLREC_OK) st = dlrec_etl_apply(e, a.inputs, a.n_inputs, a.out, &a.apply, &rep);
   dlrec_etl_free(e);
   free(a.inputs);
   if (st != DLREC_OK) return cli_fail("etl apply");
-  DLREC_INFO("etl apply: %llu rows (%llu to %s, %llu to %s; %llu bad rows skipped), %.1f MB in %.2f s: %.0f rows/s",
+  DLREC_INFO("etl apply: %llu rows (%llu to %s%s, %llu to %s; %llu bad rows skipped), %.1f MB in %.2f s: %.0f rows/s",
              (unsigned long long)rep.rows, (unsigned long long)(rep.rows - rep.valid_rows), a.out,
+             a.apply.per_input ? "/*.dlr" : "",
              (unsigned long long)rep.valid_rows, a.apply.valid_out ? a.apply.valid_out : "-",
              (unsigned long long)rep.bad_rows, rep.bytes / 1e6, rep.seconds,
              rep.seconds > 0 ? rep.rows / rep.seconds : 0.0);

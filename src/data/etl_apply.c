@@ -97,6 +97,11 @@ typedef struct apply_ctx {
   int with_label, split;
   apply_worker *workers;
   stage st[2];
+  /* per_input: each input's output path, and the input st[0] writes now. */
+  char **paths;
+  uint32_t cur_out;
+  uint64_t written_before; /* st[0].written when its current file was opened */
+  dlrec_schema schema;     /* of the outputs */
   uint64_t bad, bytes, truncated;
   etl_shorts shorts;
   dlrec_progress *progress;
@@ -232,11 +237,52 @@ static dlrec_status stage_add(apply_ctx *x, stage *g, const enc_buf *b, uint32_t
   return DLREC_OK;
 }
 
+/* per_input: finishes st[0]'s file and opens input `to`'s (inputs in
+ * between, which had no rows, get empty files). */
+static dlrec_status next_output(apply_ctx *x, uint32_t to) {
+  stage *g = &x->st[0];
+  dlrec_status st = stage_flush(x, g);
+  while (st == DLREC_OK && x->cur_out < to) {
+    if (g->written == x->written_before) DLREC_WARN("apply: no rows for %s: writing an empty file", g->path);
+    st = dlrec_dlr_writer_finish(g->w);
+    g->w = NULL;
+    x->cur_out++;
+    x->written_before = g->written;
+    g->path = x->paths[x->cur_out];
+    if (st == DLREC_OK) st = dlrec_dlr_writer_open(&g->w, g->path, &x->schema);
+  }
+  return st;
+}
+
+/* Input i's output for per_input: OUT/NAME.dlr. */
+static dlrec_status output_paths(apply_ctx *x, const char *dir, const char *const *inputs, int n) {
+  x->paths = calloc((size_t)n, sizeof *x->paths);
+  if (!x->paths) return dlrec_error(DLREC_ERR_NOMEM, "apply: out of memory");
+  for (int i = 0; i < n; i++) {
+    if (!strcmp(inputs[i], "-")) return dlrec_error(DLREC_ERR_INVALID, "one output per input does not go with stdin ('-')");
+    const char *base = strrchr(inputs[i], '/');
+    base = base ? base + 1 : inputs[i];
+    const char *dot = strrchr(base, '.');
+    int len = dot && dot != base ? (int)(dot - base) : (int)strlen(base);
+    size_t need = strlen(dir) + (size_t)len + 6;
+    if (!(x->paths[i] = malloc(need))) return dlrec_error(DLREC_ERR_NOMEM, "apply: out of memory");
+    snprintf(x->paths[i], need, "%s/%.*s.dlr", dir, len, base);
+    for (int k = 0; k < i; k++)
+      if (!strcmp(x->paths[k], x->paths[i]))
+        return dlrec_error(DLREC_ERR_INVALID, "%s and %s would both be written to %s", inputs[k], inputs[i],
+                           x->paths[i]);
+    if (x->o->valid_out && !strcmp(x->o->valid_out, x->paths[i]))
+      return dlrec_error(DLREC_ERR_INVALID, "--valid-out is %s's output %s", inputs[i], x->paths[i]);
+  }
+  return DLREC_OK;
+}
+
 static dlrec_status apply_consume(void *vctx, void *vjob, uint64_t seq) {
   apply_ctx *x = vctx;
   apply_job *j = vjob;
   (void)seq;
   dlrec_status st = etl_badlist_report(&j->bad, &x->bad, x->o->skip_bad_rows);
+  if (st == DLREC_OK && x->paths && j->file != x->cur_out) st = next_output(x, j->file);
   etl_shorts_add(&x->shorts, &j->shorts);
   x->truncated += j->truncated;
   for (int v = 0; st == DLREC_OK && v < 1 + x->split; v++) st = stage_add(x, &x->st[v], &j->out[v], j->cap);
@@ -305,14 +351,15 @@ dlrec_status dlrec_etl_apply(const dlrec_etl *e, const char *const *inputs, int 
     st = etl_inputs_init(&x->in, inputs, o->sources, n_inputs, e->format, NULL, &e->cols, x->with_label, o->block_bytes,
                          o->max_line_bytes);
   /* The output schema: fit's, without the label for unlabeled input. */
-  dlrec_schema schema = e->schema;
+  x->schema = e->schema;
   if (!x->with_label) {
-    schema.has_label = 0;
-    memset(schema.label_name, 0, sizeof schema.label_name);
+    x->schema.has_label = 0;
+    memset(x->schema.label_name, 0, sizeof x->schema.label_name);
   }
+  if (st == DLREC_OK && o->per_input) st = output_paths(x, out, inputs, n_inputs);
   for (int v = 0; st == DLREC_OK && v < 1 + x->split; v++) {
     stage *g = &x->st[v];
-    g->path = v ? o->valid_out : out;
+    g->path = v ? o->valid_out : x->paths ? x->paths[0] : out;
     g->labels = malloc((size_t)x->group * sizeof(float));
     g->dense = malloc(((size_t)x->group * x->nd + 1) * sizeof(float));
     g->ids = malloc(((size_t)x->group * x->nc + 1) * sizeof(uint32_t));
@@ -321,7 +368,7 @@ dlrec_status dlrec_etl_apply(const dlrec_etl *e, const char *const *inputs, int 
       g->coff[c] = calloc((size_t)x->group + 1, sizeof(uint32_t));
       if (!g->coff[c]) st = dlrec_error(DLREC_ERR_NOMEM, "apply: out of memory for row groups");
     }
-    if (st == DLREC_OK) st = dlrec_dlr_writer_open(&g->w, g->path, &schema);
+    if (st == DLREC_OK) st = dlrec_dlr_writer_open(&g->w, g->path, &x->schema);
   }
   if (st == DLREC_OK) {
     if (o->progress) x->progress = dlrec_progress_start("etl apply", x->in.total_bytes, "bytes");
@@ -330,12 +377,15 @@ dlrec_status dlrec_etl_apply(const dlrec_etl *e, const char *const *inputs, int 
     dlrec_progress_finish(x->progress);
   }
   for (uint32_t f = 0; st == DLREC_OK && f < x->in.n; f++) warn_unknown_columns(x, f);
+  /* per_input: the last inputs' files, empty ones included. */
+  if (st == DLREC_OK && x->paths && x->in.n > 1) st = next_output(x, x->in.n - 1);
   for (int v = 0; st == DLREC_OK && v < 1 + x->split; v++) st = stage_flush(x, &x->st[v]);
   for (int v = 0; v < 2; v++) {
     stage *g = &x->st[v];
     if (!g->w) continue;
     if (st == DLREC_OK) {
-      if (g->written == 0) DLREC_WARN("apply: no rows for %s: writing an empty file", g->path);
+      if (g->written == (v ? 0 : x->written_before))
+        DLREC_WARN("apply: no rows for %s: writing an empty file", g->path);
       st = dlrec_dlr_writer_finish(g->w);
     } else {
       dlrec_dlr_writer_abort(g->w);
@@ -368,6 +418,8 @@ dlrec_status dlrec_etl_apply(const dlrec_etl *e, const char *const *inputs, int 
     etl_badlist_free(&jobs[i].bad);
   }
   etl_inputs_free(&x->in);
+  for (int i = 0; x->paths && i < n_inputs; i++) free(x->paths[i]);
+  free(x->paths);
   free(jobs);
   free(slots);
   free(x->workers);
