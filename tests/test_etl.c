@@ -9,6 +9,7 @@
 #include "dlrec/etl.h"
 #include "dlrec/fsutil.h"
 #include "dlrec/hash.h"
+#include "dlrec/rng.h"
 #include "test.h"
 
 /* ---- helpers ---- */
@@ -1852,4 +1853,119 @@ TEST(raw_keys_multi_hot_csv_column) {
            (unsigned long long)want_raw_key(DLREC_KEY_HASH, salt, 1, "Drama"));
   for (uint32_t r = 0; r < 3; r++) CHECK_STR(dlr_ids(out, 1, r), want[r]);
   dlrec_etl_free(e);
+}
+
+static int cmp_dbl(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* Column operators (etl fit --workflow) against a naive computation: a CSV
+ * of random values with missing ones, column a filled by its median (an
+ * even count of values) and clipped above, b filled by a constant and
+ * clipped on both sides, c left alone; with the log transform and
+ * standardize. The expected value of a row is transform(clip(x or fill)),
+ * standardized by the mean and std of those values over all rows (the
+ * filled ones included), each computed here in double from the text. Every
+ * encoder agrees: apply's .dlr, encode_line (predict) and encode_dense (the
+ * server), after the state's round trip through its files. */
+TEST(workflow_fill_and_clip_match_a_naive_computation) {
+  enum { ROWS = 1001, COLS = 3 };
+  dlrec_rng r;
+  dlrec_rng_seed(&r, 77, 0);
+  size_t cap = ROWS * 64 + 64, n = 0;
+  char *csv = malloc(cap);
+  static char cell[ROWS][COLS][32];
+  n += (size_t)snprintf(csv + n, cap - n, "y,a,b,c,k\n");
+  for (int i = 0; i < ROWS; i++) {
+    for (int c = 0; c < COLS; c++) {
+      /* About 20% missing; b's values around its clip bounds. */
+      if (dlrec_rng_uniform(&r) < 0.2) cell[i][c][0] = 0;
+      else snprintf(cell[i][c], 32, "%.4f", c == 1 ? dlrec_rng_uniform(&r) * 10 - 2 : dlrec_rng_uniform(&r) * 1000);
+    }
+    n += (size_t)snprintf(csv + n, cap - n, "%d,%.31s,%.31s,%.31s,k%d\n", i % 3 == 0, cell[i][0], cell[i][1],
+                          cell[i][2], i % 7);
+  }
+  CHECK(test_write_file(test_path("w.csv"), csv, n) == 0);
+  free(csv);
+  const char *in = keep(test_path("w.csv"));
+  dlrec_etl_fit_opts o = fit_opts();
+  o.format = DLREC_FORMAT_CSV;
+  o.schema_spec = "label=y;dense=a,b,c;cat=k";
+  o.standardize = 1;
+  o.workflow = "{\"dense\": {\"a\": {\"fill_missing\": \"median\", \"clip\": [null, 800]},"
+               " \"b\": {\"fill_missing\": -5, \"clip\": [0, 6.5]}}}";
+  CHECK_OK(dlrec_etl_fit(&in, 1, test_path("etl"), &o, NULL));
+  /* The naive side. */
+  double want[ROWS][COLS];
+  for (int c = 0; c < COLS; c++) {
+    double vals[ROWS], fill = 0, lo = -INFINITY, hi = INFINITY;
+    int k = 0, has_fill = c < 2;
+    if (c == 0) hi = 800;
+    if (c == 1) lo = 0, hi = 6.5, fill = -5;
+    for (int i = 0; i < ROWS; i++)
+      if (cell[i][c][0]) {
+        double x = strtod(cell[i][c], NULL);
+        vals[k++] = x < lo ? lo : x > hi ? hi : x;
+      }
+    if (c == 0) {
+      CHECK_EQ(k % 2, 0); /* the even case: the mean of the middle two */
+      qsort(vals, (size_t)k, sizeof *vals, cmp_dbl);
+      fill = (vals[k / 2 - 1] + vals[k / 2]) / 2;
+    }
+    double sum = 0, sq = 0;
+    int m = 0;
+    for (int i = 0; i < ROWS; i++) {
+      double t;
+      if (!cell[i][c][0] && !has_fill) {
+        want[i][c] = NAN; /* missing: 0, not standardized */
+        continue;
+      }
+      double x = cell[i][c][0] ? strtod(cell[i][c], NULL) : fill;
+      x = x < lo ? lo : x > hi ? hi : x;
+      t = log1p(x > 0 ? x : 0);
+      want[i][c] = t;
+      sum += t, sq += t * t, m++;
+    }
+    double mean = sum / m, sd = sqrt(sq / m - mean * mean);
+    for (int i = 0; i < ROWS; i++) want[i][c] = isnan(want[i][c]) ? 0 : (want[i][c] - mean) / sd;
+  }
+  /* apply's rows. */
+  dlrec_etl *e;
+  CHECK_OK(dlrec_etl_load(&e, test_path("etl")));
+  dlrec_etl_apply_opts ao = apply_opts();
+  CHECK_OK(dlrec_etl_apply(e, &in, 1, test_path("w.dlr"), &ao, NULL));
+  dlrec_dlr *f;
+  CHECK_OK(dlrec_dlr_open(&f, test_path("w.dlr")));
+  dlrec_rowgroup rg;
+  CHECK_OK(dlrec_dlr_row_group(f, 0, &rg));
+  CHECK_EQ(rg.rows, ROWS);
+  for (int i = 0; i < ROWS; i++)
+    for (int c = 0; c < COLS; c++) CHECK_NEAR(rg.dense[(size_t)i * COLS + c], want[i][c], 1e-6, 1e-6);
+  dlrec_dlr_close(f);
+  /* encode_line (predict) and encode_dense (the server). */
+  for (int i = 0; i < ROWS; i++) {
+    char line[256];
+    float label, dense[COLS], one;
+    uint32_t ids[1];
+    snprintf(line, sizeof line, "%d,%.31s,%.31s,%.31s,k%d", i % 3 == 0, cell[i][0], cell[i][1], cell[i][2], i % 7);
+    CHECK_OK(dlrec_etl_encode_line(e, line, strlen(line), 1, &label, dense, ids));
+    for (int c = 0; c < COLS; c++) {
+      CHECK_NEAR(dense[c], want[i][c], 1e-6, 1e-6);
+      CHECK_OK(dlrec_etl_encode_dense(e, (uint32_t)c, cell[i][c], strlen(cell[i][c]), &one));
+      CHECK(one == dense[c]);
+    }
+  }
+  dlrec_etl_free(e);
+  /* Refused, with the column and the operator named. */
+  o.workflow = "{\"dense\": {\"k\": {\"clip\": [0, 1]}}}";
+  CHECK_ERR(dlrec_etl_fit(&in, 1, test_path("bad"), &o, NULL), DLREC_ERR_INVALID, "'k': is categorical");
+  o.workflow = "{\"dense\": {\"zz\": {\"clip\": [0, 1]}}}";
+  CHECK_ERR(dlrec_etl_fit(&in, 1, test_path("bad"), &o, NULL), DLREC_ERR_INVALID, "no such dense column");
+  o.workflow = "{\"dense\": {\"a\": {\"clip\": [3, 1]}}}";
+  CHECK_ERR(dlrec_etl_fit(&in, 1, test_path("bad"), &o, NULL), DLREC_ERR_INVALID, "low 3 is above high 1");
+  o.workflow = "{\"dense\": {\"a\": {\"fill_missing\": \"mean\"}}}";
+  CHECK_ERR(dlrec_etl_fit(&in, 1, test_path("bad"), &o, NULL), DLREC_ERR_INVALID, "fill_missing");
+  o.workflow = "{\"cross\": []}";
+  CHECK_ERR(dlrec_etl_fit(&in, 1, test_path("bad"), &o, NULL), DLREC_ERR_INVALID, "cross");
 }

@@ -35,7 +35,8 @@ void dlrec_api_free(void *p);
  * "libsvm" | "libfm", "schema": SPEC, "has_label", "min_count",
  * "hash_buckets", "dense_transform": "log" | "none", "standardize",
  * "skip_bad_rows", "strict_fields", "libfm_fields", "max_hotness",
- * "raw_keys", "threads", "progress"}; apply {"no_label", "valid_fraction",
+ * "raw_keys", "workflow" (the object of docs/etl.md's column operators),
+ * "threads", "progress"}; apply {"no_label", "valid_fraction",
  * "valid_out", "seed", "row_group_rows", "skip_bad_rows", "strict_fields",
  * "threads", "progress"}. *report_json (when not NULL): the run's report. */
 int dlrec_api_etl_fit(const char *inputs_json, const char *out_dir, const char *opts_json, char **report_json);

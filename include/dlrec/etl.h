@@ -84,6 +84,8 @@ typedef struct dlrec_etl_fit_opts {
   const dlrec_source *sources; /* NULL; else n_inputs byte sources read instead of the input
                                  files (a host's tables as CSV: dlrec/arrow.h), the inputs'
                                  names unused */
+  const char *workflow;       /* NULL; else column operators as JSON text (etl fit --workflow,
+                                 docs/etl.md): fill_missing and clip of dense columns */
 } dlrec_etl_fit_opts;
 
 /* The key an empty categorical field stands for, before the column mix. */

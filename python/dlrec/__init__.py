@@ -251,7 +251,8 @@ def etl_fit(data, out, *, format=None, schema=None, label="label", min_count=1, 
     one built from their types: floating-point columns dense, every other
     column categorical, `label` the label. Other options: has_label,
     hash_buckets, dense_transform ("log", "none"), standardize,
-    skip_bad_rows, strict_fields, libfm_fields, max_hotness, raw_keys.
+    skip_bad_rows, strict_fields, libfm_fields, max_hotness, raw_keys, and
+    workflow (a dict of column operators: docs/etl.md).
     Returns the run's report (rows, bad_rows, ...)."""
     def opts_for(tabular):
         nonlocal format, schema

@@ -93,7 +93,7 @@ static char *own(char *text) {
 static dlrec_status fit_opts(const char *opts_json, dlrec_etl_fit_opts *f, cJSON **o) {
   static const char *keys[] = {"format",        "schema",       "has_label",    "min_count",   "hash_buckets",
                                "dense_transform", "standardize", "skip_bad_rows", "strict_fields", "libfm_fields",
-                               "max_hotness",   "raw_keys",     "threads",      "progress",    NULL};
+                               "max_hotness",   "raw_keys",     "threads",      "progress",    "workflow", NULL};
   const char *what = "etl fit options";
   dlrec_etl_fit_opts_default(f);
   const char *format = NULL, *transform = NULL;
@@ -121,6 +121,15 @@ static dlrec_status fit_opts(const char *opts_json, dlrec_etl_fit_opts *f, cJSON
   if (s == DLREC_OK) s = dlrec_json_get_bool_or(*o, "raw_keys", what, f->raw_keys, &f->raw_keys);
   if (s == DLREC_OK) s = get_int(*o, "threads", what, &f->threads);
   if (s == DLREC_OK) s = dlrec_json_get_bool_or(*o, "progress", what, 0, &f->progress);
+  /* The workflow object, as the text the fit parses (freed with *o). */
+  const cJSON *w = s == DLREC_OK ? cJSON_GetObjectItemCaseSensitive(*o, "workflow") : NULL;
+  if (w) {
+    char *text = cJSON_PrintUnformatted(w);
+    if (!text) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
+    cJSON_AddItemToObject(*o, "workflow_text", cJSON_CreateString(text));
+    cJSON_free(text);
+    f->workflow = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(*o, "workflow_text"));
+  }
   return s;
 }
 

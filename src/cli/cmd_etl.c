@@ -43,6 +43,9 @@ static void usage_fit(FILE *out) {
           "                          libsvm (one multi-hot column 'features') or libfm\n"
           "                          (columns f0..f<N-1>, one per field; needs --fields N);\n"
           "                          Parquet is read through the Python package (docs/python.md)\n"
+          "  --workflow W.json       column operators: fill_missing (a number or \"median\")\n"
+          "                          and clip ([low, high]) of dense columns, applied by apply,\n"
+          "                          predict and serve alike (docs/etl.md)\n"
           "  --schema SPEC           CSV columns by role, e.g. 'label=click;ignore=id;cat=*'\n"
           "                          or 'label=label;dense=I1..I13;cat=C1..C26' (docs/etl.md);\n"
           "                          multi=genres:|[:sum|mean[:MAX]] makes a cat column a\n"
@@ -126,6 +129,7 @@ typedef struct etl_args {
   const char *cmd; /* "etl fit" / "etl apply" */
   const char **inputs;
   int n_inputs;
+  const char *workflow_path; /* fit: --workflow */
   const char *out, *etl, *valid_out;
   dlrec_etl_fit_opts fit;
   dlrec_etl_apply_opts apply;
@@ -209,6 +213,9 @@ static int parse_args(etl_args *a, int is_fit, int argc, char **argv) {
     } else if (is_fit && !strcmp(name, "--schema")) {
       if (!(v = value_of(a, argc, argv, &i, iv))) return 2;
       a->fit.schema_spec = v;
+    } else if (is_fit && !strcmp(name, "--workflow")) {
+      if (!(v = value_of(a, argc, argv, &i, iv))) return 2;
+      a->workflow_path = v;
     } else if (is_fit && !strcmp(name, "--pooling")) {
       if (!(v = value_of(a, argc, argv, &i, iv))) return 2;
       if (!strcmp(v, "sum")) a->fit.pooling = DLREC_POOLING_SUM;
@@ -289,7 +296,13 @@ static int run_fit(int argc, char **argv) {
     return rc;
   }
   dlrec_etl_report rep;
-  dlrec_status st = dlrec_etl_fit(a.inputs, a.n_inputs, a.out, &a.fit, &rep);
+  char *workflow = NULL;
+  size_t wn;
+  dlrec_status st = a.workflow_path ? dlrec_read_file(a.workflow_path, 1u << 20, &workflow, &wn) : DLREC_OK;
+  if (st != DLREC_OK) dlrec_error_context("--workflow: ");
+  a.fit.workflow = workflow;
+  if (st == DLREC_OK) st = dlrec_etl_fit(a.inputs, a.n_inputs, a.out, &a.fit, &rep);
+  free(workflow);
   free(a.inputs);
   if (st != DLREC_OK) return cli_fail("etl fit");
   DLREC_INFO("etl fit: %llu rows (%llu bad rows skipped), %.1f MB in %.2f s: %.0f rows/s; state in %s",

@@ -51,6 +51,7 @@ typedef struct fit_job {
   uint64_t rows, positives;
   uint64_t cap;        /* rows t has room for */
   double *t;           /* (n_dense, cap): transformed values, NAN when missing */
+  double *raw;         /* (n_dense, cap) with a median fill: the clipped raw values, NAN when missing */
   double *dmin, *dmax; /* (n_dense) of the raw values */
   uint64_t *dcount;    /* (n_dense) non-missing values */
   etl_badlist bad;
@@ -80,6 +81,12 @@ typedef struct fit_ctx {
   uint64_t rows, positives, bad, bytes, truncated;
   etl_shorts shorts;
   dense_acc acc[DLREC_MAX_DENSE];
+  /* The workflow's operators; for a median fill, the column's clipped
+   * values so far (every one: the exact median needs them). */
+  etl_dense_ops ops[DLREC_MAX_DENSE];
+  int any_median;
+  double *med[DLREC_MAX_DENSE];
+  size_t med_n[DLREC_MAX_DENSE], med_cap[DLREC_MAX_DENSE];
   dlrec_progress *progress;
 } fit_ctx;
 
@@ -90,12 +97,17 @@ static dlrec_status fit_produce(void *vctx, void *vjob, uint64_t seq) {
   return etl_inputs_next(&x->in, &j->block, &j->file, &j->bytes);
 }
 
-static dlrec_status job_reserve(fit_job *j, uint64_t rows, uint32_t nd) {
+static dlrec_status job_reserve(fit_job *j, uint64_t rows, uint32_t nd, int raw) {
   if (rows <= j->cap) return DLREC_OK;
   uint64_t cap = rows + rows / 4 + 64;
   double *t = realloc(j->t, (size_t)(cap * nd + 1) * sizeof *t);
   if (!t) return dlrec_error(DLREC_ERR_NOMEM, "fit: out of memory for a block of %llu rows", (unsigned long long)rows);
   j->t = t;
+  if (raw) {
+    double *r = realloc(j->raw, (size_t)(cap * nd + 1) * sizeof *r);
+    if (!r) return dlrec_error(DLREC_ERR_NOMEM, "fit: out of memory for a block of %llu rows", (unsigned long long)rows);
+    j->raw = r;
+  }
   j->cap = cap;
   return DLREC_OK;
 }
@@ -168,6 +180,7 @@ static dlrec_status fit_row(fit_ctx *x, fit_worker *W, fit_job *j, const dlrec_l
     if (!t.n) continue;
     if ((why = dlrec_parse_number(t.s, t.n, &vals[d])) != NULL)
       return dlrec_parse_error(w, L->dense_field[d], x->cols.dense[d], why, t.s, t.n);
+    vals[d] = etl_clip(&x->ops[d], vals[d]);
     tvals[d] = etl_transform(x->o->dense_transform, vals[d]);
     if (!(fabs(tvals[d]) <= FLT_MAX))
       return dlrec_parse_error(w, L->dense_field[d], x->cols.dense[d], ETL_BEYOND_FLOAT32, t.s, t.n);
@@ -179,6 +192,7 @@ static dlrec_status fit_row(fit_ctx *x, fit_worker *W, fit_job *j, const dlrec_l
   j->truncated += truncated;
   for (uint32_t d = 0; d < x->nd; d++) {
     double *t = &j->t[d * j->cap + r];
+    if (j->raw) j->raw[d * j->cap + r] = row->dense[d].n ? vals[d] : NAN;
     if (row->dense[d].n == 0) {
       *t = NAN;
       continue;
@@ -225,7 +239,7 @@ static dlrec_status fit_work(void *vctx, void *vjob, int worker) {
     j->dmax[d] = -INFINITY;
     j->dcount[d] = 0;
   }
-  dlrec_status st = job_reserve(j, j->block.lines, x->nd);
+  dlrec_status st = job_reserve(j, j->block.lines, x->nd, x->any_median);
   if (st != DLREC_OK) return st;
   const dlrec_layout *L = x->in.layouts[j->file];
   dlrec_where w = {x->in.names[j->file], j->block.first_line};
@@ -278,6 +292,21 @@ static dlrec_status fit_consume(void *vctx, void *vjob, uint64_t seq) {
     if (j->dmin[d] < a->min) a->min = j->dmin[d];
     if (j->dmax[d] > a->max) a->max = j->dmax[d];
   }
+  for (uint32_t d = 0; x->any_median && d < x->nd; d++) {
+    if (x->ops[d].fill != ETL_FILL_MEDIAN) continue;
+    const double *v = j->raw + d * j->cap;
+    if (x->med_n[d] + j->rows > x->med_cap[d]) {
+      size_t cap = x->med_cap[d] ? x->med_cap[d] : 1 << 16;
+      while (cap < x->med_n[d] + j->rows) cap *= 2;
+      double *m = realloc(x->med[d], cap * sizeof *m);
+      if (!m) return dlrec_error(DLREC_ERR_NOMEM, "fit: out of memory for the values of %s (its median fill)",
+                                 x->cols.dense[d]);
+      x->med[d] = m;
+      x->med_cap[d] = cap;
+    }
+    for (uint64_t r = 0; r < j->rows; r++)
+      if (!isnan(v[r])) x->med[d][x->med_n[d]++] = v[r];
+  }
   x->rows += j->rows;
   x->positives += j->positives;
   x->truncated += j->truncated;
@@ -285,6 +314,22 @@ static dlrec_status fit_consume(void *vctx, void *vjob, uint64_t seq) {
   x->bytes += j->bytes;
   dlrec_progress_add(x->progress, j->bytes);
   return DLREC_OK;
+}
+
+static int cmp_double(const void *pa, const void *pb) {
+  const double a = *(const double *)pa, b = *(const double *)pb;
+  return (a > b) - (a < b);
+}
+
+/* numpy's median of n values (sorted here): the middle one, or the mean of
+ * the two middle ones; 0 (and a warning) without values. */
+static double median(double *v, size_t n, const char *name) {
+  if (n == 0) {
+    DLREC_WARN("fit: column %s has no value to take a median of: missing values are filled with 0", name);
+    return 0.0;
+  }
+  qsort(v, n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 /* ---- vocabularies ---- */
@@ -492,15 +537,27 @@ static dlrec_status build_state(fit_ctx *x, dlrec_etl *e) {
   s->n_sparse = x->nc;
   for (uint32_t d = 0; d < x->nd; d++) {
     strcpy(s->dense_names[d], x->cols.dense[d]);
-    const dense_acc *a = &x->acc[d];
+    dense_acc *a = &x->acc[d];
     etl_dense *out = &e->dense[d];
     out->count = a->count;
     out->missing = x->rows - a->count;
-    if (a->count) {
-      double n = (double)a->count, m1 = a->s1 / n;
+    out->ops = x->ops[d];
+    if (out->ops.fill == ETL_FILL_MEDIAN) out->ops.fill_value = median(x->med[d], x->med_n[d], x->cols.dense[d]);
+    /* The filled values count in the mean and std that standardize uses. */
+    const uint64_t filled = out->ops.fill ? out->missing : 0;
+    if (filled) {
+      double tf = etl_transform(x->o->dense_transform, etl_clip(&out->ops, out->ops.fill_value));
+      if (!a->started) a->started = 1, a->shift = tf;
+      a->s1 += (double)filled * (tf - a->shift);
+      a->s2 += (double)filled * (tf - a->shift) * (tf - a->shift);
+    }
+    if (a->count + filled) {
+      double n = (double)(a->count + filled), m1 = a->s1 / n;
       out->mean = a->shift + m1;
       double var = a->s2 / n - m1 * m1;
       out->std = var > 0 ? sqrt(var) : 0.0;
+    }
+    if (a->count) {
       out->min = a->min;
       out->max = a->max;
     }
@@ -599,6 +656,8 @@ dlrec_status dlrec_etl_fit(const char *const *inputs, int n_inputs, const char *
     x->nd = x->cols.n_dense;
     x->nc = x->cols.n_cat;
     for (uint32_t c = 0; c < x->nc; c++) x->multi |= x->cols.sep[c] != 0;
+    st = etl_workflow_parse(o->workflow, &x->cols, x->ops);
+    for (uint32_t d = 0; d < x->nd; d++) x->any_median |= x->ops[d].fill == ETL_FILL_MEDIAN;
   }
   for (uint32_t d = 0; d < x->nd; d++) x->acc[d] = (dense_acc){.min = INFINITY, .max = -INFINITY};
   for (int w = 0; st == DLREC_OK && w < threads; w++) {
@@ -649,12 +708,14 @@ dlrec_status dlrec_etl_fit(const char *const *inputs, int n_inputs, const char *
   for (int i = 0; jobs && i < n_jobs; i++) {
     dlrec_block_free(&jobs[i].block);
     free(jobs[i].t);
+    free(jobs[i].raw);
     free(jobs[i].dmin);
     free(jobs[i].dmax);
     free(jobs[i].dcount);
     etl_badlist_free(&jobs[i].bad);
   }
   etl_inputs_free(&x->in);
+  for (uint32_t d = 0; d < DLREC_MAX_DENSE; d++) free(x->med[d]);
   dlrec_etl_free(e);
   free(jobs);
   free(slots);

@@ -22,11 +22,34 @@
 #define ETL_LOCAL_OOV 1u
 #define ETL_LOCAL_FIRST 2u
 
+/* A dense column's operators (etl fit --workflow), in raw units: clip to
+ * [clip_lo, clip_hi], and a missing value replaced by fill_value (a
+ * constant, or the median of the column's clipped values in fit). */
+typedef enum etl_fill { ETL_FILL_NONE = 0, ETL_FILL_CONSTANT = 1, ETL_FILL_MEDIAN = 2 } etl_fill;
+typedef struct etl_dense_ops {
+  etl_fill fill;
+  double fill_value;
+  int clip;
+  double clip_lo, clip_hi;
+} etl_dense_ops;
+
 typedef struct etl_dense {
   uint64_t count, missing;
-  double min, max, mean, std;
+  double min, max, mean, std; /* min, max: of the clipped raw values; mean, std: of the transformed
+                                 values after filling (what standardize divides by) */
   double inv_std; /* 1 / std, or 1 when std is 0 (a constant column) */
+  etl_dense_ops ops;
 } etl_dense;
+
+/* Parses a workflow (dlrec_etl_fit_opts.workflow, JSON text; NULL: none)
+ * into ops for the dense columns of cols. */
+dlrec_status etl_workflow_parse(const char *text, const dlrec_columns *cols, etl_dense_ops *ops);
+
+/* x clipped by ops (raw units). */
+static inline double etl_clip(const etl_dense_ops *op, double x) {
+  if (!op->clip) return x;
+  return x < op->clip_lo ? op->clip_lo : x > op->clip_hi ? op->clip_hi : x;
+}
 
 typedef struct etl_cat {
   dlrec_key_kind key_kind;
@@ -129,14 +152,19 @@ static inline double etl_transform(dlrec_dense_transform tr, double x) {
 
 /* Transformed, standardized value of dense column col; NULL or a reason. */
 static inline const char *etl_dense_value(const dlrec_etl *e, uint32_t col, const char *s, size_t n, float *out) {
-  if (n == 0) {
+  const etl_dense_ops *op = &e->dense[col].ops;
+  double x;
+  if (n == 0 && !op->fill) {
     *out = 0.0f;
     return NULL;
   }
-  double x;
-  const char *why = dlrec_parse_number(s, n, &x);
-  if (why) return why;
-  double t = etl_transform(e->transform, x);
+  if (n == 0) {
+    x = op->fill_value;
+  } else {
+    const char *why = dlrec_parse_number(s, n, &x);
+    if (why) return why;
+  }
+  double t = etl_transform(e->transform, etl_clip(op, x));
   if (!(fabs(t) <= FLT_MAX)) return ETL_BEYOND_FLOAT32;
   if (e->standardize) {
     /* A column of tiny std in fit can blow up a value fit never saw. */

@@ -158,6 +158,17 @@ static cJSON *state_json(const dlrec_etl *e, uint64_t vocab_bytes, uint32_t voca
     cJSON_AddItemToObject(o, "max", num(d->max));
     cJSON_AddItemToObject(o, "mean", num(d->mean));
     cJSON_AddItemToObject(o, "std", num(d->std));
+    /* The workflow's operators (etl_workflow.c), when the column has any. */
+    if (d->ops.fill) {
+      cJSON *f = cJSON_AddObjectToObject(o, "fill_missing");
+      cJSON_AddStringToObject(f, "kind", d->ops.fill == ETL_FILL_MEDIAN ? "median" : "constant");
+      cJSON_AddItemToObject(f, "value", num(d->ops.fill_value));
+    }
+    if (d->ops.clip) {
+      cJSON *c = cJSON_AddArrayToObject(o, "clip");
+      cJSON_AddItemToArray(c, isfinite(d->ops.clip_lo) ? num(d->ops.clip_lo) : cJSON_CreateNull());
+      cJSON_AddItemToArray(c, isfinite(d->ops.clip_hi) ? num(d->ops.clip_hi) : cJSON_CreateNull());
+    }
     cJSON_AddItemToArray(dense, o);
   }
   cJSON *cats = cJSON_AddArrayToObject(root, "categorical");
@@ -238,11 +249,43 @@ static dlrec_status get_name(const cJSON *o, const char *key, const char *what, 
   return DLREC_OK;
 }
 
+/* A dense column's operators, as state_json writes them. */
+static dlrec_status load_ops(const cJSON *o, const char *what, etl_dense_ops *op) {
+  memset(op, 0, sizeof *op);
+  const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, "fill_missing");
+  if (f) {
+    static const char *const keys[] = {"kind", "value", NULL};
+    const char *kind = NULL;
+    dlrec_status st = cJSON_IsObject(f) ? dlrec_json_check_keys(f, what, keys)
+                                        : dlrec_error(DLREC_ERR_INVALID, "%s: fill_missing: expected an object", what);
+    if (st == DLREC_OK) st = dlrec_json_get_string(f, "kind", what, &kind);
+    if (st == DLREC_OK) st = dlrec_json_get_double(f, "value", what, &op->fill_value);
+    if (st != DLREC_OK) return st;
+    if (!strcmp(kind, "median")) op->fill = ETL_FILL_MEDIAN;
+    else if (!strcmp(kind, "constant")) op->fill = ETL_FILL_CONSTANT;
+    if (!op->fill || !isfinite(op->fill_value))
+      return dlrec_error(DLREC_ERR_INVALID, "%s: fill_missing: expected a median or constant kind and a finite value",
+                         what);
+  }
+  const cJSON *c = cJSON_GetObjectItemCaseSensitive(o, "clip");
+  if (c) {
+    const cJSON *lo = cJSON_GetArrayItem(c, 0), *hi = cJSON_GetArrayItem(c, 1);
+    if (!cJSON_IsArray(c) || cJSON_GetArraySize(c) != 2 || !(cJSON_IsNull(lo) || cJSON_IsNumber(lo)) ||
+        !(cJSON_IsNull(hi) || cJSON_IsNumber(hi)))
+      return dlrec_error(DLREC_ERR_INVALID, "%s: clip: expected [low, high] (numbers or null)", what);
+    op->clip = 1;
+    op->clip_lo = cJSON_IsNull(lo) ? -INFINITY : lo->valuedouble;
+    op->clip_hi = cJSON_IsNull(hi) ? INFINITY : hi->valuedouble;
+    if (!(op->clip_lo <= op->clip_hi)) return dlrec_error(DLREC_ERR_INVALID, "%s: clip: low above high", what);
+  }
+  return DLREC_OK;
+}
+
 static dlrec_status load_dense(dlrec_etl *e, const cJSON *arr, const char *jpath) {
   int n = cJSON_GetArraySize(arr);
   if (n > DLREC_MAX_DENSE) return dlrec_error(DLREC_ERR_INVALID, "%s: %d dense columns, at most %d", jpath, n, DLREC_MAX_DENSE);
   e->schema.n_dense = (uint32_t)n;
-  static const char *const keys[] = {"name", "count", "missing", "min", "max", "mean", "std", NULL};
+  static const char *const keys[] = {"name", "count", "missing", "min", "max", "mean", "std", "fill_missing", "clip", NULL};
   for (int i = 0; i < n; i++) {
     const cJSON *o = cJSON_GetArrayItem(arr, i);
     char what[4200];
@@ -257,6 +300,7 @@ static dlrec_status load_dense(dlrec_etl *e, const cJSON *arr, const char *jpath
     if (st == DLREC_OK) st = dlrec_json_get_double(o, "max", what, &d->max);
     if (st == DLREC_OK) st = dlrec_json_get_double(o, "mean", what, &d->mean);
     if (st == DLREC_OK) st = dlrec_json_get_double(o, "std", what, &d->std);
+    if (st == DLREC_OK) st = load_ops(o, what, &d->ops);
     if (st != DLREC_OK) return st;
     if (d->count + d->missing != e->rows || !(d->std >= 0) || !isfinite(d->std) || !isfinite(d->mean) ||
         !(d->min <= d->max))
