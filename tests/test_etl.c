@@ -608,7 +608,7 @@ static dec_row *read_dlr(const char *path, uint64_t *rows) {
 
 /* One output per input (per_input): each input's file holds the rows a
  * merged apply writes for it, in order (so concatenated they are the merged
- * file's rows); an empty input gets an empty file; the validation rows of
+ * file's rows); an empty input gets an empty file, in the middle and last; the validation rows of
  * all inputs go to the one valid_out, the same bytes as the merged run's;
  * two inputs of one name, or stdin, are refused. */
 TEST(apply_writes_one_file_per_input) {
@@ -616,9 +616,10 @@ TEST(apply_writes_one_file_per_input) {
   CHECK_EQ(synth(a, 3000, 21, 200), 0);
   CHECK_EQ(synth(b, 2000, 22, 200), 0);
   CHECK(test_write_file(test_path("day_2"), "", 0) == 0);
-  const char *in[] = {a, keep(test_path("day_2")), b};
+  CHECK(test_write_file(test_path("day_3.tsv"), "", 0) == 0);
+  const char *in[] = {a, keep(test_path("day_2")), b, keep(test_path("day_3.tsv"))};
   dlrec_etl_fit_opts o = fit_opts();
-  CHECK_OK(dlrec_etl_fit(in, 3, test_path("etl"), &o, NULL));
+  CHECK_OK(dlrec_etl_fit(in, 4, test_path("etl"), &o, NULL));
   dlrec_etl *e;
   CHECK_OK(dlrec_etl_load(&e, test_path("etl")));
   dlrec_etl_apply_opts ao = apply_opts();
@@ -627,22 +628,25 @@ TEST(apply_writes_one_file_per_input) {
   ao.row_group_rows = 700; /* a file's last group is partial */
   ao.valid_out = keep(test_path("merged_valid.dlr"));
   dlrec_etl_report rm, rp;
-  CHECK_OK(dlrec_etl_apply(e, in, 3, test_path("merged.dlr"), &ao, &rm));
+  CHECK_OK(dlrec_etl_apply(e, in, 4, test_path("merged.dlr"), &ao, &rm));
   CHECK(mkdir(test_path("out"), 0755) == 0);
   ao.valid_out = keep(test_path("valid.dlr"));
   ao.per_input = 1;
   ao.threads = 3;
   ao.block_bytes = 4096; /* many blocks per file */
-  CHECK_OK(dlrec_etl_apply(e, in, 3, test_path("out"), &ao, &rp));
+  CHECK_OK(dlrec_etl_apply(e, in, 4, test_path("out"), &ao, &rp));
   CHECK_EQ(rp.rows, rm.rows);
   CHECK_EQ(rp.valid_rows, rm.valid_rows);
   CHECK(same_file(test_path("valid.dlr"), test_path("merged_valid.dlr")));
   uint64_t n_merged, n0, n1, n2;
   dec_row *merged = read_dlr(test_path("merged.dlr"), &n_merged);
+  uint64_t n3;
   dec_row *f0 = read_dlr(test_path("out/day_0.dlr"), &n0), *f1 = read_dlr(test_path("out/day_2.dlr"), &n1),
-          *f2 = read_dlr(test_path("out/day_1.dlr"), &n2);
-  CHECK(merged && f0 && f1 && f2);
+          *f2 = read_dlr(test_path("out/day_1.dlr"), &n2), *f3 = read_dlr(test_path("out/day_3.dlr"), &n3);
+  CHECK(merged && f0 && f1 && f2 && f3);
   CHECK_EQ(n1, 0);
+  CHECK_EQ(n3, 0); /* a last input without rows gets its file too */
+  free(f3);
   CHECK(n0 > 2000 && n2 > 1300);
   CHECK_EQ(n0 + n2, n_merged);
   CHECK(!memcmp(f0, merged, n0 * sizeof *f0));
