@@ -1867,7 +1867,7 @@ static int cmp_dbl(const void *a, const void *b) {
 /* Column operators (etl fit --workflow) against a naive computation: a CSV
  * of random values with missing ones, column a filled by its median (an
  * even count of values) and clipped above, b filled by a constant and
- * clipped on both sides, c left alone; with the log transform and
+ * clipped on both sides (its fill above the clip), c left alone; with the log transform and
  * standardize. The expected value of a row is transform(clip(x or fill)),
  * standardized by the mean and std of those values over all rows (the
  * filled ones included), each computed here in double from the text. Every
@@ -1898,7 +1898,7 @@ TEST(workflow_fill_and_clip_match_a_naive_computation) {
   o.schema_spec = "label=y;dense=a,b,c;cat=k";
   o.standardize = 1;
   o.workflow = "{\"dense\": {\"a\": {\"fill_missing\": \"median\", \"clip\": [null, 800]},"
-               " \"b\": {\"fill_missing\": -5, \"clip\": [0, 6.5]}}}";
+               " \"b\": {\"fill_missing\": 9, \"clip\": [0, 6.5]}}}";
   CHECK_OK(dlrec_etl_fit(&in, 1, test_path("etl"), &o, NULL));
   /* The naive side. */
   double want[ROWS][COLS];
@@ -1906,7 +1906,7 @@ TEST(workflow_fill_and_clip_match_a_naive_computation) {
     double vals[ROWS], fill = 0, lo = -INFINITY, hi = INFINITY;
     int k = 0, has_fill = c < 2;
     if (c == 0) hi = 800;
-    if (c == 1) lo = 0, hi = 6.5, fill = -5;
+    if (c == 1) lo = 0, hi = 6.5, fill = 9; /* above high: the fill is clipped too */
     for (int i = 0; i < ROWS; i++)
       if (cell[i][c][0]) {
         double x = strtod(cell[i][c], NULL);
