@@ -721,8 +721,7 @@ static uint32_t part_rows(const dlrec_train_config *cfg, int ranks) {
 
 dlrec_status dlrec_train_print_plan(const dlrec_train_args *a, int ranks, FILE *out) {
   dlrec_train_config cfg;
-  dlrec_status s = DLREC_OK;
-  s = read_config(a, &cfg);
+  dlrec_status s = read_config(a, &cfg);
   dlrec_etl *etl = NULL;
   if (s == DLREC_OK) s = dlrec_etl_load(&etl, a->etl_dir);
   if (s != DLREC_OK) return s;
