@@ -9,7 +9,11 @@ followed by `dlrec etl apply` on a Criteo TSV file, done the usual pandas way.
   them; log1p of the dense values clipped at 0, missing -> 0;
   labels as float32; one binary numpy file of the encoded columns.
 
-usage: etl_pandas.py DATA.tsv|DATA.parquet OUT.npz
+usage: etl_pandas.py DATA.tsv|DATA.parquet OUT.npz [--fill-clip HIGH]
+With --fill-clip, each dense column is first filled with its median where
+missing and clipped to [0, HIGH] (as `dlrec etl fit --workflow` with
+"fill_missing": "median", "clip": [0, HIGH] on every dense column), the
+median taken after clipping as dlrec takes it.
 A .parquet file (the columns by name, as bench/python_vs_cli.sh writes it)
 is read with pd.read_parquet instead of read_csv.
 Prints the seconds taken (reading included, interpreter start excluded).
@@ -23,6 +27,7 @@ import pandas as pd
 
 def main():
     path, out = sys.argv[1], sys.argv[2]
+    clip_high = float(sys.argv[4]) if len(sys.argv) > 4 and sys.argv[3] == "--fill-clip" else None
     dense = [f"I{i}" for i in range(1, 14)]
     cats = [f"C{i}" for i in range(1, 27)]
     names = ["label"] + dense + cats
@@ -33,6 +38,10 @@ def main():
     else:
         df = pd.read_csv(path, sep="\t", header=None, names=names, dtype=dtypes, engine="c")
     labels = df["label"].to_numpy(np.float32)
+    if clip_high is not None:
+        for c in dense:
+            col = df[c].clip(0, clip_high)
+            df[c] = col.fillna(col.median())
     x = df[dense].to_numpy(np.float32)
     x = np.log1p(np.clip(x, 0, None))
     x = np.nan_to_num(x, nan=0.0).astype(np.float32)

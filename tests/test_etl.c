@@ -1961,6 +1961,18 @@ TEST(workflow_fill_and_clip_match_a_naive_computation) {
     }
   }
   dlrec_etl_free(e);
+  /* An odd count: the middle value (of 7, 1, 4: 4), its encoding precomputed. */
+  const char *small = "y,a,b,c,k\n1,7,,,x\n0,,,,x\n1,1,,,x\n0,4,,,x\n";
+  CHECK(test_write_file(test_path("odd.csv"), small, (size_t)-1) == 0);
+  const char *odd = keep(test_path("odd.csv"));
+  o.standardize = 0;
+  o.workflow = "{\"dense\": {\"a\": {\"fill_missing\": \"median\"}}}";
+  CHECK_OK(dlrec_etl_fit(&odd, 1, test_path("etl_odd"), &o, NULL));
+  CHECK_OK(dlrec_etl_load(&e, test_path("etl_odd")));
+  float filled;
+  CHECK_OK(dlrec_etl_encode_dense(e, 0, "", 0, &filled));
+  CHECK_NEAR(filled, log1p(4.0), 1e-7, 1e-7);
+  dlrec_etl_free(e);
   /* Refused, with the column and the operator named. */
   o.workflow = "{\"dense\": {\"k\": {\"clip\": [0, 1]}}}";
   CHECK_ERR(dlrec_etl_fit(&in, 1, test_path("bad"), &o, NULL), DLREC_ERR_INVALID, "'k': is categorical");

@@ -321,15 +321,48 @@ static int cmp_double(const void *pa, const void *pb) {
   return (a > b) - (a < b);
 }
 
-/* numpy's median of n values (sorted here): the middle one, or the mean of
- * the two middle ones; 0 (and a warning) without values. */
+/* Reorders v[0, n) so that v[k] is the value a sort would put there, every
+ * value before it <= it and every one after >= it: quickselect on a
+ * median-of-three pivot (Hoare's partition), falling back to a sort of what
+ * is left when the partitions shrink slowly (an adversarial order). */
+static void select_kth(double *v, size_t n, size_t k) {
+  size_t lo = 0, hi = n, budget = 64;
+  while (hi - lo > 16) {
+    if (budget-- == 0) {
+      qsort(v + lo, hi - lo, sizeof *v, cmp_double);
+      return;
+    }
+    double a = v[lo], b = v[lo + (hi - lo) / 2], c = v[hi - 1];
+    double p = a < b ? (b < c ? b : a < c ? c : a) : (a < c ? a : b < c ? c : b);
+    size_t i = lo, j = hi - 1;
+    for (;;) {
+      while (v[i] < p) i++;
+      while (v[j] > p) j--;
+      if (i >= j) break;
+      double t = v[i];
+      v[i++] = v[j];
+      v[j--] = t;
+    }
+    /* [lo, j] <= p <= [j + 1, hi) */
+    if (k <= j) hi = j + 1;
+    else lo = j + 1;
+  }
+  qsort(v + lo, hi - lo, sizeof *v, cmp_double);
+}
+
+/* numpy's median of n values (reordered here): the middle one, or the mean
+ * of the two middle ones; 0 (and a warning) without values. */
 static double median(double *v, size_t n, const char *name) {
   if (n == 0) {
     DLREC_WARN("fit: column %s has no value to take a median of: missing values are filled with 0", name);
     return 0.0;
   }
-  qsort(v, n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+  select_kth(v, n, n / 2);
+  if (n % 2) return v[n / 2];
+  double below = v[0]; /* the largest of v[0, n/2), all <= v[n/2] */
+  for (size_t i = 1; i < n / 2; i++)
+    if (v[i] > below) below = v[i];
+  return (below + v[n / 2]) / 2;
 }
 
 /* ---- vocabularies ---- */

@@ -39,6 +39,7 @@ typedef struct etl_dense {
                                  values after filling (what standardize divides by) */
   double inv_std; /* 1 / std, or 1 when std is 0 (a constant column) */
   etl_dense_ops ops;
+  float fill_out;  /* a missing value's encoding: 0, or the fill's (set when the state is loaded) */
 } etl_dense;
 
 /* Parses a workflow (dlrec_etl_fit_opts.workflow, JSON text; NULL: none)
@@ -151,20 +152,9 @@ static inline double etl_transform(dlrec_dense_transform tr, double x) {
 #define ETL_BEYOND_FLOAT32 "value beyond float32 range (|t| > 3.4e38)"
 
 /* Transformed, standardized value of dense column col; NULL or a reason. */
-static inline const char *etl_dense_value(const dlrec_etl *e, uint32_t col, const char *s, size_t n, float *out) {
-  const etl_dense_ops *op = &e->dense[col].ops;
-  double x;
-  if (n == 0 && !op->fill) {
-    *out = 0.0f;
-    return NULL;
-  }
-  if (n == 0) {
-    x = op->fill_value;
-  } else {
-    const char *why = dlrec_parse_number(s, n, &x);
-    if (why) return why;
-  }
-  double t = etl_transform(e->transform, etl_clip(op, x));
+/* A raw value x of dense column col, clipped, transformed and standardized. */
+static inline const char *etl_dense_encode(const dlrec_etl *e, uint32_t col, double x, float *out) {
+  double t = etl_transform(e->transform, etl_clip(&e->dense[col].ops, x));
   if (!(fabs(t) <= FLT_MAX)) return ETL_BEYOND_FLOAT32;
   if (e->standardize) {
     /* A column of tiny std in fit can blow up a value fit never saw. */
@@ -173,6 +163,18 @@ static inline const char *etl_dense_value(const dlrec_etl *e, uint32_t col, cons
   }
   *out = (float)t;
   return NULL;
+}
+
+static inline const char *etl_dense_value(const dlrec_etl *e, uint32_t col, const char *s, size_t n, float *out) {
+  if (n == 0) {
+    /* Missing: 0, or the fill's encoding (etl_dense_encode of the fill
+     * value, computed once when the state is loaded). */
+    *out = e->dense[col].fill_out;
+    return NULL;
+  }
+  double x;
+  const char *why = dlrec_parse_number(s, n, &x);
+  return why ? why : etl_dense_encode(e, col, x, out);
 }
 
 /* Local id of a key in categorical column col. */

@@ -310,6 +310,18 @@ static dlrec_status load_dense(dlrec_etl *e, const cJSON *arr, const char *jpath
   return DLREC_OK;
 }
 
+/* Each dense column's encoding of a missing value, once the transform and
+ * statistics are known: a fill's runs through the encoder as any value. */
+static dlrec_status prepare_fills(dlrec_etl *e, const char *jpath) {
+  for (uint32_t i = 0; i < e->schema.n_dense; i++) {
+    etl_dense *d = &e->dense[i];
+    d->fill_out = 0.0f;
+    const char *why = d->ops.fill ? etl_dense_encode(e, i, d->ops.fill_value, &d->fill_out) : NULL;
+    if (why) return dlrec_error(DLREC_ERR_INVALID, "%s: dense[%u]: fill_missing: %s", jpath, i, why);
+  }
+  return DLREC_OK;
+}
+
 static dlrec_status load_cats(dlrec_etl *e, const cJSON *arr, const char *jpath) {
   int n = cJSON_GetArraySize(arr);
   if (n > DLREC_MAX_SPARSE)
@@ -560,6 +572,7 @@ static dlrec_status load_json(dlrec_etl *e, const cJSON *root, const char *text,
   if (st == DLREC_OK) st = dlrec_json_get_array(root, "categorical", jpath, &cats);
   if (st == DLREC_OK) st = dlrec_json_get_object(root, "vocab", jpath, &vocab);
   if (st == DLREC_OK) st = load_dense(e, dense, jpath);
+  if (st == DLREC_OK) st = prepare_fills(e, jpath);
   if (st == DLREC_OK) st = load_cats(e, cats, jpath);
   if (st == DLREC_OK && table_rows != e->schema.table_rows)
     st = dlrec_error(DLREC_ERR_INVALID, "%s: table_rows %llu, the columns add up to %llu", jpath,
