@@ -1,9 +1,11 @@
 """Builds the dlrec wheel around the libdlrec.so that `make` built: the
 package is pure Python over the library (cffi in ABI mode, so nothing is
-compiled here), and the library goes into the package.
+compiled here), and the library and its API header (include/dlrec/api.h,
+whose declarations the binding reads) go into the package.
 
 The library is looked for in $DLREC_LIBRARY, else ../build/libdlrec.so (the
-repository's release build). The wheel is tagged for this platform."""
+repository's release build), and the header in $DLREC_API_HEADER, else
+../include/dlrec/api.h. The wheel is tagged for this platform."""
 import os
 import shutil
 
@@ -22,12 +24,21 @@ def library():
     return path
 
 
+def header():
+    path = os.environ.get("DLREC_API_HEADER") or os.path.join(HERE, "..", "include", "dlrec", "api.h")
+    if not os.path.exists(path):
+        raise SystemExit(f"dlrec: no api.h at {path} (set DLREC_API_HEADER to include/dlrec/api.h)")
+    return path
+
+
 class BuildWithLibrary(build_py):
     def run(self):
         super().run()
         dest = os.path.join(self.build_lib, "dlrec")
         os.makedirs(dest, exist_ok=True)
         shutil.copy2(library(), os.path.join(dest, "libdlrec.so"))
+        # The API's declarations, which the binding reads (dlrec/_lib.py).
+        shutil.copy2(header(), os.path.join(dest, "api.h"))
 
 
 class BinaryDistribution(Distribution):

@@ -24,7 +24,7 @@ import tempfile
 
 import numpy as np
 
-from ._lib import ffi, lib
+from ._lib import ARROW_STREAM_BYTES, ffi, lib
 
 __all__ = ["DlrecError", "Model", "etl_fit", "etl_apply"]
 __version__ = "0.1.0"
@@ -83,9 +83,10 @@ def _read_parquet(path):
 
 def _arrow_streams(data):
     """The sources as Arrow C streams of record batches, with their names
-    for messages, when every one is a table pyarrow can hold (a Parquet
-    file is streamed row group by row group); None otherwise (a path of
-    rows, no pyarrow, or a column Arrow cannot type), for the CSV way."""
+    for messages and the buffer that holds the streams (keep it alive for
+    the call), when every one is a table pyarrow can hold (a Parquet file is
+    streamed row group by row group); None otherwise (a path of rows, no
+    pyarrow, or a column Arrow cannot type), for the CSV way."""
     items = data if isinstance(data, (list, tuple)) else [data]
     try:
         import pyarrow as pa
@@ -109,10 +110,10 @@ def _arrow_streams(data):
             names.append(f"<{type(x).__name__} {i}>")
         else:
             return None
-    streams = ffi.new("struct ArrowArrayStream[]", len(readers))
+    buf = ffi.new("char[]", ARROW_STREAM_BYTES * len(readers))
     for k, r in enumerate(readers):
-        r._export_to_c(int(ffi.cast("uintptr_t", streams + k)))
-    return streams, names
+        r._export_to_c(int(ffi.cast("uintptr_t", buf)) + k * ARROW_STREAM_BYTES)
+    return ffi.cast("struct ArrowArrayStream *", buf), names, buf
 
 
 class _Staged:
@@ -268,7 +269,7 @@ def etl_fit(data, out, *, format=None, schema=None, label="label", min_count=1, 
     rep = ffi.new("char **")
     arrow = _arrow_streams(data)
     if arrow is not None:
-        streams, names = arrow
+        streams, names, _keep = arrow
         if lib.dlrec_api_etl_fit_arrow(streams, len(names), json.dumps(names).encode(), _c(out), opts_for(True), rep):
             _fail()
         return json.loads(_take(rep))
@@ -291,7 +292,7 @@ def etl_apply(etl, data, out, *, valid_fraction=0.0, valid_out=None, seed=0, thr
     rep = ffi.new("char **")
     arrow = _arrow_streams(data)
     if arrow is not None:
-        streams, names = arrow
+        streams, names, _keep = arrow
         if lib.dlrec_api_etl_apply_arrow(_c(etl), streams, len(names), json.dumps(names).encode(), _c(out), opts, rep):
             _fail()
         return json.loads(_take(rep))
@@ -459,7 +460,7 @@ class Model:
         prob, n = ffi.new("float **"), ffi.new("uint64_t *")
         arrow = None if isinstance(data, (list, tuple)) else _arrow_streams(data)
         if arrow is not None:
-            streams, names = arrow
+            streams, names, _keep = arrow
             if lib.dlrec_api_predict_arrow(m, streams, names[0].encode(), prob, n):
                 _fail()
             return self._scores(prob, n)
