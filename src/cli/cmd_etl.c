@@ -155,7 +155,6 @@ static const char *value_of(const etl_args *a, int argc, char **argv, int *i, co
     DST = v_;                                                                            \
   }
 
-/* Parses argv into a; returns -1 to go on, or an exit code (0 after --help). */
 /* Parquet is read by pyarrow, through the Python package (docs/python.md). */
 static int parquet_refused(const etl_args *a) {
   return cli_usage_error(a->cmd, "Parquet is read through the Python package, with pyarrow: pip install ./python "
@@ -164,6 +163,7 @@ static int parquet_refused(const etl_args *a) {
                                                    : "etl_fit('FILE.parquet', OUT, schema=SPEC)");
 }
 
+/* Parses argv into a; returns -1 to go on, or an exit code (0 after --help). */
 static int parse_args(etl_args *a, int is_fit, int argc, char **argv) {
   a->inputs = calloc((size_t)argc, sizeof *a->inputs);
   if (!a->inputs) return cli_usage_error(a->cmd, "out of memory");

@@ -2,7 +2,6 @@
 #include <errno.h>
 #include <getopt.h>
 #include <stdlib.h>
-#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
