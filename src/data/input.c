@@ -48,20 +48,32 @@ static dlrec_status grow(char **buf, size_t *cap, size_t need, const char *name)
   return DLREC_OK;
 }
 
-dlrec_status dlrec_reader_open(dlrec_reader **out, const char *path, size_t block_bytes, size_t max_line_bytes) {
+/* What a file's and a source's readers start from: the sizes checked, the
+ * name for messages set, no file yet (fd -1). */
+static dlrec_status reader_new(dlrec_reader **out, const char *name, size_t block_bytes, size_t max_line_bytes) {
   *out = NULL;
   if (block_bytes == 0 || max_line_bytes == 0)
     return dlrec_error(DLREC_ERR_INVALID, "reader: block and line sizes must be positive");
   dlrec_reader *r = calloc(1, sizeof *r);
-  if (!r) return dlrec_error(DLREC_ERR_NOMEM, "%s: out of memory", path);
+  if (!r) return dlrec_error(DLREC_ERR_NOMEM, "%s: out of memory", name);
   r->block_bytes = block_bytes;
   r->max_line_bytes = max_line_bytes;
   r->next_line = 1;
-  if (!strcmp(path, "-")) {
+  r->fd = -1;
+  snprintf(r->name, sizeof r->name, "%s", name);
+  *out = r;
+  return DLREC_OK;
+}
+
+dlrec_status dlrec_reader_open(dlrec_reader **out, const char *path, size_t block_bytes, size_t max_line_bytes) {
+  const int std_in = !strcmp(path, "-");
+  dlrec_status s = reader_new(out, std_in ? "stdin" : path, block_bytes, max_line_bytes);
+  if (s != DLREC_OK) return s;
+  dlrec_reader *r = *out;
+  *out = NULL;
+  if (std_in) {
     r->fd = STDIN_FILENO;
-    strcpy(r->name, "stdin");
   } else {
-    snprintf(r->name, sizeof r->name, "%s", path);
     r->fd = open(path, O_RDONLY | O_CLOEXEC);
     if (r->fd < 0) {
       dlrec_status st = dlrec_error(DLREC_ERR_IO, "%s: %s", path, strerror(errno));
@@ -84,18 +96,10 @@ dlrec_status dlrec_reader_open(dlrec_reader **out, const char *path, size_t bloc
 dlrec_status dlrec_reader_open_source(dlrec_reader **out, const dlrec_source *src, size_t block_bytes,
                                       size_t max_line_bytes) {
   *out = NULL;
-  if (block_bytes == 0 || max_line_bytes == 0 || !src || !src->read)
-    return dlrec_error(DLREC_ERR_INVALID, "reader: block and line sizes must be positive, and a source given");
-  dlrec_reader *r = calloc(1, sizeof *r);
-  if (!r) return dlrec_error(DLREC_ERR_NOMEM, "%s: out of memory", src->name);
-  r->block_bytes = block_bytes;
-  r->max_line_bytes = max_line_bytes;
-  r->next_line = 1;
-  r->fd = -1;
-  r->src = *src;
-  snprintf(r->name, sizeof r->name, "%s", src->name ? src->name : "(source)");
-  *out = r;
-  return DLREC_OK;
+  if (!src || !src->read) return dlrec_error(DLREC_ERR_INVALID, "reader: no source to read");
+  dlrec_status s = reader_new(out, src->name ? src->name : "(source)", block_bytes, max_line_bytes);
+  if (s == DLREC_OK) (*out)->src = *src;
+  return s;
 }
 
 const char *dlrec_reader_name(const dlrec_reader *r) { return r->name; }
