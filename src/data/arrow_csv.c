@@ -203,6 +203,21 @@ static int fmt_float(char *buf, size_t n, float v) {
   return k;
 }
 
+/* Integer i of an array of integer kind k (u64 read as its bits). */
+static int64_t index_at(const struct ArrowArray *x, kind k, int64_t i) {
+  const void *v = x->buffers[1];
+  switch (k) {
+  case K_I8: return ((const int8_t *)v)[i];
+  case K_U8: return ((const uint8_t *)v)[i];
+  case K_I16: return ((const int16_t *)v)[i];
+  case K_U16: return ((const uint16_t *)v)[i];
+  case K_I32: return ((const int32_t *)v)[i];
+  case K_U32: return ((const uint32_t *)v)[i];
+  case K_I64: return ((const int64_t *)v)[i];
+  default: return (int64_t)((const uint64_t *)v)[i];
+  }
+}
+
 /* Value i (physical index, the array's offset applied) of an array of kind
  * k as text into buf (numbers) or *s and *n (strings); 0: null or NaN, an
  * empty field. */
@@ -212,13 +227,9 @@ static int value_text(const struct ArrowArray *x, kind k, int64_t i, char *buf, 
   int len = 0;
   switch (k) {
   case K_BOOL: len = fmt_u64(buf, (uint64_t)bit(v, i)); break;
-  case K_I8: len = fmt_i64(buf, ((const int8_t *)v)[i]); break;
-  case K_U8: len = fmt_u64(buf, ((const uint8_t *)v)[i]); break;
-  case K_I16: len = fmt_i64(buf, ((const int16_t *)v)[i]); break;
-  case K_U16: len = fmt_u64(buf, ((const uint16_t *)v)[i]); break;
-  case K_I32: len = fmt_i64(buf, ((const int32_t *)v)[i]); break;
-  case K_U32: len = fmt_u64(buf, ((const uint32_t *)v)[i]); break;
-  case K_I64: len = fmt_i64(buf, ((const int64_t *)v)[i]); break;
+  case K_I8: case K_U8: case K_I16: case K_U16: case K_I32: case K_U32: case K_I64:
+    len = fmt_i64(buf, index_at(x, k, i)); /* every one of them fits an int64 */
+    break;
   case K_U64: len = fmt_u64(buf, ((const uint64_t *)v)[i]); break;
   case K_F32: {
     float f = ((const float *)v)[i];
@@ -251,19 +262,6 @@ static int value_text(const struct ArrowArray *x, kind k, int64_t i, char *buf, 
   return 1;
 }
 
-static int64_t index_at(const struct ArrowArray *x, kind k, int64_t i) {
-  const void *v = x->buffers[1];
-  switch (k) {
-  case K_I8: return ((const int8_t *)v)[i];
-  case K_U8: return ((const uint8_t *)v)[i];
-  case K_I16: return ((const int16_t *)v)[i];
-  case K_U16: return ((const uint16_t *)v)[i];
-  case K_I32: return ((const int32_t *)v)[i];
-  case K_U32: return ((const uint32_t *)v)[i];
-  case K_I64: return ((const int64_t *)v)[i];
-  default: return (int64_t)((const uint64_t *)v)[i];
-  }
-}
 
 static dlrec_status put_row(dlrec_arrow_csv *a, int64_t r) {
   char buf[64];
