@@ -45,6 +45,10 @@ typedef struct etl_dense {
 /* Parses a workflow (dlrec_etl_fit_opts.workflow, JSON text; NULL: none)
  * into ops for the dense columns of cols. */
 dlrec_status etl_workflow_parse(const char *text, const dlrec_columns *cols, etl_dense_ops *ops);
+/* A clip operator, [low, high] with null for no bound, into op (the
+ * workflow's and the state's etl.json share the form). */
+struct cJSON;
+dlrec_status etl_clip_parse(const struct cJSON *clip, const char *what, etl_dense_ops *op);
 
 /* x clipped by ops (raw units). */
 static inline double etl_clip(const etl_dense_ops *op, double x) {

@@ -267,18 +267,9 @@ static dlrec_status load_ops(const cJSON *o, const char *what, etl_dense_ops *op
       return dlrec_error(DLREC_ERR_INVALID, "%s: fill_missing: expected a median or constant kind and a finite value",
                          what);
   }
+  /* As the workflow writes it (etl_workflow.c). */
   const cJSON *c = cJSON_GetObjectItemCaseSensitive(o, "clip");
-  if (c) {
-    const cJSON *lo = cJSON_GetArrayItem(c, 0), *hi = cJSON_GetArrayItem(c, 1);
-    if (!cJSON_IsArray(c) || cJSON_GetArraySize(c) != 2 || !(cJSON_IsNull(lo) || cJSON_IsNumber(lo)) ||
-        !(cJSON_IsNull(hi) || cJSON_IsNumber(hi)))
-      return dlrec_error(DLREC_ERR_INVALID, "%s: clip: expected [low, high] (numbers or null)", what);
-    op->clip = 1;
-    op->clip_lo = cJSON_IsNull(lo) ? -INFINITY : lo->valuedouble;
-    op->clip_hi = cJSON_IsNull(hi) ? INFINITY : hi->valuedouble;
-    if (!(op->clip_lo <= op->clip_hi)) return dlrec_error(DLREC_ERR_INVALID, "%s: clip: low above high", what);
-  }
-  return DLREC_OK;
+  return c ? etl_clip_parse(c, what, op) : DLREC_OK;
 }
 
 static dlrec_status load_dense(dlrec_etl *e, const cJSON *arr, const char *jpath) {

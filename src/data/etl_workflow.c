@@ -27,6 +27,19 @@ static dlrec_status bound(const cJSON *v, const char *what, int i, double none, 
   return DLREC_OK;
 }
 
+dlrec_status etl_clip_parse(const cJSON *clip, const char *what, etl_dense_ops *op) {
+  if (!cJSON_IsArray(clip) || cJSON_GetArraySize(clip) != 2)
+    return dlrec_error(DLREC_ERR_INVALID, "%s: clip: expected [low, high]", what);
+  dlrec_status s;
+  if ((s = bound(cJSON_GetArrayItem(clip, 0), what, 0, -INFINITY, &op->clip_lo)) != DLREC_OK ||
+      (s = bound(cJSON_GetArrayItem(clip, 1), what, 1, INFINITY, &op->clip_hi)) != DLREC_OK)
+    return s;
+  if (!(op->clip_lo <= op->clip_hi))
+    return dlrec_error(DLREC_ERR_INVALID, "%s: clip: low %g is above high %g", what, op->clip_lo, op->clip_hi);
+  op->clip = 1;
+  return DLREC_OK;
+}
+
 static dlrec_status column_ops(const cJSON *o, const char *what, etl_dense_ops *op) {
   static const char *const keys[] = {"fill_missing", "clip", NULL};
   if (!cJSON_IsObject(o)) return dlrec_error(DLREC_ERR_INVALID, "%s: expected an object of operators", what);
@@ -42,17 +55,7 @@ static dlrec_status column_ops(const cJSON *o, const char *what, etl_dense_ops *
     return dlrec_error(DLREC_ERR_INVALID, "%s: fill_missing: expected a number or \"median\"", what);
   }
   const cJSON *clip = cJSON_GetObjectItemCaseSensitive(o, "clip");
-  if (clip) {
-    if (!cJSON_IsArray(clip) || cJSON_GetArraySize(clip) != 2)
-      return dlrec_error(DLREC_ERR_INVALID, "%s: clip: expected [low, high]", what);
-    if ((s = bound(cJSON_GetArrayItem(clip, 0), what, 0, -INFINITY, &op->clip_lo)) != DLREC_OK ||
-        (s = bound(cJSON_GetArrayItem(clip, 1), what, 1, INFINITY, &op->clip_hi)) != DLREC_OK)
-      return s;
-    if (!(op->clip_lo <= op->clip_hi))
-      return dlrec_error(DLREC_ERR_INVALID, "%s: clip: low %g is above high %g", what, op->clip_lo, op->clip_hi);
-    op->clip = 1;
-  }
-  return DLREC_OK;
+  return clip ? etl_clip_parse(clip, what, op) : DLREC_OK;
 }
 
 dlrec_status etl_workflow_parse(const char *text, const dlrec_columns *cols, etl_dense_ops *ops) {
