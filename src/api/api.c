@@ -438,6 +438,18 @@ static dlrec_status keep_scores(void *ctx, const float *prob, const float *label
   return DLREC_OK;
 }
 
+/* The scores kept, to the caller (*prob is theirs to dlrec_api_free) when
+ * the run succeeded, else dropped. */
+static dlrec_status hand_over(scores *sc, dlrec_status s, float **prob, uint64_t *n) {
+  if (s != DLREC_OK) {
+    free(sc->p);
+    return s;
+  }
+  *prob = sc->p ? sc->p : malloc(1);
+  *n = sc->n;
+  return DLREC_OK;
+}
+
 int dlrec_api_predict(dlrec_api_model *am, const char *input, int no_label, float **prob, uint64_t *n) {
   const int host_threads = omp_get_max_threads();
   dlrec_predict_opts o;
@@ -447,13 +459,7 @@ int dlrec_api_predict(dlrec_api_model *am, const char *input, int no_label, floa
   scores sc = {0};
   dlrec_status s = input ? dlrec_predict_each(am->m, input, &o, keep_scores, &sc)
                          : dlrec_error(DLREC_ERR_INVALID, "predict: no input");
-  if (s != DLREC_OK) {
-    free(sc.p);
-  } else {
-    *prob = sc.p ? sc.p : malloc(1);
-    *n = sc.n;
-  }
-  return fail(s);
+  return fail(hand_over(&sc, s, prob, n));
 }
 
 /* A source as a stdio stream (glibc's fopencookie), for predict's reader. */
@@ -502,13 +508,7 @@ int dlrec_api_predict_arrow(dlrec_api_model *am, struct ArrowArrayStream *stream
   if (s == DLREC_OK) s = dlrec_predict_stream(m, in, name, &o, keep_scores, &sco);
   if (in) fclose(in);
   dlrec_arrow_csv_free(t);
-  if (s != DLREC_OK) {
-    free(sco.p);
-  } else {
-    *prob = sco.p ? sco.p : malloc(1);
-    *n = sco.n;
-  }
-  return fail(s);
+  return fail(hand_over(&sco, s, prob, n));
 }
 
 int dlrec_api_export_onnx(dlrec_api_model *am, const char *path) {
