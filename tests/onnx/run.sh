@@ -19,11 +19,8 @@ work=$2
 here=$(cd "$(dirname "$0")" && pwd)
 venv=$work/venv
 mkdir -p "$work"
-if ! "$venv/bin/python" -c 'import onnxruntime, numpy' 2>/dev/null; then
-  rm -rf "$venv"
-  /usr/bin/python3 -m venv "$venv"
-  "$venv/bin/pip" install -q --disable-pip-version-check onnxruntime numpy
-fi
+. "$here/../venv.sh"
+venv_ready "$venv" 'import onnxruntime, numpy' onnxruntime numpy
 py=$venv/bin/python
 cd "$work"
 rm -rf data-* run-* *.onnx *.scores

@@ -12,11 +12,9 @@ work=$3
 root=$(cd "$(dirname "$0")/../.." && pwd)
 venv=$work/venv
 mkdir -p "$work"
-if ! "$venv/bin/python" -c 'import cffi, numpy, pandas, pyarrow, pytest, setuptools, wheel' 2>/dev/null; then
-  rm -rf "$venv"
-  /usr/bin/python3 -m venv "$venv"
-  "$venv/bin/pip" install -q --disable-pip-version-check cffi numpy pandas pyarrow pytest setuptools wheel
-fi
+. "$root/tests/venv.sh"
+venv_ready "$venv" 'import cffi, numpy, pandas, pyarrow, pytest, setuptools, wheel' cffi numpy pandas pyarrow pytest \
+  setuptools wheel
 # The package around this build's library, every time (the library changes).
 rm -rf "$work/src"
 cp -r "$root/python" "$work/src"

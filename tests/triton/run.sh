@@ -11,11 +11,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 venv=$work/venv
 mkdir -p "$work"
-if ! "$venv/bin/python" -c 'import tritonclient.http, numpy' 2>/dev/null; then
-  rm -rf "$venv"
-  /usr/bin/python3 -m venv "$venv"
-  "$venv/bin/pip" install -q --disable-pip-version-check 'tritonclient[http]'
-fi
+. "$root/tests/venv.sh"
+venv_ready "$venv" 'import tritonclient.http, numpy' 'tritonclient[http]'
 run=$work/run
 rm -rf "$run" "$work/port"
 "$bin" synth --rows 20000 --out "$work/clicks.tsv" -q
