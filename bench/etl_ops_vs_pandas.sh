@@ -3,14 +3,16 @@
 #
 # usage: bench/etl_ops_vs_pandas.sh [ROWS]      (default 5000000)
 #
-# Synthesizes ROWS Criteo rows and fits two ETL states on them: a plain one,
-# and one whose workflow fills every dense column's missing values with its
-# median and clips it to [0, 1000]. Times `dlrec etl apply` with each
-# (the operators' cost is the difference), and bench/etl_pandas.py doing the
-# same transform (fit and apply in one) with and without `fillna(median)`
-# and `clip` on every dense column; prints rows/s and the ratios, for apply
-# alone and for fit + apply. Goal (issue 15): at least 10x
-# pandas. Needs /usr/bin/python3 with pandas and a built dlrec.
+# Synthesizes ROWS Criteo rows and fits three ETL states on them: a plain
+# one; one whose workflow fills every dense column's missing values with its
+# median and clips it to [0, 1000]; and one that adds derived columns too
+# (two hashed crosses, I1 bucketized by 10 quantiles and I2 by given
+# boundaries, count encodings of C3 and C4, out-of-fold target encodings of
+# C5 and C6). Times `dlrec etl apply` with each (the operators' cost is the
+# difference), and bench/etl_pandas.py doing the same transforms (fit and
+# apply in one); prints rows/s and the ratios, for apply alone and for
+# fit + apply. Goal (issue 15): at least 10x pandas. Needs /usr/bin/python3
+# with pandas and a built dlrec.
 set -euo pipefail
 
 rows=${1:-5000000}
@@ -28,10 +30,17 @@ secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", b - a }'; }
 cpu=$(LC_ALL=C lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1)
 echo "etl_ops_vs_pandas: $rows rows, CPU ${cpu:-unknown} ($(nproc) cores), dlrec $("$bin" version | cut -d' ' -f2)"
 "$bin" synth --rows "$rows" --out "$data" -q
-"$py" - "$work/wf.json" <<'PY'
+"$py" - "$work/wf.json" "$work/wf_all.json" <<'PY'
 import json, sys
-json.dump({"dense": {f"I{i}": {"fill_missing": "median", "clip": [0, 1000]} for i in range(1, 14)}},
-          open(sys.argv[1], "w"))
+dense = {f"I{i}": {"fill_missing": "median", "clip": [0, 1000]} for i in range(1, 14)}
+json.dump({"dense": dense}, open(sys.argv[1], "w"))
+# bench/etl_pandas.py's DERIVED, as a workflow.
+json.dump({"dense": dense,
+           "cross": [{"columns": ["C1", "C2"], "buckets": 100000}, {"columns": ["C3", "C4", "C5"], "buckets": 100000}],
+           "bucketize": [{"column": "I1", "quantiles": 10}, {"column": "I2", "boundaries": [1, 10, 100, 1000]}],
+           "count": [{"column": "C3"}, {"column": "C4"}],
+           "target": [{"column": "C5", "folds": 5, "smoothing": 20}, {"column": "C6", "folds": 5, "smoothing": 20}]},
+          open(sys.argv[2], "w"))
 PY
 cat "$data" > /dev/null
 "$bin" etl fit -q --input "$data" --out "$work/etl"
@@ -42,12 +51,20 @@ t0=$(now)
 t1=$(now)
 "$bin" etl apply -q --etl "$work/etl_ops" --input "$data" --out "$work/ops.dlr"
 t2=$(now)
+"$bin" etl fit -q --input "$data" --out "$work/etl_all" --workflow "$work/wf_all.json"
+t3=$(now)
+"$bin" etl apply -q --etl "$work/etl_all" --input "$data" --out "$work/all.dlr"
+t4=$(now)
+fit_all=$(secs "$t2" "$t3")
+all=$(secs "$t3" "$t4")
 fit_ops=$(secs "$tf" "$t0")
 plain=$(secs "$t0" "$t1")
 ops=$(secs "$t1" "$t2")
 pandas_plain=$("$py" "$root/bench/etl_pandas.py" "$data" "$work/p.npz")
 pandas_ops=$("$py" "$root/bench/etl_pandas.py" "$data" "$work/q.npz" --fill-clip 1000)
-awk -v rows="$rows" -v a="$plain" -v b="$ops" -v c="$pandas_plain" -v d="$pandas_ops" -v f="$fit_ops" 'BEGIN {
+pandas_all=$("$py" "$root/bench/etl_pandas.py" "$data" "$work/r.npz" --fill-clip 1000 --derived)
+awk -v rows="$rows" -v a="$plain" -v b="$ops" -v c="$pandas_plain" -v d="$pandas_ops" -v f="$fit_ops" \
+    -v g="$all" -v h="$fit_all" -v p="$pandas_all" 'BEGIN {
   printf "  %-42s %8.2f s %12.0f rows/s\n", "dlrec etl apply", a, rows / a
   printf "  %-42s %8.2f s %12.0f rows/s\n", "dlrec etl apply, fill median + clip (13 cols)", b, rows / b
   printf "  %-42s %8.2f s %12.0f rows/s\n", "pandas, same transform", c, rows / c
@@ -55,4 +72,9 @@ awk -v rows="$rows" -v a="$plain" -v b="$ops" -v c="$pandas_plain" -v d="$pandas
   printf "  operators cost: dlrec %+.1f%% of apply (%.2f s), pandas %.2f s\n", 100 * (b - a) / a, b - a, d - c
   printf "  %-42s %8.2f s %12.0f rows/s\n", "dlrec etl fit with the workflow", f, rows / f
   printf "  with the operators: dlrec apply %.1fx pandas, fit + apply %.1fx\n", d / b, d / (f + b)
+  printf "  %-42s %8.2f s %12.0f rows/s\n", "dlrec etl fit, dense ops + derived columns", h, rows / h
+  printf "  %-42s %8.2f s %12.0f rows/s\n", "dlrec etl apply, dense ops + derived columns", g, rows / g
+  printf "  %-42s %8.2f s %12.0f rows/s\n", "pandas, same transform + derived columns", p, rows / p
+  printf "  derived columns cost: dlrec %+.1f%% of apply (%.2f s), pandas %.2f s\n", 100 * (g - b) / b, g - b, p - d
+  printf "  with every operator: dlrec apply %.1fx pandas, fit + apply %.1fx\n", p / g, p / (h + g)
 }'

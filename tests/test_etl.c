@@ -1,6 +1,7 @@
 /* ETL fit/apply: vocabularies, hashing, dense statistics, determinism, the
  * round trip against a naive re-encoding done here, the train/valid split,
  * bad rows, CSV, the state files and the CLI. */
+#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -9,7 +10,9 @@
 #include "dlrec/etl.h"
 #include "dlrec/fsutil.h"
 #include "dlrec/hash.h"
+#include "dlrec/kserve.h"
 #include "dlrec/rng.h"
+#include "dlrec/serve_batch.h"
 #include "test.h"
 
 /* ---- helpers ---- */
@@ -443,6 +446,58 @@ TEST(fit_is_independent_of_threads_and_blocks) {
   CHECK_OK(dlrec_etl_apply(e, &in, 1, test_path("b.dlr"), &ao, NULL));
   CHECK(same_file(test_path("a.dlr"), test_path("b.dlr")));
   dlrec_etl_free(e);
+}
+
+/* Entries of a directory besides . and .. (-1 when it cannot be read). */
+static int dir_entries(const char *path) {
+  DIR *d = opendir(path);
+  if (!d) return -1;
+  int n = 0;
+  for (struct dirent *e; (e = readdir(d)) != NULL;) n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+  closedir(d);
+  return n;
+}
+
+/* A fit within a memory budget (memory_mb) writes the state an unbounded
+ * fit writes, byte for byte: a 1 MiB budget spills the count tables of
+ * every block (the big columns have tens of thousands of values), and the
+ * biggest vocabularies are sorted on disk too; with a cross, min_count,
+ * hash_buckets (a column hashed while its values are being sorted), and
+ * any threads. The spill directory is gone afterwards. */
+TEST(fit_within_a_memory_budget_equals_the_unbounded_fit) {
+  const char *in = keep(test_path("m.tsv"));
+  CHECK_EQ(synth(in, 150000, 12, 1000000), 0);
+  static const struct {
+    uint64_t min_count, hash_buckets;
+    int threads;
+    const char *workflow;
+  } runs[] = {
+      {1, 0, 2, "{\"cross\": [{\"columns\": [\"C3\", \"C4\"], \"buckets\": 1000}]}"},
+      {2, 0, 1, NULL},
+      {1, 20000, 3, NULL},
+  };
+  for (size_t i = 0; i < sizeof runs / sizeof *runs; i++) {
+    dlrec_etl_fit_opts o = fit_opts();
+    o.min_count = runs[i].min_count;
+    o.hash_buckets = runs[i].hash_buckets;
+    o.workflow = runs[i].workflow;
+    o.threads = runs[i].threads;
+    CHECK_OK(dlrec_etl_fit(&in, 1, test_path("mem"), &o, NULL));
+    o.memory_mb = 1;
+    o.spill_dir = test_path("spill");
+    o.block_bytes = 200000;
+    dlrec_etl_report rep;
+    CHECK_OK(dlrec_etl_fit(&in, 1, test_path("disk"), &o, &rep));
+    CHECK(rep.spilled_bytes > (1u << 20));
+    CHECK(same_file(test_path("mem/etl.json"), test_path("disk/etl.json")));
+    CHECK(same_file(test_path("mem/vocab.bin"), test_path("disk/vocab.bin")));
+    CHECK_EQ(dir_entries(test_path("spill")), 0); /* its own directory was removed */
+  }
+  /* A count encoding needs its source's vocabulary in memory. */
+  dlrec_etl_fit_opts o = fit_opts();
+  o.memory_mb = 1;
+  o.workflow = "{\"count\": [{\"column\": \"C3\"}]}";
+  CHECK_ERR(dlrec_etl_fit(&in, 1, test_path("bad"), &o, NULL), DLREC_ERR_NOMEM, "raise --memory-mb");
 }
 
 TEST(several_inputs_read_as_one_stream) {
@@ -1982,6 +2037,151 @@ TEST(workflow_fill_and_clip_match_a_naive_computation) {
   CHECK_ERR(dlrec_etl_fit(&in, 1, test_path("bad"), &o, NULL), DLREC_ERR_INVALID, "low 3 is above high 1");
   o.workflow = "{\"dense\": {\"a\": {\"fill_missing\": \"mean\"}}}";
   CHECK_ERR(dlrec_etl_fit(&in, 1, test_path("bad"), &o, NULL), DLREC_ERR_INVALID, "fill_missing");
-  o.workflow = "{\"cross\": []}";
-  CHECK_ERR(dlrec_etl_fit(&in, 1, test_path("bad"), &o, NULL), DLREC_ERR_INVALID, "cross");
+  o.workflow = "{\"crosses\": []}";
+  CHECK_ERR(dlrec_etl_fit(&in, 1, test_path("bad"), &o, NULL), DLREC_ERR_INVALID, "crosses");
+}
+
+/* Derived columns (the workflow's cross, bucketize, count and target) on CSV
+ * rows of two dense and three categorical columns, some fields missing. The
+ * encoders agree row by row: apply (with the full target encoding), encode_line
+ * (predict) and a raw KServe request through the server's rows; the state
+ * does not depend on threads; the out-of-fold encoding of apply differs from
+ * the full one; a derived column has no field of its own. tests/etl_ops
+ * checks every value against a NumPy re-implementation. */
+TEST(derived_columns_encode_alike_in_apply_predict_and_the_server) {
+  enum { ROWS = 600 };
+  static char a[ROWS][24], b[ROWS][24], k[ROWS][3][8];
+  static int y[ROWS];
+  dlrec_rng r;
+  dlrec_rng_seed(&r, 5, 0);
+  test_buf csv = {0};
+  test_buf_printf(&csv, "y,a,b,k1,k2,k3\n");
+  for (int i = 0; i < ROWS; i++) {
+    y[i] = dlrec_rng_uniform(&r) < 0.3;
+    if (dlrec_rng_uniform(&r) < 0.1) a[i][0] = 0;
+    else snprintf(a[i], sizeof a[i], "%d", (int)(dlrec_rng_uniform(&r) * 100));
+    snprintf(b[i], sizeof b[i], "%.3f", dlrec_rng_uniform(&r) * 10 - 1);
+    for (int c = 0; c < 3; c++) {
+      if (dlrec_rng_uniform(&r) < 0.08) k[i][c][0] = 0;
+      else snprintf(k[i][c], sizeof k[i][c], "v%d", (int)(dlrec_rng_uniform(&r) * (c == 2 ? 40 : 9)));
+    }
+    test_buf_printf(&csv, "%d,%s,%s,%s,%s,%s\n", y[i], a[i], b[i], k[i][0], k[i][1], k[i][2]);
+  }
+  CHECK(test_write_file(test_path("d.csv"), csv.p, csv.n) == 0);
+  test_buf_free(&csv);
+  const char *in = keep(test_path("d.csv"));
+  dlrec_etl_fit_opts o = fit_opts();
+  o.format = DLREC_FORMAT_CSV;
+  o.schema_spec = "label=y;dense=a,b;cat=k1,k2,k3";
+  o.min_count = 2;
+  o.workflow = "{\"dense\": {\"a\": {\"fill_missing\": \"median\"}},"
+               " \"cross\": [{\"columns\": [\"k1\", \"k2\"], \"buckets\": 5}],"
+               " \"bucketize\": [{\"column\": \"a\", \"quantiles\": 4}, {\"column\": \"b\", \"boundaries\": [0, 2.5, 5]}],"
+               " \"count\": [{\"column\": \"k3\"}],"
+               " \"target\": [{\"column\": \"k1\", \"folds\": 3, \"smoothing\": 4}]}";
+  o.threads = 1;
+  CHECK_OK(dlrec_etl_fit(&in, 1, test_path("etl1"), &o, NULL));
+  o.threads = 2;
+  o.block_bytes = 700;
+  CHECK_OK(dlrec_etl_fit(&in, 1, test_path("etl2"), &o, NULL));
+  CHECK(same_file(test_path("etl1/etl.json"), test_path("etl2/etl.json")));
+  CHECK(same_file(test_path("etl1/vocab.bin"), test_path("etl2/vocab.bin")));
+  dlrec_etl *e;
+  CHECK_OK(dlrec_etl_load(&e, test_path("etl2")));
+  const dlrec_schema *sc = dlrec_etl_schema(e);
+  uint32_t nd, nc;
+  dlrec_etl_input_columns(e, &nd, &nc);
+  CHECK(nd == 2 && nc == 3 && sc->n_dense == 4 && sc->n_sparse == 6);
+  CHECK_STR(sc->dense_names[2], "k3_count");
+  CHECK_STR(sc->dense_names[3], "k1_target");
+  CHECK_STR(sc->sparse[3].name, "k1_x_k2");
+  CHECK_STR(sc->sparse[4].name, "a_bucket");
+  CHECK_EQ(sc->sparse[3].id_end - sc->sparse[3].id_begin, 7); /* 5 buckets */
+  CHECK_EQ(sc->sparse[5].id_end - sc->sparse[5].id_begin, 6);  /* b: 4 buckets, all seen */
+  /* apply, full and out of fold. */
+  dlrec_etl_apply_opts ao = apply_opts();
+  ao.target_full = 1;
+  CHECK_OK(dlrec_etl_apply(e, &in, 1, test_path("full.dlr"), &ao, NULL));
+  ao.target_full = 0;
+  CHECK_OK(dlrec_etl_apply(e, &in, 1, test_path("oof.dlr"), &ao, NULL));
+  dlrec_dlr *f, *g;
+  dlrec_rowgroup rf, rg;
+  CHECK_OK(dlrec_dlr_open(&f, test_path("full.dlr")));
+  CHECK_OK(dlrec_dlr_open(&g, test_path("oof.dlr")));
+  CHECK_OK(dlrec_dlr_row_group(f, 0, &rf));
+  CHECK_OK(dlrec_dlr_row_group(g, 0, &rg));
+  CHECK_EQ(rf.rows, ROWS);
+  /* One raw request of every row: dense as BYTES (the text as is). */
+  test_buf j = {0};
+  test_buf_printf(&j, "{\"inputs\":[{\"name\":\"dense\",\"datatype\":\"BYTES\",\"shape\":[%d,2],\"data\":[", ROWS);
+  for (int i = 0; i < ROWS; i++) test_buf_printf(&j, "%s\"%s\",\"%s\"", i ? "," : "", a[i], b[i]);
+  test_buf_printf(&j, "]},{\"name\":\"categorical\",\"datatype\":\"BYTES\",\"shape\":[%d,3],\"data\":[", ROWS);
+  for (int i = 0; i < ROWS; i++) test_buf_printf(&j, "%s\"%s\",\"%s\",\"%s\"", i ? "," : "", k[i][0], k[i][1], k[i][2]);
+  test_buf_printf(&j, "]}]}");
+  dlrec_serve_rows *sr = NULL;
+  dlrec_kserve_request *req = NULL;
+  CHECK_OK(dlrec_serve_rows_new(&sr, sc, e));
+  CHECK_OK(dlrec_kserve_parse_request(j.p, j.n, -1, NULL, &req));
+  CHECK_OK(dlrec_serve_rows_add_request(sr, req, ROWS, NULL));
+  dlrec_batch sb;
+  dlrec_serve_rows_batch(sr, &sb);
+  CHECK_EQ(sb.rows, ROWS);
+  int oof_differs = 0;
+  for (int i = 0; i < ROWS && !test_failed_now(); i++) {
+    char line[128];
+    float label, dense[4];
+    uint32_t ids[6];
+    snprintf(line, sizeof line, "%d,%.23s,%.23s,%.7s,%.7s,%.7s", y[i], a[i], b[i], k[i][0], k[i][1], k[i][2]);
+    CHECK_OK(dlrec_etl_encode_line(e, line, strlen(line), 1, &label, dense, ids));
+    for (int d = 0; d < 4; d++) {
+      CHECK(dense[d] == rf.dense[(size_t)i * 4 + d]);
+      CHECK(sb.dense[(size_t)i * 4 + d] == dense[d]);
+      if (d < 3) CHECK(rg.dense[(size_t)i * 4 + d] == dense[d]);
+    }
+    oof_differs += rg.dense[(size_t)i * 4 + 3] != dense[3];
+    for (int c = 0; c < 6; c++) {
+      CHECK_EQ(rf.ids[c][i], ids[c]);
+      CHECK_EQ(rg.ids[c][i], ids[c]);
+      CHECK_EQ(sb.ids[c][sb.offsets[c][i]], ids[c]);
+    }
+  }
+  CHECK(oof_differs > ROWS / 2);
+  dlrec_kserve_request_free(req);
+  dlrec_serve_rows_free(sr);
+  test_buf_free(&j);
+  dlrec_dlr_close(f);
+  dlrec_dlr_close(g);
+  /* A derived column has no field of its own. */
+  float x;
+  uint32_t id;
+  CHECK_ERR(dlrec_etl_encode_dense(e, 2, "3", 1, &x), DLREC_ERR_INVALID, "'k3_count' is derived");
+  CHECK_ERR(dlrec_etl_encode_cat(e, 4, "3", 1, &id), DLREC_ERR_INVALID, "'a_bucket' is derived");
+  dlrec_etl_free(e);
+  /* Workflows refused, naming the entry and the reason. */
+  static const struct {
+    const char *workflow, *error;
+  } bad[] = {
+      {"{\"cross\": [{\"columns\": [\"k1\"], \"buckets\": 5}]}", "cross[0]: 'columns' must list 2 to 8"},
+      {"{\"cross\": [{\"columns\": [\"k1\", \"a\"], \"buckets\": 5}]}", "'a' is dense"},
+      {"{\"cross\": [{\"columns\": [\"k1\", \"k2\"]}]}", "missing 'buckets'"},
+      {"{\"cross\": [{\"columns\": [\"k1\", \"k2\"], \"buckets\": 0}]}", "'buckets' must be an integer"},
+      {"{\"bucketize\": [{\"column\": \"k1\", \"quantiles\": 4}]}", "'k1' is categorical"},
+      {"{\"bucketize\": [{\"column\": \"a\"}]}", "either 'boundaries' or 'quantiles'"},
+      {"{\"bucketize\": [{\"column\": \"a\", \"boundaries\": [1, 1]}]}", "increasing order"},
+      {"{\"bucketize\": [{\"column\": \"a\", \"quantiles\": 1}]}", "'quantiles' must be"},
+      {"{\"count\": [{\"column\": \"zz\"}]}", "'zz' is not a column of the input"},
+      {"{\"count\": [{\"column\": \"k3\", \"name\": \"a\"}]}", "a column named 'a' exists"},
+      {"{\"count\": [{\"column\": \"k3\"}, {\"column\": \"k3\"}]}", "'k3_count' exists"},
+      {"{\"target\": [{\"column\": \"k1\", \"folds\": 1}]}", "'folds' must be"},
+      {"{\"target\": [{\"column\": \"k1\", \"smoothing\": 0}]}", "'smoothing' must be"},
+      {"{\"target\": [{\"column\": \"k1\", \"fold\": 3}]}", "fold"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    o.workflow = bad[i].workflow;
+    CHECK_ERR(dlrec_etl_fit(&in, 1, test_path("bad"), &o, NULL), DLREC_ERR_INVALID, bad[i].error);
+  }
+  o.workflow = "{\"target\": [{\"column\": \"k1\"}]}";
+  o.schema_spec = "ignore=y;dense=a,b;cat=k1,k2,k3";
+  o.has_label = 0;
+  CHECK_ERR(dlrec_etl_fit(&in, 1, test_path("bad"), &o, NULL), DLREC_ERR_INVALID, "needs labels");
 }

@@ -538,10 +538,13 @@ TEST(error_json_escapes_quotes_newlines_control_and_bad_utf8) {
 TEST(metadata_json) {
   dlrec_schema s;
   memset(&s, 0, sizeof s);
-  s.n_dense = 13;
-  s.n_sparse = 26;
+  /* The raw inputs are the ETL state's input columns; the model has two
+   * derived columns more of each kind. */
+  s.n_dense = 15;
+  s.n_sparse = 28;
+  uint32_t raw[2] = {13, 26};
   dlrec_kserve_buf b = {0};
-  CHECK_OK(dlrec_kserve_write_model_metadata(&b, "dlrm", "2", "dlrm", &s, 1));
+  CHECK_OK(dlrec_kserve_write_model_metadata(&b, "dlrm", "2", "dlrm", &s, raw));
   cJSON *j = cJSON_Parse(b.data);
   CHECK(j != NULL);
   const cJSON *in = cJSON_GetObjectItem(j, "inputs");
@@ -550,16 +553,17 @@ TEST(metadata_json) {
            !strcmp(cJSON_GetObjectItem(j, "platform")->valuestring, "dlrec_dlrm") && cJSON_GetArraySize(in) == 5 &&
            !strcmp(cJSON_GetObjectItem(cJSON_GetArrayItem(in, 1), "datatype")->valuestring, "BYTES") &&
            cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetArrayItem(in, 0), "shape"), 0)->valuedouble == -1 &&
+           cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetArrayItem(in, 0), "shape"), 1)->valuedouble == 13 &&
            cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetArrayItem(in, 1), "shape"), 1)->valuedouble == 26 &&
            !strcmp(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "outputs"), 0), "name")->valuestring,
                    "OUTPUT0");
   cJSON_Delete(j);
   CHECK(ok);
-  CHECK_OK(dlrec_kserve_write_model_metadata(&b, "dlrm", "2", "dlrm", &s, 0));
+  CHECK_OK(dlrec_kserve_write_model_metadata(&b, "dlrm", "2", "dlrm", &s, NULL));
   CHECK(strstr(b.data, "\"categorical\"") == NULL && strstr(b.data, "\"ROWINDEX\"") != NULL);
   /* The metadata names the model's type (it used to say dlrec_dlrm for an
    * fm model too), in the platform and in parameters. */
-  CHECK_OK(dlrec_kserve_write_model_metadata(&b, "ctr", "7", "fm", &s, 1));
+  CHECK_OK(dlrec_kserve_write_model_metadata(&b, "ctr", "7", "fm", &s, raw));
   j = cJSON_Parse(b.data);
   CHECK(j != NULL);
   const cJSON *platform = cJSON_GetObjectItem(j, "platform");
@@ -572,14 +576,15 @@ TEST(metadata_json) {
   cJSON_Delete(j);
   /* A model without dense columns lists no dense input. */
   s.n_dense = 0;
-  CHECK_OK(dlrec_kserve_write_model_metadata(&b, "ctr", "7", "lr", &s, 1));
+  raw[0] = 0;
+  CHECK_OK(dlrec_kserve_write_model_metadata(&b, "ctr", "7", "lr", &s, raw));
   j = cJSON_Parse(b.data);
   CHECK(j != NULL);
   in = cJSON_GetObjectItem(j, "inputs");
   CHECK_EQ(cJSON_GetArraySize(in), 4);
   CHECK_STR(cJSON_GetObjectItem(cJSON_GetArrayItem(in, 0), "name")->valuestring, "categorical");
   cJSON_Delete(j);
-  CHECK(dlrec_kserve_write_model_metadata(&b, "ctr", "7", NULL, &s, 1) == DLREC_ERR_INVALID);
+  CHECK(dlrec_kserve_write_model_metadata(&b, "ctr", "7", NULL, &s, raw) == DLREC_ERR_INVALID);
   CHECK_OK(dlrec_kserve_write_server_metadata(&b, "dlrec", "0.1.0", NULL, 0));
   CHECK_STR(b.data, "{\"name\":\"dlrec\",\"version\":\"0.1.0\",\"extensions\":[\"binary_tensor_data\"]}");
   const char *ext[] = {"binary_tensor_data", "model_repository"};

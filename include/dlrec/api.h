@@ -80,7 +80,9 @@ dlrec_api_model *dlrec_api_model_load(const char *path, const char *which, uint3
 void dlrec_api_model_free(dlrec_api_model *m); /* accepts NULL */
 /* {"type", "checkpoint" (its directory, whose etl/etl.json is the ETL
  * state), "step", "format" (the ETL's input format), "has_label",
- * "dense": [names], "sparse": [names]} */
+ * "dense": [names], "sparse": [names] (the model's columns),
+ * "input_dense", "input_sparse": [names] (the input's columns, which rows to
+ * score carry: the model's without the ETL workflow's derived ones)} */
 char *dlrec_api_model_info(const dlrec_api_model *m);
 /* Metrics on a labeled .dlr file (max_rows 0: all), as `dlrec eval`. */
 int dlrec_api_evaluate(dlrec_api_model *m, const char *dlr_path, uint64_t max_rows, char **metrics_json);

@@ -55,6 +55,7 @@ typedef struct dlrec_etl_report {
   uint64_t short_rows; /* good Criteo rows of fewer fields than the layout's (their
                           missing tail read as empty; see strict_fields) */
   char first_short[1100]; /* "FILE:LINE" of the first of them in input order, or "" */
+  uint64_t spilled_bytes; /* fit with memory_mb: count-table bytes written to disk */
   uint64_t bytes;      /* input bytes read */
   double seconds;
 } dlrec_etl_report;
@@ -85,7 +86,11 @@ typedef struct dlrec_etl_fit_opts {
                                  files (a host's tables as CSV: dlrec/arrow.h), the inputs'
                                  names unused */
   const char *workflow;       /* NULL; else column operators as JSON text (etl fit --workflow,
-                                 docs/etl.md): fill_missing and clip of dense columns */
+                                 docs/etl.md): fill_missing and clip of dense columns, and
+                                 derived columns (cross, bucketize, count, target) */
+  uint64_t memory_mb;         /* 0: count tables in memory; M: they spill to disk beyond
+                                 about M MiB (docs/etl.md, "Memory"), whatever the threads */
+  const char *spill_dir;      /* NULL: the state directory; else where the spill goes */
 } dlrec_etl_fit_opts;
 
 /* The key an empty categorical field stands for, before the column mix. */
@@ -215,6 +220,22 @@ dlrec_status dlrec_etl_encode_line_multi(const dlrec_etl *e, const char *line, s
                                          float *label, float *dense, uint32_t *ids, uint32_t *nids,
                                          uint32_t *truncated);
 
+/* The input's columns (a derived column of the workflow comes after them
+ * in the schema and has no field of its own): the first *n_dense dense and
+ * *n_cat categorical columns of the schema. */
+void dlrec_etl_input_columns(const dlrec_etl *e, uint32_t *n_dense, uint32_t *n_cat);
+
+/* The derived columns of a row given as its input columns' field texts,
+ * dense_in[n_dense] and cat_in[n_cat] of dlrec_etl_input_columns (an empty
+ * text is a missing field), once each input field has encoded without error
+ * (dlrec_etl_encode_dense, dlrec_etl_encode_cat_multi): dense[i] receives
+ * the i-th derived dense column (schema column n_dense + i), ids[i] the id of
+ * the i-th derived categorical one (one-hot). Target encodings are the full
+ * ones. The server encodes a request's raw fields this way, as a line
+ * encodes inside dlrec_etl_encode_line. */
+dlrec_status dlrec_etl_encode_derived(const dlrec_etl *e, const dlrec_text *dense_in, const dlrec_text *cat_in,
+                                      float *dense, uint32_t *ids);
+
 /* ---- apply ---- */
 
 typedef struct dlrec_etl_apply_opts {
@@ -234,6 +255,8 @@ typedef struct dlrec_etl_apply_opts {
   size_t block_bytes;       /* 0: DLREC_BLOCK_BYTES_DEFAULT */
   int progress;             /* 1 */
   const dlrec_source *sources; /* NULL; else n_inputs byte sources read instead of the inputs */
+  int target_full;          /* 0: target encodings out of fold (the inputs are fit's, in its
+                               order); 1: the full encodings (rows fit did not see) */
 } dlrec_etl_apply_opts;
 
 void dlrec_etl_apply_opts_default(dlrec_etl_apply_opts *o);

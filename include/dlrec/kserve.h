@@ -267,11 +267,14 @@ dlrec_status dlrec_kserve_write_error(dlrec_kserve_buf *b, const char *message);
  * model_type is the served network's type ("dlrm", "fm", ..; at most
  * DLREC_KSERVE_MAX_TYPE bytes). inputs lists the HugeCTR-style convention
  * (DES FP32 [1,-1], CATCOLUMN INT64 [1,-1], ROWINDEX INT32 [1,-1]) and, when
- * raw is 1 (the server has the model's ETL state), the raw one (dense FP32
- * [-1,n_dense], left out when the model has no dense column, and
- * categorical BYTES [-1,n_sparse]); see serve_batch.h. */
+ * raw is not NULL (the server has the model's ETL state), the raw one with
+ * raw[0] dense and raw[1] categorical input columns (the ETL state's input
+ * columns: derived ones are computed from them): dense FP32 [-1,raw[0]],
+ * left out when there is no dense input column, and categorical BYTES
+ * [-1,raw[1]]; see serve_batch.h. */
 dlrec_status dlrec_kserve_write_model_metadata(dlrec_kserve_buf *b, const char *name, const char *version,
-                                               const char *model_type, const dlrec_schema *schema, int raw);
+                                               const char *model_type, const dlrec_schema *schema,
+                                               const uint32_t *raw);
 
 /* Writes the server metadata of GET /v2:
  *   {"name":name,"version":version,"extensions":[...]}

@@ -469,7 +469,7 @@ class Model:
         if info["format"] == "criteo" and not isinstance(data, (str, os.PathLike)):
             # The Criteo layout: label first if present, then the dense and
             # categorical columns by name, tab-separated without a header.
-            header, columns = False, info["dense"] + info["sparse"]
+            header, columns = False, info["input_dense"] + info["input_sparse"]
             no_label = True
         elif not isinstance(data, (str, os.PathLike)):
             label = info.get("label")

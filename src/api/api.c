@@ -395,9 +395,20 @@ char *dlrec_api_model_info(const dlrec_api_model *am) {
   cJSON_AddStringToObject(j, "format", dlrec_format_name(dlrec_etl_format(m->etl)));
   cJSON_AddBoolToObject(j, "has_label", sc->has_label);
   if (sc->has_label) cJSON_AddStringToObject(j, "label", sc->label_name);
+  /* The model's columns, and the input's (the rows to score carry those;
+   * the workflow's derived columns follow them in the model's). */
+  uint32_t nd, nc;
+  dlrec_etl_input_columns(m->etl, &nd, &nc);
   cJSON *d = cJSON_AddArrayToObject(j, "dense"), *c = cJSON_AddArrayToObject(j, "sparse");
-  for (uint32_t i = 0; i < sc->n_dense; i++) cJSON_AddItemToArray(d, cJSON_CreateString(sc->dense_names[i]));
-  for (uint32_t i = 0; i < sc->n_sparse; i++) cJSON_AddItemToArray(c, cJSON_CreateString(sc->sparse[i].name));
+  cJSON *id = cJSON_AddArrayToObject(j, "input_dense"), *ic = cJSON_AddArrayToObject(j, "input_sparse");
+  for (uint32_t i = 0; i < sc->n_dense; i++) {
+    cJSON_AddItemToArray(d, cJSON_CreateString(sc->dense_names[i]));
+    if (i < nd) cJSON_AddItemToArray(id, cJSON_CreateString(sc->dense_names[i]));
+  }
+  for (uint32_t i = 0; i < sc->n_sparse; i++) {
+    cJSON_AddItemToArray(c, cJSON_CreateString(sc->sparse[i].name));
+    if (i < nc) cJSON_AddItemToArray(ic, cJSON_CreateString(sc->sparse[i].name));
+  }
   char *t = own(cJSON_PrintUnformatted(j));
   cJSON_Delete(j);
   return t;
@@ -488,8 +499,10 @@ int dlrec_api_predict_arrow(dlrec_api_model *am, struct ArrowArrayStream *stream
     /* The Criteo layout: the dense, then the categorical columns, by name. */
     const char *cols[DLREC_MAX_DENSE + DLREC_MAX_SPARSE];
     int k = 0;
-    for (uint32_t i = 0; i < sc->n_dense; i++) cols[k++] = sc->dense_names[i];
-    for (uint32_t i = 0; i < sc->n_sparse; i++) cols[k++] = sc->sparse[i].name;
+    uint32_t nd, nc;
+    dlrec_etl_input_columns(m->etl, &nd, &nc);
+    for (uint32_t i = 0; i < nd; i++) cols[k++] = sc->dense_names[i];
+    for (uint32_t i = 0; i < nc; i++) cols[k++] = sc->sparse[i].name;
     s = dlrec_arrow_csv_open(&t, stream, name, 0, '\t', cols, k);
     o.no_label = 1;
   } else {

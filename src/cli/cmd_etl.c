@@ -44,8 +44,10 @@ static void usage_fit(FILE *out) {
           "                          (columns f0..f<N-1>, one per field; needs --fields N);\n"
           "                          Parquet is read through the Python package (docs/python.md)\n"
           "  --workflow W.json       column operators: fill_missing (a number or \"median\")\n"
-          "                          and clip ([low, high]) of dense columns, applied by apply,\n"
-          "                          predict and serve alike (docs/etl.md)\n"
+          "                          and clip ([low, high]) of dense columns, and derived\n"
+          "                          columns: cross (hashed), bucketize (given or quantile\n"
+          "                          boundaries), count and target encoding; applied by\n"
+          "                          apply, predict and serve alike (docs/etl.md)\n"
           "  --schema SPEC           CSV columns by role, e.g. 'label=click;ignore=id;cat=*'\n"
           "                          or 'label=label;dense=I1..I13;cat=C1..C26' (docs/etl.md);\n"
           "                          multi=genres:|[:sum|mean[:MAX]] makes a cat column a\n"
@@ -70,6 +72,10 @@ static void usage_fit(FILE *out) {
           "  --max-line-bytes N      longer lines are bad rows (default 1048576)\n"
           "  --threads N             worker threads (default: all cores); the state does not\n"
           "                          depend on it\n"
+          "  --memory-mb M           keep the count tables within about M MiB whatever the\n"
+          "                          threads: beyond it they spill to disk and are merged\n"
+          "                          (the same state, byte for byte; docs/etl.md, Memory)\n"
+          "  --spill-dir DIR         where they spill (default: beside the state, in --out)\n"
           "  -q, --quiet             no progress bar and no summary\n"
           "  -v, --verbose           debug logs\n"
           "\n"
@@ -99,6 +105,9 @@ static void usage_apply(FILE *out) {
           "  --no-label              the rows have no label (unlabeled output)\n"
           "  --skip-bad-rows N       skip up to N bad rows, warning about each (default 0)\n"
           "  --strict-fields         short Criteo rows are bad rows (see 'dlrec etl fit --help')\n"
+          "  --target-encoding E     oof (default): target encodings out of fold, each row's\n"
+          "                          fold from its input's number and line (give fit's inputs\n"
+          "                          in fit's order); full: for rows fit did not see\n"
           "  --max-line-bytes N      longer lines are bad rows (default 1048576)\n"
           "  --threads N             worker threads (default: all cores)\n"
           "  -q, --quiet             no progress bar and no summary\n"
@@ -213,6 +222,9 @@ static int parse_args(etl_args *a, int is_fit, int argc, char **argv) {
     } else if (is_fit && !strcmp(name, "--schema")) {
       if (!(v = value_of(a, argc, argv, &i, iv))) return 2;
       a->fit.schema_spec = v;
+    } else if (is_fit && !strcmp(name, "--spill-dir")) {
+      if (!(v = value_of(a, argc, argv, &i, iv))) return 2;
+      a->fit.spill_dir = v;
     } else if (is_fit && !strcmp(name, "--workflow")) {
       if (!(v = value_of(a, argc, argv, &i, iv))) return 2;
       a->workflow_path = v;
@@ -226,8 +238,14 @@ static int parse_args(etl_args *a, int is_fit, int argc, char **argv) {
       a->apply.no_label = 1;
     } else if (!strcmp(name, "--strict-fields")) {
       a->fit.strict_fields = a->apply.strict_fields = 1;
+    } else if (!is_fit && !strcmp(name, "--target-encoding")) {
+      if (!(v = value_of(a, argc, argv, &i, iv))) return 2;
+      if (!strcmp(v, "full")) a->apply.target_full = 1;
+      else if (!strcmp(v, "oof")) a->apply.target_full = 0;
+      else return cli_usage_error(a->cmd, "--target-encoding: expected oof or full, got '%s'", v);
     }
     U64_OPT("--min-count", 1, UINT64_MAX / 2, a->fit.min_count)
+    U64_OPT("--memory-mb", 1, 1u << 30, a->fit.memory_mb)
     U64_OPT("--hash-buckets", 0, UINT32_MAX - 2, a->fit.hash_buckets)
     U64_OPT("--fields", 1, DLREC_MAX_SPARSE, a->fit.libfm_fields)
     U64_OPT("--max-hotness", 1, 65536, a->fit.max_hotness)
@@ -308,6 +326,9 @@ static int run_fit(int argc, char **argv) {
   DLREC_INFO("etl fit: %llu rows (%llu bad rows skipped), %.1f MB in %.2f s: %.0f rows/s; state in %s",
              (unsigned long long)rep.rows, (unsigned long long)rep.bad_rows, rep.bytes / 1e6, rep.seconds,
              rep.seconds > 0 ? rep.rows / rep.seconds : 0.0, a.out);
+  if (rep.spilled_bytes)
+    DLREC_INFO("etl fit: the count tables spilled %.1f MB to disk (--memory-mb %llu)", rep.spilled_bytes / 1e6,
+               (unsigned long long)a.fit.memory_mb);
   report_short_rows("etl fit", &rep);
   report_truncated("etl fit", &rep);
   return 0;

@@ -164,9 +164,10 @@ static dlrec_status apply_work(void *vctx, void *vjob, int worker) {
     else st = dlrec_parse_row(L, s, n, W->scratch, &W->row, &w);
     if (st == DLREC_OK) is_short = etl_short_row(L, &W->row, x->o->strict_fields, &w, &st);
     uint32_t truncated = 0;
+    const etl_pos pos = {j->file, w.line};
     if (st == DLREC_OK)
-      st = etl_encode_row(x->e, L, &W->row, x->with_label, &w, &label, b->dense + (size_t)r * x->nd, W->ids,
-                          W->nids, &truncated);
+      st = etl_encode_row(x->e, L, &W->row, x->with_label, &w, x->o->target_full ? NULL : &pos, &label,
+                          b->dense + (size_t)r * x->nd, W->ids, W->nids, &truncated);
     if (st == DLREC_OK && multi) {
       const uint32_t *ids = W->ids;
       for (uint32_t c = 0; st == DLREC_OK && c < x->nc; c++) {

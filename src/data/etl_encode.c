@@ -120,9 +120,16 @@ __attribute__((constructor)) static void init_log1p_table(void) {
 
 static const dlrec_layout *default_layout(const dlrec_etl *e) { return e->layout[e->schema.has_label ? 1 : 0]; }
 
+/* A derived column has no field of its own. */
+static dlrec_status no_field(const char *kind, const char *name) {
+  return dlrec_error(DLREC_ERR_INVALID, "%s column '%s' is derived from other columns (the ETL workflow): encode whole "
+                     "rows (dlrec_etl_encode_fields)", kind, name);
+}
+
 dlrec_status dlrec_etl_encode_dense(const dlrec_etl *e, uint32_t col, const char *s, size_t n, float *out) {
   if (col >= e->schema.n_dense)
     return dlrec_error(DLREC_ERR_INVALID, "dense column %u out of range (%u columns)", col, e->schema.n_dense);
+  if (col >= e->cols.n_dense) return no_field("dense", e->schema.dense_names[col]);
   const char *why = etl_dense_value(e, col, s, n, out);
   if (!why) return DLREC_OK;
   const dlrec_layout *L = default_layout(e);
@@ -132,6 +139,7 @@ dlrec_status dlrec_etl_encode_dense(const dlrec_etl *e, uint32_t col, const char
 dlrec_status dlrec_etl_encode_cat(const dlrec_etl *e, uint32_t col, const char *s, size_t n, uint32_t *id) {
   if (col >= e->schema.n_sparse)
     return dlrec_error(DLREC_ERR_INVALID, "categorical column %u out of range (%u columns)", col, e->schema.n_sparse);
+  if (col >= e->cols.n_cat) return no_field("categorical", e->schema.sparse[col].name);
   /* Its text would read as one value, separators and all. */
   if (e->cat[col].sep)
     return dlrec_error(DLREC_ERR_INVALID, "categorical column '%s' is multi-hot: use dlrec_etl_encode_line_multi",
@@ -183,6 +191,7 @@ dlrec_status dlrec_etl_encode_cat_multi(const dlrec_etl *e, uint32_t col, const 
                                         uint32_t *n_ids, uint32_t *truncated) {
   if (col >= e->schema.n_sparse)
     return dlrec_error(DLREC_ERR_INVALID, "categorical column %u out of range (%u columns)", col, e->schema.n_sparse);
+  if (col >= e->cols.n_cat) return no_field("categorical", e->schema.sparse[col].name);
   if (!e->cat[col].sep && e->raw_keys) {
     uint64_t key = DLREC_ETL_MISSING_KEY;
     const char *why = n ? dlrec_cat_key(e->cat[col].key_kind, e->cat[col].salt, s, n, &key) : NULL;
@@ -204,16 +213,83 @@ dlrec_status dlrec_etl_encode_cat_multi(const dlrec_etl *e, uint32_t col, const 
   return encode_multi(e, default_layout(e), col, t, NULL, ids, n_ids, truncated);
 }
 
+/* The key of a one-hot input column's field, a derived column's source
+ * (DLREC_ETL_MISSING_KEY when empty; the key was checked when the column
+ * itself was encoded). */
+static uint64_t source_key(const dlrec_etl *e, uint32_t c, dlrec_text t) {
+  uint64_t key = DLREC_ETL_MISSING_KEY;
+  if (t.n) dlrec_cat_key(e->cat[c].key_kind, e->cat[c].salt, t.s, t.n, &key);
+  return key;
+}
+
+/* The derived columns of a row, from its input fields: dense[i] and ids[i]
+ * for the i-th derived dense and categorical column. */
+static dlrec_status encode_derived(const dlrec_etl *e, const dlrec_layout *L, const dlrec_text *din,
+                                   const dlrec_text *cin, const dlrec_where *w, const etl_pos *pos, float *dense,
+                                   uint32_t *ids) {
+  const uint32_t nd = e->cols.n_dense, nc = e->cols.n_cat;
+  for (uint32_t i = 0; nc + i < e->schema.n_sparse; i++) {
+    const etl_cat *k = &e->cat[nc + i];
+    const etl_derived *dv = &k->derived;
+    uint64_t local = ETL_LOCAL_MISSING;
+    if (dv->op == ETL_OP_CROSS) {
+      uint64_t keys[ETL_CROSS_MAX];
+      int any = 0;
+      for (uint32_t j = 0; j < dv->n_src; j++) {
+        any |= cin[dv->src[j]].n != 0;
+        keys[j] = source_key(e, dv->src[j], cin[dv->src[j]]);
+      }
+      const uint64_t h = etl_cross_key(keys, dv->n_src);
+      if (any) local = etl_cat_local(k, h, keymap_hash(h));
+    } else {
+      const uint32_t d = dv->src[0];
+      const etl_dense_ops *ops = &e->dense[d].ops;
+      const dlrec_text t = din[d];
+      double x = ops->fill_value;
+      const char *why = t.n ? dlrec_parse_number(t.s, t.n, &x) : NULL;
+      if (why) return dlrec_parse_error(w, L->dense_field[d], e->schema.dense_names[d], why, t.s, t.n);
+      if (t.n || ops->fill) {
+        const uint64_t b = etl_bucket(dv->bounds, dv->n_bounds, etl_clip(ops, x));
+        local = etl_cat_local(k, b, keymap_hash(b));
+      }
+    }
+    ids[i] = (uint32_t)(k->id_begin + local);
+  }
+  for (uint32_t i = 0; nd + i < e->schema.n_dense; i++) {
+    const etl_derived *dv = &e->dense[nd + i].derived;
+    const etl_cat *src = &e->cat[dv->src[0]];
+    const uint64_t key = source_key(e, dv->src[0], cin[dv->src[0]]);
+    const uint64_t g = cin[dv->src[0]].n ? etl_cat_local(src, key, keymap_hash(key)) : ETL_LOCAL_MISSING;
+    double x = dv->op == ETL_OP_COUNT ? (double)etl_count_of(src, g)
+               : pos ? dv->oof[(uint64_t)etl_fold(dv->seed, dv->folds, pos->file, pos->line) * dv->groups + g]
+                     : dv->full[g];
+    const char *why = etl_dense_encode(e, nd + i, x, &dense[i]);
+    if (why) return dlrec_error(DLREC_ERR_PARSE, "column %s: %s", e->schema.dense_names[nd + i], why);
+  }
+  return DLREC_OK;
+}
+
+dlrec_status dlrec_etl_encode_derived(const dlrec_etl *e, const dlrec_text *dense_in, const dlrec_text *cat_in,
+                                      float *dense, uint32_t *ids) {
+  return encode_derived(e, default_layout(e), dense_in, cat_in, NULL, NULL, dense, ids);
+}
+
+void dlrec_etl_input_columns(const dlrec_etl *e, uint32_t *n_dense, uint32_t *n_cat) {
+  *n_dense = e->cols.n_dense;
+  *n_cat = e->cols.n_cat;
+}
+
 dlrec_status etl_encode_row(const dlrec_etl *e, const dlrec_layout *L, const dlrec_raw_row *row, int with_label,
-                            const dlrec_where *w, float *label, float *dense, uint32_t *ids, uint32_t *nids,
-                            uint32_t *truncated) {
+                            const dlrec_where *w, const etl_pos *pos, float *label, float *dense, uint32_t *ids,
+                            uint32_t *nids, uint32_t *truncated) {
   const char *why;
   if (with_label && (why = dlrec_parse_label(row->label.s, row->label.n, label)) != NULL)
     return dlrec_parse_error(w, L->label_field, e->schema.label_name, why, row->label.s, row->label.n);
   /* Keys first, with their table slots prefetched, so that the cache misses
    * of a row's lookups overlap each other and the dense parsing. */
   uint64_t keys[DLREC_MAX_SPARSE], hashes[DLREC_MAX_SPARSE];
-  uint32_t nc = e->schema.n_sparse, nd = e->schema.n_dense;
+  const uint32_t nc = e->cols.n_cat, nd = e->cols.n_dense;
+  const int derived = nc < e->schema.n_sparse || nd < e->schema.n_dense;
   for (uint32_t c = 0; c < nc; c++) {
     const dlrec_text t = row->cat[c];
     if (t.n == 0 || e->cat[c].sep) continue;
@@ -233,7 +309,9 @@ dlrec_status etl_encode_row(const dlrec_etl *e, const dlrec_layout *L, const dlr
       ids[c] = (uint32_t)(k->id_begin + (row->cat[c].n == 0 ? ETL_LOCAL_MISSING : etl_cat_local(k, keys[c], hashes[c])));
       if (nids) nids[c] = 1;
     }
-    return DLREC_OK;
+    if (!derived) return DLREC_OK;
+    for (uint32_t c = nc; nids && c < e->schema.n_sparse; c++) nids[c] = 1;
+    return encode_derived(e, L, row->dense, row->cat, w, pos, dense + nd, ids + nc);
   }
   uint32_t at = 0;
   for (uint32_t c = 0; c < nc; c++) {
@@ -252,7 +330,8 @@ dlrec_status etl_encode_row(const dlrec_etl *e, const dlrec_layout *L, const dlr
     ids[at++] = (uint32_t)(k->id_begin + (row->cat[c].n == 0 ? ETL_LOCAL_MISSING : etl_cat_local(k, keys[c], hashes[c])));
     nids[c] = 1;
   }
-  return DLREC_OK;
+  for (uint32_t c = nc; c < e->schema.n_sparse; c++) nids[c] = 1;
+  return derived ? encode_derived(e, L, row->dense, row->cat, w, pos, dense + nd, ids + at) : DLREC_OK;
 }
 
 dlrec_status dlrec_etl_encode_line(const dlrec_etl *e, const char *line, size_t n, int with_label, float *label,
@@ -283,7 +362,7 @@ dlrec_status dlrec_etl_encode_line_checked(const dlrec_etl *e, const char *line,
   }
   dlrec_status st = dlrec_parse_row(L, line, n, scratch, &row, NULL);
   if (st == DLREC_OK) *short_row = etl_short_row(L, &row, strict_fields, NULL, &st);
-  if (st == DLREC_OK) st = etl_encode_row(e, L, &row, with_label, NULL, label, dense, ids, NULL, NULL);
+  if (st == DLREC_OK) st = etl_encode_row(e, L, &row, with_label, NULL, NULL, label, dense, ids, NULL, NULL);
   if (scratch != small) free(scratch);
   return st;
 }
@@ -305,7 +384,7 @@ dlrec_status dlrec_etl_encode_line_multi(const dlrec_etl *e, const char *line, s
   }
   uint32_t tr = 0;
   dlrec_status st = dlrec_parse_row(L, line, n, scratch, &row, NULL);
-  if (st == DLREC_OK) st = etl_encode_row(e, L, &row, with_label, NULL, label, dense, ids, nids, &tr);
+  if (st == DLREC_OK) st = etl_encode_row(e, L, &row, with_label, NULL, NULL, label, dense, ids, nids, &tr);
   if (truncated) *truncated = tr;
   if (scratch != small) free(scratch);
   return st;

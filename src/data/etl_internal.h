@@ -7,6 +7,8 @@
 
 #include <float.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "data/keymap.h"
@@ -33,6 +35,56 @@ typedef struct etl_dense_ops {
   double clip_lo, clip_hi;
 } etl_dense_ops;
 
+/* A derived column (the workflow's cross, bucketize, count and target
+ * operators; docs/etl.md): computed from input columns (src, indices into
+ * dlrec_etl.cols) by every encoder. Derived columns follow the input's in the
+ * schema: dense ones (count, target) after its dense columns, categorical
+ * ones (cross, bucketize) after its categorical columns. */
+#define ETL_CROSS_MAX 8
+#define ETL_BOUNDS_MAX 1024
+#define ETL_FOLDS_MAX 32
+#define ETL_FOLD_SALT 0x74617267ull /* "targ": keeps the folds apart from the valid split */
+typedef enum etl_op { ETL_OP_NONE = 0, ETL_OP_CROSS, ETL_OP_BUCKETIZE, ETL_OP_COUNT, ETL_OP_TARGET } etl_op;
+typedef struct etl_derived {
+  etl_op op;
+  uint32_t src[ETL_CROSS_MAX], n_src;
+  /* bucketize: boundaries (malloc'd; the state owns them), given or fitted
+   * from `quantiles` (0: given) */
+  double *bounds;
+  uint32_t n_bounds, quantiles;
+  /* target */
+  uint32_t folds;
+  double smoothing;
+  uint64_t seed;
+  uint64_t groups;       /* the source column's size */
+  const uint64_t *stats; /* (folds, groups, 2): rows, positives of fold f in group g */
+  double *full, *oof;    /* the encodings of each group, and (folds, groups) out of fold (set at load) */
+} etl_derived;
+
+/* Fold of row `line` (1-based) of input `file` for a target column's seed. */
+static inline uint32_t etl_fold(uint64_t seed, uint32_t folds, uint32_t file, uint64_t line) {
+  return (uint32_t)(dlrec_mix64(dlrec_mix64(dlrec_mix64(seed ^ ETL_FOLD_SALT) ^ file) ^ line) % folds);
+}
+
+/* A cross's key from its sources' keys (DLREC_ETL_MISSING_KEY for an empty
+ * field), in order. */
+static inline uint64_t etl_cross_key(const uint64_t *keys, uint32_t n) {
+  uint64_t h = 0;
+  for (uint32_t i = 0; i < n; i++) h = dlrec_mix64(h ^ keys[i]);
+  return h;
+}
+
+/* The bucket of x: how many boundaries are <= x. */
+static inline uint64_t etl_bucket(const double *b, uint32_t n, double x) {
+  uint32_t lo = 0, hi = n;
+  while (lo < hi) {
+    uint32_t mid = (lo + hi) / 2;
+    if (b[mid] <= x) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
 typedef struct etl_dense {
   uint64_t count, missing;
   double min, max, mean, std; /* min, max: of the clipped raw values; mean, std: of the transformed
@@ -40,11 +92,26 @@ typedef struct etl_dense {
   double inv_std; /* 1 / std, or 1 when std is 0 (a constant column) */
   etl_dense_ops ops;
   float fill_out;  /* a missing value's encoding: 0, or the fill's (set when the state is loaded) */
+  dlrec_dense_transform transform; /* the state's, or none for a target encoding (set at load) */
+  etl_derived derived;
 } etl_dense;
 
+struct cJSON;
+/* A parsed workflow: the input's dense columns' operators, and the derived
+ * columns in schema order (bounds malloc'd: etl_workflow_free). */
+typedef struct etl_workflow {
+  etl_dense_ops ops[DLREC_MAX_DENSE];
+  uint32_t n_dense, n_cat; /* derived columns */
+  etl_derived dense[DLREC_MAX_DENSE], cat[DLREC_MAX_SPARSE];
+  char dense_names[DLREC_MAX_DENSE][DLREC_NAME_MAX], cat_names[DLREC_MAX_SPARSE][DLREC_NAME_MAX];
+} etl_workflow;
+
 /* Parses a workflow (dlrec_etl_fit_opts.workflow, JSON text; NULL: none)
- * into ops for the dense columns of cols. */
-dlrec_status etl_workflow_parse(const char *text, const dlrec_columns *cols, etl_dense_ops *ops);
+ * for the input columns cols; raw_keys refuses derived columns. */
+dlrec_status etl_workflow_parse(const char *text, const dlrec_columns *cols, int raw_keys, etl_workflow *wf);
+void etl_workflow_free(etl_workflow *wf);
+/* Bucket boundaries (a list of increasing finite numbers) into d->bounds. */
+dlrec_status etl_bounds_parse(const struct cJSON *b, const char *what, etl_derived *d);
 /* A clip operator, [low, high] with null for no bound, into op (the
  * workflow's and the state's etl.json share the form). */
 struct cJSON;
@@ -76,6 +143,10 @@ typedef struct etl_cat {
    * hotness, max hotness and pooling are the schema's. */
   char sep;
   uint64_t values;
+  etl_derived derived;
+  /* fit within --memory-mb: a vocabulary too large for memory lives in this
+   * file (keys, then counts; keys and counts are NULL), which etl_save copies */
+  const struct etl_runs *vocab_file;
 } etl_cat;
 
 struct dlrec_etl {
@@ -100,7 +171,7 @@ struct dlrec_etl {
   int raw_keys;
   uint64_t vocab_rows;
   uint64_t ids_max;        /* the most ids a row encodes to: the sum of max hotness */
-  void *owned[2 * DLREC_MAX_SPARSE + 1]; /* buffers that keys/counts/ranks point into */
+  void *owned[2 * DLREC_MAX_SPARSE + DLREC_MAX_DENSE + 1]; /* buffers keys/counts/ranks/stats point into */
   int n_owned;
 };
 
@@ -158,7 +229,7 @@ static inline double etl_transform(dlrec_dense_transform tr, double x) {
 /* Transformed, standardized value of dense column col; NULL or a reason. */
 /* A raw value x of dense column col, clipped, transformed and standardized. */
 static inline const char *etl_dense_encode(const dlrec_etl *e, uint32_t col, double x, float *out) {
-  double t = etl_transform(e->transform, etl_clip(&e->dense[col].ops, x));
+  double t = etl_transform(e->dense[col].transform, etl_clip(&e->dense[col].ops, x));
   if (!(fabs(t) <= FLT_MAX)) return ETL_BEYOND_FLOAT32;
   if (e->standardize) {
     /* A column of tiny std in fit can blow up a value fit never saw. */
@@ -187,6 +258,17 @@ static inline uint32_t etl_cat_local(const etl_cat *c, uint64_t key, uint64_t ha
   const uint64_t *v = keymap_find_h(&c->map, key, hash);
   return v ? (uint32_t)*v : ETL_LOCAL_OOV;
 }
+
+/* A count encoding's value of local id g: the fit count of the value or
+ * bucket; 0 for the missing and out-of-vocabulary ids. */
+static inline uint64_t etl_count_of(const etl_cat *c, uint64_t g) {
+  if (g < ETL_LOCAL_FIRST) return 0;
+  return c->hashed ? c->bucket_counts[g - ETL_LOCAL_FIRST] : c->counts[g - ETL_LOCAL_FIRST];
+}
+
+/* Builds a vocabulary column's key -> local id map from its keys; `where`
+ * and name for messages. */
+dlrec_status etl_build_map(etl_cat *c, const char *where, const char *name);
 
 /* Global id of categorical column col's raw text; NULL or a reason. */
 static inline const char *etl_cat_id(const dlrec_etl *e, uint32_t col, const char *s, size_t n, uint32_t *id) {
@@ -222,9 +304,57 @@ static inline int etl_next_value(const char **p, const char *end, char sep, cons
  * how many column c has (1 for one-hot columns; a multi-hot column with no
  * value has one id, its missing id); *truncated (may be NULL) counts the
  * columns that had more values than their max hotness (the first ones kept). */
+/* Where a row was in fit's inputs (its input's number and its line), for
+ * the out-of-fold target encodings of etl apply; NULL: the full ones. */
+typedef struct etl_pos {
+  uint32_t file;
+  uint64_t line;
+} etl_pos;
+
+/* The input columns (row) are the layout's; the output (dense, ids) is the
+ * schema's, derived columns included. */
 dlrec_status etl_encode_row(const dlrec_etl *e, const dlrec_layout *L, const dlrec_raw_row *row, int with_label,
-                            const dlrec_where *w, float *label, float *dense, uint32_t *ids, uint32_t *nids,
-                            uint32_t *truncated);
+                            const dlrec_where *w, const etl_pos *pos, float *label, float *dense, uint32_t *ids,
+                            uint32_t *nids, uint32_t *truncated);
+
+/* Fills a loaded target column's encodings (full and out of fold) from its
+ * statistics. */
+dlrec_status etl_target_prepare(etl_derived *t, uint64_t rows, uint64_t positives);
+
+/* ---- fit's count tables on disk (etl_spill.c) ---- */
+
+/* A key and its count. */
+typedef struct etl_kc {
+  uint64_t key, count;
+} etl_kc;
+
+/* Sorts a[0, n) by key (by_key), or by count descending then key ascending
+ * (a vocabulary's order): a radix sort, with qsort for small n (etl_fit.c). */
+void etl_sort_kc(etl_kc *a, uint64_t n, int by_key);
+
+/* Runs of sorted pairs in one file (removed by etl_runs_close); runs are
+ * added by any thread. */
+typedef struct etl_runs {
+  int open, fd;
+  char path[4200];
+  _Atomic uint64_t end; /* bytes reserved */
+  pthread_mutex_t mu;   /* the run list */
+  uint64_t *off, *n;    /* (count) each run's offset and pairs */
+  uint32_t count, cap;
+} etl_runs;
+
+dlrec_status etl_runs_open(etl_runs *r, const char *dir, const char *name);
+/* Appends a run of n pairs, sorted as the merge will read them. */
+dlrec_status etl_runs_add(etl_runs *r, const etl_kc *pairs, uint64_t n);
+void etl_runs_close(etl_runs *r); /* accepts a closed one */
+
+/* The pairs of every run in one order: by key (by_count 0) or by count
+ * descending then key; read buffers share `memory` bytes. */
+typedef struct etl_merge etl_merge;
+dlrec_status etl_merge_open(etl_merge **m, const etl_runs *r, int by_count, uint64_t memory);
+/* The next pair (*got 1), or *got 0 at the end. */
+dlrec_status etl_merge_next(etl_merge *m, etl_kc *out, int *got);
+void etl_merge_close(etl_merge *m); /* accepts NULL */
 
 /* ---- running fit and apply over input files (etl_run.c) ---- */
 

@@ -17,7 +17,7 @@ static const char VOCAB_MAGIC[8] = {'D', 'L', 'R', 'V', 'O', 'C', 'A', 'B'};
 #define VOCAB_VERSION 1u
 #define VOCAB_HEADER 32u
 #define VOCAB_SECTION 16u /* encoding u32, reserved u32, n u64 */
-enum { ENC_VOCAB = 0, ENC_HASHED = 1 };
+enum { ENC_VOCAB = 0, ENC_HASHED = 1, ENC_TARGET = 2 };
 
 static uint64_t section_bytes(int hashed, uint64_t n) {
   return VOCAB_SECTION + (hashed ? ((12 * n + 7) & ~7ull) : 16 * n);
@@ -70,6 +70,19 @@ static dlrec_status vw_put(vwriter *v, const void *data, size_t n) {
   return DLREC_OK;
 }
 
+/* A vocabulary fit sorted on disk (keys, then counts): bytes of it. */
+static dlrec_status copy_vocab_file(vwriter *v, const etl_runs *f, uint64_t bytes) {
+  unsigned char buf[1 << 16];
+  for (uint64_t off = 0; off < bytes;) {
+    size_t k = bytes - off < sizeof buf ? (size_t)(bytes - off) : sizeof buf;
+    dlrec_status st = dlrec_pread_all(f->fd, buf, k, off, f->path);
+    if (st == DLREC_OK) st = vw_put(v, buf, k);
+    if (st != DLREC_OK) return st;
+    off += k;
+  }
+  return DLREC_OK;
+}
+
 static dlrec_status save_vocab(const dlrec_etl *e, const char *path, uint64_t *bytes, uint32_t *crc) {
   char tmp[4200];
   if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
@@ -91,7 +104,9 @@ static dlrec_status save_vocab(const dlrec_etl *e, const char *path, uint64_t *b
     put32(sec, k->hashed ? ENC_HASHED : ENC_VOCAB);
     put64(sec + 8, n);
     st = vw_put(v, sec, sizeof sec);
-    if (st == DLREC_OK && !k->hashed) {
+    if (st == DLREC_OK && k->vocab_file) {
+      st = copy_vocab_file(v, k->vocab_file, 16 * n);
+    } else if (st == DLREC_OK && !k->hashed) {
       st = vw_put(v, k->keys, 8 * n);
       if (st == DLREC_OK) st = vw_put(v, k->counts, 8 * n);
     } else if (st == DLREC_OK) {
@@ -100,6 +115,17 @@ static dlrec_status save_vocab(const dlrec_etl *e, const char *path, uint64_t *b
       static const unsigned char pad[8];
       if (st == DLREC_OK && (4 * n) % 8) st = vw_put(v, pad, 8 - (4 * n) % 8);
     }
+  }
+  /* Then the target encodings' counts. */
+  for (uint32_t d = 0; st == DLREC_OK && d < e->schema.n_dense; d++) {
+    const etl_derived *t = &e->dense[d].derived;
+    if (t->op != ETL_OP_TARGET) continue;
+    unsigned char sec[VOCAB_SECTION] = {0};
+    put32(sec, ENC_TARGET);
+    put32(sec + 4, t->folds);
+    put64(sec + 8, t->groups);
+    st = vw_put(v, sec, sizeof sec);
+    if (st == DLREC_OK) st = vw_put(v, t->stats, 16 * t->folds * t->groups);
   }
   if (st == DLREC_OK) st = vw_flush(v);
   if (st == DLREC_OK) {
@@ -122,6 +148,30 @@ static dlrec_status save_vocab(const dlrec_etl *e, const char *path, uint64_t *b
 }
 
 static cJSON *num(double v) { return cJSON_CreateNumber(v); }
+
+static const char *const OP_KINDS[] = {"", "cross", "bucketize", "count", "target"};
+
+/* A derived column's "op" member (docs/etl.md). */
+static cJSON *op_json(const dlrec_etl *e, const etl_derived *d) {
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddStringToObject(o, "kind", OP_KINDS[d->op]);
+  if (d->op == ETL_OP_CROSS) {
+    cJSON *c = cJSON_AddArrayToObject(o, "columns");
+    for (uint32_t k = 0; k < d->n_src; k++) cJSON_AddItemToArray(c, cJSON_CreateString(e->cols.cat[d->src[k]]));
+    return o;
+  }
+  cJSON_AddStringToObject(o, "column", d->op == ETL_OP_BUCKETIZE ? e->cols.dense[d->src[0]] : e->cols.cat[d->src[0]]);
+  if (d->op == ETL_OP_BUCKETIZE) {
+    cJSON *b = cJSON_AddArrayToObject(o, "boundaries");
+    for (uint32_t k = 0; k < d->n_bounds; k++) cJSON_AddItemToArray(b, num(d->bounds[k]));
+    if (d->quantiles) cJSON_AddItemToObject(o, "quantiles", num(d->quantiles));
+  } else if (d->op == ETL_OP_TARGET) {
+    cJSON_AddItemToObject(o, "folds", num(d->folds));
+    cJSON_AddItemToObject(o, "smoothing", num(d->smoothing));
+    cJSON_AddItemToObject(o, "seed", num((double)d->seed));
+  }
+  return o;
+}
 
 static cJSON *state_json(const dlrec_etl *e, uint64_t vocab_bytes, uint32_t vocab_crc) {
   cJSON *root = cJSON_CreateObject();
@@ -158,6 +208,7 @@ static cJSON *state_json(const dlrec_etl *e, uint64_t vocab_bytes, uint32_t voca
     cJSON_AddItemToObject(o, "max", num(d->max));
     cJSON_AddItemToObject(o, "mean", num(d->mean));
     cJSON_AddItemToObject(o, "std", num(d->std));
+    if (d->derived.op) cJSON_AddItemToObject(o, "op", op_json(e, &d->derived));
     /* The workflow's operators (etl_workflow.c), when the column has any. */
     if (d->ops.fill) {
       cJSON *f = cJSON_AddObjectToObject(o, "fill_missing");
@@ -179,8 +230,9 @@ static cJSON *state_json(const dlrec_etl *e, uint64_t vocab_bytes, uint32_t voca
     char salt[32];
     snprintf(salt, sizeof salt, "0x%016llx", (unsigned long long)c->salt);
     cJSON_AddStringToObject(o, "name", s->name);
-    cJSON_AddStringToObject(o, "key", c->key_kind == DLREC_KEY_HEX ? "hex" : c->key_kind == DLREC_KEY_DEC ? "dec" : "hash");
-    if (c->key_kind == DLREC_KEY_HASH) cJSON_AddStringToObject(o, "salt", salt);
+    if (c->derived.op) cJSON_AddItemToObject(o, "op", op_json(e, &c->derived));
+    else cJSON_AddStringToObject(o, "key", c->key_kind == DLREC_KEY_HEX ? "hex" : c->key_kind == DLREC_KEY_DEC ? "dec" : "hash");
+    if (!c->derived.op && c->key_kind == DLREC_KEY_HASH) cJSON_AddStringToObject(o, "salt", salt);
     cJSON_AddStringToObject(o, "encoding", c->hashed ? "hashed" : "vocab");
     cJSON_AddItemToObject(o, "size", num((double)c->size));
     cJSON_AddItemToObject(o, "id_begin", num((double)c->id_begin));
@@ -276,7 +328,8 @@ static dlrec_status load_dense(dlrec_etl *e, const cJSON *arr, const char *jpath
   int n = cJSON_GetArraySize(arr);
   if (n > DLREC_MAX_DENSE) return dlrec_error(DLREC_ERR_INVALID, "%s: %d dense columns, at most %d", jpath, n, DLREC_MAX_DENSE);
   e->schema.n_dense = (uint32_t)n;
-  static const char *const keys[] = {"name", "count", "missing", "min", "max", "mean", "std", "fill_missing", "clip", NULL};
+  static const char *const keys[] = {"name", "count", "missing", "min", "max", "mean", "std", "fill_missing", "clip", "op",
+                                     NULL};
   for (int i = 0; i < n; i++) {
     const cJSON *o = cJSON_GetArrayItem(arr, i);
     char what[4200];
@@ -297,6 +350,9 @@ static dlrec_status load_dense(dlrec_etl *e, const cJSON *arr, const char *jpath
         !(d->min <= d->max))
       return dlrec_error(DLREC_ERR_INVALID, "%s: inconsistent statistics", what);
     d->inv_std = d->std > 0 ? 1.0 / d->std : 1.0;
+    d->transform = e->transform; /* a target encoding's: none (load_derived) */
+    if (cJSON_GetObjectItemCaseSensitive(o, "op") && (d->ops.fill || d->ops.clip))
+      return dlrec_error(DLREC_ERR_INVALID, "%s: a derived column has no fill_missing or clip", what);
   }
   return DLREC_OK;
 }
@@ -320,7 +376,7 @@ static dlrec_status load_cats(dlrec_etl *e, const cJSON *arr, const char *jpath)
   e->schema.n_sparse = (uint32_t)n;
   static const char *const keys[] = {"name", "key", "salt", "encoding", "size", "id_begin", "id_end", "distinct",
                                      "kept", "buckets", "missing", "oov", "multi", "max_hotness", "pooling", "values",
-                                     NULL};
+                                     "op", NULL};
   uint64_t next = 0;
   for (int i = 0; i < n; i++) {
     const cJSON *o = cJSON_GetArrayItem(arr, i);
@@ -332,8 +388,13 @@ static dlrec_status load_cats(dlrec_etl *e, const cJSON *arr, const char *jpath)
     uint64_t id_end;
     dlrec_status st = cJSON_IsObject(o) ? dlrec_json_check_keys(o, what, keys)
                                         : dlrec_error(DLREC_ERR_INVALID, "%s: expected an object", what);
+    /* A derived column's keys are its own (a cross's, a bucket number). */
+    const int derived = cJSON_GetObjectItemCaseSensitive(o, "op") != NULL;
     if (st == DLREC_OK) st = get_name(o, "name", what, s->name);
-    if (st == DLREC_OK) st = dlrec_json_get_string(o, "key", what, &key);
+    if (st == DLREC_OK)
+      st = derived ? dlrec_json_get_string_or(o, "key", what, "dec", &key) : dlrec_json_get_string(o, "key", what, &key);
+    if (st == DLREC_OK && derived && cJSON_GetObjectItemCaseSensitive(o, "key"))
+      st = dlrec_error(DLREC_ERR_INVALID, "%s: a derived column has no 'key'", what);
     if (st == DLREC_OK) st = dlrec_json_get_string_or(o, "salt", what, NULL, &salt);
     if (st == DLREC_OK) st = dlrec_json_get_string(o, "encoding", what, &enc);
     if (st == DLREC_OK) st = dlrec_json_get_u64(o, "size", what, &c->size);
@@ -389,7 +450,7 @@ static dlrec_status load_cats(dlrec_etl *e, const cJSON *arr, const char *jpath)
       return dlrec_error(DLREC_ERR_INVALID, "%s: field 'encoding': expected \"vocab\" or \"hashed\"", what);
     uint64_t want = ETL_LOCAL_FIRST + (c->hashed ? c->buckets : c->kept);
     if (c->size != want || c->id_begin != next || id_end != next + c->size || (c->hashed && c->buckets == 0) ||
-        c->kept > c->distinct || c->missing > e->rows || (c->hashed && e->hash_buckets != c->buckets))
+        c->kept > c->distinct || c->missing > e->rows || (c->hashed && !derived && e->hash_buckets != c->buckets))
       return dlrec_error(DLREC_ERR_INVALID, "%s: inconsistent sizes or id range", what);
     s->id_begin = c->id_begin;
     s->id_end = id_end;
@@ -436,7 +497,7 @@ static dlrec_status load_vocab(dlrec_etl *e, const char *vpath, unsigned char *b
       c->keys = (const uint64_t *)(const void *)p;
       c->counts = (const uint64_t *)(const void *)(p + 8 * cnt);
       /* Order and threshold must hold, as fit wrote them: a cheap, strong check. */
-      uint64_t oov_floor = e->min_count;
+      uint64_t oov_floor = c->derived.op == ETL_OP_BUCKETIZE ? 1 : e->min_count;
       for (uint64_t k = 0; k < cnt; k++) {
         int ok = c->counts[k] >= oov_floor && c->counts[k] > 0;
         if (k > 0)
@@ -474,11 +535,60 @@ static dlrec_status load_vocab(dlrec_etl *e, const char *vpath, unsigned char *b
                          name, (unsigned long long)(total + c->missing), (unsigned long long)e->rows);
     off += section_bytes(c->hashed, cnt);
   }
+  for (uint32_t d = 0; d < e->schema.n_dense; d++) {
+    etl_derived *t = &e->dense[d].derived;
+    if (t->op != ETL_OP_TARGET) continue;
+    const char *name = e->schema.dense_names[d];
+    t->groups = e->cat[t->src[0]].size;
+    if (n - off < VOCAB_SECTION) return corrupt(vpath, "dense column %llu: section past the end of the file", d, 0);
+    if (get32(buf + off) != ENC_TARGET || get32(buf + off + 4) != t->folds || get64(buf + off + 8) != t->groups)
+      return dlrec_error(DLREC_ERR_CORRUPT, "%s: column '%s': its target statistics do not match etl.json", vpath,
+                         name);
+    if ((n - off - VOCAB_SECTION) / 16 / t->folds < t->groups)
+      return corrupt(vpath, "dense column %llu: section past the end of the file", d, 0);
+    t->stats = (const uint64_t *)(const void *)(buf + off + VOCAB_SECTION);
+    off += VOCAB_SECTION + 16 * t->folds * t->groups;
+    dlrec_status st = etl_target_prepare(t, e->rows, e->positives);
+    if (st != DLREC_OK) return dlrec_error_context("%s: column '%s': ", vpath, name);
+  }
   if (off != n) return corrupt(vpath, "%llu bytes after the last column", n - off, 0);
   return DLREC_OK;
 }
 
-static dlrec_status build_map(etl_cat *c, const char *vpath, const char *name) {
+dlrec_status etl_target_prepare(etl_derived *t, uint64_t rows, uint64_t positives) {
+  const uint64_t n = t->groups, K = t->folds;
+  uint64_t fr[ETL_FOLDS_MAX] = {0}, fp[ETL_FOLDS_MAX] = {0}, R = 0, P = 0;
+  free(t->full);
+  free(t->oof);
+  t->full = malloc((n ? n : 1) * sizeof *t->full);
+  t->oof = malloc((n ? n : 1) * K * sizeof *t->oof);
+  if (!t->full || !t->oof) return dlrec_error(DLREC_ERR_NOMEM, "out of memory for a target encoding");
+  for (uint64_t f = 0; f < K; f++)
+    for (uint64_t g = 0; g < n; g++) {
+      const uint64_t r = t->stats[2 * (f * n + g)], p = t->stats[2 * (f * n + g) + 1];
+      if (p > r || r > rows) return dlrec_error(DLREC_ERR_CORRUPT, "more positives than rows in a group");
+      fr[f] += r, fp[f] += p;
+    }
+  for (uint64_t f = 0; f < K; f++) R += fr[f], P += fp[f];
+  if (R != rows || P != positives)
+    return dlrec_error(DLREC_ERR_CORRUPT, "target statistics of %llu rows and %llu positives, the fit had %llu and %llu",
+                       (unsigned long long)R, (unsigned long long)P, (unsigned long long)rows,
+                       (unsigned long long)positives);
+  const double m = t->smoothing, prior = R ? (double)P / (double)R : 0.5;
+  for (uint64_t g = 0; g < n; g++) {
+    uint64_t ng = 0, pg = 0;
+    for (uint64_t f = 0; f < K; f++) ng += t->stats[2 * (f * n + g)], pg += t->stats[2 * (f * n + g) + 1];
+    t->full[g] = ((double)pg + m * prior) / ((double)ng + m);
+    for (uint64_t f = 0; f < K; f++) {
+      const double pf = R == fr[f] ? 0.5 : (double)(P - fp[f]) / (double)(R - fr[f]);
+      const uint64_t nf = t->stats[2 * (f * n + g)], pfg = t->stats[2 * (f * n + g) + 1];
+      t->oof[f * n + g] = ((double)(pg - pfg) + m * pf) / ((double)(ng - nf) + m);
+    }
+  }
+  return DLREC_OK;
+}
+
+dlrec_status etl_build_map(etl_cat *c, const char *vpath, const char *name) {
   dlrec_status st = keymap_init(&c->map, c->kept);
   if (st != DLREC_OK) return st;
   /* Prefetch a few keys ahead: the inserts land on random slots. */
@@ -498,8 +608,118 @@ static dlrec_status build_map(etl_cat *c, const char *vpath, const char *name) {
 static dlrec_status build_maps(dlrec_etl *e, const char *vpath) {
   for (uint32_t i = 0; i < e->schema.n_sparse; i++) {
     if (e->cat[i].hashed) continue;
-    dlrec_status st = build_map(&e->cat[i], vpath, e->schema.sparse[i].name);
+    dlrec_status st = etl_build_map(&e->cat[i], vpath, e->schema.sparse[i].name);
     if (st != DLREC_OK) return st;
+  }
+  return DLREC_OK;
+}
+
+/* The number of input columns of a "dense" or "categorical" list: the
+ * entries before the first derived one (every later one must be derived). */
+static dlrec_status count_inputs(const cJSON *arr, const char *what, uint32_t *n) {
+  int i = 0, size = cJSON_GetArraySize(arr);
+  while (i < size && !cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(arr, i), "op")) i++;
+  *n = (uint32_t)i;
+  for (; i < size; i++)
+    if (!cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(arr, i), "op"))
+      return dlrec_error(DLREC_ERR_INVALID, "%s[%d]: an input column after a derived one", what, i);
+  return DLREC_OK;
+}
+
+static int input_col(const char (*names)[DLREC_NAME_MAX], uint32_t n, const cJSON *v) {
+  if (!cJSON_IsString(v)) return -1;
+  for (uint32_t i = 0; i < n; i++)
+    if (!strcmp(names[i], v->valuestring)) return (int)i;
+  return -1;
+}
+
+/* A derived column's "op", its sources resolved among the input columns. */
+static dlrec_status parse_op(const dlrec_etl *e, const cJSON *op, const char *what, int dense, etl_derived *d) {
+  static const char *const keys[] = {"kind", "columns", "column", "boundaries", "quantiles", "folds", "smoothing",
+                                     "seed", NULL};
+  const char *kind;
+  dlrec_status st = cJSON_IsObject(op) ? dlrec_json_check_keys(op, what, keys)
+                                       : dlrec_error(DLREC_ERR_INVALID, "%s: op: expected an object", what);
+  if (st == DLREC_OK) st = dlrec_json_get_string(op, "kind", what, &kind);
+  if (st != DLREC_OK) return st;
+  memset(d, 0, sizeof *d);
+  for (int k = ETL_OP_CROSS; k <= ETL_OP_TARGET; k++)
+    if (!strcmp(kind, OP_KINDS[k])) d->op = (etl_op)k;
+  if (dense ? d->op != ETL_OP_COUNT && d->op != ETL_OP_TARGET : d->op != ETL_OP_CROSS && d->op != ETL_OP_BUCKETIZE)
+    return dlrec_error(DLREC_ERR_INVALID, "%s: op: kind '%s' is not one of a %s column", what, kind,
+                       dense ? "dense (count, target)" : "categorical (cross, bucketize)");
+  const dlrec_columns *c = &e->cols;
+  if (d->op == ETL_OP_CROSS) {
+    const cJSON *cols = cJSON_GetObjectItemCaseSensitive(op, "columns");
+    int n = cJSON_IsArray(cols) ? cJSON_GetArraySize(cols) : 0;
+    if (n < 2 || n > ETL_CROSS_MAX)
+      return dlrec_error(DLREC_ERR_INVALID, "%s: op: 'columns' must list 2 to %d columns", what, ETL_CROSS_MAX);
+    for (int k = 0; k < n; k++) {
+      int i = input_col((const char(*)[DLREC_NAME_MAX])c->cat, c->n_cat, cJSON_GetArrayItem(cols, k));
+      if (i < 0 || c->sep[i])
+        return dlrec_error(DLREC_ERR_INVALID, "%s: op: columns[%d] is not a one-hot categorical input column", what, k);
+      d->src[d->n_src++] = (uint32_t)i;
+    }
+    return DLREC_OK;
+  }
+  const cJSON *col = cJSON_GetObjectItemCaseSensitive(op, "column");
+  int i = d->op == ETL_OP_BUCKETIZE ? input_col((const char(*)[DLREC_NAME_MAX])c->dense, c->n_dense, col)
+                                    : input_col((const char(*)[DLREC_NAME_MAX])c->cat, c->n_cat, col);
+  if (i < 0 || (d->op != ETL_OP_BUCKETIZE && c->sep[i]))
+    return dlrec_error(DLREC_ERR_INVALID, "%s: op: 'column' is not a %s input column", what,
+                       d->op == ETL_OP_BUCKETIZE ? "dense" : "one-hot categorical");
+  d->src[d->n_src++] = (uint32_t)i;
+  if (d->op == ETL_OP_BUCKETIZE) {
+    uint64_t q = 0;
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(op, "boundaries");
+    st = dlrec_json_get_u64_or(op, "quantiles", what, 0, &q);
+    if (st == DLREC_OK && q && (q < 2 || q > ETL_BOUNDS_MAX))
+      st = dlrec_error(DLREC_ERR_INVALID, "%s: op: 'quantiles' must be in [2, %d]", what, ETL_BOUNDS_MAX);
+    d->quantiles = (uint32_t)q;
+    /* Fitted boundaries may be none (a column without values), at most Q - 1. */
+    if (st == DLREC_OK && !(q && cJSON_IsArray(b) && cJSON_GetArraySize(b) == 0)) st = etl_bounds_parse(b, what, d);
+    if (st == DLREC_OK && q && d->n_bounds >= q)
+      st = dlrec_error(DLREC_ERR_INVALID, "%s: op: more boundaries than quantiles", what);
+    return st;
+  }
+  if (d->op == ETL_OP_TARGET) {
+    uint64_t folds = 0;
+    st = dlrec_json_get_u64(op, "folds", what, &folds);
+    if (st == DLREC_OK) st = dlrec_json_get_double(op, "smoothing", what, &d->smoothing);
+    if (st == DLREC_OK) st = dlrec_json_get_u64(op, "seed", what, &d->seed);
+    if (st == DLREC_OK && (folds < 2 || folds > ETL_FOLDS_MAX || !(d->smoothing > 0) || !isfinite(d->smoothing)))
+      st = dlrec_error(DLREC_ERR_INVALID, "%s: op: expected folds in [2, %d] and a smoothing above 0", what,
+                       ETL_FOLDS_MAX);
+    d->folds = (uint32_t)folds;
+  }
+  return st;
+}
+
+/* The derived columns (after the n_dense and n_cat input columns). */
+static dlrec_status load_derived(dlrec_etl *e, const cJSON *dense, const cJSON *cats, uint32_t n_dense, uint32_t n_cat,
+                                 const char *jpath) {
+  char what[4200];
+  if (e->raw_keys && (n_dense < e->schema.n_dense || n_cat < e->schema.n_sparse))
+    return dlrec_error(DLREC_ERR_INVALID, "%s: a raw-keys state has no derived column", jpath);
+  for (uint32_t i = n_dense; i < e->schema.n_dense; i++) {
+    snprintf(what, sizeof what, "%s: dense[%u]", jpath, i);
+    etl_dense *d = &e->dense[i];
+    dlrec_status st = parse_op(e, cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(dense, (int)i), "op"), what, 1,
+                               &d->derived);
+    if (st != DLREC_OK) return st;
+    if (d->derived.op == ETL_OP_TARGET) d->transform = DLREC_DENSE_NONE;
+    if (d->derived.op == ETL_OP_TARGET && !e->schema.has_label)
+      return dlrec_error(DLREC_ERR_INVALID, "%s: a target encoding in a state without labels", what);
+  }
+  for (uint32_t i = n_cat; i < e->schema.n_sparse; i++) {
+    snprintf(what, sizeof what, "%s: categorical[%u]", jpath, i);
+    etl_cat *c = &e->cat[i];
+    dlrec_status st = parse_op(e, cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(cats, (int)i), "op"), what, 0,
+                               &c->derived);
+    if (st != DLREC_OK) return st;
+    if (c->hashed != (c->derived.op == ETL_OP_CROSS) || c->sep)
+      return dlrec_error(DLREC_ERR_INVALID, "%s: a %s column must be %s and one-hot", what, OP_KINDS[c->derived.op],
+                         c->hashed ? "a vocabulary" : "hashed");
   }
   return DLREC_OK;
 }
@@ -565,6 +785,9 @@ static dlrec_status load_json(dlrec_etl *e, const cJSON *root, const char *text,
   if (st == DLREC_OK) st = load_dense(e, dense, jpath);
   if (st == DLREC_OK) st = prepare_fills(e, jpath);
   if (st == DLREC_OK) st = load_cats(e, cats, jpath);
+  uint32_t n_dense = 0, n_cat = 0; /* the input's columns */
+  if (st == DLREC_OK) st = count_inputs(dense, "dense", &n_dense);
+  if (st == DLREC_OK) st = count_inputs(cats, "categorical", &n_cat);
   if (st == DLREC_OK && table_rows != e->schema.table_rows)
     st = dlrec_error(DLREC_ERR_INVALID, "%s: table_rows %llu, the columns add up to %llu", jpath,
                      (unsigned long long)table_rows, (unsigned long long)e->schema.table_rows);
@@ -617,8 +840,8 @@ static dlrec_status load_json(dlrec_etl *e, const cJSON *root, const char *text,
     memset(c, 0, sizeof *c);
     c->has_label = has_label;
     strcpy(c->label, e->schema.label_name);
-    c->n_dense = e->schema.n_dense;
-    c->n_cat = e->schema.n_sparse;
+    c->n_dense = n_dense;
+    c->n_cat = n_cat;
     for (uint32_t i = 0; i < c->n_dense; i++) strcpy(c->dense[i], e->schema.dense_names[i]);
     for (uint32_t i = 0; i < c->n_cat; i++) strcpy(c->cat[i], e->schema.sparse[i].name);
     /* The SPEC as given decides which columns are multi-hot; the state must agree. */
@@ -628,13 +851,13 @@ static dlrec_status load_json(dlrec_etl *e, const cJSON *root, const char *text,
     for (uint32_t i = 0; i < c->n_cat && i < from_spec.n_cat; i++) c->sep[i] = from_spec.sep[i];
   }
   /* The columns must be the ones this input format gives. */
-  if (e->cols.n_dense != e->schema.n_dense || e->cols.n_cat != e->schema.n_sparse)
+  if (e->cols.n_dense != n_dense || e->cols.n_cat != n_cat)
     return dlrec_error(DLREC_ERR_INVALID, "%s: column counts do not match input format %s", jpath, input);
-  for (uint32_t i = 0; i < e->schema.n_dense; i++)
+  for (uint32_t i = 0; i < n_dense; i++)
     if (strcmp(e->cols.dense[i], e->schema.dense_names[i]))
       return dlrec_error(DLREC_ERR_INVALID, "%s: dense[%u] is '%s', expected '%s'", jpath, i,
                          e->schema.dense_names[i], e->cols.dense[i]);
-  for (uint32_t i = 0; i < e->schema.n_sparse; i++) {
+  for (uint32_t i = 0; i < n_cat; i++) {
     if (strcmp(e->cols.cat[i], e->schema.sparse[i].name))
       return dlrec_error(DLREC_ERR_INVALID, "%s: categorical[%u] is '%s', expected '%s'", jpath, i,
                          e->schema.sparse[i].name, e->cols.cat[i]);
@@ -650,6 +873,8 @@ static dlrec_status load_json(dlrec_etl *e, const cJSON *root, const char *text,
     if (e->raw_keys && (e->cat[i].kept || e->cat[i].hashed))
       return dlrec_error(DLREC_ERR_INVALID, "%s: categorical[%u]: a raw-keys state keeps no values", jpath, i);
   }
+  st = load_derived(e, dense, cats, n_dense, n_cat, jpath);
+  if (st != DLREC_OK) return st;
   if (e->raw_keys) etl_keys_schema(e);
   return dlrec_schema_validate(&e->schema, jpath);
 }
@@ -691,6 +916,11 @@ void dlrec_etl_free(dlrec_etl *e) {
   if (!e) return;
   for (uint32_t i = 0; i < DLREC_MAX_SPARSE; i++) {
     keymap_free(&e->cat[i].map);
+    free(e->cat[i].derived.bounds);
+  }
+  for (uint32_t i = 0; i < DLREC_MAX_DENSE; i++) {
+    free(e->dense[i].derived.full);
+    free(e->dense[i].derived.oof);
   }
   for (int i = 0; i < e->n_owned; i++) free(e->owned[i]);
   dlrec_layout_free(e->layout[0]);

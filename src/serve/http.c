@@ -429,10 +429,13 @@ static enum MHD_Result dispatch(server *sv, struct MHD_Connection *c, const targ
   case R_MODEL_READY: {
     serve_model *m = model_for(sv, c, t, rq, &ret);
     if (!m) break;
+    /* The raw convention takes the ETL state's input columns. */
+    const dlrec_schema *ms = dlrec_net_schema(m->model->net);
+    uint32_t raw[2] = {ms->n_dense, ms->n_sparse};
+    if (m->model->etl) dlrec_etl_input_columns(m->model->etl, &raw[0], &raw[1]);
     if (t->r == R_MODEL_READY) ret = send_ok(sv, c, ep, rq, NULL, "");
     else if (dlrec_kserve_write_model_metadata(&b, sv->reg.name, m->version,
-                                               dlrec_net_get_config(m->model->net)->type,
-                                               dlrec_net_schema(m->model->net), 1) == DLREC_OK)
+                                               dlrec_net_get_config(m->model->net)->type, ms, raw) == DLREC_OK)
       ret = send_ok(sv, c, ep, rq, "application/json", b.data);
     else
       ret = send_error(sv, c, ep, rq, 500, "%s", dlrec_last_error());

@@ -957,7 +957,8 @@ static void put_tensor_meta(dlrec_kserve_buf *b, const char *name, const char *d
 }
 
 dlrec_status dlrec_kserve_write_model_metadata(dlrec_kserve_buf *b, const char *name, const char *version,
-                                               const char *model_type, const dlrec_schema *schema, int raw) {
+                                               const char *model_type, const dlrec_schema *schema,
+                                               const uint32_t *raw) {
   b->len = 0;
   if (!name || !version || !model_type || !schema)
     return dlrec_error(DLREC_ERR_INVALID, "model metadata: NULL argument");
@@ -981,11 +982,11 @@ dlrec_status dlrec_kserve_write_model_metadata(dlrec_kserve_buf *b, const char *
   if (raw) {
     /* A model without dense columns takes no dense input (it may be left
      * out of a request), so none is listed. */
-    if (schema->n_dense) {
-      put_tensor_meta(b, "dense", "FP32", -1, schema->n_dense, 2);
+    if (raw[0]) {
+      put_tensor_meta(b, "dense", "FP32", -1, raw[0], 2);
       b->data[b->len++] = ',';
     }
-    put_tensor_meta(b, "categorical", "BYTES", -1, schema->n_sparse, 2);
+    put_tensor_meta(b, "categorical", "BYTES", -1, raw[1], 2);
     b->data[b->len++] = ',';
   }
   put_tensor_meta(b, "DES", "FP32", 1, -1, 2);

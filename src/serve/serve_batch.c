@@ -191,11 +191,15 @@ static int dense_dtype_ok(dlrec_kserve_dtype t) {
 static dlrec_status add_raw(dlrec_serve_rows *r, const dlrec_kserve_tensor *dense, const dlrec_kserve_tensor *cat,
                             uint32_t max_rows, uint32_t *added) {
   const dlrec_schema *s = &r->schema;
-  const uint32_t nd = s->n_dense, nc = s->n_sparse;
   char sb[200];
   if (!r->etl)
     return dlrec_error(DLREC_ERR_UNSUPPORTED, "inputs 'dense' and 'categorical' need the model's ETL state, which "
                        "this server does not have; send DES, CATCOLUMN and ROWINDEX");
+  /* The request carries the input's columns; the workflow's derived ones
+   * (after them in the schema) are computed from those. */
+  uint32_t nd, nc;
+  dlrec_etl_input_columns(r->etl, &nd, &nc);
+  const uint32_t snd = s->n_dense, derived = snd > nd || s->n_sparse > nc;
   if ((!dense && nd) || (!cat && nc))
     return dlrec_error(DLREC_ERR_PARSE, "missing input '%s' (the raw convention needs dense and categorical; "
                        "only an input of no model columns may be left out)", !dense && nd ? "dense" : "categorical");
@@ -228,30 +232,32 @@ static dlrec_status add_raw(dlrec_serve_rows *r, const dlrec_kserve_tensor *dens
 
   const uint32_t row0 = r->rows;
   uint32_t n_ids0[DLREC_MAX_SPARSE];
-  memcpy(n_ids0, r->n_ids, nc * sizeof *n_ids0);
+  memcpy(n_ids0, r->n_ids, s->n_sparse * sizeof *n_ids0);
   if ((st = grow_rows(r, (uint64_t)row0 + B)) != DLREC_OK) return st;
-  for (uint32_t c = 0; c < nc; c++)
+  for (uint32_t c = 0; c < s->n_sparse; c++) /* a derived column: one id a row */
     if ((st = grow_ids(r, c, (uint64_t)r->n_ids[c] + B)) != DLREC_OK) return st;
 
-  float *out = r->dense + (size_t)row0 * nd;
-  char text[64];
-  for (uint32_t b = 0; b < B; b++) {
+  float *out = r->dense + (size_t)row0 * snd;
+  char text[DLREC_MAX_DENSE][64];
+  dlrec_text din[DLREC_MAX_DENSE], cin[DLREC_MAX_SPARSE];
+  for (uint32_t b = 0; b < B; b++, out += snd) {
     for (uint32_t d = 0; d < nd; d++) {
       uint64_t i = (uint64_t)b * nd + d;
-      const char *p = text;
+      const char *p = text[d];
       size_t n;
       if (dense->dtype == DLREC_KSERVE_BYTES) {
         p = dense->strs[i].s;
         n = dense->strs[i].n;
-      } else if ((n = dense_text(dense, i, text, sizeof text)) == 0) {
+      } else if ((n = dense_text(dense, i, text[d], sizeof text[d])) == 0) {
         rollback(r, row0, n_ids0);
         return dlrec_error(DLREC_ERR_PARSE, "input 'dense': row %u, column %s: not a finite number", b,
                            s->dense_names[d]);
       }
-      if ((st = dlrec_etl_encode_dense(r->etl, d, p, n, &out[i])) != DLREC_OK) {
+      if ((st = dlrec_etl_encode_dense(r->etl, d, p, n, &out[d])) != DLREC_OK) {
         rollback(r, row0, n_ids0);
         return dlrec_error_context("input 'dense': row %u, column %s: ", b, s->dense_names[d]);
       }
+      din[d] = (dlrec_text){p, (uint32_t)n};
     }
     for (uint32_t c = 0; c < nc; c++) {
       const dlrec_kserve_str v = cat->strs[(uint64_t)b * nc + c];
@@ -268,6 +274,18 @@ static dlrec_status add_raw(dlrec_serve_rows *r, const dlrec_kserve_tensor *dens
       }
       r->n_ids[c] += k;
       r->offsets[c][row0 + b + 1] = r->n_ids[c];
+      cin[c] = (dlrec_text){v.s, (uint32_t)v.n};
+    }
+    if (derived) {
+      uint32_t ids[DLREC_MAX_SPARSE];
+      if ((st = dlrec_etl_encode_derived(r->etl, din, cin, out + nd, ids)) != DLREC_OK) {
+        rollback(r, row0, n_ids0);
+        return dlrec_error_context("row %u: ", b);
+      }
+      for (uint32_t c = nc; c < s->n_sparse; c++) {
+        r->ids[c][r->n_ids[c]++] = ids[c - nc];
+        r->offsets[c][row0 + b + 1] = r->n_ids[c];
+      }
     }
   }
   r->rows = row0 + B;
