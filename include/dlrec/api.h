@@ -36,9 +36,10 @@ void dlrec_api_free(void *p);
  * "hash_buckets", "dense_transform": "log" | "none", "standardize",
  * "skip_bad_rows", "strict_fields", "libfm_fields", "max_hotness",
  * "raw_keys", "workflow" (the object of docs/etl.md's column operators),
- * "threads", "progress"}; apply {"no_label", "valid_fraction",
- * "valid_out", "seed", "row_group_rows", "skip_bad_rows", "strict_fields",
- * "threads", "progress"}. *report_json (when not NULL): the run's report. */
+ * "memory_mb", "spill_dir", "threads", "progress"}; apply {"no_label",
+ * "valid_fraction", "valid_out", "seed", "row_group_rows", "skip_bad_rows",
+ * "strict_fields", "target_encoding": "oof" | "full", "threads",
+ * "progress"}. *report_json (when not NULL): the run's report. */
 int dlrec_api_etl_fit(const char *inputs_json, const char *out_dir, const char *opts_json, char **report_json);
 int dlrec_api_etl_apply(const char *etl_dir, const char *inputs_json, const char *out, const char *opts_json,
                         char **report_json);

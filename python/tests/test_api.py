@@ -84,6 +84,29 @@ def test_etl_from_tabular_sources_matches_csv(work, csv_data):
         assert read(out) == read(work / "cli.dlr"), name
 
 
+def test_workflow_derived_columns_and_memory_budget(work, csv_data):
+    """A workflow of derived columns and a memory budget through the package
+    (a dict, options by name) gives the CLI's state and rows, the full target
+    encoding included."""
+    df, path = csv_data
+    wf = {"dense": {"x": {"fill_missing": "median"}},
+          "cross": [{"columns": ["city", "dev"], "buckets": 7}],
+          "bucketize": [{"column": "x", "quantiles": 4}],
+          "count": [{"column": "city"}],
+          "target": [{"column": "dev", "folds": 3}]}
+    (work / "wf.json").write_text(json.dumps(wf))
+    cli("etl", "fit", "-q", "--format", "csv", "--schema", SPEC, "--input", path, "--out", work / "wf_cli",
+        "--workflow", work / "wf.json")
+    dlrec.etl_fit(df, work / "wf_py", schema=SPEC, workflow=wf, memory_mb=1)
+    assert read(work / "wf_py" / "vocab.bin") == read(work / "wf_cli" / "vocab.bin")
+    cli("etl", "apply", "-q", "--etl", work / "wf_cli", "--input", path, "--out", work / "wf_cli.dlr",
+        "--target-encoding", "full")
+    dlrec.etl_apply(work / "wf_py", df, work / "wf_py.dlr", target_encoding="full")
+    assert read(work / "wf_py.dlr") == read(work / "wf_cli.dlr")
+    with pytest.raises(dlrec.DlrecError, match="target_encoding: expected oof or full"):
+        dlrec.etl_apply(work / "wf_py", df, work / "bad.dlr", target_encoding="half")
+
+
 def test_parquet_matches_csv(work, csv_data):
     df, _ = csv_data
     # pyarrow: dictionary-encoded strings, several row groups.
@@ -148,11 +171,14 @@ def test_fit_evaluate_predict_export_report_and_cli_interchange(work, csv_data):
 
 
 def test_criteo_model_scores_a_dataframe_by_column_names(work):
-    """A model fit on Criteo TSV rows scores a DataFrame whose columns carry
-    the schema's names (any order, a label column ignored), as dlrec
-    predict scores the TSV rows."""
+    """A model fit on Criteo TSV rows (with derived columns) scores a
+    DataFrame whose columns carry the input's names (any order, a label
+    column ignored), as dlrec predict scores the TSV rows."""
     cli("synth", "-q", "--rows", 2000, "--seed", 9, "--max-cardinality", 100, "--out", work / "c.tsv")
-    cli("etl", "fit", "-q", "--input", work / "c.tsv", "--out", work / "cetl")
+    # Derived columns: the rows carry the input's columns, not the model's.
+    (work / "cwf.json").write_text(json.dumps({"cross": [{"columns": ["C1", "C2"], "buckets": 50}],
+                                                "count": [{"column": "C3"}]}))
+    cli("etl", "fit", "-q", "--input", work / "c.tsv", "--out", work / "cetl", "--workflow", work / "cwf.json")
     cli("etl", "apply", "-q", "--etl", work / "cetl", "--input", work / "c.tsv", "--out", work / "c.dlr")
     cli("train", "-q", "--train", work / "c.dlr", "--etl", work / "cetl", "--out", work / "crun", "--max-steps", 20)
     cli("predict", "-q", "--model", work / "crun", "--input", work / "c.tsv", "--out", work / "c.scores")

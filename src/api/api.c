@@ -93,7 +93,8 @@ static char *own(char *text) {
 static dlrec_status fit_opts(const char *opts_json, dlrec_etl_fit_opts *f, cJSON **o) {
   static const char *keys[] = {"format",        "schema",       "has_label",    "min_count",   "hash_buckets",
                                "dense_transform", "standardize", "skip_bad_rows", "strict_fields", "libfm_fields",
-                               "max_hotness",   "raw_keys",     "threads",      "progress",    "workflow", NULL};
+                               "max_hotness",   "raw_keys",     "threads",      "progress",    "workflow",
+                               "memory_mb",     "spill_dir",    NULL};
   const char *what = "etl fit options";
   dlrec_etl_fit_opts_default(f);
   const char *format = NULL, *transform = NULL;
@@ -121,6 +122,8 @@ static dlrec_status fit_opts(const char *opts_json, dlrec_etl_fit_opts *f, cJSON
   if (s == DLREC_OK) s = dlrec_json_get_bool_or(*o, "raw_keys", what, f->raw_keys, &f->raw_keys);
   if (s == DLREC_OK) s = get_int(*o, "threads", what, &f->threads);
   if (s == DLREC_OK) s = dlrec_json_get_bool_or(*o, "progress", what, 0, &f->progress);
+  if (s == DLREC_OK) s = dlrec_json_get_u64_or(*o, "memory_mb", what, 0, &f->memory_mb);
+  if (s == DLREC_OK) s = dlrec_json_get_string_or(*o, "spill_dir", what, NULL, &f->spill_dir);
   /* The workflow object, as the text the fit parses (freed with *o). */
   const cJSON *w = s == DLREC_OK ? cJSON_GetObjectItemCaseSensitive(*o, "workflow") : NULL;
   if (w) {
@@ -136,7 +139,8 @@ static dlrec_status fit_opts(const char *opts_json, dlrec_etl_fit_opts *f, cJSON
 /* etl apply's options from JSON into a. */
 static dlrec_status apply_opts(const char *opts_json, dlrec_etl_apply_opts *a, cJSON **o) {
   static const char *keys[] = {"no_label",       "valid_fraction", "valid_out", "seed",     "row_group_rows",
-                               "skip_bad_rows", "strict_fields",  "threads",   "progress", NULL};
+                               "skip_bad_rows", "strict_fields",  "threads",   "progress", "target_encoding",
+                               NULL};
   const char *what = "etl apply options";
   dlrec_etl_apply_opts_default(a);
   uint64_t u;
@@ -151,6 +155,11 @@ static dlrec_status apply_opts(const char *opts_json, dlrec_etl_apply_opts *a, c
   if (s == DLREC_OK) s = dlrec_json_get_bool_or(*o, "strict_fields", what, a->strict_fields, &a->strict_fields);
   if (s == DLREC_OK) s = get_int(*o, "threads", what, &a->threads);
   if (s == DLREC_OK) s = dlrec_json_get_bool_or(*o, "progress", what, 0, &a->progress);
+  const char *te = NULL;
+  if (s == DLREC_OK) s = dlrec_json_get_string_or(*o, "target_encoding", what, "oof", &te);
+  if (s == DLREC_OK && strcmp(te, "oof") && strcmp(te, "full"))
+    s = dlrec_error(DLREC_ERR_INVALID, "%s: target_encoding: expected oof or full, got '%s'", what, te);
+  a->target_full = s == DLREC_OK && !strcmp(te, "full");
   if (s == DLREC_OK && !(a->valid_fraction >= 0 && a->valid_fraction < 1))
     s = dlrec_error(DLREC_ERR_INVALID, "%s: valid_fraction must be in [0, 1)", what);
   if (s == DLREC_OK && a->valid_fraction > 0 && !a->valid_out)
