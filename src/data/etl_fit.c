@@ -44,6 +44,9 @@ typedef struct te_acc {
   uint64_t miss[2 * ETL_FOLDS_MAX];
 } te_acc;
 
+/* Blocks in flight at most within --memory-mb (docs/etl.md, Memory). */
+#define ETL_FIT_BUDGET_JOBS 8
+
 typedef struct fit_worker {
   keymap maps[DLREC_MAX_SPARSE]; /* the input's columns, then the crosses */
   uint64_t cat_missing[DLREC_MAX_SPARSE];
@@ -1154,7 +1157,9 @@ dlrec_status dlrec_etl_fit(const char *const *inputs, int n_inputs, const char *
   x->o = o;
   int threads = o->threads > 0 ? o->threads : dlrec_default_threads();
   x->n_workers = threads;
+  /* Within a budget, the blocks in flight do not grow with the threads. */
   int n_jobs = 2 * threads + 2;
+  if (o->memory_mb && n_jobs > ETL_FIT_BUDGET_JOBS) n_jobs = ETL_FIT_BUDGET_JOBS;
   fit_job *jobs = calloc((size_t)n_jobs, sizeof *jobs);
   void **slots = calloc((size_t)n_jobs, sizeof *slots);
   x->workers = calloc((size_t)threads, sizeof *x->workers);
