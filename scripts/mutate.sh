@@ -31,7 +31,8 @@ A patch's header (the lines before its first `diff`/`---`) may hold
   # tests: test_nn test_embed
                            the test executables (tests/test_*.c names), or the
                            script tests (dist_mpi: tests/dist/run.sh under mpirun;
-                           onnx_export, report_chromium, python),
+                           onnx_export, report_chromium, python, etl_ops,
+                           etl_spill),
                            that cover the mutated code; without it every unit test runs.
 Tests run one executable at a time and stop at the first failure.
 
@@ -135,6 +136,8 @@ script_test() { # NAME -> the command line, or nothing when NAME is none
   onnx_export) echo "$copy/tests/onnx/run.sh $bdir/dlrec $bdir/script-tests/onnx" ;;
   report_chromium) echo "$copy/tests/report/chromium.sh $bdir/dlrec $bdir/testtmp/report_chromium" ;;
   python) echo "$copy/tests/python/run.sh $bdir/dlrec $bdir/libdlrec.so $bdir/script-tests/python" ;;
+  etl_ops) echo "$copy/tests/etl_ops/run.sh $bdir/dlrec $bdir/script-tests/etl_ops" ;;
+  etl_spill) echo "$copy/tests/etl_spill/run.sh $bdir/dlrec $bdir/testtmp/etl_spill" ;;
   esac
 }
 

@@ -1412,6 +1412,64 @@ TEST(vocab_order_is_checked_behind_the_checksums) {
   free(v);
 }
 
+/* A state's derived columns are checked like its others: a resealed
+ * etl.json whose operators were edited, and target statistics that do not
+ * add up behind resealed checksums, are refused naming the column. */
+TEST(derived_columns_of_a_damaged_state_are_refused) {
+  const char *in = keep(test_path("d.tsv"));
+  CHECK_EQ(synth(in, 2000, 3, 50), 0);
+  dlrec_etl_fit_opts o = fit_opts();
+  o.workflow = "{\"cross\": [{\"columns\": [\"C1\", \"C2\"], \"buckets\": 9}],"
+               " \"bucketize\": [{\"column\": \"I1\", \"boundaries\": [1, 10, 100]}],"
+               " \"count\": [{\"column\": \"C6\"}], \"target\": [{\"column\": \"C7\"}]}";
+  CHECK_OK(dlrec_etl_fit(&in, 1, test_path("good"), &o, NULL));
+  CHECK_OK(load_status(test_path("good")));
+  static const struct {
+    const char *from, *to, *error;
+  } edits[] = {
+      {"\"kind\":\t\"count\"", "\"kind\":\t\"cross\"", "kind 'cross' is not one of a dense"},
+      {"\"column\":\t\"C6\"", "\"column\":\t\"C99\"", "'column' is not a one-hot categorical input column"},
+      {"\"column\":\t\"I1\"", "\"column\":\t\"C1\"", "'column' is not a dense input column"},
+      {"\"columns\":\t[\"C1\", \"C2\"]", "\"columns\":\t[\"C1\"]", "'columns' must list 2 to 8"},
+      {"\"folds\":\t5", "\"folds\":\t4", "its target statistics do not match etl.json"},
+      {"\"boundaries\":\t[1, 10, 100]", "\"boundaries\":\t[10, 1, 100]", "increasing order"},
+      {"\"smoothing\":\t20", "\"smoothing\":\t0", "smoothing above 0"},
+      {"\"encoding\":\t\"hashed\"", "\"encoding\":\t\"vocab\"", "inconsistent sizes"},
+  };
+  char jp[2048], vp[2048];
+  snprintf(jp, sizeof jp, "%s", test_path("bad/etl.json"));
+  snprintf(vp, sizeof vp, "%s", test_path("bad/vocab.bin"));
+  for (size_t i = 0; i < sizeof edits / sizeof *edits; i++) {
+    copy_state(test_path("good"), test_path("bad"));
+    CHECK(edit_sealed(jp, edits[i].from, edits[i].to) == 0);
+    dlrec_status st = load_status(test_path("bad"));
+    CHECK(st == DLREC_ERR_INVALID || st == DLREC_ERR_CORRUPT);
+    if (!strstr(dlrec_last_error(), edits[i].error))
+      test_fail(__FILE__, __LINE__, "edit %zu: '%s' does not say '%s'", i, dlrec_last_error(), edits[i].error);
+  }
+  /* The target section is last: its last pair is (rows, positives) of the
+   * last fold's last group. */
+  size_t n;
+  char *v = read_all(test_path("good/vocab.bin"), &n);
+  CHECK(v != NULL && n > 64);
+  uint64_t rows, pos;
+  memcpy(&rows, v + n - 16, 8);
+  memcpy(&pos, v + n - 8, 8);
+  uint64_t more = rows + 1;
+  memcpy(v + n - 8, &more, 8); /* more positives than rows */
+  copy_state(test_path("good"), test_path("bad"));
+  CHECK(test_write_file(vp, v, n) == 0);
+  CHECK(reseal_vocab(test_path("bad")) == 0);
+  CHECK_ERR(load_status(test_path("bad")), DLREC_ERR_CORRUPT, "'C7_target': more positives than rows");
+  memcpy(v + n - 8, &pos, 8);
+  memcpy(v + n - 16, &more, 8); /* one row too many */
+  copy_state(test_path("good"), test_path("bad"));
+  CHECK(test_write_file(vp, v, n) == 0);
+  CHECK(reseal_vocab(test_path("bad")) == 0);
+  CHECK_ERR(load_status(test_path("bad")), DLREC_ERR_CORRUPT, "rows and");
+  free(v);
+}
+
 /* ---- the CLI ---- */
 
 TEST(cli_help_and_usage_errors) {
