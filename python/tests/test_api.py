@@ -186,6 +186,8 @@ def test_criteo_model_scores_a_dataframe_by_column_names(work):
     df = pd.read_csv(work / "c.tsv", sep="\t", header=None, names=names,
                      dtype={**{f"C{i}": str for i in range(1, 27)}, **{f"I{i}": "Int64" for i in range(1, 14)}})
     m = dlrec.Model.load(work / "crun")
+    assert m.info["input_sparse"] == names[14:] and m.info["input_dense"] == names[1:14]
+    assert m.info["sparse"] == names[14:] + ["C1_x_C2"] and m.info["dense"] == names[1:14] + ["C3_count"]
     want = np.loadtxt(work / "c.scores", dtype=np.float32)
     assert np.array_equal(m.predict(df[names[::-1]]), want)
     with pytest.raises(dlrec.DlrecError, match="no column 'C7'"):

@@ -123,7 +123,7 @@ static const dlrec_layout *default_layout(const dlrec_etl *e) { return e->layout
 /* A derived column has no field of its own. */
 static dlrec_status no_field(const char *kind, const char *name) {
   return dlrec_error(DLREC_ERR_INVALID, "%s column '%s' is derived from other columns (the ETL workflow): encode whole "
-                     "rows (dlrec_etl_encode_fields)", kind, name);
+                     "rows (dlrec_etl_encode_line), or the input's fields and then dlrec_etl_encode_derived", kind, name);
 }
 
 dlrec_status dlrec_etl_encode_dense(const dlrec_etl *e, uint32_t col, const char *s, size_t n, float *out) {
