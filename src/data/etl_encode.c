@@ -213,21 +213,54 @@ dlrec_status dlrec_etl_encode_cat_multi(const dlrec_etl *e, uint32_t col, const 
   return encode_multi(e, default_layout(e), col, t, NULL, ids, n_ids, truncated);
 }
 
+/* What a row's encoder knows of its one-hot input columns already: each
+ * field's key (valid where the field is not empty) and local id. */
+typedef struct known_cats {
+  const uint64_t *keys;
+  const uint32_t *local;
+} known_cats;
+
 /* The key of a one-hot input column's field, a derived column's source
  * (DLREC_ETL_MISSING_KEY when empty; the key was checked when the column
  * itself was encoded). */
-static uint64_t source_key(const dlrec_etl *e, uint32_t c, dlrec_text t) {
+static uint64_t source_key(const dlrec_etl *e, const known_cats *k, uint32_t c, dlrec_text t) {
   uint64_t key = DLREC_ETL_MISSING_KEY;
-  if (t.n) dlrec_cat_key(e->cat[c].key_kind, e->cat[c].salt, t.s, t.n, &key);
+  if (t.n && k) key = k->keys[c];
+  else if (t.n) dlrec_cat_key(e->cat[c].key_kind, e->cat[c].salt, t.s, t.n, &key);
   return key;
 }
 
-/* The derived columns of a row, from its input fields: dense[i] and ids[i]
- * for the i-th derived dense and categorical column. */
+/* The derived columns of a row, from its input fields (and what is known of
+ * them: NULL, nothing): dense[i] and ids[i] for the i-th derived dense and
+ * categorical column. */
 static dlrec_status encode_derived(const dlrec_etl *e, const dlrec_layout *L, const dlrec_text *din,
-                                   const dlrec_text *cin, const dlrec_where *w, const etl_pos *pos, float *dense,
-                                   uint32_t *ids) {
-  const uint32_t nd = e->cols.n_dense, nc = e->cols.n_cat;
+                                   const dlrec_text *cin, const known_cats *known, const dlrec_where *w,
+                                   const etl_pos *pos, float *dense, uint32_t *ids) {
+  const uint32_t nd = e->cols.n_dense, nc = e->cols.n_cat, nd_derived = e->schema.n_dense - nd;
+  /* The encodings' values are random reads of per-value tables: their
+   * addresses first, prefetched, so that the cache misses overlap each other
+   * and the categorical columns' work below. */
+  static const uint64_t zero = 0;
+  const void *val[DLREC_MAX_DENSE];
+  for (uint32_t i = 0; i < nd_derived; i++) {
+    const etl_derived *dv = &e->dense[nd + i].derived;
+    const uint32_t c = dv->src[0];
+    const etl_cat *src = &e->cat[c];
+    uint64_t g = ETL_LOCAL_MISSING;
+    if (known) {
+      g = known->local[c];
+    } else if (cin[c].n) {
+      const uint64_t key = source_key(e, NULL, c, cin[c]);
+      g = etl_cat_local(src, key, keymap_hash(key));
+    }
+    if (dv->op == ETL_OP_COUNT) /* etl_count_of's value */
+      val[i] = g < ETL_LOCAL_FIRST ? &zero : (src->hashed ? src->bucket_counts : src->counts) + g - ETL_LOCAL_FIRST;
+    else if (pos)
+      val[i] = &dv->oof[(uint64_t)etl_fold(dv->seed, dv->folds, pos->file, pos->line) * dv->groups + g];
+    else
+      val[i] = &dv->full[g];
+    __builtin_prefetch(val[i]);
+  }
   for (uint32_t i = 0; nc + i < e->schema.n_sparse; i++) {
     const etl_cat *k = &e->cat[nc + i];
     const etl_derived *dv = &k->derived;
@@ -237,7 +270,7 @@ static dlrec_status encode_derived(const dlrec_etl *e, const dlrec_layout *L, co
       int any = 0;
       for (uint32_t j = 0; j < dv->n_src; j++) {
         any |= cin[dv->src[j]].n != 0;
-        keys[j] = source_key(e, dv->src[j], cin[dv->src[j]]);
+        keys[j] = source_key(e, known, dv->src[j], cin[dv->src[j]]);
       }
       const uint64_t h = etl_cross_key(keys, dv->n_src);
       if (any) local = etl_cat_local(k, h, keymap_hash(h));
@@ -255,14 +288,9 @@ static dlrec_status encode_derived(const dlrec_etl *e, const dlrec_layout *L, co
     }
     ids[i] = (uint32_t)(k->id_begin + local);
   }
-  for (uint32_t i = 0; nd + i < e->schema.n_dense; i++) {
-    const etl_derived *dv = &e->dense[nd + i].derived;
-    const etl_cat *src = &e->cat[dv->src[0]];
-    const uint64_t key = source_key(e, dv->src[0], cin[dv->src[0]]);
-    const uint64_t g = cin[dv->src[0]].n ? etl_cat_local(src, key, keymap_hash(key)) : ETL_LOCAL_MISSING;
-    double x = dv->op == ETL_OP_COUNT ? (double)etl_count_of(src, g)
-               : pos ? dv->oof[(uint64_t)etl_fold(dv->seed, dv->folds, pos->file, pos->line) * dv->groups + g]
-                     : dv->full[g];
+  for (uint32_t i = 0; i < nd_derived; i++) {
+    const double x = e->dense[nd + i].derived.op == ETL_OP_COUNT ? (double)*(const uint64_t *)val[i]
+                                                                  : *(const double *)val[i];
     const char *why = etl_dense_encode(e, nd + i, x, &dense[i]);
     if (why) return dlrec_error(DLREC_ERR_PARSE, "column %s: %s", e->schema.dense_names[nd + i], why);
   }
@@ -271,7 +299,7 @@ static dlrec_status encode_derived(const dlrec_etl *e, const dlrec_layout *L, co
 
 dlrec_status dlrec_etl_encode_derived(const dlrec_etl *e, const dlrec_text *dense_in, const dlrec_text *cat_in,
                                       float *dense, uint32_t *ids) {
-  return encode_derived(e, default_layout(e), dense_in, cat_in, NULL, NULL, dense, ids);
+  return encode_derived(e, default_layout(e), dense_in, cat_in, NULL, NULL, NULL, dense, ids);
 }
 
 void dlrec_etl_input_columns(const dlrec_etl *e, uint32_t *n_dense, uint32_t *n_cat) {
@@ -310,8 +338,11 @@ dlrec_status etl_encode_row(const dlrec_etl *e, const dlrec_layout *L, const dlr
       if (nids) nids[c] = 1;
     }
     if (!derived) return DLREC_OK;
+    uint32_t local[DLREC_MAX_SPARSE];
+    for (uint32_t c = 0; c < nc; c++) local[c] = ids[c] - (uint32_t)e->cat[c].id_begin;
     for (uint32_t c = nc; nids && c < e->schema.n_sparse; c++) nids[c] = 1;
-    return encode_derived(e, L, row->dense, row->cat, w, pos, dense + nd, ids + nc);
+    const known_cats known = {keys, local};
+    return encode_derived(e, L, row->dense, row->cat, &known, w, pos, dense + nd, ids + nc);
   }
   uint32_t at = 0;
   for (uint32_t c = 0; c < nc; c++) {
@@ -331,7 +362,13 @@ dlrec_status etl_encode_row(const dlrec_etl *e, const dlrec_layout *L, const dlr
     nids[c] = 1;
   }
   for (uint32_t c = nc; c < e->schema.n_sparse; c++) nids[c] = 1;
-  return derived ? encode_derived(e, L, row->dense, row->cat, w, pos, dense + nd, ids + at) : DLREC_OK;
+  if (!derived) return DLREC_OK;
+  /* The sources are one-hot columns: their one id each. */
+  uint32_t local[DLREC_MAX_SPARSE];
+  for (uint32_t c = 0, k = 0; c < nc; k += nids[c++])
+    local[c] = e->cat[c].sep ? 0 : ids[k] - (uint32_t)e->cat[c].id_begin;
+  const known_cats known = {keys, local};
+  return encode_derived(e, L, row->dense, row->cat, &known, w, pos, dense + nd, ids + at);
 }
 
 dlrec_status dlrec_etl_encode_line(const dlrec_etl *e, const char *line, size_t n, int with_label, float *label,
