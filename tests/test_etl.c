@@ -2209,6 +2209,33 @@ TEST(derived_columns_encode_alike_in_apply_predict_and_the_server) {
   test_buf_free(&j);
   dlrec_dlr_close(f);
   dlrec_dlr_close(g);
+  /* Operators compare by what they apply: the same workflow again is the
+   * same; another smoothing, clip or boundaries are not. */
+  dlrec_etl *e1;
+  CHECK_OK(dlrec_etl_load(&e1, test_path("etl1")));
+  CHECK_OK(dlrec_etl_same_operators(e, e1));
+  dlrec_etl_free(e1);
+  const char *wf = o.workflow;
+  static const struct {
+    const char *from, *to, *error;
+  } other[] = {
+      {"\"smoothing\": 4", "\"smoothing\": 5", "dense column 'k1_target': derived otherwise"},
+      {"\"boundaries\": [0, 2.5, 5]", "\"boundaries\": [0, 2.5, 6]", "categorical column 'b_bucket': derived otherwise"},
+      {"\"fill_missing\": \"median\"}", "\"fill_missing\": \"median\", \"clip\": [null, 90]}", "dense column 'a': another fill_missing or clip"},
+  };
+  for (size_t i = 0; i < sizeof other / sizeof *other; i++) {
+    char w2[1024];
+    const char *at = strstr(wf, other[i].from);
+    CHECK(at != NULL);
+    if (!at) break;
+    snprintf(w2, sizeof w2, "%.*s%s%s", (int)(at - wf), wf, other[i].to, at + strlen(other[i].from));
+    o.workflow = w2;
+    CHECK_OK(dlrec_etl_fit(&in, 1, test_path("etl3"), &o, NULL));
+    CHECK_OK(dlrec_etl_load(&e1, test_path("etl3")));
+    CHECK_ERR(dlrec_etl_same_operators(e, e1), DLREC_ERR_INVALID, other[i].error);
+    dlrec_etl_free(e1);
+  }
+  o.workflow = wf;
   /* A derived column has no field of its own. */
   float x;
   uint32_t id;

@@ -541,6 +541,27 @@ TEST(resume_with_another_vocabulary_is_refused) {
   free(out);
 }
 
+/* The workflow's operators are part of the encoding: a resume with a state
+ * of the same vocabularies and another clip is refused, naming the column. */
+TEST(resume_with_another_operator_is_refused) {
+  CHECK(write_two_value_rows(test_path("a.tsv"), 2000, 3) == 0);
+  CHECK(test_write_file(test_path("w1.json"), "{\"dense\": {\"I2\": {\"clip\": [0, 3]}}}", (size_t)-1) == 0);
+  CHECK(test_write_file(test_path("w2.json"), "{\"dense\": {\"I2\": {\"clip\": [0, 4]}}}", (size_t)-1) == 0);
+  /* One call per command: test_path's buffers rotate. */
+  CHECK(test_run_cli(NULL, "etl fit -q --input '%s' --out '%s' --workflow '%s'", test_path("a.tsv"), test_path("etl"),
+                     test_path("w1.json")) == 0);
+  CHECK(test_run_cli(NULL, "etl fit -q --input '%s' --out '%s' --workflow '%s'", test_path("a.tsv"),
+                     test_path("etl_b"), test_path("w2.json")) == 0);
+  CHECK(test_run_cli(NULL, "etl apply -q --etl '%s' --input '%s' --out '%s'", test_path("etl"), test_path("a.tsv"),
+                     test_path("train.dlr")) == 0);
+  CHECK(test_write_file(test_path("cfg.json"), CONFIG, (size_t)-1) == 0);
+  CHECK(train("run", "--max-steps 5") == 0);
+  char cmd[8192];
+  snprintf(cmd, sizeof cmd, "train -q --config '%s' --train '%s' --etl '%s' --out '%s' --resume --max-steps 10",
+           test_path("cfg.json"), test_path("train.dlr"), test_path("etl_b"), test_path("run"));
+  CHECK(refused_with(cmd, "encodes rows differently", "dense column 'I2': another fill_missing or clip"));
+}
+
 /* A multi-hot column's pooling and max hotness are part of the encoding: a
  * resume with a state fit with another one (same vocabulary, so the same
  * sizes) is refused. Pooling is not in .dlr files, so the ETL comparison

@@ -163,6 +163,14 @@ typedef struct dlrec_etl_cat_info {
  * arrays stay valid as long as e. */
 dlrec_status dlrec_etl_cat_info_get(const dlrec_etl *e, uint32_t col, dlrec_etl_cat_info *out);
 
+/* DLREC_OK when a and b (of one schema) apply the same column operators
+ * with the same statistics: fill_missing and clip, and every derived
+ * column's definition and what it reads (a count encoding's counts, a target
+ * encoding's statistics, a bucketized column's boundaries); else
+ * DLREC_ERR_INVALID naming the first column that differs. The vocabularies
+ * themselves are compared through dlrec_etl_cat_info_get. */
+dlrec_status dlrec_etl_same_operators(const dlrec_etl *a, const dlrec_etl *b);
+
 /* ---- encoding (thread-safe: the state is read-only) ---- */
 
 /* Encodes dense column col's raw text s[0..n) (n == 0: missing -> 0). A value

@@ -110,6 +110,53 @@ dlrec_status dlrec_etl_cat_info_get(const dlrec_etl *e, uint32_t col, dlrec_etl_
   return DLREC_OK;
 }
 
+/* ---- comparing operators ---- */
+
+static int same_bits(const void *a, const void *b, size_t n) { return n == 0 || memcmp(a, b, n) == 0; }
+
+/* What a's and b's derived column d reads to encode, from its definition to
+ * its tables: counts of a count encoding's source, a target encoding's
+ * statistics, a bucketized column's boundaries. */
+static int same_derived(const dlrec_etl *a, const dlrec_etl *b, const etl_derived *x, const etl_derived *y) {
+  if (x->op != y->op || x->n_src != y->n_src || !same_bits(x->src, y->src, x->n_src * sizeof *x->src)) return 0;
+  if (x->op == ETL_OP_BUCKETIZE)
+    return x->n_bounds == y->n_bounds && same_bits(x->bounds, y->bounds, x->n_bounds * sizeof *x->bounds);
+  if (x->op == ETL_OP_TARGET)
+    return x->folds == y->folds && x->groups == y->groups && x->seed == y->seed &&
+           same_bits(&x->smoothing, &y->smoothing, sizeof x->smoothing) &&
+           same_bits(x->stats, y->stats, 16 * x->folds * x->groups);
+  if (x->op == ETL_OP_COUNT) {
+    const etl_cat *p = &a->cat[x->src[0]], *q = &b->cat[y->src[0]];
+    if (p->hashed != q->hashed || p->size != q->size) return 0;
+    return same_bits(p->hashed ? p->bucket_counts : p->counts, q->hashed ? q->bucket_counts : q->counts,
+                     (p->size - ETL_LOCAL_FIRST) * sizeof(uint64_t));
+  }
+  return 1; /* a cross: its buckets are the column's, compared with it */
+}
+
+dlrec_status dlrec_etl_same_operators(const dlrec_etl *a, const dlrec_etl *b) {
+  if (a->schema.n_dense != b->schema.n_dense || a->schema.n_sparse != b->schema.n_sparse ||
+      a->cols.n_dense != b->cols.n_dense || a->cols.n_cat != b->cols.n_cat)
+    return dlrec_error(DLREC_ERR_INVALID, "other columns");
+  for (uint32_t i = 0; i < a->schema.n_dense; i++) {
+    const etl_dense *x = &a->dense[i], *y = &b->dense[i];
+    const etl_dense_ops *p = &x->ops, *q = &y->ops;
+    if (p->fill != q->fill || p->clip != q->clip || x->transform != y->transform ||
+        (p->fill && !same_bits(&p->fill_value, &q->fill_value, sizeof p->fill_value)) ||
+        (p->clip && (!same_bits(&p->clip_lo, &q->clip_lo, sizeof p->clip_lo) ||
+                     !same_bits(&p->clip_hi, &q->clip_hi, sizeof p->clip_hi))))
+      return dlrec_error(DLREC_ERR_INVALID, "dense column '%s': another fill_missing or clip", a->schema.dense_names[i]);
+    if (!same_derived(a, b, &x->derived, &y->derived))
+      return dlrec_error(DLREC_ERR_INVALID, "dense column '%s': derived otherwise (its operator or statistics differ)",
+                         a->schema.dense_names[i]);
+  }
+  for (uint32_t i = 0; i < a->schema.n_sparse; i++)
+    if (!same_derived(a, b, &a->cat[i].derived, &b->cat[i].derived))
+      return dlrec_error(DLREC_ERR_INVALID, "categorical column '%s': derived otherwise (its operator or boundaries "
+                         "differ)", a->schema.sparse[i].name);
+  return DLREC_OK;
+}
+
 /* ---- encoders ---- */
 
 double etl_log1p_table[ETL_LOG_TABLE];

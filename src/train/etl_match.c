@@ -68,5 +68,6 @@ dlrec_status etl_same_encoding(const dlrec_etl *a, const dlrec_etl *b) {
     dlrec_status s = same_cat(a, b, i, sa->sparse[i].name);
     if (s != DLREC_OK) return s;
   }
-  return DLREC_OK;
+  /* The workflow's operators (fill, clip, derived columns). */
+  return dlrec_etl_same_operators(a, b);
 }
