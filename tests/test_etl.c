@@ -493,8 +493,26 @@ TEST(fit_within_a_memory_budget_equals_the_unbounded_fit) {
     CHECK(same_file(test_path("mem/vocab.bin"), test_path("disk/vocab.bin")));
     CHECK_EQ(dir_entries(test_path("spill")), 0); /* its own directory was removed */
   }
-  /* A count encoding needs its source's vocabulary in memory. */
+  /* hash_buckets exactly the biggest column's kept values: that column
+   * stays a vocabulary (it is not above the limit), spilled or not. */
+  dlrec_etl *e;
+  CHECK_OK(dlrec_etl_load(&e, test_path("mem")));
+  uint64_t most = 0;
+  for (uint32_t c = 0; c < 26; c++) {
+    dlrec_etl_cat_info ci;
+    CHECK_OK(dlrec_etl_cat_info_get(e, c, &ci));
+    if (ci.kept > most) most = ci.kept;
+  }
+  dlrec_etl_free(e);
+  CHECK(most > 20000);
   dlrec_etl_fit_opts o = fit_opts();
+  o.hash_buckets = most;
+  CHECK_OK(dlrec_etl_fit(&in, 1, test_path("mem"), &o, NULL));
+  o.memory_mb = 1;
+  CHECK_OK(dlrec_etl_fit(&in, 1, test_path("disk"), &o, NULL));
+  CHECK(same_file(test_path("mem/vocab.bin"), test_path("disk/vocab.bin")));
+  /* A count encoding needs its source's vocabulary in memory. */
+  o = fit_opts();
   o.memory_mb = 1;
   o.workflow = "{\"count\": [{\"column\": \"C3\"}]}";
   CHECK_ERR(dlrec_etl_fit(&in, 1, test_path("bad"), &o, NULL), DLREC_ERR_NOMEM, "raise --memory-mb");

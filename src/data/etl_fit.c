@@ -643,17 +643,27 @@ static dlrec_status spill_map(fit_ctx *x, keymap *m, uint32_t c) {
   return st;
 }
 
+static uint64_t map_bytes(const keymap *m) { return (m->mask + 1) * sizeof(keymap_slot); }
+
 /* After a block: a worker whose tables outgrow a third of its share of the
  * budget (a table doubling, or being sorted, needs three times its size)
- * writes them all out. */
+ * writes out its biggest tables until they take half of that or less (the
+ * small columns' tables stay, so they do not become runs of a few keys). */
 static dlrec_status maybe_spill(fit_ctx *x, fit_worker *W) {
   uint64_t bytes = 0;
+  const uint64_t limit = x->budget / (uint64_t)x->n_workers / 3;
   const uint32_t n = x->nc + x->wf.n_cat;
-  for (uint32_t c = 0; c < n; c++) bytes += (W->maps[c].mask + 1) * sizeof(keymap_slot);
-  if (bytes <= x->budget / (uint64_t)x->n_workers / 3) return DLREC_OK;
-  for (uint32_t c = 0; c < n; c++) {
-    dlrec_status st = spill_map(x, &W->maps[c], c);
+  for (uint32_t c = 0; c < n; c++) bytes += map_bytes(&W->maps[c]);
+  if (bytes <= limit) return DLREC_OK;
+  while (bytes > limit / 2) {
+    int big = -1; /* the biggest table with keys */
+    for (uint32_t c = 0; c < n; c++)
+      if (W->maps[c].n && (big < 0 || map_bytes(&W->maps[c]) > map_bytes(&W->maps[big]))) big = (int)c;
+    if (big < 0) break;
+    const uint64_t before = map_bytes(&W->maps[big]);
+    dlrec_status st = spill_map(x, &W->maps[big], (uint32_t)big);
     if (st != DLREC_OK) return st;
+    bytes = bytes - before + map_bytes(&W->maps[big]);
   }
   return DLREC_OK;
 }
