@@ -790,6 +790,11 @@ static dlrec_status finish_columns(fit_ctx *x, dlrec_etl *e) {
     free(errs), free(sts);
     return dlrec_error(DLREC_ERR_NOMEM, "fit: out of memory");
   }
+  /* Merging spilled columns takes a while after the pass: its own bar. */
+  uint64_t spilled_cols = 0;
+  for (uint32_t c = 0; c < n; c++) spilled_cols += x->runs[c].count != 0;
+  dlrec_progress *bar =
+      x->o->progress && spilled_cols ? dlrec_progress_start("etl fit: merging spilled runs", spilled_cols, "columns") : NULL;
 #pragma omp parallel for schedule(dynamic) num_threads(nt)
   for (uint32_t c = 0; c < n; c++) {
     const etl_derived *dv = c < x->nc ? NULL : &x->wf.cat[c - x->nc];
@@ -802,6 +807,7 @@ static dlrec_status finish_columns(fit_ctx *x, dlrec_etl *e) {
     for (int w = 0; w < x->n_workers; w++) k->missing += x->workers[w].cat_missing[c];
     if (x->runs[c].count) {
       s = finish_spilled(x, fo, k, c, &e->owned[2 * c], dv ? dv->groups : 0);
+      dlrec_progress_add(bar, 1);
     } else {
       for (int w = 1; w < x->n_workers; w++) {
         if (s == DLREC_OK) s = keymap_merge_add(&x->workers[0].maps[c], &x->workers[w].maps[c]);
@@ -813,6 +819,7 @@ static dlrec_status finish_columns(fit_ctx *x, dlrec_etl *e) {
     sts[c] = s;
     if (s != DLREC_OK) dlrec_error_save(&errs[c]);
   }
+  dlrec_progress_finish(bar);
   e->n_owned = (int)(2 * n);
   for (uint32_t c = 0; c < n && st == DLREC_OK; c++)
     if (sts[c] != DLREC_OK) st = dlrec_error_restore(&errs[c]);
