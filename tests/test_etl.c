@@ -1519,6 +1519,11 @@ TEST(cli_help_and_usage_errors) {
       {"etl apply --etl e --input a --out x --valid-fraction 0.1", "go together"},
       {"etl apply --etl e --input a --out x --valid-fraction 1.5 --valid-out v", "--valid-fraction"},
       {"etl apply --etl e --input a --out x --min-count 3", "unknown option '--min-count'"},
+      {"etl apply --etl e --input a --out x --memory-mb 3", "unknown option '--memory-mb'"},
+      {"etl apply --etl e --input a --out x --target-encoding half", "--target-encoding: expected oof or full"},
+      {"etl fit --input a --out x --target-encoding full", "unknown option '--target-encoding'"},
+      {"etl fit --input a --out x --memory-mb 0", "--memory-mb"},
+      {"etl fit --input a --out x --spill-dir d", "--spill-dir needs --memory-mb"},
       {"etl apply --etl e --input --out x", "--input needs at least one file"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {

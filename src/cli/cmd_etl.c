@@ -276,7 +276,8 @@ static int parse_args(etl_args *a, int is_fit, int argc, char **argv) {
       return cli_usage_error(a->cmd, "unknown option '%s'", arg);
     }
     /* Options of the other subcommand parse above but are not allowed. */
-    static const char *const fit_only[] = {"--min-count", "--hash-buckets", "--fields", "--max-hotness", NULL};
+    static const char *const fit_only[] = {"--min-count", "--hash-buckets", "--fields", "--max-hotness", "--memory-mb",
+                                           NULL};
     static const char *const apply_only[] = {"--seed", "--row-group-rows", NULL};
     for (const char *const *p = is_fit ? apply_only : fit_only; *p; p++)
       if (!strcmp(name, *p)) return cli_usage_error(a->cmd, "unknown option '%s'", name);
@@ -301,6 +302,8 @@ static int parse_args(etl_args *a, int is_fit, int argc, char **argv) {
     return cli_usage_error(a->cmd, "--format libfm needs --fields N (the fields are 0..N-1)");
   if (!is_fit && (a->apply.valid_fraction > 0) != (a->apply.valid_out != NULL))
     return cli_usage_error(a->cmd, "--valid-fraction and --valid-out go together");
+  if (is_fit && a->fit.spill_dir && !a->fit.memory_mb)
+    return cli_usage_error(a->cmd, "--spill-dir needs --memory-mb");
   return -1;
 }
 
