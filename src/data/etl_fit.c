@@ -44,8 +44,11 @@ typedef struct te_acc {
   uint64_t miss[2 * ETL_FOLDS_MAX];
 } te_acc;
 
-/* Blocks in flight at most within --memory-mb (docs/etl.md, Memory). */
+/* Within --memory-mb (docs/etl.md, Memory): the most blocks in flight, and
+ * the keys an empty count table starts with (small: every worker has one per
+ * column, and the big ones grow anyway). */
 #define ETL_FIT_BUDGET_JOBS 8
+#define ETL_FIT_BUDGET_MAP 32
 
 typedef struct fit_worker {
   keymap maps[DLREC_MAX_SPARSE]; /* the input's columns, then the crosses */
@@ -638,7 +641,7 @@ static dlrec_status spill_map(fit_ctx *x, keymap *m, uint32_t c) {
   etl_sort_kc(all.v, all.n, 1);
   dlrec_status st = etl_runs_add(&x->runs[c], all.v, all.n);
   free(all.v);
-  if (st == DLREC_OK) st = keymap_init(m, 1024);
+  if (st == DLREC_OK) st = keymap_init(m, ETL_FIT_BUDGET_MAP);
   atomic_fetch_add(&x->spilled, all.n * sizeof(etl_kc));
   return st;
 }
@@ -1207,7 +1210,8 @@ dlrec_status dlrec_etl_fit(const char *const *inputs, int n_inputs, const char *
     fit_worker *W = &x->workers[w];
     W->scratch = malloc(o->max_line_bytes + 1);
     if (!W->scratch) st = dlrec_error(DLREC_ERR_NOMEM, "fit: out of memory");
-    for (uint32_t c = 0; st == DLREC_OK && c < x->nc + x->wf.n_cat; c++) st = keymap_init(&W->maps[c], 1024);
+    for (uint32_t c = 0; st == DLREC_OK && c < x->nc + x->wf.n_cat; c++)
+      st = keymap_init(&W->maps[c], o->memory_mb ? ETL_FIT_BUDGET_MAP : 1024);
     for (uint32_t i = 0; st == DLREC_OK && i < x->wf.n_dense; i++)
       if (x->wf.dense[i].op == ETL_OP_TARGET) st = keymap_init(&W->te[i].map, 1024);
   }
