@@ -1,0 +1,279 @@
+// The embedding backward fused with the sparse optimizer on the GPU (the
+// CUDA twin of src/embed/sparse_optim.c, issue 11): no dense table
+// gradient. Each id of the batch is an item (row, bag); the items are sorted
+// by row (a stable radix sort, so the order within a row is the items'
+// order and the result is deterministic); each run of equal rows is one
+// unique row, whose gradient is the sum of its bags' output gradients
+// (times 1 / count for mean pooling), summed in item order; the row is then
+// updated in place by SGD or row-wise Adagrad (FBGEMM's: one accumulator a
+// row, fed with the row's mean squared gradient), with weight decay.
+//
+//   gw      = g + wd * w
+//   SGD:      w -= lr * gw
+//   Adagrad:  acc += sum(gw^2) / D;  w -= lr / (sqrt(acc) + eps) * gw
+//
+// Products and sums use the _rn intrinsics (no contraction into FMA), so
+// each unique row's gradient is the CPU reference's bit for bit; the
+// update's sum of squares is a warp reduction (another order than the
+// CPU's loop), so weights and accumulators are checked to a relative 1e-6,
+// and two GPU runs must agree bit for bit (determinism).
+//
+// Items here are in bag-major order (bag = b * F + c, then position); the
+// CPU backend lists them column-major, which the backend port will follow.
+//
+// usage: sparse_update [rows] [dim] [batch] [cols] [hot]
+//   (defaults 2000000 128 65536 26 1); exits 77 (CTest: skipped) without a
+//   CUDA device.
+#include <algorithm>
+#include <cmath>
+#include <cub/cub.cuh>
+#include <vector>
+
+#include "common.h"
+
+struct Opt {
+  int adagrad;
+  float lr, wd, eps;
+};
+
+// ---- CPU reference ----
+
+static void reference(float *w, float *acc, int D, const uint32_t *off, const uint32_t *ids, uint32_t bags,
+                      const float *dout, int mean, Opt o) {
+  const uint32_t nnz = off[bags];
+  std::vector<uint32_t> bag_of(nnz), order(nnz);
+  for (uint32_t g = 0; g < bags; g++)
+    for (uint32_t k = off[g]; k < off[g + 1]; k++) bag_of[k] = g;
+  for (uint32_t k = 0; k < nnz; k++) order[k] = k;
+  std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return ids[a] < ids[b]; });
+  std::vector<float> g(D), gw(D);
+  for (uint32_t s = 0; s < nnz;) {
+    const uint32_t r = ids[order[s]];
+    std::fill(g.begin(), g.end(), 0.0f);
+    uint32_t e = s;
+    for (; e < nnz && ids[order[e]] == r; e++) {
+      const uint32_t bag = bag_of[order[e]];
+      const float inv = mean ? 1.0f / (float)(off[bag + 1] - off[bag]) : 1.0f;
+      for (int d = 0; d < D; d++) g[d] += mean ? inv * dout[(size_t)bag * D + d] : dout[(size_t)bag * D + d];
+    }
+    float *wr = w + (size_t)r * D;
+    if (!o.adagrad) {
+      for (int d = 0; d < D; d++) wr[d] -= o.lr * (g[d] + o.wd * wr[d]);
+    } else {
+      double sq = 0; // the reference's sum in double: the GPU's order differs
+      for (int d = 0; d < D; d++) {
+        gw[d] = g[d] + o.wd * wr[d];
+        sq += (double)gw[d] * gw[d];
+      }
+      acc[r] += (float)(sq / D);
+      const float step = o.lr / (std::sqrt(acc[r]) + o.eps);
+      for (int d = 0; d < D; d++) wr[d] -= step * gw[d];
+    }
+    s = e;
+  }
+}
+
+// ---- GPU ----
+
+// The bag of each item: offsets searched (the items of bag g are
+// [off[g], off[g+1])).
+__global__ void bag_of_items(uint32_t *bag_of, const uint32_t *off, uint32_t bags) {
+  const uint32_t g = blockIdx.x * blockDim.x + threadIdx.x;
+  if (g >= bags) return;
+  for (uint32_t k = off[g]; k < off[g + 1]; k++) bag_of[k] = g;
+}
+
+__global__ void iota(uint32_t *v, uint32_t n) {
+  const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) v[i] = i;
+}
+
+// One warp per unique row u: its items are sorted_items[start[u] ..
+// start[u] + count[u]), all of row rows_u[u]. Lanes take d = lane, lane +
+// 32, ...; D <= 32 * 8.
+template <int PER_LANE>
+__global__ void reduce_update(float *w, float *acc, int D, const uint32_t *rows_u, const uint32_t *count,
+                              const uint32_t *start, uint32_t n_unique, const uint32_t *sorted_items,
+                              const uint32_t *bag_of, const uint32_t *off, const float *dout, int mean, Opt o) {
+  const uint32_t u = (blockIdx.x * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (u >= n_unique) return;
+  const uint32_t r = rows_u[u], s = start[u], e = s + count[u];
+  float g[PER_LANE];
+  for (int j = 0; j < PER_LANE; j++) g[j] = 0.0f;
+  for (uint32_t i = s; i < e; i++) {
+    const uint32_t bag = bag_of[sorted_items[i]];
+    const float *go = dout + (size_t)bag * D;
+    const float inv = mean ? __frcp_rn((float)(off[bag + 1] - off[bag])) : 1.0f;
+    for (int j = 0; j < PER_LANE; j++) {
+      const int d = lane + 32 * j;
+      if (d < D) g[j] = __fadd_rn(g[j], mean ? __fmul_rn(inv, go[d]) : go[d]);
+    }
+  }
+  float *wr = w + (size_t)r * D;
+  float gw[PER_LANE], sq = 0.0f;
+  for (int j = 0; j < PER_LANE; j++) {
+    const int d = lane + 32 * j;
+    gw[j] = d < D ? __fadd_rn(g[j], __fmul_rn(o.wd, wr[d])) : 0.0f;
+    sq = __fadd_rn(sq, __fmul_rn(gw[j], gw[j]));
+  }
+  if (!o.adagrad) {
+    for (int j = 0; j < PER_LANE; j++) {
+      const int d = lane + 32 * j;
+      if (d < D) wr[d] = __fsub_rn(wr[d], __fmul_rn(o.lr, gw[j]));
+    }
+    return;
+  }
+  for (int m = 16; m > 0; m /= 2) sq = __fadd_rn(sq, __shfl_xor_sync(0xffffffffu, sq, m));
+  const float a = __fadd_rn(acc[r], __fdiv_rn(sq, (float)D));
+  const float step = __fdiv_rn(o.lr, __fadd_rn(__fsqrt_rn(a), o.eps));
+  __syncwarp();
+  if (lane == 0) acc[r] = a;
+  for (int j = 0; j < PER_LANE; j++) {
+    const int d = lane + 32 * j;
+    if (d < D) wr[d] = __fsub_rn(wr[d], __fmul_rn(step, gw[j]));
+  }
+}
+
+// ---- driver ----
+
+struct Gpu {
+  uint32_t *off, *ids, *bag_of, *items, *sorted_rows, *sorted_items, *rows_u, *count, *start, *n_unique;
+  float *w, *acc, *dout;
+  void *tmp;
+  size_t tmp_bytes;
+};
+
+// The whole backward + update on the device; the result left in g.w, g.acc.
+static void step(Gpu &g, int D, uint32_t bags, uint32_t nnz, int mean, Opt o) {
+  bag_of_items<<<(bags + 255) / 256, 256>>>(g.bag_of, g.off, bags);
+  iota<<<(nnz + 255) / 256, 256>>>(g.items, nnz);
+  size_t bytes = g.tmp_bytes;
+  CUDA_CHECK(cub::DeviceRadixSort::SortPairs(g.tmp, bytes, g.ids, g.sorted_rows, g.items, g.sorted_items, (int)nnz));
+  bytes = g.tmp_bytes;
+  CUDA_CHECK(cub::DeviceRunLengthEncode::Encode(g.tmp, bytes, g.sorted_rows, g.rows_u, g.count, g.n_unique, (int)nnz));
+  bytes = g.tmp_bytes;
+  CUDA_CHECK(cub::DeviceScan::ExclusiveSum(g.tmp, bytes, g.count, g.start, (int)nnz));
+  uint32_t n_unique = 0;
+  CUDA_CHECK(cudaMemcpy(&n_unique, g.n_unique, 4, cudaMemcpyDeviceToHost));
+  const unsigned blocks = (unsigned)(((uint64_t)n_unique * 32 + 255) / 256);
+  if (D <= 32)
+    reduce_update<1><<<blocks, 256>>>(g.w, g.acc, D, g.rows_u, g.count, g.start, n_unique, g.sorted_items, g.bag_of,
+                                      g.off, g.dout, mean, o);
+  else if (D <= 64)
+    reduce_update<2><<<blocks, 256>>>(g.w, g.acc, D, g.rows_u, g.count, g.start, n_unique, g.sorted_items, g.bag_of,
+                                      g.off, g.dout, mean, o);
+  else if (D <= 128)
+    reduce_update<4><<<blocks, 256>>>(g.w, g.acc, D, g.rows_u, g.count, g.start, n_unique, g.sorted_items, g.bag_of,
+                                      g.off, g.dout, mean, o);
+  else
+    reduce_update<8><<<blocks, 256>>>(g.w, g.acc, D, g.rows_u, g.count, g.start, n_unique, g.sorted_items, g.bag_of,
+                                      g.off, g.dout, mean, o);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+static int run(const char *what, uint64_t rows, int D, uint32_t B, uint32_t F, uint32_t hot, int mean, Opt o) {
+  const uint32_t bags = B * F;
+  std::vector<uint32_t> off(bags + 1), ids;
+  for (uint32_t g = 0; g < bags; g++) {
+    off[g] = (uint32_t)ids.size();
+    const uint32_t n = hot == 1 ? 1 : 1 + (uint32_t)(mix64(g) % hot);
+    for (uint32_t k = 0; k < n; k++) {
+      const double u = (double)(mix64(((uint64_t)g << 8) + k) >> 11) * 0x1p-53;
+      ids.push_back((uint32_t)(u * u * u * (double)rows)); // hot rows repeat: long runs
+    }
+  }
+  const uint32_t nnz = (uint32_t)ids.size();
+  off[bags] = nnz;
+  std::vector<float> w((size_t)rows * D), acc(rows), dout((size_t)bags * D);
+  for (size_t i = 0; i < w.size(); i++) w[i] = (float)((int64_t)(mix64(i) % 2001) - 1000) / 1024.0f;
+  for (size_t i = 0; i < acc.size(); i++) acc[i] = (float)(mix64(i ^ 7) % 100) / 100.0f;
+  for (size_t i = 0; i < dout.size(); i++) dout[i] = (float)((int64_t)(mix64(i ^ 99) % 2001) - 1000) / 4096.0f;
+  std::vector<float> w_ref = w, acc_ref = acc;
+  reference(w_ref.data(), acc_ref.data(), D, off.data(), ids.data(), bags, dout.data(), mean, o);
+
+  Gpu g{};
+  CUDA_CHECK(cudaMalloc(&g.off, off.size() * 4));
+  CUDA_CHECK(cudaMalloc(&g.ids, (size_t)nnz * 4));
+  CUDA_CHECK(cudaMalloc(&g.bag_of, (size_t)nnz * 4));
+  CUDA_CHECK(cudaMalloc(&g.items, (size_t)nnz * 4));
+  CUDA_CHECK(cudaMalloc(&g.sorted_rows, (size_t)nnz * 4));
+  CUDA_CHECK(cudaMalloc(&g.sorted_items, (size_t)nnz * 4));
+  CUDA_CHECK(cudaMalloc(&g.rows_u, (size_t)nnz * 4));
+  CUDA_CHECK(cudaMalloc(&g.count, (size_t)nnz * 4));
+  CUDA_CHECK(cudaMalloc(&g.start, (size_t)nnz * 4));
+  CUDA_CHECK(cudaMalloc(&g.n_unique, 4));
+  CUDA_CHECK(cudaMalloc(&g.w, w.size() * 4));
+  CUDA_CHECK(cudaMalloc(&g.acc, acc.size() * 4));
+  CUDA_CHECK(cudaMalloc(&g.dout, dout.size() * 4));
+  size_t a = 0, b = 0, c = 0;
+  CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, a, g.ids, g.sorted_rows, g.items, g.sorted_items, (int)nnz));
+  CUDA_CHECK(cub::DeviceRunLengthEncode::Encode(nullptr, b, g.sorted_rows, g.rows_u, g.count, g.n_unique, (int)nnz));
+  CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, c, g.count, g.start, (int)nnz));
+  g.tmp_bytes = std::max(a, std::max(b, c));
+  CUDA_CHECK(cudaMalloc(&g.tmp, g.tmp_bytes));
+  CUDA_CHECK(cudaMemcpy(g.off, off.data(), off.size() * 4, cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpy(g.ids, ids.data(), (size_t)nnz * 4, cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpy(g.dout, dout.data(), dout.size() * 4, cudaMemcpyHostToDevice));
+
+  int failures = 0;
+  std::vector<float> w_got[2], acc_got[2];
+  for (int pass = 0; pass < 2; pass++) { // twice: the two results must be the same bits
+    CUDA_CHECK(cudaMemcpy(g.w, w.data(), w.size() * 4, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(g.acc, acc.data(), acc.size() * 4, cudaMemcpyHostToDevice));
+    step(g, D, bags, nnz, mean, o);
+    w_got[pass].resize(w.size());
+    acc_got[pass].resize(acc.size());
+    CUDA_CHECK(cudaMemcpy(w_got[pass].data(), g.w, w.size() * 4, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(acc_got[pass].data(), g.acc, acc.size() * 4, cudaMemcpyDeviceToHost));
+  }
+  if (std::memcmp(w_got[0].data(), w_got[1].data(), w.size() * 4) ||
+      std::memcmp(acc_got[0].data(), acc_got[1].data(), acc.size() * 4)) {
+    std::printf("  %s: FAIL: two runs differ\n", what);
+    failures++;
+  }
+  double worst = 0;
+  size_t at = 0;
+  for (size_t i = 0; i < w.size(); i++) {
+    const double e = std::fabs((double)w_got[0][i] - w_ref[i]) / (std::fabs((double)w_ref[i]) + 1e-3);
+    if (e > worst) worst = e, at = i;
+  }
+  for (size_t i = 0; i < acc.size(); i++) {
+    const double e = std::fabs((double)acc_got[0][i] - acc_ref[i]) / (std::fabs((double)acc_ref[i]) + 1e-3);
+    if (e > worst) worst = e, at = i;
+  }
+  if (!(worst <= 1e-6)) {
+    std::printf("  %s: FAIL: relative error %.3g at %zu\n", what, worst, at);
+    failures++;
+  }
+  // Timed on fresh copies of the state each time would measure copies: the
+  // state drifts across the repetitions instead, which costs the same.
+  const float ms = time_ms([&]() { step(g, D, bags, nnz, mean, o); }, 10);
+  if (!failures)
+    std::printf("  %s: deterministic, within %.1e of the reference; %.3f ms (%.1f M ids/s)\n", what, worst, ms,
+                nnz / ms / 1e3);
+  cudaFree(g.off), cudaFree(g.ids), cudaFree(g.bag_of), cudaFree(g.items), cudaFree(g.sorted_rows);
+  cudaFree(g.sorted_items), cudaFree(g.rows_u), cudaFree(g.count), cudaFree(g.start), cudaFree(g.n_unique);
+  cudaFree(g.w), cudaFree(g.acc), cudaFree(g.dout), cudaFree(g.tmp);
+  return failures;
+}
+
+int main(int argc, char **argv) {
+  const uint64_t rows = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 2000000;
+  const int D = argc > 2 ? std::atoi(argv[2]) : 128;
+  const uint32_t B = argc > 3 ? (uint32_t)std::atoi(argv[3]) : 65536, F = argc > 4 ? (uint32_t)std::atoi(argv[4]) : 26,
+                 hot = argc > 5 ? (uint32_t)std::atoi(argv[5]) : 1;
+  if (rows < 1 || rows > UINT32_MAX || D < 1 || D > 256 || B < 1 || F < 1 || hot < 1) {
+    std::fprintf(stderr, "usage: sparse_update [rows] [dim <= 256] [batch] [cols] [hot]\n");
+    return 2;
+  }
+  require_gpu("sparse_update");
+  std::printf("%llu rows x %d, batch %u x %u columns, up to %u ids a bag\n", (unsigned long long)rows, D, B, F, hot);
+  const Opt sgd = {0, 0.05f, 1e-4f, 0.0f}, adagrad = {1, 0.05f, 1e-4f, 1e-10f};
+  int failures = 0;
+  failures += run("sgd, sum", rows, D, B, F, hot, 0, sgd);
+  failures += run("rowwise adagrad, sum", rows, D, B, F, hot, 0, adagrad);
+  failures += run("rowwise adagrad, mean, multi-hot", rows, D, B, F, 8, 1, adagrad);
+  failures += run("rowwise adagrad, D=16", rows, 16, B, F, hot, 0, adagrad);
+  return failures ? 1 : 0;
+}
