@@ -29,6 +29,7 @@ for src in "$root"/dev/cuda/*.cu; do
   quick:sparse_update) args="200000 128 8192 26 1" ;;
   quick:dot_interaction) args="8192 26 128" ;;
   quick:linear_cublaslt) args="8192 512 512" ;;
+  quick:small_ops) args="1048576" ;;
   *) args="" ;;
   esac
   # shellcheck disable=SC2086
