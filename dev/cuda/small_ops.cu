@@ -11,7 +11,8 @@
 //            du = dout * x0, dx0 += dout * u
 //   bce      binary cross-entropy on logits (src/nn/loss.c): the loss, the
 //            mean of max(z, 0) - z y + log1p(exp(-|z|)) in double (CUDA's exp
-//            and log1p, and a tree sum: within 1e-12 relative), and dz =
+//            and log1p, a tree sum against a sequential one: within 1e-10
+//            relative), and dz =
 //            (sigmoid(z) - y) / B in float from expf(-|z|) as the CPU does
 //            (CUDA's expf is within 2 ulp, so dz within 4 ulp of 1 over B,
 //            absolute: sigmoid(z) - y cancels)
@@ -213,11 +214,11 @@ static int test_bce(size_t n) {
   for (int b = 0; b < B; b++) bad += !(std::fabs((double)dz[b] - dz_r[b]) <= 4 * 0x1p-24 * inv_b);
   int failures = bad != 0;
   std::printf("  bce dz: %s (%zu of %d beyond 4 ulp of 1 over B)\n", bad ? "FAIL" : "ok", bad, B);
-  if (!(std::fabs(loss - loss_r) <= 1e-12 * std::fabs(loss_r))) {
+  if (!(std::fabs(loss - loss_r) <= 1e-10 * std::fabs(loss_r))) {
     std::printf("  bce loss: FAIL: %.17g, want %.17g\n", loss, loss_r);
     failures++;
   } else {
-    std::printf("  bce loss: %.12g, within 1e-12 of the reference\n", loss);
+    std::printf("  bce loss: %.12g, within 1e-10 of the reference\n", loss);
   }
   if (!failures) std::printf("  bce: %d samples, %.3f ms\n", B, time_ms(run, 20));
   cudaFree(d_z), cudaFree(d_y), cudaFree(d_dz), cudaFree(d_terms);
