@@ -260,11 +260,13 @@ dlrec_status dlrec_etl_encode_cat_multi(const dlrec_etl *e, uint32_t col, const 
   return encode_multi(e, default_layout(e), col, t, NULL, ids, n_ids, truncated);
 }
 
-/* What a row's encoder knows of its one-hot input columns already: each
- * field's key (valid where the field is not empty) and local id. */
+/* What a row's encoder knows of its input fields already: each one-hot
+ * categorical field's key (valid where the field is not empty) and local id,
+ * and each dense field's parsed value (valid where it is not empty). */
 typedef struct known_cats {
   const uint64_t *keys;
   const uint32_t *local;
+  const double *x;
 } known_cats;
 
 /* The key of a one-hot input column's field, a derived column's source
@@ -287,7 +289,6 @@ static dlrec_status encode_derived(const dlrec_etl *e, const dlrec_layout *L, co
   /* The encodings' values are random reads of per-value tables: their
    * addresses first, prefetched, so that the cache misses overlap each other
    * and the categorical columns' work below. */
-  static const uint64_t zero = 0;
   const void *val[DLREC_MAX_DENSE];
   for (uint32_t i = 0; i < nd_derived; i++) {
     const etl_derived *dv = &e->dense[nd + i].derived;
@@ -300,8 +301,8 @@ static dlrec_status encode_derived(const dlrec_etl *e, const dlrec_layout *L, co
       const uint64_t key = source_key(e, NULL, c, cin[c]);
       g = etl_cat_local(src, key, keymap_hash(key));
     }
-    if (dv->op == ETL_OP_COUNT) /* etl_count_of's value */
-      val[i] = g < ETL_LOCAL_FIRST ? &zero : (src->hashed ? src->bucket_counts : src->counts) + g - ETL_LOCAL_FIRST;
+    if (dv->op == ETL_OP_COUNT)
+      val[i] = etl_count_at(src, g);
     else if (pos)
       val[i] = &dv->oof[(uint64_t)etl_fold(dv->seed, dv->folds, pos->file, pos->line) * dv->groups + g];
     else
@@ -326,7 +327,9 @@ static dlrec_status encode_derived(const dlrec_etl *e, const dlrec_layout *L, co
       const etl_dense_ops *ops = &e->dense[d].ops;
       const dlrec_text t = din[d];
       double x = ops->fill_value;
-      const char *why = t.n ? dlrec_parse_number(t.s, t.n, &x) : NULL;
+      const char *why = NULL;
+      if (t.n && known) x = known->x[d];
+      else if (t.n) why = dlrec_parse_number(t.s, t.n, &x);
       if (why) return dlrec_parse_error(w, L->dense_field[d], e->schema.dense_names[d], why, t.s, t.n);
       if (t.n || ops->fill) {
         const uint64_t b = etl_bucket(dv->bounds, dv->n_bounds, etl_clip(ops, x));
@@ -373,9 +376,10 @@ dlrec_status etl_encode_row(const dlrec_etl *e, const dlrec_layout *L, const dlr
     hashes[c] = keymap_hash(keys[c]);
     if (!e->cat[c].hashed && !e->raw_keys) keymap_prefetch(&e->cat[c].map, hashes[c]);
   }
+  double x[DLREC_MAX_DENSE]; /* the parsed values, for the derived columns */
   for (uint32_t d = 0; d < nd; d++) {
     const dlrec_text t = row->dense[d];
-    if ((why = etl_dense_value(e, d, t.s, t.n, &dense[d])) != NULL)
+    if ((why = etl_dense_value_x(e, d, t.s, t.n, &dense[d], &x[d])) != NULL)
       return dlrec_parse_error(w, L->dense_field[d], e->schema.dense_names[d], why, t.s, t.n);
   }
   if (!e->multi) {
@@ -388,7 +392,7 @@ dlrec_status etl_encode_row(const dlrec_etl *e, const dlrec_layout *L, const dlr
     uint32_t local[DLREC_MAX_SPARSE];
     for (uint32_t c = 0; c < nc; c++) local[c] = ids[c] - (uint32_t)e->cat[c].id_begin;
     for (uint32_t c = nc; nids && c < e->schema.n_sparse; c++) nids[c] = 1;
-    const known_cats known = {keys, local};
+    const known_cats known = {keys, local, x};
     return encode_derived(e, L, row->dense, row->cat, &known, w, pos, dense + nd, ids + nc);
   }
   uint32_t at = 0;
@@ -414,7 +418,7 @@ dlrec_status etl_encode_row(const dlrec_etl *e, const dlrec_layout *L, const dlr
   uint32_t local[DLREC_MAX_SPARSE];
   for (uint32_t c = 0, k = 0; c < nc; k += nids[c++])
     local[c] = e->cat[c].sep ? 0 : ids[k] - (uint32_t)e->cat[c].id_begin;
-  const known_cats known = {keys, local};
+  const known_cats known = {keys, local, x};
   return encode_derived(e, L, row->dense, row->cat, &known, w, pos, dense + nd, ids + at);
 }
 

@@ -240,16 +240,23 @@ static inline const char *etl_dense_encode(const dlrec_etl *e, uint32_t col, dou
   return NULL;
 }
 
-static inline const char *etl_dense_value(const dlrec_etl *e, uint32_t col, const char *s, size_t n, float *out) {
+/* etl_dense_value that also hands back the parsed raw value in *x (left
+ * as it is for a missing value), for a derived column reading the field. */
+static inline const char *etl_dense_value_x(const dlrec_etl *e, uint32_t col, const char *s, size_t n, float *out,
+                                            double *x) {
   if (n == 0) {
     /* Missing: 0, or the fill's encoding (etl_dense_encode of the fill
      * value, computed once when the state is loaded). */
     *out = e->dense[col].fill_out;
     return NULL;
   }
+  const char *why = dlrec_parse_number(s, n, x);
+  return why ? why : etl_dense_encode(e, col, *x, out);
+}
+
+static inline const char *etl_dense_value(const dlrec_etl *e, uint32_t col, const char *s, size_t n, float *out) {
   double x;
-  const char *why = dlrec_parse_number(s, n, &x);
-  return why ? why : etl_dense_encode(e, col, x, out);
+  return etl_dense_value_x(e, col, s, n, out, &x);
 }
 
 /* Local id of a key in categorical column col. */
@@ -259,12 +266,15 @@ static inline uint32_t etl_cat_local(const etl_cat *c, uint64_t key, uint64_t ha
   return v ? (uint32_t)*v : ETL_LOCAL_OOV;
 }
 
-/* A count encoding's value of local id g: the fit count of the value or
- * bucket; 0 for the missing and out-of-vocabulary ids. */
-static inline uint64_t etl_count_of(const etl_cat *c, uint64_t g) {
-  if (g < ETL_LOCAL_FIRST) return 0;
-  return c->hashed ? c->bucket_counts[g - ETL_LOCAL_FIRST] : c->counts[g - ETL_LOCAL_FIRST];
+/* Where a count encoding's value of local id g is: the fit count of the
+ * value or bucket; a 0 for the missing and out-of-vocabulary ids. */
+static inline const uint64_t *etl_count_at(const etl_cat *c, uint64_t g) {
+  static const uint64_t zero = 0;
+  if (g < ETL_LOCAL_FIRST) return &zero;
+  return (c->hashed ? c->bucket_counts : c->counts) + (g - ETL_LOCAL_FIRST);
 }
+
+static inline uint64_t etl_count_of(const etl_cat *c, uint64_t g) { return *etl_count_at(c, g); }
 
 /* Builds a vocabulary column's key -> local id map from its keys; `where`
  * and name for messages. */
