@@ -1,7 +1,7 @@
 // Shared by the dev/cuda kernels (llm.c's dev/cuda layout): error checks,
-// the no-GPU skip, timing, and a tiny deterministic RNG. Each kernel file is
-// a program of its own that builds its inputs, runs a CPU reference, checks
-// every GPU variant against it, and times them.
+// the no-GPU skip, timing, test data and the bag programs' command line.
+// Each kernel file is a program of its own that builds its inputs, runs a
+// CPU reference, checks every GPU variant against it, and times them.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -9,6 +9,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
+
+#include "dlrec/hash.h"   // dlrec_mix64
+#include "embed/dtype.h"  // dtype_f32_to_bf16, dtype_bf16_to_f32: the CPU's own conversions
 
 #define CUDA_CHECK(call)                                                                                   \
   do {                                                                                                     \
@@ -37,27 +41,53 @@ inline void require_gpu(const char *what) {
               p.totalGlobalMem / (1024.0 * 1024.0 * 1024.0));
 }
 
-// splitmix64, as dlrec_mix64 and dlrec's RNG seeding.
-inline uint64_t mix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
+// Test data: a value in [-scale, scale] in steps of scale / 1000, a pure
+// function of (i, salt) through the project's own mix (dlrec/hash.h).
+inline float val(uint64_t i, uint64_t salt, float scale) {
+  return (float)((int64_t)(dlrec_mix64(i ^ salt) % 2001) - 1000) / 1000.0f * scale;
 }
 
-// fp32 <-> bf16 with round to nearest even, as src/embed/dtype.h.
-inline uint16_t f32_to_bf16(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return (uint16_t)(u >> 16);
+// Embedding bags over a table of `rows`: bag g has 1 id (hot 1) or 1 to
+// hot ids; ids skewed toward low rows (a frequency-ordered table's hot
+// prefix, so hot rows repeat); offsets (bags + 1) and ids in CSR.
+inline void make_bags(uint64_t rows, uint32_t bags, uint32_t hot, std::vector<uint32_t> &off,
+                      std::vector<uint32_t> &ids) {
+  off.assign(bags + 1, 0);
+  ids.clear();
+  ids.reserve((size_t)bags * hot);
+  for (uint32_t g = 0; g < bags; g++) {
+    off[g] = (uint32_t)ids.size();
+    const uint32_t n = hot == 1 ? 1 : 1 + (uint32_t)(dlrec_mix64(g) % hot);
+    for (uint32_t k = 0; k < n; k++) {
+      const double u = (double)(dlrec_mix64(((uint64_t)g << 8) + k + 1) >> 11) * 0x1p-53;
+      ids.push_back((uint32_t)(u * u * u * (double)rows));
+    }
+  }
+  off[bags] = (uint32_t)ids.size();
 }
-inline float bf16_to_f32(uint16_t h) {
-  uint32_t u = (uint32_t)h << 16;
-  float x;
-  std::memcpy(&x, &u, 4);
-  return x;
+
+// The bag programs' command line: [rows] [dim] [batch] [cols] [hot],
+// defaults 2000000 128 65536 26 1; 0, or 2 after the usage (max_dim: the
+// largest dim the program takes).
+struct BagArgs {
+  uint64_t rows = 2000000;
+  int D = 128;
+  uint32_t B = 65536, F = 26, hot = 1;
+};
+inline int parse_bag_args(int argc, char **argv, const char *name, int max_dim, BagArgs *a) {
+  if (argc > 1) a->rows = std::strtoull(argv[1], nullptr, 10);
+  if (argc > 2) a->D = std::atoi(argv[2]);
+  if (argc > 3) a->B = (uint32_t)std::atoi(argv[3]);
+  if (argc > 4) a->F = (uint32_t)std::atoi(argv[4]);
+  if (argc > 5) a->hot = (uint32_t)std::atoi(argv[5]);
+  if (a->rows < 1 || a->rows > UINT32_MAX || a->D < 1 || a->D > max_dim || a->B < 1 || a->F < 1 || a->hot < 1 ||
+      (uint64_t)a->B * a->F > UINT32_MAX / 256) {
+    std::fprintf(stderr, "usage: %s [rows < 2^32] [dim <= %d] [batch] [cols] [hot]\n", name, max_dim);
+    return 2;
+  }
+  std::printf("%llu rows x %d, batch %u x %u columns, up to %u ids a bag\n", (unsigned long long)a->rows, a->D, a->B,
+              a->F, a->hot);
+  return 0;
 }
 
 // Milliseconds per call of fn, averaged over reps after one warm-up.

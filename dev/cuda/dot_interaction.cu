@@ -140,9 +140,9 @@ int main(int argc, char **argv) {
   const size_t O = out_dim(F, D);
   std::printf("batch %d, F %d, D %d: %zu outputs a sample\n", B, F, D, O);
   std::vector<float> x((size_t)B * D), emb((size_t)B * F * D), dout((size_t)B * O);
-  for (size_t i = 0; i < x.size(); i++) x[i] = (float)((int64_t)(mix64(i) % 2001) - 1000) / 1024.0f;
-  for (size_t i = 0; i < emb.size(); i++) emb[i] = (float)((int64_t)(mix64(i ^ 1) % 2001) - 1000) / 1024.0f;
-  for (size_t i = 0; i < dout.size(); i++) dout[i] = (float)((int64_t)(mix64(i ^ 2) % 2001) - 1000) / 4096.0f;
+  for (size_t i = 0; i < x.size(); i++) x[i] = val(i, 0, 1.0f);
+  for (size_t i = 0; i < emb.size(); i++) emb[i] = val(i, 1, 1.0f);
+  for (size_t i = 0; i < dout.size(); i++) dout[i] = val(i, 2, 0.25f);
   std::vector<float> out_ref((size_t)B * O), dx_ref(x.size()), demb_ref(emb.size());
   forward_cpu(out_ref.data(), x.data(), emb.data(), B, F, D);
   backward_cpu(dx_ref.data(), demb_ref.data(), dout.data(), x.data(), emb.data(), B, F, D);

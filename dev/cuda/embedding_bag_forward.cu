@@ -36,7 +36,7 @@ float widen<float>(float x) {
 }
 template <>
 float widen<uint16_t>(uint16_t x) {
-  return bf16_to_f32(x);
+  return dtype_bf16_to_f32(x);
 }
 
 template <class T>
@@ -160,25 +160,13 @@ __global__ void bag_forward_vec(float *out, const T *table, uint64_t rows, int D
 template <class T>
 static int run(const char *what, uint64_t rows, int D, uint32_t B, uint32_t F, uint32_t hot, int mean) {
   const uint32_t bags = B * F;
-  std::vector<uint32_t> off(bags + 1), ids;
-  ids.reserve((size_t)bags * hot);
-  // Multi-hot bags take 1 to hot ids; ids are skewed toward low rows (a
-  // frequency-ordered table's hot prefix), and the last bag holds one id
-  // past the table's end (the flag must say so; its row pools as 0).
-  for (uint32_t g = 0; g < bags; g++) {
-    off[g] = (uint32_t)ids.size();
-    const uint32_t n = hot == 1 ? 1 : 1 + (uint32_t)(mix64(g) % hot);
-    for (uint32_t k = 0; k < n; k++) {
-      const double u = (double)(mix64(((uint64_t)g << 8) + k) >> 11) * 0x1p-53;
-      ids.push_back((uint32_t)(u * u * u * (double)rows));
-    }
-  }
-  ids.back() = (uint32_t)rows;
-  off[bags] = (uint32_t)ids.size();
+  std::vector<uint32_t> off, ids;
+  make_bags(rows, bags, hot, off, ids);
+  ids.back() = (uint32_t)rows; // one id past the table's end: the flag must say so; its row pools as 0
   std::vector<T> table((size_t)rows * D);
   for (size_t i = 0; i < table.size(); i++) {
-    const float x = (float)((int64_t)(mix64(i ^ 0x5eed) % 2001) - 1000) / 1024.0f;
-    if constexpr (sizeof(T) == 2) table[i] = f32_to_bf16(x);
+    const float x = val(i, 0x5eed, 1.0f);
+    if constexpr (sizeof(T) == 2) table[i] = dtype_f32_to_bf16(x);
     else table[i] = x;
   }
   std::vector<float> want((size_t)bags * D), got((size_t)bags * D);
@@ -260,16 +248,12 @@ static int run(const char *what, uint64_t rows, int D, uint32_t B, uint32_t F, u
 }
 
 int main(int argc, char **argv) {
-  const uint64_t rows = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 2000000;
-  const int D = argc > 2 ? std::atoi(argv[2]) : 128;
-  const uint32_t B = argc > 3 ? (uint32_t)std::atoi(argv[3]) : 65536, F = argc > 4 ? (uint32_t)std::atoi(argv[4]) : 26,
-                 hot = argc > 5 ? (uint32_t)std::atoi(argv[5]) : 1;
-  if (rows < 1 || D < 1 || B < 1 || F < 1 || hot < 1) {
-    std::fprintf(stderr, "usage: embedding_bag_forward [rows] [dim] [batch] [cols] [hot]\n");
-    return 2;
-  }
+  BagArgs a;
+  if (parse_bag_args(argc, argv, "embedding_bag_forward", 4096, &a)) return 2;
   require_gpu("embedding_bag_forward");
-  std::printf("%llu rows x %d, batch %u x %u columns, up to %u ids a bag\n", (unsigned long long)rows, D, B, F, hot);
+  const uint64_t rows = a.rows;
+  const int D = a.D;
+  const uint32_t B = a.B, F = a.F, hot = a.hot;
   int failures = 0;
   for (int mean = 0; mean <= 1; mean++) {
     failures += run<float>(mean ? "fp32 mean" : "fp32 sum ", rows, D, B, F, hot, mean);

@@ -98,11 +98,11 @@ __global__ void to_bf16(uint16_t *dst, const float *src, size_t n) {
 static int run(bool bf16, int B, int IN, int OUT) {
   const char *name = bf16 ? "bf16" : "tf32";
   std::vector<float> in((size_t)B * IN), w((size_t)OUT * IN), bias(OUT), dout((size_t)B * OUT);
-  for (size_t i = 0; i < in.size(); i++) in[i] = (float)((int64_t)(mix64(i) % 2001) - 1000) / 1000.0f;
-  for (size_t i = 0; i < w.size(); i++) w[i] = (float)((int64_t)(mix64(i ^ 3) % 2001) - 1000) / 32000.0f;
-  for (int i = 0; i < OUT; i++) bias[i] = (float)((int64_t)(mix64(i ^ 5) % 201) - 100) / 1000.0f;
-  for (size_t i = 0; i < dout.size(); i++) dout[i] = (float)((int64_t)(mix64(i ^ 9) % 2001) - 1000) / 8000.0f;
-  auto rd = [&](float x) { return bf16 ? (double)bf16_to_f32(f32_to_bf16(x)) : (double)x; };
+  for (size_t i = 0; i < in.size(); i++) in[i] = val(i, 0, 1.0f);
+  for (size_t i = 0; i < w.size(); i++) w[i] = val(i, 3, 1.0f / 32);
+  for (int i = 0; i < OUT; i++) bias[i] = val(i, 5, 0.1f);
+  for (size_t i = 0; i < dout.size(); i++) dout[i] = val(i, 9, 0.125f);
+  auto rd = [&](float x) { return bf16 ? (double)dtype_bf16_to_f32(dtype_f32_to_bf16(x)) : (double)x; };
 
   float *d_in, *d_w, *d_bias, *d_dout, *d_out, *d_dw, *d_din;
   uint16_t *h_in = nullptr, *h_w = nullptr, *h_dout = nullptr;
@@ -161,7 +161,7 @@ static int run(bool bf16, int B, int IN, int OUT) {
   std::vector<float> out_s((size_t)rows * OUT), din_s((size_t)rows * IN);
   std::vector<double> out_r((size_t)rows * OUT), out_sc(out_r.size()), din_r((size_t)rows * IN), din_sc(din_r.size());
   for (int s = 0; s < rows; s++) {
-    const int b = (int)(mix64(s) % (uint64_t)B);
+    const int b = (int)(dlrec_mix64(s) % (uint64_t)B);
     for (int o = 0; o < OUT; o++) {
       double acc = 0, sc = 0;
       for (int k = 0; k < IN; k++) {
@@ -189,7 +189,7 @@ static int run(bool bf16, int B, int IN, int OUT) {
   std::vector<float> dw_s(entries);
   std::vector<double> dw_r(entries), dw_sc(entries);
   for (int s = 0; s < entries; s++) {
-    const size_t at = mix64(s ^ 77) % dw.size();
+    const size_t at = dlrec_mix64(s ^ 77) % dw.size();
     const int o = (int)(at / IN), i = (int)(at % IN);
     double acc = 0, sc = 0;
     for (int b = 0; b < B; b++) {

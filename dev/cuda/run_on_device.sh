@@ -20,7 +20,7 @@ command -v nvidia-smi > /dev/null && say "$(nvidia-smi --query-gpu=name,memory.t
 failed=0
 for src in "$root"/dev/cuda/*.cu; do
   name=$(basename "$src" .cu)
-  if ! "$nvcc" -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90 \
+  if ! "$nvcc" -O3 -std=c++17 -I"$root/src" -I"$root/include" -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90 \
       -Werror all-warnings -Xcompiler -Wall,-Wextra,-ffp-contract=off -o "$bin/$name" "$src" -lcublasLt; then
     say "$name: does not build"; failed=1; continue
   fi

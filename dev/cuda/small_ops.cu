@@ -53,10 +53,6 @@ static std::vector<T> download(const T *d, size_t n) {
   return v;
 }
 
-static float val(uint64_t i, uint64_t salt, float scale) {
-  return (float)((int64_t)(mix64(i ^ salt) % 2001) - 1000) / 1000.0f * scale;
-}
-
 // ---- fm ----
 
 __global__ void fm_forward(float *out, const float *emb, int B, int F, int D) {
@@ -184,7 +180,7 @@ static int test_bce(size_t n) {
   const int B = (int)n;
   std::vector<float> z(B), y(B), dz_r(B);
   double loss_r = 0;
-  for (int b = 0; b < B; b++) z[b] = val(b, 8, 20.0f), y[b] = (float)(mix64(b ^ 9) & 1);
+  for (int b = 0; b < B; b++) z[b] = val(b, 8, 20.0f), y[b] = (float)(dlrec_mix64(b ^ 9) & 1);
   const float inv_b = 1.0f / (float)B;
   for (int b = 0; b < B; b++) {
     const double x = z[b], t = y[b];

@@ -174,21 +174,13 @@ static void step(Gpu &g, int D, uint32_t bags, uint32_t nnz, int mean, Opt o) {
 
 static int run(const char *what, uint64_t rows, int D, uint32_t B, uint32_t F, uint32_t hot, int mean, Opt o) {
   const uint32_t bags = B * F;
-  std::vector<uint32_t> off(bags + 1), ids;
-  for (uint32_t g = 0; g < bags; g++) {
-    off[g] = (uint32_t)ids.size();
-    const uint32_t n = hot == 1 ? 1 : 1 + (uint32_t)(mix64(g) % hot);
-    for (uint32_t k = 0; k < n; k++) {
-      const double u = (double)(mix64(((uint64_t)g << 8) + k) >> 11) * 0x1p-53;
-      ids.push_back((uint32_t)(u * u * u * (double)rows)); // hot rows repeat: long runs
-    }
-  }
+  std::vector<uint32_t> off, ids;
+  make_bags(rows, bags, hot, off, ids); // hot rows repeat: long runs
   const uint32_t nnz = (uint32_t)ids.size();
-  off[bags] = nnz;
   std::vector<float> w((size_t)rows * D), acc(rows), dout((size_t)bags * D);
-  for (size_t i = 0; i < w.size(); i++) w[i] = (float)((int64_t)(mix64(i) % 2001) - 1000) / 1024.0f;
-  for (size_t i = 0; i < acc.size(); i++) acc[i] = (float)(mix64(i ^ 7) % 100) / 100.0f;
-  for (size_t i = 0; i < dout.size(); i++) dout[i] = (float)((int64_t)(mix64(i ^ 99) % 2001) - 1000) / 4096.0f;
+  for (size_t i = 0; i < w.size(); i++) w[i] = val(i, 0, 1.0f);
+  for (size_t i = 0; i < acc.size(); i++) acc[i] = std::fabs(val(i, 7, 1.0f));
+  for (size_t i = 0; i < dout.size(); i++) dout[i] = val(i, 99, 0.25f);
   std::vector<float> w_ref = w, acc_ref = acc;
   reference(w_ref.data(), acc_ref.data(), D, off.data(), ids.data(), bags, dout.data(), mean, o);
 
@@ -259,16 +251,12 @@ static int run(const char *what, uint64_t rows, int D, uint32_t B, uint32_t F, u
 }
 
 int main(int argc, char **argv) {
-  const uint64_t rows = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 2000000;
-  const int D = argc > 2 ? std::atoi(argv[2]) : 128;
-  const uint32_t B = argc > 3 ? (uint32_t)std::atoi(argv[3]) : 65536, F = argc > 4 ? (uint32_t)std::atoi(argv[4]) : 26,
-                 hot = argc > 5 ? (uint32_t)std::atoi(argv[5]) : 1;
-  if (rows < 1 || rows > UINT32_MAX || D < 1 || D > 256 || B < 1 || F < 1 || hot < 1) {
-    std::fprintf(stderr, "usage: sparse_update [rows] [dim <= 256] [batch] [cols] [hot]\n");
-    return 2;
-  }
+  BagArgs a;
+  if (parse_bag_args(argc, argv, "sparse_update", 256, &a)) return 2;
   require_gpu("sparse_update");
-  std::printf("%llu rows x %d, batch %u x %u columns, up to %u ids a bag\n", (unsigned long long)rows, D, B, F, hot);
+  const uint64_t rows = a.rows;
+  const int D = a.D;
+  const uint32_t B = a.B, F = a.F, hot = a.hot;
   const Opt sgd = {0, 0.05f, 1e-4f, 0.0f}, adagrad = {1, 0.05f, 1e-4f, 1e-10f};
   int failures = 0;
   failures += run("sgd, sum", rows, D, B, F, hot, 0, sgd);
