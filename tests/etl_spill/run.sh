@@ -22,15 +22,14 @@ rm -rf ./*.csv etl-*
 # y,k: a label and a key of 3M distinct values (some seen twice).
 awk 'BEGIN { print "y,k"; for (i = 0; i < 3200000; i++) printf "%d,k%d\n", i % 3 == 0, (i * 7919) % 3000017 }' > big.csv
 printf 'y,k\n1,a\n0,b\n' > tiny.csv
-fit() { "$bin" etl fit -q --format csv --schema 'label=y;cat=k' --threads 2 "$@"; }
+fit=("$bin" etl fit --format csv --schema 'label=y;cat=k' --threads 2)
+# within KB SECONDS ARGS...: the fit under `ulimit -v KB`, killed after SECONDS.
+within() { (ulimit -v "$1"; timeout "$2" "${fit[@]}" "${@:3}"); }
 
-fit --input big.csv --out etl-mem
+"${fit[@]}" -q --input big.csv --out etl-mem
 # Binary search in 10 MB steps (below some 370 MB OpenBLAS's start-up spins
 # instead of failing: the timeout ends those tries).
-tiny_ok() {
-  (ulimit -v "$1"; timeout 3 "$bin" etl fit -q --format csv --schema 'label=y;cat=k' --threads 2 \
-     --input tiny.csv --out etl-tiny) > /dev/null 2>&1
-}
+tiny_ok() { within "$1" 3 -q --input tiny.csv --out etl-tiny > /dev/null 2>&1; }
 lo=200000 hi=2000000
 tiny_ok "$hi" || { echo "etl_spill: a tiny fit does not run within 2 GB of address space" >&2; exit 1; }
 while [ $((hi - lo)) -gt 10000 ]; do
@@ -40,16 +39,14 @@ done
 limit=$((hi + 150000))
 echo "etl_spill: a tiny fit runs at ulimit -v $((limit - 150000)) kB; the big ones get $limit kB"
 
-if (ulimit -v "$limit"; timeout 120 "$bin" etl fit -q --format csv --schema 'label=y;cat=k' --threads 2 \
-      --input big.csv --out etl-unbounded) > unbounded.log 2>&1; then
+if within "$limit" 120 -q --input big.csv --out etl-unbounded > unbounded.log 2>&1; then
   echo "etl_spill: the unbounded fit ran within $limit kB: the limit does not bite" >&2
   exit 1
 fi
 grep -q "out of memory" unbounded.log || { echo "etl_spill: the unbounded fit failed otherwise:" >&2; cat unbounded.log >&2; exit 1; }
 echo "etl_spill: unbounded fit refused: $(tail -1 unbounded.log)"
 
-(ulimit -v "$limit"; timeout 120 "$bin" etl fit --format csv --schema 'label=y;cat=k' --threads 2 \
-   --input big.csv --out etl-budget --memory-mb 24) 2>&1 | tail -2
+within "$limit" 120 --input big.csv --out etl-budget --memory-mb 24 2>&1 | tail -2
 cmp etl-mem/etl.json etl-budget/etl.json
 cmp etl-mem/vocab.bin etl-budget/vocab.bin
 [ -z "$(ls -A etl-budget | grep -v -e etl.json -e vocab.bin)" ] || { echo "etl_spill: spill files left behind" >&2; exit 1; }
