@@ -156,7 +156,7 @@ int main(int argc, char **argv) {
   sh.n_rows = (uint32_t)n;
   sh.dense = dense;
   sh.cols = cols;
-  dlrec_backend_config bc = {1, DLREC_PRECISION_FP32};
+  dlrec_backend_config bc = {1, DLREC_PRECISION_FP32, 0};
   dlrec_backend *be;
   if (dlrec_backend_create(&be, "cpu", &bc) != DLREC_OK) {
     fprintf(stderr, "bench_score: %s\n", dlrec_last_error());

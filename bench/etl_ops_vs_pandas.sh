@@ -28,7 +28,7 @@ now() { date +%s.%N; }
 secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", b - a }'; }
 
 cpu=$(LC_ALL=C lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1)
-echo "etl_ops_vs_pandas: $rows rows, CPU ${cpu:-unknown} ($(nproc) cores), dlrec $("$bin" version | cut -d' ' -f2)"
+echo "etl_ops_vs_pandas: $rows rows, CPU ${cpu:-unknown} ($(nproc) cores), dlrec $("$bin" version | head -1 | cut -d' ' -f2)"
 "$bin" synth --rows "$rows" --out "$data" -q
 "$py" - "$work/wf.json" "$work/wf_all.json" <<'PY'
 import json, sys

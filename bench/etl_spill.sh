@@ -22,7 +22,7 @@ trap 'rm -rf "$work"' EXIT
 . "$root/bench/lib.sh"
 [ -n "$timev" ] || { echo "etl_spill: needs GNU time (apt-get install time) for peak RSS" >&2; exit 1; }
 
-echo "etl_spill: $rows rows, --memory-mb $mb, $(cpu_line), $(nproc) threads, dlrec $("$bin" version | cut -d' ' -f2)"
+echo "etl_spill: $rows rows, --memory-mb $mb, $(cpu_line), $(nproc) threads, dlrec $("$bin" version | head -1 | cut -d' ' -f2)"
 "$bin" synth -q --rows "$rows" --max-cardinality 100000000 --out "$work/rows.tsv"
 cat "$work/rows.tsv" > /dev/null
 secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", b - a }'; }

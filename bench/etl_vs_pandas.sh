@@ -27,7 +27,7 @@ data=$work/data.tsv
 now() { date +%s.%N; }
 secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.6f", b - a }'; }
 
-echo "etl_vs_pandas: $rows rows, $(nproc) cores, dlrec $("$bin" version | cut -d' ' -f2)"
+echo "etl_vs_pandas: $rows rows, $(nproc) cores, dlrec $("$bin" version | head -1 | cut -d' ' -f2)"
 "$bin" synth --rows "$rows" --out "$data" -q
 bytes=$(stat -c %s "$data")
 cat "$data" > /dev/null

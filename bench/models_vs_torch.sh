@@ -121,7 +121,7 @@ json_get() { "$py" -c "import json,sys; j=json.load(open(sys.argv[1])); v=$2; pr
 cpu=$(LC_ALL=C lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1)
 [ -n "$cpu" ] || cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
 echo "models_vs_torch: $rows rows (cap $cap), CPU ${cpu:-unknown} ($(nproc) cores), $threads threads each, $precision," \
-  "dlrec $("$bin" version | cut -d' ' -f2), torch $("$py" -c 'import torch; print(torch.__version__)')"
+  "dlrec $("$bin" version | head -1 | cut -d' ' -f2), torch $("$py" -c 'import torch; print(torch.__version__)')"
 "$bin" synth --rows "$rows" --max-cardinality "$cap" --out "$work/clicks.tsv" -q
 "$bin" etl fit --input "$work/clicks.tsv" --out "$work/etl" --min-count 2 -q
 "$bin" etl apply --etl "$work/etl" --input "$work/clicks.tsv" --out "$work/train.dlr" \

@@ -47,7 +47,7 @@ rate() { awk -v r="$rows" -v s="$1" 'BEGIN { printf "%.0f", r / s }'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b / a }'; }
 
 cpu=$(LC_ALL=C lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1)
-echo "python_vs_cli: $rows rows, CPU ${cpu:-unknown} ($(nproc) cores), dlrec $("$bin" version | cut -d' ' -f2)"
+echo "python_vs_cli: $rows rows, CPU ${cpu:-unknown} ($(nproc) cores), dlrec $("$bin" version | head -1 | cut -d' ' -f2)"
 "$bin" synth --rows "$rows" --seed 3 --out "$work/rows.tsv" -q
 "$py" - "$work" <<'PY'
 import sys

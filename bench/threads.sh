@@ -49,7 +49,7 @@ cleanup() {
 trap cleanup EXIT
 
 cpu=$(awk -F': *' '/^model name/ { print $2; exit }' /proc/cpuinfo 2> /dev/null || true)
-echo "threads: $rows rows, $(nproc) cores (${cpu:-unknown CPU}), dlrec $("$bin" version | cut -d' ' -f2)," \
+echo "threads: $rows rows, $(nproc) cores (${cpu:-unknown CPU}), dlrec $("$bin" version | head -1 | cut -d' ' -f2)," \
   "$repeats round(s); load average now: $(cut -d' ' -f1-3 /proc/loadavg)"
 "$bin" synth --rows "$rows" --out "$work/clicks.tsv" -q
 "$bin" etl fit --input "$work/clicks.tsv" --out "$work/etl" -q

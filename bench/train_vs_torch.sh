@@ -54,7 +54,7 @@ trap 'rm -rf "$work"' EXIT
 # shellcheck source=bench/lib.sh
 . "$root/bench/lib.sh"
 
-echo "train_vs_torch: $rows rows (cap $cap), $(nproc) cores, dlrec $("$bin" version | cut -d' ' -f2)," \
+echo "train_vs_torch: $rows rows (cap $cap), $(nproc) cores, dlrec $("$bin" version | head -1 | cut -d' ' -f2)," \
   "torch $("$py" -c 'import torch; print(torch.__version__)')"
 make_criteo_data "$rows" "$cap"
 echo "  data: $train_rows train rows, $valid_rows valid rows, 26 tables with $table_rows rows in all"

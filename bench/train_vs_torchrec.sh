@@ -75,7 +75,7 @@ native_bf16=0
 grep -qw -e avx512_bf16 -e amx_bf16 /proc/cpuinfo && native_bf16=1
 bf16_rows=${BF16_ROWS:-$([ "$native_bf16" = 1 ] && echo 0 || echo 16384)}
 
-echo "train_vs_torchrec: $rows rows (cap $cap), dlrec $("$bin" version | cut -d' ' -f2)," \
+echo "train_vs_torchrec: $rows rows (cap $cap), dlrec $("$bin" version | head -1 | cut -d' ' -f2)," \
   "$(cd /tmp && "$tpy" -c 'import torch; from importlib import metadata as m
 print("torch", torch.__version__, "torchrec", m.version("torchrec"), "fbgemm-gpu-cpu", m.version("fbgemm-gpu-cpu"),
       "(cpu capability %s)" % torch.backends.cpu.get_cpu_capability())' 2>/dev/null)"

@@ -219,9 +219,15 @@ static void each_backend(void (*body)(void), uint64_t seed) {
   for (size_t i = 0; dlrec_backend_name_at(i); i++) {
     const char *name = dlrec_backend_name_at(i);
     for (int p = DLREC_PRECISION_FP32; p <= DLREC_PRECISION_BF16; p++) {
-      dlrec_backend_config c = {2, (dlrec_precision)p};
+      dlrec_backend_config c = {2, (dlrec_precision)p, 0};
       dlrec_backend *be = NULL;
       dlrec_status st = dlrec_backend_create(&be, name, &c);
+      /* A GPU backend with no GPU visible (or, for now, no ops) is skipped,
+       * saying why; the CPU backend must always be there. */
+      if (st == DLREC_ERR_UNSUPPORTED && strcmp(name, "cpu") && p == DLREC_PRECISION_FP32) {
+        printf("test_backend: %s: skipped: %s\n", name, dlrec_last_error());
+        break;
+      }
       if (st != DLREC_OK && p == DLREC_PRECISION_BF16) {
         if (i < sizeof skipped_said && !skipped_said[i]++)
           printf("test_backend: %s: bf16 skipped: the backend cannot be created in bf16 (%s: %s)\n", name,
@@ -254,8 +260,13 @@ TEST(backends_are_listed_and_describe_themselves) {
   CHECK_STR(dlrec_backend_name_at(0), "cpu");
   for (size_t i = 0; dlrec_backend_name_at(i); i++) {
     dlrec_backend *be = NULL;
-    dlrec_backend_config c = {3, DLREC_PRECISION_FP32};
-    CHECK_OK(dlrec_backend_create(&be, dlrec_backend_name_at(i), &c));
+    dlrec_backend_config c = {3, DLREC_PRECISION_FP32, 0};
+    dlrec_status st = dlrec_backend_create(&be, dlrec_backend_name_at(i), &c);
+    if (i > 0 && st == DLREC_ERR_UNSUPPORTED) {
+      printf("test_backend: %s: skipped: %s\n", dlrec_backend_name_at(i), dlrec_last_error());
+      continue;
+    }
+    CHECK_OK(st);
     const int ok = dlrec_backend_threads(be) == 3 && dlrec_backend_precision(be) == DLREC_PRECISION_FP32 &&
                    !dlrec_backend_bf16_native(be) && dlrec_backend_describe(be)[0] &&
                    !strcmp(dlrec_backend_name(be), dlrec_backend_name_at(i));
@@ -265,6 +276,56 @@ TEST(backends_are_listed_and_describe_themselves) {
   dlrec_backend *be = (dlrec_backend *)1;
   CHECK_ERR(dlrec_backend_create(&be, "no-such-backend", NULL), DLREC_ERR_INVALID, "cpu");
   CHECK(be == NULL);
+}
+
+/* Devices by name: "cpu", "cuda", "cuda:N" parsed; dlrec_backend_create_on
+ * makes the CPU backend from "cpu" or NULL, refuses a malformed name, and
+ * for "cuda" either refuses saying why (a build without the toolkit, no GPU
+ * visible, or a backend without ops) or, once it has them, makes a backend
+ * called "cuda". `dlrec version`'s lines say the same. */
+TEST(devices_are_parsed_and_cuda_says_why_it_is_missing) {
+  const char *name = NULL;
+  uint32_t index = 9;
+  CHECK_OK(dlrec_device_parse("cpu", &name, &index));
+  CHECK(!strcmp(name, "cpu") && index == 0);
+  CHECK_OK(dlrec_device_parse("cuda", &name, &index));
+  CHECK(!strcmp(name, "cuda") && index == 0);
+  CHECK_OK(dlrec_device_parse("cuda:7", &name, &index));
+  CHECK(!strcmp(name, "cuda") && index == 7);
+  CHECK_ERR(dlrec_device_parse("cuda:x", &name, &index), DLREC_ERR_INVALID, "cpu, cuda, cuda:N");
+  CHECK_ERR(dlrec_device_parse(NULL, &name, &index), DLREC_ERR_INVALID, "(null)");
+  dlrec_backend_config c = {2, DLREC_PRECISION_FP32, 0};
+  dlrec_backend *be = NULL;
+  CHECK_OK(dlrec_backend_create_on(&be, NULL, &c));
+  CHECK(be && !strcmp(dlrec_backend_name(be), "cpu") && dlrec_backend_threads(be) == 2);
+  dlrec_backend_free(be);
+  CHECK_OK(dlrec_backend_create_on(&be, "cpu", NULL));
+  CHECK(be && !strcmp(dlrec_backend_name(be), "cpu"));
+  dlrec_backend_free(be);
+  CHECK_ERR(dlrec_backend_create_on(&be, "tpu", &c), DLREC_ERR_INVALID, "device 'tpu'");
+  CHECK(be == NULL);
+  char cpu[256], cuda[1024];
+  dlrec_backend_devices("cpu", cpu, sizeof cpu);
+  dlrec_backend_devices("cuda", cuda, sizeof cuda);
+  CHECK(strstr(cpu, "cores") != NULL);
+  int has_cuda = 0;
+  for (size_t i = 0; dlrec_backend_name_at(i); i++) has_cuda |= !strcmp(dlrec_backend_name_at(i), "cuda");
+  dlrec_status st = dlrec_backend_create_on(&be, "cuda:3", &c);
+  if (!has_cuda) {
+    CHECK_ERR(st, DLREC_ERR_INVALID, "built without the CUDA toolkit");
+    CHECK_STR(cuda, "not in this build (built without the CUDA toolkit)");
+  } else if (st == DLREC_OK) {
+    CHECK(!strcmp(dlrec_backend_name(be), "cuda"));
+    dlrec_backend_free(be);
+  } else if (strstr(cuda, "no CUDA device visible")) {
+    CHECK_ERR(st, DLREC_ERR_UNSUPPORTED, "cuda:3: no CUDA device visible");
+  } else {
+    /* GPUs listed: device 3 is either beyond them or found and refused. */
+    CHECK(strstr(cuda, "cuda:0 ") == cuda);
+    CHECK(st == DLREC_ERR_INVALID || st == DLREC_ERR_UNSUPPORTED);
+    CHECK(strstr(dlrec_last_error(), "cuda:3") != NULL);
+  }
+  printf("test_backend: devices: cpu: %s; cuda: %s\n", cpu, cuda);
 }
 
 static void case_memory(void) {

@@ -355,7 +355,7 @@ TEST(config_table_dtype_parses_defaults_and_refuses_unknown_names) {
  * (oneDNN on AMX or AVX512-BF16) rather than emulating them; -1 if none
  * can be made. */
 static int bf16_native_here(void) {
-  dlrec_backend_config c = {1, DLREC_PRECISION_BF16};
+  dlrec_backend_config c = {1, DLREC_PRECISION_BF16, 0};
   dlrec_backend *be = NULL;
   if (dlrec_backend_create(&be, "cpu", &c) != DLREC_OK) return -1;
   int native = dlrec_backend_bf16_native(be);

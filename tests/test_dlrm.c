@@ -137,7 +137,7 @@ TEST(dlrm_threads_belong_to_the_backend) {
   dlrec_dlrm_shape sh = tiny_shape();
   dlrec_backend *be[2];
   for (int i = 0; i < 2; i++) {
-    dlrec_backend_config c = {(uint32_t)i + 1, DLREC_PRECISION_FP32};
+    dlrec_backend_config c = {(uint32_t)i + 1, DLREC_PRECISION_FP32, 0};
     CHECK_OK(dlrec_backend_create(&be[i], "cpu", &c));
     CHECK_EQ(dlrec_backend_threads(be[i]), (uint32_t)i + 1);
   }
@@ -531,7 +531,7 @@ static void train_tiny(uint32_t threads, const dlrec_batch *b, int nested, float
   dlrec_schema s;
   net_check_schema(&s, 3);
   dlrec_dlrm_shape sh = tiny_shape();
-  dlrec_backend_config bc = {threads, DLREC_PRECISION_FP32};
+  dlrec_backend_config bc = {threads, DLREC_PRECISION_FP32, 0};
   dlrec_backend *be;
   dlrec_net *m;
   dlrec_net_ws *ws;

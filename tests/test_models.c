@@ -722,7 +722,7 @@ TEST(deepfm_gradients_match_finite_differences) {
 static dlrec_status wd_on_backend(const dlrec_schema *s, uint32_t threads, const char *extra, uint64_t seed,
                                   float lr, dlrec_backend **be, dlrec_net **m, dlrec_net_ws **ws,
                                   dlrec_net_optim *opt) {
-  dlrec_backend_config bc = {threads, DLREC_PRECISION_FP32};
+  dlrec_backend_config bc = {threads, DLREC_PRECISION_FP32, 0};
   char more[128];
   snprintf(more, sizeof more, WD_EXTRA "%s", extra);
   memset(opt, 0, sizeof *opt);

@@ -2042,7 +2042,7 @@ SERVE_TEST(serve_06c_concurrent_loads_fold) {
   serve_registry reg;
   dlrec_log_level level = dlrec_log_get_level();
   dlrec_log_set_level(DLREC_LOG_WARN); /* no "serving ..." line per load */
-  CHECK_OK(serve_registry_open(&reg, fx.run));
+  CHECK_OK(serve_registry_open(&reg, fx.run, NULL));
   reg.load_hook = fold_hold;
   fold_expected_waiters = N - 1;
   atomic_store(&fold_hook_calls, 0);

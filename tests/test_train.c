@@ -175,6 +175,45 @@ TEST(sigkill_then_resume_completes) {
   CHECK(ok);
 }
 
+/* --device: cpu trains, evaluates and predicts as without it; a malformed
+ * device is a usage error (2); cuda, where this machine or build cannot run
+ * it, fails (1) saying why, before a run directory is made. */
+TEST(device_flag_runs_on_cpu_and_a_missing_gpu_is_refused) {
+  CHECK(make_data(4000) == 0);
+  CHECK(test_write_file(test_path("cfg.json"), CONFIG, (size_t)-1) == 0);
+  CHECK(train("dev_run", "--device cpu --max-steps 3") == 0);
+  char *out = NULL;
+  int rc = test_run_cli(&out, "eval --device cpu --model '%s' --data '%s'", test_path("dev_run"), test_path("valid.dlr"));
+  CHECK(rc == 0 && out && strstr(out, "\"auc\""));
+  free(out);
+  rc = test_run_cli(&out, "eval --device gpu --model '%s' --data '%s'", test_path("dev_run"), test_path("valid.dlr"));
+  CHECK(rc == 2 && out && strstr(out, "--device: device 'gpu' is not one of cpu, cuda, cuda:N"));
+  free(out);
+  char *version = NULL;
+  CHECK(test_run_cli(&version, "version") == 0 && version && strstr(version, "\n  cpu   "));
+  const char *line = version ? strstr(version, "\n  cuda  ") : NULL;
+  CHECK(line != NULL);
+  if (line && strncmp(line + 9, "cuda:0 ", 7)) {
+    /* No GPU here (or no CUDA in this build): every command says why. */
+    const char *why = strstr(line, "built without the CUDA toolkit") ? "built without the CUDA toolkit"
+                                                                       : "no CUDA device visible";
+    CHECK(strstr(line, why) != NULL);
+    rc = test_run_cli(&out, "predict --device cuda:0 --model '%s' --input '%s' --out '%s'", test_path("dev_run"),
+                      test_path("valid.dlr"), test_path("dev_scores"));
+    CHECK(rc == 1 && out && strstr(out, why));
+    free(out);
+    rc = test_run_cli(&out, "train -q --device cuda --config '%s' --train '%s' --etl '%s' --out '%s'",
+                      test_path("cfg.json"), test_path("train.dlr"), test_path("etl"), test_path("dev_gpu_run"));
+    CHECK(rc == 1 && out && strstr(out, "training.device cuda:0") && strstr(out, why));
+    free(out);
+    struct stat st;
+    CHECK(stat(test_path("dev_gpu_run"), &st) != 0);
+  } else {
+    printf("test_train: a GPU is visible: the refusals without one are not checked here\n");
+  }
+  free(version);
+}
+
 static void flip_byte(const char *path, long offset) {
   FILE *f = fopen(path, "r+b");
   if (!f) return;

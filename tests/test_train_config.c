@@ -386,6 +386,46 @@ TEST(config_precision) {
   CHECK_ERR(parse("{\"training\": {\"precison\": \"bf16\"}}", &c), DLREC_ERR_INVALID, "unknown field 'precison'");
 }
 
+/* training.device: cpu by default; cuda and cuda:N read into the backend's
+ * name and the GPU's index and written back as cuda:N; anything else
+ * refused naming the field and the accepted forms. */
+TEST(config_device) {
+  dlrec_train_config c;
+  CHECK_OK(parse("{}", &c));
+  CHECK_STR(c.device, "cpu");
+  CHECK_EQ(c.device_index, 0);
+  const char *in[] = {"cpu", "cuda", "cuda:0", "cuda:3", "cuda:1234"};
+  const char *back[] = {"cpu", "cuda:0", "cuda:0", "cuda:3", "cuda:1234"};
+  const char *backend[] = {"cpu", "cuda", "cuda", "cuda", "cuda"};
+  const uint32_t index[] = {0, 0, 0, 3, 1234};
+  for (int i = 0; i < 5; i++) {
+    char text[128];
+    snprintf(text, sizeof text, "{\"training\": {\"device\": \"%s\"}}", in[i]);
+    CHECK_OK(parse(text, &c));
+    CHECK_STR(c.device, backend[i]);
+    CHECK_EQ(c.device_index, index[i]);
+    cJSON *j = dlrec_train_config_to_json(&c);
+    dlrec_train_config b;
+    dlrec_status s = dlrec_train_config_from_json(j, "round trip", &b);
+    const cJSON *d = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "training"), "device");
+    int named = cJSON_IsString(d) && !strcmp(d->valuestring, back[i]);
+    cJSON_Delete(j);
+    CHECK_OK(s);
+    CHECK(named);
+    CHECK_STR(b.device, backend[i]);
+    CHECK_EQ(b.device_index, index[i]);
+  }
+  CHECK_ERR(parse("{\"training\": {\"device\": \"gpu\"}}", &c), DLREC_ERR_INVALID,
+            "cfg.json: training: field 'device': device 'gpu' is not one of cpu, cuda, cuda:N");
+  const char *bad[] = {"", "CPU", "cuda:", "cuda:-1", "cuda:+1", "cuda:1x", "cuda0", "cuda:12345", "cpu:0", "cuda: 1"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char text[128];
+    snprintf(text, sizeof text, "{\"training\": {\"device\": \"%s\"}}", bad[i]);
+    CHECK_ERR(parse(text, &c), DLREC_ERR_INVALID, "field 'device'");
+  }
+  CHECK_ERR(parse("{\"training\": {\"device\": 0}}", &c), DLREC_ERR_INVALID, "device");
+}
+
 TEST(config_storage_parses_round_trips_and_names_errors) {
   dlrec_train_config a, b;
   CHECK_OK(parse("{}", &a));

@@ -14,8 +14,10 @@
  * to a network (dlrec_net_set_backend) and asks what it resolved to.
  *
  * Backends of a build: "cpu" always (OpenBLAS sgemm for fp32 GEMMs, oneDNN
- * for bf16 ones, OpenMP threads); "cuda" only in a build configured with
- * DLREC_CUDA=ON (a CPU-only build holds no CUDA symbol).
+ * for bf16 ones, OpenMP threads); "cuda" in a build with the CUDA toolkit
+ * (CMake found nvcc; a build without it holds no CUDA symbol). The cuda
+ * backend finds the machine's GPUs but has no ops yet (issue 11; the
+ * kernels are in dev/cuda/), so creating it is refused, naming the device.
  */
 #ifndef DLREC_BACKEND_H
 #define DLREC_BACKEND_H
@@ -51,12 +53,30 @@ const char *dlrec_precision_name(dlrec_precision p);
  * accepted values) for anything else. */
 dlrec_status dlrec_precision_parse(const char *s, dlrec_precision *p);
 
+typedef struct dlrec_backend dlrec_backend;
+
 typedef struct dlrec_backend_config {
   uint32_t threads;          /* compute threads; 0: every core the process may use */
   dlrec_precision precision; /* of the GEMMs (default FP32) */
+  uint32_t device;           /* which of the backend's devices (a GPU's index); 0 on the CPU */
 } dlrec_backend_config;
 
-typedef struct dlrec_backend dlrec_backend;
+/* A device as training.device and --device name it: "cpu", "cuda" (GPU 0)
+ * or "cuda:N". *backend gets the backend's name ("cpu" or "cuda", static
+ * strings) and *index the device's. DLREC_ERR_INVALID, naming the accepted
+ * forms, for anything else. */
+dlrec_status dlrec_device_parse(const char *s, const char **backend, uint32_t *index);
+
+/* dlrec_backend_create on a device string (dlrec_device_parse's; NULL:
+ * "cpu"): the backend it names, on its device index, with c's threads and
+ * precision (NULL: all cores, fp32). */
+dlrec_status dlrec_backend_create_on(dlrec_backend **be, const char *device, const dlrec_backend_config *c);
+
+/* One line on the devices backend `name` can see, for `dlrec version`:
+ * "2 cores" for the CPU; the GPUs for "cuda" ("cuda:0 NVIDIA H100 80GB HBM3,
+ * 79.1 GiB") or why there is none ("no CUDA device visible: ..."). Never
+ * fails: a name this build lacks says so. */
+void dlrec_backend_devices(const char *name, char *buf, size_t size);
 
 /* The backends compiled into this build, by index (0 is "cpu"); NULL past
  * the last. */

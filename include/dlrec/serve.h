@@ -42,6 +42,7 @@ typedef struct dlrec_serve_opts {
   uint16_t port;              /* 8000; 0: an ephemeral port (see port_file) */
   const char *port_file;      /* NULL, or a file to write the bound port into once listening */
   uint32_t threads;           /* scoring workers; 0: the machine's cores */
+  const char *device;         /* where models score: "cpu" (NULL too), "cuda" or "cuda:N" */
   uint32_t max_batch;         /* 1024: rows per merged batch, and per request */
   uint32_t max_delay_us;      /* 500 */
   uint32_t max_queue_rows;    /* 0: 16 x max_batch */

@@ -29,6 +29,8 @@ typedef struct dlrec_train_config {
   uint64_t max_steps;                  /* 0: no limit beyond epochs */
   uint32_t threads;                    /* 0: all cores */
   dlrec_precision precision;           /* of the dense layers' GEMMs (dlrec/backend.h); default fp32 */
+  const char *device;                  /* training.device's backend: "cpu" (default) or "cuda" (static) */
+  uint32_t device_index;               /* and its device: "cuda:N" gives N */
   uint64_t seed;
   int deterministic;                   /* bitwise reproducible runs (fixed thread counts) */
   double target_auc;                   /* stop once validation AUC reaches it; 0 = off */
@@ -85,6 +87,9 @@ typedef struct dlrec_train_config {
  * dim 16, bottom 512-256-64-16, top 512-256-1), SGD lr 0.1 for both, batch
  * 128, one epoch, seed 1. */
 void dlrec_train_config_default(dlrec_train_config *c);
+
+/* training.device as the config writes it: "cpu" or "cuda:N". */
+void dlrec_train_config_device(const dlrec_train_config *c, char *buf, size_t size);
 
 /* Reads and validates a config; errors name the file and the field
  * ("cfg.json: field 'optimizer.dense.type': expected one of sgd, adam, adagrad"). */

@@ -72,6 +72,7 @@ typedef struct dlrec_train_args {
   int resume;                     /* continue from RUN's latest checkpoint */
   int deterministic;              /* force deterministic mode (else the config's) */
   uint32_t threads;               /* 0: the config's */
+  const char *device;             /* "cpu", "cuda" or "cuda:N"; NULL: the config's training.device */
   uint64_t max_steps;             /* 0: the config's */
   /* The job's ranks (dlrec/comm.h), which the caller opened; NULL or one
    * rank: this process alone. With more, every rank calls dlrec_train with

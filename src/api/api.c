@@ -372,7 +372,7 @@ dlrec_api_model *dlrec_api_model_load(const char *path, const char *which, uint3
     return NULL;
   }
   /* Scoring runs fp32 in every precision (dlrec/backend.h). */
-  dlrec_backend_config bc = {threads, DLREC_PRECISION_FP32};
+  dlrec_backend_config bc = {threads, DLREC_PRECISION_FP32, 0};
   dlrec_status s = path ? dlrec_checkpoint_select(path, which, dir, sizeof dir)
                         : dlrec_error(DLREC_ERR_INVALID, "no model path");
   if (s == DLREC_OK) s = dlrec_backend_create(&am->be, "cpu", &bc);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <omp.h>
 #include <pthread.h>
 
 const char *dlrec_precision_name(dlrec_precision p) {
@@ -33,6 +34,9 @@ typedef struct backend_entry {
 
 static const backend_entry g_backends[] = {
     {"cpu", dlrec_backend_cpu_init},
+#ifdef DLREC_HAVE_CUDA
+    {"cuda", dlrec_backend_cuda_init},
+#endif
 };
 #define N_BACKENDS (sizeof g_backends / sizeof g_backends[0])
 
@@ -40,7 +44,7 @@ const char *dlrec_backend_name_at(size_t i) { return i < N_BACKENDS ? g_backends
 
 dlrec_status dlrec_backend_create(dlrec_backend **out, const char *name, const dlrec_backend_config *c) {
   *out = NULL;
-  dlrec_backend_config def = {0, DLREC_PRECISION_FP32};
+  dlrec_backend_config def = {0, DLREC_PRECISION_FP32, 0};
   if (!c) c = &def;
   if (c->precision < DLREC_PRECISION_FP32 || c->precision > DLREC_PRECISION_AUTO)
     return dlrec_error(DLREC_ERR_INVALID, "backend precision %d is not fp32, bf16 or auto", (int)c->precision);
@@ -59,7 +63,59 @@ dlrec_status dlrec_backend_create(dlrec_backend **out, const char *name, const d
   char have[128] = "";
   for (size_t i = 0; i < N_BACKENDS; i++)
     snprintf(have + strlen(have), sizeof have - strlen(have), "%s%s", i ? ", " : "", g_backends[i].name);
-  return dlrec_error(DLREC_ERR_INVALID, "no backend '%s' in this build (it has: %s)", name ? name : "(null)", have);
+  return dlrec_error(DLREC_ERR_INVALID, "no backend '%s' in this build (it has: %s)%s", name ? name : "(null)", have,
+                     name && !strcmp(name, "cuda") ? "; it was built without the CUDA toolkit (nvcc)" : "");
+}
+
+dlrec_status dlrec_device_parse(const char *s, const char **backend, uint32_t *index) {
+  if (s && !strcmp(s, "cpu")) {
+    *backend = "cpu";
+    *index = 0;
+    return DLREC_OK;
+  }
+  if (s && !strncmp(s, "cuda", 4)) {
+    const char *p = s + 4;
+    unsigned long n = 0;
+    int ok = *p == '\0';
+    if (*p == ':' && p[1] >= '0' && p[1] <= '9' && strlen(p + 1) <= 4) {
+      char *end;
+      n = strtoul(p + 1, &end, 10);
+      ok = *end == '\0';
+    }
+    if (ok) {
+      *backend = "cuda";
+      *index = (uint32_t)n;
+      return DLREC_OK;
+    }
+  }
+  return dlrec_error(DLREC_ERR_INVALID, "device '%s' is not one of cpu, cuda, cuda:N (N the GPU's index)",
+                     s ? s : "(null)");
+}
+
+dlrec_status dlrec_backend_create_on(dlrec_backend **be, const char *device, const dlrec_backend_config *c) {
+  *be = NULL;
+  const char *name = "cpu";
+  dlrec_backend_config dc = c ? *c : (dlrec_backend_config){0, DLREC_PRECISION_FP32, 0};
+  if (device) {
+    dlrec_status s = dlrec_device_parse(device, &name, &dc.device);
+    if (s != DLREC_OK) return s;
+  }
+  return dlrec_backend_create(be, name, &dc);
+}
+
+void dlrec_backend_devices(const char *name, char *buf, size_t size) {
+  if (name && !strcmp(name, "cpu")) {
+    snprintf(buf, size, "%d cores", omp_get_num_procs());
+    return;
+  }
+#ifdef DLREC_HAVE_CUDA
+  if (name && !strcmp(name, "cuda")) {
+    backend_cuda_devices(buf, size);
+    return;
+  }
+#endif
+  snprintf(buf, size, "not in this build%s",
+           name && !strcmp(name, "cuda") ? " (built without the CUDA toolkit)" : "");
 }
 
 void dlrec_backend_free(dlrec_backend *be) {
@@ -79,7 +135,7 @@ uint32_t backend_split_ways(const dlrec_backend *be) {
 }
 
 dlrec_status backend_lane_create(const dlrec_backend *be, dlrec_backend **lane) {
-  dlrec_backend_config c = {1, be->precision};
+  dlrec_backend_config c = {1, be->precision, be->device};
   return dlrec_backend_create(lane, be->name, &c);
 }
 
@@ -88,7 +144,7 @@ static dlrec_backend g_default;
 static pthread_once_t g_default_once = PTHREAD_ONCE_INIT;
 
 static void create_default(void) {
-  dlrec_backend_config c = {0, DLREC_PRECISION_FP32};
+  dlrec_backend_config c = {0, DLREC_PRECISION_FP32, 0};
   (void)dlrec_backend_cpu_init(&g_default, &c); /* fp32 on every core: nothing that can fail */
 }
 

@@ -143,6 +143,7 @@ struct dlrec_backend {
   const char *name;
   uint32_t threads;          /* resolved: >= 1 */
   dlrec_precision precision; /* resolved: FP32 or BF16 */
+  uint32_t device;           /* the config's: which GPU; 0 on the CPU */
   int bf16_native;
   char describe[128];
   void *ctx; /* the backend's own state */
@@ -163,5 +164,13 @@ dlrec_status backend_lane_create(const dlrec_backend *be, dlrec_backend **lane);
 
 /* The CPU backend (cpu.c): fills be (ops, name, threads, precision) from c. */
 dlrec_status dlrec_backend_cpu_init(dlrec_backend *be, const dlrec_backend_config *c);
+
+#ifdef DLREC_HAVE_CUDA
+/* The CUDA backend (cuda.c): finds GPU c->device, and refuses, naming it,
+ * until the backend has its ops. */
+dlrec_status dlrec_backend_cuda_init(dlrec_backend *be, const dlrec_backend_config *c);
+/* dlrec_backend_devices for "cuda". */
+void backend_cuda_devices(char *buf, size_t size);
+#endif
 
 #endif

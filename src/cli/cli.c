@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dlrec/backend.h"
 #include "dlrec/log.h"
 #include "dlrec/progress.h"
 
@@ -24,6 +25,14 @@ int cli_usage_error(const char *cmd, const char *fmt, ...) {
   va_end(ap);
   fprintf(stderr, "\n(see 'dlrec %s --help')\n", cmd);
   return 2;
+}
+
+dlrec_status cli_parse_device(const char *s, const char **device) {
+  const char *backend;
+  uint32_t index;
+  if (dlrec_device_parse(s, &backend, &index) != DLREC_OK) return dlrec_error_context("--device: ");
+  *device = s;
+  return DLREC_OK;
 }
 
 dlrec_status cli_parse_u64(const char *opt, const char *s, uint64_t min, uint64_t max, uint64_t *out) {

@@ -25,6 +25,8 @@ int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format
 /* Strict number parsing for option values: the whole string must be a number
  * in range; the error names the option ("--rows: expected a positive integer,
  * got 'x'"). Accepts k/M/G suffixes (powers of 1000) for counts. */
+/* --device D: D checked by dlrec_device_parse, then *device = D. */
+dlrec_status cli_parse_device(const char *s, const char **device);
 dlrec_status cli_parse_u64(const char *opt, const char *s, uint64_t min, uint64_t max, uint64_t *out);
 dlrec_status cli_parse_double(const char *opt, const char *s, double min, double max, double *out);
 

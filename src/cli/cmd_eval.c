@@ -11,22 +11,23 @@
 static void usage(FILE *out) {
   fprintf(out,
           "usage: dlrec eval --model RUN --data V.dlr [--checkpoint latest|best] [--batch N] [--max-rows N]\n"
-          "                  [--threads N]\n\n"
+          "                  [--threads N] [--device D]\n\n"
           "Prints AUC, logloss, normalized entropy and calibration of the model on the data\n"
           "as one JSON object. RUN is a run directory (its latest checkpoint) or a checkpoint.\n\n"
           "  --checkpoint WHICH  latest (default) or best: RUN/best, the checkpoint of the best\n"
           "                      validation of a run trained with checkpoint.keep_best\n"
-          "  --threads N         compute threads (default: all cores); scores do not depend on it\n");
+          "  --threads N         compute threads (default: all cores); scores do not depend on it\n"
+          "  --device D          cpu (default), cuda or cuda:N: where the model scores\n");
 }
 
 int cmd_eval(int argc, char **argv) {
   static const struct option opts[] = {{"model", required_argument, 0, 'm'}, {"data", required_argument, 0, 'd'},
                                        {"batch", required_argument, 0, 'b'}, {"max-rows", required_argument, 0, 'n'},
-                                       {"threads", required_argument, 0, 'j'}, {"help", no_argument, 0, 'h'},
+                                       {"threads", required_argument, 0, 'j'}, {"device", required_argument, 0, 'D'}, {"help", no_argument, 0, 'h'},
                                        {"checkpoint", required_argument, 0, 'c'},
                                        {"quiet", no_argument, 0, 'q'}, {"verbose", no_argument, 0, 'v'},
                                        {0, 0, 0, 0}};
-  const char *model = NULL, *data = NULL, *which = NULL;
+  const char *model = NULL, *data = NULL, *which = NULL, *device = NULL;
   uint64_t batch = 4096, max_rows = 0, threads = 0;
   int c;
   optind = 1;
@@ -39,6 +40,7 @@ int cmd_eval(int argc, char **argv) {
     case 'b': s = cli_parse_u64("--batch", optarg, 1, 1u << 20, &batch); break;
     case 'n': s = cli_parse_u64("--max-rows", optarg, 1, UINT64_MAX, &max_rows); break;
     case 'j': s = cli_parse_u64("--threads", optarg, 1, 4096, &threads); break;
+    case 'D': s = cli_parse_device(optarg, &device); break;
     case 'h': usage(stdout); return 0;
     case 'q': cli_common_option("-q"); break;
     case 'v': cli_common_option("-v"); break;
@@ -51,10 +53,10 @@ int cmd_eval(int argc, char **argv) {
   char dir[4096];
   if (dlrec_checkpoint_select(model, which, dir, sizeof dir) != DLREC_OK) return cli_fail("eval");
   /* Scoring runs fp32 in every precision (dlrec/backend.h): only the
-   * threads are the user's to choose. */
-  dlrec_backend_config bc = {(uint32_t)threads, DLREC_PRECISION_FP32};
+   * device and threads are the user's to choose. */
+  dlrec_backend_config bc = {(uint32_t)threads, DLREC_PRECISION_FP32, 0};
   dlrec_backend *be;
-  if (dlrec_backend_create(&be, "cpu", &bc) != DLREC_OK) return cli_fail("eval");
+  if (dlrec_backend_create_on(&be, device, &bc) != DLREC_OK) return cli_fail("eval");
   dlrec_model *m;
   if (dlrec_model_load(dir, &m) != DLREC_OK) {
     dlrec_backend_free(be);

@@ -11,7 +11,7 @@
 static void usage(FILE *out) {
   fprintf(out,
           "usage: dlrec predict --model RUN --input FILE --out SCORES [--checkpoint latest|best] [--no-label]\n"
-          "                     [--strict-fields] [--batch N] [--threads N]\n\n"
+          "                     [--strict-fields] [--batch N] [--threads N] [--device D]\n\n"
           "Writes one click probability per input row, in input order, to SCORES ('-' for stdout).\n"
           "FILE is a .dlr file (by its .dlr extension), or raw rows ('-' for stdin) in the format the model's ETL state was\n"
           "fit on (Criteo TSV, CSV with its header, libSVM or libFM; multi-hot columns too), encoded with that state\n"
@@ -21,17 +21,18 @@ static void usage(FILE *out) {
           "  --no-label        raw rows have no label column (e.g. Criteo's 39-field test files)\n"
           "  --strict-fields   raw Criteo rows of fewer fields (trailing empty fields stripped,\n"
           "                    or a torn line) are errors; by default they are valid and counted\n"
-          "  --threads N       compute threads (default: all cores); scores do not depend on it\n");
+          "  --threads N       compute threads (default: all cores); scores do not depend on it\n"
+          "  --device D        cpu (default), cuda or cuda:N: where the model scores\n");
 }
 
 int cmd_predict(int argc, char **argv) {
   static const struct option opts[] = {{"model", required_argument, 0, 'm'}, {"input", required_argument, 0, 'i'},
                                        {"out", required_argument, 0, 'o'}, {"no-label", no_argument, 0, 'L'},
                                        {"strict-fields", no_argument, 0, 'S'}, {"checkpoint", required_argument, 0, 'c'},
-                                       {"batch", required_argument, 0, 'b'}, {"threads", required_argument, 0, 'j'},
+                                       {"batch", required_argument, 0, 'b'}, {"threads", required_argument, 0, 'j'}, {"device", required_argument, 0, 'D'},
                                        {"help", no_argument, 0, 'h'}, {"quiet", no_argument, 0, 'q'},
                                        {"verbose", no_argument, 0, 'v'}, {0, 0, 0, 0}};
-  const char *model = NULL, *input = NULL, *out = NULL, *which = NULL;
+  const char *model = NULL, *input = NULL, *out = NULL, *which = NULL, *device = NULL;
   dlrec_predict_opts o;
   dlrec_predict_opts_default(&o);
   uint64_t batch = o.batch_rows, threads = 0;
@@ -48,6 +49,7 @@ int cmd_predict(int argc, char **argv) {
     case 'S': o.strict_fields = 1; break;
     case 'b': s = cli_parse_u64("--batch", optarg, 1, 1u << 20, &batch); break;
     case 'j': s = cli_parse_u64("--threads", optarg, 1, 4096, &threads); break;
+    case 'D': s = cli_parse_device(optarg, &device); break;
     case 'h': usage(stdout); return 0;
     case 'q': quiet = 1; cli_common_option("-q"); break;
     case 'v': cli_common_option("-v"); break;
@@ -62,10 +64,10 @@ int cmd_predict(int argc, char **argv) {
   char dir[4096];
   if (dlrec_checkpoint_select(model, which, dir, sizeof dir) != DLREC_OK) return cli_fail("predict");
   /* Scoring runs fp32 in every precision (dlrec/backend.h): only the
-   * threads are the user's to choose. */
-  dlrec_backend_config bc = {(uint32_t)threads, DLREC_PRECISION_FP32};
+   * device and threads are the user's to choose. */
+  dlrec_backend_config bc = {(uint32_t)threads, DLREC_PRECISION_FP32, 0};
   dlrec_backend *be;
-  if (dlrec_backend_create(&be, "cpu", &bc) != DLREC_OK) return cli_fail("predict");
+  if (dlrec_backend_create_on(&be, device, &bc) != DLREC_OK) return cli_fail("predict");
   dlrec_model *m;
   if (dlrec_model_load(dir, &m) != DLREC_OK) {
     dlrec_backend_free(be);

@@ -10,7 +10,7 @@
 
 static void usage(FILE *out) {
   fprintf(out,
-          "usage: dlrec serve --model RUN [--host 127.0.0.1] [--port 8000] [--threads N]\n"
+          "usage: dlrec serve --model RUN [--host 127.0.0.1] [--port 8000] [--threads N] [--device D]\n"
           "                   [--max-batch 1024] [--max-delay-us 500] [--max-queue-rows R]\n"
           "                   [--max-body-bytes 67108864] [--max-connections 256] [--timeout-s 30]\n"
           "                   [--request-timeout-s 30] [--drain-timeout-s 10]\n"
@@ -29,6 +29,7 @@ static void usage(FILE *out) {
           "  --port N              TCP port (default 8000; 0: any free port, see --port-file)\n"
           "  --port-file FILE      write the bound port into FILE once listening\n"
           "  --threads N           scoring workers (default: the machine's cores)\n"
+          "  --device D            cpu (default), cuda or cuda:N: where the models score\n"
           "  --max-batch N         rows per merged batch and per request (default 1024)\n"
           "  --max-delay-us N      how long a batch waits for requests being received (default 500)\n"
           "  --max-queue-rows N    rows queued before requests get 503 (default 16 x max-batch)\n"
@@ -74,11 +75,11 @@ int cmd_serve(int argc, char **argv) {
   dlrec_serve_opts_default(&o);
   enum { O_HOST = 256, O_PORT, O_PORT_FILE, O_THREADS, O_MAX_BATCH, O_DELAY, O_QUEUE, O_BODY, O_CONN, O_TIMEOUT,
          O_WATCH, O_WATCH_MS, O_REQ_TIMEOUT, O_DRAIN, O_CONTROL, O_TOKEN, O_CHECKPOINT, O_REDIS, O_REDIS_PREFIX,
-         O_REDIS_TIMEOUT, O_REDIS_AGE, O_REDIS_CACHE };
+         O_REDIS_TIMEOUT, O_REDIS_AGE, O_REDIS_CACHE, O_DEVICE };
   static const struct option opts[] = {
       {"model", required_argument, 0, 'm'},         {"host", required_argument, 0, O_HOST},
       {"port", required_argument, 0, O_PORT},       {"port-file", required_argument, 0, O_PORT_FILE},
-      {"threads", required_argument, 0, O_THREADS}, {"max-batch", required_argument, 0, O_MAX_BATCH},
+      {"threads", required_argument, 0, O_THREADS},  {"device", required_argument, 0, O_DEVICE}, {"max-batch", required_argument, 0, O_MAX_BATCH},
       {"max-delay-us", required_argument, 0, O_DELAY}, {"max-queue-rows", required_argument, 0, O_QUEUE},
       {"max-body-bytes", required_argument, 0, O_BODY}, {"max-connections", required_argument, 0, O_CONN},
       {"timeout-s", required_argument, 0, O_TIMEOUT}, {"watch", no_argument, 0, O_WATCH},
@@ -104,6 +105,9 @@ int cmd_serve(int argc, char **argv) {
     case O_PORT: if (!parse_u64("--port", optarg, 65535, &v)) return 2; o.port = (uint16_t)v; break;
     case O_PORT_FILE: o.port_file = optarg; break;
     case O_THREADS: if (!parse_u64("--threads", optarg, 1024, &v)) return 2; o.threads = (uint32_t)v; break;
+    case O_DEVICE:
+      if (cli_parse_device(optarg, &o.device) != DLREC_OK) return cli_usage_error("serve", "%s", dlrec_last_error());
+      break;
     case O_MAX_BATCH: if (!parse_u64("--max-batch", optarg, 1u << 20, &v) || !v) return 2; o.max_batch = (uint32_t)v; break;
     case O_DELAY: if (!parse_u64("--max-delay-us", optarg, 10000000, &v)) return 2; o.max_delay_us = (uint32_t)v; break;
     case O_QUEUE: if (!parse_u64("--max-queue-rows", optarg, UINT32_MAX, &v)) return 2; o.max_queue_rows = (uint32_t)v; break;

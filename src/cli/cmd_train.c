@@ -41,6 +41,8 @@ static void usage(FILE *out) {
           "                      the encoding of --etl, must be those of the checkpoint)\n"
           "  --deterministic     bitwise reproducible: same config and threads, same parameters\n"
           "  --threads N         compute threads (default: the config's, 0 = all cores)\n"
+          "  --device D          cpu, cuda or cuda:N (default: the config's training.device,\n"
+          "                      cpu); 'dlrec version' lists the GPUs this build finds\n"
           "  --max-steps N       stop after N steps in all (default: the config's)\n"
           "  --plan              print how the embedding table is sharded over the job's ranks\n"
           "                      and each rank's memory, then exit (no training; needs only\n"
@@ -74,7 +76,7 @@ int cmd_train(int argc, char **argv) {
       {"quiet", no_argument, 0, 'q'},        {"verbose", no_argument, 0, 'v'},
       {"follow", required_argument, 0, 'F'}, {"follow-idle", required_argument, 0, 'I'},
       {"plan", no_argument, 0, 'P'},         {"ranks", required_argument, 0, 'R'},
-      {0, 0, 0, 0}};
+      {"device", required_argument, 0, 'D'}, {0, 0, 0, 0}};
   dlrec_train_args a = {0};
   int plan = 0, ranks = 0;
   const char *train[64];
@@ -106,6 +108,9 @@ int cmd_train(int argc, char **argv) {
     case 'j':
       if (cli_parse_u64("--threads", optarg, 1, 4096, &v) != DLREC_OK) return cli_usage_error("train", "%s", dlrec_last_error());
       a.threads = (uint32_t)v;
+      break;
+    case 'D':
+      if (cli_parse_device(optarg, &a.device) != DLREC_OK) return cli_usage_error("train", "%s", dlrec_last_error());
       break;
     case 's':
       if (cli_parse_u64("--max-steps", optarg, 1, UINT64_MAX, &v) != DLREC_OK)

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "dlrec/backend.h"
 #include "dlrec/log.h"
 
 #ifndef DLREC_VERSION
@@ -87,7 +88,15 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
+    /* The first line alone is the version (scripts cut it); then what
+     * each backend finds on this machine, for --device. */
     printf("dlrec %s\n", DLREC_VERSION);
+    static const char *const backends[] = {"cpu", "cuda"};
+    for (size_t i = 0; i < sizeof backends / sizeof backends[0]; i++) {
+      char devices[1024];
+      dlrec_backend_devices(backends[i], devices, sizeof devices);
+      printf("  %-5s %s\n", backends[i], devices);
+    }
     return 0;
   }
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)

@@ -712,7 +712,7 @@ dlrec_status dlrec_serve_run(const dlrec_serve_opts *opts) {
   serve_metrics_init(&sv->metrics);
   static pthread_once_t key_once = PTHREAD_ONCE_INIT;
   pthread_once(&key_once, make_rows_key);
-  if ((s = serve_registry_open(&sv->reg, o->run_dir)) != DLREC_OK) {
+  if ((s = serve_registry_open(&sv->reg, o->run_dir, o->device)) != DLREC_OK) {
     pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
     dlrec_error_context("%s: ", o->run_dir);
     serve_metrics_destroy(&sv->metrics);

@@ -128,7 +128,7 @@ static dlrec_status load_once(serve_registry *r, const char *dir, int try_only) 
   return s;
 }
 
-dlrec_status serve_registry_open(serve_registry *r, const char *run_dir) {
+dlrec_status serve_registry_open(serve_registry *r, const char *run_dir, const char *device) {
   memset(r, 0, sizeof *r);
   pthread_mutex_init(&r->mu, NULL);
   pthread_cond_init(&r->load_cv, NULL);
@@ -136,8 +136,8 @@ dlrec_status serve_registry_open(serve_registry *r, const char *run_dir) {
   pthread_cond_init(&r->stop_cv, NULL);
   snprintf(r->run_dir, sizeof r->run_dir, "%s", run_dir);
   char dir[1024];
-  dlrec_backend_config bc = {1, DLREC_PRECISION_FP32}; /* scoring is fp32 in every precision */
-  dlrec_status s = dlrec_backend_create(&r->be, "cpu", &bc);
+  dlrec_backend_config bc = {1, DLREC_PRECISION_FP32, 0}; /* scoring is fp32 in every precision */
+  dlrec_status s = dlrec_backend_create_on(&r->be, device, &bc);
   if (s == DLREC_OK) s = dlrec_checkpoint_resolve(run_dir, dir, sizeof dir);
   serve_model *m = NULL;
   if (s == DLREC_OK) s = load_model(r, dir, &m);

@@ -66,7 +66,7 @@ typedef struct serve_registry {
 } serve_registry;
 
 /* Loads RUN's latest checkpoint; fails when it cannot. */
-dlrec_status serve_registry_open(serve_registry *r, const char *run_dir);
+dlrec_status serve_registry_open(serve_registry *r, const char *run_dir, const char *device);
 void serve_registry_close(serve_registry *r);
 /* Starts polling RUN/latest every interval_ms. */
 dlrec_status serve_registry_watch(serve_registry *r, uint32_t interval_ms);

@@ -8,6 +8,11 @@
 
 #include "dlrec/json.h"
 
+void dlrec_train_config_device(const dlrec_train_config *c, char *buf, size_t size) {
+  if (!strcmp(c->device, "cpu")) snprintf(buf, size, "cpu");
+  else snprintf(buf, size, "%s:%u", c->device, c->device_index);
+}
+
 void dlrec_train_config_default(dlrec_train_config *c) {
   memset(c, 0, sizeof *c);
   snprintf(c->name, sizeof c->name, "%s", DLREC_DEFAULT_MODEL_TYPE);
@@ -20,6 +25,7 @@ void dlrec_train_config_default(dlrec_train_config *c) {
   c->batch_size = 128;
   c->epochs = 1;
   c->seed = 1;
+  c->device = "cpu";
   c->eval_batch_size = 4096;
   c->eval_train_rows = 65536;
   c->checkpoint_keep = 2;
@@ -219,7 +225,7 @@ dlrec_status dlrec_train_config_from_json(const cJSON *j, const char *what, dlre
     x = sub(&top, "training");
     static const char *k[] = {"batch_size", "epochs", "max_steps", "threads", "seed", "deterministic", "target_auc",
                               "early_stopping_patience", "early_stopping_min_delta", "restore_best", "table_dtype",
-                              "precision", NULL};
+                              "precision", "device", NULL};
     /* In dlrec_table_dtype's order. */
     static const char *dtypes[] = {"fp32", "bf16", "fp16", NULL};
     TRY(dlrec_json_check_keys(o, x.what, k));
@@ -230,6 +236,10 @@ dlrec_status dlrec_train_config_from_json(const cJSON *j, const char *what, dlre
     TRY(dlrec_json_get_string_or(o, "precision", x.what, NULL, &precision));
     if (precision && dlrec_precision_parse(precision, &c->precision) != DLREC_OK)
       return dlrec_error_context("%s: field 'precision': ", x.what);
+    const char *device;
+    TRY(dlrec_json_get_string_or(o, "device", x.what, NULL, &device));
+    if (device && dlrec_device_parse(device, &c->device, &c->device_index) != DLREC_OK)
+      return dlrec_error_context("%s: field 'device': ", x.what);
     TRY(get_u32(o, "early_stopping_patience", &x, 0, 1000000, &c->early_stop_patience));
     TRY(get_double(o, "early_stopping_min_delta", &x, 0, 1e6, &c->early_stop_min_delta));
     TRY(dlrec_json_get_bool_or(o, "restore_best", x.what, c->restore_best, &c->restore_best));
@@ -389,6 +399,9 @@ cJSON *dlrec_train_config_to_json(const dlrec_train_config *c) {
   cJSON_AddBoolToObject(t, "restore_best", c->restore_best);
   cJSON_AddStringToObject(t, "table_dtype", dlrec_table_dtype_name((dlrec_table_dtype)c->model.table_dtype));
   cJSON_AddStringToObject(t, "precision", dlrec_precision_name(c->precision));
+  char device[32];
+  dlrec_train_config_device(c, device, sizeof device);
+  cJSON_AddStringToObject(t, "device", device);
   cJSON *l = cJSON_AddObjectToObject(j, "loader");
   cJSON_AddBoolToObject(l, "shuffle", c->shuffle);
   cJSON_AddNumberToObject(l, "window_groups", c->window_groups);

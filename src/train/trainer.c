@@ -383,6 +383,8 @@ static dlrec_status setup(run *r) {
   if ((s = read_config(a, &r->cfg)) != DLREC_OK) return s;
   if (a->deterministic) r->cfg.deterministic = 1;
   if (a->threads) r->cfg.threads = a->threads;
+  if (a->device && (s = dlrec_device_parse(a->device, &r->cfg.device, &r->cfg.device_index)) != DLREC_OK)
+    return dlrec_error_context("--device: ");
   if (a->max_steps) r->cfg.max_steps = a->max_steps;
   const char *what = a->config_path ? a->config_path : "the config";
   if (r->ranks > 1) {
@@ -401,11 +403,13 @@ static dlrec_status setup(run *r) {
     if (r->cfg.publish_redis[0])
       return dlrec_error(DLREC_ERR_UNSUPPORTED, "%s: publish.redis publishes from one process only", what);
   }
-  /* The run's threads and precision are its backend's, not the process's. */
-  dlrec_backend_config bc = {r->cfg.threads, r->cfg.precision};
-  if ((s = dlrec_backend_create(&r->be, "cpu", &bc)) != DLREC_OK)
-    return dlrec_error_context("%s: training.threads %u, training.precision %s: ",
-                               a->config_path ? a->config_path : "the config", r->cfg.threads,
+  /* The run's device, threads and precision are its backend's, not the process's. */
+  dlrec_backend_config bc = {r->cfg.threads, r->cfg.precision, r->cfg.device_index};
+  char device[32];
+  dlrec_train_config_device(&r->cfg, device, sizeof device);
+  if ((s = dlrec_backend_create(&r->be, r->cfg.device, &bc)) != DLREC_OK)
+    return dlrec_error_context("%s: training.device %s, training.threads %u, training.precision %s: ",
+                               a->config_path ? a->config_path : "the config", device, r->cfg.threads,
                                dlrec_precision_name(r->cfg.precision));
   DLREC_INFO("compute backend %s", dlrec_backend_describe(r->be));
   /* The backend sizes each op's OpenMP team, but with dynamic adjustment on
