@@ -6,6 +6,7 @@
  * eval, predict), and `dlrec serve` scoring an lr run bitwise as predict
  * does. */
 #include <arpa/inet.h>
+#include <math.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -19,6 +20,7 @@
 
 #include "dlrec/metrics.h"
 
+#include "dlrec/arena.h"
 #include "dlrec/backend.h"
 #include "dlrec/fsutil.h"
 #include "dlrec/model.h"
@@ -1111,4 +1113,78 @@ TEST(lr_trains_on_dense_only_data_and_embedding_models_refuse_it) {
     CHECK(strstr(dlrec_last_error(), "categorical") != NULL);
     dlrec_net_free(x);
   }
+}
+
+/* The bytes a workspace of `rows` rows places in arenas, measured. */
+static uint64_t ws_measured(const dlrec_net *m, uint32_t rows) {
+  const size_t before = dlrec_arena_thread_bytes();
+  dlrec_net_ws *ws = NULL;
+  dlrec_status st = dlrec_net_ws_create(&ws, m, rows);
+  dlrec_net_ws_free(ws);
+  return st == DLREC_OK ? dlrec_arena_thread_bytes() - before : 0;
+}
+
+/* dlrec_net_ws_bytes (what --plan prints) against workspaces really made:
+ * exact at multiples of 64 rows, within the alignment padding elsewhere,
+ * for every model type (batch normalization, mixtures and a DLRM without
+ * dense columns included); split across threads it adds each way's
+ * gradients, and never more ways than one per 32 rows. */
+TEST(workspace_bytes_match_real_workspaces) {
+  static const struct {
+    const char *type, *extra;
+    uint32_t n_dense;
+  } nets[] = {{"lr", "", 3},
+              {"fm", FM_EXTRA, 0},
+              {"dlrm", "", 3},
+              {"dlrm", "", 0},
+              {"wide_deep", ", \"batch_norm\": true, \"dropout\": 0.2", 3},
+              {"deepfm", "", 3},
+              {"dcn_v2", DCN_WIDE ", \"structure\": \"stacked\", \"batch_norm\": true", 3},
+              {"dcn_v2", DCN_WIDE ", \"structure\": \"parallel\", \"low_rank\": 8, \"experts\": 4", 3}};
+  for (size_t i = 0; i < sizeof nets / sizeof nets[0]; i++) {
+    dlrec_schema s;
+    net_check_schema(&s, nets[i].n_dense);
+    dlrec_net *m = NULL;
+    CHECK_OK(model_create(&m, &s, nets[i].type, "sum", nets[i].extra));
+    if (!m) continue;
+    size_t n_params;
+    dlrec_net_dense_params(m, &n_params);
+    const uint32_t rows[] = {64, 256, 320, 300, 1000, 4097};
+    for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++) {
+      const uint64_t want = ws_measured(m, rows[k]), got = dlrec_net_ws_bytes(m, rows[k], 1);
+      const double slack = rows[k] % 64 ? 0.01 * (double)want : 0;
+      if (fabs((double)got - (double)want) > slack)
+        fprintf(stderr, "%s%s: %u rows: %llu bytes predicted, %llu made\n", nets[i].type, nets[i].extra, rows[k],
+                (unsigned long long)got, (unsigned long long)want);
+      CHECK(want > 0 && fabs((double)got - (double)want) <= slack);
+    }
+    CHECK_EQ_U64(dlrec_net_ws_bytes(m, 64, 8), dlrec_net_ws_bytes(m, 64, 2));
+    CHECK(dlrec_net_ws_bytes(m, 64, 2) >= dlrec_net_ws_bytes(m, 64, 1) + 2 * (n_params + 32) * sizeof(float));
+    dlrec_net_free(m);
+  }
+  /* Split two ways, a step adds what the prediction adds beyond the whole
+   * workspace: each way's arenas (measured across the first split step,
+   * which makes them) and its dense gradients and logits. */
+  dlrec_schema s;
+  net_check_schema(&s, 3);
+  dlrec_backend *be;
+  dlrec_net *m;
+  dlrec_net_ws *ws;
+  dlrec_net_optim opt;
+  CHECK_OK(wd_on_backend(&s, 2, ", \"batch_norm\": true", 3, 0.01f, &be, &m, &ws, &opt));
+  size_t n_params;
+  dlrec_net_dense_params(m, &n_params);
+  dlrec_batch b = bn_batch(&s, 5, -1);
+  double loss;
+  const size_t before = dlrec_arena_thread_bytes();
+  CHECK_OK(dlrec_net_train_step(m, ws, &opt, &b, 1.0f, 1, &loss, NULL));
+  const uint64_t ways_made = dlrec_arena_thread_bytes() - before;
+  CHECK_EQ(dlrec_net_ws_split(ws), 2u);
+  CHECK(ways_made > 0);
+  CHECK_EQ_U64(dlrec_net_ws_bytes(m, 128, 2) - dlrec_net_ws_bytes(m, 128, 1),
+               ways_made + 2 * (n_params + 64) * sizeof(float));
+  dlrec_sparse_optim_free(opt.sparse);
+  dlrec_net_ws_free(ws);
+  dlrec_net_free(m);
+  dlrec_backend_free(be);
 }

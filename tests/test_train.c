@@ -214,6 +214,34 @@ TEST(device_flag_runs_on_cpu_and_a_missing_gpu_is_refused) {
   free(version);
 }
 
+/* The MiB of `--plan`'s activations and workspaces with these options; -1
+ * when the plan fails or does not say. */
+static double plan_ws_mib(const char *options) {
+  char *out = NULL;
+  int rc = test_run_cli(&out, "train --config '%s' --etl '%s' --plan %s", test_path("cfg.json"), test_path("etl"),
+                        options);
+  const char *at = out ? strstr(out, "activations and workspaces (about ") : NULL;
+  double mib = -1;
+  if (rc == 0 && at && strstr(at, " MiB)")) mib = atof(at + strlen("activations and workspaces (about "));
+  if (mib < 0) fprintf(stderr, "train --plan %s -> %d: %s\n", options, rc, out ? out : "");
+  free(out);
+  return mib;
+}
+
+/* --plan counts the model's activations and workspaces in each rank's
+ * total: more with a step split over more threads, as one way on a GPU,
+ * and less per rank across more ranks. */
+TEST(plan_counts_activations_and_workspaces) {
+  CHECK(make_data(4000) == 0);
+  CHECK(test_write_file(test_path("cfg.json"), CONFIG, (size_t)-1) == 0);
+  const double one = plan_ws_mib("--threads 1"), two = plan_ws_mib("--threads 2"),
+               gpu = plan_ws_mib("--threads 2 --device cuda"), ranks = plan_ws_mib("--threads 1 --ranks 4");
+  CHECK(one > 0);
+  CHECK(two > one);
+  CHECK(gpu == one);
+  CHECK(ranks > 0 && ranks < one);
+}
+
 static void flip_byte(const char *path, long offset) {
   FILE *f = fopen(path, "r+b");
   if (!f) return;

@@ -22,6 +22,11 @@ void dlrec_arena_init(dlrec_arena *a, size_t block_bytes);
  * 4096), valid until dlrec_arena_free; NULL with an error set on failure. */
 void *dlrec_arena_alloc(dlrec_arena *a, size_t bytes, size_t align);
 
+/* The bytes every arena of the calling thread has handed out so far,
+ * padding included; it never decreases, so its difference across a call
+ * measures what the call placed in arenas (dlrec_net_ws_bytes). */
+size_t dlrec_arena_thread_bytes(void);
+
 /* Copies a string into the arena. */
 char *dlrec_arena_strdup(dlrec_arena *a, const char *s);
 

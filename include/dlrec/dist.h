@@ -88,9 +88,10 @@ uint64_t dlrec_shard_plan_step_bytes(const dlrec_shard_plan *p, const dlrec_sche
 
 /* Prints the plan and each rank's memory (dense_bytes: the dense
  * parameters and their optimizer state, on every rank; step_bytes: the step
- * buffers of dlrec_shard_plan_step_bytes). */
+ * buffers of dlrec_shard_plan_step_bytes; ws_bytes: the model's activations
+ * and workspaces, dlrec_net_ws_bytes's, on every rank). */
 void dlrec_shard_plan_print(const dlrec_shard_plan *p, const dlrec_schema *schema, uint64_t dense_bytes,
-                            uint64_t step_bytes, FILE *out);
+                            uint64_t step_bytes, uint64_t ws_bytes, FILE *out);
 
 /* ---- the sharded embedding stage ---------------------------------------- */
 

@@ -130,6 +130,15 @@ const dlrec_net_tensor *dlrec_net_tensors(const dlrec_net *n);
 /* A workspace for batches of up to max_batch rows of network n's plan. */
 dlrec_status dlrec_net_ws_create(dlrec_net_ws **ws, const dlrec_net *n, uint32_t max_batch);
 void dlrec_net_ws_free(dlrec_net_ws *ws); /* accepts NULL */
+/* About how many bytes training needs beside the parameters and the table:
+ * a workspace of `rows` rows (activations, their gradients, the sparse
+ * backward's scratch) and, where a step splits across `threads` threads
+ * (as a CPU backend's does, at most one way per 32 rows), each way's own
+ * activations, dense gradients and logits for its share of the rows.
+ * Measured by making workspaces of 64 and 128 rows (their sizes are linear
+ * in the rows), so it costs little at any batch size; 0 when the network
+ * cannot make one (the error is cleared). */
+uint64_t dlrec_net_ws_bytes(const dlrec_net *n, uint32_t rows, uint32_t threads);
 
 /* Where a workspace's forward and backward passes spent their time, summed
  * since the workspace was created (wall seconds, read with dlrec_now()

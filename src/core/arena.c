@@ -51,6 +51,10 @@ struct dlrec_arena_block {
  * block's first allocation); rounded up to a granule. */
 #define HEADER_USED_BYTES ((sizeof(dlrec_arena_block) + 7) & ~(size_t)7)
 
+static _Thread_local size_t g_thread_bytes;
+
+size_t dlrec_arena_thread_bytes(void) { return g_thread_bytes; }
+
 void dlrec_arena_init(dlrec_arena *a, size_t block_bytes) {
   a->head = NULL;
   a->block_bytes = block_bytes ? block_bytes : (1u << 20);
@@ -78,6 +82,7 @@ void *dlrec_arena_alloc(dlrec_arena *a, size_t bytes, size_t align) {
     /* Compared as a difference: p + bytes could wrap for a huge request. */
     if (p <= end && bytes <= end - p) {
       a->used_bytes += p + bytes - (block_data(b) + b->used);
+      g_thread_bytes += p + bytes - (block_data(b) + b->used);
       b->used = p + bytes - block_data(b);
       UNPOISON((void *)p, bytes);
       /* Zeroed as handed out, not per block: a large block that is mostly

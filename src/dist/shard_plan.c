@@ -138,7 +138,7 @@ static void print_bytes(FILE *out, double b, int inline_) {
 }
 
 void dlrec_shard_plan_print(const dlrec_shard_plan *p, const dlrec_schema *schema, uint64_t dense_bytes,
-                            uint64_t step_bytes, FILE *out) {
+                            uint64_t step_bytes, uint64_t ws_bytes, FILE *out) {
   fprintf(out, "shard plan: %d rank%s, %u columns, dim %u, %u table + %u optimizer bytes a row\n", p->ranks,
           p->ranks == 1 ? "" : "s", p->n_cols, p->dim, p->row_bytes, p->optim_bytes);
   fprintf(out, "  %-24s %12s  %s\n", "column", "rows", "placement");
@@ -154,13 +154,14 @@ void dlrec_shard_plan_print(const dlrec_shard_plan *p, const dlrec_schema *schem
     fprintf(out, "  %-6d %12llu ", r, (unsigned long long)p->rows[r]);
     print_bytes(out, shard, 0);
     fprintf(out, "  ");
-    print_bytes(out, shard + (double)dense_bytes + (double)step_bytes, 0);
+    print_bytes(out, shard + (double)dense_bytes + (double)step_bytes + (double)ws_bytes, 0);
     fprintf(out, " %8.2f\n", p->lookups[r]);
   }
   fprintf(out, "  total: the shard, the dense parameters and their optimizer state (");
   print_bytes(out, (double)dense_bytes, 1);
-  fprintf(out, ") and the step's buffers (about ");
+  fprintf(out, "), the step's buffers (about ");
   print_bytes(out, (double)step_bytes, 1);
-  fprintf(out, "), on every rank, besides the model's activations for a part of the batch; lookups: expected per "
-               "batch row\n");
+  fprintf(out, ") and the model's activations and workspaces (about ");
+  print_bytes(out, (double)ws_bytes, 1);
+  fprintf(out, "), on every rank; lookups: expected per batch row\n");
 }

@@ -162,6 +162,37 @@ nomem:
   return dlrec_error(DLREC_ERR_NOMEM, "cannot allocate the workspace for batches of %u rows", max_batch);
 }
 
+/* The arena bytes of a workspace of `rows` rows into *bytes: the whole one,
+ * or the model type's own (a way's); 0 when it cannot be made. */
+static int ws_arena_bytes(const dlrec_net *n, uint32_t rows, int model_only, uint64_t *bytes) {
+  const size_t before = dlrec_arena_thread_bytes();
+  dlrec_status s;
+  if (model_only) {
+    void *mws = NULL;
+    s = n->type->ws_create(n->ctx, &n->plan, rows, &mws);
+    if (mws) n->type->ws_free(mws);
+  } else {
+    dlrec_net_ws *ws = NULL;
+    s = dlrec_net_ws_create(&ws, n, rows);
+    dlrec_net_ws_free(ws);
+  }
+  if (s != DLREC_OK) dlrec_clear_error();
+  *bytes = dlrec_arena_thread_bytes() - before;
+  return s == DLREC_OK;
+}
+
+/* bytes(rows), from bytes(64) and bytes(128): every array a workspace holds
+ * is a constant or a multiple of the rows, and at multiples of 64 rows each
+ * multiple keeps its alignment, so the line through the two is exact there
+ * (and within the padding elsewhere). 0 when a workspace cannot be made. */
+static int ws_linear_bytes(const dlrec_net *n, uint32_t rows, int model_only, uint64_t *bytes) {
+  uint64_t a, b;
+  if (!ws_arena_bytes(n, 64, model_only, &a) || !ws_arena_bytes(n, 128, model_only, &b)) return 0;
+  const double at = (double)a + ((double)b - (double)a) / 64.0 * ((double)rows - 64.0);
+  *bytes = at > 0 ? (uint64_t)at : 0;
+  return 1;
+}
+
 static void shards_free(dlrec_net_ws *ws) {
   for (uint32_t i = 0; ws->shards && i < ws->n_shards; i++) {
     net_shard *sh = &ws->shards[i];
@@ -559,11 +590,22 @@ static dlrec_batch sub_batch(const dlrec_batch *b, uint32_t F, uint32_t n_dense,
 
 /* The ways a step splits: the backend's (backend_split_ways), unless the
  * batch gives a way fewer than SHARD_MIN_ROWS rows. */
-static uint32_t split_ways(const dlrec_net *n, uint32_t B) {
-  uint32_t T = backend_split_ways(n->be);
+static uint32_t ways_of(uint32_t T, uint32_t B) {
   if (T > MAX_SHARDS) T = MAX_SHARDS;
   if (T > B / SHARD_MIN_ROWS) T = B / SHARD_MIN_ROWS;
   return T < 1 ? 1 : T;
+}
+
+static uint32_t split_ways(const dlrec_net *n, uint32_t B) { return ways_of(backend_split_ways(n->be), B); }
+
+uint64_t dlrec_net_ws_bytes(const dlrec_net *n, uint32_t rows, uint32_t threads) {
+  uint64_t bytes, way;
+  if (!ws_linear_bytes(n, rows, 0, &bytes)) return 0;
+  const uint32_t ways = ways_of(threads, rows);
+  if (ways < 2) return bytes;
+  const uint32_t share = (rows + ways - 1) / ways;
+  if (!ws_linear_bytes(n, share, 1, &way)) return 0;
+  return bytes + (uint64_t)ways * (way + ((uint64_t)n->plan.n_params + share) * sizeof(float));
 }
 
 /* The forward, loss and backward of a training step with the batch split

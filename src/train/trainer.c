@@ -377,6 +377,8 @@ static dlrec_status read_config(const dlrec_train_args *a, dlrec_train_config *c
   return s;
 }
 
+static void log_memory(const run *r);
+
 static dlrec_status setup(run *r) {
   const dlrec_train_args *a = r->a;
   dlrec_status s = DLREC_OK;
@@ -702,19 +704,27 @@ static dlrec_status dist_agree(run *r, dlrec_status s) {
 /* The shard plan of net's table over `ranks` ranks with the config's sparse
  * optimizer, and the bytes of the dense parameters with their state and of
  * the whole table with its (rank 0's copy). */
-static dlrec_status make_plan(const dlrec_train_config *cfg, dlrec_net *net, int ranks, dlrec_shard_plan *p,
-                              uint64_t *dense_bytes) {
+/* A table row's bytes and its sparse optimizer state's, and the dense
+ * parameters' bytes with their optimizer state's. */
+static void row_and_dense_bytes(const dlrec_train_config *cfg, const dlrec_net *net, uint32_t *row_bytes,
+                                uint32_t *optim_bytes, uint64_t *dense_bytes) {
   size_t n_params;
-  dlrec_net_dense_params(net, &n_params);
-  const dlrec_schema *schema = dlrec_net_schema(net);
+  dlrec_net_dense_params_const(net, &n_params);
   const dlrec_table *t = dlrec_net_table_const(net); /* its dim, stride and dtype are the whole table's */
   const uint32_t stride = dlrec_table_stride(t);
-  const uint32_t row_bytes = stride * dlrec_table_dtype_bytes(dlrec_table_get_dtype(t));
-  const uint32_t optim_bytes = cfg->sparse.kind == DLREC_SPARSE_ROWWISE_ADAGRAD ? 4
-                               : cfg->sparse.kind == DLREC_SPARSE_LAZY_ADAM  ? 8 * stride + 4
-                                                                              : 0;
+  *row_bytes = stride * dlrec_table_dtype_bytes(dlrec_table_get_dtype(t));
+  *optim_bytes = cfg->sparse.kind == DLREC_SPARSE_ROWWISE_ADAGRAD ? 4
+                 : cfg->sparse.kind == DLREC_SPARSE_LAZY_ADAM  ? 8 * stride + 4
+                                                                : 0;
   *dense_bytes = (uint64_t)(n_params + dlrec_optim_state_floats(&cfg->dense, n_params)) * sizeof(float);
-  return dlrec_shard_plan_make(p, schema, ranks, dlrec_table_dim(t), row_bytes, optim_bytes, cfg->dist_rowwise_share);
+}
+
+static dlrec_status make_plan(const dlrec_train_config *cfg, dlrec_net *net, int ranks, dlrec_shard_plan *p,
+                              uint64_t *dense_bytes) {
+  uint32_t row_bytes, optim_bytes;
+  row_and_dense_bytes(cfg, net, &row_bytes, &optim_bytes, dense_bytes);
+  return dlrec_shard_plan_make(p, dlrec_net_schema(net), ranks, dlrec_table_dim(dlrec_net_table_const(net)), row_bytes,
+                               optim_bytes, cfg->dist_rowwise_share);
 }
 
 /* The most rows a rank's part holds: ceil(batch / ranks), of a training or
@@ -723,9 +733,44 @@ static uint32_t part_rows(const dlrec_train_config *cfg, int ranks) {
   return rows_per_rank(cfg->batch_size > cfg->eval_batch_size ? cfg->batch_size : cfg->eval_batch_size, ranks);
 }
 
+/* The model's activations and workspaces on every rank (dlrec_net_ws_bytes):
+ * a step's part of the batch, split across the rank's threads where the
+ * device is the CPU, and an evaluation's part beside it. threads: the
+ * rank's, resolved. */
+static uint64_t run_ws_bytes(const dlrec_train_config *cfg, const dlrec_net *net, int ranks, uint32_t threads) {
+  const uint32_t ways = strcmp(cfg->device, "cpu") ? 1 : threads;
+  return dlrec_net_ws_bytes(net, rows_per_rank(cfg->batch_size, ranks), ways) +
+         dlrec_net_ws_bytes(net, rows_per_rank(cfg->eval_batch_size, ranks), 1);
+}
+
+/* A rank's threads when the config leaves them to the machine: its share
+ * of the cores (setup's rule, with every rank on this machine). */
+static uint32_t plan_threads(const dlrec_train_config *cfg, int ranks) {
+  if (cfg->threads) return cfg->threads;
+  const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  return cpus / ranks > 1 ? (uint32_t)(cpus / ranks) : 1;
+}
+
+/* One process's memory, up front (--plan prints it without training; a
+ * job of several ranks logs its whole plan in dist_start). */
+static void log_memory(const run *r) {
+  uint32_t row_bytes, optim_bytes;
+  uint64_t dense;
+  row_and_dense_bytes(&r->cfg, r->model, &row_bytes, &optim_bytes, &dense);
+  const double mib = 1024.0 * 1024.0;
+  const double table = (double)dlrec_table_rows(dlrec_net_table_const(r->model)) * (row_bytes + optim_bytes);
+  DLREC_INFO("memory: the table and its optimizer state %.1f MiB%s, the dense parameters and theirs %.1f MiB, "
+             "activations and workspaces about %.1f MiB", table / mib,
+             r->cfg.storage == DLREC_STORE_RAM ? "" : " (the store's cache in memory)", (double)dense / mib,
+             (double)run_ws_bytes(&r->cfg, r->model, 1, dlrec_backend_threads(r->be)) / mib);
+}
+
 dlrec_status dlrec_train_print_plan(const dlrec_train_args *a, int ranks, FILE *out) {
   dlrec_train_config cfg;
   dlrec_status s = read_config(a, &cfg);
+  if (s == DLREC_OK && a->threads) cfg.threads = a->threads;
+  if (s == DLREC_OK && a->device && (s = dlrec_device_parse(a->device, &cfg.device, &cfg.device_index)) != DLREC_OK)
+    s = dlrec_error_context("--device: ");
   dlrec_etl *etl = NULL;
   if (s == DLREC_OK) s = dlrec_etl_load(&etl, a->etl_dir);
   if (s != DLREC_OK) return s;
@@ -737,7 +782,8 @@ dlrec_status dlrec_train_print_plan(const dlrec_train_args *a, int ranks, FILE *
   s = dlrec_net_create_tableless(&net, &cfg.model, &schema);
   if (s == DLREC_OK) s = make_plan(&cfg, net, ranks, &p, &dense);
   if (s == DLREC_OK)
-    dlrec_shard_plan_print(&p, &schema, dense, dlrec_shard_plan_step_bytes(&p, &schema, part_rows(&cfg, ranks)), out);
+    dlrec_shard_plan_print(&p, &schema, dense, dlrec_shard_plan_step_bytes(&p, &schema, part_rows(&cfg, ranks)),
+                           run_ws_bytes(&cfg, net, ranks, plan_threads(&cfg, ranks)), out);
   dlrec_shard_plan_free(&p);
   dlrec_net_free(net);
   return s;
@@ -762,7 +808,8 @@ static dlrec_status dist_start(run *r) {
     DLREC_INFO("%d ranks (%s), %u thread%s each; the table sharded:", r->ranks, dlrec_comm_name(c), r->cfg.threads,
                r->cfg.threads == 1 ? "" : "s");
     if (dlrec_log_get_level() <= DLREC_LOG_INFO)
-      dlrec_shard_plan_print(&r->plan, &r->schema, dense, dlrec_shard_plan_step_bytes(&r->plan, &r->schema, rows), stderr);
+      dlrec_shard_plan_print(&r->plan, &r->schema, dense, dlrec_shard_plan_step_bytes(&r->plan, &r->schema, rows),
+                             run_ws_bytes(&r->cfg, r->model, r->ranks, r->cfg.threads), stderr);
   }
   if (r->a->resume && r->rank == 0) {
     const dlrec_row_source rows = shard_rows(r);
@@ -981,6 +1028,7 @@ dlrec_status dlrec_train(const dlrec_train_args *a, dlrec_train_result *res) {
   r.ranks = a->comm ? dlrec_comm_size(a->comm) : 1;
   dlrec_status s = setup(&r);
   if (r.ranks > 1 && (s = dist_agree(&r, s)) == DLREC_OK) s = dist_start(&r);
+  else if (s == DLREC_OK) log_memory(&r);
   if (s != DLREC_OK) {
     run_free(&r);
     return s;
