@@ -47,7 +47,7 @@ TEST(bad_options_are_refused_with_the_field_named) {
   CHECK_EQ(dlrec_api_train("{\"model\": {\"type\": \"nope\"}}", "{\"train\": [\"a.dlr\"], \"etl\": \"e\", \"out\": \"o\"}",
                            NULL, NULL, NULL),
            -1);
-  CHECK(dlrec_api_model_load(test_path("nothing"), NULL, 1) == NULL);
+  CHECK(dlrec_api_model_load(test_path("nothing"), NULL, 1, NULL) == NULL);
   CHECK(strlen(dlrec_api_last_error()) > 0);
 }
 
@@ -122,7 +122,7 @@ TEST(train_stop_predict_evaluate_through_the_api) {
    * step: the run had about 900 steps. */
   if (s2.calls > 2 + (int)(secs / 0.2) + 1)
     test_fail(__FILE__, __LINE__, "%d progress calls in %.2f s", s2.calls, secs);
-  dlrec_api_model *m = dlrec_api_model_load(test_path("run"), "latest", 1);
+  dlrec_api_model *m = dlrec_api_model_load(test_path("run"), "latest", 1, "cpu");
   CHECK(m != NULL);
   char *info = dlrec_api_model_info(m);
   CHECK(info && strstr(info, "\"type\":\"lr\"") && strstr(info, "\"format\":\"criteo\""));

@@ -240,6 +240,13 @@ TEST(plan_counts_activations_and_workspaces) {
   CHECK(two > one);
   CHECK(gpu == one);
   CHECK(ranks > 0 && ranks < one);
+  /* --dry-run is --plan. */
+  char *plan = NULL, *dry = NULL;
+  CHECK(test_run_cli(&plan, "train --config '%s' --etl '%s' --plan", test_path("cfg.json"), test_path("etl")) == 0);
+  CHECK(test_run_cli(&dry, "train --config '%s' --etl '%s' --dry-run", test_path("cfg.json"), test_path("etl")) == 0);
+  CHECK(plan && dry && strstr(plan, "activations and workspaces") && !strcmp(plan, dry));
+  free(plan);
+  free(dry);
 }
 
 static void flip_byte(const char *path, long offset) {

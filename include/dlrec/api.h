@@ -24,7 +24,7 @@
 extern "C" {
 #endif
 
-#define DLREC_API_VERSION 1
+#define DLREC_API_VERSION 2
 
 int dlrec_api_version(void);
 const char *dlrec_api_last_error(void);
@@ -68,16 +68,18 @@ typedef int (*dlrec_api_progress_fn)(void *ctx, const dlrec_api_progress *p);
 
 /* Trains (docs/config.md) with the config as JSON text (NULL: the
  * defaults) and args_json {"train": [paths], "valid": path, "etl": dir,
- * "out": run dir, "resume", "threads", "max_steps", "deterministic",
+ * "out": run dir, "resume", "threads", "device" ("cpu", "cuda", "cuda:N";
+ * absent: the config's training.device), "max_steps", "deterministic",
  * "progress"}. *result_json: what `dlrec train` prints, "interrupted"
  * included. fn may be NULL. */
 int dlrec_api_train(const char *config_json, const char *args_json, dlrec_api_progress_fn fn, void *ctx,
                     char **result_json);
 
 /* A trained model: a run directory's "latest" or "best" checkpoint (which:
- * NULL is latest), or a checkpoint directory. threads 0: every core. */
+ * NULL is latest), or a checkpoint directory, scoring on device ("cpu",
+ * "cuda", "cuda:N"; NULL: the CPU). threads 0: every core. */
 typedef struct dlrec_api_model dlrec_api_model;
-dlrec_api_model *dlrec_api_model_load(const char *path, const char *which, uint32_t threads);
+dlrec_api_model *dlrec_api_model_load(const char *path, const char *which, uint32_t threads, const char *device);
 void dlrec_api_model_free(dlrec_api_model *m); /* accepts NULL */
 /* {"type", "checkpoint" (its directory, whose etl/etl.json is the ETL
  * state), "step", "format" (the ETL's input format), "has_label",

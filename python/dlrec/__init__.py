@@ -357,23 +357,28 @@ class Model:
         self.config = config
         self.run = None
         self._m = None
+        self._threads = 0
+        self._device = None
 
     @classmethod
-    def load(cls, run, checkpoint="latest", threads=0):
+    def load(cls, run, checkpoint="latest", threads=0, device=None):
         """The model of a run directory (its latest or best checkpoint) or of
-        a checkpoint directory, as the CLI's --model takes them."""
+        a checkpoint directory, as the CLI's --model takes them, scoring on
+        threads threads (0: every core) of device ("cpu", "cuda", "cuda:N";
+        None: the CPU)."""
         m = cls()
         m.run = os.fspath(run)
-        m._open(checkpoint, threads)
+        m._threads, m._device = threads, device
+        m._open(checkpoint)
         return m
 
-    def _open(self, which="latest", threads=0):
+    def _open(self, which="latest"):
         if self._m is not None:
             lib.dlrec_api_model_free(self._m)
             self._m = None
         if self.run is None:
             raise DlrecError("the model has not been trained: call fit, or Model.load a run")
-        m = lib.dlrec_api_model_load(_c(self.run), _c(which), threads)
+        m = lib.dlrec_api_model_load(_c(self.run), _c(which), self._threads, _c(self._device))
         if m == ffi.NULL:
             _fail()
         self._m = m
@@ -394,11 +399,12 @@ class Model:
         ptr[0] = lib.dlrec_api_model_info(self._model())
         return json.loads(_take(ptr))
 
-    def fit(self, train, valid=None, *, etl, out, resume=False, threads=0, max_steps=0, deterministic=False,
-            progress=True):
+    def fit(self, train, valid=None, *, etl, out, resume=False, threads=0, device=None, max_steps=0,
+            deterministic=False, progress=True):
         """Trains on the .dlr files train (a path or a list), validating on
         valid, with the ETL state etl, into the run directory out (`dlrec
-        train`). Tabular data (DataFrames, Tables, Parquet) is encoded with
+        train`), on device ("cpu", "cuda", "cuda:N"; None: the config's
+        training.device). Tabular data (DataFrames, Tables, Parquet) is encoded with
         etl first. Returns what `dlrec train` prints. Ctrl-C stops after the
         current step with a checkpoint and raises KeyboardInterrupt;
         fit(..., resume=True) goes on from there."""
@@ -411,6 +417,8 @@ class Model:
                     "max_steps": max_steps, "deterministic": bool(deterministic)}
             if valid is not None:
                 args["valid"] = valid
+            if device is not None:
+                args["device"] = device
             cfg = None if self.config is None else json.dumps(self.config).encode()
             prog = _Progress(progress)
             cb = ffi.callback("int(void *, const dlrec_api_progress *)", prog, error=1, onerror=prog.onerror)

@@ -168,6 +168,8 @@ def test_fit_evaluate_predict_export_report_and_cli_interchange(work, csv_data):
     cli("predict", "-q", "--model", work / "clirun", "--input", work / "valid.dlr", "--out", work / "clirun.scores")
     loaded = dlrec.Model.load(work / "clirun")
     assert np.array_equal(loaded.predict(str(work / "valid.dlr")), np.loadtxt(work / "clirun.scores", dtype=np.float32))
+    on_cpu = dlrec.Model.load(work / "clirun", threads=1, device="cpu")
+    assert np.array_equal(on_cpu.predict(str(work / "valid.dlr")), np.loadtxt(work / "clirun.scores", dtype=np.float32))
 
 
 def test_criteo_model_scores_a_dataframe_by_column_names(work):
@@ -221,6 +223,12 @@ def test_bad_input_gets_the_library_error(work, csv_data):
         dlrec.Model({"model": {"type": "nope"}}).fit(str(work / "cli.dlr"), etl=work / "etl", out=work / "run_bad")
     with pytest.raises(dlrec.DlrecError):
         dlrec.Model.load(work / "no_run")
+    with pytest.raises(dlrec.DlrecError, match="device 'gpu' is not one of cpu, cuda, cuda:N"):
+        dlrec.Model.load(work / "run", device="gpu")
+    with pytest.raises(dlrec.DlrecError, match="device 'tpu'"):
+        dlrec.Model({"training": {"batch_size": 64}}).fit(str(work / "train.dlr"), etl=work / "etl",
+                                                          out=work / "run_tpu", device="tpu", max_steps=1)
+    assert not os.path.exists(work / "run_tpu")
     assert not os.path.exists(work / "bad.dlr")
 
 

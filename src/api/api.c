@@ -311,8 +311,8 @@ static int bridge(void *ctx, const dlrec_train_progress_info *i) {
 int dlrec_api_train(const char *config_json, const char *args_json, dlrec_api_progress_fn fn, void *ctx,
                     char **result) {
   const int host_threads = omp_get_max_threads();
-  static const char *keys[] = {"train", "valid", "etl", "out", "resume", "threads", "max_steps", "deterministic",
-                               "progress", NULL};
+  static const char *keys[] = {"train", "valid", "etl", "out", "resume", "threads", "device", "max_steps",
+                               "deterministic", "progress", NULL};
   const char *what = "train arguments";
   cJSON *o = NULL, *pj = NULL;
   const char **paths = NULL;
@@ -333,6 +333,7 @@ int dlrec_api_train(const char *config_json, const char *args_json, dlrec_api_pr
   if (s == DLREC_OK) s = dlrec_json_get_bool_or(o, "deterministic", what, 0, &a.deterministic);
   if (s == DLREC_OK) s = dlrec_json_get_u64_or(o, "threads", what, 0, &threads);
   if (s == DLREC_OK && threads > 4096) s = dlrec_error(DLREC_ERR_INVALID, "%s: threads: at most 4096", what);
+  if (s == DLREC_OK) s = dlrec_json_get_string_or(o, "device", what, NULL, &a.device);
   if (s == DLREC_OK) s = dlrec_json_get_u64_or(o, "max_steps", what, 0, &a.max_steps);
   if (s == DLREC_OK) s = dlrec_json_get_bool_or(o, "progress", what, 0, &progress);
   a.train = paths;
@@ -363,7 +364,7 @@ struct dlrec_api_model {
   dlrec_backend *be;
 };
 
-dlrec_api_model *dlrec_api_model_load(const char *path, const char *which, uint32_t threads) {
+dlrec_api_model *dlrec_api_model_load(const char *path, const char *which, uint32_t threads, const char *device) {
   const int host_threads = omp_get_max_threads();
   char dir[4096];
   dlrec_api_model *am = calloc(1, sizeof *am);
@@ -375,7 +376,7 @@ dlrec_api_model *dlrec_api_model_load(const char *path, const char *which, uint3
   dlrec_backend_config bc = {threads, DLREC_PRECISION_FP32, 0};
   dlrec_status s = path ? dlrec_checkpoint_select(path, which, dir, sizeof dir)
                         : dlrec_error(DLREC_ERR_INVALID, "no model path");
-  if (s == DLREC_OK) s = dlrec_backend_create(&am->be, "cpu", &bc);
+  if (s == DLREC_OK) s = dlrec_backend_create_on(&am->be, device, &bc);
   if (s == DLREC_OK) s = dlrec_model_load(dir, &am->m);
   if (s == DLREC_OK) {
     dlrec_net_set_backend(am->m->net, am->be);

@@ -44,7 +44,7 @@ static void usage(FILE *out) {
           "  --device D          cpu, cuda or cuda:N (default: the config's training.device,\n"
           "                      cpu); 'dlrec version' lists the GPUs this build finds\n"
           "  --max-steps N       stop after N steps in all (default: the config's)\n"
-          "  --plan              print how the embedding table is sharded over the job's ranks\n"
+          "  --plan, --dry-run   print how the embedding table is sharded over the job's ranks\n"
           "                      and each rank's memory (table, dense parameters, step buffers,\n"
           "                      activations and workspaces), then exit (no training; needs only\n"
           "                      --config and --etl; --threads and --device change the plan)\n"
@@ -77,7 +77,8 @@ int cmd_train(int argc, char **argv) {
       {"quiet", no_argument, 0, 'q'},        {"verbose", no_argument, 0, 'v'},
       {"follow", required_argument, 0, 'F'}, {"follow-idle", required_argument, 0, 'I'},
       {"plan", no_argument, 0, 'P'},         {"ranks", required_argument, 0, 'R'},
-      {"device", required_argument, 0, 'D'}, {0, 0, 0, 0}};
+      {"device", required_argument, 0, 'D'}, {"dry-run", no_argument, 0, 'P'},
+      {0, 0, 0, 0}};
   dlrec_train_args a = {0};
   int plan = 0, ranks = 0;
   const char *train[64];
