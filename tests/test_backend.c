@@ -325,6 +325,14 @@ TEST(devices_are_parsed_and_cuda_says_why_it_is_missing) {
     CHECK(st == DLREC_ERR_INVALID || st == DLREC_ERR_UNSUPPORTED);
     CHECK(strstr(dlrec_last_error(), "cuda:3") != NULL);
   }
+  /* The memory of each: the machine's RAM, a GPU's, or why not. */
+  uint64_t total = 0, avail = 0;
+  CHECK_OK(dlrec_device_memory("cpu", &total, &avail));
+  CHECK(total > ((uint64_t)64 << 20) && avail > 0 && avail <= total);
+  CHECK_ERR(dlrec_device_memory("ram", &total, &avail), DLREC_ERR_INVALID, "device 'ram'");
+  st = dlrec_device_memory("cuda:0", &total, &avail);
+  if (strstr(cuda, "cuda:0 ") == cuda) CHECK(st == DLREC_OK && avail <= total && total > 0);
+  else CHECK_ERR(st, DLREC_ERR_UNSUPPORTED, has_cuda ? "no CUDA device visible" : "built without the CUDA toolkit");
   printf("test_backend: devices: cpu: %s; cuda: %s\n", cpu, cuda);
 }
 

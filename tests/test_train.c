@@ -240,13 +240,24 @@ TEST(plan_counts_activations_and_workspaces) {
   CHECK(two > one);
   CHECK(gpu == one);
   CHECK(ranks > 0 && ranks < one);
-  /* --dry-run is --plan. */
-  char *plan = NULL, *dry = NULL;
+  /* --dry-run is --plan; it ends saying whether the machine has the
+   * memory: this small model fits, one with a batch of a million rows
+   * through two 4000-wide layers (about 350 GiB) does not. */
+  char *plan = NULL, *dry = NULL, *big = NULL;
   CHECK(test_run_cli(&plan, "train --config '%s' --etl '%s' --plan", test_path("cfg.json"), test_path("etl")) == 0);
   CHECK(test_run_cli(&dry, "train --config '%s' --etl '%s' --dry-run", test_path("cfg.json"), test_path("etl")) == 0);
   CHECK(plan && dry && strstr(plan, "activations and workspaces") && !strcmp(plan, dry));
+  CHECK(plan && strstr(plan, "\n  device: the largest rank needs about ") && strstr(plan, " MiB; cpu has ") &&
+        strstr(plan, ": it fits\n"));
+  CHECK(test_write_file(test_path("big.json"),
+                        "{\"model\": {\"type\": \"wide_deep\", \"mlp\": [4000, 4000]}, \"training\": {\"batch_size\": "
+                        "1048576}}",
+                        (size_t)-1) == 0);
+  CHECK(test_run_cli(&big, "train --config '%s' --etl '%s' --plan", test_path("big.json"), test_path("etl")) == 0);
+  CHECK(big && strstr(big, ": it does NOT fit (storage.kind \"tiered\""));
   free(plan);
   free(dry);
+  free(big);
 }
 
 static void flip_byte(const char *path, long offset) {

@@ -72,6 +72,12 @@ dlrec_status dlrec_device_parse(const char *s, const char **backend, uint32_t *i
  * precision (NULL: all cores, fp32). */
 dlrec_status dlrec_backend_create_on(dlrec_backend **be, const char *device, const dlrec_backend_config *c);
 
+/* The memory of a device (dlrec_device_parse's names): the machine's RAM
+ * for "cpu" (MemTotal and MemAvailable of /proc/meminfo), the GPU's for
+ * "cuda:N" (cudaMemGetInfo). DLREC_ERR_UNSUPPORTED, saying why, where it
+ * cannot be read (no such GPU, a build without CUDA). */
+dlrec_status dlrec_device_memory(const char *device, uint64_t *total, uint64_t *available);
+
 /* One line on the devices backend `name` can see, for `dlrec version`:
  * "2 cores" for the CPU; the GPUs for "cuda" ("cuda:0 NVIDIA H100 80GB HBM3,
  * 79.1 GiB") or why there is none ("no CUDA device visible: ..."). Never

@@ -103,6 +103,37 @@ dlrec_status dlrec_backend_create_on(dlrec_backend **be, const char *device, con
   return dlrec_backend_create(be, name, &dc);
 }
 
+/* MemTotal and MemAvailable from /proc/meminfo, in bytes. */
+static dlrec_status cpu_memory(uint64_t *total, uint64_t *available) {
+  FILE *f = fopen("/proc/meminfo", "r");
+  if (!f) return dlrec_error(DLREC_ERR_UNSUPPORTED, "the machine's memory: cannot read /proc/meminfo");
+  char line[256];
+  unsigned long long kib;
+  int have = 0;
+  while (fgets(line, sizeof line, f)) {
+    if (sscanf(line, "MemTotal: %llu kB", &kib) == 1) *total = kib * 1024ull, have |= 1;
+    else if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1) *available = kib * 1024ull, have |= 2;
+  }
+  fclose(f);
+  return have == 3 ? DLREC_OK
+                   : dlrec_error(DLREC_ERR_UNSUPPORTED, "the machine's memory: /proc/meminfo has no MemTotal and "
+                                 "MemAvailable");
+}
+
+dlrec_status dlrec_device_memory(const char *device, uint64_t *total, uint64_t *available) {
+  const char *name;
+  uint32_t index;
+  dlrec_status s = dlrec_device_parse(device, &name, &index);
+  if (s != DLREC_OK) return s;
+  if (!strcmp(name, "cpu")) return cpu_memory(total, available);
+#ifdef DLREC_HAVE_CUDA
+  return backend_cuda_memory(index, total, available);
+#else
+  return dlrec_error(DLREC_ERR_UNSUPPORTED, "%s: this build has no CUDA backend (built without the CUDA toolkit)",
+                     device);
+#endif
+}
+
 void dlrec_backend_devices(const char *name, char *buf, size_t size) {
   if (name && !strcmp(name, "cpu")) {
     snprintf(buf, size, "%d cores", omp_get_num_procs());

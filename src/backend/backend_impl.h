@@ -171,6 +171,8 @@ dlrec_status dlrec_backend_cpu_init(dlrec_backend *be, const dlrec_backend_confi
 dlrec_status dlrec_backend_cuda_init(dlrec_backend *be, const dlrec_backend_config *c);
 /* dlrec_backend_devices for "cuda". */
 void backend_cuda_devices(char *buf, size_t size);
+/* dlrec_device_memory for GPU index. */
+dlrec_status backend_cuda_memory(uint32_t index, uint64_t *total, uint64_t *available);
 #endif
 
 #endif

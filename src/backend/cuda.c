@@ -62,6 +62,23 @@ void backend_cuda_devices(char *buf, size_t size) {
   }
 }
 
+dlrec_status backend_cuda_memory(uint32_t index, uint64_t *total, uint64_t *available) {
+  char why[256];
+  int n = device_count(why, sizeof why);
+  if (n < 0) return dlrec_error(DLREC_ERR_UNSUPPORTED, "cuda:%u: %s", index, why);
+  if (index >= (uint32_t)n)
+    return dlrec_error(DLREC_ERR_UNSUPPORTED, "cuda:%u: this machine has %d CUDA device%s", index, n, n == 1 ? "" : "s");
+  size_t free_b = 0, total_b = 0;
+  cudaError_t e = cudaSetDevice((int)index);
+  if (e == cudaSuccess) e = cudaMemGetInfo(&free_b, &total_b);
+  if (e != cudaSuccess)
+    return dlrec_error(DLREC_ERR_UNSUPPORTED, "cuda:%u: its memory (%s: %s)", index, cudaGetErrorName(e),
+                       cudaGetErrorString(e));
+  *total = total_b;
+  *available = free_b;
+  return DLREC_OK;
+}
+
 dlrec_status dlrec_backend_cuda_init(dlrec_backend *be, const dlrec_backend_config *c) {
   (void)be;
   char why[256];

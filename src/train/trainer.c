@@ -485,6 +485,7 @@ static dlrec_status setup(run *r) {
     return dlrec_error(DLREC_ERR_INVALID, "%s: training.batch_size %u, fewer rows than the %d ranks: batch "
                        "normalization across ranks needs a row on every rank", what, r->cfg.batch_size, r->ranks);
   dlrec_net_set_backend(r->model, r->be);
+  if (r->ranks == 1) log_memory(r); /* before the big allocations; across ranks dist_start prints the plan */
   /* Across ranks, a step's pass holds a part of the batch. */
   if ((s = dlrec_net_ws_create(&r->ws, r->model, rows_per_rank(r->cfg.batch_size, r->ranks))) != DLREC_OK) return s;
   size_t n_params;
@@ -753,16 +754,44 @@ static uint32_t plan_threads(const dlrec_train_config *cfg, int ranks) {
 
 /* One process's memory, up front (--plan prints it without training; a
  * job of several ranks logs its whole plan in dist_start). */
+/* Whether `need` bytes fit the memory of cfg's device, in one line into
+ * buf (what the device has, or why it is unknown); 1 when it does not fit. */
+static int device_fit(const dlrec_train_config *cfg, uint64_t need, char *buf, size_t size) {
+  char device[32];
+  dlrec_train_config_device(cfg, device, sizeof device);
+  uint64_t total = 0, available = 0;
+  const double gib = 1024.0 * 1024.0 * 1024.0;
+  if (dlrec_device_memory(device, &total, &available) != DLREC_OK) {
+    snprintf(buf, size, "%s: its memory is unknown here (%s)", device, dlrec_last_error());
+    dlrec_clear_error();
+    return 0;
+  }
+  const int over = need > available;
+  snprintf(buf, size, "%s has %.1f GiB available of %.1f GiB: %s", device, (double)available / gib,
+           (double)total / gib,
+           !over ? "it fits"
+           : !strcmp(cfg->device, "cpu")
+               ? "it does NOT fit (storage.kind \"tiered\" keeps the table on disk; smaller batches need less)"
+               : "it does NOT fit (smaller batches need less)");
+  return over;
+}
+
+/* One process's memory, up front (--plan prints it without training; a
+ * job of several ranks logs its whole plan in dist_start); a warning when
+ * the device does not have it. */
 static void log_memory(const run *r) {
   uint32_t row_bytes, optim_bytes;
   uint64_t dense;
   row_and_dense_bytes(&r->cfg, r->model, &row_bytes, &optim_bytes, &dense);
   const double mib = 1024.0 * 1024.0;
-  const double table = (double)dlrec_table_rows(dlrec_net_table_const(r->model)) * (row_bytes + optim_bytes);
+  const uint64_t table = dlrec_table_rows(dlrec_net_table_const(r->model)) * (uint64_t)(row_bytes + optim_bytes);
+  const uint64_t ws = run_ws_bytes(&r->cfg, r->model, 1, dlrec_backend_threads(r->be));
   DLREC_INFO("memory: the table and its optimizer state %.1f MiB%s, the dense parameters and theirs %.1f MiB, "
-             "activations and workspaces about %.1f MiB", table / mib,
+             "activations and workspaces about %.1f MiB", (double)table / mib,
              r->cfg.storage == DLREC_STORE_RAM ? "" : " (the store's cache in memory)", (double)dense / mib,
-             (double)run_ws_bytes(&r->cfg, r->model, 1, dlrec_backend_threads(r->be)) / mib);
+             (double)ws / mib);
+  char fit[512];
+  if (device_fit(&r->cfg, table + dense + ws, fit, sizeof fit)) DLREC_WARN("memory: %s", fit);
 }
 
 dlrec_status dlrec_train_print_plan(const dlrec_train_args *a, int ranks, FILE *out) {
@@ -781,9 +810,20 @@ dlrec_status dlrec_train_print_plan(const dlrec_train_args *a, int ranks, FILE *
   uint64_t dense = 0;
   s = dlrec_net_create_tableless(&net, &cfg.model, &schema);
   if (s == DLREC_OK) s = make_plan(&cfg, net, ranks, &p, &dense);
-  if (s == DLREC_OK)
-    dlrec_shard_plan_print(&p, &schema, dense, dlrec_shard_plan_step_bytes(&p, &schema, part_rows(&cfg, ranks)),
-                           run_ws_bytes(&cfg, net, ranks, plan_threads(&cfg, ranks)), out);
+  if (s == DLREC_OK) {
+    const uint64_t step = dlrec_shard_plan_step_bytes(&p, &schema, part_rows(&cfg, ranks));
+    const uint64_t ws = run_ws_bytes(&cfg, net, ranks, plan_threads(&cfg, ranks));
+    dlrec_shard_plan_print(&p, &schema, dense, step, ws, out);
+    uint64_t most = 0; /* the largest rank's total */
+    for (int r = 0; r < ranks; r++) {
+      const uint64_t total = p.rows[r] * (uint64_t)(p.row_bytes + p.optim_bytes) + dense + step + ws;
+      most = total > most ? total : most;
+    }
+    char fit[512];
+    device_fit(&cfg, most, fit, sizeof fit);
+    fprintf(out, "  device: the largest rank needs about %.1f MiB; %s%s\n", (double)most / (1024.0 * 1024.0), fit,
+            ranks > 1 ? " (ranks on one machine share it)" : "");
+  }
   dlrec_shard_plan_free(&p);
   dlrec_net_free(net);
   return s;
@@ -1028,7 +1068,6 @@ dlrec_status dlrec_train(const dlrec_train_args *a, dlrec_train_result *res) {
   r.ranks = a->comm ? dlrec_comm_size(a->comm) : 1;
   dlrec_status s = setup(&r);
   if (r.ranks > 1 && (s = dist_agree(&r, s)) == DLREC_OK) s = dist_start(&r);
-  else if (s == DLREC_OK) log_memory(&r);
   if (s != DLREC_OK) {
     run_free(&r);
     return s;
