@@ -64,6 +64,28 @@ TEST(arena_alignment_and_growth) {
   dlrec_arena_free(&a);
 }
 
+/* Blocks of 2 MiB and more come from mmap and are not cleared as handed
+ * out: every allocation from one must still read zero, after earlier ones
+ * in the same block were written, and after an arena was freed and a new
+ * one took (maybe) the same pages. */
+TEST(arena_mapped_blocks_hand_out_zeros) {
+  for (int round = 0; round < 3; round++) {
+    dlrec_arena a;
+    dlrec_arena_init(&a, (size_t)8 << 20); /* one mapped block for the first allocations */
+    for (int i = 0; i < 6; i++) {
+      const size_t n = ((size_t)1 << 20) + 4096 * (size_t)i + 13;
+      unsigned char *p = dlrec_arena_alloc(&a, n, 64);
+      CHECK(p != NULL);
+      if (!p) break;
+      size_t nonzero = 0;
+      for (size_t k = 0; k < n; k++) nonzero += p[k] != 0;
+      CHECK_EQ_U64(nonzero, 0);
+      memset(p, 0xcd, n); /* dirty it: the next allocation must not see this */
+    }
+    dlrec_arena_free(&a);
+  }
+}
+
 /* A request so large that the bump pointer plus its size wraps around the
  * address space must fail, not return a pointer into the current block. */
 TEST(arena_refuses_sizes_that_would_wrap) {

@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/mman.h>
+
 #include "dlrec/status.h"
 
 #if defined(__has_feature)
@@ -43,8 +45,16 @@ struct dlrec_arena_block {
   dlrec_arena_block *next;
   size_t size; /* usable bytes after the header */
   size_t used;
+  int mapped;  /* from mmap: what was never handed out is still the kernel's zero pages */
   /* data follows, aligned to 64 */
 };
+
+/* Blocks this large come from mmap, whose pages are zero until written: the
+ * arena then hands them out without clearing them (a workspace of hundreds
+ * of MiB is written once by its first step instead of twice). Smaller ones,
+ * which a server's requests make and free by the thousand, stay with malloc
+ * and its warm pages. */
+#define MAPPED_MIN_BYTES ((size_t)2 << 20)
 
 #define HEADER_BYTES 64
 /* The header's padding after the struct, poisoned too (an underrun of the
@@ -86,21 +96,30 @@ void *dlrec_arena_alloc(dlrec_arena *a, size_t bytes, size_t align) {
       b->used = p + bytes - block_data(b);
       UNPOISON((void *)p, bytes);
       /* Zeroed as handed out, not per block: a large block that is mostly
-       * unused (a loader's 1 MiB for a small file) costs nothing to clear. */
-      memset((void *)p, 0, bytes);
+       * unused (a loader's 1 MiB for a small file) costs nothing to clear.
+       * A mapped block's never-used bytes are zero already. */
+      if (!b->mapped) memset((void *)p, 0, bytes);
       return (void *)p;
     }
   }
   size_t need = bytes + align;
   size_t size = need > a->block_bytes ? need : a->block_bytes;
   void *mem = NULL;
-  if (posix_memalign(&mem, 64, HEADER_BYTES + size) != 0) {
+  const int mapped = HEADER_BYTES + size >= MAPPED_MIN_BYTES;
+  if (mapped) {
+    mem = mmap(NULL, HEADER_BYTES + size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mem == MAP_FAILED) mem = NULL;
+  } else if (posix_memalign(&mem, 64, HEADER_BYTES + size) != 0) {
+    mem = NULL;
+  }
+  if (!mem) {
     dlrec_error(DLREC_ERR_NOMEM, "arena: cannot allocate %zu bytes", size);
     return NULL;
   }
   b = mem;
   b->size = size;
   b->used = 0;
+  b->mapped = mapped;
   b->next = a->head;
   a->head = b;
   POISON((char *)mem + HEADER_USED_BYTES, HEADER_BYTES - HEADER_USED_BYTES + size);
@@ -118,10 +137,11 @@ void dlrec_arena_free(dlrec_arena *a) {
   dlrec_arena_block *b = a->head;
   while (b) {
     dlrec_arena_block *next = b->next;
-    /* Handed back to malloc as it was received; free() poisons it again
-     * as freed memory. */
+    /* Handed back as it was received; free() poisons it again as freed
+     * memory. */
     UNPOISON(b, HEADER_BYTES + b->size);
-    free(b);
+    if (b->mapped) munmap(b, HEADER_BYTES + b->size);
+    else free(b);
     b = next;
   }
   a->head = NULL;
