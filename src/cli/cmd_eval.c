@@ -23,8 +23,8 @@ static void usage(FILE *out) {
 int cmd_eval(int argc, char **argv) {
   static const struct option opts[] = {{"model", required_argument, 0, 'm'}, {"data", required_argument, 0, 'd'},
                                        {"batch", required_argument, 0, 'b'}, {"max-rows", required_argument, 0, 'n'},
-                                       {"threads", required_argument, 0, 'j'}, {"device", required_argument, 0, 'D'}, {"help", no_argument, 0, 'h'},
-                                       {"checkpoint", required_argument, 0, 'c'},
+                                       {"threads", required_argument, 0, 'j'}, {"help", no_argument, 0, 'h'},
+                                       {"checkpoint", required_argument, 0, 'c'}, {"device", required_argument, 0, 'D'},
                                        {"quiet", no_argument, 0, 'q'}, {"verbose", no_argument, 0, 'v'},
                                        {0, 0, 0, 0}};
   const char *model = NULL, *data = NULL, *which = NULL, *device = NULL;

@@ -29,7 +29,8 @@ int cmd_predict(int argc, char **argv) {
   static const struct option opts[] = {{"model", required_argument, 0, 'm'}, {"input", required_argument, 0, 'i'},
                                        {"out", required_argument, 0, 'o'}, {"no-label", no_argument, 0, 'L'},
                                        {"strict-fields", no_argument, 0, 'S'}, {"checkpoint", required_argument, 0, 'c'},
-                                       {"batch", required_argument, 0, 'b'}, {"threads", required_argument, 0, 'j'}, {"device", required_argument, 0, 'D'},
+                                       {"batch", required_argument, 0, 'b'}, {"threads", required_argument, 0, 'j'},
+                                       {"device", required_argument, 0, 'D'},
                                        {"help", no_argument, 0, 'h'}, {"quiet", no_argument, 0, 'q'},
                                        {"verbose", no_argument, 0, 'v'}, {0, 0, 0, 0}};
   const char *model = NULL, *input = NULL, *out = NULL, *which = NULL, *device = NULL;

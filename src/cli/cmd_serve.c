@@ -79,7 +79,8 @@ int cmd_serve(int argc, char **argv) {
   static const struct option opts[] = {
       {"model", required_argument, 0, 'm'},         {"host", required_argument, 0, O_HOST},
       {"port", required_argument, 0, O_PORT},       {"port-file", required_argument, 0, O_PORT_FILE},
-      {"threads", required_argument, 0, O_THREADS},  {"device", required_argument, 0, O_DEVICE}, {"max-batch", required_argument, 0, O_MAX_BATCH},
+      {"threads", required_argument, 0, O_THREADS}, {"max-batch", required_argument, 0, O_MAX_BATCH},
+      {"device", required_argument, 0, O_DEVICE},
       {"max-delay-us", required_argument, 0, O_DELAY}, {"max-queue-rows", required_argument, 0, O_QUEUE},
       {"max-body-bytes", required_argument, 0, O_BODY}, {"max-connections", required_argument, 0, O_CONN},
       {"timeout-s", required_argument, 0, O_TIMEOUT}, {"watch", no_argument, 0, O_WATCH},

@@ -702,9 +702,6 @@ static dlrec_status dist_agree(run *r, dlrec_status s) {
   return DLREC_OK;
 }
 
-/* The shard plan of net's table over `ranks` ranks with the config's sparse
- * optimizer, and the bytes of the dense parameters with their state and of
- * the whole table with its (rank 0's copy). */
 /* A table row's bytes and its sparse optimizer state's, and the dense
  * parameters' bytes with their optimizer state's. */
 static void row_and_dense_bytes(const dlrec_train_config *cfg, const dlrec_net *net, uint32_t *row_bytes,
@@ -720,6 +717,8 @@ static void row_and_dense_bytes(const dlrec_train_config *cfg, const dlrec_net *
   *dense_bytes = (uint64_t)(n_params + dlrec_optim_state_floats(&cfg->dense, n_params)) * sizeof(float);
 }
 
+/* The shard plan of net's table over `ranks` ranks with the config's sparse
+ * optimizer, and the bytes of the dense parameters with their state. */
 static dlrec_status make_plan(const dlrec_train_config *cfg, dlrec_net *net, int ranks, dlrec_shard_plan *p,
                               uint64_t *dense_bytes) {
   uint32_t row_bytes, optim_bytes;
@@ -752,8 +751,6 @@ static uint32_t plan_threads(const dlrec_train_config *cfg, int ranks) {
   return cpus / ranks > 1 ? (uint32_t)(cpus / ranks) : 1;
 }
 
-/* One process's memory, up front (--plan prints it without training; a
- * job of several ranks logs its whole plan in dist_start). */
 /* Whether `need` bytes fit the memory of cfg's device, in one line into
  * buf (what the device has, or why it is unknown); 1 when it does not fit. */
 static int device_fit(const dlrec_train_config *cfg, uint64_t need, char *buf, size_t size) {
