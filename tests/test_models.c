@@ -1162,9 +1162,9 @@ TEST(workspace_bytes_match_real_workspaces) {
     CHECK(dlrec_net_ws_bytes(m, 64, 2) >= dlrec_net_ws_bytes(m, 64, 1) + 2 * (n_params + 32) * sizeof(float));
     dlrec_net_free(m);
   }
-  /* Split two ways, a step adds what the prediction adds beyond the whole
-   * workspace: each way's arenas (measured across the first split step,
-   * which makes them) and its dense gradients and logits. */
+  /* Split two ways, the estimate adds to the whole workspace what the
+   * first split step makes: each way's arenas (measured across that step)
+   * and its dense gradients and logits. */
   dlrec_schema s;
   net_check_schema(&s, 3);
   dlrec_backend *be;
