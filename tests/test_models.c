@@ -1204,3 +1204,164 @@ TEST(workspace_bytes_match_real_workspaces) {
   dlrec_net_free(m);
   dlrec_backend_free(be);
 }
+
+/* ---- whole-model agreement across backends ---------------------------------- */
+
+/* The stated tolerances. Two fp32 runs that sum in other orders agree to
+ * rounding at first and drift apart later (Adam's normalized steps amplify
+ * differences; batch normalization more so), so the early steps are held
+ * tight and the end of the run loosely:
+ *   the first AGREE_EARLY steps' losses within AGREE_EARLY_TOL relative (the
+ *   CPU split two ways) or AGREE_EARLY_TOL_OTHER (another backend, whose
+ *   products may round differently);
+ *   the mean loss of the last AGREE_LATE steps within AGREE_LATE_TOL relative,
+ *   and held-out scores within AGREE_SCORE_TOL on average. */
+enum { AGREE_STEPS = 200, AGREE_EARLY = 20, AGREE_LATE = 50 };
+#define AGREE_EARLY_TOL 1e-5
+#define AGREE_EARLY_TOL_OTHER 1e-3
+#define AGREE_LATE_TOL 0.05
+#define AGREE_SCORE_TOL 0.02
+
+typedef struct agree_run {
+  dlrec_backend *be;
+  dlrec_net *m;
+  dlrec_net_ws *ws;
+  dlrec_net_optim opt;
+} agree_run;
+
+static void agree_free(agree_run *r) {
+  dlrec_sparse_optim_free(r->opt.sparse);
+  free(r->opt.dense_state);
+  dlrec_net_ws_free(r->ws);
+  dlrec_net_free(r->m);
+  dlrec_backend_free(r->be);
+  memset(r, 0, sizeof *r);
+}
+
+/* A network of `type` on backend `name` (threads, fp32), initialized from
+ * seed 7, with Adam on the dense parameters and row-wise Adagrad on the
+ * table; DLREC_ERR_UNSUPPORTED when the backend cannot be created here. */
+static dlrec_status agree_open(agree_run *r, const dlrec_schema *s, const char *type, const char *extra,
+                               const char *name, uint32_t threads) {
+  memset(r, 0, sizeof *r);
+  dlrec_backend_config bc = {threads, DLREC_PRECISION_FP32, 0};
+  dlrec_status st = dlrec_backend_create(&r->be, name, &bc);
+  if (st != DLREC_OK) return st;
+  if ((st = model_create(&r->m, s, type, "sum", extra)) != DLREC_OK) return st;
+  dlrec_net_set_backend(r->m, r->be);
+  if ((st = dlrec_net_init(r->m, 7)) != DLREC_OK) return st;
+  if ((st = dlrec_net_ws_create(&r->ws, r->m, 128)) != DLREC_OK) return st;
+  size_t n;
+  dlrec_net_dense_params(r->m, &n);
+  dlrec_optim_config_default(&r->opt.dense, DLREC_OPTIM_ADAM);
+  r->opt.dense.lr = 0.002f;
+  r->opt.sparse_lr = 0.02f;
+  const size_t state = dlrec_optim_state_floats(&r->opt.dense, n);
+  if (!(r->opt.dense_state = calloc(state ? state : 1, sizeof(float)))) return DLREC_ERR_NOMEM;
+  if ((st = dlrec_optim_state_init(&r->opt.dense, r->opt.dense_state, n)) != DLREC_OK) return st;
+  dlrec_sparse_optim_config sc;
+  dlrec_sparse_optim_config_default(&sc, DLREC_SPARSE_ROWWISE_ADAGRAD);
+  return dlrec_sparse_optim_create(&r->opt.sparse, dlrec_net_table(r->m), &sc);
+}
+
+/* 128 rows of net_check_schema's columns from seed, with a label the
+ * features decide (the first column's id in the lower half of its range,
+ * or the first dense value above 0.8): a task the models learn, so that
+ * two runs' rounding differences fade instead of growing, as they do on
+ * noise. */
+static dlrec_batch agree_batch(const dlrec_schema *s, uint64_t seed) {
+  dlrec_batch b = bn_batch(s, seed, -1);
+  const uint32_t mid = (uint32_t)(s->sparse[0].id_begin + (s->sparse[0].id_end - s->sparse[0].id_begin) / 2);
+  float *labels = (float *)b.labels;
+  for (uint32_t i = 0; i < b.rows; i++)
+    labels[i] = b.ids[0][b.offsets[0][i]] < mid || b.dense[(size_t)i * s->n_dense] > 0.8f ? 1.0f : 0.0f;
+  return b;
+}
+
+/* AGREE_STEPS steps on the same batches into loss; then the scores of a
+ * batch the run did not train on, into prob (128 rows). */
+static dlrec_status agree_train(agree_run *r, const dlrec_schema *s, double *loss, float *prob) {
+  dlrec_status st = DLREC_OK;
+  for (uint64_t step = 1; st == DLREC_OK && step <= AGREE_STEPS; step++) {
+    dlrec_batch b = agree_batch(s, step);
+    st = dlrec_net_train_step(r->m, r->ws, &r->opt, &b, 1.0f, step, &loss[step - 1], NULL);
+  }
+  dlrec_net_scorer *sc = NULL;
+  if (st == DLREC_OK) st = dlrec_net_scorer_create(&sc, r->m);
+  dlrec_batch held = agree_batch(s, 1000);
+  if (st == DLREC_OK) st = dlrec_net_predict(sc, r->ws, &held, prob);
+  dlrec_net_scorer_free(sc);
+  return st;
+}
+
+/* Issue 11's whole-model agreement, on whatever the build has: every model
+ * type trains 200 steps from the same initial parameters on the reference
+ * (the CPU backend on one thread, whole steps) and on each other
+ * configuration that can be created here (the CPU split two ways; every
+ * other backend, a GPU's, in fp32), and their losses and held-out scores
+ * agree within the tolerances above. The other run's parameters, scored
+ * on the reference backend, score within AGREE_EARLY_TOL_OTHER of its own
+ * scoring (a GPU checkpoint scores on the CPU). A backend that cannot be
+ * created here is skipped, saying why. */
+TEST(models_agree_across_backends) {
+  static const struct {
+    const char *type, *extra;
+  } nets[] = {{"lr", ""},
+              {"fm", FM_EXTRA},
+              {"dlrm", ""},
+              {"wide_deep", ""},
+              {"wide_deep", ", \"batch_norm\": true"},
+              {"deepfm", ""},
+              {"dcn_v2", DCN_WIDE ", \"structure\": \"stacked\""},
+              {"dcn_v2", DCN_WIDE ", \"structure\": \"parallel\", \"low_rank\": 8, \"experts\": 3"}};
+  dlrec_schema s;
+  net_check_schema(&s, 3);
+  static double ref_loss[AGREE_STEPS], loss[AGREE_STEPS];
+  float ref_prob[128], prob[128], again[128];
+  int others = 0;
+  for (size_t i = 0; i < sizeof nets / sizeof nets[0]; i++) {
+    agree_run ref;
+    CHECK_OK(agree_open(&ref, &s, nets[i].type, nets[i].extra, "cpu", 1));
+    CHECK_OK(agree_train(&ref, &s, ref_loss, ref_prob));
+    for (size_t k = 0; dlrec_backend_name_at(k); k++) {
+      const char *name = dlrec_backend_name_at(k);
+      const uint32_t threads = strcmp(name, "cpu") ? 1 : 2;
+      agree_run r;
+      dlrec_status st = agree_open(&r, &s, nets[i].type, nets[i].extra, name, threads);
+      if (st == DLREC_ERR_UNSUPPORTED && strcmp(name, "cpu")) {
+        if (i == 0) printf("test_models: agreement on %s skipped: %s\n", name, dlrec_last_error());
+        agree_free(&r);
+        continue;
+      }
+      CHECK_OK(st);
+      CHECK_OK(agree_train(&r, &s, loss, prob));
+      const double early_tol = strcmp(name, "cpu") ? AGREE_EARLY_TOL_OTHER : AGREE_EARLY_TOL;
+      double early = 0, late = 0, late_ref = 0, scores = 0;
+      for (int t = 0; t < AGREE_EARLY; t++) early = fmax(early, fabs(loss[t] - ref_loss[t]) / fmax(1.0, ref_loss[t]));
+      for (int t = AGREE_STEPS - AGREE_LATE; t < AGREE_STEPS; t++) late += loss[t], late_ref += ref_loss[t];
+      for (int j = 0; j < 128; j++) scores += fabs((double)prob[j] - ref_prob[j]) / 128;
+      const double late_rel = fabs(late - late_ref) / late_ref;
+      const int ok = early <= early_tol && late_rel <= AGREE_LATE_TOL && scores <= AGREE_SCORE_TOL;
+      if (!ok || getenv("DLREC_TEST_VERBOSE"))
+        fprintf(stderr, "%s%s on %s (%u threads): early steps' loss %.3g apart, the last %d's mean %.3g, scores %.3g\n",
+                nets[i].type, nets[i].extra, name, threads, early, AGREE_LATE, late_rel, scores);
+      CHECK(ok);
+      /* Its parameters scored on the reference's backend. */
+      dlrec_net_set_backend(r.m, ref.be);
+      dlrec_net_scorer *sc = NULL;
+      dlrec_batch held = agree_batch(&s, 1000);
+      CHECK_OK(dlrec_net_scorer_create(&sc, r.m));
+      CHECK_OK(dlrec_net_predict(sc, r.ws, &held, again));
+      dlrec_net_scorer_free(sc);
+      double moved = 0;
+      for (int j = 0; j < 128; j++) moved = fmax(moved, fabs((double)again[j] - prob[j]));
+      CHECK(moved <= AGREE_EARLY_TOL_OTHER);
+      /* The runs really trained: the loss moved. */
+      CHECK(fabs(loss[AGREE_STEPS - 1] - loss[0]) > 1e-3);
+      others++;
+      agree_free(&r);
+    }
+    agree_free(&ref);
+  }
+  CHECK(others >= (int)(sizeof nets / sizeof nets[0])); /* at least the CPU split two ways, for each */
+}
