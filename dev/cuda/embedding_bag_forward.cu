@@ -1,5 +1,5 @@
 // Embedding bag forward on the GPU: each bag's rows of one fused table,
-// pooled by sum or mean, fp32 or bf16 rows, one-hot or multi-hot bags (the
+// pooled by sum or mean, fp32, bf16 or fp16 rows, one-hot or multi-hot bags (the
 // CUDA twin of src/embed/bag.c's dlrec_bag_forward, issue 11).
 //
 //   out[bag][d] = sum over k in [off[bag], off[bag+1]) of table[ids[k]][d]
@@ -8,14 +8,14 @@
 // Bags are numbered sample-major (bag = b * F + c) and the output is
 // (B, F, D) float32, as the CPU backend's. Sums run in float32 in id order,
 // as the CPU's do, so every variant must match the CPU reference bit for
-// bit (bf16 rows widen exactly). An id outside the table sets a flag and
+// bit (bf16 and fp16 rows widen exactly). An id outside the table sets a flag and
 // pools as 0: the host turns the flag into an error.
 //
 // Variants:
 //   1  naive: a thread per (bag, d)
 //   2  a group of lanes per bag (as many as the row has 16-byte pieces, up
-//      to a warp), each lane 16 bytes of a row at a time (float4 or 8
-//      bf16), four rows in flight before they are added in id order; small
+//      to a warp), each lane 16 bytes of a row at a time (float4, or 8
+//      bf16 or fp16), four rows in flight before they are added in id order; small
 //      rows (D = 16) share a warp among several bags
 //
 // usage: embedding_bag_forward [rows] [dim] [batch] [cols] [hot]
@@ -24,7 +24,17 @@
 //   gathered, the ids and the output) against the device's.
 #include <vector>
 
+#include <cuda_fp16.h>
+
+#include <type_traits>
+
 #include "common.h"
+
+// An fp16 row element: its IEEE binary16 bits, as the CPU table stores them
+// (src/embed/dtype.h); a type of its own, apart from bf16's uint16_t.
+struct fp16 {
+  uint16_t bits;
+};
 
 // ---- CPU reference ----
 
@@ -37,6 +47,10 @@ float widen<float>(float x) {
 template <>
 float widen<uint16_t>(uint16_t x) {
   return dtype_bf16_to_f32(x);
+}
+template <>
+float widen<fp16>(fp16 x) {
+  return dtype_fp16_to_f32(x.bits);
 }
 
 template <class T>
@@ -64,6 +78,7 @@ static void bag_forward_cpu(float *out, const T *table, uint64_t rows, int D, co
 
 __device__ inline float widen_d(float x) { return x; }
 __device__ inline float widen_d(uint16_t x) { return __uint_as_float((uint32_t)x << 16); }
+__device__ inline float widen_d(fp16 x) { return __half2float(__ushort_as_half(x.bits)); }
 
 template <class T>
 __global__ void bag_forward_naive(float *out, const T *table, uint64_t rows, int D, const uint32_t *off,
@@ -85,7 +100,7 @@ __global__ void bag_forward_naive(float *out, const T *table, uint64_t rows, int
   out[i] = s;
 }
 
-// 16 bytes of a row: 4 floats or 8 bf16, widened.
+// 16 bytes of a row: 4 floats, or 8 bf16 or fp16, widened.
 template <class T>
 struct Vec;
 template <>
@@ -105,6 +120,18 @@ struct Vec<uint16_t> {
     for (int i = 0; i < 4; i++) {
       v[2 * i] = __uint_as_float(w[i] << 16);
       v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    }
+  }
+};
+template <>
+struct Vec<fp16> {
+  static constexpr int N = 8;
+  __device__ static void load(float *v, const fp16 *p) {
+    const uint4 x = *reinterpret_cast<const uint4 *>(p);
+    const uint32_t w[4] = {x.x, x.y, x.z, x.w};
+    for (int i = 0; i < 4; i++) {
+      v[2 * i] = __half2float(__ushort_as_half((unsigned short)(w[i] & 0xffffu)));
+      v[2 * i + 1] = __half2float(__ushort_as_half((unsigned short)(w[i] >> 16)));
     }
   }
 };
@@ -166,7 +193,8 @@ static int run(const char *what, uint64_t rows, int D, uint32_t B, uint32_t F, u
   std::vector<T> table((size_t)rows * D);
   for (size_t i = 0; i < table.size(); i++) {
     const float x = val(i, 0x5eed, 1.0f);
-    if constexpr (sizeof(T) == 2) table[i] = dtype_f32_to_bf16(x);
+    if constexpr (std::is_same_v<T, uint16_t>) table[i] = dtype_f32_to_bf16(x);
+    else if constexpr (std::is_same_v<T, fp16>) table[i].bits = dtype_f32_to_fp16(x);
     else table[i] = x;
   }
   std::vector<float> want((size_t)bags * D), got((size_t)bags * D);
@@ -202,7 +230,7 @@ static int run(const char *what, uint64_t rows, int D, uint32_t B, uint32_t F, u
                                                                    d_bad);
       } else {
         // As many lanes a bag as the row has 16-byte pieces, up to a warp
-        // (D = 16: 4 lanes for fp32, 2 for bf16, so 8 or 16 bags a warp).
+        // (D = 16: 4 lanes for fp32, 2 for bf16 or fp16, so 8 or 16 bags a warp).
         const int vecs = D / Vec<T>::N;
         auto blocks = [&](int lanes) { return (unsigned)(((uint64_t)bags * lanes + 255) / 256); };
         if (vecs <= 2)
@@ -258,9 +286,11 @@ int main(int argc, char **argv) {
   for (int mean = 0; mean <= 1; mean++) {
     failures += run<float>(mean ? "fp32 mean" : "fp32 sum ", rows, D, B, F, hot, mean);
     failures += run<uint16_t>(mean ? "bf16 mean" : "bf16 sum ", rows, D, B, F, hot, mean);
+    failures += run<fp16>(mean ? "fp16 mean" : "fp16 sum ", rows, D, B, F, hot, mean);
   }
   // The small rows of Criteo's tables, multi-hot.
   failures += run<float>("fp32 D=16 multi-hot", rows, 16, B, F, 8, 1);
   failures += run<uint16_t>("bf16 D=16 multi-hot", rows, 16, B, F, 8, 0);
+  failures += run<fp16>("fp16 D=16 multi-hot", rows, 16, B, F, 8, 1);
   return failures ? 1 : 0;
 }
