@@ -5,18 +5,26 @@
 // order and the result is deterministic); each run of equal rows is one
 // unique row, whose gradient is the sum of its bags' output gradients
 // (times 1 / count for mean pooling), summed in item order; the row is then
-// updated in place by SGD or row-wise Adagrad (FBGEMM's: one accumulator a
-// row, fed with the row's mean squared gradient), with weight decay.
+// updated in place by SGD, row-wise Adagrad (FBGEMM's: one accumulator a
+// row, fed with the row's mean squared gradient) or lazy Adam (moments per
+// element, a step count per row: only the batch's rows move), with weight
+// decay.
 //
 //   gw      = g + wd * w
 //   SGD:      w -= lr * gw
 //   Adagrad:  acc += sum(gw^2) / D;  w -= lr / (sqrt(acc) + eps) * gw
+//   Adam:     t = ++steps[row]; bc1 = 1 - b1^t, bc2 = 1 - b2^t (as -expm1(t log b))
+//             m = b1 m + (1 - b1) gw;  v = b2 v + (1 - b2) gw^2
+//             w -= (lr / bc1) m / (sqrt(v) / sqrt(bc2) + eps)
 //
 // Products and sums use the _rn intrinsics (no contraction into FMA), so
 // each unique row's gradient is the CPU reference's bit for bit; the
 // update's sum of squares is a warp reduction (another order than the
-// CPU's loop), so weights and accumulators are checked to a relative 1e-6,
-// and two GPU runs must agree bit for bit (determinism).
+// CPU's loop), so weights and accumulators are checked to a relative 1e-6
+// (Adam's moments and weights too: its bias corrections come from CUDA's
+// expm1 and sqrt in double, which may differ from glibc's in the last bit;
+// step counts exactly), and two GPU runs must agree bit for bit
+// (determinism).
 //
 // Items here are in bag-major order (bag = b * F + c, then position); the
 // CPU backend lists them column-major, which the backend port will follow.
@@ -31,15 +39,23 @@
 
 #include "common.h"
 
+enum { OPT_SGD = 0, OPT_ADAGRAD = 1, OPT_ADAM = 2 };
+
 struct Opt {
-  int adagrad;
-  float lr, wd, eps;
+  int kind;
+  float lr, wd, eps, b1, b2;
+};
+
+// Lazy Adam's state: moments (rows, D) and a step count a row.
+struct AdamState {
+  float *m, *v;
+  uint32_t *steps;
 };
 
 // ---- CPU reference ----
 
-static void reference(float *w, float *acc, int D, const uint32_t *off, const uint32_t *ids, uint32_t bags,
-                      const float *dout, int mean, Opt o) {
+static void reference(float *w, float *acc, AdamState st, int D, const uint32_t *off, const uint32_t *ids,
+                      uint32_t bags, const float *dout, int mean, Opt o) {
   const uint32_t nnz = off[bags];
   std::vector<uint32_t> bag_of(nnz), order(nnz);
   for (uint32_t g = 0; g < bags; g++)
@@ -57,8 +73,20 @@ static void reference(float *w, float *acc, int D, const uint32_t *off, const ui
       for (int d = 0; d < D; d++) g[d] += mean ? inv * dout[(size_t)bag * D + d] : dout[(size_t)bag * D + d];
     }
     float *wr = w + (size_t)r * D;
-    if (!o.adagrad) {
+    if (o.kind == OPT_SGD) {
       for (int d = 0; d < D; d++) wr[d] -= o.lr * (g[d] + o.wd * wr[d]);
+    } else if (o.kind == OPT_ADAM) {
+      const uint32_t t = ++st.steps[r];
+      const double bc1 = -std::expm1((double)t * std::log((double)o.b1));
+      const double bc2 = -std::expm1((double)t * std::log((double)o.b2));
+      const float step_size = (float)(o.lr / bc1), inv_sqrt_bc2 = (float)(1.0 / std::sqrt(bc2));
+      float *m = st.m + (size_t)r * D, *v = st.v + (size_t)r * D;
+      for (int d = 0; d < D; d++) {
+        const float gd = g[d] + o.wd * wr[d];
+        m[d] = o.b1 * m[d] + (1.0f - o.b1) * gd;
+        v[d] = o.b2 * v[d] + (1.0f - o.b2) * gd * gd;
+        wr[d] -= step_size * m[d] / (std::sqrt(v[d]) * inv_sqrt_bc2 + o.eps);
+      }
     } else {
       double sq = 0; // the reference's sum in double: the GPU's order differs
       for (int d = 0; d < D; d++) {
@@ -92,9 +120,10 @@ __global__ void iota(uint32_t *v, uint32_t n) {
 // start[u] + count[u]), all of row rows_u[u]. Lanes take d = lane, lane +
 // 32, ...; D <= 32 * 8.
 template <int PER_LANE>
-__global__ void reduce_update(float *w, float *acc, int D, const uint32_t *rows_u, const uint32_t *count,
-                              const uint32_t *start, uint32_t n_unique, const uint32_t *sorted_items,
-                              const uint32_t *bag_of, const uint32_t *off, const float *dout, int mean, Opt o) {
+__global__ void reduce_update(float *w, float *acc, AdamState st, int D, const uint32_t *rows_u,
+                              const uint32_t *count, const uint32_t *start, uint32_t n_unique,
+                              const uint32_t *sorted_items, const uint32_t *bag_of, const uint32_t *off,
+                              const float *dout, int mean, Opt o) {
   const uint32_t u = (blockIdx.x * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
   if (u >= n_unique) return;
@@ -117,10 +146,29 @@ __global__ void reduce_update(float *w, float *acc, int D, const uint32_t *rows_
     gw[j] = d < D ? __fadd_rn(g[j], __fmul_rn(o.wd, wr[d])) : 0.0f;
     sq = __fadd_rn(sq, __fmul_rn(gw[j], gw[j]));
   }
-  if (!o.adagrad) {
+  if (o.kind == OPT_SGD) {
     for (int j = 0; j < PER_LANE; j++) {
       const int d = lane + 32 * j;
       if (d < D) wr[d] = __fsub_rn(wr[d], __fmul_rn(o.lr, gw[j]));
+    }
+    return;
+  }
+  if (o.kind == OPT_ADAM) {
+    // A unique row is one warp's alone: its step count needs no atomic.
+    const uint32_t t = st.steps[r] + 1;
+    const double bc1 = -expm1((double)t * log((double)o.b1)), bc2 = -expm1((double)t * log((double)o.b2));
+    const float step_size = (float)(o.lr / bc1), inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2));
+    __syncwarp();
+    if (lane == 0) st.steps[r] = t;
+    float *m = st.m + (size_t)r * D, *v = st.v + (size_t)r * D;
+    for (int j = 0; j < PER_LANE; j++) {
+      const int d = lane + 32 * j;
+      if (d >= D) continue;
+      const float gd = gw[j];
+      m[d] = __fadd_rn(__fmul_rn(o.b1, m[d]), __fmul_rn(__fsub_rn(1.0f, o.b1), gd));
+      v[d] = __fadd_rn(__fmul_rn(o.b2, v[d]), __fmul_rn(__fmul_rn(__fsub_rn(1.0f, o.b2), gd), gd));
+      const float den = __fadd_rn(__fmul_rn(__fsqrt_rn(v[d]), inv_sqrt_bc2), o.eps);
+      wr[d] = __fsub_rn(wr[d], __fdiv_rn(__fmul_rn(step_size, m[d]), den));
     }
     return;
   }
@@ -140,6 +188,7 @@ __global__ void reduce_update(float *w, float *acc, int D, const uint32_t *rows_
 struct Gpu {
   uint32_t *off, *ids, *bag_of, *items, *sorted_rows, *sorted_items, *rows_u, *count, *start, *n_unique;
   float *w, *acc, *dout;
+  AdamState adam;
   void *tmp;
   size_t tmp_bytes;
 };
@@ -158,16 +207,16 @@ static void step(Gpu &g, int D, uint32_t bags, uint32_t nnz, int mean, Opt o) {
   CUDA_CHECK(cudaMemcpy(&n_unique, g.n_unique, 4, cudaMemcpyDeviceToHost));
   const unsigned blocks = (unsigned)(((uint64_t)n_unique * 32 + 255) / 256);
   if (D <= 32)
-    reduce_update<1><<<blocks, 256>>>(g.w, g.acc, D, g.rows_u, g.count, g.start, n_unique, g.sorted_items, g.bag_of,
+    reduce_update<1><<<blocks, 256>>>(g.w, g.acc, g.adam, D, g.rows_u, g.count, g.start, n_unique, g.sorted_items, g.bag_of,
                                       g.off, g.dout, mean, o);
   else if (D <= 64)
-    reduce_update<2><<<blocks, 256>>>(g.w, g.acc, D, g.rows_u, g.count, g.start, n_unique, g.sorted_items, g.bag_of,
+    reduce_update<2><<<blocks, 256>>>(g.w, g.acc, g.adam, D, g.rows_u, g.count, g.start, n_unique, g.sorted_items, g.bag_of,
                                       g.off, g.dout, mean, o);
   else if (D <= 128)
-    reduce_update<4><<<blocks, 256>>>(g.w, g.acc, D, g.rows_u, g.count, g.start, n_unique, g.sorted_items, g.bag_of,
+    reduce_update<4><<<blocks, 256>>>(g.w, g.acc, g.adam, D, g.rows_u, g.count, g.start, n_unique, g.sorted_items, g.bag_of,
                                       g.off, g.dout, mean, o);
   else
-    reduce_update<8><<<blocks, 256>>>(g.w, g.acc, D, g.rows_u, g.count, g.start, n_unique, g.sorted_items, g.bag_of,
+    reduce_update<8><<<blocks, 256>>>(g.w, g.acc, g.adam, D, g.rows_u, g.count, g.start, n_unique, g.sorted_items, g.bag_of,
                                       g.off, g.dout, mean, o);
   CUDA_CHECK(cudaGetLastError());
 }
@@ -181,8 +230,16 @@ static int run(const char *what, uint64_t rows, int D, uint32_t B, uint32_t F, u
   for (size_t i = 0; i < w.size(); i++) w[i] = val(i, 0, 1.0f);
   for (size_t i = 0; i < acc.size(); i++) acc[i] = std::fabs(val(i, 7, 1.0f));
   for (size_t i = 0; i < dout.size(); i++) dout[i] = val(i, 99, 0.25f);
-  std::vector<float> w_ref = w, acc_ref = acc;
-  reference(w_ref.data(), acc_ref.data(), D, off.data(), ids.data(), bags, dout.data(), mean, o);
+  // Adam's state (Adam runs only): moments mid-training, rows at steps 0 to 4.
+  const size_t adam_n = o.kind == OPT_ADAM ? w.size() : 0;
+  std::vector<float> m(adam_n), v(adam_n);
+  std::vector<uint32_t> steps(o.kind == OPT_ADAM ? rows : 0);
+  for (size_t i = 0; i < adam_n; i++) m[i] = val(i, 3, 0.1f), v[i] = std::fabs(val(i, 5, 0.01f));
+  for (size_t i = 0; i < steps.size(); i++) steps[i] = (uint32_t)(i % 5);
+  std::vector<float> w_ref = w, acc_ref = acc, m_ref = m, v_ref = v;
+  std::vector<uint32_t> steps_ref = steps;
+  reference(w_ref.data(), acc_ref.data(), AdamState{m_ref.data(), v_ref.data(), steps_ref.data()}, D, off.data(),
+            ids.data(), bags, dout.data(), mean, o);
 
   Gpu g{};
   CUDA_CHECK(cudaMalloc(&g.off, off.size() * 4));
@@ -198,6 +255,11 @@ static int run(const char *what, uint64_t rows, int D, uint32_t B, uint32_t F, u
   CUDA_CHECK(cudaMalloc(&g.w, w.size() * 4));
   CUDA_CHECK(cudaMalloc(&g.acc, acc.size() * 4));
   CUDA_CHECK(cudaMalloc(&g.dout, dout.size() * 4));
+  if (o.kind == OPT_ADAM) {
+    CUDA_CHECK(cudaMalloc(&g.adam.m, adam_n * 4));
+    CUDA_CHECK(cudaMalloc(&g.adam.v, adam_n * 4));
+    CUDA_CHECK(cudaMalloc(&g.adam.steps, steps.size() * 4));
+  }
   size_t a = 0, b = 0, c = 0;
   CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, a, g.ids, g.sorted_rows, g.items, g.sorted_items, (int)nnz));
   CUDA_CHECK(cub::DeviceRunLengthEncode::Encode(nullptr, b, g.sorted_rows, g.rows_u, g.count, g.n_unique, (int)nnz));
@@ -209,31 +271,51 @@ static int run(const char *what, uint64_t rows, int D, uint32_t B, uint32_t F, u
   CUDA_CHECK(cudaMemcpy(g.dout, dout.data(), dout.size() * 4, cudaMemcpyHostToDevice));
 
   int failures = 0;
-  std::vector<float> w_got[2], acc_got[2];
+  std::vector<float> w_got[2], acc_got[2], m_got[2], v_got[2];
+  std::vector<uint32_t> steps_got[2];
   for (int pass = 0; pass < 2; pass++) { // twice: the two results must be the same bits
     CUDA_CHECK(cudaMemcpy(g.w, w.data(), w.size() * 4, cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(g.acc, acc.data(), acc.size() * 4, cudaMemcpyHostToDevice));
+    if (adam_n) {
+      CUDA_CHECK(cudaMemcpy(g.adam.m, m.data(), adam_n * 4, cudaMemcpyHostToDevice));
+      CUDA_CHECK(cudaMemcpy(g.adam.v, v.data(), adam_n * 4, cudaMemcpyHostToDevice));
+      CUDA_CHECK(cudaMemcpy(g.adam.steps, steps.data(), steps.size() * 4, cudaMemcpyHostToDevice));
+    }
     step(g, D, bags, nnz, mean, o);
     w_got[pass].resize(w.size());
     acc_got[pass].resize(acc.size());
+    m_got[pass].resize(adam_n);
+    v_got[pass].resize(adam_n);
+    steps_got[pass].resize(steps.size());
     CUDA_CHECK(cudaMemcpy(w_got[pass].data(), g.w, w.size() * 4, cudaMemcpyDeviceToHost));
     CUDA_CHECK(cudaMemcpy(acc_got[pass].data(), g.acc, acc.size() * 4, cudaMemcpyDeviceToHost));
+    if (adam_n) {
+      CUDA_CHECK(cudaMemcpy(m_got[pass].data(), g.adam.m, adam_n * 4, cudaMemcpyDeviceToHost));
+      CUDA_CHECK(cudaMemcpy(v_got[pass].data(), g.adam.v, adam_n * 4, cudaMemcpyDeviceToHost));
+      CUDA_CHECK(cudaMemcpy(steps_got[pass].data(), g.adam.steps, steps.size() * 4, cudaMemcpyDeviceToHost));
+    }
   }
-  if (std::memcmp(w_got[0].data(), w_got[1].data(), w.size() * 4) ||
-      std::memcmp(acc_got[0].data(), acc_got[1].data(), acc.size() * 4)) {
+  if (w_got[0] != w_got[1] || acc_got[0] != acc_got[1] || m_got[0] != m_got[1] || v_got[0] != v_got[1] ||
+      steps_got[0] != steps_got[1]) {
     std::printf("  %s: FAIL: two runs differ\n", what);
+    failures++;
+  }
+  if (steps_got[0] != steps_ref) {
+    std::printf("  %s: FAIL: the rows' step counts differ from the reference's\n", what);
     failures++;
   }
   double worst = 0;
   size_t at = 0;
-  for (size_t i = 0; i < w.size(); i++) {
-    const double e = std::fabs((double)w_got[0][i] - w_ref[i]) / (std::fabs((double)w_ref[i]) + 1e-3);
-    if (e > worst) worst = e, at = i;
-  }
-  for (size_t i = 0; i < acc.size(); i++) {
-    const double e = std::fabs((double)acc_got[0][i] - acc_ref[i]) / (std::fabs((double)acc_ref[i]) + 1e-3);
-    if (e > worst) worst = e, at = i;
-  }
+  auto compare = [&](const std::vector<float> &got, const std::vector<float> &want) {
+    for (size_t i = 0; i < want.size(); i++) {
+      const double e = std::fabs((double)got[i] - want[i]) / (std::fabs((double)want[i]) + 1e-3);
+      if (e > worst) worst = e, at = i;
+    }
+  };
+  compare(w_got[0], w_ref);
+  compare(acc_got[0], acc_ref);
+  compare(m_got[0], m_ref);
+  compare(v_got[0], v_ref);
   if (!(worst <= 1e-6)) {
     std::printf("  %s: FAIL: relative error %.3g at %zu\n", what, worst, at);
     failures++;
@@ -247,6 +329,7 @@ static int run(const char *what, uint64_t rows, int D, uint32_t B, uint32_t F, u
   cudaFree(g.off), cudaFree(g.ids), cudaFree(g.bag_of), cudaFree(g.items), cudaFree(g.sorted_rows);
   cudaFree(g.sorted_items), cudaFree(g.rows_u), cudaFree(g.count), cudaFree(g.start), cudaFree(g.n_unique);
   cudaFree(g.w), cudaFree(g.acc), cudaFree(g.dout), cudaFree(g.tmp);
+  cudaFree(g.adam.m), cudaFree(g.adam.v), cudaFree(g.adam.steps);
   return failures;
 }
 
@@ -257,11 +340,15 @@ int main(int argc, char **argv) {
   const uint64_t rows = a.rows;
   const int D = a.D;
   const uint32_t B = a.B, F = a.F, hot = a.hot;
-  const Opt sgd = {0, 0.05f, 1e-4f, 0.0f}, adagrad = {1, 0.05f, 1e-4f, 1e-10f};
+  const Opt sgd = {OPT_SGD, 0.05f, 1e-4f, 0.0f, 0.0f, 0.0f};
+  const Opt adagrad = {OPT_ADAGRAD, 0.05f, 1e-4f, 1e-10f, 0.0f, 0.0f};
+  const Opt adam = {OPT_ADAM, 0.001f, 1e-4f, 1e-8f, 0.9f, 0.999f};
   int failures = 0;
   failures += run("sgd, sum", rows, D, B, F, hot, 0, sgd);
   failures += run("rowwise adagrad, sum", rows, D, B, F, hot, 0, adagrad);
   failures += run("rowwise adagrad, mean, multi-hot", rows, D, B, F, 8, 1, adagrad);
   failures += run("rowwise adagrad, D=16", rows, 16, B, F, hot, 0, adagrad);
+  failures += run("lazy adam, sum", rows, D, B, F, hot, 0, adam);
+  failures += run("lazy adam, mean, multi-hot", rows, D, B, F, 8, 1, adam);
   return failures ? 1 : 0;
 }
