@@ -18,6 +18,8 @@
 //            absolute: sigmoid(z) - y cancels)
 //   adam     the dense Adam step (src/nn/optim.c): PyTorch's bias
 //            corrections folded into a step size and a denominator scale
+//   sgd, adagrad  the other dense optimizers (src/nn/optim.c), with L2
+//            weight decay: w -= lr (g + wd w); s += g^2, w -= lr g / (sqrt(s) + eps)
 //
 // usage: small_ops [n]   (default 1 << 24 elements; the fm and bce batches
 //   are n / 416 and n samples); exits 77 (CTest: skipped) without a CUDA
@@ -265,6 +267,46 @@ static int test_adam(size_t n) {
   return failures;
 }
 
+// ---- sgd, adagrad ----
+
+__global__ void sgd(float *w, const float *grad, size_t n, float lr, float wd) {
+  const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) w[i] = __fsub_rn(w[i], __fmul_rn(lr, __fadd_rn(grad[i], __fmul_rn(wd, w[i]))));
+}
+
+__global__ void adagrad(float *w, const float *grad, float *s, size_t n, float lr, float wd, float eps) {
+  const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const float g = __fadd_rn(grad[i], __fmul_rn(wd, w[i]));
+  s[i] = __fadd_rn(s[i], __fmul_rn(g, g));
+  w[i] = __fsub_rn(w[i], __fdiv_rn(__fmul_rn(lr, g), __fadd_rn(__fsqrt_rn(s[i]), eps)));
+}
+
+static int test_sgd_adagrad(size_t n) {
+  const float lr = 0.05f, wd = 1e-5f, eps = 1e-10f;
+  std::vector<float> w(n), g(n), st(n);
+  for (size_t i = 0; i < n; i++) w[i] = val(i, 20, 1), g[i] = val(i, 21, 0.01f), st[i] = std::fabs(val(i, 22, 0.1f));
+  std::vector<float> w_sgd = w, w_ada = w, s_ada = st;
+  for (size_t i = 0; i < n; i++) {
+    w_sgd[i] -= lr * (g[i] + wd * w_sgd[i]);
+    const float gi = g[i] + wd * w_ada[i];
+    s_ada[i] += gi * gi;
+    w_ada[i] -= lr * gi / (std::sqrt(s_ada[i]) + eps);
+  }
+  float *d_w = upload(w), *d_g = upload(g), *d_s = upload(st);
+  const unsigned blocks = (unsigned)((n + 255) / 256);
+  sgd<<<blocks, 256>>>(d_w, d_g, n, lr, wd);
+  CUDA_CHECK(cudaGetLastError());
+  int failures = same_bits("sgd w", download(d_w, n).data(), w_sgd.data(), n);
+  CUDA_CHECK(cudaMemcpy(d_w, w.data(), n * 4, cudaMemcpyHostToDevice));
+  adagrad<<<blocks, 256>>>(d_w, d_g, d_s, n, lr, wd, eps);
+  CUDA_CHECK(cudaGetLastError());
+  failures += same_bits("adagrad w", download(d_w, n).data(), w_ada.data(), n) +
+              same_bits("adagrad s", download(d_s, n).data(), s_ada.data(), n);
+  cudaFree(d_w), cudaFree(d_g), cudaFree(d_s);
+  return failures;
+}
+
 int main(int argc, char **argv) {
   const size_t n = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : (size_t)1 << 24;
   if (n < 1024 || n > ((size_t)1 << 30)) {
@@ -272,6 +314,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   require_gpu("small_ops");
-  const int failures = test_fm(n) + test_cross(n) + test_bce(n < ((size_t)1 << 26) ? n : (size_t)1 << 26) + test_adam(n);
+  const int failures = test_fm(n) + test_cross(n) + test_bce(n < ((size_t)1 << 26) ? n : (size_t)1 << 26) +
+                       test_adam(n) + test_sgd_adagrad(n);
   return failures ? 1 : 0;
 }
