@@ -1,7 +1,8 @@
 // A linear layer through cuBLASLt (issue 11's MLPs): forward with the bias
 // and ReLU in the GEMM's epilogue, and the backward GEMMs (dW, din; the bias
-// gradient, a column sum, is left to the backend), in TF32 (fp32 operands) or
-// bf16 (operands rounded from fp32 master weights and activations), fp32
+// gradient, a column sum, is left to the backend), in TF32 (fp32 operands),
+// bf16 or fp16 (operands rounded to nearest even from fp32 master weights and
+// activations; fp16's range is the trainer's to keep with loss scaling), fp32
 // accumulation and outputs. Row-major like the CPU backend:
 //
 //   out (B, OUT) = act(in (B, IN) . W^T + bias),  W (OUT, IN)
@@ -13,13 +14,15 @@
 // m = OUT, n = B, k = IN with W transposed.
 //
 // Checked against a CPU reference in double over the operands as the GPU
-// reads them (rounded to bf16, or unrounded for TF32): each value within
-// tol * sum |a_k b_k| + 1e-6 (tol 1e-4 for bf16: exact products, fp32 sums
-// of up to 65536 of them; 2e-3 for TF32's 10-bit mantissas), and timed.
+// reads them (rounded to bf16 or fp16, or unrounded for TF32): each value
+// within tol * sum |a_k b_k| + 1e-6 (tol 1e-4 for bf16 and fp16: exact
+// products, fp32 sums of up to 65536 of them; 2e-3 for TF32's 10-bit
+// mantissas), and timed.
 //
 // usage: linear_cublaslt [batch] [in] [out]   (defaults 65536 1024 1024);
 //   exits 77 (CTest: skipped) without a CUDA device.
 #include <cublasLt.h>
+#include <cuda_fp16.h>
 
 #include <cmath>
 #include <vector>
@@ -36,7 +39,7 @@
   } while (0)
 
 // D (m, n; ld m) = op(A) . op(B) (+ epilogue), column-major; A, B of type
-// ab (CUDA_R_32F with TF32 compute, or CUDA_R_16BF), D fp32.
+// ab (CUDA_R_32F with TF32 compute, CUDA_R_16BF or CUDA_R_16F), D fp32.
 static void matmul(cublasLtHandle_t lt, void *ws, size_t ws_bytes, float *D, const void *A, int lda, bool ta,
                    const void *B, int ldb, bool tb, int m, int n, int k, cudaDataType_t ab, cublasLtEpilogue_t epi,
                    const float *bias) {
@@ -95,14 +98,26 @@ __global__ void to_bf16(uint16_t *dst, const float *src, size_t n) {
   }
 }
 
-static int run(bool bf16, int B, int IN, int OUT) {
-  const char *name = bf16 ? "bf16" : "tf32";
+__global__ void to_fp16(uint16_t *dst, const float *src, size_t n) {
+  const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) dst[i] = __half_as_ushort(__float2half_rn(src[i]));
+}
+
+enum Prec { TF32 = 0, BF16 = 1, FP16 = 2 };
+
+static int run(Prec prec, int B, int IN, int OUT) {
+  const char *name = prec == BF16 ? "bf16" : prec == FP16 ? "fp16" : "tf32";
+  const bool half = prec != TF32; // 16-bit operands, converted on the device
   std::vector<float> in((size_t)B * IN), w((size_t)OUT * IN), bias(OUT), dout((size_t)B * OUT);
   for (size_t i = 0; i < in.size(); i++) in[i] = val(i, 0, 1.0f);
   for (size_t i = 0; i < w.size(); i++) w[i] = val(i, 3, 1.0f / 32);
   for (int i = 0; i < OUT; i++) bias[i] = val(i, 5, 0.1f);
   for (size_t i = 0; i < dout.size(); i++) dout[i] = val(i, 9, 0.125f);
-  auto rd = [&](float x) { return bf16 ? (double)dtype_bf16_to_f32(dtype_f32_to_bf16(x)) : (double)x; };
+  auto rd = [&](float x) {
+    return prec == BF16   ? (double)dtype_bf16_to_f32(dtype_f32_to_bf16(x))
+           : prec == FP16 ? (double)dtype_fp16_to_f32(dtype_f32_to_fp16(x))
+                          : (double)x;
+  };
 
   float *d_in, *d_w, *d_bias, *d_dout, *d_out, *d_dw, *d_din;
   uint16_t *h_in = nullptr, *h_w = nullptr, *h_dout = nullptr;
@@ -117,7 +132,7 @@ static int run(bool bf16, int B, int IN, int OUT) {
   CUDA_CHECK(cudaMemcpy(d_w, w.data(), w.size() * 4, cudaMemcpyHostToDevice));
   CUDA_CHECK(cudaMemcpy(d_bias, bias.data(), bias.size() * 4, cudaMemcpyHostToDevice));
   CUDA_CHECK(cudaMemcpy(d_dout, dout.data(), dout.size() * 4, cudaMemcpyHostToDevice));
-  if (bf16) {
+  if (half) {
     CUDA_CHECK(cudaMalloc(&h_in, in.size() * 2));
     CUDA_CHECK(cudaMalloc(&h_w, w.size() * 2));
     CUDA_CHECK(cudaMalloc(&h_dout, dout.size() * 2));
@@ -127,19 +142,20 @@ static int run(bool bf16, int B, int IN, int OUT) {
   const size_t ws_bytes = 32 << 20;
   void *ws;
   CUDA_CHECK(cudaMalloc(&ws, ws_bytes));
-  const cudaDataType_t ab = bf16 ? CUDA_R_16BF : CUDA_R_32F;
+  const cudaDataType_t ab = prec == BF16 ? CUDA_R_16BF : prec == FP16 ? CUDA_R_16F : CUDA_R_32F;
   auto convert = [&](uint16_t *dst, const float *src, size_t n) {
-    to_bf16<<<(unsigned)((n + 255) / 256), 256>>>(dst, src, n);
+    if (prec == BF16) to_bf16<<<(unsigned)((n + 255) / 256), 256>>>(dst, src, n);
+    else to_fp16<<<(unsigned)((n + 255) / 256), 256>>>(dst, src, n);
   };
-  const void *A_in = bf16 ? (const void *)h_in : d_in, *A_w = bf16 ? (const void *)h_w : d_w,
-             *A_dout = bf16 ? (const void *)h_dout : d_dout;
+  const void *A_in = half ? (const void *)h_in : d_in, *A_w = half ? (const void *)h_w : d_w,
+             *A_dout = half ? (const void *)h_dout : d_dout;
   auto forward = [&]() {
-    if (bf16) convert(h_in, d_in, in.size()), convert(h_w, d_w, w.size());
+    if (half) convert(h_in, d_in, in.size()), convert(h_w, d_w, w.size());
     matmul(lt, ws, ws_bytes, d_out, A_w, IN, true, A_in, IN, false, OUT, B, IN, ab, CUBLASLT_EPILOGUE_RELU_BIAS,
            d_bias);
   };
   auto backward = [&]() {
-    if (bf16) convert(h_dout, d_dout, dout.size());
+    if (half) convert(h_dout, d_dout, dout.size());
     // dW^T (IN, OUT) = in^T (IN, B) . dout (B, OUT)
     matmul(lt, ws, ws_bytes, d_dw, A_in, IN, false, A_dout, OUT, true, IN, OUT, B, ab, CUBLASLT_EPILOGUE_DEFAULT,
            nullptr);
@@ -199,7 +215,7 @@ static int run(bool bf16, int B, int IN, int OUT) {
     // dW is stored as dW^T column-major, i.e. dW (OUT, IN) row-major: entry (o, i) at o * IN + i.
     dw_r[s] = acc, dw_sc[s] = sc, dw_s[s] = dw[at];
   }
-  const double tol = bf16 ? 1e-4 : 2e-3;
+  const double tol = half ? 1e-4 : 2e-3;
   std::printf(" %s, batch %d, %d -> %d:\n", name, B, IN, OUT);
   int failures = near("forward (bias, ReLU)", out_s, out_r, out_sc, tol) + near("din", din_s, din_r, din_sc, tol) +
                  near("dW", dw_s, dw_r, dw_sc, tol);
@@ -223,8 +239,8 @@ int main(int argc, char **argv) {
     return 2;
   }
   require_gpu("linear_cublaslt");
-  int failures = run(false, B, IN, OUT) + run(true, B, IN, OUT);
+  int failures = run(TF32, B, IN, OUT) + run(BF16, B, IN, OUT) + run(FP16, B, IN, OUT);
   // DLRM's small layers (the bottom MLP's 13 -> 512 pads to 16).
-  failures += run(true, B, 16, 512) + run(true, B, 512, 256);
+  failures += run(BF16, B, 16, 512) + run(BF16, B, 512, 256) + run(FP16, B, 16, 512);
   return failures ? 1 : 0;
 }
