@@ -30,6 +30,7 @@ for src in "$root"/dev/cuda/*.cu; do
   quick:dot_interaction) args="8192 26 128" ;;
   quick:linear_cublaslt) args="8192 512 512" ;;
   quick:small_ops) args="1048576" ;;
+  quick:step_pipeline) args="8192 26 128 50" ;;
   *) args="" ;;
   esac
   # shellcheck disable=SC2086
