@@ -521,6 +521,71 @@ static void case_activations(void) {
 
 TEST(activations_match_reference) { each_backend(case_activations, 3); }
 
+/* ---- moving rows ------------------------------------------------------------------------ */
+
+/* copy_rows and fill_rows write each row's first `width` values and nothing
+ * else (the rest of a strided row keeps its NaN bits); add and scale round
+ * once per value, as float arithmetic on the host does; contiguous and
+ * strided shapes, large enough to run in parallel; bad shapes refused. */
+static void case_rows(void) {
+  static const struct {
+    size_t rows, width, src_ld, dst_ld;
+  } shapes[] = {{0, 5, 5, 5}, {1, 1, 1, 1}, {37, 13, 16, 29}, {3000, 26, 26, 26}, {3000, 16, 429, 17}, {5, 7, 7, 40}};
+  for (size_t k = 0; k < sizeof shapes / sizeof shapes[0] && !test_failed_now(); k++) {
+    const size_t R = shapes[k].rows, W = shapes[k].width, sl = shapes[k].src_ld, dl = shapes[k].dst_ld;
+    const size_t ns = R * sl, nd = R * dl;
+    float *src = hrand(ns, -5, 5);
+    float *d_src = dup(src, ns), *d_dst = dnan(nd);
+    if (OP(copy_rows, d_dst, dl, d_src, sl, R, W)) return;
+    float *got = down(d_dst, nd);
+    for (size_t r = 0; r < R; r++)
+      for (size_t c = 0; c < dl; c++) {
+        const float *want = c < W ? &src[r * sl + c] : NULL;
+        if (want ? memcmp(&got[r * dl + c], want, 4) : !isnan(got[r * dl + c])) {
+          FAIL("copy_rows %zux%zu (strides %zu, %zu): row %zu value %zu is %g", R, W, sl, dl, r, c,
+               (double)got[r * dl + c]);
+          return;
+        }
+      }
+    float *d_fill = dnan(nd);
+    if (OP(fill_rows, d_fill, dl, R, W, -0.0f)) return;
+    got = down(d_fill, nd);
+    for (size_t r = 0; r < R; r++)
+      for (size_t c = 0; c < dl; c++) {
+        const float v = got[r * dl + c];
+        if (c < W ? !(v == 0.0f && signbit(v)) : !isnan(v)) {
+          FAIL("fill_rows %zux%zu (stride %zu): row %zu value %zu is %g", R, W, dl, r, c, (double)v);
+          return;
+        }
+      }
+    /* add and scale over the source's values, in float. */
+    float *x = hrand(ns, -1e3f, 1e3f), *want = hf(ns);
+    float *d_y = dup(src, ns), *d_x = dup(x, ns);
+    for (size_t i = 0; i < ns; i++) want[i] = src[i] + x[i];
+    if (OP(add, d_y, d_x, ns)) return;
+    if (memcmp(down(d_y, ns), want, ns * 4)) {
+      FAIL("add of %zu values differs from float's", ns);
+      return;
+    }
+    for (size_t i = 0; i < ns; i++) want[i] *= 0.37f;
+    if (OP(scale, d_y, ns, 0.37f)) return;
+    if (memcmp(down(d_y, ns), want, ns * 4)) {
+      FAIL("scale of %zu values differs from float's", ns);
+      return;
+    }
+    case_end();
+  }
+  float *d = dnan(64);
+  if (BE_OP(g_be, copy_rows, d, 4, d + 32, 8, 2, 5) != DLREC_ERR_INVALID ||
+      BE_OP(g_be, fill_rows, d, 4, 2, 5, 0.0f) != DLREC_ERR_INVALID ||
+      BE_OP(g_be, copy_rows, NULL, 8, d, 8, 2, 5) != DLREC_ERR_INVALID || BE_OP(g_be, add, NULL, d, 4) != DLREC_ERR_INVALID ||
+      BE_OP(g_be, scale, NULL, 4, 2.0f) != DLREC_ERR_INVALID)
+    FAIL("a row wider than its stride, or a NULL buffer, was not refused");
+  dlrec_clear_error();
+}
+
+TEST(moving_rows_match_reference) { each_backend(case_rows, 17); }
+
 /* ---- interactions --------------------------------------------------------------------- */
 
 static double dot_loss(void *p) {

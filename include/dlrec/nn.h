@@ -76,6 +76,20 @@ dlrec_status dlrec_gemm_forward(const dlrec_gemm_ops *g, float *out, const float
 dlrec_status dlrec_gemm_backward(const dlrec_gemm_ops *g, float *din, float *dweight, float *dbias, const float *dout,
                                  const float *in, const float *weight, int B, int IN, int OUT);
 
+/* ---- moving rows (src/nn/rows.c) ----------------------------------------- */
+
+/* dst's first `width` values of each of `rows` rows (row r at dst + r *
+ * dst_ld) = src's (row r at src + r * src_ld): a strided copy, for the
+ * concatenations and splits between blocks. width <= both strides; dst
+ * and src must not overlap. Nothing to do for 0 rows or width. */
+dlrec_status dlrec_copy_rows(float *dst, size_t dst_ld, const float *src, size_t src_ld, size_t rows, size_t width);
+/* dst's first `width` values of each of `rows` rows (stride dst_ld) = value. */
+dlrec_status dlrec_fill_rows(float *dst, size_t dst_ld, size_t rows, size_t width, float value);
+/* y[i] += x[i] for n values (one rounding each); y == x is allowed. */
+dlrec_status dlrec_add(float *y, const float *x, size_t n);
+/* x[i] *= s for n values. */
+dlrec_status dlrec_scale(float *x, size_t n, float s);
+
 /* ---- activations -------------------------------------------------------- */
 
 /* out[i] = max(in[i], 0) for n values; out == in is allowed. */

@@ -37,6 +37,13 @@ typedef struct dlrec_backend_ops {
   dlrec_status (*download)(dlrec_backend *be, void *host_dst, const void *src, size_t bytes);
   dlrec_status (*synchronize)(dlrec_backend *be); /* waits for every op issued */
 
+  /* ---- moving rows (dlrec/nn.h: dlrec_copy_rows and the three after it) ---- */
+  dlrec_status (*copy_rows)(dlrec_backend *be, float *dst, size_t dst_ld, const float *src, size_t src_ld,
+                            size_t rows, size_t width);
+  dlrec_status (*fill_rows)(dlrec_backend *be, float *dst, size_t dst_ld, size_t rows, size_t width, float value);
+  dlrec_status (*add)(dlrec_backend *be, float *y, const float *x, size_t n);
+  dlrec_status (*scale)(dlrec_backend *be, float *x, size_t n, float s);
+
   /* ---- dense layers (dlrec/nn.h) ---- */
   /* out (B, OUT) = act(in (B, IN) · weightᵀ + bias), in the backend's precision. */
   dlrec_status (*linear_forward)(dlrec_backend *be, float *out, const float *in, const float *weight,

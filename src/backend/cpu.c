@@ -84,6 +84,28 @@ static dlrec_gemm_ops gemm_ops(dlrec_backend *be) {
   return (dlrec_gemm_ops){.forward = gemm_ops_forward, .backward = gemm_ops_backward, .ctx = gemm_of(be)};
 }
 
+static dlrec_status cpu_copy_rows(dlrec_backend *be, float *dst, size_t dst_ld, const float *src, size_t src_ld,
+                                  size_t rows, size_t width) {
+  enter(be);
+  return dlrec_copy_rows(dst, dst_ld, src, src_ld, rows, width);
+}
+
+static dlrec_status cpu_fill_rows(dlrec_backend *be, float *dst, size_t dst_ld, size_t rows, size_t width,
+                                  float value) {
+  enter(be);
+  return dlrec_fill_rows(dst, dst_ld, rows, width, value);
+}
+
+static dlrec_status cpu_add(dlrec_backend *be, float *y, const float *x, size_t n) {
+  enter(be);
+  return dlrec_add(y, x, n);
+}
+
+static dlrec_status cpu_scale(dlrec_backend *be, float *x, size_t n, float s) {
+  enter(be);
+  return dlrec_scale(x, n, s);
+}
+
 static dlrec_status cpu_relu_forward(dlrec_backend *be, float *out, const float *in, size_t n) {
   enter(be);
   return dlrec_relu_forward(out, in, n);
@@ -341,6 +363,10 @@ static const dlrec_backend_ops cpu_ops = {
     .upload = cpu_copy,
     .download = cpu_copy,
     .synchronize = cpu_synchronize,
+    .copy_rows = cpu_copy_rows,
+    .fill_rows = cpu_fill_rows,
+    .add = cpu_add,
+    .scale = cpu_scale,
     .linear_forward = cpu_linear_forward,
     .linear_backward = cpu_linear_backward,
     .relu_forward = cpu_relu_forward,

@@ -302,6 +302,7 @@ typedef struct dcn_ws {
   float *scratch;               /* the cross blocks' backward and infer scratch */
   float *mlp;                   /* net_mlp's workspace */
   float *cat, *dcat;            /* the output layer's input (B, out_in) and its gradient */
+  float *dh;                    /* parallel: the MLP's output gradient (B, H), split out of dcat */
   float *logits;                /* (B) */
   const float *h;               /* the MLP's output (B, H), in its workspace, after forward */
   float *dx0, *da, *db;         /* (B, d): x0's gradient, ping-pong gradients of x_l */
@@ -349,6 +350,7 @@ static dlrec_status ws_create(const void *ctx, const net_plan *p, uint32_t max_b
   if (m->cfg.mlp.n_hidden) WS_ALLOC(w->mlp, net_mlp_ws_floats(&m->mlp, max_batch));
   WS_ALLOC(w->cat, B * m->out_in);
   WS_ALLOC(w->dcat, B * m->out_in);
+  if (m->cfg.structure == DCN_PARALLEL) WS_ALLOC(w->dh, B * m->mlp.out); /* parallel always has an MLP */
   WS_ALLOC(w->logits, B);
   WS_ALLOC(w->dx0, B * d);
   WS_ALLOC(w->da, B * d);
@@ -408,11 +410,8 @@ static dlrec_status forward(const void *ctx, void *ws, const net_io *io, const f
   dlrec_net_profile *p = io->prof;
   double t = dlrec_now();
   /* x0 = [dense, e_1 .. e_F] per row. */
-  for (size_t b = 0; b < B; b++) {
-    if (nd) memcpy(w->x0 + b * d, io->dense + b * nd, nd * sizeof(float));
-    if (FD) memcpy(w->x0 + b * d + nd, io->emb + b * FD, FD * sizeof(float));
-  }
-  dlrec_status st = DLREC_OK;
+  dlrec_status st = nd ? BE_OP(io->be, copy_rows, w->x0, d, io->dense, nd, B, nd) : DLREC_OK;
+  if (st == DLREC_OK && FD) st = BE_OP(io->be, copy_rows, w->x0 + nd, d, io->emb, FD, B, FD);
   const float *xl = w->x0;
   for (uint32_t l = 0; st == DLREC_OK && l < m->cfg.layers; l++) {
     st = cross_forward(m, w, io, l, xl);
@@ -426,10 +425,8 @@ static dlrec_status forward(const void *ctx, void *ws, const net_io *io, const f
   if (st == DLREC_OK && m->cfg.mlp.n_hidden) st = net_mlp_forward(&m->mlp, io, w->mlp, parallel ? w->x0 : xl, &h);
   if (st == DLREC_OK && parallel) {
     size_t H = m->mlp.out, I = m->out_in;
-    for (size_t b = 0; b < B; b++) {
-      memcpy(w->cat + b * I, xl + b * d, d * sizeof(float));
-      memcpy(w->cat + b * I + d, h + b * H, H * sizeof(float));
-    }
+    st = BE_OP(io->be, copy_rows, w->cat, I, xl, d, B, d);
+    if (st == DLREC_OK) st = BE_OP(io->be, copy_rows, w->cat + d, I, h, H, B, H);
     in = w->cat;
   } else if (h) {
     in = h;
@@ -459,21 +456,19 @@ static dlrec_status backward(const void *ctx, void *ws, const net_io *io, const 
                           P + m->L_out.w, B, (int)I, 1);
   p->mlp_flops += 4.0 * B * I;
   float *dxl = w->da; /* dL/dx_L */
+  const size_t Bd = (size_t)B * d;
   if (parallel) {
-    /* Split dcat into dL/dx_L and dL/dh (moved to dcat's front, row by row
-     * upwards, so no unread value is overwritten); the MLP's din is x0's
-     * first gradient term. */
+    /* Split dcat into dL/dx_L and dL/dh (parallel always has an MLP); the
+     * MLP's din is x0's first gradient term. */
     size_t H = I - d;
-    for (size_t b = 0; b < (size_t)B; b++) {
-      memcpy(dxl + b * d, w->dcat + b * I, d * sizeof(float));
-      memmove(w->dcat + b * H, w->dcat + b * I + d, H * sizeof(float));
-    }
-    if (st == DLREC_OK) st = net_mlp_backward(&m->mlp, io, w->mlp, w->x0, w->dcat, w->dx0, g);
+    if (st == DLREC_OK) st = BE_OP(io->be, copy_rows, dxl, d, w->dcat, I, (size_t)B, d);
+    if (st == DLREC_OK) st = BE_OP(io->be, copy_rows, w->dh, H, w->dcat + d, I, (size_t)B, H);
+    if (st == DLREC_OK) st = net_mlp_backward(&m->mlp, io, w->mlp, w->x0, w->dh, w->dx0, g);
   } else {
     /* Stacked: dcat is dL/dh, or dL/dx_L without an MLP. */
-    memset(w->dx0, 0, (size_t)B * d * sizeof(float));
+    if (st == DLREC_OK) st = BE_OP(io->be, fill_rows, w->dx0, Bd, 1, Bd, 0.0f);
     if (has_mlp && st == DLREC_OK) st = net_mlp_backward(&m->mlp, io, w->mlp, xL, w->dcat, dxl, g);
-    else memcpy(dxl, w->dcat, (size_t)B * d * sizeof(float));
+    else if (st == DLREC_OK) st = BE_OP(io->be, copy_rows, dxl, Bd, w->dcat, Bd, 1, Bd);
   }
   net_lap(&p->mlp, &t);
   /* The cross layers, last to first; layer 0's xl is x0, so its dxl adds
@@ -485,10 +480,9 @@ static dlrec_status backward(const void *ctx, void *ws, const net_io *io, const 
     dxl = dnext;
     dnext = tmp;
   }
-  for (size_t i = 0; st == DLREC_OK && i < (size_t)B * d; i++) w->dx0[i] += dxl[i];
+  if (st == DLREC_OK) st = BE_OP(io->be, add, w->dx0, dxl, Bd);
   /* x0's embedding part is d_emb; the dense features take no gradient. */
-  for (size_t b = 0; st == DLREC_OK && FD && b < (size_t)B; b++)
-    memcpy(d_emb + b * FD, w->dx0 + b * d + nd, FD * sizeof(float));
+  if (st == DLREC_OK && FD) st = BE_OP(io->be, copy_rows, d_emb, FD, w->dx0 + nd, d, (size_t)B, FD);
   net_lap(&p->interaction, &t);
   return st;
 }

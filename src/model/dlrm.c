@@ -273,13 +273,10 @@ static double mlp_flops_row(const net_linear *ls, uint32_t n) {
 static dlrec_status pairs_forward(const dlrm *m, dlrm_ws *w, const net_io *io, int B) {
   const float *emb = io->emb;
   size_t F = m->n_sparse, D = m->shape.emb_dim, I = m->inter_dim;
-  for (size_t b = 0; b < (size_t)B; b++) {
-    memcpy(w->e1 + b * D, emb + b * F * D, D * sizeof(float));
-    memcpy(w->rest + b * (F - 1) * D, emb + b * F * D + D, (F - 1) * D * sizeof(float));
-  }
-  dlrec_status st = BE_OP(io->be, dot_forward, w->full, w->e1, w->rest, B, (int)F - 1, (int)D);
-  for (size_t b = 0; st == DLREC_OK && b < (size_t)B; b++)
-    memcpy(w->inter + b * I, w->full + b * (D + I) + D, I * sizeof(float));
+  dlrec_status st = BE_OP(io->be, copy_rows, w->e1, D, emb, F * D, (size_t)B, D);
+  if (st == DLREC_OK) st = BE_OP(io->be, copy_rows, w->rest, (F - 1) * D, emb + D, F * D, (size_t)B, (F - 1) * D);
+  if (st == DLREC_OK) st = BE_OP(io->be, dot_forward, w->full, w->e1, w->rest, B, (int)F - 1, (int)D);
+  if (st == DLREC_OK) st = BE_OP(io->be, copy_rows, w->inter, I, w->full + D, D + I, (size_t)B, I);
   return st;
 }
 
@@ -287,15 +284,12 @@ static dlrec_status pairs_forward(const dlrm *m, dlrm_ws *w, const net_io *io, i
  * copy gets no gradient) into d_emb (B, F, D). */
 static dlrec_status pairs_backward(const dlrm *m, dlrm_ws *w, const net_io *io, float *d_emb, int B) {
   size_t F = m->n_sparse, D = m->shape.emb_dim, I = m->inter_dim;
-  for (size_t b = 0; b < (size_t)B; b++) {
-    memset(w->d_full + b * (D + I), 0, D * sizeof(float));
-    memcpy(w->d_full + b * (D + I) + D, w->d_inter + b * I, I * sizeof(float));
-  }
-  dlrec_status st = BE_OP(io->be, dot_backward, w->dx, w->d_rest, w->d_full, w->e1, w->rest, B, (int)F - 1, (int)D);
-  for (size_t b = 0; st == DLREC_OK && b < (size_t)B; b++) {
-    memcpy(d_emb + b * F * D, w->dx + b * D, D * sizeof(float));
-    memcpy(d_emb + b * F * D + D, w->d_rest + b * (F - 1) * D, (F - 1) * D * sizeof(float));
-  }
+  dlrec_status st = BE_OP(io->be, fill_rows, w->d_full, D + I, (size_t)B, D, 0.0f);
+  if (st == DLREC_OK) st = BE_OP(io->be, copy_rows, w->d_full + D, D + I, w->d_inter, I, (size_t)B, I);
+  if (st == DLREC_OK)
+    st = BE_OP(io->be, dot_backward, w->dx, w->d_rest, w->d_full, w->e1, w->rest, B, (int)F - 1, (int)D);
+  if (st == DLREC_OK) st = BE_OP(io->be, copy_rows, d_emb, F * D, w->dx, D, (size_t)B, D);
+  if (st == DLREC_OK) st = BE_OP(io->be, copy_rows, d_emb + D, F * D, w->d_rest, (F - 1) * D, (size_t)B, (F - 1) * D);
   return st;
 }
 

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dlrec/arena.h"
 #include "dlrec/json.h"
 #include "dlrec/progress.h"
 #include "model/model_type.h"
@@ -98,6 +99,7 @@ static void init(const void *ctx, const net_plan *p, float *params, uint64_t see
 /* ---- workspace --------------------------------------------------------------- */
 
 typedef struct fm_ws {
+  dlrec_arena arena;              /* where the buffers live (what dlrec_net_ws_bytes counts) */
   float *logits, *second, *first; /* (B) each: the result, the FM term, the wide term */
   float *v, *w;                   /* the split emb: factors (B, F, D), weights (B, F) */
   float *dv, *dw;                 /* their gradients */
@@ -106,7 +108,7 @@ typedef struct fm_ws {
 static void ws_free(void *ws) {
   fm_ws *w = ws;
   if (!w) return;
-  free(w->logits), free(w->second), free(w->first), free(w->v), free(w->w), free(w->dv), free(w->dw);
+  dlrec_arena_free(&w->arena);
   free(w);
 }
 
@@ -116,21 +118,25 @@ static dlrec_status ws_create(const void *ctx, const net_plan *p, uint32_t max_b
   *out = NULL;
   size_t B = max_batch, FD = (size_t)m->n_sparse * m->D;
   fm_ws *w = calloc(1, sizeof *w);
-  if (w) {
-    w->logits = malloc(B * sizeof(float));
-    w->second = malloc(B * sizeof(float));
-    w->first = malloc(B * sizeof(float));
-    w->v = malloc(B * FD * sizeof(float));
-    w->dv = malloc(B * FD * sizeof(float));
-    w->w = malloc(B * m->n_sparse * sizeof(float));
-    w->dw = malloc(B * m->n_sparse * sizeof(float));
-  }
-  if (!w || !w->logits || !w->second || !w->first || !w->v || !w->dv || !w->w || !w->dw) {
-    ws_free(w);
-    return dlrec_error(DLREC_ERR_NOMEM, "cannot allocate the workspace for batches of %u rows", max_batch);
-  }
+  if (!w) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
+  dlrec_arena_init(&w->arena, 1u << 20);
+#define WS_ALLOC(ptr, floats)                                                              \
+  do {                                                                                     \
+    if (!((ptr) = dlrec_arena_alloc(&w->arena, (floats) * sizeof(float), 64))) goto nomem; \
+  } while (0)
+  WS_ALLOC(w->logits, B);
+  WS_ALLOC(w->second, B);
+  WS_ALLOC(w->first, B);
+  WS_ALLOC(w->v, B * FD);
+  WS_ALLOC(w->dv, B * FD);
+  WS_ALLOC(w->w, B * m->n_sparse);
+  WS_ALLOC(w->dw, B * m->n_sparse);
+#undef WS_ALLOC
   *out = w;
   return DLREC_OK;
+nomem:
+  ws_free(w);
+  return dlrec_error(DLREC_ERR_NOMEM, "cannot allocate the workspace for batches of %u rows", max_batch);
 }
 
 /* ---- forward and backward ----------------------------------------------------- */
@@ -142,11 +148,12 @@ static dlrec_status forward(const void *ctx, void *ws, const net_io *io, const f
   double t = dlrec_now();
   dlrec_status st = net_dense_term_forward(&m->dense, io, w->logits);
   net_lap(&io->prof->mlp, &t);
-  net_fm_split(w->v, w->w, io->emb, (size_t)B * F, m->D);
+  if (st == DLREC_OK) st = net_fm_split(io->be, w->v, w->w, io->emb, (size_t)B * F, m->D);
   if (st == DLREC_OK) st = BE_OP(io->be, fm_forward, w->second, w->v, B, F, D);
   if (st == DLREC_OK) st = BE_OP(io->be, wide_forward, w->first, w->w, NULL, B, F);
   /* linear + first order + second order, in that order for every row. */
-  for (int b = 0; st == DLREC_OK && b < B; b++) w->logits[b] = (w->logits[b] + w->first[b]) + w->second[b];
+  if (st == DLREC_OK) st = BE_OP(io->be, add, w->logits, w->first, (size_t)B);
+  if (st == DLREC_OK) st = BE_OP(io->be, add, w->logits, w->second, (size_t)B);
   net_lap(&io->prof->interaction, &t);
   *logits = w->logits;
   return st;
@@ -160,7 +167,7 @@ static dlrec_status backward(const void *ctx, void *ws, const net_io *io, const 
   double t = dlrec_now();
   dlrec_status st = BE_OP(io->be, fm_backward, w->dv, d_logits, w->v, B, F, D);
   if (st == DLREC_OK) st = BE_OP(io->be, wide_backward, w->dw, NULL, d_logits, B, F);
-  if (st == DLREC_OK) net_fm_join(d_emb, w->dv, (size_t)F * D, NULL, w->dw, B, F, m->D);
+  if (st == DLREC_OK) st = net_fm_join(io->be, d_emb, w->dv, (size_t)F * D, NULL, w->dw, NULL, B, F, m->D);
   net_lap(&io->prof->interaction, &t);
   if (st == DLREC_OK) st = net_dense_term_backward(&m->dense, io, d_logits, g);
   net_lap(&io->prof->mlp, &t);

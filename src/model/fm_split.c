@@ -6,8 +6,6 @@
  * factors and its weight for the blocks of src/nn, and join the two
  * gradients back into d_emb.
  */
-#include <string.h>
-
 #include "dlrec/json.h"
 #include "model/model_type.h"
 
@@ -23,26 +21,23 @@ dlrec_status net_fm_config_dim(const cJSON *o, const char *what, uint32_t *emb_d
   return DLREC_OK;
 }
 
-void net_fm_split(float *v, float *w, const float *emb, size_t n, uint32_t D) {
-  for (size_t i = 0; i < n; i++) {
-    memcpy(v + i * D, emb + i * (D + 1), (size_t)D * sizeof(float));
-    w[i] = emb[i * (D + 1) + D];
-  }
+dlrec_status net_fm_split(dlrec_backend *be, float *v, float *w, const float *emb, size_t n, uint32_t D) {
+  dlrec_status s = BE_OP(be, copy_rows, v, D, emb, (size_t)D + 1, n, D);
+  return s == DLREC_OK ? BE_OP(be, copy_rows, w, 1, emb + D, (size_t)D + 1, n, 1) : s;
 }
 
-void net_fm_join(float *d_emb, const float *dv, size_t dv_stride, const float *dv2, const float *dw, int B, int F,
-                 uint32_t D) {
-  size_t FD = (size_t)F * D;
-  for (size_t b = 0; b < (size_t)B; b++)
-    for (size_t f = 0; f < (size_t)F; f++) {
-      float *out = d_emb + (b * F + f) * (D + 1);
-      const float *a = dv + b * dv_stride + f * D;
-      if (dv2) {
-        const float *c = dv2 + b * FD + f * D;
-        for (uint32_t k = 0; k < D; k++) out[k] = a[k] + c[k];
-      } else {
-        memcpy(out, a, (size_t)D * sizeof(float));
-      }
-      out[D] = dw[b * F + f];
-    }
+dlrec_status net_fm_join(dlrec_backend *be, float *d_emb, const float *dv, size_t dv_stride, const float *dv2,
+                         const float *dw, float *tmp, int B, int F, uint32_t D) {
+  const size_t FD = (size_t)F * D, BF = (size_t)B * F;
+  dlrec_status s = DLREC_OK;
+  const float *a = dv;
+  if (dv_stride != FD || dv2) {
+    /* The factors' gradient gathered into one (B, F·D) block, dv2 added. */
+    s = BE_OP(be, copy_rows, tmp, FD, dv, dv_stride, (size_t)B, FD);
+    if (s == DLREC_OK && dv2) s = BE_OP(be, add, tmp, dv2, BF * D);
+    a = tmp;
+  }
+  if (s == DLREC_OK) s = BE_OP(be, copy_rows, d_emb, (size_t)D + 1, a, D, BF, D);
+  if (s == DLREC_OK) s = BE_OP(be, copy_rows, d_emb + D, (size_t)D + 1, dw, 1, BF, 1);
+  return s;
 }

@@ -84,23 +84,24 @@ static void init(const void *ctx, const net_plan *p, float *params, uint64_t see
 /* ---- workspace --------------------------------------------------------------- */
 
 typedef struct lr_ws {
-  float *logits; /* (B) */
+  dlrec_arena arena; /* where the buffers live (what dlrec_net_ws_bytes counts) */
+  float *logits;     /* (B) */
 } lr_ws;
 
 static void ws_free(void *ws) {
   lr_ws *w = ws;
   if (!w) return;
-  free(w->logits);
+  dlrec_arena_free(&w->arena);
   free(w);
 }
 
 static dlrec_status ws_create(const void *ctx, const net_plan *p, uint32_t max_batch, void **out) {
   (void)ctx, (void)p;
+  *out = NULL;
   lr_ws *w = calloc(1, sizeof *w);
-  if (w) w->logits = malloc((size_t)max_batch * sizeof(float));
-  if (!w || !w->logits) {
+  if (w) dlrec_arena_init(&w->arena, 1u << 20);
+  if (!w || !(w->logits = dlrec_arena_alloc(&w->arena, (size_t)max_batch * sizeof(float), 64))) {
     ws_free(w);
-    *out = NULL;
     return dlrec_error(DLREC_ERR_NOMEM, "cannot allocate the workspace for batches of %u rows", max_batch);
   }
   *out = w;

@@ -147,11 +147,12 @@ dlrec_status net_dense_term_backward(const net_dense_term *t, const net_io *io, 
  * the factors v (n, D) and the weights w (n). net_fm_join writes d_emb
  * (B, F, D + 1): the factors' gradient is dv (row b's F·D values at
  * dv + b·dv_stride), plus dv2 (B, F·D) when not NULL, and the weights' is
- * dw (B, F). */
+ * dw (B, F); tmp (B, F·D) is its scratch unless dv is contiguous
+ * (dv_stride F·D) and dv2 NULL. Both run on backend be's ops. */
 dlrec_status net_fm_config_dim(const cJSON *o, const char *what, uint32_t *emb_dim);
-void net_fm_split(float *v, float *w, const float *emb, size_t n, uint32_t D);
-void net_fm_join(float *d_emb, const float *dv, size_t dv_stride, const float *dv2, const float *dw, int B, int F,
-                 uint32_t D);
+dlrec_status net_fm_split(dlrec_backend *be, float *v, float *w, const float *emb, size_t n, uint32_t D);
+dlrec_status net_fm_join(dlrec_backend *be, float *d_emb, const float *dv, size_t dv_stride, const float *dv2,
+                         const float *dw, float *tmp, int B, int F, uint32_t D);
 
 /* Initializes a linear layer as the DLRM reference does: the weight normal
  * with std sqrt(2 / (in + out)) (Xavier), the bias normal with std

@@ -343,11 +343,9 @@ static dlrec_status run_backward(dlrec_net *n, dlrec_net_ws *ws, const dlrec_bat
   if (st == DLREC_OK) st = BE_OP(n->be, bce_backward, ws->d_logits, logits, b->labels, B);
   /* A part of a global batch: its gradient is its own mean's times its
    * share of the rows, as a way of split_step scales it. */
-  if (ws->global_rows && ws->global_rows != (uint32_t)B) {
-    const float share = (float)B / (float)ws->global_rows;
-    for (int r = 0; r < B; r++) ws->d_logits[r] *= share;
-  }
-  memset(ws->grad, 0, n->plan.n_params * sizeof(float));
+  if (st == DLREC_OK && ws->global_rows && ws->global_rows != (uint32_t)B)
+    st = BE_OP(n->be, scale, ws->d_logits, (size_t)B, (float)B / (float)ws->global_rows);
+  if (st == DLREC_OK) st = BE_OP(n->be, fill_rows, ws->grad, n->plan.n_params, 1, n->plan.n_params, 0.0f);
   net_lap(&p->other, &t);
   net_io io = io_of(n, n->be, ws, b, NULL, n->params, step);
   if (st == DLREC_OK) st = n->type->backward(n->ctx, ws->model_ws, &io, ws->d_logits, ws->grad, ws->d_emb);
@@ -669,7 +667,7 @@ static dlrec_status split_step(dlrec_net *n, dlrec_net_ws *ws, const dlrec_batch
       /* The loss is the whole batch's mean: each shard's gradient is its
        * own mean's times its share of the rows. */
       const float share = (float)rows / (float)G;
-      for (int r = 0; s1 == DLREC_OK && r < rows; r++) sh->d_logits[r] *= share;
+      if (s1 == DLREC_OK) s1 = BE_OP(lane, scale, sh->d_logits, (size_t)rows, share);
       if (s1 == DLREC_OK) s1 = n->type->backward(n->ctx, sh->model_ws, &io, sh->d_logits, sh->grad, d_emb);
       part[i] = l * rows;
       st[i] = s1;

@@ -142,6 +142,7 @@ typedef struct wd_ws {
   float *v, *w, *dw;              /* factors (B, F, D); weights and their gradient (B, F) */
   float *dv_fm;                   /* the FM term's gradient of v (B, F, D), deepfm only */
   float *x, *dx;                  /* the MLP's input and its gradient (B, n_dense + F·D) */
+  float *dv;                      /* the factors' gradient gathered (B, F·D), net_fm_join's scratch */
   const float *in;                /* what the MLP read: x, v or the dense features */
   float *mlp;                     /* the MLP's workspace */
 } wd_ws;
@@ -175,6 +176,7 @@ static dlrec_status ws_create(const void *ctx, const net_plan *p, uint32_t max_b
   if (m->fm) WS_ALLOC(w->dv_fm, BFD);
   WS_ALLOC(w->x, BX);
   WS_ALLOC(w->dx, BX);
+  if (m->n_dense || m->fm) WS_ALLOC(w->dv, BFD);
   WS_ALLOC(w->mlp, net_mlp_ws_floats(&m->mlp, max_batch));
 #undef WS_ALLOC
   *out = w;
@@ -187,15 +189,14 @@ nomem:
 /* ---- forward and backward ----------------------------------------------------- */
 
 /* The MLP's input x (B, n_dense + F·D): each row's dense features, then its
- * factors. With no dense column x is v itself. */
-static const float *deep_input(const wide_deep *m, wd_ws *w, const net_io *io) {
-  if (!m->n_dense) return w->v;
-  size_t FD = (size_t)m->n_sparse * m->D, X = m->mlp.in;
-  for (size_t b = 0; b < (size_t)io->B; b++) {
-    memcpy(w->x + b * X, io->dense + b * m->n_dense, m->n_dense * sizeof(float));
-    memcpy(w->x + b * X + m->n_dense, w->v + b * FD, FD * sizeof(float));
-  }
-  return w->x;
+ * factors, into *in. With no dense column x is v itself. */
+static dlrec_status deep_input(const wide_deep *m, wd_ws *w, const net_io *io, const float **in) {
+  *in = w->v;
+  if (!m->n_dense) return DLREC_OK;
+  size_t FD = (size_t)m->n_sparse * m->D, X = m->mlp.in, B = (size_t)io->B;
+  *in = w->x;
+  dlrec_status st = BE_OP(io->be, copy_rows, w->x, X, io->dense, m->n_dense, B, m->n_dense);
+  return st == DLREC_OK ? BE_OP(io->be, copy_rows, w->x + m->n_dense, X, w->v, FD, B, FD) : st;
 }
 
 static dlrec_status forward(const void *ctx, void *ws, const net_io *io, const float **logits) {
@@ -203,20 +204,18 @@ static dlrec_status forward(const void *ctx, void *ws, const net_io *io, const f
   wd_ws *w = ws;
   int B = io->B, F = (int)m->n_sparse, D = (int)m->D;
   double t = dlrec_now();
-  net_fm_split(w->v, w->w, io->emb, (size_t)B * F, m->D);
-  dlrec_status st = BE_OP(io->be, wide_forward, w->first, w->w, NULL, B, F);
+  dlrec_status st = net_fm_split(io->be, w->v, w->w, io->emb, (size_t)B * F, m->D);
+  if (st == DLREC_OK) st = BE_OP(io->be, wide_forward, w->first, w->w, NULL, B, F);
   if (st == DLREC_OK && m->fm) st = BE_OP(io->be, fm_forward, w->second, w->v, B, F, D);
   net_lap(&io->prof->interaction, &t);
   const float *deep = NULL;
   if (st == DLREC_OK) st = net_dense_term_forward(&m->dense, io, w->logits);
-  w->in = deep_input(m, w, io);
+  if (st == DLREC_OK) st = deep_input(m, w, io, &w->in);
   if (st == DLREC_OK) st = net_mlp_forward(&m->mlp, io, w->mlp, w->in, &deep);
   /* linear + first order [+ second order] + deep, in that order for every row. */
-  for (int b = 0; st == DLREC_OK && b < B; b++) {
-    float z = w->logits[b] + w->first[b];
-    if (m->fm) z += w->second[b];
-    w->logits[b] = z + deep[b];
-  }
+  if (st == DLREC_OK) st = BE_OP(io->be, add, w->logits, w->first, (size_t)B);
+  if (st == DLREC_OK && m->fm) st = BE_OP(io->be, add, w->logits, w->second, (size_t)B);
+  if (st == DLREC_OK) st = BE_OP(io->be, add, w->logits, deep, (size_t)B);
   net_lap(&io->prof->mlp, &t);
   *logits = w->logits;
   return st;
@@ -228,15 +227,16 @@ static dlrec_status backward(const void *ctx, void *ws, const net_io *io, const 
   wd_ws *w = ws;
   int B = io->B, F = (int)m->n_sparse, D = (int)m->D;
   double t = dlrec_now();
-  memcpy(w->d_deep, d_logits, (size_t)B * sizeof(float));
   /* The MLP's input gradient is needed only where it is v; the dense
    * features' part is computed and left unused. */
-  dlrec_status st = net_mlp_backward(&m->mlp, io, w->mlp, w->in, w->d_deep, w->dx, g);
+  dlrec_status st = BE_OP(io->be, copy_rows, w->d_deep, (size_t)B, d_logits, (size_t)B, 1, (size_t)B);
+  if (st == DLREC_OK) st = net_mlp_backward(&m->mlp, io, w->mlp, w->in, w->d_deep, w->dx, g);
   if (st == DLREC_OK) st = net_dense_term_backward(&m->dense, io, d_logits, g);
   net_lap(&io->prof->mlp, &t);
   if (st == DLREC_OK) st = BE_OP(io->be, wide_backward, w->dw, NULL, d_logits, B, F);
   if (st == DLREC_OK && m->fm) st = BE_OP(io->be, fm_backward, w->dv_fm, d_logits, w->v, B, F, D);
-  if (st == DLREC_OK) net_fm_join(d_emb, w->dx + m->n_dense, m->mlp.in, m->fm ? w->dv_fm : NULL, w->dw, B, F, m->D);
+  if (st == DLREC_OK)
+    st = net_fm_join(io->be, d_emb, w->dx + m->n_dense, m->mlp.in, m->fm ? w->dv_fm : NULL, w->dw, w->dv, B, F, m->D);
   net_lap(&io->prof->interaction, &t);
   return st;
 }

@@ -1,0 +1,67 @@
+/* Moving activations between the models' blocks: strided row copies (the
+ * concatenations and splits of DCN-v2's x0, DLRM's interaction, the FM
+ * models' factors and weights), fills, and the elementwise adds and scales
+ * that join branches. Written as ops so that a backend whose memory is not
+ * the host's runs them where the data is; on the CPU they are the plain
+ * loops the models had, with the same arithmetic (one rounding per add or
+ * multiply), so results keep their bits. */
+#include <string.h>
+
+#include "dlrec/nn.h"
+
+/* Passes smaller than this run on one thread (see linear.c). */
+#define PARALLEL_MIN 32768
+
+static dlrec_status check_rows(const char *what, const void *dst, const void *src, size_t dst_ld, size_t src_ld,
+                               size_t width) {
+  if (!dst || !src) return dlrec_error(DLREC_ERR_INVALID, "%s: NULL buffer", what);
+  if (width > dst_ld || width > src_ld)
+    return dlrec_error(DLREC_ERR_INVALID, "%s: rows of %zu values do not fit strides %zu and %zu", what, width,
+                       dst_ld, src_ld);
+  return DLREC_OK;
+}
+
+dlrec_status dlrec_copy_rows(float *dst, size_t dst_ld, const float *src, size_t src_ld, size_t rows, size_t width) {
+  if (!rows || !width) return DLREC_OK;
+  dlrec_status s = check_rows("copy_rows", dst, src, dst_ld, src_ld, width);
+  if (s != DLREC_OK) return s;
+  if (dst_ld == width && src_ld == width) {
+    memcpy(dst, src, rows * width * sizeof(float));
+    return DLREC_OK;
+  }
+#pragma omp parallel for schedule(static) if (rows * width >= PARALLEL_MIN)
+  for (size_t r = 0; r < rows; r++) memcpy(dst + r * dst_ld, src + r * src_ld, width * sizeof(float));
+  return DLREC_OK;
+}
+
+dlrec_status dlrec_fill_rows(float *dst, size_t dst_ld, size_t rows, size_t width, float value) {
+  if (!rows || !width) return DLREC_OK;
+  dlrec_status s = check_rows("fill_rows", dst, dst, dst_ld, dst_ld, width);
+  if (s != DLREC_OK) return s;
+  if (dst_ld == width) {
+    const size_t n = rows * width;
+#pragma omp parallel for schedule(static) if (n >= PARALLEL_MIN)
+    for (size_t i = 0; i < n; i++) dst[i] = value;
+    return DLREC_OK;
+  }
+#pragma omp parallel for schedule(static) if (rows * width >= PARALLEL_MIN)
+  for (size_t r = 0; r < rows; r++)
+    for (size_t c = 0; c < width; c++) dst[r * dst_ld + c] = value;
+  return DLREC_OK;
+}
+
+dlrec_status dlrec_add(float *y, const float *x, size_t n) {
+  if (!n) return DLREC_OK;
+  if (!y || !x) return dlrec_error(DLREC_ERR_INVALID, "add: NULL buffer");
+#pragma omp parallel for schedule(static) if (n >= PARALLEL_MIN)
+  for (size_t i = 0; i < n; i++) y[i] += x[i];
+  return DLREC_OK;
+}
+
+dlrec_status dlrec_scale(float *x, size_t n, float s) {
+  if (!n) return DLREC_OK;
+  if (!x) return dlrec_error(DLREC_ERR_INVALID, "scale: NULL buffer");
+#pragma omp parallel for schedule(static) if (n >= PARALLEL_MIN)
+  for (size_t i = 0; i < n; i++) x[i] *= s;
+  return DLREC_OK;
+}
