@@ -14,6 +14,17 @@
 
 #include "dlrec/status.h"
 
+/* TEST_ASAN: defined in a build with AddressSanitizer (clang's
+ * __has_feature, gcc's __SANITIZE_ADDRESS__). */
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TEST_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) && !defined(TEST_ASAN)
+#define TEST_ASAN 1
+#endif
+
 typedef void (*test_fn)(void);
 void test_register(const char *name, test_fn fn);
 void test_fail(const char *file, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

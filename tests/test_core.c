@@ -102,15 +102,6 @@ TEST(arena_refuses_sizes_that_would_wrap) {
   dlrec_arena_free(&a);
 }
 
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define TEST_ASAN 1
-#endif
-#endif
-#if defined(__SANITIZE_ADDRESS__) && !defined(TEST_ASAN)
-#define TEST_ASAN 1
-#endif
-
 #ifdef TEST_ASAN
 #include <sanitizer/asan_interface.h>
 

@@ -1124,15 +1124,6 @@ static uint64_t ws_measured(const dlrec_net *m, uint32_t rows) {
   return st == DLREC_OK ? dlrec_arena_thread_bytes() - before : 0;
 }
 
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define TEST_ASAN 1
-#endif
-#endif
-#if defined(__SANITIZE_ADDRESS__) && !defined(TEST_ASAN)
-#define TEST_ASAN 1
-#endif
-
 /* dlrec_net_ws_bytes (what --plan prints) against workspaces really made:
  * exact at multiples of 64 rows (in the sanitizer build within the arena's
  * redzones, whose padding changes where a block starts), within the
