@@ -586,6 +586,46 @@ static void case_rows(void) {
 
 TEST(moving_rows_match_reference) { each_backend(case_rows, 17); }
 
+/* batchnorm_infer_backward: din = dout · gamma / sqrt(var + eps), and
+ * dgamma, dbeta accumulated onto what they held, against double sums; 1
+ * row (the training case) and 33 rows over 1000 columns (threaded); in place. */
+static void case_bn_infer_backward(void) {
+  static const int rows[] = {1, 33};
+  const int C = 1000;
+  for (int k = 0; k < 2 && !test_failed_now(); k++) {
+    const int B = rows[k];
+    const size_t n = (size_t)B * C;
+    float *x = hrand(n, -2, 2), *dout = hrand(n, -1, 1), *gamma = hrand(C, 0.5f, 1.5f), *rm = hrand(C, -1, 1);
+    float *rv = hrand(C, 0.1f, 2), *pre_g = hrand(C, -1, 1), *pre_b = hrand(C, -1, 1);
+    double *rdin = hd(n), *rdg = hd(C), *rdb = hd(C), *mag_g = hd(C), *mag_b = hd(C), *mag_in = hd(n);
+    for (int c = 0; c < C; c++) {
+      const double inv = 1.0 / sqrt((double)rv[c] + 1e-5);
+      for (int b = 0; b < B; b++) {
+        const size_t i = (size_t)b * C + c;
+        const double xhat = ((double)x[i] - rm[c]) * inv;
+        rdin[i] = (double)dout[i] * gamma[c] * inv;
+        mag_in[i] = fabs(rdin[i]);
+        rdg[c] += (double)dout[i] * xhat, mag_g[c] += fabs((double)dout[i] * xhat);
+        rdb[c] += dout[i], mag_b[c] += fabs((double)dout[i]);
+      }
+    }
+    float *d_x = dup(x, n), *d_dout = dup(dout, n), *d_g = dup(gamma, C), *d_rm = dup(rm, C), *d_rv = dup(rv, C);
+    float *d_dg = dup(pre_g, C), *d_db = dup(pre_b, C), *d_din = dnan(n);
+    if (OP(batchnorm_infer_backward, d_din, d_dg, d_db, d_dout, d_x, d_g, d_rm, d_rv, 1e-5f, B, C) ||
+        CHECKV("bn infer backward din", down(d_din, n), NULL, rdin, mag_in, 0, n, CMP_FP32) ||
+        CHECKV("bn infer backward dgamma", down(d_dg, C), pre_g, rdg, mag_g, 0, C, CMP_FP32) ||
+        CHECKV("bn infer backward dbeta", down(d_db, C), pre_b, rdb, mag_b, 0, C, CMP_FP32))
+      return;
+    /* In place on dout, as the MLP calls it. */
+    if (OP(batchnorm_infer_backward, d_dout, d_dg, d_db, d_dout, d_x, d_g, d_rm, d_rv, 1e-5f, B, C) ||
+        CHECKV("bn infer backward in place", down(d_dout, n), NULL, rdin, mag_in, 0, n, CMP_FP32))
+      return;
+    case_end();
+  }
+}
+
+TEST(batchnorm_infer_backward_matches_reference) { each_backend(case_bn_infer_backward, 18); }
+
 /* ---- interactions --------------------------------------------------------------------- */
 
 static double dot_loss(void *p) {

@@ -1356,3 +1356,69 @@ TEST(models_agree_across_backends) {
   }
   CHECK(others >= (int)(sizeof nets / sizeof nets[0])); /* at least the CPU split two ways, for each */
 }
+
+/* A training batch of one row has no variance: batch normalization then
+ * normalizes it by the running statistics, forward and backward
+ * (batchnorm_infer and batchnorm_infer_backward); every gradient agrees
+ * with finite differences of that forward, and the running statistics are
+ * left as they were. */
+TEST(one_row_batch_norm_gradients_match_finite_differences) {
+  dlrec_schema s;
+  net_check_schema(&s, 3);
+  dlrec_net *m;
+  dlrec_net_ws *ws;
+  CHECK_OK(model_create(&m, &s, "wide_deep", "sum", WD_EXTRA ", \"batch_norm\": true"));
+  CHECK_OK(dlrec_net_init(m, 5));
+  /* Running statistics away from (0, 1), so that using them shows. */
+  size_t n;
+  float *p = dlrec_net_dense_params(m, &n);
+  const uint32_t T = dlrec_net_n_tensors(m);
+  const dlrec_net_tensor *tens = dlrec_net_tensors(m);
+  for (uint32_t i = 0; i < T; i++) {
+    const int mean = strstr(tens[i].name, "running_mean") != NULL, var = strstr(tens[i].name, "running_var") != NULL;
+    for (uint64_t k = 0; (mean || var) && k < tens[i].count; k++)
+      p[tens[i].offset + k] = mean ? 0.3f - 0.01f * (float)k : 0.5f + 0.02f * (float)k;
+  }
+  float *before = malloc(n * sizeof *before);
+  memcpy(before, p, n * sizeof *before);
+  CHECK_OK(dlrec_net_ws_create(&ws, m, 4));
+  net_check_batch tb;
+  net_check_make_batch(&tb, &s, 3, -1);
+  tb.b.rows = 1;
+  /* Every trained tensor's gradient against central differences (the
+   * running statistics are buffers: the loss depends on them here, but
+   * nothing trains them). */
+  double loss;
+  const float *grad, *d_emb;
+  CHECK_OK(dlrec_net_gradients(m, ws, &tb.b, &loss, &grad, &d_emb));
+  float *g = malloc(n * sizeof *g);
+  memcpy(g, grad, n * sizeof *g);
+  int bad = 0, checked = 0;
+  for (uint32_t i = 0; i < T; i++) {
+    if (strstr(tens[i].name, "running_")) continue;
+    for (uint64_t k = 0; k < tens[i].count; k++) {
+      float *x = p + tens[i].offset + k, keep = *x;
+      *x = keep + 1e-3f;
+      const double up = net_check_loss(m, ws, &tb.b);
+      *x = keep - 1e-3f;
+      const double down = net_check_loss(m, ws, &tb.b);
+      *x = keep;
+      const double fd = (up - down) / 2e-3, an = g[tens[i].offset + k];
+      checked++;
+      if (fabs(fd - an) > 5e-4 + 0.02 * fabs(fd) && bad++ < 5)
+        fprintf(stderr, "%s[%llu]: analytic %g, finite difference %g\n", tens[i].name, (unsigned long long)k, an, fd);
+    }
+  }
+  free(g);
+  CHECK_EQ(bad, 0);
+  CHECK(checked > 50);
+  /* The running statistics did not move. */
+  int moved = 0;
+  for (uint32_t i = 0; i < T; i++)
+    if (strstr(tens[i].name, "running_"))
+      moved += memcmp(p + tens[i].offset, before + tens[i].offset, tens[i].count * sizeof(float)) != 0;
+  CHECK_EQ(moved, 0);
+  free(before);
+  dlrec_net_ws_free(ws);
+  dlrec_net_free(m);
+}

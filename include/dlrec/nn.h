@@ -459,6 +459,14 @@ dlrec_status dlrec_batchnorm_backward_apply(float *din, float *dgamma, float *db
  * batch-invariant. B >= 1. out == in is allowed. */
 dlrec_status dlrec_batchnorm_infer(float *out, const float *in, const float *gamma, const float *beta,
                                    const float *running_mean, const float *running_var, float eps, int B, int C);
+/* Its backward, for training a batch normalized by the running statistics
+ * (a batch of one row has no variance of its own): with invstd = 1 /
+ * sqrt(running_var + eps) and x̂ = (in − running_mean) · invstd,
+ *   din     = dout · (gamma · invstd)     overwritten; din == dout allowed
+ *   dbeta  += Σ_b dout, dgamma += Σ_b dout · x̂   accumulated, rows in order. */
+dlrec_status dlrec_batchnorm_infer_backward(float *din, float *dgamma, float *dbeta, const float *dout,
+                                            const float *in, const float *gamma, const float *running_mean,
+                                            const float *running_var, float eps, int B, int C);
 
 #ifdef __cplusplus
 }

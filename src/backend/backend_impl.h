@@ -114,6 +114,10 @@ typedef struct dlrec_backend_ops {
   dlrec_status (*batchnorm_infer)(dlrec_backend *be, float *out, const float *in, const float *gamma,
                                   const float *beta, const float *running_mean, const float *running_var, float eps,
                                   int B, int C);
+  dlrec_status (*batchnorm_infer_backward)(dlrec_backend *be, float *din, float *dgamma, float *dbeta,
+                                           const float *dout, const float *in, const float *gamma,
+                                           const float *running_mean, const float *running_var, float eps, int B,
+                                           int C);
 
   /* ---- loss and the dense optimizer ---- */
   dlrec_status (*bce_forward)(dlrec_backend *be, double *loss, const float *logits, const float *labels, int B);

@@ -356,6 +356,14 @@ static dlrec_status cpu_cross_mix_infer(dlrec_backend *be, float *out, float *ws
   return dlrec_cross_mix_infer(out, ws, x0, xl, v, c, u, gate, B, d, r, K);
 }
 
+static dlrec_status cpu_batchnorm_infer_backward(dlrec_backend *be, float *din, float *dgamma, float *dbeta,
+                                                 const float *dout, const float *in, const float *gamma,
+                                                 const float *running_mean, const float *running_var, float eps,
+                                                 int B, int C) {
+  enter(be);
+  return dlrec_batchnorm_infer_backward(din, dgamma, dbeta, dout, in, gamma, running_mean, running_var, eps, B, C);
+}
+
 static const dlrec_backend_ops cpu_ops = {
     .free = cpu_free,
     .alloc = cpu_alloc,
@@ -395,6 +403,7 @@ static const dlrec_backend_ops cpu_ops = {
     .batchnorm_backward_stats = cpu_batchnorm_backward_stats,
     .batchnorm_backward_apply = cpu_batchnorm_backward_apply,
     .batchnorm_infer = cpu_batchnorm_infer,
+    .batchnorm_infer_backward = cpu_batchnorm_infer_backward,
     .bce_forward = cpu_bce_forward,
     .bce_backward = cpu_bce_backward,
     .optim_step = cpu_optim_step,

@@ -20,7 +20,6 @@
  * with batch normalization) and a_l (the layer's output, the next one's
  * input), and the batch statistics saved for the backward.
  */
-#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -189,18 +188,6 @@ static dlrec_status bn_split_backward(const net_io *io, dlrec_status s, float *d
   return s;
 }
 
-/* Normalizes a one-row batch with the running statistics (training with
- * B = 1, where the batch has no variance); saved gets (mean, invstd). */
-static void bn_running(float *out, float *saved, const float *in, const float *gamma, const float *beta,
-                       const float *rmean, const float *rvar, int C) {
-  for (int c = 0; c < C; c++) {
-    float inv = 1.0f / sqrtf(rvar[c] + BN_EPS);
-    saved[c] = rmean[c];
-    saved[C + c] = inv;
-    out[c] = gamma[c] * ((in[c] - rmean[c]) * inv) + beta[c];
-  }
-}
-
 dlrec_status net_mlp_forward(const net_mlp *m, const net_io *io, float *ws, const float *in, const float **out) {
   mlp_bufs b = bufs_of(m, ws, (uint32_t)io->B);
   const float *P = io->params;
@@ -217,9 +204,10 @@ dlrec_status net_mlp_forward(const net_mlp *m, const net_io *io, float *ws, cons
       s = net_linear_forward(io, m->lin[l], b.z[l], in, 0);
       if (s == DLREC_OK && !io->train)
         s = BE_OP(io->be, batchnorm_infer, b.a[l], b.z[l], gamma, beta, P + rm, P + rv, BN_EPS, io->B, C);
-      /* A batch of one row (the whole batch's, when this is a part of it) has no variance. */
+      /* A batch of one row (the whole batch's, when this is a part of it)
+       * has no variance: the running statistics normalize it, as in scoring. */
       else if (s == DLREC_OK && (io->split ? io->split->rows : (uint32_t)io->B) == 1)
-        bn_running(b.a[l], b.saved[l], b.z[l], gamma, beta, P + rm, P + rv, C);
+        s = BE_OP(io->be, batchnorm_infer, b.a[l], b.z[l], gamma, beta, P + rm, P + rv, BN_EPS, io->B, C);
       else if (io->split) /* even after an error: the other ways wait in net_allreduce */
         s = bn_split_forward(io, s, b.a[l], b.saved[l], b.z[l], gamma, beta, io->state + rm, io->state + rv, C);
       else if (s == DLREC_OK)
@@ -267,16 +255,10 @@ dlrec_status net_mlp_backward(const net_mlp *m, const net_io *io, float *ws, con
       else if (s == DLREC_OK && m->bn && B >= 2)
         s = BE_OP(io->be, batchnorm_backward, d, g + m->gamma[l], g + m->beta[l], d, b.z[l], P + m->gamma[l],
                   b.saved[l], B, (int)L->out);
-      else if (s == DLREC_OK && m->bn) {
-        /* One row, normalized by the running statistics: an affine map. */
-        const float *gamma = P + m->gamma[l], *sv = b.saved[l];
-        for (uint32_t c = 0; c < L->out; c++) {
-          float xhat = (b.z[l][c] - sv[c]) * sv[L->out + c];
-          g[m->beta[l] + c] += d[c];
-          g[m->gamma[l] + c] += d[c] * xhat;
-          d[c] *= gamma[c] * sv[L->out + c];
-        }
-      }
+      else if (s == DLREC_OK && m->bn) /* one row, normalized by the running statistics: an affine map */
+        s = BE_OP(io->be, batchnorm_infer_backward, d, g + m->gamma[l], g + m->beta[l], d, b.z[l], P + m->gamma[l],
+                  P + net_buffer_offset(io->plan, m->rmean[l]), P + net_buffer_offset(io->plan, m->rvar[l]), BN_EPS,
+                  B, (int)L->out);
     }
     const float *x = l ? b.a[l - 1] : in;
     float *dx = l ? next : din;

@@ -262,3 +262,27 @@ dlrec_status dlrec_batchnorm_infer(float *out, const float *in, const float *gam
   }
   return DLREC_OK;
 }
+
+dlrec_status dlrec_batchnorm_infer_backward(float *din, float *dgamma, float *dbeta, const float *dout,
+                                            const float *in, const float *gamma, const float *running_mean,
+                                            const float *running_var, float eps, int B, int C) {
+  if (!din || !dgamma || !dbeta || !dout || !in || !gamma || !running_mean || !running_var)
+    return dlrec_error(DLREC_ERR_INVALID, "batchnorm_infer_backward: NULL buffer");
+  dlrec_status st = check("batchnorm_infer_backward", B, 1, C);
+  if (st != DLREC_OK) return st;
+  if (!(eps > 0.0f)) return dlrec_error(DLREC_ERR_INVALID, "batchnorm_infer_backward: eps=%g must be > 0", eps);
+  /* Columns side by side, rows in order within each: the accumulations of
+   * dgamma and dbeta do not depend on the threads. */
+#pragma omp parallel for schedule(static) if ((size_t)B * C >= PARALLEL_MIN)
+  for (int c = 0; c < C; c++) {
+    const float inv = 1.0f / sqrtf(running_var[c] + eps);
+    for (int b = 0; b < B; b++) {
+      const size_t i = (size_t)b * C + c;
+      const float d = dout[i], xhat = (in[i] - running_mean[c]) * inv;
+      dbeta[c] += d;
+      dgamma[c] += d * xhat;
+      din[i] = d * (gamma[c] * inv);
+    }
+  }
+  return DLREC_OK;
+}
