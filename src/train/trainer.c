@@ -363,18 +363,34 @@ static uint32_t rows_per_rank(uint32_t batch, int ranks) {
   return (uint32_t)(((uint64_t)batch + (uint64_t)ranks - 1) / (uint64_t)ranks);
 }
 
-/* The run's config: a->config_json, a->config_path, or the defaults. */
+/* The run's config: a->config_json, a->config_path, or the defaults; then
+ * the arguments that override it (--deterministic, --threads, --device,
+ * --max-steps), for a run and for its plan alike. */
 static dlrec_status read_config(const dlrec_train_args *a, dlrec_train_config *cfg) {
-  if (a->config_path) return dlrec_train_config_read(a->config_path, cfg);
-  if (!a->config_json) {
+  dlrec_status s = DLREC_OK;
+  if (a->config_path) {
+    s = dlrec_train_config_read(a->config_path, cfg);
+  } else if (!a->config_json) {
     dlrec_train_config_default(cfg);
-    return DLREC_OK;
+  } else {
+    cJSON *j = NULL;
+    s = dlrec_json_parse(a->config_json, strlen(a->config_json), "the config", &j);
+    if (s == DLREC_OK) s = dlrec_train_config_from_json(j, "the config", cfg);
+    cJSON_Delete(j);
   }
-  cJSON *j = NULL;
-  dlrec_status s = dlrec_json_parse(a->config_json, strlen(a->config_json), "the config", &j);
-  if (s == DLREC_OK) s = dlrec_train_config_from_json(j, "the config", cfg);
-  cJSON_Delete(j);
-  return s;
+  if (s != DLREC_OK) return s;
+  if (a->deterministic) cfg->deterministic = 1;
+  if (a->threads) cfg->threads = a->threads;
+  if (a->device && dlrec_device_parse(a->device, &cfg->device, &cfg->device_index) != DLREC_OK)
+    return dlrec_error_context("--device: ");
+  if (a->max_steps) cfg->max_steps = a->max_steps;
+  return DLREC_OK;
+}
+
+/* The threads of each of `ranks` ranks on one machine that share its cores. */
+static uint32_t cores_share(long ranks) {
+  const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  return cpus / ranks > 1 ? (uint32_t)(cpus / ranks) : 1;
 }
 
 static void log_memory(const run *r);
@@ -383,18 +399,12 @@ static dlrec_status setup(run *r) {
   const dlrec_train_args *a = r->a;
   dlrec_status s = DLREC_OK;
   if ((s = read_config(a, &r->cfg)) != DLREC_OK) return s;
-  if (a->deterministic) r->cfg.deterministic = 1;
-  if (a->threads) r->cfg.threads = a->threads;
-  if (a->device && (s = dlrec_device_parse(a->device, &r->cfg.device, &r->cfg.device_index)) != DLREC_OK)
-    return dlrec_error_context("--device: ");
-  if (a->max_steps) r->cfg.max_steps = a->max_steps;
   const char *what = a->config_path ? a->config_path : "the config";
   if (r->ranks > 1) {
     /* Ranks share the machine's cores: without a thread count, each takes
      * its share of the cores (mpirun says how many ranks run here). */
     const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-    const long cpus = sysconf(_SC_NPROCESSORS_ONLN), here = local && atol(local) > 0 ? atol(local) : r->ranks;
-    if (!r->cfg.threads) r->cfg.threads = cpus / here > 1 ? (uint32_t)(cpus / here) : 1;
+    if (!r->cfg.threads) r->cfg.threads = cores_share(local && atol(local) > 0 ? atol(local) : r->ranks);
     if (a->follow_dir)
       return dlrec_error(DLREC_ERR_UNSUPPORTED, "--follow trains in one process only (this job has %d ranks)",
                          r->ranks);
@@ -746,9 +756,7 @@ static uint64_t run_ws_bytes(const dlrec_train_config *cfg, const dlrec_net *net
 /* A rank's threads when the config leaves them to the machine: its share
  * of the cores (setup's rule, with every rank on this machine). */
 static uint32_t plan_threads(const dlrec_train_config *cfg, int ranks) {
-  if (cfg->threads) return cfg->threads;
-  const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  return cpus / ranks > 1 ? (uint32_t)(cpus / ranks) : 1;
+  return cfg->threads ? cfg->threads : cores_share(ranks);
 }
 
 /* Whether `need` bytes fit the memory of cfg's device, in one line into
@@ -794,9 +802,6 @@ static void log_memory(const run *r) {
 dlrec_status dlrec_train_print_plan(const dlrec_train_args *a, int ranks, FILE *out) {
   dlrec_train_config cfg;
   dlrec_status s = read_config(a, &cfg);
-  if (s == DLREC_OK && a->threads) cfg.threads = a->threads;
-  if (s == DLREC_OK && a->device && (s = dlrec_device_parse(a->device, &cfg.device, &cfg.device_index)) != DLREC_OK)
-    s = dlrec_error_context("--device: ");
   dlrec_etl *etl = NULL;
   if (s == DLREC_OK) s = dlrec_etl_load(&etl, a->etl_dir);
   if (s != DLREC_OK) return s;
