@@ -40,6 +40,10 @@ static const backend_entry g_backends[] = {
 };
 #define N_BACKENDS (sizeof g_backends / sizeof g_backends[0])
 
+/* Why a build has no "cuda" backend, in each message that says so. */
+#define NO_CUDA "built without the CUDA toolkit"
+
+
 const char *dlrec_backend_name_at(size_t i) { return i < N_BACKENDS ? g_backends[i].name : NULL; }
 
 dlrec_status dlrec_backend_create(dlrec_backend **out, const char *name, const dlrec_backend_config *c) {
@@ -64,7 +68,7 @@ dlrec_status dlrec_backend_create(dlrec_backend **out, const char *name, const d
   for (size_t i = 0; i < N_BACKENDS; i++)
     snprintf(have + strlen(have), sizeof have - strlen(have), "%s%s", i ? ", " : "", g_backends[i].name);
   return dlrec_error(DLREC_ERR_INVALID, "no backend '%s' in this build (it has: %s)%s", name ? name : "(null)", have,
-                     name && !strcmp(name, "cuda") ? "; it was built without the CUDA toolkit (nvcc)" : "");
+                     name && !strcmp(name, "cuda") ? "; it was " NO_CUDA " (nvcc)" : "");
 }
 
 dlrec_status dlrec_device_parse(const char *s, const char **backend, uint32_t *index) {
@@ -129,7 +133,7 @@ dlrec_status dlrec_device_memory(const char *device, uint64_t *total, uint64_t *
 #ifdef DLREC_HAVE_CUDA
   return backend_cuda_memory(index, total, available);
 #else
-  return dlrec_error(DLREC_ERR_UNSUPPORTED, "%s: this build has no CUDA backend (built without the CUDA toolkit)",
+  return dlrec_error(DLREC_ERR_UNSUPPORTED, "%s: this build has no CUDA backend (" NO_CUDA ")",
                      device);
 #endif
 }
@@ -146,7 +150,7 @@ void dlrec_backend_devices(const char *name, char *buf, size_t size) {
   }
 #endif
   snprintf(buf, size, "not in this build%s",
-           name && !strcmp(name, "cuda") ? " (built without the CUDA toolkit)" : "");
+           name && !strcmp(name, "cuda") ? " (" NO_CUDA ")" : "");
 }
 
 void dlrec_backend_free(dlrec_backend *be) {

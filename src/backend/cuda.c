@@ -62,12 +62,22 @@ void backend_cuda_devices(char *buf, size_t size) {
   }
 }
 
-dlrec_status backend_cuda_memory(uint32_t index, uint64_t *total, uint64_t *available) {
+/* DLREC_OK when GPU `index` is visible; else why not: `missing` when there
+ * is none or the index is past the machine's GPUs (naming them). */
+static dlrec_status visible(uint32_t index, dlrec_status missing) {
   char why[256];
   int n = device_count(why, sizeof why);
   if (n < 0) return dlrec_error(DLREC_ERR_UNSUPPORTED, "cuda:%u: %s", index, why);
-  if (index >= (uint32_t)n)
-    return dlrec_error(DLREC_ERR_UNSUPPORTED, "cuda:%u: this machine has %d CUDA device%s", index, n, n == 1 ? "" : "s");
+  if (index < (uint32_t)n) return DLREC_OK;
+  char last[32] = "";
+  if (n > 1) snprintf(last, sizeof last, " to cuda:%d", n - 1);
+  return dlrec_error(missing, "cuda:%u: this machine has %d CUDA device%s (cuda:0%s)", index, n, n == 1 ? "" : "s",
+                     last);
+}
+
+dlrec_status backend_cuda_memory(uint32_t index, uint64_t *total, uint64_t *available) {
+  dlrec_status s = visible(index, DLREC_ERR_UNSUPPORTED);
+  if (s != DLREC_OK) return s;
   size_t free_b = 0, total_b = 0;
   cudaError_t e = cudaSetDevice((int)index);
   if (e == cudaSuccess) e = cudaMemGetInfo(&free_b, &total_b);
@@ -81,15 +91,8 @@ dlrec_status backend_cuda_memory(uint32_t index, uint64_t *total, uint64_t *avai
 
 dlrec_status dlrec_backend_cuda_init(dlrec_backend *be, const dlrec_backend_config *c) {
   (void)be;
-  char why[256];
-  int n = device_count(why, sizeof why);
-  if (n < 0) return dlrec_error(DLREC_ERR_UNSUPPORTED, "cuda:%u: %s", c->device, why);
-  if (c->device >= (uint32_t)n) {
-    char last[32] = "";
-    if (n > 1) snprintf(last, sizeof last, " to cuda:%d", n - 1);
-    return dlrec_error(DLREC_ERR_INVALID, "cuda:%u: this machine has %d CUDA device%s (cuda:0%s)", c->device, n,
-                       n == 1 ? "" : "s", last);
-  }
+  dlrec_status s = visible(c->device, DLREC_ERR_INVALID);
+  if (s != DLREC_OK) return s;
   char dev[256];
   describe_device((int)c->device, dev, sizeof dev);
   return dlrec_error(DLREC_ERR_UNSUPPORTED,
