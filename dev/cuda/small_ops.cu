@@ -174,8 +174,9 @@ __global__ void bce(double *terms, float *dz, const float *z, const float *y, in
 }
 
 __global__ void sum_tree(double *v, int n, int stride) {
-  const int i = (blockIdx.x * blockDim.x + threadIdx.x) * 2 * stride;
-  if (i + stride < n) v[i] += v[i + stride];
+  // 64-bit: the last level's index runs past 2^31 on a large batch.
+  const size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 2 * (size_t)stride;
+  if (i + stride < (size_t)n) v[i] += v[i + stride];
 }
 
 static int test_bce(size_t n) {
