@@ -162,7 +162,10 @@ int main(int argc, char **argv) {
     fprintf(stderr, "bench_score: %s\n", dlrec_last_error());
     return 1;
   }
-  dlrec_net_set_backend(m->net, be);
+  if (dlrec_net_set_backend(m->net, be) != DLREC_OK) {
+    fprintf(stderr, "bench_score: %s\n", dlrec_last_error());
+    return 1;
+  }
   dlrec_net_scorer *scorer;
   if (dlrec_net_scorer_create(&scorer, m->net) != DLREC_OK) {
     fprintf(stderr, "bench_score: %s\n", dlrec_last_error());

@@ -149,8 +149,25 @@ static int op_done(int line, const char *name, dlrec_status st) {
   }
   return 0;
 }
-#define OP(name, ...) \
-  (omp_set_num_threads((int)g_be->threads + 1), op_done(__LINE__, #name, BE_OP(g_be, name, __VA_ARGS__)))
+/* An op the backend does not have yet (a NULL entry; src/backend/cuda.c
+ * says which) is skipped, said once per backend, precision and op. */
+static int lacks(const char *name, int missing) {
+  if (!missing) return 0;
+  static char said[64][96];
+  static int n_said;
+  char key[96];
+  snprintf(key, sizeof key, "%s %s", g_tag, name);
+  for (int i = 0; i < n_said; i++)
+    if (!strcmp(said[i], key)) return 1;
+  if (n_said < 64) snprintf(said[n_said++], sizeof said[0], "%s", key);
+  printf("test_backend: %s: %s skipped: not in this backend yet\n", g_tag, name);
+  return 1;
+}
+#define HAS(name) (!lacks(#name, g_be->ops->name == NULL))
+#define OP(name, ...)                                                                                              \
+  (!HAS(name) ? 1                                                                                                  \
+              : (omp_set_num_threads((int)g_be->threads + 1),                                                      \
+                 op_done(__LINE__, #name, BE_OP(g_be, name, __VA_ARGS__))))
 
 /* ---- comparisons ------------------------------------------------------------------------- */
 
@@ -281,8 +298,8 @@ TEST(backends_are_listed_and_describe_themselves) {
 /* Devices by name: "cpu", "cuda", "cuda:N" parsed; dlrec_backend_create_on
  * makes the CPU backend from "cpu" or NULL, refuses a malformed name, and
  * for "cuda" either refuses saying why (a build without the toolkit, no GPU
- * visible, or a backend without ops) or, once it has them, makes a backend
- * called "cuda". `dlrec version`'s lines say the same. */
+ * visible, an index past the machine's GPUs) or makes a backend called
+ * "cuda". `dlrec version`'s lines say the same. */
 TEST(devices_are_parsed_and_cuda_says_why_it_is_missing) {
   const char *name = NULL;
   uint32_t index = 9;
@@ -324,6 +341,12 @@ TEST(devices_are_parsed_and_cuda_says_why_it_is_missing) {
     CHECK(strstr(cuda, "cuda:0 ") == cuda);
     CHECK(st == DLREC_ERR_INVALID || st == DLREC_ERR_UNSUPPORTED);
     CHECK(strstr(dlrec_last_error(), "cuda:3") != NULL);
+  }
+  /* Where a GPU is listed, its backend is made, and names it. */
+  if (strstr(cuda, "cuda:0 ") == cuda) {
+    CHECK_OK(dlrec_backend_create_on(&be, "cuda", &c));
+    CHECK(be && strstr(dlrec_backend_describe(be), "cuda:0 ") == dlrec_backend_describe(be));
+    dlrec_backend_free(be);
   }
   /* The memory of each: the machine's RAM, a GPU's, or why not. */
   uint64_t total = 0, avail = 0;
@@ -877,6 +900,7 @@ static void mix_case(int B, int d, int r, int K, int first, int fd) {
 }
 
 static void case_cross_mix(void) {
+  if (!HAS(cross_mix_forward)) return;
   static const int shapes[][6] = {{1, 1, 1, 1, 0, 1}, {3, 5, 2, 3, 0, 1}, {2, 4, 3, 2, 1, 1}, {4, 6, 2, 4, 0, 1},
                                   {40, 31, 8, 3, 0, 0}};
   for (size_t s = 0; s < sizeof shapes / sizeof shapes[0] && !test_failed_now(); s++) {
@@ -1298,6 +1322,7 @@ static float *table_rows(const dlrec_table *t) {
 }
 
 static void case_bag_forward(void) {
+  if (!HAS(bag_forward)) return;
   static const uint32_t shapes[][6] = {{1000, 16, 37, 4, 0, 4}, {1000, 5, 1, 3, 0, 3}, {50, 32, 300, 4, 0, 2},
                                        {1, 3, 4, 1, 0, 3},      {5000, 7, 300, 3, 1, 1}};
   for (size_t s = 0; s < sizeof shapes / sizeof shapes[0] && !test_failed_now(); s++)
@@ -1461,6 +1486,7 @@ out:
 }
 
 static void case_sparse(void) {
+  if (!HAS(bag_backward_update)) return;
   for (int kind = DLREC_SPARSE_SGD; kind <= DLREC_SPARSE_LAZY_ADAM && !test_failed_now(); kind++)
     for (int mode = 0; mode < 3 && !test_failed_now(); mode++) {
       sparse_case((dlrec_sparse_optim_kind)kind, mode, mode == 0 ? 1 : 64);
@@ -1558,6 +1584,7 @@ static dlrec_status run_concat(const infer_op *op, float *out, const float *x, c
 
 /* Packing computes nothing in parallel, so it is not held to the thread check. */
 static int packed(dlrec_packed_linear **p, const float *w, const float *bias, int IN, int OUT) {
+  if (!HAS(packed_create)) return 1;
   if (BE_OP(g_be, packed_create, p, w, bias, IN, OUT) == DLREC_OK) return 0;
   FAIL("packed_create %dx%d: %s", IN, OUT, dlrec_last_error());
   return 1;

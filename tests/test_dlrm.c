@@ -152,7 +152,7 @@ TEST(dlrm_threads_belong_to_the_backend) {
   for (int i = 0; i < 2; i++) {
     CHECK_OK(dlrec_dlrm_create(&m[i], &sh, &s));
     CHECK(dlrec_net_backend(m[i]) == dlrec_backend_default());
-    dlrec_net_set_backend(m[i], be[i]);
+    CHECK_OK(dlrec_net_set_backend(m[i], be[i]));
     CHECK(dlrec_net_backend(m[i]) == be[i]);
     CHECK_OK(dlrec_net_init(m[i], 9));
     CHECK_OK(dlrec_net_ws_create(&ws[i], m[i], 4));
@@ -176,7 +176,7 @@ TEST(dlrm_threads_belong_to_the_backend) {
   float prob[3][4];
   dlrec_net_scorer *on1, *on2;
   CHECK_OK(dlrec_net_scorer_create(&on1, m[0]));
-  dlrec_net_set_backend(m[0], be[1]);
+  CHECK_OK(dlrec_net_set_backend(m[0], be[1]));
   CHECK_OK(dlrec_net_scorer_create(&on2, m[0]));
   omp_set_num_threads(3);
   CHECK_OK(dlrec_net_predict(on1, ws[0], &tb.b, prob[0]));
@@ -187,7 +187,7 @@ TEST(dlrm_threads_belong_to_the_backend) {
   CHECK_EQ(omp_get_max_threads(), 1);
   CHECK(memcmp(prob[0], prob[1], sizeof prob[0]) == 0);
   CHECK(memcmp(prob[0], prob[2], sizeof prob[0]) == 0);
-  dlrec_net_set_backend(m[0], NULL);
+  CHECK_OK(dlrec_net_set_backend(m[0], NULL));
   CHECK(dlrec_net_backend(m[0]) == dlrec_backend_default());
   omp_set_num_threads(keep);
   dlrec_net_scorer_free(on1);
@@ -537,7 +537,7 @@ static void train_tiny(uint32_t threads, const dlrec_batch *b, int nested, float
   dlrec_net_ws *ws;
   CHECK_OK(dlrec_backend_create(&be, "cpu", &bc));
   CHECK_OK(dlrec_dlrm_create(&m, &sh, &s));
-  dlrec_net_set_backend(m, be);
+  CHECK_OK(dlrec_net_set_backend(m, be));
   CHECK_OK(dlrec_net_init(m, 5));
   CHECK_OK(dlrec_net_ws_create(&ws, m, 128));
   dlrec_net_optim opt;

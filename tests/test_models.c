@@ -735,7 +735,7 @@ static dlrec_status wd_on_backend(const dlrec_schema *s, uint32_t threads, const
   dlrec_status st = dlrec_backend_create(be, "cpu", &bc);
   if (st == DLREC_OK) st = model_create(m, s, "wide_deep", "sum", more);
   if (st != DLREC_OK) return st;
-  dlrec_net_set_backend(*m, *be);
+  if ((st = dlrec_net_set_backend(*m, *be)) != DLREC_OK) return st;
   st = dlrec_net_init(*m, seed);
   if (st == DLREC_OK) st = dlrec_net_ws_create(ws, *m, 128);
   if (st == DLREC_OK) st = dlrec_sparse_optim_create(&opt->sparse, dlrec_net_table(*m), &sc);
@@ -1231,7 +1231,8 @@ static void agree_free(agree_run *r) {
 
 /* A network of `type` on backend `name` (threads, fp32), initialized from
  * seed 7, with Adam on the dense parameters and row-wise Adagrad on the
- * table; DLREC_ERR_UNSUPPORTED when the backend cannot be created here. */
+ * table; DLREC_ERR_UNSUPPORTED when the backend cannot be created here or
+ * cannot run a network yet (a GPU's, until its networks live in its memory). */
 static dlrec_status agree_open(agree_run *r, const dlrec_schema *s, const char *type, const char *extra,
                                const char *name, uint32_t threads) {
   memset(r, 0, sizeof *r);
@@ -1239,7 +1240,7 @@ static dlrec_status agree_open(agree_run *r, const dlrec_schema *s, const char *
   dlrec_status st = dlrec_backend_create(&r->be, name, &bc);
   if (st != DLREC_OK) return st;
   if ((st = model_create(&r->m, s, type, "sum", extra)) != DLREC_OK) return st;
-  dlrec_net_set_backend(r->m, r->be);
+  if ((st = dlrec_net_set_backend(r->m, r->be)) != DLREC_OK) return st;
   if ((st = dlrec_net_init(r->m, 7)) != DLREC_OK) return st;
   if ((st = dlrec_net_ws_create(&r->ws, r->m, 128)) != DLREC_OK) return st;
   size_t n;
@@ -1293,7 +1294,7 @@ static dlrec_status agree_train(agree_run *r, const dlrec_schema *s, double *los
  * agree within the tolerances above. The other run's parameters, scored
  * on the reference backend, score within AGREE_EARLY_TOL_OTHER of its own
  * scoring (a GPU checkpoint scores on the CPU). A backend that cannot be
- * created here is skipped, saying why. */
+ * created here, or cannot run a network yet, is skipped, saying why. */
 TEST(models_agree_across_backends) {
   static const struct {
     const char *type, *extra;
@@ -1338,7 +1339,7 @@ TEST(models_agree_across_backends) {
                 nets[i].type, nets[i].extra, name, threads, early, AGREE_LATE, late_rel, scores);
       CHECK(ok);
       /* Its parameters scored on the reference's backend. */
-      dlrec_net_set_backend(r.m, ref.be);
+      CHECK_OK(dlrec_net_set_backend(r.m, ref.be));
       dlrec_net_scorer *sc = NULL;
       dlrec_batch held = agree_batch(&s, 1000);
       CHECK_OK(dlrec_net_scorer_create(&sc, r.m));

@@ -15,9 +15,10 @@
  *
  * Backends of a build: "cpu" always (OpenBLAS sgemm for fp32 GEMMs, oneDNN
  * for bf16 ones, OpenMP threads); "cuda" in a build with the CUDA toolkit
- * (CMake found nvcc; a build without it holds no CUDA symbol). The cuda
- * backend finds the machine's GPUs but has no ops yet (issue 11; the
- * kernels are in dev/cuda/), so creating it is refused, naming the device.
+ * (CMake found nvcc; a build without it holds no CUDA symbol), created on a
+ * machine with a GPU. The cuda backend runs most ops on the GPU (not yet
+ * the embedding bags, the scoring ops or the mixture of experts), but no
+ * network yet: dlrec_net_set_backend refuses it (issue 11).
  */
 #ifndef DLREC_BACKEND_H
 #define DLREC_BACKEND_H
@@ -92,6 +93,10 @@ const char *dlrec_backend_name_at(size_t i);
  * cores, fp32). DLREC_ERR_INVALID for a name this build lacks (the message
  * lists those it has) or a bad config; *be is NULL on failure. */
 dlrec_status dlrec_backend_create(dlrec_backend **be, const char *name, const dlrec_backend_config *c);
+/* DLREC_OK when a network can run on be (dlrec_net_set_backend); else
+ * DLREC_ERR_UNSUPPORTED saying why, naming the device: the CUDA backend runs
+ * its ops, but a network's buffers are host memory today (issue 11). */
+dlrec_status dlrec_backend_runs_networks(const dlrec_backend *be);
 void dlrec_backend_free(dlrec_backend *be); /* accepts NULL */
 
 const char *dlrec_backend_name(const dlrec_backend *be);

@@ -8,8 +8,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Callable from CUDA kernels too (the CUDA backend's dropout masks are the
+ * CPU's bit for bit). */
+#ifdef __CUDACC__
+#define DLREC_HOST_DEVICE __host__ __device__
+#else
+#define DLREC_HOST_DEVICE
+#endif
+
 /* A bijective 64-bit mixer (the SplitMix64 finalizer). */
-static inline uint64_t dlrec_mix64(uint64_t x) {
+static inline DLREC_HOST_DEVICE uint64_t dlrec_mix64(uint64_t x) {
   x ^= x >> 30;
   x *= 0xbf58476d1ce4e5b9ULL;
   x ^= x >> 27;

@@ -103,8 +103,11 @@ void dlrec_net_free(dlrec_net *n); /* accepts NULL */
  * The network borrows be: the caller keeps be alive while the network uses
  * it (until the network is freed or given another backend) and while any
  * scorer created on it lives. Scorers created before keep their backend.
- * Not to be called while a pass on the network runs. */
-void dlrec_net_set_backend(dlrec_net *n, dlrec_backend *be);
+ * Not to be called while a pass on the network runs.
+ * DLREC_ERR_UNSUPPORTED, naming the device, for a backend whose memory is
+ * not host memory (a GPU's): a network keeps its parameters, workspaces and
+ * batches in host memory today (issue 11); the network keeps its backend. */
+dlrec_status dlrec_net_set_backend(dlrec_net *n, dlrec_backend *be);
 /* The backend the network runs on; never NULL. */
 dlrec_backend *dlrec_net_backend(const dlrec_net *n);
 

@@ -165,6 +165,14 @@ dlrec_precision dlrec_backend_precision(const dlrec_backend *be) { return be->pr
 int dlrec_backend_bf16_native(const dlrec_backend *be) { return be->bf16_native; }
 const char *dlrec_backend_describe(const dlrec_backend *be) { return be->describe; }
 
+dlrec_status dlrec_backend_runs_networks(const dlrec_backend *be) {
+  if (be->host_memory) return DLREC_OK;
+  return dlrec_error(DLREC_ERR_UNSUPPORTED,
+                     "%s: dlrec's CUDA backend runs its ops (tests/test_backend.c), but networks do not run on it yet: "
+                     "their parameters, activations and batches are host memory (issue 11); run on --device cpu",
+                     be->describe);
+}
+
 uint32_t backend_split_ways(const dlrec_backend *be) {
   return !strcmp(be->name, "cpu") ? be->threads : 1;
 }

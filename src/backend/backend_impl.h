@@ -156,6 +156,11 @@ struct dlrec_backend {
   dlrec_precision precision; /* resolved: FP32 or BF16 */
   uint32_t device;           /* the config's: which GPU; 0 on the CPU */
   int bf16_native;
+  /* 1: the backend's memory is host memory (alloc is malloc's), so the
+   * networks, whose parameters, workspaces and batches are host memory
+   * today, can run on it; 0 (a GPU's): only its ops can, on memory from
+   * alloc (dlrec_net_set_backend refuses it). */
+  int host_memory;
   char describe[128];
   void *ctx; /* the backend's own state */
 };
@@ -177,8 +182,8 @@ dlrec_status backend_lane_create(const dlrec_backend *be, dlrec_backend **lane);
 dlrec_status dlrec_backend_cpu_init(dlrec_backend *be, const dlrec_backend_config *c);
 
 #ifdef DLREC_HAVE_CUDA
-/* The CUDA backend (cuda.c): finds GPU c->device, and refuses, naming it,
- * until the backend has its ops. */
+/* The CUDA backend (cuda.c) on GPU c->device; some ops are NULL (cuda.c
+ * says which). */
 dlrec_status dlrec_backend_cuda_init(dlrec_backend *be, const dlrec_backend_config *c);
 /* dlrec_backend_devices for "cuda". */
 void backend_cuda_devices(char *buf, size_t size);

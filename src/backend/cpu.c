@@ -430,6 +430,7 @@ dlrec_status dlrec_backend_cpu_init(dlrec_backend *be, const dlrec_backend_confi
   be->threads = c->threads ? c->threads : (uint32_t)omp_get_num_procs();
   be->precision = p;
   be->bf16_native = native;
+  be->host_memory = 1;
   be->ctx = g;
   snprintf(be->describe, sizeof be->describe, "cpu: %u thread%s, %s", be->threads, be->threads == 1 ? "" : "s",
            cpu_gemm_describe(g));

@@ -1,19 +1,35 @@
-/* The CUDA backend: for now, finding the GPU a config names.
+/* The CUDA backend: the GPU a config names, its memory, and the ops of
+ * backend_impl.h on it (kernels in cuda_kernels.cu, GEMMs on cuBLASLt).
  *
  * This file is built whenever CMake finds the CUDA toolkit, and links the
- * static CUDA runtime, which loads the driver (libcuda) only when called:
- * one build/dlrec runs on machines with and without a GPU and says which it
- * found. Its ops (the kernels in dev/cuda/, issue 11) are not here yet, so
- * creating the backend stops after the device checks with an error naming
- * the GPU it would have used; train, eval, predict and serve then say so
- * instead of falling back to the CPU behind the user's back.
+ * static CUDA runtime, which loads the driver (libcuda) only when called,
+ * and opens cuBLASLt only when a backend is created (cuda_blas.c): one
+ * build/dlrec runs on machines with and without a GPU and says which it
+ * found.
+ *
+ * Ops run in order on the backend's own stream and return once enqueued;
+ * download and synchronize wait for them, and report a kernel's failure.
+ * Every op checks its arguments as the CPU kernel does before it enqueues
+ * anything, so a refused call touches nothing.
+ *
+ * What it has not yet (those ops are NULL, and the op-by-op test skips them,
+ * saying so): the embedding bags and the fused sparse update, which need the
+ * table in device memory (the table-storage interface); the batch-invariant
+ * scoring ops (packed layers); the mixture of low-rank experts. Networks do
+ * not run on it yet either: their parameters, workspaces and batches are
+ * host memory (be->host_memory is 0, and dlrec_net_set_backend refuses).
  */
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cuda_runtime_api.h>
 
 #include "backend/backend_impl.h"
+#include "backend/cuda_blas.h"
+#include "backend/cuda_kernels.h"
+#include "dlrec/hash.h"
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
 
@@ -89,14 +105,688 @@ dlrec_status backend_cuda_memory(uint32_t index, uint64_t *total, uint64_t *avai
   return DLREC_OK;
 }
 
+typedef struct cuda_ctx {
+  int device;
+  cudaStream_t stream;
+  cuda_blas *blas;
+  void *scratch; /* device memory the ops carve up for the call (bf16 operands, partial sums) */
+  size_t scratch_bytes;
+} cuda_ctx;
+
+static cuda_ctx *ctx_of(dlrec_backend *be) { return be->ctx; }
+
+/* Selects the backend's GPU on the calling thread (a server calls from
+ * several) and returns its stream. */
+static cudaStream_t enter(dlrec_backend *be) {
+  cudaSetDevice(ctx_of(be)->device);
+  return ctx_of(be)->stream;
+}
+
+/* DLREC_OK, or the CUDA error of `what` as a status. */
+static dlrec_status cuda_status(cudaError_t e, const char *what) {
+  if (e == cudaSuccess) return DLREC_OK;
+  return dlrec_error(e == cudaErrorMemoryAllocation ? DLREC_ERR_NOMEM : DLREC_ERR_INTERNAL, "cuda: %s: %s (%s)", what,
+                     cudaGetErrorName(e), cudaGetErrorString(e));
+}
+
+/* At least `bytes` of scratch, grown when short (cudaFree waits for the ops
+ * that used the old one). */
+static void *scratch(dlrec_backend *be, size_t bytes) {
+  cuda_ctx *x = ctx_of(be);
+  if (bytes <= x->scratch_bytes) return x->scratch;
+  if (x->scratch) cudaFree(x->scratch);
+  x->scratch = NULL;
+  x->scratch_bytes = 0;
+  size_t want = bytes < (1u << 20) ? (1u << 20) : bytes + bytes / 4;
+  if (cudaMalloc(&x->scratch, want) != cudaSuccess) {
+    x->scratch = NULL;
+    return NULL;
+  }
+  x->scratch_bytes = want;
+  return x->scratch;
+}
+
+/* The next piece of `bytes` from *at, 256-byte aligned. */
+static void *carve(char **at, size_t bytes) {
+  void *p = *at;
+  *at += (bytes + 255) / 256 * 256;
+  return p;
+}
+
+static void cuda_free_ctx(dlrec_backend *be) {
+  cuda_ctx *x = ctx_of(be);
+  if (!x) return;
+  cudaSetDevice(x->device);
+  if (x->stream) cudaStreamSynchronize(x->stream);
+  cuda_blas_free(x->blas);
+  if (x->scratch) cudaFree(x->scratch);
+  if (x->stream) cudaStreamDestroy(x->stream);
+  free(x);
+  be->ctx = NULL;
+}
+
+/* ---- memory: the GPU's ---- */
+
+static void *cuda_alloc(dlrec_backend *be, size_t bytes) {
+  enter(be);
+  void *p = NULL;
+  return cudaMalloc(&p, bytes ? bytes : 64) == cudaSuccess ? p : NULL; /* 256-byte aligned */
+}
+
+static void cuda_release(dlrec_backend *be, void *p) {
+  if (!p) return;
+  enter(be);
+  cudaFree(p); /* waits for the ops that may still use it */
+}
+
+/* A copy in `kind`'s direction that has landed when it returns (the host
+ * buffer may be reused at once). */
+static dlrec_status copy_sync(dlrec_backend *be, void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind,
+                              const char *what) {
+  if (bytes && (!dst || !src)) return dlrec_error(DLREC_ERR_INVALID, "copy of %zu bytes with a NULL buffer", bytes);
+  if (!bytes) return DLREC_OK;
+  cudaStream_t st = enter(be);
+  cudaError_t e = cudaMemcpyAsync(dst, src, bytes, kind, st);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(st);
+  return cuda_status(e, what);
+}
+
+static dlrec_status cuda_upload(dlrec_backend *be, void *dst, const void *host_src, size_t bytes) {
+  return copy_sync(be, dst, host_src, bytes, cudaMemcpyHostToDevice, "upload");
+}
+
+static dlrec_status cuda_download(dlrec_backend *be, void *host_dst, const void *src, size_t bytes) {
+  return copy_sync(be, host_dst, src, bytes, cudaMemcpyDeviceToHost, "download");
+}
+
+static dlrec_status cuda_synchronize(dlrec_backend *be) {
+  return cuda_status(cudaStreamSynchronize(enter(be)), "synchronize");
+}
+
+/* ---- argument checks: the CPU kernels' (dlrec/nn.h), before anything runs ---- */
+
+#define NONNULL(what, ...) nonnull(what, (const void *[]){__VA_ARGS__}, sizeof((const void *[]){__VA_ARGS__}) / sizeof(void *))
+static dlrec_status nonnull(const char *what, const void *const *p, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (!p[i]) return dlrec_error(DLREC_ERR_INVALID, "%s: NULL buffer", what);
+  return DLREC_OK;
+}
+
+#define TRY(expr)                                                                                                   \
+  do {                                                                                                              \
+    dlrec_status try_ = (expr);                                                                                     \
+    if (try_ != DLREC_OK) return try_;                                                                              \
+  } while (0)
+
+/* ---- moving rows ---- */
+
+static dlrec_status check_rows(const char *what, const void *dst, const void *src, size_t dst_ld, size_t src_ld,
+                               size_t width) {
+  if (!dst || !src) return dlrec_error(DLREC_ERR_INVALID, "%s: NULL buffer", what);
+  if (width > dst_ld || width > src_ld)
+    return dlrec_error(DLREC_ERR_INVALID, "%s: rows of %zu values do not fit strides %zu and %zu", what, width,
+                       dst_ld, src_ld);
+  return DLREC_OK;
+}
+
+static dlrec_status cuda_copy_rows(dlrec_backend *be, float *dst, size_t dst_ld, const float *src, size_t src_ld,
+                                   size_t rows, size_t width) {
+  if (!rows || !width) return DLREC_OK;
+  TRY(check_rows("copy_rows", dst, src, dst_ld, src_ld, width));
+  return cuda_status(cuk_copy_rows(enter(be), dst, dst_ld, src, src_ld, rows, width), "copy_rows");
+}
+
+static dlrec_status cuda_fill_rows(dlrec_backend *be, float *dst, size_t dst_ld, size_t rows, size_t width,
+                                   float value) {
+  if (!rows || !width) return DLREC_OK;
+  TRY(check_rows("fill_rows", dst, dst, dst_ld, dst_ld, width));
+  return cuda_status(cuk_fill_rows(enter(be), dst, dst_ld, rows, width, value), "fill_rows");
+}
+
+static dlrec_status cuda_add(dlrec_backend *be, float *y, const float *x, size_t n) {
+  if (!n) return DLREC_OK;
+  TRY(NONNULL("add", y, x));
+  return cuda_status(cuk_add(enter(be), y, x, n), "add");
+}
+
+static dlrec_status cuda_scale(dlrec_backend *be, float *x, size_t n, float s) {
+  if (!n) return DLREC_OK;
+  TRY(NONNULL("scale", x));
+  return cuda_status(cuk_scale(enter(be), x, n, s), "scale");
+}
+
+/* ---- activations ---- */
+
+static dlrec_status cuda_relu_forward(dlrec_backend *be, float *out, const float *in, size_t n) {
+  TRY(NONNULL("relu_forward", out, in));
+  return n ? cuda_status(cuk_relu_forward(enter(be), out, in, n), "relu_forward") : DLREC_OK;
+}
+
+static dlrec_status cuda_relu_backward(dlrec_backend *be, float *din, const float *dout, const float *out, size_t n) {
+  TRY(NONNULL("relu_backward", din, dout, out));
+  return n ? cuda_status(cuk_relu_backward(enter(be), din, dout, out, n), "relu_backward") : DLREC_OK;
+}
+
+static dlrec_status cuda_sigmoid(dlrec_backend *be, float *out, const float *in, size_t n) {
+  TRY(NONNULL("sigmoid_forward", out, in));
+  return n ? cuda_status(cuk_sigmoid(enter(be), out, in, n), "sigmoid_forward") : DLREC_OK;
+}
+
+/* ---- linear layers: cuBLASLt, fp32 or bf16 operands ---- */
+
+/* Row-major (r, c) is cuBLASLt's column-major (c, r): out (B, OUT) is
+ * computed as outᵀ (OUT, B) = W (stored (OUT, IN), read transposed) · inᵀ. */
+
+static int bf16_of(const dlrec_backend *be) { return be->precision == DLREC_PRECISION_BF16; }
+
+/* The operands a GEMM reads: the fp32 arrays themselves, or (bf16) their
+ * rounded copies in scratch. */
+typedef struct operands {
+  const void *a[3];
+  float *partial; /* the bias gradient's chunk sums */
+} operands;
+
+static dlrec_status prepare(dlrec_backend *be, operands *o, const float *const *src, const size_t *n, int count,
+                            size_t partial_floats, const char *what) {
+  const int half = bf16_of(be);
+  size_t bytes = partial_floats * sizeof(float) + 256;
+  for (int i = 0; half && i < count; i++) bytes += (n[i] * 2 + 255) / 256 * 256;
+  char *at = scratch(be, bytes);
+  if (!at) return dlrec_error(DLREC_ERR_NOMEM, "%s: no GPU memory for %zu bytes of scratch", what, bytes);
+  o->partial = partial_floats ? carve(&at, partial_floats * sizeof(float)) : NULL;
+  for (int i = 0; i < count; i++) {
+    if (!half || !src[i]) {
+      o->a[i] = src[i];
+      continue;
+    }
+    uint16_t *h = carve(&at, n[i] * 2);
+    TRY(cuda_status(cuk_to_bf16(ctx_of(be)->stream, h, src[i], n[i]), what));
+    o->a[i] = h;
+  }
+  return DLREC_OK;
+}
+
+static dlrec_status gemm_forward(dlrec_backend *be, float *out, const float *in, const float *weight,
+                                 const float *bias, int B, int IN, int OUT, int relu) {
+  enter(be);
+  operands o = {0};
+  TRY(prepare(be, &o, (const float *[]){in, weight}, (size_t[]){(size_t)B * IN, (size_t)OUT * IN}, 2, 0,
+              "linear_forward"));
+  return cuda_blas_matmul(ctx_of(be)->blas, out, o.a[1], IN, 1, o.a[0], IN, 0, OUT, B, IN, bf16_of(be), 0.0f, bias,
+                          relu);
+}
+
+static dlrec_status gemm_backward(dlrec_backend *be, float *din, float *dweight, float *dbias, const float *dout,
+                                  const float *in, const float *weight, int B, int IN, int OUT) {
+  cudaStream_t st = enter(be);
+  operands o = {0};
+  TRY(prepare(be, &o, (const float *[]){dout, in, din ? weight : NULL},
+              (size_t[]){(size_t)B * OUT, (size_t)B * IN, (size_t)OUT * IN}, 3,
+              dbias ? cuk_colsum_partials((size_t)B, (size_t)OUT) : 0, "linear_backward"));
+  cuda_blas *blas = ctx_of(be)->blas;
+  /* dWᵀ (IN, OUT) += inᵀ (IN, B) · dout (B, OUT) */
+  TRY(cuda_blas_matmul(blas, dweight, o.a[1], IN, 0, o.a[0], OUT, 1, IN, OUT, B, bf16_of(be), 1.0f, NULL, 0));
+  if (dbias) TRY(cuda_status(cuk_colsum_accumulate(st, dbias, dout, (size_t)B, (size_t)OUT, o.partial), "bias gradient"));
+  /* dinᵀ (IN, B) = W (IN, OUT as stored) · doutᵀ (OUT, B) */
+  if (din) TRY(cuda_blas_matmul(blas, din, o.a[2], IN, 0, o.a[0], OUT, 0, IN, B, OUT, bf16_of(be), 0.0f, NULL, 0));
+  return DLREC_OK;
+}
+
+static dlrec_status check_linear(const char *what, const void *a, const void *b, const void *c, int B, int IN,
+                                 int OUT) {
+  if (!a || !b || !c) return dlrec_error(DLREC_ERR_INVALID, "%s: NULL buffer", what);
+  if (B < 1 || IN < 1 || OUT < 1)
+    return dlrec_error(DLREC_ERR_INVALID, "%s: bad shape B=%d IN=%d OUT=%d", what, B, IN, OUT);
+  return DLREC_OK;
+}
+
+static dlrec_status cuda_linear_forward(dlrec_backend *be, float *out, const float *in, const float *weight,
+                                        const float *bias, int B, int IN, int OUT, dlrec_act act) {
+  TRY(check_linear("linear_forward", out, in, weight, B, IN, OUT));
+  return gemm_forward(be, out, in, weight, bias, B, IN, OUT, act == DLREC_ACT_RELU);
+}
+
+static dlrec_status cuda_linear_backward(dlrec_backend *be, float *din, float *dweight, float *dbias,
+                                         const float *dout, const float *in, const float *weight, int B, int IN,
+                                         int OUT) {
+  TRY(check_linear("linear_backward", dweight, dout, in, B, IN, OUT));
+  if (din && !weight) return dlrec_error(DLREC_ERR_INVALID, "linear_backward: din needs the weights");
+  return gemm_backward(be, din, dweight, dbias, dout, in, weight, B, IN, OUT);
+}
+
+/* ---- interactions ---- */
+
+#define MAX_F 256
+#define MAX_D 4096
+#define MAX_DX 65536
+
+static dlrec_status check_dot(const char *what, const void *a, const void *b, const void *c, int B, int F, int D) {
+  TRY(NONNULL(what, a, b, c));
+  if (B < 1 || F < 1 || F > MAX_F || D < 1 || D > MAX_D)
+    return dlrec_error(DLREC_ERR_INVALID, "%s: bad shape B=%d F=%d D=%d (F <= %d, D <= %d)", what, B, F, D, MAX_F,
+                       MAX_D);
+  return DLREC_OK;
+}
+
+static dlrec_status cuda_dot_forward(dlrec_backend *be, float *out, const float *x, const float *emb, int B, int F,
+                                     int D) {
+  TRY(check_dot("interaction_dot_forward", out, x, emb, B, F, D));
+  return cuda_status(cuk_dot_forward(enter(be), out, x, emb, B, F, D), "interaction_dot_forward");
+}
+
+static dlrec_status cuda_dot_backward(dlrec_backend *be, float *dx, float *demb, const float *dout, const float *x,
+                                      const float *emb, int B, int F, int D) {
+  TRY(check_dot("interaction_dot_backward", dx, demb, dout, B, F, D));
+  TRY(NONNULL("interaction_dot_backward", x, emb));
+  return cuda_status(cuk_dot_backward(enter(be), dx, demb, dout, x, emb, B, F, D), "interaction_dot_backward");
+}
+
+static dlrec_status check_concat(const char *what, const void *a, const void *b, int B, int DX, int F, int D) {
+  TRY(NONNULL(what, a, b));
+  if (B < 1 || DX < 0 || DX > MAX_DX || F < 1 || F > MAX_F || D < 1 || D > MAX_D)
+    return dlrec_error(DLREC_ERR_INVALID, "%s: bad shape B=%d DX=%d F=%d D=%d (0 <= DX <= %d, F <= %d, D <= %d)",
+                       what, B, DX, F, D, MAX_DX, MAX_F, MAX_D);
+  return DLREC_OK;
+}
+
+/* The concatenation is two strided copies: x into each row's first DX
+ * values, emb into the rest. */
+static dlrec_status cuda_concat_forward(dlrec_backend *be, float *out, const float *x, const float *emb, int B, int DX,
+                                        int F, int D) {
+  TRY(check_concat("interaction_concat_forward", out, emb, B, DX, F, D));
+  if (DX > 0 && !x)
+    return dlrec_error(DLREC_ERR_INVALID, "interaction_concat_forward: NULL dense buffer with DX=%d", DX);
+  cudaStream_t st = enter(be);
+  const size_t FD = (size_t)F * D, W = (size_t)DX + FD;
+  if (DX > 0) TRY(cuda_status(cuk_copy_rows(st, out, W, x, DX, B, DX), "interaction_concat_forward"));
+  return cuda_status(cuk_copy_rows(st, out + DX, W, emb, FD, B, FD), "interaction_concat_forward");
+}
+
+static dlrec_status cuda_concat_backward(dlrec_backend *be, float *dx, float *demb, const float *dout, int B, int DX,
+                                         int F, int D) {
+  TRY(check_concat("interaction_concat_backward", demb, dout, B, DX, F, D));
+  cudaStream_t st = enter(be);
+  const size_t FD = (size_t)F * D, W = (size_t)DX + FD;
+  if (dx && DX > 0) TRY(cuda_status(cuk_copy_rows(st, dx, DX, dout, W, B, DX), "interaction_concat_backward"));
+  return cuda_status(cuk_copy_rows(st, demb, FD, dout + DX, W, B, FD), "interaction_concat_backward");
+}
+
+/* ---- DCN-v2's cross layers: the products on cuBLASLt, the gate a kernel
+ * (the composition of src/nn/cross.c) ---- */
+
+#define MAX_DIM 65536
+
+static dlrec_status check_cross(const char *what, int B, int d, int r, int lowrank) {
+  if (B < 1 || d < 1 || d > MAX_DIM || r < 0 || r > MAX_DIM)
+    return dlrec_error(DLREC_ERR_INVALID, "%s: bad shape B=%d d=%d r=%d (1 <= d, r <= %d)", what, B, d, r, MAX_DIM);
+  if (lowrank && r < 1) return dlrec_error(DLREC_ERR_INVALID, "%s: rank r=%d < 1", what, r);
+  return DLREC_OK;
+}
+
+static dlrec_status cuda_cross_forward(dlrec_backend *be, float *out, float *act, const float *x0, const float *xl,
+                                       const float *w, const float *bias, int B, int d) {
+  TRY(NONNULL("cross_forward", out, act, x0, xl, w, bias));
+  TRY(check_cross("cross_forward", B, d, 0, 0));
+  TRY(gemm_forward(be, act, xl, w, bias, B, d, d, 0)); /* u (B, d) */
+  return cuda_status(cuk_cross_gate(enter(be), out, x0, act, xl, (size_t)B * d), "cross_forward");
+}
+
+static dlrec_status cuda_cross_backward(dlrec_backend *be, float *dx0, float *dxl, float *dw, float *dbias,
+                                        const float *dout, const float *x0, const float *xl, const float *act,
+                                        const float *w, float *ws, int B, int d) {
+  TRY(NONNULL("cross_backward", dx0, dxl, dw, dbias, dout, x0, xl, act, w, ws));
+  TRY(check_cross("cross_backward", B, d, 0, 0));
+  const size_t n = (size_t)B * d;
+  float *du = ws; /* (B, d) */
+  TRY(cuda_status(cuk_cross_gate_backward(enter(be), du, dx0, dout, x0, act, n), "cross_backward"));
+  TRY(gemm_backward(be, dxl, dw, dbias, du, xl, w, B, d, d));
+  return cuda_status(cuk_add(enter(be), dxl, dout, n), "cross_backward");
+}
+
+static dlrec_status cuda_cross_lowrank_forward(dlrec_backend *be, float *out, float *act, const float *x0,
+                                               const float *xl, const float *v, const float *u, const float *bias,
+                                               int B, int d, int r) {
+  TRY(NONNULL("cross_lowrank_forward", out, act, x0, xl, v, u, bias));
+  TRY(check_cross("cross_lowrank_forward", B, d, r, 1));
+  float *t = act, *uu = act + (size_t)B * r;
+  TRY(gemm_forward(be, t, xl, v, NULL, B, d, r, 0));   /* t (B, r) = xl · Vᵀ */
+  TRY(gemm_forward(be, uu, t, u, bias, B, r, d, 0));   /* u (B, d) = t · Uᵀ + bias */
+  return cuda_status(cuk_cross_gate(enter(be), out, x0, uu, xl, (size_t)B * d), "cross_lowrank_forward");
+}
+
+static dlrec_status cuda_cross_lowrank_backward(dlrec_backend *be, float *dx0, float *dxl, float *dv, float *du,
+                                                float *dbias, const float *dout, const float *x0, const float *xl,
+                                                const float *act, const float *v, const float *u, float *ws, int B,
+                                                int d, int r) {
+  TRY(NONNULL("cross_lowrank_backward", dx0, dxl, dv, du, dbias, dout, x0, xl, act, v, u, ws));
+  TRY(check_cross("cross_lowrank_backward", B, d, r, 1));
+  const size_t n = (size_t)B * d;
+  const float *t = act, *uu = act + (size_t)B * r;
+  float *dpre = ws, *dt = ws + n; /* (B, d), (B, r) */
+  TRY(cuda_status(cuk_cross_gate_backward(enter(be), dpre, dx0, dout, x0, uu, n), "cross_lowrank_backward"));
+  TRY(gemm_backward(be, dt, du, dbias, dpre, t, u, B, r, d));
+  TRY(gemm_backward(be, dxl, dv, NULL, dt, xl, v, B, d, r));
+  return cuda_status(cuk_add(enter(be), dxl, dout, n), "cross_lowrank_backward");
+}
+
+/* ---- FM, wide ---- */
+
+static dlrec_status check_fm(const char *what, const void *a, const void *b, int B, int F, int D) {
+  TRY(NONNULL(what, a, b));
+  if (B < 1 || F < 1 || F > 65536 || D < 1 || D > 4096)
+    return dlrec_error(DLREC_ERR_INVALID, "%s: bad shape B=%d F=%d D=%d (F <= %d, D <= %d)", what, B, F, D, 65536,
+                       4096);
+  return DLREC_OK;
+}
+
+static dlrec_status cuda_fm_forward(dlrec_backend *be, float *out, const float *emb, int B, int F, int D) {
+  TRY(check_fm("fm_forward", out, emb, B, F, D));
+  return cuda_status(cuk_fm_forward(enter(be), out, emb, B, F, D), "fm_forward");
+}
+
+static dlrec_status cuda_fm_backward(dlrec_backend *be, float *demb, const float *dout, const float *emb, int B, int F,
+                                     int D) {
+  TRY(check_fm("fm_backward", demb, dout, B, F, D));
+  TRY(NONNULL("fm_backward", emb));
+  return cuda_status(cuk_fm_backward(enter(be), demb, dout, emb, B, F, D), "fm_backward");
+}
+
+static dlrec_status check_wide(const char *what, const void *a, const void *b, int B, int F) {
+  TRY(NONNULL(what, a, b));
+  if (B < 1 || F < 1 || F > 65536)
+    return dlrec_error(DLREC_ERR_INVALID, "%s: bad shape B=%d F=%d (1 <= F <= %d)", what, B, F, 65536);
+  return DLREC_OK;
+}
+
+static dlrec_status cuda_wide_forward(dlrec_backend *be, float *out, const float *w, const float *bias, int B, int F) {
+  TRY(check_wide("wide_forward", out, w, B, F));
+  return cuda_status(cuk_wide_forward(enter(be), out, w, bias, B, F), "wide_forward");
+}
+
+static dlrec_status cuda_wide_backward(dlrec_backend *be, float *dw, float *dbias, const float *dout, int B, int F) {
+  TRY(check_wide("wide_backward", dw, dout, B, F));
+  cudaStream_t st = enter(be);
+  float *partial = NULL;
+  if (dbias && !(partial = scratch(be, cuk_colsum_partials((size_t)B, 1) * sizeof(float))))
+    return dlrec_error(DLREC_ERR_NOMEM, "wide_backward: no GPU memory for its scratch");
+  TRY(cuda_status(cuk_wide_backward(st, dw, dout, B, F), "wide_backward"));
+  if (dbias) TRY(cuda_status(cuk_colsum_accumulate(st, dbias, dout, (size_t)B, 1, partial), "wide_backward"));
+  return DLREC_OK;
+}
+
+/* ---- dropout: src/nn/dropout.c's masks ---- */
+
+typedef struct mask {
+  uint64_t key;
+  uint32_t threshold;
+  float scale;
+} mask;
+
+static dlrec_status make_mask(mask *m, const char *what, const void *a, const void *b, float p, uint64_t seed,
+                              uint64_t step) {
+  TRY(NONNULL(what, a, b));
+  if (!(p >= 0.0f && p < 1.0f)) return dlrec_error(DLREC_ERR_INVALID, "%s: rate p=%g not in [0, 1)", what, p);
+  m->key = dlrec_mix64(seed ^ 0x6a09e667f3bcc909ULL) ^ dlrec_mix64(step + 0x9e3779b97f4a7c15ULL);
+  m->threshold = (uint32_t)((double)p * 4294967296.0);
+  m->scale = 1.0f / (1.0f - p);
+  return DLREC_OK;
+}
+
+static dlrec_status dropout_apply(dlrec_backend *be, float *y, const float *x, size_t n, const mask *m, int copy,
+                                  const char *what) {
+  if (!n) return DLREC_OK;
+  cudaStream_t st = enter(be);
+  if (copy)
+    return y == x ? DLREC_OK
+                  : cuda_status(cudaMemcpyAsync(y, x, n * sizeof(float), cudaMemcpyDeviceToDevice, st), what);
+  return cuda_status(cuk_dropout(st, y, x, n, m->key, m->threshold, m->scale), what);
+}
+
+static dlrec_status cuda_dropout_forward(dlrec_backend *be, float *out, const float *in, size_t n, float p,
+                                         uint64_t seed, uint64_t step, int train) {
+  mask m;
+  TRY(make_mask(&m, "dropout_forward", out, in, p, seed, step));
+  return dropout_apply(be, out, in, n, &m, !train || p == 0.0f, "dropout_forward");
+}
+
+static dlrec_status cuda_dropout_backward(dlrec_backend *be, float *din, const float *dout, size_t n, float p,
+                                          uint64_t seed, uint64_t step) {
+  mask m;
+  TRY(make_mask(&m, "dropout_backward", din, dout, p, seed, step));
+  return dropout_apply(be, din, dout, n, &m, p == 0.0f, "dropout_backward");
+}
+
+/* ---- batch normalization (src/nn/batchnorm.c's steps) ---- */
+
+static dlrec_status check_bn(const char *what, int B, int B_min, int C) {
+  if (B < B_min || C < 1 || C > 65536)
+    return dlrec_error(DLREC_ERR_INVALID, "%s: bad shape B=%d C=%d (B >= %d, 1 <= C <= %d)", what, B, C, B_min,
+                       65536);
+  return DLREC_OK;
+}
+
+static dlrec_status check_momentum(const char *what, float momentum, float eps) {
+  if (!(eps > 0.0f) || !(momentum >= 0.0f && momentum <= 1.0f))
+    return dlrec_error(DLREC_ERR_INVALID, "%s: eps=%g must be > 0, momentum=%g in [0, 1]", what, eps, momentum);
+  return DLREC_OK;
+}
+
+static dlrec_status cuda_batchnorm_train_forward(dlrec_backend *be, float *out, float *saved, const float *in,
+                                                 const float *gamma, const float *beta, float *running_mean,
+                                                 float *running_var, float momentum, float eps, int B, int C) {
+  const char *what = "batchnorm_train_forward";
+  TRY(NONNULL(what, out, saved, in, gamma, beta, running_mean, running_var));
+  TRY(check_bn(what, B, 2, C));
+  TRY(check_momentum(what, momentum, eps));
+  double *sum = scratch(be, 2 * (size_t)C * sizeof(double)), *sqdev = sum + C;
+  if (!sum) return dlrec_error(DLREC_ERR_NOMEM, "%s: no GPU memory for its scratch", what);
+  cudaStream_t st = enter(be);
+  TRY(cuda_status(cuk_bn_stats(st, sum, in, NULL, B, B, C), what));
+  TRY(cuda_status(cuk_bn_stats(st, sqdev, in, sum, B, B, C), what));
+  return cuda_status(cuk_bn_normalize(st, out, saved, in, sum, sqdev, B, gamma, beta, running_mean, running_var,
+                                      momentum, eps, B, C),
+                     what);
+}
+
+static dlrec_status cuda_batchnorm_backward(dlrec_backend *be, float *din, float *dgamma, float *dbeta,
+                                            const float *dout, const float *in, const float *gamma, const float *saved,
+                                            int B, int C) {
+  const char *what = "batchnorm_backward";
+  TRY(NONNULL(what, din, dgamma, dbeta, dout, in, gamma, saved));
+  TRY(check_bn(what, B, 2, C));
+  double *sg = scratch(be, 2 * (size_t)C * sizeof(double)), *sgx = sg + C;
+  if (!sg) return dlrec_error(DLREC_ERR_NOMEM, "%s: no GPU memory for its scratch", what);
+  cudaStream_t st = enter(be);
+  TRY(cuda_status(cuk_bn_backward_stats(st, sg, sgx, dout, in, saved, B, C), what));
+  return cuda_status(cuk_bn_backward_apply(st, din, dgamma, dbeta, dout, in, gamma, saved, sg, sgx, sg, sgx, B, B, C),
+                     what);
+}
+
+static dlrec_status cuda_batchnorm_stats(dlrec_backend *be, double *out, const float *in, const double *sum, double N,
+                                         int B, int C) {
+  TRY(NONNULL("batchnorm_stats", out, in));
+  TRY(check_bn("batchnorm_stats", B, 1, C));
+  if (sum && !(N >= 1)) return dlrec_error(DLREC_ERR_INVALID, "batchnorm_stats: N=%g rows, expected at least 1", N);
+  return cuda_status(cuk_bn_stats(enter(be), out, in, sum, N, B, C), "batchnorm_stats");
+}
+
+static dlrec_status cuda_batchnorm_normalize(dlrec_backend *be, float *out, float *saved, const float *in,
+                                             const double *sum, const double *sqdev, double N, const float *gamma,
+                                             const float *beta, float *running_mean, float *running_var,
+                                             float momentum, float eps, int B, int C) {
+  const char *what = "batchnorm_normalize";
+  TRY(NONNULL(what, out, saved, in, sum, sqdev, gamma, beta));
+  if (!running_mean != !running_var) return dlrec_error(DLREC_ERR_INVALID, "%s: NULL buffer", what);
+  TRY(check_bn(what, B, 1, C));
+  TRY(check_momentum(what, momentum, eps));
+  if (!(N >= 2)) return dlrec_error(DLREC_ERR_INVALID, "%s: N=%g rows, expected at least 2", what, N);
+  return cuda_status(cuk_bn_normalize(enter(be), out, saved, in, sum, sqdev, N, gamma, beta, running_mean,
+                                      running_var, momentum, eps, B, C),
+                     what);
+}
+
+static dlrec_status cuda_batchnorm_backward_stats(dlrec_backend *be, double *sg, double *sgx, const float *dout,
+                                                  const float *in, const float *saved, int B, int C) {
+  TRY(NONNULL("batchnorm_backward_stats", sg, sgx, dout, in, saved));
+  TRY(check_bn("batchnorm_backward_stats", B, 1, C));
+  return cuda_status(cuk_bn_backward_stats(enter(be), sg, sgx, dout, in, saved, B, C), "batchnorm_backward_stats");
+}
+
+static dlrec_status cuda_batchnorm_backward_apply(dlrec_backend *be, float *din, float *dgamma, float *dbeta,
+                                                  const float *dout, const float *in, const float *gamma,
+                                                  const float *saved, const double *sg_way, const double *sgx_way,
+                                                  const double *sg, const double *sgx, double N, int B, int C) {
+  const char *what = "batchnorm_backward_apply";
+  TRY(NONNULL(what, din, dgamma, dbeta, dout, in, gamma, saved, sg_way, sgx_way, sg, sgx));
+  TRY(check_bn(what, B, 1, C));
+  if (!(N >= 2)) return dlrec_error(DLREC_ERR_INVALID, "%s: N=%g rows, expected at least 2", what, N);
+  return cuda_status(cuk_bn_backward_apply(enter(be), din, dgamma, dbeta, dout, in, gamma, saved, sg_way, sgx_way, sg,
+                                           sgx, N, B, C),
+                     what);
+}
+
+static dlrec_status cuda_batchnorm_infer(dlrec_backend *be, float *out, const float *in, const float *gamma,
+                                         const float *beta, const float *running_mean, const float *running_var,
+                                         float eps, int B, int C) {
+  TRY(NONNULL("batchnorm_infer", out, in, gamma, beta, running_mean, running_var));
+  TRY(check_bn("batchnorm_infer", B, 1, C));
+  if (!(eps > 0.0f)) return dlrec_error(DLREC_ERR_INVALID, "batchnorm_infer: eps=%g must be > 0", eps);
+  return cuda_status(cuk_bn_infer(enter(be), out, in, gamma, beta, running_mean, running_var, eps, B, C),
+                     "batchnorm_infer");
+}
+
+static dlrec_status cuda_batchnorm_infer_backward(dlrec_backend *be, float *din, float *dgamma, float *dbeta,
+                                                  const float *dout, const float *in, const float *gamma,
+                                                  const float *running_mean, const float *running_var, float eps,
+                                                  int B, int C) {
+  const char *what = "batchnorm_infer_backward";
+  TRY(NONNULL(what, din, dgamma, dbeta, dout, in, gamma, running_mean, running_var));
+  TRY(check_bn(what, B, 1, C));
+  if (!(eps > 0.0f)) return dlrec_error(DLREC_ERR_INVALID, "%s: eps=%g must be > 0", what, eps);
+  return cuda_status(
+      cuk_bn_infer_backward(enter(be), din, dgamma, dbeta, dout, in, gamma, running_mean, running_var, eps, B, C),
+      what);
+}
+
+/* ---- loss, dense optimizer ---- */
+
+static dlrec_status check_bce(const char *what, const void *a, const void *b, const void *c, int B) {
+  TRY(NONNULL(what, a, b, c));
+  if (B < 1) return dlrec_error(DLREC_ERR_INVALID, "%s: batch of %d rows", what, B);
+  return DLREC_OK;
+}
+
+/* *loss is the backend's memory, like every other output. */
+static dlrec_status cuda_bce_forward(dlrec_backend *be, double *loss, const float *logits, const float *labels,
+                                     int B) {
+  TRY(check_bce("bce_logits_forward", loss, logits, labels, B));
+  double *terms = scratch(be, (size_t)B * sizeof(double));
+  if (!terms) return dlrec_error(DLREC_ERR_NOMEM, "bce_logits_forward: no GPU memory for its scratch");
+  return cuda_status(cuk_bce_forward(enter(be), loss, logits, labels, B, terms), "bce_logits_forward");
+}
+
+static dlrec_status cuda_bce_backward(dlrec_backend *be, float *dlogits, const float *logits, const float *labels,
+                                      int B) {
+  TRY(check_bce("bce_logits_backward", dlogits, logits, labels, B));
+  return cuda_status(cuk_bce_backward(enter(be), dlogits, logits, labels, B), "bce_logits_backward");
+}
+
+static dlrec_status cuda_optim_step(dlrec_backend *be, const dlrec_optim_config *c, float *param, const float *grad,
+                                    float *state, size_t n, uint64_t step) {
+  /* The config's checks are the CPU's own: initializing no state runs them
+   * and touches nothing. */
+  TRY(dlrec_optim_state_init(c, NULL, 0));
+  TRY(NONNULL("optim_step", param, grad));
+  if (dlrec_optim_state_floats(c, n) && !state) return dlrec_error(DLREC_ERR_INVALID, "optim_step: NULL state");
+  float step_size = 0, inv_sqrt_bc2 = 0;
+  if (c->kind == DLREC_OPTIM_ADAM) {
+    if (step < 1) return dlrec_error(DLREC_ERR_INVALID, "optim_step: Adam's step counts from 1");
+    const double bc1 = 1.0 - pow(c->beta1, (double)step), bc2 = 1.0 - pow(c->beta2, (double)step);
+    step_size = (float)(c->lr / bc1);
+    inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2));
+  }
+  if (!n) return DLREC_OK;
+  const int kind = c->kind == DLREC_OPTIM_SGD ? 0 : c->kind == DLREC_OPTIM_ADAM ? 1 : 2;
+  return cuda_status(cuk_optim_step(enter(be), kind, param, grad, state, n, c->lr, c->weight_decay, c->beta1,
+                                    c->beta2, c->eps, step_size, inv_sqrt_bc2),
+                     "optim_step");
+}
+
+static const dlrec_backend_ops cuda_ops = {
+    .free = cuda_free_ctx,
+    .alloc = cuda_alloc,
+    .release = cuda_release,
+    .upload = cuda_upload,
+    .download = cuda_download,
+    .synchronize = cuda_synchronize,
+    .copy_rows = cuda_copy_rows,
+    .fill_rows = cuda_fill_rows,
+    .add = cuda_add,
+    .scale = cuda_scale,
+    .linear_forward = cuda_linear_forward,
+    .linear_backward = cuda_linear_backward,
+    .relu_forward = cuda_relu_forward,
+    .relu_backward = cuda_relu_backward,
+    .sigmoid = cuda_sigmoid,
+    .dot_forward = cuda_dot_forward,
+    .dot_backward = cuda_dot_backward,
+    .concat_forward = cuda_concat_forward,
+    .concat_backward = cuda_concat_backward,
+    .cross_forward = cuda_cross_forward,
+    .cross_backward = cuda_cross_backward,
+    .cross_lowrank_forward = cuda_cross_lowrank_forward,
+    .cross_lowrank_backward = cuda_cross_lowrank_backward,
+    .fm_forward = cuda_fm_forward,
+    .fm_backward = cuda_fm_backward,
+    .wide_forward = cuda_wide_forward,
+    .wide_backward = cuda_wide_backward,
+    .dropout_forward = cuda_dropout_forward,
+    .dropout_backward = cuda_dropout_backward,
+    .batchnorm_train_forward = cuda_batchnorm_train_forward,
+    .batchnorm_backward = cuda_batchnorm_backward,
+    .batchnorm_stats = cuda_batchnorm_stats,
+    .batchnorm_normalize = cuda_batchnorm_normalize,
+    .batchnorm_backward_stats = cuda_batchnorm_backward_stats,
+    .batchnorm_backward_apply = cuda_batchnorm_backward_apply,
+    .batchnorm_infer = cuda_batchnorm_infer,
+    .batchnorm_infer_backward = cuda_batchnorm_infer_backward,
+    .bce_forward = cuda_bce_forward,
+    .bce_backward = cuda_bce_backward,
+    .optim_step = cuda_optim_step,
+    /* Not yet (NULL): cross_mix_*, bag_forward, bag_backward_update, the
+     * packed (scoring) ops. */
+};
+
 dlrec_status dlrec_backend_cuda_init(dlrec_backend *be, const dlrec_backend_config *c) {
-  (void)be;
-  dlrec_status s = visible(c->device, DLREC_ERR_INVALID);
-  if (s != DLREC_OK) return s;
+  TRY(visible(c->device, DLREC_ERR_INVALID));
+  cuda_ctx *x = calloc(1, sizeof *x);
+  if (!x) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
+  x->device = (int)c->device;
   char dev[256];
-  describe_device((int)c->device, dev, sizeof dev);
-  return dlrec_error(DLREC_ERR_UNSUPPORTED,
-                     "found %s, but dlrec's CUDA backend has no ops yet (its kernels are in dev/cuda/, issue 11): "
-                     "run on --device cpu",
-                     dev);
+  describe_device(x->device, dev, sizeof dev);
+  cudaError_t e = cudaSetDevice(x->device);
+  if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&x->stream, cudaStreamNonBlocking);
+  if (e != cudaSuccess) {
+    free(x);
+    return dlrec_error(DLREC_ERR_UNSUPPORTED, "%s: %s (%s)", dev, cudaGetErrorName(e), cudaGetErrorString(e));
+  }
+  dlrec_status s = cuda_blas_create(&x->blas, x->stream);
+  if (s != DLREC_OK) {
+    cudaStreamDestroy(x->stream);
+    free(x);
+    return dlrec_error_context("%s: ", dev);
+  }
+  /* bf16 where asked, and for auto: every GPU this build targets (compute
+   * capability 8.0 and up) has bf16 tensor cores. */
+  be->precision = c->precision == DLREC_PRECISION_FP32 ? DLREC_PRECISION_FP32 : DLREC_PRECISION_BF16;
+  be->ops = &cuda_ops;
+  be->name = "cuda";
+  be->threads = c->threads ? c->threads : 1; /* host threads: the ops run on the GPU */
+  be->device = c->device;
+  be->bf16_native = be->precision == DLREC_PRECISION_BF16;
+  be->host_memory = 0;
+  be->ctx = x;
+  snprintf(be->describe, sizeof be->describe, "%.100s, %s GEMMs on cuBLASLt", dev,
+           be->precision == DLREC_PRECISION_BF16 ? "bf16" : "fp32");
+  return DLREC_OK;
 }

@@ -62,10 +62,10 @@ int cmd_eval(int argc, char **argv) {
     dlrec_backend_free(be);
     return cli_fail("eval");
   }
-  dlrec_net_set_backend(m->net, be);
   dlrec_metrics met;
   const char *paths[] = {data};
-  dlrec_status s = dlrec_evaluate(m->net, paths, 1, (uint32_t)batch, max_rows, &met);
+  dlrec_status s = dlrec_net_set_backend(m->net, be);
+  if (s == DLREC_OK) s = dlrec_evaluate(m->net, paths, 1, (uint32_t)batch, max_rows, &met);
   dlrec_model_free(m);
   dlrec_backend_free(be);
   if (s != DLREC_OK) return cli_fail("eval");

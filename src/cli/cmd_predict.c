@@ -74,9 +74,9 @@ int cmd_predict(int argc, char **argv) {
     dlrec_backend_free(be);
     return cli_fail("predict");
   }
-  dlrec_net_set_backend(m->net, be);
   uint64_t rows = 0;
-  dlrec_status s = dlrec_predict_file(m, input, out, &o, &rows);
+  dlrec_status s = dlrec_net_set_backend(m->net, be);
+  if (s == DLREC_OK) s = dlrec_predict_file(m, input, out, &o, &rows);
   dlrec_model_free(m);
   dlrec_backend_free(be);
   if (s != DLREC_OK) return cli_fail("predict");

@@ -217,7 +217,14 @@ dlrec_status dlrec_net_init(dlrec_net *n, uint64_t seed) {
   return dlrec_store_init_uniform(n->store, ranges, n->schema.n_sparse, seed);
 }
 
-void dlrec_net_set_backend(dlrec_net *n, dlrec_backend *be) { n->be = be ? be : dlrec_backend_default(); }
+dlrec_status dlrec_net_set_backend(dlrec_net *n, dlrec_backend *be) {
+  if (be) {
+    dlrec_status s = dlrec_backend_runs_networks(be);
+    if (s != DLREC_OK) return s;
+  }
+  n->be = be ? be : dlrec_backend_default();
+  return DLREC_OK;
+}
 dlrec_backend *dlrec_net_backend(const dlrec_net *n) { return n->be; }
 
 const dlrec_net_config *dlrec_net_get_config(const dlrec_net *n) { return &n->config; }

@@ -419,7 +419,8 @@ static dlrec_status setup(run *r) {
   dlrec_backend_config bc = {r->cfg.threads, r->cfg.precision, r->cfg.device_index};
   char device[32];
   dlrec_train_config_device(&r->cfg, device, sizeof device);
-  if ((s = dlrec_backend_create(&r->be, r->cfg.device, &bc)) != DLREC_OK)
+  if ((s = dlrec_backend_create(&r->be, r->cfg.device, &bc)) != DLREC_OK ||
+      (s = dlrec_backend_runs_networks(r->be)) != DLREC_OK)
     return dlrec_error_context("%s: training.device %s, training.threads %u, training.precision %s: ",
                                a->config_path ? a->config_path : "the config", device, r->cfg.threads,
                                dlrec_precision_name(r->cfg.precision));
@@ -494,7 +495,7 @@ static dlrec_status setup(run *r) {
   if (r->ranks > 1 && dlrec_net_has_batchnorm(r->model) && r->cfg.batch_size < (uint32_t)r->ranks)
     return dlrec_error(DLREC_ERR_INVALID, "%s: training.batch_size %u, fewer rows than the %d ranks: batch "
                        "normalization across ranks needs a row on every rank", what, r->cfg.batch_size, r->ranks);
-  dlrec_net_set_backend(r->model, r->be);
+  if ((s = dlrec_net_set_backend(r->model, r->be)) != DLREC_OK) return s;
   if (r->ranks == 1) log_memory(r); /* before the big allocations; across ranks dist_start prints the plan */
   /* Across ranks, a step's pass holds a part of the batch. */
   if ((s = dlrec_net_ws_create(&r->ws, r->model, rows_per_rank(r->cfg.batch_size, r->ranks))) != DLREC_OK) return s;
@@ -677,7 +678,7 @@ static dlrec_status evaluate_best(run *r, dlrec_train_result *res) {
   const char *paths[] = {r->a->valid};
   dlrec_status s = dlrec_checkpoint_select(r->a->run_dir, "best", dir, sizeof dir);
   if (s == DLREC_OK) s = dlrec_model_load(dir, &best);
-  if (s == DLREC_OK) dlrec_net_set_backend(best->net, r->be); /* scored on the run's threads */
+  if (s == DLREC_OK) s = dlrec_net_set_backend(best->net, r->be); /* scored on the run's threads */
   if (s == DLREC_OK) s = dlrec_evaluate(best->net, paths, 1, r->cfg.eval_batch_size, r->cfg.eval_max_rows, &res->valid);
   if (s == DLREC_OK) {
     res->has_valid = 1;

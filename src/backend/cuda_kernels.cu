@@ -1,0 +1,581 @@
+// The CUDA backend's kernels (declared in cuda_kernels.h, called by cuda.c's
+// ops). They came from dev/cuda/, where each was checked bit for bit or
+// within its stated bound against a CPU reference and timed on an H100; the
+// op-by-op test (tests/test_backend.c) checks them here against the same
+// double references as the CPU backend's.
+//
+// Products and sums that the CPU rounds one by one use the _rn intrinsics
+// where the result is compared bit for bit (dropout's masks, the copies);
+// elsewhere the compiler may contract into FMA, which the op tests' bounds
+// allow. Reductions are fixed trees or in-order loops: two runs give the
+// same bits.
+#include "backend/cuda_kernels.h"
+
+#include <cuda_bf16.h>
+
+#include "dlrec/hash.h"
+
+namespace {
+
+constexpr int kThreads = 256;
+
+// Blocks for n threads' worth of work, capped: the kernels stride over the rest.
+unsigned blocks_for(size_t n) {
+  const size_t b = (n + kThreads - 1) / kThreads;
+  return (unsigned)(b < 1 ? 1 : b > (1u << 20) ? (1u << 20) : b);
+}
+
+#define GRID_STRIDE(i, n)                                                                                             \
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
+
+// ---- moving rows, elementwise ----
+
+__global__ void copy_rows_k(float *dst, size_t dst_ld, const float *src, size_t src_ld, size_t rows, size_t width) {
+  GRID_STRIDE(i, rows * width) {
+    const size_t r = i / width, c = i % width;
+    dst[r * dst_ld + c] = src[r * src_ld + c];
+  }
+}
+
+__global__ void fill_rows_k(float *dst, size_t dst_ld, size_t rows, size_t width, float value) {
+  GRID_STRIDE(i, rows * width) dst[(i / width) * dst_ld + i % width] = value;
+}
+
+__global__ void add_k(float *y, const float *x, size_t n) {
+  GRID_STRIDE(i, n) y[i] = __fadd_rn(y[i], x[i]);
+}
+
+__global__ void scale_k(float *x, size_t n, float s) {
+  GRID_STRIDE(i, n) x[i] = __fmul_rn(x[i], s);
+}
+
+__global__ void relu_forward_k(float *out, const float *in, size_t n) {
+  GRID_STRIDE(i, n) out[i] = in[i] > 0.0f ? in[i] : 0.0f;
+}
+
+__global__ void relu_backward_k(float *din, const float *dout, const float *out, size_t n) {
+  GRID_STRIDE(i, n) din[i] = out[i] > 0.0f ? dout[i] : 0.0f;
+}
+
+// σ(z) from exp(-|z|), as src/nn/activation.c: no overflow for any finite z.
+__device__ inline float sigmoid(float z) {
+  const float e = expf(-fabsf(z)), s = 1.0f / (1.0f + e);
+  return z >= 0.0f ? s : e * s;
+}
+
+__global__ void sigmoid_k(float *out, const float *in, size_t n) {
+  GRID_STRIDE(i, n) out[i] = sigmoid(in[i]);
+}
+
+__global__ void to_bf16_k(uint16_t *dst, const float *src, size_t n) {
+  GRID_STRIDE(i, n) dst[i] = __bfloat16_as_ushort(__float2bfloat16_rn(src[i]));
+}
+
+// partial[k][c] = sum of rows [k * CHUNK, ...) of column c, in row order.
+__global__ void colsum_chunks_k(float *partial, const float *src, size_t B, size_t C) {
+  const size_t c = (size_t)blockIdx.x * blockDim.x + threadIdx.x, k = blockIdx.y;
+  if (c >= C) return;
+  const size_t b1 = (k + 1) * CUK_COLSUM_CHUNK < B ? (k + 1) * CUK_COLSUM_CHUNK : B;
+  float acc = 0.0f;
+  for (size_t b = k * CUK_COLSUM_CHUNK; b < b1; b++) acc = __fadd_rn(acc, src[b * C + c]);
+  partial[k * C + c] = acc;
+}
+
+__global__ void colsum_finish_k(float *dst, const float *partial, size_t chunks, size_t C) {
+  GRID_STRIDE(c, C) {
+    float acc = 0.0f;
+    for (size_t k = 0; k < chunks; k++) acc = __fadd_rn(acc, partial[k * C + c]);
+    dst[c] = __fadd_rn(dst[c], acc);
+  }
+}
+
+// ---- the dot interaction ----
+
+// The pair index p = i (i - 1) / 2 + j, 0 <= j < i, back to (i, j).
+__device__ inline void pair_of(int p, int *i, int *j) {
+  int r = (int)((1.0f + sqrtf(1.0f + 8.0f * (float)p)) / 2.0f);
+  while (r * (r - 1) / 2 > p) r--;
+  while ((r + 1) * r / 2 <= p) r++;
+  *i = r;
+  *j = p - r * (r - 1) / 2;
+}
+
+__device__ inline float pair_grad(const float *g, int i, int k) {
+  const int hi = i > k ? i : k, lo = i > k ? k : i;
+  return g[hi * (hi - 1) / 2 + lo];
+}
+
+// A sample's Z = [x; e_1 .. e_F] into shared memory, rows S floats apart (S
+// = D + 1: without the pad every lane of a warp read the same bank).
+__device__ inline void load_z(float *z, const float *x, const float *emb, int b, int F, int D, int S) {
+  for (int t = threadIdx.x; t < (F + 1) * D; t += blockDim.x) {
+    const int r = t / D, c = t % D;
+    z[r * S + c] = r == 0 ? x[(size_t)b * D + c] : emb[(size_t)b * F * D + (t - D)];
+  }
+}
+
+// A block a sample, Z in shared memory; a thread a pair, d in order.
+__global__ void dot_forward_shared_k(float *out, const float *x, const float *emb, int F, int D) {
+  extern __shared__ float z[];
+  const int b = blockIdx.x, S = D + 1, pairs = F * (F + 1) / 2;
+  load_z(z, x, emb, b, F, D, S);
+  __syncthreads();
+  float *o = out + (size_t)b * (D + pairs);
+  for (int d = threadIdx.x; d < D; d += blockDim.x) o[d] = z[d];
+  for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
+    int i, j;
+    pair_of(p, &i, &j);
+    const float *zi = z + i * S, *zj = z + j * S;
+    float s = 0.0f;
+    for (int d = 0; d < D; d++) s += zi[d] * zj[d];
+    o[D + p] = s;
+  }
+}
+
+// A block a sample, Z and the pair gradients in shared memory; a thread per
+// (i, d), k in order.
+__global__ void dot_backward_shared_k(float *dx, float *demb, const float *dout, const float *x, const float *emb,
+                                      int F, int D) {
+  extern __shared__ float z[];
+  const int b = blockIdx.x, S = D + 1, pairs = F * (F + 1) / 2;
+  const size_t O = (size_t)D + pairs;
+  float *g = z + (F + 1) * S;
+  load_z(z, x, emb, b, F, D, S);
+  for (int t = threadIdx.x; t < pairs; t += blockDim.x) g[t] = dout[(size_t)b * O + D + t];
+  __syncthreads();
+  for (int t = threadIdx.x; t < (F + 1) * D; t += blockDim.x) {
+    const int i = t / D, d = t % D;
+    float acc = 0.0f;
+    for (int k = 0; k <= F; k++)
+      if (k != i) acc += pair_grad(g, i, k) * z[k * S + d];
+    if (i == 0) dx[(size_t)b * D + d] = dout[(size_t)b * O + d] + acc;
+    else demb[((size_t)b * F + i - 1) * D + d] = acc;
+  }
+}
+
+// Shapes too large for shared memory: the same sums from global memory.
+__device__ inline const float *z_row(const float *x, const float *emb, size_t b, int F, int D, int k) {
+  return k == 0 ? x + b * D : emb + (b * F + k - 1) * D;
+}
+
+__global__ void dot_forward_global_k(float *out, const float *x, const float *emb, int B, int F, int D) {
+  const int pairs = F * (F + 1) / 2;
+  const size_t O = (size_t)D + pairs;
+  GRID_STRIDE(t, (size_t)B * pairs) {
+    const size_t b = t / pairs;
+    int i, j;
+    pair_of((int)(t % pairs), &i, &j);
+    const float *zi = z_row(x, emb, b, F, D, i), *zj = z_row(x, emb, b, F, D, j);
+    float s = 0.0f;
+    for (int d = 0; d < D; d++) s += zi[d] * zj[d];
+    out[b * O + D + t % pairs] = s;
+  }
+}
+
+__global__ void dot_backward_global_k(float *dx, float *demb, const float *dout, const float *x, const float *emb,
+                                      int B, int F, int D) {
+  const int pairs = F * (F + 1) / 2;
+  const size_t O = (size_t)D + pairs;
+  GRID_STRIDE(t, (size_t)B * (F + 1) * D) {
+    const size_t b = t / ((size_t)(F + 1) * D);
+    const int i = (int)(t / D % (F + 1)), d = (int)(t % D);
+    const float *g = dout + b * O + D;
+    float acc = 0.0f;
+    for (int k = 0; k <= F; k++)
+      if (k != i) acc += pair_grad(g, i, k) * z_row(x, emb, b, F, D, k)[d];
+    if (i == 0) dx[b * D + d] = dout[b * O + d] + acc;
+    else demb[(b * F + i - 1) * D + d] = acc;
+  }
+}
+
+// ---- FM, wide ----
+
+// A block a sample: per d the sums over f in order (fp32), then the sum over
+// d in double by a fixed tree.
+__global__ void fm_forward_k(float *out, const float *emb, int F, int D) {
+  __shared__ double part[kThreads];
+  const int b = blockIdx.x;
+  const float *e = emb + (size_t)b * F * D;
+  double acc = 0.0;
+  for (int d = threadIdx.x; d < D; d += blockDim.x) {
+    float s = 0.0f, q = 0.0f;
+    for (int f = 0; f < F; f++) {
+      const float v = e[(size_t)f * D + d];
+      s += v;
+      q += v * v;
+    }
+    acc += (double)s * s - q;
+  }
+  part[threadIdx.x] = acc;
+  __syncthreads();
+  for (int k = blockDim.x / 2; k > 0; k /= 2) {
+    if ((int)threadIdx.x < k) part[threadIdx.x] += part[threadIdx.x + k];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) out[b] = (float)(0.5 * part[0]);
+}
+
+__global__ void fm_backward_k(float *demb, const float *dout, const float *emb, int F, int D) {
+  const int b = blockIdx.x;
+  const float *e = emb + (size_t)b * F * D;
+  float *de = demb + (size_t)b * F * D;
+  const float g = dout[b];
+  for (int d = threadIdx.x; d < D; d += blockDim.x) {
+    float s = 0.0f;
+    for (int f = 0; f < F; f++) s += e[(size_t)f * D + d];
+    for (int f = 0; f < F; f++) de[(size_t)f * D + d] = g * (s - e[(size_t)f * D + d]);
+  }
+}
+
+__global__ void wide_forward_k(float *out, const float *w, const float *bias, int B, int F) {
+  GRID_STRIDE(b, (size_t)B) {
+    const float *row = w + b * F;
+    float acc = 0.0f;
+    for (int f = 0; f < F; f++) acc = __fadd_rn(acc, row[f]);
+    out[b] = __fadd_rn(acc, bias ? *bias : 0.0f);
+  }
+}
+
+__global__ void wide_backward_k(float *dw, const float *dout, int B, int F) {
+  GRID_STRIDE(i, (size_t)B * F) dw[i] = dout[i / F];
+}
+
+// ---- cross layers, dropout ----
+
+__global__ void cross_gate_k(float *out, const float *x0, const float *u, const float *xl, size_t n) {
+  GRID_STRIDE(i, n) out[i] = __fadd_rn(__fmul_rn(x0[i], u[i]), xl[i]);
+}
+
+__global__ void cross_gate_backward_k(float *du, float *dx0, const float *dout, const float *x0, const float *u,
+                                      size_t n) {
+  GRID_STRIDE(i, n) {
+    du[i] = __fmul_rn(dout[i], x0[i]);
+    dx0[i] = __fadd_rn(dx0[i], __fmul_rn(dout[i], u[i]));
+  }
+}
+
+// src/nn/dropout.c's draw: element i is kept when the top 32 bits of
+// mix64(key + (i + 1) * golden) reach the threshold.
+__global__ void dropout_k(float *y, const float *x, size_t n, uint64_t key, uint32_t threshold, float scale) {
+  const uint64_t golden = 0x9e3779b97f4a7c15ULL;
+  GRID_STRIDE(i, n) {
+    const int kept = (uint32_t)(dlrec_mix64(key + (uint64_t)(i + 1) * golden) >> 32) >= threshold;
+    y[i] = kept ? __fmul_rn(x[i], scale) : 0.0f;
+  }
+}
+
+// ---- batch normalization: a thread a column ----
+
+__global__ void bn_stats_k(double *out, const float *in, const double *sum, double N, int B, int C) {
+  GRID_STRIDE(c, (size_t)C) {
+    double acc = 0;
+    if (!sum) {
+      for (int b = 0; b < B; b++) acc += in[(size_t)b * C + c];
+    } else {
+      const double mean = sum[c] / N;
+      for (int b = 0; b < B; b++) {
+        const double dev = in[(size_t)b * C + c] - mean;
+        acc += dev * dev;
+      }
+    }
+    out[c] = acc;
+  }
+}
+
+__global__ void bn_normalize_k(float *out, float *saved, const float *in, const double *sum, const double *sqdev,
+                               double N, const float *gamma, const float *beta, float *running_mean,
+                               float *running_var, float momentum, float eps, int B, int C) {
+  GRID_STRIDE(c, (size_t)C) {
+    const double mean = sum[c] / N, v = sqdev[c] / N;
+    const float m = (float)mean, inv = (float)(1.0 / sqrt(v + eps));
+    saved[c] = m;
+    saved[C + c] = inv;
+    if (running_mean) {
+      running_mean[c] = (float)((1.0 - momentum) * running_mean[c] + momentum * mean);
+      running_var[c] = (float)((1.0 - momentum) * running_var[c] + momentum * (sqdev[c] / (N - 1)));
+    }
+    for (int b = 0; b < B; b++) {
+      const size_t i = (size_t)b * C + c;
+      out[i] = gamma[c] * ((in[i] - m) * inv) + beta[c];
+    }
+  }
+}
+
+__global__ void bn_backward_stats_k(double *sg, double *sgx, const float *dout, const float *in, const float *saved,
+                                    int B, int C) {
+  GRID_STRIDE(c, (size_t)C) {
+    const float mean = saved[c], invstd = saved[C + c];
+    double a = 0, ax = 0;
+    for (int b = 0; b < B; b++) {
+      const size_t i = (size_t)b * C + c;
+      const float xhat = (in[i] - mean) * invstd;
+      a += dout[i];
+      ax += (double)dout[i] * xhat;
+    }
+    sg[c] = a;
+    sgx[c] = ax;
+  }
+}
+
+__global__ void bn_backward_apply_k(float *din, float *dgamma, float *dbeta, const float *dout, const float *in,
+                                    const float *gamma, const float *saved, const double *sg_way,
+                                    const double *sgx_way, const double *sg, const double *sgx, double N, int B,
+                                    int C) {
+  GRID_STRIDE(c, (size_t)C) {
+    const float mean = saved[c], invstd = saved[C + c];
+    dbeta[c] += (float)sg_way[c];
+    dgamma[c] += (float)sgx_way[c];
+    const float s = gamma[c] * invstd, a = (float)(s * sg[c] / N), k = (float)(s * sgx[c] / N);
+    for (int b = 0; b < B; b++) {
+      const size_t i = (size_t)b * C + c;
+      const float xhat = (in[i] - mean) * invstd;
+      din[i] = s * dout[i] - a - k * xhat;
+    }
+  }
+}
+
+__global__ void bn_infer_k(float *out, const float *in, const float *gamma, const float *beta,
+                           const float *running_mean, const float *running_var, float eps, int B, int C) {
+  GRID_STRIDE(i, (size_t)B * C) {
+    const size_t c = i % C;
+    const float inv = 1.0f / sqrtf(running_var[c] + eps);
+    out[i] = gamma[c] * ((in[i] - running_mean[c]) * inv) + beta[c];
+  }
+}
+
+__global__ void bn_infer_backward_k(float *din, float *dgamma, float *dbeta, const float *dout, const float *in,
+                                    const float *gamma, const float *running_mean, const float *running_var,
+                                    float eps, int B, int C) {
+  GRID_STRIDE(c, (size_t)C) {
+    const float inv = 1.0f / sqrtf(running_var[c] + eps);
+    float db = dbeta[c], dg = dgamma[c];
+    for (int b = 0; b < B; b++) {
+      const size_t i = (size_t)b * C + c;
+      const float d = dout[i], xhat = (in[i] - running_mean[c]) * inv;
+      db += d;
+      dg += d * xhat;
+      din[i] = d * (gamma[c] * inv);
+    }
+    dbeta[c] = db;
+    dgamma[c] = dg;
+  }
+}
+
+// ---- loss, optimizers ----
+
+__global__ void bce_terms_k(double *terms, const float *logits, const float *labels, int B) {
+  GRID_STRIDE(b, (size_t)B) {
+    const double z = logits[b], y = labels[b];
+    terms[b] = fmax(z, 0.0) - z * y + log1p(exp(-fabs(z)));
+  }
+}
+
+// One block: each thread sums a strided share in order, then a fixed tree.
+__global__ void bce_sum_k(double *loss, const double *terms, int B) {
+  __shared__ double part[1024];
+  double acc = 0;
+  for (int b = threadIdx.x; b < B; b += blockDim.x) acc += terms[b];
+  part[threadIdx.x] = acc;
+  __syncthreads();
+  for (int k = blockDim.x / 2; k > 0; k /= 2) {
+    if ((int)threadIdx.x < k) part[threadIdx.x] += part[threadIdx.x + k];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) *loss = part[0] / B;
+}
+
+__global__ void bce_backward_k(float *dlogits, const float *logits, const float *labels, int B, float inv_b) {
+  GRID_STRIDE(b, (size_t)B) dlogits[b] = (sigmoid(logits[b]) - labels[b]) * inv_b;
+}
+
+__global__ void sgd_k(float *w, const float *grad, size_t n, float lr, float wd) {
+  GRID_STRIDE(i, n) w[i] -= lr * (grad[i] + wd * w[i]);
+}
+
+__global__ void adam_k(float *w, const float *grad, float *m, float *v, size_t n, float wd, float b1, float b2,
+                       float eps, float step_size, float inv_sqrt_bc2) {
+  GRID_STRIDE(i, n) {
+    const float g = grad[i] + wd * w[i];
+    m[i] = b1 * m[i] + (1.0f - b1) * g;
+    v[i] = b2 * v[i] + (1.0f - b2) * g * g;
+    w[i] -= step_size * m[i] / (sqrtf(v[i]) * inv_sqrt_bc2 + eps);
+  }
+}
+
+__global__ void adagrad_k(float *w, const float *grad, float *s, size_t n, float lr, float wd, float eps) {
+  GRID_STRIDE(i, n) {
+    const float g = grad[i] + wd * w[i];
+    s[i] += g * g;
+    w[i] -= lr * g / (sqrtf(s[i]) + eps);
+  }
+}
+
+} // namespace
+
+// ---- launchers ----
+
+#define LAUNCH(kernel, n, st, ...) (kernel<<<blocks_for(n), kThreads, 0, (st)>>>(__VA_ARGS__), cudaGetLastError())
+
+extern "C" {
+
+cudaError_t cuk_copy_rows(cudaStream_t st, float *dst, size_t dst_ld, const float *src, size_t src_ld, size_t rows,
+                          size_t width) {
+  if (dst_ld == width && src_ld == width)
+    return cudaMemcpyAsync(dst, src, rows * width * sizeof(float), cudaMemcpyDeviceToDevice, st);
+  return LAUNCH(copy_rows_k, rows * width, st, dst, dst_ld, src, src_ld, rows, width);
+}
+
+cudaError_t cuk_fill_rows(cudaStream_t st, float *dst, size_t dst_ld, size_t rows, size_t width, float value) {
+  return LAUNCH(fill_rows_k, rows * width, st, dst, dst_ld, rows, width, value);
+}
+
+cudaError_t cuk_add(cudaStream_t st, float *y, const float *x, size_t n) { return LAUNCH(add_k, n, st, y, x, n); }
+
+cudaError_t cuk_scale(cudaStream_t st, float *x, size_t n, float s) { return LAUNCH(scale_k, n, st, x, n, s); }
+
+cudaError_t cuk_relu_forward(cudaStream_t st, float *out, const float *in, size_t n) {
+  return LAUNCH(relu_forward_k, n, st, out, in, n);
+}
+
+cudaError_t cuk_relu_backward(cudaStream_t st, float *din, const float *dout, const float *out, size_t n) {
+  return LAUNCH(relu_backward_k, n, st, din, dout, out, n);
+}
+
+cudaError_t cuk_sigmoid(cudaStream_t st, float *out, const float *in, size_t n) {
+  return LAUNCH(sigmoid_k, n, st, out, in, n);
+}
+
+cudaError_t cuk_to_bf16(cudaStream_t st, uint16_t *dst, const float *src, size_t n) {
+  return LAUNCH(to_bf16_k, n, st, dst, src, n);
+}
+
+size_t cuk_colsum_partials(size_t B, size_t C) { return (B + CUK_COLSUM_CHUNK - 1) / CUK_COLSUM_CHUNK * C; }
+
+cudaError_t cuk_colsum_accumulate(cudaStream_t st, float *dst, const float *src, size_t B, size_t C, float *partial) {
+  const size_t chunks = (B + CUK_COLSUM_CHUNK - 1) / CUK_COLSUM_CHUNK;
+  if (chunks > 65535) return cudaErrorInvalidValue; /* the grid's y; B < 16.7M rows */
+  const dim3 grid((unsigned)((C + kThreads - 1) / kThreads), (unsigned)chunks);
+  colsum_chunks_k<<<grid, kThreads, 0, st>>>(partial, src, B, C);
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return e;
+  return LAUNCH(colsum_finish_k, C, st, dst, partial, chunks, C);
+}
+
+// Shared memory a sample needs (bytes), or 0 when it exceeds the default
+// 48 KiB a block: the global-memory kernels take those shapes.
+static size_t dot_shared(int F, int D, int backward) {
+  const size_t bytes = ((size_t)(F + 1) * (D + 1) + (backward ? (size_t)F * (F + 1) / 2 : 0)) * sizeof(float);
+  return bytes <= 48 * 1024 ? bytes : 0;
+}
+
+cudaError_t cuk_dot_forward(cudaStream_t st, float *out, const float *x, const float *emb, int B, int F, int D) {
+  const size_t sh = dot_shared(F, D, 0);
+  if (sh) {
+    dot_forward_shared_k<<<B, 128, sh, st>>>(out, x, emb, F, D);
+    return cudaGetLastError();
+  }
+  const size_t O = (size_t)D + (size_t)F * (F + 1) / 2;
+  cudaError_t e = cuk_copy_rows(st, out, O, x, D, B, D);
+  if (e != cudaSuccess) return e;
+  return LAUNCH(dot_forward_global_k, (size_t)B * F * (F + 1) / 2, st, out, x, emb, B, F, D);
+}
+
+cudaError_t cuk_dot_backward(cudaStream_t st, float *dx, float *demb, const float *dout, const float *x,
+                             const float *emb, int B, int F, int D) {
+  const size_t sh = dot_shared(F, D, 1);
+  if (sh) {
+    dot_backward_shared_k<<<B, 128, sh, st>>>(dx, demb, dout, x, emb, F, D);
+    return cudaGetLastError();
+  }
+  return LAUNCH(dot_backward_global_k, (size_t)B * (F + 1) * D, st, dx, demb, dout, x, emb, B, F, D);
+}
+
+cudaError_t cuk_fm_forward(cudaStream_t st, float *out, const float *emb, int B, int F, int D) {
+  fm_forward_k<<<B, kThreads, 0, st>>>(out, emb, F, D);
+  return cudaGetLastError();
+}
+
+cudaError_t cuk_fm_backward(cudaStream_t st, float *demb, const float *dout, const float *emb, int B, int F, int D) {
+  fm_backward_k<<<B, 128, 0, st>>>(demb, dout, emb, F, D);
+  return cudaGetLastError();
+}
+
+cudaError_t cuk_wide_forward(cudaStream_t st, float *out, const float *w, const float *bias, int B, int F) {
+  return LAUNCH(wide_forward_k, (size_t)B, st, out, w, bias, B, F);
+}
+
+cudaError_t cuk_wide_backward(cudaStream_t st, float *dw, const float *dout, int B, int F) {
+  return LAUNCH(wide_backward_k, (size_t)B * F, st, dw, dout, B, F);
+}
+
+cudaError_t cuk_cross_gate(cudaStream_t st, float *out, const float *x0, const float *u, const float *xl, size_t n) {
+  return LAUNCH(cross_gate_k, n, st, out, x0, u, xl, n);
+}
+
+cudaError_t cuk_cross_gate_backward(cudaStream_t st, float *du, float *dx0, const float *dout, const float *x0,
+                                    const float *u, size_t n) {
+  return LAUNCH(cross_gate_backward_k, n, st, du, dx0, dout, x0, u, n);
+}
+
+cudaError_t cuk_dropout(cudaStream_t st, float *y, const float *x, size_t n, uint64_t key, uint32_t threshold,
+                        float scale) {
+  return LAUNCH(dropout_k, n, st, y, x, n, key, threshold, scale);
+}
+
+cudaError_t cuk_bn_stats(cudaStream_t st, double *out, const float *in, const double *sum, double N, int B, int C) {
+  return LAUNCH(bn_stats_k, (size_t)C, st, out, in, sum, N, B, C);
+}
+
+cudaError_t cuk_bn_normalize(cudaStream_t st, float *out, float *saved, const float *in, const double *sum,
+                             const double *sqdev, double N, const float *gamma, const float *beta,
+                             float *running_mean, float *running_var, float momentum, float eps, int B, int C) {
+  return LAUNCH(bn_normalize_k, (size_t)C, st, out, saved, in, sum, sqdev, N, gamma, beta, running_mean, running_var,
+                momentum, eps, B, C);
+}
+
+cudaError_t cuk_bn_backward_stats(cudaStream_t st, double *sg, double *sgx, const float *dout, const float *in,
+                                  const float *saved, int B, int C) {
+  return LAUNCH(bn_backward_stats_k, (size_t)C, st, sg, sgx, dout, in, saved, B, C);
+}
+
+cudaError_t cuk_bn_backward_apply(cudaStream_t st, float *din, float *dgamma, float *dbeta, const float *dout,
+                                  const float *in, const float *gamma, const float *saved, const double *sg_way,
+                                  const double *sgx_way, const double *sg, const double *sgx, double N, int B, int C) {
+  return LAUNCH(bn_backward_apply_k, (size_t)C, st, din, dgamma, dbeta, dout, in, gamma, saved, sg_way, sgx_way, sg,
+                sgx, N, B, C);
+}
+
+cudaError_t cuk_bn_infer(cudaStream_t st, float *out, const float *in, const float *gamma, const float *beta,
+                         const float *running_mean, const float *running_var, float eps, int B, int C) {
+  return LAUNCH(bn_infer_k, (size_t)B * C, st, out, in, gamma, beta, running_mean, running_var, eps, B, C);
+}
+
+cudaError_t cuk_bn_infer_backward(cudaStream_t st, float *din, float *dgamma, float *dbeta, const float *dout,
+                                  const float *in, const float *gamma, const float *running_mean,
+                                  const float *running_var, float eps, int B, int C) {
+  return LAUNCH(bn_infer_backward_k, (size_t)C, st, din, dgamma, dbeta, dout, in, gamma, running_mean, running_var,
+                eps, B, C);
+}
+
+cudaError_t cuk_bce_forward(cudaStream_t st, double *loss, const float *logits, const float *labels, int B,
+                            double *terms) {
+  cudaError_t e = LAUNCH(bce_terms_k, (size_t)B, st, terms, logits, labels, B);
+  if (e != cudaSuccess) return e;
+  bce_sum_k<<<1, 1024, 0, st>>>(loss, terms, B);
+  return cudaGetLastError();
+}
+
+cudaError_t cuk_bce_backward(cudaStream_t st, float *dlogits, const float *logits, const float *labels, int B) {
+  return LAUNCH(bce_backward_k, (size_t)B, st, dlogits, logits, labels, B, 1.0f / (float)B);
+}
+
+cudaError_t cuk_optim_step(cudaStream_t st, int kind, float *w, const float *grad, float *state, size_t n, float lr,
+                           float wd, float b1, float b2, float eps, float step_size, float inv_sqrt_bc2) {
+  switch (kind) {
+  case 0: return LAUNCH(sgd_k, n, st, w, grad, n, lr, wd);
+  case 1: return LAUNCH(adam_k, n, st, w, grad, state, state + n, n, wd, b1, b2, eps, step_size, inv_sqrt_bc2);
+  default: return LAUNCH(adagrad_k, n, st, w, grad, state, n, lr, wd, eps);
+  }
+}
+
+} // extern "C"

@@ -1,0 +1,97 @@
+/* The CUDA backend's kernels (cuda_kernels.cu), launched on a stream by
+ * cuda.c's ops. Each launcher only enqueues: the op has checked its
+ * arguments, and the launcher returns the launch's error (cudaSuccess, or
+ * why the kernel could not start). Shapes and what each computes are the
+ * CPU kernels' (dlrec/nn.h); what differs is said at each.
+ *
+ * Sizes are size_t or int as in dlrec/nn.h. Every pointer is device memory.
+ */
+#ifndef DLREC_CUDA_KERNELS_H
+#define DLREC_CUDA_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- moving rows, elementwise ---- */
+cudaError_t cuk_copy_rows(cudaStream_t st, float *dst, size_t dst_ld, const float *src, size_t src_ld, size_t rows,
+                          size_t width);
+cudaError_t cuk_fill_rows(cudaStream_t st, float *dst, size_t dst_ld, size_t rows, size_t width, float value);
+cudaError_t cuk_add(cudaStream_t st, float *y, const float *x, size_t n);
+cudaError_t cuk_scale(cudaStream_t st, float *x, size_t n, float s);
+cudaError_t cuk_relu_forward(cudaStream_t st, float *out, const float *in, size_t n);
+cudaError_t cuk_relu_backward(cudaStream_t st, float *din, const float *dout, const float *out, size_t n);
+cudaError_t cuk_sigmoid(cudaStream_t st, float *out, const float *in, size_t n);
+/* dst (n bfloat16 values) = src rounded to nearest even: a GEMM's operands
+ * in a bf16 backend. */
+cudaError_t cuk_to_bf16(cudaStream_t st, uint16_t *dst, const float *src, size_t n);
+
+/* dst[c] += sum over b of src[b * C + c] (B rows): the bias gradients. The
+ * rows are summed in chunks of CUK_COLSUM_CHUNK in b order, then the chunks
+ * in order, so the result does not depend on the launch; partial holds
+ * cuk_colsum_partials(B, C) floats. */
+#define CUK_COLSUM_CHUNK 256
+size_t cuk_colsum_partials(size_t B, size_t C);
+cudaError_t cuk_colsum_accumulate(cudaStream_t st, float *dst, const float *src, size_t B, size_t C, float *partial);
+
+/* ---- interactions, FM, wide ---- */
+cudaError_t cuk_dot_forward(cudaStream_t st, float *out, const float *x, const float *emb, int B, int F, int D);
+cudaError_t cuk_dot_backward(cudaStream_t st, float *dx, float *demb, const float *dout, const float *x,
+                             const float *emb, int B, int F, int D);
+/* The sum over d is a fixed tree in double, not d order: batch-invariant,
+ * a rounding apart from the CPU's. */
+cudaError_t cuk_fm_forward(cudaStream_t st, float *out, const float *emb, int B, int F, int D);
+cudaError_t cuk_fm_backward(cudaStream_t st, float *demb, const float *dout, const float *emb, int B, int F, int D);
+cudaError_t cuk_wide_forward(cudaStream_t st, float *out, const float *w, const float *bias, int B, int F);
+/* dw (B, F) = dout[b]; the bias gradient is cuk_colsum_accumulate's (C = 1). */
+cudaError_t cuk_wide_backward(cudaStream_t st, float *dw, const float *dout, int B, int F);
+
+/* ---- the cross layers' elementwise parts (src/nn/cross.c) ---- */
+/* out = x0 * u + xl, each rounded (no FMA), as the CPU's gate. */
+cudaError_t cuk_cross_gate(cudaStream_t st, float *out, const float *x0, const float *u, const float *xl, size_t n);
+/* du = dout * x0; dx0 += dout * u. */
+cudaError_t cuk_cross_gate_backward(cudaStream_t st, float *du, float *dx0, const float *dout, const float *x0,
+                                    const float *u, size_t n);
+
+/* ---- dropout: the CPU's masks, bit for bit (the same counter-based draw) ---- */
+cudaError_t cuk_dropout(cudaStream_t st, float *y, const float *x, size_t n, uint64_t key, uint32_t threshold,
+                        float scale);
+
+/* ---- batch normalization: a thread per column, rows in order, sums in
+ * double as the CPU's (src/nn/batchnorm.c) ---- */
+cudaError_t cuk_bn_stats(cudaStream_t st, double *out, const float *in, const double *sum, double N, int B, int C);
+cudaError_t cuk_bn_normalize(cudaStream_t st, float *out, float *saved, const float *in, const double *sum,
+                             const double *sqdev, double N, const float *gamma, const float *beta,
+                             float *running_mean, float *running_var, float momentum, float eps, int B, int C);
+cudaError_t cuk_bn_backward_stats(cudaStream_t st, double *sg, double *sgx, const float *dout, const float *in,
+                                  const float *saved, int B, int C);
+cudaError_t cuk_bn_backward_apply(cudaStream_t st, float *din, float *dgamma, float *dbeta, const float *dout,
+                                  const float *in, const float *gamma, const float *saved, const double *sg_way,
+                                  const double *sgx_way, const double *sg, const double *sgx, double N, int B, int C);
+cudaError_t cuk_bn_infer(cudaStream_t st, float *out, const float *in, const float *gamma, const float *beta,
+                         const float *running_mean, const float *running_var, float eps, int B, int C);
+cudaError_t cuk_bn_infer_backward(cudaStream_t st, float *din, float *dgamma, float *dbeta, const float *dout,
+                                  const float *in, const float *gamma, const float *running_mean,
+                                  const float *running_var, float eps, int B, int C);
+
+/* ---- loss, dense optimizers ---- */
+/* *loss (device) = the mean of the per-sample terms, summed in double by a
+ * fixed tree (terms: B doubles of scratch). */
+cudaError_t cuk_bce_forward(cudaStream_t st, double *loss, const float *logits, const float *labels, int B,
+                            double *terms);
+cudaError_t cuk_bce_backward(cudaStream_t st, float *dlogits, const float *logits, const float *labels, int B);
+/* kind: 0 SGD, 1 Adam (m = state, v = state + n), 2 Adagrad; the
+ * arithmetic of src/nn/optim.c with the step's scalars precomputed. */
+cudaError_t cuk_optim_step(cudaStream_t st, int kind, float *w, const float *grad, float *state, size_t n, float lr,
+                           float wd, float b1, float b2, float eps, float step_size, float inv_sqrt_bc2);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
