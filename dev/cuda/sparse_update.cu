@@ -17,8 +17,10 @@
 //             m = b1 m + (1 - b1) gw;  v = b2 v + (1 - b2) gw^2
 //             w -= (lr / bc1) m / (sqrt(v) / sqrt(bc2) + eps)
 //
-// Products and sums use the _rn intrinsics (no contraction into FMA), so
-// each unique row's gradient is the CPU reference's bit for bit. Adagrad's
+// Products and sums use the _rn intrinsics (no contraction into FMA), and
+// the reference sums each row's items in the kernels' order (a long run by
+// segments, below), so each unique row's gradient is the reference's bit
+// for bit; the CPU op sums a long run in item order, a rounding apart. Adagrad's
 // sum of squares is a warp reduction, which the reference follows (the CPU
 // op's loop sums in d order, a rounding apart), so SGD's and Adagrad's
 // weights and accumulators must match bit for bit; Adam's moments and
@@ -53,6 +55,21 @@ struct AdamState {
   uint32_t *steps;
 };
 
+// A unique row's items are summed by its warp in order when there are at
+// most SHORT_RUN of them. A longer run (a hot row: with the test's skew the
+// hottest row holds about 1% of a batch's ids) is cut into segments of
+// seg_len(n) items, about sqrt(n) of them of about sqrt(n) items, each
+// summed by a warp of its own; the row's warp then adds the segments' sums
+// in order. Serially, the hottest row set the whole update's time.
+constexpr uint32_t SHORT_RUN = 64;
+
+__host__ __device__ inline uint32_t seg_len(uint32_t n) {
+  uint32_t L = (uint32_t)sqrtf((float)n);
+  while (L * L < n) L++;
+  while (L > 1 && (L - 1) * (L - 1) >= n) L--;
+  return L < 32 ? 32 : L;
+}
+
 // ---- CPU reference ----
 
 static void reference(float *w, float *acc, AdamState st, int D, const uint32_t *off, const uint32_t *ids,
@@ -63,15 +80,25 @@ static void reference(float *w, float *acc, AdamState st, int D, const uint32_t 
     for (uint32_t k = off[g]; k < off[g + 1]; k++) bag_of[k] = g;
   for (uint32_t k = 0; k < nnz; k++) order[k] = k;
   std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return ids[a] < ids[b]; });
-  std::vector<float> g(D), gw(D);
+  std::vector<float> g(D), gw(D), part(D);
   for (uint32_t s = 0; s < nnz;) {
     const uint32_t r = ids[order[s]];
-    std::fill(g.begin(), g.end(), 0.0f);
     uint32_t e = s;
-    for (; e < nnz && ids[order[e]] == r; e++) {
-      const uint32_t bag = bag_of[order[e]];
-      const float inv = mean ? 1.0f / (float)(off[bag + 1] - off[bag]) : 1.0f;
-      for (int d = 0; d < D; d++) g[d] += mean ? inv * dout[(size_t)bag * D + d] : dout[(size_t)bag * D + d];
+    while (e < nnz && ids[order[e]] == r) e++;
+    // The row's items in order; a long run (more than SHORT_RUN items) in
+    // segments of seg_len items, each summed in order from zero, then the
+    // segments' sums in order, as the kernels do.
+    const uint32_t n = e - s, L = n <= SHORT_RUN ? n : seg_len(n);
+    std::fill(g.begin(), g.end(), 0.0f);
+    for (uint32_t a = s; a < e; a += L) {
+      std::fill(part.begin(), part.end(), 0.0f);
+      for (uint32_t i = a; i < e && i < a + L; i++) {
+        const uint32_t bag = bag_of[order[i]];
+        const float inv = mean ? 1.0f / (float)(off[bag + 1] - off[bag]) : 1.0f;
+        for (int d = 0; d < D; d++)
+          part[d] += mean ? inv * dout[(size_t)bag * D + d] : dout[(size_t)bag * D + d];
+      }
+      for (int d = 0; d < D; d++) g[d] = n <= SHORT_RUN ? part[d] : g[d] + part[d];
     }
     float *wr = w + (size_t)r * D;
     if (o.kind == OPT_SGD) {
@@ -125,27 +152,103 @@ __global__ void iota(uint32_t *v, uint32_t n) {
   if (i < n) v[i] = i;
 }
 
-// One warp per unique row u: its items are sorted_items[start[u] ..
-// start[u] + count[u]), all of row rows_u[u]. Lanes take d = lane, lane +
-// 32, ...; D <= 32 * 8.
+// What the segment and update kernels read (device pointers): the runs of
+// equal rows (rows_u, count, start; n_unique of them), the long runs'
+// segments (nseg and seg_start per run, seg_row per segment), the items.
+struct Runs {
+  const uint32_t *rows_u, *count, *start, *n_unique, *nseg, *seg_start, *seg_row;
+  const uint32_t *sorted_items, *bag_of, *off;
+  const float *dout;
+  float *partial; // (segments, D): each segment's sum
+  int mean;
+};
+
+// g (lane's d = lane, lane + 32, ...) += the items [a, b) in order; four
+// items' loads in flight before their adds.
 template <int PER_LANE>
-__global__ void reduce_update(float *w, float *acc, AdamState st, int D, const uint32_t *rows_u,
-                              const uint32_t *count, const uint32_t *start, const uint32_t *n_unique,
-                              const uint32_t *sorted_items, const uint32_t *bag_of, const uint32_t *off,
-                              const float *dout, int mean, Opt o) {
-  const uint32_t u = (blockIdx.x * blockDim.x + threadIdx.x) / 32;
-  const int lane = threadIdx.x % 32;
-  if (u >= *n_unique) return;
-  const uint32_t r = rows_u[u], s = start[u], e = s + count[u];
-  float g[PER_LANE];
-  for (int j = 0; j < PER_LANE; j++) g[j] = 0.0f;
-  for (uint32_t i = s; i < e; i++) {
-    const uint32_t bag = bag_of[sorted_items[i]];
-    const float *go = dout + (size_t)bag * D;
-    const float inv = mean ? __frcp_rn((float)(off[bag + 1] - off[bag])) : 1.0f;
+__device__ inline void sum_items(float *g, uint32_t a, uint32_t b, int lane, int D, const Runs &R) {
+  uint32_t i = a;
+  for (; i + 4 <= b; i += 4) {
+    uint32_t bag[4];
+    float inv[4], v[4][PER_LANE];
+    for (int u = 0; u < 4; u++) bag[u] = R.bag_of[R.sorted_items[i + u]];
+    for (int u = 0; u < 4; u++) {
+      inv[u] = R.mean ? __frcp_rn((float)(R.off[bag[u] + 1] - R.off[bag[u]])) : 1.0f;
+      for (int j = 0; j < PER_LANE; j++) {
+        const int d = lane + 32 * j;
+        v[u][j] = d < D ? R.dout[(size_t)bag[u] * D + d] : 0.0f;
+      }
+    }
+    for (int u = 0; u < 4; u++)
+      for (int j = 0; j < PER_LANE; j++) g[j] = __fadd_rn(g[j], R.mean ? __fmul_rn(inv[u], v[u][j]) : v[u][j]);
+  }
+  for (; i < b; i++) {
+    const uint32_t bag = R.bag_of[R.sorted_items[i]];
+    const float inv = R.mean ? __frcp_rn((float)(R.off[bag + 1] - R.off[bag])) : 1.0f;
     for (int j = 0; j < PER_LANE; j++) {
       const int d = lane + 32 * j;
-      if (d < D) g[j] = __fadd_rn(g[j], mean ? __fmul_rn(inv, go[d]) : go[d]);
+      if (d < D)
+        g[j] = __fadd_rn(g[j], R.mean ? __fmul_rn(inv, R.dout[(size_t)bag * D + d]) : R.dout[(size_t)bag * D + d]);
+    }
+  }
+}
+
+// nseg[u]: the segments of run u (0 for a short run; 0 past n_unique, so the
+// scan over all nnz entries counts the long runs' alone).
+__global__ void seg_plan(uint32_t *nseg, const uint32_t *count, const uint32_t *n_unique, uint32_t nnz) {
+  const uint32_t u = blockIdx.x * blockDim.x + threadIdx.x;
+  if (u >= nnz) return;
+  const uint32_t n = u < *n_unique ? count[u] : 0;
+  nseg[u] = n > SHORT_RUN ? (n + seg_len(n) - 1) / seg_len(n) : 0;
+}
+
+// seg_row[seg_start[u] + k] = u for each segment k of run u.
+__global__ void seg_rows(uint32_t *seg_row, const uint32_t *nseg, const uint32_t *seg_start,
+                         const uint32_t *n_unique) {
+  const uint32_t u = blockIdx.x * blockDim.x + threadIdx.x;
+  if (u >= *n_unique) return;
+  for (uint32_t k = 0; k < nseg[u]; k++) seg_row[seg_start[u] + k] = u;
+}
+
+// A warp per segment (seg_row past the last one is all ones: those return).
+template <int PER_LANE>
+__global__ void seg_sum(Runs R, int D, uint32_t seg_cap) {
+  const uint32_t s = (blockIdx.x * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (s >= seg_cap) return;
+  const uint32_t u = R.seg_row[s];
+  if (u == 0xffffffffu) return;
+  const uint32_t n = R.count[u], L = seg_len(n), a = R.start[u] + (s - R.seg_start[u]) * L;
+  const uint32_t b = a + L < R.start[u] + n ? a + L : R.start[u] + n;
+  float g[PER_LANE];
+  for (int j = 0; j < PER_LANE; j++) g[j] = 0.0f;
+  sum_items<PER_LANE>(g, a, b, lane, D, R);
+  for (int j = 0; j < PER_LANE; j++) {
+    const int d = lane + 32 * j;
+    if (d < D) R.partial[(size_t)s * D + d] = g[j];
+  }
+}
+
+// One warp per unique row u: its gradient from its items in order (a short
+// run) or its segments' sums in order (a long one), then the row updated in
+// place. Lanes take d = lane, lane + 32, ...; D <= 32 * 8.
+template <int PER_LANE>
+__global__ void reduce_update(float *w, float *acc, AdamState st, int D, Runs R, Opt o) {
+  const uint32_t u = (blockIdx.x * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (u >= *R.n_unique) return;
+  const uint32_t r = R.rows_u[u], n = R.count[u];
+  float g[PER_LANE];
+  for (int j = 0; j < PER_LANE; j++) g[j] = 0.0f;
+  if (n <= SHORT_RUN) {
+    sum_items<PER_LANE>(g, R.start[u], R.start[u] + n, lane, D, R);
+  } else {
+    for (uint32_t k = 0; k < R.nseg[u]; k++) {
+      const float *p = R.partial + (size_t)(R.seg_start[u] + k) * D;
+      for (int j = 0; j < PER_LANE; j++) {
+        const int d = lane + 32 * j;
+        if (d < D) g[j] = __fadd_rn(g[j], p[d]);
+      }
     }
   }
   float *wr = w + (size_t)r * D;
@@ -196,18 +299,34 @@ __global__ void reduce_update(float *w, float *acc, AdamState st, int D, const u
 
 struct Gpu {
   uint32_t *off, *ids, *bag_of, *items, *sorted_rows, *sorted_items, *rows_u, *count, *start, *n_unique;
-  float *w, *acc, *dout;
+  uint32_t *nseg, *seg_start, *seg_row;
+  float *w, *acc, *dout, *partial;
   AdamState adam;
   void *tmp;
   size_t tmp_bytes;
-  int key_bits; // the rows' ids fit in this many bits: the sort's passes
+  int key_bits;     // the rows' ids fit in this many bits: the sort's passes
+  uint32_t seg_cap; // segments at most: a long run of n > 64 items has at most 3n / 64
 };
 
 // The whole backward + update on the device, with no wait for the host (the
-// number of unique rows stays on the device: the update's grid is sized for
-// every item being unique, and the warps past the count return); the result
-// left in g.w, g.acc. With ev, an event recorded after each phase (the
-// items, the sort, the runs, the update).
+// number of unique rows stays on the device: the grids are sized for every
+// item being unique, and the warps past the count return); the result left
+// in g.w, g.acc. With ev, an event recorded after each phase (the items, the
+// sort, the runs, the long runs' segments, the update).
+template <int PER_LANE>
+static void launch_update(Gpu &g, int D, uint32_t nnz, int mean, Opt o, cudaEvent_t *ev) {
+  const Runs R = {g.rows_u, g.count, g.start, g.n_unique, g.nseg, g.seg_start, g.seg_row, g.sorted_items, g.bag_of,
+                  g.off, g.dout, g.partial, mean};
+  seg_plan<<<(nnz + 255) / 256, 256>>>(g.nseg, g.count, g.n_unique, nnz);
+  size_t bytes = g.tmp_bytes;
+  CUDA_CHECK(cub::DeviceScan::ExclusiveSum(g.tmp, bytes, g.nseg, g.seg_start, (int)nnz));
+  CUDA_CHECK(cudaMemsetAsync(g.seg_row, 0xff, (size_t)g.seg_cap * 4));
+  seg_rows<<<(nnz + 255) / 256, 256>>>(g.seg_row, g.nseg, g.seg_start, g.n_unique);
+  seg_sum<PER_LANE><<<(unsigned)(((uint64_t)g.seg_cap * 32 + 255) / 256), 256>>>(R, D, g.seg_cap);
+  if (ev) CUDA_CHECK(cudaEventRecord(ev[3]));
+  reduce_update<PER_LANE><<<(unsigned)(((uint64_t)nnz * 32 + 255) / 256), 256>>>(g.w, g.acc, g.adam, D, R, o);
+}
+
 static void step(Gpu &g, int D, uint32_t bags, uint32_t nnz, int mean, Opt o, cudaEvent_t *ev = nullptr) {
   bag_of_items<<<(bags + 255) / 256, 256>>>(g.bag_of, g.off, bags);
   iota<<<(nnz + 255) / 256, 256>>>(g.items, nnz);
@@ -221,20 +340,10 @@ static void step(Gpu &g, int D, uint32_t bags, uint32_t nnz, int mean, Opt o, cu
   bytes = g.tmp_bytes;
   CUDA_CHECK(cub::DeviceScan::ExclusiveSum(g.tmp, bytes, g.count, g.start, (int)nnz));
   if (ev) CUDA_CHECK(cudaEventRecord(ev[2]));
-  const uint32_t *n_unique = g.n_unique;
-  const unsigned blocks = (unsigned)(((uint64_t)nnz * 32 + 255) / 256);
-  if (D <= 32)
-    reduce_update<1><<<blocks, 256>>>(g.w, g.acc, g.adam, D, g.rows_u, g.count, g.start, n_unique, g.sorted_items, g.bag_of,
-                                      g.off, g.dout, mean, o);
-  else if (D <= 64)
-    reduce_update<2><<<blocks, 256>>>(g.w, g.acc, g.adam, D, g.rows_u, g.count, g.start, n_unique, g.sorted_items, g.bag_of,
-                                      g.off, g.dout, mean, o);
-  else if (D <= 128)
-    reduce_update<4><<<blocks, 256>>>(g.w, g.acc, g.adam, D, g.rows_u, g.count, g.start, n_unique, g.sorted_items, g.bag_of,
-                                      g.off, g.dout, mean, o);
-  else
-    reduce_update<8><<<blocks, 256>>>(g.w, g.acc, g.adam, D, g.rows_u, g.count, g.start, n_unique, g.sorted_items, g.bag_of,
-                                      g.off, g.dout, mean, o);
+  if (D <= 32) launch_update<1>(g, D, nnz, mean, o, ev);
+  else if (D <= 64) launch_update<2>(g, D, nnz, mean, o, ev);
+  else if (D <= 128) launch_update<4>(g, D, nnz, mean, o, ev);
+  else launch_update<8>(g, D, nnz, mean, o, ev);
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -269,6 +378,11 @@ static int run(const char *what, uint64_t rows, int D, uint32_t B, uint32_t F, u
   CUDA_CHECK(cudaMalloc(&g.count, (size_t)nnz * 4));
   CUDA_CHECK(cudaMalloc(&g.start, (size_t)nnz * 4));
   CUDA_CHECK(cudaMalloc(&g.n_unique, 4));
+  g.seg_cap = (uint32_t)(3 * (uint64_t)nnz / 64 + 1);
+  CUDA_CHECK(cudaMalloc(&g.nseg, (size_t)nnz * 4));
+  CUDA_CHECK(cudaMalloc(&g.seg_start, (size_t)nnz * 4));
+  CUDA_CHECK(cudaMalloc(&g.seg_row, (size_t)g.seg_cap * 4));
+  CUDA_CHECK(cudaMalloc(&g.partial, (size_t)g.seg_cap * D * 4));
   CUDA_CHECK(cudaMalloc(&g.w, w.size() * 4));
   CUDA_CHECK(cudaMalloc(&g.acc, acc.size() * 4));
   CUDA_CHECK(cudaMalloc(&g.dout, dout.size() * 4));
@@ -346,21 +460,22 @@ static int run(const char *what, uint64_t rows, int D, uint32_t B, uint32_t F, u
   if (!failures) {
     std::printf("  %s: deterministic, within %.1e of the reference; %.3f ms (%.1f M ids/s)\n", what, worst, ms,
                 nnz / ms / 1e3);
-    cudaEvent_t ev[5];
+    cudaEvent_t ev[6];
     for (auto &e : ev) CUDA_CHECK(cudaEventCreate(&e));
-    CUDA_CHECK(cudaEventRecord(ev[4]));
+    CUDA_CHECK(cudaEventRecord(ev[5]));
     step(g, D, bags, nnz, mean, o, ev);
-    CUDA_CHECK(cudaEventRecord(ev[3]));
-    CUDA_CHECK(cudaEventSynchronize(ev[3]));
-    float at[4];
-    CUDA_CHECK(cudaEventElapsedTime(&at[0], ev[4], ev[0]));
-    for (int k = 1; k < 4; k++) CUDA_CHECK(cudaEventElapsedTime(&at[k], ev[k - 1], ev[k]));
-    std::printf("    phases: items %.3f ms, sort (%d bits) %.3f, runs %.3f, update %.3f\n", at[0], g.key_bits, at[1],
-                at[2], at[3]);
+    CUDA_CHECK(cudaEventRecord(ev[4]));
+    CUDA_CHECK(cudaEventSynchronize(ev[4]));
+    float at[5];
+    CUDA_CHECK(cudaEventElapsedTime(&at[0], ev[5], ev[0]));
+    for (int k = 1; k < 5; k++) CUDA_CHECK(cudaEventElapsedTime(&at[k], ev[k - 1], ev[k]));
+    std::printf("    phases: items %.3f ms, sort (%d bits) %.3f, runs %.3f, long runs' segments %.3f, update %.3f\n",
+                at[0], g.key_bits, at[1], at[2], at[3], at[4]);
     for (auto &e : ev) cudaEventDestroy(e);
   }
   cudaFree(g.off), cudaFree(g.ids), cudaFree(g.bag_of), cudaFree(g.items), cudaFree(g.sorted_rows);
   cudaFree(g.sorted_items), cudaFree(g.rows_u), cudaFree(g.count), cudaFree(g.start), cudaFree(g.n_unique);
+  cudaFree(g.nseg), cudaFree(g.seg_start), cudaFree(g.seg_row), cudaFree(g.partial);
   cudaFree(g.w), cudaFree(g.acc), cudaFree(g.dout), cudaFree(g.tmp);
   cudaFree(g.adam.m), cudaFree(g.adam.v), cudaFree(g.adam.steps);
   return failures;
