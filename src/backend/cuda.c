@@ -14,10 +14,9 @@
  *
  * What it has not yet (those ops are NULL, and the op-by-op test skips them,
  * saying so): the embedding bags and the fused sparse update, which need the
- * table in device memory (the table-storage interface); the batch-invariant
- * scoring ops (packed layers); the mixture of low-rank experts. Networks do
- * not run on it yet either: their parameters, workspaces and batches are
- * host memory (be->host_memory is 0, and dlrec_net_set_backend refuses).
+ * table in device memory (the table-storage interface). Networks do not run
+ * on it yet either: their parameters, workspaces and batches are host
+ * memory (be->host_memory is 0, and dlrec_net_set_backend refuses).
  */
 #include <math.h>
 #include <stdio.h>
@@ -469,6 +468,178 @@ static dlrec_status cuda_cross_lowrank_backward(dlrec_backend *be, float *dx0, f
   return cuda_status(cuk_add(enter(be), dxl, dout, n), "cross_lowrank_backward");
 }
 
+/* ---- the mixture of low-rank experts (src/nn/cross_mix.c's composition) ---- */
+
+#define MAX_K 64
+
+static dlrec_status check_mix(const char *what, int B, int d, int r, int K) {
+  if (B < 1 || d < 1 || d > MAX_DIM || r < 1 || r > MAX_DIM || K < 1 || K > MAX_K)
+    return dlrec_error(DLREC_ERR_INVALID, "%s: bad shape B=%d d=%d r=%d K=%d (1 <= d, r <= %d, 1 <= K <= %d)", what,
+                       B, d, r, K, MAX_DIM, MAX_K);
+  return DLREC_OK;
+}
+
+static dlrec_status cuda_cross_mix_forward(dlrec_backend *be, float *out, float *act, const float *x0,
+                                           const float *xl, const float *v, const float *c, const float *u,
+                                           const float *gate, const float *bias, int B, int d, int r, int K) {
+  const char *what = "cross_mix_forward";
+  TRY(NONNULL(what, out, act, x0, xl, v, c, u, gate, bias));
+  TRY(check_mix(what, B, d, r, K));
+  const size_t Br = (size_t)B * r, Bd = (size_t)B * d;
+  float *t1 = act, *t2 = t1 + K * Br, *e = t2 + K * Br, *p = e + K * Bd;
+  for (int k = 0; k < K; k++) {
+    TRY(gemm_forward(be, t1 + k * Br, xl, v + (size_t)k * r * d, NULL, B, d, r, 1));
+    TRY(gemm_forward(be, t2 + k * Br, t1 + k * Br, c + (size_t)k * r * r, NULL, B, r, r, 1));
+    TRY(gemm_forward(be, e + k * Bd, t2 + k * Br, u + (size_t)k * d * r, bias, B, r, d, 0));
+  }
+  TRY(gemm_forward(be, p, xl, gate, NULL, B, d, K, 0)); /* logits (B, K) */
+  cudaStream_t st = enter(be);
+  TRY(cuda_status(cuk_softmax_rows(st, p, B, K), what));
+  TRY(cuda_status(cuk_mixture(st, out, p, e, B, d, K), what));
+  return cuda_status(cuk_cross_gate(st, out, x0, out, xl, Bd), what);
+}
+
+static dlrec_status cuda_cross_mix_backward(dlrec_backend *be, float *dx0, float *dxl, float *dv, float *dc, float *du,
+                                            float *dgate, float *dbias, const float *dout, const float *x0,
+                                            const float *xl, const float *act, const float *v, const float *c,
+                                            const float *u, const float *gate, float *ws, int B, int d, int r,
+                                            int K) {
+  const char *what = "cross_mix_backward";
+  TRY(NONNULL(what, dx0, dxl, dv, dc, du, dgate, dbias, dout, x0, xl, act, v, c, u, gate, ws));
+  TRY(check_mix(what, B, d, r, K));
+  const size_t Br = (size_t)B * r, Bd = (size_t)B * d;
+  const float *t1 = act, *t2 = t1 + K * Br, *e = t2 + K * Br, *p = e + K * Bd;
+  float *m = ws, *de = m + Bd, *tmp = de + Bd, *dt2 = tmp + Bd, *dt1 = dt2 + Br, *dlogit = dt1 + Br;
+  cudaStream_t st = enter(be);
+  TRY(cuda_status(cuk_mixture(st, m, p, e, B, d, K), what));
+  TRY(cuda_status(cuk_mix_dx0(st, dx0, m, dout, x0, Bd), what)); /* m is dm from here */
+  TRY(cuda_status(cuk_mix_dlogit(st, dlogit, m, e, p, B, d, K), what));
+  TRY(gemm_backward(be, tmp, dgate, NULL, dlogit, xl, gate, B, d, K));
+  TRY(cuda_status(cuk_copy_rows(st, dxl, Bd, dout, Bd, 1, Bd), what));
+  TRY(cuda_status(cuk_add(st, dxl, tmp, Bd), what)); /* dxl = dout + the gate's term */
+  for (int k = 0; k < K; k++) {
+    const float *t1k = t1 + k * Br, *t2k = t2 + k * Br;
+    TRY(cuda_status(cuk_mix_scale(st, de, m, p, B, d, K, k), what));
+    TRY(gemm_backward(be, dt2, du + (size_t)k * d * r, dbias, de, t2k, u + (size_t)k * d * r, B, r, d));
+    TRY(cuda_status(cuk_relu_backward(st, dt2, dt2, t2k, Br), what));
+    TRY(gemm_backward(be, dt1, dc + (size_t)k * r * r, NULL, dt2, t1k, c + (size_t)k * r * r, B, r, r));
+    TRY(cuda_status(cuk_relu_backward(st, dt1, dt1, t1k, Br), what));
+    TRY(gemm_backward(be, tmp, dv + (size_t)k * r * d, NULL, dt1, xl, v + (size_t)k * r * d, B, d, r));
+    TRY(cuda_status(cuk_add(st, dxl, tmp, Bd), what));
+  }
+  return DLREC_OK;
+}
+
+/* ---- batch-invariant scoring: packed layers ----
+ *
+ * A packed layer here is the weight transposed to (IN, OUT) and the bias in
+ * device memory; each output is the fma chain of dlrec/nn.h's contract,
+ * which the CPU's packed layer computes with the same roundings where it
+ * has FMA, so the two score alike bit for bit. */
+
+typedef struct cuda_packed {
+  int in, out;
+  float *wt;   /* (IN, OUT) */
+  float *bias; /* (OUT), or NULL */
+} cuda_packed;
+
+static void cuda_packed_free(dlrec_backend *be, dlrec_packed_linear *pl) {
+  cuda_packed *p = (cuda_packed *)pl;
+  if (!p) return;
+  enter(be);
+  cudaFree(p->wt);
+  cudaFree(p->bias);
+  free(p);
+}
+
+static dlrec_status cuda_packed_create(dlrec_backend *be, dlrec_packed_linear **out, const float *weight,
+                                       const float *bias, int IN, int OUT) {
+  if (out) *out = NULL;
+  if (!out || !weight) return dlrec_error(DLREC_ERR_INVALID, "packed_linear_create: NULL argument");
+  if (IN < 1 || IN > MAX_DIM || OUT < 1 || OUT > MAX_DIM)
+    return dlrec_error(DLREC_ERR_INVALID, "packed_linear_create: bad shape IN=%d OUT=%d (1 .. %d each)", IN, OUT,
+                       MAX_DIM);
+  cuda_packed *p = calloc(1, sizeof *p);
+  float *wt = malloc((size_t)IN * OUT * sizeof(float));
+  dlrec_status s = DLREC_OK;
+  if (!p || !wt) s = dlrec_error(DLREC_ERR_NOMEM, "packed_linear_create: out of memory");
+  if (s == DLREC_OK) {
+    for (int o = 0; o < OUT; o++)
+      for (int k = 0; k < IN; k++) wt[(size_t)k * OUT + o] = weight[(size_t)o * IN + k];
+    p->in = IN, p->out = OUT;
+    p->wt = cuda_alloc(be, (size_t)IN * OUT * sizeof(float));
+    p->bias = bias ? cuda_alloc(be, (size_t)OUT * sizeof(float)) : NULL;
+    if (!p->wt || (bias && !p->bias))
+      s = dlrec_error(DLREC_ERR_NOMEM, "packed_linear_create: no GPU memory for a %dx%d layer", IN, OUT);
+  }
+  if (s == DLREC_OK) s = cuda_upload(be, p->wt, wt, (size_t)IN * OUT * sizeof(float));
+  if (s == DLREC_OK && bias) s = cuda_upload(be, p->bias, bias, (size_t)OUT * sizeof(float));
+  free(wt);
+  if (s != DLREC_OK) {
+    if (p) cuda_packed_free(be, (dlrec_packed_linear *)p);
+    return s;
+  }
+  *out = (dlrec_packed_linear *)p;
+  return DLREC_OK;
+}
+
+static dlrec_status packed_run(dlrec_backend *be, float *out, const dlrec_packed_linear *pl, const float *in, int B,
+                               int relu, const char *what) {
+  const cuda_packed *p = (const cuda_packed *)pl;
+  return cuda_status(cuk_packed_forward(enter(be), out, p->wt, p->bias, in, B, p->in, p->out, relu), what);
+}
+
+static dlrec_status cuda_packed_forward(dlrec_backend *be, float *out, const dlrec_packed_linear *p, const float *in,
+                                        int B, dlrec_act act) {
+  if (!p || !in || !out) return dlrec_error(DLREC_ERR_INVALID, "packed_linear_forward: NULL argument");
+  if (B < 1) return dlrec_error(DLREC_ERR_INVALID, "packed_linear_forward: bad batch size B=%d", B);
+  return packed_run(be, out, p, in, B, act == DLREC_ACT_RELU, "packed_linear_forward");
+}
+
+static dlrec_status cuda_cross_infer(dlrec_backend *be, float *out, const float *x0, const float *xl,
+                                     const dlrec_packed_linear *w, int B, int d) {
+  if (!out || !x0 || !xl || !w) return dlrec_error(DLREC_ERR_INVALID, "cross_infer: NULL argument");
+  TRY(check_cross("cross_infer", B, d, 0, 0));
+  TRY(packed_run(be, out, w, xl, B, 0, "cross_infer")); /* u (B, d), in out */
+  return cuda_status(cuk_cross_gate(enter(be), out, x0, out, xl, (size_t)B * d), "cross_infer");
+}
+
+static dlrec_status cuda_cross_lowrank_infer(dlrec_backend *be, float *out, float *ws, const float *x0,
+                                             const float *xl, const dlrec_packed_linear *v,
+                                             const dlrec_packed_linear *u, int B, int d, int r) {
+  if (!out || !ws || !x0 || !xl || !v || !u)
+    return dlrec_error(DLREC_ERR_INVALID, "cross_lowrank_infer: NULL argument");
+  TRY(check_cross("cross_lowrank_infer", B, d, r, 1));
+  TRY(packed_run(be, ws, v, xl, B, 0, "cross_lowrank_infer"));  /* t (B, r) */
+  TRY(packed_run(be, out, u, ws, B, 0, "cross_lowrank_infer")); /* u (B, d), in out */
+  return cuda_status(cuk_cross_gate(enter(be), out, x0, out, xl, (size_t)B * d), "cross_lowrank_infer");
+}
+
+static dlrec_status cuda_cross_mix_infer(dlrec_backend *be, float *out, float *ws, const float *x0, const float *xl,
+                                         const dlrec_packed_linear *const *v, const dlrec_packed_linear *const *c,
+                                         const dlrec_packed_linear *const *u, const dlrec_packed_linear *gate, int B,
+                                         int d, int r, int K) {
+  const char *what = "cross_mix_infer";
+  if (!out || !ws || !x0 || !xl || !v || !c || !u || !gate)
+    return dlrec_error(DLREC_ERR_INVALID, "%s: NULL argument", what);
+  TRY(check_mix(what, B, d, r, K));
+  for (int k = 0; k < K; k++)
+    if (!v[k] || !c[k] || !u[k]) return dlrec_error(DLREC_ERR_INVALID, "%s: NULL layer of expert %d", what, k);
+  const size_t Br = (size_t)B * r, Bd = (size_t)B * d;
+  float *t1 = ws, *t2 = t1 + Br, *e = t2 + Br, *p = e + Bd;
+  cudaStream_t st = enter(be);
+  TRY(packed_run(be, p, gate, xl, B, 0, what));
+  TRY(cuda_status(cuk_softmax_rows(st, p, B, K), what));
+  TRY(cuda_status(cuk_fill_rows(st, out, Bd, 1, Bd, 0.0f), what));
+  for (int k = 0; k < K; k++) { /* the experts into out in k order, as the training forward's mixture */
+    TRY(packed_run(be, t1, v[k], xl, B, 1, what));
+    TRY(packed_run(be, t2, c[k], t1, B, 1, what));
+    TRY(packed_run(be, e, u[k], t2, B, 0, what));
+    TRY(cuda_status(cuk_mixture_add(st, out, p, e, B, d, K, k), what));
+  }
+  return cuda_status(cuk_cross_gate(st, out, x0, out, xl, Bd), what);
+}
+
 /* ---- FM, wide ---- */
 
 static dlrec_status check_fm(const char *what, const void *a, const void *b, int B, int F, int D) {
@@ -753,8 +924,16 @@ static const dlrec_backend_ops cuda_ops = {
     .bce_forward = cuda_bce_forward,
     .bce_backward = cuda_bce_backward,
     .optim_step = cuda_optim_step,
-    /* Not yet (NULL): cross_mix_*, bag_forward, bag_backward_update, the
-     * packed (scoring) ops. */
+    .cross_mix_forward = cuda_cross_mix_forward,
+    .cross_mix_backward = cuda_cross_mix_backward,
+    .packed_create = cuda_packed_create,
+    .packed_free = cuda_packed_free,
+    .packed_forward = cuda_packed_forward,
+    .cross_infer = cuda_cross_infer,
+    .cross_lowrank_infer = cuda_cross_lowrank_infer,
+    .cross_mix_infer = cuda_cross_mix_infer,
+    /* Not yet (NULL): bag_forward, bag_backward_update, which need the
+     * table and its optimizer state in device memory. */
 };
 
 dlrec_status dlrec_backend_cuda_init(dlrec_backend *be, const dlrec_backend_config *c) {

@@ -264,6 +264,73 @@ __global__ void dropout_k(float *y, const float *x, size_t n, uint64_t key, uint
   }
 }
 
+// ---- the mixture of experts' per-row parts ----
+
+__global__ void softmax_rows_k(float *p, int B, int K) {
+  GRID_STRIDE(b, (size_t)B) {
+    float *row = p + b * K;
+    float mx = row[0];
+    for (int k = 1; k < K; k++) mx = row[k] > mx ? row[k] : mx;
+    float sum = 0.0f;
+    for (int k = 0; k < K; k++) sum = __fadd_rn(sum, row[k] = expf(__fsub_rn(row[k], mx)));
+    for (int k = 0; k < K; k++) row[k] = __fdiv_rn(row[k], sum);
+  }
+}
+
+__global__ void mixture_k(float *m, const float *p, const float *e, int B, int d, int K) {
+  GRID_STRIDE(i, (size_t)B * d) {
+    const size_t b = i / d;
+    float acc = 0.0f;
+    for (int k = 0; k < K; k++) acc = __fadd_rn(acc, __fmul_rn(p[b * K + k], e[(size_t)k * B * d + i]));
+    m[i] = acc;
+  }
+}
+
+__global__ void mixture_add_k(float *out, const float *p, const float *e, int B, int d, int K, int k) {
+  GRID_STRIDE(i, (size_t)B * d) out[i] = __fadd_rn(out[i], __fmul_rn(p[i / d * K + k], e[i]));
+}
+
+__global__ void mix_dx0_k(float *dx0, float *m, const float *dout, const float *x0, size_t n) {
+  GRID_STRIDE(i, n) {
+    dx0[i] = __fadd_rn(dx0[i], __fmul_rn(dout[i], m[i]));
+    m[i] = __fmul_rn(dout[i], x0[i]);
+  }
+}
+
+// A thread a row: dp_k in double over d in order, as the CPU's loop.
+__global__ void mix_dlogit_k(float *dlogit, const float *dm, const float *e, const float *p, int B, int d, int K) {
+  GRID_STRIDE(b, (size_t)B) {
+    float *dl = dlogit + b * K;
+    const float *pr = p + b * K, *g = dm + b * d;
+    double s = 0.0;
+    for (int k = 0; k < K; k++) {
+      const float *ek = e + ((size_t)k * B + b) * d;
+      double dp = 0.0;
+      for (int j = 0; j < d; j++) dp += (double)g[j] * ek[j];
+      dl[k] = (float)dp;
+      s += pr[k] * dp;
+    }
+    for (int k = 0; k < K; k++) dl[k] = (float)(pr[k] * (dl[k] - s));
+  }
+}
+
+__global__ void mix_scale_k(float *de, const float *dm, const float *p, int B, int d, int K, int k) {
+  GRID_STRIDE(i, (size_t)B * d) de[i] = __fmul_rn(p[i / d * K + k], dm[i]);
+}
+
+// ---- the packed (scoring) layer: a thread per (row, output), k in order ----
+
+__global__ void packed_forward_k(float *out, const float *wt, const float *bias, const float *in, int B, int IN,
+                                 int OUT, int relu) {
+  GRID_STRIDE(i, (size_t)B * OUT) {
+    const size_t b = i / OUT, o = i % OUT;
+    const float *x = in + b * IN;
+    float acc = bias ? bias[o] : 0.0f;
+    for (int k = 0; k < IN; k++) acc = __fmaf_rn(x[k], wt[(size_t)k * OUT + o], acc);
+    out[i] = relu ? (acc > 0.0f ? acc : 0.0f) : acc;
+  }
+}
+
 // ---- batch normalization: a thread a column ----
 
 __global__ void bn_stats_k(double *out, const float *in, const double *sum, double N, int B, int C) {
@@ -515,6 +582,36 @@ cudaError_t cuk_cross_gate(cudaStream_t st, float *out, const float *x0, const f
 cudaError_t cuk_cross_gate_backward(cudaStream_t st, float *du, float *dx0, const float *dout, const float *x0,
                                     const float *u, size_t n) {
   return LAUNCH(cross_gate_backward_k, n, st, du, dx0, dout, x0, u, n);
+}
+
+cudaError_t cuk_softmax_rows(cudaStream_t st, float *p, int B, int K) {
+  return LAUNCH(softmax_rows_k, (size_t)B, st, p, B, K);
+}
+
+cudaError_t cuk_mixture(cudaStream_t st, float *m, const float *p, const float *e, int B, int d, int K) {
+  return LAUNCH(mixture_k, (size_t)B * d, st, m, p, e, B, d, K);
+}
+
+cudaError_t cuk_mixture_add(cudaStream_t st, float *out, const float *p, const float *e, int B, int d, int K, int k) {
+  return LAUNCH(mixture_add_k, (size_t)B * d, st, out, p, e, B, d, K, k);
+}
+
+cudaError_t cuk_mix_dx0(cudaStream_t st, float *dx0, float *m, const float *dout, const float *x0, size_t n) {
+  return LAUNCH(mix_dx0_k, n, st, dx0, m, dout, x0, n);
+}
+
+cudaError_t cuk_mix_dlogit(cudaStream_t st, float *dlogit, const float *dm, const float *e, const float *p, int B,
+                           int d, int K) {
+  return LAUNCH(mix_dlogit_k, (size_t)B, st, dlogit, dm, e, p, B, d, K);
+}
+
+cudaError_t cuk_mix_scale(cudaStream_t st, float *de, const float *dm, const float *p, int B, int d, int K, int k) {
+  return LAUNCH(mix_scale_k, (size_t)B * d, st, de, dm, p, B, d, K, k);
+}
+
+cudaError_t cuk_packed_forward(cudaStream_t st, float *out, const float *wt, const float *bias, const float *in, int B,
+                               int IN, int OUT, int relu) {
+  return LAUNCH(packed_forward_k, (size_t)B * OUT, st, out, wt, bias, in, B, IN, OUT, relu);
 }
 
 cudaError_t cuk_dropout(cudaStream_t st, float *y, const float *x, size_t n, uint64_t key, uint32_t threshold,

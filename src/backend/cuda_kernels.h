@@ -58,6 +58,28 @@ cudaError_t cuk_cross_gate(cudaStream_t st, float *out, const float *x0, const f
 cudaError_t cuk_cross_gate_backward(cudaStream_t st, float *du, float *dx0, const float *dout, const float *x0,
                                     const float *u, size_t n);
 
+/* ---- the mixture of low-rank experts' per-row parts (src/nn/cross_mix.c) ---- */
+/* p (B, K) = softmax per row, in place (max-shifted, summed in k order). */
+cudaError_t cuk_softmax_rows(cudaStream_t st, float *p, int B, int K);
+/* m (B, d) = sum over k of p[b][k] e_k[b] in k order; e is (K, B, d). */
+cudaError_t cuk_mixture(cudaStream_t st, float *m, const float *p, const float *e, int B, int d, int K);
+/* out (B, d) += p[b][k] e[b] for one expert k (its products each rounded). */
+cudaError_t cuk_mixture_add(cudaStream_t st, float *out, const float *p, const float *e, int B, int d, int K, int k);
+/* dx0 += dout * m; then m = dout * x0 (dm, in m's place). */
+cudaError_t cuk_mix_dx0(cudaStream_t st, float *dx0, float *m, const float *dout, const float *x0, size_t n);
+/* dlogit (B, K): dp_k = <dm_b, e_k,b> in double, then the softmax's backward. */
+cudaError_t cuk_mix_dlogit(cudaStream_t st, float *dlogit, const float *dm, const float *e, const float *p, int B,
+                           int d, int K);
+/* de (B, d) = p[b][k] * dm[b]. */
+cudaError_t cuk_mix_scale(cudaStream_t st, float *de, const float *dm, const float *p, int B, int d, int K, int k);
+
+/* ---- batch-invariant scoring: dlrec/nn.h's packed layer ---- */
+/* out[b][o] = relu?(fma chain over k in order from bias[o] (0 without)),
+ * as the CPU's packed layer computes it where it has FMA: the same bits.
+ * wt is the weight transposed, (IN, OUT). */
+cudaError_t cuk_packed_forward(cudaStream_t st, float *out, const float *wt, const float *bias, const float *in, int B,
+                               int IN, int OUT, int relu);
+
 /* ---- dropout: the CPU's masks, bit for bit (the same counter-based draw) ---- */
 cudaError_t cuk_dropout(cudaStream_t st, float *y, const float *x, size_t n, uint64_t key, uint32_t threshold,
                         float scale);
