@@ -1316,6 +1316,44 @@ static void bags_make(bag_data *bd, uint32_t B, uint32_t F, uint32_t min_hot, ui
   bd->bags = b;
 }
 
+/* A table and its optimizer as the backend's bag ops take them: themselves
+ * on a backend of host memory, else mirrors in the backend's memory, whose
+ * rows and state tbl_back copies into the host's after an op (for the
+ * checks, which read the host's). */
+typedef struct tbl {
+  dlrec_table *dev;
+  dlrec_sparse_optim *dev_o;
+  dlrec_table *host;
+  dlrec_sparse_optim *host_o;
+} tbl;
+
+static int tbl_open(int line, tbl *x, dlrec_table *t, dlrec_sparse_optim *o) {
+  *x = (tbl){t, o, t, o};
+  if (g_be->host_memory) return 0;
+  x->dev = NULL, x->dev_o = NULL;
+  if (backend_table_mirror(g_be, t, &x->dev) == DLREC_OK &&
+      (!o || backend_sparse_optim_mirror(g_be, o, x->dev, &x->dev_o) == DLREC_OK))
+    return 0;
+  fail_at(line, "the table's mirror: %s", dlrec_last_error());
+  return 1;
+}
+
+static int tbl_back(int line, tbl *x) {
+  if (g_be->host_memory) return 0;
+  if (backend_table_download(g_be, x->host, x->dev) == DLREC_OK &&
+      (!x->host_o || backend_sparse_optim_download(g_be, x->host_o, x->dev_o) == DLREC_OK))
+    return 0;
+  fail_at(line, "the table back from the backend: %s", dlrec_last_error());
+  return 1;
+}
+
+static void tbl_close(tbl *x) {
+  if (g_be->host_memory) return;
+  backend_sparse_optim_mirror_free(g_be, x->dev_o);
+  backend_table_mirror_free(g_be, x->dev);
+  *x = (tbl){0};
+}
+
 /* The rows of any table widened to fp32: (rows, stride). */
 static float *table_rows(const dlrec_table *t) {
   const uint32_t stride = dlrec_table_stride(t);
@@ -1349,9 +1387,11 @@ static void case_bag_forward(void) {
         double *ref = hd(n);
         ref_bag_forward(ref, table_rows(t), dlrec_table_stride(t), D, &bd.bags, m);
         float *d_out = dnan(n);
-        if (!OP(bag_forward, d_out, t, &bd.bags, m))
+        tbl x;
+        if (!tbl_open(__LINE__, &x, t, NULL) && !OP(bag_forward, d_out, x.dev, &bd.bags, m))
           CHECKV(dtype ? "bag out (bf16 table)" : "bag out", down(d_out, n), NULL, ref, NULL, shapes[s][5], n,
                  CMP_FP32);
+        tbl_close(&x);
         dlrec_table_free(t);
         case_end();
       }
@@ -1372,6 +1412,7 @@ static void sparse_case(dlrec_sparse_optim_kind kind, int mode, uint32_t B) {
   c.initial_accumulator = kind == DLREC_SPARSE_ROWWISE_ADAGRAD ? 0.1f : 0.0f;
   dlrec_table *t = NULL;
   dlrec_sparse_optim *o = NULL;
+  tbl x = {0};
   dlrec_row_range all = {0, rows};
   if (dlrec_table_create(&t, rows, D) != DLREC_OK || dlrec_table_init_uniform(t, &all, 1, 11) != DLREC_OK ||
       dlrec_sparse_optim_create(&o, t, &c) != DLREC_OK) {
@@ -1389,6 +1430,7 @@ static void sparse_case(dlrec_sparse_optim_kind kind, int mode, uint32_t B) {
   const size_t scratch_bytes = dlrec_bag_backward_scratch_bytes(t, (uint64_t)B * F * 4);
   void *scratch = dalloc(scratch_bytes);
   float *before = hf(rows * stride);
+  if (tbl_open(__LINE__, &x, t, o)) goto out;
   for (uint32_t step = 0; step < STEPS && !test_failed_now(); step++) {
     bag_data bd;
     /* Ids from the lower 2/3 of the table only: the top third never changes. */
@@ -1398,7 +1440,9 @@ static void sparse_case(dlrec_sparse_optim_kind kind, int mode, uint32_t B) {
     float *dout = hrand((size_t)B * F * D, -1, 1);
     memcpy(before, dlrec_table_data(t), rows * stride * sizeof(float));
     ref_bag_backward_update(&s, &c, &bd.bags, m, dout, rows, D);
-    if (OP(bag_backward_update, t, o, &bd.bags, m, dup(dout, (size_t)B * F * D), scratch, scratch_bytes)) goto out;
+    if (OP(bag_backward_update, x.dev, x.dev_o, &bd.bags, m, dup(dout, (size_t)B * F * D), scratch, scratch_bytes) ||
+        tbl_back(__LINE__, &x))
+      goto out;
     const float *w = dlrec_table_data(t);
     for (uint64_t r = 0; r < rows; r++) {
       const float *got = w + r * stride;
@@ -1422,6 +1466,7 @@ static void sparse_case(dlrec_sparse_optim_kind kind, int mode, uint32_t B) {
     }
   }
 out:
+  tbl_close(&x);
   dlrec_sparse_optim_free(o);
   dlrec_table_free(t);
 }
@@ -1448,6 +1493,7 @@ static void bag_gradient_case(int mode) {
   dlrec_sparse_optim_config c;
   dlrec_sparse_optim_config_default(&c, DLREC_SPARSE_SGD);
   c.lr = 1.0f;
+  tbl x = {0};
   dlrec_row_range all = {0, rows};
   if (dlrec_table_create(&t, rows, D) != DLREC_OK || dlrec_table_init_uniform(t, &all, 1, 9) != DLREC_OK ||
       dlrec_sparse_optim_create(&o, t, &c) != DLREC_OK) {
@@ -1464,7 +1510,10 @@ static void bag_gradient_case(int mode) {
   memcpy(before, dlrec_table_data(t), n * sizeof(float));
   memcpy(pert, before, n * sizeof(float));
   const size_t scratch_bytes = dlrec_bag_backward_scratch_bytes(t, (uint64_t)B * F * 4);
-  if (OP(bag_backward_update, t, o, &bd.bags, m, dup(R, nout), dalloc(scratch_bytes), scratch_bytes)) goto out;
+  if (tbl_open(__LINE__, &x, t, o) ||
+      OP(bag_backward_update, x.dev, x.dev_o, &bd.bags, m, dup(R, nout), dalloc(scratch_bytes), scratch_bytes) ||
+      tbl_back(__LINE__, &x))
+    goto out;
   double *out = hd(nout);
   for (uint64_t r = 0; r < rows; r++)
     for (uint32_t d = 0; d < D; d++) {
@@ -1484,6 +1533,7 @@ static void bag_gradient_case(int mode) {
       }
     }
 out:
+  tbl_close(&x);
   dlrec_sparse_optim_free(o);
   dlrec_table_free(t);
 }
@@ -1502,6 +1552,84 @@ static void case_sparse(void) {
 }
 
 TEST(bag_backward_update_matches_reference) { each_backend(case_sparse, 13); }
+
+/* A bf16 table with lazy Adam, updated through mirrors in the backend's
+ * memory (mirror.c; on the CPU too, whose memory makes them plain copies)
+ * and copied back, against the CPU's own op on a copy of the table: on the
+ * CPU the same bits; elsewhere each row within one bf16 place (the fp32
+ * value before the stochastic rounding may differ in its last bits, the
+ * draw not), the moments to fp32's bound, the step counts and the update
+ * count exactly. */
+static void case_mirror(void) {
+  const uint64_t rows = 200;
+  const uint32_t D = 12, B = 9, F = 2, STEPS = 3;
+  dlrec_sparse_optim_config c;
+  dlrec_sparse_optim_config_default(&c, DLREC_SPARSE_LAZY_ADAM);
+  c.lr = 0.05f;
+  dlrec_table *t = NULL, *ref = NULL, *mt = NULL;
+  dlrec_sparse_optim *o = NULL, *ro = NULL, *mo = NULL;
+  dlrec_row_range all = {0, rows};
+  if (dlrec_table_create_dtype(&t, rows, D, DLREC_TABLE_BF16) != DLREC_OK ||
+      dlrec_table_create_dtype(&ref, rows, D, DLREC_TABLE_BF16) != DLREC_OK ||
+      dlrec_table_init_uniform(t, &all, 1, 3) != DLREC_OK || dlrec_table_init_uniform(ref, &all, 1, 3) != DLREC_OK ||
+      dlrec_sparse_optim_create(&o, t, &c) != DLREC_OK || dlrec_sparse_optim_create(&ro, ref, &c) != DLREC_OK ||
+      backend_table_mirror(g_be, t, &mt) != DLREC_OK || backend_sparse_optim_mirror(g_be, o, mt, &mo) != DLREC_OK) {
+    FAIL("tables: %s", dlrec_last_error());
+    goto out;
+  }
+  const size_t scratch_bytes = dlrec_bag_backward_scratch_bytes(t, (uint64_t)B * F * 4);
+  void *host_scratch = hkeep(malloc(scratch_bytes)), *dev_scratch = dalloc(scratch_bytes);
+  for (uint32_t step = 0; step < STEPS; step++) {
+    bag_data bd;
+    bags_make(&bd, B, F, 1, 4, rows);
+    float *dout = hrand((size_t)B * F * D, -1, 1);
+    if (OP(bag_backward_update, mt, mo, &bd.bags, DLREC_BAG_SUM, dup(dout, (size_t)B * F * D), dev_scratch,
+           scratch_bytes))
+      goto out;
+    if (dlrec_bag_backward_update(ref, ro, &bd.bags, DLREC_BAG_SUM, dout, host_scratch, scratch_bytes) != DLREC_OK) {
+      FAIL("the CPU's update: %s", dlrec_last_error());
+      goto out;
+    }
+  }
+  if (backend_table_download(g_be, t, mt) != DLREC_OK || backend_sparse_optim_download(g_be, o, mo) != DLREC_OK) {
+    FAIL("download: %s", dlrec_last_error());
+    goto out;
+  }
+  const int exact = !strcmp(g_be->name, "cpu");
+  const uint16_t *got = dlrec_table_raw(t), *want = dlrec_table_raw(ref);
+  const uint32_t stride = dlrec_table_stride(t);
+  for (size_t i = 0; i < rows * stride; i++) {
+    const int apart = abs((int)got[i] - (int)want[i]); /* same-signed neighbours differ by 1 as integers */
+    if (exact ? got[i] != want[i] : apart > 1) {
+      FAIL("row %zu [%zu]: bf16 0x%04x, the CPU's 0x%04x", i / stride, i % stride, got[i], want[i]);
+      goto out;
+    }
+  }
+  dlrec_sparse_optim_state gs, ws;
+  dlrec_sparse_optim_state_view(o, &gs);
+  dlrec_sparse_optim_state_view(ro, &ws);
+  if (!gs.updates || *gs.updates != *ws.updates || memcmp(gs.steps, ws.steps, rows * sizeof(uint32_t))) {
+    FAIL("update count %llu or step counts differ from the CPU's (%llu)",
+         gs.updates ? (unsigned long long)*gs.updates : 0ull, (unsigned long long)*ws.updates);
+    goto out;
+  }
+  double *m = hd(rows * stride), *v = hd(rows * stride);
+  ref_to_double(m, ws.m, rows * stride);
+  ref_to_double(v, ws.v, rows * stride);
+  if (exact ? memcmp(gs.m, ws.m, rows * stride * sizeof(float)) || memcmp(gs.v, ws.v, rows * stride * sizeof(float))
+            : CHECKV("mirror m", gs.m, NULL, m, NULL, 1, rows * stride, CMP_FP32) ||
+                  CHECKV("mirror v", gs.v, NULL, v, NULL, 1, rows * stride, CMP_FP32))
+    FAIL("the moments differ from the CPU's");
+out:
+  backend_sparse_optim_mirror_free(g_be, mo);
+  backend_table_mirror_free(g_be, mt);
+  dlrec_sparse_optim_free(o);
+  dlrec_sparse_optim_free(ro);
+  dlrec_table_free(t);
+  dlrec_table_free(ref);
+}
+
+TEST(mirrored_tables_update_as_the_cpu_does) { each_backend(case_mirror, 19); }
 
 /* ---- scoring: the packed layers and the *_infer ops, batch-invariant -------------------------- */
 

@@ -86,6 +86,13 @@ dlrec_status dlrec_table_create_dtype(dlrec_table **t, uint64_t rows, uint32_t d
 dlrec_status dlrec_table_init_uniform(dlrec_table *t, const dlrec_row_range *ranges, uint32_t n_ranges,
                                       uint64_t seed);
 
+/* A table over rows the caller owns: (rows, stride) elements of dtype at
+ * data, stride as dlrec_table_create pads it. The rows are not touched: a
+ * compute backend's mirror of a table in its own memory (a GPU's), which
+ * only that backend's ops may read or write. dlrec_table_free frees the
+ * handle, not the rows. Shapes as dlrec_table_create_dtype. */
+dlrec_status dlrec_table_wrap(dlrec_table **t, uint64_t rows, uint32_t dim, dlrec_table_dtype dtype, void *data);
+
 /* Releases the table (accepts NULL). */
 void dlrec_table_free(dlrec_table *t);
 
@@ -204,6 +211,16 @@ typedef struct dlrec_sparse_optim_state {
   uint64_t *updates;
 } dlrec_sparse_optim_state;
 void dlrec_sparse_optim_state_view(dlrec_sparse_optim *o, dlrec_sparse_optim_state *s);
+
+/* An optimizer of table t (a dlrec_table_wrap mirror) over state arrays the
+ * caller owns, as s lays them out for t's shape and c's kind (accum; m, v,
+ * steps; NULL where the kind has none), with s->updates' count (0 when
+ * NULL). Not touched here: a backend's mirror of an optimizer's state in
+ * its own memory. dlrec_sparse_optim_free frees the handle alone. */
+dlrec_status dlrec_sparse_optim_wrap(dlrec_sparse_optim **o, const dlrec_table *t, const dlrec_sparse_optim_config *c,
+                                     const dlrec_sparse_optim_state *s);
+/* The hyperparameters (the learning rate as last set). */
+const dlrec_sparse_optim_config *dlrec_sparse_optim_get_config(const dlrec_sparse_optim *o);
 
 /* ---- the fused sparse backward -------------------------------------------- */
 

@@ -12,11 +12,11 @@
  * Every op checks its arguments as the CPU kernel does before it enqueues
  * anything, so a refused call touches nothing.
  *
- * What it has not yet (those ops are NULL, and the op-by-op test skips them,
- * saying so): the embedding bags and the fused sparse update, which need the
- * table in device memory (the table-storage interface). Networks do not run
- * on it yet either: their parameters, workspaces and batches are host
- * memory (be->host_memory is 0, and dlrec_net_set_backend refuses).
+ * The bag ops take a table and optimizer mirrored in device memory
+ * (mirror.c) and a batch in host memory, which they check as the CPU's ops
+ * do and copy over. Networks do not run on the backend yet: their
+ * parameters, workspaces and batches are host memory (be->host_memory is
+ * 0, and dlrec_net_set_backend refuses).
  */
 #include <math.h>
 #include <stdio.h>
@@ -29,6 +29,7 @@
 #include "backend/cuda_blas.h"
 #include "backend/cuda_kernels.h"
 #include "dlrec/hash.h"
+#include "embed/dtype.h"
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
 
@@ -839,6 +840,126 @@ static dlrec_status cuda_batchnorm_infer_backward(dlrec_backend *be, float *din,
       what);
 }
 
+/* ---- embedding bags: tables and optimizer state in device memory (the
+ * mirrors of mirror.c), batches from the host ---- */
+
+/* Lays a host batch (checked by check_bags) out in device memory at *at
+ * (cuk_bags; mean flags from mode and the columns'), moving *at past it;
+ * *n the batch's ids. */
+static dlrec_status upload_bags(dlrec_backend *be, const dlrec_bag_batch *bags, dlrec_bag_mode mode, char **at,
+                                cuk_bags *out, uint32_t *n, const char *what) {
+  const uint32_t B = bags->rows, F = bags->cols;
+  uint64_t ids = 0;
+  for (uint32_t c = 0; c < F; c++) ids += bags->offsets[c][B] - bags->offsets[c][0];
+  if (ids > UINT32_MAX)
+    return dlrec_error(DLREC_ERR_INVALID, "%s: %llu ids in one batch, at most 2^32 - 1", what, (unsigned long long)ids);
+  const size_t offs = (size_t)F * (B + 1) * 4, base = ((size_t)F + 1) * 4, bytes = offs + base + ids * 4 + F;
+  uint32_t *h = malloc(bytes);
+  if (!h) return dlrec_error(DLREC_ERR_NOMEM, "%s: out of memory", what);
+  uint32_t *h_base = h + (size_t)F * (B + 1), *h_ids = h_base + F + 1;
+  h_base[0] = 0;
+  for (uint32_t c = 0; c < F; c++) {
+    const uint32_t *off = bags->offsets[c], k = off[B] - off[0];
+    memcpy(h + (size_t)c * (B + 1), off, (size_t)(B + 1) * 4);
+    memcpy(h_ids + h_base[c], bags->ids[c] + off[0], (size_t)k * 4);
+    h_base[c + 1] = h_base[c] + k;
+  }
+  uint8_t *h_mean = (uint8_t *)(h_ids + ids);
+  for (uint32_t c = 0; c < F; c++) h_mean[c] = mode == DLREC_BAG_MEAN || (bags->mean_cols && bags->mean_cols[c]);
+  char *d = carve(at, bytes);
+  dlrec_status s = cuda_upload(be, d, h, bytes);
+  free(h);
+  out->offs = (const uint32_t *)d;
+  out->idbase = (const uint32_t *)(d + offs);
+  out->ids = (const uint32_t *)(d + offs + base);
+  out->mean = (const uint8_t *)(d + offs + base + ids * 4);
+  out->B = B;
+  out->F = F;
+  *n = (uint32_t)ids;
+  return s;
+}
+
+static size_t bags_bytes(const dlrec_bag_batch *bags) {
+  uint64_t ids = 0;
+  for (uint32_t c = 0; c < bags->cols; c++) ids += bags->offsets[c][bags->rows] - bags->offsets[c][0];
+  return ((size_t)bags->cols * (bags->rows + 1) * 4 + ((size_t)bags->cols + 1) * 4 + ids * 4 + bags->cols + 255) / 256 *
+             256 + 256;
+}
+
+static cuk_rows rows_of(const dlrec_table *t) {
+  const cuk_rows r = {(void *)dlrec_table_raw_const(t), dlrec_table_rows(t), dlrec_table_stride(t), dlrec_table_dim(t),
+                      (int)dlrec_table_get_dtype(t)};
+  return r;
+}
+
+/* The CPU's checks of a batch against table t (shape, offsets in order, ids
+ * in the table), before anything is sized or sent. */
+static dlrec_status check_bags(const char *what, const void *a, const dlrec_table *t, const dlrec_bag_batch *bags,
+                               dlrec_bag_mode mode) {
+  if (!a || !t || !bags || !bags->offsets || !bags->ids)
+    return dlrec_error(DLREC_ERR_INVALID, "%s: NULL argument", what);
+  if (mode != DLREC_BAG_SUM && mode != DLREC_BAG_MEAN)
+    return dlrec_error(DLREC_ERR_INVALID, "%s: unknown mode %d", what, (int)mode);
+  if (bags->cols < 1 || bags->cols > DLREC_BAG_MAX_COLS || (uint64_t)bags->rows * bags->cols > UINT32_MAX)
+    return dlrec_error(DLREC_ERR_INVALID, "%s: bad batch shape (%u samples, %u columns)", what, bags->rows,
+                       bags->cols);
+  for (uint32_t c = 0; c < bags->cols; c++)
+    if (!bags->offsets[c] || !bags->ids[c])
+      return dlrec_error(DLREC_ERR_INVALID, "%s: column %u: NULL offsets or ids", what, c);
+  return dlrec_bag_check(t, bags);
+}
+
+static dlrec_status cuda_bag_forward(dlrec_backend *be, float *out, const dlrec_table *t, const dlrec_bag_batch *bags,
+                                     dlrec_bag_mode mode) {
+  const char *what = "bag_forward";
+  TRY(check_bags(what, out, t, bags, mode));
+  char *at = scratch(be, bags_bytes(bags));
+  if (!at) return dlrec_error(DLREC_ERR_NOMEM, "%s: no GPU memory for the batch", what);
+  cuk_bags bg;
+  uint32_t n;
+  TRY(upload_bags(be, bags, mode, &at, &bg, &n, what));
+  return cuda_status(cuk_bag_forward(enter(be), out, rows_of(t), bg), what);
+}
+
+static dlrec_status cuda_bag_backward_update(dlrec_backend *be, dlrec_table *t, dlrec_sparse_optim *o,
+                                             const dlrec_bag_batch *bags, dlrec_bag_mode mode, const float *d_out,
+                                             void *scratch_in, size_t scratch_bytes) {
+  const char *what = "bag_backward_update";
+  TRY(check_bags(what, d_out, t, bags, mode));
+  if (!o) return dlrec_error(DLREC_ERR_INVALID, "%s: NULL argument", what);
+  dlrec_sparse_optim_state s;
+  dlrec_sparse_optim_state_view(o, &s);
+  if (s.rows != dlrec_table_rows(t) || s.stride != dlrec_table_stride(t))
+    return dlrec_error(DLREC_ERR_INVALID, "%s: the optimizer is another table's", what);
+  uint64_t ids = 0;
+  for (uint32_t c = 0; c < bags->cols; c++) ids += bags->offsets[c][bags->rows] - bags->offsets[c][0];
+  const size_t need = dlrec_bag_backward_scratch_bytes(t, ids);
+  if (!scratch_in || scratch_bytes < need) /* the caller's, sized as for the CPU: the contract's check */
+    return dlrec_error(DLREC_ERR_INVALID,
+                       "%s: scratch of %zu bytes; this batch of %llu ids needs %zu (plan it with "
+                       "dlrec_bag_backward_scratch_bytes)",
+                       what, scratch_bytes, (unsigned long long)ids, need);
+  if (dlrec_table_dim(t) > 1024) return dlrec_error(DLREC_ERR_UNSUPPORTED, "%s: rows wider than 1024", what);
+  const size_t batch = bags_bytes(bags);
+  const size_t update = ids && ids <= UINT32_MAX ? cuk_bag_update_scratch((uint32_t)ids, dlrec_table_dim(t),
+                                                                          dlrec_table_rows(t))
+                                                 : 0;
+  char *at = scratch(be, batch + update + 256);
+  if (!at) return dlrec_error(DLREC_ERR_NOMEM, "%s: no GPU memory for %zu bytes of scratch", what, batch + update);
+  cuk_bags bg;
+  uint32_t n;
+  TRY(upload_bags(be, bags, mode, &at, &bg, &n, what));
+  if (n == 0) return DLREC_OK;
+  const dlrec_sparse_optim_config *c = dlrec_sparse_optim_get_config(o);
+  const cuk_sparse_opt opt = {c->kind == DLREC_SPARSE_SGD ? 0 : c->kind == DLREC_SPARSE_ROWWISE_ADAGRAD ? 1 : 2,
+                              c->lr, c->weight_decay, c->beta1, c->beta2, c->eps, log((double)c->beta1),
+                              log((double)c->beta2), s.accum, s.m, s.v, s.steps,
+                              dtype_sr_key(s.updates ? *s.updates : 0)};
+  TRY(cuda_status(cuk_bag_update(enter(be), rows_of(t), bg, n, d_out, opt, at, update), what));
+  if (s.updates) ++*s.updates; /* the next update's rounding key, as the CPU's count */
+  return DLREC_OK;
+}
+
 /* ---- loss, dense optimizer ---- */
 
 static dlrec_status check_bce(const char *what, const void *a, const void *b, const void *c, int B) {
@@ -932,8 +1053,8 @@ static const dlrec_backend_ops cuda_ops = {
     .cross_infer = cuda_cross_infer,
     .cross_lowrank_infer = cuda_cross_lowrank_infer,
     .cross_mix_infer = cuda_cross_mix_infer,
-    /* Not yet (NULL): bag_forward, bag_backward_update, which need the
-     * table and its optimizer state in device memory. */
+    .bag_forward = cuda_bag_forward,
+    .bag_backward_update = cuda_bag_backward_update,
 };
 
 dlrec_status dlrec_backend_cuda_init(dlrec_backend *be, const dlrec_backend_config *c) {

@@ -101,6 +101,54 @@ cudaError_t cuk_bn_infer_backward(cudaStream_t st, float *din, float *dgamma, fl
                                   const float *in, const float *gamma, const float *running_mean,
                                   const float *running_var, float eps, int B, int C);
 
+/* ---- embedding bags and the fused sparse update (src/embed/) ---- */
+
+/* A batch of bags in device memory, as cuda.c lays it out from a host
+ * dlrec_bag_batch: column c's offsets at offs + c (B + 1), unchanged; its
+ * ids from ids + idbase[c] (its offsets minus its first); mean[c] nonzero
+ * where the column pools by its mean. */
+typedef struct cuk_bags {
+  const uint32_t *offs, *idbase, *ids;
+  const uint8_t *mean;
+  uint32_t B, F;
+} cuk_bags;
+
+/* A table's rows in device memory: dtype 0 fp32, 1 bf16, 2 fp16
+ * (dlrec_table_dtype), rows of stride elements, the first D used. */
+typedef struct cuk_rows {
+  void *data;
+  uint64_t rows;
+  uint32_t stride, D;
+  int dtype;
+} cuk_rows;
+
+/* out (B, F, D): each bag's rows summed in id order in fp32 (times 1 / its
+ * size where it pools by its mean; an empty bag is 0). */
+cudaError_t cuk_bag_forward(cudaStream_t st, float *out, cuk_rows t, cuk_bags bags);
+
+/* A sparse optimizer's hyperparameters and state (dlrec/embed.h); kind 0
+ * SGD, 1 row-wise Adagrad, 2 lazy Adam; sr_key keys a 16-bit row's
+ * stochastic rounding (src/embed/dtype.h). */
+typedef struct cuk_sparse_opt {
+  int kind;
+  float lr, wd, b1, b2, eps;
+  double log_b1, log_b2;
+  float *accum, *m, *v;
+  uint32_t *steps;
+  uint64_t sr_key;
+} cuk_sparse_opt;
+
+/* Scratch bytes cuk_bag_update needs for n ids (n >= 1). */
+size_t cuk_bag_update_scratch(uint32_t n, uint32_t D, uint64_t rows);
+/* The backward of cuk_bag_forward fused with the optimizer: the batch's
+ * items (column, sample, position order) sorted stably by row, each unique
+ * row's gradient summed in that order (a run of more than 64 items in
+ * segments of about its square root, each summed by a warp, then added in
+ * order), and the row updated in place; n = idbase[F] ids. Deterministic.
+ * D <= 1024. */
+cudaError_t cuk_bag_update(cudaStream_t st, cuk_rows t, cuk_bags bags, uint32_t n, const float *d_out,
+                           cuk_sparse_opt o, void *scratch, size_t scratch_bytes);
+
 /* ---- loss, dense optimizers ---- */
 /* *loss (device) = the mean of the per-sample terms, summed in double by a
  * fixed tree (terms: B doubles of scratch). */

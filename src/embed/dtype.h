@@ -20,23 +20,24 @@
 #include <string.h>
 
 #include "dlrec/embed.h"
+#include "dlrec/hash.h" /* DLREC_HOST_DEVICE: the CUDA backend rounds 16-bit rows with these */
 
-static inline uint32_t dtype_f32_bits(float x) {
+static inline DLREC_HOST_DEVICE uint32_t dtype_f32_bits(float x) {
   uint32_t u;
   memcpy(&u, &x, 4);
   return u;
 }
-static inline float dtype_bits_f32(uint32_t u) {
+static inline DLREC_HOST_DEVICE float dtype_bits_f32(uint32_t u) {
   float x;
   memcpy(&x, &u, 4);
   return x;
 }
 
 /* bf16 is the top half of an fp32: widening is a shift. */
-static inline float dtype_bf16_to_f32(uint16_t h) { return dtype_bits_f32((uint32_t)h << 16); }
+static inline DLREC_HOST_DEVICE float dtype_bf16_to_f32(uint16_t h) { return dtype_bits_f32((uint32_t)h << 16); }
 
 /* Round to nearest, ties to even; NaN stays a (quiet) NaN. */
-static inline uint16_t dtype_f32_to_bf16(float x) {
+static inline DLREC_HOST_DEVICE uint16_t dtype_f32_to_bf16(float x) {
   uint32_t u = dtype_f32_bits(x);
   if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
   u += 0x7fffu + ((u >> 16) & 1u);
@@ -49,7 +50,7 @@ static inline uint16_t dtype_f32_to_bf16(float x) {
  * range, and subnormals are renormalized by one float subtraction (exact:
  * both operands are powers of two apart by at most 2^10). Written as
  * selects so that the pooling loop vectorizes. */
-static inline float dtype_fp16_to_f32(uint16_t h) {
+static inline DLREC_HOST_DEVICE float dtype_fp16_to_f32(uint16_t h) {
   const uint32_t shifted = (uint32_t)(h & 0x7fffu) << 13, exp = shifted & 0x0f800000u;
   const uint32_t is_special = 0u - (uint32_t)(exp == 0x0f800000u), is_sub = 0u - (uint32_t)(exp == 0);
   const uint32_t o = shifted + ((127u - 15u) << 23) + (is_special & ((128u - 16u) << 23));
@@ -61,7 +62,7 @@ static inline float dtype_fp16_to_f32(uint16_t h) {
 /* Round toward zero (truncation), the lower neighbour in magnitude of x's two
  * fp16 neighbours; magnitudes beyond the largest finite fp16 (65504) give it.
  * NaN stays NaN, infinities stay infinite. */
-static inline uint16_t dtype_f32_to_fp16_rtz(float x) {
+static inline DLREC_HOST_DEVICE uint16_t dtype_f32_to_fp16_rtz(float x) {
   const uint32_t u = dtype_f32_bits(x), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
   if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);
   if (a == 0x7f800000u) return (uint16_t)(sign | 0x7c00u);
@@ -78,7 +79,7 @@ static inline uint16_t dtype_f32_to_fp16_rtz(float x) {
  * remainder, which float arithmetic gives exactly here (both neighbours and x
  * are floats within a factor of 2). Magnitudes at or beyond 65520 become
  * infinite, as IEEE rounding says. */
-static inline uint16_t dtype_f32_to_fp16(float x) {
+static inline DLREC_HOST_DEVICE uint16_t dtype_f32_to_fp16(float x) {
   const uint16_t lo = dtype_f32_to_fp16_rtz(x);
   if ((lo & 0x7fffu) >= 0x7c00u) return lo; /* inf, NaN */
   const float ax = fabsf(x), alo = fabsf(dtype_fp16_to_f32(lo));
@@ -90,7 +91,7 @@ static inline uint16_t dtype_f32_to_fp16(float x) {
 
 /* A 64-bit mix (splitmix64's finalizer): every input bit reaches every
  * output bit, so neighbouring keys give independent-looking draws. */
-static inline uint64_t dtype_mix64(uint64_t z) {
+static inline DLREC_HOST_DEVICE uint64_t dtype_mix64(uint64_t z) {
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
@@ -98,11 +99,11 @@ static inline uint64_t dtype_mix64(uint64_t z) {
 
 /* Four 16-bit random draws for coordinates 4k .. 4k + 3 of `row` at update
  * `counter`, draw j in bits 16j .. 16j + 15. A pure function of its inputs. */
-static inline uint64_t dtype_sr_key(uint64_t counter) { return dtype_mix64(counter + 0x9e3779b97f4a7c15ull); }
-static inline uint64_t dtype_sr_draws_keyed(uint64_t key, uint32_t row, uint32_t k) {
+static inline DLREC_HOST_DEVICE uint64_t dtype_sr_key(uint64_t counter) { return dtype_mix64(counter + 0x9e3779b97f4a7c15ull); }
+static inline DLREC_HOST_DEVICE uint64_t dtype_sr_draws_keyed(uint64_t key, uint32_t row, uint32_t k) {
   return dtype_mix64(key ^ (((uint64_t)row << 10) | k));
 }
-static inline uint64_t dtype_sr_draws(uint64_t counter, uint32_t row, uint32_t k) {
+static inline DLREC_HOST_DEVICE uint64_t dtype_sr_draws(uint64_t counter, uint32_t row, uint32_t k) {
   return dtype_sr_draws_keyed(dtype_sr_key(counter), row, k);
 }
 
@@ -110,7 +111,7 @@ static inline uint64_t dtype_sr_draws(uint64_t counter, uint32_t row, uint32_t k
  * that truncation drops carries into the kept half with probability equal
  * to the dropped fraction, so E[result] = x exactly. Infinities and NaN are
  * rounded to nearest. */
-static inline uint16_t dtype_f32_to_bf16_sr(float x, uint32_t draw16) {
+static inline DLREC_HOST_DEVICE uint16_t dtype_f32_to_bf16_sr(float x, uint32_t draw16) {
   const uint32_t u = dtype_f32_bits(x);
   if ((u & 0x7f800000u) == 0x7f800000u) return dtype_f32_to_bf16(x);
   return (uint16_t)((u + (draw16 & 0xffffu)) >> 16);
@@ -123,7 +124,7 @@ static inline uint16_t dtype_f32_to_bf16_sr(float x, uint32_t draw16) {
  * exact and its fraction is compared with the 16-bit draw (resolved to
  * 1/65536 of a last place). Magnitudes from the largest finite fp16 (65504)
  * up, infinities and NaN are rounded to nearest. */
-static inline uint16_t dtype_f32_to_fp16_sr(float x, uint32_t draw16) {
+static inline DLREC_HOST_DEVICE uint16_t dtype_f32_to_fp16_sr(float x, uint32_t draw16) {
   const uint32_t u = dtype_f32_bits(x), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
   if (a >= 0x38800000u && a < 0x477fe000u) { /* [2^-14, 65504) */
     const uint32_t t = a + ((draw16 & 0xffffu) >> 3);

@@ -156,6 +156,37 @@ dlrec_status dlrec_sparse_optim_create(dlrec_sparse_optim **out, const dlrec_tab
   return DLREC_OK;
 }
 
+dlrec_status dlrec_sparse_optim_wrap(dlrec_sparse_optim **out, const dlrec_table *t, const dlrec_sparse_optim_config *c,
+                                     const dlrec_sparse_optim_state *s) {
+  if (!out) return dlrec_error(DLREC_ERR_INVALID, "sparse_optim_wrap: NULL result pointer");
+  *out = NULL;
+  if (!t || !c || !s) return dlrec_error(DLREC_ERR_INVALID, "sparse_optim_wrap: NULL argument");
+  dlrec_status st = check_config(c);
+  if (st != DLREC_OK) return st;
+  if ((c->kind == DLREC_SPARSE_ROWWISE_ADAGRAD && !s->accum) ||
+      (c->kind == DLREC_SPARSE_LAZY_ADAM && (!s->m || !s->v || !s->steps)))
+    return dlrec_error(DLREC_ERR_INVALID, "sparse_optim_wrap: the state arrays of kind %d are missing", (int)c->kind);
+  dlrec_sparse_optim *o = calloc(1, sizeof *o);
+  if (!o) return dlrec_error(DLREC_ERR_NOMEM, "sparse_optim_wrap: out of memory");
+  o->table = t;
+  o->cfg = *c;
+  o->rows = dlrec_table_rows(t);
+  o->dim = dlrec_table_dim(t);
+  o->stride = dlrec_table_stride(t);
+  o->dtype = dlrec_table_get_dtype(t);
+  o->log_beta1 = log((double)c->beta1);
+  o->log_beta2 = log((double)c->beta2);
+  o->accum = s->accum;
+  o->m = s->m;
+  o->v = s->v;
+  o->steps = s->steps;
+  o->updates = s->updates ? *s->updates : 0; /* map stays NULL: the state is the caller's */
+  *out = o;
+  return DLREC_OK;
+}
+
+const dlrec_sparse_optim_config *dlrec_sparse_optim_get_config(const dlrec_sparse_optim *o) { return &o->cfg; }
+
 void dlrec_sparse_optim_free(dlrec_sparse_optim *o) {
   if (!o) return;
   if (o->map) munmap(o->map, o->map_bytes);

@@ -90,9 +90,28 @@ dlrec_status dlrec_table_create_dtype(dlrec_table **out, uint64_t rows, uint32_t
   return DLREC_OK;
 }
 
+dlrec_status dlrec_table_wrap(dlrec_table **out, uint64_t rows, uint32_t dim, dlrec_table_dtype dtype, void *data) {
+  if (!out) return dlrec_error(DLREC_ERR_INVALID, "table_wrap: NULL result pointer");
+  *out = NULL;
+  if (!data) return dlrec_error(DLREC_ERR_INVALID, "table_wrap: NULL rows");
+  if (!dlrec_table_dtype_bytes(dtype)) return dlrec_error(DLREC_ERR_INVALID, "table_wrap: unknown dtype %d", (int)dtype);
+  if (rows < 1 || rows > (1ull << 32) || dim < 1 || dim > DLREC_EMBED_MAX_DIM)
+    return dlrec_error(DLREC_ERR_INVALID, "table_wrap: %llu rows of %u (1 to 2^32 rows, 1 to %d wide)",
+                       (unsigned long long)rows, dim, DLREC_EMBED_MAX_DIM);
+  dlrec_table *t = calloc(1, sizeof *t);
+  if (!t) return dlrec_error(DLREC_ERR_NOMEM, "table_wrap: out of memory");
+  t->rows = rows;
+  t->dim = dim;
+  t->stride = (dim + 3) & ~3u;
+  t->dtype = dtype;
+  t->data = data; /* map stays NULL: the rows are the caller's */
+  *out = t;
+  return DLREC_OK;
+}
+
 void dlrec_table_free(dlrec_table *t) {
   if (!t) return;
-  munmap(t->map, t->map_bytes);
+  if (t->map) munmap(t->map, t->map_bytes);
   free(t);
 }
 

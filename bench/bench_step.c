@@ -1,15 +1,18 @@
-/* The dense part of a DLRM training step through a backend's ops, on any
- * backend: the bottom MLP, the dot interaction with given pooled
- * embeddings, the top MLP, BCE, the whole backward and SGD over the dense
- * parameters. No embedding table: what it measures is what the backend's
- * GEMMs and small ops give a step before the table's work is added.
+/* A DLRM training step through a backend's ops, on any backend: the
+ * embedding bags (one-hot, one fused fp32 table of `rows` rows a column,
+ * ids skewed toward each column's first rows), the bottom MLP, the dot
+ * interaction, the top MLP, BCE, the whole backward, SGD over the dense
+ * parameters and the fused sparse backward + SGD on the table. With rows 0
+ * there is no table: the pooled embeddings are given, and the step is the
+ * dense part alone. Batches are host memory, as the loader's are (the bag
+ * ops copy the ids over on a GPU).
  *
- * The default shape is the "small" DLRM of NVIDIA's DeepLearningExamples
- * (issue 11's reference point): 13 dense features, bottom MLP 512-256-128,
- * 26 embeddings of 128, top MLP 1024-1024-512-256-1.
+ * The shape is the "small" DLRM of NVIDIA's DeepLearningExamples (issue
+ * 11's reference point): 13 dense features, bottom MLP 512-256-128, 26
+ * columns of 128, top MLP 1024-1024-512-256-1.
  *
- * usage: bench_dense_step [device] [precision] [batch] [steps]
- *   (defaults cpu fp32 4096 10); prints samples/s and the GEMMs' TFLOP/s.
+ * usage: bench_step [device] [precision] [batch] [steps] [rows]
+ *   (defaults cpu fp32 4096 10 0); prints samples/s and the GEMMs' TFLOP/s.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,7 +40,7 @@ static dlrec_backend *g_be;
 static float *dev_alloc(size_t floats) {
   float *p = g_be->ops->alloc(g_be, floats * sizeof(float));
   if (!p) {
-    fprintf(stderr, "bench_dense_step: out of %s memory (%zu floats)\n", g_be->name, floats);
+    fprintf(stderr, "bench_step: out of %s memory (%zu floats)\n", g_be->name, floats);
     exit(1);
   }
   return p;
@@ -56,15 +59,26 @@ static float *dev_random(size_t n, float scale, dlrec_rng *rng) {
 #define RUN(call)                                                                                                   \
   do {                                                                                                              \
     if ((call) != DLREC_OK) {                                                                                       \
-      fprintf(stderr, "bench_dense_step: %s: %s\n", #call, dlrec_last_error());                                    \
+      fprintf(stderr, "bench_step: %s: %s\n", #call, dlrec_last_error());                                    \
       exit(1);                                                                                                      \
     }                                                                                                               \
   } while (0)
 
+/* The table (rows > 0): the one the bag ops take (a mirror on a backend
+ * whose memory is not the host's), its SGD and the batch's bags. */
+typedef struct emb_stage {
+  dlrec_table *host, *t;
+  dlrec_sparse_optim *host_o, *o;
+  dlrec_bag_batch bags;
+  void *scratch;
+  size_t scratch_bytes;
+} emb_stage;
+
 /* Forward, loss, backward and SGD of one step. */
-static void step(layer *bot, layer *tp, float *params, float *grads, size_t n_params, const float *dense,
-                 const float *emb, float *inter, float *dinter, float *demb, const float *labels, double *loss, int B) {
+static void step(layer *bot, layer *tp, float *params, float *grads, size_t n_params, const float *dense, float *emb,
+                 float *inter, float *dinter, float *demb, const float *labels, double *loss, int B, emb_stage *es) {
   dlrec_backend *be = g_be;
+  if (es) RUN(BE_OP(be, bag_forward, emb, es->t, &es->bags, DLREC_BAG_SUM));
   RUN(BE_OP(be, fill_rows, grads, n_params, 1, n_params, 0.0f));
   const float *in = dense;
   for (int l = 0; l < N_BOTTOM; l++) {
@@ -95,23 +109,57 @@ static void step(layer *bot, layer *tp, float *params, float *grads, size_t n_pa
   dlrec_optim_config c;
   dlrec_optim_config_default(&c, DLREC_OPTIM_SGD);
   RUN(BE_OP(be, optim_step, &c, params, grads, NULL, n_params, 1));
+  if (es)
+    RUN(BE_OP(be, bag_backward_update, es->t, es->o, &es->bags, DLREC_BAG_SUM, demb, es->scratch, es->scratch_bytes));
+}
+
+/* A table of `rows` rows a column, initialized, its SGD, a batch of one id a
+ * bag skewed toward each column's first rows (u^3), and the scratch. */
+static void emb_open(emb_stage *es, uint64_t rows, int B, dlrec_rng *rng) {
+  dlrec_row_range all = {0, rows * F};
+  dlrec_sparse_optim_config sc;
+  dlrec_sparse_optim_config_default(&sc, DLREC_SPARSE_SGD);
+  RUN(dlrec_table_create(&es->host, rows * F, D));
+  RUN(dlrec_table_init_uniform(es->host, &all, 1, 1));
+  RUN(dlrec_sparse_optim_create(&es->host_o, es->host, &sc));
+  es->t = es->host, es->o = es->host_o;
+  if (!g_be->host_memory) {
+    RUN(backend_table_mirror(g_be, es->host, &es->t));
+    RUN(backend_sparse_optim_mirror(g_be, es->host_o, es->t, &es->o));
+  }
+  static uint32_t *offs[F], *ids[F];
+  for (int c = 0; c < F; c++) {
+    offs[c] = malloc(((size_t)B + 1) * sizeof(uint32_t));
+    ids[c] = malloc((size_t)B * sizeof(uint32_t));
+    if (!offs[c] || !ids[c]) exit(1);
+    for (int b = 0; b <= B; b++) offs[c][b] = (uint32_t)b;
+    for (int b = 0; b < B; b++) {
+      const double u = dlrec_rng_uniform(rng);
+      ids[c][b] = (uint32_t)((uint64_t)c * rows + (uint64_t)(u * u * u * (double)rows));
+    }
+  }
+  es->bags = (dlrec_bag_batch){(uint32_t)B, F, (const uint32_t *const *)offs, (const uint32_t *const *)ids, NULL};
+  es->scratch_bytes = dlrec_bag_backward_scratch_bytes(es->host, (uint64_t)B * F);
+  es->scratch = g_be->ops->alloc(g_be, es->scratch_bytes);
+  if (!es->scratch) exit(1);
 }
 
 int main(int argc, char **argv) {
   const char *device = argc > 1 ? argv[1] : "cpu";
   dlrec_precision precision = DLREC_PRECISION_FP32;
   if (argc > 2 && dlrec_precision_parse(argv[2], &precision) != DLREC_OK) {
-    fprintf(stderr, "bench_dense_step: %s\n", dlrec_last_error());
+    fprintf(stderr, "bench_step: %s\n", dlrec_last_error());
     return 2;
   }
   const int B = argc > 3 ? atoi(argv[3]) : 4096, steps = argc > 4 ? atoi(argv[4]) : 10;
-  if (B < 2 || steps < 1) {
-    fprintf(stderr, "usage: bench_dense_step [device] [precision] [batch >= 2] [steps >= 1]\n");
+  const long long rows = argc > 5 ? atoll(argv[5]) : 0;
+  if (B < 2 || steps < 1 || rows < 0 || rows * F > (1ll << 32)) {
+    fprintf(stderr, "usage: bench_step [device] [precision] [batch >= 2] [steps >= 1] [rows a column, 0: none]\n");
     return 2;
   }
   dlrec_backend_config bc = {0, precision, 0};
   if (dlrec_backend_create_on(&g_be, device, &bc) != DLREC_OK) {
-    fprintf(stderr, "bench_dense_step: %s\n", dlrec_last_error());
+    fprintf(stderr, "bench_step: %s\n", dlrec_last_error());
     return 1;
   }
   dlrec_rng rng;
@@ -136,15 +184,18 @@ int main(int argc, char **argv) {
   float *inter = dev_alloc((size_t)B * top[0]), *dinter = dev_alloc((size_t)B * top[0]);
   float *demb = dev_alloc((size_t)B * F * D);
   double *loss = g_be->ops->alloc(g_be, sizeof(double));
-  step(bot, tp, params, grads, n_params, dense, emb, inter, dinter, demb, labels, loss, B); /* warm-up */
+  emb_stage es = {0};
+  if (rows) emb_open(&es, (uint64_t)rows, B, &rng);
+  emb_stage *e = rows ? &es : NULL;
+  step(bot, tp, params, grads, n_params, dense, emb, inter, dinter, demb, labels, loss, B, e); /* warm-up */
   RUN(g_be->ops->synchronize(g_be));
   const double t0 = dlrec_now();
-  for (int s = 0; s < steps; s++)
-    step(bot, tp, params, grads, n_params, dense, emb, inter, dinter, demb, labels, loss, B);
+  for (int s = 0; s < steps; s++) step(bot, tp, params, grads, n_params, dense, emb, inter, dinter, demb, labels, loss, B, e);
   RUN(g_be->ops->synchronize(g_be));
   const double secs = (dlrec_now() - t0) / steps;
-  printf("%s, batch %d: %.3f ms a step, %.0f samples/s, GEMMs %.1f TFLOP/s (%.2f MFLOP a sample)\n",
-         dlrec_backend_describe(g_be), B, secs * 1e3, B / secs, 6.0 * macs * B / secs / 1e12, 6.0 * macs / 1e6);
+  printf("%s, batch %d, %s: %.3f ms a step, %.0f samples/s, GEMMs %.1f TFLOP/s (%.2f MFLOP a sample)\n",
+         dlrec_backend_describe(g_be), B, rows ? "with the table" : "dense part alone", secs * 1e3, B / secs,
+         6.0 * macs * B / secs / 1e12, 6.0 * macs / 1e6);
   dlrec_backend_free(g_be); /* the process ends: the buffers go with it */
   return 0;
 }
