@@ -9,14 +9,30 @@
 #include <stddef.h>
 
 typedef struct dlrec_arena_block dlrec_arena_block;
+
+/* Where an arena's blocks come from when they are not the host's: memory
+ * the host does not read or write (a GPU's). alloc returns NULL on failure;
+ * zero clears bytes at p, returning 0 on success. The arena keeps its
+ * bookkeeping on the host. */
+typedef struct dlrec_arena_memory {
+  void *(*alloc)(void *ctx, size_t bytes);
+  void (*release)(void *ctx, void *p);
+  int (*zero)(void *ctx, void *p, size_t bytes);
+  void *ctx;
+} dlrec_arena_memory;
+
 typedef struct dlrec_arena {
-  dlrec_arena_block *head;  /* newest block */
-  size_t block_bytes;       /* default size of a new block */
-  size_t used_bytes;        /* bytes handed out, padding included */
+  dlrec_arena_block *head;       /* newest block */
+  size_t block_bytes;            /* default size of a new block */
+  size_t used_bytes;             /* bytes handed out, padding included */
+  const dlrec_arena_memory *mem; /* NULL: host memory */
 } dlrec_arena;
 
 /* Initializes an empty arena whose blocks are at least block_bytes. */
 void dlrec_arena_init(dlrec_arena *a, size_t block_bytes);
+/* The same with blocks from mem (NULL: host memory, as dlrec_arena_init),
+ * which must outlive the arena. Its allocations are zeroed by mem->zero. */
+void dlrec_arena_init_in(dlrec_arena *a, size_t block_bytes, const dlrec_arena_memory *mem);
 
 /* Returns `bytes` of zeroed memory aligned to `align` (a power of two up to
  * 4096), valid until dlrec_arena_free; NULL with an error set on failure. */

@@ -92,10 +92,6 @@ const char *dlrec_backend_name_at(size_t i);
  * cores, fp32). DLREC_ERR_INVALID for a name this build lacks (the message
  * lists those it has) or a bad config; *be is NULL on failure. */
 dlrec_status dlrec_backend_create(dlrec_backend **be, const char *name, const dlrec_backend_config *c);
-/* DLREC_OK when a network can run on be (dlrec_net_set_backend); else
- * DLREC_ERR_UNSUPPORTED saying why, naming the device: the CUDA backend runs
- * its ops, but a network's buffers are host memory today (issue 11). */
-dlrec_status dlrec_backend_runs_networks(const dlrec_backend *be);
 void dlrec_backend_free(dlrec_backend *be); /* accepts NULL */
 
 const char *dlrec_backend_name(const dlrec_backend *be);
@@ -105,6 +101,9 @@ dlrec_precision dlrec_backend_precision(const dlrec_backend *be);
 /* Whether BF16 runs on the machine's own bf16 instructions (1) or is
  * emulated (0). 0 in FP32. */
 int dlrec_backend_bf16_native(const dlrec_backend *be);
+/* 1 when the backend's memory is the host's (the CPU's); 0 for a GPU's,
+ * where a network keeps copies (dlrec/model.h's dlrec_net_sync_host). */
+int dlrec_backend_host_memory(const dlrec_backend *be);
 /* One line for logs: "cpu: 2 threads, bf16 GEMMs (oneDNN, AMX)" and the like. */
 const char *dlrec_backend_describe(const dlrec_backend *be);
 

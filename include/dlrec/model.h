@@ -103,10 +103,13 @@ void dlrec_net_free(dlrec_net *n); /* accepts NULL */
  * The network borrows be: the caller keeps be alive while the network uses
  * it (until the network is freed or given another backend) and while any
  * scorer created on it lives. Scorers created before keep their backend.
- * Not to be called while a pass on the network runs.
- * DLREC_ERR_UNSUPPORTED, naming the device, for a backend whose memory is
- * not host memory (a GPU's): a network keeps its parameters, workspaces and
- * batches in host memory today (issue 11); the network keeps its backend. */
+ * Not to be called while a pass on the network runs. On a backend whose
+ * memory is not the host's (a GPU's) the network's parameters and table
+ * are copied there (dlrec_net_sync_host below); leaving it copies them
+ * back. DLREC_ERR_UNSUPPORTED, naming the device, for what such a backend
+ * cannot run yet (a table stored other than in RAM, a rank's shard); the
+ * network then keeps its backend. Workspaces are made for the network's
+ * backend at the time (dlrec_net_ws_create). */
 dlrec_status dlrec_net_set_backend(dlrec_net *n, dlrec_backend *be);
 /* The backend the network runs on; never NULL. */
 dlrec_backend *dlrec_net_backend(const dlrec_net *n);
@@ -226,7 +229,26 @@ typedef struct dlrec_net_optim {
   dlrec_sparse_optim *sparse; /* on the network's table (dlrec_store_optim_create on dlrec_net_store) */
   float sparse_lr;            /* the sparse optimizer's base learning rate */
   float clip_grad_norm;       /* > 0: clip the gradients' global norm to this (dlrec_net_train_step) */
+  /* On a backend whose memory is not the host's: the state mirrored there,
+   * made by the first training step (dlrec_net_sync_host copies it back;
+   * dlrec_net_optim_free_device frees it). Zero-initialize. */
+  dlrec_backend *dev_be;
+  float *dev_dense_state;
+  dlrec_sparse_optim *dev_sparse;
 } dlrec_net_optim;
+
+/* A network on a backend whose memory is not the host's (a GPU's) trains
+ * and scores on the backend's copies of its parameters, table and (in
+ * opt) optimizer state. dlrec_net_sync_host copies them into the host's,
+ * for checkpoints, exports and reading them; dlrec_net_sync_device copies
+ * the host's into them, after the host's changed (a checkpoint loaded).
+ * Both are no-ops on the CPU; opt may be NULL. Made by
+ * dlrec_net_set_backend (the network's) and the first training step
+ * (opt's). */
+dlrec_status dlrec_net_sync_host(dlrec_net *n, dlrec_net_optim *opt);
+dlrec_status dlrec_net_sync_device(dlrec_net *n, dlrec_net_optim *opt);
+/* Frees opt's mirrors (accepts an opt without them). */
+void dlrec_net_optim_free_device(dlrec_net_optim *opt);
 
 /* One training step on a labeled batch: forward, loss, backward, then the
  * sparse update of the touched embedding rows (fused into backward) and the

@@ -193,6 +193,12 @@ void backend_sparse_optim_mirror_free(dlrec_backend *be, dlrec_sparse_optim *dev
 
 /* The CPU backend (cpu.c): fills be (ops, name, threads, precision) from c. */
 dlrec_status dlrec_backend_cpu_init(dlrec_backend *be, const dlrec_backend_config *c);
+/* "cpu-mirror": the CPU backend saying its memory is not the host's, so
+ * that a network on it runs the way it runs on a GPU (its parameters,
+ * table, optimizer state and workspaces in the backend's memory, batches
+ * copied over, results copied back) with the CPU's ops: the device path's
+ * test where no GPU is (tests/test_models.c). Created by name; not listed. */
+dlrec_status dlrec_backend_cpu_mirror_init(dlrec_backend *be, const dlrec_backend_config *c);
 
 #ifdef DLREC_HAVE_CUDA
 /* The CUDA backend (cuda.c) on GPU c->device; some ops are NULL (cuda.c

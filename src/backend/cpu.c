@@ -436,3 +436,14 @@ dlrec_status dlrec_backend_cpu_init(dlrec_backend *be, const dlrec_backend_confi
            cpu_gemm_describe(g));
   return DLREC_OK;
 }
+
+dlrec_status dlrec_backend_cpu_mirror_init(dlrec_backend *be, const dlrec_backend_config *c) {
+  dlrec_status s = dlrec_backend_cpu_init(be, c);
+  if (s != DLREC_OK) return s;
+  be->name = "cpu-mirror";
+  be->host_memory = 0; /* what a GPU's backend says: networks copy their state in and out */
+  char d[sizeof be->describe];
+  snprintf(d, sizeof d, "cpu-mirror (the CPU as a device) %.90s", be->describe + 5);
+  memcpy(be->describe, d, sizeof d);
+  return DLREC_OK;
+}

@@ -43,10 +43,10 @@
 
 struct dlrec_arena_block {
   dlrec_arena_block *next;
-  size_t size; /* usable bytes after the header */
+  size_t size; /* usable bytes after the header, or at ext */
   size_t used;
   int mapped;  /* from mmap: what was never handed out is still the kernel's zero pages */
-  /* data follows, aligned to 64 */
+  char *ext;   /* the block's memory when the arena's mem gave it; else data follows, aligned to 64 */
 };
 
 /* Blocks this large come from mmap, whose pages are zero until written: the
@@ -65,13 +65,16 @@ static _Thread_local size_t g_thread_bytes;
 
 size_t dlrec_arena_thread_bytes(void) { return g_thread_bytes; }
 
-void dlrec_arena_init(dlrec_arena *a, size_t block_bytes) {
+void dlrec_arena_init_in(dlrec_arena *a, size_t block_bytes, const dlrec_arena_memory *mem) {
   a->head = NULL;
   a->block_bytes = block_bytes ? block_bytes : (1u << 20);
   a->used_bytes = 0;
+  a->mem = mem;
 }
 
-static uintptr_t block_data(dlrec_arena_block *b) { return (uintptr_t)b + HEADER_BYTES; }
+void dlrec_arena_init(dlrec_arena *a, size_t block_bytes) { dlrec_arena_init_in(a, block_bytes, NULL); }
+
+static uintptr_t block_data(dlrec_arena_block *b) { return b->ext ? (uintptr_t)b->ext : (uintptr_t)b + HEADER_BYTES; }
 
 void *dlrec_arena_alloc(dlrec_arena *a, size_t bytes, size_t align) {
   if (align == 0) align = 16;
@@ -94,6 +97,13 @@ void *dlrec_arena_alloc(dlrec_arena *a, size_t bytes, size_t align) {
       a->used_bytes += p + bytes - (block_data(b) + b->used);
       g_thread_bytes += p + bytes - (block_data(b) + b->used);
       b->used = p + bytes - block_data(b);
+      if (b->ext) { /* another memory's: neither poisoned nor the host's to clear */
+        if (a->mem->zero(a->mem->ctx, (void *)p, bytes) != 0) {
+          dlrec_error_context("arena: clearing %zu bytes: ", bytes);
+          return NULL;
+        }
+        return (void *)p;
+      }
       UNPOISON((void *)p, bytes);
       /* Zeroed as handed out, not per block: a large block that is mostly
        * unused (a loader's 1 MiB for a small file) costs nothing to clear.
@@ -104,6 +114,21 @@ void *dlrec_arena_alloc(dlrec_arena *a, size_t bytes, size_t align) {
   }
   size_t need = bytes + align;
   size_t size = need > a->block_bytes ? need : a->block_bytes;
+  if (a->mem) {
+    b = calloc(1, sizeof *b);
+    if (b && !(b->ext = a->mem->alloc(a->mem->ctx, size))) {
+      free(b);
+      b = NULL;
+    }
+    if (!b) {
+      dlrec_error(DLREC_ERR_NOMEM, "arena: cannot allocate %zu bytes", size);
+      return NULL;
+    }
+    b->size = size;
+    b->next = a->head;
+    a->head = b;
+    return dlrec_arena_alloc(a, bytes, align);
+  }
   void *mem = NULL;
   const int mapped = HEADER_BYTES + size >= MAPPED_MIN_BYTES;
   if (mapped) {
@@ -120,6 +145,7 @@ void *dlrec_arena_alloc(dlrec_arena *a, size_t bytes, size_t align) {
   b->size = size;
   b->used = 0;
   b->mapped = mapped;
+  b->ext = NULL;
   b->next = a->head;
   a->head = b;
   POISON((char *)mem + HEADER_USED_BYTES, HEADER_BYTES - HEADER_USED_BYTES + size);
@@ -137,6 +163,12 @@ void dlrec_arena_free(dlrec_arena *a) {
   dlrec_arena_block *b = a->head;
   while (b) {
     dlrec_arena_block *next = b->next;
+    if (b->ext) {
+      a->mem->release(a->mem->ctx, b->ext);
+      free(b);
+      b = next;
+      continue;
+    }
     /* Handed back as it was received; free() poisons it again as freed
      * memory. */
     UNPOISON(b, HEADER_BYTES + b->size);

@@ -329,13 +329,14 @@ static size_t scratch_floats(const dcn *m, int B) {
   return dlrec_cross_ws_floats(B, d, r); /* >= B·r, the low-rank infer's */
 }
 
-static dlrec_status ws_create(const void *ctx, const net_plan *p, uint32_t max_batch, void **out) {
+static dlrec_status ws_create(const void *ctx, const net_plan *p, uint32_t max_batch,
+                              const dlrec_arena_memory *mem, void **out) {
   (void)p;
   const dcn *m = ctx;
   *out = NULL;
   dcn_ws *w = calloc(1, sizeof *w);
   if (!w) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
-  dlrec_arena_init(&w->arena, 1u << 20);
+  dlrec_arena_init_in(&w->arena, 1u << 20, mem);
   size_t B = max_batch, d = m->d;
 #define WS_ALLOC(ptr, floats)                                                              \
   do {                                                                                     \

@@ -95,11 +95,12 @@ static void ws_free(void *ws) {
   free(w);
 }
 
-static dlrec_status ws_create(const void *ctx, const net_plan *p, uint32_t max_batch, void **out) {
+static dlrec_status ws_create(const void *ctx, const net_plan *p, uint32_t max_batch,
+                              const dlrec_arena_memory *mem, void **out) {
   (void)ctx, (void)p;
   *out = NULL;
   lr_ws *w = calloc(1, sizeof *w);
-  if (w) dlrec_arena_init(&w->arena, 1u << 20);
+  if (w) dlrec_arena_init_in(&w->arena, 1u << 20, mem);
   if (!w || !(w->logits = dlrec_arena_alloc(&w->arena, (size_t)max_batch * sizeof(float), 64))) {
     ws_free(w);
     return dlrec_error(DLREC_ERR_NOMEM, "cannot allocate the workspace for batches of %u rows", max_batch);

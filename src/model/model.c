@@ -200,6 +200,7 @@ dlrec_status dlrec_net_create_tableless(dlrec_net **out, const dlrec_net_config 
 
 void dlrec_net_free(dlrec_net *n) {
   if (!n) return;
+  net_device_drop(n);
   if (n->ctx) n->type->free_ctx(n->ctx);
   dlrec_store_free(n->store);
   free(n->params);
@@ -209,21 +210,29 @@ void dlrec_net_free(dlrec_net *n) {
 dlrec_status dlrec_net_init(dlrec_net *n, uint64_t seed) {
   n->type->init(n->ctx, &n->plan, n->params, seed);
   /* A hash table draws each row when its key is admitted. */
-  if (dlrec_store_get_kind(n->store) == DLREC_STORE_HASH) return DLREC_OK;
-  if (n->tableless) return DLREC_OK; /* its rows live elsewhere */
+  if (dlrec_store_get_kind(n->store) == DLREC_STORE_HASH) return dlrec_net_sync_device(n, NULL);
+  if (n->tableless) return dlrec_net_sync_device(n, NULL); /* its rows live elsewhere */
   dlrec_row_range ranges[DLREC_MAX_SPARSE];
   for (uint32_t c = 0; c < n->schema.n_sparse; c++)
     ranges[c] = (dlrec_row_range){n->schema.sparse[c].id_begin, n->schema.sparse[c].id_end};
-  return dlrec_store_init_uniform(n->store, ranges, n->schema.n_sparse, seed);
+  dlrec_status s = dlrec_store_init_uniform(n->store, ranges, n->schema.n_sparse, seed);
+  return s == DLREC_OK ? dlrec_net_sync_device(n, NULL) : s;
 }
 
 dlrec_status dlrec_net_set_backend(dlrec_net *n, dlrec_backend *be) {
-  if (be) {
-    dlrec_status s = dlrec_backend_runs_networks(be);
-    if (s != DLREC_OK) return s;
+  if (!be) be = dlrec_backend_default();
+  dlrec_status s = net_device_check(n, be);
+  if (s != DLREC_OK) return s;
+  if (be == n->be && (be->host_memory || n->dev_be == be)) return DLREC_OK; /* the copies stay as they are */
+  if (n->dev_be && n->dev_be != be) { /* leaving a device: its copies come home first */
+    n->be = n->dev_be;
+    if ((s = dlrec_net_sync_host(n, NULL)) != DLREC_OK) return s;
+    net_device_drop(n);
   }
-  n->be = be ? be : dlrec_backend_default();
-  return DLREC_OK;
+  dlrec_backend *old = n->be;
+  n->be = be;
+  if ((s = dlrec_net_sync_device(n, NULL)) != DLREC_OK) n->be = old;
+  return s;
 }
 dlrec_backend *dlrec_net_backend(const dlrec_net *n) { return n->be; }
 

@@ -12,6 +12,7 @@
 #define DLREC_MODEL_TYPE_H
 
 #include "backend/backend_impl.h"
+#include "dlrec/arena.h"
 #include "dlrec/dlrm.h"
 #include "dlrec/model.h"
 
@@ -229,8 +230,11 @@ typedef struct net_type {
   void (*free_ctx)(void *ctx);
   /* Initializes the dense tensors from seed. */
   void (*init)(const void *ctx, const net_plan *p, float *params, uint64_t seed);
-  /* The type's own activations for batches of up to max_batch rows. */
-  dlrec_status (*ws_create)(const void *ctx, const net_plan *p, uint32_t max_batch, void **ws);
+  /* The type's own activations for batches of up to max_batch rows, in an
+   * arena of memory mem (NULL: the host's; else the backend's, which the
+   * host must not touch). */
+  dlrec_status (*ws_create)(const void *ctx, const net_plan *p, uint32_t max_batch, const dlrec_arena_memory *mem,
+                            void **ws);
   void (*ws_free)(void *ws);
   /* The forward pass to the logits (B), kept in the type's workspace until
    * the next pass (*logits points there), with every activation backward
@@ -292,10 +296,33 @@ struct dlrec_net {
   dlrec_table *table;  /* the store's resident table, which the kernels gather from */
   dlrec_backend *be;        /* borrowed (dlrec_net_set_backend); the default backend unless set */
   uint64_t max_ids_per_row; /* sum of the columns' max hotness */
+  /* On a backend whose memory is not the host's (net_device.c): the dense
+   * parameters and the table mirrored in it, which the passes use; the
+   * host's params and table are the checkpoints' copies, current after
+   * dlrec_net_sync_host. NULL otherwise. */
+  dlrec_backend *dev_be;
+  float *dparams;
+  dlrec_table *dtable;
   int tableless;            /* dlrec_net_create_tableless: the table is a placeholder row */
   /* Per column: pools by its mean because the ETL schema declares it so
    * (multi=NAME:SEP:mean); the config's pooling applies to the others. */
   uint8_t mean_cols[DLREC_MAX_SPARSE];
 };
+
+/* ---- a network on a backend whose memory is not the host's (net_device.c) ---- */
+
+/* The parameters and table the passes use: the device's mirrors, or the host's. */
+static inline float *net_params(const dlrec_net *n) { return n->dparams ? n->dparams : n->params; }
+static inline const dlrec_table *net_table(const dlrec_net *n) { return n->dtable ? n->dtable : n->table; }
+/* What a network on backend be needs that this one may lack (a RAM table,
+ * one process, no raw keys): DLREC_OK or why not. */
+dlrec_status net_device_check(const dlrec_net *n, const dlrec_backend *be);
+/* Frees the mirrors, without copying them back. */
+void net_device_drop(dlrec_net *n);
+/* The optimizer's state mirrored for n's backend, made from the host's on
+ * first use. */
+dlrec_status net_optim_device(dlrec_net *n, dlrec_net_optim *opt);
+/* Host memory for an arena of be's memory (the workspaces). */
+dlrec_arena_memory net_arena_memory(dlrec_backend *be);
 
 #endif

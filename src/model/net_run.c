@@ -33,6 +33,13 @@ struct net_sync {
 struct dlrec_net_ws {
   uint32_t max_batch;
   dlrec_arena arena;
+  /* Made for a network on a backend whose memory is not the host's: that
+   * backend, whose memory the arenas hold (mem), and the pass's dense
+   * features, labels, scores and loss copied there and back. */
+  dlrec_backend *dev_be;
+  dlrec_arena_memory mem;
+  float *d_dense, *d_labels, *d_prob;
+  double *d_loss;
   float *emb, *d_emb; /* (B, F, D) */
   float *d_logits;    /* (B) */
   float *grad;        /* (n_params) */
@@ -126,7 +133,13 @@ dlrec_status dlrec_net_ws_create(dlrec_net_ws **out, const dlrec_net *n, uint32_
   if (!ws) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
   ws->max_batch = max_batch;
   ws->type = n->type;
-  dlrec_arena_init(&ws->arena, 1u << 20);
+  const dlrec_arena_memory *mem = NULL;
+  if (!n->be->host_memory) {
+    ws->dev_be = n->be;
+    ws->mem = net_arena_memory(n->be);
+    mem = &ws->mem;
+  }
+  dlrec_arena_init_in(&ws->arena, 1u << 20, mem);
   size_t B = max_batch, F = n->schema.n_sparse, D = n->plan.emb_dim;
   /* A model may have no categorical column; the arena wants a size. */
   size_t emb_floats = B * F * D > 0 ? B * F * D : 1;
@@ -139,6 +152,12 @@ dlrec_status dlrec_net_ws_create(dlrec_net_ws **out, const dlrec_net *n, uint32_
   WS_ALLOC(ws->d_emb, emb_floats);
   WS_ALLOC(ws->d_logits, B);
   WS_ALLOC(ws->grad, n->plan.n_params ? n->plan.n_params : 1);
+  if (ws->dev_be) {
+    WS_ALLOC(ws->d_dense, B * (n->schema.n_dense ? n->schema.n_dense : 1));
+    WS_ALLOC(ws->d_labels, B);
+    WS_ALLOC(ws->d_prob, B);
+    if (!(ws->d_loss = dlrec_arena_alloc(&ws->arena, sizeof(double), 64))) goto nomem;
+  }
 #undef WS_ALLOC
   if (n->schema.keys) {
     ws->keys_cap = (uint64_t)B * (n->max_ids_per_row / 2);
@@ -151,7 +170,7 @@ dlrec_status dlrec_net_ws_create(dlrec_net_ws **out, const dlrec_net *n, uint32_
   }
   ws->scratch_bytes = dlrec_bag_backward_scratch_bytes(n->table, (uint64_t)B * n->max_ids_per_row);
   if (!(ws->scratch = dlrec_arena_alloc(&ws->arena, ws->scratch_bytes ? ws->scratch_bytes : 1, 64))) goto nomem;
-  if ((s = n->type->ws_create(n->ctx, &n->plan, max_batch, &ws->model_ws)) != DLREC_OK) {
+  if ((s = n->type->ws_create(n->ctx, &n->plan, max_batch, mem, &ws->model_ws)) != DLREC_OK) {
     dlrec_net_ws_free(ws);
     return s;
   }
@@ -169,7 +188,7 @@ static int ws_arena_bytes(const dlrec_net *n, uint32_t rows, int model_only, uin
   dlrec_status s;
   if (model_only) {
     void *mws = NULL;
-    s = n->type->ws_create(n->ctx, &n->plan, rows, &mws);
+    s = n->type->ws_create(n->ctx, &n->plan, rows, NULL, &mws);
     if (mws) n->type->ws_free(mws);
   } else {
     dlrec_net_ws *ws = NULL;
@@ -297,7 +316,7 @@ static net_io io_of(const dlrec_net *n, dlrec_backend *be, dlrec_net_ws *ws, con
                .B = (int)b->rows,
                .dense = b->dense,
                .emb = ws->emb,
-               .params = n->params,
+               .params = net_params(n),
                .plan = &n->plan,
                .packed = packed,
                .prof = &ws->prof,
@@ -305,8 +324,35 @@ static net_io io_of(const dlrec_net *n, dlrec_backend *be, dlrec_net_ws *ws, con
                .step = step,
                .row0 = ws->row_base,
                .split = state ? ws->pass_split : NULL,
-               .state = state};
+               .state = state ? net_params(n) : NULL};
   return io;
+}
+
+/* ---- a workspace on a backend whose memory is not the host's ---- */
+
+/* DLREC_OK when ws was made for backend be's memory (the host's, or be's own). */
+static dlrec_status ws_fits(const dlrec_net_ws *ws, const dlrec_backend *be) {
+  if (ws->dev_be == (be->host_memory ? NULL : be)) return DLREC_OK;
+  return dlrec_error(DLREC_ERR_INVALID, "a workspace made for %s used on %s: make it after dlrec_net_set_backend",
+                     ws->dev_be ? ws->dev_be->describe : "host memory", be->describe);
+}
+
+/* Copies n floats from the host to dst in ws's backend. */
+static dlrec_status ws_upload(const dlrec_net_ws *ws, float *dst, const float *src, size_t n) {
+  return n ? ws->dev_be->ops->upload(ws->dev_be, dst, src, n * sizeof(float)) : DLREC_OK;
+}
+
+/* prob (B, host) = sigmoid(logits) on be: through ws's copy on a device. */
+static dlrec_status scores_out(dlrec_backend *be, const dlrec_net_ws *ws, float *prob, const float *logits, uint32_t B) {
+  if (!ws->dev_be) return BE_OP(be, sigmoid, prob, logits, (size_t)B);
+  dlrec_status st = BE_OP(be, sigmoid, ws->d_prob, logits, (size_t)B);
+  return st == DLREC_OK ? be->ops->download(be, prob, ws->d_prob, (size_t)B * sizeof(float)) : st;
+}
+
+static dlrec_status device_refuses(const dlrec_net_ws *ws, const char *what) {
+  return ws->dev_be ? dlrec_error(DLREC_ERR_UNSUPPORTED, "%s: %s runs on the CPU only for now", ws->dev_be->describe,
+                                  what)
+                    : DLREC_OK;
 }
 
 /* The embedding stage and the model's forward up to the logits on backend
@@ -318,15 +364,24 @@ static dlrec_status run_forward(const dlrec_net *n, dlrec_backend *be, dlrec_net
                                 const float **logits) {
   if (b->rows < 1 || b->rows > ws->max_batch)
     return dlrec_error(DLREC_ERR_INVALID, "batch of %u rows, the workspace holds 1 to %u", b->rows, ws->max_batch);
+  dlrec_status st = ws_fits(ws, be);
+  if (st == DLREC_OK && ws->table_override) st = device_refuses(ws, "scoring with rows from elsewhere");
+  if (st != DLREC_OK) return st;
   int B = (int)b->rows, F = (int)n->schema.n_sparse;
   dlrec_net_profile *p = &ws->prof;
   double t = dlrec_now();
   dlrec_bag_batch bags = bags_of(n, b);
-  const dlrec_table *table = ws->table_override ? ws->table_override : n->table;
-  dlrec_status st = F ? BE_OP(be, bag_forward, ws->emb, table, &bags, n->plan.pooling) : DLREC_OK;
+  const dlrec_table *table = ws->table_override ? ws->table_override : net_table(n);
+  /* On a device the dense features travel first; the bags' ids go with the bag op. */
+  dlrec_batch db = *b;
+  if (ws->dev_be && b->dense) {
+    st = ws_upload(ws, ws->d_dense, b->dense, (size_t)B * n->schema.n_dense);
+    db.dense = ws->d_dense;
+  }
+  if (st == DLREC_OK && F) st = BE_OP(be, bag_forward, ws->emb, table, &bags, n->plan.pooling);
   for (int c = 0; st == DLREC_OK && c < F; c++) p->lookups += b->offsets[c][B] - b->offsets[c][0];
   net_lap(&p->emb_forward, &t);
-  net_io io = io_of(n, be, ws, b, packed, state, step);
+  net_io io = io_of(n, be, ws, &db, packed, state, step);
   if (st == DLREC_OK) st = n->type->forward(n->ctx, ws->model_ws, &io, logits);
   p->forward_rows += (uint64_t)B;
   return st;
@@ -339,8 +394,17 @@ static dlrec_status run_backward(dlrec_net *n, dlrec_net_ws *ws, const dlrec_bat
   int B = (int)b->rows;
   dlrec_net_profile *p = &ws->prof;
   double t = dlrec_now();
-  dlrec_status st = BE_OP(n->be, bce_forward, loss, logits, b->labels, B);
-  if (st == DLREC_OK) st = BE_OP(n->be, bce_backward, ws->d_logits, logits, b->labels, B);
+  const float *labels = b->labels;
+  double *l = loss;
+  dlrec_status st = DLREC_OK;
+  if (ws->dev_be) { /* the labels there, the loss back */
+    st = ws_upload(ws, ws->d_labels, b->labels, (size_t)B);
+    labels = ws->d_labels;
+    l = ws->d_loss;
+  }
+  if (st == DLREC_OK) st = BE_OP(n->be, bce_forward, l, logits, labels, B);
+  if (st == DLREC_OK && ws->dev_be) st = n->be->ops->download(n->be, loss, l, sizeof *loss);
+  if (st == DLREC_OK) st = BE_OP(n->be, bce_backward, ws->d_logits, logits, labels, B);
   /* A part of a global batch: its gradient is its own mean's times its
    * share of the rows, as a way of split_step scales it. */
   if (st == DLREC_OK && ws->global_rows && ws->global_rows != (uint32_t)B)
@@ -369,11 +433,22 @@ dlrec_status dlrec_net_scorer_create(dlrec_net_scorer **out, const dlrec_net *n)
   s->net = n;
   s->be = n->be;
   dlrec_status st = DLREC_OK;
+  /* Layers are packed from host arrays: on a device, its parameters' copy
+   * brought over (the host's may be older). */
+  const float *params = n->params;
+  float *fetched = NULL;
+  if (n->dparams) {
+    const size_t bytes = (n->plan.n_params ? n->plan.n_params : 1) * sizeof(float);
+    if (!(fetched = malloc(bytes))) st = dlrec_error(DLREC_ERR_NOMEM, "out of memory");
+    if (st == DLREC_OK) st = n->dev_be->ops->download(n->dev_be, fetched, n->dparams, bytes);
+    params = fetched;
+  }
   for (uint32_t l = 0; st == DLREC_OK && l < n->plan.n_linear; l++) {
     const net_linear *L = &n->plan.linear[l];
-    const float *bias = L->b == NET_NO_BIAS ? NULL : n->params + L->b;
-    st = BE_OP(s->be, packed_create, &s->packed[l], n->params + L->w, bias, (int)L->in, (int)L->out);
+    const float *bias = L->b == NET_NO_BIAS ? NULL : params + L->b;
+    st = BE_OP(s->be, packed_create, &s->packed[l], params + L->w, bias, (int)L->in, (int)L->out);
   }
+  free(fetched);
   if (st != DLREC_OK) {
     dlrec_net_scorer_free(s);
     return st;
@@ -388,7 +463,7 @@ dlrec_status dlrec_net_predict(const dlrec_net_scorer *s, dlrec_net_ws *ws, cons
   dlrec_status st = resolve(s->net, ws, batch, &rb, 0);
   if (st == DLREC_OK)
     st = run_forward(s->net, s->be, ws, b, (const dlrec_packed_linear *const *)s->packed, NULL, 0, &logits);
-  if (st == DLREC_OK) st = BE_OP(s->be, sigmoid, prob, logits, (size_t)b->rows);
+  if (st == DLREC_OK) st = scores_out(s->be, ws, prob, logits, b->rows);
   return st;
 }
 
@@ -430,7 +505,8 @@ dlrec_status dlrec_net_predict_fetch(const dlrec_net_scorer *s, dlrec_net_ws *ws
   const dlrec_net *n = s->net;
   const uint32_t F = n->schema.n_sparse, D = n->plan.emb_dim;
   dlrec_batch rb;
-  dlrec_status st = resolve(n, ws, batch, &rb, 0);
+  dlrec_status st = fetch ? device_refuses(ws, "scoring with rows fetched from the Redis tier") : DLREC_OK;
+  if (st == DLREC_OK) st = resolve(n, ws, batch, &rb, 0);
   if (st != DLREC_OK || !F || !fetch) return st == DLREC_OK ? dlrec_net_predict(s, ws, batch, prob) : st;
   /* The rows the bags read, each once, in row order. */
   uint64_t total = 0;
@@ -509,7 +585,7 @@ static dlrec_status shards_create(const dlrec_net *n, dlrec_net_ws *ws, uint32_t
   for (uint32_t i = 0; i < T; i++) {
     net_shard *sh = &ws->shards[i];
     dlrec_status s = backend_lane_create(n->be, &sh->lane);
-    if (s == DLREC_OK) s = n->type->ws_create(n->ctx, &n->plan, rows, &sh->model_ws);
+    if (s == DLREC_OK) s = n->type->ws_create(n->ctx, &n->plan, rows, NULL, &sh->model_ws);
     if (s != DLREC_OK) {
       shards_free(ws);
       return s;
@@ -727,7 +803,8 @@ dlrec_status dlrec_net_gradients(dlrec_net *n, dlrec_net_ws *ws, const dlrec_bat
                                  const float **grad, const float **d_emb) {
   const float *logits = NULL;
   dlrec_batch rb;
-  dlrec_status st = resolve(n, ws, batch, &rb, 0);
+  dlrec_status st = device_refuses(ws, "dlrec_net_gradients (host pointers)");
+  if (st == DLREC_OK) st = resolve(n, ws, batch, &rb, 0);
   if (st == DLREC_OK) st = run_forward(n, n->be, ws, &rb, NULL, n->params, 0, &logits);
   if (st == DLREC_OK) st = run_backward(n, ws, &rb, logits, 0, loss);
   *grad = ws->grad;
@@ -751,7 +828,7 @@ static dlrec_status step_pass(dlrec_net *n, dlrec_net_ws *ws, const dlrec_batch 
   if (T == 1) {
     const float *logits = NULL;
     st = run_forward(n, n->be, ws, batch, NULL, n->params, step, &logits);
-    if (st == DLREC_OK && prob) st = BE_OP(n->be, sigmoid, prob, logits, batch->rows);
+    if (st == DLREC_OK && prob) st = scores_out(n->be, ws, prob, logits, batch->rows);
     if (st == DLREC_OK) st = run_backward(n, ws, batch, logits, step, &mean);
     sum = mean * batch->rows;
   }
@@ -768,6 +845,8 @@ dlrec_status dlrec_net_train_pass(dlrec_net *n, dlrec_net_ws *ws, const dlrec_ba
   *grad = ws->grad;
   *d_emb = ws->d_emb;
   *loss_sum = 0;
+  dlrec_status refused = device_refuses(ws, "training across ranks");
+  if (refused != DLREC_OK) return refused;
   if (batch->rows > global_rows || (uint64_t)row_base + batch->rows > global_rows)
     return dlrec_error(DLREC_ERR_INVALID, "train_pass: rows [%u, %u) outside a global batch of %u", row_base,
                        row_base + batch->rows, global_rows);
@@ -819,31 +898,56 @@ dlrec_status net_clip(float *grad, size_t n_grad, float *d_emb, size_t n_emb, do
   return DLREC_OK;
 }
 
+/* Gradient-norm clipping of the step's dense gradients and d_emb (B rows):
+ * the squares summed in double on the host, in order (on a device, over
+ * copies brought back), then both scaled where the norm is over. */
+static dlrec_status clip(dlrec_net *n, dlrec_net_ws *ws, uint32_t B, float max_norm, uint64_t step) {
+  const size_t n_grad = n->plan.n_trainable, n_emb = (size_t)B * n->schema.n_sparse * n->plan.emb_dim;
+  const float *grad = ws->grad, *d_emb = ws->d_emb;
+  float *host = NULL;
+  dlrec_status st = DLREC_OK;
+  if (ws->dev_be) {
+    if (!(host = malloc((n_grad + n_emb + 1) * sizeof(float)))) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
+    st = ws->dev_be->ops->download(ws->dev_be, host, ws->grad, n_grad * sizeof(float));
+    if (st == DLREC_OK) st = ws->dev_be->ops->download(ws->dev_be, host + n_grad, ws->d_emb, n_emb * sizeof(float));
+    grad = host, d_emb = host + n_grad;
+  }
+  double sq = 0;
+  for (size_t i = 0; st == DLREC_OK && i < n_grad; i++) sq += (double)grad[i] * grad[i];
+  for (size_t i = 0; st == DLREC_OK && i < n_emb; i++) sq += (double)d_emb[i] * d_emb[i];
+  free(host);
+  if (st != DLREC_OK) return st;
+  if (!ws->dev_be) return net_clip(ws->grad, n_grad, ws->d_emb, n_emb, sq, max_norm, step);
+  const double norm = sqrt(sq), coef = (double)max_norm / (norm + 1e-6);
+  if (!isfinite(norm) || coef >= 1.0) return net_clip(NULL, 0, NULL, 0, sq, max_norm, step); /* its message */
+  st = BE_OP(n->be, scale, ws->grad, n_grad, (float)coef);
+  return st == DLREC_OK ? BE_OP(n->be, scale, ws->d_emb, n_emb, (float)coef) : st;
+}
+
 dlrec_status dlrec_net_train_step(dlrec_net *n, dlrec_net_ws *ws, dlrec_net_optim *opt, const dlrec_batch *given,
                                   float lr_scale, uint64_t step, double *loss, float *prob) {
   dlrec_batch resolved, *batch = &resolved;
   dlrec_status st = resolve(n, ws, given, &resolved, 1);
+  if (st == DLREC_OK && ws->dev_be) st = net_optim_device(n, opt);
   if (st == DLREC_OK) st = step_pass(n, ws, batch, step, split_ways(n, batch->rows), loss, NULL, prob);
-  if (st == DLREC_OK && opt->clip_grad_norm > 0) {
-    const size_t n_grad = n->plan.n_trainable, n_emb = (size_t)batch->rows * n->schema.n_sparse * n->plan.emb_dim;
-    double sq = 0;
-    for (size_t i = 0; i < n_grad; i++) sq += (double)ws->grad[i] * ws->grad[i];
-    for (size_t i = 0; i < n_emb; i++) sq += (double)ws->d_emb[i] * ws->d_emb[i];
-    st = net_clip(ws->grad, n_grad, ws->d_emb, n_emb, sq, opt->clip_grad_norm, step);
-  }
+  if (st == DLREC_OK && opt->clip_grad_norm > 0) st = clip(n, ws, batch->rows, opt->clip_grad_norm, step);
   if (st != DLREC_OK) return st;
   double t = dlrec_now();
   dlrec_bag_batch bags = bags_of(n, batch);
+  /* On a device the optimizers' copies there step (the host's keep the learning rate in step). */
+  dlrec_sparse_optim *sparse = ws->dev_be ? opt->dev_sparse : opt->sparse;
   st = dlrec_sparse_optim_set_lr(opt->sparse, opt->sparse_lr * lr_scale);
+  if (st == DLREC_OK && sparse != opt->sparse && sparse) st = dlrec_sparse_optim_set_lr(sparse, opt->sparse_lr * lr_scale);
   if (st == DLREC_OK && n->schema.n_sparse) /* no categorical column: no embedding to update */
-    st = BE_OP(n->be, bag_backward_update, n->table, opt->sparse, &bags, n->plan.pooling, ws->d_emb, ws->scratch,
-               ws->scratch_bytes);
+    st = BE_OP(n->be, bag_backward_update, (dlrec_table *)net_table(n), sparse, &bags, n->plan.pooling, ws->d_emb,
+               ws->scratch, ws->scratch_bytes);
   net_lap(&ws->prof.emb_update, &t);
   if (st != DLREC_OK) return st;
   dlrec_optim_config dense = opt->dense;
   dense.lr = opt->dense.lr * lr_scale;
   /* The trainable prefix only: buffers have no gradient and are not stepped. */
-  st = BE_OP(n->be, optim_step, &dense, n->params, ws->grad, opt->dense_state, n->plan.n_trainable, step);
+  st = BE_OP(n->be, optim_step, &dense, net_params(n), ws->grad, ws->dev_be ? opt->dev_dense_state : opt->dense_state,
+             n->plan.n_trainable, step);
   net_lap(&ws->prof.other, &t);
   return st;
 }

@@ -154,13 +154,14 @@ static void ws_free(void *ws) {
   free(w);
 }
 
-static dlrec_status ws_create(const void *ctx, const net_plan *p, uint32_t max_batch, void **out) {
+static dlrec_status ws_create(const void *ctx, const net_plan *p, uint32_t max_batch,
+                              const dlrec_arena_memory *mem, void **out) {
   (void)p;
   const wide_deep *m = ctx;
   *out = NULL;
   wd_ws *w = calloc(1, sizeof *w);
   if (!w) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
-  dlrec_arena_init(&w->arena, 1u << 20);
+  dlrec_arena_init_in(&w->arena, 1u << 20, mem);
   size_t B = max_batch, BF = B * m->n_sparse, BFD = BF * m->D, BX = B * m->mlp.in;
 #define WS_ALLOC(ptr, floats)                                                              \
   do {                                                                                     \

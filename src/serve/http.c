@@ -728,8 +728,15 @@ dlrec_status dlrec_serve_run(const dlrec_serve_opts *opts) {
                               1000);
     dlrec_redis_rows_close(probe);
   }
+  /* A GPU's backend takes its ops from one thread: its copies of a batch
+   * share the backend's scratch, and one stream runs them in order anyway;
+   * the batcher's batches keep it busy. */
+  const uint32_t workers = dlrec_backend_host_memory(sv->reg.be) ? o->threads : 1;
+  if (s == DLREC_OK && o->redis && workers == 1 && !dlrec_backend_host_memory(sv->reg.be))
+    s = dlrec_error(DLREC_ERR_UNSUPPORTED, "--redis: %s scores from the table in its own memory; serve with "
+                    "--device cpu to read rows from Redis", dlrec_backend_describe(sv->reg.be));
   if (s == DLREC_OK)
-    s = serve_batcher_start(&sv->batcher, o->threads, o->max_batch, o->max_delay_us, o->max_queue_rows, &sv->metrics,
+    s = serve_batcher_start(&sv->batcher, workers, o->max_batch, o->max_delay_us, o->max_queue_rows, &sv->metrics,
                           o->redis ? &sv->redis : NULL);
   if (s == DLREC_OK && o->watch) s = serve_registry_watch(&sv->reg, o->watch_interval_ms);
   if (s == DLREC_OK) s = serve_conns_start(&sv->conns, o->max_connections, o->request_timeout_s, o->timeout_s);

@@ -182,6 +182,7 @@ static void run_free(run *r) {
   publisher_free(r->pub);
   dlrec_loader_close(r->loader);
   dlrec_net_ws_free(r->ws);
+  dlrec_net_optim_free_device(&r->opt);
   dlrec_sparse_optim_free(r->opt.sparse);
   free(r->opt.dense_state);
   dlrec_net_free(r->model);
@@ -267,8 +268,11 @@ static dlrec_status checkpoint_now(run *r) {
   const uint64_t changed = dlrec_store_changes(store, NULL);
   /* Across ranks (rank 0 saves), the rows come from the shards. */
   const dlrec_row_source rows = r->sh ? shard_rows(r) : (dlrec_row_source){0};
-  dlrec_status s = dlrec_checkpoint_save_rows(r->a->run_dir, &r->cfg, r->a->etl_dir, r->model, &r->opt, &r->prog,
-                                              r->cfg.checkpoint_keep, &r->journal, r->sh ? &rows : NULL);
+  /* On a GPU its copies come back first. */
+  dlrec_status s = dlrec_net_sync_host(r->model, &r->opt);
+  if (s == DLREC_OK)
+    s = dlrec_checkpoint_save_rows(r->a->run_dir, &r->cfg, r->a->etl_dir, r->model, &r->opt, &r->prog,
+                                   r->cfg.checkpoint_keep, &r->journal, r->sh ? &rows : NULL);
   if (s == DLREC_OK && changed != UINT64_MAX && r->journal.base_step != r->prog.step)
     DLREC_DEBUG("checkpoint at step %llu in %.2f s: a journal of %llu rows (%.1f%% of the table)",
                 (unsigned long long)r->prog.step, dlrec_now() - t0, (unsigned long long)changed,
@@ -419,8 +423,7 @@ static dlrec_status setup(run *r) {
   dlrec_backend_config bc = {r->cfg.threads, r->cfg.precision, r->cfg.device_index};
   char device[32];
   dlrec_train_config_device(&r->cfg, device, sizeof device);
-  if ((s = dlrec_backend_create(&r->be, r->cfg.device, &bc)) != DLREC_OK ||
-      (s = dlrec_backend_runs_networks(r->be)) != DLREC_OK)
+  if ((s = dlrec_backend_create(&r->be, r->cfg.device, &bc)) != DLREC_OK)
     return dlrec_error_context("%s: training.device %s, training.threads %u, training.precision %s: ",
                                a->config_path ? a->config_path : "the config", device, r->cfg.threads,
                                dlrec_precision_name(r->cfg.precision));
@@ -511,6 +514,9 @@ static dlrec_status setup(run *r) {
       (s = dlrec_store_optim_create(dlrec_net_store(r->model), &r->cfg.sparse, &r->opt.sparse)) != DLREC_OK)
     return s;
   r->opt.clip_grad_norm = r->cfg.clip_grad_norm;
+  if (r->cfg.publish_redis[0] && !dlrec_backend_host_memory(r->be))
+    return dlrec_error(DLREC_ERR_UNSUPPORTED, "%s: publish.redis publishes from a table in host memory: train on "
+                       "the CPU to publish rows", dlrec_backend_describe(r->be));
   if (r->cfg.publish_redis[0] && (s = publisher_create(&r->pub, &r->cfg, r->model)) != DLREC_OK) return s;
   /* A tiered or hash table records the rows each step changes, so that
    * checkpoints can journal them instead of copying the whole table. */
@@ -535,6 +541,8 @@ static dlrec_status start_run(run *r, const dlrec_row_source *rows) {
   if (a->resume) {
     s = dlrec_checkpoint_load_training_rows(a->run_dir, &r->cfg, a->etl_dir, r->model, &r->opt, &r->prog,
                                             &r->journal, rows);
+    /* On a GPU the loaded state goes over to its copies. */
+    if (s == DLREC_OK) s = dlrec_net_sync_device(r->model, &r->opt);
     if (s == DLREC_OK && !a->follow_dir && r->prog.follow_file[0])
       s = dlrec_error(DLREC_ERR_INVALID, "%s was training on files of a followed directory (last %s): resume it "
                       "with --follow", a->run_dir, r->prog.follow_file);

@@ -1,0 +1,139 @@
+/* A network on a backend whose memory is not the host's (a GPU's).
+ *
+ * The passes there read and write the backend's copies: the dense
+ * parameters (dparams), the embedding table (dtable, a mirror of
+ * backend/mirror.c) and, for training, the optimizer's state (in
+ * dlrec_net_optim). The host's params and table stay the network's own:
+ * what checkpoints, exports and the CPU read, current after
+ * dlrec_net_sync_host. The workspaces' arenas are the backend's memory too
+ * (net_arena_memory), and each pass copies its batch's dense features and
+ * labels over; the loss and the scores come back.
+ *
+ * What such a network cannot have yet: a table other than RAM (tiered,
+ * hash, raw keys), or its rows elsewhere (a rank's shard).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/model_type.h"
+
+dlrec_status net_device_check(const dlrec_net *n, const dlrec_backend *be) {
+  if (be->host_memory) return DLREC_OK;
+  if (n->tableless)
+    return dlrec_error(DLREC_ERR_UNSUPPORTED, "%s: training across ranks runs on the CPU only for now", be->describe);
+  if (n->schema.n_sparse && dlrec_store_get_kind(n->store) != DLREC_STORE_RAM)
+    return dlrec_error(DLREC_ERR_UNSUPPORTED, "%s: storage.kind \"%s\" runs on the CPU only for now (storage.kind "
+                       "\"ram\" on a GPU)",
+                       be->describe, dlrec_store_kind_name(dlrec_store_get_kind(n->store)));
+  return DLREC_OK;
+}
+
+void net_device_drop(dlrec_net *n) {
+  if (!n->dev_be) return;
+  n->dev_be->ops->release(n->dev_be, n->dparams);
+  backend_table_mirror_free(n->dev_be, n->dtable);
+  n->dparams = NULL;
+  n->dtable = NULL;
+  n->dev_be = NULL;
+}
+
+static size_t params_bytes(const dlrec_net *n) { return (n->plan.n_params ? n->plan.n_params : 1) * sizeof(float); }
+
+static size_t dense_state_bytes(const dlrec_net *n, const dlrec_net_optim *opt) {
+  return dlrec_optim_state_floats(&opt->dense, n->plan.n_params) * sizeof(float);
+}
+
+/* The network's mirrors on its backend, made from or refreshed with the
+ * host's. */
+static dlrec_status net_upload(dlrec_net *n) {
+  dlrec_backend *be = n->be;
+  if (n->dev_be != be) {
+    net_device_drop(n);
+    if (!(n->dparams = be->ops->alloc(be, params_bytes(n))))
+      return dlrec_error(DLREC_ERR_NOMEM, "%s: no memory for %zu dense parameters", be->describe, n->plan.n_params);
+    n->dev_be = be;
+    if (n->schema.n_sparse) {
+      dlrec_status s = backend_table_mirror(be, n->table, &n->dtable);
+      if (s != DLREC_OK) {
+        net_device_drop(n);
+        return s;
+      }
+    }
+  } else if (n->dtable) {
+    dlrec_status s = be->ops->upload(be, dlrec_table_raw(n->dtable), dlrec_table_raw_const(n->table),
+                                     (size_t)dlrec_table_rows(n->table) * dlrec_table_stride(n->table) *
+                                         dlrec_table_dtype_bytes(dlrec_table_get_dtype(n->table)));
+    if (s != DLREC_OK) return s;
+  }
+  return be->ops->upload(be, n->dparams, n->params, params_bytes(n));
+}
+
+void dlrec_net_optim_free_device(dlrec_net_optim *opt) {
+  if (!opt->dev_be) return;
+  opt->dev_be->ops->release(opt->dev_be, opt->dev_dense_state);
+  backend_sparse_optim_mirror_free(opt->dev_be, opt->dev_sparse);
+  opt->dev_dense_state = NULL;
+  opt->dev_sparse = NULL;
+  opt->dev_be = NULL;
+}
+
+dlrec_status net_optim_device(dlrec_net *n, dlrec_net_optim *opt) {
+  dlrec_backend *be = n->be;
+  if (opt->dev_be == be && (opt->dev_sparse || !n->dtable)) return DLREC_OK;
+  dlrec_net_optim_free_device(opt);
+  opt->dev_be = be;
+  const size_t state = dense_state_bytes(n, opt);
+  dlrec_status s = DLREC_OK;
+  if (state && !(opt->dev_dense_state = be->ops->alloc(be, state)))
+    s = dlrec_error(DLREC_ERR_NOMEM, "%s: no memory for the dense optimizer's state", be->describe);
+  if (s == DLREC_OK && state) s = be->ops->upload(be, opt->dev_dense_state, opt->dense_state, state);
+  if (s == DLREC_OK && n->dtable) s = backend_sparse_optim_mirror(be, opt->sparse, n->dtable, &opt->dev_sparse);
+  if (s != DLREC_OK) dlrec_net_optim_free_device(opt);
+  return s;
+}
+
+dlrec_status dlrec_net_sync_device(dlrec_net *n, dlrec_net_optim *opt) {
+  if (n->be->host_memory) return DLREC_OK;
+  dlrec_status s = net_upload(n);
+  if (s != DLREC_OK || !opt) return s;
+  dlrec_net_optim_free_device(opt); /* remade from the host's at once */
+  return net_optim_device(n, opt);
+}
+
+dlrec_status dlrec_net_sync_host(dlrec_net *n, dlrec_net_optim *opt) {
+  dlrec_backend *be = n->dev_be;
+  if (!be) return DLREC_OK;
+  dlrec_status s = be->ops->download(be, n->params, n->dparams, params_bytes(n));
+  if (s == DLREC_OK && n->dtable) s = backend_table_download(be, n->table, n->dtable);
+  if (s != DLREC_OK || !opt || opt->dev_be != be) return s;
+  const size_t state = dense_state_bytes(n, opt);
+  if (state) s = be->ops->download(be, opt->dense_state, opt->dev_dense_state, state);
+  if (s == DLREC_OK && opt->dev_sparse) s = backend_sparse_optim_download(be, opt->sparse, opt->dev_sparse);
+  return s;
+}
+
+/* ---- the workspaces' memory ---- */
+
+static void *arena_alloc(void *ctx, size_t bytes) {
+  dlrec_backend *be = ctx;
+  return be->ops->alloc(be, bytes);
+}
+
+static void arena_release(void *ctx, void *p) {
+  dlrec_backend *be = ctx;
+  be->ops->release(be, p);
+}
+
+/* Zeros as floats, and a tail of fewer than 4 bytes from the host. */
+static int arena_zero(void *ctx, void *p, size_t bytes) {
+  dlrec_backend *be = ctx;
+  const size_t floats = bytes / sizeof(float), tail = bytes % sizeof(float);
+  static const char zeros[sizeof(float)];
+  if (floats && BE_OP(be, fill_rows, p, floats, 1, floats, 0.0f) != DLREC_OK) return -1;
+  if (tail && be->ops->upload(be, (char *)p + floats * sizeof(float), zeros, tail) != DLREC_OK) return -1;
+  return 0;
+}
+
+dlrec_arena_memory net_arena_memory(dlrec_backend *be) {
+  return (dlrec_arena_memory){arena_alloc, arena_release, arena_zero, be};
+}
