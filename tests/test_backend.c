@@ -599,13 +599,39 @@ static void case_rows(void) {
       FAIL("scale of %zu values differs from float's", ns);
       return;
     }
+    /* A stride of 0 copies the source's one row into every row. */
+    float *d_b = dnan(nd);
+    if (OP(copy_rows, d_b, dl, d_src, 0, R, W)) return;
+    got = down(d_b, nd);
+    for (size_t r = 0; r < R; r++)
+      for (size_t c = 0; c < dl; c++)
+        if (c < W ? memcmp(&got[r * dl + c], &src[c], 4) : !isnan(got[r * dl + c])) {
+          FAIL("copy_rows broadcast %zux%zu: row %zu value %zu is %g", R, W, r, c, (double)got[r * dl + c]);
+          return;
+        }
+    /* sum_columns: each of the sl columns of the R rows summed in double in
+     * row order, added once onto what dst held. */
+    float *pre = hrand(sl, -1, 1), *d_sum = dup(pre, sl);
+    if (OP(sum_columns, d_sum, d_src, R, sl)) return;
+    got = down(d_sum, sl);
+    for (size_t c = 0; c < sl; c++) {
+      double acc = 0;
+      for (size_t r = 0; r < R; r++) acc += src[r * sl + c];
+      const float w = pre[c] + (float)acc;
+      if (memcmp(&got[c], &w, 4)) {
+        FAIL("sum_columns %zux%zu: column %zu is %.9g, want %.9g", R, sl, c, (double)got[c], (double)w);
+        return;
+      }
+    }
     case_end();
   }
   float *d = dnan(64);
   if (BE_OP(g_be, copy_rows, d, 4, d + 32, 8, 2, 5) != DLREC_ERR_INVALID ||
       BE_OP(g_be, fill_rows, d, 4, 2, 5, 0.0f) != DLREC_ERR_INVALID ||
       BE_OP(g_be, copy_rows, NULL, 8, d, 8, 2, 5) != DLREC_ERR_INVALID || BE_OP(g_be, add, NULL, d, 4) != DLREC_ERR_INVALID ||
-      BE_OP(g_be, scale, NULL, 4, 2.0f) != DLREC_ERR_INVALID)
+      BE_OP(g_be, scale, NULL, 4, 2.0f) != DLREC_ERR_INVALID ||
+      BE_OP(g_be, copy_rows, d, 4, d + 32, 0, 2, 5) != DLREC_ERR_INVALID ||
+      BE_OP(g_be, sum_columns, NULL, d, 2, 3) != DLREC_ERR_INVALID)
     FAIL("a row wider than its stride, or a NULL buffer, was not refused");
   dlrec_clear_error();
 }

@@ -190,6 +190,23 @@ TEST(device_flag_trains_on_the_cpu_and_a_gpu_or_says_why) {
   rc = test_run_cli(&out, "eval --device gpu --model '%s' --data '%s'", test_path("dev_run"), test_path("valid.dlr"));
   CHECK(rc == 2 && out && strstr(out, "--device: device 'gpu' is not one of cpu, cuda, cuda:N"));
   free(out);
+  /* cpu-mirror (a test device): the CPU running the network the way a GPU
+   * does, its state in the backend's memory, which the host cannot touch
+   * between ops. Trained in two parts (the resume copies the checkpoint
+   * over, the checkpoints copy it back), the same run as the CPU's on one
+   * thread, bit for bit, on either device's scoring. */
+  CHECK(train("dev_cpu1", "--device cpu --threads 1 --max-steps 12") == 0);
+  CHECK(train("dev_mirror", "--device cpu-mirror --threads 1 --max-steps 6") == 0);
+  CHECK(train("dev_mirror", "--device cpu-mirror --threads 1 --resume --max-steps 12") == 0);
+  char *want = NULL, *got = NULL, *got_m = NULL;
+  CHECK(test_run_cli(&want, "predict -q --model '%s' --input '%s' --out -", test_path("dev_cpu1"),
+                     test_path("valid.dlr")) == 0);
+  CHECK(test_run_cli(&got, "predict -q --model '%s' --input '%s' --out -", test_path("dev_mirror"),
+                     test_path("valid.dlr")) == 0);
+  CHECK(test_run_cli(&got_m, "predict -q --device cpu-mirror --model '%s' --input '%s' --out -",
+                     test_path("dev_mirror"), test_path("valid.dlr")) == 0);
+  CHECK(want && got && got_m && strlen(want) > 1000 && !strcmp(want, got) && !strcmp(want, got_m));
+  free(want), free(got), free(got_m);
   char *version = NULL;
   CHECK(test_run_cli(&version, "version") == 0 && version && strstr(version, "\n  cpu   "));
   const char *line = version ? strstr(version, "\n  cuda  ") : NULL;

@@ -80,8 +80,10 @@ dlrec_status dlrec_gemm_backward(const dlrec_gemm_ops *g, float *din, float *dwe
 
 /* dst's first `width` values of each of `rows` rows (row r at dst + r *
  * dst_ld) = src's (row r at src + r * src_ld): a strided copy, for the
- * concatenations and splits between blocks. width <= both strides; dst
- * and src must not overlap. Nothing to do for 0 rows or width. */
+ * concatenations and splits between blocks. width <= dst_ld, and <= src_ld
+ * unless src_ld is 0, which copies src's one row into every row (a
+ * broadcast); dst and src must not overlap. Nothing to do for 0 rows or
+ * width. */
 dlrec_status dlrec_copy_rows(float *dst, size_t dst_ld, const float *src, size_t src_ld, size_t rows, size_t width);
 /* dst's first `width` values of each of `rows` rows (stride dst_ld) = value. */
 dlrec_status dlrec_fill_rows(float *dst, size_t dst_ld, size_t rows, size_t width, float value);
@@ -89,6 +91,10 @@ dlrec_status dlrec_fill_rows(float *dst, size_t dst_ld, size_t rows, size_t widt
 dlrec_status dlrec_add(float *y, const float *x, size_t n);
 /* x[i] *= s for n values. */
 dlrec_status dlrec_scale(float *x, size_t n, float s);
+/* dst[c] += the sum over b of src[b][c] (rows B, cols C), each column summed
+ * in double over b in order and rounded once: a bias's gradient that does
+ * not depend on the threads. */
+dlrec_status dlrec_sum_columns(float *dst, const float *src, size_t B, size_t C);
 
 /* ---- activations -------------------------------------------------------- */
 

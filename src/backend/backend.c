@@ -75,8 +75,9 @@ dlrec_status dlrec_backend_create(dlrec_backend **out, const char *name, const d
 }
 
 dlrec_status dlrec_device_parse(const char *s, const char **backend, uint32_t *index) {
-  if (s && !strcmp(s, "cpu")) {
-    *backend = "cpu";
+  /* "cpu-mirror" too: the test backend (backend_impl.h), not in the list below. */
+  if (s && (!strcmp(s, "cpu") || !strcmp(s, "cpu-mirror"))) {
+    *backend = s[3] ? "cpu-mirror" : "cpu";
     *index = 0;
     return DLREC_OK;
   }
@@ -132,7 +133,7 @@ dlrec_status dlrec_device_memory(const char *device, uint64_t *total, uint64_t *
   uint32_t index;
   dlrec_status s = dlrec_device_parse(device, &name, &index);
   if (s != DLREC_OK) return s;
-  if (!strcmp(name, "cpu")) return cpu_memory(total, available);
+  if (strncmp(name, "cuda", 4)) return cpu_memory(total, available); /* cpu, cpu-mirror */
 #ifdef DLREC_HAVE_CUDA
   return backend_cuda_memory(index, total, available);
 #else

@@ -43,6 +43,7 @@ typedef struct dlrec_backend_ops {
   dlrec_status (*fill_rows)(dlrec_backend *be, float *dst, size_t dst_ld, size_t rows, size_t width, float value);
   dlrec_status (*add)(dlrec_backend *be, float *y, const float *x, size_t n);
   dlrec_status (*scale)(dlrec_backend *be, float *x, size_t n, float s);
+  dlrec_status (*sum_columns)(dlrec_backend *be, float *dst, const float *src, size_t B, size_t C);
 
   /* ---- dense layers (dlrec/nn.h) ---- */
   /* out (B, OUT) = act(in (B, IN) · weightᵀ + bias), in the backend's precision. */
@@ -156,10 +157,9 @@ struct dlrec_backend {
   dlrec_precision precision; /* resolved: FP32 or BF16 */
   uint32_t device;           /* the config's: which GPU; 0 on the CPU */
   int bf16_native;
-  /* 1: the backend's memory is host memory (alloc is malloc's), so the
-   * networks, whose parameters, workspaces and batches are host memory
-   * today, can run on it; 0 (a GPU's): only its ops can, on memory from
-   * alloc (dlrec_net_set_backend refuses it). */
+  /* 1: the backend's memory is host memory (alloc is malloc's); 0 (a
+   * GPU's, cpu-mirror's): the host does not touch it, and a network keeps
+   * copies of its state there (src/model/net_device.c). */
   int host_memory;
   char describe[128];
   void *ctx; /* the backend's own state */

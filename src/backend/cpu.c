@@ -106,6 +106,11 @@ static dlrec_status cpu_scale(dlrec_backend *be, float *x, size_t n, float s) {
   return dlrec_scale(x, n, s);
 }
 
+static dlrec_status cpu_sum_columns(dlrec_backend *be, float *dst, const float *src, size_t B, size_t C) {
+  enter(be);
+  return dlrec_sum_columns(dst, src, B, C);
+}
+
 static dlrec_status cpu_relu_forward(dlrec_backend *be, float *out, const float *in, size_t n) {
   enter(be);
   return dlrec_relu_forward(out, in, n);
@@ -375,6 +380,7 @@ static const dlrec_backend_ops cpu_ops = {
     .fill_rows = cpu_fill_rows,
     .add = cpu_add,
     .scale = cpu_scale,
+    .sum_columns = cpu_sum_columns,
     .linear_forward = cpu_linear_forward,
     .linear_backward = cpu_linear_backward,
     .relu_forward = cpu_relu_forward,
@@ -434,16 +440,5 @@ dlrec_status dlrec_backend_cpu_init(dlrec_backend *be, const dlrec_backend_confi
   be->ctx = g;
   snprintf(be->describe, sizeof be->describe, "cpu: %u thread%s, %s", be->threads, be->threads == 1 ? "" : "s",
            cpu_gemm_describe(g));
-  return DLREC_OK;
-}
-
-dlrec_status dlrec_backend_cpu_mirror_init(dlrec_backend *be, const dlrec_backend_config *c) {
-  dlrec_status s = dlrec_backend_cpu_init(be, c);
-  if (s != DLREC_OK) return s;
-  be->name = "cpu-mirror";
-  be->host_memory = 0; /* what a GPU's backend says: networks copy their state in and out */
-  char d[sizeof be->describe];
-  snprintf(d, sizeof d, "cpu-mirror (the CPU as a device) %.90s", be->describe + 5);
-  memcpy(be->describe, d, sizeof d);
   return DLREC_OK;
 }

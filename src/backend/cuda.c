@@ -14,9 +14,8 @@
  *
  * The bag ops take a table and optimizer mirrored in device memory
  * (mirror.c) and a batch in host memory, which they check as the CPU's ops
- * do and copy over. Networks do not run on the backend yet: their
- * parameters, workspaces and batches are host memory (be->host_memory is
- * 0, and dlrec_net_set_backend refuses).
+ * do and copy over. A network on the backend keeps its state in the
+ * GPU's memory (src/model/net_device.c: be->host_memory is 0).
  */
 #include <math.h>
 #include <stdio.h>
@@ -223,7 +222,7 @@ static dlrec_status nonnull(const char *what, const void *const *p, size_t n) {
 static dlrec_status check_rows(const char *what, const void *dst, const void *src, size_t dst_ld, size_t src_ld,
                                size_t width) {
   if (!dst || !src) return dlrec_error(DLREC_ERR_INVALID, "%s: NULL buffer", what);
-  if (width > dst_ld || width > src_ld)
+  if (width > dst_ld || (src_ld && width > src_ld))
     return dlrec_error(DLREC_ERR_INVALID, "%s: rows of %zu values do not fit strides %zu and %zu", what, width,
                        dst_ld, src_ld);
   return DLREC_OK;
@@ -253,6 +252,12 @@ static dlrec_status cuda_scale(dlrec_backend *be, float *x, size_t n, float s) {
   if (!n) return DLREC_OK;
   TRY(NONNULL("scale", x));
   return cuda_status(cuk_scale(enter(be), x, n, s), "scale");
+}
+
+static dlrec_status cuda_sum_columns(dlrec_backend *be, float *dst, const float *src, size_t B, size_t C) {
+  if (!C) return DLREC_OK;
+  if (!dst || (B && !src)) return dlrec_error(DLREC_ERR_INVALID, "sum_columns: NULL buffer");
+  return cuda_status(cuk_sum_columns(enter(be), dst, src, B, C), "sum_columns");
 }
 
 /* ---- activations ---- */
@@ -1015,6 +1020,7 @@ static const dlrec_backend_ops cuda_ops = {
     .fill_rows = cuda_fill_rows,
     .add = cuda_add,
     .scale = cuda_scale,
+    .sum_columns = cuda_sum_columns,
     .linear_forward = cuda_linear_forward,
     .linear_backward = cuda_linear_backward,
     .relu_forward = cuda_relu_forward,

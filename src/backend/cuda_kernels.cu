@@ -52,6 +52,14 @@ __global__ void scale_k(float *x, size_t n, float s) {
   GRID_STRIDE(i, n) x[i] = __fmul_rn(x[i], s);
 }
 
+__global__ void sum_columns_k(float *dst, const float *src, size_t B, size_t C) {
+  GRID_STRIDE(c, C) {
+    double acc = 0;
+    for (size_t b = 0; b < B; b++) acc += src[b * C + c];
+    dst[c] = __fadd_rn(dst[c], (float)acc);
+  }
+}
+
 __global__ void relu_forward_k(float *out, const float *in, size_t n) {
   GRID_STRIDE(i, n) out[i] = in[i] > 0.0f ? in[i] : 0.0f;
 }
@@ -721,6 +729,10 @@ cudaError_t cuk_fill_rows(cudaStream_t st, float *dst, size_t dst_ld, size_t row
 cudaError_t cuk_add(cudaStream_t st, float *y, const float *x, size_t n) { return LAUNCH(add_k, n, st, y, x, n); }
 
 cudaError_t cuk_scale(cudaStream_t st, float *x, size_t n, float s) { return LAUNCH(scale_k, n, st, x, n, s); }
+
+cudaError_t cuk_sum_columns(cudaStream_t st, float *dst, const float *src, size_t B, size_t C) {
+  return LAUNCH(sum_columns_k, C, st, dst, src, B, C);
+}
 
 cudaError_t cuk_relu_forward(cudaStream_t st, float *out, const float *in, size_t n) {
   return LAUNCH(relu_forward_k, n, st, out, in, n);

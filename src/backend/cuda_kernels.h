@@ -24,6 +24,8 @@ cudaError_t cuk_copy_rows(cudaStream_t st, float *dst, size_t dst_ld, const floa
 cudaError_t cuk_fill_rows(cudaStream_t st, float *dst, size_t dst_ld, size_t rows, size_t width, float value);
 cudaError_t cuk_add(cudaStream_t st, float *y, const float *x, size_t n);
 cudaError_t cuk_scale(cudaStream_t st, float *x, size_t n, float s);
+/* dst[c] += (float) the sum of column c in double, rows in order (a thread a column). */
+cudaError_t cuk_sum_columns(cudaStream_t st, float *dst, const float *src, size_t B, size_t C);
 cudaError_t cuk_relu_forward(cudaStream_t st, float *out, const float *in, size_t n);
 cudaError_t cuk_relu_backward(cudaStream_t st, float *din, const float *dout, const float *out, size_t n);
 cudaError_t cuk_sigmoid(cudaStream_t st, float *out, const float *in, size_t n);

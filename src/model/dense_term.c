@@ -30,21 +30,15 @@ void net_dense_term_init(const net_dense_term *t, float *params, uint64_t seed, 
 }
 
 dlrec_status net_dense_term_forward(const net_dense_term *t, const net_io *io, float *out) {
-  if (!t->n_dense) {
-    for (int b = 0; b < io->B; b++) out[b] = io->params[t->bias];
-    return DLREC_OK;
-  }
+  if (!t->n_dense) /* the bias, broadcast (src_ld 0) */
+    return BE_OP(io->be, copy_rows, out, 1, io->params + t->bias, 0, (size_t)io->B, 1);
   io->prof->mlp_flops += 2.0 * io->B * t->n_dense;
   return net_linear_forward(io, t->linear, out, io->dense, 0);
 }
 
 dlrec_status net_dense_term_backward(const net_dense_term *t, const net_io *io, const float *d_out, float *g) {
-  if (!t->n_dense) {
-    double sum = 0;
-    for (int b = 0; b < io->B; b++) sum += d_out[b];
-    g[t->bias] += (float)sum;
-    return DLREC_OK;
-  }
+  if (!t->n_dense) /* the bias's gradient: the sum in double, in order */
+    return BE_OP(io->be, sum_columns, g + t->bias, d_out, (size_t)io->B, 1);
   io->prof->mlp_flops += 2.0 * io->B * t->n_dense;
   return BE_OP(io->be, linear_backward, NULL, g + t->L.w, g + t->L.b, d_out, io->dense, io->params + t->L.w, io->B,
                (int)t->n_dense, 1);

@@ -86,6 +86,7 @@ static void init(const void *ctx, const net_plan *p, float *params, uint64_t see
 typedef struct lr_ws {
   dlrec_arena arena; /* where the buffers live (what dlrec_net_ws_bytes counts) */
   float *logits;     /* (B) */
+  float *col;        /* (B): one column's id weights, gathered */
 } lr_ws;
 
 static void ws_free(void *ws) {
@@ -101,7 +102,8 @@ static dlrec_status ws_create(const void *ctx, const net_plan *p, uint32_t max_b
   *out = NULL;
   lr_ws *w = calloc(1, sizeof *w);
   if (w) dlrec_arena_init_in(&w->arena, 1u << 20, mem);
-  if (!w || !(w->logits = dlrec_arena_alloc(&w->arena, (size_t)max_batch * sizeof(float), 64))) {
+  if (!w || !(w->logits = dlrec_arena_alloc(&w->arena, (size_t)max_batch * sizeof(float), 64)) ||
+      !(w->col = dlrec_arena_alloc(&w->arena, (size_t)max_batch * sizeof(float), 64))) {
     ws_free(w);
     return dlrec_error(DLREC_ERR_NOMEM, "cannot allocate the workspace for batches of %u rows", max_batch);
   }
@@ -118,11 +120,12 @@ static dlrec_status forward(const void *ctx, void *ws, const net_io *io, const f
   double t = dlrec_now();
   dlrec_status st = net_dense_term_forward(&m->dense, io, w->logits);
   net_lap(&io->prof->mlp, &t);
-  for (int b = 0; st == DLREC_OK && b < B; b++) {
-    const float *e = io->emb + (size_t)b * m->n_sparse;
-    float z = w->logits[b];
-    for (uint32_t c = 0; c < m->n_sparse; c++) z += e[c];
-    w->logits[b] = z;
+  /* The id weights added column by column, each sample's in column order:
+   * a gather of the column, then an add (ops, so the emb stays where the
+   * backend keeps it). */
+  for (uint32_t c = 0; st == DLREC_OK && c < m->n_sparse; c++) {
+    st = BE_OP(io->be, copy_rows, w->col, 1, io->emb + c, m->n_sparse, (size_t)B, 1);
+    if (st == DLREC_OK) st = BE_OP(io->be, add, w->logits, w->col, (size_t)B);
   }
   net_lap(&io->prof->interaction, &t);
   *logits = w->logits;
@@ -136,11 +139,11 @@ static dlrec_status backward(const void *ctx, void *ws, const net_io *io, const 
   int B = io->B;
   double t = dlrec_now();
   /* Every id weight of a row gets the row's logit gradient (the bag's
-   * pooling backward spreads it over the bag's ids). */
-  for (int b = 0; b < B; b++)
-    for (uint32_t c = 0; c < m->n_sparse; c++) d_emb[(size_t)b * m->n_sparse + c] = d_logits[b];
+   * pooling backward spreads it over the bag's ids): the wide term's
+   * backward, without its bias. */
+  dlrec_status st = m->n_sparse ? BE_OP(io->be, wide_backward, d_emb, NULL, d_logits, B, (int)m->n_sparse) : DLREC_OK;
   net_lap(&io->prof->interaction, &t);
-  dlrec_status st = net_dense_term_backward(&m->dense, io, d_logits, g);
+  if (st == DLREC_OK) st = net_dense_term_backward(&m->dense, io, d_logits, g);
   net_lap(&io->prof->mlp, &t);
   return st;
 }

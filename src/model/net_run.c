@@ -411,7 +411,9 @@ static dlrec_status run_backward(dlrec_net *n, dlrec_net_ws *ws, const dlrec_bat
     st = BE_OP(n->be, scale, ws->d_logits, (size_t)B, (float)B / (float)ws->global_rows);
   if (st == DLREC_OK) st = BE_OP(n->be, fill_rows, ws->grad, n->plan.n_params, 1, n->plan.n_params, 0.0f);
   net_lap(&p->other, &t);
-  net_io io = io_of(n, n->be, ws, b, NULL, n->params, step);
+  dlrec_batch db = *b; /* on a device, the dense features run_forward copied there */
+  if (ws->dev_be && b->dense) db.dense = ws->d_dense;
+  net_io io = io_of(n, n->be, ws, &db, NULL, n->params, step);
   if (st == DLREC_OK) st = n->type->backward(n->ctx, ws->model_ws, &io, ws->d_logits, ws->grad, ws->d_emb);
   p->backward_rows += (uint64_t)B;
   return st;

@@ -15,7 +15,7 @@
 static dlrec_status check_rows(const char *what, const void *dst, const void *src, size_t dst_ld, size_t src_ld,
                                size_t width) {
   if (!dst || !src) return dlrec_error(DLREC_ERR_INVALID, "%s: NULL buffer", what);
-  if (width > dst_ld || width > src_ld)
+  if (width > dst_ld || (src_ld && width > src_ld))
     return dlrec_error(DLREC_ERR_INVALID, "%s: rows of %zu values do not fit strides %zu and %zu", what, width,
                        dst_ld, src_ld);
   return DLREC_OK;
@@ -55,6 +55,18 @@ dlrec_status dlrec_add(float *y, const float *x, size_t n) {
   if (!y || !x) return dlrec_error(DLREC_ERR_INVALID, "add: NULL buffer");
 #pragma omp parallel for schedule(static) if (n >= PARALLEL_MIN)
   for (size_t i = 0; i < n; i++) y[i] += x[i];
+  return DLREC_OK;
+}
+
+dlrec_status dlrec_sum_columns(float *dst, const float *src, size_t B, size_t C) {
+  if (!C) return DLREC_OK;
+  if (!dst || (B && !src)) return dlrec_error(DLREC_ERR_INVALID, "sum_columns: NULL buffer");
+#pragma omp parallel for schedule(static) if (B * C >= PARALLEL_MIN && C > 1)
+  for (size_t c = 0; c < C; c++) {
+    double acc = 0;
+    for (size_t b = 0; b < B; b++) acc += src[b * C + c];
+    dst[c] += (float)acc;
+  }
   return DLREC_OK;
 }
 

@@ -9,7 +9,7 @@
 #include "dlrec/json.h"
 
 void dlrec_train_config_device(const dlrec_train_config *c, char *buf, size_t size) {
-  if (!strcmp(c->device, "cpu")) snprintf(buf, size, "cpu");
+  if (strcmp(c->device, "cuda")) snprintf(buf, size, "%s", c->device); /* cpu, cpu-mirror */
   else snprintf(buf, size, "%s:%u", c->device, c->device_index);
 }
 
