@@ -3066,10 +3066,12 @@ static int mx_metadata_names(const char *type) {
   return ok;
 }
 
-/* Serves run, checks its metadata names type and that d's rows score as
- * ref through both conventions; stops the server. */
-static int mx_serve_check(const mx_data *d, const char *run, const char *type, const float *ref) {
-  static const char *const args[] = {"--threads", "2", "-q", NULL};
+/* Serves run (on device, or the CPU when NULL), checks its metadata names
+ * type and that d's rows score as ref through both conventions; stops the
+ * server. */
+static int mx_serve_check_on(const mx_data *d, const char *run, const char *type, const float *ref,
+                             const char *device) {
+  const char *const args[] = {"--threads", "2", "-q", device ? "--device" : NULL, device, NULL};
   pid_t pid;
   int port;
   serve_run = run;
@@ -3117,11 +3119,17 @@ static int mx_serve_check(const mx_data *d, const char *run, const char *type, c
   return stop_extra(pid, "serve_mx.log") && ok;
 }
 
+static int mx_serve_check(const mx_data *d, const char *run, const char *type, const float *ref) {
+  return mx_serve_check_on(d, run, type, ref, NULL);
+}
+
 /* Every registered model type, trained on data with a dense column, a
  * one-hot column with missing values and a multi-hot column (mean pooled,
  * values unseen in fit among the scored rows), scores through the server
- * bitwise as `dlrec predict` scores the same raw rows. predict refused
- * such states, and the server refused multi-hot raw fields. */
+ * bitwise as `dlrec predict` scores the same raw rows, on the CPU and on
+ * cpu-mirror (the GPU's path: the model's state in the backend's memory,
+ * one batcher worker). predict refused such states, and the server refused
+ * multi-hot raw fields. */
 MODELS_TEST(serve_11_every_model_type_scores_as_predict) {
   size_t n = 0;
   for (; dlrec_net_type_name(n); n++) {
@@ -3133,7 +3141,8 @@ MODELS_TEST(serve_11_every_model_type_scores_as_predict) {
       test_fail(__FILE__, __LINE__, "model type %s: training or predict failed", dlrec_net_type_name(i));
       continue;
     }
-    if (mx_serve_check(&mx.data[0], m->run, m->type, m->ref))
+    if (mx_serve_check(&mx.data[0], m->run, m->type, m->ref) &&
+        mx_serve_check_on(&mx.data[0], m->run, m->type, m->ref, "cpu-mirror"))
       fprintf(stderr, "model type %s: %d rows served bitwise as predict scores them\n", m->type, MX_N);
   }
 }
