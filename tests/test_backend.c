@@ -1588,7 +1588,7 @@ TEST(bag_backward_update_matches_reference) { each_backend(case_sparse, 13); }
  * count exactly. */
 static void case_mirror(void) {
   const uint64_t rows = 200;
-  const uint32_t D = 12, B = 9, F = 2, STEPS = 3;
+  const uint32_t D = 13, B = 9, F = 2, STEPS = 3; /* a padded stride */
   dlrec_sparse_optim_config c;
   dlrec_sparse_optim_config_default(&c, DLREC_SPARSE_LAZY_ADAM);
   c.lr = 0.05f;
@@ -1598,13 +1598,23 @@ static void case_mirror(void) {
   if (dlrec_table_create_dtype(&t, rows, D, DLREC_TABLE_BF16) != DLREC_OK ||
       dlrec_table_create_dtype(&ref, rows, D, DLREC_TABLE_BF16) != DLREC_OK ||
       dlrec_table_init_uniform(t, &all, 1, 3) != DLREC_OK || dlrec_table_init_uniform(ref, &all, 1, 3) != DLREC_OK ||
-      dlrec_sparse_optim_create(&o, t, &c) != DLREC_OK || dlrec_sparse_optim_create(&ro, ref, &c) != DLREC_OK ||
-      backend_table_mirror(g_be, t, &mt) != DLREC_OK || backend_sparse_optim_mirror(g_be, o, mt, &mo) != DLREC_OK) {
+      dlrec_sparse_optim_create(&o, t, &c) != DLREC_OK || dlrec_sparse_optim_create(&ro, ref, &c) != DLREC_OK) {
     FAIL("tables: %s", dlrec_last_error());
     goto out;
   }
   const size_t scratch_bytes = dlrec_bag_backward_scratch_bytes(t, (uint64_t)B * F * 4);
   void *host_scratch = hkeep(malloc(scratch_bytes)), *dev_scratch = dalloc(scratch_bytes);
+  /* One update on the host first, to both: the mirror must carry its
+   * state and its count (which keys the rounding) over. */
+  bag_data b0;
+  bags_make(&b0, B, F, 1, 4, rows);
+  float *d0 = hrand((size_t)B * F * D, -1, 1);
+  if (dlrec_bag_backward_update(t, o, &b0.bags, DLREC_BAG_SUM, d0, host_scratch, scratch_bytes) != DLREC_OK ||
+      dlrec_bag_backward_update(ref, ro, &b0.bags, DLREC_BAG_SUM, d0, host_scratch, scratch_bytes) != DLREC_OK ||
+      backend_table_mirror(g_be, t, &mt) != DLREC_OK || backend_sparse_optim_mirror(g_be, o, mt, &mo) != DLREC_OK) {
+    FAIL("the first update and the mirrors: %s", dlrec_last_error());
+    goto out;
+  }
   for (uint32_t step = 0; step < STEPS; step++) {
     bag_data bd;
     bags_make(&bd, B, F, 1, 4, rows);
@@ -1656,6 +1666,30 @@ out:
 }
 
 TEST(mirrored_tables_update_as_the_cpu_does) { each_backend(case_mirror, 19); }
+
+/* cpu-mirror (the CPU as a device, unlisted) refuses an op a buffer that
+ * is not its memory, naming the op and the argument, as a GPU's kernel
+ * could not read a host pointer; its own buffers pass. */
+TEST(cpu_mirror_refuses_host_pointers) {
+  dlrec_backend *be = NULL;
+  dlrec_backend_config c = {1, DLREC_PRECISION_FP32, 0};
+  CHECK_OK(dlrec_backend_create(&be, "cpu-mirror", &c));
+  if (!be) return;
+  CHECK(!dlrec_backend_host_memory(be));
+  float host[8] = {1, 2, 3, 4, 5, 6, 7, 8}, back[8];
+  float *x = be->ops->alloc(be, sizeof host), *y = be->ops->alloc(be, sizeof host);
+  CHECK(x && y);
+  CHECK_OK(be->ops->upload(be, x, host, sizeof host));
+  CHECK_OK(be->ops->upload(be, y, host, sizeof host));
+  CHECK_ERR(BE_OP(be, add, y, host, 8), DLREC_ERR_INVALID, "add given memory that is not the backend's (its pointer "
+                                                            "argument 2)");
+  CHECK_OK(BE_OP(be, add, y, x, 8));
+  CHECK_OK(be->ops->download(be, back, y, sizeof back));
+  CHECK(back[0] == 2 && back[7] == 16);
+  be->ops->release(be, x);
+  be->ops->release(be, y);
+  dlrec_backend_free(be);
+}
 
 /* ---- scoring: the packed layers and the *_infer ops, batch-invariant -------------------------- */
 

@@ -1352,6 +1352,8 @@ TEST(models_agree_across_backends) {
       dlrec_batch held = agree_batch(&s, 1000);
       CHECK_OK(dlrec_net_ws_create(&hws, r.m, 128));
       CHECK_OK(dlrec_net_scorer_create(&sc, r.m));
+      /* A workspace made for the device's memory is refused on the host's. */
+      if (mirror) CHECK_ERR(dlrec_net_predict(sc, r.ws, &held, again), DLREC_ERR_INVALID, "made for cpu-mirror");
       CHECK_OK(dlrec_net_predict(sc, hws, &held, again));
       dlrec_net_scorer_free(sc);
       dlrec_net_ws_free(hws);

@@ -198,6 +198,14 @@ TEST(device_flag_trains_on_the_cpu_and_a_gpu_or_says_why) {
   CHECK(train("dev_cpu1", "--device cpu --threads 1 --max-steps 12") == 0);
   CHECK(train("dev_mirror", "--device cpu-mirror --threads 1 --max-steps 6") == 0);
   CHECK(train("dev_mirror", "--device cpu-mirror --threads 1 --resume --max-steps 12") == 0);
+  char mlog[2048], head[4096] = "";
+  snprintf(mlog, sizeof mlog, "%s/metrics.jsonl", test_path("dev_mirror"));
+  FILE *mf = fopen(mlog, "rb");
+  if (mf) {
+    head[fread(head, 1, sizeof head - 1, mf)] = '\0';
+    fclose(mf);
+  }
+  CHECK(strstr(head, "\"backend\":\"cpu-mirror") != NULL); /* it did run there */
   char *want = NULL, *got = NULL, *got_m = NULL;
   CHECK(test_run_cli(&want, "predict -q --model '%s' --input '%s' --out -", test_path("dev_cpu1"),
                      test_path("valid.dlr")) == 0);

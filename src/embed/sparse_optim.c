@@ -88,15 +88,10 @@ static dlrec_status check_config(const dlrec_sparse_optim_config *c) {
 
 static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
 
-dlrec_status dlrec_sparse_optim_create(dlrec_sparse_optim **out, const dlrec_table *t,
-                                       const dlrec_sparse_optim_config *c) {
-  if (!out) return dlrec_error(DLREC_ERR_INVALID, "sparse_optim_create: NULL result pointer");
-  *out = NULL;
-  if (!t || !c) return dlrec_error(DLREC_ERR_INVALID, "sparse_optim_create: NULL argument");
-  dlrec_status st = check_config(c);
-  if (st != DLREC_OK) return st;
+/* An optimizer of t with config c and no state yet; NULL when out of memory. */
+static dlrec_sparse_optim *optim_new(const dlrec_table *t, const dlrec_sparse_optim_config *c) {
   dlrec_sparse_optim *o = calloc(1, sizeof *o);
-  if (!o) return dlrec_error(DLREC_ERR_NOMEM, "sparse_optim_create: out of memory");
+  if (!o) return NULL;
   o->table = t;
   o->cfg = *c;
   o->rows = dlrec_table_rows(t);
@@ -105,6 +100,18 @@ dlrec_status dlrec_sparse_optim_create(dlrec_sparse_optim **out, const dlrec_tab
   o->dtype = dlrec_table_get_dtype(t);
   o->log_beta1 = log((double)c->beta1);
   o->log_beta2 = log((double)c->beta2);
+  return o;
+}
+
+dlrec_status dlrec_sparse_optim_create(dlrec_sparse_optim **out, const dlrec_table *t,
+                                       const dlrec_sparse_optim_config *c) {
+  if (!out) return dlrec_error(DLREC_ERR_INVALID, "sparse_optim_create: NULL result pointer");
+  *out = NULL;
+  if (!t || !c) return dlrec_error(DLREC_ERR_INVALID, "sparse_optim_create: NULL argument");
+  dlrec_status st = check_config(c);
+  if (st != DLREC_OK) return st;
+  dlrec_sparse_optim *o = optim_new(t, c);
+  if (!o) return dlrec_error(DLREC_ERR_NOMEM, "sparse_optim_create: out of memory");
   /* The table's size was checked at its creation; the state is at most twice
    * that plus a counter per row. */
   size_t bytes = 0, accum_at = 0, m_at = 0, v_at = 0, steps_at = 0;
@@ -166,16 +173,8 @@ dlrec_status dlrec_sparse_optim_wrap(dlrec_sparse_optim **out, const dlrec_table
   if ((c->kind == DLREC_SPARSE_ROWWISE_ADAGRAD && !s->accum) ||
       (c->kind == DLREC_SPARSE_LAZY_ADAM && (!s->m || !s->v || !s->steps)))
     return dlrec_error(DLREC_ERR_INVALID, "sparse_optim_wrap: the state arrays of kind %d are missing", (int)c->kind);
-  dlrec_sparse_optim *o = calloc(1, sizeof *o);
+  dlrec_sparse_optim *o = optim_new(t, c);
   if (!o) return dlrec_error(DLREC_ERR_NOMEM, "sparse_optim_wrap: out of memory");
-  o->table = t;
-  o->cfg = *c;
-  o->rows = dlrec_table_rows(t);
-  o->dim = dlrec_table_dim(t);
-  o->stride = dlrec_table_stride(t);
-  o->dtype = dlrec_table_get_dtype(t);
-  o->log_beta1 = log((double)c->beta1);
-  o->log_beta2 = log((double)c->beta2);
   o->accum = s->accum;
   o->m = s->m;
   o->v = s->v;
