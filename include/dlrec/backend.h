@@ -16,8 +16,9 @@
  * Backends of a build: "cpu" always (OpenBLAS sgemm for fp32 GEMMs, oneDNN
  * for bf16 ones, OpenMP threads); "cuda" in a build with the CUDA toolkit
  * (CMake found nvcc; a build without it holds no CUDA symbol), created on a
- * machine with a GPU. The cuda backend runs every op on the GPU, but no
- * network yet: dlrec_net_set_backend refuses it (issue 11).
+ * machine with a GPU, where a network keeps its state in the GPU's memory
+ * (dlrec/model.h: dlrec_net_sync_host). Not listed: "cpu-mirror", the CPU
+ * run as a device, for tests (src/backend/backend_impl.h).
  */
 #ifndef DLREC_BACKEND_H
 #define DLREC_BACKEND_H
