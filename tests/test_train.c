@@ -306,6 +306,13 @@ TEST(plan_counts_activations_and_workspaces) {
                         (size_t)-1) == 0);
   CHECK(test_run_cli(&big, "train --config '%s' --etl '%s' --plan", test_path("big.json"), test_path("etl")) == 0);
   CHECK(big && strstr(big, ": it does NOT fit (storage.kind \"tiered\""));
+  /* Trained on a device whose memory is not the host's (cpu-mirror, as a
+   * GPU), a run that does not fit is refused up front, saying so. */
+  char *refused = NULL;
+  CHECK(test_run_cli(&refused, "train -q --device cpu-mirror --config '%s' --train '%s' --etl '%s' --out '%s'",
+                     test_path("big.json"), test_path("train.dlr"), test_path("etl"), test_path("big_run")) == 1);
+  CHECK(refused && strstr(refused, "memory: the run needs about ") && strstr(refused, "does NOT fit (smaller batches"));
+  free(refused);
   free(plan);
   free(dry);
   free(big);

@@ -397,7 +397,7 @@ static uint32_t cores_share(long ranks) {
   return cpus / ranks > 1 ? (uint32_t)(cpus / ranks) : 1;
 }
 
-static void log_memory(const run *r);
+static dlrec_status check_memory(const run *r);
 
 static dlrec_status setup(run *r) {
   const dlrec_train_args *a = r->a;
@@ -498,8 +498,10 @@ static dlrec_status setup(run *r) {
   if (r->ranks > 1 && dlrec_net_has_batchnorm(r->model) && r->cfg.batch_size < (uint32_t)r->ranks)
     return dlrec_error(DLREC_ERR_INVALID, "%s: training.batch_size %u, fewer rows than the %d ranks: batch "
                        "normalization across ranks needs a row on every rank", what, r->cfg.batch_size, r->ranks);
+  /* Before the big allocations (a GPU's copies among them); across ranks
+   * dist_start prints the plan. */
+  if (r->ranks == 1 && (s = check_memory(r)) != DLREC_OK) return s;
   if ((s = dlrec_net_set_backend(r->model, r->be)) != DLREC_OK) return s;
-  if (r->ranks == 1) log_memory(r); /* before the big allocations; across ranks dist_start prints the plan */
   /* Across ranks, a step's pass holds a part of the batch. */
   if ((s = dlrec_net_ws_create(&r->ws, r->model, rows_per_rank(r->cfg.batch_size, r->ranks))) != DLREC_OK) return s;
   size_t n_params;
@@ -791,9 +793,12 @@ static int device_fit(const dlrec_train_config *cfg, uint64_t need, char *buf, s
 }
 
 /* One process's memory, up front (--plan prints it without training; a
- * job of several ranks logs its whole plan in dist_start); a warning when
- * the device does not have it. */
-static void log_memory(const run *r) {
+ * job of several ranks logs its whole plan in dist_start). When the device
+ * does not have it: a warning on the CPU, whose page cache and swap make
+ * "available" soft; on a GPU a refusal, before cudaMalloc would fail in the
+ * middle of setting up. Measured on the host's workspaces: the network is
+ * not on its device yet. */
+static dlrec_status check_memory(const run *r) {
   uint32_t row_bytes, optim_bytes;
   uint64_t dense;
   row_and_dense_bytes(&r->cfg, r->model, &row_bytes, &optim_bytes, &dense);
@@ -805,7 +810,12 @@ static void log_memory(const run *r) {
              r->cfg.storage == DLREC_STORE_RAM ? "" : " (the store's cache in memory)", (double)dense / mib,
              (double)ws / mib);
   char fit[512];
-  if (device_fit(&r->cfg, table + dense + ws, fit, sizeof fit)) DLREC_WARN("memory: %s", fit);
+  if (!device_fit(&r->cfg, table + dense + ws, fit, sizeof fit)) return DLREC_OK;
+  if (!dlrec_backend_host_memory(r->be))
+    return dlrec_error(DLREC_ERR_NOMEM, "memory: the run needs about %.1f MiB; %s", (double)(table + dense + ws) / mib,
+                       fit);
+  DLREC_WARN("memory: %s", fit);
+  return DLREC_OK;
 }
 
 dlrec_status dlrec_train_print_plan(const dlrec_train_args *a, int ranks, FILE *out) {
