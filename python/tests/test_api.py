@@ -170,6 +170,10 @@ def test_fit_evaluate_predict_export_report_and_cli_interchange(work, csv_data):
     assert np.array_equal(loaded.predict(str(work / "valid.dlr")), np.loadtxt(work / "clirun.scores", dtype=np.float32))
     on_cpu = dlrec.Model.load(work / "clirun", threads=1, device="cpu")
     assert np.array_equal(on_cpu.predict(str(work / "valid.dlr")), np.loadtxt(work / "clirun.scores", dtype=np.float32))
+    # On cpu-mirror (the CPU run the way a GPU runs: the model's state in the
+    # backend's memory) the host API scores the same bits.
+    mirrored = dlrec.Model.load(work / "clirun", threads=1, device="cpu-mirror")
+    assert np.array_equal(mirrored.predict(str(work / "valid.dlr")), np.loadtxt(work / "clirun.scores", dtype=np.float32))
 
 
 def test_criteo_model_scores_a_dataframe_by_column_names(work):
