@@ -4,7 +4,8 @@
 # here): the op-by-op test, the whole-model agreement, train/eval/predict
 # on the GPU against the CPU, the dev/cuda programs at quick sizes, the
 # DLRM step benchmark and bench/gpu_train.sh. About 3 minutes on an H100;
-# each part has its own time limit, and the log goes to $OUT/gpu-checks.log
+# each part has its own time limit (9.5 minutes in all at the worst: give
+# the run 600 s), and the log goes to $OUT/gpu-checks.log
 # when OUT is set (the run tool's), so what ran comes back even if the call
 # is cut. Exits 1 if a check failed.
 set -uo pipefail
@@ -24,9 +25,9 @@ part() { # name, seconds, command...
 }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 B=.device/bin
-part "test_backend (every op, fp32 and bf16)" 90 $B/test_backend
-part "whole-model agreement (cuda, cpu-mirror)" 120 env DLREC_TEST_VERBOSE=1 $B/test_models models_agree_across_backends
-part "train, eval and predict on the GPU" 120 $B/test_train device_flag_trains_on_the_cpu_and_a_gpu_or_says_why
+part "test_backend (every op, fp32 and bf16)" 60 $B/test_backend
+part "whole-model agreement (cuda, cpu-mirror)" 90 env DLREC_TEST_VERBOSE=1 $B/test_models models_agree_across_backends
+part "train, eval and predict on the GPU" 90 $B/test_train device_flag_trains_on_the_cpu_and_a_gpu_or_says_why
 for p in $B/dev-cuda/*; do
   case $(basename "$p") in
   embedding_bag_forward | sparse_update) args="500000 128 16384 26 1" ;;
@@ -37,9 +38,9 @@ for p in $B/dev-cuda/*; do
   *) args="" ;;
   esac
   # shellcheck disable=SC2086
-  part "dev/cuda $(basename "$p") $args" 60 "$p" $args
+  part "dev/cuda $(basename "$p") $args" 30 "$p" $args
 done
-part "bench_step, the small DLRM's step with a 26 x 500k table" 120 $B/bench_step cuda bf16 65536 20 500000
-part "bench/gpu_train.sh" 240 env BIN=$B/dlrec bench/gpu_train.sh 1000000 8192
+part "bench_step, the small DLRM's step with a 26 x 500k table" 60 $B/bench_step cuda bf16 65536 20 500000
+part "bench/gpu_train.sh" 90 env BIN=$B/dlrec bench/gpu_train.sh 1000000 8192
 echo "== [+$(($(date +%s) - t0))s] done, $([ $failed = 0 ] && echo 'all passed' || echo 'some FAILED')"
 exit $failed
