@@ -33,6 +33,7 @@
 
 #include "backend/cpu_dnnl.h"
 #include "embed/dtype.h"
+#include "nn/nn_checks.h"
 
 /* Elementwise passes smaller than this run on one thread (as in nn/linear.c). */
 #define PARALLEL_MIN 32768
@@ -188,20 +189,12 @@ void cpu_gemm_free(cpu_gemm *g) {
 
 const char *cpu_gemm_describe(const cpu_gemm *g) { return g->describe; }
 
-static dlrec_status check_dims(const char *what, const void *a, const void *b, const void *c, int B, int IN,
-                               int OUT) {
-  if (!a || !b || !c) return dlrec_error(DLREC_ERR_INVALID, "%s: NULL buffer", what);
-  if (B < 1 || IN < 1 || OUT < 1)
-    return dlrec_error(DLREC_ERR_INVALID, "%s: bad shape B=%d IN=%d OUT=%d", what, B, IN, OUT);
-  return DLREC_OK;
-}
-
 dlrec_status cpu_gemm_linear_forward(cpu_gemm *g, float *out, const float *in, const float *weight,
                                      const float *bias, int B, int IN, int OUT, dlrec_act act) {
   if (g->path == GEMM_SGEMM)
     return act == DLREC_ACT_RELU ? dlrec_linear_relu_forward(out, in, weight, bias, B, IN, OUT)
                                  : dlrec_linear_forward(out, in, weight, bias, B, IN, OUT);
-  dlrec_status st = check_dims("linear_forward", out, in, weight, B, IN, OUT);
+  dlrec_status st = nn_check_linear("linear_forward", out, in, weight, B, IN, OUT);
   if (st != DLREC_OK) return st;
   size_t n_in = (size_t)B * IN, n_w = (size_t)OUT * IN;
   float *s = scratch(g, n_in + n_w);
@@ -223,7 +216,7 @@ dlrec_status cpu_gemm_linear_forward(cpu_gemm *g, float *out, const float *in, c
 dlrec_status cpu_gemm_linear_backward(cpu_gemm *g, float *din, float *dweight, float *dbias, const float *dout,
                                       const float *in, const float *weight, int B, int IN, int OUT) {
   if (g->path == GEMM_SGEMM) return dlrec_linear_backward(din, dweight, dbias, dout, in, weight, B, IN, OUT);
-  dlrec_status st = check_dims("linear_backward", dweight, dout, in, B, IN, OUT);
+  dlrec_status st = nn_check_linear("linear_backward", dweight, dout, in, B, IN, OUT);
   if (st != DLREC_OK) return st;
   if (din && !weight) return dlrec_error(DLREC_ERR_INVALID, "linear_backward: din needs the weights");
   size_t n_dout = (size_t)B * OUT, n_in = (size_t)B * IN, n_w = din ? (size_t)OUT * IN : 0;

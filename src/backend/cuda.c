@@ -29,6 +29,7 @@
 #include "backend/cuda_kernels.h"
 #include "dlrec/hash.h"
 #include "embed/dtype.h"
+#include "nn/nn_checks.h"
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
 
@@ -219,26 +220,17 @@ static dlrec_status nonnull(const char *what, const void *const *p, size_t n) {
 
 /* ---- moving rows ---- */
 
-static dlrec_status check_rows(const char *what, const void *dst, const void *src, size_t dst_ld, size_t src_ld,
-                               size_t width) {
-  if (!dst || !src) return dlrec_error(DLREC_ERR_INVALID, "%s: NULL buffer", what);
-  if (width > dst_ld || (src_ld && width > src_ld))
-    return dlrec_error(DLREC_ERR_INVALID, "%s: rows of %zu values do not fit strides %zu and %zu", what, width,
-                       dst_ld, src_ld);
-  return DLREC_OK;
-}
-
 static dlrec_status cuda_copy_rows(dlrec_backend *be, float *dst, size_t dst_ld, const float *src, size_t src_ld,
                                    size_t rows, size_t width) {
   if (!rows || !width) return DLREC_OK;
-  TRY(check_rows("copy_rows", dst, src, dst_ld, src_ld, width));
+  TRY(nn_check_rows("copy_rows", dst, src, dst_ld, src_ld, width));
   return cuda_status(cuk_copy_rows(enter(be), dst, dst_ld, src, src_ld, rows, width), "copy_rows");
 }
 
 static dlrec_status cuda_fill_rows(dlrec_backend *be, float *dst, size_t dst_ld, size_t rows, size_t width,
                                    float value) {
   if (!rows || !width) return DLREC_OK;
-  TRY(check_rows("fill_rows", dst, dst, dst_ld, dst_ld, width));
+  TRY(nn_check_rows("fill_rows", dst, dst, dst_ld, dst_ld, width));
   return cuda_status(cuk_fill_rows(enter(be), dst, dst_ld, rows, width, value), "fill_rows");
 }
 
@@ -337,68 +329,40 @@ static dlrec_status gemm_backward(dlrec_backend *be, float *din, float *dweight,
   return DLREC_OK;
 }
 
-static dlrec_status check_linear(const char *what, const void *a, const void *b, const void *c, int B, int IN,
-                                 int OUT) {
-  if (!a || !b || !c) return dlrec_error(DLREC_ERR_INVALID, "%s: NULL buffer", what);
-  if (B < 1 || IN < 1 || OUT < 1)
-    return dlrec_error(DLREC_ERR_INVALID, "%s: bad shape B=%d IN=%d OUT=%d", what, B, IN, OUT);
-  return DLREC_OK;
-}
-
 static dlrec_status cuda_linear_forward(dlrec_backend *be, float *out, const float *in, const float *weight,
                                         const float *bias, int B, int IN, int OUT, dlrec_act act) {
-  TRY(check_linear("linear_forward", out, in, weight, B, IN, OUT));
+  TRY(nn_check_linear("linear_forward", out, in, weight, B, IN, OUT));
   return gemm_forward(be, out, in, weight, bias, B, IN, OUT, act == DLREC_ACT_RELU);
 }
 
 static dlrec_status cuda_linear_backward(dlrec_backend *be, float *din, float *dweight, float *dbias,
                                          const float *dout, const float *in, const float *weight, int B, int IN,
                                          int OUT) {
-  TRY(check_linear("linear_backward", dweight, dout, in, B, IN, OUT));
+  TRY(nn_check_linear("linear_backward", dweight, dout, in, B, IN, OUT));
   if (din && !weight) return dlrec_error(DLREC_ERR_INVALID, "linear_backward: din needs the weights");
   return gemm_backward(be, din, dweight, dbias, dout, in, weight, B, IN, OUT);
 }
 
 /* ---- interactions ---- */
 
-#define MAX_F 256
-#define MAX_D 4096
-#define MAX_DX 65536
-
-static dlrec_status check_dot(const char *what, const void *a, const void *b, const void *c, int B, int F, int D) {
-  TRY(NONNULL(what, a, b, c));
-  if (B < 1 || F < 1 || F > MAX_F || D < 1 || D > MAX_D)
-    return dlrec_error(DLREC_ERR_INVALID, "%s: bad shape B=%d F=%d D=%d (F <= %d, D <= %d)", what, B, F, D, MAX_F,
-                       MAX_D);
-  return DLREC_OK;
-}
-
 static dlrec_status cuda_dot_forward(dlrec_backend *be, float *out, const float *x, const float *emb, int B, int F,
                                      int D) {
-  TRY(check_dot("interaction_dot_forward", out, x, emb, B, F, D));
+  TRY(nn_check_dot("interaction_dot_forward", out, x, emb, B, F, D));
   return cuda_status(cuk_dot_forward(enter(be), out, x, emb, B, F, D), "interaction_dot_forward");
 }
 
 static dlrec_status cuda_dot_backward(dlrec_backend *be, float *dx, float *demb, const float *dout, const float *x,
                                       const float *emb, int B, int F, int D) {
-  TRY(check_dot("interaction_dot_backward", dx, demb, dout, B, F, D));
+  TRY(nn_check_dot("interaction_dot_backward", dx, demb, dout, B, F, D));
   TRY(NONNULL("interaction_dot_backward", x, emb));
   return cuda_status(cuk_dot_backward(enter(be), dx, demb, dout, x, emb, B, F, D), "interaction_dot_backward");
-}
-
-static dlrec_status check_concat(const char *what, const void *a, const void *b, int B, int DX, int F, int D) {
-  TRY(NONNULL(what, a, b));
-  if (B < 1 || DX < 0 || DX > MAX_DX || F < 1 || F > MAX_F || D < 1 || D > MAX_D)
-    return dlrec_error(DLREC_ERR_INVALID, "%s: bad shape B=%d DX=%d F=%d D=%d (0 <= DX <= %d, F <= %d, D <= %d)",
-                       what, B, DX, F, D, MAX_DX, MAX_F, MAX_D);
-  return DLREC_OK;
 }
 
 /* The concatenation is two strided copies: x into each row's first DX
  * values, emb into the rest. */
 static dlrec_status cuda_concat_forward(dlrec_backend *be, float *out, const float *x, const float *emb, int B, int DX,
                                         int F, int D) {
-  TRY(check_concat("interaction_concat_forward", out, emb, B, DX, F, D));
+  TRY(nn_check_concat("interaction_concat_forward", out, emb, B, DX, F, D));
   if (DX > 0 && !x)
     return dlrec_error(DLREC_ERR_INVALID, "interaction_concat_forward: NULL dense buffer with DX=%d", DX);
   cudaStream_t st = enter(be);
@@ -409,7 +373,7 @@ static dlrec_status cuda_concat_forward(dlrec_backend *be, float *out, const flo
 
 static dlrec_status cuda_concat_backward(dlrec_backend *be, float *dx, float *demb, const float *dout, int B, int DX,
                                          int F, int D) {
-  TRY(check_concat("interaction_concat_backward", demb, dout, B, DX, F, D));
+  TRY(nn_check_concat("interaction_concat_backward", demb, dout, B, DX, F, D));
   cudaStream_t st = enter(be);
   const size_t FD = (size_t)F * D, W = (size_t)DX + FD;
   if (dx && DX > 0) TRY(cuda_status(cuk_copy_rows(st, dx, DX, dout, W, B, DX), "interaction_concat_backward"));
@@ -421,17 +385,17 @@ static dlrec_status cuda_concat_backward(dlrec_backend *be, float *dx, float *de
 
 #define MAX_DIM 65536
 
-static dlrec_status check_cross(const char *what, int B, int d, int r, int lowrank) {
-  if (B < 1 || d < 1 || d > MAX_DIM || r < 0 || r > MAX_DIM)
-    return dlrec_error(DLREC_ERR_INVALID, "%s: bad shape B=%d d=%d r=%d (1 <= d, r <= %d)", what, B, d, r, MAX_DIM);
-  if (lowrank && r < 1) return dlrec_error(DLREC_ERR_INVALID, "%s: rank r=%d < 1", what, r);
+/* The CPU's checks of a low-rank layer: the shape, and a rank of at least 1. */
+static dlrec_status check_lowrank(const char *what, int B, int d, int r) {
+  TRY(nn_check_cross(what, B, d, r));
+  if (r < 1) return dlrec_error(DLREC_ERR_INVALID, "%s: rank r=%d < 1", what, r);
   return DLREC_OK;
 }
 
 static dlrec_status cuda_cross_forward(dlrec_backend *be, float *out, float *act, const float *x0, const float *xl,
                                        const float *w, const float *bias, int B, int d) {
   TRY(NONNULL("cross_forward", out, act, x0, xl, w, bias));
-  TRY(check_cross("cross_forward", B, d, 0, 0));
+  TRY(nn_check_cross("cross_forward", B, d, 0));
   TRY(gemm_forward(be, act, xl, w, bias, B, d, d, 0)); /* u (B, d) */
   return cuda_status(cuk_cross_gate(enter(be), out, x0, act, xl, (size_t)B * d), "cross_forward");
 }
@@ -440,7 +404,7 @@ static dlrec_status cuda_cross_backward(dlrec_backend *be, float *dx0, float *dx
                                         const float *dout, const float *x0, const float *xl, const float *act,
                                         const float *w, float *ws, int B, int d) {
   TRY(NONNULL("cross_backward", dx0, dxl, dw, dbias, dout, x0, xl, act, w, ws));
-  TRY(check_cross("cross_backward", B, d, 0, 0));
+  TRY(nn_check_cross("cross_backward", B, d, 0));
   const size_t n = (size_t)B * d;
   float *du = ws; /* (B, d) */
   TRY(cuda_status(cuk_cross_gate_backward(enter(be), du, dx0, dout, x0, act, n), "cross_backward"));
@@ -452,7 +416,7 @@ static dlrec_status cuda_cross_lowrank_forward(dlrec_backend *be, float *out, fl
                                                const float *xl, const float *v, const float *u, const float *bias,
                                                int B, int d, int r) {
   TRY(NONNULL("cross_lowrank_forward", out, act, x0, xl, v, u, bias));
-  TRY(check_cross("cross_lowrank_forward", B, d, r, 1));
+  TRY(check_lowrank("cross_lowrank_forward", B, d, r));
   float *t = act, *uu = act + (size_t)B * r;
   TRY(gemm_forward(be, t, xl, v, NULL, B, d, r, 0));   /* t (B, r) = xl · Vᵀ */
   TRY(gemm_forward(be, uu, t, u, bias, B, r, d, 0));   /* u (B, d) = t · Uᵀ + bias */
@@ -464,7 +428,7 @@ static dlrec_status cuda_cross_lowrank_backward(dlrec_backend *be, float *dx0, f
                                                 const float *act, const float *v, const float *u, float *ws, int B,
                                                 int d, int r) {
   TRY(NONNULL("cross_lowrank_backward", dx0, dxl, dv, du, dbias, dout, x0, xl, act, v, u, ws));
-  TRY(check_cross("cross_lowrank_backward", B, d, r, 1));
+  TRY(check_lowrank("cross_lowrank_backward", B, d, r));
   const size_t n = (size_t)B * d;
   const float *t = act, *uu = act + (size_t)B * r;
   float *dpre = ws, *dt = ws + n; /* (B, d), (B, r) */
@@ -476,21 +440,12 @@ static dlrec_status cuda_cross_lowrank_backward(dlrec_backend *be, float *dx0, f
 
 /* ---- the mixture of low-rank experts (src/nn/cross_mix.c's composition) ---- */
 
-#define MAX_K 64
-
-static dlrec_status check_mix(const char *what, int B, int d, int r, int K) {
-  if (B < 1 || d < 1 || d > MAX_DIM || r < 1 || r > MAX_DIM || K < 1 || K > MAX_K)
-    return dlrec_error(DLREC_ERR_INVALID, "%s: bad shape B=%d d=%d r=%d K=%d (1 <= d, r <= %d, 1 <= K <= %d)", what,
-                       B, d, r, K, MAX_DIM, MAX_K);
-  return DLREC_OK;
-}
-
 static dlrec_status cuda_cross_mix_forward(dlrec_backend *be, float *out, float *act, const float *x0,
                                            const float *xl, const float *v, const float *c, const float *u,
                                            const float *gate, const float *bias, int B, int d, int r, int K) {
   const char *what = "cross_mix_forward";
   TRY(NONNULL(what, out, act, x0, xl, v, c, u, gate, bias));
-  TRY(check_mix(what, B, d, r, K));
+  TRY(nn_check_cross_mix(what, B, d, r, K));
   const size_t Br = (size_t)B * r, Bd = (size_t)B * d;
   float *t1 = act, *t2 = t1 + K * Br, *e = t2 + K * Br, *p = e + K * Bd;
   for (int k = 0; k < K; k++) {
@@ -512,7 +467,7 @@ static dlrec_status cuda_cross_mix_backward(dlrec_backend *be, float *dx0, float
                                             int K) {
   const char *what = "cross_mix_backward";
   TRY(NONNULL(what, dx0, dxl, dv, dc, du, dgate, dbias, dout, x0, xl, act, v, c, u, gate, ws));
-  TRY(check_mix(what, B, d, r, K));
+  TRY(nn_check_cross_mix(what, B, d, r, K));
   const size_t Br = (size_t)B * r, Bd = (size_t)B * d;
   const float *t1 = act, *t2 = t1 + K * Br, *e = t2 + K * Br, *p = e + K * Bd;
   float *m = ws, *de = m + Bd, *tmp = de + Bd, *dt2 = tmp + Bd, *dt1 = dt2 + Br, *dlogit = dt1 + Br;
@@ -605,7 +560,7 @@ static dlrec_status cuda_packed_forward(dlrec_backend *be, float *out, const dlr
 static dlrec_status cuda_cross_infer(dlrec_backend *be, float *out, const float *x0, const float *xl,
                                      const dlrec_packed_linear *w, int B, int d) {
   if (!out || !x0 || !xl || !w) return dlrec_error(DLREC_ERR_INVALID, "cross_infer: NULL argument");
-  TRY(check_cross("cross_infer", B, d, 0, 0));
+  TRY(nn_check_cross("cross_infer", B, d, 0));
   TRY(packed_run(be, out, w, xl, B, 0, "cross_infer")); /* u (B, d), in out */
   return cuda_status(cuk_cross_gate(enter(be), out, x0, out, xl, (size_t)B * d), "cross_infer");
 }
@@ -615,7 +570,7 @@ static dlrec_status cuda_cross_lowrank_infer(dlrec_backend *be, float *out, floa
                                              const dlrec_packed_linear *u, int B, int d, int r) {
   if (!out || !ws || !x0 || !xl || !v || !u)
     return dlrec_error(DLREC_ERR_INVALID, "cross_lowrank_infer: NULL argument");
-  TRY(check_cross("cross_lowrank_infer", B, d, r, 1));
+  TRY(check_lowrank("cross_lowrank_infer", B, d, r));
   TRY(packed_run(be, ws, v, xl, B, 0, "cross_lowrank_infer"));  /* t (B, r) */
   TRY(packed_run(be, out, u, ws, B, 0, "cross_lowrank_infer")); /* u (B, d), in out */
   return cuda_status(cuk_cross_gate(enter(be), out, x0, out, xl, (size_t)B * d), "cross_lowrank_infer");
@@ -628,7 +583,7 @@ static dlrec_status cuda_cross_mix_infer(dlrec_backend *be, float *out, float *w
   const char *what = "cross_mix_infer";
   if (!out || !ws || !x0 || !xl || !v || !c || !u || !gate)
     return dlrec_error(DLREC_ERR_INVALID, "%s: NULL argument", what);
-  TRY(check_mix(what, B, d, r, K));
+  TRY(nn_check_cross_mix(what, B, d, r, K));
   for (int k = 0; k < K; k++)
     if (!v[k] || !c[k] || !u[k]) return dlrec_error(DLREC_ERR_INVALID, "%s: NULL layer of expert %d", what, k);
   const size_t Br = (size_t)B * r, Bd = (size_t)B * d;
@@ -648,40 +603,25 @@ static dlrec_status cuda_cross_mix_infer(dlrec_backend *be, float *out, float *w
 
 /* ---- FM, wide ---- */
 
-static dlrec_status check_fm(const char *what, const void *a, const void *b, int B, int F, int D) {
-  TRY(NONNULL(what, a, b));
-  if (B < 1 || F < 1 || F > 65536 || D < 1 || D > 4096)
-    return dlrec_error(DLREC_ERR_INVALID, "%s: bad shape B=%d F=%d D=%d (F <= %d, D <= %d)", what, B, F, D, 65536,
-                       4096);
-  return DLREC_OK;
-}
-
 static dlrec_status cuda_fm_forward(dlrec_backend *be, float *out, const float *emb, int B, int F, int D) {
-  TRY(check_fm("fm_forward", out, emb, B, F, D));
+  TRY(nn_check_fm("fm_forward", out, emb, B, F, D));
   return cuda_status(cuk_fm_forward(enter(be), out, emb, B, F, D), "fm_forward");
 }
 
 static dlrec_status cuda_fm_backward(dlrec_backend *be, float *demb, const float *dout, const float *emb, int B, int F,
                                      int D) {
-  TRY(check_fm("fm_backward", demb, dout, B, F, D));
+  TRY(nn_check_fm("fm_backward", demb, dout, B, F, D));
   TRY(NONNULL("fm_backward", emb));
   return cuda_status(cuk_fm_backward(enter(be), demb, dout, emb, B, F, D), "fm_backward");
 }
 
-static dlrec_status check_wide(const char *what, const void *a, const void *b, int B, int F) {
-  TRY(NONNULL(what, a, b));
-  if (B < 1 || F < 1 || F > 65536)
-    return dlrec_error(DLREC_ERR_INVALID, "%s: bad shape B=%d F=%d (1 <= F <= %d)", what, B, F, 65536);
-  return DLREC_OK;
-}
-
 static dlrec_status cuda_wide_forward(dlrec_backend *be, float *out, const float *w, const float *bias, int B, int F) {
-  TRY(check_wide("wide_forward", out, w, B, F));
+  TRY(nn_check_wide("wide_forward", out, w, B, F));
   return cuda_status(cuk_wide_forward(enter(be), out, w, bias, B, F), "wide_forward");
 }
 
 static dlrec_status cuda_wide_backward(dlrec_backend *be, float *dw, float *dbias, const float *dout, int B, int F) {
-  TRY(check_wide("wide_backward", dw, dout, B, F));
+  TRY(nn_check_wide("wide_backward", dw, dout, B, F));
   cudaStream_t st = enter(be);
   float *partial = NULL;
   if (dbias && !(partial = scratch(be, cuk_colsum_partials((size_t)B, 1) * sizeof(float))))
@@ -693,24 +633,8 @@ static dlrec_status cuda_wide_backward(dlrec_backend *be, float *dw, float *dbia
 
 /* ---- dropout: src/nn/dropout.c's masks ---- */
 
-typedef struct mask {
-  uint64_t key;
-  uint32_t threshold;
-  float scale;
-} mask;
-
-static dlrec_status make_mask(mask *m, const char *what, const void *a, const void *b, float p, uint64_t seed,
-                              uint64_t step) {
-  TRY(NONNULL(what, a, b));
-  if (!(p >= 0.0f && p < 1.0f)) return dlrec_error(DLREC_ERR_INVALID, "%s: rate p=%g not in [0, 1)", what, p);
-  m->key = dlrec_mix64(seed ^ 0x6a09e667f3bcc909ULL) ^ dlrec_mix64(step + 0x9e3779b97f4a7c15ULL);
-  m->threshold = (uint32_t)((double)p * 4294967296.0);
-  m->scale = 1.0f / (1.0f - p);
-  return DLREC_OK;
-}
-
-static dlrec_status dropout_apply(dlrec_backend *be, float *y, const float *x, size_t n, const mask *m, int copy,
-                                  const char *what) {
+static dlrec_status dropout_apply(dlrec_backend *be, float *y, const float *x, size_t n, const nn_dropout_mask *m,
+                                  int copy, const char *what) {
   if (!n) return DLREC_OK;
   cudaStream_t st = enter(be);
   if (copy)
@@ -721,40 +645,27 @@ static dlrec_status dropout_apply(dlrec_backend *be, float *y, const float *x, s
 
 static dlrec_status cuda_dropout_forward(dlrec_backend *be, float *out, const float *in, size_t n, float p,
                                          uint64_t seed, uint64_t step, int train) {
-  mask m;
-  TRY(make_mask(&m, "dropout_forward", out, in, p, seed, step));
+  nn_dropout_mask m;
+  TRY(nn_dropout_mask_make(&m, "dropout_forward", out, in, p, seed, step));
   return dropout_apply(be, out, in, n, &m, !train || p == 0.0f, "dropout_forward");
 }
 
 static dlrec_status cuda_dropout_backward(dlrec_backend *be, float *din, const float *dout, size_t n, float p,
                                           uint64_t seed, uint64_t step) {
-  mask m;
-  TRY(make_mask(&m, "dropout_backward", din, dout, p, seed, step));
+  nn_dropout_mask m;
+  TRY(nn_dropout_mask_make(&m, "dropout_backward", din, dout, p, seed, step));
   return dropout_apply(be, din, dout, n, &m, p == 0.0f, "dropout_backward");
 }
 
 /* ---- batch normalization (src/nn/batchnorm.c's steps) ---- */
-
-static dlrec_status check_bn(const char *what, int B, int B_min, int C) {
-  if (B < B_min || C < 1 || C > 65536)
-    return dlrec_error(DLREC_ERR_INVALID, "%s: bad shape B=%d C=%d (B >= %d, 1 <= C <= %d)", what, B, C, B_min,
-                       65536);
-  return DLREC_OK;
-}
-
-static dlrec_status check_momentum(const char *what, float momentum, float eps) {
-  if (!(eps > 0.0f) || !(momentum >= 0.0f && momentum <= 1.0f))
-    return dlrec_error(DLREC_ERR_INVALID, "%s: eps=%g must be > 0, momentum=%g in [0, 1]", what, eps, momentum);
-  return DLREC_OK;
-}
 
 static dlrec_status cuda_batchnorm_train_forward(dlrec_backend *be, float *out, float *saved, const float *in,
                                                  const float *gamma, const float *beta, float *running_mean,
                                                  float *running_var, float momentum, float eps, int B, int C) {
   const char *what = "batchnorm_train_forward";
   TRY(NONNULL(what, out, saved, in, gamma, beta, running_mean, running_var));
-  TRY(check_bn(what, B, 2, C));
-  TRY(check_momentum(what, momentum, eps));
+  TRY(nn_check_batchnorm(what, B, 2, C));
+  TRY(nn_check_momentum(what, momentum, eps));
   double *sum = scratch(be, 2 * (size_t)C * sizeof(double)), *sqdev = sum + C;
   if (!sum) return dlrec_error(DLREC_ERR_NOMEM, "%s: no GPU memory for its scratch", what);
   cudaStream_t st = enter(be);
@@ -770,7 +681,7 @@ static dlrec_status cuda_batchnorm_backward(dlrec_backend *be, float *din, float
                                             int B, int C) {
   const char *what = "batchnorm_backward";
   TRY(NONNULL(what, din, dgamma, dbeta, dout, in, gamma, saved));
-  TRY(check_bn(what, B, 2, C));
+  TRY(nn_check_batchnorm(what, B, 2, C));
   double *sg = scratch(be, 2 * (size_t)C * sizeof(double)), *sgx = sg + C;
   if (!sg) return dlrec_error(DLREC_ERR_NOMEM, "%s: no GPU memory for its scratch", what);
   cudaStream_t st = enter(be);
@@ -782,7 +693,7 @@ static dlrec_status cuda_batchnorm_backward(dlrec_backend *be, float *din, float
 static dlrec_status cuda_batchnorm_stats(dlrec_backend *be, double *out, const float *in, const double *sum, double N,
                                          int B, int C) {
   TRY(NONNULL("batchnorm_stats", out, in));
-  TRY(check_bn("batchnorm_stats", B, 1, C));
+  TRY(nn_check_batchnorm("batchnorm_stats", B, 1, C));
   if (sum && !(N >= 1)) return dlrec_error(DLREC_ERR_INVALID, "batchnorm_stats: N=%g rows, expected at least 1", N);
   return cuda_status(cuk_bn_stats(enter(be), out, in, sum, N, B, C), "batchnorm_stats");
 }
@@ -794,8 +705,8 @@ static dlrec_status cuda_batchnorm_normalize(dlrec_backend *be, float *out, floa
   const char *what = "batchnorm_normalize";
   TRY(NONNULL(what, out, saved, in, sum, sqdev, gamma, beta));
   if (!running_mean != !running_var) return dlrec_error(DLREC_ERR_INVALID, "%s: NULL buffer", what);
-  TRY(check_bn(what, B, 1, C));
-  TRY(check_momentum(what, momentum, eps));
+  TRY(nn_check_batchnorm(what, B, 1, C));
+  TRY(nn_check_momentum(what, momentum, eps));
   if (!(N >= 2)) return dlrec_error(DLREC_ERR_INVALID, "%s: N=%g rows, expected at least 2", what, N);
   return cuda_status(cuk_bn_normalize(enter(be), out, saved, in, sum, sqdev, N, gamma, beta, running_mean,
                                       running_var, momentum, eps, B, C),
@@ -805,7 +716,7 @@ static dlrec_status cuda_batchnorm_normalize(dlrec_backend *be, float *out, floa
 static dlrec_status cuda_batchnorm_backward_stats(dlrec_backend *be, double *sg, double *sgx, const float *dout,
                                                   const float *in, const float *saved, int B, int C) {
   TRY(NONNULL("batchnorm_backward_stats", sg, sgx, dout, in, saved));
-  TRY(check_bn("batchnorm_backward_stats", B, 1, C));
+  TRY(nn_check_batchnorm("batchnorm_backward_stats", B, 1, C));
   return cuda_status(cuk_bn_backward_stats(enter(be), sg, sgx, dout, in, saved, B, C), "batchnorm_backward_stats");
 }
 
@@ -815,7 +726,7 @@ static dlrec_status cuda_batchnorm_backward_apply(dlrec_backend *be, float *din,
                                                   const double *sg, const double *sgx, double N, int B, int C) {
   const char *what = "batchnorm_backward_apply";
   TRY(NONNULL(what, din, dgamma, dbeta, dout, in, gamma, saved, sg_way, sgx_way, sg, sgx));
-  TRY(check_bn(what, B, 1, C));
+  TRY(nn_check_batchnorm(what, B, 1, C));
   if (!(N >= 2)) return dlrec_error(DLREC_ERR_INVALID, "%s: N=%g rows, expected at least 2", what, N);
   return cuda_status(cuk_bn_backward_apply(enter(be), din, dgamma, dbeta, dout, in, gamma, saved, sg_way, sgx_way, sg,
                                            sgx, N, B, C),
@@ -826,7 +737,7 @@ static dlrec_status cuda_batchnorm_infer(dlrec_backend *be, float *out, const fl
                                          const float *beta, const float *running_mean, const float *running_var,
                                          float eps, int B, int C) {
   TRY(NONNULL("batchnorm_infer", out, in, gamma, beta, running_mean, running_var));
-  TRY(check_bn("batchnorm_infer", B, 1, C));
+  TRY(nn_check_batchnorm("batchnorm_infer", B, 1, C));
   if (!(eps > 0.0f)) return dlrec_error(DLREC_ERR_INVALID, "batchnorm_infer: eps=%g must be > 0", eps);
   return cuda_status(cuk_bn_infer(enter(be), out, in, gamma, beta, running_mean, running_var, eps, B, C),
                      "batchnorm_infer");
@@ -838,7 +749,7 @@ static dlrec_status cuda_batchnorm_infer_backward(dlrec_backend *be, float *din,
                                                   int B, int C) {
   const char *what = "batchnorm_infer_backward";
   TRY(NONNULL(what, din, dgamma, dbeta, dout, in, gamma, running_mean, running_var));
-  TRY(check_bn(what, B, 1, C));
+  TRY(nn_check_batchnorm(what, B, 1, C));
   if (!(eps > 0.0f)) return dlrec_error(DLREC_ERR_INVALID, "%s: eps=%g must be > 0", what, eps);
   return cuda_status(
       cuk_bn_infer_backward(enter(be), din, dgamma, dbeta, dout, in, gamma, running_mean, running_var, eps, B, C),
@@ -848,14 +759,25 @@ static dlrec_status cuda_batchnorm_infer_backward(dlrec_backend *be, float *din,
 /* ---- embedding bags: tables and optimizer state in device memory (the
  * mirrors of mirror.c), batches from the host ---- */
 
-/* Lays a host batch (checked by check_bags) out in device memory at *at
- * (cuk_bags; mean flags from mode and the columns'), moving *at past it;
- * *n the batch's ids. */
-static dlrec_status upload_bags(dlrec_backend *be, const dlrec_bag_batch *bags, dlrec_bag_mode mode, char **at,
-                                cuk_bags *out, uint32_t *n, const char *what) {
-  const uint32_t B = bags->rows, F = bags->cols;
+/* The ids of a batch (checked by check_bags) in all. */
+static uint64_t bag_ids(const dlrec_bag_batch *bags) {
   uint64_t ids = 0;
-  for (uint32_t c = 0; c < F; c++) ids += bags->offsets[c][B] - bags->offsets[c][0];
+  for (uint32_t c = 0; c < bags->cols; c++) ids += bags->offsets[c][bags->rows] - bags->offsets[c][0];
+  return ids;
+}
+
+/* The bytes of a batch of `ids` ids laid out in device memory (cuk_bags),
+ * and the slack carve may add. */
+static size_t bags_bytes(const dlrec_bag_batch *bags, uint64_t ids) {
+  return (size_t)bags->cols * (bags->rows + 1) * 4 + ((size_t)bags->cols + 1) * 4 + ids * 4 + bags->cols + 256;
+}
+
+/* Lays a host batch of `ids` ids (checked by check_bags) out in device
+ * memory at *at (cuk_bags; mean flags from mode and the columns'), moving
+ * *at past it. */
+static dlrec_status upload_bags(dlrec_backend *be, const dlrec_bag_batch *bags, uint64_t ids, dlrec_bag_mode mode,
+                                char **at, cuk_bags *out, const char *what) {
+  const uint32_t B = bags->rows, F = bags->cols;
   if (ids > UINT32_MAX)
     return dlrec_error(DLREC_ERR_INVALID, "%s: %llu ids in one batch, at most 2^32 - 1", what, (unsigned long long)ids);
   const size_t offs = (size_t)F * (B + 1) * 4, base = ((size_t)F + 1) * 4, bytes = offs + base + ids * 4 + F;
@@ -880,15 +802,7 @@ static dlrec_status upload_bags(dlrec_backend *be, const dlrec_bag_batch *bags, 
   out->mean = (const uint8_t *)(d + offs + base + ids * 4);
   out->B = B;
   out->F = F;
-  *n = (uint32_t)ids;
   return s;
-}
-
-static size_t bags_bytes(const dlrec_bag_batch *bags) {
-  uint64_t ids = 0;
-  for (uint32_t c = 0; c < bags->cols; c++) ids += bags->offsets[c][bags->rows] - bags->offsets[c][0];
-  return ((size_t)bags->cols * (bags->rows + 1) * 4 + ((size_t)bags->cols + 1) * 4 + ids * 4 + bags->cols + 255) / 256 *
-             256 + 256;
 }
 
 static cuk_rows rows_of(const dlrec_table *t) {
@@ -918,11 +832,11 @@ static dlrec_status cuda_bag_forward(dlrec_backend *be, float *out, const dlrec_
                                      dlrec_bag_mode mode) {
   const char *what = "bag_forward";
   TRY(check_bags(what, out, t, bags, mode));
-  char *at = scratch(be, bags_bytes(bags));
+  const uint64_t ids = bag_ids(bags);
+  char *at = scratch(be, bags_bytes(bags, ids));
   if (!at) return dlrec_error(DLREC_ERR_NOMEM, "%s: no GPU memory for the batch", what);
   cuk_bags bg;
-  uint32_t n;
-  TRY(upload_bags(be, bags, mode, &at, &bg, &n, what));
+  TRY(upload_bags(be, bags, ids, mode, &at, &bg, what));
   return cuda_status(cuk_bag_forward(enter(be), out, rows_of(t), bg), what);
 }
 
@@ -936,8 +850,7 @@ static dlrec_status cuda_bag_backward_update(dlrec_backend *be, dlrec_table *t, 
   dlrec_sparse_optim_state_view(o, &s);
   if (s.rows != dlrec_table_rows(t) || s.stride != dlrec_table_stride(t))
     return dlrec_error(DLREC_ERR_INVALID, "%s: the optimizer is another table's", what);
-  uint64_t ids = 0;
-  for (uint32_t c = 0; c < bags->cols; c++) ids += bags->offsets[c][bags->rows] - bags->offsets[c][0];
+  const uint64_t ids = bag_ids(bags);
   const size_t need = dlrec_bag_backward_scratch_bytes(t, ids);
   if (!scratch_in || scratch_bytes < need) /* the caller's, sized as for the CPU: the contract's check */
     return dlrec_error(DLREC_ERR_INVALID,
@@ -945,38 +858,31 @@ static dlrec_status cuda_bag_backward_update(dlrec_backend *be, dlrec_table *t, 
                        "dlrec_bag_backward_scratch_bytes)",
                        what, scratch_bytes, (unsigned long long)ids, need);
   if (dlrec_table_dim(t) > 1024) return dlrec_error(DLREC_ERR_UNSUPPORTED, "%s: rows wider than 1024", what);
-  const size_t batch = bags_bytes(bags);
-  const size_t update = ids && ids <= UINT32_MAX ? cuk_bag_update_scratch((uint32_t)ids, dlrec_table_dim(t),
-                                                                          dlrec_table_rows(t))
-                                                 : 0;
-  char *at = scratch(be, batch + update + 256);
+  if (ids > UINT32_MAX)
+    return dlrec_error(DLREC_ERR_INVALID, "%s: %llu ids in one batch, at most 2^32 - 1", what, (unsigned long long)ids);
+  if (ids == 0) return DLREC_OK; /* no row to update, nothing to send */
+  const size_t batch = bags_bytes(bags, ids),
+               update = cuk_bag_update_scratch((uint32_t)ids, dlrec_table_dim(t), dlrec_table_rows(t));
+  char *at = scratch(be, batch + update);
   if (!at) return dlrec_error(DLREC_ERR_NOMEM, "%s: no GPU memory for %zu bytes of scratch", what, batch + update);
   cuk_bags bg;
-  uint32_t n;
-  TRY(upload_bags(be, bags, mode, &at, &bg, &n, what));
-  if (n == 0) return DLREC_OK;
+  TRY(upload_bags(be, bags, ids, mode, &at, &bg, what));
   const dlrec_sparse_optim_config *c = dlrec_sparse_optim_get_config(o);
   const cuk_sparse_opt opt = {c->kind == DLREC_SPARSE_SGD ? 0 : c->kind == DLREC_SPARSE_ROWWISE_ADAGRAD ? 1 : 2,
                               c->lr, c->weight_decay, c->beta1, c->beta2, c->eps, log((double)c->beta1),
                               log((double)c->beta2), s.accum, s.m, s.v, s.steps,
                               dtype_sr_key(s.updates ? *s.updates : 0)};
-  TRY(cuda_status(cuk_bag_update(enter(be), rows_of(t), bg, n, d_out, opt, at, update), what));
+  TRY(cuda_status(cuk_bag_update(enter(be), rows_of(t), bg, (uint32_t)ids, d_out, opt, at, update), what));
   if (s.updates) ++*s.updates; /* the next update's rounding key, as the CPU's count */
   return DLREC_OK;
 }
 
 /* ---- loss, dense optimizer ---- */
 
-static dlrec_status check_bce(const char *what, const void *a, const void *b, const void *c, int B) {
-  TRY(NONNULL(what, a, b, c));
-  if (B < 1) return dlrec_error(DLREC_ERR_INVALID, "%s: batch of %d rows", what, B);
-  return DLREC_OK;
-}
-
 /* *loss is the backend's memory, like every other output. */
 static dlrec_status cuda_bce_forward(dlrec_backend *be, double *loss, const float *logits, const float *labels,
                                      int B) {
-  TRY(check_bce("bce_logits_forward", loss, logits, labels, B));
+  TRY(nn_check_bce("bce_logits_forward", loss, logits, labels, B));
   double *terms = scratch(be, (size_t)B * sizeof(double));
   if (!terms) return dlrec_error(DLREC_ERR_NOMEM, "bce_logits_forward: no GPU memory for its scratch");
   return cuda_status(cuk_bce_forward(enter(be), loss, logits, labels, B, terms), "bce_logits_forward");
@@ -984,7 +890,7 @@ static dlrec_status cuda_bce_forward(dlrec_backend *be, double *loss, const floa
 
 static dlrec_status cuda_bce_backward(dlrec_backend *be, float *dlogits, const float *logits, const float *labels,
                                       int B) {
-  TRY(check_bce("bce_logits_backward", dlogits, logits, labels, B));
+  TRY(nn_check_bce("bce_logits_backward", dlogits, logits, labels, B));
   return cuda_status(cuk_bce_backward(enter(be), dlogits, logits, labels, B), "bce_logits_backward");
 }
 

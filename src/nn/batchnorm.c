@@ -19,6 +19,7 @@
 #include <stddef.h>
 
 #include "dlrec/nn.h"
+#include "nn/nn_checks.h"
 
 #define MAX_C 65536
 #define BLOCK 64
@@ -26,7 +27,7 @@
 
 static int min_int(int a, int b) { return a < b ? a : b; }
 
-static dlrec_status check(const char *what, int B, int B_min, int C) {
+dlrec_status nn_check_batchnorm(const char *what, int B, int B_min, int C) {
   if (B < B_min || C < 1 || C > MAX_C)
     return dlrec_error(DLREC_ERR_INVALID, "%s: bad shape B=%d C=%d (B >= %d, 1 <= C <= %d)", what, B, C, B_min,
                        MAX_C);
@@ -120,7 +121,7 @@ static void col_backward_apply(float *din, float *dgamma, float *dbeta, const fl
   }
 }
 
-static dlrec_status check_momentum(const char *what, float momentum, float eps) {
+dlrec_status nn_check_momentum(const char *what, float momentum, float eps) {
   if (!(eps > 0.0f) || !(momentum >= 0.0f && momentum <= 1.0f))
     return dlrec_error(DLREC_ERR_INVALID, "%s: eps=%g must be > 0, momentum=%g in [0, 1]", what, eps, momentum);
   return DLREC_OK;
@@ -131,8 +132,8 @@ dlrec_status dlrec_batchnorm_train_forward(float *out, float *saved, const float
                                            float momentum, float eps, int B, int C) {
   if (!out || !saved || !in || !gamma || !beta || !running_mean || !running_var)
     return dlrec_error(DLREC_ERR_INVALID, "batchnorm_train_forward: NULL buffer");
-  dlrec_status st = check("batchnorm_train_forward", B, 2, C);
-  if (st == DLREC_OK) st = check_momentum("batchnorm_train_forward", momentum, eps);
+  dlrec_status st = nn_check_batchnorm("batchnorm_train_forward", B, 2, C);
+  if (st == DLREC_OK) st = nn_check_momentum("batchnorm_train_forward", momentum, eps);
   if (st != DLREC_OK) return st;
   const int blocks = (C + BLOCK - 1) / BLOCK;
 #pragma omp parallel for schedule(static) if ((size_t)B * C >= PARALLEL_MIN && blocks > 1)
@@ -151,7 +152,7 @@ dlrec_status dlrec_batchnorm_backward(float *din, float *dgamma, float *dbeta, c
                                       const float *gamma, const float *saved, int B, int C) {
   if (!din || !dgamma || !dbeta || !dout || !in || !gamma || !saved)
     return dlrec_error(DLREC_ERR_INVALID, "batchnorm_backward: NULL buffer");
-  dlrec_status st = check("batchnorm_backward", B, 2, C);
+  dlrec_status st = nn_check_batchnorm("batchnorm_backward", B, 2, C);
   if (st != DLREC_OK) return st;
   const int blocks = (C + BLOCK - 1) / BLOCK;
 #pragma omp parallel for schedule(static) if ((size_t)B * C >= PARALLEL_MIN && blocks > 1)
@@ -168,7 +169,7 @@ dlrec_status dlrec_batchnorm_backward(float *din, float *dgamma, float *dbeta, c
 
 dlrec_status dlrec_batchnorm_stats(double *out, const float *in, const double *sum, double N, int B, int C) {
   if (!out || !in) return dlrec_error(DLREC_ERR_INVALID, "batchnorm_stats: NULL buffer");
-  dlrec_status st = check("batchnorm_stats", B, 1, C);
+  dlrec_status st = nn_check_batchnorm("batchnorm_stats", B, 1, C);
   if (st == DLREC_OK && sum && !(N >= 1))
     st = dlrec_error(DLREC_ERR_INVALID, "batchnorm_stats: N=%g rows, expected at least 1", N);
   if (st != DLREC_OK) return st;
@@ -189,8 +190,8 @@ dlrec_status dlrec_batchnorm_normalize(float *out, float *saved, const float *in
                                        int C) {
   if (!out || !saved || !in || !sum || !sqdev || !gamma || !beta || (!running_mean != !running_var))
     return dlrec_error(DLREC_ERR_INVALID, "batchnorm_normalize: NULL buffer");
-  dlrec_status st = check("batchnorm_normalize", B, 1, C);
-  if (st == DLREC_OK) st = check_momentum("batchnorm_normalize", momentum, eps);
+  dlrec_status st = nn_check_batchnorm("batchnorm_normalize", B, 1, C);
+  if (st == DLREC_OK) st = nn_check_momentum("batchnorm_normalize", momentum, eps);
   if (st == DLREC_OK && !(N >= 2))
     st = dlrec_error(DLREC_ERR_INVALID, "batchnorm_normalize: N=%g rows, expected at least 2", N);
   if (st != DLREC_OK) return st;
@@ -207,7 +208,7 @@ dlrec_status dlrec_batchnorm_normalize(float *out, float *saved, const float *in
 dlrec_status dlrec_batchnorm_backward_stats(double *sg, double *sgx, const float *dout, const float *in,
                                             const float *saved, int B, int C) {
   if (!sg || !sgx || !dout || !in || !saved) return dlrec_error(DLREC_ERR_INVALID, "batchnorm_backward_stats: NULL buffer");
-  dlrec_status st = check("batchnorm_backward_stats", B, 1, C);
+  dlrec_status st = nn_check_batchnorm("batchnorm_backward_stats", B, 1, C);
   if (st != DLREC_OK) return st;
   const int blocks = (C + BLOCK - 1) / BLOCK;
 #pragma omp parallel for schedule(static) if ((size_t)B * C >= PARALLEL_MIN && blocks > 1)
@@ -224,7 +225,7 @@ dlrec_status dlrec_batchnorm_backward_apply(float *din, float *dgamma, float *db
                                             const double *sgx, double N, int B, int C) {
   if (!din || !dgamma || !dbeta || !dout || !in || !gamma || !saved || !sg_way || !sgx_way || !sg || !sgx)
     return dlrec_error(DLREC_ERR_INVALID, "batchnorm_backward_apply: NULL buffer");
-  dlrec_status st = check("batchnorm_backward_apply", B, 1, C);
+  dlrec_status st = nn_check_batchnorm("batchnorm_backward_apply", B, 1, C);
   if (st == DLREC_OK && !(N >= 2))
     st = dlrec_error(DLREC_ERR_INVALID, "batchnorm_backward_apply: N=%g rows, expected at least 2", N);
   if (st != DLREC_OK) return st;
@@ -242,7 +243,7 @@ dlrec_status dlrec_batchnorm_infer(float *out, const float *in, const float *gam
                                    const float *running_mean, const float *running_var, float eps, int B, int C) {
   if (!out || !in || !gamma || !beta || !running_mean || !running_var)
     return dlrec_error(DLREC_ERR_INVALID, "batchnorm_infer: NULL buffer");
-  dlrec_status st = check("batchnorm_infer", B, 1, C);
+  dlrec_status st = nn_check_batchnorm("batchnorm_infer", B, 1, C);
   if (st != DLREC_OK) return st;
   if (!(eps > 0.0f)) return dlrec_error(DLREC_ERR_INVALID, "batchnorm_infer: eps=%g must be > 0", eps);
   const size_t total = (size_t)B * C;
@@ -268,7 +269,7 @@ dlrec_status dlrec_batchnorm_infer_backward(float *din, float *dgamma, float *db
                                             const float *running_var, float eps, int B, int C) {
   if (!din || !dgamma || !dbeta || !dout || !in || !gamma || !running_mean || !running_var)
     return dlrec_error(DLREC_ERR_INVALID, "batchnorm_infer_backward: NULL buffer");
-  dlrec_status st = check("batchnorm_infer_backward", B, 1, C);
+  dlrec_status st = nn_check_batchnorm("batchnorm_infer_backward", B, 1, C);
   if (st != DLREC_OK) return st;
   if (!(eps > 0.0f)) return dlrec_error(DLREC_ERR_INVALID, "batchnorm_infer_backward: eps=%g must be > 0", eps);
   /* Columns side by side, rows in order within each: the accumulations of

@@ -18,6 +18,7 @@
 #include <stddef.h>
 
 #include "dlrec/nn.h"
+#include "nn/nn_checks.h"
 
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
@@ -27,7 +28,7 @@
 /* Elementwise passes smaller than this run on one thread (see linear.c). */
 #define PARALLEL_MIN 32768
 
-static dlrec_status check_shape(const char *what, int B, int d, int r) {
+dlrec_status nn_check_cross(const char *what, int B, int d, int r) {
   if (B < 1 || d < 1 || d > MAX_DIM || r < 0 || r > MAX_DIM)
     return dlrec_error(DLREC_ERR_INVALID, "%s: bad shape B=%d d=%d r=%d (1 <= d, r <= %d)", what, B, d, r, MAX_DIM);
   return DLREC_OK;
@@ -80,7 +81,7 @@ static void add_inplace(float *restrict y, const float *restrict x, size_t n) {
 dlrec_status dlrec_cross_forward(const dlrec_gemm_ops *g, float *out, float *act, const float *x0, const float *xl,
                                  const float *w, const float *bias, int B, int d) {
   if (!out || !act || !x0 || !xl || !w || !bias) return dlrec_error(DLREC_ERR_INVALID, "cross_forward: NULL buffer");
-  dlrec_status st = check_shape("cross_forward", B, d, 0);
+  dlrec_status st = nn_check_cross("cross_forward", B, d, 0);
   if (st != DLREC_OK) return st;
   st = dlrec_gemm_forward(g, act, xl, w, bias, B, d, d, 0); // u (B, d)
   if (st != DLREC_OK) return st;
@@ -93,7 +94,7 @@ dlrec_status dlrec_cross_backward(const dlrec_gemm_ops *g, float *dx0, float *dx
                                   float *ws, int B, int d) {
   if (!dx0 || !dxl || !dw || !dbias || !dout || !x0 || !xl || !act || !w || !ws)
     return dlrec_error(DLREC_ERR_INVALID, "cross_backward: NULL buffer");
-  dlrec_status st = check_shape("cross_backward", B, d, 0);
+  dlrec_status st = nn_check_cross("cross_backward", B, d, 0);
   if (st != DLREC_OK) return st;
   const size_t n = (size_t)B * d;
   float *du = ws; // (B, d)
@@ -107,7 +108,7 @@ dlrec_status dlrec_cross_backward(const dlrec_gemm_ops *g, float *dx0, float *dx
 dlrec_status dlrec_cross_infer(float *out, const float *x0, const float *xl, const dlrec_packed_linear *w, int B,
                                int d) {
   if (!out || !x0 || !xl || !w) return dlrec_error(DLREC_ERR_INVALID, "cross_infer: NULL argument");
-  dlrec_status st = check_shape("cross_infer", B, d, 0);
+  dlrec_status st = nn_check_cross("cross_infer", B, d, 0);
   if (st != DLREC_OK) return st;
   st = dlrec_packed_linear_forward(w, xl, out, B, 0); // u (B, d), in out
   if (st != DLREC_OK) return st;
@@ -122,7 +123,7 @@ dlrec_status dlrec_cross_lowrank_forward(const dlrec_gemm_ops *g, float *out, fl
                                          int d, int r) {
   if (!out || !act || !x0 || !xl || !v || !u || !bias)
     return dlrec_error(DLREC_ERR_INVALID, "cross_lowrank_forward: NULL buffer");
-  dlrec_status st = check_shape("cross_lowrank_forward", B, d, r);
+  dlrec_status st = nn_check_cross("cross_lowrank_forward", B, d, r);
   if (st == DLREC_OK && r < 1) st = dlrec_error(DLREC_ERR_INVALID, "cross_lowrank_forward: rank r=%d < 1", r);
   if (st != DLREC_OK) return st;
   float *t = act, *uu = act + (size_t)B * r;
@@ -139,7 +140,7 @@ dlrec_status dlrec_cross_lowrank_backward(const dlrec_gemm_ops *g, float *dx0, f
                                           int r) {
   if (!dx0 || !dxl || !dv || !du || !dbias || !dout || !x0 || !xl || !act || !v || !u || !ws)
     return dlrec_error(DLREC_ERR_INVALID, "cross_lowrank_backward: NULL buffer");
-  dlrec_status st = check_shape("cross_lowrank_backward", B, d, r);
+  dlrec_status st = nn_check_cross("cross_lowrank_backward", B, d, r);
   if (st == DLREC_OK && r < 1) st = dlrec_error(DLREC_ERR_INVALID, "cross_lowrank_backward: rank r=%d < 1", r);
   if (st != DLREC_OK) return st;
   const size_t n = (size_t)B * d;
@@ -158,7 +159,7 @@ dlrec_status dlrec_cross_lowrank_infer(float *out, float *ws, const float *x0, c
                                        int r) {
   if (!out || !ws || !x0 || !xl || !v || !u)
     return dlrec_error(DLREC_ERR_INVALID, "cross_lowrank_infer: NULL argument");
-  dlrec_status st = check_shape("cross_lowrank_infer", B, d, r);
+  dlrec_status st = nn_check_cross("cross_lowrank_infer", B, d, r);
   if (st == DLREC_OK && r < 1) st = dlrec_error(DLREC_ERR_INVALID, "cross_lowrank_infer: rank r=%d < 1", r);
   if (st != DLREC_OK) return st;
   st = dlrec_packed_linear_forward(v, xl, ws, B, 0); // t (B, r)

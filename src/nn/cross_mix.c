@@ -24,6 +24,7 @@
 #include <stddef.h>
 
 #include "dlrec/nn.h"
+#include "nn/nn_checks.h"
 
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
@@ -32,7 +33,7 @@
 #define MAX_DIM 65536
 #define MAX_K 64
 
-static dlrec_status check_shape(const char *what, int B, int d, int r, int K) {
+dlrec_status nn_check_cross_mix(const char *what, int B, int d, int r, int K) {
   if (B < 1 || d < 1 || d > MAX_DIM || r < 1 || r > MAX_DIM || K < 1 || K > MAX_K)
     return dlrec_error(DLREC_ERR_INVALID, "%s: bad shape B=%d d=%d r=%d K=%d (1 <= d, r <= %d, 1 <= K <= %d)", what,
                        B, d, r, K, MAX_DIM, MAX_K);
@@ -101,7 +102,7 @@ dlrec_status dlrec_cross_mix_forward(const dlrec_gemm_ops *g, float *out, float 
                                      const float *bias, int B, int d, int r, int K) {
   if (!out || !act || !x0 || !xl || !v || !c || !u || !gate || !bias)
     return dlrec_error(DLREC_ERR_INVALID, "cross_mix_forward: NULL buffer");
-  dlrec_status st = check_shape("cross_mix_forward", B, d, r, K);
+  dlrec_status st = nn_check_cross_mix("cross_mix_forward", B, d, r, K);
   if (st != DLREC_OK) return st;
   const size_t Br = (size_t)B * r, Bd = (size_t)B * d;
   float *t1 = act, *t2 = t1 + K * Br, *e = t2 + K * Br, *p = e + K * Bd;
@@ -125,7 +126,7 @@ dlrec_status dlrec_cross_mix_backward(const dlrec_gemm_ops *g, float *dx0, float
   if (!dx0 || !dxl || !dv || !dc || !du || !dgate || !dbias || !dout || !x0 || !xl || !act || !v || !c || !u || !gate ||
       !ws)
     return dlrec_error(DLREC_ERR_INVALID, "cross_mix_backward: NULL buffer");
-  dlrec_status st = check_shape("cross_mix_backward", B, d, r, K);
+  dlrec_status st = nn_check_cross_mix("cross_mix_backward", B, d, r, K);
   if (st != DLREC_OK) return st;
   const size_t Br = (size_t)B * r, Bd = (size_t)B * d;
   const float *t1 = act, *t2 = t1 + K * Br, *e = t2 + K * Br, *p = e + K * Bd;
@@ -180,7 +181,7 @@ dlrec_status dlrec_cross_mix_infer(float *out, float *ws, const float *x0, const
                                    int d, int r, int K) {
   if (!out || !ws || !x0 || !xl || !v || !c || !u || !gate)
     return dlrec_error(DLREC_ERR_INVALID, "cross_mix_infer: NULL argument");
-  dlrec_status st = check_shape("cross_mix_infer", B, d, r, K);
+  dlrec_status st = nn_check_cross_mix("cross_mix_infer", B, d, r, K);
   if (st != DLREC_OK) return st;
   for (int k = 0; k < K; k++)
     if (!v[k] || !c[k] || !u[k]) return dlrec_error(DLREC_ERR_INVALID, "cross_mix_infer: NULL layer of expert %d", k);

@@ -16,18 +16,15 @@
 
 #include "dlrec/hash.h"
 #include "dlrec/nn.h"
+#include "nn/nn_checks.h"
 
 #define PARALLEL_MIN 32768
 #define GOLDEN 0x9e3779b97f4a7c15ULL
 
-typedef struct mask {
-  uint64_t key;
-  uint32_t threshold; /* drop when the draw's top 32 bits are below it */
-  float scale;        /* 1 / (1 − p) */
-} mask;
+typedef nn_dropout_mask mask;
 
-static dlrec_status make_mask(mask *m, const char *what, const void *a, const void *b, float p, uint64_t seed,
-                              uint64_t step) {
+dlrec_status nn_dropout_mask_make(mask *m, const char *what, const void *a, const void *b, float p, uint64_t seed,
+                                  uint64_t step) {
   if (!a || !b) return dlrec_error(DLREC_ERR_INVALID, "%s: NULL buffer", what);
   if (!(p >= 0.0f && p < 1.0f)) return dlrec_error(DLREC_ERR_INVALID, "%s: rate p=%g not in [0, 1)", what, p);
   /* Seed and step go through the mixer separately, as in dlrec_rng_seed, so
@@ -53,7 +50,7 @@ static void apply(float *y, const float *x, size_t n, const mask *m) {
 dlrec_status dlrec_dropout_forward(float *out, const float *in, size_t n, float p, uint64_t seed, uint64_t step,
                                    int train) {
   mask m;
-  dlrec_status st = make_mask(&m, "dropout_forward", out, in, p, seed, step);
+  dlrec_status st = nn_dropout_mask_make(&m, "dropout_forward", out, in, p, seed, step);
   if (st != DLREC_OK) return st;
   if (!train || p == 0.0f) {
     if (out != in && n) memmove(out, in, n * sizeof(float));
@@ -66,7 +63,7 @@ dlrec_status dlrec_dropout_forward(float *out, const float *in, size_t n, float 
 dlrec_status dlrec_dropout_backward(float *din, const float *dout, size_t n, float p, uint64_t seed,
                                     uint64_t step) {
   mask m;
-  dlrec_status st = make_mask(&m, "dropout_backward", din, dout, p, seed, step);
+  dlrec_status st = nn_dropout_mask_make(&m, "dropout_backward", din, dout, p, seed, step);
   if (st != DLREC_OK) return st;
   if (p == 0.0f) {
     if (din != dout && n) memmove(din, dout, n * sizeof(float));

@@ -12,13 +12,14 @@
 #include <stddef.h>
 
 #include "dlrec/nn.h"
+#include "nn/nn_checks.h"
 
 #define MAX_F 65536
 #define MAX_D 4096
 /* Coordinates of d summed at a time: the stack scratch is 2 x DCHUNK floats. */
 #define DCHUNK 256
 
-static dlrec_status check(const char *what, const void *a, const void *b, int B, int F, int D) {
+dlrec_status nn_check_fm(const char *what, const void *a, const void *b, int B, int F, int D) {
   if (!a || !b) return dlrec_error(DLREC_ERR_INVALID, "%s: NULL buffer", what);
   if (B < 1 || F < 1 || F > MAX_F || D < 1 || D > MAX_D)
     return dlrec_error(DLREC_ERR_INVALID, "%s: bad shape B=%d F=%d D=%d (F <= %d, D <= %d)", what, B, F, D, MAX_F,
@@ -41,7 +42,7 @@ static void column_sums(float *restrict s, float *restrict q, const float *restr
 }
 
 dlrec_status dlrec_fm_forward(float *out, const float *emb, int B, int F, int D) {
-  dlrec_status st = check("fm_forward", out, emb, B, F, D);
+  dlrec_status st = nn_check_fm("fm_forward", out, emb, B, F, D);
   if (st != DLREC_OK) return st;
   const size_t FD = (size_t)F * D;
 #pragma omp parallel for schedule(static) if ((size_t)B * FD >= 32768)
@@ -59,7 +60,7 @@ dlrec_status dlrec_fm_forward(float *out, const float *emb, int B, int F, int D)
 }
 
 dlrec_status dlrec_fm_backward(float *demb, const float *dout, const float *emb, int B, int F, int D) {
-  dlrec_status st = check("fm_backward", demb, dout, B, F, D);
+  dlrec_status st = nn_check_fm("fm_backward", demb, dout, B, F, D);
   if (st == DLREC_OK && !emb) st = dlrec_error(DLREC_ERR_INVALID, "fm_backward: NULL buffer");
   if (st != DLREC_OK) return st;
   const size_t FD = (size_t)F * D;

@@ -33,6 +33,7 @@
 #include <string.h>
 
 #include "dlrec/nn.h"
+#include "nn/nn_checks.h"
 
 #define MAX_F 256
 #define MAX_D 4096
@@ -218,7 +219,7 @@ static void backward_sample_any(float *restrict dx, float *restrict demb, const 
 
 /* ---- entry points --------------------------------------------------------- */
 
-static dlrec_status check(const char *what, const void *a, const void *b, const void *c, int B, int F, int D) {
+dlrec_status nn_check_dot(const char *what, const void *a, const void *b, const void *c, int B, int F, int D) {
   if (!a || !b || !c) return dlrec_error(DLREC_ERR_INVALID, "%s: NULL buffer", what);
   if (B < 1 || F < 1 || F > MAX_F || D < 1 || D > MAX_D)
     return dlrec_error(DLREC_ERR_INVALID, "%s: bad shape B=%d F=%d D=%d (F <= %d, D <= %d)", what, B, F, D, MAX_F,
@@ -254,7 +255,7 @@ static void backward_one(float *dx, float *demb, const float *dout, const float 
 }
 
 dlrec_status dlrec_interaction_dot_forward(float *out, const float *x, const float *emb, int B, int F, int D) {
-  dlrec_status st = check("interaction_dot_forward", out, x, emb, B, F, D);
+  dlrec_status st = nn_check_dot("interaction_dot_forward", out, x, emb, B, F, D);
   if (st != DLREC_OK) return st;
   const size_t W = dlrec_interaction_dot_dim(F, D);
   const int fpad = (F + 1 + JB - 1) / JB * JB;
@@ -272,7 +273,7 @@ dlrec_status dlrec_interaction_dot_forward(float *out, const float *x, const flo
 
 dlrec_status dlrec_interaction_dot_backward(float *dx, float *demb, const float *dout, const float *x,
                                             const float *emb, int B, int F, int D) {
-  dlrec_status st = check("interaction_dot_backward", dx, demb, dout, B, F, D);
+  dlrec_status st = nn_check_dot("interaction_dot_backward", dx, demb, dout, B, F, D);
   if (st != DLREC_OK) return st;
   if (!x || !emb) return dlrec_error(DLREC_ERR_INVALID, "interaction_dot_backward: NULL buffer");
   const size_t W = dlrec_interaction_dot_dim(F, D);
@@ -296,7 +297,7 @@ size_t dlrec_interaction_concat_dim(int DX, int F, int D) {
   return (size_t)DX + (size_t)F * (size_t)D;
 }
 
-static dlrec_status check_concat(const char *what, const void *a, const void *b, int B, int DX, int F, int D) {
+dlrec_status nn_check_concat(const char *what, const void *a, const void *b, int B, int DX, int F, int D) {
   if (!a || !b) return dlrec_error(DLREC_ERR_INVALID, "%s: NULL buffer", what);
   if (B < 1 || !dlrec_interaction_concat_dim(DX, F, D))
     return dlrec_error(DLREC_ERR_INVALID, "%s: bad shape B=%d DX=%d F=%d D=%d (0 <= DX <= %d, F <= %d, D <= %d)",
@@ -306,7 +307,7 @@ static dlrec_status check_concat(const char *what, const void *a, const void *b,
 
 dlrec_status dlrec_interaction_concat_forward(float *out, const float *x, const float *emb, int B, int DX, int F,
                                               int D) {
-  dlrec_status st = check_concat("interaction_concat_forward", out, emb, B, DX, F, D);
+  dlrec_status st = nn_check_concat("interaction_concat_forward", out, emb, B, DX, F, D);
   if (st != DLREC_OK) return st;
   if (DX > 0 && !x)
     return dlrec_error(DLREC_ERR_INVALID, "interaction_concat_forward: NULL dense buffer with DX=%d", DX);
@@ -322,7 +323,7 @@ dlrec_status dlrec_interaction_concat_forward(float *out, const float *x, const 
 
 dlrec_status dlrec_interaction_concat_backward(float *dx, float *demb, const float *dout, int B, int DX, int F,
                                                int D) {
-  dlrec_status st = check_concat("interaction_concat_backward", demb, dout, B, DX, F, D);
+  dlrec_status st = nn_check_concat("interaction_concat_backward", demb, dout, B, DX, F, D);
   if (st != DLREC_OK) return st;
   const size_t FD = (size_t)F * D, W = (size_t)DX + FD;
 #pragma omp parallel for schedule(static) if ((size_t)B * W >= 32768)

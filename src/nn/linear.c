@@ -8,13 +8,13 @@
 #include <stddef.h>
 
 #include "dlrec/nn.h"
+#include "nn/nn_checks.h"
 
 /* Elementwise passes smaller than this run on one thread: waking the OpenMP
  * team costs more than the pass itself. */
 #define PARALLEL_MIN 32768
 
-static dlrec_status check_dims(const char *what, const void *a, const void *b, const void *c, int B, int IN,
-                               int OUT) {
+dlrec_status nn_check_linear(const char *what, const void *a, const void *b, const void *c, int B, int IN, int OUT) {
   if (!a || !b || !c) return dlrec_error(DLREC_ERR_INVALID, "%s: NULL buffer", what);
   if (B < 1 || IN < 1 || OUT < 1)
     return dlrec_error(DLREC_ERR_INVALID, "%s: bad shape B=%d IN=%d OUT=%d", what, B, IN, OUT);
@@ -45,7 +45,7 @@ static void relu_inplace(float *restrict x, size_t n) {
 
 static dlrec_status forward(float *out, const float *in, const float *weight, const float *bias, int B, int IN,
                             int OUT, int relu, const char *what) {
-  dlrec_status st = check_dims(what, out, in, weight, B, IN, OUT);
+  dlrec_status st = nn_check_linear(what, out, in, weight, B, IN, OUT);
   if (st != DLREC_OK) return st;
   fill_bias(out, bias, B, OUT);
   // out (B, OUT) += in (B, IN) · Wᵀ (IN, OUT)
@@ -86,7 +86,7 @@ void dlrec_bias_backward(float *restrict dbias, const float *restrict dout, int 
 
 dlrec_status dlrec_linear_backward(float *din, float *dweight, float *dbias, const float *dout, const float *in,
                                    const float *weight, int B, int IN, int OUT) {
-  dlrec_status st = check_dims("linear_backward", dweight, dout, in, B, IN, OUT);
+  dlrec_status st = nn_check_linear("linear_backward", dweight, dout, in, B, IN, OUT);
   if (st != DLREC_OK) return st;
   if (din && !weight) return dlrec_error(DLREC_ERR_INVALID, "linear_backward: din needs the weights");
   // dW (OUT, IN) += doutᵀ (OUT, B) · in (B, IN)

@@ -7,15 +7,16 @@
 #include <math.h>
 
 #include "dlrec/nn.h"
+#include "nn/nn_checks.h"
 
-static dlrec_status check(const char *what, const void *a, const void *b, const void *c, int B) {
+dlrec_status nn_check_bce(const char *what, const void *a, const void *b, const void *c, int B) {
   if (!a || !b || !c) return dlrec_error(DLREC_ERR_INVALID, "%s: NULL buffer", what);
   if (B < 1) return dlrec_error(DLREC_ERR_INVALID, "%s: batch of %d rows", what, B);
   return DLREC_OK;
 }
 
 dlrec_status dlrec_bce_logits_forward(double *loss, const float *logits, const float *labels, int B) {
-  dlrec_status st = check("bce_logits_forward", loss, logits, labels, B);
+  dlrec_status st = nn_check_bce("bce_logits_forward", loss, logits, labels, B);
   if (st != DLREC_OK) return st;
   /* One thread, in sample order: a batch is a few thousand values, and a
    * parallel reduction would make the reported loss depend on the thread
@@ -30,7 +31,7 @@ dlrec_status dlrec_bce_logits_forward(double *loss, const float *logits, const f
 }
 
 dlrec_status dlrec_bce_logits_backward(float *dlogits, const float *logits, const float *labels, int B) {
-  dlrec_status st = check("bce_logits_backward", dlogits, logits, labels, B);
+  dlrec_status st = nn_check_bce("bce_logits_backward", dlogits, logits, labels, B);
   if (st != DLREC_OK) return st;
   const float inv_b = 1.0f / (float)B;
   for (int b = 0; b < B; b++) {

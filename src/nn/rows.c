@@ -8,12 +8,13 @@
 #include <string.h>
 
 #include "dlrec/nn.h"
+#include "nn/nn_checks.h"
 
 /* Passes smaller than this run on one thread (see linear.c). */
 #define PARALLEL_MIN 32768
 
-static dlrec_status check_rows(const char *what, const void *dst, const void *src, size_t dst_ld, size_t src_ld,
-                               size_t width) {
+dlrec_status nn_check_rows(const char *what, const void *dst, const void *src, size_t dst_ld, size_t src_ld,
+                           size_t width) {
   if (!dst || !src) return dlrec_error(DLREC_ERR_INVALID, "%s: NULL buffer", what);
   if (width > dst_ld || (src_ld && width > src_ld))
     return dlrec_error(DLREC_ERR_INVALID, "%s: rows of %zu values do not fit strides %zu and %zu", what, width,
@@ -23,7 +24,7 @@ static dlrec_status check_rows(const char *what, const void *dst, const void *sr
 
 dlrec_status dlrec_copy_rows(float *dst, size_t dst_ld, const float *src, size_t src_ld, size_t rows, size_t width) {
   if (!rows || !width) return DLREC_OK;
-  dlrec_status s = check_rows("copy_rows", dst, src, dst_ld, src_ld, width);
+  dlrec_status s = nn_check_rows("copy_rows", dst, src, dst_ld, src_ld, width);
   if (s != DLREC_OK) return s;
   if (dst_ld == width && src_ld == width) {
     memcpy(dst, src, rows * width * sizeof(float));
@@ -36,7 +37,7 @@ dlrec_status dlrec_copy_rows(float *dst, size_t dst_ld, const float *src, size_t
 
 dlrec_status dlrec_fill_rows(float *dst, size_t dst_ld, size_t rows, size_t width, float value) {
   if (!rows || !width) return DLREC_OK;
-  dlrec_status s = check_rows("fill_rows", dst, dst, dst_ld, dst_ld, width);
+  dlrec_status s = nn_check_rows("fill_rows", dst, dst, dst_ld, dst_ld, width);
   if (s != DLREC_OK) return s;
   if (dst_ld == width) {
     const size_t n = rows * width;

@@ -9,10 +9,11 @@
 #include <stddef.h>
 
 #include "dlrec/nn.h"
+#include "nn/nn_checks.h"
 
 #define MAX_F 65536
 
-static dlrec_status check(const char *what, const void *a, const void *b, int B, int F) {
+dlrec_status nn_check_wide(const char *what, const void *a, const void *b, int B, int F) {
   if (!a || !b) return dlrec_error(DLREC_ERR_INVALID, "%s: NULL buffer", what);
   if (B < 1 || F < 1 || F > MAX_F)
     return dlrec_error(DLREC_ERR_INVALID, "%s: bad shape B=%d F=%d (1 <= F <= %d)", what, B, F, MAX_F);
@@ -20,7 +21,7 @@ static dlrec_status check(const char *what, const void *a, const void *b, int B,
 }
 
 dlrec_status dlrec_wide_forward(float *out, const float *w, const float *bias, int B, int F) {
-  dlrec_status st = check("wide_forward", out, w, B, F);
+  dlrec_status st = nn_check_wide("wide_forward", out, w, B, F);
   if (st != DLREC_OK) return st;
   const float b0 = bias ? *bias : 0.0f;
 #pragma omp parallel for schedule(static) if ((size_t)B * F >= 32768)
@@ -34,7 +35,7 @@ dlrec_status dlrec_wide_forward(float *out, const float *w, const float *bias, i
 }
 
 dlrec_status dlrec_wide_backward(float *dw, float *dbias, const float *dout, int B, int F) {
-  dlrec_status st = check("wide_backward", dw, dout, B, F);
+  dlrec_status st = nn_check_wide("wide_backward", dw, dout, B, F);
   if (st != DLREC_OK) return st;
 #pragma omp parallel for schedule(static) if ((size_t)B * F >= 32768)
   for (int b = 0; b < B; b++) {

@@ -1,0 +1,45 @@
+/* The argument checks of src/nn's kernels, one place for every backend:
+ * the CPU kernels run them, and a backend whose ops run elsewhere (a GPU's)
+ * runs the same ones before it enqueues anything, so a refused call says
+ * the same and touches nothing on either. Each returns DLREC_OK or
+ * DLREC_ERR_INVALID with a message naming `what`. */
+#ifndef DLREC_NN_CHECKS_H
+#define DLREC_NN_CHECKS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dlrec/nn.h"
+
+/* rows.c: non-NULL; width within dst_ld, and src_ld unless it is 0. */
+dlrec_status nn_check_rows(const char *what, const void *dst, const void *src, size_t dst_ld, size_t src_ld,
+                           size_t width);
+/* linear.c: three buffers, B, IN, OUT >= 1. */
+dlrec_status nn_check_linear(const char *what, const void *a, const void *b, const void *c, int B, int IN, int OUT);
+/* interaction.c: the dot interaction's three buffers and shape; the
+ * concatenation's two and shape. */
+dlrec_status nn_check_dot(const char *what, const void *a, const void *b, const void *c, int B, int F, int D);
+dlrec_status nn_check_concat(const char *what, const void *a, const void *b, int B, int DX, int F, int D);
+/* cross.c (r = 0: full rank) and cross_mix.c. */
+dlrec_status nn_check_cross(const char *what, int B, int d, int r);
+dlrec_status nn_check_cross_mix(const char *what, int B, int d, int r, int K);
+/* fm.c, wide.c, loss.c. */
+dlrec_status nn_check_fm(const char *what, const void *a, const void *b, int B, int F, int D);
+dlrec_status nn_check_wide(const char *what, const void *a, const void *b, int B, int F);
+dlrec_status nn_check_bce(const char *what, const void *a, const void *b, const void *c, int B);
+/* batchnorm.c: the shape (B >= B_min) and the momentum and eps. */
+dlrec_status nn_check_batchnorm(const char *what, int B, int B_min, int C);
+dlrec_status nn_check_momentum(const char *what, float momentum, float eps);
+
+/* dropout.c: the mask of (p, seed, step), whose draw keeps element i when
+ * the top 32 bits of dlrec_mix64(key + (i + 1) * golden) reach threshold,
+ * after the checks of both buffers and of p. */
+typedef struct nn_dropout_mask {
+  uint64_t key;
+  uint32_t threshold; /* drop when the draw's top 32 bits are below it */
+  float scale;        /* 1 / (1 − p) */
+} nn_dropout_mask;
+dlrec_status nn_dropout_mask_make(nn_dropout_mask *m, const char *what, const void *a, const void *b, float p,
+                                  uint64_t seed, uint64_t step);
+
+#endif
