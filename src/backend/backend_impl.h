@@ -180,10 +180,11 @@ dlrec_status backend_lane_create(const dlrec_backend *be, dlrec_backend **lane);
 
 /* Mirrors of a table and its sparse optimizer in be's memory (mirror.c),
  * for a backend whose memory is not the host's: the bag ops take the
- * mirrors; download copies the rows (and the state, with the update count
+ * mirrors; upload copies the host's rows into a mirror, download copies the rows (and the state, with the update count
  * that keys a 16-bit table's rounding) back into the host's. A mirror's
  * optimizer is made for the mirror table and frees before it. */
 dlrec_status backend_table_mirror(dlrec_backend *be, const dlrec_table *host, dlrec_table **dev);
+dlrec_status backend_table_upload(dlrec_backend *be, dlrec_table *dev, const dlrec_table *host);
 dlrec_status backend_table_download(dlrec_backend *be, dlrec_table *host, const dlrec_table *dev);
 void backend_table_mirror_free(dlrec_backend *be, dlrec_table *dev); /* accepts NULL */
 dlrec_status backend_sparse_optim_mirror(dlrec_backend *be, dlrec_sparse_optim *host, const dlrec_table *dev_table,

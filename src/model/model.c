@@ -158,7 +158,7 @@ static dlrec_status create(dlrec_net **out, const dlrec_net_config *c, const dlr
   if (s == DLREC_OK && (n->plan.emb_dim < 1 || n->plan.emb_dim > DLREC_EMBED_MAX_DIM))
     s = dlrec_error(DLREC_ERR_INVALID, "embedding dim %u out of range [1, %d]", n->plan.emb_dim, DLREC_EMBED_MAX_DIM);
   if (s == DLREC_OK) {
-    n->params = calloc(n->plan.n_params ? n->plan.n_params : 1, sizeof(float));
+    n->params = calloc(1, net_params_bytes(n));
     if (!n->params) s = dlrec_error(DLREC_ERR_NOMEM, "cannot allocate %zu dense parameters", n->plan.n_params);
   }
   /* Raw keys index nothing: only a hash table (whose rows keys take as they

@@ -314,6 +314,10 @@ struct dlrec_net {
 /* The parameters and table the passes use: the device's mirrors, or the host's. */
 static inline float *net_params(const dlrec_net *n) { return n->dparams ? n->dparams : n->params; }
 static inline const dlrec_table *net_table(const dlrec_net *n) { return n->dtable ? n->dtable : n->table; }
+/* The bytes of the dense parameters' array (one float when there are none). */
+static inline size_t net_params_bytes(const dlrec_net *n) {
+  return (n->plan.n_params ? n->plan.n_params : 1) * sizeof(float);
+}
 /* What a network on backend be needs that this one may lack (a RAM table,
  * one process, no raw keys): DLREC_OK or why not. */
 dlrec_status net_device_check(const dlrec_net *n, const dlrec_backend *be);

@@ -37,8 +37,6 @@ void net_device_drop(dlrec_net *n) {
   n->dev_be = NULL;
 }
 
-static size_t params_bytes(const dlrec_net *n) { return (n->plan.n_params ? n->plan.n_params : 1) * sizeof(float); }
-
 static size_t dense_state_bytes(const dlrec_net *n, const dlrec_net_optim *opt) {
   return dlrec_optim_state_floats(&opt->dense, n->plan.n_params) * sizeof(float);
 }
@@ -49,7 +47,7 @@ static dlrec_status net_upload(dlrec_net *n) {
   dlrec_backend *be = n->be;
   if (n->dev_be != be) {
     net_device_drop(n);
-    if (!(n->dparams = be->ops->alloc(be, params_bytes(n))))
+    if (!(n->dparams = be->ops->alloc(be, net_params_bytes(n))))
       return dlrec_error(DLREC_ERR_NOMEM, "%s: no memory for %zu dense parameters", be->describe, n->plan.n_params);
     n->dev_be = be;
     if (n->schema.n_sparse) {
@@ -60,12 +58,10 @@ static dlrec_status net_upload(dlrec_net *n) {
       }
     }
   } else if (n->dtable) {
-    dlrec_status s = be->ops->upload(be, dlrec_table_raw(n->dtable), dlrec_table_raw_const(n->table),
-                                     (size_t)dlrec_table_rows(n->table) * dlrec_table_stride(n->table) *
-                                         dlrec_table_dtype_bytes(dlrec_table_get_dtype(n->table)));
+    dlrec_status s = backend_table_upload(be, n->dtable, n->table);
     if (s != DLREC_OK) return s;
   }
-  return be->ops->upload(be, n->dparams, n->params, params_bytes(n));
+  return be->ops->upload(be, n->dparams, n->params, net_params_bytes(n));
 }
 
 void dlrec_net_optim_free_device(dlrec_net_optim *opt) {
@@ -103,7 +99,7 @@ dlrec_status dlrec_net_sync_device(dlrec_net *n, dlrec_net_optim *opt) {
 dlrec_status dlrec_net_sync_host(dlrec_net *n, dlrec_net_optim *opt) {
   dlrec_backend *be = n->dev_be;
   if (!be) return DLREC_OK;
-  dlrec_status s = be->ops->download(be, n->params, n->dparams, params_bytes(n));
+  dlrec_status s = be->ops->download(be, n->params, n->dparams, net_params_bytes(n));
   if (s == DLREC_OK && n->dtable) s = backend_table_download(be, n->table, n->dtable);
   if (s != DLREC_OK || !opt || opt->dev_be != be) return s;
   const size_t state = dense_state_bytes(n, opt);

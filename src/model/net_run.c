@@ -440,7 +440,7 @@ dlrec_status dlrec_net_scorer_create(dlrec_net_scorer **out, const dlrec_net *n)
   const float *params = n->params;
   float *fetched = NULL;
   if (n->dparams) {
-    const size_t bytes = (n->plan.n_params ? n->plan.n_params : 1) * sizeof(float);
+    const size_t bytes = net_params_bytes(n);
     if (!(fetched = malloc(bytes))) st = dlrec_error(DLREC_ERR_NOMEM, "out of memory");
     if (st == DLREC_OK) st = n->dev_be->ops->download(n->dev_be, fetched, n->dparams, bytes);
     params = fetched;
