@@ -121,9 +121,12 @@ void net_allreduce(const net_io *io, double *v, size_t n);
  * (B, F, D), the per-lookup embedding gradients), summed by the caller in
  * double in a fixed order so that a step stays bitwise reproducible: if the
  * norm exceeds max_norm, every gradient times max_norm / (norm + 1e-6). A
- * norm that is not finite is the step's divergence error. */
+ * norm that is not finite is the step's divergence error. net_clip_scale
+ * gives the factor alone (1 when the norm is within max_norm), for
+ * gradients that are not on the host. */
 dlrec_status net_clip(float *grad, size_t n_grad, float *d_emb, size_t n_emb, double sq, float max_norm,
                       uint64_t step);
+dlrec_status net_clip_scale(double sq, float max_norm, uint64_t step, float *scale);
 
 /* The first-order term on the dense features (dense_term.c): out (B) =
  * dense (B, n_dense) · w + b through net_linear_forward when n_dense > 0,

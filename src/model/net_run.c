@@ -886,15 +886,22 @@ dlrec_status dlrec_net_train_pass(dlrec_net *n, dlrec_net_ws *ws, const dlrec_ba
   return st;
 }
 
-dlrec_status net_clip(float *grad, size_t n_grad, float *d_emb, size_t n_emb, double sq, float max_norm,
-                      uint64_t step) {
+dlrec_status net_clip_scale(double sq, float max_norm, uint64_t step, float *scale) {
   const double norm = sqrt(sq);
+  *scale = 1.0f;
   if (!isfinite(norm))
     return dlrec_error(DLREC_ERR_INVALID, "training diverged at step %llu (the gradient norm is %g): lower the "
                        "learning rates or add warmup", (unsigned long long)step, norm);
   const double coef = (double)max_norm / (norm + 1e-6);
-  if (coef >= 1.0) return DLREC_OK;
-  const float c = (float)coef;
+  if (coef < 1.0) *scale = (float)coef;
+  return DLREC_OK;
+}
+
+dlrec_status net_clip(float *grad, size_t n_grad, float *d_emb, size_t n_emb, double sq, float max_norm,
+                      uint64_t step) {
+  float c;
+  dlrec_status st = net_clip_scale(sq, max_norm, step, &c);
+  if (st != DLREC_OK || c == 1.0f) return st;
   for (size_t i = 0; i < n_grad; i++) grad[i] *= c;
   for (size_t i = 0; i < n_emb; i++) d_emb[i] *= c;
   return DLREC_OK;
@@ -902,7 +909,8 @@ dlrec_status net_clip(float *grad, size_t n_grad, float *d_emb, size_t n_emb, do
 
 /* Gradient-norm clipping of the step's dense gradients and d_emb (B rows):
  * the squares summed in double on the host, in order (on a device, over
- * copies brought back), then both scaled where the norm is over. */
+ * copies brought back), then both scaled by the backend where the norm is
+ * over. */
 static dlrec_status clip(dlrec_net *n, dlrec_net_ws *ws, uint32_t B, float max_norm, uint64_t step) {
   const size_t n_grad = n->plan.n_trainable, n_emb = (size_t)B * n->schema.n_sparse * n->plan.emb_dim;
   const float *grad = ws->grad, *d_emb = ws->d_emb;
@@ -918,12 +926,11 @@ static dlrec_status clip(dlrec_net *n, dlrec_net_ws *ws, uint32_t B, float max_n
   for (size_t i = 0; st == DLREC_OK && i < n_grad; i++) sq += (double)grad[i] * grad[i];
   for (size_t i = 0; st == DLREC_OK && i < n_emb; i++) sq += (double)d_emb[i] * d_emb[i];
   free(host);
-  if (st != DLREC_OK) return st;
-  if (!ws->dev_be) return net_clip(ws->grad, n_grad, ws->d_emb, n_emb, sq, max_norm, step);
-  const double norm = sqrt(sq), coef = (double)max_norm / (norm + 1e-6);
-  if (!isfinite(norm) || coef >= 1.0) return net_clip(NULL, 0, NULL, 0, sq, max_norm, step); /* its message */
-  st = BE_OP(n->be, scale, ws->grad, n_grad, (float)coef);
-  return st == DLREC_OK ? BE_OP(n->be, scale, ws->d_emb, n_emb, (float)coef) : st;
+  float c = 1.0f;
+  if (st == DLREC_OK) st = net_clip_scale(sq, max_norm, step, &c);
+  if (st != DLREC_OK || c == 1.0f) return st;
+  st = BE_OP(n->be, scale, ws->grad, n_grad, c);
+  return st == DLREC_OK ? BE_OP(n->be, scale, ws->d_emb, n_emb, c) : st;
 }
 
 dlrec_status dlrec_net_train_step(dlrec_net *n, dlrec_net_ws *ws, dlrec_net_optim *opt, const dlrec_batch *given,
