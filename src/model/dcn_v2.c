@@ -338,25 +338,20 @@ static dlrec_status ws_create(const void *ctx, const net_plan *p, uint32_t max_b
   if (!w) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
   dlrec_arena_init_in(&w->arena, 1u << 20, mem);
   size_t B = max_batch, d = m->d;
-#define WS_ALLOC(ptr, floats)                                                              \
-  do {                                                                                     \
-    if (!((ptr) = dlrec_arena_alloc(&w->arena, (floats) * sizeof(float), 64))) goto nomem; \
-  } while (0)
-  WS_ALLOC(w->x0, B * d);
+  NET_WS_ALLOC(&w->arena, w->x0, B * d);
   for (uint32_t l = 0; l < m->cfg.layers; l++) {
-    WS_ALLOC(w->xc[l], B * d);
-    WS_ALLOC(w->act[l], act_floats(m, (int)B));
+    NET_WS_ALLOC(&w->arena, w->xc[l], B * d);
+    NET_WS_ALLOC(&w->arena, w->act[l], act_floats(m, (int)B));
   }
-  WS_ALLOC(w->scratch, scratch_floats(m, (int)B));
-  if (m->cfg.mlp.n_hidden) WS_ALLOC(w->mlp, net_mlp_ws_floats(&m->mlp, max_batch));
-  WS_ALLOC(w->cat, B * m->out_in);
-  WS_ALLOC(w->dcat, B * m->out_in);
-  if (m->cfg.structure == DCN_PARALLEL) WS_ALLOC(w->dh, B * m->mlp.out); /* parallel always has an MLP */
-  WS_ALLOC(w->logits, B);
-  WS_ALLOC(w->dx0, B * d);
-  WS_ALLOC(w->da, B * d);
-  WS_ALLOC(w->db, B * d);
-#undef WS_ALLOC
+  NET_WS_ALLOC(&w->arena, w->scratch, scratch_floats(m, (int)B));
+  if (m->cfg.mlp.n_hidden) NET_WS_ALLOC(&w->arena, w->mlp, net_mlp_ws_floats(&m->mlp, max_batch));
+  NET_WS_ALLOC(&w->arena, w->cat, B * m->out_in);
+  NET_WS_ALLOC(&w->arena, w->dcat, B * m->out_in);
+  if (m->cfg.structure == DCN_PARALLEL) NET_WS_ALLOC(&w->arena, w->dh, B * m->mlp.out); /* parallel always has an MLP */
+  NET_WS_ALLOC(&w->arena, w->logits, B);
+  NET_WS_ALLOC(&w->arena, w->dx0, B * d);
+  NET_WS_ALLOC(&w->arena, w->da, B * d);
+  NET_WS_ALLOC(&w->arena, w->db, B * d);
   *out = w;
   return DLREC_OK;
 nomem:

@@ -231,26 +231,21 @@ static dlrec_status ws_create(const void *ctx, const net_plan *p, uint32_t max_b
   if (!w) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
   dlrec_arena_init_in(&w->arena, 1u << 20, mem);
   size_t B = max_batch;
-#define WS_ALLOC(ptr, floats)                                                              \
-  do {                                                                                     \
-    if (!((ptr) = dlrec_arena_alloc(&w->arena, (floats) * sizeof(float), 64))) goto nomem; \
-  } while (0)
-  for (uint32_t l = 0; l < m->n_bottom; l++) WS_ALLOC(w->bot[l], B * m->lb[l].out);
-  WS_ALLOC(w->inter, B * m->inter_dim);
-  WS_ALLOC(w->d_inter, B * m->inter_dim);
-  for (uint32_t l = 0; l < m->shape.n_top; l++) WS_ALLOC(w->top[l], B * m->lt[l].out);
-  WS_ALLOC(w->d_a, B * widest(m));
-  WS_ALLOC(w->d_b, B * widest(m));
-  WS_ALLOC(w->dx, B * m->shape.emb_dim);
+  for (uint32_t l = 0; l < m->n_bottom; l++) NET_WS_ALLOC(&w->arena, w->bot[l], B * m->lb[l].out);
+  NET_WS_ALLOC(&w->arena, w->inter, B * m->inter_dim);
+  NET_WS_ALLOC(&w->arena, w->d_inter, B * m->inter_dim);
+  for (uint32_t l = 0; l < m->shape.n_top; l++) NET_WS_ALLOC(&w->arena, w->top[l], B * m->lt[l].out);
+  NET_WS_ALLOC(&w->arena, w->d_a, B * widest(m));
+  NET_WS_ALLOC(&w->arena, w->d_b, B * widest(m));
+  NET_WS_ALLOC(&w->arena, w->dx, B * m->shape.emb_dim);
   if (m->pairs) {
     size_t D = m->shape.emb_dim, rest = (size_t)(m->n_sparse - 1) * D;
-    WS_ALLOC(w->e1, B * D);
-    WS_ALLOC(w->rest, B * rest);
-    WS_ALLOC(w->d_rest, B * rest);
-    WS_ALLOC(w->full, B * (D + m->inter_dim));
-    WS_ALLOC(w->d_full, B * (D + m->inter_dim));
+    NET_WS_ALLOC(&w->arena, w->e1, B * D);
+    NET_WS_ALLOC(&w->arena, w->rest, B * rest);
+    NET_WS_ALLOC(&w->arena, w->d_rest, B * rest);
+    NET_WS_ALLOC(&w->arena, w->full, B * (D + m->inter_dim));
+    NET_WS_ALLOC(&w->arena, w->d_full, B * (D + m->inter_dim));
   }
-#undef WS_ALLOC
   *out = w;
   return DLREC_OK;
 nomem:

@@ -121,18 +121,13 @@ static dlrec_status ws_create(const void *ctx, const net_plan *p, uint32_t max_b
   fm_ws *w = calloc(1, sizeof *w);
   if (!w) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
   dlrec_arena_init_in(&w->arena, 1u << 20, mem);
-#define WS_ALLOC(ptr, floats)                                                              \
-  do {                                                                                     \
-    if (!((ptr) = dlrec_arena_alloc(&w->arena, (floats) * sizeof(float), 64))) goto nomem; \
-  } while (0)
-  WS_ALLOC(w->logits, B);
-  WS_ALLOC(w->second, B);
-  WS_ALLOC(w->first, B);
-  WS_ALLOC(w->v, B * FD);
-  WS_ALLOC(w->dv, B * FD);
-  WS_ALLOC(w->w, B * m->n_sparse);
-  WS_ALLOC(w->dw, B * m->n_sparse);
-#undef WS_ALLOC
+  NET_WS_ALLOC(&w->arena, w->logits, B);
+  NET_WS_ALLOC(&w->arena, w->second, B);
+  NET_WS_ALLOC(&w->arena, w->first, B);
+  NET_WS_ALLOC(&w->arena, w->v, B * FD);
+  NET_WS_ALLOC(&w->arena, w->dv, B * FD);
+  NET_WS_ALLOC(&w->arena, w->w, B * m->n_sparse);
+  NET_WS_ALLOC(&w->arena, w->dw, B * m->n_sparse);
   *out = w;
   return DLREC_OK;
 nomem:

@@ -312,6 +312,13 @@ struct dlrec_net {
   uint8_t mean_cols[DLREC_MAX_SPARSE];
 };
 
+/* In a ws_create: ptr = `floats` floats from arena, 64-byte aligned, or
+ * goto nomem. */
+#define NET_WS_ALLOC(arena, ptr, floats)                                                  \
+  do {                                                                                    \
+    if (!((ptr) = dlrec_arena_alloc((arena), (floats) * sizeof(float), 64))) goto nomem; \
+  } while (0)
+
 /* ---- a network on a backend whose memory is not the host's (net_device.c) ---- */
 
 /* The parameters and table the passes use: the device's mirrors, or the host's. */

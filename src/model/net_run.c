@@ -144,21 +144,16 @@ dlrec_status dlrec_net_ws_create(dlrec_net_ws **out, const dlrec_net *n, uint32_
   /* A model may have no categorical column; the arena wants a size. */
   size_t emb_floats = B * F * D > 0 ? B * F * D : 1;
   dlrec_status s;
-#define WS_ALLOC(ptr, floats)                                                               \
-  do {                                                                                      \
-    if (!((ptr) = dlrec_arena_alloc(&ws->arena, (floats) * sizeof(float), 64))) goto nomem; \
-  } while (0)
-  WS_ALLOC(ws->emb, emb_floats);
-  WS_ALLOC(ws->d_emb, emb_floats);
-  WS_ALLOC(ws->d_logits, B);
-  WS_ALLOC(ws->grad, n->plan.n_params ? n->plan.n_params : 1);
+  NET_WS_ALLOC(&ws->arena, ws->emb, emb_floats);
+  NET_WS_ALLOC(&ws->arena, ws->d_emb, emb_floats);
+  NET_WS_ALLOC(&ws->arena, ws->d_logits, B);
+  NET_WS_ALLOC(&ws->arena, ws->grad, n->plan.n_params ? n->plan.n_params : 1);
   if (ws->dev_be) {
-    WS_ALLOC(ws->d_dense, B * (n->schema.n_dense ? n->schema.n_dense : 1));
-    WS_ALLOC(ws->d_labels, B);
-    WS_ALLOC(ws->d_prob, B);
+    NET_WS_ALLOC(&ws->arena, ws->d_dense, B * (n->schema.n_dense ? n->schema.n_dense : 1));
+    NET_WS_ALLOC(&ws->arena, ws->d_labels, B);
+    NET_WS_ALLOC(&ws->arena, ws->d_prob, B);
     if (!(ws->d_loss = dlrec_arena_alloc(&ws->arena, sizeof(double), 64))) goto nomem;
   }
-#undef WS_ALLOC
   if (n->schema.keys) {
     ws->keys_cap = (uint64_t)B * (n->max_ids_per_row / 2);
     const size_t offs = F * (B + 1) * sizeof(uint32_t);

@@ -163,23 +163,18 @@ static dlrec_status ws_create(const void *ctx, const net_plan *p, uint32_t max_b
   if (!w) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
   dlrec_arena_init_in(&w->arena, 1u << 20, mem);
   size_t B = max_batch, BF = B * m->n_sparse, BFD = BF * m->D, BX = B * m->mlp.in;
-#define WS_ALLOC(ptr, floats)                                                              \
-  do {                                                                                     \
-    if (!((ptr) = dlrec_arena_alloc(&w->arena, (floats) * sizeof(float), 64))) goto nomem; \
-  } while (0)
-  WS_ALLOC(w->logits, B);
-  WS_ALLOC(w->first, B);
-  WS_ALLOC(w->second, B);
-  WS_ALLOC(w->d_deep, B);
-  WS_ALLOC(w->v, BFD);
-  WS_ALLOC(w->w, BF);
-  WS_ALLOC(w->dw, BF);
-  if (m->fm) WS_ALLOC(w->dv_fm, BFD);
-  WS_ALLOC(w->x, BX);
-  WS_ALLOC(w->dx, BX);
-  if (m->n_dense || m->fm) WS_ALLOC(w->dv, BFD);
-  WS_ALLOC(w->mlp, net_mlp_ws_floats(&m->mlp, max_batch));
-#undef WS_ALLOC
+  NET_WS_ALLOC(&w->arena, w->logits, B);
+  NET_WS_ALLOC(&w->arena, w->first, B);
+  NET_WS_ALLOC(&w->arena, w->second, B);
+  NET_WS_ALLOC(&w->arena, w->d_deep, B);
+  NET_WS_ALLOC(&w->arena, w->v, BFD);
+  NET_WS_ALLOC(&w->arena, w->w, BF);
+  NET_WS_ALLOC(&w->arena, w->dw, BF);
+  if (m->fm) NET_WS_ALLOC(&w->arena, w->dv_fm, BFD);
+  NET_WS_ALLOC(&w->arena, w->x, BX);
+  NET_WS_ALLOC(&w->arena, w->dx, BX);
+  if (m->n_dense || m->fm) NET_WS_ALLOC(&w->arena, w->dv, BFD);
+  NET_WS_ALLOC(&w->arena, w->mlp, net_mlp_ws_floats(&m->mlp, max_batch));
   *out = w;
   return DLREC_OK;
 nomem:
