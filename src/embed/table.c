@@ -48,65 +48,69 @@ dlrec_status dlrec_table_create(dlrec_table **out, uint64_t rows, uint32_t dim) 
   return dlrec_table_create_dtype(out, rows, dim, DLREC_TABLE_FP32);
 }
 
-dlrec_status dlrec_table_create_dtype(dlrec_table **out, uint64_t rows, uint32_t dim, dlrec_table_dtype dtype) {
-  if (!out) return dlrec_error(DLREC_ERR_INVALID, "table_create: NULL result pointer");
+/* A handle for `rows` rows of dim values of dtype (stride: dim padded to a
+ * multiple of 4), in *out, its shape checked; what == the caller's name.
+ * The caller gives it its rows. */
+static dlrec_status table_new(const char *what, dlrec_table **out, uint64_t rows, uint32_t dim,
+                              dlrec_table_dtype dtype) {
+  if (!out) return dlrec_error(DLREC_ERR_INVALID, "%s: NULL result pointer", what);
   *out = NULL;
-  const uint32_t elem = dlrec_table_dtype_bytes(dtype);
-  if (!elem) return dlrec_error(DLREC_ERR_INVALID, "table_create: unknown dtype %d", (int)dtype);
+  if (!dlrec_table_dtype_bytes(dtype)) return dlrec_error(DLREC_ERR_INVALID, "%s: unknown dtype %d", what, (int)dtype);
   if (rows < 1 || rows > (1ull << 32))
-    return dlrec_error(DLREC_ERR_INVALID, "table_create: %llu rows; ids are 32-bit, so 1 to 2^32",
+    return dlrec_error(DLREC_ERR_INVALID, "%s: %llu rows; ids are 32-bit, so 1 to 2^32", what,
                        (unsigned long long)rows);
   if (dim < 1 || dim > DLREC_EMBED_MAX_DIM)
-    return dlrec_error(DLREC_ERR_INVALID, "table_create: dim %u, must be 1 to %d", dim, DLREC_EMBED_MAX_DIM);
-  const uint32_t stride = (dim + 3) & ~3u;
-  /* rows <= 2^32 and stride <= 1024: the product fits in 64 bits, though not
-   * necessarily in the address space. */
-  const unsigned long long bytes = (unsigned long long)rows * stride * elem;
-  if (bytes > (unsigned long long)(SIZE_MAX / 2))
-    return dlrec_error(DLREC_ERR_NOMEM, "table_create: %llu bytes do not fit the address space", bytes);
+    return dlrec_error(DLREC_ERR_INVALID, "%s: dim %u, must be 1 to %d", what, dim, DLREC_EMBED_MAX_DIM);
   dlrec_table *t = calloc(1, sizeof *t);
-  if (!t) return dlrec_error(DLREC_ERR_NOMEM, "table_create: out of memory");
-  /* Anonymous mappings are zero-filled (the padding's zeros come free) and
-   * their pages are only backed when first touched, so a table larger than
-   * what a run touches costs only what it touches. */
-  void *p = mmap(NULL, (size_t)bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (p == MAP_FAILED) {
-    int e = errno;
-    free(t);
-    return dlrec_error(DLREC_ERR_NOMEM, "table_create: mmap of %llu bytes (%llu rows x %u %s): %s", bytes,
-                       (unsigned long long)rows, stride, dlrec_table_dtype_name(dtype), strerror(e));
-  }
-#ifdef MADV_HUGEPAGE
-  (void)madvise(p, (size_t)bytes, MADV_HUGEPAGE); /* a hint: without THP it fails harmlessly */
-#endif
-  t->rows = rows;
-  t->dim = dim;
-  t->stride = stride;
-  t->dtype = dtype;
-  t->data = p;
-  t->map = p;
-  t->map_bytes = (size_t)bytes;
-  *out = t;
-  return DLREC_OK;
-}
-
-dlrec_status dlrec_table_wrap(dlrec_table **out, uint64_t rows, uint32_t dim, dlrec_table_dtype dtype, void *data) {
-  if (!out) return dlrec_error(DLREC_ERR_INVALID, "table_wrap: NULL result pointer");
-  *out = NULL;
-  if (!data) return dlrec_error(DLREC_ERR_INVALID, "table_wrap: NULL rows");
-  if (!dlrec_table_dtype_bytes(dtype)) return dlrec_error(DLREC_ERR_INVALID, "table_wrap: unknown dtype %d", (int)dtype);
-  if (rows < 1 || rows > (1ull << 32) || dim < 1 || dim > DLREC_EMBED_MAX_DIM)
-    return dlrec_error(DLREC_ERR_INVALID, "table_wrap: %llu rows of %u (1 to 2^32 rows, 1 to %d wide)",
-                       (unsigned long long)rows, dim, DLREC_EMBED_MAX_DIM);
-  dlrec_table *t = calloc(1, sizeof *t);
-  if (!t) return dlrec_error(DLREC_ERR_NOMEM, "table_wrap: out of memory");
+  if (!t) return dlrec_error(DLREC_ERR_NOMEM, "%s: out of memory", what);
   t->rows = rows;
   t->dim = dim;
   t->stride = (dim + 3) & ~3u;
   t->dtype = dtype;
-  t->data = data; /* map stays NULL: the rows are the caller's */
   *out = t;
   return DLREC_OK;
+}
+
+dlrec_status dlrec_table_create_dtype(dlrec_table **out, uint64_t rows, uint32_t dim, dlrec_table_dtype dtype) {
+  dlrec_status s = table_new("table_create", out, rows, dim, dtype);
+  if (s != DLREC_OK) return s;
+  dlrec_table *t = *out;
+  /* rows <= 2^32 and stride <= 1024: the product fits in 64 bits, though not
+   * necessarily in the address space. */
+  const unsigned long long bytes = (unsigned long long)rows * t->stride * dlrec_table_dtype_bytes(dtype);
+  /* Anonymous mappings are zero-filled (the padding's zeros come free) and
+   * their pages are only backed when first touched, so a table larger than
+   * what a run touches costs only what it touches. */
+  void *p = MAP_FAILED;
+  if (bytes > (unsigned long long)(SIZE_MAX / 2))
+    s = dlrec_error(DLREC_ERR_NOMEM, "table_create: %llu bytes do not fit the address space", bytes);
+  else if ((p = mmap(NULL, (size_t)bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1,
+                     0)) == MAP_FAILED)
+    s = dlrec_error(DLREC_ERR_NOMEM, "table_create: mmap of %llu bytes (%llu rows x %u %s): %s", bytes,
+                    (unsigned long long)rows, t->stride, dlrec_table_dtype_name(dtype), strerror(errno));
+  if (s != DLREC_OK) {
+    free(t);
+    *out = NULL;
+    return s;
+  }
+#ifdef MADV_HUGEPAGE
+  (void)madvise(p, (size_t)bytes, MADV_HUGEPAGE); /* a hint: without THP it fails harmlessly */
+#endif
+  t->data = p;
+  t->map = p;
+  t->map_bytes = (size_t)bytes;
+  return DLREC_OK;
+}
+
+dlrec_status dlrec_table_wrap(dlrec_table **out, uint64_t rows, uint32_t dim, dlrec_table_dtype dtype, void *data) {
+  dlrec_status s = table_new("table_wrap", out, rows, dim, dtype);
+  if (s == DLREC_OK && !data) {
+    free(*out);
+    *out = NULL;
+    s = dlrec_error(DLREC_ERR_INVALID, "table_wrap: NULL rows");
+  }
+  if (s == DLREC_OK) (*out)->data = data; /* map stays NULL: the rows are the caller's */
+  return s;
 }
 
 void dlrec_table_free(dlrec_table *t) {
