@@ -385,13 +385,6 @@ static dlrec_status cuda_concat_backward(dlrec_backend *be, float *dx, float *de
 
 #define MAX_DIM 65536
 
-/* The CPU's checks of a low-rank layer: the shape, and a rank of at least 1. */
-static dlrec_status check_lowrank(const char *what, int B, int d, int r) {
-  TRY(nn_check_cross(what, B, d, r));
-  if (r < 1) return dlrec_error(DLREC_ERR_INVALID, "%s: rank r=%d < 1", what, r);
-  return DLREC_OK;
-}
-
 static dlrec_status cuda_cross_forward(dlrec_backend *be, float *out, float *act, const float *x0, const float *xl,
                                        const float *w, const float *bias, int B, int d) {
   TRY(NONNULL("cross_forward", out, act, x0, xl, w, bias));
@@ -416,7 +409,7 @@ static dlrec_status cuda_cross_lowrank_forward(dlrec_backend *be, float *out, fl
                                                const float *xl, const float *v, const float *u, const float *bias,
                                                int B, int d, int r) {
   TRY(NONNULL("cross_lowrank_forward", out, act, x0, xl, v, u, bias));
-  TRY(check_lowrank("cross_lowrank_forward", B, d, r));
+  TRY(nn_check_cross_lowrank("cross_lowrank_forward", B, d, r));
   float *t = act, *uu = act + (size_t)B * r;
   TRY(gemm_forward(be, t, xl, v, NULL, B, d, r, 0));   /* t (B, r) = xl · Vᵀ */
   TRY(gemm_forward(be, uu, t, u, bias, B, r, d, 0));   /* u (B, d) = t · Uᵀ + bias */
@@ -428,7 +421,7 @@ static dlrec_status cuda_cross_lowrank_backward(dlrec_backend *be, float *dx0, f
                                                 const float *act, const float *v, const float *u, float *ws, int B,
                                                 int d, int r) {
   TRY(NONNULL("cross_lowrank_backward", dx0, dxl, dv, du, dbias, dout, x0, xl, act, v, u, ws));
-  TRY(check_lowrank("cross_lowrank_backward", B, d, r));
+  TRY(nn_check_cross_lowrank("cross_lowrank_backward", B, d, r));
   const size_t n = (size_t)B * d;
   const float *t = act, *uu = act + (size_t)B * r;
   float *dpre = ws, *dt = ws + n; /* (B, d), (B, r) */
@@ -570,7 +563,7 @@ static dlrec_status cuda_cross_lowrank_infer(dlrec_backend *be, float *out, floa
                                              const dlrec_packed_linear *u, int B, int d, int r) {
   if (!out || !ws || !x0 || !xl || !v || !u)
     return dlrec_error(DLREC_ERR_INVALID, "cross_lowrank_infer: NULL argument");
-  TRY(check_lowrank("cross_lowrank_infer", B, d, r));
+  TRY(nn_check_cross_lowrank("cross_lowrank_infer", B, d, r));
   TRY(packed_run(be, ws, v, xl, B, 0, "cross_lowrank_infer"));  /* t (B, r) */
   TRY(packed_run(be, out, u, ws, B, 0, "cross_lowrank_infer")); /* u (B, d), in out */
   return cuda_status(cuk_cross_gate(enter(be), out, x0, out, xl, (size_t)B * d), "cross_lowrank_infer");

@@ -34,6 +34,12 @@ dlrec_status nn_check_cross(const char *what, int B, int d, int r) {
   return DLREC_OK;
 }
 
+dlrec_status nn_check_cross_lowrank(const char *what, int B, int d, int r) {
+  dlrec_status st = nn_check_cross(what, B, d, r);
+  if (st == DLREC_OK && r < 1) st = dlrec_error(DLREC_ERR_INVALID, "%s: rank r=%d < 1", what, r);
+  return st;
+}
+
 size_t dlrec_cross_act_floats(int B, int d, int r) {
   if (B < 1 || d < 1 || d > MAX_DIM || r < 0 || r > MAX_DIM) return 0;
   return (size_t)B * ((size_t)d + (size_t)r);
@@ -123,8 +129,7 @@ dlrec_status dlrec_cross_lowrank_forward(const dlrec_gemm_ops *g, float *out, fl
                                          int d, int r) {
   if (!out || !act || !x0 || !xl || !v || !u || !bias)
     return dlrec_error(DLREC_ERR_INVALID, "cross_lowrank_forward: NULL buffer");
-  dlrec_status st = nn_check_cross("cross_lowrank_forward", B, d, r);
-  if (st == DLREC_OK && r < 1) st = dlrec_error(DLREC_ERR_INVALID, "cross_lowrank_forward: rank r=%d < 1", r);
+  dlrec_status st = nn_check_cross_lowrank("cross_lowrank_forward", B, d, r);
   if (st != DLREC_OK) return st;
   float *t = act, *uu = act + (size_t)B * r;
   st = dlrec_gemm_forward(g, t, xl, v, NULL, B, d, r, 0);                     // t (B, r) = xl · Vᵀ
@@ -140,8 +145,7 @@ dlrec_status dlrec_cross_lowrank_backward(const dlrec_gemm_ops *g, float *dx0, f
                                           int r) {
   if (!dx0 || !dxl || !dv || !du || !dbias || !dout || !x0 || !xl || !act || !v || !u || !ws)
     return dlrec_error(DLREC_ERR_INVALID, "cross_lowrank_backward: NULL buffer");
-  dlrec_status st = nn_check_cross("cross_lowrank_backward", B, d, r);
-  if (st == DLREC_OK && r < 1) st = dlrec_error(DLREC_ERR_INVALID, "cross_lowrank_backward: rank r=%d < 1", r);
+  dlrec_status st = nn_check_cross_lowrank("cross_lowrank_backward", B, d, r);
   if (st != DLREC_OK) return st;
   const size_t n = (size_t)B * d;
   const float *t = act, *uu = act + (size_t)B * r;
@@ -159,8 +163,7 @@ dlrec_status dlrec_cross_lowrank_infer(float *out, float *ws, const float *x0, c
                                        int r) {
   if (!out || !ws || !x0 || !xl || !v || !u)
     return dlrec_error(DLREC_ERR_INVALID, "cross_lowrank_infer: NULL argument");
-  dlrec_status st = nn_check_cross("cross_lowrank_infer", B, d, r);
-  if (st == DLREC_OK && r < 1) st = dlrec_error(DLREC_ERR_INVALID, "cross_lowrank_infer: rank r=%d < 1", r);
+  dlrec_status st = nn_check_cross_lowrank("cross_lowrank_infer", B, d, r);
   if (st != DLREC_OK) return st;
   st = dlrec_packed_linear_forward(v, xl, ws, B, 0); // t (B, r)
   if (st == DLREC_OK) st = dlrec_packed_linear_forward(u, ws, out, B, 0); // u (B, d), in out

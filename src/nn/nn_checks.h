@@ -20,8 +20,9 @@ dlrec_status nn_check_linear(const char *what, const void *a, const void *b, con
  * concatenation's two and shape. */
 dlrec_status nn_check_dot(const char *what, const void *a, const void *b, const void *c, int B, int F, int D);
 dlrec_status nn_check_concat(const char *what, const void *a, const void *b, int B, int DX, int F, int D);
-/* cross.c (r = 0: full rank) and cross_mix.c. */
+/* cross.c (r = 0: full rank; the low-rank layers' r >= 1) and cross_mix.c. */
 dlrec_status nn_check_cross(const char *what, int B, int d, int r);
+dlrec_status nn_check_cross_lowrank(const char *what, int B, int d, int r);
 dlrec_status nn_check_cross_mix(const char *what, int B, int d, int r, int K);
 /* fm.c, wide.c, loss.c. */
 dlrec_status nn_check_fm(const char *what, const void *a, const void *b, int B, int F, int D);
