@@ -383,8 +383,6 @@ static dlrec_status cuda_concat_backward(dlrec_backend *be, float *dx, float *de
 /* ---- DCN-v2's cross layers: the products on cuBLASLt, the gate a kernel
  * (the composition of src/nn/cross.c) ---- */
 
-#define MAX_DIM 65536
-
 static dlrec_status cuda_cross_forward(dlrec_backend *be, float *out, float *act, const float *x0, const float *xl,
                                        const float *w, const float *bias, int B, int d) {
   TRY(NONNULL("cross_forward", out, act, x0, xl, w, bias));
@@ -508,11 +506,7 @@ static void cuda_packed_free(dlrec_backend *be, dlrec_packed_linear *pl) {
 
 static dlrec_status cuda_packed_create(dlrec_backend *be, dlrec_packed_linear **out, const float *weight,
                                        const float *bias, int IN, int OUT) {
-  if (out) *out = NULL;
-  if (!out || !weight) return dlrec_error(DLREC_ERR_INVALID, "packed_linear_create: NULL argument");
-  if (IN < 1 || IN > MAX_DIM || OUT < 1 || OUT > MAX_DIM)
-    return dlrec_error(DLREC_ERR_INVALID, "packed_linear_create: bad shape IN=%d OUT=%d (1 .. %d each)", IN, OUT,
-                       MAX_DIM);
+  TRY(nn_check_packed(out, weight, IN, OUT));
   cuda_packed *p = calloc(1, sizeof *p);
   float *wt = malloc((size_t)IN * OUT * sizeof(float));
   dlrec_status s = DLREC_OK;

@@ -47,6 +47,7 @@
 #endif
 
 #include "dlrec/nn.h"
+#include "nn/nn_checks.h"
 
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
@@ -133,13 +134,19 @@ static void pack(dlrec_packed_linear *p, const float *weight, const float *bias)
   for (int o = 0; o < p->panels * NR; o++) p->bias[o] = bias && o < OUT ? bias[o] : 0.0f;
 }
 
-dlrec_status dlrec_packed_linear_create(dlrec_packed_linear **out, const float *weight, const float *bias, int IN,
-                                        int OUT) {
+dlrec_status nn_check_packed(dlrec_packed_linear **out, const float *weight, int IN, int OUT) {
   if (out) *out = NULL;
   if (!out || !weight) return dlrec_error(DLREC_ERR_INVALID, "packed_linear_create: NULL argument");
   if (IN < 1 || IN > MAX_DIM || OUT < 1 || OUT > MAX_DIM)
     return dlrec_error(DLREC_ERR_INVALID, "packed_linear_create: bad shape IN=%d OUT=%d (1 .. %d each)", IN, OUT,
                        MAX_DIM);
+  return DLREC_OK;
+}
+
+dlrec_status dlrec_packed_linear_create(dlrec_packed_linear **out, const float *weight, const float *bias, int IN,
+                                        int OUT) {
+  dlrec_status st = nn_check_packed(out, weight, IN, OUT);
+  if (st != DLREC_OK) return st;
   dlrec_packed_linear *p = calloc(1, sizeof *p);
   if (!p) goto nomem;
   p->in = IN;

@@ -24,6 +24,9 @@ dlrec_status nn_check_concat(const char *what, const void *a, const void *b, int
 dlrec_status nn_check_cross(const char *what, int B, int d, int r);
 dlrec_status nn_check_cross_lowrank(const char *what, int B, int d, int r);
 dlrec_status nn_check_cross_mix(const char *what, int B, int d, int r, int K);
+/* linear_packed.c: sets *out NULL (when out is not), then checks out,
+ * weight and the shape (IN, OUT). */
+dlrec_status nn_check_packed(dlrec_packed_linear **out, const float *weight, int IN, int OUT);
 /* fm.c, wide.c, loss.c. */
 dlrec_status nn_check_fm(const char *what, const void *a, const void *b, int B, int F, int D);
 dlrec_status nn_check_wide(const char *what, const void *a, const void *b, int B, int F);
