@@ -798,21 +798,14 @@ static cuk_rows rows_of(const dlrec_table *t) {
   return r;
 }
 
-/* The CPU's checks of a batch against table t (shape, offsets in order, ids
- * in the table), before anything is sized or sent. */
+/* The CPU's checks of a batch against table t (dlrec_bag_check: shape,
+ * offsets in order, ids in the table), before anything is sized or sent. */
 static dlrec_status check_bags(const char *what, const void *a, const dlrec_table *t, const dlrec_bag_batch *bags,
                                dlrec_bag_mode mode) {
-  if (!a || !t || !bags || !bags->offsets || !bags->ids)
-    return dlrec_error(DLREC_ERR_INVALID, "%s: NULL argument", what);
+  if (!a) return dlrec_error(DLREC_ERR_INVALID, "%s: NULL argument", what);
   if (mode != DLREC_BAG_SUM && mode != DLREC_BAG_MEAN)
     return dlrec_error(DLREC_ERR_INVALID, "%s: unknown mode %d", what, (int)mode);
-  if (bags->cols < 1 || bags->cols > DLREC_BAG_MAX_COLS || (uint64_t)bags->rows * bags->cols > UINT32_MAX)
-    return dlrec_error(DLREC_ERR_INVALID, "%s: bad batch shape (%u samples, %u columns)", what, bags->rows,
-                       bags->cols);
-  for (uint32_t c = 0; c < bags->cols; c++)
-    if (!bags->offsets[c] || !bags->ids[c])
-      return dlrec_error(DLREC_ERR_INVALID, "%s: column %u: NULL offsets or ids", what, c);
-  return dlrec_bag_check(t, bags);
+  return dlrec_bag_check(t, bags) == DLREC_OK ? DLREC_OK : dlrec_error_context("%s: ", what);
 }
 
 static dlrec_status cuda_bag_forward(dlrec_backend *be, float *out, const dlrec_table *t, const dlrec_bag_batch *bags,
