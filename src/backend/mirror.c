@@ -22,12 +22,9 @@ dlrec_status backend_table_mirror(dlrec_backend *be, const dlrec_table *host, dl
   void *rows = be->ops->alloc(be, bytes);
   if (!rows)
     return dlrec_error(DLREC_ERR_NOMEM, "%s: no memory for the embedding table's %zu bytes", be->describe, bytes);
-  dlrec_status s = dlrec_table_wrap(dev, dlrec_table_rows(host), dlrec_table_dim(host), dlrec_table_get_dtype(host),
-                                    rows);
-  if (s == DLREC_OK && (s = backend_table_upload(be, *dev, host)) != DLREC_OK) {
-    dlrec_table_free(*dev);
-    *dev = NULL;
-  }
+  dlrec_status s = be->ops->upload(be, rows, dlrec_table_raw_const(host), bytes);
+  if (s == DLREC_OK)
+    s = dlrec_table_wrap(dev, dlrec_table_rows(host), dlrec_table_dim(host), dlrec_table_get_dtype(host), rows);
   if (s != DLREC_OK) be->ops->release(be, rows);
   return s;
 }
