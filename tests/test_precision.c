@@ -14,6 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <omp.h>
+
 #include "backend/backend_impl.h"
 #include "backend/cpu_dnnl.h"
 #include "backend/cpu_gemm.h"
@@ -369,6 +371,68 @@ static dlrec_status mlp_train(mlp *m, cpu_gemm *g, const float *x, const float *
 
 /* Stated distance: the bf16 run's AUC within 0.003 of the fp32 run's. */
 #define MAX_AUC_GAP 0.003
+
+/* dlrec_gemm_ops over a cpu_gemm, as the CPU backend builds them: cross.c's
+ * composition on the same GEMMs as the fused backward. */
+static dlrec_status ops_forward(void *ctx, float *out, const float *in, const float *w, const float *bias, int B,
+                                int IN, int OUT, int relu) {
+  return cpu_gemm_linear_forward(ctx, out, in, w, bias, B, IN, OUT, relu ? DLREC_ACT_RELU : DLREC_ACT_NONE);
+}
+static dlrec_status ops_backward(void *ctx, float *din, float *dw, float *db, const float *dout, const float *in,
+                                 const float *w, int B, int IN, int OUT) {
+  return cpu_gemm_linear_backward(ctx, din, dw, db, dout, in, w, B, IN, OUT);
+}
+
+/* The fused cross backward (cpu_gemm_cross_backward, oneDNN's bf16 path)
+ * has the bits of cross.c's gate backward, GEMMs, bias pass and residual add
+ * run one after another on the same GEMMs: dx0, dW and dbias accumulated
+ * onto nonzero values, dxl overwritten. Shapes: one row, d not a multiple of
+ * 16, and B·d large enough that 1 and 3 threads split the columns
+ * (nn_column_width). Where bf16 is emulated there is nothing fused: said,
+ * and the composition is what runs. */
+TEST(bf16_fused_cross_backward_matches_composition) {
+  cpu_gemm *g;
+  int native = -1;
+  CHECK_OK(cpu_gemm_create(&g, DLREC_PRECISION_BF16, &native));
+  if (!cpu_gemm_fuses_cross(g)) {
+    printf("test_precision: %s: no fused cross backward to compare\n", cpu_gemm_describe(g));
+    CHECK_ERR(cpu_gemm_cross_backward(g, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 1, 1),
+              DLREC_ERR_INTERNAL, "oneDNN's bf16 path only");
+    cpu_gemm_free(g);
+    return;
+  }
+  const dlrec_gemm_ops ops = {.forward = ops_forward, .backward = ops_backward, .ctx = g};
+  static const int shapes[][3] = {{1, 5, 1}, {9, 37, 1}, {300, 200, 1}, {300, 200, 3}, {129, 429, 2}};
+  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+    const int B = shapes[s][0], d = shapes[s][1];
+    omp_set_num_threads(shapes[s][2]);
+    const size_t n = (size_t)B * d, nw = (size_t)d * d;
+    float *x0 = malloc(n * 4), *xl = malloc(n * 4), *u = malloc(n * 4), *dout = malloc(n * 4), *w = malloc(nw * 4);
+    float *dx0[2], *dxl[2], *dw[2], *db[2], *ws = malloc(dlrec_cross_ws_floats(B, d, 0) * 4);
+    rng_state = 1000 + s;
+    fill(x0, n, 1), fill(xl, n, 1), fill(u, n, 2), fill(dout, n, 0.5), fill(w, nw, 0.1);
+    for (int k = 0; k < 2; k++) {
+      dx0[k] = malloc(n * 4), dxl[k] = malloc(n * 4), dw[k] = malloc(nw * 4), db[k] = malloc((size_t)d * 4);
+      rng_state = 2000 + s; /* the same accumulated starting values for both */
+      fill(dx0[k], n, 1), fill(dxl[k], n, 1), fill(dw[k], nw, 1), fill(db[k], (size_t)d, 1);
+    }
+    CHECK_OK(cpu_gemm_cross_backward(g, dx0[0], dxl[0], dw[0], db[0], dout, x0, xl, u, w, ws, B, d));
+    CHECK_OK(dlrec_cross_backward(&ops, dx0[1], dxl[1], dw[1], db[1], dout, x0, xl, u, w, ws, B, d));
+    CHECK(!memcmp(dx0[0], dx0[1], n * 4));
+    CHECK(!memcmp(dxl[0], dxl[1], n * 4));
+    CHECK(!memcmp(dw[0], dw[1], nw * 4));
+    CHECK(!memcmp(db[0], db[1], (size_t)d * 4));
+    for (int k = 0; k < 2; k++) free(dx0[k]), free(dxl[k]), free(dw[k]), free(db[k]);
+    free(x0), free(xl), free(u), free(dout), free(w), free(ws);
+  }
+  omp_set_num_threads(1);
+  CHECK_ERR(cpu_gemm_cross_backward(g, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 1, 1),
+            DLREC_ERR_INVALID, "NULL buffer");
+  float one = 1;
+  CHECK_ERR(cpu_gemm_cross_backward(g, &one, &one, &one, &one, &one, &one, &one, &one, &one, &one, 0, 1),
+            DLREC_ERR_INVALID, "bad shape");
+  cpu_gemm_free(g);
+}
 
 TEST(bf16_training_reaches_fp32_auc) {
   float *x = malloc(sizeof(float) * N_TRAIN * LD), *y = malloc(sizeof(float) * N_TRAIN);

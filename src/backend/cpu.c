@@ -161,6 +161,8 @@ static dlrec_status cpu_cross_backward(dlrec_backend *be, float *dx0, float *dxl
                                        const float *dout, const float *x0, const float *xl, const float *act,
                                        const float *w, float *ws, int B, int d) {
   enter(be);
+  if (cpu_gemm_fuses_cross(gemm_of(be)))
+    return cpu_gemm_cross_backward(gemm_of(be), dx0, dxl, dw, dbias, dout, x0, xl, act, w, ws, B, d);
   const dlrec_gemm_ops g = gemm_ops(be);
   return dlrec_cross_backward(&g, dx0, dxl, dw, dbias, dout, x0, xl, act, w, ws, B, d);
 }

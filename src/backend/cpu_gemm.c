@@ -34,6 +34,7 @@
 #include "backend/cpu_dnnl.h"
 #include "embed/dtype.h"
 #include "nn/nn_checks.h"
+#include "nn/nn_columns.h"
 
 /* Elementwise passes smaller than this run on one thread (as in nn/linear.c). */
 #define PARALLEL_MIN 32768
@@ -102,6 +103,11 @@ static void round_to_bf16(float *restrict dst, const float *restrict src, size_t
 static void convert_to_bf16(uint16_t *restrict dst, const float *restrict src, size_t n) {
 #pragma omp parallel for schedule(static) if (n >= PARALLEL_MIN)
   for (size_t i = 0; i < n; i++) dst[i] = dtype_f32_to_bf16(src[i]);
+}
+
+static void add_inplace(float *restrict y, const float *restrict x, size_t n) {
+#pragma omp parallel for schedule(static) if (n >= PARALLEL_MIN)
+  for (size_t i = 0; i < n; i++) y[i] += x[i];
 }
 
 /* Scratch of at least n 4-byte values, grown (never shrunk) as layers need. */
@@ -243,4 +249,61 @@ dlrec_status cpu_gemm_linear_backward(cpu_gemm *g, float *din, float *dweight, f
   if (st != DLREC_OK) return st;
   if (dbias) dlrec_bias_backward(dbias, dout, B, OUT); /* on the unrounded dout */
   return DLREC_OK;
+}
+
+int cpu_gemm_fuses_cross(const cpu_gemm *g) { return g->path == GEMM_ONEDNN; }
+
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF /* the products below are rounded as cross.c's, which turns contraction off too */
+#endif
+
+/* The cross gate's backward, fused with what the linear backward then does
+ * to its output: du = dout ⊙ x0 goes straight to bf16 (du_h), dx0 += dout ⊙
+ * u, and dbias += the unrounded du's column sums, in nn_column_width's
+ * ranges with rows in order, as dlrec_bias_backward sums. The same bits as
+ * cross.c's gate_backward followed by the linear backward's conversion and
+ * bias pass, in one read of dout, x0 and u instead of three. */
+static void cross_gate_backward_bf16(uint16_t *restrict du_h, float *restrict dx0, float *restrict dbias,
+                                     const float *restrict dout, const float *restrict x0, const float *restrict u,
+                                     int B, int d) {
+  const int width = nn_column_width(d, (size_t)B * (size_t)d, PARALLEL_MIN);
+  const int ranges = (d + width - 1) / width;
+#pragma omp parallel for schedule(static) if (ranges > 1)
+  for (int k = 0; k < ranges; k++) {
+    const int o0 = k * width, o1 = o0 + width < d ? o0 + width : d;
+    for (int b = 0; b < B; b++) {
+      const size_t r = (size_t)b * (size_t)d;
+      for (int o = o0; o < o1; o++) {
+        const float t = dout[r + o] * x0[r + o];
+        const float p = dout[r + o] * u[r + o];
+        du_h[r + o] = dtype_f32_to_bf16(t);
+        dx0[r + o] += p;
+        dbias[o] += t;
+      }
+    }
+  }
+}
+
+dlrec_status cpu_gemm_cross_backward(cpu_gemm *g, float *dx0, float *dxl, float *dw, float *dbias, const float *dout,
+                                     const float *x0, const float *xl, const float *u, const float *w, float *ws,
+                                     int B, int d) {
+  if (g->path != GEMM_ONEDNN)
+    return dlrec_error(DLREC_ERR_INTERNAL, "cross_backward: the fused kernel runs on oneDNN's bf16 path only");
+  if (!dx0 || !dxl || !dw || !dbias || !dout || !x0 || !xl || !u || !w || !ws)
+    return dlrec_error(DLREC_ERR_INVALID, "cross_backward: NULL buffer");
+  dlrec_status st = nn_check_cross("cross_backward", B, d, 0);
+  if (st != DLREC_OK) return st;
+  const size_t n = (size_t)B * d, n_w = (size_t)d * d;
+  uint16_t *du_h = (uint16_t *)ws; /* B·d bf16 in the caller's B·d floats */
+  uint16_t *xl_h = scratch(g, (n + n_w + 1) / 2), *w_h = xl_h ? xl_h + n : NULL;
+  if (!xl_h) return DLREC_ERR_NOMEM;
+  cross_gate_backward_bf16(du_h, dx0, dbias, dout, x0, u, B, d);
+  convert_to_bf16(xl_h, xl, n);
+  convert_to_bf16(w_h, w, n_w);
+  // dW (d, d) += duᵀ (d, B) · xl (B, d)
+  st = cpu_dnnl_matmul(g->dnnl, dw, du_h, 1, xl_h, 0, NULL, d, d, B, DLREC_ACT_NONE, 1);
+  // dxl (B, d) = du (B, d) · W (d, d), then the residual
+  if (st == DLREC_OK) st = cpu_dnnl_matmul(g->dnnl, dxl, du_h, 0, w_h, 0, NULL, B, d, d, DLREC_ACT_NONE, 0);
+  if (st == DLREC_OK) add_inplace(dxl, dout, n);
+  return st;
 }

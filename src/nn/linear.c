@@ -9,6 +9,7 @@
 
 #include "dlrec/nn.h"
 #include "nn/nn_checks.h"
+#include "nn/nn_columns.h"
 
 /* Elementwise passes smaller than this run on one thread: waking the OpenMP
  * team costs more than the pass itself. */
@@ -68,19 +69,15 @@ dlrec_status dlrec_linear_relu_forward(float *out, const float *in, const float 
  * the rows, so each sum runs over b in order: the result does not depend on
  * the thread count, and each thread streams whole rows' slices. */
 void dlrec_bias_backward(float *restrict dbias, const float *restrict dout, int B, int OUT) {
-  enum { BLOCK = 64 };
-  int blocks = (OUT + BLOCK - 1) / BLOCK;
-  size_t total = (size_t)B * (size_t)OUT;
-#pragma omp parallel for schedule(static) if (total >= PARALLEL_MIN && blocks > 1)
-  for (int blk = 0; blk < blocks; blk++) {
-    int o0 = blk * BLOCK, o1 = o0 + BLOCK < OUT ? o0 + BLOCK : OUT;
-    float acc[BLOCK];
-    for (int o = o0; o < o1; o++) acc[o - o0] = dbias[o];
+  const int width = nn_column_width(OUT, (size_t)B * (size_t)OUT, PARALLEL_MIN);
+  const int ranges = (OUT + width - 1) / width;
+#pragma omp parallel for schedule(static) if (ranges > 1)
+  for (int k = 0; k < ranges; k++) {
+    const int o0 = k * width, o1 = o0 + width < OUT ? o0 + width : OUT;
     for (int b = 0; b < B; b++) {
       const float *restrict row = dout + (size_t)b * OUT;
-      for (int o = o0; o < o1; o++) acc[o - o0] += row[o];
+      for (int o = o0; o < o1; o++) dbias[o] += row[o];
     }
-    for (int o = o0; o < o1; o++) dbias[o] = acc[o - o0];
   }
 }
 
