@@ -1234,12 +1234,13 @@ static void agree_free(agree_run *r) {
  * seed 7, with Adam on the dense parameters and row-wise Adagrad on the
  * table; DLREC_ERR_UNSUPPORTED when the backend cannot be created here. */
 static dlrec_status agree_open(agree_run *r, const dlrec_schema *s, const char *type, const char *extra,
-                               const char *name, uint32_t threads) {
+                               const char *name, uint32_t threads, int host_table) {
   memset(r, 0, sizeof *r);
   dlrec_backend_config bc = {threads, DLREC_PRECISION_FP32, 0};
   dlrec_status st = dlrec_backend_create(&r->be, name, &bc);
   if (st != DLREC_OK) return st;
   if ((st = model_create(&r->m, s, type, "sum", extra)) != DLREC_OK) return st;
+  if ((st = dlrec_net_set_host_table(r->m, host_table)) != DLREC_OK) return st;
   if ((st = dlrec_net_set_backend(r->m, r->be)) != DLREC_OK) return st;
   if ((st = dlrec_net_init(r->m, 7)) != DLREC_OK) return st;
   if ((st = dlrec_net_ws_create(&r->ws, r->m, 128)) != DLREC_OK) return st;
@@ -1270,6 +1271,16 @@ static dlrec_batch agree_batch(const dlrec_schema *s, uint64_t seed) {
   return b;
 }
 
+/* The first float of every row of the network's host table, summed: what
+ * tells a table that trains on the host from a host copy left behind. */
+static double host_table_sum(dlrec_net *m) {
+  const dlrec_table *t = dlrec_net_table(m);
+  const float *raw = dlrec_table_raw_const(t);
+  double sum = 0;
+  for (uint64_t i = 0; i < dlrec_table_rows(t); i++) sum += raw[i * dlrec_table_stride(t)];
+  return sum;
+}
+
 /* AGREE_STEPS steps on the same batches into loss; then the scores of a
  * batch the run did not train on, into prob (128 rows). */
 static dlrec_status agree_train(agree_run *r, const dlrec_schema *s, double *loss, float *prob) {
@@ -1294,7 +1305,10 @@ static dlrec_status agree_train(agree_run *r, const dlrec_schema *s, double *los
  * agree within the tolerances above. The other run's parameters, scored
  * on the reference backend, score within AGREE_EARLY_TOL_OTHER of its own
  * scoring (a GPU checkpoint scores on the CPU). A backend that cannot be
- * created here, or cannot run a network yet, is skipped, saying why. */
+ * created here, or cannot run a network yet, is skipped, saying why.
+ * cpu-mirror runs twice: with the table mirrored in its memory, and with
+ * the table left on the host (dlrec_net_set_host_table), both with the
+ * reference's bits. */
 TEST(models_agree_across_backends) {
   static const struct {
     const char *type, *extra;
@@ -1313,25 +1327,32 @@ TEST(models_agree_across_backends) {
   int others = 0;
   for (size_t i = 0; i < sizeof nets / sizeof nets[0]; i++) {
     agree_run ref;
-    CHECK_OK(agree_open(&ref, &s, nets[i].type, nets[i].extra, "cpu", 1));
+    CHECK_OK(agree_open(&ref, &s, nets[i].type, nets[i].extra, "cpu", 1, 0));
     CHECK_OK(agree_train(&ref, &s, ref_loss, ref_prob));
     /* The listed backends, then cpu-mirror: the CPU run the way a GPU
      * runs a network (its state in the backend's memory, batches copied
      * over, results back), on the reference's ops and thread count, so
      * the same bits. */
-    for (size_t k = 0; k == 0 || dlrec_backend_name_at(k - 1); k++) {
-      const char *name = dlrec_backend_name_at(k) ? dlrec_backend_name_at(k) : "cpu-mirror";
-      const int mirror = !strcmp(name, "cpu-mirror");
+    size_t listed = 0;
+    while (dlrec_backend_name_at(listed)) listed++;
+    for (size_t k = 0; k < listed + 2; k++) {
+      const char *name = k < listed ? dlrec_backend_name_at(k) : "cpu-mirror";
+      const int mirror = !strcmp(name, "cpu-mirror"), host_table = k == listed + 1;
       const uint32_t threads = strcmp(name, "cpu") ? 1 : 2;
       agree_run r;
-      dlrec_status st = agree_open(&r, &s, nets[i].type, nets[i].extra, name, threads);
+      dlrec_status st = agree_open(&r, &s, nets[i].type, nets[i].extra, name, threads, host_table);
       if (st == DLREC_ERR_UNSUPPORTED && strcmp(name, "cpu")) {
         if (i == 0) printf("test_models: agreement on %s skipped: %s\n", name, dlrec_last_error());
         agree_free(&r);
         continue;
       }
       CHECK_OK(st);
+      const double table_before = host_table_sum(r.m);
       CHECK_OK(agree_train(&r, &s, loss, prob));
+      /* The table trained where it was placed: the host's copy moves with a
+       * table on the host, and only there (a mirror's copy is the one that
+       * trains until dlrec_net_sync_host). */
+      CHECK((host_table_sum(r.m) != table_before) == (host_table || !mirror));
       const double early_tol = strcmp(name, "cpu") ? AGREE_EARLY_TOL_OTHER : AGREE_EARLY_TOL;
       double early = 0, late = 0, late_ref = 0, scores = 0;
       for (int t = 0; t < AGREE_EARLY; t++) early = fmax(early, fabs(loss[t] - ref_loss[t]) / fmax(1.0, ref_loss[t]));
@@ -1341,8 +1362,10 @@ TEST(models_agree_across_backends) {
       const int ok = mirror ? early == 0 && late == late_ref && scores == 0
                             : early <= early_tol && late_rel <= AGREE_LATE_TOL && scores <= AGREE_SCORE_TOL;
       if (!ok || getenv("DLREC_TEST_VERBOSE"))
-        fprintf(stderr, "%s%s on %s (%u threads): early steps' loss %.3g apart, the last %d's mean %.3g, scores %.3g\n",
-                nets[i].type, nets[i].extra, name, threads, early, AGREE_LATE, late_rel, scores);
+        fprintf(stderr,
+                "%s%s on %s%s (%u threads): early steps' loss %.3g apart, the last %d's mean %.3g, scores %.3g\n",
+                nets[i].type, nets[i].extra, name, host_table ? " (table on the host)" : "", threads, early,
+                AGREE_LATE, late_rel, scores);
       CHECK(ok);
       /* Its parameters scored on the reference's backend (copied back from
        * a device's), with a workspace of the host's. */
@@ -1367,7 +1390,8 @@ TEST(models_agree_across_backends) {
     }
     agree_free(&ref);
   }
-  CHECK(others >= 2 * (int)(sizeof nets / sizeof nets[0])); /* at least the CPU split two ways and cpu-mirror */
+  /* at least the CPU split two ways and cpu-mirror's two */
+  CHECK(others >= 3 * (int)(sizeof nets / sizeof nets[0]));
 }
 
 /* A training batch of one row has no variance: batch normalization then

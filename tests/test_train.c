@@ -214,6 +214,31 @@ TEST(device_flag_trains_on_the_cpu_and_a_gpu_or_says_why) {
   CHECK(test_run_cli(&got_m, "predict -q --device cpu-mirror --model '%s' --input '%s' --out -",
                      test_path("dev_mirror"), test_path("valid.dlr")) == 0);
   CHECK(want && got && got_m && strlen(want) > 1000 && !strcmp(want, got) && !strcmp(want, got_m));
+  /* The table left in host memory (training.table_placement "host"): its
+   * bag ops on the CPU, the rest on cpu-mirror, the pooled rows and their
+   * gradient copied across. The same run again, bit for bit, in two parts;
+   * the log says where the table is, and --plan what the device then needs. */
+  char host_cfg[2048];
+  const char *at = strstr(CONFIG, "\"training\": {");
+  snprintf(host_cfg, sizeof host_cfg, "%.*s\"training\": {\"table_placement\": \"host\", %s", (int)(at - CONFIG), CONFIG,
+           at + strlen("\"training\": {"));
+  CHECK(test_write_file(test_path("cfg_host.json"), host_cfg, (size_t)-1) == 0);
+  char *host_log = NULL, *host_plan = NULL, *got_h = NULL;
+  CHECK(test_run_cli(&host_log, "train --device cpu-mirror --threads 1 --max-steps 6 --config '%s' --train '%s' "
+                     "--etl '%s' --out '%s'", test_path("cfg_host.json"), test_path("train.dlr"), test_path("etl"),
+                     test_path("dev_host")) == 0);
+  CHECK(host_log && strstr(host_log, "the table stays in host memory (training.table_placement host)"));
+  CHECK(test_run_cli(NULL, "train -q --device cpu-mirror --threads 1 --resume --max-steps 12 --config '%s' --train "
+                     "'%s' --etl '%s' --out '%s'", test_path("cfg_host.json"), test_path("train.dlr"),
+                     test_path("etl"), test_path("dev_host")) == 0);
+  CHECK(test_run_cli(&got_h, "predict -q --model '%s' --input '%s' --out -", test_path("dev_host"),
+                     test_path("valid.dlr")) == 0);
+  CHECK(want && got_h && !strcmp(want, got_h));
+  CHECK(test_run_cli(&host_plan, "train --device cpu-mirror --config '%s' --etl '%s' --plan",
+                     test_path("cfg_host.json"), test_path("etl")) == 0);
+  CHECK(host_plan && strstr(host_plan, "\n  device: with the table in host memory (training.table_placement host), "
+                                       "about "));
+  free(host_log), free(host_plan), free(got_h);
   free(want), free(got), free(got_m);
   char *version = NULL;
   CHECK(test_run_cli(&version, "version") == 0 && version && strstr(version, "\n  cpu   "));

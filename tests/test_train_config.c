@@ -426,6 +426,36 @@ TEST(config_device) {
   CHECK_ERR(parse("{\"training\": {\"device\": 0}}", &c), DLREC_ERR_INVALID, "device");
 }
 
+/* training.table_placement: auto by default; device and host read and
+ * written back; anything else refused naming the field and the choices. */
+TEST(config_table_placement) {
+  dlrec_train_config c;
+  CHECK_OK(parse("{}", &c));
+  CHECK_EQ(c.table_placement, DLREC_TABLE_PLACEMENT_AUTO);
+  const char *names[] = {"auto", "device", "host"};
+  const dlrec_table_placement want[] = {DLREC_TABLE_PLACEMENT_AUTO, DLREC_TABLE_PLACEMENT_DEVICE,
+                                        DLREC_TABLE_PLACEMENT_HOST};
+  for (int i = 0; i < 3; i++) {
+    char text[128];
+    snprintf(text, sizeof text, "{\"training\": {\"table_placement\": \"%s\"}}", names[i]);
+    CHECK_OK(parse(text, &c));
+    CHECK_EQ(c.table_placement, want[i]);
+    cJSON *j = dlrec_train_config_to_json(&c);
+    dlrec_train_config b;
+    dlrec_status s = dlrec_train_config_from_json(j, "round trip", &b);
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "training"), "table_placement");
+    int named = cJSON_IsString(p) && !strcmp(p->valuestring, names[i]);
+    cJSON_Delete(j);
+    CHECK_OK(s);
+    CHECK(named);
+    CHECK_EQ(b.table_placement, want[i]);
+  }
+  CHECK_ERR(parse("{\"training\": {\"table_placement\": \"gpu\"}}", &c), DLREC_ERR_INVALID,
+            "field 'table_placement'");
+  CHECK(strstr(dlrec_last_error(), "auto, device, host") != NULL);
+  CHECK_ERR(parse("{\"training\": {\"table_placement\": 1}}", &c), DLREC_ERR_INVALID, "table_placement");
+}
+
 TEST(config_storage_parses_round_trips_and_names_errors) {
   dlrec_train_config a, b;
   CHECK_OK(parse("{}", &a));

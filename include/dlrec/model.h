@@ -111,6 +111,17 @@ void dlrec_net_free(dlrec_net *n); /* accepts NULL */
  * network then keeps its backend. Workspaces are made for the network's
  * backend at the time (dlrec_net_ws_create). */
 dlrec_status dlrec_net_set_backend(dlrec_net *n, dlrec_backend *be);
+/* Where the embedding table lives when the network runs on a backend whose
+ * memory is not the host's: host 0 (the default), mirrored in the device's
+ * memory with its sparse optimizer's state, the bag ops on the device; host
+ * 1, in host memory, for tables larger than the device's memory: the bag
+ * ops run on the CPU (dlrec_backend_default()), the pooled rows go to the
+ * device each pass and their gradient comes back for the CPU's sparse
+ * update. Both give the same bits. No effect on a host backend. Set before
+ * the network is on a device (dlrec_net_set_backend); DLREC_ERR_INVALID
+ * after. */
+dlrec_status dlrec_net_set_host_table(dlrec_net *n, int host);
+int dlrec_net_host_table(const dlrec_net *n);
 /* The backend the network runs on; never NULL. */
 dlrec_backend *dlrec_net_backend(const dlrec_net *n);
 

@@ -14,6 +14,17 @@
 #include "dlrec/status.h"
 #include "dlrec/store.h"
 
+/* training.table_placement: where the embedding table lives on a device
+ * whose memory is not the host's (a GPU): auto (the device when the table,
+ * its optimizer state, the dense part and the workspaces fit its memory,
+ * else the host), device (mirrored there), host (in host memory, the bag
+ * ops on the CPU: dlrec_net_set_host_table). No effect on the CPU. */
+typedef enum dlrec_table_placement {
+  DLREC_TABLE_PLACEMENT_AUTO = 0,
+  DLREC_TABLE_PLACEMENT_DEVICE = 1,
+  DLREC_TABLE_PLACEMENT_HOST = 2
+} dlrec_table_placement;
+
 typedef struct dlrec_train_config {
   char name[64];                       /* the model's name (serving uses it); default "dlrm" */
   dlrec_net_config model;              /* model.type and that type's section; default "dlrm" */
@@ -31,6 +42,7 @@ typedef struct dlrec_train_config {
   dlrec_precision precision;           /* of the dense layers' GEMMs (dlrec/backend.h); default fp32 */
   const char *device;                  /* training.device's backend: "cpu" (default) or "cuda" (static) */
   uint32_t device_index;               /* and its device: "cuda:N" gives N */
+  dlrec_table_placement table_placement; /* training.table_placement; default auto */
   uint64_t seed;
   int deterministic;                   /* bitwise reproducible runs (fixed thread counts) */
   double target_auc;                   /* stop once validation AUC reaches it; 0 = off */

@@ -236,6 +236,15 @@ dlrec_status dlrec_net_set_backend(dlrec_net *n, dlrec_backend *be) {
 }
 dlrec_backend *dlrec_net_backend(const dlrec_net *n) { return n->be; }
 
+dlrec_status dlrec_net_set_host_table(dlrec_net *n, int host) {
+  if (n->dev_be && !host != !n->host_table)
+    return dlrec_error(DLREC_ERR_INVALID, "the table's place is set before the network is on %s",
+                       n->dev_be->describe);
+  n->host_table = host != 0;
+  return DLREC_OK;
+}
+int dlrec_net_host_table(const dlrec_net *n) { return n->host_table; }
+
 const dlrec_net_config *dlrec_net_get_config(const dlrec_net *n) { return &n->config; }
 const dlrec_schema *dlrec_net_schema(const dlrec_net *n) { return &n->schema; }
 float *dlrec_net_dense_params(dlrec_net *n, size_t *count) {

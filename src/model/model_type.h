@@ -306,6 +306,7 @@ struct dlrec_net {
   dlrec_backend *dev_be;
   float *dparams;
   dlrec_table *dtable;
+  int host_table;           /* dlrec_net_set_host_table: on a device, the table stays in host memory */
   int tableless;            /* dlrec_net_create_tableless: the table is a placeholder row */
   /* Per column: pools by its mean because the ETL schema declares it so
    * (multi=NAME:SEP:mean); the config's pooling applies to the others. */

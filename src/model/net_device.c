@@ -9,6 +9,10 @@
  * (net_arena_memory), and each pass copies its batch's dense features and
  * labels over; the loss and the scores come back.
  *
+ * With dlrec_net_set_host_table the table stays the host's alone (no
+ * dtable, no optimizer mirror): net_run.c pools on the CPU and copies the
+ * pooled rows over, and their gradient back for the CPU's sparse update.
+ *
  * What such a network cannot have yet: a table other than RAM (tiered,
  * hash, raw keys), or its rows elsewhere (a rank's shard).
  */
@@ -50,7 +54,7 @@ static dlrec_status net_upload(dlrec_net *n) {
     if (!(n->dparams = be->ops->alloc(be, net_params_bytes(n))))
       return dlrec_error(DLREC_ERR_NOMEM, "%s: no memory for %zu dense parameters", be->describe, n->plan.n_params);
     n->dev_be = be;
-    if (n->schema.n_sparse) {
+    if (n->schema.n_sparse && !n->host_table) {
       dlrec_status s = backend_table_mirror(be, n->table, &n->dtable);
       if (s != DLREC_OK) {
         net_device_drop(n);

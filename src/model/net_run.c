@@ -41,6 +41,12 @@ struct dlrec_net_ws {
   float *d_dense, *d_labels, *d_prob;
   double *d_loss;
   float *emb, *d_emb; /* (B, F, D) */
+  /* A network whose table stays on the host (dlrec_net_set_host_table) on a
+   * device: host memory (its own arena) for the pooled rows on their way
+   * over and their gradient on its way back, and scratch below is the host's
+   * too, for the CPU's sparse update. NULL otherwise. */
+  dlrec_arena host;
+  float *h_emb;
   float *d_logits;    /* (B) */
   float *grad;        /* (n_params) */
   void *scratch;      /* the sparse backward's */
@@ -163,8 +169,14 @@ dlrec_status dlrec_net_ws_create(dlrec_net_ws **out, const dlrec_net *n, uint32_
         !(ws->row_ids = dlrec_arena_alloc(&ws->arena, (ws->keys_cap + 1) * sizeof *ws->row_ids, 64)))
       goto nomem;
   }
+  dlrec_arena_init(&ws->host, 1u << 20);
+  dlrec_arena *scratch_arena = &ws->arena;
+  if (ws->dev_be && n->host_table && F) {
+    scratch_arena = &ws->host;
+    NET_WS_ALLOC(&ws->host, ws->h_emb, emb_floats);
+  }
   ws->scratch_bytes = dlrec_bag_backward_scratch_bytes(n->table, (uint64_t)B * n->max_ids_per_row);
-  if (!(ws->scratch = dlrec_arena_alloc(&ws->arena, ws->scratch_bytes ? ws->scratch_bytes : 1, 64))) goto nomem;
+  if (!(ws->scratch = dlrec_arena_alloc(scratch_arena, ws->scratch_bytes ? ws->scratch_bytes : 1, 64))) goto nomem;
   if ((s = n->type->ws_create(n->ctx, &n->plan, max_batch, mem, &ws->model_ws)) != DLREC_OK) {
     dlrec_net_ws_free(ws);
     return s;
@@ -230,6 +242,7 @@ void dlrec_net_ws_free(dlrec_net_ws *ws) {
   shards_free(ws);
   if (ws->model_ws) ws->type->ws_free(ws->model_ws);
   dlrec_arena_free(&ws->arena);
+  dlrec_arena_free(&ws->host);
   free(ws->part_work), free(ws->part_slot);
   dlrec_table_free(ws->fetch_table);
   free(ws->fetch_rows), free(ws->fetch_ids), free(ws->fetch_keys), free(ws->fetch_buf), free(ws->fetch_found);
@@ -363,6 +376,9 @@ static dlrec_status run_forward(const dlrec_net *n, dlrec_backend *be, dlrec_net
   if (st == DLREC_OK && ws->table_override) st = device_refuses(ws, "scoring with rows from elsewhere");
   if (st != DLREC_OK) return st;
   int B = (int)b->rows, F = (int)n->schema.n_sparse;
+  if (ws->dev_be && !ws->h_emb != !(n->host_table && F))
+    return dlrec_error(DLREC_ERR_INVALID, "a workspace made for a table in %s used with one in %s",
+                       ws->h_emb ? "host memory" : "device memory", ws->h_emb ? "device memory" : "host memory");
   dlrec_net_profile *p = &ws->prof;
   double t = dlrec_now();
   dlrec_bag_batch bags = bags_of(n, b);
@@ -373,7 +389,12 @@ static dlrec_status run_forward(const dlrec_net *n, dlrec_backend *be, dlrec_net
     st = ws_upload(ws, ws->d_dense, b->dense, (size_t)B * n->schema.n_dense);
     db.dense = ws->d_dense;
   }
-  if (st == DLREC_OK && F) st = BE_OP(be, bag_forward, ws->emb, table, &bags, n->plan.pooling);
+  if (st == DLREC_OK && F && ws->h_emb) { /* the table on the host: pooled there, the rows sent over */
+    st = BE_OP(dlrec_backend_default(), bag_forward, ws->h_emb, table, &bags, n->plan.pooling);
+    if (st == DLREC_OK) st = ws_upload(ws, ws->emb, ws->h_emb, (size_t)B * F * n->plan.emb_dim);
+  } else if (st == DLREC_OK && F) {
+    st = BE_OP(be, bag_forward, ws->emb, table, &bags, n->plan.pooling);
+  }
   for (int c = 0; st == DLREC_OK && c < F; c++) p->lookups += b->offsets[c][B] - b->offsets[c][0];
   net_lap(&p->emb_forward, &t);
   net_io io = io_of(n, be, ws, &db, packed, state, step);
@@ -938,13 +959,21 @@ dlrec_status dlrec_net_train_step(dlrec_net *n, dlrec_net_ws *ws, dlrec_net_opti
   if (st != DLREC_OK) return st;
   double t = dlrec_now();
   dlrec_bag_batch bags = bags_of(n, batch);
-  /* On a device the optimizers' copies there step (the host's keep the learning rate in step). */
-  dlrec_sparse_optim *sparse = ws->dev_be ? opt->dev_sparse : opt->sparse;
+  /* On a device the optimizers' copies there step (the host's keep the
+   * learning rate in step); a table on the host has its optimizer there. */
+  dlrec_sparse_optim *sparse = ws->dev_be && !ws->h_emb ? opt->dev_sparse : opt->sparse;
   st = dlrec_sparse_optim_set_lr(opt->sparse, opt->sparse_lr * lr_scale);
   if (st == DLREC_OK && sparse != opt->sparse && sparse) st = dlrec_sparse_optim_set_lr(sparse, opt->sparse_lr * lr_scale);
-  if (st == DLREC_OK && n->schema.n_sparse) /* no categorical column: no embedding to update */
+  if (st == DLREC_OK && n->schema.n_sparse && ws->h_emb) { /* the gradient back to the table on the host */
+    const size_t floats = (size_t)batch->rows * n->schema.n_sparse * n->plan.emb_dim;
+    st = n->be->ops->download(n->be, ws->h_emb, ws->d_emb, floats * sizeof(float));
+    if (st == DLREC_OK)
+      st = BE_OP(dlrec_backend_default(), bag_backward_update, n->table, sparse, &bags, n->plan.pooling, ws->h_emb,
+                 ws->scratch, ws->scratch_bytes);
+  } else if (st == DLREC_OK && n->schema.n_sparse) { /* no categorical column: no embedding to update */
     st = BE_OP(n->be, bag_backward_update, (dlrec_table *)net_table(n), sparse, &bags, n->plan.pooling, ws->d_emb,
                ws->scratch, ws->scratch_bytes);
+  }
   net_lap(&ws->prof.emb_update, &t);
   if (st != DLREC_OK) return st;
   dlrec_optim_config dense = opt->dense;

@@ -85,6 +85,9 @@ static dlrec_status get_double(const cJSON *o, const char *key, const ctx *x, do
   return s;
 }
 
+/* training.table_placement's names, in dlrec_table_placement's order. */
+static const char *const placement_names[] = {"auto", "device", "host", NULL};
+
 static dlrec_status get_choice(const cJSON *o, const char *key, const ctx *x, const char *const *names, int *out) {
   const char *v;
   dlrec_status s = dlrec_json_get_string_or(o, key, x->what, NULL, &v);
@@ -225,7 +228,7 @@ dlrec_status dlrec_train_config_from_json(const cJSON *j, const char *what, dlre
     x = sub(&top, "training");
     static const char *k[] = {"batch_size", "epochs", "max_steps", "threads", "seed", "deterministic", "target_auc",
                               "early_stopping_patience", "early_stopping_min_delta", "restore_best", "table_dtype",
-                              "precision", "device", NULL};
+                              "precision", "device", "table_placement", NULL};
     /* In dlrec_table_dtype's order. */
     static const char *dtypes[] = {"fp32", "bf16", "fp16", NULL};
     TRY(dlrec_json_check_keys(o, x.what, k));
@@ -240,6 +243,9 @@ dlrec_status dlrec_train_config_from_json(const cJSON *j, const char *what, dlre
     TRY(dlrec_json_get_string_or(o, "device", x.what, NULL, &device));
     if (device && dlrec_device_parse(device, &c->device, &c->device_index) != DLREC_OK)
       return dlrec_error_context("%s: field 'device': ", x.what);
+    int placement = (int)c->table_placement;
+    TRY(get_choice(o, "table_placement", &x, placement_names, &placement));
+    c->table_placement = (dlrec_table_placement)placement;
     TRY(get_u32(o, "early_stopping_patience", &x, 0, 1000000, &c->early_stop_patience));
     TRY(get_double(o, "early_stopping_min_delta", &x, 0, 1e6, &c->early_stop_min_delta));
     TRY(dlrec_json_get_bool_or(o, "restore_best", x.what, c->restore_best, &c->restore_best));
@@ -402,6 +408,7 @@ cJSON *dlrec_train_config_to_json(const dlrec_train_config *c) {
   char device[32];
   dlrec_train_config_device(c, device, sizeof device);
   cJSON_AddStringToObject(t, "device", device);
+  cJSON_AddStringToObject(t, "table_placement", placement_names[c->table_placement]);
   cJSON *l = cJSON_AddObjectToObject(j, "loader");
   cJSON_AddBoolToObject(l, "shuffle", c->shuffle);
   cJSON_AddNumberToObject(l, "window_groups", c->window_groups);

@@ -397,7 +397,7 @@ static uint32_t cores_share(long ranks) {
   return cpus / ranks > 1 ? (uint32_t)(cpus / ranks) : 1;
 }
 
-static dlrec_status check_memory(const run *r);
+static dlrec_status check_memory(run *r);
 
 static dlrec_status setup(run *r) {
   const dlrec_train_args *a = r->a;
@@ -688,7 +688,9 @@ static dlrec_status evaluate_best(run *r, dlrec_train_result *res) {
   const char *paths[] = {r->a->valid};
   dlrec_status s = dlrec_checkpoint_select(r->a->run_dir, "best", dir, sizeof dir);
   if (s == DLREC_OK) s = dlrec_model_load(dir, &best);
-  if (s == DLREC_OK) s = dlrec_net_set_backend(best->net, r->be); /* scored on the run's threads */
+  /* scored on the run's threads, its table where the run's is */
+  if (s == DLREC_OK) s = dlrec_net_set_host_table(best->net, dlrec_net_host_table(r->model));
+  if (s == DLREC_OK) s = dlrec_net_set_backend(best->net, r->be);
   if (s == DLREC_OK) s = dlrec_evaluate(best->net, paths, 1, r->cfg.eval_batch_size, r->cfg.eval_max_rows, &res->valid);
   if (s == DLREC_OK) {
     res->has_valid = 1;
@@ -796,9 +798,11 @@ static int device_fit(const dlrec_train_config *cfg, uint64_t need, char *buf, s
  * job of several ranks logs its whole plan in dist_start). When the device
  * does not have it: a warning on the CPU, whose page cache and swap make
  * "available" soft; on a GPU a refusal, before cudaMalloc would fail in the
- * middle of setting up. Measured on the host's workspaces: the network is
- * not on its device yet. */
-static dlrec_status check_memory(const run *r) {
+ * middle of setting up. On a GPU it also places the table
+ * (training.table_placement): in host memory when asked, or when auto and
+ * the run does not fit the device with it. Measured on the host's
+ * workspaces: the network is not on its device yet. */
+static dlrec_status check_memory(run *r) {
   uint32_t row_bytes, optim_bytes;
   uint64_t dense;
   row_and_dense_bytes(&r->cfg, r->model, &row_bytes, &optim_bytes, &dense);
@@ -810,10 +814,26 @@ static dlrec_status check_memory(const run *r) {
              r->cfg.storage == DLREC_STORE_RAM ? "" : " (the store's cache in memory)", (double)dense / mib,
              (double)ws / mib);
   char fit[512];
-  if (!device_fit(&r->cfg, table + dense + ws, fit, sizeof fit)) return DLREC_OK;
-  if (!dlrec_backend_host_memory(r->be))
-    return dlrec_error(DLREC_ERR_NOMEM, "memory: the run needs about %.1f MiB; %s", (double)(table + dense + ws) / mib,
-                       fit);
+  const int device = !dlrec_backend_host_memory(r->be);
+  const dlrec_table_placement place = r->cfg.table_placement;
+  int host = device && dlrec_net_schema(r->model)->n_sparse && place == DLREC_TABLE_PLACEMENT_HOST;
+  if (device && dlrec_net_schema(r->model)->n_sparse && place == DLREC_TABLE_PLACEMENT_AUTO)
+    host = device_fit(&r->cfg, table + dense + ws, fit, sizeof fit);
+  if (host) {
+    DLREC_INFO("memory: the table stays in host memory (training.table_placement %s); its bag ops run on the "
+               "CPU, and the pooled rows and their gradient cross over each step",
+               place == DLREC_TABLE_PLACEMENT_HOST ? "host" : "auto: the device cannot hold it too");
+    dlrec_status s = dlrec_net_set_host_table(r->model, 1);
+    if (s != DLREC_OK) return s;
+  }
+  const uint64_t need = dense + ws + (host ? 0 : table);
+  if (!device_fit(&r->cfg, need, fit, sizeof fit)) return DLREC_OK;
+  if (device)
+    return dlrec_error(DLREC_ERR_NOMEM, "memory: the run needs about %.1f MiB%s; %s%s", (double)need / mib,
+                       host ? " besides the table, which is in host memory" : "", fit,
+                       host || !dlrec_net_schema(r->model)->n_sparse
+                           ? ""
+                           : "; training.table_placement \"host\" keeps the table in host memory");
   DLREC_WARN("memory: %s", fit);
   return DLREC_OK;
 }
@@ -841,9 +861,18 @@ dlrec_status dlrec_train_print_plan(const dlrec_train_args *a, int ranks, FILE *
       most = total > most ? total : most;
     }
     char fit[512];
-    device_fit(&cfg, most, fit, sizeof fit);
+    const int over = device_fit(&cfg, most, fit, sizeof fit);
     fprintf(out, "  device: the largest rank needs about %.1f MiB; %s%s\n", (double)most / (1024.0 * 1024.0), fit,
             ranks > 1 ? " (ranks on one machine share it)" : "");
+    /* On a GPU, one process: the table in host memory instead (check_memory's rule). */
+    const dlrec_table_placement place = cfg.table_placement;
+    if (strcmp(cfg.device, "cpu") && ranks == 1 && schema.n_sparse &&
+        (place == DLREC_TABLE_PLACEMENT_HOST || (place == DLREC_TABLE_PLACEMENT_AUTO && over))) {
+      const uint64_t rest = dense + step + ws;
+      device_fit(&cfg, rest, fit, sizeof fit);
+      fprintf(out, "  device: with the table in host memory (training.table_placement %s), about %.1f MiB; %s\n",
+              place == DLREC_TABLE_PLACEMENT_HOST ? "host" : "auto", (double)rest / (1024.0 * 1024.0), fit);
+    }
   }
   dlrec_shard_plan_free(&p);
   dlrec_net_free(net);
