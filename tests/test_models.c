@@ -1347,6 +1347,10 @@ TEST(models_agree_across_backends) {
         continue;
       }
       CHECK_OK(st);
+      /* On a device the table's place is fixed: moving it is refused. */
+      if (mirror)
+        CHECK_ERR(dlrec_net_set_host_table(r.m, !host_table), DLREC_ERR_INVALID, "before the network is on");
+      CHECK_OK(dlrec_net_set_host_table(r.m, host_table)); /* its own place again: nothing to do */
       const double table_before = host_table_sum(r.m);
       CHECK_OK(agree_train(&r, &s, loss, prob));
       /* The table trained where it was placed: the host's copy moves with a
