@@ -234,6 +234,16 @@ TEST(device_flag_trains_on_the_cpu_and_a_gpu_or_says_why) {
   CHECK(test_run_cli(&got_h, "predict -q --model '%s' --input '%s' --out -", test_path("dev_host"),
                      test_path("valid.dlr")) == 0);
   CHECK(want && got_h && !strcmp(want, got_h));
+  /* predict on the device places the table as the run did, and says so. */
+  char *pred_log = NULL, *got_hm = NULL, scores_path[2048];
+  snprintf(scores_path, sizeof scores_path, "%s", test_path("dev_host.scores"));
+  CHECK(test_run_cli(&pred_log, "predict --device cpu-mirror --model '%s' --input '%s' --out '%s'",
+                     test_path("dev_host"), test_path("valid.dlr"), scores_path) == 0);
+  CHECK(pred_log && strstr(pred_log, "the table stays in host memory (training.table_placement host)"));
+  size_t n_hm = 0;
+  CHECK(dlrec_read_file(scores_path, 1u << 26, &got_hm, &n_hm) == DLREC_OK);
+  CHECK(want && got_hm && n_hm == strlen(want) && !memcmp(want, got_hm, n_hm));
+  free(pred_log), free(got_hm);
   CHECK(test_run_cli(&host_plan, "train --device cpu-mirror --config '%s' --etl '%s' --plan",
                      test_path("cfg_host.json"), test_path("etl")) == 0);
   CHECK(host_plan && strstr(host_plan, "\n  device: with the table in host memory (training.table_placement host), "

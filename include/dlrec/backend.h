@@ -97,6 +97,8 @@ void dlrec_backend_free(dlrec_backend *be); /* accepts NULL */
 
 const char *dlrec_backend_name(const dlrec_backend *be);
 uint32_t dlrec_backend_threads(const dlrec_backend *be);
+/* The device it was created on: the N of "cuda:N"; 0 on the CPU. */
+uint32_t dlrec_backend_device_index(const dlrec_backend *be);
 /* The precision the GEMMs run in: AUTO resolved to FP32 or BF16. */
 dlrec_precision dlrec_backend_precision(const dlrec_backend *be);
 /* Whether BF16 runs on the machine's own bf16 instructions (1) or is

@@ -137,6 +137,13 @@ typedef struct dlrec_model {
  * The caller frees *out with dlrec_model_free. */
 dlrec_status dlrec_model_load(const char *path, dlrec_model **out);
 void dlrec_model_free(dlrec_model *m); /* accepts NULL */
+/* dlrec_net_set_backend for a loaded model, its table placed as its
+ * training.table_placement says: on a device whose memory is not the
+ * host's, "host" keeps the table in host memory (dlrec_net_set_host_table),
+ * "device" mirrors it there, and "auto" keeps it on the host when the
+ * table and the dense parameters do not fit the device's available memory
+ * (logged). What eval, predict and serve call. */
+dlrec_status dlrec_model_set_backend(dlrec_model *m, dlrec_backend *be);
 
 /* For --resume: loads parameters, optimizer state and progress of the
  * checkpoint at `path` into an existing training setup of the same config

@@ -378,7 +378,7 @@ dlrec_api_model *dlrec_api_model_load(const char *path, const char *which, uint3
                         : dlrec_error(DLREC_ERR_INVALID, "no model path");
   if (s == DLREC_OK) s = dlrec_backend_create_on(&am->be, device, &bc);
   if (s == DLREC_OK) s = dlrec_model_load(dir, &am->m);
-  if (s == DLREC_OK) s = dlrec_net_set_backend(am->m->net, am->be);
+  if (s == DLREC_OK) s = dlrec_model_set_backend(am->m, am->be);
   if (s != DLREC_OK) {
     dlrec_api_model_free(am);
     am = NULL;

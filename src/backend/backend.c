@@ -165,6 +165,7 @@ void dlrec_backend_free(dlrec_backend *be) {
 
 const char *dlrec_backend_name(const dlrec_backend *be) { return be->name; }
 uint32_t dlrec_backend_threads(const dlrec_backend *be) { return be->threads; }
+uint32_t dlrec_backend_device_index(const dlrec_backend *be) { return be->device; }
 dlrec_precision dlrec_backend_precision(const dlrec_backend *be) { return be->precision; }
 int dlrec_backend_bf16_native(const dlrec_backend *be) { return be->bf16_native; }
 int dlrec_backend_host_memory(const dlrec_backend *be) { return be->host_memory; }

@@ -64,7 +64,7 @@ int cmd_eval(int argc, char **argv) {
   }
   dlrec_metrics met;
   const char *paths[] = {data};
-  dlrec_status s = dlrec_net_set_backend(m->net, be);
+  dlrec_status s = dlrec_model_set_backend(m, be);
   if (s == DLREC_OK) s = dlrec_evaluate(m->net, paths, 1, (uint32_t)batch, max_rows, &met);
   dlrec_model_free(m);
   dlrec_backend_free(be);

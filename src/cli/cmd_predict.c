@@ -75,7 +75,7 @@ int cmd_predict(int argc, char **argv) {
     return cli_fail("predict");
   }
   uint64_t rows = 0;
-  dlrec_status s = dlrec_net_set_backend(m->net, be);
+  dlrec_status s = dlrec_model_set_backend(m, be);
   if (s == DLREC_OK) s = dlrec_predict_file(m, input, out, &o, &rows);
   dlrec_model_free(m);
   dlrec_backend_free(be);

@@ -33,7 +33,7 @@ static dlrec_status load_model(serve_registry *r, const char *dir, serve_model *
   atomic_init(&m->refs, 1);
   m->serial = atomic_fetch_add(&serials, 1) + 1;
   dlrec_status s = dlrec_model_load(dir, &m->model);
-  if (s == DLREC_OK) s = dlrec_net_set_backend(m->model->net, r->be);
+  if (s == DLREC_OK) s = dlrec_model_set_backend(m->model, r->be);
   if (s == DLREC_OK) s = dlrec_net_scorer_create(&m->scorer, m->model->net);
   if (s != DLREC_OK) {
     serve_model_release(m);

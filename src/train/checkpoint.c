@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "dlrec/backend.h"
 #include "dlrec/crc32c.h"
 #include "dlrec/fsutil.h"
 #include "dlrec/json.h"
@@ -1010,6 +1011,35 @@ dlrec_status dlrec_model_load(const char *path, dlrec_model **out) {
   }
   *out = m;
   return DLREC_OK;
+}
+
+dlrec_status dlrec_model_set_backend(dlrec_model *m, dlrec_backend *be) {
+  const dlrec_table_placement place = m->config.table_placement;
+  int host = 0;
+  if (be && !dlrec_backend_host_memory(be) && dlrec_net_schema(m->net)->n_sparse) {
+    host = place == DLREC_TABLE_PLACEMENT_HOST;
+    if (place == DLREC_TABLE_PLACEMENT_AUTO) {
+      /* Scoring's workspaces are small beside a table too big for the device. */
+      const dlrec_table *t = dlrec_net_table_const(m->net);
+      size_t n_params;
+      dlrec_net_dense_params_const(m->net, &n_params);
+      const uint64_t need = dlrec_table_rows(t) * dlrec_table_stride(t) *
+                                (uint64_t)dlrec_table_dtype_bytes(dlrec_table_get_dtype(t)) +
+                            (uint64_t)n_params * sizeof(float);
+      char device[64];
+      const char *name = dlrec_backend_name(be);
+      if (strcmp(name, "cuda")) snprintf(device, sizeof device, "%s", name);
+      else snprintf(device, sizeof device, "cuda:%u", dlrec_backend_device_index(be));
+      uint64_t total = 0, available = 0;
+      if (dlrec_device_memory(device, &total, &available) == DLREC_OK) host = need > available;
+      else dlrec_clear_error(); /* unknown: the device, as before */
+    }
+    if (host)
+      DLREC_INFO("the table stays in host memory (training.table_placement %s); its bag ops run on the CPU",
+                 place == DLREC_TABLE_PLACEMENT_HOST ? "host" : "auto: the device cannot hold it");
+  }
+  dlrec_status s = dlrec_net_set_host_table(m->net, host);
+  return s == DLREC_OK ? dlrec_net_set_backend(m->net, be) : s;
 }
 
 /* The settings that shape the parameters or the data order must match on
