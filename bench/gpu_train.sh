@@ -9,6 +9,8 @@
 #     BATCH   training.batch_size (default 8192)
 #     CONFIG  the training config (default examples/dlrm_synth.json)
 #   DEVICES="cuda cpu": the two devices compared, the first against the second
+#   PLACEMENT=host: training.table_placement for both runs (default: the
+#     config's; "host" keeps the table in host memory on the GPU)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-build/dlrec}
@@ -27,10 +29,12 @@ fi
 "$BIN" etl fit --input "$D/c.tsv" --out "$D/etl" --min-count 4 >/dev/null 2>&1
 "$BIN" etl apply --etl "$D/etl" --input "$D/c.tsv" --out "$D/t.dlr" --valid-fraction 0.1 --valid-out "$D/v.dlr" \
   --seed 7 >/dev/null 2>&1
-python3 - "$CFG" "$BATCH" "$D/cfg.json" <<'PY'
+python3 - "$CFG" "$BATCH" "$D/cfg.json" "${PLACEMENT:-}" <<'PY'
 import json, sys
 c = json.load(open(sys.argv[1]))
 c.setdefault("training", {})["batch_size"] = int(sys.argv[2])
+if sys.argv[4]:
+    c["training"]["table_placement"] = sys.argv[4]
 c.setdefault("eval", {})["interval_steps"] = 10**9  # validation at the end only
 json.dump(c, open(sys.argv[3], "w"))
 PY
