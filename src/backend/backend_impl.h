@@ -36,6 +36,11 @@ typedef struct dlrec_backend_ops {
   dlrec_status (*upload)(dlrec_backend *be, void *dst, const void *host_src, size_t bytes);
   dlrec_status (*download)(dlrec_backend *be, void *host_dst, const void *src, size_t bytes);
   dlrec_status (*synchronize)(dlrec_backend *be); /* waits for every op issued */
+  /* Host memory that upload and download move fastest (a GPU's pinned,
+   * page-locked memory), 64-byte aligned, for buffers that cross every
+   * step; NULL entries: plain host memory will do (the CPU's backends). */
+  void *(*alloc_host)(dlrec_backend *be, size_t bytes);
+  void (*release_host)(dlrec_backend *be, void *p); /* accepts NULL */
 
   /* ---- moving rows (dlrec/nn.h: dlrec_copy_rows and the three after it) ---- */
   dlrec_status (*copy_rows)(dlrec_backend *be, float *dst, size_t dst_ld, const float *src, size_t src_ld,

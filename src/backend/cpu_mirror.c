@@ -212,6 +212,19 @@ static void m_release(dlrec_backend *be, void *p) {
     }
 }
 
+/* Host memory for copies (a GPU's pinned memory): the host's own, so that a
+ * network here takes the GPU's path for the buffers that cross each step. */
+static void *m_alloc_host(dlrec_backend *be, size_t bytes) {
+  (void)be;
+  void *p = NULL;
+  return posix_memalign(&p, 64, bytes ? bytes : 64) ? NULL : p;
+}
+
+static void m_release_host(dlrec_backend *be, void *p) {
+  (void)be;
+  free(p);
+}
+
 static dlrec_status m_copy(dlrec_backend *be, void *dst, const void *src, size_t bytes) {
   if (bytes && (!dst || !src)) return dlrec_error(DLREC_ERR_INVALID, "copy of %zu bytes with a NULL buffer", bytes);
   mirror *m = mir(be);
@@ -240,6 +253,8 @@ static const dlrec_backend_ops mirror_ops = {
     .free = m_free,
     .alloc = m_alloc,
     .release = m_release,
+    .alloc_host = m_alloc_host,
+    .release_host = m_release_host,
     .upload = m_copy,
     .download = m_copy,
     .synchronize = m_synchronize,

@@ -179,6 +179,20 @@ static void cuda_release(dlrec_backend *be, void *p) {
   cudaFree(p); /* waits for the ops that may still use it */
 }
 
+/* Pinned host memory: copies from and to it run at the bus's rate without
+ * the driver's staging through a pinned bounce buffer. */
+static void *cuda_alloc_host(dlrec_backend *be, size_t bytes) {
+  enter(be);
+  void *p = NULL;
+  return cudaHostAlloc(&p, bytes ? bytes : 64, cudaHostAllocDefault) == cudaSuccess ? p : NULL; /* page aligned */
+}
+
+static void cuda_release_host(dlrec_backend *be, void *p) {
+  if (!p) return;
+  enter(be);
+  cudaFreeHost(p);
+}
+
 /* A copy in `kind`'s direction that has landed when it returns (the host
  * buffer may be reused at once). */
 static dlrec_status copy_sync(dlrec_backend *be, void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind,
@@ -899,6 +913,8 @@ static const dlrec_backend_ops cuda_ops = {
     .free = cuda_free_ctx,
     .alloc = cuda_alloc,
     .release = cuda_release,
+    .alloc_host = cuda_alloc_host,
+    .release_host = cuda_release_host,
     .upload = cuda_upload,
     .download = cuda_download,
     .synchronize = cuda_synchronize,
