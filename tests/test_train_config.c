@@ -386,6 +386,18 @@ TEST(config_precision) {
   CHECK_ERR(parse("{\"training\": {\"precison\": \"bf16\"}}", &c), DLREC_ERR_INVALID, "unknown field 'precison'");
 }
 
+/* c written to JSON, where training.KEY must be the string `written`, and
+ * read back into *back: 1 when both hold. */
+static int training_round_trip(const dlrec_train_config *c, const char *key, const char *written,
+                               dlrec_train_config *back) {
+  cJSON *j = dlrec_train_config_to_json(c);
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "training"), key);
+  const int named = cJSON_IsString(v) && !strcmp(v->valuestring, written);
+  const dlrec_status s = dlrec_train_config_from_json(j, "round trip", back);
+  cJSON_Delete(j);
+  return named && s == DLREC_OK;
+}
+
 /* training.device: cpu by default; cuda and cuda:N read into the backend's
  * name and the GPU's index and written back as cuda:N; anything else
  * refused naming the field and the accepted forms. */
@@ -404,14 +416,8 @@ TEST(config_device) {
     CHECK_OK(parse(text, &c));
     CHECK_STR(c.device, backend[i]);
     CHECK_EQ(c.device_index, index[i]);
-    cJSON *j = dlrec_train_config_to_json(&c);
     dlrec_train_config b;
-    dlrec_status s = dlrec_train_config_from_json(j, "round trip", &b);
-    const cJSON *d = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "training"), "device");
-    int named = cJSON_IsString(d) && !strcmp(d->valuestring, back[i]);
-    cJSON_Delete(j);
-    CHECK_OK(s);
-    CHECK(named);
+    CHECK(training_round_trip(&c, "device", back[i], &b));
     CHECK_STR(b.device, backend[i]);
     CHECK_EQ(b.device_index, index[i]);
   }
@@ -440,14 +446,8 @@ TEST(config_table_placement) {
     snprintf(text, sizeof text, "{\"training\": {\"table_placement\": \"%s\"}}", names[i]);
     CHECK_OK(parse(text, &c));
     CHECK_EQ(c.table_placement, want[i]);
-    cJSON *j = dlrec_train_config_to_json(&c);
     dlrec_train_config b;
-    dlrec_status s = dlrec_train_config_from_json(j, "round trip", &b);
-    const cJSON *p = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "training"), "table_placement");
-    int named = cJSON_IsString(p) && !strcmp(p->valuestring, names[i]);
-    cJSON_Delete(j);
-    CHECK_OK(s);
-    CHECK(named);
+    CHECK(training_round_trip(&c, "table_placement", names[i], &b));
     CHECK_EQ(b.table_placement, want[i]);
   }
   CHECK_ERR(parse("{\"training\": {\"table_placement\": \"gpu\"}}", &c), DLREC_ERR_INVALID,

@@ -339,5 +339,8 @@ void net_device_drop(dlrec_net *n);
 dlrec_status net_optim_device(dlrec_net *n, dlrec_net_optim *opt);
 /* Host memory for an arena of be's memory (the workspaces). */
 dlrec_arena_memory net_arena_memory(dlrec_backend *be);
+/* An arena's memory from be's alloc_host (be must have one): host memory
+ * for what crosses to and from be each step. */
+dlrec_arena_memory net_host_arena_memory(dlrec_backend *be);
 
 #endif

@@ -137,3 +137,22 @@ static int arena_zero(void *ctx, void *p, size_t bytes) {
 dlrec_arena_memory net_arena_memory(dlrec_backend *be) {
   return (dlrec_arena_memory){arena_alloc, arena_release, arena_zero, be};
 }
+
+/* ---- host memory for what crosses each step (alloc_host) ---- */
+
+static void *host_alloc(void *ctx, size_t bytes) {
+  dlrec_backend *be = ctx;
+  return be->ops->alloc_host(be, bytes);
+}
+static void host_release(void *ctx, void *p) {
+  dlrec_backend *be = ctx;
+  be->ops->release_host(be, p);
+}
+static int host_zero(void *ctx, void *p, size_t bytes) {
+  (void)ctx;
+  memset(p, 0, bytes);
+  return 0;
+}
+dlrec_arena_memory net_host_arena_memory(dlrec_backend *be) {
+  return (dlrec_arena_memory){host_alloc, host_release, host_zero, be};
+}

@@ -132,24 +132,6 @@ void dlrec_net_ws_profile(const dlrec_net_ws *ws, dlrec_net_profile *p) { *p = w
 
 uint32_t dlrec_net_ws_split(const dlrec_net_ws *ws) { return ws->last_split; }
 
-/* The backend's host memory for copies (alloc_host), as an arena's. */
-static void *host_alloc(void *ctx, size_t bytes) {
-  dlrec_backend *be = ctx;
-  return be->ops->alloc_host(be, bytes);
-}
-static void host_release(void *ctx, void *p) {
-  dlrec_backend *be = ctx;
-  be->ops->release_host(be, p);
-}
-static int host_zero(void *ctx, void *p, size_t bytes) {
-  (void)ctx;
-  memset(p, 0, bytes);
-  return 0;
-}
-static dlrec_arena_memory host_arena_memory(dlrec_backend *be) {
-  return (dlrec_arena_memory){host_alloc, host_release, host_zero, be};
-}
-
 dlrec_status dlrec_net_ws_create(dlrec_net_ws **out, const dlrec_net *n, uint32_t max_batch) {
   *out = NULL;
   if (max_batch < 1 || max_batch > (1u << 22))
@@ -188,7 +170,7 @@ dlrec_status dlrec_net_ws_create(dlrec_net_ws **out, const dlrec_net *n, uint32_
         !(ws->row_ids = dlrec_arena_alloc(&ws->arena, (ws->keys_cap + 1) * sizeof *ws->row_ids, 64)))
       goto nomem;
   }
-  ws->host_mem = host_arena_memory(n->be);
+  ws->host_mem = net_host_arena_memory(n->be);
   dlrec_arena_init_in(&ws->host, 1u << 20, n->be->ops->alloc_host ? &ws->host_mem : NULL);
   dlrec_arena *scratch_arena = &ws->arena;
   if (ws->dev_be && n->host_table && F) {
