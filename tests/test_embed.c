@@ -662,6 +662,35 @@ TEST(sparse_update_sorts_by_every_bit_of_the_row) {
 
 /* ---- corrupt input ------------------------------------------------------------ */
 
+/* dlrec_bag_check runs a large batch's columns in parallel; what it
+ * reports is still the first problem in column order, as a pass in order
+ * finds it, and a batch without one passes. */
+TEST(bag_check_reports_the_first_bad_column_of_a_large_batch) {
+  enum { B = 4096, F = 16 };
+  dlrec_table *t = table_random(100, 4, 5);
+  CHECK(t != NULL);
+  static uint32_t off[F][B + 1], ids[F][B];
+  const uint32_t *offs[F], *idss[F];
+  for (int c = 0; c < F; c++) {
+    for (int b = 0; b <= B; b++) off[c][b] = (uint32_t)b;
+    for (int b = 0; b < B; b++) ids[c][b] = (uint32_t)(b * 7 + c) % 100;
+    offs[c] = off[c], idss[c] = ids[c];
+  }
+  dlrec_bag_batch bags = {B, F, offs, idss, NULL};
+  CHECK_OK(dlrec_bag_check(t, &bags));
+  ids[11][3] = 100;
+  ids[5][4000] = 200;
+  CHECK_ERR(dlrec_bag_check(t, &bags), DLREC_ERR_INVALID, "column 5, sample 4000: id 200 is outside");
+  ids[5][4000] = 0;
+  CHECK_ERR(dlrec_bag_check(t, &bags), DLREC_ERR_INVALID, "column 11, sample 3: id 100 is outside");
+  ids[11][3] = 0;
+  off[15][100] = 50; /* after 99: decreasing */
+  CHECK_ERR(dlrec_bag_check(t, &bags), DLREC_ERR_INVALID, "column 15, sample 99: offsets decrease (99 then 50)");
+  off[15][100] = 100;
+  CHECK_OK(dlrec_bag_check(t, &bags));
+  dlrec_table_free(t);
+}
+
 TEST(corrupt_batches_are_errors_and_change_nothing) {
   dlrec_table *t = table_random(10, 4, 3);
   CHECK(t != NULL);

@@ -41,23 +41,43 @@ static dlrec_status check_shape(const dlrec_table *t, const dlrec_bag_batch *bag
   return DLREC_OK;
 }
 
+/* Column c's first problem (offsets that decrease, an id outside the
+ * table's rows), reported as an error when `report`; 0 when it has none.
+ * Without report it touches no error state, so columns check in parallel. */
+static int check_column(const dlrec_bag_batch *bags, uint32_t c, uint64_t rows, int report) {
+  const uint32_t *off = bags->offsets[c], *ids = bags->ids[c];
+  for (uint32_t b = 0; b < bags->rows; b++) {
+    if (off[b + 1] < off[b]) {
+      if (report)
+        dlrec_error(DLREC_ERR_INVALID, "embedding batch: column %u, sample %u: offsets decrease (%u then %u)", c, b,
+                    off[b], off[b + 1]);
+      return 1;
+    }
+    for (uint32_t k = off[b]; k < off[b + 1]; k++)
+      if (ids[k] >= rows) {
+        if (report)
+          dlrec_error(DLREC_ERR_INVALID,
+                      "embedding batch: column %u, sample %u: id %u is outside the table of %llu rows", c, b, ids[k],
+                      (unsigned long long)rows);
+        return 1;
+      }
+  }
+  return 0;
+}
+
+/* The columns in parallel (a GPU's bag ops check every batch on the host
+ * before sending it), then the first bad column's first problem reported,
+ * the same one as a pass in order would find. */
 dlrec_status dlrec_bag_check(const dlrec_table *t, const dlrec_bag_batch *bags) {
   dlrec_status st = check_shape(t, bags, "bag_check");
   if (st != DLREC_OK) return st;
   const uint64_t rows = dlrec_table_rows(t);
-  for (uint32_t c = 0; c < bags->cols; c++) {
-    const uint32_t *off = bags->offsets[c], *ids = bags->ids[c];
-    for (uint32_t b = 0; b < bags->rows; b++) {
-      if (off[b + 1] < off[b])
-        return dlrec_error(DLREC_ERR_INVALID, "embedding batch: column %u, sample %u: offsets decrease (%u then %u)",
-                           c, b, off[b], off[b + 1]);
-      for (uint32_t k = off[b]; k < off[b + 1]; k++)
-        if (ids[k] >= rows)
-          return dlrec_error(DLREC_ERR_INVALID,
-                             "embedding batch: column %u, sample %u: id %u is outside the table of %llu rows", c, b,
-                             ids[k], (unsigned long long)rows);
-    }
-  }
+  const int F = (int)bags->cols;
+  uint8_t bad[DLREC_BAG_MAX_COLS];
+#pragma omp parallel for schedule(dynamic) if ((uint64_t)bags->rows * bags->cols >= 32768)
+  for (int c = 0; c < F; c++) bad[c] = (uint8_t)check_column(bags, (uint32_t)c, rows, 0);
+  for (int c = 0; c < F; c++)
+    if (bad[c]) return check_column(bags, (uint32_t)c, rows, 1) ? dlrec_last_status() : DLREC_ERR_INTERNAL;
   return DLREC_OK;
 }
 
