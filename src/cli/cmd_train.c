@@ -164,17 +164,26 @@ int cmd_train(int argc, char **argv) {
   dlrec_status ts = dlrec_train(&a, &r);
   sigaction(SIGINT, &old_int, NULL);
   sigaction(SIGTERM, &old_term, NULL);
+  /* Every rank reports (rank 0 its result, any rank its error), then the
+   * ranks meet before they leave, on either path, so that none waits for
+   * one gone: a rank that left first with 130 after a signal made mpirun
+   * abort the job, which could cut rank 0's report (tests/dist/run.sh saw
+   * it once under load). A failed barrier leaves nothing to wait for. */
   if (ts != DLREC_OK) {
     int code = cli_fail("train");
+    (void)dlrec_comm_barrier(comm);
     dlrec_comm_free(comm);
     return code;
   }
+  if (rank == 0) {
+    cJSON *j = dlrec_train_result_to_json(&a, &r);
+    char *text = cJSON_Print(j);
+    printf("%s\n", text ? text : "{}");
+    fflush(stdout);
+    cJSON_free(text);
+    cJSON_Delete(j);
+  }
+  (void)dlrec_comm_barrier(comm);
   dlrec_comm_free(comm);
-  if (rank != 0) return r.interrupted ? 130 : 0; /* rank 0 reports */
-  cJSON *j = dlrec_train_result_to_json(&a, &r);
-  char *text = cJSON_Print(j);
-  printf("%s\n", text ? text : "{}");
-  cJSON_free(text);
-  cJSON_Delete(j);
   return r.interrupted ? 130 : 0;
 }
