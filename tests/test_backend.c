@@ -26,6 +26,7 @@
  *   exact (copies, masks, selects)     0
  *   fp32, any op                       FP32_REL · (|want| + mag) + FP32_ABS
  *   bf16 backend, GEMM ops             BF16_TERMS_REL · mag + the fp32 bound
+ *   tf32 backend (a GPU's), GEMM ops   TF32_TERMS_REL · mag + the fp32 bound
  *   against a finite difference        the bound above + FD_ABS
  *   reference backward vs differences  REF_FD_REL · (1 + |difference|)
  *
@@ -33,7 +34,9 @@
  * to bfloat16 in a bf16 backend: with 8 significant bits, round to nearest
  * has relative error u <= 2^-8 per operand, so a product a_k b_k is off by
  * at most (2u + u²) |a_k b_k| = (2^-7 + 2^-16) |a_k b_k| and the fp32 sum by
- * BF16_TERMS_REL · Σ_k |a_k b_k| plus fp32's own rounding. The cross
+ * BF16_TERMS_REL · Σ_k |a_k b_k| plus fp32's own rounding. TF32 keeps 11
+ * significant bits; taken as truncated (u <= 2^-10, cuBLASLt does not say
+ * how it rounds), TF32_TERMS_REL = 2u + u². The cross
  * layers' products are such GEMMs (and so is whatever their outputs feed);
  * every other op stays fp32 in a bf16 backend and keeps the fp32 bound.
  */
@@ -49,6 +52,7 @@
 #define FP32_REL 1e-5
 #define FP32_ABS 1e-6
 #define BF16_TERMS_REL (0x1p-7 + 0x1p-16)
+#define TF32_TERMS_REL (0x1p-9 + 0x1p-20)
 #define FD_ABS 1e-6
 #define REF_FD_REL 1e-6
 
@@ -62,7 +66,7 @@ typedef enum cmp_kind {
 
 static dlrec_backend *g_be;
 static char g_tag[64]; /* "cpu fp32", for the messages */
-static int g_bf16;
+static double g_terms_rel; /* the GEMMs' per-term bound: 0 in fp32, *_TERMS_REL in bf16 and tf32 */
 static dlrec_rng g_rng;
 
 #define ARENA_MAX 512
@@ -175,7 +179,7 @@ static int lacks(const char *name, int missing) {
 static double bound(cmp_kind k, double want, double mag) {
   if (k == CMP_EXACT) return 0;
   double b = FP32_REL * (fabs(want) + mag) + FP32_ABS;
-  if (k == CMP_GEMM && g_bf16) b += BF16_TERMS_REL * mag;
+  if (k == CMP_GEMM) b += g_terms_rel * mag;
   return b;
 }
 
@@ -231,16 +235,20 @@ typedef struct fwd_ctx {
 /* ---- every backend, every precision ------------------------------------------------------ */
 
 /* Runs body on each backend of the build in fp32 and, where it can be
- * created, bf16, on 2 threads; says once per backend why bf16 is skipped. */
+ * created, bf16, and tf32 where the backend has it (a GPU; the CPU runs tf32
+ * as fp32, which is checked, not run twice), on 2 threads; says once per
+ * backend why bf16 or tf32 is skipped. */
 static void each_backend(void (*body)(void), uint64_t seed) {
-  static char skipped_said[8];
+  static char skipped_said[8], tf32_said[8];
   /* The listed backends, then cpu-mirror: the CPU's ops on memory the host
    * cannot touch between them, which refuse host pointers, so every case
    * also runs the way it runs on a GPU (the bag cases through mirrors). */
   for (size_t i = 0; i == 0 || dlrec_backend_name_at(i - 1); i++) {
     const char *name = dlrec_backend_name_at(i) ? dlrec_backend_name_at(i) : "cpu-mirror";
-    for (int p = DLREC_PRECISION_FP32; p <= DLREC_PRECISION_BF16; p++) {
-      dlrec_backend_config c = {2, (dlrec_precision)p, 0};
+    static const dlrec_precision precisions[] = {DLREC_PRECISION_FP32, DLREC_PRECISION_BF16, DLREC_PRECISION_TF32};
+    for (size_t pi = 0; pi < sizeof precisions / sizeof precisions[0]; pi++) {
+      const dlrec_precision p = precisions[pi];
+      dlrec_backend_config c = {2, p, 0};
       dlrec_backend *be = NULL;
       dlrec_status st = dlrec_backend_create(&be, name, &c);
       /* A GPU backend with no GPU visible (or, for now, no ops) is skipped,
@@ -260,8 +268,17 @@ static void each_backend(void (*body)(void), uint64_t seed) {
                   dlrec_last_error());
         continue;
       }
+      const dlrec_precision got = dlrec_backend_precision(be);
+      if (p == DLREC_PRECISION_TF32 && got != DLREC_PRECISION_TF32) {
+        if (got != DLREC_PRECISION_FP32)
+          test_fail(__FILE__, __LINE__, "backend %s: tf32 resolved to %s, not fp32", name, dlrec_precision_name(got));
+        else if (i < sizeof tf32_said && !tf32_said[i]++)
+          printf("test_backend: %s: tf32 resolves to fp32 here (no TF32 unit): not run twice\n", name);
+        dlrec_backend_free(be);
+        continue;
+      }
       g_be = be;
-      g_bf16 = dlrec_backend_precision(be) == DLREC_PRECISION_BF16;
+      g_terms_rel = got == DLREC_PRECISION_BF16 ? BF16_TERMS_REL : got == DLREC_PRECISION_TF32 ? TF32_TERMS_REL : 0;
       snprintf(g_tag, sizeof g_tag, "%s %s", name, dlrec_precision_name(dlrec_backend_precision(be)));
       /* The same draws on every backend and in every precision: the cases'
        * fixed inputs (finite differences that keep clear of ReLU's kink
@@ -469,8 +486,8 @@ static void linear_case(int B, int IN, int OUT, int with_bias, int relu, int fd)
    * disagree with any mask. The draws are fixed; this says so if a change of
    * seed ever makes it happen. */
   for (size_t i = 0; relu && i < nout; i++)
-    if (fabs(pre[i]) < 2e-4 + (g_bf16 ? BF16_TERMS_REL * mag[i] + FP32_REL * mag[i] : 0)) {
-      if (g_bf16) return; /* a bf16 mask may differ there: the comparisons above used the layer's own */
+    if (fabs(pre[i]) < 2e-4 + (g_terms_rel > 0 ? g_terms_rel * mag[i] + FP32_REL * mag[i] : 0)) {
+      if (g_terms_rel > 0) return; /* a rounded mask may differ there: the comparisons above used the layer's own */
       FAIL("test setup: pre-activation %zu is %.3g, too close to the kink", i, pre[i]);
       return;
     }
@@ -863,7 +880,7 @@ static double mix_loss(void *p) {
  * (0), so finite differences are left to the fp32 pass. */
 static void mix_case(int B, int d, int r, int K, int first, int fd) {
   const size_t n = (size_t)B * d, nv = (size_t)K * r * d, nc = (size_t)K * r * r, ng = (size_t)K * d;
-  const int exact = g_bf16;
+  const int exact = g_terms_rel > 0; /* integers this small are exact in tf32 too */
   if (exact && (double)r * d >= 256) {
     FAIL("test setup: r·d = %d: t2 would not be exact in bf16", r * d);
     return;

@@ -232,6 +232,20 @@ TEST(backend_resolves_precision) {
   CHECK_OK(BE_OP(be, linear_forward, &out, in, w, NULL, 1, 2, 1, DLREC_ACT_NONE));
   CHECK(out == 2.0f);
   dlrec_backend_free(be);
+
+  /* tf32, a GPU's unit, is fp32 on the CPU: the same product keeps its bits. */
+  c.precision = DLREC_PRECISION_TF32;
+  CHECK_OK(dlrec_backend_create(&be, "cpu", &c));
+  CHECK_EQ(dlrec_backend_precision(be), DLREC_PRECISION_FP32);
+  CHECK_STR(dlrec_backend_describe(be), "cpu: 1 thread, fp32 GEMMs (OpenBLAS sgemm)");
+  CHECK_OK(BE_OP(be, linear_forward, &out, in, w, NULL, 1, 2, 1, DLREC_ACT_NONE));
+  CHECK(out == 2.0f + 0x1p-7f);
+  dlrec_backend_free(be);
+  dlrec_precision p;
+  CHECK_OK(dlrec_precision_parse("tf32", &p));
+  CHECK_EQ(p, DLREC_PRECISION_TF32);
+  CHECK_STR(dlrec_precision_name(DLREC_PRECISION_TF32), "tf32");
+  CHECK_ERR(dlrec_precision_parse("fp16", &p), DLREC_ERR_INVALID, "not one of fp32, bf16, auto, tf32");
 }
 
 /* The cross layers' products go through the backend's GEMMs too: with

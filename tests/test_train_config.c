@@ -355,37 +355,6 @@ TEST(validation_state_machine_logloss_and_off) {
   CHECK_NEAR(s.plateau_scale, 1.0, 0, 0);
 }
 
-/* training.precision: fp32 by default, each name read, anything else refused
- * naming the field and the accepted values, and kept by the JSON round trip. */
-TEST(config_precision) {
-  dlrec_train_config c;
-  CHECK_OK(parse("{}", &c));
-  CHECK_EQ(c.precision, DLREC_PRECISION_FP32);
-  const char *names[] = {"fp32", "bf16", "auto"};
-  const dlrec_precision want[] = {DLREC_PRECISION_FP32, DLREC_PRECISION_BF16, DLREC_PRECISION_AUTO};
-  for (int i = 0; i < 3; i++) {
-    char text[128];
-    snprintf(text, sizeof text, "{\"training\": {\"precision\": \"%s\"}}", names[i]);
-    CHECK_OK(parse(text, &c));
-    CHECK_EQ(c.precision, want[i]);
-    cJSON *j = dlrec_train_config_to_json(&c);
-    dlrec_train_config b;
-    dlrec_status s = dlrec_train_config_from_json(j, "round trip", &b);
-    const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "training");
-    const cJSON *p = cJSON_GetObjectItemCaseSensitive(t, "precision");
-    int named = cJSON_IsString(p) && !strcmp(p->valuestring, names[i]);
-    cJSON_Delete(j);
-    CHECK_OK(s);
-    CHECK(named);
-    CHECK_EQ(b.precision, want[i]);
-  }
-  CHECK_ERR(parse("{\"training\": {\"precision\": \"fp16\"}}", &c), DLREC_ERR_INVALID,
-            "cfg.json: training: field 'precision': precision 'fp16' is not one of fp32, bf16, auto");
-  CHECK_ERR(parse("{\"training\": {\"precision\": \"BF16\"}}", &c), DLREC_ERR_INVALID, "field 'precision'");
-  CHECK_ERR(parse("{\"training\": {\"precision\": 16}}", &c), DLREC_ERR_INVALID, "precision");
-  CHECK_ERR(parse("{\"training\": {\"precison\": \"bf16\"}}", &c), DLREC_ERR_INVALID, "unknown field 'precison'");
-}
-
 /* c written to JSON, where training.KEY must be the string `written`, and
  * read back into *back: 1 when both hold. */
 static int training_round_trip(const dlrec_train_config *c, const char *key, const char *written,
@@ -396,6 +365,31 @@ static int training_round_trip(const dlrec_train_config *c, const char *key, con
   const dlrec_status s = dlrec_train_config_from_json(j, "round trip", back);
   cJSON_Delete(j);
   return named && s == DLREC_OK;
+}
+
+/* training.precision: fp32 by default, each name read, anything else refused
+ * naming the field and the accepted values, and kept by the JSON round trip. */
+TEST(config_precision) {
+  dlrec_train_config c;
+  CHECK_OK(parse("{}", &c));
+  CHECK_EQ(c.precision, DLREC_PRECISION_FP32);
+  const char *names[] = {"fp32", "bf16", "auto", "tf32"};
+  const dlrec_precision want[] = {DLREC_PRECISION_FP32, DLREC_PRECISION_BF16, DLREC_PRECISION_AUTO,
+                                  DLREC_PRECISION_TF32};
+  for (int i = 0; i < 4; i++) {
+    char text[128];
+    snprintf(text, sizeof text, "{\"training\": {\"precision\": \"%s\"}}", names[i]);
+    CHECK_OK(parse(text, &c));
+    CHECK_EQ(c.precision, want[i]);
+    dlrec_train_config b;
+    CHECK(training_round_trip(&c, "precision", names[i], &b));
+    CHECK_EQ(b.precision, want[i]);
+  }
+  CHECK_ERR(parse("{\"training\": {\"precision\": \"fp16\"}}", &c), DLREC_ERR_INVALID,
+            "cfg.json: training: field 'precision': precision 'fp16' is not one of fp32, bf16, auto, tf32");
+  CHECK_ERR(parse("{\"training\": {\"precision\": \"BF16\"}}", &c), DLREC_ERR_INVALID, "field 'precision'");
+  CHECK_ERR(parse("{\"training\": {\"precision\": 16}}", &c), DLREC_ERR_INVALID, "precision");
+  CHECK_ERR(parse("{\"training\": {\"precison\": \"bf16\"}}", &c), DLREC_ERR_INVALID, "unknown field 'precison'");
 }
 
 /* training.device: cpu by default; cuda and cuda:N read into the backend's

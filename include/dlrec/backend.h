@@ -39,16 +39,21 @@ extern "C" {
  *         accumulated in fp32: on the CPU's own instructions where it has
  *         AMX or AVX512-BF16, emulated (slower, same rounding of the
  *         operands) elsewhere
- *   AUTO  BF16 where the CPU has AMX or AVX512-BF16, FP32 elsewhere
+ *   AUTO  BF16 where the CPU has AMX or AVX512-BF16 (and on a GPU), FP32
+ *         elsewhere
+ *   TF32  a GPU's TensorFloat-32 tensor cores (fp32 operands read with 10
+ *         mantissa bits, fp32 accumulation; cuBLASLt's FAST_TF32); FP32 on
+ *         the CPU, which has no such unit, as PyTorch's allow_tf32 is
  * Scoring (predict, evaluation, the server) runs the batch-invariant fp32
  * kernel in every precision, so a row's score never depends on its batch. */
 typedef enum dlrec_precision {
   DLREC_PRECISION_FP32 = 0,
   DLREC_PRECISION_BF16 = 1,
   DLREC_PRECISION_AUTO = 2,
+  DLREC_PRECISION_TF32 = 3,
 } dlrec_precision;
 
-/* "fp32", "bf16", "auto"; "?" for a value out of range. */
+/* "fp32", "bf16", "auto", "tf32"; "?" for a value out of range. */
 const char *dlrec_precision_name(dlrec_precision p);
 /* The inverse of dlrec_precision_name; DLREC_ERR_INVALID (naming the
  * accepted values) for anything else. */
@@ -99,7 +104,8 @@ const char *dlrec_backend_name(const dlrec_backend *be);
 uint32_t dlrec_backend_threads(const dlrec_backend *be);
 /* The device it was created on: the N of "cuda:N"; 0 on the CPU. */
 uint32_t dlrec_backend_device_index(const dlrec_backend *be);
-/* The precision the GEMMs run in: AUTO resolved to FP32 or BF16. */
+/* The precision the GEMMs run in: AUTO resolved to FP32 or BF16, TF32 to
+ * FP32 on the CPU. */
 dlrec_precision dlrec_backend_precision(const dlrec_backend *be);
 /* Whether BF16 runs on the machine's own bf16 instructions (1) or is
  * emulated (0). 0 in FP32. */

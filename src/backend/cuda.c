@@ -300,7 +300,11 @@ static dlrec_status cuda_sigmoid(dlrec_backend *be, float *out, const float *in,
 /* Row-major (r, c) is cuBLASLt's column-major (c, r): out (B, OUT) is
  * computed as outᵀ (OUT, B) = W (stored (OUT, IN), read transposed) · inᵀ. */
 
-static int bf16_of(const dlrec_backend *be) { return be->precision == DLREC_PRECISION_BF16; }
+static cuda_blas_type gemm_type(const dlrec_backend *be) {
+  return be->precision == DLREC_PRECISION_BF16   ? CUDA_BLAS_BF16
+         : be->precision == DLREC_PRECISION_TF32 ? CUDA_BLAS_TF32
+                                                 : CUDA_BLAS_FP32;
+}
 
 /* The operands a GEMM reads: the fp32 arrays themselves, or (bf16) their
  * rounded copies in scratch. */
@@ -311,7 +315,7 @@ typedef struct operands {
 
 static dlrec_status prepare(dlrec_backend *be, operands *o, const float *const *src, const size_t *n, int count,
                             size_t partial_floats, const char *what) {
-  const int half = bf16_of(be);
+  const int half = gemm_type(be) == CUDA_BLAS_BF16;
   size_t bytes = partial_floats * sizeof(float) + 256;
   for (int i = 0; half && i < count; i++) bytes += (n[i] * 2 + 255) / 256 * 256;
   char *at = scratch(be, bytes);
@@ -335,7 +339,7 @@ static dlrec_status gemm_forward(dlrec_backend *be, float *out, const float *in,
   operands o = {0};
   TRY(prepare(be, &o, (const float *[]){in, weight}, (size_t[]){(size_t)B * IN, (size_t)OUT * IN}, 2, 0,
               "linear_forward"));
-  return cuda_blas_matmul(ctx_of(be)->blas, out, o.a[1], IN, 1, o.a[0], IN, 0, OUT, B, IN, bf16_of(be), 0.0f, bias,
+  return cuda_blas_matmul(ctx_of(be)->blas, out, o.a[1], IN, 1, o.a[0], IN, 0, OUT, B, IN, gemm_type(be), 0.0f, bias,
                           relu);
 }
 
@@ -348,10 +352,10 @@ static dlrec_status gemm_backward(dlrec_backend *be, float *din, float *dweight,
               dbias ? cuk_colsum_partials((size_t)B, (size_t)OUT) : 0, "linear_backward"));
   cuda_blas *blas = ctx_of(be)->blas;
   /* dWᵀ (IN, OUT) += inᵀ (IN, B) · dout (B, OUT) */
-  TRY(cuda_blas_matmul(blas, dweight, o.a[1], IN, 0, o.a[0], OUT, 1, IN, OUT, B, bf16_of(be), 1.0f, NULL, 0));
+  TRY(cuda_blas_matmul(blas, dweight, o.a[1], IN, 0, o.a[0], OUT, 1, IN, OUT, B, gemm_type(be), 1.0f, NULL, 0));
   if (dbias) TRY(cuda_status(cuk_colsum_accumulate(st, dbias, dout, (size_t)B, (size_t)OUT, o.partial), "bias gradient"));
   /* dinᵀ (IN, B) = W (IN, OUT as stored) · doutᵀ (OUT, B) */
-  if (din) TRY(cuda_blas_matmul(blas, din, o.a[2], IN, 0, o.a[0], OUT, 0, IN, B, OUT, bf16_of(be), 0.0f, NULL, 0));
+  if (din) TRY(cuda_blas_matmul(blas, din, o.a[2], IN, 0, o.a[0], OUT, 0, IN, B, OUT, gemm_type(be), 0.0f, NULL, 0));
   return DLREC_OK;
 }
 
@@ -1056,8 +1060,9 @@ dlrec_status dlrec_backend_cuda_init(dlrec_backend *be, const dlrec_backend_conf
     return dlrec_error_context("%s: ", dev);
   }
   /* bf16 where asked, and for auto: every GPU this build targets (compute
-   * capability 8.0 and up) has bf16 tensor cores. */
-  be->precision = c->precision == DLREC_PRECISION_FP32 ? DLREC_PRECISION_FP32 : DLREC_PRECISION_BF16;
+   * capability 8.0 and up) has bf16 and TF32 tensor cores. */
+  be->precision = c->precision == DLREC_PRECISION_FP32 || c->precision == DLREC_PRECISION_TF32 ? c->precision
+                                                                                               : DLREC_PRECISION_BF16;
   be->ops = &cuda_ops;
   be->name = "cuda";
   be->threads = c->threads ? c->threads : 1; /* host threads: the ops run on the GPU */
@@ -1066,6 +1071,6 @@ dlrec_status dlrec_backend_cuda_init(dlrec_backend *be, const dlrec_backend_conf
   be->host_memory = 0;
   be->ctx = x;
   snprintf(be->describe, sizeof be->describe, "%.100s, %s GEMMs on cuBLASLt", dev,
-           be->precision == DLREC_PRECISION_BF16 ? "bf16" : "fp32");
+           dlrec_precision_name(be->precision));
   return DLREC_OK;
 }

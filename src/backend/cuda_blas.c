@@ -98,8 +98,9 @@ static uint32_t alignment(const void *p) {
 }
 
 dlrec_status cuda_blas_matmul(cuda_blas *b, float *D, const void *A, int lda, int ta, const void *B, int ldb, int tb,
-                              int m, int n, int k, int bf16, float beta, const float *bias, int relu) {
-  const cudaDataType_t ab = bf16 ? CUDA_R_16BF : CUDA_R_32F;
+                              int m, int n, int k, cuda_blas_type type, float beta, const float *bias, int relu) {
+  const cudaDataType_t ab = type == CUDA_BLAS_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+  const cublasComputeType_t compute = type == CUDA_BLAS_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   const cublasOperation_t oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasLtEpilogue_t epi = bias ? (relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
                                       : (relu ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT);
@@ -112,7 +113,7 @@ dlrec_status cuda_blas_matmul(cuda_blas *b, float *D, const void *A, int lda, in
   cublasLtMatmulHeuristicResult_t heur;
   int found = 0;
   const char *at = "cublasLtMatmulDescCreate";
-  cublasStatus_t s = b->cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+  cublasStatus_t s = b->cublasLtMatmulDescCreate(&op, compute, CUDA_R_32F);
 #define STEP(call)                                                                                                  \
   if (s == CUBLAS_STATUS_SUCCESS) {                                                                                 \
     at = #call;                                                                                                     \
@@ -151,6 +152,6 @@ dlrec_status cuda_blas_matmul(cuda_blas *b, float *D, const void *A, int lda, in
   if (op) b->cublasLtMatmulDescDestroy(op);
   if (s != CUBLAS_STATUS_SUCCESS)
     return dlrec_error(DLREC_ERR_INTERNAL, "cuBLASLt: %s: status %d (%s, m %d n %d k %d)", at, (int)s,
-                       bf16 ? "bf16" : "fp32", m, n, k);
+                       type == CUDA_BLAS_BF16 ? "bf16" : type == CUDA_BLAS_TF32 ? "tf32" : "fp32", m, n, k);
   return DLREC_OK;
 }
