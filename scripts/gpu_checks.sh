@@ -3,10 +3,11 @@
 # repository root, with .device carried (scripts/device_bundle.sh made it
 # here): the op-by-op test, the whole-model agreement, train/eval/predict
 # on the GPU against the CPU, the dev/cuda programs at quick sizes, the
-# DLRM step benchmark and bench/gpu_train.sh (the table on the GPU, then
-# in host memory). About 3.5 minutes on an H100; each part has its own
-# time limit (10.5 minutes in all at the worst: give the run 600 s, and the
-# last part is the one cut), and the log goes to $OUT/gpu-checks.log
+# DLRM step benchmark (bf16, then tf32) and bench/gpu_train.sh (the table
+# on the GPU, then in host memory). About 4 minutes on an H100; each part
+# has its own time limit (11 minutes in all at the worst: give the run
+# 600 s, and the last part is the one cut), and the log goes to
+# $OUT/gpu-checks.log
 # when OUT is set (the run tool's), so what ran comes back even if the call
 # is cut. Exits 1 if a check failed.
 set -uo pipefail
@@ -42,6 +43,7 @@ for p in $B/dev-cuda/*; do
   part "dev/cuda $(basename "$p") $args" 30 "$p" $args
 done
 part "bench_step, the small DLRM's step with a 26 x 500k table" 60 $B/bench_step cuda bf16 65536 20 500000
+part "bench_step, the same in tf32" 30 $B/bench_step cuda tf32 65536 20 500000
 part "bench/gpu_train.sh" 90 env BIN=$B/dlrec bench/gpu_train.sh 1000000 8192
 part "bench/gpu_train.sh, the table in host memory" 60 env BIN=$B/dlrec PLACEMENT=host DEVICES="cuda cpu" \
   bench/gpu_train.sh 1000000 8192
