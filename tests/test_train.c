@@ -249,6 +249,58 @@ TEST(device_flag_trains_on_the_cpu_and_a_gpu_or_says_why) {
   CHECK(host_plan && strstr(host_plan, "\n  device: with the table in host memory (training.table_placement host), "
                                        "about "));
   free(host_log), free(host_plan), free(got_h);
+  /* training.table_placement "auto" (the default) on a device that cannot
+   * hold the table too: cpu-mirror, told it has less memory than that
+   * (DLREC_MIRROR_MEMORY_MB), trains with the table on the host and says
+   * why, and its run scores as the CPU's; predict decides for itself, the
+   * same way, on a device smaller than the table. */
+  char auto_cfg[2048];
+  const char *dim = strstr(CONFIG, "\"embedding_dim\": 8, \"bottom_mlp\": [32, 8]");
+  const char *ev = strstr(CONFIG, "\"loader\"");
+  CHECK(dim && ev);
+  if (dim && ev) {
+    snprintf(auto_cfg, sizeof auto_cfg, "%.*s\"embedding_dim\": 128, \"bottom_mlp\": [32, 128]%.*s\"eval\": {\"batch_size\": 128}, %s",
+             (int)(dim - CONFIG), CONFIG, (int)(ev - dim - strlen("\"embedding_dim\": 8, \"bottom_mlp\": [32, 8]")),
+             dim + strlen("\"embedding_dim\": 8, \"bottom_mlp\": [32, 8]"), ev);
+    CHECK(test_write_file(test_path("cfg_auto.json"), auto_cfg, (size_t)-1) == 0);
+  }
+  char *probe = NULL, *auto_log = NULL, *auto_pred = NULL, *want_a = NULL, *got_a = NULL, limit[64];
+  const char *train_fmt = "train --threads 1 --config '%s' --train '%s' --etl '%s' --out '%s' %s";
+  CHECK(test_run_cli(&probe, train_fmt, test_path("cfg_auto.json"), test_path("train.dlr"), test_path("etl"),
+                     test_path("auto_probe"), "--device cpu-mirror --max-steps 1") == 0);
+  double table_mib = 0, dense_mib = 0, ws_mib = 0;
+  const char *mem = probe ? strstr(probe, "memory: the table and its optimizer state ") : NULL;
+  CHECK(mem && sscanf(mem, "memory: the table and its optimizer state %lf MiB, the dense parameters and theirs %lf "
+                           "MiB, activations and workspaces about %lf MiB", &table_mib, &dense_mib, &ws_mib) == 3);
+  CHECK(table_mib >= 1.0); /* well above the log's 0.1 MiB rounding */
+  CHECK(probe && !strstr(probe, "stays in host memory")); /* the host's whole memory holds it */
+  snprintf(limit, sizeof limit, "%.2f", dense_mib + ws_mib + table_mib / 2);
+  setenv("DLREC_MIRROR_MEMORY_MB", limit, 1);
+  CHECK(test_run_cli(&auto_log, train_fmt, test_path("cfg_auto.json"), test_path("train.dlr"), test_path("etl"),
+                     test_path("auto_host"), "--device cpu-mirror --max-steps 12") == 0);
+  CHECK(auto_log && strstr(auto_log, "the table stays in host memory (training.table_placement auto: the device "
+                                     "cannot hold it too)"));
+  /* The same run on the CPU, on one thread: the same bits. */
+  CHECK(test_run_cli(NULL, train_fmt, test_path("cfg_auto.json"), test_path("train.dlr"), test_path("etl"),
+                     test_path("auto_cpu"), "-q --device cpu --max-steps 12") == 0);
+  CHECK(test_run_cli(&want_a, "predict -q --model '%s' --input '%s' --out -", test_path("auto_cpu"),
+                     test_path("valid.dlr")) == 0);
+  CHECK(test_run_cli(&got_a, "predict -q --model '%s' --input '%s' --out -", test_path("auto_host"),
+                     test_path("valid.dlr")) == 0);
+  CHECK(want_a && got_a && strlen(want_a) > 1000 && !strcmp(want_a, got_a));
+  snprintf(limit, sizeof limit, "%.2f", table_mib / 2);
+  setenv("DLREC_MIRROR_MEMORY_MB", limit, 1);
+  CHECK(test_run_cli(&auto_pred, "predict --device cpu-mirror --model '%s' --input '%s' --out '%s'",
+                     test_path("auto_host"), test_path("valid.dlr"), test_path("auto_host.scores")) == 0);
+  unsetenv("DLREC_MIRROR_MEMORY_MB");
+  CHECK(auto_pred && strstr(auto_pred, "the table stays in host memory (training.table_placement auto: the device "
+                                       "cannot hold it)"));
+  char *scored = NULL;
+  size_t n_scored = 0;
+  CHECK(dlrec_read_file(test_path("auto_host.scores"), 1u << 26, &scored, &n_scored) == DLREC_OK);
+  CHECK(want_a && scored && n_scored == strlen(want_a) && !memcmp(want_a, scored, n_scored));
+  free(scored);
+  free(probe), free(auto_log), free(auto_pred), free(want_a), free(got_a);
   free(want), free(got), free(got_m);
   char *version = NULL;
   CHECK(test_run_cli(&version, "version") == 0 && version && strstr(version, "\n  cpu   "));

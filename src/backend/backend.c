@@ -129,12 +129,28 @@ static dlrec_status cpu_memory(uint64_t *total, uint64_t *available) {
                                  "MemAvailable");
 }
 
+/* cpu-mirror, a test device, has the host's memory, or DLREC_MIRROR_MEMORY_MB
+ * (MiB, fractions allowed) as both its total and what is available, so
+ * that a test can give it less than a table needs (training.table_placement
+ * auto). It reports that size; its allocations are not held to it. */
+static dlrec_status mirror_memory(uint64_t *total, uint64_t *available) {
+  const char *mb = getenv("DLREC_MIRROR_MEMORY_MB");
+  if (!mb || !*mb) return cpu_memory(total, available);
+  char *end = NULL;
+  const double v = strtod(mb, &end);
+  if (*end || !(v >= 0 && v < 1e9))
+    return dlrec_error(DLREC_ERR_INVALID, "DLREC_MIRROR_MEMORY_MB '%s' is not a size in MiB", mb);
+  *total = *available = (uint64_t)(v * 1048576.0);
+  return DLREC_OK;
+}
+
 dlrec_status dlrec_device_memory(const char *device, uint64_t *total, uint64_t *available) {
   const char *name;
   uint32_t index;
   dlrec_status s = dlrec_device_parse(device, &name, &index);
   if (s != DLREC_OK) return s;
-  if (strncmp(name, "cuda", 4)) return cpu_memory(total, available); /* cpu, cpu-mirror */
+  if (!strcmp(name, "cpu-mirror")) return mirror_memory(total, available);
+  if (strncmp(name, "cuda", 4)) return cpu_memory(total, available); /* cpu */
 #ifdef DLREC_HAVE_CUDA
   return backend_cuda_memory(index, total, available);
 #else
