@@ -105,11 +105,6 @@ static void convert_to_bf16(uint16_t *restrict dst, const float *restrict src, s
   for (size_t i = 0; i < n; i++) dst[i] = dtype_f32_to_bf16(src[i]);
 }
 
-static void add_inplace(float *restrict y, const float *restrict x, size_t n) {
-#pragma omp parallel for schedule(static) if (n >= PARALLEL_MIN)
-  for (size_t i = 0; i < n; i++) y[i] += x[i];
-}
-
 /* Scratch of at least n 4-byte values, grown (never shrunk) as layers need. */
 static void *scratch(cpu_gemm *g, size_t n) {
   size_t bytes = n * 4;
@@ -304,6 +299,5 @@ dlrec_status cpu_gemm_cross_backward(cpu_gemm *g, float *dx0, float *dxl, float 
   st = cpu_dnnl_matmul(g->dnnl, dw, du_h, 1, xl_h, 0, NULL, d, d, B, DLREC_ACT_NONE, 1);
   // dxl (B, d) = du (B, d) · W (d, d), then the residual
   if (st == DLREC_OK) st = cpu_dnnl_matmul(g->dnnl, dxl, du_h, 0, w_h, 0, NULL, B, d, d, DLREC_ACT_NONE, 0);
-  if (st == DLREC_OK) add_inplace(dxl, dout, n);
-  return st;
+  return st == DLREC_OK ? dlrec_add(dxl, dout, n) : st;
 }

@@ -77,11 +77,6 @@ static void gate_backward(float *restrict du, float *restrict dx0, const float *
   }
 }
 
-static void add_inplace(float *restrict y, const float *restrict x, size_t n) {
-#pragma omp parallel for schedule(static) if (n >= PARALLEL_MIN)
-  for (size_t i = 0; i < n; i++) y[i] += x[i];
-}
-
 /* ---- full rank ------------------------------------------------------------ */
 
 dlrec_status dlrec_cross_forward(const dlrec_gemm_ops *g, float *out, float *act, const float *x0, const float *xl,
@@ -106,9 +101,7 @@ dlrec_status dlrec_cross_backward(const dlrec_gemm_ops *g, float *dx0, float *dx
   float *du = ws; // (B, d)
   gate_backward(du, dx0, dout, x0, act, n);
   st = dlrec_gemm_backward(g, dxl, dw, dbias, du, xl, w, B, d, d);
-  if (st != DLREC_OK) return st;
-  add_inplace(dxl, dout, n);
-  return DLREC_OK;
+  return st == DLREC_OK ? dlrec_add(dxl, dout, n) : st;
 }
 
 dlrec_status dlrec_cross_infer(float *out, const float *x0, const float *xl, const dlrec_packed_linear *w, int B,
@@ -153,9 +146,7 @@ dlrec_status dlrec_cross_lowrank_backward(const dlrec_gemm_ops *g, float *dx0, f
   gate_backward(dpre, dx0, dout, x0, uu, n);
   st = dlrec_gemm_backward(g, dt, du, dbias, dpre, t, u, B, r, d);
   if (st == DLREC_OK) st = dlrec_gemm_backward(g, dxl, dv, NULL, dt, xl, v, B, d, r);
-  if (st != DLREC_OK) return st;
-  add_inplace(dxl, dout, n);
-  return DLREC_OK;
+  return st == DLREC_OK ? dlrec_add(dxl, dout, n) : st;
 }
 
 dlrec_status dlrec_cross_lowrank_infer(float *out, float *ws, const float *x0, const float *xl,
