@@ -794,6 +794,17 @@ static int device_fit(const dlrec_train_config *cfg, uint64_t need, char *buf, s
   return over;
 }
 
+/* training.table_placement's rule, for a run on cfg's device that needs
+ * `with_table` bytes there with its table: the table stays in host memory
+ * when asked (host), or on auto when that does not fit. Never on the CPU,
+ * nor without categorical columns. */
+static int table_on_host(const dlrec_train_config *cfg, uint32_t n_sparse, uint64_t with_table) {
+  if (!strcmp(cfg->device, "cpu") || !n_sparse) return 0;
+  if (cfg->table_placement == DLREC_TABLE_PLACEMENT_HOST) return 1;
+  char fit[512];
+  return cfg->table_placement == DLREC_TABLE_PLACEMENT_AUTO && device_fit(cfg, with_table, fit, sizeof fit);
+}
+
 /* One process's memory, up front (--plan prints it without training; a
  * job of several ranks logs its whole plan in dist_start). When the device
  * does not have it: a warning on the CPU, whose page cache and swap make
@@ -815,14 +826,12 @@ static dlrec_status check_memory(run *r) {
              (double)ws / mib);
   char fit[512];
   const int device = !dlrec_backend_host_memory(r->be);
-  const dlrec_table_placement place = r->cfg.table_placement;
-  int host = device && dlrec_net_schema(r->model)->n_sparse && place == DLREC_TABLE_PLACEMENT_HOST;
-  if (device && dlrec_net_schema(r->model)->n_sparse && place == DLREC_TABLE_PLACEMENT_AUTO)
-    host = device_fit(&r->cfg, table + dense + ws, fit, sizeof fit);
+  const uint32_t n_sparse = dlrec_net_schema(r->model)->n_sparse;
+  const int host = table_on_host(&r->cfg, n_sparse, table + dense + ws);
   if (host) {
     DLREC_INFO("memory: the table stays in host memory (training.table_placement %s); its bag ops run on the "
                "CPU, and the pooled rows and their gradient cross over each step",
-               place == DLREC_TABLE_PLACEMENT_HOST ? "host" : "auto: the device cannot hold it too");
+               r->cfg.table_placement == DLREC_TABLE_PLACEMENT_HOST ? "host" : "auto: the device cannot hold it too");
     dlrec_status s = dlrec_net_set_host_table(r->model, 1);
     if (s != DLREC_OK) return s;
   }
@@ -831,9 +840,7 @@ static dlrec_status check_memory(run *r) {
   if (device)
     return dlrec_error(DLREC_ERR_NOMEM, "memory: the run needs about %.1f MiB%s; %s%s", (double)need / mib,
                        host ? " besides the table, which is in host memory" : "", fit,
-                       host || !dlrec_net_schema(r->model)->n_sparse
-                           ? ""
-                           : "; training.table_placement \"host\" keeps the table in host memory");
+                       host || !n_sparse ? "" : "; training.table_placement \"host\" keeps the table in host memory");
   DLREC_WARN("memory: %s", fit);
   return DLREC_OK;
 }
@@ -861,17 +868,16 @@ dlrec_status dlrec_train_print_plan(const dlrec_train_args *a, int ranks, FILE *
       most = total > most ? total : most;
     }
     char fit[512];
-    const int over = device_fit(&cfg, most, fit, sizeof fit);
+    device_fit(&cfg, most, fit, sizeof fit);
     fprintf(out, "  device: the largest rank needs about %.1f MiB; %s%s\n", (double)most / (1024.0 * 1024.0), fit,
             ranks > 1 ? " (ranks on one machine share it)" : "");
-    /* On a GPU, one process: the table in host memory instead (check_memory's rule). */
-    const dlrec_table_placement place = cfg.table_placement;
-    if (strcmp(cfg.device, "cpu") && ranks == 1 && schema.n_sparse &&
-        (place == DLREC_TABLE_PLACEMENT_HOST || (place == DLREC_TABLE_PLACEMENT_AUTO && over))) {
+    /* One process on a GPU: the table in host memory instead, by check_memory's rule. */
+    if (ranks == 1 && table_on_host(&cfg, schema.n_sparse, most)) {
       const uint64_t rest = dense + step + ws;
       device_fit(&cfg, rest, fit, sizeof fit);
       fprintf(out, "  device: with the table in host memory (training.table_placement %s), about %.1f MiB; %s\n",
-              place == DLREC_TABLE_PLACEMENT_HOST ? "host" : "auto", (double)rest / (1024.0 * 1024.0), fit);
+              cfg.table_placement == DLREC_TABLE_PLACEMENT_HOST ? "host" : "auto", (double)rest / (1024.0 * 1024.0),
+              fit);
     }
   }
   dlrec_shard_plan_free(&p);
