@@ -37,6 +37,15 @@ static const char *CONFIG =
     " \"loader\": {\"window_groups\": 2, \"slice_rows\": 8},"
     " \"checkpoint\": {\"interval_steps\": 10, \"keep\": 3}, \"log\": {\"interval_steps\": 10}}";
 
+/* out = in with its first `from` replaced by `to`: 0, or -1 when in has no
+ * `from` or out is too small. */
+static int replace_first(char *out, size_t size, const char *in, const char *from, const char *to) {
+  const char *at = strstr(in, from);
+  if (!at) return -1;
+  const int n = snprintf(out, size, "%.*s%s%s", (int)(at - in), in, to, at + strlen(from));
+  return n < 0 || (size_t)n >= size ? -1 : 0;
+}
+
 static int files_equal(const char *a, const char *b) {
   char *x, *y;
   size_t nx, ny;
@@ -219,9 +228,8 @@ TEST(device_flag_trains_on_the_cpu_and_a_gpu_or_says_why) {
    * gradient copied across. The same run again, bit for bit, in two parts;
    * the log says where the table is, and --plan what the device then needs. */
   char host_cfg[2048];
-  const char *at = strstr(CONFIG, "\"training\": {");
-  snprintf(host_cfg, sizeof host_cfg, "%.*s\"training\": {\"table_placement\": \"host\", %s", (int)(at - CONFIG), CONFIG,
-           at + strlen("\"training\": {"));
+  CHECK(replace_first(host_cfg, sizeof host_cfg, CONFIG, "\"training\": {",
+                      "\"training\": {\"table_placement\": \"host\", ") == 0);
   CHECK(test_write_file(test_path("cfg_host.json"), host_cfg, (size_t)-1) == 0);
   char *host_log = NULL, *host_plan = NULL, *got_h = NULL;
   CHECK(test_run_cli(&host_log, "train --device cpu-mirror --threads 1 --max-steps 6 --config '%s' --train '%s' "
@@ -254,16 +262,12 @@ TEST(device_flag_trains_on_the_cpu_and_a_gpu_or_says_why) {
    * (DLREC_MIRROR_MEMORY_MB), trains with the table on the host and says
    * why, and its run scores as the CPU's; predict decides for itself, the
    * same way, on a device smaller than the table. */
-  char auto_cfg[2048];
-  const char *dim = strstr(CONFIG, "\"embedding_dim\": 8, \"bottom_mlp\": [32, 8]");
-  const char *ev = strstr(CONFIG, "\"loader\"");
-  CHECK(dim && ev);
-  if (dim && ev) {
-    snprintf(auto_cfg, sizeof auto_cfg, "%.*s\"embedding_dim\": 128, \"bottom_mlp\": [32, 128]%.*s\"eval\": {\"batch_size\": 128}, %s",
-             (int)(dim - CONFIG), CONFIG, (int)(ev - dim - strlen("\"embedding_dim\": 8, \"bottom_mlp\": [32, 8]")),
-             dim + strlen("\"embedding_dim\": 8, \"bottom_mlp\": [32, 8]"), ev);
-    CHECK(test_write_file(test_path("cfg_auto.json"), auto_cfg, (size_t)-1) == 0);
-  }
+  char wide_cfg[2048], auto_cfg[2048];
+  CHECK(replace_first(wide_cfg, sizeof wide_cfg, CONFIG, "\"embedding_dim\": 8, \"bottom_mlp\": [32, 8]",
+                      "\"embedding_dim\": 128, \"bottom_mlp\": [32, 128]") == 0);
+  CHECK(replace_first(auto_cfg, sizeof auto_cfg, wide_cfg, "\"loader\"", "\"eval\": {\"batch_size\": 128}, \"loader\"") ==
+        0);
+  CHECK(test_write_file(test_path("cfg_auto.json"), auto_cfg, (size_t)-1) == 0);
   char *probe = NULL, *auto_log = NULL, *auto_pred = NULL, *want_a = NULL, *got_a = NULL, limit[64];
   const char *train_fmt = "train --threads 1 --config '%s' --train '%s' --etl '%s' --out '%s' %s";
   CHECK(test_run_cli(&probe, train_fmt, test_path("cfg_auto.json"), test_path("train.dlr"), test_path("etl"),
