@@ -284,9 +284,8 @@ dlrec_status cpu_gemm_cross_backward(cpu_gemm *g, float *dx0, float *dxl, float 
                                      int B, int d) {
   if (g->path != GEMM_ONEDNN)
     return dlrec_error(DLREC_ERR_INTERNAL, "cross_backward: the fused kernel runs on oneDNN's bf16 path only");
-  if (!dx0 || !dxl || !dw || !dbias || !dout || !x0 || !xl || !u || !w || !ws)
-    return dlrec_error(DLREC_ERR_INVALID, "cross_backward: NULL buffer");
-  dlrec_status st = nn_check_cross("cross_backward", B, d, 0);
+  dlrec_status st = NN_NONNULL("cross_backward", dx0, dxl, dw, dbias, dout, x0, xl, u, w, ws);
+  if (st == DLREC_OK) st = nn_check_cross("cross_backward", B, d, 0);
   if (st != DLREC_OK) return st;
   const size_t n = (size_t)B * d, n_w = (size_t)d * d;
   uint16_t *du_h = (uint16_t *)ws; /* B·d bf16 in the caller's B·d floats */

@@ -231,12 +231,6 @@ static dlrec_status cuda_synchronize(dlrec_backend *be) {
 
 /* ---- argument checks: the CPU kernels' (dlrec/nn.h), before anything runs ---- */
 
-#define NONNULL(what, ...) nonnull(what, (const void *[]){__VA_ARGS__}, sizeof((const void *[]){__VA_ARGS__}) / sizeof(void *))
-static dlrec_status nonnull(const char *what, const void *const *p, size_t n) {
-  for (size_t i = 0; i < n; i++)
-    if (!p[i]) return dlrec_error(DLREC_ERR_INVALID, "%s: NULL buffer", what);
-  return DLREC_OK;
-}
 
 #define TRY(expr)                                                                                                   \
   do {                                                                                                              \
@@ -262,13 +256,13 @@ static dlrec_status cuda_fill_rows(dlrec_backend *be, float *dst, size_t dst_ld,
 
 static dlrec_status cuda_add(dlrec_backend *be, float *y, const float *x, size_t n) {
   if (!n) return DLREC_OK;
-  TRY(NONNULL("add", y, x));
+  TRY(NN_NONNULL("add", y, x));
   return cuda_status(cuk_add(enter(be), y, x, n), "add");
 }
 
 static dlrec_status cuda_scale(dlrec_backend *be, float *x, size_t n, float s) {
   if (!n) return DLREC_OK;
-  TRY(NONNULL("scale", x));
+  TRY(NN_NONNULL("scale", x));
   return cuda_status(cuk_scale(enter(be), x, n, s), "scale");
 }
 
@@ -281,17 +275,17 @@ static dlrec_status cuda_sum_columns(dlrec_backend *be, float *dst, const float 
 /* ---- activations ---- */
 
 static dlrec_status cuda_relu_forward(dlrec_backend *be, float *out, const float *in, size_t n) {
-  TRY(NONNULL("relu_forward", out, in));
+  TRY(NN_NONNULL("relu_forward", out, in));
   return n ? cuda_status(cuk_relu_forward(enter(be), out, in, n), "relu_forward") : DLREC_OK;
 }
 
 static dlrec_status cuda_relu_backward(dlrec_backend *be, float *din, const float *dout, const float *out, size_t n) {
-  TRY(NONNULL("relu_backward", din, dout, out));
+  TRY(NN_NONNULL("relu_backward", din, dout, out));
   return n ? cuda_status(cuk_relu_backward(enter(be), din, dout, out, n), "relu_backward") : DLREC_OK;
 }
 
 static dlrec_status cuda_sigmoid(dlrec_backend *be, float *out, const float *in, size_t n) {
-  TRY(NONNULL("sigmoid_forward", out, in));
+  TRY(NN_NONNULL("sigmoid_forward", out, in));
   return n ? cuda_status(cuk_sigmoid(enter(be), out, in, n), "sigmoid_forward") : DLREC_OK;
 }
 
@@ -384,7 +378,7 @@ static dlrec_status cuda_dot_forward(dlrec_backend *be, float *out, const float 
 static dlrec_status cuda_dot_backward(dlrec_backend *be, float *dx, float *demb, const float *dout, const float *x,
                                       const float *emb, int B, int F, int D) {
   TRY(nn_check_dot("interaction_dot_backward", dx, demb, dout, B, F, D));
-  TRY(NONNULL("interaction_dot_backward", x, emb));
+  TRY(NN_NONNULL("interaction_dot_backward", x, emb));
   return cuda_status(cuk_dot_backward(enter(be), dx, demb, dout, x, emb, B, F, D), "interaction_dot_backward");
 }
 
@@ -415,7 +409,7 @@ static dlrec_status cuda_concat_backward(dlrec_backend *be, float *dx, float *de
 
 static dlrec_status cuda_cross_forward(dlrec_backend *be, float *out, float *act, const float *x0, const float *xl,
                                        const float *w, const float *bias, int B, int d) {
-  TRY(NONNULL("cross_forward", out, act, x0, xl, w, bias));
+  TRY(NN_NONNULL("cross_forward", out, act, x0, xl, w, bias));
   TRY(nn_check_cross("cross_forward", B, d, 0));
   TRY(gemm_forward(be, act, xl, w, bias, B, d, d, 0)); /* u (B, d) */
   return cuda_status(cuk_cross_gate(enter(be), out, x0, act, xl, (size_t)B * d), "cross_forward");
@@ -424,7 +418,7 @@ static dlrec_status cuda_cross_forward(dlrec_backend *be, float *out, float *act
 static dlrec_status cuda_cross_backward(dlrec_backend *be, float *dx0, float *dxl, float *dw, float *dbias,
                                         const float *dout, const float *x0, const float *xl, const float *act,
                                         const float *w, float *ws, int B, int d) {
-  TRY(NONNULL("cross_backward", dx0, dxl, dw, dbias, dout, x0, xl, act, w, ws));
+  TRY(NN_NONNULL("cross_backward", dx0, dxl, dw, dbias, dout, x0, xl, act, w, ws));
   TRY(nn_check_cross("cross_backward", B, d, 0));
   const size_t n = (size_t)B * d;
   float *du = ws; /* (B, d) */
@@ -436,7 +430,7 @@ static dlrec_status cuda_cross_backward(dlrec_backend *be, float *dx0, float *dx
 static dlrec_status cuda_cross_lowrank_forward(dlrec_backend *be, float *out, float *act, const float *x0,
                                                const float *xl, const float *v, const float *u, const float *bias,
                                                int B, int d, int r) {
-  TRY(NONNULL("cross_lowrank_forward", out, act, x0, xl, v, u, bias));
+  TRY(NN_NONNULL("cross_lowrank_forward", out, act, x0, xl, v, u, bias));
   TRY(nn_check_cross_lowrank("cross_lowrank_forward", B, d, r));
   float *t = act, *uu = act + (size_t)B * r;
   TRY(gemm_forward(be, t, xl, v, NULL, B, d, r, 0));   /* t (B, r) = xl · Vᵀ */
@@ -448,7 +442,7 @@ static dlrec_status cuda_cross_lowrank_backward(dlrec_backend *be, float *dx0, f
                                                 float *dbias, const float *dout, const float *x0, const float *xl,
                                                 const float *act, const float *v, const float *u, float *ws, int B,
                                                 int d, int r) {
-  TRY(NONNULL("cross_lowrank_backward", dx0, dxl, dv, du, dbias, dout, x0, xl, act, v, u, ws));
+  TRY(NN_NONNULL("cross_lowrank_backward", dx0, dxl, dv, du, dbias, dout, x0, xl, act, v, u, ws));
   TRY(nn_check_cross_lowrank("cross_lowrank_backward", B, d, r));
   const size_t n = (size_t)B * d;
   const float *t = act, *uu = act + (size_t)B * r;
@@ -465,7 +459,7 @@ static dlrec_status cuda_cross_mix_forward(dlrec_backend *be, float *out, float 
                                            const float *xl, const float *v, const float *c, const float *u,
                                            const float *gate, const float *bias, int B, int d, int r, int K) {
   const char *what = "cross_mix_forward";
-  TRY(NONNULL(what, out, act, x0, xl, v, c, u, gate, bias));
+  TRY(NN_NONNULL(what, out, act, x0, xl, v, c, u, gate, bias));
   TRY(nn_check_cross_mix(what, B, d, r, K));
   const size_t Br = (size_t)B * r, Bd = (size_t)B * d;
   float *t1 = act, *t2 = t1 + K * Br, *e = t2 + K * Br, *p = e + K * Bd;
@@ -487,7 +481,7 @@ static dlrec_status cuda_cross_mix_backward(dlrec_backend *be, float *dx0, float
                                             const float *u, const float *gate, float *ws, int B, int d, int r,
                                             int K) {
   const char *what = "cross_mix_backward";
-  TRY(NONNULL(what, dx0, dxl, dv, dc, du, dgate, dbias, dout, x0, xl, act, v, c, u, gate, ws));
+  TRY(NN_NONNULL(what, dx0, dxl, dv, dc, du, dgate, dbias, dout, x0, xl, act, v, c, u, gate, ws));
   TRY(nn_check_cross_mix(what, B, d, r, K));
   const size_t Br = (size_t)B * r, Bd = (size_t)B * d;
   const float *t1 = act, *t2 = t1 + K * Br, *e = t2 + K * Br, *p = e + K * Bd;
@@ -628,7 +622,7 @@ static dlrec_status cuda_fm_forward(dlrec_backend *be, float *out, const float *
 static dlrec_status cuda_fm_backward(dlrec_backend *be, float *demb, const float *dout, const float *emb, int B, int F,
                                      int D) {
   TRY(nn_check_fm("fm_backward", demb, dout, B, F, D));
-  TRY(NONNULL("fm_backward", emb));
+  TRY(NN_NONNULL("fm_backward", emb));
   return cuda_status(cuk_fm_backward(enter(be), demb, dout, emb, B, F, D), "fm_backward");
 }
 
@@ -680,7 +674,7 @@ static dlrec_status cuda_batchnorm_train_forward(dlrec_backend *be, float *out, 
                                                  const float *gamma, const float *beta, float *running_mean,
                                                  float *running_var, float momentum, float eps, int B, int C) {
   const char *what = "batchnorm_train_forward";
-  TRY(NONNULL(what, out, saved, in, gamma, beta, running_mean, running_var));
+  TRY(NN_NONNULL(what, out, saved, in, gamma, beta, running_mean, running_var));
   TRY(nn_check_batchnorm(what, B, 2, C));
   TRY(nn_check_momentum(what, momentum, eps));
   double *sum = scratch(be, 2 * (size_t)C * sizeof(double)), *sqdev = sum + C;
@@ -697,7 +691,7 @@ static dlrec_status cuda_batchnorm_backward(dlrec_backend *be, float *din, float
                                             const float *dout, const float *in, const float *gamma, const float *saved,
                                             int B, int C) {
   const char *what = "batchnorm_backward";
-  TRY(NONNULL(what, din, dgamma, dbeta, dout, in, gamma, saved));
+  TRY(NN_NONNULL(what, din, dgamma, dbeta, dout, in, gamma, saved));
   TRY(nn_check_batchnorm(what, B, 2, C));
   double *sg = scratch(be, 2 * (size_t)C * sizeof(double)), *sgx = sg + C;
   if (!sg) return dlrec_error(DLREC_ERR_NOMEM, "%s: no GPU memory for its scratch", what);
@@ -709,7 +703,7 @@ static dlrec_status cuda_batchnorm_backward(dlrec_backend *be, float *din, float
 
 static dlrec_status cuda_batchnorm_stats(dlrec_backend *be, double *out, const float *in, const double *sum, double N,
                                          int B, int C) {
-  TRY(NONNULL("batchnorm_stats", out, in));
+  TRY(NN_NONNULL("batchnorm_stats", out, in));
   TRY(nn_check_batchnorm("batchnorm_stats", B, 1, C));
   if (sum && !(N >= 1)) return dlrec_error(DLREC_ERR_INVALID, "batchnorm_stats: N=%g rows, expected at least 1", N);
   return cuda_status(cuk_bn_stats(enter(be), out, in, sum, N, B, C), "batchnorm_stats");
@@ -720,7 +714,7 @@ static dlrec_status cuda_batchnorm_normalize(dlrec_backend *be, float *out, floa
                                              const float *beta, float *running_mean, float *running_var,
                                              float momentum, float eps, int B, int C) {
   const char *what = "batchnorm_normalize";
-  TRY(NONNULL(what, out, saved, in, sum, sqdev, gamma, beta));
+  TRY(NN_NONNULL(what, out, saved, in, sum, sqdev, gamma, beta));
   if (!running_mean != !running_var) return dlrec_error(DLREC_ERR_INVALID, "%s: NULL buffer", what);
   TRY(nn_check_batchnorm(what, B, 1, C));
   TRY(nn_check_momentum(what, momentum, eps));
@@ -732,7 +726,7 @@ static dlrec_status cuda_batchnorm_normalize(dlrec_backend *be, float *out, floa
 
 static dlrec_status cuda_batchnorm_backward_stats(dlrec_backend *be, double *sg, double *sgx, const float *dout,
                                                   const float *in, const float *saved, int B, int C) {
-  TRY(NONNULL("batchnorm_backward_stats", sg, sgx, dout, in, saved));
+  TRY(NN_NONNULL("batchnorm_backward_stats", sg, sgx, dout, in, saved));
   TRY(nn_check_batchnorm("batchnorm_backward_stats", B, 1, C));
   return cuda_status(cuk_bn_backward_stats(enter(be), sg, sgx, dout, in, saved, B, C), "batchnorm_backward_stats");
 }
@@ -742,7 +736,7 @@ static dlrec_status cuda_batchnorm_backward_apply(dlrec_backend *be, float *din,
                                                   const float *saved, const double *sg_way, const double *sgx_way,
                                                   const double *sg, const double *sgx, double N, int B, int C) {
   const char *what = "batchnorm_backward_apply";
-  TRY(NONNULL(what, din, dgamma, dbeta, dout, in, gamma, saved, sg_way, sgx_way, sg, sgx));
+  TRY(NN_NONNULL(what, din, dgamma, dbeta, dout, in, gamma, saved, sg_way, sgx_way, sg, sgx));
   TRY(nn_check_batchnorm(what, B, 1, C));
   if (!(N >= 2)) return dlrec_error(DLREC_ERR_INVALID, "%s: N=%g rows, expected at least 2", what, N);
   return cuda_status(cuk_bn_backward_apply(enter(be), din, dgamma, dbeta, dout, in, gamma, saved, sg_way, sgx_way, sg,
@@ -753,7 +747,7 @@ static dlrec_status cuda_batchnorm_backward_apply(dlrec_backend *be, float *din,
 static dlrec_status cuda_batchnorm_infer(dlrec_backend *be, float *out, const float *in, const float *gamma,
                                          const float *beta, const float *running_mean, const float *running_var,
                                          float eps, int B, int C) {
-  TRY(NONNULL("batchnorm_infer", out, in, gamma, beta, running_mean, running_var));
+  TRY(NN_NONNULL("batchnorm_infer", out, in, gamma, beta, running_mean, running_var));
   TRY(nn_check_batchnorm("batchnorm_infer", B, 1, C));
   if (!(eps > 0.0f)) return dlrec_error(DLREC_ERR_INVALID, "batchnorm_infer: eps=%g must be > 0", eps);
   return cuda_status(cuk_bn_infer(enter(be), out, in, gamma, beta, running_mean, running_var, eps, B, C),
@@ -765,7 +759,7 @@ static dlrec_status cuda_batchnorm_infer_backward(dlrec_backend *be, float *din,
                                                   const float *running_mean, const float *running_var, float eps,
                                                   int B, int C) {
   const char *what = "batchnorm_infer_backward";
-  TRY(NONNULL(what, din, dgamma, dbeta, dout, in, gamma, running_mean, running_var));
+  TRY(NN_NONNULL(what, din, dgamma, dbeta, dout, in, gamma, running_mean, running_var));
   TRY(nn_check_batchnorm(what, B, 1, C));
   if (!(eps > 0.0f)) return dlrec_error(DLREC_ERR_INVALID, "%s: eps=%g must be > 0", what, eps);
   return cuda_status(
@@ -968,7 +962,7 @@ static dlrec_status cuda_optim_step(dlrec_backend *be, const dlrec_optim_config 
   /* The config's checks are the CPU's own: initializing no state runs them
    * and touches nothing. */
   TRY(dlrec_optim_state_init(c, NULL, 0));
-  TRY(NONNULL("optim_step", param, grad));
+  TRY(NN_NONNULL("optim_step", param, grad));
   if (dlrec_optim_state_floats(c, n) && !state) return dlrec_error(DLREC_ERR_INVALID, "optim_step: NULL state");
   float step_size = 0, inv_sqrt_bc2 = 0;
   if (c->kind == DLREC_OPTIM_ADAM) {

@@ -11,6 +11,17 @@
 
 #include "dlrec/nn.h"
 
+/* "WHAT: NULL buffer" for the first NULL of the pointers after `what`, as
+ * every kernel words it: NN_NONNULL(what, a, b, ...). */
+static inline dlrec_status nn_check_nonnull(const char *what, const void *const *p, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (!p[i]) return dlrec_error(DLREC_ERR_INVALID, "%s: NULL buffer", what);
+  return DLREC_OK;
+}
+#define NN_NONNULL(what, ...)                                      \
+  nn_check_nonnull(what, (const void *[]){__VA_ARGS__},            \
+                   sizeof((const void *[]){__VA_ARGS__}) / sizeof(void *))
+
 /* rows.c: non-NULL; width within dst_ld, and src_ld unless it is 0. */
 dlrec_status nn_check_rows(const char *what, const void *dst, const void *src, size_t dst_ld, size_t src_ld,
                            size_t width);
