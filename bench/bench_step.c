@@ -11,8 +11,12 @@
  * 11's reference point): 13 dense features, bottom MLP 512-256-128, 26
  * columns of 128, top MLP 1024-1024-512-256-1.
  *
- * usage: bench_step [device] [precision] [batch] [steps] [rows]
- *   (defaults cpu fp32 4096 10 0); prints samples/s and the GEMMs' TFLOP/s.
+ * usage: bench_step [device] [precision] [batch] [steps] [rows] [profile]
+ *   (defaults cpu fp32 4096 10 0); prints samples/s and the GEMMs' TFLOP/s,
+ *   and with "profile" each op's share of the step.
+ *   rows "1tb": the 26 columns of Criteo 1TB's frequency-threshold-15
+ *   vocabularies (DeepLearningExamples' preprocessing), 32.7M rows, 4.19B
+ *   parameters (15.6 GiB in fp32): the reference model's own table.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +31,11 @@ static const int bottom[] = {N_DENSE, 512, 256, 128};
 static const int top[] = {D + F * (F + 1) / 2, 1024, 1024, 512, 256, 1};
 #define N_BOTTOM (int)(sizeof bottom / sizeof bottom[0] - 1)
 #define N_TOP (int)(sizeof top / sizeof top[0] - 1)
+
+/* Criteo 1TB's vocabulary sizes at frequency threshold 15, C1..C26, as
+ * DeepLearningExamples' DLRM preprocessing makes them. */
+static const uint64_t criteo_1tb[F] = {7912889, 33823, 17139, 7339, 20046, 4, 7105, 1382, 63, 5554114, 582469, 245828, 11,
+                                       2209, 10667, 104, 4, 968, 15, 8165896, 2675940, 7156453, 302516, 12022, 97, 35};
 
 typedef struct layer {
   int in, out;
@@ -56,12 +65,45 @@ static float *dev_random(size_t n, float scale, dlrec_rng *rng) {
   return d;
 }
 
+/* "profile" (argument 6): each op of the timed steps is followed by a
+ * synchronize and its time is added to its name's; the report gives each op's
+ * share of the step. The syncs cost some time of their own: the step is a
+ * little slower than without. */
+static int g_profile;
+enum { MAX_PROF = 32 };
+static struct {
+  char name[40];
+  double secs;
+  long calls;
+} g_prof[MAX_PROF];
+static int g_n_prof;
+static char g_tag[16]; /* a linear layer's shape, told apart in the report */
+
+/* The op's name in "BE_OP(be, name, ...)", and g_tag. */
+static void prof_add(const char *call, double secs) {
+  const char *p = strchr(call, ',');
+  p = p ? p + 1 : call;
+  while (*p == ' ') p++;
+  char name[sizeof g_prof[0].name];
+  snprintf(name, sizeof name, "%.*s%s%s", (int)strcspn(p, ",)"), p, *g_tag ? " " : "", g_tag);
+  int i = 0;
+  while (i < g_n_prof && strcmp(g_prof[i].name, name)) i++;
+  if (i == g_n_prof) {
+    if (g_n_prof == MAX_PROF) return;
+    memcpy(g_prof[i].name, name, sizeof name);
+    g_n_prof++;
+  }
+  g_prof[i].secs += secs, g_prof[i].calls++;
+}
+
 #define RUN(call)                                                                                                   \
   do {                                                                                                              \
-    if ((call) != DLREC_OK) {                                                                                       \
-      fprintf(stderr, "bench_step: %s: %s\n", #call, dlrec_last_error());                                    \
+    const double t_ = g_profile ? dlrec_now() : 0;                                                                  \
+    if ((call) != DLREC_OK || (g_profile && g_be->ops->synchronize(g_be) != DLREC_OK)) {                            \
+      fprintf(stderr, "bench_step: %s: %s\n", #call, dlrec_last_error());                                           \
       exit(1);                                                                                                      \
     }                                                                                                               \
+    if (g_profile) prof_add(#call, dlrec_now() - t_);                                                               \
   } while (0)
 
 /* The table (rows > 0): the one the bag ops take (a mirror on a backend
@@ -82,29 +124,37 @@ static void step(layer *bot, layer *tp, float *params, float *grads, size_t n_pa
   RUN(BE_OP(be, fill_rows, grads, n_params, 1, n_params, 0.0f));
   const float *in = dense;
   for (int l = 0; l < N_BOTTOM; l++) {
+    snprintf(g_tag, sizeof g_tag, "%d->%d", bot[l].in, bot[l].out);
     RUN(BE_OP(be, linear_forward, bot[l].act, in, params + bot[l].w, params + bot[l].b, B, bot[l].in, bot[l].out,
               DLREC_ACT_RELU));
     in = bot[l].act;
   }
+  *g_tag = 0;
   RUN(BE_OP(be, dot_forward, inter, bot[N_BOTTOM - 1].act, emb, B, F, D));
   in = inter;
   for (int l = 0; l < N_TOP; l++) {
+    snprintf(g_tag, sizeof g_tag, "%d->%d", tp[l].in, tp[l].out);
     RUN(BE_OP(be, linear_forward, tp[l].act, in, params + tp[l].w, params + tp[l].b, B, tp[l].in, tp[l].out,
               l < N_TOP - 1 ? DLREC_ACT_RELU : DLREC_ACT_NONE));
     in = tp[l].act;
   }
+  *g_tag = 0;
   RUN(BE_OP(be, bce_forward, loss, tp[N_TOP - 1].act, labels, B));
   RUN(BE_OP(be, bce_backward, tp[N_TOP - 1].dact, tp[N_TOP - 1].act, labels, B));
   for (int l = N_TOP - 1; l >= 0; l--) {
     if (l < N_TOP - 1) RUN(BE_OP(be, relu_backward, tp[l].dact, tp[l].dact, tp[l].act, (size_t)B * tp[l].out));
+    snprintf(g_tag, sizeof g_tag, "%d->%d", tp[l].in, tp[l].out);
     RUN(BE_OP(be, linear_backward, l ? tp[l - 1].dact : dinter, grads + tp[l].w, grads + tp[l].b, tp[l].dact,
               l ? tp[l - 1].act : inter, params + tp[l].w, B, tp[l].in, tp[l].out));
+    *g_tag = 0;
   }
   RUN(BE_OP(be, dot_backward, bot[N_BOTTOM - 1].dact, demb, dinter, bot[N_BOTTOM - 1].act, emb, B, F, D));
   for (int l = N_BOTTOM - 1; l >= 0; l--) {
     RUN(BE_OP(be, relu_backward, bot[l].dact, bot[l].dact, bot[l].act, (size_t)B * bot[l].out));
+    snprintf(g_tag, sizeof g_tag, "%d->%d", bot[l].in, bot[l].out);
     RUN(BE_OP(be, linear_backward, l ? bot[l - 1].dact : NULL, grads + bot[l].w, grads + bot[l].b, bot[l].dact,
               l ? bot[l - 1].act : dense, params + bot[l].w, B, bot[l].in, bot[l].out));
+    *g_tag = 0;
   }
   dlrec_optim_config c;
   dlrec_optim_config_default(&c, DLREC_OPTIM_SGD);
@@ -113,13 +163,15 @@ static void step(layer *bot, layer *tp, float *params, float *grads, size_t n_pa
     RUN(BE_OP(be, bag_backward_update, es->t, es->o, &es->bags, DLREC_BAG_SUM, demb, es->scratch, es->scratch_bytes));
 }
 
-/* A table of `rows` rows a column, initialized, its SGD, a batch of one id a
- * bag skewed toward each column's first rows (u^3), and the scratch. */
-static void emb_open(emb_stage *es, uint64_t rows, int B, dlrec_rng *rng) {
-  dlrec_row_range all = {0, rows * F};
+/* A table of card[c] rows for column c, initialized, its SGD, a batch of one
+ * id a bag skewed toward each column's first rows (u^3), and the scratch. */
+static void emb_open(emb_stage *es, const uint64_t *card, int B, dlrec_rng *rng) {
+  uint64_t total = 0;
+  for (int c = 0; c < F; c++) total += card[c];
+  dlrec_row_range all = {0, total};
   dlrec_sparse_optim_config sc;
   dlrec_sparse_optim_config_default(&sc, DLREC_SPARSE_SGD);
-  RUN(dlrec_table_create(&es->host, rows * F, D));
+  RUN(dlrec_table_create(&es->host, total, D));
   RUN(dlrec_table_init_uniform(es->host, &all, 1, 1));
   RUN(dlrec_sparse_optim_create(&es->host_o, es->host, &sc));
   es->t = es->host, es->o = es->host_o;
@@ -128,6 +180,7 @@ static void emb_open(emb_stage *es, uint64_t rows, int B, dlrec_rng *rng) {
     RUN(backend_sparse_optim_mirror(g_be, es->host_o, es->t, &es->o));
   }
   static uint32_t *offs[F], *ids[F];
+  uint64_t first = 0; /* column c's first row */
   for (int c = 0; c < F; c++) {
     offs[c] = malloc(((size_t)B + 1) * sizeof(uint32_t));
     ids[c] = malloc((size_t)B * sizeof(uint32_t));
@@ -135,8 +188,9 @@ static void emb_open(emb_stage *es, uint64_t rows, int B, dlrec_rng *rng) {
     for (int b = 0; b <= B; b++) offs[c][b] = (uint32_t)b;
     for (int b = 0; b < B; b++) {
       const double u = dlrec_rng_uniform(rng);
-      ids[c][b] = (uint32_t)((uint64_t)c * rows + (uint64_t)(u * u * u * (double)rows));
+      ids[c][b] = (uint32_t)(first + (uint64_t)(u * u * u * (double)card[c]));
     }
+    first += card[c];
   }
   es->bags = (dlrec_bag_batch){(uint32_t)B, F, (const uint32_t *const *)offs, (const uint32_t *const *)ids, NULL};
   es->scratch_bytes = dlrec_bag_backward_scratch_bytes(es->host, (uint64_t)B * F);
@@ -152,9 +206,11 @@ int main(int argc, char **argv) {
     return 2;
   }
   const int B = argc > 3 ? atoi(argv[3]) : 4096, steps = argc > 4 ? atoi(argv[4]) : 10;
-  const long long rows = argc > 5 ? atoll(argv[5]) : 0;
+  const int tb = argc > 5 && !strcmp(argv[5], "1tb");
+  const int profile = argc > 6 && !strcmp(argv[6], "profile");
+  const long long rows = tb ? 1 : argc > 5 ? atoll(argv[5]) : 0;
   if (B < 2 || steps < 1 || rows < 0 || rows * F > (1ll << 32)) {
-    fprintf(stderr, "usage: bench_step [device] [precision] [batch >= 2] [steps >= 1] [rows a column, 0: none]\n");
+    fprintf(stderr, "usage: bench_step [device] [precision] [batch >= 2] [steps >= 1] [rows a column, 0: none; 1tb]\n");
     return 2;
   }
   dlrec_backend_config bc = {0, precision, 0};
@@ -185,17 +241,25 @@ int main(int argc, char **argv) {
   float *demb = dev_alloc((size_t)B * F * D);
   double *loss = g_be->ops->alloc(g_be, sizeof(double));
   emb_stage es = {0};
-  if (rows) emb_open(&es, (uint64_t)rows, B, &rng);
+  uint64_t card[F];
+  for (int c = 0; c < F; c++) card[c] = tb ? criteo_1tb[c] : (uint64_t)rows;
+  if (rows) emb_open(&es, card, B, &rng);
   emb_stage *e = rows ? &es : NULL;
   step(bot, tp, params, grads, n_params, dense, emb, inter, dinter, demb, labels, loss, B, e); /* warm-up */
   RUN(g_be->ops->synchronize(g_be));
+  g_profile = profile;
   const double t0 = dlrec_now();
   for (int s = 0; s < steps; s++) step(bot, tp, params, grads, n_params, dense, emb, inter, dinter, demb, labels, loss, B, e);
+  g_profile = 0;
   RUN(g_be->ops->synchronize(g_be));
   const double secs = (dlrec_now() - t0) / steps;
   printf("%s, batch %d, %s: %.3f ms a step, %.0f samples/s, GEMMs %.1f TFLOP/s (%.2f MFLOP a sample)\n",
-         dlrec_backend_describe(g_be), B, rows ? "with the table" : "dense part alone", secs * 1e3, B / secs,
+         dlrec_backend_describe(g_be), B, tb ? "with Criteo 1TB's table" : rows ? "with the table" : "dense part alone",
+         secs * 1e3, B / secs,
          6.0 * macs * B / secs / 1e12, 6.0 * macs / 1e6);
+  for (int i = 0; i < g_n_prof; i++)
+    printf("  %-28s %8.3f ms a step (%4.1f%%), %ld calls\n", g_prof[i].name, g_prof[i].secs * 1e3 / steps,
+           100.0 * g_prof[i].secs / steps / secs, g_prof[i].calls / steps);
   dlrec_backend_free(g_be); /* the process ends: the buffers go with it */
   return 0;
 }

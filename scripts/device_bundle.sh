@@ -8,6 +8,9 @@
 # newer), xz-compressed to fit the carry's 64 MiB.
 #
 #   scripts/device_bundle.sh            # after `make` (build/ with CUDA)
+#   BUILD=build-portable scripts/device_bundle.sh   # a build made with
+#       -DDLREC_NATIVE=OFF, for a GPU machine whose CPU may lack this one's
+#       instructions (-march=native here is AVX-512 on Zen 4)
 #   run: carry [".device"], command:
 #     eval "$(.device/setup.sh)" && .device/bin/test_backend
 #
@@ -19,9 +22,10 @@ out=.device
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/libs"
 grep -qx '/.device/' .git/info/exclude 2>/dev/null || echo '/.device/' >> .git/info/exclude
-progs=(build/dlrec build/bench_* build/tests/test_*)
+b=${BUILD:-build}
+progs=("$b"/dlrec "$b"/bench_* "$b"/tests/test_*)
 cp "${progs[@]}" "$out/bin/"
-[ -d build/dev-cuda ] && cp -r build/dev-cuda "$out/bin/"
+[ -d "$b"/dev-cuda ] && cp -r "$b"/dev-cuda "$out/bin/"
 for p in "${progs[@]}"; do ldd "$p" | awk '/=> \//{print $3}'; done | sort -u |
   grep -Ev '/(libc|libm|libstdc\+\+|libgcc_s|ld-linux[^/]*)\.so' | xargs -I{} cp -L {} "$out/libs/"
 strip "$out"/bin/* 2>/dev/null || true

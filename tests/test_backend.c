@@ -759,7 +759,11 @@ static void concat_case(int B, int DX, int F, int D, int fd) {
 }
 
 static void case_interactions(void) {
-  static const int dot[][4] = {{1, 1, 1, 1}, {3, 5, 4, 1}, {2, 3, 17, 1}, {1, 26, 16, 0}, {130, 26, 16, 0}};
+  /* {B, F, D, finite differences}; the last two are shapes a GPU's kernels
+   * take another way (D 512: too large for a block's shared memory; F 70:
+   * more pair-gradient rows than registers) */
+  static const int dot[][4] = {{1, 1, 1, 1},     {3, 5, 4, 1},  {2, 3, 17, 1}, {1, 26, 16, 0}, {130, 26, 16, 0},
+                               {3, 26, 512, 0}, {2, 70, 4, 0}};
   for (size_t s = 0; s < sizeof dot / sizeof dot[0] && !test_failed_now(); s++) {
     dot_case(dot[s][0], dot[s][1], dot[s][2], dot[s][3]);
     case_end();

@@ -301,27 +301,42 @@ static cuda_blas_type gemm_type(const dlrec_backend *be) {
 }
 
 /* The operands a GEMM reads: the fp32 arrays themselves, or (bf16) their
- * rounded copies in scratch. */
+ * rounded copies in scratch, and the scratch the GEMM writes. */
 typedef struct operands {
   const void *a[3];
   float *partial; /* the bias gradient's chunk sums */
+  float *out;     /* a result of rows pad(IN) wide (gemm_backward) */
 } operands;
 
-static dlrec_status prepare(dlrec_backend *be, operands *o, const float *const *src, const size_t *n, int count,
-                            size_t partial_floats, const char *what) {
+/* bf16 operands whose rows are not a multiple of 16 bytes leave cuBLASLt
+ * only its slow unaligned kernels (DLRM's 479-wide interaction ran 5x slower
+ * in them): the rows of IN values a bf16 GEMM reads are made pad(IN) wide,
+ * the pad zero, and the fp32 results IN wide are made pad(IN) wide in
+ * scratch and copied out. */
+static int pad_in(const dlrec_backend *be, int IN) {
+  return gemm_type(be) == CUDA_BLAS_BF16 ? (IN + 7) / 8 * 8 : IN;
+}
+
+/* Converts (bf16) or passes on the count operands src[i], rows[i] of
+ * width[i] floats (rows of ld[i] in the copies), and carves partial_floats
+ * and out_floats of scratch. */
+static dlrec_status prepare(dlrec_backend *be, operands *o, const float *const *src, const size_t *rows,
+                            const size_t *width, const size_t *ld, int count, size_t partial_floats,
+                            size_t out_floats, const char *what) {
   const int half = gemm_type(be) == CUDA_BLAS_BF16;
-  size_t bytes = partial_floats * sizeof(float) + 256;
-  for (int i = 0; half && i < count; i++) bytes += (n[i] * 2 + 255) / 256 * 256;
+  size_t bytes = (partial_floats + out_floats) * sizeof(float) + 512;
+  for (int i = 0; half && i < count; i++) bytes += (rows[i] * ld[i] * 2 + 255) / 256 * 256;
   char *at = scratch(be, bytes);
   if (!at) return dlrec_error(DLREC_ERR_NOMEM, "%s: no GPU memory for %zu bytes of scratch", what, bytes);
   o->partial = partial_floats ? carve(&at, partial_floats * sizeof(float)) : NULL;
+  o->out = out_floats ? carve(&at, out_floats * sizeof(float)) : NULL;
   for (int i = 0; i < count; i++) {
     if (!half || !src[i]) {
       o->a[i] = src[i];
       continue;
     }
-    uint16_t *h = carve(&at, n[i] * 2);
-    TRY(cuda_status(cuk_to_bf16(ctx_of(be)->stream, h, src[i], n[i]), what));
+    uint16_t *h = carve(&at, rows[i] * ld[i] * 2);
+    TRY(cuda_status(cuk_to_bf16(ctx_of(be)->stream, h, ld[i], src[i], rows[i], width[i]), what));
     o->a[i] = h;
   }
   return DLREC_OK;
@@ -331,26 +346,34 @@ static dlrec_status gemm_forward(dlrec_backend *be, float *out, const float *in,
                                  const float *bias, int B, int IN, int OUT, int relu) {
   enter(be);
   operands o = {0};
-  TRY(prepare(be, &o, (const float *[]){in, weight}, (size_t[]){(size_t)B * IN, (size_t)OUT * IN}, 2, 0,
-              "linear_forward"));
-  return cuda_blas_matmul(ctx_of(be)->blas, out, o.a[1], IN, 1, o.a[0], IN, 0, OUT, B, IN, gemm_type(be), 0.0f, bias,
-                          relu);
+  const size_t P = (size_t)pad_in(be, IN);
+  TRY(prepare(be, &o, (const float *[]){in, weight}, (size_t[]){(size_t)B, (size_t)OUT},
+              (size_t[]){(size_t)IN, (size_t)IN}, (size_t[]){P, P}, 2, 0, 0, "linear_forward"));
+  return cuda_blas_matmul(ctx_of(be)->blas, out, o.a[1], (int)P, 1, o.a[0], (int)P, 0, OUT, B, (int)P, gemm_type(be),
+                          0.0f, bias, relu);
 }
 
 static dlrec_status gemm_backward(dlrec_backend *be, float *din, float *dweight, float *dbias, const float *dout,
                                   const float *in, const float *weight, int B, int IN, int OUT) {
   cudaStream_t st = enter(be);
   operands o = {0};
-  TRY(prepare(be, &o, (const float *[]){dout, in, din ? weight : NULL},
-              (size_t[]){(size_t)B * OUT, (size_t)B * IN, (size_t)OUT * IN}, 3,
-              dbias ? cuk_colsum_partials((size_t)B, (size_t)OUT) : 0, "linear_backward"));
+  const int P = pad_in(be, IN);
+  const size_t out_floats = P == IN ? 0 : (size_t)P * ((size_t)OUT > (size_t)B ? (size_t)OUT : (size_t)B);
+  TRY(prepare(be, &o, (const float *[]){dout, in, din ? weight : NULL}, (size_t[]){(size_t)B, (size_t)B, (size_t)OUT},
+              (size_t[]){(size_t)OUT, (size_t)IN, (size_t)IN}, (size_t[]){(size_t)OUT, (size_t)P, (size_t)P}, 3,
+              dbias ? cuk_colsum_partials((size_t)B, (size_t)OUT) : 0, out_floats, "linear_backward"));
   cuda_blas *blas = ctx_of(be)->blas;
-  /* dWᵀ (IN, OUT) += inᵀ (IN, B) · dout (B, OUT) */
-  TRY(cuda_blas_matmul(blas, dweight, o.a[1], IN, 0, o.a[0], OUT, 1, IN, OUT, B, gemm_type(be), 1.0f, NULL, 0));
+  /* dWᵀ (IN, OUT) += inᵀ (IN, B) · dout (B, OUT), through rows of P */
+  float *dw = P == IN ? dweight : o.out;
+  if (P != IN) TRY(cuda_status(cuk_copy_rows(st, dw, P, dweight, IN, OUT, IN), "linear_backward"));
+  TRY(cuda_blas_matmul(blas, dw, o.a[1], P, 0, o.a[0], OUT, 1, P, OUT, B, gemm_type(be), 1.0f, NULL, 0));
+  if (P != IN) TRY(cuda_status(cuk_copy_rows(st, dweight, IN, dw, P, OUT, IN), "linear_backward"));
   if (dbias) TRY(cuda_status(cuk_colsum_accumulate(st, dbias, dout, (size_t)B, (size_t)OUT, o.partial), "bias gradient"));
-  /* dinᵀ (IN, B) = W (IN, OUT as stored) · doutᵀ (OUT, B) */
-  if (din) TRY(cuda_blas_matmul(blas, din, o.a[2], IN, 0, o.a[0], OUT, 0, IN, B, OUT, gemm_type(be), 0.0f, NULL, 0));
-  return DLREC_OK;
+  /* dinᵀ (IN, B) = W (IN, OUT as stored) · doutᵀ (OUT, B), through rows of P */
+  if (!din) return DLREC_OK;
+  float *di = P == IN ? din : o.out;
+  TRY(cuda_blas_matmul(blas, di, o.a[2], P, 0, o.a[0], OUT, 0, P, B, OUT, gemm_type(be), 0.0f, NULL, 0));
+  return P == IN ? DLREC_OK : cuda_status(cuk_copy_rows(st, din, IN, di, P, B, IN), "linear_backward");
 }
 
 static dlrec_status cuda_linear_forward(dlrec_backend *be, float *out, const float *in, const float *weight,

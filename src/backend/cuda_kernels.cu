@@ -68,6 +68,15 @@ __global__ void relu_backward_k(float *din, const float *dout, const float *out,
   GRID_STRIDE(i, n) din[i] = out[i] > 0.0f ? dout[i] : 0.0f;
 }
 
+// The same, 4 values a thread (n a multiple of 4, the arrays 16-byte aligned).
+__global__ void relu_backward4_k(float4 *din, const float4 *dout, const float4 *out, size_t n4) {
+  GRID_STRIDE(i, n4) {
+    const float4 o = out[i], g = dout[i];
+    din[i] = make_float4(o.x > 0.0f ? g.x : 0.0f, o.y > 0.0f ? g.y : 0.0f, o.z > 0.0f ? g.z : 0.0f,
+                         o.w > 0.0f ? g.w : 0.0f);
+  }
+}
+
 // σ(z) from exp(-|z|), as src/nn/activation.c: no overflow for any finite z.
 __device__ inline float sigmoid(float z) {
   const float e = expf(-fabsf(z)), s = 1.0f / (1.0f + e);
@@ -80,6 +89,27 @@ __global__ void sigmoid_k(float *out, const float *in, size_t n) {
 
 __global__ void to_bf16_k(uint16_t *dst, const float *src, size_t n) {
   GRID_STRIDE(i, n) dst[i] = __bfloat16_as_ushort(__float2bfloat16_rn(src[i]));
+}
+
+__device__ inline uint32_t bf16_pair(float lo, float hi) {
+  return (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(lo)) |
+         (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(hi)) << 16;
+}
+
+// The same, 4 values a thread (n a multiple of 4, src 16-byte and dst
+// 8-byte aligned).
+__global__ void to_bf16_4_k(uint2 *dst, const float4 *src, size_t n4) {
+  GRID_STRIDE(i, n4) {
+    const float4 v = src[i];
+    dst[i] = make_uint2(bf16_pair(v.x, v.y), bf16_pair(v.z, v.w));
+  }
+}
+
+__global__ void to_bf16_rows_k(uint16_t *dst, size_t dst_ld, const float *src, size_t rows, size_t width) {
+  GRID_STRIDE(i, rows * dst_ld) {
+    const size_t r = i / dst_ld, c = i - r * dst_ld;
+    dst[i] = c < width ? __bfloat16_as_ushort(__float2bfloat16_rn(src[r * width + c])) : 0;
+  }
 }
 
 // partial[k][c] = sum of rows [k * CHUNK, ...) of column c, in row order.
@@ -125,24 +155,6 @@ __device__ inline void load_z(float *z, const float *x, const float *emb, int b,
   }
 }
 
-// A block a sample, Z in shared memory; a thread a pair, d in order.
-__global__ void dot_forward_shared_k(float *out, const float *x, const float *emb, int F, int D) {
-  extern __shared__ float z[];
-  const int b = blockIdx.x, S = D + 1, pairs = F * (F + 1) / 2;
-  load_z(z, x, emb, b, F, D, S);
-  __syncthreads();
-  float *o = out + (size_t)b * (D + pairs);
-  for (int d = threadIdx.x; d < D; d += blockDim.x) o[d] = z[d];
-  for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
-    int i, j;
-    pair_of(p, &i, &j);
-    const float *zi = z + i * S, *zj = z + j * S;
-    float s = 0.0f;
-    for (int d = 0; d < D; d++) s += zi[d] * zj[d];
-    o[D + p] = s;
-  }
-}
-
 // A block a sample, Z and the pair gradients in shared memory; a thread per
 // (i, d), k in order.
 __global__ void dot_backward_shared_k(float *dx, float *demb, const float *dout, const float *x, const float *emb,
@@ -161,6 +173,110 @@ __global__ void dot_backward_shared_k(float *dx, float *demb, const float *dout,
       if (k != i) acc += pair_grad(g, i, k) * z[k * S + d];
     if (i == 0) dx[(size_t)b * D + d] = dout[(size_t)b * O + d] + acc;
     else demb[((size_t)b * F + i - 1) * D + d] = acc;
+  }
+}
+
+// Rows [0, rows) of a sample's Z = [x; e_1 .. e_F] into shared memory, rows
+// S floats apart, rows past F zero; nt threads from thread t0, 16-byte
+// loads where D allows (the loads, not the arithmetic, bound these kernels).
+__device__ inline void load_z_rows(float *z, int S, const float *x, const float *emb, size_t b, int F, int D,
+                                   int rows, int t0, int nt) {
+  if (D % 4 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)emb % 16 == 0) {
+    const int Q = D / 4;
+#pragma unroll 4
+    for (int t = t0; t < rows * Q; t += nt) {
+      const int r = t / Q, c = 4 * (t - r * Q);
+      float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (r <= F) v = *reinterpret_cast<const float4 *>(r == 0 ? x + b * D + c : emb + (b * F + r - 1) * D + c);
+      float *o = z + r * S + c;
+      o[0] = v.x, o[1] = v.y, o[2] = v.z, o[3] = v.w;
+    }
+    return;
+  }
+#pragma unroll 4
+  for (int t = t0; t < rows * D; t += nt) {
+    const int r = t / D, c = t - r * D;
+    z[r * S + c] = r == 0 ? x[b * D + c] : r <= F ? emb[(b * F + r - 1) * D + c] : 0.0f;
+  }
+}
+
+// The tiled forward: a block a sample, Z in shared memory padded to whole
+// tiles (rows of S = D + 1 floats, the pad rows zero); a thread a tile of
+// kDotTile x kDotTile pairs (i, j) of the lower triangle, each summed over
+// d in order as above, so each value read from shared memory feeds
+// kDotTile products.
+constexpr int kDotTile = 2;
+
+__global__ void dot_forward_tiled_k(float *out, const float *x, const float *emb, int F, int D) {
+  extern __shared__ float z[];
+  const int N = F + 1, S = D + 1, NT = (N + kDotTile - 1) / kDotTile, pairs = F * (F + 1) / 2;
+  const size_t b = blockIdx.x;
+  load_z_rows(z, S, x, emb, b, F, D, NT * kDotTile, threadIdx.x, blockDim.x);
+  __syncthreads();
+  float *o = out + b * (D + pairs);
+  for (int d = threadIdx.x; d < D; d += blockDim.x) o[d] = z[d];
+  for (int tt = threadIdx.x; tt < NT * (NT + 1) / 2; tt += blockDim.x) {
+    int ti = 0;
+    while ((ti + 1) * (ti + 2) / 2 <= tt) ti++;
+    const int tj = tt - ti * (ti + 1) / 2; // tj <= ti
+    const float *zi = z + ti * kDotTile * S, *zj = z + tj * kDotTile * S;
+    float acc[kDotTile][kDotTile] = {};
+    for (int d = 0; d < D; d++) {
+      float a[kDotTile], c[kDotTile];
+#pragma unroll
+      for (int r = 0; r < kDotTile; r++) a[r] = zi[r * S + d], c[r] = zj[r * S + d];
+#pragma unroll
+      for (int r = 0; r < kDotTile; r++)
+#pragma unroll
+        for (int q = 0; q < kDotTile; q++) acc[r][q] = fmaf(a[r], c[q], acc[r][q]);
+    }
+#pragma unroll
+    for (int r = 0; r < kDotTile; r++)
+#pragma unroll
+      for (int q = 0; q < kDotTile; q++) {
+        const int i = ti * kDotTile + r, j = tj * kDotTile + q;
+        if (i < N && j < i) o[D + i * (i - 1) / 2 + j] = acc[r][q];
+      }
+  }
+}
+
+// The backward by rows: dZ = G Z, G the symmetric (N, N) matrix of the
+// pair gradients with a zero diagonal (rows of NP floats in shared memory,
+// the pad zero). A block a sample, a thread a d: it reads each z_k[d] once
+// and keeps all NP sums in registers, each summed over k in order as above
+// (the diagonal's zero adds nothing); Z in shared memory. N <= NP.
+template <int NP>
+__global__ void dot_backward_rows_k(float *dx, float *demb, const float *dout, const float *x, const float *emb, int F,
+                                    int D) {
+  __shared__ __align__(16) float G[NP * NP];
+  extern __shared__ float z[]; /* (N, D) */
+  const int N = F + 1, pairs = F * (F + 1) / 2;
+  const size_t b = blockIdx.x, O = (size_t)D + pairs;
+  const float *g = dout + b * O + D;
+  load_z_rows(z, D, x, emb, b, F, D, N, threadIdx.x, blockDim.x);
+  for (int t = threadIdx.x; t < N * NP; t += blockDim.x) {
+    const int k = t / NP, i = t - k * NP, hi = i > k ? i : k, lo = i > k ? k : i;
+    G[t] = i < N && i != k ? g[hi * (hi - 1) / 2 + lo] : 0.0f;
+  }
+  __syncthreads();
+  for (int d = threadIdx.x; d < D; d += blockDim.x) {
+    float acc[NP] = {};
+    for (int k = 0; k < N; k++) {
+      const float zk = z[k * D + d];
+      const float4 *g4 = reinterpret_cast<const float4 *>(G + k * NP);
+#pragma unroll
+      for (int q = 0; q < NP / 4; q++) {
+        const float4 v = g4[q];
+        acc[4 * q] = fmaf(v.x, zk, acc[4 * q]);
+        acc[4 * q + 1] = fmaf(v.y, zk, acc[4 * q + 1]);
+        acc[4 * q + 2] = fmaf(v.z, zk, acc[4 * q + 2]);
+        acc[4 * q + 3] = fmaf(v.w, zk, acc[4 * q + 3]);
+      }
+    }
+    dx[b * D + d] = dout[b * O + d] + acc[0];
+#pragma unroll
+    for (int i = 1; i < NP; i++)
+      if (i < N) demb[(b * F + i - 1) * D + d] = acc[i];
   }
 }
 
@@ -365,6 +481,43 @@ __global__ void bag_forward_k(float *out, cuk_rows t, cuk_bags bg) {
   }
 }
 
+// The same, 4 elements of a row at a time (one 16-byte load of fp32, one
+// 8-byte load of bf16 or fp16): a thread per (bag, 4 d's). D and the stride
+// are multiples of 4, the rows and out aligned to 16 bytes.
+template <int DTYPE>
+__device__ inline void row_elems4(float *v, const cuk_rows &t, size_t i) {
+  if (DTYPE == 0) {
+    const float4 x = *reinterpret_cast<const float4 *>(static_cast<const float *>(t.data) + i);
+    v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w;
+    return;
+  }
+  const uint2 h = *reinterpret_cast<const uint2 *>(static_cast<const uint16_t *>(t.data) + i);
+  const uint16_t e[4] = {(uint16_t)(h.x & 0xffff), (uint16_t)(h.x >> 16), (uint16_t)(h.y & 0xffff),
+                         (uint16_t)(h.y >> 16)};
+  for (int j = 0; j < 4; j++) v[j] = DTYPE == 1 ? dtype_bf16_to_f32(e[j]) : dtype_fp16_to_f32(e[j]);
+}
+
+template <int DTYPE>
+__global__ void bag_forward4_k(float *out, cuk_rows t, cuk_bags bg) {
+  const uint32_t Q = t.D / 4;
+  GRID_STRIDE(i, (size_t)bg.B * bg.F * Q) {
+    const size_t g = i / Q;
+    const uint32_t d = (uint32_t)(i % Q) * 4, b = (uint32_t)(g / bg.F), c = (uint32_t)(g % bg.F);
+    const uint32_t *off = bg.offs + (size_t)c * (bg.B + 1);
+    const uint32_t lo = off[b], hi = off[b + 1], *ids = bg.ids + bg.idbase[c];
+    float s[4] = {0.0f, 0.0f, 0.0f, 0.0f}, v[4];
+    for (uint32_t k = lo; k < hi; k++) {
+      row_elems4<DTYPE>(v, t, (size_t)ids[k - off[0]] * t.stride + d);
+      for (int j = 0; j < 4; j++) s[j] = __fadd_rn(s[j], v[j]);
+    }
+    if (bg.mean[c] && hi > lo) {
+      const float inv = __fdiv_rn(1.0f, (float)(hi - lo));
+      for (int j = 0; j < 4; j++) s[j] = __fmul_rn(s[j], inv);
+    }
+    *reinterpret_cast<float4 *>(out + g * t.D + d) = make_float4(s[0], s[1], s[2], s[3]);
+  }
+}
+
 // ---- the fused sparse update (dev/cuda/sparse_update.cu's, on the CPU
 // op's item order: column, sample, position) ----
 
@@ -395,18 +548,38 @@ struct Runs {
   uint32_t D;
 };
 
-// g (lane's d = lane, lane + 32, ...) += the items [a, b) in order.
+// An item's gradient at the lane's d (lane, lane + 32, ...): its bag's
+// d_out row, times 1 / the bag's size where the column pools by its mean.
+template <int PER_LANE>
+__device__ inline void item_grad(float *v, uint32_t i, int lane, const Runs &R) {
+  const uint32_t bag = R.sorted_vals[i], c = bag % R.bg.F, s = bag / R.bg.F;
+  const float *go = R.dout + (size_t)bag * R.D;
+  const uint32_t *off = R.bg.offs + (size_t)c * (R.bg.B + 1);
+  const float inv = R.bg.mean[c] ? __fdiv_rn(1.0f, (float)(off[s + 1] - off[s])) : 1.0f;
+  for (int j = 0; j < PER_LANE; j++) {
+    const uint32_t d = lane + 32 * j;
+    v[j] = d < R.D ? (R.bg.mean[c] ? __fmul_rn(inv, go[d]) : go[d]) : 0.0f;
+  }
+}
+
+// g (lane's d) += the items [a, b) in order, four items' loads in flight.
 template <int PER_LANE>
 __device__ inline void sum_items(float *g, uint32_t a, uint32_t b, int lane, const Runs &R) {
-  for (uint32_t i = a; i < b; i++) {
-    const uint32_t bag = R.sorted_vals[i], c = bag % R.bg.F, s = bag / R.bg.F;
-    const float *go = R.dout + (size_t)bag * R.D;
-    const uint32_t *off = R.bg.offs + (size_t)c * (R.bg.B + 1);
-    const float inv = R.bg.mean[c] ? __fdiv_rn(1.0f, (float)(off[s + 1] - off[s])) : 1.0f;
-    for (int j = 0; j < PER_LANE; j++) {
-      const uint32_t d = lane + 32 * j;
-      if (d < R.D) g[j] = __fadd_rn(g[j], R.bg.mean[c] ? __fmul_rn(inv, go[d]) : go[d]);
-    }
+  uint32_t i = a;
+  for (; i + 4 <= b; i += 4) {
+    float v[4][PER_LANE];
+#pragma unroll
+    for (int u = 0; u < 4; u++) item_grad<PER_LANE>(v[u], i + u, lane, R);
+#pragma unroll
+    for (int u = 0; u < 4; u++)
+      for (int j = 0; j < PER_LANE; j++)
+        if (lane + 32 * j < R.D) g[j] = __fadd_rn(g[j], v[u][j]);
+  }
+  for (; i < b; i++) {
+    float v[PER_LANE];
+    item_grad<PER_LANE>(v, i, lane, R);
+    for (int j = 0; j < PER_LANE; j++)
+      if (lane + 32 * j < R.D) g[j] = __fadd_rn(g[j], v[j]);
   }
 }
 
@@ -454,7 +627,12 @@ __global__ void reduce_update_k(cuk_rows t, Runs R, cuk_sparse_opt o) {
   if (u >= *R.n_unique) return;
   const uint32_t r = R.rows_u[u], n = R.count[u], D = R.D;
   float g[PER_LANE], w[PER_LANE];
-  for (int j = 0; j < PER_LANE; j++) g[j] = 0.0f;
+  const size_t row = (size_t)r * t.stride;
+  for (int j = 0; j < PER_LANE; j++) { /* the row's loads first: they overlap the gradient's */
+    const uint32_t d = lane + 32 * j;
+    w[j] = d < D ? row_elem(t, row + d) : 0.0f;
+    g[j] = 0.0f;
+  }
   if (n <= kShortRun) {
     sum_items<PER_LANE>(g, R.start[u], R.start[u] + n, lane, R);
   } else {
@@ -465,11 +643,6 @@ __global__ void reduce_update_k(cuk_rows t, Runs R, cuk_sparse_opt o) {
         if (d < D) g[j] = __fadd_rn(g[j], p[d]);
       }
     }
-  }
-  const size_t row = (size_t)r * t.stride;
-  for (int j = 0; j < PER_LANE; j++) {
-    const uint32_t d = lane + 32 * j;
-    w[j] = d < D ? row_elem(t, row + d) : 0.0f;
   }
   if (o.kind == 0) {
     for (int j = 0; j < PER_LANE; j++) w[j] = __fsub_rn(w[j], __fmul_rn(o.lr, __fadd_rn(g[j], __fmul_rn(o.wd, w[j]))));
@@ -738,7 +911,11 @@ cudaError_t cuk_relu_forward(cudaStream_t st, float *out, const float *in, size_
   return LAUNCH(relu_forward_k, n, st, out, in, n);
 }
 
+static bool aligned16(const void *p) { return (uintptr_t)p % 16 == 0; }
+
 cudaError_t cuk_relu_backward(cudaStream_t st, float *din, const float *dout, const float *out, size_t n) {
+  if (n % 4 == 0 && aligned16(din) && aligned16(dout) && aligned16(out))
+    return LAUNCH(relu_backward4_k, n / 4, st, (float4 *)din, (const float4 *)dout, (const float4 *)out, n / 4);
   return LAUNCH(relu_backward_k, n, st, din, dout, out, n);
 }
 
@@ -746,8 +923,12 @@ cudaError_t cuk_sigmoid(cudaStream_t st, float *out, const float *in, size_t n) 
   return LAUNCH(sigmoid_k, n, st, out, in, n);
 }
 
-cudaError_t cuk_to_bf16(cudaStream_t st, uint16_t *dst, const float *src, size_t n) {
-  return LAUNCH(to_bf16_k, n, st, dst, src, n);
+cudaError_t cuk_to_bf16(cudaStream_t st, uint16_t *dst, size_t dst_ld, const float *src, size_t rows, size_t width) {
+  const size_t n = rows * width;
+  if (dst_ld == width && n % 4 == 0 && aligned16(src) && (uintptr_t)dst % 8 == 0)
+    return LAUNCH(to_bf16_4_k, n / 4, st, (uint2 *)dst, (const float4 *)src, n / 4);
+  if (dst_ld == width) return LAUNCH(to_bf16_k, n, st, dst, src, n);
+  return LAUNCH(to_bf16_rows_k, rows * dst_ld, st, dst, dst_ld, src, rows, width);
 }
 
 size_t cuk_colsum_partials(size_t B, size_t C) { return (B + CUK_COLSUM_CHUNK - 1) / CUK_COLSUM_CHUNK * C; }
@@ -762,17 +943,18 @@ cudaError_t cuk_colsum_accumulate(cudaStream_t st, float *dst, const float *src,
   return LAUNCH(colsum_finish_k, C, st, dst, partial, chunks, C);
 }
 
-// Shared memory a sample needs (bytes), or 0 when it exceeds the default
-// 48 KiB a block: the global-memory kernels take those shapes.
-static size_t dot_shared(int F, int D, int backward) {
-  const size_t bytes = ((size_t)(F + 1) * (D + 1) + (backward ? (size_t)F * (F + 1) / 2 : 0)) * sizeof(float);
+// Shared memory dot_backward_shared_k needs (bytes), or 0 when it exceeds
+// the default 48 KiB a block: the global-memory kernel takes those shapes.
+static size_t dot_shared(int F, int D) {
+  const size_t bytes = ((size_t)(F + 1) * (D + 1) + (size_t)F * (F + 1) / 2) * sizeof(float);
   return bytes <= 48 * 1024 ? bytes : 0;
 }
 
 cudaError_t cuk_dot_forward(cudaStream_t st, float *out, const float *x, const float *emb, int B, int F, int D) {
-  const size_t sh = dot_shared(F, D, 0);
-  if (sh) {
-    dot_forward_shared_k<<<B, 128, sh, st>>>(out, x, emb, F, D);
+  const int NT = (F + kDotTile) / kDotTile; /* tiles a side for N = F + 1 rows */
+  const size_t zb = (size_t)NT * kDotTile * (D + 1) * sizeof(float);
+  if (zb <= 48 * 1024) {
+    dot_forward_tiled_k<<<(unsigned)B, 128, zb, st>>>(out, x, emb, F, D);
     return cudaGetLastError();
   }
   const size_t O = (size_t)D + (size_t)F * (F + 1) / 2;
@@ -783,7 +965,19 @@ cudaError_t cuk_dot_forward(cudaStream_t st, float *out, const float *x, const f
 
 cudaError_t cuk_dot_backward(cudaStream_t st, float *dx, float *demb, const float *dout, const float *x,
                              const float *emb, int B, int F, int D) {
-  const size_t sh = dot_shared(F, D, 1);
+  const unsigned threads = D < 128 ? (unsigned)(D + 31) / 32 * 32 : 128;
+  const size_t zb = (size_t)(F + 1) * D * sizeof(float);
+#define ROWS(NP)                                                                                                    \
+  if (F + 1 <= NP && zb + NP * NP * sizeof(float) <= 48 * 1024) {                                                   \
+    dot_backward_rows_k<NP><<<(unsigned)B, threads, zb, st>>>(dx, demb, dout, x, emb, F, D);                        \
+    return cudaGetLastError();                                                                                      \
+  }
+  ROWS(8)
+  ROWS(16)
+  ROWS(32)
+  ROWS(64)
+#undef ROWS
+  const size_t sh = dot_shared(F, D);
   if (sh) {
     dot_backward_shared_k<<<B, 128, sh, st>>>(dx, demb, dout, x, emb, F, D);
     return cudaGetLastError();
@@ -849,6 +1043,13 @@ cudaError_t cuk_packed_forward(cudaStream_t st, float *out, const float *wt, con
 }
 
 cudaError_t cuk_bag_forward(cudaStream_t st, float *out, cuk_rows t, cuk_bags bags) {
+  const size_t esz = t.dtype == 0 ? 4 : 2;
+  if (t.D % 4 == 0 && t.stride % 4 == 0 && (uintptr_t)out % 16 == 0 && (uintptr_t)t.data % (4 * esz) == 0) {
+    const size_t n = (size_t)bags.B * bags.F * (t.D / 4);
+    if (t.dtype == 0) return LAUNCH(bag_forward4_k<0>, n, st, out, t, bags);
+    if (t.dtype == 1) return LAUNCH(bag_forward4_k<1>, n, st, out, t, bags);
+    return LAUNCH(bag_forward4_k<2>, n, st, out, t, bags);
+  }
   return LAUNCH(bag_forward_k, (size_t)bags.B * bags.F * t.D, st, out, t, bags);
 }
 
