@@ -27,6 +27,7 @@
  *   fp32, any op                       FP32_REL · (|want| + mag) + FP32_ABS
  *   bf16 backend, GEMM ops             BF16_TERMS_REL · mag + the fp32 bound
  *   tf32 backend (a GPU's), GEMM ops   TF32_TERMS_REL · mag + the fp32 bound
+ *   fp16 backend, GEMM ops             FP16_TERMS_REL · mag + the fp32 bound
  *   against a finite difference        the bound above + FD_ABS
  *   reference backward vs differences  REF_FD_REL · (1 + |difference|)
  *
@@ -36,7 +37,10 @@
  * at most (2u + u²) |a_k b_k| = (2^-7 + 2^-16) |a_k b_k| and the fp32 sum by
  * BF16_TERMS_REL · Σ_k |a_k b_k| plus fp32's own rounding. TF32 keeps 11
  * significant bits; taken as truncated (u <= 2^-10, cuBLASLt does not say
- * how it rounds), TF32_TERMS_REL = 2u + u². The cross
+ * how it rounds), TF32_TERMS_REL = 2u + u². fp16 keeps 11 significant bits
+ * and rounds to nearest (u <= 2^-11): FP16_TERMS_REL = 2u + u² (the cases'
+ * operands are far from fp16's overflow, and the few below its normal range
+ * weigh nothing against the other terms of their sums). The cross
  * layers' products are such GEMMs (and so is whatever their outputs feed);
  * every other op stays fp32 in a bf16 backend and keeps the fp32 bound.
  */
@@ -53,6 +57,7 @@
 #define FP32_ABS 1e-6
 #define BF16_TERMS_REL (0x1p-7 + 0x1p-16)
 #define TF32_TERMS_REL (0x1p-9 + 0x1p-20)
+#define FP16_TERMS_REL (0x1p-10 + 0x1p-22)
 #define FD_ABS 1e-6
 #define REF_FD_REL 1e-6
 
@@ -235,9 +240,9 @@ typedef struct fwd_ctx {
 /* ---- every backend, every precision ------------------------------------------------------ */
 
 /* Runs body on each backend of the build in fp32 and, where it can be
- * created, bf16, and tf32 where the backend has it (a GPU; the CPU runs tf32
- * as fp32, which is checked, not run twice), on 2 threads; says once per
- * backend why bf16 or tf32 is skipped. */
+ * created, bf16 and fp16, and tf32 where the backend has it (a GPU; the CPU
+ * runs tf32 as fp32, which is checked, not run twice), on 2 threads; says
+ * once per backend why bf16 or tf32 is skipped. */
 static void each_backend(void (*body)(void), uint64_t seed) {
   static char skipped_said[8], tf32_said[8];
   /* The listed backends, then cpu-mirror: the CPU's ops on memory the host
@@ -245,7 +250,8 @@ static void each_backend(void (*body)(void), uint64_t seed) {
    * also runs the way it runs on a GPU (the bag cases through mirrors). */
   for (size_t i = 0; i == 0 || dlrec_backend_name_at(i - 1); i++) {
     const char *name = dlrec_backend_name_at(i) ? dlrec_backend_name_at(i) : "cpu-mirror";
-    static const dlrec_precision precisions[] = {DLREC_PRECISION_FP32, DLREC_PRECISION_BF16, DLREC_PRECISION_TF32};
+    static const dlrec_precision precisions[] = {DLREC_PRECISION_FP32, DLREC_PRECISION_BF16, DLREC_PRECISION_TF32,
+                                                 DLREC_PRECISION_FP16};
     for (size_t pi = 0; pi < sizeof precisions / sizeof precisions[0]; pi++) {
       const dlrec_precision p = precisions[pi];
       dlrec_backend_config c = {2, p, 0};
@@ -278,7 +284,10 @@ static void each_backend(void (*body)(void), uint64_t seed) {
         continue;
       }
       g_be = be;
-      g_terms_rel = got == DLREC_PRECISION_BF16 ? BF16_TERMS_REL : got == DLREC_PRECISION_TF32 ? TF32_TERMS_REL : 0;
+      g_terms_rel = got == DLREC_PRECISION_BF16   ? BF16_TERMS_REL
+                    : got == DLREC_PRECISION_TF32 ? TF32_TERMS_REL
+                    : got == DLREC_PRECISION_FP16 ? FP16_TERMS_REL
+                                                  : 0;
       snprintf(g_tag, sizeof g_tag, "%s %s", name, dlrec_precision_name(dlrec_backend_precision(be)));
       /* The same draws on every backend and in every precision: the cases'
        * fixed inputs (finite differences that keep clear of ReLU's kink

@@ -44,6 +44,11 @@ extern "C" {
  *   TF32  a GPU's TensorFloat-32 tensor cores (fp32 operands read with 10
  *         mantissa bits, fp32 accumulation; cuBLASLt's FAST_TF32); FP32 on
  *         the CPU, which has no such unit, as PyTorch's allow_tf32 is
+ *   FP16  operands rounded to IEEE half (round to nearest even; beyond
+ *         65504 infinite, below 2^-14 subnormal), products accumulated in
+ *         fp32: a GPU's fp16 tensor cores, emulated on the CPU (slower, the
+ *         same rounding). fp16's narrow range is why training in it scales
+ *         the loss (training.loss_scale, dlrec_net_optim's loss_scale).
  * Scoring (predict, evaluation, the server) runs the batch-invariant fp32
  * kernel in every precision, so a row's score never depends on its batch. */
 typedef enum dlrec_precision {
@@ -51,9 +56,10 @@ typedef enum dlrec_precision {
   DLREC_PRECISION_BF16 = 1,
   DLREC_PRECISION_AUTO = 2,
   DLREC_PRECISION_TF32 = 3,
+  DLREC_PRECISION_FP16 = 4,
 } dlrec_precision;
 
-/* "fp32", "bf16", "auto", "tf32"; "?" for a value out of range. */
+/* "fp32", "bf16", "auto", "tf32", "fp16"; "?" for a value out of range. */
 const char *dlrec_precision_name(dlrec_precision p);
 /* The inverse of dlrec_precision_name; DLREC_ERR_INVALID (naming the
  * accepted values) for anything else. */

@@ -15,17 +15,18 @@ const char *dlrec_precision_name(dlrec_precision p) {
   case DLREC_PRECISION_BF16: return "bf16";
   case DLREC_PRECISION_AUTO: return "auto";
   case DLREC_PRECISION_TF32: return "tf32";
+  case DLREC_PRECISION_FP16: return "fp16";
   }
   return "?";
 }
 
 dlrec_status dlrec_precision_parse(const char *s, dlrec_precision *p) {
-  for (int i = DLREC_PRECISION_FP32; i <= DLREC_PRECISION_TF32; i++)
+  for (int i = DLREC_PRECISION_FP32; i <= DLREC_PRECISION_FP16; i++)
     if (s && !strcmp(s, dlrec_precision_name((dlrec_precision)i))) {
       *p = (dlrec_precision)i;
       return DLREC_OK;
     }
-  return dlrec_error(DLREC_ERR_INVALID, "precision '%s' is not one of fp32, bf16, auto, tf32", s ? s : "(null)");
+  return dlrec_error(DLREC_ERR_INVALID, "precision '%s' is not one of fp32, bf16, auto, tf32, fp16", s ? s : "(null)");
 }
 
 typedef struct backend_entry {
@@ -52,8 +53,9 @@ dlrec_status dlrec_backend_create(dlrec_backend **out, const char *name, const d
   *out = NULL;
   dlrec_backend_config def = {0, DLREC_PRECISION_FP32, 0};
   if (!c) c = &def;
-  if (c->precision < DLREC_PRECISION_FP32 || c->precision > DLREC_PRECISION_TF32)
-    return dlrec_error(DLREC_ERR_INVALID, "backend precision %d is not fp32, bf16, auto or tf32", (int)c->precision);
+  if (c->precision < DLREC_PRECISION_FP32 || c->precision > DLREC_PRECISION_FP16)
+    return dlrec_error(DLREC_ERR_INVALID, "backend precision %d is not fp32, bf16, auto, tf32 or fp16",
+                       (int)c->precision);
   for (size_t i = 0; i <= N_BACKENDS; i++) {
     /* Past the listed ones, the unlisted test backend. */
     const backend_entry *e = i < N_BACKENDS ? &g_backends[i] : &g_cpu_mirror;

@@ -8,12 +8,14 @@
  *             are converted to bf16 in scratch, and a oneDNN matmul (bf16
  *             source and weights, fp32 destination, bias and ReLU fused)
  *             runs on the CPU's own bf16 instructions (cpu_dnnl.c).
- *   emulated  BF16 elsewhere: the operands are rounded to bf16 exactly as a
- *             conversion does (to nearest even; NaN stays NaN) but kept in
- *             fp32 scratch, and sgemm multiplies them. The product of two
- *             bf16 values is exact in fp32, so this computes what the native
- *             path does (fp32 accumulation of exact products), only slower:
- *             a run on a CPU without bf16 learns what one with it would.
+ *   emulated  BF16 elsewhere, and FP16 everywhere: the operands are rounded
+ *             to bf16 (fp16) exactly as a conversion does (to nearest even;
+ *             NaN stays NaN; fp16 overflows to infinity past 65504) but kept
+ *             in fp32 scratch, and sgemm multiplies them. The product of two
+ *             bf16 or fp16 values is exact in fp32, so this computes what the
+ *             native path does (fp32 accumulation of exact products), only
+ *             slower: a run on a CPU without bf16 learns what one with it
+ *             would, and an fp16 run what a GPU's would.
  *
  * In every way the master weights, dW, db and the accumulations are fp32;
  * only the GEMMs' operands are rounded, and db sums the unrounded dout.
@@ -99,6 +101,18 @@ static void round_to_bf16(float *restrict dst, const float *restrict src, size_t
   }
 }
 
+/* dst[i] = x[i] rounded to fp16, kept as fp32 (the emulated path). */
+static void round_to_fp16(float *restrict dst, const float *restrict src, size_t n) {
+#pragma omp parallel for schedule(static) if (n >= PARALLEL_MIN)
+  for (size_t i = 0; i < n; i++) dst[i] = dtype_fp16_to_f32(dtype_f32_to_fp16(src[i]));
+}
+
+/* The emulated path's rounding of the operands. */
+static void round_operand(const cpu_gemm *g, float *restrict dst, const float *restrict src, size_t n) {
+  if (g->precision == DLREC_PRECISION_FP16) round_to_fp16(dst, src, n);
+  else round_to_bf16(dst, src, n);
+}
+
 /* dst[i] = x[i] as bf16 (the oneDNN path). */
 static void convert_to_bf16(uint16_t *restrict dst, const float *restrict src, size_t n) {
 #pragma omp parallel for schedule(static) if (n >= PARALLEL_MIN)
@@ -135,14 +149,18 @@ static dlrec_status probe(cpu_dnnl *d) {
 dlrec_status cpu_gemm_create(cpu_gemm **out, dlrec_precision precision, int *native) {
   *out = NULL;
   *native = 0;
-  if (precision != DLREC_PRECISION_FP32 && precision != DLREC_PRECISION_BF16)
-    return dlrec_error(DLREC_ERR_INVALID, "GEMM precision must be resolved to fp32 or bf16, not %s",
+  if (precision != DLREC_PRECISION_FP32 && precision != DLREC_PRECISION_BF16 && precision != DLREC_PRECISION_FP16)
+    return dlrec_error(DLREC_ERR_INVALID, "GEMM precision must be resolved to fp32, bf16 or fp16, not %s",
                        dlrec_precision_name(precision));
   cpu_gemm *g = calloc(1, sizeof *g);
   if (!g) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
   g->precision = precision;
   g->path = GEMM_SGEMM;
   snprintf(g->describe, sizeof g->describe, "fp32 GEMMs (OpenBLAS sgemm)");
+  if (precision == DLREC_PRECISION_FP16) {
+    g->path = GEMM_EMULATED;
+    snprintf(g->describe, sizeof g->describe, "fp16 GEMMs (emulated: fp16-rounded operands on OpenBLAS sgemm)");
+  }
   if (precision == DLREC_PRECISION_BF16) {
     bf16_isa isa = detect_bf16_isa();
     const char *force = getenv("DLREC_BF16_FORCE_ONEDNN");
@@ -202,8 +220,8 @@ dlrec_status cpu_gemm_linear_forward(cpu_gemm *g, float *out, const float *in, c
   if (!s) return DLREC_ERR_NOMEM;
   if (g->path == GEMM_EMULATED) {
     float *in_r = s, *w_r = s + n_in;
-    round_to_bf16(in_r, in, n_in);
-    round_to_bf16(w_r, weight, n_w);
+    round_operand(g, in_r, in, n_in);
+    round_operand(g, w_r, weight, n_w);
     return act == DLREC_ACT_RELU ? dlrec_linear_relu_forward(out, in_r, w_r, bias, B, IN, OUT)
                                  : dlrec_linear_forward(out, in_r, w_r, bias, B, IN, OUT);
   }
@@ -225,9 +243,9 @@ dlrec_status cpu_gemm_linear_backward(cpu_gemm *g, float *din, float *dweight, f
   if (!s) return DLREC_ERR_NOMEM;
   if (g->path == GEMM_EMULATED) {
     float *dout_r = s, *in_r = s + n_dout, *w_r = din ? in_r + n_in : NULL;
-    round_to_bf16(dout_r, dout, n_dout);
-    round_to_bf16(in_r, in, n_in);
-    if (din) round_to_bf16(w_r, weight, n_w);
+    round_operand(g, dout_r, dout, n_dout);
+    round_operand(g, in_r, in, n_in);
+    if (din) round_operand(g, w_r, weight, n_w);
     st = dlrec_linear_backward(din, dweight, NULL, dout_r, in_r, w_r, B, IN, OUT);
   } else {
     uint16_t *dout_h = (uint16_t *)s, *in_h = dout_h + n_dout, *w_h = in_h + n_in;

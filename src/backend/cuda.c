@@ -109,7 +109,7 @@ typedef struct cuda_ctx {
   int device;
   cudaStream_t stream;
   cuda_blas *blas;
-  void *scratch; /* device memory the ops carve up for the call (bf16 operands, partial sums) */
+  void *scratch; /* device memory the ops carve up for the call (16-bit operands, partial sums) */
   size_t scratch_bytes;
   /* The last batch of bags sent over (bags_send): laid out in pinned host
    * memory and copied to its own device buffer, with the table it was
@@ -289,41 +289,45 @@ static dlrec_status cuda_sigmoid(dlrec_backend *be, float *out, const float *in,
   return n ? cuda_status(cuk_sigmoid(enter(be), out, in, n), "sigmoid_forward") : DLREC_OK;
 }
 
-/* ---- linear layers: cuBLASLt, fp32 or bf16 operands ---- */
+/* ---- linear layers: cuBLASLt, fp32, bf16 or fp16 operands ---- */
 
 /* Row-major (r, c) is cuBLASLt's column-major (c, r): out (B, OUT) is
  * computed as outᵀ (OUT, B) = W (stored (OUT, IN), read transposed) · inᵀ. */
 
 static cuda_blas_type gemm_type(const dlrec_backend *be) {
   return be->precision == DLREC_PRECISION_BF16   ? CUDA_BLAS_BF16
+         : be->precision == DLREC_PRECISION_FP16 ? CUDA_BLAS_FP16
          : be->precision == DLREC_PRECISION_TF32 ? CUDA_BLAS_TF32
                                                  : CUDA_BLAS_FP32;
 }
 
-/* The operands a GEMM reads: the fp32 arrays themselves, or (bf16) their
- * rounded copies in scratch, and the scratch the GEMM writes. */
+/* The operands a GEMM reads: the fp32 arrays themselves, or (bf16, fp16)
+ * their rounded copies in scratch, and the scratch the GEMM writes. */
 typedef struct operands {
   const void *a[3];
   float *partial; /* the bias gradient's chunk sums */
   float *out;     /* a result of rows pad(IN) wide (gemm_backward) */
 } operands;
 
-/* bf16 operands whose rows are not a multiple of 16 bytes leave cuBLASLt
- * only its slow unaligned kernels (DLRM's 479-wide interaction ran 5x slower
- * in them): the rows of IN values a bf16 GEMM reads are made pad(IN) wide,
- * the pad zero, and the fp32 results IN wide are made pad(IN) wide in
- * scratch and copied out. */
-static int pad_in(const dlrec_backend *be, int IN) {
-  return gemm_type(be) == CUDA_BLAS_BF16 ? (IN + 7) / 8 * 8 : IN;
+/* Whether the GEMMs read 16-bit copies of their operands. */
+static int half_operands(const dlrec_backend *be) {
+  return gemm_type(be) == CUDA_BLAS_BF16 || gemm_type(be) == CUDA_BLAS_FP16;
 }
 
-/* Converts (bf16) or passes on the count operands src[i], rows[i] of
+/* 16-bit operands whose rows are not a multiple of 16 bytes leave cuBLASLt
+ * only its slow unaligned kernels (DLRM's 479-wide interaction ran 5x slower
+ * in them): the rows of IN values a bf16 or fp16 GEMM reads are made
+ * pad(IN) wide, the pad zero, and the fp32 results IN wide are made pad(IN)
+ * wide in scratch and copied out. */
+static int pad_in(const dlrec_backend *be, int IN) { return half_operands(be) ? (IN + 7) / 8 * 8 : IN; }
+
+/* Converts (bf16, fp16) or passes on the count operands src[i], rows[i] of
  * width[i] floats (rows of ld[i] in the copies), and carves partial_floats
  * and out_floats of scratch. */
 static dlrec_status prepare(dlrec_backend *be, operands *o, const float *const *src, const size_t *rows,
                             const size_t *width, const size_t *ld, int count, size_t partial_floats,
                             size_t out_floats, const char *what) {
-  const int half = gemm_type(be) == CUDA_BLAS_BF16;
+  const int half = half_operands(be), fp16 = gemm_type(be) == CUDA_BLAS_FP16;
   size_t bytes = (partial_floats + out_floats) * sizeof(float) + 512;
   for (int i = 0; half && i < count; i++) bytes += (rows[i] * ld[i] * 2 + 255) / 256 * 256;
   char *at = scratch(be, bytes);
@@ -336,7 +340,7 @@ static dlrec_status prepare(dlrec_backend *be, operands *o, const float *const *
       continue;
     }
     uint16_t *h = carve(&at, rows[i] * ld[i] * 2);
-    TRY(cuda_status(cuk_to_bf16(ctx_of(be)->stream, h, ld[i], src[i], rows[i], width[i]), what));
+    TRY(cuda_status(cuk_to_half(ctx_of(be)->stream, h, ld[i], src[i], rows[i], width[i], fp16), what));
     o->a[i] = h;
   }
   return DLREC_OK;
@@ -1077,9 +1081,8 @@ dlrec_status dlrec_backend_cuda_init(dlrec_backend *be, const dlrec_backend_conf
     return dlrec_error_context("%s: ", dev);
   }
   /* bf16 where asked, and for auto: every GPU this build targets (compute
-   * capability 8.0 and up) has bf16 and TF32 tensor cores. */
-  be->precision = c->precision == DLREC_PRECISION_FP32 || c->precision == DLREC_PRECISION_TF32 ? c->precision
-                                                                                               : DLREC_PRECISION_BF16;
+   * capability 8.0 and up) has bf16, fp16 and TF32 tensor cores. */
+  be->precision = c->precision == DLREC_PRECISION_AUTO ? DLREC_PRECISION_BF16 : c->precision;
   be->ops = &cuda_ops;
   be->name = "cuda";
   be->threads = c->threads ? c->threads : 1; /* host threads: the ops run on the GPU */

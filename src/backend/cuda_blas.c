@@ -99,7 +99,7 @@ static uint32_t alignment(const void *p) {
 
 dlrec_status cuda_blas_matmul(cuda_blas *b, float *D, const void *A, int lda, int ta, const void *B, int ldb, int tb,
                               int m, int n, int k, cuda_blas_type type, float beta, const float *bias, int relu) {
-  const cudaDataType_t ab = type == CUDA_BLAS_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+  const cudaDataType_t ab = type == CUDA_BLAS_BF16 ? CUDA_R_16BF : type == CUDA_BLAS_FP16 ? CUDA_R_16F : CUDA_R_32F;
   const cublasComputeType_t compute = type == CUDA_BLAS_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   const cublasOperation_t oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasLtEpilogue_t epi = bias ? (relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
@@ -152,6 +152,10 @@ dlrec_status cuda_blas_matmul(cuda_blas *b, float *D, const void *A, int lda, in
   if (op) b->cublasLtMatmulDescDestroy(op);
   if (s != CUBLAS_STATUS_SUCCESS)
     return dlrec_error(DLREC_ERR_INTERNAL, "cuBLASLt: %s: status %d (%s, m %d n %d k %d)", at, (int)s,
-                       type == CUDA_BLAS_BF16 ? "bf16" : type == CUDA_BLAS_TF32 ? "tf32" : "fp32", m, n, k);
+                       type == CUDA_BLAS_BF16   ? "bf16"
+                       : type == CUDA_BLAS_TF32 ? "tf32"
+                       : type == CUDA_BLAS_FP16 ? "fp16"
+                                                : "fp32",
+                       m, n, k);
   return DLREC_OK;
 }

@@ -19,9 +19,9 @@ dlrec_status cuda_blas_create(cuda_blas **out, cudaStream_t st);
 void cuda_blas_free(cuda_blas *b); /* accepts NULL */
 
 /* What the operands are and how they are multiplied: fp32 computed in
- * fp32; bfloat16 operands; fp32 operands on the TF32 tensor cores. The
- * accumulation is fp32 in all three. */
-typedef enum cuda_blas_type { CUDA_BLAS_FP32 = 0, CUDA_BLAS_BF16 = 1, CUDA_BLAS_TF32 = 2 } cuda_blas_type;
+ * fp32; bfloat16 operands; fp32 operands on the TF32 tensor cores; IEEE
+ * half operands. The accumulation is fp32 in all four. */
+typedef enum cuda_blas_type { CUDA_BLAS_FP32 = 0, CUDA_BLAS_BF16 = 1, CUDA_BLAS_TF32 = 2, CUDA_BLAS_FP16 = 3 } cuda_blas_type;
 
 /* Column-major D (m, n; leading dimension m) = op(A) · op(B) + beta · D, A
  * (lda) and B (ldb) transposed where ta, tb; with bias (m, or NULL) added

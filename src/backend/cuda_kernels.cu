@@ -12,6 +12,7 @@
 #include "backend/cuda_kernels.h"
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <cub/cub.cuh>
 
@@ -87,28 +88,35 @@ __global__ void sigmoid_k(float *out, const float *in, size_t n) {
   GRID_STRIDE(i, n) out[i] = sigmoid(in[i]);
 }
 
-__global__ void to_bf16_k(uint16_t *dst, const float *src, size_t n) {
-  GRID_STRIDE(i, n) dst[i] = __bfloat16_as_ushort(__float2bfloat16_rn(src[i]));
+// A float as a 16-bit GEMM operand's bits: bf16 or (FP16) IEEE half,
+// rounded to nearest even.
+template <bool FP16>
+__device__ inline uint16_t half_bits(float x) {
+  if (FP16) return __half_as_ushort(__float2half_rn(x));
+  return __bfloat16_as_ushort(__float2bfloat16_rn(x));
 }
 
-__device__ inline uint32_t bf16_pair(float lo, float hi) {
-  return (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(lo)) |
-         (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(hi)) << 16;
+template <bool FP16>
+__global__ void to_half_k(uint16_t *dst, const float *src, size_t n) {
+  GRID_STRIDE(i, n) dst[i] = half_bits<FP16>(src[i]);
 }
 
 // The same, 4 values a thread (n a multiple of 4, src 16-byte and dst
 // 8-byte aligned).
-__global__ void to_bf16_4_k(uint2 *dst, const float4 *src, size_t n4) {
+template <bool FP16>
+__global__ void to_half4_k(uint2 *dst, const float4 *src, size_t n4) {
   GRID_STRIDE(i, n4) {
     const float4 v = src[i];
-    dst[i] = make_uint2(bf16_pair(v.x, v.y), bf16_pair(v.z, v.w));
+    dst[i] = make_uint2((uint32_t)half_bits<FP16>(v.x) | (uint32_t)half_bits<FP16>(v.y) << 16,
+                        (uint32_t)half_bits<FP16>(v.z) | (uint32_t)half_bits<FP16>(v.w) << 16);
   }
 }
 
-__global__ void to_bf16_rows_k(uint16_t *dst, size_t dst_ld, const float *src, size_t rows, size_t width) {
+template <bool FP16>
+__global__ void to_half_rows_k(uint16_t *dst, size_t dst_ld, const float *src, size_t rows, size_t width) {
   GRID_STRIDE(i, rows * dst_ld) {
     const size_t r = i / dst_ld, c = i - r * dst_ld;
-    dst[i] = c < width ? __bfloat16_as_ushort(__float2bfloat16_rn(src[r * width + c])) : 0;
+    dst[i] = c < width ? half_bits<FP16>(src[r * width + c]) : 0;
   }
 }
 
@@ -886,6 +894,18 @@ __global__ void adagrad_k(float *w, const float *grad, float *s, size_t n, float
 
 #define LAUNCH(kernel, n, st, ...) (kernel<<<blocks_for(n), kThreads, 0, (st)>>>(__VA_ARGS__), cudaGetLastError())
 
+static bool aligned16(const void *p) { return (uintptr_t)p % 16 == 0; }
+
+template <bool FP16>
+static cudaError_t to_half(cudaStream_t st, uint16_t *dst, size_t dst_ld, const float *src, size_t rows,
+                           size_t width) {
+  const size_t n = rows * width;
+  if (dst_ld == width && n % 4 == 0 && aligned16(src) && (uintptr_t)dst % 8 == 0)
+    return LAUNCH(to_half4_k<FP16>, n / 4, st, (uint2 *)dst, (const float4 *)src, n / 4);
+  if (dst_ld == width) return LAUNCH(to_half_k<FP16>, n, st, dst, src, n);
+  return LAUNCH(to_half_rows_k<FP16>, rows * dst_ld, st, dst, dst_ld, src, rows, width);
+}
+
 extern "C" {
 
 cudaError_t cuk_copy_rows(cudaStream_t st, float *dst, size_t dst_ld, const float *src, size_t src_ld, size_t rows,
@@ -911,8 +931,6 @@ cudaError_t cuk_relu_forward(cudaStream_t st, float *out, const float *in, size_
   return LAUNCH(relu_forward_k, n, st, out, in, n);
 }
 
-static bool aligned16(const void *p) { return (uintptr_t)p % 16 == 0; }
-
 cudaError_t cuk_relu_backward(cudaStream_t st, float *din, const float *dout, const float *out, size_t n) {
   if (n % 4 == 0 && aligned16(din) && aligned16(dout) && aligned16(out))
     return LAUNCH(relu_backward4_k, n / 4, st, (float4 *)din, (const float4 *)dout, (const float4 *)out, n / 4);
@@ -923,12 +941,9 @@ cudaError_t cuk_sigmoid(cudaStream_t st, float *out, const float *in, size_t n) 
   return LAUNCH(sigmoid_k, n, st, out, in, n);
 }
 
-cudaError_t cuk_to_bf16(cudaStream_t st, uint16_t *dst, size_t dst_ld, const float *src, size_t rows, size_t width) {
-  const size_t n = rows * width;
-  if (dst_ld == width && n % 4 == 0 && aligned16(src) && (uintptr_t)dst % 8 == 0)
-    return LAUNCH(to_bf16_4_k, n / 4, st, (uint2 *)dst, (const float4 *)src, n / 4);
-  if (dst_ld == width) return LAUNCH(to_bf16_k, n, st, dst, src, n);
-  return LAUNCH(to_bf16_rows_k, rows * dst_ld, st, dst, dst_ld, src, rows, width);
+cudaError_t cuk_to_half(cudaStream_t st, uint16_t *dst, size_t dst_ld, const float *src, size_t rows, size_t width,
+                        int fp16) {
+  return fp16 ? to_half<true>(st, dst, dst_ld, src, rows, width) : to_half<false>(st, dst, dst_ld, src, rows, width);
 }
 
 size_t cuk_colsum_partials(size_t B, size_t C) { return (B + CUK_COLSUM_CHUNK - 1) / CUK_COLSUM_CHUNK * C; }

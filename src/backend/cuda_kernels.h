@@ -29,10 +29,11 @@ cudaError_t cuk_sum_columns(cudaStream_t st, float *dst, const float *src, size_
 cudaError_t cuk_relu_forward(cudaStream_t st, float *out, const float *in, size_t n);
 cudaError_t cuk_relu_backward(cudaStream_t st, float *din, const float *dout, const float *out, size_t n);
 cudaError_t cuk_sigmoid(cudaStream_t st, float *out, const float *in, size_t n);
-/* dst (rows of dst_ld bfloat16 values) = src (rows of width floats) rounded
- * to nearest even, the dst_ld - width values after each row 0: a GEMM's
- * operands in a bf16 backend. */
-cudaError_t cuk_to_bf16(cudaStream_t st, uint16_t *dst, size_t dst_ld, const float *src, size_t rows, size_t width);
+/* dst (rows of dst_ld bfloat16 values, or IEEE half where fp16) = src (rows
+ * of width floats) rounded to nearest even, the dst_ld - width values after
+ * each row 0: a GEMM's operands in a bf16 or fp16 backend. */
+cudaError_t cuk_to_half(cudaStream_t st, uint16_t *dst, size_t dst_ld, const float *src, size_t rows, size_t width,
+                        int fp16);
 
 /* dst[c] += sum over b of src[b * C + c] (B rows): the bias gradients. The
  * rows are summed in chunks of CUK_COLSUM_CHUNK in b order, then the chunks
