@@ -661,9 +661,32 @@ static void case_rows(void) {
       BE_OP(g_be, copy_rows, NULL, 8, d, 8, 2, 5) != DLREC_ERR_INVALID || BE_OP(g_be, add, NULL, d, 4) != DLREC_ERR_INVALID ||
       BE_OP(g_be, scale, NULL, 4, 2.0f) != DLREC_ERR_INVALID ||
       BE_OP(g_be, copy_rows, d, 4, d + 32, 0, 2, 5) != DLREC_ERR_INVALID ||
-      BE_OP(g_be, sum_columns, NULL, d, 2, 3) != DLREC_ERR_INVALID)
+      BE_OP(g_be, sum_columns, NULL, d, 2, 3) != DLREC_ERR_INVALID ||
+      BE_OP(g_be, all_finite, NULL, d, 4) != DLREC_ERR_INVALID)
     FAIL("a row wider than its stride, or a NULL buffer, was not refused");
   dlrec_clear_error();
+  /* all_finite: each of +inf, -inf and NaN at the first, a middle and the
+   * last place of 1, 1000 and 100003 values (the last past the threaded
+   * size), and none; no values are all finite. */
+  static const size_t sizes[] = {1, 1000, 100003};
+  const float bad[] = {INFINITY, -INFINITY, NAN};
+  int finite = -1;
+  if (OP(all_finite, &finite, d, 0) || finite != 1) FAIL("all_finite of no values gave %d, not 1", finite);
+  for (size_t s = 0; s < 3 && !test_failed_now(); s++) {
+    const size_t n = sizes[s];
+    float *x = hrand(n, -1.5e38f, 1.5e38f), *d_x = dup(x, n); /* up to near float's largest */
+    if (OP(all_finite, &finite, d_x, n)) return;
+    if (finite != 1) FAIL("all_finite of %zu finite values gave %d", n, finite);
+    const size_t at[] = {0, n / 2, n - 1};
+    for (size_t a = 0; a < 3 && !test_failed_now(); a++)
+      for (size_t v = 0; v < 3 && !test_failed_now(); v++) {
+        float *y = dup(x, n);
+        if (BE_OP(g_be, upload, y + at[a], &bad[v], sizeof(float)) != DLREC_OK) FAIL("upload");
+        finite = -1;
+        if (OP(all_finite, &finite, y, n)) return;
+        if (finite != 0) FAIL("all_finite of %zu values with %g at %zu gave %d", n, (double)bad[v], at[a], finite);
+      }
+  }
 }
 
 TEST(moving_rows_match_reference) { each_backend(case_rows, 17); }

@@ -430,16 +430,17 @@ static long dense_params_differ(const char *run_a, const char *run_b) {
  * (and whether natively, as a bf16 backend on this CPU says), and the two
  * runs' parameters differ, so bf16 really ran. The data and model are
  * table_16bit_learns_as_well_as_fp32's. Measured here (emulated, 2 cores):
- * fp32 0.6746, bf16 0.6745, in about 2 s for both. */
+ * fp32 0.6746, bf16 0.6745, in about 2 s for both. fp16 (emulated, with
+ * its default dynamic loss scaling) likewise. */
 #define BF16_LEARN_FLOOR 0.62
 TEST(bf16_precision_training_reaches_fp32_auc) {
   CHECK(make_data(60000, 20000) == 0);
   const int native = bf16_native_here();
   CHECK(native >= 0);
   const char *adagrad = "{\"type\": \"rowwise_adagrad\", \"lr\": 0.05}";
-  const char *precisions[] = {"fp32", "bf16"};
-  double auc[2] = {0};
-  for (int i = 0; i < 2 && !test_failed_now(); i++) {
+  const char *precisions[] = {"fp32", "bf16", "fp16"};
+  double auc[3] = {0};
+  for (int i = 0; i < 3 && !test_failed_now(); i++) {
     char run[32];
     snprintf(run, sizeof run, "prec-%s", precisions[i]);
     auc[i] = train_valid_auc(write_config("fp32", precisions[i], adagrad), run);
@@ -447,13 +448,57 @@ TEST(bf16_precision_training_reaches_fp32_auc) {
     CHECK(lines_say_precision(run, 0, UINT64_MAX, precisions[i], i == 1 && native) >= 2);
   }
   if (test_failed_now()) return;
-  const long differ = dense_params_differ("prec-fp32", "prec-bf16");
-  fprintf(stderr, "validation AUC: fp32 %.4f, bf16 %.4f (%s); %ld dense parameters differ\n", auc[0], auc[1],
-          native ? "native" : "emulated", differ);
-  CHECK(auc[0] > BF16_LEARN_FLOOR);
-  CHECK(auc[1] > BF16_LEARN_FLOOR);
+  const long differ = dense_params_differ("prec-fp32", "prec-bf16"),
+             differ16 = dense_params_differ("prec-fp32", "prec-fp16");
+  fprintf(stderr, "validation AUC: fp32 %.4f, bf16 %.4f (%s), fp16 %.4f; %ld and %ld dense parameters differ\n",
+          auc[0], auc[1], native ? "native" : "emulated", auc[2], differ, differ16);
+  for (int i = 0; i < 3; i++) CHECK(auc[i] > BF16_LEARN_FLOOR);
   CHECK(auc[1] >= auc[0] - 0.003);
-  CHECK(differ > 0);
+  CHECK(auc[2] >= auc[0] - 0.003);
+  CHECK(differ > 0 && differ16 > 0);
+}
+
+/* fp16 with dynamic loss scaling growing every 5 steps (so that it grows
+ * to where fp16 overflows, and backs off, within the run): stopped at step
+ * 40 and resumed, the run ends bitwise where the uninterrupted one does,
+ * its scale and skipped steps included (the checkpoint keeps them), and
+ * metrics.jsonl says the scale. */
+TEST(fp16_loss_scaled_run_resumes_bitwise) {
+  CHECK(make_data(12000, 2000) == 0);
+  char text[1024], cfg[2048];
+  snprintf(text, sizeof text,
+           "{\"model\": {\"embedding_dim\": 8, \"bottom_mlp\": [32, 8], \"top_mlp\": [32, 1]},"
+           " \"optimizer\": {\"dense\": {\"type\": \"adam\", \"lr\": 0.002}, \"sparse\": {\"type\": \"sgd\", \"lr\": 0.05}},"
+           " \"training\": {\"batch_size\": 128, \"threads\": 2, \"seed\": 5, \"deterministic\": true,"
+           " \"precision\": \"fp16\", \"loss_scale_growth_interval\": 5},"
+           " \"checkpoint\": {\"interval_steps\": 50, \"keep\": 3}, \"log\": {\"interval_steps\": 10}}");
+  snprintf(cfg, sizeof cfg, "%s", test_path("cfg-fp16-scaled.json"));
+  CHECK(test_write_file(cfg, text, (size_t)-1) == 0);
+  CHECK(train_cli(cfg, "run16", "") == 0);
+  CHECK(train_cli(cfg, "resumed16", "--max-steps 40") == 0);
+  CHECK(train_cli(cfg, "resumed16", "--resume") == 0);
+  dlrec_model *a = NULL, *b = NULL;
+  CHECK_OK(dlrec_model_load(test_path("run16"), &a));
+  CHECK_OK(dlrec_model_load(test_path("resumed16"), &b));
+  if (test_failed_now()) goto out;
+  CHECK_EQ_U64(a->progress.step, b->progress.step);
+  check_same_state(a->dir, b->dir);
+  fprintf(stderr, "fp16, growth every 5 steps: %llu steps, scale %g at the end, %llu skipped\n",
+          (unsigned long long)a->progress.step, (double)a->progress.loss_scale,
+          (unsigned long long)a->progress.skipped_steps);
+  CHECK(a->progress.loss_scale > 0 && a->progress.loss_scale == b->progress.loss_scale);
+  CHECK_EQ_U64(a->progress.skipped_steps, b->progress.skipped_steps);
+  CHECK_EQ(a->progress.loss_scale_good_steps, b->progress.loss_scale_good_steps);
+  CHECK(a->progress.skipped_steps > 0); /* it grew into fp16's overflow and backed off */
+  char path[2048], *log = NULL;
+  size_t n;
+  snprintf(path, sizeof path, "%s/metrics.jsonl", test_path("run16"));
+  CHECK_OK(dlrec_read_file(path, 1u << 24, &log, &n));
+  CHECK(log && strstr(log, "\"loss_scale\":") && strstr(log, "\"skipped_steps\":"));
+  free(log);
+out:
+  dlrec_model_free(a);
+  dlrec_model_free(b);
 }
 
 /* Whether a trainer's output (its info log) says the bf16 GEMMs ran

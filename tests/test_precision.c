@@ -245,7 +245,25 @@ TEST(backend_resolves_precision) {
   CHECK_OK(dlrec_precision_parse("tf32", &p));
   CHECK_EQ(p, DLREC_PRECISION_TF32);
   CHECK_STR(dlrec_precision_name(DLREC_PRECISION_TF32), "tf32");
-  CHECK_ERR(dlrec_precision_parse("fp16", &p), DLREC_ERR_INVALID, "not one of fp32, bf16, auto, tf32");
+  CHECK_ERR(dlrec_precision_parse("fp8", &p), DLREC_ERR_INVALID, "not one of fp32, bf16, auto, tf32, fp16");
+
+  /* fp16, emulated on the CPU: 1 + 2^-11 is a tie between 1 and 1 + 2^-10
+   * and rounds to even, 1; 1 + 2^-8 (which bf16 also rounds to 1) is an
+   * fp16 and stays; 70000 is past fp16's largest, 65504: infinite. */
+  CHECK_OK(dlrec_precision_parse("fp16", &p));
+  CHECK_EQ(p, DLREC_PRECISION_FP16);
+  c.precision = DLREC_PRECISION_FP16;
+  CHECK_OK(dlrec_backend_create(&be, "cpu", &c));
+  CHECK_EQ(dlrec_backend_precision(be), DLREC_PRECISION_FP16);
+  CHECK_EQ(dlrec_backend_bf16_native(be), 0);
+  CHECK_STR(dlrec_backend_describe(be), "cpu: 1 thread, fp16 GEMMs (emulated: fp16-rounded operands on OpenBLAS sgemm)");
+  float h_in[2] = {1.0f + 0x1p-11f, 1.0f + 0x1p-8f}, h_w[2] = {1.0f, 1.0f};
+  CHECK_OK(BE_OP(be, linear_forward, &out, h_in, h_w, NULL, 1, 2, 1, DLREC_ACT_NONE));
+  CHECK(out == 2.0f + 0x1p-8f);
+  h_in[0] = 70000.0f;
+  CHECK_OK(BE_OP(be, linear_forward, &out, h_in, h_w, NULL, 1, 2, 1, DLREC_ACT_NONE));
+  CHECK(isinf(out));
+  dlrec_backend_free(be);
 }
 
 /* The cross layers' products go through the backend's GEMMs too: with

@@ -1358,6 +1358,122 @@ TEST(clip_grad_norm_matches_naive_reference) {
   check_clip("lr", 0.5);
 }
 
+/* The loss scaling rule (dlrec_net_loss_scale_update): a dynamic scale
+ * doubles after growth_interval finite steps in a row, up to the maximum,
+ * and halves at a non-finite one, which is skipped; a fixed one only counts
+ * the skip; at a dynamic scale of 1 there is no way out but an error. */
+TEST(loss_scale_rule_grows_backs_off_and_gives_up) {
+  dlrec_net_optim o = {.loss_scale = 8, .scale_growth_interval = 3};
+  CHECK_OK(dlrec_net_loss_scale_update(&o, 1, 1));
+  CHECK_OK(dlrec_net_loss_scale_update(&o, 1, 2));
+  CHECK(o.loss_scale == 8 && o.scale_good_steps == 2);
+  CHECK_OK(dlrec_net_loss_scale_update(&o, 1, 3));
+  CHECK(o.loss_scale == 16 && o.scale_good_steps == 0);
+  CHECK_OK(dlrec_net_loss_scale_update(&o, 1, 4));
+  CHECK_OK(dlrec_net_loss_scale_update(&o, 0, 5));
+  CHECK(o.loss_scale == 8 && o.scale_good_steps == 0 && o.skipped_steps == 1);
+  o.loss_scale = DLREC_LOSS_SCALE_MAX, o.scale_good_steps = 2;
+  CHECK_OK(dlrec_net_loss_scale_update(&o, 1, 6));
+  CHECK(o.loss_scale == DLREC_LOSS_SCALE_MAX && o.scale_good_steps == 0);
+  dlrec_net_optim f = {.loss_scale = 4};
+  CHECK_OK(dlrec_net_loss_scale_update(&f, 0, 1));
+  CHECK_OK(dlrec_net_loss_scale_update(&f, 1, 2));
+  CHECK(f.loss_scale == 4 && f.skipped_steps == 1);
+  o.loss_scale = 2;
+  CHECK_OK(dlrec_net_loss_scale_update(&o, 0, 7));
+  CHECK(o.loss_scale == 1);
+  CHECK_ERR(dlrec_net_loss_scale_update(&o, 0, 8), DLREC_ERR_INVALID, "training diverged at step 8");
+}
+
+/* steps SGD steps of a `type` network (seed 7) on net_check's batches, on
+ * backend be (NULL: the default) with loss scale `scale` (0: none) and
+ * growth interval `interval`; the dense parameters and the table's rows
+ * into p and t (n and t_n floats), opt's state into *out. */
+static void scaled_run(const char *type, dlrec_backend *be, float scale, uint32_t interval, int steps, float **p,
+                       size_t *n, float **t, size_t *t_n, dlrec_net_optim *out) {
+  dlrec_schema s;
+  net_check_schema(&s, 3);
+  dlrec_net_config nc;
+  dlrec_net *m = NULL;
+  dlrec_net_ws *ws = NULL;
+  CHECK_OK(dlrec_net_config_default(&nc, type));
+  CHECK_OK(dlrec_net_create(&m, &nc, &s));
+  CHECK_OK(dlrec_net_init(m, 7));
+  if (be) CHECK_OK(dlrec_net_set_backend(m, be));
+  CHECK_OK(dlrec_net_ws_create(&ws, m, 4));
+  dlrec_net_optim opt = {.loss_scale = scale, .scale_growth_interval = interval};
+  dlrec_optim_config_default(&opt.dense, DLREC_OPTIM_SGD);
+  opt.dense.lr = 0.1f;
+  dlrec_sparse_optim_config sc;
+  dlrec_sparse_optim_config_default(&sc, DLREC_SPARSE_SGD);
+  opt.sparse_lr = 0.1f;
+  CHECK_OK(dlrec_sparse_optim_create(&opt.sparse, dlrec_net_table(m), &sc));
+  for (int k = 0; k < steps; k++) {
+    net_check_batch tb;
+    net_check_make_batch(&tb, &s, 3 + (uint64_t)k, -1);
+    double loss;
+    CHECK_OK(dlrec_net_train_step(m, ws, &opt, &tb.b, 1.0f, (uint64_t)k + 1, &loss, NULL));
+  }
+  const float *dp = dlrec_net_dense_params(m, n);
+  dlrec_table *tab = dlrec_net_table(m);
+  *t_n = (size_t)s.table_rows * dlrec_table_stride(tab);
+  *p = malloc(*n * sizeof **p), *t = malloc(*t_n * sizeof **t);
+  memcpy(*p, dp, *n * sizeof **p);
+  memcpy(*t, dlrec_table_data(tab), *t_n * sizeof **t);
+  dlrec_sparse_optim_free(opt.sparse);
+  opt.sparse = NULL;
+  *out = opt;
+  dlrec_net_ws_free(ws);
+  dlrec_net_free(m);
+}
+
+/* Loss scaling by a power of two is exact: fp32 steps scaled by 1024, by
+ * 2^60, or dynamically (growing every 2 steps) leave the same bits as
+ * unscaled ones, dense parameters and table alike (a step that forgot to
+ * divide the dense gradients or d_emb back would not). In fp16 (emulated),
+ * 2^60 overflows the GEMMs' operands: a fixed scale skips every step and
+ * leaves the model as it was; a dynamic one halves until the steps fit,
+ * then trains. */
+TEST(loss_scaling_is_exact_and_skips_overflowing_steps) {
+  static const char *types[] = {"dlrm", "fm", "dcn_v2"};
+  for (int ti = 0; ti < 3; ti++) {
+    float *p0, *t0, *p1, *t1;
+    size_t n, tn;
+    dlrec_net_optim o;
+    scaled_run(types[ti], NULL, 0, 0, 5, &p0, &n, &t0, &tn, &o);
+    const float scales[] = {1024.0f, 0x1p60f, DLREC_LOSS_SCALE_INIT};
+    for (int si = 0; si < 3; si++) {
+      const uint32_t interval = si == 2 ? 2 : 0;
+      scaled_run(types[ti], NULL, scales[si], interval, 5, &p1, &n, &t1, &tn, &o);
+      if (memcmp(p0, p1, n * sizeof *p0) || memcmp(t0, t1, tn * sizeof *t0))
+        test_fail(__FILE__, __LINE__, "%s scaled by %g: not the unscaled run's bits", types[ti], (double)scales[si]);
+      CHECK_EQ(o.skipped_steps, 0);
+      CHECK(o.loss_scale == (interval ? scales[si] * 4 : scales[si])); /* 5 steps: grown twice */
+      free(p1), free(t1);
+    }
+    dlrec_backend *be;
+    dlrec_backend_config c = {.threads = 1, .precision = DLREC_PRECISION_FP16};
+    CHECK_OK(dlrec_backend_create(&be, "cpu", &c));
+    float *pi, *ti0;
+    scaled_run(types[ti], be, 0, 0, 0, &pi, &n, &ti0, &tn, &o); /* the initial model */
+    scaled_run(types[ti], be, 0x1p60f, 0, 4, &p1, &n, &t1, &tn, &o);
+    CHECK(!memcmp(pi, p1, n * sizeof *pi) && !memcmp(ti0, t1, tn * sizeof *ti0));
+    CHECK_EQ(o.skipped_steps, 4);
+    CHECK(o.loss_scale == 0x1p60f);
+    free(p1), free(t1);
+    scaled_run(types[ti], be, 0x1p60f, 1000, 60, &p1, &n, &t1, &tn, &o);
+    CHECK(o.skipped_steps > 0 && o.skipped_steps < 60 && o.loss_scale < 0x1p40f);
+    CHECK(memcmp(pi, p1, n * sizeof *pi) != 0);
+    int finite = 1;
+    for (size_t i = 0; i < n; i++) finite &= isfinite(p1[i]) != 0;
+    CHECK(finite);
+    fprintf(stderr, "%s in fp16 from 2^60: %llu steps skipped, scale then %g\n", types[ti],
+            (unsigned long long)o.skipped_steps, (double)o.loss_scale);
+    free(p1), free(t1), free(pi), free(ti0), free(p0), free(t0);
+    dlrec_backend_free(be);
+  }
+}
+
 /* CONFIG with the table tiered: a cache of 4000 rows (more than a batch's
  * 128 x 26 ids, a fraction of the table's rows), in the run directory. */
 static int write_tiered_config(void) {

@@ -373,10 +373,10 @@ TEST(config_precision) {
   dlrec_train_config c;
   CHECK_OK(parse("{}", &c));
   CHECK_EQ(c.precision, DLREC_PRECISION_FP32);
-  const char *names[] = {"fp32", "bf16", "auto", "tf32"};
+  const char *names[] = {"fp32", "bf16", "auto", "tf32", "fp16"};
   const dlrec_precision want[] = {DLREC_PRECISION_FP32, DLREC_PRECISION_BF16, DLREC_PRECISION_AUTO,
-                                  DLREC_PRECISION_TF32};
-  for (int i = 0; i < 4; i++) {
+                                  DLREC_PRECISION_TF32, DLREC_PRECISION_FP16};
+  for (int i = 0; i < 5; i++) {
     char text[128];
     snprintf(text, sizeof text, "{\"training\": {\"precision\": \"%s\"}}", names[i]);
     CHECK_OK(parse(text, &c));
@@ -385,8 +385,8 @@ TEST(config_precision) {
     CHECK(training_round_trip(&c, "precision", names[i], &b));
     CHECK_EQ(b.precision, want[i]);
   }
-  CHECK_ERR(parse("{\"training\": {\"precision\": \"fp16\"}}", &c), DLREC_ERR_INVALID,
-            "cfg.json: training: field 'precision': precision 'fp16' is not one of fp32, bf16, auto, tf32");
+  CHECK_ERR(parse("{\"training\": {\"precision\": \"fp8\"}}", &c), DLREC_ERR_INVALID,
+            "cfg.json: training: field 'precision': precision 'fp8' is not one of fp32, bf16, auto, tf32, fp16");
   CHECK_ERR(parse("{\"training\": {\"precision\": \"BF16\"}}", &c), DLREC_ERR_INVALID, "field 'precision'");
   CHECK_ERR(parse("{\"training\": {\"precision\": 16}}", &c), DLREC_ERR_INVALID, "precision");
   CHECK_ERR(parse("{\"training\": {\"precison\": \"bf16\"}}", &c), DLREC_ERR_INVALID, "unknown field 'precison'");
@@ -448,6 +448,48 @@ TEST(config_table_placement) {
             "field 'table_placement'");
   CHECK(strstr(dlrec_last_error(), "auto, device, host") != NULL);
   CHECK_ERR(parse("{\"training\": {\"table_placement\": 1}}", &c), DLREC_ERR_INVALID, "table_placement");
+}
+
+/* training.loss_scale: auto by default (growth every 2000 steps);
+ * "dynamic", "none" and a power of two in [1, 2^24] read and written back;
+ * anything else refused naming the field. */
+TEST(config_loss_scale) {
+  dlrec_train_config c, b;
+  CHECK_OK(parse("{}", &c));
+  CHECK_EQ(c.loss_scaling, DLREC_LOSS_SCALING_AUTO);
+  CHECK_EQ(c.loss_scale_growth_interval, 2000);
+  const char *names[] = {"auto", "dynamic", "none"};
+  const dlrec_loss_scaling want[] = {DLREC_LOSS_SCALING_AUTO, DLREC_LOSS_SCALING_DYNAMIC, DLREC_LOSS_SCALING_NONE};
+  for (int i = 0; i < 3; i++) {
+    char text[128];
+    snprintf(text, sizeof text, "{\"training\": {\"loss_scale\": \"%s\", \"loss_scale_growth_interval\": 7}}",
+             names[i]);
+    CHECK_OK(parse(text, &c));
+    CHECK_EQ(c.loss_scaling, want[i]);
+    CHECK(training_round_trip(&c, "loss_scale", names[i], &b));
+    CHECK_EQ(b.loss_scaling, want[i]);
+    CHECK_EQ(b.loss_scale_growth_interval, 7);
+  }
+  const double fixed[] = {1, 1024, 16777216};
+  for (int i = 0; i < 3; i++) {
+    char text[128];
+    snprintf(text, sizeof text, "{\"training\": {\"loss_scale\": %.0f}}", fixed[i]);
+    CHECK_OK(parse(text, &c));
+    CHECK_EQ(c.loss_scaling, DLREC_LOSS_SCALING_FIXED);
+    CHECK(c.loss_scale == (float)fixed[i]);
+    cJSON *j = dlrec_train_config_to_json(&c);
+    CHECK_OK(dlrec_train_config_from_json(j, "round trip", &b));
+    cJSON_Delete(j);
+    CHECK(b.loss_scaling == DLREC_LOSS_SCALING_FIXED && b.loss_scale == (float)fixed[i]);
+  }
+  const char *bad[] = {"3", "0.5", "0", "-2", "33554432", "\"fixed\"", "true", "1e400"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char text[128];
+    snprintf(text, sizeof text, "{\"training\": {\"loss_scale\": %s}}", bad[i]);
+    CHECK_ERR(parse(text, &c), DLREC_ERR_INVALID, "field 'loss_scale'");
+  }
+  CHECK_ERR(parse("{\"training\": {\"loss_scale_growth_interval\": 0}}", &c), DLREC_ERR_INVALID,
+            "field 'loss_scale_growth_interval'");
 }
 
 TEST(config_storage_parses_round_trips_and_names_errors) {

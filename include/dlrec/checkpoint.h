@@ -52,6 +52,11 @@ typedef struct dlrec_train_progress {
    * an uninterrupted run's. */
   double loss_sum;
   uint64_t loss_rows;
+  /* Loss scaling's state (dlrec_net_optim's): the scale (0: none), the
+   * finite steps since it last changed, the steps skipped so far. */
+  float loss_scale;
+  uint32_t loss_scale_good_steps;
+  uint64_t skipped_steps;
   /* What the validations decided so far (best, early stopping, plateau). */
   dlrec_valid_state valid;
   /* dlrec train --follow: the file (its name in the followed directory)

@@ -240,6 +240,18 @@ typedef struct dlrec_net_optim {
   dlrec_sparse_optim *sparse; /* on the network's table (dlrec_store_optim_create on dlrec_net_store) */
   float sparse_lr;            /* the sparse optimizer's base learning rate */
   float clip_grad_norm;       /* > 0: clip the gradients' global norm to this (dlrec_net_train_step) */
+  /* Loss scaling (training.loss_scale; fp16's narrow range needs it): with
+   * loss_scale > 0, dlrec_net_train_step multiplies the loss's gradient by
+   * it before the backward and divides the gradients by it after, and a
+   * step whose gradients are not all finite updates nothing (skipped_steps
+   * counts it). A power of two, so that both are exact. 0: none.
+   * scale_growth_interval > 0 makes it dynamic: a skipped step halves it,
+   * and that many updating steps in a row (scale_good_steps counts them)
+   * double it, up to DLREC_LOSS_SCALE_MAX. */
+  float loss_scale;
+  uint32_t scale_growth_interval;
+  uint32_t scale_good_steps;
+  uint64_t skipped_steps;
   /* On a backend whose memory is not the host's: the state mirrored there,
    * made by the first training step (dlrec_net_sync_host copies it back;
    * dlrec_net_optim_free_device frees it). Zero-initialize. */
@@ -274,6 +286,16 @@ void dlrec_net_optim_free_device(dlrec_net_optim *opt);
  * batch counts as k gradients, not as their sum (docs/config.md). */
 dlrec_status dlrec_net_train_step(dlrec_net *n, dlrec_net_ws *ws, dlrec_net_optim *opt, const dlrec_batch *batch,
                                   float lr_scale, uint64_t step, double *loss, float *prob);
+
+/* The largest dynamic loss scale, and the one a dynamic run starts at
+ * (PyTorch's GradScaler's). */
+#define DLREC_LOSS_SCALE_MAX 0x1p24f
+#define DLREC_LOSS_SCALE_INIT 65536.0f
+/* A step's outcome into opt's loss scaling (the rule above): finite says
+ * whether its gradients were. DLREC_ERR_INVALID ("training diverged at
+ * step N") when they were not at a dynamic scale of 1 or less: no scale
+ * would help. */
+dlrec_status dlrec_net_loss_scale_update(dlrec_net_optim *opt, int finite, uint64_t step);
 
 /* The forward, loss and backward of one part of a data-parallel step
  * (src/dist/), without any update: batch holds rows [row_base, row_base +

@@ -91,6 +91,9 @@ dlrec_status dlrec_fill_rows(float *dst, size_t dst_ld, size_t rows, size_t widt
 dlrec_status dlrec_add(float *y, const float *x, size_t n);
 /* x[i] *= s for n values. */
 dlrec_status dlrec_scale(float *x, size_t n, float s);
+/* *finite = 1 when every one of the n values is finite (no infinity, no
+ * NaN), else 0: a loss-scaled step's gradients checked for overflow. */
+dlrec_status dlrec_all_finite(const float *x, size_t n, int *finite);
 /* dst[c] += the sum over b of src[b][c] (rows B, cols C), each column summed
  * in double over b in order and rounded once: a bias's gradient that does
  * not depend on the threads. */

@@ -25,6 +25,15 @@ typedef enum dlrec_table_placement {
   DLREC_TABLE_PLACEMENT_HOST = 2
 } dlrec_table_placement;
 
+/* training.loss_scale: "auto" (dynamic in fp16, none otherwise), "dynamic",
+ * "none", or a fixed power of two (dlrec_net_optim's loss scaling). */
+typedef enum dlrec_loss_scaling {
+  DLREC_LOSS_SCALING_AUTO = 0,
+  DLREC_LOSS_SCALING_DYNAMIC = 1,
+  DLREC_LOSS_SCALING_NONE = 2,
+  DLREC_LOSS_SCALING_FIXED = 3
+} dlrec_loss_scaling;
+
 typedef struct dlrec_train_config {
   char name[64];                       /* the model's name (serving uses it); default "dlrm" */
   dlrec_net_config model;              /* model.type and that type's section; default "dlrm" */
@@ -43,6 +52,9 @@ typedef struct dlrec_train_config {
   const char *device;                  /* training.device's backend: "cpu" (default) or "cuda" (static) */
   uint32_t device_index;               /* and its device: "cuda:N" gives N */
   dlrec_table_placement table_placement; /* training.table_placement; default auto */
+  dlrec_loss_scaling loss_scaling;     /* training.loss_scale; default auto */
+  float loss_scale;                    /* FIXED: the scale */
+  uint32_t loss_scale_growth_interval; /* dynamic: finite steps in a row that double the scale; default 2000 */
   uint64_t seed;
   int deterministic;                   /* bitwise reproducible runs (fixed thread counts) */
   double target_auc;                   /* stop once validation AUC reaches it; 0 = off */

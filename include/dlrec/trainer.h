@@ -115,6 +115,8 @@ typedef struct dlrec_train_result {
   dlrec_sharded_stats dist;       /* ranks > 1: this rank's exchanges */
   double loader_wait;             /* seconds the loop waited for the loader's next batch */
   double idle_seconds;            /* --follow: seconds waiting for new files (in neither of the above) */
+  float loss_scale;               /* loss scaling's scale at the end (0: none; training.loss_scale) */
+  uint64_t skipped_steps;         /* steps whose scaled gradients overflowed, resumed part included */
 } dlrec_train_result;
 
 dlrec_status dlrec_train(const dlrec_train_args *a, dlrec_train_result *r);

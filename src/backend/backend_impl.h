@@ -48,6 +48,8 @@ typedef struct dlrec_backend_ops {
   dlrec_status (*fill_rows)(dlrec_backend *be, float *dst, size_t dst_ld, size_t rows, size_t width, float value);
   dlrec_status (*add)(dlrec_backend *be, float *y, const float *x, size_t n);
   dlrec_status (*scale)(dlrec_backend *be, float *x, size_t n, float s);
+  /* *finite (host memory) = whether all n values are finite; waits for them. */
+  dlrec_status (*all_finite)(dlrec_backend *be, int *finite, const float *x, size_t n);
   dlrec_status (*sum_columns)(dlrec_backend *be, float *dst, const float *src, size_t B, size_t C);
 
   /* ---- dense layers (dlrec/nn.h) ---- */

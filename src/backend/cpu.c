@@ -106,6 +106,11 @@ static dlrec_status cpu_scale(dlrec_backend *be, float *x, size_t n, float s) {
   return dlrec_scale(x, n, s);
 }
 
+static dlrec_status cpu_all_finite(dlrec_backend *be, int *finite, const float *x, size_t n) {
+  enter(be);
+  return dlrec_all_finite(x, n, finite);
+}
+
 static dlrec_status cpu_sum_columns(dlrec_backend *be, float *dst, const float *src, size_t B, size_t C) {
   enter(be);
   return dlrec_sum_columns(dst, src, B, C);
@@ -382,6 +387,7 @@ static const dlrec_backend_ops cpu_ops = {
     .fill_rows = cpu_fill_rows,
     .add = cpu_add,
     .scale = cpu_scale,
+    .all_finite = cpu_all_finite,
     .sum_columns = cpu_sum_columns,
     .linear_forward = cpu_linear_forward,
     .linear_backward = cpu_linear_backward,

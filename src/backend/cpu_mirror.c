@@ -81,6 +81,7 @@ WRAP(fill_rows, (dlrec_backend *be, float *dst, size_t dst_ld, size_t rows, size
      dst, dst_ld, rows, width, value), (dst))
 WRAP(add, (dlrec_backend *be, float *y, const float *x, size_t n), (&m->inner, y, x, n), (y, x))
 WRAP(scale, (dlrec_backend *be, float *x, size_t n, float s), (&m->inner, x, n, s), (x))
+WRAP(all_finite, (dlrec_backend *be, int *finite, const float *x, size_t n), (&m->inner, finite, x, n), (x))
 WRAP(sum_columns, (dlrec_backend *be, float *dst, const float *src, size_t B, size_t C), (&m->inner, dst, src, B, C),
      (dst, src))
 WRAP(linear_forward, (dlrec_backend *be, float *out, const float *in, const float *weight, const float *bias, int B,
@@ -263,6 +264,7 @@ static const dlrec_backend_ops mirror_ops = {
     .add = m_add,
     .sum_columns = m_sum_columns,
     .scale = m_scale,
+    .all_finite = m_all_finite,
     .linear_forward = m_linear_forward,
     .linear_backward = m_linear_backward,
     .relu_forward = m_relu_forward,

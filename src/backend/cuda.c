@@ -266,6 +266,21 @@ static dlrec_status cuda_scale(dlrec_backend *be, float *x, size_t n, float s) {
   return cuda_status(cuk_scale(enter(be), x, n, s), "scale");
 }
 
+static dlrec_status cuda_all_finite(dlrec_backend *be, int *finite, const float *x, size_t n) {
+  if (!finite || (n && !x)) return dlrec_error(DLREC_ERR_INVALID, "all_finite: NULL buffer");
+  *finite = 1;
+  if (!n) return DLREC_OK;
+  cudaStream_t st = enter(be);
+  int *flag = scratch(be, sizeof(int)), bad = 0;
+  if (!flag) return dlrec_error(DLREC_ERR_NOMEM, "all_finite: no GPU memory for a flag");
+  TRY(cuda_status(cudaMemsetAsync(flag, 0, sizeof(int), st), "all_finite"));
+  TRY(cuda_status(cuk_any_nonfinite(st, flag, x, n), "all_finite"));
+  TRY(cuda_status(cudaMemcpyAsync(&bad, flag, sizeof(int), cudaMemcpyDeviceToHost, st), "all_finite"));
+  TRY(cuda_status(cudaStreamSynchronize(st), "all_finite"));
+  *finite = !bad;
+  return DLREC_OK;
+}
+
 static dlrec_status cuda_sum_columns(dlrec_backend *be, float *dst, const float *src, size_t B, size_t C) {
   if (!C) return DLREC_OK;
   if (!dst || (B && !src)) return dlrec_error(DLREC_ERR_INVALID, "sum_columns: NULL buffer");
@@ -1018,6 +1033,7 @@ static const dlrec_backend_ops cuda_ops = {
     .fill_rows = cuda_fill_rows,
     .add = cuda_add,
     .scale = cuda_scale,
+    .all_finite = cuda_all_finite,
     .sum_columns = cuda_sum_columns,
     .linear_forward = cuda_linear_forward,
     .linear_backward = cuda_linear_backward,

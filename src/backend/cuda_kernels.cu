@@ -61,6 +61,12 @@ __global__ void sum_columns_k(float *dst, const float *src, size_t B, size_t C) 
   }
 }
 
+__global__ void any_nonfinite_k(int *flag, const float *x, size_t n) {
+  int bad = 0;
+  GRID_STRIDE(i, n) bad |= !isfinite(x[i]);
+  if (__syncthreads_or(bad) && threadIdx.x == 0) *flag = 1;
+}
+
 __global__ void relu_forward_k(float *out, const float *in, size_t n) {
   GRID_STRIDE(i, n) out[i] = in[i] > 0.0f ? in[i] : 0.0f;
 }
@@ -922,6 +928,10 @@ cudaError_t cuk_fill_rows(cudaStream_t st, float *dst, size_t dst_ld, size_t row
 cudaError_t cuk_add(cudaStream_t st, float *y, const float *x, size_t n) { return LAUNCH(add_k, n, st, y, x, n); }
 
 cudaError_t cuk_scale(cudaStream_t st, float *x, size_t n, float s) { return LAUNCH(scale_k, n, st, x, n, s); }
+
+cudaError_t cuk_any_nonfinite(cudaStream_t st, int *flag, const float *x, size_t n) {
+  return LAUNCH(any_nonfinite_k, n, st, flag, x, n);
+}
 
 cudaError_t cuk_sum_columns(cudaStream_t st, float *dst, const float *src, size_t B, size_t C) {
   return LAUNCH(sum_columns_k, C, st, dst, src, B, C);

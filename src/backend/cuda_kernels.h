@@ -25,6 +25,9 @@ cudaError_t cuk_fill_rows(cudaStream_t st, float *dst, size_t dst_ld, size_t row
 cudaError_t cuk_add(cudaStream_t st, float *y, const float *x, size_t n);
 cudaError_t cuk_scale(cudaStream_t st, float *x, size_t n, float s);
 /* dst[c] += (float) the sum of column c in double, rows in order (a thread a column). */
+/* *flag = 1 if any of x's n values is not finite (flag is device memory,
+ * zeroed by the caller). */
+cudaError_t cuk_any_nonfinite(cudaStream_t st, int *flag, const float *x, size_t n);
 cudaError_t cuk_sum_columns(cudaStream_t st, float *dst, const float *src, size_t B, size_t C);
 cudaError_t cuk_relu_forward(cudaStream_t st, float *out, const float *in, size_t n);
 cudaError_t cuk_relu_backward(cudaStream_t st, float *din, const float *dout, const float *out, size_t n);

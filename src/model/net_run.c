@@ -83,6 +83,9 @@ struct dlrec_net_ws {
    * with a sum across the parts, the whole pass's one way (part_split),
    * whose batch normalization sums over the parts. */
   uint32_t row_base, global_rows;
+  /* dlrec_net_train_step's loss scale for the pass (0: none): the loss's
+   * gradient is multiplied by it. */
+  float grad_scale;
   net_split part_split;
   const net_split *pass_split;
   double *part_work, *part_slot;
@@ -424,9 +427,11 @@ static dlrec_status run_backward(dlrec_net *n, dlrec_net_ws *ws, const dlrec_bat
   if (st == DLREC_OK && ws->dev_be) st = n->be->ops->download(n->be, loss, l, sizeof *loss);
   if (st == DLREC_OK) st = BE_OP(n->be, bce_backward, ws->d_logits, logits, labels, B);
   /* A part of a global batch: its gradient is its own mean's times its
-   * share of the rows, as a way of split_step scales it. */
-  if (st == DLREC_OK && ws->global_rows && ws->global_rows != (uint32_t)B)
-    st = BE_OP(n->be, scale, ws->d_logits, (size_t)B, (float)B / (float)ws->global_rows);
+   * share of the rows, as a way of split_step scales it; times the loss
+   * scale (a power of two: the product is exact). */
+  float factor = ws->global_rows && ws->global_rows != (uint32_t)B ? (float)B / (float)ws->global_rows : 1.0f;
+  if (ws->grad_scale > 0) factor *= ws->grad_scale;
+  if (st == DLREC_OK && factor != 1.0f) st = BE_OP(n->be, scale, ws->d_logits, (size_t)B, factor);
   if (st == DLREC_OK) st = BE_OP(n->be, fill_rows, ws->grad, n->plan.n_params, 1, n->plan.n_params, 0.0f);
   net_lap(&p->other, &t);
   dlrec_batch db = *b; /* on a device, the dense features run_forward copied there */
@@ -761,8 +766,8 @@ static dlrec_status split_step(dlrec_net *n, dlrec_net_ws *ws, const dlrec_batch
       if (s1 == DLREC_OK) s1 = BE_OP(lane, bce_forward, &l, logits, sb.labels, rows);
       if (s1 == DLREC_OK) s1 = BE_OP(lane, bce_backward, sh->d_logits, logits, sb.labels, rows);
       /* The loss is the whole batch's mean: each shard's gradient is its
-       * own mean's times its share of the rows. */
-      const float share = (float)rows / (float)G;
+       * own mean's times its share of the rows (times the loss scale). */
+      const float share = (float)rows / (float)G * (ws->grad_scale > 0 ? ws->grad_scale : 1.0f);
       if (s1 == DLREC_OK) s1 = BE_OP(lane, scale, sh->d_logits, (size_t)rows, share);
       if (s1 == DLREC_OK) s1 = n->type->backward(n->ctx, sh->model_ws, &io, sh->d_logits, sh->grad, d_emb);
       part[i] = l * rows;
@@ -951,12 +956,50 @@ static dlrec_status clip(dlrec_net *n, dlrec_net_ws *ws, uint32_t B, float max_n
   return st == DLREC_OK ? BE_OP(n->be, scale, ws->d_emb, n_emb, c) : st;
 }
 
+dlrec_status dlrec_net_loss_scale_update(dlrec_net_optim *opt, int finite, uint64_t step) {
+  if (finite) {
+    if (opt->scale_growth_interval && ++opt->scale_good_steps >= opt->scale_growth_interval) {
+      opt->scale_good_steps = 0;
+      if (opt->loss_scale < DLREC_LOSS_SCALE_MAX) opt->loss_scale *= 2.0f;
+    }
+    return DLREC_OK;
+  }
+  opt->skipped_steps++;
+  opt->scale_good_steps = 0;
+  if (!opt->scale_growth_interval) return DLREC_OK;
+  if (opt->loss_scale <= 1.0f)
+    return dlrec_error(DLREC_ERR_INVALID, "training diverged at step %llu: the gradients are not finite at a loss "
+                       "scale of %g; lower the learning rates or add warmup", (unsigned long long)step,
+                       (double)opt->loss_scale);
+  opt->loss_scale *= 0.5f;
+  return DLREC_OK;
+}
+
+/* A loss-scaled step's gradients: *finite whether the dense gradients and
+ * d_emb (B rows) all are, and if so both divided by the scale. */
+static dlrec_status unscale(dlrec_net *n, dlrec_net_ws *ws, uint32_t B, float scale, int *finite) {
+  const size_t n_grad = n->plan.n_trainable, n_emb = (size_t)B * n->schema.n_sparse * n->plan.emb_dim;
+  dlrec_status st = BE_OP(n->be, all_finite, finite, ws->grad, n_grad);
+  if (st == DLREC_OK && *finite) st = BE_OP(n->be, all_finite, finite, ws->d_emb, n_emb);
+  if (st != DLREC_OK || !*finite || scale == 1.0f) return st;
+  st = BE_OP(n->be, scale, ws->grad, n_grad, 1.0f / scale);
+  return st == DLREC_OK ? BE_OP(n->be, scale, ws->d_emb, n_emb, 1.0f / scale) : st;
+}
+
 dlrec_status dlrec_net_train_step(dlrec_net *n, dlrec_net_ws *ws, dlrec_net_optim *opt, const dlrec_batch *given,
                                   float lr_scale, uint64_t step, double *loss, float *prob) {
   dlrec_batch resolved, *batch = &resolved;
   dlrec_status st = resolve(n, ws, given, &resolved, 1);
   if (st == DLREC_OK && ws->dev_be) st = net_optim_device(n, opt);
+  ws->grad_scale = opt->loss_scale;
   if (st == DLREC_OK) st = step_pass(n, ws, batch, step, split_ways(n, batch->rows), loss, NULL, prob);
+  ws->grad_scale = 0;
+  if (st == DLREC_OK && opt->loss_scale > 0) {
+    int finite = 0;
+    st = unscale(n, ws, batch->rows, opt->loss_scale, &finite);
+    if (st == DLREC_OK) st = dlrec_net_loss_scale_update(opt, finite, step);
+    if (st != DLREC_OK || !finite) return st; /* skipped: nothing updated */
+  }
   if (st == DLREC_OK && opt->clip_grad_norm > 0) st = clip(n, ws, batch->rows, opt->clip_grad_norm, step);
   if (st != DLREC_OK) return st;
   double t = dlrec_now();

@@ -5,6 +5,7 @@
  * the host's runs them where the data is; on the CPU they are the plain
  * loops the models had, with the same arithmetic (one rounding per add or
  * multiply), so results keep their bits. */
+#include <math.h>
 #include <string.h>
 
 #include "dlrec/nn.h"
@@ -68,6 +69,15 @@ dlrec_status dlrec_sum_columns(float *dst, const float *src, size_t B, size_t C)
     for (size_t b = 0; b < B; b++) acc += src[b * C + c];
     dst[c] += (float)acc;
   }
+  return DLREC_OK;
+}
+
+dlrec_status dlrec_all_finite(const float *x, size_t n, int *finite) {
+  if (!finite || (n && !x)) return dlrec_error(DLREC_ERR_INVALID, "all_finite: NULL buffer");
+  int bad = 0;
+#pragma omp parallel for schedule(static) reduction(| : bad) if (n >= PARALLEL_MIN)
+  for (size_t i = 0; i < n; i++) bad |= !isfinite(x[i]);
+  *finite = !bad;
   return DLREC_OK;
 }
 

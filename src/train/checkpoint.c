@@ -282,6 +282,12 @@ static dlrec_status write_manifest(const char *dir, const manifest *m) {
   cJSON *loss = cJSON_AddObjectToObject(j, "loss");
   cJSON_AddNumberToObject(loss, "sum", p->loss_sum);
   cJSON_AddNumberToObject(loss, "rows", (double)p->loss_rows);
+  if (p->loss_scale > 0 || p->skipped_steps) {
+    cJSON *ls = cJSON_AddObjectToObject(j, "loss_scale");
+    cJSON_AddNumberToObject(ls, "scale", p->loss_scale);
+    cJSON_AddNumberToObject(ls, "good_steps", p->loss_scale_good_steps);
+    cJSON_AddNumberToObject(ls, "skipped_steps", (double)p->skipped_steps);
+  }
   /* The validation state, so that a resumed run's early stopping, plateau
    * and best selection continue exactly; NaN ("none yet") is left out, and
    * so is the whole state before the first validation (a reader then starts
@@ -830,6 +836,28 @@ static dlrec_status read_params(const char *dir, const manifest *man, dlrec_net 
 
 /* Reads the manifest's optional valid member (absent: no validation yet, as
  * in checkpoints written before it existed). */
+/* The loss scaling's state, where the run had one (else none). */
+static dlrec_status read_loss_scale(const cJSON *j, const char *path, dlrec_train_progress *p) {
+  p->loss_scale = 0;
+  p->loss_scale_good_steps = 0;
+  p->skipped_steps = 0;
+  if (!cJSON_GetObjectItemCaseSensitive(j, "loss_scale")) return DLREC_OK;
+  const cJSON *ls;
+  double scale;
+  uint64_t good;
+  dlrec_status s = dlrec_json_get_object(j, "loss_scale", path, &ls);
+  if (s == DLREC_OK) s = dlrec_json_get_double(ls, "scale", path, &scale);
+  if (s == DLREC_OK) s = dlrec_json_get_u64(ls, "good_steps", path, &good);
+  if (s == DLREC_OK) s = dlrec_json_get_u64(ls, "skipped_steps", path, &p->skipped_steps);
+  if (s == DLREC_OK && (!(scale >= 0 && scale <= DLREC_LOSS_SCALE_MAX) || good > UINT32_MAX))
+    s = dlrec_error(DLREC_ERR_CORRUPT, "%s: loss_scale: scale %g or good_steps %llu out of range", path, scale,
+                    (unsigned long long)good);
+  if (s != DLREC_OK) return s;
+  p->loss_scale = (float)scale;
+  p->loss_scale_good_steps = (uint32_t)good;
+  return DLREC_OK;
+}
+
 static dlrec_status read_valid(const cJSON *j, const char *path, dlrec_valid_state *v) {
   dlrec_valid_state_init(v);
   const cJSON *o = cJSON_GetObjectItemCaseSensitive(j, "valid");
@@ -917,6 +945,7 @@ static dlrec_status read_manifest(const char *dir, manifest *m) {
   if (s == DLREC_OK) s = dlrec_json_get_object(j, "loss", path, &loss);
   if (s == DLREC_OK) s = dlrec_json_get_double(loss, "sum", path, &p->loss_sum);
   if (s == DLREC_OK) s = dlrec_json_get_u64(loss, "rows", path, &p->loss_rows);
+  if (s == DLREC_OK) s = read_loss_scale(j, path, p);
   if (s == DLREC_OK) s = read_valid(j, path, &p->valid);
   if (s == DLREC_OK) s = read_model_section(j, path, m);
   if (s == DLREC_OK) s = dlrec_json_get_object(j, "files", path, &files);

@@ -40,6 +40,7 @@ void dlrec_train_config_default(dlrec_train_config *c) {
   c->slice_rows = 32;
   c->prefetch = 4;
   c->plateau_factor = 1.0;
+  c->loss_scale_growth_interval = 2000;
 }
 
 /* Field readers that name the path ("cfg.json: training") in errors. */
@@ -87,6 +88,10 @@ static dlrec_status get_double(const cJSON *o, const char *key, const ctx *x, do
 
 /* training.table_placement's names, in dlrec_table_placement's order. */
 static const char *const placement_names[] = {"auto", "device", "host", NULL};
+/* In dlrec_loss_scaling's order, FIXED (a number) excepted. */
+static const char *const loss_scaling_names[] = {"auto", "dynamic", "none", NULL};
+
+
 
 static dlrec_status get_choice(const cJSON *o, const char *key, const ctx *x, const char *const *names, int *out) {
   const char *v;
@@ -103,6 +108,27 @@ static dlrec_status get_choice(const cJSON *o, const char *key, const ctx *x, co
     strncat(list, names[i], sizeof list - strlen(list) - 1);
   }
   return dlrec_error(DLREC_ERR_INVALID, "%s: field '%s': '%s' is not one of %s", x->what, key, v, list);
+}
+
+/* training.loss_scale: one of loss_scaling_names, or a power of two in [1, 2^24]. */
+static dlrec_status get_loss_scale(const cJSON *o, const ctx *x, dlrec_train_config *c) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "loss_scale");
+  if (!v) return DLREC_OK;
+  if (cJSON_IsNumber(v)) {
+    const double d = v->valuedouble;
+    int e;
+    if (!(d >= 1 && d <= DLREC_LOSS_SCALE_MAX) || frexp(d, &e) != 0.5)
+      return dlrec_error(DLREC_ERR_INVALID, "%s: field 'loss_scale': %g is not a power of two in [1, 2^24] (or "
+                         "\"auto\", \"dynamic\", \"none\")", x->what, d);
+    c->loss_scaling = DLREC_LOSS_SCALING_FIXED;
+    c->loss_scale = (float)d;
+    return DLREC_OK;
+  }
+  int mode = (int)DLREC_LOSS_SCALING_AUTO;
+  dlrec_status s = get_choice(o, "loss_scale", x, loss_scaling_names, &mode);
+  if (s != DLREC_OK) return s;
+  c->loss_scaling = (dlrec_loss_scaling)mode;
+  return DLREC_OK;
 }
 
 #define TRY(expr)                            \
@@ -228,7 +254,8 @@ dlrec_status dlrec_train_config_from_json(const cJSON *j, const char *what, dlre
     x = sub(&top, "training");
     static const char *k[] = {"batch_size", "epochs", "max_steps", "threads", "seed", "deterministic", "target_auc",
                               "early_stopping_patience", "early_stopping_min_delta", "restore_best", "table_dtype",
-                              "precision", "device", "table_placement", NULL};
+                              "precision", "device", "table_placement", "loss_scale", "loss_scale_growth_interval",
+                              NULL};
     /* In dlrec_table_dtype's order. */
     static const char *dtypes[] = {"fp32", "bf16", "fp16", NULL};
     TRY(dlrec_json_check_keys(o, x.what, k));
@@ -246,6 +273,8 @@ dlrec_status dlrec_train_config_from_json(const cJSON *j, const char *what, dlre
     int placement = (int)c->table_placement;
     TRY(get_choice(o, "table_placement", &x, placement_names, &placement));
     c->table_placement = (dlrec_table_placement)placement;
+    TRY(get_loss_scale(o, &x, c));
+    TRY(get_u32(o, "loss_scale_growth_interval", &x, 1, 1000000000, &c->loss_scale_growth_interval));
     TRY(get_u32(o, "early_stopping_patience", &x, 0, 1000000, &c->early_stop_patience));
     TRY(get_double(o, "early_stopping_min_delta", &x, 0, 1e6, &c->early_stop_min_delta));
     TRY(dlrec_json_get_bool_or(o, "restore_best", x.what, c->restore_best, &c->restore_best));
@@ -409,6 +438,9 @@ cJSON *dlrec_train_config_to_json(const dlrec_train_config *c) {
   dlrec_train_config_device(c, device, sizeof device);
   cJSON_AddStringToObject(t, "device", device);
   cJSON_AddStringToObject(t, "table_placement", placement_names[c->table_placement]);
+  if (c->loss_scaling == DLREC_LOSS_SCALING_FIXED) cJSON_AddNumberToObject(t, "loss_scale", c->loss_scale);
+  else cJSON_AddStringToObject(t, "loss_scale", loss_scaling_names[c->loss_scaling]);
+  cJSON_AddNumberToObject(t, "loss_scale_growth_interval", c->loss_scale_growth_interval);
   cJSON *l = cJSON_AddObjectToObject(j, "loader");
   cJSON_AddBoolToObject(l, "shuffle", c->shuffle);
   cJSON_AddNumberToObject(l, "window_groups", c->window_groups);

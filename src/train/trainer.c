@@ -190,6 +190,40 @@ static void run_free(run *r) {
   dlrec_unlock_dir(r->lock_fd);
 }
 
+/* training.loss_scale into the optimizer: auto is dynamic in fp16 and none
+ * otherwise. Across ranks, the ranks' parts would each have to agree on a
+ * step's overflow: not done yet, so refused. */
+static dlrec_status loss_scaling_setup(run *r) {
+  dlrec_loss_scaling m = r->cfg.loss_scaling;
+  if (m == DLREC_LOSS_SCALING_AUTO)
+    m = r->cfg.precision == DLREC_PRECISION_FP16 ? DLREC_LOSS_SCALING_DYNAMIC : DLREC_LOSS_SCALING_NONE;
+  r->opt.loss_scale = m == DLREC_LOSS_SCALING_DYNAMIC ? DLREC_LOSS_SCALE_INIT
+                      : m == DLREC_LOSS_SCALING_FIXED ? r->cfg.loss_scale
+                                                      : 0.0f;
+  r->opt.scale_growth_interval = m == DLREC_LOSS_SCALING_DYNAMIC ? r->cfg.loss_scale_growth_interval : 0;
+  if (r->opt.loss_scale > 0 && r->ranks > 1)
+    return dlrec_error(DLREC_ERR_UNSUPPORTED, "training.loss_scale across %d processes is not supported yet: train "
+                       "fp16 in one process, or set training.loss_scale to \"none\" (or train in bf16)", r->ranks);
+  return DLREC_OK;
+}
+
+/* The loss scaling's state between the optimizer, which steps it, and the
+ * progress a checkpoint keeps. A resumed dynamic scale continues where it
+ * was; a fixed one, or none, is the config's. */
+static void loss_scaling_resume(run *r) {
+  if (r->opt.scale_growth_interval && r->prog.loss_scale > 0) {
+    r->opt.loss_scale = r->prog.loss_scale;
+    r->opt.scale_good_steps = r->prog.loss_scale_good_steps;
+  }
+  r->opt.skipped_steps = r->prog.skipped_steps;
+}
+
+static void loss_scaling_save(run *r) {
+  r->prog.loss_scale = r->opt.loss_scale;
+  r->prog.loss_scale_good_steps = r->opt.scale_good_steps;
+  r->prog.skipped_steps = r->opt.skipped_steps;
+}
+
 static dlrec_status log_json(run *r, cJSON *j) {
   char *text = cJSON_PrintUnformatted(j);
   cJSON_Delete(j);
@@ -516,6 +550,7 @@ static dlrec_status setup(run *r) {
       (s = dlrec_store_optim_create(dlrec_net_store(r->model), &r->cfg.sparse, &r->opt.sparse)) != DLREC_OK)
     return s;
   r->opt.clip_grad_norm = r->cfg.clip_grad_norm;
+  if ((s = loss_scaling_setup(r)) != DLREC_OK) return s;
   if (r->cfg.publish_redis[0] && !dlrec_backend_host_memory(r->be))
     return dlrec_error(DLREC_ERR_UNSUPPORTED, "%s: publish.redis publishes from a table in host memory: train on "
                        "the CPU to publish rows", dlrec_backend_describe(r->be));
@@ -563,6 +598,7 @@ static dlrec_status start_run(run *r, const dlrec_row_source *rows) {
     if (s != DLREC_OK) return s;
     DLREC_INFO("resuming from step %llu (epoch %llu, row %llu)", (unsigned long long)r->prog.step,
                (unsigned long long)r->prog.position.epoch, (unsigned long long)r->prog.position.row);
+    loss_scaling_resume(r);
   } else {
     if ((s = dlrec_net_init(r->model, r->cfg.seed)) != DLREC_OK) return s;
     if (r->loader) r->prog.position = dlrec_loader_position(r->loader);
@@ -588,6 +624,10 @@ static cJSON *step_json(const run *r, double loss, double lr_scale, double rate)
   cJSON_AddStringToObject(j, "backend", dlrec_backend_name(r->be));
   cJSON_AddStringToObject(j, "precision", dlrec_precision_name(dlrec_backend_precision(r->be)));
   cJSON_AddBoolToObject(j, "bf16_native", dlrec_backend_bf16_native(r->be));
+  if (r->opt.loss_scale > 0) {
+    cJSON_AddNumberToObject(j, "loss_scale", r->opt.loss_scale);
+    cJSON_AddNumberToObject(j, "skipped_steps", (double)r->opt.skipped_steps);
+  }
   const dlrec_store *store = dlrec_net_store(r->model);
   if (dlrec_store_get_kind(store) != DLREC_STORE_RAM) {
     /* The table storage's counters since the run started. */
@@ -1081,6 +1121,10 @@ cJSON *dlrec_train_result_to_json(const dlrec_train_args *a, const dlrec_train_r
   cJSON_AddNumberToObject(j, "seconds", r->seconds);
   cJSON_AddNumberToObject(j, "samples_per_s", r->samples_per_s);
   if (isfinite(r->last_loss)) cJSON_AddNumberToObject(j, "train_loss", r->last_loss);
+  if (r->loss_scale > 0) {
+    cJSON_AddNumberToObject(j, "loss_scale", r->loss_scale);
+    cJSON_AddNumberToObject(j, "skipped_steps", (double)r->skipped_steps);
+  }
   if (r->has_valid) cJSON_AddItemToObject(j, "valid", dlrec_metrics_to_json(&r->valid));
   cJSON_AddItemToObject(j, "profile", profile_json(r));
   if (r->ranks > 1) {
@@ -1179,6 +1223,7 @@ dlrec_status dlrec_train(const dlrec_train_args *a, dlrec_train_result *res) {
       }
     } else {
       s = dlrec_net_train_step(r.model, r.ws, &r.opt, b, (float)scale, r.prog.step + 1, &loss, NULL);
+      loss_scaling_save(&r);
     }
     if (s != DLREC_OK || !isfinite(loss)) state_ok = 0;
     if (s != DLREC_OK) break;
@@ -1297,6 +1342,8 @@ dlrec_status dlrec_train(const dlrec_train_args *a, dlrec_train_result *res) {
   res->steps_this_run = r.prog.step - start_step;
   res->seconds = loop_seconds;
   res->samples_per_s = loop_seconds > 0 ? (double)(r.prog.samples - start_samples) / loop_seconds : 0;
+  res->loss_scale = r.opt.loss_scale;
+  res->skipped_steps = r.opt.skipped_steps;
   if (r.ws) dlrec_net_ws_profile(r.ws, &res->profile);
   res->ranks = r.ranks;
   if (r.sh) dlrec_sharded_get_stats(r.sh, &res->dist);
