@@ -460,8 +460,9 @@ TEST(bf16_precision_training_reaches_fp32_auc) {
 
 /* fp16 with dynamic loss scaling growing every 5 steps (so that it grows
  * to where fp16 overflows, and backs off, within the run): stopped at step
- * 40 and resumed, the run ends bitwise where the uninterrupted one does,
- * its scale and skipped steps included (the checkpoint keeps them), and
+ * 43 (not a multiple of 5: the clean-step count is mid-interval there) and
+ * resumed, the run ends bitwise where the uninterrupted one does, its scale,
+ * clean steps and skipped steps included (the checkpoint keeps them), and
  * metrics.jsonl says the scale. */
 TEST(fp16_loss_scaled_run_resumes_bitwise) {
   CHECK(make_data(12000, 2000) == 0);
@@ -475,7 +476,7 @@ TEST(fp16_loss_scaled_run_resumes_bitwise) {
   snprintf(cfg, sizeof cfg, "%s", test_path("cfg-fp16-scaled.json"));
   CHECK(test_write_file(cfg, text, (size_t)-1) == 0);
   CHECK(train_cli(cfg, "run16", "") == 0);
-  CHECK(train_cli(cfg, "resumed16", "--max-steps 40") == 0);
+  CHECK(train_cli(cfg, "resumed16", "--max-steps 43") == 0);
   CHECK(train_cli(cfg, "resumed16", "--resume") == 0);
   dlrec_model *a = NULL, *b = NULL;
   CHECK_OK(dlrec_model_load(test_path("run16"), &a));

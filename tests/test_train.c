@@ -1385,12 +1385,44 @@ TEST(loss_scale_rule_grows_backs_off_and_gives_up) {
   CHECK_ERR(dlrec_net_loss_scale_update(&o, 0, 8), DLREC_ERR_INVALID, "training diverged at step 8");
 }
 
-/* steps SGD steps of a `type` network (seed 7) on net_check's batches, on
- * backend be (NULL: the default) with loss scale `scale` (0: none) and
- * growth interval `interval`; the dense parameters and the table's rows
- * into p and t (n and t_n floats), opt's state into *out. */
-static void scaled_run(const char *type, dlrec_backend *be, float scale, uint32_t interval, int steps, float **p,
-                       size_t *n, float **t, size_t *t_n, dlrec_net_optim *out) {
+/* A batch of 16 copies of net_check's 4 rows (64: a step of it splits
+ * across 2 threads, 32 rows a way). */
+typedef struct tiled_batch {
+  dlrec_batch b;
+  float labels[64], dense[64 * 3];
+  uint32_t off[3][65], ids[3][16 * 12];
+} tiled_batch;
+
+static void tile_batch(tiled_batch *t, const net_check_batch *x, uint32_t n_dense) {
+  memset(t, 0, sizeof *t);
+  t->b.rows = 64;
+  for (uint32_t k = 0; k < 16; k++)
+    for (uint32_t r = 0; r < 4; r++) {
+      t->labels[k * 4 + r] = x->labels[r];
+      memcpy(&t->dense[(k * 4 + r) * n_dense], &x->dense[r * n_dense], n_dense * sizeof(float));
+    }
+  for (int c = 0; c < 3; c++) {
+    uint32_t n = 0;
+    for (uint32_t k = 0; k < 16; k++)
+      for (uint32_t r = 0; r < 4; r++) {
+        t->off[c][k * 4 + r] = n;
+        for (uint32_t j = x->off[c][r]; j < x->off[c][r + 1]; j++) t->ids[c][n++] = x->ids[c][j];
+      }
+    t->off[c][64] = n;
+    t->b.offsets[c] = t->off[c];
+    t->b.ids[c] = t->ids[c];
+  }
+  t->b.labels = t->labels;
+  t->b.dense = t->dense;
+}
+
+/* steps SGD steps of a `type` network (seed 7) on net_check's batches (as
+ * 64 rows where tile), on backend be (NULL: the default) with loss scale
+ * `scale` (0: none) and growth interval `interval`; the dense parameters
+ * and the table's rows into p and t (n and t_n floats), opt's state into
+ * *out. */
+static void scaled_run(const char *type, dlrec_backend *be, float scale, uint32_t interval, int steps, int tile,
+                       float **p, size_t *n, float **t, size_t *t_n, dlrec_net_optim *out) {
   dlrec_schema s;
   net_check_schema(&s, 3);
   dlrec_net_config nc;
@@ -1400,7 +1432,7 @@ static void scaled_run(const char *type, dlrec_backend *be, float scale, uint32_
   CHECK_OK(dlrec_net_create(&m, &nc, &s));
   CHECK_OK(dlrec_net_init(m, 7));
   if (be) CHECK_OK(dlrec_net_set_backend(m, be));
-  CHECK_OK(dlrec_net_ws_create(&ws, m, 4));
+  CHECK_OK(dlrec_net_ws_create(&ws, m, 64));
   dlrec_net_optim opt = {.loss_scale = scale, .scale_growth_interval = interval};
   dlrec_optim_config_default(&opt.dense, DLREC_OPTIM_SGD);
   opt.dense.lr = 0.1f;
@@ -1411,8 +1443,11 @@ static void scaled_run(const char *type, dlrec_backend *be, float scale, uint32_
   for (int k = 0; k < steps; k++) {
     net_check_batch tb;
     net_check_make_batch(&tb, &s, 3 + (uint64_t)k, -1);
+    tiled_batch big;
+    if (tile) tile_batch(&big, &tb, s.n_dense);
     double loss;
-    CHECK_OK(dlrec_net_train_step(m, ws, &opt, &tb.b, 1.0f, (uint64_t)k + 1, &loss, NULL));
+    CHECK_OK(dlrec_net_train_step(m, ws, &opt, tile ? &big.b : &tb.b, 1.0f, (uint64_t)k + 1, &loss, NULL));
+    if (tile) CHECK_EQ(dlrec_net_ws_split(ws), dlrec_backend_threads(dlrec_backend_default()) >= 2 ? 2u : 1u);
   }
   const float *dp = dlrec_net_dense_params(m, n);
   dlrec_table *tab = dlrec_net_table(m);
@@ -1430,7 +1465,8 @@ static void scaled_run(const char *type, dlrec_backend *be, float scale, uint32_
 /* Loss scaling by a power of two is exact: fp32 steps scaled by 1024, by
  * 2^60, or dynamically (growing every 2 steps) leave the same bits as
  * unscaled ones, dense parameters and table alike (a step that forgot to
- * divide the dense gradients or d_emb back would not). In fp16 (emulated),
+ * divide the dense gradients or d_emb back would not), on 4 rows (whole
+ * steps) and on 64 (split across the threads). In fp16 (emulated),
  * 2^60 overflows the GEMMs' operands: a fixed scale skips every step and
  * leaves the model as it was; a dynamic one halves until the steps fit,
  * then trains. */
@@ -1440,28 +1476,32 @@ TEST(loss_scaling_is_exact_and_skips_overflowing_steps) {
     float *p0, *t0, *p1, *t1;
     size_t n, tn;
     dlrec_net_optim o;
-    scaled_run(types[ti], NULL, 0, 0, 5, &p0, &n, &t0, &tn, &o);
-    const float scales[] = {1024.0f, 0x1p60f, DLREC_LOSS_SCALE_INIT};
-    for (int si = 0; si < 3; si++) {
-      const uint32_t interval = si == 2 ? 2 : 0;
-      scaled_run(types[ti], NULL, scales[si], interval, 5, &p1, &n, &t1, &tn, &o);
-      if (memcmp(p0, p1, n * sizeof *p0) || memcmp(t0, t1, tn * sizeof *t0))
-        test_fail(__FILE__, __LINE__, "%s scaled by %g: not the unscaled run's bits", types[ti], (double)scales[si]);
-      CHECK_EQ(o.skipped_steps, 0);
-      CHECK(o.loss_scale == (interval ? scales[si] * 4 : scales[si])); /* 5 steps: grown twice */
-      free(p1), free(t1);
+    for (int tile = 0; tile < 2; tile++) {
+      scaled_run(types[ti], NULL, 0, 0, 5, tile, &p0, &n, &t0, &tn, &o);
+      const float scales[] = {1024.0f, 0x1p60f, DLREC_LOSS_SCALE_INIT};
+      for (int si = 0; si < 3; si++) {
+        const uint32_t interval = si == 2 ? 2 : 0;
+        scaled_run(types[ti], NULL, scales[si], interval, 5, tile, &p1, &n, &t1, &tn, &o);
+        if (memcmp(p0, p1, n * sizeof *p0) || memcmp(t0, t1, tn * sizeof *t0))
+          test_fail(__FILE__, __LINE__, "%s scaled by %g (%d rows): not the unscaled run's bits", types[ti],
+                    (double)scales[si], tile ? 64 : 4);
+        CHECK_EQ(o.skipped_steps, 0);
+        CHECK(o.loss_scale == (interval ? scales[si] * 4 : scales[si])); /* 5 steps: grown twice */
+        free(p1), free(t1);
+      }
+      free(p0), free(t0);
     }
     dlrec_backend *be;
     dlrec_backend_config c = {.threads = 1, .precision = DLREC_PRECISION_FP16};
     CHECK_OK(dlrec_backend_create(&be, "cpu", &c));
     float *pi, *ti0;
-    scaled_run(types[ti], be, 0, 0, 0, &pi, &n, &ti0, &tn, &o); /* the initial model */
-    scaled_run(types[ti], be, 0x1p60f, 0, 4, &p1, &n, &t1, &tn, &o);
+    scaled_run(types[ti], be, 0, 0, 0, 0, &pi, &n, &ti0, &tn, &o); /* the initial model */
+    scaled_run(types[ti], be, 0x1p60f, 0, 4, 0, &p1, &n, &t1, &tn, &o);
     CHECK(!memcmp(pi, p1, n * sizeof *pi) && !memcmp(ti0, t1, tn * sizeof *ti0));
     CHECK_EQ(o.skipped_steps, 4);
     CHECK(o.loss_scale == 0x1p60f);
     free(p1), free(t1);
-    scaled_run(types[ti], be, 0x1p60f, 1000, 60, &p1, &n, &t1, &tn, &o);
+    scaled_run(types[ti], be, 0x1p60f, 1000, 60, 0, &p1, &n, &t1, &tn, &o);
     CHECK(o.skipped_steps > 0 && o.skipped_steps < 60 && o.loss_scale < 0x1p40f);
     CHECK(memcmp(pi, p1, n * sizeof *pi) != 0);
     int finite = 1;
@@ -1469,7 +1509,7 @@ TEST(loss_scaling_is_exact_and_skips_overflowing_steps) {
     CHECK(finite);
     fprintf(stderr, "%s in fp16 from 2^60: %llu steps skipped, scale then %g\n", types[ti],
             (unsigned long long)o.skipped_steps, (double)o.loss_scale);
-    free(p1), free(t1), free(pi), free(ti0), free(p0), free(t0);
+    free(p1), free(t1), free(pi), free(ti0);
     dlrec_backend_free(be);
   }
 }
