@@ -1565,6 +1565,40 @@ TEST(tiered_table_trains_as_ram_resumes_and_survives_sigkill) {
   CHECK(same_checkpoint("ram", "killed", 180));
 }
 
+/* A tiered table on a device (cpu-mirror, as a GPU): the table stays in
+ * host memory on its own (auto), the store moving its rows through the
+ * file as on the CPU, and the run trains the bits of a RAM table's run on
+ * one CPU thread (which cpu-mirror's runs equal). Asked to put it on the
+ * device, the run is refused, saying why. */
+TEST(tiered_table_trains_on_a_device_from_host_memory) {
+  CHECK(make_data(20000) == 0);
+  CHECK(test_write_file(test_path("cfg.json"), CONFIG, (size_t)-1) == 0);
+  CHECK(train("ram1", "--threads 1 --max-steps 60") == 0);
+  CHECK(write_tiered_config() == 0);
+  char *log = NULL;
+  CHECK(test_run_cli(&log, "train --device cpu-mirror --threads 1 --max-steps 60 --config '%s' --train '%s' --etl '%s' "
+                     "--out '%s'", test_path("cfg.json"), test_path("train.dlr"), test_path("etl"),
+                     test_path("tiered_dev")) == 0);
+  CHECK(log && strstr(log, "the table stays in host memory (training.table_placement auto: a store's table stays "
+                           "there)"));
+  free(log);
+  CHECK(same_checkpoint("ram1", "tiered_dev", 60));
+  CHECK(last_storage_counter("tiered_dev", "evictions") > 0);
+  char *text = NULL, cfg[2048];
+  size_t n;
+  CHECK_OK(dlrec_read_file(test_path("cfg.json"), 1u << 16, &text, &n));
+  CHECK(text && replace_first(cfg, sizeof cfg, text, "\"training\": {",
+                              "\"training\": {\"table_placement\": \"device\", ") == 0);
+  free(text);
+  CHECK(test_write_file(test_path("cfg_dev.json"), cfg, (size_t)-1) == 0);
+  char *refused = NULL;
+  CHECK(test_run_cli(&refused, "train -q --device cpu-mirror --config '%s' --train '%s' --etl '%s' --out '%s'",
+                     test_path("cfg_dev.json"), test_path("train.dlr"), test_path("etl"), test_path("tiered_on_dev")) == 1);
+  CHECK(refused && strstr(refused, "training.table_placement \"device\": storage.kind \"tiered\" keeps its table in "
+                                   "host memory"));
+  free(refused);
+}
+
 /* RUN/ckpt-STEP's table and Adagrad state as whole arrays, read with the
  * tensor file reader alone: table.bin and optim.bin, then, for a journaled
  * checkpoint, journal.bin's and journal_optim.bin's rows put in place (this
@@ -1901,6 +1935,25 @@ TEST(hash_table_trains_on_raw_keys_end_to_end) {
     snprintf(b, sizeof b, "%s/ckpt-000000000180/%s", test_path("resumed"), more[i]);
     CHECK(files_equal(a, b)); /* files_equal fails on a missing file: these are journals */
   }
+  /* On a device (cpu-mirror, as a GPU) the hash table stays in host memory
+   * and trains the bits of one CPU thread's run, its bookkeeping included. */
+  CHECK(train_files("hash1", "ktrain.dlr", "ketl", "--threads 1 --max-steps 60") == 0);
+  CHECK(train_files("hash_dev", "ktrain.dlr", "ketl", "--device cpu-mirror --threads 1 --max-steps 60") == 0);
+  CHECK(same_checkpoint("hash1", "hash_dev", 60));
+  for (int i = 0; i < 3; i++) {
+    char a[2048], b[2048];
+    snprintf(a, sizeof a, "%s/ckpt-000000000060/%s", test_path("hash1"), more[i]);
+    snprintf(b, sizeof b, "%s/ckpt-000000000060/%s", test_path("hash_dev"), more[i]);
+    CHECK(files_equal(a, b));
+  }
+  /* And scores there, raw rows through the table on the host, the CPU's bits. */
+  rc = test_run_cli(&out, "predict -q --model '%s' --input '%s' --out '%s' && '%s' predict -q --device cpu-mirror "
+                    "--model '%s' --input '%s' --out '%s'", test_path("hash_dev"), test_path("clicks.tsv"),
+                    test_path("p_cpu.txt"), getenv("DLREC_BIN"), test_path("hash_dev"), test_path("clicks.tsv"),
+                    test_path("p_dev.txt"));
+  CHECK_EQ(rc, 0);
+  free(out);
+  CHECK(files_equal(test_path("p_cpu.txt"), test_path("p_dev.txt")));
   /* Learning: the vocabulary run's AUC, less a stated margin (the hash
    * table admits a key at its second sighting, so it learns nothing of the
    * keys seen once, which the vocabulary maps to the shared OOV row). */

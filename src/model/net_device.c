@@ -13,8 +13,10 @@
  * dtable, no optimizer mirror): net_run.c pools on the CPU and copies the
  * pooled rows over, and their gradient back for the CPU's sparse update.
  *
- * What such a network cannot have yet: a table other than RAM (tiered,
- * hash, raw keys), or its rows elsewhere (a rank's shard).
+ * A table other than RAM's (tiered, hash, raw keys) is the host's only:
+ * its resident rows, which resolve() points the bags at, are host memory
+ * that the store moves under the network. What such a network cannot have
+ * yet: its rows elsewhere (a rank's shard).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -25,9 +27,9 @@ dlrec_status net_device_check(const dlrec_net *n, const dlrec_backend *be) {
   if (be->host_memory) return DLREC_OK;
   if (n->tableless)
     return dlrec_error(DLREC_ERR_UNSUPPORTED, "%s: training across ranks runs on the CPU only for now", be->describe);
-  if (n->schema.n_sparse && dlrec_store_get_kind(n->store) != DLREC_STORE_RAM)
-    return dlrec_error(DLREC_ERR_UNSUPPORTED, "%s: storage.kind \"%s\" runs on the CPU only for now (storage.kind "
-                       "\"ram\" on a GPU)",
+  if (n->schema.n_sparse && dlrec_store_get_kind(n->store) != DLREC_STORE_RAM && !n->host_table)
+    return dlrec_error(DLREC_ERR_UNSUPPORTED, "%s: storage.kind \"%s\" keeps its table in host memory: "
+                       "training.table_placement \"host\" (or \"auto\") on a GPU",
                        be->describe, dlrec_store_kind_name(dlrec_store_get_kind(n->store)));
   return DLREC_OK;
 }

@@ -164,17 +164,17 @@ dlrec_status dlrec_net_ws_create(dlrec_net_ws **out, const dlrec_net *n, uint32_
     NET_WS_ALLOC(&ws->arena, ws->d_prob, B);
     if (!(ws->d_loss = dlrec_arena_alloc(&ws->arena, sizeof(double), 64))) goto nomem;
   }
-  if (n->schema.keys) {
-    ws->keys_cap = (uint64_t)B * (n->max_ids_per_row / 2);
-    const size_t offs = F * (B + 1) * sizeof(uint32_t);
-    if (!(ws->keys = dlrec_arena_alloc(&ws->arena, (ws->keys_cap + 1) * sizeof *ws->keys, 64)) ||
-        !(ws->key_offsets = dlrec_arena_alloc(&ws->arena, offs, 64)) ||
-        !(ws->row_offsets = dlrec_arena_alloc(&ws->arena, offs, 64)) ||
-        !(ws->row_ids = dlrec_arena_alloc(&ws->arena, (ws->keys_cap + 1) * sizeof *ws->row_ids, 64)))
-      goto nomem;
-  }
   ws->host_mem = net_host_arena_memory(n->be);
   dlrec_arena_init_in(&ws->host, 1u << 20, n->be->ops->alloc_host ? &ws->host_mem : NULL);
+  if (n->schema.keys) { /* the CPU resolves the keys: host memory, on a device too */
+    ws->keys_cap = (uint64_t)B * (n->max_ids_per_row / 2);
+    const size_t offs = F * (B + 1) * sizeof(uint32_t);
+    if (!(ws->keys = dlrec_arena_alloc(&ws->host, (ws->keys_cap + 1) * sizeof *ws->keys, 64)) ||
+        !(ws->key_offsets = dlrec_arena_alloc(&ws->host, offs, 64)) ||
+        !(ws->row_offsets = dlrec_arena_alloc(&ws->host, offs, 64)) ||
+        !(ws->row_ids = dlrec_arena_alloc(&ws->host, (ws->keys_cap + 1) * sizeof *ws->row_ids, 64)))
+      goto nomem;
+  }
   dlrec_arena *scratch_arena = &ws->arena;
   if (ws->dev_be && n->host_table && F) {
     scratch_arena = &ws->host;

@@ -1046,8 +1046,10 @@ dlrec_status dlrec_model_set_backend(dlrec_model *m, dlrec_backend *be) {
   const dlrec_table_placement place = m->config.table_placement;
   int host = 0;
   if (be && !dlrec_backend_host_memory(be) && dlrec_net_schema(m->net)->n_sparse) {
-    host = place == DLREC_TABLE_PLACEMENT_HOST;
-    if (place == DLREC_TABLE_PLACEMENT_AUTO) {
+    /* A store other than RAM's (a hash table's keys) keeps its table on the host. */
+    const dlrec_store_kind kind = dlrec_store_get_kind(dlrec_net_store(m->net));
+    host = place == DLREC_TABLE_PLACEMENT_HOST || kind != DLREC_STORE_RAM;
+    if (!host && place == DLREC_TABLE_PLACEMENT_AUTO) {
       /* Scoring's workspaces are small beside a table too big for the device. */
       const dlrec_table *t = dlrec_net_table_const(m->net);
       size_t n_params;
@@ -1063,7 +1065,10 @@ dlrec_status dlrec_model_set_backend(dlrec_model *m, dlrec_backend *be) {
       if (dlrec_device_memory(device, &total, &available) == DLREC_OK) host = need > available;
       else dlrec_clear_error(); /* unknown: the device, as before */
     }
-    if (host)
+    if (host && kind != DLREC_STORE_RAM)
+      DLREC_INFO("the table stays in host memory (storage.kind \"%s\"); its bag ops run on the CPU",
+                 dlrec_store_kind_name(kind));
+    else if (host)
       DLREC_INFO("the table stays in host memory (training.table_placement %s); its bag ops run on the CPU",
                  place == DLREC_TABLE_PLACEMENT_HOST ? "host" : "auto: the device cannot hold it");
   }

@@ -836,11 +836,12 @@ static int device_fit(const dlrec_train_config *cfg, uint64_t need, char *buf, s
 
 /* training.table_placement's rule, for a run on cfg's device that needs
  * `with_table` bytes there with its table: the table stays in host memory
- * when asked (host), or on auto when that does not fit. Never on the CPU,
- * nor without categorical columns. */
+ * when asked (host), or on auto when that does not fit, and always when a
+ * store other than RAM's holds it (check_memory refuses "device" then).
+ * Never on the CPU, nor without categorical columns. */
 static int table_on_host(const dlrec_train_config *cfg, uint32_t n_sparse, uint64_t with_table) {
   if (!strcmp(cfg->device, "cpu") || !n_sparse) return 0;
-  if (cfg->table_placement == DLREC_TABLE_PLACEMENT_HOST) return 1;
+  if (cfg->table_placement == DLREC_TABLE_PLACEMENT_HOST || cfg->storage != DLREC_STORE_RAM) return 1;
   char fit[512];
   return cfg->table_placement == DLREC_TABLE_PLACEMENT_AUTO && device_fit(cfg, with_table, fit, sizeof fit);
 }
@@ -868,10 +869,16 @@ static dlrec_status check_memory(run *r) {
   const int device = !dlrec_backend_host_memory(r->be);
   const uint32_t n_sparse = dlrec_net_schema(r->model)->n_sparse;
   const int host = table_on_host(&r->cfg, n_sparse, table + dense + ws);
+  if (host && r->cfg.table_placement == DLREC_TABLE_PLACEMENT_DEVICE)
+    return dlrec_error(DLREC_ERR_UNSUPPORTED, "training.table_placement \"device\": storage.kind \"%s\" keeps its "
+                       "table in host memory (its rows move between RAM and its file or keys): set \"host\" or "
+                       "\"auto\"", dlrec_store_kind_name(r->cfg.storage));
   if (host) {
     DLREC_INFO("memory: the table stays in host memory (training.table_placement %s); its bag ops run on the "
                "CPU, and the pooled rows and their gradient cross over each step",
-               r->cfg.table_placement == DLREC_TABLE_PLACEMENT_HOST ? "host" : "auto: the device cannot hold it too");
+               r->cfg.table_placement == DLREC_TABLE_PLACEMENT_HOST ? "host"
+               : r->cfg.storage != DLREC_STORE_RAM                 ? "auto: a store's table stays there"
+                                                                   : "auto: the device cannot hold it too");
     dlrec_status s = dlrec_net_set_host_table(r->model, 1);
     if (s != DLREC_OK) return s;
   }
