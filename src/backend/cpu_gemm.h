@@ -23,6 +23,12 @@ int cpu_gemm_has_bf16(void);
 /* x rounded to the nearest bf16 (ties to even; NaN stays NaN, overflow goes
  * to infinity), as an fp32: the rounding BF16 applies to every operand. */
 float cpu_gemm_round_bf16(float x);
+/* dst[i] = src[i] rounded to fp16 (to nearest even), kept as fp32: with
+ * f16c on the CPU's F16C instructions (cpu_gemm_has_f16c says whether it
+ * has them), else in plain C (dtype.h); the same values either way, a NaN's
+ * payload aside. */
+void cpu_gemm_round_fp16(float *dst, const float *src, size_t n, int f16c);
+int cpu_gemm_has_f16c(void);
 /* What runs the GEMMs, for the backend's description: "fp32 GEMMs (OpenBLAS
  * sgemm)", "bf16 GEMMs (oneDNN, AMX)", "bf16 GEMMs (emulated: ...)". */
 const char *cpu_gemm_describe(const cpu_gemm *g);
