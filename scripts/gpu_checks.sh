@@ -3,11 +3,11 @@
 # repository root, with .device carried (scripts/device_bundle.sh made it
 # here): the op-by-op test, the whole-model agreement, train/eval/predict
 # on the GPU against the CPU, the dev/cuda programs at quick sizes, the
-# DLRM step benchmark (bf16, then tf32, then
+# DLRM step benchmark (bf16, then tf32, then fp16, then
 # bf16 with Criteo 1TB's table, then its per-op profile) and bench/gpu_train.sh (the table
-# on the GPU, then in host memory). About 5 minutes on an H100; each part
-# has its own time limit (13 minutes in all at the worst: give the run
-# 600 s, and the last part is the one cut), and the log goes to
+# on the GPU, then in host memory, then fp16 against fp32). About 3 minutes
+# on an H100; each part has its own time limit (14.5 minutes in all at the
+# worst: give the run 600 s, and the last parts are the ones cut), and the log goes to
 # $OUT/gpu-checks.log
 # when OUT is set (the run tool's), so what ran comes back even if the call
 # is cut. Exits 1 if a check failed.
@@ -45,10 +45,13 @@ for p in $B/dev-cuda/*; do
 done
 part "bench_step, the small DLRM's step with a 26 x 500k table" 60 $B/bench_step cuda bf16 65536 20 500000
 part "bench_step, the same in tf32" 30 $B/bench_step cuda tf32 65536 20 500000
+part "bench_step, the same in fp16" 30 $B/bench_step cuda fp16 65536 20 500000
 part "bench_step with Criteo 1TB's table (4.19B parameters)" 90 $B/bench_step cuda bf16 65536 20 1tb
 part "bench_step's per-op profile (a sync after each op)" 30 $B/bench_step cuda bf16 65536 10 500000 profile
 part "bench/gpu_train.sh" 90 env BIN=$B/dlrec bench/gpu_train.sh 1000000 8192
 part "bench/gpu_train.sh, the table in host memory" 60 env BIN=$B/dlrec PLACEMENT=host DEVICES="cuda cpu" \
   bench/gpu_train.sh 1000000 8192
+part "bench/gpu_train.sh, fp16 (loss-scaled) against fp32 at batch 65536" 60 env BIN=$B/dlrec \
+  DEVICES="cuda/fp16 cuda/fp32" bench/gpu_train.sh 4000000 65536
 echo "== [+$(($(date +%s) - t0))s] done, $([ $failed = 0 ] && echo 'all passed' || echo 'some FAILED')"
 exit $failed
