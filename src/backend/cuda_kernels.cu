@@ -160,39 +160,11 @@ __device__ inline float pair_grad(const float *g, int i, int k) {
   return g[hi * (hi - 1) / 2 + lo];
 }
 
-// A sample's Z = [x; e_1 .. e_F] into shared memory, rows S floats apart (S
-// = D + 1: without the pad every lane of a warp read the same bank).
-__device__ inline void load_z(float *z, const float *x, const float *emb, int b, int F, int D, int S) {
-  for (int t = threadIdx.x; t < (F + 1) * D; t += blockDim.x) {
-    const int r = t / D, c = t % D;
-    z[r * S + c] = r == 0 ? x[(size_t)b * D + c] : emb[(size_t)b * F * D + (t - D)];
-  }
-}
-
-// A block a sample, Z and the pair gradients in shared memory; a thread per
-// (i, d), k in order.
-__global__ void dot_backward_shared_k(float *dx, float *demb, const float *dout, const float *x, const float *emb,
-                                      int F, int D) {
-  extern __shared__ float z[];
-  const int b = blockIdx.x, S = D + 1, pairs = F * (F + 1) / 2;
-  const size_t O = (size_t)D + pairs;
-  float *g = z + (F + 1) * S;
-  load_z(z, x, emb, b, F, D, S);
-  for (int t = threadIdx.x; t < pairs; t += blockDim.x) g[t] = dout[(size_t)b * O + D + t];
-  __syncthreads();
-  for (int t = threadIdx.x; t < (F + 1) * D; t += blockDim.x) {
-    const int i = t / D, d = t % D;
-    float acc = 0.0f;
-    for (int k = 0; k <= F; k++)
-      if (k != i) acc += pair_grad(g, i, k) * z[k * S + d];
-    if (i == 0) dx[(size_t)b * D + d] = dout[(size_t)b * O + d] + acc;
-    else demb[((size_t)b * F + i - 1) * D + d] = acc;
-  }
-}
-
 // Rows [0, rows) of a sample's Z = [x; e_1 .. e_F] into shared memory, rows
-// S floats apart, rows past F zero; nt threads from thread t0, 16-byte
-// loads where D allows (the loads, not the arithmetic, bound these kernels).
+// S floats apart (S = D + 1 where lanes read a column: without the pad every
+// lane of a warp read the same bank), rows past F zero; nt threads from
+// thread t0, 16-byte loads where D allows (the loads, not the arithmetic,
+// bound these kernels).
 __device__ inline void load_z_rows(float *z, int S, const float *x, const float *emb, size_t b, int F, int D,
                                    int rows, int t0, int nt) {
   if (D % 4 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)emb % 16 == 0) {
@@ -211,6 +183,27 @@ __device__ inline void load_z_rows(float *z, int S, const float *x, const float 
   for (int t = t0; t < rows * D; t += nt) {
     const int r = t / D, c = t - r * D;
     z[r * S + c] = r == 0 ? x[b * D + c] : r <= F ? emb[(b * F + r - 1) * D + c] : 0.0f;
+  }
+}
+
+// A block a sample, Z and the pair gradients in shared memory; a thread per
+// (i, d), k in order.
+__global__ void dot_backward_shared_k(float *dx, float *demb, const float *dout, const float *x, const float *emb,
+                                      int F, int D) {
+  extern __shared__ float z[];
+  const int b = blockIdx.x, S = D + 1, pairs = F * (F + 1) / 2;
+  const size_t O = (size_t)D + pairs;
+  float *g = z + (F + 1) * S;
+  load_z_rows(z, S, x, emb, b, F, D, F + 1, threadIdx.x, blockDim.x);
+  for (int t = threadIdx.x; t < pairs; t += blockDim.x) g[t] = dout[(size_t)b * O + D + t];
+  __syncthreads();
+  for (int t = threadIdx.x; t < (F + 1) * D; t += blockDim.x) {
+    const int i = t / D, d = t % D;
+    float acc = 0.0f;
+    for (int k = 0; k <= F; k++)
+      if (k != i) acc += pair_grad(g, i, k) * z[k * S + d];
+    if (i == 0) dx[(size_t)b * D + d] = dout[(size_t)b * O + d] + acc;
+    else demb[((size_t)b * F + i - 1) * D + d] = acc;
   }
 }
 
