@@ -208,8 +208,9 @@ static dlrec_status loss_scaling_setup(run *r) {
 }
 
 /* The loss scaling's state between the optimizer, which steps it, and the
- * progress a checkpoint keeps. A resumed dynamic scale continues where it
- * was; a fixed one, or none, is the config's. */
+ * progress a checkpoint keeps: copied in when a checkpoint is saved, out
+ * when one is resumed. A resumed dynamic scale continues where it was; a
+ * fixed one, or none, is the config's. */
 static void loss_scaling_resume(run *r) {
   if (r->opt.scale_growth_interval && r->prog.loss_scale > 0) {
     r->opt.loss_scale = r->prog.loss_scale;
@@ -304,6 +305,7 @@ static dlrec_status checkpoint_now(run *r) {
   const dlrec_row_source rows = r->sh ? shard_rows(r) : (dlrec_row_source){0};
   /* On a GPU its copies come back first. */
   dlrec_status s = dlrec_net_sync_host(r->model, &r->opt);
+  loss_scaling_save(r);
   if (s == DLREC_OK)
     s = dlrec_checkpoint_save_rows(r->a->run_dir, &r->cfg, r->a->etl_dir, r->model, &r->opt, &r->prog,
                                    r->cfg.checkpoint_keep, &r->journal, r->sh ? &rows : NULL);
@@ -1230,7 +1232,6 @@ dlrec_status dlrec_train(const dlrec_train_args *a, dlrec_train_result *res) {
       }
     } else {
       s = dlrec_net_train_step(r.model, r.ws, &r.opt, b, (float)scale, r.prog.step + 1, &loss, NULL);
-      loss_scaling_save(&r);
     }
     if (s != DLREC_OK || !isfinite(loss)) state_ok = 0;
     if (s != DLREC_OK) break;
