@@ -1285,16 +1285,25 @@ TEST(resume_mid_epoch_with_validation_features_is_bitwise_identical) {
  * d_emb of its lookups. The tiny batch has a multi-hot column (bags of 0 to
  * 3 ids), so rows get several lookups. Checked clipping (max_norm below the
  * norm) and not (above it). */
+/* A `type` network on net_check_schema's columns (3 dense), initialized
+ * from seed 7, on backend be (NULL: the default), and a workspace of
+ * max_batch rows. */
+static void tiny_net(const char *type, dlrec_backend *be, uint32_t max_batch, dlrec_schema *s, dlrec_net **m,
+                     dlrec_net_ws **ws) {
+  net_check_schema(s, 3);
+  dlrec_net_config nc;
+  CHECK_OK(dlrec_net_config_default(&nc, type));
+  CHECK_OK(dlrec_net_create(m, &nc, s));
+  CHECK_OK(dlrec_net_init(*m, 7));
+  if (be) CHECK_OK(dlrec_net_set_backend(*m, be));
+  CHECK_OK(dlrec_net_ws_create(ws, *m, max_batch));
+}
+
 static void check_clip(const char *type, double max_norm_over_norm) {
   dlrec_schema s;
-  net_check_schema(&s, 3);
-  dlrec_net_config nc;
   dlrec_net *m = NULL;
   dlrec_net_ws *ws = NULL;
-  CHECK_OK(dlrec_net_config_default(&nc, type));
-  CHECK_OK(dlrec_net_create(&m, &nc, &s));
-  CHECK_OK(dlrec_net_init(m, 7));
-  CHECK_OK(dlrec_net_ws_create(&ws, m, 4));
+  tiny_net(type, NULL, 4, &s, &m, &ws);
   net_check_batch tb;
   net_check_make_batch(&tb, &s, 3, -1);
   size_t n;
@@ -1424,15 +1433,9 @@ static void tile_batch(tiled_batch *t, const net_check_batch *x, uint32_t n_dens
 static void scaled_run(const char *type, dlrec_backend *be, float scale, uint32_t interval, int steps, int tile,
                        float **p, size_t *n, float **t, size_t *t_n, dlrec_net_optim *out) {
   dlrec_schema s;
-  net_check_schema(&s, 3);
-  dlrec_net_config nc;
   dlrec_net *m = NULL;
   dlrec_net_ws *ws = NULL;
-  CHECK_OK(dlrec_net_config_default(&nc, type));
-  CHECK_OK(dlrec_net_create(&m, &nc, &s));
-  CHECK_OK(dlrec_net_init(m, 7));
-  if (be) CHECK_OK(dlrec_net_set_backend(m, be));
-  CHECK_OK(dlrec_net_ws_create(&ws, m, 64));
+  tiny_net(type, be, 64, &s, &m, &ws);
   dlrec_net_optim opt = {.loss_scale = scale, .scale_growth_interval = interval};
   dlrec_optim_config_default(&opt.dense, DLREC_OPTIM_SGD);
   opt.dense.lr = 0.1f;
