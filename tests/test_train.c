@@ -223,6 +223,21 @@ TEST(device_flag_trains_on_the_cpu_and_a_gpu_or_says_why) {
   CHECK(test_run_cli(&got_m, "predict -q --device cpu-mirror --model '%s' --input '%s' --out -",
                      test_path("dev_mirror"), test_path("valid.dlr")) == 0);
   CHECK(want && got && got_m && strlen(want) > 1000 && !strcmp(want, got) && !strcmp(want, got_m));
+  /* Steps on a device are queued, and their losses counted a step late:
+   * the losses logged (step 10's mean over steps 1 to 10) are the CPU's. */
+  CHECK(train("dev_mirror1", "--device cpu-mirror --threads 1 --max-steps 12") == 0);
+  char *log_c = metrics_sans_timing("dev_cpu1"), *log_m = metrics_sans_timing("dev_mirror1");
+  const char *step_c = log_c ? strstr(log_c, "{\"step\":10,") : NULL, *step_m = log_m ? strstr(log_m, "{\"step\":10,") : NULL;
+  CHECK(step_c && step_m && strstr(step_c, "\"loss\":"));
+  if (step_c && step_m) {
+    /* The line up to where it names the backend. */
+    const char *end_c = strstr(step_c, ",\"backend\""), *end_m = strstr(step_m, ",\"backend\"");
+    const size_t len_c = end_c ? (size_t)(end_c - step_c) : 0, len_m = end_m ? (size_t)(end_m - step_m) : 1;
+    if (len_c != len_m || memcmp(step_c, step_m, len_c))
+      fprintf(stderr, "step 10 on the CPU: %.*s\non cpu-mirror: %.*s\n", (int)len_c, step_c, (int)len_m, step_m);
+    CHECK(len_c == len_m && !memcmp(step_c, step_m, len_c));
+  }
+  free(log_c), free(log_m);
   /* The table left in host memory (training.table_placement "host"): its
    * bag ops on the CPU, the rest on cpu-mirror, the pooled rows and their
    * gradient copied across. The same run again, bit for bit, in two parts;

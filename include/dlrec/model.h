@@ -287,6 +287,22 @@ void dlrec_net_optim_free_device(dlrec_net_optim *opt);
 dlrec_status dlrec_net_train_step(dlrec_net *n, dlrec_net_ws *ws, dlrec_net_optim *opt, const dlrec_batch *batch,
                                   float lr_scale, uint64_t step, double *loss, float *prob);
 
+/* dlrec_net_train_step without waiting for its loss: on a GPU the step is
+ * queued and this returns while it runs, so that the host can ready the
+ * next batch meanwhile; on the CPU it has run. The batch's memory may be
+ * reused when this returns. Up to two steps may be queued; their losses
+ * are taken in order with dlrec_net_train_step_loss, which waits for the
+ * oldest step to finish. Anything else that reads the network or the
+ * optimizer (scoring, a checkpoint, dlrec_net_sync_host) must wait until
+ * every queued step's loss is taken. */
+dlrec_status dlrec_net_train_step_queue(dlrec_net *n, dlrec_net_ws *ws, dlrec_net_optim *opt,
+                                        const dlrec_batch *batch, float lr_scale, uint64_t step);
+dlrec_status dlrec_net_train_step_loss(dlrec_net_ws *ws, double *loss);
+/* Whether dlrec_net_train_step_queue returns before its step has run: 1 for
+ * a workspace on a device (a GPU, or cpu-mirror, which stands in for one),
+ * 0 on the CPU, where queueing gains nothing. */
+int dlrec_net_ws_queues(const dlrec_net_ws *ws);
+
 /* The largest dynamic loss scale, and the one a dynamic run starts at
  * (PyTorch's GradScaler's). */
 #define DLREC_LOSS_SCALE_MAX 0x1p24f

@@ -41,6 +41,18 @@ typedef struct dlrec_backend_ops {
    * step; NULL entries: plain host memory will do (the CPU's backends). */
   void *(*alloc_host)(dlrec_backend *be, size_t bytes);
   void (*release_host)(dlrec_backend *be, void *p); /* accepts NULL */
+  /* A copy back that does not wait: the bytes are in host_dst (memory from
+   * alloc_host) once a fence recorded after it has been waited for, or
+   * synchronize has returned. Fences (a GPU's events): fence_record marks
+   * the point the backend's queue has reached, and fence_wait returns once
+   * every op before the fence's last mark has run. NULL entries (the CPU's
+   * backend): ops are done when they return, so download and nothing will
+   * do. */
+  dlrec_status (*download_async)(dlrec_backend *be, void *host_dst, const void *src, size_t bytes);
+  void *(*fence_create)(dlrec_backend *be); /* NULL when out of memory */
+  void (*fence_free)(dlrec_backend *be, void *f); /* accepts NULL */
+  dlrec_status (*fence_record)(dlrec_backend *be, void *f);
+  dlrec_status (*fence_wait)(dlrec_backend *be, void *f);
 
   /* ---- moving rows (dlrec/nn.h: dlrec_copy_rows and the three after it) ---- */
   dlrec_status (*copy_rows)(dlrec_backend *be, float *dst, size_t dst_ld, const float *src, size_t src_ld,

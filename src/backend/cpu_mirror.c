@@ -240,6 +240,24 @@ static dlrec_status m_synchronize(dlrec_backend *be) {
   return DLREC_OK;
 }
 
+/* A GPU's copies back without a wait, and its fences, as the CPU has them:
+ * the copy is done when it returns, so a fence has nothing to wait for. They
+ * are here so that a network on the mirror takes the GPU's path. */
+static void *m_fence_create(dlrec_backend *be) {
+  (void)be;
+  return malloc(1);
+}
+
+static void m_fence_free(dlrec_backend *be, void *f) {
+  (void)be;
+  free(f);
+}
+
+static dlrec_status m_fence(dlrec_backend *be, void *f) {
+  (void)be;
+  return f ? DLREC_OK : dlrec_error(DLREC_ERR_INVALID, "NULL fence");
+}
+
 static void m_free(dlrec_backend *be) {
   mirror *m = mir(be);
   if (!m) return;
@@ -259,6 +277,11 @@ static const dlrec_backend_ops mirror_ops = {
     .upload = m_copy,
     .download = m_copy,
     .synchronize = m_synchronize,
+    .download_async = m_copy,
+    .fence_create = m_fence_create,
+    .fence_free = m_fence_free,
+    .fence_record = m_fence,
+    .fence_wait = m_fence,
     .copy_rows = m_copy_rows,
     .fill_rows = m_fill_rows,
     .add = m_add,

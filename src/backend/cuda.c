@@ -9,6 +9,9 @@
  *
  * Ops run in order on the backend's own stream and return once enqueued;
  * download and synchronize wait for them, and report a kernel's failure.
+ * Uploads return once enqueued too: a batch's bytes go through pinned
+ * staging (stage_upload), so a training step waits for the GPU once, when
+ * its loss comes back.
  * Every op checks its arguments as the CPU kernel does before it enqueues
  * anything, so a refused call touches nothing.
  *
@@ -18,6 +21,7 @@
  * GPU's memory (src/model/net_device.c: be->host_memory is 0).
  */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -121,6 +125,18 @@ typedef struct cuda_ctx {
   uint64_t bags_table_rows; /* its rows then: a new table at a freed one's address is another */
   uint64_t bags_ids;
   cuk_bags bags;
+  cudaEvent_t bags_sent; /* recorded after the copy from bags_host: rewrite it once that has run */
+  /* Pinned staging for uploads (stage_upload): the caller's bytes are copied
+   * here and sent by an async copy, so that an upload returns without
+   * waiting for the ops before it. A ring: stage_next and stage_free count
+   * bytes handed out and bytes known landed since the start (a region at
+   * stage_next % stage_cap), moved on by a wait for the stream (drain) or
+   * for a fence, which notes stage_next when it is recorded. A lock,
+   * because a server's reload uploads a model while its worker scores. */
+  pthread_mutex_t stage_lock;
+  char *stage;
+  size_t stage_cap;
+  uint64_t stage_next, stage_free;
 } cuda_ctx;
 
 static cuda_ctx *ctx_of(dlrec_backend *be) { return be->ctx; }
@@ -138,6 +154,12 @@ static dlrec_status cuda_status(cudaError_t e, const char *what) {
   return dlrec_error(e == cudaErrorMemoryAllocation ? DLREC_ERR_NOMEM : DLREC_ERR_INTERNAL, "cuda: %s: %s (%s)", what,
                      cudaGetErrorName(e), cudaGetErrorString(e));
 }
+
+#define TRY(expr)                                                                                                   \
+  do {                                                                                                              \
+    dlrec_status try_ = (expr);                                                                                     \
+    if (try_ != DLREC_OK) return try_;                                                                              \
+  } while (0)
 
 /* At least `bytes` of scratch, grown when short (cudaFree waits for the ops
  * that used the old one). */
@@ -172,6 +194,9 @@ static void cuda_free_ctx(dlrec_backend *be) {
   if (x->scratch) cudaFree(x->scratch);
   if (x->bags_dev) cudaFree(x->bags_dev);
   if (x->bags_host) cudaFreeHost(x->bags_host);
+  if (x->stage) cudaFreeHost(x->stage);
+  if (x->bags_sent) cudaEventDestroy(x->bags_sent);
+  pthread_mutex_destroy(&x->stage_lock);
   if (x->stream) cudaStreamDestroy(x->stream);
   free(x);
   be->ctx = NULL;
@@ -205,38 +230,157 @@ static void cuda_release_host(dlrec_backend *be, void *p) {
   cudaFreeHost(p);
 }
 
+/* Where the staging's hand-outs stand before a wait; after the wait,
+ * stage_landed(x, mark) frees what was handed out before it (what was
+ * handed out since is queued behind the wait's end, maybe not landed). */
+static uint64_t stage_mark(cuda_ctx *x) {
+  pthread_mutex_lock(&x->stage_lock);
+  const uint64_t m = x->stage_next;
+  pthread_mutex_unlock(&x->stage_lock);
+  return m;
+}
+
+static void stage_landed(cuda_ctx *x, uint64_t mark) {
+  pthread_mutex_lock(&x->stage_lock);
+  if (mark > x->stage_free) x->stage_free = mark;
+  pthread_mutex_unlock(&x->stage_lock);
+}
+
+/* Waits for every op on the stream, then takes back what it had in flight. */
+static cudaError_t drain(dlrec_backend *be) {
+  cuda_ctx *x = ctx_of(be);
+  const uint64_t mark = stage_mark(x);
+  cudaError_t e = cudaStreamSynchronize(enter(be));
+  if (e == cudaSuccess) stage_landed(x, mark);
+  return e;
+}
+
 /* A copy in `kind`'s direction that has landed when it returns (the host
  * buffer may be reused at once). */
 static dlrec_status copy_sync(dlrec_backend *be, void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind,
                               const char *what) {
   if (bytes && (!dst || !src)) return dlrec_error(DLREC_ERR_INVALID, "copy of %zu bytes with a NULL buffer", bytes);
   if (!bytes) return DLREC_OK;
-  cudaStream_t st = enter(be);
-  cudaError_t e = cudaMemcpyAsync(dst, src, bytes, kind, st);
-  if (e == cudaSuccess) e = cudaStreamSynchronize(st);
+  cudaError_t e = cudaMemcpyAsync(dst, src, bytes, kind, enter(be));
+  if (e == cudaSuccess) e = drain(be);
   return cuda_status(e, what);
 }
 
+/* Uploads up to this size go through the staging (a batch's dense features
+ * and labels, layers' parameters); larger ones (tables) copy directly and
+ * wait. */
+#define STAGE_MAX ((size_t)64 << 20)
+
+/* host_src's bytes copied into the staging and sent from there: done when
+ * this returns as far as the caller's buffer goes, landed before any later
+ * op on the stream runs. *staged is 0 when they are too many for it. */
+static cudaError_t stage_upload(dlrec_backend *be, void *dst, const void *host_src, size_t bytes, int *staged) {
+  cuda_ctx *x = ctx_of(be);
+  const size_t need = (bytes + 255) / 256 * 256;
+  *staged = 0;
+  if (need > STAGE_MAX / 2) return cudaSuccess;
+  cudaStream_t st = enter(be);
+  cudaError_t e = cudaSuccess;
+  pthread_mutex_lock(&x->stage_lock);
+  if (need > x->stage_cap / 2) { /* too small for two of these: a larger one, once nothing is in flight */
+    e = cudaStreamSynchronize(st);
+    if (e == cudaSuccess) {
+      size_t want = x->stage_cap * 2 > need * 2 ? x->stage_cap * 2 : need * 2;
+      if (want < ((size_t)8 << 20)) want = (size_t)8 << 20;
+      if (want > STAGE_MAX) want = STAGE_MAX;
+      if (x->stage) cudaFreeHost(x->stage);
+      x->stage = NULL;
+      x->stage_cap = 0;
+      x->stage_free = x->stage_next = 0;
+      void *p = NULL;
+      if (cudaHostAlloc(&p, want, cudaHostAllocDefault) == cudaSuccess) x->stage = p, x->stage_cap = want;
+    }
+  }
+  if (e == cudaSuccess && need <= x->stage_cap / 2) {
+    size_t at = (size_t)(x->stage_next % x->stage_cap);
+    const size_t skip = at + need > x->stage_cap ? x->stage_cap - at : 0; /* to the ring's start */
+    if (x->stage_next + skip + need - x->stage_free > x->stage_cap) {
+      /* Full: wait for everything sent from it. */
+      e = cudaStreamSynchronize(st);
+      if (e == cudaSuccess) x->stage_free = x->stage_next;
+    }
+    if (e == cudaSuccess) {
+      x->stage_next += skip;
+      at = (size_t)(x->stage_next % x->stage_cap);
+      memcpy(x->stage + at, host_src, bytes);
+      e = cudaMemcpyAsync(dst, x->stage + at, bytes, cudaMemcpyHostToDevice, st);
+      if (e == cudaSuccess) {
+        x->stage_next += need;
+        *staged = 1;
+      }
+    }
+  }
+  pthread_mutex_unlock(&x->stage_lock);
+  return e;
+}
+
 static dlrec_status cuda_upload(dlrec_backend *be, void *dst, const void *host_src, size_t bytes) {
-  return copy_sync(be, dst, host_src, bytes, cudaMemcpyHostToDevice, "upload");
+  if (bytes && (!dst || !host_src)) return dlrec_error(DLREC_ERR_INVALID, "copy of %zu bytes with a NULL buffer", bytes);
+  if (!bytes) return DLREC_OK;
+  int staged = 0;
+  cudaError_t e = stage_upload(be, dst, host_src, bytes, &staged);
+  if (e != cudaSuccess) return cuda_status(e, "upload");
+  return staged ? DLREC_OK : copy_sync(be, dst, host_src, bytes, cudaMemcpyHostToDevice, "upload");
 }
 
 static dlrec_status cuda_download(dlrec_backend *be, void *host_dst, const void *src, size_t bytes) {
   return copy_sync(be, host_dst, src, bytes, cudaMemcpyDeviceToHost, "download");
 }
 
-static dlrec_status cuda_synchronize(dlrec_backend *be) {
-  return cuda_status(cudaStreamSynchronize(enter(be)), "synchronize");
+static dlrec_status cuda_synchronize(dlrec_backend *be) { return cuda_status(drain(be), "synchronize"); }
+
+static dlrec_status cuda_download_async(dlrec_backend *be, void *host_dst, const void *src, size_t bytes) {
+  if (bytes && (!host_dst || !src)) return dlrec_error(DLREC_ERR_INVALID, "copy of %zu bytes with a NULL buffer", bytes);
+  if (!bytes) return DLREC_OK;
+  return cuda_status(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, enter(be)), "download");
 }
 
-/* ---- argument checks: the CPU kernels' (dlrec/nn.h), before anything runs ---- */
+/* A fence: an event, and where the staging's hand-outs stood when it was
+ * recorded (what a wait for it frees). */
+typedef struct cuda_fence {
+  cudaEvent_t ev;
+  uint64_t staged;
+} cuda_fence;
 
+static void *cuda_fence_create(dlrec_backend *be) {
+  enter(be);
+  cuda_fence *f = calloc(1, sizeof *f);
+  if (f && cudaEventCreateWithFlags(&f->ev, cudaEventDisableTiming) != cudaSuccess) {
+    free(f);
+    f = NULL;
+  }
+  return f;
+}
 
-#define TRY(expr)                                                                                                   \
-  do {                                                                                                              \
-    dlrec_status try_ = (expr);                                                                                     \
-    if (try_ != DLREC_OK) return try_;                                                                              \
-  } while (0)
+static void cuda_fence_free(dlrec_backend *be, void *p) {
+  cuda_fence *f = p;
+  if (!f) return;
+  enter(be);
+  cudaEventDestroy(f->ev);
+  free(f);
+}
+
+static dlrec_status cuda_fence_record(dlrec_backend *be, void *p) {
+  cuda_fence *f = p;
+  if (!f) return dlrec_error(DLREC_ERR_INVALID, "NULL fence");
+  cudaStream_t st = enter(be);
+  f->staged = stage_mark(ctx_of(be));
+  return cuda_status(cudaEventRecord(f->ev, st), "fence");
+}
+
+static dlrec_status cuda_fence_wait(dlrec_backend *be, void *p) {
+  cuda_fence *f = p;
+  if (!f) return dlrec_error(DLREC_ERR_INVALID, "NULL fence");
+  enter(be);
+  TRY(cuda_status(cudaEventSynchronize(f->ev), "fence"));
+  stage_landed(ctx_of(be), f->staged);
+  return DLREC_OK;
+}
 
 /* ---- moving rows ---- */
 
@@ -276,7 +420,7 @@ static dlrec_status cuda_all_finite(dlrec_backend *be, int *finite, const float 
   TRY(cuda_status(cudaMemsetAsync(flag, 0, sizeof(int), st), "all_finite"));
   TRY(cuda_status(cuk_any_nonfinite(st, flag, x, n), "all_finite"));
   TRY(cuda_status(cudaMemcpyAsync(&bad, flag, sizeof(int), cudaMemcpyDeviceToHost, st), "all_finite"));
-  TRY(cuda_status(cudaStreamSynchronize(st), "all_finite"));
+  TRY(cuda_status(drain(be), "all_finite"));
   *finite = !bad;
   return DLREC_OK;
 }
@@ -868,6 +1012,10 @@ static dlrec_status bags_send(dlrec_backend *be, const dlrec_table *t, const dlr
   size_t offs, base;
   const size_t bytes = bags_layout(bags, ids, &offs, &base);
   x->bags_len = 0; /* until this batch is whole on both sides */
+  /* bags_host is free to rewrite (or free) once the last copy from it has
+   * landed (at the start of the last step: no wait in a training loop); the
+   * kernels that read bags_dev run on the stream the next copy is queued on. */
+  TRY(cuda_status(cudaEventSynchronize(x->bags_sent), what));
   if (bytes > x->bags_cap) {
     enter(be);
     if (x->bags_dev) cudaFree(x->bags_dev); /* waits for the ops that used it */
@@ -883,9 +1031,7 @@ static dlrec_status bags_send(dlrec_backend *be, const dlrec_table *t, const dlr
     }
     x->bags_cap = want;
   }
-  /* Both buffers are free to overwrite: the last copy landed before
-   * cuda_upload returned, and the kernels that read bags_dev run on the
-   * stream the next copy is queued on. */
+  /* Both buffers are free to overwrite (see above). */
   uint32_t *h = x->bags_host, *h_base = h + (size_t)F * (B + 1), *h_ids = h_base + F + 1;
   h_base[0] = 0;
   for (uint32_t c = 0; c < F; c++) h_base[c + 1] = h_base[c] + (bags->offsets[c][B] - bags->offsets[c][0]);
@@ -897,7 +1043,8 @@ static dlrec_status bags_send(dlrec_backend *be, const dlrec_table *t, const dlr
   }
   uint8_t *h_mean = (uint8_t *)(h_ids + ids);
   for (uint32_t c = 0; c < F; c++) h_mean[c] = bag_mean(bags, mode, c);
-  TRY(cuda_upload(be, x->bags_dev, x->bags_host, bytes));
+  TRY(cuda_status(cudaMemcpyAsync(x->bags_dev, x->bags_host, bytes, cudaMemcpyHostToDevice, enter(be)), what));
+  TRY(cuda_status(cudaEventRecord(x->bags_sent, enter(be)), what));
   const char *d = x->bags_dev;
   x->bags = (cuk_bags){(const uint32_t *)d, (const uint32_t *)(d + offs), (const uint32_t *)(d + offs + base),
                        (const uint8_t *)(d + offs + base + ids * 4), B, F};
@@ -1029,6 +1176,11 @@ static const dlrec_backend_ops cuda_ops = {
     .upload = cuda_upload,
     .download = cuda_download,
     .synchronize = cuda_synchronize,
+    .download_async = cuda_download_async,
+    .fence_create = cuda_fence_create,
+    .fence_free = cuda_fence_free,
+    .fence_record = cuda_fence_record,
+    .fence_wait = cuda_fence_wait,
     .copy_rows = cuda_copy_rows,
     .fill_rows = cuda_fill_rows,
     .add = cuda_add,
@@ -1081,18 +1233,27 @@ dlrec_status dlrec_backend_cuda_init(dlrec_backend *be, const dlrec_backend_conf
   TRY(visible(c->device, DLREC_ERR_INVALID));
   cuda_ctx *x = calloc(1, sizeof *x);
   if (!x) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
+  if (pthread_mutex_init(&x->stage_lock, NULL)) {
+    free(x);
+    return dlrec_error(DLREC_ERR_NOMEM, "cannot create a lock");
+  }
   x->device = (int)c->device;
   char dev[256];
   describe_device(x->device, dev, sizeof dev);
   cudaError_t e = cudaSetDevice(x->device);
   if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&x->stream, cudaStreamNonBlocking);
+  if (e == cudaSuccess) e = cudaEventCreateWithFlags(&x->bags_sent, cudaEventDisableTiming);
   if (e != cudaSuccess) {
+    if (x->stream) cudaStreamDestroy(x->stream);
+    pthread_mutex_destroy(&x->stage_lock);
     free(x);
     return dlrec_error(DLREC_ERR_UNSUPPORTED, "%s: %s (%s)", dev, cudaGetErrorName(e), cudaGetErrorString(e));
   }
   dlrec_status s = cuda_blas_create(&x->blas, x->stream);
   if (s != DLREC_OK) {
+    cudaEventDestroy(x->bags_sent);
     cudaStreamDestroy(x->stream);
+    pthread_mutex_destroy(&x->stage_lock);
     free(x);
     return dlrec_error_context("%s: ", dev);
   }

@@ -30,6 +30,9 @@ struct net_sync {
   uint32_t ways;
 };
 
+/* How many training steps may be queued before their losses are taken. */
+#define NET_QUEUED 2
+
 struct dlrec_net_ws {
   uint32_t max_batch;
   dlrec_arena arena;
@@ -86,6 +89,15 @@ struct dlrec_net_ws {
   /* dlrec_net_train_step's loss scale for the pass (0: none): the loss's
    * gradient is multiplied by it. */
   float grad_scale;
+  /* On a device, a training step's loss comes back once the whole step is
+   * queued (loss_later), so that the GPU runs the step without waiting for
+   * the host in its middle; it lands in h_loss, one slot for each step
+   * queued and not yet taken (dlrec_net_train_step_queue), with a fence
+   * each where the backend has them. queued steps from slot queue_head. */
+  int loss_later;
+  double *h_loss;
+  void *loss_fence[NET_QUEUED];
+  uint32_t queue_head, queued;
   net_split part_split;
   const net_split *pass_split;
   double *part_work, *part_slot;
@@ -166,6 +178,9 @@ dlrec_status dlrec_net_ws_create(dlrec_net_ws **out, const dlrec_net *n, uint32_
   }
   ws->host_mem = net_host_arena_memory(n->be);
   dlrec_arena_init_in(&ws->host, 1u << 20, n->be->ops->alloc_host ? &ws->host_mem : NULL);
+  if (!(ws->h_loss = dlrec_arena_alloc(&ws->host, NET_QUEUED * sizeof(double), 64))) goto nomem;
+  for (int q = 0; ws->dev_be && n->be->ops->fence_create && q < NET_QUEUED; q++)
+    if (!(ws->loss_fence[q] = n->be->ops->fence_create(n->be))) goto nomem;
   if (n->schema.keys) { /* the CPU resolves the keys: host memory, on a device too */
     ws->keys_cap = (uint64_t)B * (n->max_ids_per_row / 2);
     const size_t offs = F * (B + 1) * sizeof(uint32_t);
@@ -246,6 +261,8 @@ void dlrec_net_ws_free(dlrec_net_ws *ws) {
   if (!ws) return;
   shards_free(ws);
   if (ws->model_ws) ws->type->ws_free(ws->model_ws);
+  for (int q = 0; q < NET_QUEUED; q++)
+    if (ws->loss_fence[q]) ws->dev_be->ops->fence_free(ws->dev_be, ws->loss_fence[q]);
   dlrec_arena_free(&ws->arena);
   dlrec_arena_free(&ws->host);
   free(ws->part_work), free(ws->part_slot);
@@ -424,7 +441,7 @@ static dlrec_status run_backward(dlrec_net *n, dlrec_net_ws *ws, const dlrec_bat
     l = ws->d_loss;
   }
   if (st == DLREC_OK) st = BE_OP(n->be, bce_forward, l, logits, labels, B);
-  if (st == DLREC_OK && ws->dev_be) st = n->be->ops->download(n->be, loss, l, sizeof *loss);
+  if (st == DLREC_OK && ws->dev_be && !ws->loss_later) st = n->be->ops->download(n->be, loss, l, sizeof *loss);
   if (st == DLREC_OK) st = BE_OP(n->be, bce_backward, ws->d_logits, logits, labels, B);
   /* A part of a global batch: its gradient is its own mean's times its
    * share of the rows, as a way of split_step scales it; times the loss
@@ -986,21 +1003,78 @@ static dlrec_status unscale(dlrec_net *n, dlrec_net_ws *ws, uint32_t B, float sc
   return st == DLREC_OK ? BE_OP(n->be, scale, ws->d_emb, n_emb, 1.0f / scale) : st;
 }
 
-dlrec_status dlrec_net_train_step(dlrec_net *n, dlrec_net_ws *ws, dlrec_net_optim *opt, const dlrec_batch *given,
-                                  float lr_scale, uint64_t step, double *loss, float *prob) {
-  dlrec_batch resolved, *batch = &resolved;
+static dlrec_status update(dlrec_net *n, dlrec_net_ws *ws, dlrec_net_optim *opt, const dlrec_batch *batch,
+                           float lr_scale, uint64_t step);
+
+/* The step: its pass, update and (a host's) loss into *loss; on a device,
+ * its loss on its way to *loss (host memory), there once the backend's
+ * queue has run to its end. */
+static dlrec_status train_step(dlrec_net *n, dlrec_net_ws *ws, dlrec_net_optim *opt, const dlrec_batch *given,
+                               float lr_scale, uint64_t step, double *loss, float *prob) {
+  dlrec_batch resolved;
   dlrec_status st = resolve(n, ws, given, &resolved, 1);
   if (st == DLREC_OK && ws->dev_be) st = net_optim_device(n, opt);
   ws->grad_scale = opt->loss_scale;
-  if (st == DLREC_OK) st = step_pass(n, ws, batch, step, split_ways(n, batch->rows), loss, NULL, prob);
+  ws->loss_later = ws->dev_be != NULL;
+  if (st == DLREC_OK) st = step_pass(n, ws, &resolved, step, split_ways(n, resolved.rows), loss, NULL, prob);
   ws->grad_scale = 0;
-  if (st == DLREC_OK && opt->loss_scale > 0) {
+  ws->loss_later = 0;
+  if (st == DLREC_OK) st = update(n, ws, opt, &resolved, lr_scale, step);
+  /* On a device, the loss once the step is queued (a skipped step's too). */
+  if (st == DLREC_OK && ws->dev_be)
+    st = n->be->ops->download_async ? n->be->ops->download_async(n->be, loss, ws->d_loss, sizeof *loss)
+                                    : n->be->ops->download(n->be, loss, ws->d_loss, sizeof *loss);
+  return st;
+}
+
+dlrec_status dlrec_net_train_step(dlrec_net *n, dlrec_net_ws *ws, dlrec_net_optim *opt, const dlrec_batch *given,
+                                  float lr_scale, uint64_t step, double *loss, float *prob) {
+  if (ws->queued)
+    return dlrec_error(DLREC_ERR_INVALID, "train_step: %u step%s queued: take %s loss first", ws->queued,
+                       ws->queued == 1 ? "" : "s", ws->queued == 1 ? "its" : "their");
+  dlrec_status st = train_step(n, ws, opt, given, lr_scale, step, ws->h_loss, prob);
+  if (st == DLREC_OK && ws->dev_be) st = n->be->ops->synchronize(n->be);
+  if (st == DLREC_OK) *loss = ws->h_loss[0];
+  return st;
+}
+
+dlrec_status dlrec_net_train_step_queue(dlrec_net *n, dlrec_net_ws *ws, dlrec_net_optim *opt,
+                                        const dlrec_batch *batch, float lr_scale, uint64_t step) {
+  if (ws->queued >= NET_QUEUED)
+    return dlrec_error(DLREC_ERR_INVALID, "train_step_queue: %u steps queued already: take a loss first", ws->queued);
+  const uint32_t q = (ws->queue_head + ws->queued) % NET_QUEUED;
+  dlrec_status st = train_step(n, ws, opt, batch, lr_scale, step, &ws->h_loss[q], NULL);
+  if (st == DLREC_OK && ws->loss_fence[q]) st = n->be->ops->fence_record(n->be, ws->loss_fence[q]);
+  if (st == DLREC_OK) ws->queued++;
+  return st;
+}
+
+int dlrec_net_ws_queues(const dlrec_net_ws *ws) { return ws->dev_be != NULL; }
+
+dlrec_status dlrec_net_train_step_loss(dlrec_net_ws *ws, double *loss) {
+  if (!ws->queued) return dlrec_error(DLREC_ERR_INVALID, "train_step_loss: no step queued");
+  const uint32_t q = ws->queue_head;
+  dlrec_status st = DLREC_OK;
+  if (ws->loss_fence[q]) st = ws->dev_be->ops->fence_wait(ws->dev_be, ws->loss_fence[q]);
+  else if (ws->dev_be) st = ws->dev_be->ops->synchronize(ws->dev_be);
+  ws->queue_head = (q + 1) % NET_QUEUED;
+  ws->queued--;
+  if (st == DLREC_OK) *loss = ws->h_loss[q];
+  return st;
+}
+
+/* The step's update after its pass: the loss scale's check, clipping, the
+ * sparse update and the dense optimizer's step. */
+static dlrec_status update(dlrec_net *n, dlrec_net_ws *ws, dlrec_net_optim *opt, const dlrec_batch *batch,
+                           float lr_scale, uint64_t step) {
+  dlrec_status st = DLREC_OK;
+  if (opt->loss_scale > 0) {
     int finite = 0;
     st = unscale(n, ws, batch->rows, opt->loss_scale, &finite);
     if (st == DLREC_OK) st = dlrec_net_loss_scale_update(opt, finite, step);
     if (st != DLREC_OK || !finite) return st; /* skipped: nothing updated */
   }
-  if (st == DLREC_OK && opt->clip_grad_norm > 0) st = clip(n, ws, batch->rows, opt->clip_grad_norm, step);
+  if (opt->clip_grad_norm > 0) st = clip(n, ws, batch->rows, opt->clip_grad_norm, step);
   if (st != DLREC_OK) return st;
   double t = dlrec_now();
   dlrec_bag_batch bags = bags_of(n, batch);

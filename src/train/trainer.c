@@ -611,6 +611,41 @@ static dlrec_status start_run(run *r, const dlrec_row_source *rows) {
   return DLREC_OK;
 }
 
+/* A training step queued and not yet counted (dlrec_net_train_step_queue). */
+typedef struct queued_step {
+  int on;
+  uint64_t step;
+  uint32_t rows;
+  dlrec_position end; /* the position after its batch */
+} queued_step;
+
+/* Takes queued step q's loss (known: the loss of a step that was not
+ * queued), and counts the step: its rows, position and loss, and the
+ * progress. A failed or diverged step leaves *state_ok 0. */
+static dlrec_status step_taken(run *r, queued_step *q, const double *known, dlrec_train_result *res,
+                               dlrec_progress *bar, uint64_t *rows_log, int *state_ok, double *loss_out) {
+  double loss = NAN;
+  dlrec_status s = known ? DLREC_OK : dlrec_net_train_step_loss(r->ws, &loss);
+  if (known) loss = *known;
+  q->on = 0;
+  if (s != DLREC_OK || !isfinite(loss)) *state_ok = 0;
+  if (s != DLREC_OK) return s;
+  if (!isfinite(loss))
+    return dlrec_error(DLREC_ERR_INVALID,
+                       "training diverged at step %llu (loss is %g): lower the learning rates or add warmup",
+                       (unsigned long long)q->step, loss);
+  r->prog.step++;
+  r->prog.samples += q->rows;
+  r->prog.position = q->end;
+  r->prog.loss_sum += loss * q->rows;
+  r->prog.loss_rows += q->rows;
+  *rows_log += q->rows;
+  dlrec_progress_add(bar, q->rows);
+  report_progress(r, res, 0, 0);
+  if (loss_out) *loss_out = loss;
+  return DLREC_OK;
+}
+
 static cJSON *step_json(const run *r, double loss, double lr_scale, double rate) {
   cJSON *j = cJSON_CreateObject();
   cJSON_AddNumberToObject(j, "step", (double)r->prog.step);
@@ -1202,7 +1237,8 @@ dlrec_status dlrec_train(const dlrec_train_args *a, dlrec_train_result *res) {
    * the next step's agreement, so that every rank stops together. */
   dlrec_status pending = DLREC_OK;
   /* Across ranks, the loop's stop (a signal) is agreed on at each step. */
-  while ((r.sh || !stop_requested(&r)) && (!c->max_steps || r.prog.step < c->max_steps)) {
+  queued_step queued = {0};
+  while ((r.sh || !stop_requested(&r)) && (!c->max_steps || r.prog.step + queued.on < c->max_steps)) {
     const dlrec_batch *b = NULL;
     double tw = dlrec_now();
     s = follow ? follow_next(&r, &b) : dlrec_loader_next(r.loader, &b);
@@ -1221,24 +1257,29 @@ dlrec_status dlrec_train(const dlrec_train_args *a, dlrec_train_result *res) {
     }
     if (s != DLREC_OK) break;
     /* The schedule's scale times the plateau's factor (1 without one). */
-    double loss, scale = dlrec_lr_scale(c, r.prog.step + 1) * r.prog.valid.plateau_scale;
+    const uint64_t step = r.prog.step + queued.on + 1;
+    double loss = NAN, scale = dlrec_lr_scale(c, step) * r.prog.valid.plateau_scale;
+    /* The last batch of an epoch (following: of a file) ends at its last row. */
+    const int epoch_end = b->end.row >= (follow ? r.follow_rows : epoch_rows);
+    const int validates = a->valid && ((c->eval_interval_steps && step % c->eval_interval_steps == 0) ||
+                                       (c->eval_every_epoch && epoch_end));
+    const queued_step cur = {1, step, rows, b->end};
     if (r.sh) {
-      s = dlrec_sharded_step(r.sh, r.model, r.ws, &r.opt, b, rows, row_base, (float)scale, r.prog.step + 1, &loss);
+      s = dlrec_sharded_step(r.sh, r.model, r.ws, &r.opt, b, rows, row_base, (float)scale, step, &loss);
       if (s != DLREC_OK) {
         /* The other ranks may be waiting in this step's exchanges: the
          * job ends here; its last checkpoint stands. */
-        DLREC_ERROR("rank %d: step %llu: %s", r.rank, (unsigned long long)r.prog.step + 1, dlrec_last_error());
+        DLREC_ERROR("rank %d: step %llu: %s", r.rank, (unsigned long long)step, dlrec_last_error());
         dlrec_comm_abort(a->comm, 1);
       }
     } else {
-      s = dlrec_net_train_step(r.model, r.ws, &r.opt, b, (float)scale, r.prog.step + 1, &loss, NULL);
+      /* Queued: on a device it runs while the host readies the next batch,
+       * and the step before it is taken once this one is on its way (so a
+       * stop asked for after step k lands after step k + 1 there). */
+      s = dlrec_net_train_step_queue(r.model, r.ws, &r.opt, b, (float)scale, step);
     }
-    if (s != DLREC_OK || !isfinite(loss)) state_ok = 0;
-    if (s != DLREC_OK) break;
-    if (!isfinite(loss)) {
-      s = dlrec_error(DLREC_ERR_INVALID,
-                      "training diverged at step %llu (loss is %g): lower the learning rates or add warmup",
-                      (unsigned long long)r.prog.step + 1, loss);
+    if (s != DLREC_OK) {
+      state_ok = 0;
       break;
     }
     /* Once, so a user sees how the threads share a step (dlrec_net_ws_split). */
@@ -1251,17 +1292,18 @@ dlrec_status dlrec_train(const dlrec_train_args *a, dlrec_train_result *res) {
         DLREC_INFO("training steps run whole on %u thread%s (a split needs 32 rows a thread)", t, t == 1 ? "" : "s");
       split_said = 1;
     }
-    r.prog.step++;
-    r.prog.samples += rows;
+    queued_step prev = queued;
+    queued = cur;
+    if (prev.on && (s = step_taken(&r, &prev, NULL, res, bar, &rows_log, &state_ok, NULL)) != DLREC_OK) break;
     if (r.pub && (s = publisher_note(r.pub, b, dlrec_net_schema(r.model)->n_sparse)) != DLREC_OK) break;
-    if (r.pub && r.prog.step % c->publish_interval_steps == 0) publisher_publish(r.pub, r.model, r.prog.step);
-    r.prog.position = b->end;
-    r.prog.loss_sum += loss * rows;
-    r.prog.loss_rows += rows;
-    rows_log += rows;
-    dlrec_progress_add(bar, rows);
-    report_progress(&r, res, 0, 0);
-    if (r.prog.step % c->log_interval_steps == 0) {
+    /* What reads the model, or logs, waits for the step: the rest does not. */
+    const int logs = step % c->log_interval_steps == 0;
+    const int publishes = r.pub && step % c->publish_interval_steps == 0;
+    const int checkpoints = c->checkpoint_interval_steps && step % c->checkpoint_interval_steps == 0;
+    if (!r.sh && dlrec_net_ws_queues(r.ws) && !logs && !publishes && !checkpoints && !validates) continue;
+    if ((s = step_taken(&r, &queued, r.sh ? &loss : NULL, res, bar, &rows_log, &state_ok, &loss)) != DLREC_OK) break;
+    if (publishes) publisher_publish(r.pub, r.model, r.prog.step);
+    if (logs) {
       double now = dlrec_now();
       res->last_loss = r.prog.loss_sum / (double)r.prog.loss_rows;
       dlrec_progress_note(bar, "loss %.4f", res->last_loss);
@@ -1272,10 +1314,7 @@ dlrec_status dlrec_train(const dlrec_train_args *a, dlrec_train_result *res) {
       if (s != DLREC_OK && r.sh) pending = s, s = DLREC_OK;
       if (s != DLREC_OK) break;
     }
-    /* The last batch of an epoch (following: of a file) ends at its last row. */
-    int epoch_end = b->end.row >= (follow ? r.follow_rows : epoch_rows);
-    if (a->valid && ((c->eval_interval_steps && r.prog.step % c->eval_interval_steps == 0) ||
-                     (c->eval_every_epoch && epoch_end))) {
+    if (validates) {
       double te = dlrec_now();
       int stop = 0;
       s = validate(&r, res, scale, loss, epoch_end, bar, &stop);
@@ -1285,9 +1324,18 @@ dlrec_status dlrec_train(const dlrec_train_args *a, dlrec_train_result *res) {
       t_log += dt; /* an interval's samples_per_s leaves its evaluations out */
       if (s != DLREC_OK || stop) break;
     }
-    if (c->checkpoint_interval_steps && r.prog.step % c->checkpoint_interval_steps == 0 &&
-        r.last_ckpt_step != r.prog.step && (s = dist_checkpoint(&r)) != DLREC_OK)
-      break;
+    if (checkpoints && r.last_ckpt_step != r.prog.step && (s = dist_checkpoint(&r)) != DLREC_OK) break;
+  }
+  /* A step still queued when the loop ended (the data's end, max_steps, a
+   * signal, an error of the data's) is trained: it counts, and is
+   * checkpointed below. After a failed or diverged step it is only waited
+   * for. */
+  if (queued.on && state_ok) {
+    dlrec_status ts = step_taken(&r, &queued, NULL, res, bar, &rows_log, &state_ok, NULL);
+    if (s == DLREC_OK) s = ts;
+  } else if (queued.on) {
+    double ignored;
+    (void)dlrec_net_train_step_loss(r.ws, &ignored);
   }
   /* Waiting for a followed directory's next file is neither training nor
    * loading. */
