@@ -13,9 +13,12 @@
 #     cuda/fp32": mixed precision against fp32 on the GPU)
 #   PLACEMENT=host: training.table_placement for both runs (default: the
 #     config's; "host" keeps the table in host memory on the GPU)
+#   BIN_B: the dlrec the second run uses (default BIN, the first's): with
+#     DEVICES="cuda cuda", two builds side by side on one GPU
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-build/dlrec}
+BIN_B=${BIN_B:-$BIN}
 ROWS=${1:-1000000}
 BATCH=${2:-8192}
 CFG=${3:-examples/dlrm_synth.json}
@@ -31,8 +34,12 @@ fi
 "$BIN" etl fit --input "$D/c.tsv" --out "$D/etl" --min-count 4 >/dev/null 2>&1
 "$BIN" etl apply --etl "$D/etl" --input "$D/c.tsv" --out "$D/t.dlr" --valid-fraction 0.1 --valid-out "$D/v.dlr" \
   --seed 7 >/dev/null 2>&1
+i=0
 for run in "$A" "$B"; do
-  name=${run//\//_}
+  i=$((i + 1))
+  name=${i}_${run//\//_}
+  bin=$BIN
+  [ $i = 2 ] && bin=$BIN_B
   python3 - "$CFG" "$BATCH" "$D/cfg_$name.json" "${PLACEMENT:-}" "$([[ $run == */* ]] && echo "${run#*/}")" <<'PY'
 import json, sys
 c = json.load(open(sys.argv[1]))
@@ -44,18 +51,21 @@ if sys.argv[5]:
 c.setdefault("eval", {})["interval_steps"] = 10**9  # validation at the end only
 json.dump(c, open(sys.argv[3], "w"))
 PY
-  "$BIN" train -q --config "$D/cfg_$name.json" --train "$D/t.dlr" --valid "$D/v.dlr" --etl "$D/etl" \
+  "$bin" train -q --config "$D/cfg_$name.json" --train "$D/t.dlr" --valid "$D/v.dlr" --etl "$D/etl" \
     --out "$D/run_$name" --device "${run%%/*}" > "$D/$name.json"
 done
 python3 - "$D" "$("$BIN" version | grep '^  cuda' | sed 's/^  cuda  //')" "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)" \
-  "$(nproc)" "$CFG" "$BATCH" "$A" "$B" <<'PY'
+  "$(nproc)" "$CFG" "$BATCH" "$A" "$B" "$([ "$BIN_B" != "$BIN" ] && echo "$BIN_B")" <<'PY'
 import json, sys
-d, gpu, cpu, cores, cfg, batch, a, b = sys.argv[1:]
-r = {dev: json.load(open(f"{d}/{dev.replace('/', '_')}.json")) for dev in (a, b)}
+d, gpu, cpu, cores, cfg, batch, a, b, bin_b = sys.argv[1:]
+runs = [(a, f"{d}/1_{a.replace('/', '_')}.json"), (b + (f" ({bin_b})" if bin_b else ""), f"{d}/2_{b.replace('/', '_')}.json")]
+r = [(label, json.load(open(path))) for label, path in runs]
 print(f"{cfg}, batch {batch}; GPU: {gpu}; CPU:{cpu}, {cores} cores")
-print(f"{'run':10} {'samples/s':>12} {'valid AUC':>10} {'steps':>6}")
-for dev in (a, b):
-    print(f"{dev:10} {r[dev]['samples_per_s']:12.0f} {r[dev]['valid']['auc']:10.5f} {r[dev]['steps']:6d}")
-print(f"{a} / {b}: {r[a]['samples_per_s'] / r[b]['samples_per_s']:.2f}x, "
-      f"|dAUC| {abs(r[a]['valid']['auc'] - r[b]['valid']['auc']):.5f}")
+w = max(10, max(len(label) for label, _ in r))
+print(f"{'run':{w}} {'samples/s':>12} {'valid AUC':>10} {'steps':>6}")
+for label, x in r:
+    print(f"{label:{w}} {x['samples_per_s']:12.0f} {x['valid']['auc']:10.5f} {x['steps']:6d}")
+(la, xa), (lb, xb) = r
+print(f"{la} / {lb}: {xa['samples_per_s'] / xb['samples_per_s']:.2f}x, "
+      f"|dAUC| {abs(xa['valid']['auc'] - xb['valid']['auc']):.5f}")
 PY

@@ -11,6 +11,9 @@
 #   BUILD=build-portable scripts/device_bundle.sh   # a build made with
 #       -DDLREC_NATIVE=OFF, for a GPU machine whose CPU may lack this one's
 #       instructions (-march=native here is AVX-512 on Zen 4)
+#   BASE=path/to/dlrec scripts/device_bundle.sh   # with an older build's
+#       dlrec as bin/dlrec_base too, which gpu_checks.sh then times side by
+#       side with this one (build it with the same -DDLREC_NATIVE=OFF)
 #   run: carry [".device"], command:
 #     eval "$(.device/setup.sh)" && .device/bin/test_backend
 #
@@ -25,6 +28,10 @@ grep -qx '/.device/' .git/info/exclude 2>/dev/null || echo '/.device/' >> .git/i
 b=${BUILD:-build}
 progs=("$b"/dlrec "$b"/bench_* "$b"/tests/test_*)
 cp "${progs[@]}" "$out/bin/"
+if [ -n "${BASE:-}" ]; then
+  cp "$BASE" "$out/bin/dlrec_base"
+  progs+=("$BASE")
+fi
 [ -d "$b"/dev-cuda ] && cp -r "$b"/dev-cuda "$out/bin/"
 for p in "${progs[@]}"; do ldd "$p" | awk '/=> \//{print $3}'; done | sort -u |
   grep -Ev '/(libc|libm|libstdc\+\+|libgcc_s|ld-linux[^/]*)\.so' | xargs -I{} cp -L {} "$out/libs/"

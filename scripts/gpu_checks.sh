@@ -5,8 +5,10 @@
 # on the GPU against the CPU, the dev/cuda programs at quick sizes, the
 # DLRM step benchmark (bf16, then tf32, then fp16, then
 # bf16 with Criteo 1TB's table, then its per-op profile) and bench/gpu_train.sh (the table
-# on the GPU, then in host memory, then fp16 against fp32). About 3 minutes
-# on an H100; each part has its own time limit (14.5 minutes in all at the
+# on the GPU, then in host memory, then fp16 against fp32; then, when the
+# bundle holds an older build's dlrec as dlrec_base, this build's training
+# against it on the same GPU). About 3 minutes
+# on an H100; each part has its own time limit (16.5 minutes in all at the
 # worst: give the run 600 s, and the last parts are the ones cut), and the log goes to
 # $OUT/gpu-checks.log
 # when OUT is set (the run tool's), so what ran comes back even if the call
@@ -53,5 +55,12 @@ part "bench/gpu_train.sh, the table in host memory" 60 env BIN=$B/dlrec PLACEMEN
   bench/gpu_train.sh 1000000 8192
 part "bench/gpu_train.sh, fp16 (loss-scaled) against fp32 at batch 65536" 60 env BIN=$B/dlrec \
   DEVICES="cuda/fp16 cuda/fp32" bench/gpu_train.sh 4000000 65536
+if [ -x $B/dlrec_base ]; then
+  part "bench/gpu_train.sh, this build against dlrec_base, batch 8192" 60 env BIN=$B/dlrec BIN_B=$B/dlrec_base \
+    DEVICES="cuda cuda" bench/gpu_train.sh 1000000 8192
+  part "bench/gpu_train.sh, this build against dlrec_base, the small DLRM in bf16 at batch 65536" 90 env \
+    BIN=$B/dlrec BIN_B=$B/dlrec_base DEVICES="cuda/bf16 cuda/bf16" bench/gpu_train.sh 4000000 65536 \
+    examples/dlrm_dle_small.json
+fi
 echo "== [+$(($(date +%s) - t0))s] done, $([ $failed = 0 ] && echo 'all passed' || echo 'some FAILED')"
 exit $failed
