@@ -257,6 +257,29 @@ TEST(device_flag_trains_on_the_cpu_and_a_gpu_or_says_why) {
   CHECK(test_run_cli(&got_h, "predict -q --model '%s' --input '%s' --out -", test_path("dev_host"),
                      test_path("valid.dlr")) == 0);
   CHECK(want && got_h && !strcmp(want, got_h));
+  /* Its hot rows on the device too (training.hot_fraction): a third of each
+   * column's, their lookups and updates on cpu-mirror, the rest on the CPU.
+   * The columns are one-hot, so a pooled row is one part's: the same run,
+   * bit for bit, in two parts, and scored on either device. */
+  char hot_cfg[2048];
+  CHECK(replace_first(hot_cfg, sizeof hot_cfg, CONFIG, "\"training\": {",
+                      "\"training\": {\"table_placement\": \"host\", \"hot_fraction\": 0.3, ") == 0);
+  CHECK(test_write_file(test_path("cfg_hot.json"), hot_cfg, (size_t)-1) == 0);
+  char *hot_log = NULL, *got_hot = NULL, *got_hot_m = NULL;
+  CHECK(test_run_cli(&hot_log, "train --device cpu-mirror --threads 1 --max-steps 6 --config '%s' --train '%s' "
+                     "--etl '%s' --out '%s'", test_path("cfg_hot.json"), test_path("train.dlr"), test_path("etl"),
+                     test_path("dev_hot")) == 0);
+  CHECK(hot_log && strstr(hot_log, " hot rows (training.hot_fraction 0.3 of each column's"));
+  CHECK(test_run_cli(NULL, "train -q --device cpu-mirror --threads 1 --resume --max-steps 12 --config '%s' --train "
+                     "'%s' --etl '%s' --out '%s'", test_path("cfg_hot.json"), test_path("train.dlr"),
+                     test_path("etl"), test_path("dev_hot")) == 0);
+  CHECK(test_run_cli(&got_hot, "predict -q --model '%s' --input '%s' --out -", test_path("dev_hot"),
+                     test_path("valid.dlr")) == 0);
+  CHECK(test_run_cli(&got_hot_m, "predict -q --device cpu-mirror --model '%s' --input '%s' --out -",
+                     test_path("dev_hot"), test_path("valid.dlr")) == 0);
+  CHECK(want && got_hot && got_hot_m && !strcmp(want, got_hot) && !strcmp(want, got_hot_m));
+  if (hot_log && !strstr(hot_log, " hot rows (")) fprintf(stderr, "%s\n", hot_log);
+  free(hot_log), free(got_hot), free(got_hot_m);
   /* predict on the device places the table as the run did, and says so. */
   char *pred_log = NULL, *got_hm = NULL, scores_path[2048];
   snprintf(scores_path, sizeof scores_path, "%s", test_path("dev_host.scores"));

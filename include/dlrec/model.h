@@ -122,6 +122,18 @@ dlrec_status dlrec_net_set_backend(dlrec_net *n, dlrec_backend *be);
  * after. */
 dlrec_status dlrec_net_set_host_table(dlrec_net *n, int host);
 int dlrec_net_host_table(const dlrec_net *n);
+/* With the table in host memory on a device, the first ceil(fraction x
+ * rows) of each column's rows (its most frequent values, which the ETL puts
+ * first) live on the device too, with their sparse optimizer's state: their
+ * lookups and updates run there, the others' on the CPU, and a pooled row
+ * is the device's part plus the host's: the CPU's bits when a bag's hot ids
+ * all come before its cold ones (one-hot columns always), within rounding
+ * otherwise. None in a multi-hot column pooled by its mean,
+ * nor with raw keys. Set before dlrec_net_set_backend, as the table's
+ * place; 0 (the default): none. dlrec_net_hot_rows: how many rows that
+ * makes (0 with the table on the device). */
+dlrec_status dlrec_net_set_hot_fraction(dlrec_net *n, float fraction);
+uint64_t dlrec_net_hot_rows(const dlrec_net *n);
 /* The backend the network runs on; never NULL. */
 dlrec_backend *dlrec_net_backend(const dlrec_net *n);
 
@@ -166,6 +178,7 @@ typedef struct dlrec_net_profile {
   uint64_t forward_rows;  /* rows through the forward pass */
   uint64_t backward_rows; /* rows through the backward pass */
   uint64_t lookups;       /* ids pooled by the embedding forward */
+  uint64_t hot_lookups;   /* of which on hot rows on the device (dlrec_net_set_hot_fraction) */
   double mlp_flops;       /* the MLPs' flops (2 per multiply-add), forward and backward */
   double mlp;             /* the MLPs: GEMMs, bias, ReLU, forward and backward */
   double emb_forward;     /* embedding bag lookups and pooling */

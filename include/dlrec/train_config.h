@@ -52,6 +52,10 @@ typedef struct dlrec_train_config {
   const char *device;                  /* training.device's backend: "cpu" (default) or "cuda" (static) */
   uint32_t device_index;               /* and its device: "cuda:N" gives N */
   dlrec_table_placement table_placement; /* training.table_placement; default auto */
+  /* training.hot_fraction: with the table in host memory on a device, the
+   * share of each column's rows (its most frequent) kept on the device too
+   * (dlrec_net_set_hot_fraction); default 0 */
+  float hot_fraction;
   dlrec_loss_scaling loss_scaling;     /* training.loss_scale; default auto */
   float loss_scale;                    /* FIXED: the scale */
   uint32_t loss_scale_growth_interval; /* dynamic: finite steps in a row that double the scale; default 2000 */

@@ -210,6 +210,22 @@ dlrec_status backend_sparse_optim_mirror(dlrec_backend *be, dlrec_sparse_optim *
                                          dlrec_sparse_optim **dev);
 dlrec_status backend_sparse_optim_download(dlrec_backend *be, dlrec_sparse_optim *host, dlrec_sparse_optim *dev);
 void backend_sparse_optim_mirror_free(dlrec_backend *be, dlrec_sparse_optim *dev); /* accepts NULL */
+/* Mirrors of runs of the host's rows (a table that stays on the host, its
+ * hot rows on the device): a run is the host's rows [host, host + count) at
+ * the mirror's [dev, dev + count); a mirror of `rows` rows holds the runs
+ * (the rest of it is not filled). The state's update count stays the
+ * host's. */
+typedef struct backend_rows {
+  uint64_t host, dev, count;
+} backend_rows;
+dlrec_status backend_table_mirror_runs(dlrec_backend *be, const dlrec_table *host, const backend_rows *runs,
+                                       uint32_t n_runs, uint64_t rows, dlrec_table **dev);
+dlrec_status backend_table_copy_runs(dlrec_backend *be, dlrec_table *host, dlrec_table *dev, const backend_rows *runs,
+                                     uint32_t n_runs, int to_device);
+dlrec_status backend_sparse_optim_mirror_runs(dlrec_backend *be, dlrec_sparse_optim *host, const dlrec_table *dev_table,
+                                              const backend_rows *runs, uint32_t n_runs, dlrec_sparse_optim **dev);
+dlrec_status backend_sparse_optim_download_runs(dlrec_backend *be, dlrec_sparse_optim *host, dlrec_sparse_optim *dev,
+                                                const backend_rows *runs, uint32_t n_runs);
 
 /* The CPU backend (cpu.c): fills be (ops, name, threads, precision) from c. */
 dlrec_status dlrec_backend_cpu_init(dlrec_backend *be, const dlrec_backend_config *c);

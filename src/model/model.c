@@ -245,6 +245,34 @@ dlrec_status dlrec_net_set_host_table(dlrec_net *n, int host) {
 }
 int dlrec_net_host_table(const dlrec_net *n) { return n->host_table; }
 
+dlrec_status dlrec_net_set_hot_fraction(dlrec_net *n, float fraction) {
+  if (!(fraction >= 0.0f && fraction <= 1.0f))
+    return dlrec_error(DLREC_ERR_INVALID, "the hot rows' fraction %g is not in [0, 1]", (double)fraction);
+  if (n->dev_be && fraction != n->hot_fraction)
+    return dlrec_error(DLREC_ERR_INVALID, "the hot rows are set before the network is on %s", n->dev_be->describe);
+  n->hot_fraction = fraction;
+  /* Per column, the first ceil(fraction x its rows); none in a multi-hot
+   * column pooled by its mean (a bag split in two would average each part
+   * over its own rows). */
+  n->hot_total = 0;
+  n->hot_runs = 0;
+  for (uint32_t c = 0; c < n->schema.n_sparse; c++) {
+    const dlrec_sparse_col *col = &n->schema.sparse[c];
+    const int mean = n->plan.pooling == DLREC_BAG_MEAN || n->mean_cols[c];
+    const uint64_t rows = col->id_end - col->id_begin;
+    uint64_t hot = (uint64_t)ceil((double)fraction * (double)rows);
+    if (hot > rows || n->schema.keys) hot = n->schema.keys ? 0 : rows;
+    if (mean && col->max_hotness > 1) hot = 0;
+    n->hot_rows[c] = hot;
+    n->hot_base[c] = n->hot_total;
+    if (hot) n->hot[n->hot_runs++] = (backend_rows){col->id_begin, n->hot_total, hot};
+    n->hot_total += hot;
+  }
+  return DLREC_OK;
+}
+
+uint64_t dlrec_net_hot_rows(const dlrec_net *n) { return n->host_table ? n->hot_total : 0; }
+
 const dlrec_net_config *dlrec_net_get_config(const dlrec_net *n) { return &n->config; }
 const dlrec_schema *dlrec_net_schema(const dlrec_net *n) { return &n->schema; }
 float *dlrec_net_dense_params(dlrec_net *n, size_t *count) {

@@ -307,6 +307,16 @@ struct dlrec_net {
   float *dparams;
   dlrec_table *dtable;
   int host_table;           /* dlrec_net_set_host_table: on a device, the table stays in host memory */
+  /* With the table in host memory, its hot rows on the device
+   * (dlrec_net_set_hot_fraction): column c's first hot_rows[c] rows (the
+   * most frequent values: the ETL orders them so) at hot_base[c] of dhot,
+   * a run of `hot` (hot_runs of them, the columns with any); the bag ops
+   * split each batch (net_run.c). dhot is NULL without hot rows. */
+  float hot_fraction;
+  uint64_t hot_rows[DLREC_MAX_SPARSE], hot_base[DLREC_MAX_SPARSE], hot_total;
+  backend_rows hot[DLREC_MAX_SPARSE];
+  uint32_t hot_runs;
+  dlrec_table *dhot;
   int tableless;            /* dlrec_net_create_tableless: the table is a placeholder row */
   /* Per column: pools by its mean because the ETL schema declares it so
    * (multi=NAME:SEP:mean); the config's pooling applies to the others. */

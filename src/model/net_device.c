@@ -12,6 +12,10 @@
  * With dlrec_net_set_host_table the table stays the host's alone (no
  * dtable, no optimizer mirror): net_run.c pools on the CPU and copies the
  * pooled rows over, and their gradient back for the CPU's sparse update.
+ * With hot rows too (dlrec_net_set_hot_fraction), a mirror of those rows
+ * (dhot, runs of the host's) and of their optimizer state: their lookups
+ * and updates run on the device; the host's copies of them are current
+ * after dlrec_net_sync_host, as a device table's are.
  *
  * A table other than RAM's (tiered, hash, raw keys) is the host's only:
  * its resident rows, which resolve() points the bags at, are host memory
@@ -31,6 +35,10 @@ dlrec_status net_device_check(const dlrec_net *n, const dlrec_backend *be) {
     return dlrec_error(DLREC_ERR_UNSUPPORTED, "%s: storage.kind \"%s\" keeps its table in host memory: "
                        "training.table_placement \"host\" (or \"auto\") on a GPU",
                        be->describe, dlrec_store_kind_name(dlrec_store_get_kind(n->store)));
+  if (n->host_table && n->hot_total && dlrec_store_get_kind(n->store) != DLREC_STORE_RAM)
+    return dlrec_error(DLREC_ERR_UNSUPPORTED, "%s: hot rows on the device (training.hot_fraction) need the table "
+                       "in RAM; storage.kind \"%s\" moves or keys its rows on the CPU", be->describe,
+                       dlrec_store_kind_name(dlrec_store_get_kind(n->store)));
   return DLREC_OK;
 }
 
@@ -38,8 +46,10 @@ void net_device_drop(dlrec_net *n) {
   if (!n->dev_be) return;
   n->dev_be->ops->release(n->dev_be, n->dparams);
   backend_table_mirror_free(n->dev_be, n->dtable);
+  backend_table_mirror_free(n->dev_be, n->dhot);
   n->dparams = NULL;
   n->dtable = NULL;
+  n->dhot = NULL;
   n->dev_be = NULL;
 }
 
@@ -56,15 +66,17 @@ static dlrec_status net_upload(dlrec_net *n) {
     if (!(n->dparams = be->ops->alloc(be, net_params_bytes(n))))
       return dlrec_error(DLREC_ERR_NOMEM, "%s: no memory for %zu dense parameters", be->describe, n->plan.n_params);
     n->dev_be = be;
-    if (n->schema.n_sparse && !n->host_table) {
-      dlrec_status s = backend_table_mirror(be, n->table, &n->dtable);
-      if (s != DLREC_OK) {
-        net_device_drop(n);
-        return s;
-      }
+    dlrec_status s = DLREC_OK;
+    if (n->schema.n_sparse && !n->host_table) s = backend_table_mirror(be, n->table, &n->dtable);
+    else if (n->schema.n_sparse && n->hot_total)
+      s = backend_table_mirror_runs(be, n->table, n->hot, n->hot_runs, n->hot_total, &n->dhot);
+    if (s != DLREC_OK) {
+      net_device_drop(n);
+      return s;
     }
-  } else if (n->dtable) {
-    dlrec_status s = backend_table_upload(be, n->dtable, n->table);
+  } else if (n->dtable || n->dhot) {
+    dlrec_status s = n->dtable ? backend_table_upload(be, n->dtable, n->table)
+                               : backend_table_copy_runs(be, n->table, n->dhot, n->hot, n->hot_runs, 1);
     if (s != DLREC_OK) return s;
   }
   return be->ops->upload(be, n->dparams, n->params, net_params_bytes(n));
@@ -81,7 +93,7 @@ void dlrec_net_optim_free_device(dlrec_net_optim *opt) {
 
 dlrec_status net_optim_device(dlrec_net *n, dlrec_net_optim *opt) {
   dlrec_backend *be = n->be;
-  if (opt->dev_be == be && (opt->dev_sparse || !n->dtable)) return DLREC_OK;
+  if (opt->dev_be == be && (opt->dev_sparse || (!n->dtable && !n->dhot))) return DLREC_OK;
   dlrec_net_optim_free_device(opt);
   opt->dev_be = be;
   const size_t state = dense_state_bytes(n, opt);
@@ -90,6 +102,8 @@ dlrec_status net_optim_device(dlrec_net *n, dlrec_net_optim *opt) {
     s = dlrec_error(DLREC_ERR_NOMEM, "%s: no memory for the dense optimizer's state", be->describe);
   if (s == DLREC_OK && state) s = be->ops->upload(be, opt->dev_dense_state, opt->dense_state, state);
   if (s == DLREC_OK && n->dtable) s = backend_sparse_optim_mirror(be, opt->sparse, n->dtable, &opt->dev_sparse);
+  if (s == DLREC_OK && n->dhot)
+    s = backend_sparse_optim_mirror_runs(be, opt->sparse, n->dhot, n->hot, n->hot_runs, &opt->dev_sparse);
   if (s != DLREC_OK) dlrec_net_optim_free_device(opt);
   return s;
 }
@@ -107,10 +121,14 @@ dlrec_status dlrec_net_sync_host(dlrec_net *n, dlrec_net_optim *opt) {
   if (!be) return DLREC_OK;
   dlrec_status s = be->ops->download(be, n->params, n->dparams, net_params_bytes(n));
   if (s == DLREC_OK && n->dtable) s = backend_table_download(be, n->table, n->dtable);
+  if (s == DLREC_OK && n->dhot) s = backend_table_copy_runs(be, n->table, n->dhot, n->hot, n->hot_runs, 0);
   if (s != DLREC_OK || !opt || opt->dev_be != be) return s;
   const size_t state = dense_state_bytes(n, opt);
   if (state) s = be->ops->download(be, opt->dense_state, opt->dev_dense_state, state);
-  if (s == DLREC_OK && opt->dev_sparse) s = backend_sparse_optim_download(be, opt->sparse, opt->dev_sparse);
+  if (s == DLREC_OK && opt->dev_sparse && n->dhot)
+    s = backend_sparse_optim_download_runs(be, opt->sparse, opt->dev_sparse, n->hot, n->hot_runs);
+  else if (s == DLREC_OK && opt->dev_sparse)
+    s = backend_sparse_optim_download(be, opt->sparse, opt->dev_sparse);
   return s;
 }
 

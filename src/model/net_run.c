@@ -51,6 +51,15 @@ struct dlrec_net_ws {
   dlrec_arena host;
   dlrec_arena_memory host_mem; /* the backend's alloc_host, where it has one (pinned on a GPU) */
   float *h_emb;
+  /* With hot rows on the device too (n->dhot): the batch's bags split in
+   * two (split_bags), each column's offsets (max_batch + 1) and ids (its
+   * most), host memory; and d_cold, the device's copy of the pooled cold
+   * rows, which the hot ones' pool is added to. */
+  uint32_t *hot_offsets[DLREC_MAX_SPARSE], *hot_ids[DLREC_MAX_SPARSE];
+  uint32_t *cold_offsets[DLREC_MAX_SPARSE], *cold_ids[DLREC_MAX_SPARSE];
+  float *d_cold;
+  void *d_scratch; /* the hot rows' sparse backward's, the device's memory */
+  size_t d_scratch_bytes;
   float *d_logits;    /* (B) */
   float *grad;        /* (n_params) */
   void *scratch;      /* the sparse backward's */
@@ -195,6 +204,21 @@ dlrec_status dlrec_net_ws_create(dlrec_net_ws **out, const dlrec_net *n, uint32_
     scratch_arena = &ws->host;
     NET_WS_ALLOC(&ws->host, ws->h_emb, emb_floats);
   }
+  if (ws->dev_be && n->host_table && F && n->dhot) {
+    NET_WS_ALLOC(&ws->arena, ws->d_cold, emb_floats);
+    ws->d_scratch_bytes = dlrec_bag_backward_scratch_bytes(n->dhot, (uint64_t)B * n->max_ids_per_row);
+    if (!(ws->d_scratch = dlrec_arena_alloc(&ws->arena, ws->d_scratch_bytes ? ws->d_scratch_bytes : 1, 64)))
+      goto nomem;
+    for (size_t c = 0; c < F; c++) {
+      const size_t offs = (B + 1) * sizeof(uint32_t);
+      const size_t ids = (B * n->schema.sparse[c].max_hotness + 1) * sizeof(uint32_t);
+      if (!(ws->hot_offsets[c] = dlrec_arena_alloc(&ws->host, offs, 64)) ||
+          !(ws->cold_offsets[c] = dlrec_arena_alloc(&ws->host, offs, 64)) ||
+          !(ws->hot_ids[c] = dlrec_arena_alloc(&ws->host, ids, 64)) ||
+          !(ws->cold_ids[c] = dlrec_arena_alloc(&ws->host, ids, 64)))
+        goto nomem;
+    }
+  }
   ws->scratch_bytes = dlrec_bag_backward_scratch_bytes(n->table, (uint64_t)B * n->max_ids_per_row);
   if (!(ws->scratch = dlrec_arena_alloc(scratch_arena, ws->scratch_bytes ? ws->scratch_bytes : 1, 64))) goto nomem;
   if ((s = n->type->ws_create(n->ctx, &n->plan, max_batch, mem, &ws->model_ws)) != DLREC_OK) {
@@ -274,6 +298,57 @@ void dlrec_net_ws_free(dlrec_net_ws *ws) {
 static dlrec_bag_batch bags_of(const dlrec_net *n, const dlrec_batch *b) {
   dlrec_bag_batch bags = {b->rows, n->schema.n_sparse, b->offsets, b->ids, n->mean_cols};
   return bags;
+}
+
+/* The batch's bags split by where their rows live (n->dhot): hot, the ids
+ * of the rows on the device, as that table's rows; cold, the others, as the
+ * host table's. Each part keeps its bags' order, and an id's place within
+ * its bag. */
+static dlrec_status split_bags(const dlrec_net *n, dlrec_net_ws *ws, const dlrec_bag_batch *bags,
+                               dlrec_bag_batch *hot, dlrec_bag_batch *cold) {
+  const uint32_t B = bags->rows, F = bags->cols;
+  for (uint32_t c = 0; c < F; c++) { /* the parts' room: max_hotness ids a row (out of order: below) */
+    const uint64_t ids = bags->offsets[c][B] >= bags->offsets[c][0] ? bags->offsets[c][B] - bags->offsets[c][0] : 0;
+    if (ids > (uint64_t)ws->max_batch * n->schema.sparse[c].max_hotness)
+      return dlrec_error(DLREC_ERR_INVALID, "column %s: %llu ids in a batch of %u rows, more than its max hotness "
+                         "(%u a row) allows", n->schema.sparse[c].name, (unsigned long long)ids, B,
+                         n->schema.sparse[c].max_hotness);
+  }
+  int disordered = 0;
+#pragma omp parallel for schedule(dynamic) if ((uint64_t)B * F >= 32768) reduction(| : disordered)
+  for (uint32_t c = 0; c < F; c++) {
+    const uint32_t *off = bags->offsets[c], *ids = bags->ids[c];
+    int ordered = 1;
+    for (uint32_t b = 0; b < B && ordered; b++) ordered = off[b] <= off[b + 1];
+    if (!ordered) { /* the bag ops refuse it, naming what is wrong */
+      disordered = 1;
+      continue;
+    }
+    const uint64_t begin = n->schema.sparse[c].id_begin, rows = n->hot_rows[c], base = n->hot_base[c];
+    uint32_t *ho = ws->hot_offsets[c], *hi = ws->hot_ids[c], *co = ws->cold_offsets[c], *ci = ws->cold_ids[c];
+    uint32_t nh = 0, nc = 0;
+    for (uint32_t b = 0; b < B; b++) {
+      ho[b] = nh;
+      co[b] = nc;
+      for (uint32_t k = off[b]; k < off[b + 1]; k++) {
+        const uint64_t local = (uint64_t)ids[k] - begin; /* wraps past `rows` below the column's range */
+        if (local < rows) hi[nh++] = (uint32_t)(base + local);
+        else ci[nc++] = ids[k];
+      }
+    }
+    ho[B] = nh;
+    co[B] = nc;
+  }
+  if (disordered) {
+    const dlrec_status e = dlrec_bag_check(n->table, bags);
+    return e != DLREC_OK ? e : dlrec_error(DLREC_ERR_INVALID, "a batch's bag offsets are out of order");
+  }
+  *hot = *cold = *bags;
+  hot->offsets = (const uint32_t *const *)ws->hot_offsets;
+  hot->ids = (const uint32_t *const *)ws->hot_ids;
+  cold->offsets = (const uint32_t *const *)ws->cold_offsets;
+  cold->ids = (const uint32_t *const *)ws->cold_ids;
+  return DLREC_OK;
 }
 
 /* resolve for raw keys (schema.keys): each column's pairs of ids become
@@ -401,6 +476,9 @@ static dlrec_status run_forward(const dlrec_net *n, dlrec_backend *be, dlrec_net
   if (ws->dev_be && !ws->h_emb != !(n->host_table && F))
     return dlrec_error(DLREC_ERR_INVALID, "a workspace made for a table in %s used with one in %s",
                        ws->h_emb ? "host memory" : "device memory", ws->h_emb ? "device memory" : "host memory");
+  if (ws->dev_be && ws->h_emb && !ws->d_cold != !n->dhot)
+    return dlrec_error(DLREC_ERR_INVALID, "a workspace made %s hot rows on the device used with a network %s them",
+                       ws->d_cold ? "for" : "without", n->dhot ? "with" : "without");
   dlrec_net_profile *p = &ws->prof;
   double t = dlrec_now();
   dlrec_bag_batch bags = bags_of(n, b);
@@ -411,7 +489,16 @@ static dlrec_status run_forward(const dlrec_net *n, dlrec_backend *be, dlrec_net
     st = ws_upload(ws, ws->d_dense, b->dense, (size_t)B * n->schema.n_dense);
     db.dense = ws->d_dense;
   }
-  if (st == DLREC_OK && F && ws->h_emb) { /* the table on the host: pooled there, the rows sent over */
+  if (st == DLREC_OK && F && ws->d_cold) { /* hot rows on the device, the rest on the host: the two pools added */
+    dlrec_bag_batch hot, cold;
+    const size_t floats = (size_t)B * F * n->plan.emb_dim;
+    st = split_bags(n, ws, &bags, &hot, &cold);
+    if (st == DLREC_OK) st = BE_OP(dlrec_backend_default(), bag_forward, ws->h_emb, table, &cold, n->plan.pooling);
+    if (st == DLREC_OK) st = ws_upload(ws, ws->d_cold, ws->h_emb, floats);
+    if (st == DLREC_OK) st = BE_OP(be, bag_forward, ws->emb, n->dhot, &hot, n->plan.pooling);
+    for (int c = 0; st == DLREC_OK && c < F; c++) p->hot_lookups += hot.offsets[c][B];
+    if (st == DLREC_OK) st = BE_OP(be, add, ws->emb, ws->d_cold, floats);
+  } else if (st == DLREC_OK && F && ws->h_emb) { /* the table on the host: pooled there, the rows sent over */
     st = BE_OP(dlrec_backend_default(), bag_forward, ws->h_emb, table, &bags, n->plan.pooling);
     if (st == DLREC_OK) st = ws_upload(ws, ws->emb, ws->h_emb, (size_t)B * F * n->plan.emb_dim);
   } else if (st == DLREC_OK && F) {
@@ -1082,8 +1169,20 @@ static dlrec_status update(dlrec_net *n, dlrec_net_ws *ws, dlrec_net_optim *opt,
    * learning rate in step); a table on the host has its optimizer there. */
   dlrec_sparse_optim *sparse = ws->dev_be && !ws->h_emb ? opt->dev_sparse : opt->sparse;
   st = dlrec_sparse_optim_set_lr(opt->sparse, opt->sparse_lr * lr_scale);
-  if (st == DLREC_OK && sparse != opt->sparse && sparse) st = dlrec_sparse_optim_set_lr(sparse, opt->sparse_lr * lr_scale);
-  if (st == DLREC_OK && n->schema.n_sparse && ws->h_emb) { /* the gradient back to the table on the host */
+  if (st == DLREC_OK && opt->dev_sparse && opt->dev_be == n->be)
+    st = dlrec_sparse_optim_set_lr(opt->dev_sparse, opt->sparse_lr * lr_scale);
+  if (st == DLREC_OK && n->schema.n_sparse && ws->d_cold) { /* hot rows updated there, the others here */
+    dlrec_bag_batch hot, cold;
+    const size_t floats = (size_t)batch->rows * n->schema.n_sparse * n->plan.emb_dim;
+    st = split_bags(n, ws, &bags, &hot, &cold);
+    if (st == DLREC_OK)
+      st = BE_OP(n->be, bag_backward_update, n->dhot, opt->dev_sparse, &hot, n->plan.pooling, ws->d_emb,
+                 ws->d_scratch, ws->d_scratch_bytes);
+    if (st == DLREC_OK) st = n->be->ops->download(n->be, ws->h_emb, ws->d_emb, floats * sizeof(float));
+    if (st == DLREC_OK)
+      st = BE_OP(dlrec_backend_default(), bag_backward_update, n->table, opt->sparse, &cold, n->plan.pooling,
+                 ws->h_emb, ws->scratch, ws->scratch_bytes);
+  } else if (st == DLREC_OK && n->schema.n_sparse && ws->h_emb) { /* the gradient back to the table on the host */
     const size_t floats = (size_t)batch->rows * n->schema.n_sparse * n->plan.emb_dim;
     st = n->be->ops->download(n->be, ws->h_emb, ws->d_emb, floats * sizeof(float));
     if (st == DLREC_OK)

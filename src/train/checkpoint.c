@@ -1073,6 +1073,8 @@ dlrec_status dlrec_model_set_backend(dlrec_model *m, dlrec_backend *be) {
                  place == DLREC_TABLE_PLACEMENT_HOST ? "host" : "auto: the device cannot hold it");
   }
   dlrec_status s = dlrec_net_set_host_table(m->net, host);
+  if (s == DLREC_OK && host && dlrec_store_get_kind(dlrec_net_store(m->net)) == DLREC_STORE_RAM)
+    s = dlrec_net_set_hot_fraction(m->net, m->config.hot_fraction);
   return s == DLREC_OK ? dlrec_net_set_backend(m->net, be) : s;
 }
 

@@ -254,8 +254,8 @@ dlrec_status dlrec_train_config_from_json(const cJSON *j, const char *what, dlre
     x = sub(&top, "training");
     static const char *k[] = {"batch_size", "epochs", "max_steps", "threads", "seed", "deterministic", "target_auc",
                               "early_stopping_patience", "early_stopping_min_delta", "restore_best", "table_dtype",
-                              "precision", "device", "table_placement", "loss_scale", "loss_scale_growth_interval",
-                              NULL};
+                              "precision", "device", "table_placement", "hot_fraction", "loss_scale",
+                              "loss_scale_growth_interval", NULL};
     /* In dlrec_table_dtype's order. */
     static const char *dtypes[] = {"fp32", "bf16", "fp16", NULL};
     TRY(dlrec_json_check_keys(o, x.what, k));
@@ -273,6 +273,7 @@ dlrec_status dlrec_train_config_from_json(const cJSON *j, const char *what, dlre
     int placement = (int)c->table_placement;
     TRY(get_choice(o, "table_placement", &x, placement_names, &placement));
     c->table_placement = (dlrec_table_placement)placement;
+    TRY(get_float(o, "hot_fraction", &x, 0, 1, &c->hot_fraction));
     TRY(get_loss_scale(o, &x, c));
     TRY(get_u32(o, "loss_scale_growth_interval", &x, 1, 1000000000, &c->loss_scale_growth_interval));
     TRY(get_u32(o, "early_stopping_patience", &x, 0, 1000000, &c->early_stop_patience));
@@ -438,6 +439,7 @@ cJSON *dlrec_train_config_to_json(const dlrec_train_config *c) {
   dlrec_train_config_device(c, device, sizeof device);
   cJSON_AddStringToObject(t, "device", device);
   cJSON_AddStringToObject(t, "table_placement", placement_names[c->table_placement]);
+  cJSON_AddNumberToObject(t, "hot_fraction", c->hot_fraction);
   if (c->loss_scaling == DLREC_LOSS_SCALING_FIXED) cJSON_AddNumberToObject(t, "loss_scale", c->loss_scale);
   else cJSON_AddStringToObject(t, "loss_scale", loss_scaling_names[c->loss_scaling]);
   cJSON_AddNumberToObject(t, "loss_scale_growth_interval", c->loss_scale_growth_interval);

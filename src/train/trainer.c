@@ -910,6 +910,7 @@ static dlrec_status check_memory(run *r) {
     return dlrec_error(DLREC_ERR_UNSUPPORTED, "training.table_placement \"device\": storage.kind \"%s\" keeps its "
                        "table in host memory (its rows move between RAM and its file or keys): set \"host\" or "
                        "\"auto\"", dlrec_store_kind_name(r->cfg.storage));
+  uint64_t hot = 0; /* the hot rows' bytes on the device, with their optimizer state and a pool's copy */
   if (host) {
     DLREC_INFO("memory: the table stays in host memory (training.table_placement %s); its bag ops run on the "
                "CPU, and the pooled rows and their gradient cross over each step",
@@ -917,9 +918,19 @@ static dlrec_status check_memory(run *r) {
                : r->cfg.storage != DLREC_STORE_RAM                 ? "auto: a store's table stays there"
                                                                    : "auto: the device cannot hold it too");
     dlrec_status s = dlrec_net_set_host_table(r->model, 1);
+    if (s == DLREC_OK) s = dlrec_net_set_hot_fraction(r->model, r->cfg.hot_fraction);
     if (s != DLREC_OK) return s;
+    const uint64_t rows = dlrec_net_hot_rows(r->model);
+    if (rows) {
+      const dlrec_schema *sc = dlrec_net_schema(r->model);
+      hot = rows * (row_bytes + optim_bytes) +
+            (uint64_t)r->cfg.batch_size * sc->n_sparse * dlrec_table_dim(dlrec_net_table_const(r->model)) * sizeof(float);
+      DLREC_INFO("memory: %llu hot rows (training.hot_fraction %g of each column's, its most frequent values) on the "
+                 "device too, %.1f MiB with their optimizer state; their lookups and updates run there",
+                 (unsigned long long)rows, (double)r->cfg.hot_fraction, (double)hot / mib);
+    }
   }
-  const uint64_t need = dense + ws + (host ? 0 : table);
+  const uint64_t need = dense + ws + (host ? hot : table);
   if (!device_fit(&r->cfg, need, fit, sizeof fit)) return DLREC_OK;
   if (device)
     return dlrec_error(DLREC_ERR_NOMEM, "memory: the run needs about %.1f MiB%s; %s%s", (double)need / mib,
@@ -957,11 +968,18 @@ dlrec_status dlrec_train_print_plan(const dlrec_train_args *a, int ranks, FILE *
             ranks > 1 ? " (ranks on one machine share it)" : "");
     /* One process on a GPU: the table in host memory instead, by check_memory's rule. */
     if (ranks == 1 && table_on_host(&cfg, schema.n_sparse, most)) {
-      const uint64_t rest = dense + step + ws;
+      uint64_t hot_rows = 0;
+      if (dlrec_net_set_host_table(net, 1) == DLREC_OK && dlrec_net_set_hot_fraction(net, cfg.hot_fraction) == DLREC_OK)
+        hot_rows = dlrec_net_hot_rows(net);
+      const uint64_t hot = hot_rows ? hot_rows * (uint64_t)(p.row_bytes + p.optim_bytes) +
+                                          (uint64_t)cfg.batch_size * schema.n_sparse * dlrec_table_dim(dlrec_net_table_const(net)) * sizeof(float)
+                                    : 0;
+      const uint64_t rest = dense + step + ws + hot;
       device_fit(&cfg, rest, fit, sizeof fit);
-      fprintf(out, "  device: with the table in host memory (training.table_placement %s), about %.1f MiB; %s\n",
-              cfg.table_placement == DLREC_TABLE_PLACEMENT_HOST ? "host" : "auto", (double)rest / (1024.0 * 1024.0),
-              fit);
+      fprintf(out, "  device: with the table in host memory (training.table_placement %s)%s, about %.1f MiB; %s\n",
+              cfg.table_placement == DLREC_TABLE_PLACEMENT_HOST ? "host" : "auto",
+              hot_rows ? " and its hot rows on the device (training.hot_fraction)" : "",
+              (double)rest / (1024.0 * 1024.0), fit);
     }
   }
   dlrec_shard_plan_free(&p);
@@ -1148,6 +1166,7 @@ static cJSON *profile_json(const dlrec_train_result *r) {
   cJSON_AddNumberToObject(j, "mlp_gflops", p->mlp > 0 ? p->mlp_flops / p->mlp / 1e9 : 0);
   cJSON_AddNumberToObject(j, "embedding_forward_seconds", p->emb_forward);
   cJSON_AddNumberToObject(j, "embedding_forward_ids_per_s", p->emb_forward > 0 ? p->lookups / p->emb_forward : 0);
+  if (p->hot_lookups) cJSON_AddNumberToObject(j, "hot_lookup_share", (double)p->hot_lookups / (double)p->lookups);
   cJSON_AddNumberToObject(j, "embedding_update_seconds", p->emb_update);
   cJSON_AddNumberToObject(j, "interaction_seconds", p->interaction);
   cJSON_AddNumberToObject(j, "other_seconds", p->other);
