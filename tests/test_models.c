@@ -1423,7 +1423,16 @@ TEST(hot_rows_refuse_bad_batches) {
   dlrec_status st = agree_open(&r, &s, "dlrm", "", "cpu-mirror", 1, 2);
   CHECK_OK(st);
   if (st != DLREC_OK) return;
-  CHECK(dlrec_net_hot_rows(r.m) > 0);
+  /* Half of each column's rows, rounded up: 3 of 5, 4 of 7, 2 of 4. */
+  CHECK_EQ(dlrec_net_hot_rows(r.m), 9u);
+  /* Pooled by the mean, the multi-hot column keeps its rows on the host. */
+  dlrec_net *mean = NULL;
+  CHECK_OK(model_create(&mean, &s, "dlrm", "mean", ""));
+  CHECK_OK(dlrec_net_set_host_table(mean, 1));
+  CHECK_OK(dlrec_net_set_hot_fraction(mean, 0.5f));
+  CHECK_EQ(dlrec_net_hot_rows(mean), 5u);
+  CHECK_ERR(dlrec_net_set_hot_fraction(mean, 1.5f), DLREC_ERR_INVALID, "not in [0, 1]");
+  dlrec_net_free(mean);
   double loss;
   dlrec_batch good = bn_batch(&s, 3, -1);
   CHECK_OK(dlrec_net_train_step(r.m, r.ws, &r.opt, &good, 1.0f, 1, &loss, NULL));

@@ -76,6 +76,20 @@ static char *metrics_sans_timing(const char *run) {
   return text;
 }
 
+/* metrics_sans_timing without the fields that name the backend. */
+static char *metrics_sans_backend(const char *run) {
+  char *text = metrics_sans_timing(run);
+  static const char *keys[] = {",\"backend\":", ",\"precision\":", ",\"bf16_native\":"};
+  for (int k = 0; text && k < 3; k++)
+    for (char *p; (p = strstr(text, keys[k]));) {
+      char *end = p + strlen(keys[k]);
+      if (*end == '"') end = strchr(end + 1, '"') + 1;
+      else end += strspn(end, "truefals");
+      memmove(p, end, strlen(end) + 1);
+    }
+  return text;
+}
+
 /* The normalized metrics.jsonl of two runs are equal and not empty. */
 static int same_metrics(const char *run_a, const char *run_b) {
   char *a = metrics_sans_timing(run_a), *b = metrics_sans_timing(run_b);
@@ -223,20 +237,27 @@ TEST(device_flag_trains_on_the_cpu_and_a_gpu_or_says_why) {
   CHECK(test_run_cli(&got_m, "predict -q --device cpu-mirror --model '%s' --input '%s' --out -",
                      test_path("dev_mirror"), test_path("valid.dlr")) == 0);
   CHECK(want && got && got_m && strlen(want) > 1000 && !strcmp(want, got) && !strcmp(want, got_m));
-  /* Steps on a device are queued, and their losses counted a step late:
-   * the losses logged (step 10's mean over steps 1 to 10) are the CPU's. */
-  CHECK(train("dev_mirror1", "--device cpu-mirror --threads 1 --max-steps 12") == 0);
-  char *log_c = metrics_sans_timing("dev_cpu1"), *log_m = metrics_sans_timing("dev_mirror1");
-  const char *step_c = log_c ? strstr(log_c, "{\"step\":10,") : NULL, *step_m = log_m ? strstr(log_m, "{\"step\":10,") : NULL;
-  CHECK(step_c && step_m && strstr(step_c, "\"loss\":"));
-  if (step_c && step_m) {
-    /* The line up to where it names the backend. */
-    const char *end_c = strstr(step_c, ",\"backend\""), *end_m = strstr(step_m, ",\"backend\"");
-    const size_t len_c = end_c ? (size_t)(end_c - step_c) : 0, len_m = end_m ? (size_t)(end_m - step_m) : 1;
-    if (len_c != len_m || memcmp(step_c, step_m, len_c))
-      fprintf(stderr, "step 10 on the CPU: %.*s\non cpu-mirror: %.*s\n", (int)len_c, step_c, (int)len_m, step_m);
-    CHECK(len_c == len_m && !memcmp(step_c, step_m, len_c));
-  }
+  /* Steps on a device are queued, and their losses counted a step late;
+   * a step that logs, validates or checkpoints is waited for. Logging every
+   * 3 steps, validating every 4 and checkpointing every 10, cpu-mirror's
+   * metrics.jsonl is the CPU's, the backend's name aside. */
+  char queue_cfg[2048], queue_cfg2[2048];
+  CHECK(replace_first(queue_cfg, sizeof queue_cfg, CONFIG, "\"log\": {\"interval_steps\": 10}",
+                      "\"log\": {\"interval_steps\": 3}, \"eval\": {\"interval_steps\": 4}") == 0);
+  CHECK(replace_first(queue_cfg2, sizeof queue_cfg2, queue_cfg, "\"threads\": 2", "\"threads\": 1") == 0);
+  CHECK(test_write_file(test_path("cfg_queue.json"), queue_cfg2, (size_t)-1) == 0);
+  char *log_c = NULL, *log_m = NULL;
+  for (int dev = 0; dev < 2; dev++)
+    CHECK(test_run_cli(NULL, "train -q --device %s --config '%s' --train '%s' --valid '%s' --etl '%s' --out '%s' "
+                       "--max-steps 14", dev ? "cpu-mirror" : "cpu", test_path("cfg_queue.json"),
+                       test_path("train.dlr"), test_path("valid.dlr"), test_path("etl"),
+                       test_path(dev ? "queue_mirror" : "queue_cpu")) == 0);
+  log_c = metrics_sans_backend("queue_cpu");
+  log_m = metrics_sans_backend("queue_mirror");
+  CHECK(log_c && log_m && strstr(log_c, "\"step\":12,") && strstr(log_c, "\"valid\":"));
+  if (log_c && log_m && strcmp(log_c, log_m))
+    fprintf(stderr, "metrics.jsonl on the CPU:\n%s\non cpu-mirror:\n%s\n", log_c, log_m);
+  CHECK(log_c && log_m && !strcmp(log_c, log_m));
   free(log_c), free(log_m);
   /* The table left in host memory (training.table_placement "host"): its
    * bag ops on the CPU, the rest on cpu-mirror, the pooled rows and their
@@ -322,6 +343,26 @@ TEST(device_flag_trains_on_the_cpu_and_a_gpu_or_says_why) {
                      test_path("auto_host"), "--device cpu-mirror --max-steps 12") == 0);
   CHECK(auto_log && strstr(auto_log, "the table stays in host memory (training.table_placement auto: the device "
                                      "cannot hold it too)"));
+  /* training.hot_fraction "auto" (the default) keeps on the device what
+   * the rest of its memory holds: here none, the rest being smaller than a
+   * batch's pooled rows (128 x 26 x 128 floats, which the hot rows need). */
+  CHECK(auto_log && !strstr(auto_log, " hot rows ("));
+  char *hot_auto_log = NULL;
+  const double pool_mib = 128.0 * 26 * 128 * 4 / (1024.0 * 1024.0);
+  snprintf(limit, sizeof limit, "%.2f", dense_mib + ws_mib + table_mib * 0.95);
+  setenv("DLREC_MIRROR_MEMORY_MB", limit, 1);
+  CHECK(test_run_cli(&hot_auto_log, train_fmt, test_path("cfg_auto.json"), test_path("train.dlr"), test_path("etl"),
+                     test_path("auto_hot"), "--device cpu-mirror --max-steps 3") == 0);
+  /* With room for 95% of the table beside the rest: 90% of that, less the
+   * pooled rows' buffer, about a third of this small table. */
+  const char *hot_at = hot_auto_log ? strstr(hot_auto_log, " hot rows (training.hot_fraction auto: ") : NULL;
+  double hot_share = 0;
+  if (hot_at) sscanf(hot_at, " hot rows (training.hot_fraction auto: %lf", &hot_share);
+  const double want_share = (0.9 * 0.95 * table_mib - pool_mib) / table_mib;
+  if (!(fabs(hot_share - want_share) < 0.05)) fprintf(stderr, "%s\n", hot_auto_log ? hot_auto_log : "");
+  free(hot_auto_log);
+  unsetenv("DLREC_MIRROR_MEMORY_MB");
+  CHECK(want_share > 0.1 && fabs(hot_share - want_share) < 0.05);
   /* The same run on the CPU, on one thread: the same bits. */
   CHECK(test_run_cli(NULL, train_fmt, test_path("cfg_auto.json"), test_path("train.dlr"), test_path("etl"),
                      test_path("auto_cpu"), "-q --device cpu --max-steps 12") == 0);
@@ -337,6 +378,7 @@ TEST(device_flag_trains_on_the_cpu_and_a_gpu_or_says_why) {
   unsetenv("DLREC_MIRROR_MEMORY_MB");
   CHECK(auto_pred && strstr(auto_pred, "the table stays in host memory (training.table_placement auto: the device "
                                        "cannot hold it)"));
+  CHECK(auto_pred && strstr(auto_pred, " hot rows (training.hot_fraction auto: "));
   char *scored = NULL;
   size_t n_scored = 0;
   CHECK(dlrec_read_file(test_path("auto_host.scores"), 1u << 26, &scored, &n_scored) == DLREC_OK);

@@ -27,6 +27,15 @@ typedef enum dlrec_table_placement {
 
 /* training.loss_scale: "auto" (dynamic in fp16, none otherwise), "dynamic",
  * "none", or a fixed power of two (dlrec_net_optim's loss scaling). */
+#define DLREC_HOT_FRACTION_AUTO (-1.0f)
+
+/* training.hot_fraction "auto" resolved: the share of a table of `rows`
+ * rows of `row_bytes` bytes each (with their optimizer state) that 90% of
+ * `available` device bytes hold once `rest` (the run's other device
+ * memory) and `fixed` (the hot rows' per-batch buffers) are taken; 0 when
+ * none fit, at most 1. */
+float dlrec_hot_fraction_fit(uint64_t available, uint64_t rest, uint64_t fixed, uint64_t rows, uint64_t row_bytes);
+
 typedef enum dlrec_loss_scaling {
   DLREC_LOSS_SCALING_AUTO = 0,
   DLREC_LOSS_SCALING_DYNAMIC = 1,
@@ -54,7 +63,9 @@ typedef struct dlrec_train_config {
   dlrec_table_placement table_placement; /* training.table_placement; default auto */
   /* training.hot_fraction: with the table in host memory on a device, the
    * share of each column's rows (its most frequent) kept on the device too
-   * (dlrec_net_set_hot_fraction); default 0 */
+   * (dlrec_net_set_hot_fraction), or DLREC_HOT_FRACTION_AUTO (the default):
+   * what the device's memory holds when auto placement put the table on the
+   * host for want of it, none when the config asked for the host */
   float hot_fraction;
   dlrec_loss_scaling loss_scaling;     /* training.loss_scale; default auto */
   float loss_scale;                    /* FIXED: the scale */

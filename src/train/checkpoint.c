@@ -1045,6 +1045,7 @@ dlrec_status dlrec_model_load(const char *path, dlrec_model **out) {
 dlrec_status dlrec_model_set_backend(dlrec_model *m, dlrec_backend *be) {
   const dlrec_table_placement place = m->config.table_placement;
   int host = 0;
+  float hot = m->config.hot_fraction < 0 ? 0.0f : m->config.hot_fraction; /* auto: below */
   if (be && !dlrec_backend_host_memory(be) && dlrec_net_schema(m->net)->n_sparse) {
     /* A store other than RAM's (a hash table's keys) keeps its table on the host. */
     const dlrec_store_kind kind = dlrec_store_get_kind(dlrec_net_store(m->net));
@@ -1064,6 +1065,10 @@ dlrec_status dlrec_model_set_backend(dlrec_model *m, dlrec_backend *be) {
       uint64_t total = 0, available = 0;
       if (dlrec_device_memory(device, &total, &available) == DLREC_OK) host = need > available;
       else dlrec_clear_error(); /* unknown: the device, as before */
+      /* Moved for want of memory: as many hot rows as the rest of it holds. */
+      if (host && m->config.hot_fraction < 0)
+        hot = dlrec_hot_fraction_fit(available, (uint64_t)n_params * sizeof(float), 0, dlrec_table_rows(t),
+                                     dlrec_table_stride(t) * (uint64_t)dlrec_table_dtype_bytes(dlrec_table_get_dtype(t)));
     }
     if (host && kind != DLREC_STORE_RAM)
       DLREC_INFO("the table stays in host memory (storage.kind \"%s\"); its bag ops run on the CPU",
@@ -1074,7 +1079,11 @@ dlrec_status dlrec_model_set_backend(dlrec_model *m, dlrec_backend *be) {
   }
   dlrec_status s = dlrec_net_set_host_table(m->net, host);
   if (s == DLREC_OK && host && dlrec_store_get_kind(dlrec_net_store(m->net)) == DLREC_STORE_RAM)
-    s = dlrec_net_set_hot_fraction(m->net, m->config.hot_fraction);
+    s = dlrec_net_set_hot_fraction(m->net, hot);
+  if (s == DLREC_OK && dlrec_net_hot_rows(m->net))
+    DLREC_INFO("%llu hot rows (training.hot_fraction %s%.3g of each column's, its most frequent values) on the "
+               "device too; their lookups run there", (unsigned long long)dlrec_net_hot_rows(m->net),
+               m->config.hot_fraction < 0 ? "auto: " : "", (double)hot);
   return s == DLREC_OK ? dlrec_net_set_backend(m->net, be) : s;
 }
 

@@ -41,6 +41,7 @@ void dlrec_train_config_default(dlrec_train_config *c) {
   c->prefetch = 4;
   c->plateau_factor = 1.0;
   c->loss_scale_growth_interval = 2000;
+  c->hot_fraction = DLREC_HOT_FRACTION_AUTO;
 }
 
 /* Field readers that name the path ("cfg.json: training") in errors. */
@@ -128,6 +129,20 @@ static dlrec_status get_loss_scale(const cJSON *o, const ctx *x, dlrec_train_con
   dlrec_status s = get_choice(o, "loss_scale", x, loss_scaling_names, &mode);
   if (s != DLREC_OK) return s;
   c->loss_scaling = (dlrec_loss_scaling)mode;
+  return DLREC_OK;
+}
+
+/* training.hot_fraction: a share in [0, 1], or "auto". */
+static dlrec_status get_hot_fraction(const cJSON *o, const ctx *x, dlrec_train_config *c) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "hot_fraction");
+  if (!v) return DLREC_OK;
+  if (cJSON_IsString(v) && !strcmp(v->valuestring, "auto")) {
+    c->hot_fraction = DLREC_HOT_FRACTION_AUTO;
+    return DLREC_OK;
+  }
+  if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0 && v->valuedouble <= 1))
+    return dlrec_error(DLREC_ERR_INVALID, "%s: field 'hot_fraction': not a share in [0, 1] or \"auto\"", x->what);
+  c->hot_fraction = (float)v->valuedouble;
   return DLREC_OK;
 }
 
@@ -273,7 +288,7 @@ dlrec_status dlrec_train_config_from_json(const cJSON *j, const char *what, dlre
     int placement = (int)c->table_placement;
     TRY(get_choice(o, "table_placement", &x, placement_names, &placement));
     c->table_placement = (dlrec_table_placement)placement;
-    TRY(get_float(o, "hot_fraction", &x, 0, 1, &c->hot_fraction));
+    TRY(get_hot_fraction(o, &x, c));
     TRY(get_loss_scale(o, &x, c));
     TRY(get_u32(o, "loss_scale_growth_interval", &x, 1, 1000000000, &c->loss_scale_growth_interval));
     TRY(get_u32(o, "early_stopping_patience", &x, 0, 1000000, &c->early_stop_patience));
@@ -439,7 +454,8 @@ cJSON *dlrec_train_config_to_json(const dlrec_train_config *c) {
   dlrec_train_config_device(c, device, sizeof device);
   cJSON_AddStringToObject(t, "device", device);
   cJSON_AddStringToObject(t, "table_placement", placement_names[c->table_placement]);
-  cJSON_AddNumberToObject(t, "hot_fraction", c->hot_fraction);
+  if (c->hot_fraction < 0) cJSON_AddStringToObject(t, "hot_fraction", "auto");
+  else cJSON_AddNumberToObject(t, "hot_fraction", c->hot_fraction);
   if (c->loss_scaling == DLREC_LOSS_SCALING_FIXED) cJSON_AddNumberToObject(t, "loss_scale", c->loss_scale);
   else cJSON_AddStringToObject(t, "loss_scale", loss_scaling_names[c->loss_scaling]);
   cJSON_AddNumberToObject(t, "loss_scale_growth_interval", c->loss_scale_growth_interval);
@@ -505,4 +521,11 @@ double dlrec_lr_scale(const dlrec_train_config *c, uint64_t step) {
     return s > c->min_lr_scale ? s : c->min_lr_scale;
   }
   return 1.0;
+}
+
+float dlrec_hot_fraction_fit(uint64_t available, uint64_t rest, uint64_t fixed, uint64_t rows, uint64_t row_bytes) {
+  const double room = 0.9 * ((double)available - (double)rest) - (double)fixed;
+  if (!rows || !row_bytes || room <= 0) return 0.0f;
+  const double f = room / ((double)rows * (double)row_bytes);
+  return f >= 1.0 ? 1.0f : (float)f;
 }
