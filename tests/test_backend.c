@@ -691,6 +691,65 @@ static void case_rows(void) {
 
 TEST(moving_rows_match_reference) { each_backend(case_rows, 17); }
 
+/* gather_rows copies the rows it names and nothing else; scatter_add_rows
+ * adds into the rows it names (distinct), one float rounding each, and
+ * leaves the others' bits; both refuse an index past the array, or a NULL
+ * buffer, touching nothing. */
+static void case_indexed_rows(void) {
+  static const struct {
+    size_t n, width;
+  } shapes[] = {{0, 4}, {1, 1}, {37, 16}, {5000, 13}, {300, 129}};
+  for (size_t k = 0; k < sizeof shapes / sizeof shapes[0] && !test_failed_now(); k++) {
+    const size_t n = shapes[k].n, W = shapes[k].width, rows = 2 * n + 3;
+    /* idx: n distinct rows of `rows`, in a shuffled order. */
+    uint32_t *idx = malloc((rows + 1) * sizeof *idx);
+    for (size_t i = 0; i < rows; i++) idx[i] = (uint32_t)i;
+    dlrec_rng r;
+    dlrec_rng_seed(&r, 11 + k, 0);
+    for (size_t i = rows - 1; i > 0; i--) {
+      const size_t j = dlrec_rng_below(&r, (uint32_t)(i + 1));
+      const uint32_t t = idx[i];
+      idx[i] = idx[j], idx[j] = t;
+    }
+    float *table = hrand(rows * W, -5, 5), *d_table = dup(table, rows * W);
+    float *d_out = dnan(n * W + 1);
+    if (OP(gather_rows, d_out, d_table, rows, idx, n, W)) return;
+    float *got = down(d_out, n * W + 1);
+    for (size_t i = 0; i < n * W; i++)
+      if (memcmp(&got[i], &table[(size_t)idx[i / W] * W + i % W], 4)) {
+        FAIL("gather_rows %zu x %zu: value %zu is %g", n, W, i, (double)got[i]);
+        return;
+      }
+    if (!isnan(got[n * W])) FAIL("gather_rows %zu x %zu wrote past its rows", n, W);
+    float *src = hrand(n * W + 1, -1e3f, 1e3f), *d_src = dup(src, n * W + 1), *want = hf(rows * W);
+    memcpy(want, table, rows * W * sizeof(float));
+    for (size_t i = 0; i < n; i++)
+      for (size_t c = 0; c < W; c++) want[(size_t)idx[i] * W + c] += src[i * W + c];
+    if (OP(scatter_add_rows, d_table, rows, idx, d_src, n, W)) return;
+    if (memcmp(down(d_table, rows * W), want, rows * W * 4)) {
+      FAIL("scatter_add_rows %zu x %zu differs from float's adds", n, W);
+      return;
+    }
+    if (n && HAS(gather_rows) && HAS(scatter_add_rows)) {
+      const uint32_t keep = idx[n - 1];
+      idx[n - 1] = (uint32_t)rows; /* one past the array */
+      if (BE_OP(g_be, gather_rows, d_out, d_table, rows, idx, n, W) != DLREC_ERR_INVALID ||
+          BE_OP(g_be, scatter_add_rows, d_table, rows, idx, d_src, n, W) != DLREC_ERR_INVALID ||
+          BE_OP(g_be, gather_rows, d_out, d_table, rows, NULL, n, W) != DLREC_ERR_INVALID ||
+          BE_OP(g_be, scatter_add_rows, NULL, rows, idx, d_src, n, W) != DLREC_ERR_INVALID)
+        FAIL("an index past %zu rows, or a NULL buffer, was not refused", rows);
+      dlrec_clear_error();
+      idx[n - 1] = keep;
+      if (memcmp(down(d_table, rows * W), want, rows * W * 4) || memcmp(down(d_out, n * W), got, n * W * 4))
+        FAIL("a refused gather_rows or scatter_add_rows touched its output");
+    }
+    free(idx);
+    case_end();
+  }
+}
+
+TEST(indexed_rows_match_reference) { each_backend(case_indexed_rows, 5); }
+
 /* batchnorm_infer_backward: din = dout · gamma / sqrt(var + eps), and
  * dgamma, dbeta accumulated onto what they held, against double sums; 1
  * row (the training case) and 33 rows over 1000 columns (threaded); in place. */

@@ -59,6 +59,11 @@ typedef struct dlrec_backend_ops {
                             size_t rows, size_t width);
   dlrec_status (*fill_rows)(dlrec_backend *be, float *dst, size_t dst_ld, size_t rows, size_t width, float value);
   dlrec_status (*add)(dlrec_backend *be, float *y, const float *x, size_t n);
+  /* dlrec/nn.h's gather_rows and scatter_add_rows: idx in host memory. */
+  dlrec_status (*gather_rows)(dlrec_backend *be, float *dst, const float *src, size_t rows, const uint32_t *idx,
+                              size_t n, size_t width);
+  dlrec_status (*scatter_add_rows)(dlrec_backend *be, float *dst, size_t rows, const uint32_t *idx, const float *src,
+                                   size_t n, size_t width);
   dlrec_status (*scale)(dlrec_backend *be, float *x, size_t n, float s);
   /* *finite (host memory) = whether all n values are finite; waits for them. */
   dlrec_status (*all_finite)(dlrec_backend *be, int *finite, const float *x, size_t n);

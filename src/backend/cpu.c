@@ -96,6 +96,18 @@ static dlrec_status cpu_fill_rows(dlrec_backend *be, float *dst, size_t dst_ld, 
   return dlrec_fill_rows(dst, dst_ld, rows, width, value);
 }
 
+static dlrec_status cpu_gather_rows(dlrec_backend *be, float *dst, const float *src, size_t rows, const uint32_t *idx,
+                                    size_t n, size_t width) {
+  enter(be);
+  return dlrec_gather_rows(dst, src, rows, idx, n, width);
+}
+
+static dlrec_status cpu_scatter_add_rows(dlrec_backend *be, float *dst, size_t rows, const uint32_t *idx,
+                                         const float *src, size_t n, size_t width) {
+  enter(be);
+  return dlrec_scatter_add_rows(dst, rows, idx, src, n, width);
+}
+
 static dlrec_status cpu_add(dlrec_backend *be, float *y, const float *x, size_t n) {
   enter(be);
   return dlrec_add(y, x, n);
@@ -386,6 +398,8 @@ static const dlrec_backend_ops cpu_ops = {
     .copy_rows = cpu_copy_rows,
     .fill_rows = cpu_fill_rows,
     .add = cpu_add,
+    .gather_rows = cpu_gather_rows,
+    .scatter_add_rows = cpu_scatter_add_rows,
     .scale = cpu_scale,
     .all_finite = cpu_all_finite,
     .sum_columns = cpu_sum_columns,

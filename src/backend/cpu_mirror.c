@@ -80,6 +80,10 @@ WRAP(copy_rows, (dlrec_backend *be, float *dst, size_t dst_ld, const float *src,
 WRAP(fill_rows, (dlrec_backend *be, float *dst, size_t dst_ld, size_t rows, size_t width, float value), (&m->inner,
      dst, dst_ld, rows, width, value), (dst))
 WRAP(add, (dlrec_backend *be, float *y, const float *x, size_t n), (&m->inner, y, x, n), (y, x))
+WRAP(gather_rows, (dlrec_backend *be, float *dst, const float *src, size_t rows, const uint32_t *idx, size_t n, size_t
+     width), (&m->inner, dst, src, rows, idx, n, width), (dst, src))
+WRAP(scatter_add_rows, (dlrec_backend *be, float *dst, size_t rows, const uint32_t *idx, const float *src, size_t n,
+     size_t width), (&m->inner, dst, rows, idx, src, n, width), (dst, src))
 WRAP(scale, (dlrec_backend *be, float *x, size_t n, float s), (&m->inner, x, n, s), (x))
 WRAP(all_finite, (dlrec_backend *be, int *finite, const float *x, size_t n), (&m->inner, finite, x, n), (x))
 WRAP(sum_columns, (dlrec_backend *be, float *dst, const float *src, size_t B, size_t C), (&m->inner, dst, src, B, C),
@@ -285,6 +289,8 @@ static const dlrec_backend_ops mirror_ops = {
     .copy_rows = m_copy_rows,
     .fill_rows = m_fill_rows,
     .add = m_add,
+    .gather_rows = m_gather_rows,
+    .scatter_add_rows = m_scatter_add_rows,
     .sum_columns = m_sum_columns,
     .scale = m_scale,
     .all_finite = m_all_finite,

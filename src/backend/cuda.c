@@ -404,6 +404,33 @@ static dlrec_status cuda_add(dlrec_backend *be, float *y, const float *x, size_t
   return cuda_status(cuk_add(enter(be), y, x, n), "add");
 }
 
+/* The host's idx in device memory: the staging's copy into scratch, which
+ * the op's kernel reads next on the stream. */
+static const uint32_t *idx_on_device(dlrec_backend *be, const uint32_t *idx, size_t n, dlrec_status *st) {
+  uint32_t *d = scratch(be, n * sizeof(uint32_t));
+  *st = d ? cuda_upload(be, d, idx, n * sizeof(uint32_t))
+          : dlrec_error(DLREC_ERR_NOMEM, "no GPU memory for %zu row indices", n);
+  return *st == DLREC_OK ? d : NULL;
+}
+
+static dlrec_status cuda_gather_rows(dlrec_backend *be, float *dst, const float *src, size_t rows, const uint32_t *idx,
+                                     size_t n, size_t width) {
+  if (!n || !width) return DLREC_OK;
+  TRY(nn_check_indexed_rows("gather_rows", dst, src, rows, idx, n));
+  dlrec_status st;
+  const uint32_t *d_idx = idx_on_device(be, idx, n, &st);
+  return d_idx ? cuda_status(cuk_gather_rows(enter(be), dst, src, d_idx, n, width), "gather_rows") : st;
+}
+
+static dlrec_status cuda_scatter_add_rows(dlrec_backend *be, float *dst, size_t rows, const uint32_t *idx,
+                                          const float *src, size_t n, size_t width) {
+  if (!n || !width) return DLREC_OK;
+  TRY(nn_check_indexed_rows("scatter_add_rows", dst, src, rows, idx, n));
+  dlrec_status st;
+  const uint32_t *d_idx = idx_on_device(be, idx, n, &st);
+  return d_idx ? cuda_status(cuk_scatter_add_rows(enter(be), dst, d_idx, src, n, width), "scatter_add_rows") : st;
+}
+
 static dlrec_status cuda_scale(dlrec_backend *be, float *x, size_t n, float s) {
   if (!n) return DLREC_OK;
   TRY(NN_NONNULL("scale", x));
@@ -1176,6 +1203,8 @@ static const dlrec_backend_ops cuda_ops = {
     .upload = cuda_upload,
     .download = cuda_download,
     .synchronize = cuda_synchronize,
+    .gather_rows = cuda_gather_rows,
+    .scatter_add_rows = cuda_scatter_add_rows,
     .download_async = cuda_download_async,
     .fence_create = cuda_fence_create,
     .fence_free = cuda_fence_free,

@@ -45,6 +45,17 @@ __global__ void fill_rows_k(float *dst, size_t dst_ld, size_t rows, size_t width
   GRID_STRIDE(i, rows * width) dst[(i / width) * dst_ld + i % width] = value;
 }
 
+__global__ void gather_rows_k(float *dst, const float *src, const uint32_t *idx, size_t n, size_t width) {
+  GRID_STRIDE(i, n * width) dst[i] = src[(size_t)idx[i / width] * width + i % width];
+}
+
+__global__ void scatter_add_rows_k(float *dst, const uint32_t *idx, const float *src, size_t n, size_t width) {
+  GRID_STRIDE(i, n * width) {
+    float *d = dst + (size_t)idx[i / width] * width + i % width;
+    *d = __fadd_rn(*d, src[i]); /* the idx are distinct: no other thread writes d */
+  }
+}
+
 __global__ void add_k(float *y, const float *x, size_t n) {
   GRID_STRIDE(i, n) y[i] = __fadd_rn(y[i], x[i]);
 }
@@ -919,6 +930,16 @@ cudaError_t cuk_fill_rows(cudaStream_t st, float *dst, size_t dst_ld, size_t row
 }
 
 cudaError_t cuk_add(cudaStream_t st, float *y, const float *x, size_t n) { return LAUNCH(add_k, n, st, y, x, n); }
+
+cudaError_t cuk_gather_rows(cudaStream_t st, float *dst, const float *src, const uint32_t *idx, size_t n,
+                            size_t width) {
+  return LAUNCH(gather_rows_k, n * width, st, dst, src, idx, n, width);
+}
+
+cudaError_t cuk_scatter_add_rows(cudaStream_t st, float *dst, const uint32_t *idx, const float *src, size_t n,
+                                 size_t width) {
+  return LAUNCH(scatter_add_rows_k, n * width, st, dst, idx, src, n, width);
+}
 
 cudaError_t cuk_scale(cudaStream_t st, float *x, size_t n, float s) { return LAUNCH(scale_k, n, st, x, n, s); }
 

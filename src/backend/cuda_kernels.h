@@ -23,6 +23,12 @@ cudaError_t cuk_copy_rows(cudaStream_t st, float *dst, size_t dst_ld, const floa
                           size_t width);
 cudaError_t cuk_fill_rows(cudaStream_t st, float *dst, size_t dst_ld, size_t rows, size_t width, float value);
 cudaError_t cuk_add(cudaStream_t st, float *y, const float *x, size_t n);
+/* dst row i = src row idx[i]; dst row idx[i] += src row i (idx distinct):
+ * rows of width floats, idx device memory. */
+cudaError_t cuk_gather_rows(cudaStream_t st, float *dst, const float *src, const uint32_t *idx, size_t n,
+                            size_t width);
+cudaError_t cuk_scatter_add_rows(cudaStream_t st, float *dst, const uint32_t *idx, const float *src, size_t n,
+                                 size_t width);
 cudaError_t cuk_scale(cudaStream_t st, float *x, size_t n, float s);
 /* dst[c] += (float) the sum of column c in double, rows in order (a thread a column). */
 /* *flag = 1 if any of x's n values is not finite (flag is device memory,

@@ -52,6 +52,40 @@ dlrec_status dlrec_fill_rows(float *dst, size_t dst_ld, size_t rows, size_t widt
   return DLREC_OK;
 }
 
+dlrec_status nn_check_indexed_rows(const char *what, const void *dst, const void *src, size_t rows,
+                                   const uint32_t *idx, size_t n) {
+  if (!n) return DLREC_OK;
+  if (!dst || !src || !idx) return dlrec_error(DLREC_ERR_INVALID, "%s: NULL buffer", what);
+  for (size_t i = 0; i < n; i++)
+    if (idx[i] >= rows)
+      return dlrec_error(DLREC_ERR_INVALID, "%s: index %zu is row %u of %zu", what, i, idx[i], rows);
+  return DLREC_OK;
+}
+
+dlrec_status dlrec_gather_rows(float *dst, const float *src, size_t rows, const uint32_t *idx, size_t n,
+                               size_t width) {
+  if (!width) return DLREC_OK;
+  dlrec_status s = nn_check_indexed_rows("gather_rows", dst, src, rows, idx, n);
+  if (s != DLREC_OK) return s;
+#pragma omp parallel for schedule(static) if (n * width >= PARALLEL_MIN)
+  for (size_t i = 0; i < n; i++) memcpy(dst + i * width, src + (size_t)idx[i] * width, width * sizeof(float));
+  return DLREC_OK;
+}
+
+dlrec_status dlrec_scatter_add_rows(float *dst, size_t rows, const uint32_t *idx, const float *src, size_t n,
+                                    size_t width) {
+  if (!width) return DLREC_OK;
+  dlrec_status s = nn_check_indexed_rows("scatter_add_rows", dst, src, rows, idx, n);
+  if (s != DLREC_OK) return s;
+#pragma omp parallel for schedule(static) if (n * width >= PARALLEL_MIN)
+  for (size_t i = 0; i < n; i++) {
+    float *d = dst + (size_t)idx[i] * width;
+    const float *x = src + i * width;
+    for (size_t c = 0; c < width; c++) d[c] += x[c];
+  }
+  return DLREC_OK;
+}
+
 dlrec_status dlrec_add(float *y, const float *x, size_t n) {
   if (!n) return DLREC_OK;
   if (!y || !x) return dlrec_error(DLREC_ERR_INVALID, "add: NULL buffer");
