@@ -58,6 +58,10 @@ struct dlrec_net_ws {
   uint32_t *hot_offsets[DLREC_MAX_SPARSE], *hot_ids[DLREC_MAX_SPARSE];
   uint32_t *cold_offsets[DLREC_MAX_SPARSE], *cold_ids[DLREC_MAX_SPARSE];
   float *d_cold;
+  /* The pooled rows (b * F + c) whose bags have cold ids, n_cold of them,
+   * and their rows packed together (host memory): what crosses over. */
+  uint32_t *cold_rows, n_cold;
+  float *h_pack;
   void *d_scratch; /* the hot rows' sparse backward's, the device's memory */
   size_t d_scratch_bytes;
   float *d_logits;    /* (B) */
@@ -206,6 +210,8 @@ dlrec_status dlrec_net_ws_create(dlrec_net_ws **out, const dlrec_net *n, uint32_
   }
   if (ws->dev_be && n->host_table && F && n->dhot) {
     NET_WS_ALLOC(&ws->arena, ws->d_cold, emb_floats);
+    NET_WS_ALLOC(&ws->host, ws->h_pack, emb_floats);
+    if (!(ws->cold_rows = dlrec_arena_alloc(&ws->host, (B * F + 1) * sizeof(uint32_t), 64))) goto nomem;
     ws->d_scratch_bytes = dlrec_bag_backward_scratch_bytes(n->dhot, (uint64_t)B * n->max_ids_per_row);
     if (!(ws->d_scratch = dlrec_arena_alloc(&ws->arena, ws->d_scratch_bytes ? ws->d_scratch_bytes : 1, 64)))
       goto nomem;
@@ -303,7 +309,7 @@ static dlrec_bag_batch bags_of(const dlrec_net *n, const dlrec_batch *b) {
 /* The batch's bags split by where their rows live (n->dhot): hot, the ids
  * of the rows on the device, as that table's rows; cold, the others, as the
  * host table's. Each part keeps its bags' order, and an id's place within
- * its bag. */
+ * its bag. ws->cold_rows lists the bags (b * F + c) that have cold ids. */
 static dlrec_status split_bags(const dlrec_net *n, dlrec_net_ws *ws, const dlrec_bag_batch *bags,
                                dlrec_bag_batch *hot, dlrec_bag_batch *cold) {
   const uint32_t B = bags->rows, F = bags->cols;
@@ -343,6 +349,11 @@ static dlrec_status split_bags(const dlrec_net *n, dlrec_net_ws *ws, const dlrec
     const dlrec_status e = dlrec_bag_check(n->table, bags);
     return e != DLREC_OK ? e : dlrec_error(DLREC_ERR_INVALID, "a batch's bag offsets are out of order");
   }
+  uint32_t k = 0;
+  for (uint32_t b = 0; b < B; b++)
+    for (uint32_t c = 0; c < F; c++)
+      if (ws->cold_offsets[c][b + 1] > ws->cold_offsets[c][b]) ws->cold_rows[k++] = b * F + c;
+  ws->n_cold = k;
   *hot = *cold = *bags;
   hot->offsets = (const uint32_t *const *)ws->hot_offsets;
   hot->ids = (const uint32_t *const *)ws->hot_ids;
@@ -491,13 +502,15 @@ static dlrec_status run_forward(const dlrec_net *n, dlrec_backend *be, dlrec_net
   }
   if (st == DLREC_OK && F && ws->d_cold) { /* hot rows on the device, the rest on the host: the two pools added */
     dlrec_bag_batch hot, cold;
-    const size_t floats = (size_t)B * F * n->plan.emb_dim;
+    const size_t D = n->plan.emb_dim, bags_n = (size_t)B * F;
     st = split_bags(n, ws, &bags, &hot, &cold);
+    /* Only the pooled rows with cold ids cross over, packed. */
     if (st == DLREC_OK) st = BE_OP(dlrec_backend_default(), bag_forward, ws->h_emb, table, &cold, n->plan.pooling);
-    if (st == DLREC_OK) st = ws_upload(ws, ws->d_cold, ws->h_emb, floats);
+    if (st == DLREC_OK) st = dlrec_gather_rows(ws->h_pack, ws->h_emb, bags_n, ws->cold_rows, ws->n_cold, D);
+    if (st == DLREC_OK) st = ws_upload(ws, ws->d_cold, ws->h_pack, ws->n_cold * D);
     if (st == DLREC_OK) st = BE_OP(be, bag_forward, ws->emb, n->dhot, &hot, n->plan.pooling);
     for (int c = 0; st == DLREC_OK && c < F; c++) p->hot_lookups += hot.offsets[c][B];
-    if (st == DLREC_OK) st = BE_OP(be, add, ws->emb, ws->d_cold, floats);
+    if (st == DLREC_OK) st = BE_OP(be, scatter_add_rows, ws->emb, bags_n, ws->cold_rows, ws->d_cold, ws->n_cold, D);
   } else if (st == DLREC_OK && F && ws->h_emb) { /* the table on the host: pooled there, the rows sent over */
     st = BE_OP(dlrec_backend_default(), bag_forward, ws->h_emb, table, &bags, n->plan.pooling);
     if (st == DLREC_OK) st = ws_upload(ws, ws->emb, ws->h_emb, (size_t)B * F * n->plan.emb_dim);
@@ -1173,12 +1186,17 @@ static dlrec_status update(dlrec_net *n, dlrec_net_ws *ws, dlrec_net_optim *opt,
     st = dlrec_sparse_optim_set_lr(opt->dev_sparse, opt->sparse_lr * lr_scale);
   if (st == DLREC_OK && n->schema.n_sparse && ws->d_cold) { /* hot rows updated there, the others here */
     dlrec_bag_batch hot, cold;
-    const size_t floats = (size_t)batch->rows * n->schema.n_sparse * n->plan.emb_dim;
+    const size_t D = n->plan.emb_dim, bags_n = (size_t)batch->rows * n->schema.n_sparse;
     st = split_bags(n, ws, &bags, &hot, &cold);
     if (st == DLREC_OK)
       st = BE_OP(n->be, bag_backward_update, n->dhot, opt->dev_sparse, &hot, n->plan.pooling, ws->d_emb,
                  ws->d_scratch, ws->d_scratch_bytes);
-    if (st == DLREC_OK) st = n->be->ops->download(n->be, ws->h_emb, ws->d_emb, floats * sizeof(float));
+    /* The gradient of the pooled rows with cold ids only, packed; the cold
+     * bags read no other row of it. */
+    if (st == DLREC_OK) st = BE_OP(n->be, gather_rows, ws->d_cold, ws->d_emb, bags_n, ws->cold_rows, ws->n_cold, D);
+    if (st == DLREC_OK) st = n->be->ops->download(n->be, ws->h_pack, ws->d_cold, ws->n_cold * D * sizeof(float));
+    for (uint32_t i = 0; st == DLREC_OK && i < ws->n_cold; i++)
+      memcpy(ws->h_emb + (size_t)ws->cold_rows[i] * D, ws->h_pack + i * D, D * sizeof(float));
     if (st == DLREC_OK)
       st = BE_OP(dlrec_backend_default(), bag_backward_update, n->table, opt->sparse, &cold, n->plan.pooling,
                  ws->h_emb, ws->scratch, ws->scratch_bytes);
