@@ -13,6 +13,8 @@
 #     cuda/fp32": mixed precision against fp32 on the GPU)
 #   PLACEMENT=host: training.table_placement for both runs (default: the
 #     config's; "host" keeps the table in host memory on the GPU)
+#   HOT="A B": training.hot_fraction of the first and the second run (with
+#     PLACEMENT=host: "0.1 0" times hot rows on the GPU against none)
 #   BIN_B: the dlrec the second run uses (default BIN, the first's): with
 #     DEVICES="cuda cuda", two builds side by side on one GPU
 set -euo pipefail
@@ -23,6 +25,7 @@ ROWS=${1:-1000000}
 BATCH=${2:-8192}
 CFG=${3:-examples/dlrm_synth.json}
 read -r A B <<< "${DEVICES:-cuda cpu}"
+read -r HOT_A HOT_B <<< "${HOT:-}"
 D=$(mktemp -d)
 trap 'rm -rf "$D"' EXIT
 
@@ -38,9 +41,9 @@ i=0
 for run in "$A" "$B"; do
   i=$((i + 1))
   name=${i}_${run//\//_}
-  bin=$BIN
-  [ $i = 2 ] && bin=$BIN_B
-  python3 - "$CFG" "$BATCH" "$D/cfg_$name.json" "${PLACEMENT:-}" "$([[ $run == */* ]] && echo "${run#*/}")" <<'PY'
+  bin=$BIN hot=${HOT_A:-}
+  [ $i = 2 ] && bin=$BIN_B hot=${HOT_B:-}
+  python3 - "$CFG" "$BATCH" "$D/cfg_$name.json" "${PLACEMENT:-}" "$([[ $run == */* ]] && echo "${run#*/}")" "$hot" <<'PY'
 import json, sys
 c = json.load(open(sys.argv[1]))
 c.setdefault("training", {})["batch_size"] = int(sys.argv[2])
@@ -48,6 +51,8 @@ if sys.argv[4]:
     c["training"]["table_placement"] = sys.argv[4]
 if sys.argv[5]:
     c["training"]["precision"] = sys.argv[5]
+if sys.argv[6]:
+    c["training"]["hot_fraction"] = float(sys.argv[6])
 c.setdefault("eval", {})["interval_steps"] = 10**9  # validation at the end only
 json.dump(c, open(sys.argv[3], "w"))
 PY
@@ -55,10 +60,12 @@ PY
     --out "$D/run_$name" --device "${run%%/*}" > "$D/$name.json"
 done
 python3 - "$D" "$("$BIN" version | grep '^  cuda' | sed 's/^  cuda  //')" "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)" \
-  "$(nproc)" "$CFG" "$BATCH" "$A" "$B" "$([ "$BIN_B" != "$BIN" ] && echo "$BIN_B")" <<'PY'
+  "$(nproc)" "$CFG" "$BATCH" "$A" "$B" "$([ "$BIN_B" != "$BIN" ] && echo "$BIN_B")" "${HOT:-}" <<'PY'
 import json, sys
-d, gpu, cpu, cores, cfg, batch, a, b, bin_b = sys.argv[1:]
-runs = [(a, f"{d}/1_{a.replace('/', '_')}.json"), (b + (f" ({bin_b})" if bin_b else ""), f"{d}/2_{b.replace('/', '_')}.json")]
+d, gpu, cpu, cores, cfg, batch, a, b, bin_b = sys.argv[1:10]
+hot_a, hot_b = (sys.argv[10].split() + ["", ""])[:2]
+runs = [(a + (f" hot {hot_a}" if hot_a else ""), f"{d}/1_{a.replace('/', '_')}.json"),
+        (b + (f" hot {hot_b}" if hot_b else "") + (f" ({bin_b})" if bin_b else ""), f"{d}/2_{b.replace('/', '_')}.json")]
 r = [(label, json.load(open(path))) for label, path in runs]
 print(f"{cfg}, batch {batch}; GPU: {gpu}; CPU:{cpu}, {cores} cores")
 w = max(10, max(len(label) for label, _ in r))

@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
 # The GPU checks of issue 11 in one call on a lent machine, from the
 # repository root, with .device carried (scripts/device_bundle.sh made it
-# here): the op-by-op test, the whole-model agreement, train/eval/predict
-# on the GPU against the CPU, the dev/cuda programs at quick sizes, the
-# DLRM step benchmark (bf16, then tf32, then fp16, then
-# bf16 with Criteo 1TB's table, then its per-op profile) and bench/gpu_train.sh (the table
-# on the GPU, then in host memory, then fp16 against fp32; then, when the
-# bundle holds an older build's dlrec as dlrec_base, this build's training
-# against it on the same GPU). About 3 minutes
-# on an H100; each part has its own time limit (16.5 minutes in all at the
-# worst: give the run 600 s, and the last parts are the ones cut), and the log goes to
-# $OUT/gpu-checks.log
-# when OUT is set (the run tool's), so what ran comes back even if the call
-# is cut. Exits 1 if a check failed.
+# here): the op-by-op test, the whole-model agreement, train/eval/predict on
+# the GPU against the CPU, the dev/cuda programs at quick sizes, the DLRM
+# step benchmark (bf16, then tf32, then fp16, then bf16 with Criteo 1TB's
+# table, then its per-op profile) and bench/gpu_train.sh (the table on the
+# GPU, then in host memory, then in host memory with a tenth of its rows hot
+# on the GPU against none, then fp16 against fp32; then, when the bundle
+# holds an older build's dlrec as dlrec_base, this build's training against
+# it on the same GPU). About 4 minutes on an H100; each part has its own
+# time limit (17.5 minutes in all at the worst: give the run 600 s, and the
+# last parts are the ones cut), and the log goes to $OUT/gpu-checks.log when
+# OUT is set (the run tool's), so what ran comes back even if the call is
+# cut. Exits 1 if a check failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 log=${OUT:+$OUT/gpu-checks.log}
@@ -53,6 +53,8 @@ part "bench_step's per-op profile (a sync after each op)" 30 $B/bench_step cuda 
 part "bench/gpu_train.sh" 90 env BIN=$B/dlrec bench/gpu_train.sh 1000000 8192
 part "bench/gpu_train.sh, the table in host memory" 60 env BIN=$B/dlrec PLACEMENT=host DEVICES="cuda cpu" \
   bench/gpu_train.sh 1000000 8192
+part "bench/gpu_train.sh, the table in host memory, a tenth of its rows hot on the GPU against none" 60 env \
+  BIN=$B/dlrec PLACEMENT=host HOT="0.1 0" DEVICES="cuda cuda" bench/gpu_train.sh 1000000 8192
 part "bench/gpu_train.sh, fp16 (loss-scaled) against fp32 at batch 65536" 60 env BIN=$B/dlrec \
   DEVICES="cuda/fp16 cuda/fp32" bench/gpu_train.sh 4000000 65536
 if [ -x $B/dlrec_base ]; then
