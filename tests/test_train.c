@@ -301,6 +301,46 @@ TEST(device_flag_trains_on_the_cpu_and_a_gpu_or_says_why) {
   CHECK(want && got_hot && got_hot_m && !strcmp(want, got_hot) && !strcmp(want, got_hot_m));
   if (hot_log && !strstr(hot_log, " hot rows (")) fprintf(stderr, "%s\n", hot_log);
   free(hot_log), free(got_hot), free(got_hot_m);
+  /* A bf16 table rounds each updated row stochastically, keyed by the
+   * update count and the row: a hot row keyed as the host table's row, and
+   * the two parts' counts kept as one table's, so the same bits as the CPU's
+   * again, resumed in two parts. */
+  char hot16_cfg[2048], cpu16_cfg[2048];
+  CHECK(replace_first(hot16_cfg, sizeof hot16_cfg, hot_cfg, "\"training\": {",
+                      "\"training\": {\"table_dtype\": \"bf16\", ") == 0);
+  CHECK(replace_first(cpu16_cfg, sizeof cpu16_cfg, CONFIG, "\"training\": {",
+                      "\"training\": {\"table_dtype\": \"bf16\", ") == 0);
+  CHECK(test_write_file(test_path("cfg_hot16.json"), hot16_cfg, (size_t)-1) == 0);
+  CHECK(test_write_file(test_path("cfg_cpu16.json"), cpu16_cfg, (size_t)-1) == 0);
+  const char *fmt16 = "train -q --device %s --threads 1 %s --max-steps %d --config '%s' --train '%s' --etl '%s' "
+                      "--out '%s'";
+  CHECK(test_run_cli(NULL, fmt16, "cpu", "", 12, test_path("cfg_cpu16.json"), test_path("train.dlr"),
+                     test_path("etl"), test_path("cpu16")) == 0);
+  CHECK(test_run_cli(NULL, fmt16, "cpu-mirror", "", 6, test_path("cfg_hot16.json"), test_path("train.dlr"),
+                     test_path("etl"), test_path("hot16")) == 0);
+  CHECK(test_run_cli(NULL, fmt16, "cpu-mirror", "--resume", 12, test_path("cfg_hot16.json"), test_path("train.dlr"),
+                     test_path("etl"), test_path("hot16")) == 0);
+  char *want16 = NULL, *got16 = NULL;
+  CHECK(test_run_cli(&want16, "predict -q --model '%s' --input '%s' --out -", test_path("cpu16"),
+                     test_path("valid.dlr")) == 0);
+  CHECK(test_run_cli(&got16, "predict -q --model '%s' --input '%s' --out -", test_path("hot16"),
+                     test_path("valid.dlr")) == 0);
+  CHECK(want16 && got16 && strlen(want16) > 1000 && !strcmp(want16, got16) && strcmp(want16, want));
+  free(got16);
+  got16 = NULL;
+  /* Every row hot: the host's part never updates, yet its count (the one
+   * checkpointed) moves with the device's, so the resumed run rounds on. */
+  char all16_cfg[2048];
+  CHECK(replace_first(all16_cfg, sizeof all16_cfg, hot16_cfg, "\"hot_fraction\": 0.3", "\"hot_fraction\": 1") == 0);
+  CHECK(test_write_file(test_path("cfg_all16.json"), all16_cfg, (size_t)-1) == 0);
+  CHECK(test_run_cli(NULL, fmt16, "cpu-mirror", "", 6, test_path("cfg_all16.json"), test_path("train.dlr"),
+                     test_path("etl"), test_path("all16")) == 0);
+  CHECK(test_run_cli(NULL, fmt16, "cpu-mirror", "--resume", 12, test_path("cfg_all16.json"), test_path("train.dlr"),
+                     test_path("etl"), test_path("all16")) == 0);
+  CHECK(test_run_cli(&got16, "predict -q --model '%s' --input '%s' --out -", test_path("all16"),
+                     test_path("valid.dlr")) == 0);
+  CHECK(want16 && got16 && !strcmp(want16, got16));
+  free(want16), free(got16);
   /* predict on the device places the table as the run did, and says so. */
   char *pred_log = NULL, *got_hm = NULL, scores_path[2048];
   snprintf(scores_path, sizeof scores_path, "%s", test_path("dev_host.scores"));

@@ -104,6 +104,14 @@ dlrec_status net_optim_device(dlrec_net *n, dlrec_net_optim *opt) {
   if (s == DLREC_OK && n->dtable) s = backend_sparse_optim_mirror(be, opt->sparse, n->dtable, &opt->dev_sparse);
   if (s == DLREC_OK && n->dhot)
     s = backend_sparse_optim_mirror_runs(be, opt->sparse, n->dhot, n->hot, n->hot_runs, &opt->dev_sparse);
+  if (s == DLREC_OK && n->dhot) { /* a hot row rounds as the host table's row it is */
+    free(n->hot_keys);
+    if (!(n->hot_keys = malloc((n->hot_total ? n->hot_total : 1) * sizeof *n->hot_keys)))
+      s = dlrec_error(DLREC_ERR_NOMEM, "out of memory");
+    for (uint32_t i = 0; s == DLREC_OK && i < n->hot_runs; i++)
+      for (uint64_t r = 0; r < n->hot[i].count; r++) n->hot_keys[n->hot[i].dev + r] = n->hot[i].host + r;
+    if (s == DLREC_OK) dlrec_sparse_optim_set_row_keys(opt->dev_sparse, n->hot_keys);
+  }
   if (s != DLREC_OK) dlrec_net_optim_free_device(opt);
   return s;
 }

@@ -1200,6 +1200,14 @@ static dlrec_status update(dlrec_net *n, dlrec_net_ws *ws, dlrec_net_optim *opt,
     if (st == DLREC_OK)
       st = BE_OP(dlrec_backend_default(), bag_backward_update, n->table, opt->sparse, &cold, n->plan.pooling,
                  ws->h_emb, ws->scratch, ws->scratch_bytes);
+    /* One update count for the two parts, as one table's: it moves when
+     * either part updated rows (a 16-bit table's rounding is keyed by it,
+     * and the checkpoint keeps the host's). */
+    dlrec_sparse_optim_state sh, sd;
+    dlrec_sparse_optim_state_view(opt->sparse, &sh);
+    dlrec_sparse_optim_state_view(opt->dev_sparse, &sd);
+    if (st == DLREC_OK && sh.updates && sd.updates)
+      *sh.updates = *sd.updates = *sh.updates > *sd.updates ? *sh.updates : *sd.updates;
   } else if (st == DLREC_OK && n->schema.n_sparse && ws->h_emb) { /* the gradient back to the table on the host */
     const size_t floats = (size_t)batch->rows * n->schema.n_sparse * n->plan.emb_dim;
     st = n->be->ops->download(n->be, ws->h_emb, ws->d_emb, floats * sizeof(float));
