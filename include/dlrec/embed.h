@@ -196,6 +196,9 @@ dlrec_status dlrec_sparse_optim_set_lr(dlrec_sparse_optim *o, float lr);
  * the same wherever it is cached. row_keys must stay valid (and current)
  * while updates run; NULL (the default) keys each row by itself. */
 void dlrec_sparse_optim_set_row_keys(dlrec_sparse_optim *o, const uint64_t *row_keys);
+/* The row keys set, or NULL. For a mirror in a backend's memory (a hot
+ * rows' optimizer) they are that memory too. */
+const uint64_t *dlrec_sparse_optim_row_keys(const dlrec_sparse_optim *o);
 
 /* The optimizer's state arrays, for checkpoints and tests; NULL where the
  * kind has none. Valid until dlrec_sparse_optim_free. */

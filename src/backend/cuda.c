@@ -1150,7 +1150,7 @@ static dlrec_status cuda_bag_backward_update(dlrec_backend *be, dlrec_table *t, 
   const cuk_sparse_opt opt = {c->kind == DLREC_SPARSE_SGD ? 0 : c->kind == DLREC_SPARSE_ROWWISE_ADAGRAD ? 1 : 2,
                               c->lr, c->weight_decay, c->beta1, c->beta2, c->eps, log((double)c->beta1),
                               log((double)c->beta2), s.accum, s.m, s.v, s.steps,
-                              dtype_sr_key(s.updates ? *s.updates : 0)};
+                              dtype_sr_key(s.updates ? *s.updates : 0), dlrec_sparse_optim_row_keys(o)};
   TRY(cuda_status(cuk_bag_update(enter(be), rows_of(t), bg, (uint32_t)ids, d_out, opt, at, update), what));
   if (s.updates) ++*s.updates; /* the next update's rounding key, as the CPU's count */
   return DLREC_OK;

@@ -699,7 +699,7 @@ __global__ void reduce_update_k(cuk_rows t, Runs R, cuk_sparse_opt o) {
     if (t.dtype == 0) {
       static_cast<float *>(t.data)[row + d] = w[j];
     } else {
-      const uint64_t draws = dtype_sr_draws_keyed(o.sr_key, r, d / 4);
+      const uint64_t draws = dtype_sr_draws_keyed(o.sr_key, o.row_keys ? (uint32_t)o.row_keys[r] : r, d / 4);
       const uint32_t draw = (uint32_t)(draws >> (16 * (d % 4))) & 0xffffu;
       static_cast<uint16_t *>(t.data)[row + d] =
           t.dtype == 1 ? dtype_f32_to_bf16_sr(w[j], draw) : dtype_f32_to_fp16_sr(w[j], draw);

@@ -149,6 +149,7 @@ typedef struct cuk_sparse_opt {
   float *accum, *m, *v;
   uint32_t *steps;
   uint64_t sr_key;
+  const uint64_t *row_keys; /* device memory: row r rounds keyed as row_keys[r]; NULL: as r */
 } cuk_sparse_opt;
 
 /* Scratch bytes cuk_bag_update needs for n ids (n >= 1). */

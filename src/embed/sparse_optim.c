@@ -200,6 +200,7 @@ dlrec_status dlrec_sparse_optim_set_lr(dlrec_sparse_optim *o, float lr) {
 }
 
 void dlrec_sparse_optim_set_row_keys(dlrec_sparse_optim *o, const uint64_t *row_keys) { o->row_keys = row_keys; }
+const uint64_t *dlrec_sparse_optim_row_keys(const dlrec_sparse_optim *o) { return o->row_keys; }
 
 void dlrec_sparse_optim_state_view(dlrec_sparse_optim *o, dlrec_sparse_optim_state *s) {
   s->rows = o->rows;

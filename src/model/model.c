@@ -204,7 +204,6 @@ void dlrec_net_free(dlrec_net *n) {
   if (n->ctx) n->type->free_ctx(n->ctx);
   dlrec_store_free(n->store);
   free(n->params);
-  free(n->hot_keys);
   free(n);
 }
 

@@ -317,7 +317,9 @@ struct dlrec_net {
   backend_rows hot[DLREC_MAX_SPARSE];
   uint32_t hot_runs;
   dlrec_table *dhot;
-  uint64_t *hot_keys; /* hot row i's row in the host's table: keys a 16-bit row's rounding as the table's would */
+  /* Hot row i's row in the host's table (the backend's memory): keys a
+   * 16-bit row's rounding as the host table's row (the optimizer's row keys). */
+  uint64_t *hot_keys;
   int tableless;            /* dlrec_net_create_tableless: the table is a placeholder row */
   /* Per column: pools by its mean because the ETL schema declares it so
    * (multi=NAME:SEP:mean); the config's pooling applies to the others. */

@@ -47,6 +47,8 @@ void net_device_drop(dlrec_net *n) {
   n->dev_be->ops->release(n->dev_be, n->dparams);
   backend_table_mirror_free(n->dev_be, n->dtable);
   backend_table_mirror_free(n->dev_be, n->dhot);
+  n->dev_be->ops->release(n->dev_be, n->hot_keys);
+  n->hot_keys = NULL;
   n->dparams = NULL;
   n->dtable = NULL;
   n->dhot = NULL;
@@ -55,6 +57,21 @@ void net_device_drop(dlrec_net *n) {
 
 static size_t dense_state_bytes(const dlrec_net *n, const dlrec_net_optim *opt) {
   return dlrec_optim_state_floats(&opt->dense, n->plan.n_params) * sizeof(float);
+}
+
+/* The hot rows' keys on the backend: each one's row in the host's table. */
+static dlrec_status hot_keys_make(dlrec_net *n, dlrec_backend *be) {
+  const size_t bytes = (n->hot_total ? n->hot_total : 1) * sizeof(uint64_t);
+  uint64_t *keys = malloc(bytes);
+  if (!keys || !(n->hot_keys = be->ops->alloc(be, bytes))) {
+    free(keys);
+    return dlrec_error(DLREC_ERR_NOMEM, "%s: no memory for the hot rows' %zu-byte keys", be->describe, bytes);
+  }
+  for (uint32_t i = 0; i < n->hot_runs; i++)
+    for (uint64_t r = 0; r < n->hot[i].count; r++) keys[n->hot[i].dev + r] = n->hot[i].host + r;
+  dlrec_status s = be->ops->upload(be, n->hot_keys, keys, bytes);
+  free(keys);
+  return s;
 }
 
 /* The network's mirrors on its backend, made from or refreshed with the
@@ -70,6 +87,7 @@ static dlrec_status net_upload(dlrec_net *n) {
     if (n->schema.n_sparse && !n->host_table) s = backend_table_mirror(be, n->table, &n->dtable);
     else if (n->schema.n_sparse && n->hot_total)
       s = backend_table_mirror_runs(be, n->table, n->hot, n->hot_runs, n->hot_total, &n->dhot);
+    if (s == DLREC_OK && n->dhot) s = hot_keys_make(n, be);
     if (s != DLREC_OK) {
       net_device_drop(n);
       return s;
@@ -104,14 +122,8 @@ dlrec_status net_optim_device(dlrec_net *n, dlrec_net_optim *opt) {
   if (s == DLREC_OK && n->dtable) s = backend_sparse_optim_mirror(be, opt->sparse, n->dtable, &opt->dev_sparse);
   if (s == DLREC_OK && n->dhot)
     s = backend_sparse_optim_mirror_runs(be, opt->sparse, n->dhot, n->hot, n->hot_runs, &opt->dev_sparse);
-  if (s == DLREC_OK && n->dhot) { /* a hot row rounds as the host table's row it is */
-    free(n->hot_keys);
-    if (!(n->hot_keys = malloc((n->hot_total ? n->hot_total : 1) * sizeof *n->hot_keys)))
-      s = dlrec_error(DLREC_ERR_NOMEM, "out of memory");
-    for (uint32_t i = 0; s == DLREC_OK && i < n->hot_runs; i++)
-      for (uint64_t r = 0; r < n->hot[i].count; r++) n->hot_keys[n->hot[i].dev + r] = n->hot[i].host + r;
-    if (s == DLREC_OK) dlrec_sparse_optim_set_row_keys(opt->dev_sparse, n->hot_keys);
-  }
+  /* A hot row rounds as the host table's row it is. */
+  if (s == DLREC_OK && n->dhot) dlrec_sparse_optim_set_row_keys(opt->dev_sparse, n->hot_keys);
   if (s != DLREC_OK) dlrec_net_optim_free_device(opt);
   return s;
 }
