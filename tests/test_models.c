@@ -1452,7 +1452,28 @@ TEST(hot_rows_refuse_bad_batches) {
   bad.ids[1] = many;
   CHECK_ERR(dlrec_net_train_step(r.m, r.ws, &r.opt, &bad, 1.0f, 2, &loss, NULL), DLREC_ERR_INVALID, "max hotness");
   CHECK(host_table_sum(r.m) == before);
-  CHECK_OK(dlrec_net_train_step(r.m, r.ws, &r.opt, &good, 1.0f, 2, &loss, NULL));
+  CHECK_OK(dlrec_net_train_step(r.m, r.ws, &r.opt, &good, 1.0f, 2, &loss, NULL)); /* bn_batch's seed 6 */
+  /* A step that loss scaling skips (its gradients overflow) leaves its
+   * split behind unused: the next step splits its own batch, and trains as
+   * if the skipped one had never been. */
+  r.opt.loss_scale = INFINITY;
+  dlrec_batch skipped = bn_batch(&s, 8, -1);
+  CHECK_OK(dlrec_net_train_step(r.m, r.ws, &r.opt, &skipped, 1.0f, 3, &loss, NULL));
+  CHECK_EQ(r.opt.skipped_steps, 1u);
+  r.opt.loss_scale = 0;
+  dlrec_batch next = bn_batch(&s, 9, -1);
+  CHECK_OK(dlrec_net_train_step(r.m, r.ws, &r.opt, &next, 1.0f, 3, &loss, NULL));
+  agree_run q;
+  CHECK_OK(agree_open(&q, &s, "dlrm", "", "cpu-mirror", 1, 2));
+  const uint64_t seeds[] = {3, 6, 9};
+  for (int i = 0; i < 3; i++) {
+    dlrec_batch b = bn_batch(&s, seeds[i], -1);
+    CHECK_OK(dlrec_net_train_step(q.m, q.ws, &q.opt, &b, 1.0f, (uint64_t)i + 1, &loss, NULL));
+  }
+  CHECK_OK(dlrec_net_sync_host(r.m, &r.opt));
+  CHECK_OK(dlrec_net_sync_host(q.m, &q.opt));
+  CHECK(host_table_sum(q.m) == host_table_sum(r.m));
+  agree_free(&q);
   agree_free(&r);
 }
 

@@ -62,6 +62,7 @@ struct dlrec_net_ws {
    * and their rows packed together (host memory): what crosses over. */
   uint32_t *cold_rows, n_cold;
   float *h_pack;
+  int split_kept; /* the forward's split stands for the training step's update (split_bags) */
   void *d_scratch; /* the hot rows' sparse backward's, the device's memory */
   size_t d_scratch_bytes;
   float *d_logits;    /* (B) */
@@ -313,6 +314,15 @@ static dlrec_bag_batch bags_of(const dlrec_net *n, const dlrec_batch *b) {
 static dlrec_status split_bags(const dlrec_net *n, dlrec_net_ws *ws, const dlrec_bag_batch *bags,
                                dlrec_bag_batch *hot, dlrec_bag_batch *cold) {
   const uint32_t B = bags->rows, F = bags->cols;
+  *hot = *cold = *bags;
+  hot->offsets = (const uint32_t *const *)ws->hot_offsets;
+  hot->ids = (const uint32_t *const *)ws->hot_ids;
+  cold->offsets = (const uint32_t *const *)ws->cold_offsets;
+  cold->ids = (const uint32_t *const *)ws->cold_ids;
+  if (ws->split_kept) { /* the update after the forward of the same batch */
+    ws->split_kept = 0;
+    return DLREC_OK;
+  }
   for (uint32_t c = 0; c < F; c++) { /* the parts' room: max_hotness ids a row (out of order: below) */
     const uint64_t ids = bags->offsets[c][B] >= bags->offsets[c][0] ? bags->offsets[c][B] - bags->offsets[c][0] : 0;
     if (ids > (uint64_t)ws->max_batch * n->schema.sparse[c].max_hotness)
@@ -354,11 +364,6 @@ static dlrec_status split_bags(const dlrec_net *n, dlrec_net_ws *ws, const dlrec
     for (uint32_t c = 0; c < F; c++)
       if (ws->cold_offsets[c][b + 1] > ws->cold_offsets[c][b]) ws->cold_rows[k++] = b * F + c;
   ws->n_cold = k;
-  *hot = *cold = *bags;
-  hot->offsets = (const uint32_t *const *)ws->hot_offsets;
-  hot->ids = (const uint32_t *const *)ws->hot_ids;
-  cold->offsets = (const uint32_t *const *)ws->cold_offsets;
-  cold->ids = (const uint32_t *const *)ws->cold_ids;
   return DLREC_OK;
 }
 
@@ -503,7 +508,9 @@ static dlrec_status run_forward(const dlrec_net *n, dlrec_backend *be, dlrec_net
   if (st == DLREC_OK && F && ws->d_cold) { /* hot rows on the device, the rest on the host: the two pools added */
     dlrec_bag_batch hot, cold;
     const size_t D = n->plan.emb_dim, bags_n = (size_t)B * F;
+    ws->split_kept = 0; /* a forward splits its own batch */
     st = split_bags(n, ws, &bags, &hot, &cold);
+    ws->split_kept = st == DLREC_OK && state; /* a training pass: its update takes this split */
     /* Only the pooled rows with cold ids cross over, packed. */
     if (st == DLREC_OK) st = BE_OP(dlrec_backend_default(), bag_forward, ws->h_emb, table, &cold, n->plan.pooling);
     if (st == DLREC_OK) st = dlrec_gather_rows(ws->h_pack, ws->h_emb, bags_n, ws->cold_rows, ws->n_cold, D);
