@@ -53,8 +53,8 @@ struct dlrec_net_ws {
   float *h_emb;
   /* With hot rows on the device too (n->dhot): the batch's bags split in
    * two (split_bags), each column's offsets (max_batch + 1) and ids (its
-   * most), host memory; and d_cold, the device's copy of the pooled cold
-   * rows, which the hot ones' pool is added to. */
+   * most), host memory; and d_cold, the device's copy of the packed pooled
+   * cold rows (added into the hot ones' pool), then of their gradient. */
   uint32_t *hot_offsets[DLREC_MAX_SPARSE], *hot_ids[DLREC_MAX_SPARSE];
   uint32_t *cold_offsets[DLREC_MAX_SPARSE], *cold_ids[DLREC_MAX_SPARSE];
   float *d_cold;
