@@ -100,6 +100,24 @@ static int same_metrics(const char *run_a, const char *run_b) {
   return eq;
 }
 
+/* Writes cfg to test_path(cfg_name), trains `run` on cpu-mirror (one
+ * thread) for 6 steps (its output into *log, when log is not NULL),
+ * resumes it to step 12, and scores valid.dlr with it on the CPU into
+ * *scores: 0, or -1 when a command failed. */
+static int mirror_two_parts(const char *cfg, const char *cfg_name, const char *run, char **log, char **scores) {
+  if (test_write_file(test_path(cfg_name), cfg, (size_t)-1) != 0) return -1;
+  const char *fmt = "train %s --device cpu-mirror --threads 1 %s --max-steps %d --config '%s' --train '%s' --etl '%s' "
+                    "--out '%s'";
+  if (test_run_cli(log, fmt, log ? "" : "-q", "", 6, test_path(cfg_name), test_path("train.dlr"), test_path("etl"),
+                   test_path(run)) != 0 ||
+      test_run_cli(NULL, fmt, "-q", "--resume", 12, test_path(cfg_name), test_path("train.dlr"), test_path("etl"),
+                   test_path(run)) != 0)
+    return -1;
+  return test_run_cli(scores, "predict -q --model '%s' --input '%s' --out -", test_path(run), test_path("valid.dlr"))
+             ? -1
+             : 0;
+}
+
 static int train(const char *run, const char *extra) {
   char *out = NULL;
   int rc = test_run_cli(&out, "train -q --config '%s' --train '%s' --etl '%s' --out '%s' %s", test_path("cfg.json"),
@@ -266,17 +284,9 @@ TEST(device_flag_trains_on_the_cpu_and_a_gpu_or_says_why) {
   char host_cfg[2048];
   CHECK(replace_first(host_cfg, sizeof host_cfg, CONFIG, "\"training\": {",
                       "\"training\": {\"table_placement\": \"host\", ") == 0);
-  CHECK(test_write_file(test_path("cfg_host.json"), host_cfg, (size_t)-1) == 0);
   char *host_log = NULL, *host_plan = NULL, *got_h = NULL;
-  CHECK(test_run_cli(&host_log, "train --device cpu-mirror --threads 1 --max-steps 6 --config '%s' --train '%s' "
-                     "--etl '%s' --out '%s'", test_path("cfg_host.json"), test_path("train.dlr"), test_path("etl"),
-                     test_path("dev_host")) == 0);
+  CHECK(mirror_two_parts(host_cfg, "cfg_host.json", "dev_host", &host_log, &got_h) == 0);
   CHECK(host_log && strstr(host_log, "the table stays in host memory (training.table_placement host)"));
-  CHECK(test_run_cli(NULL, "train -q --device cpu-mirror --threads 1 --resume --max-steps 12 --config '%s' --train "
-                     "'%s' --etl '%s' --out '%s'", test_path("cfg_host.json"), test_path("train.dlr"),
-                     test_path("etl"), test_path("dev_host")) == 0);
-  CHECK(test_run_cli(&got_h, "predict -q --model '%s' --input '%s' --out -", test_path("dev_host"),
-                     test_path("valid.dlr")) == 0);
   CHECK(want && got_h && !strcmp(want, got_h));
   /* Its hot rows on the device too (training.hot_fraction): a third of each
    * column's, their lookups and updates on cpu-mirror, the rest on the CPU.
@@ -285,17 +295,9 @@ TEST(device_flag_trains_on_the_cpu_and_a_gpu_or_says_why) {
   char hot_cfg[2048];
   CHECK(replace_first(hot_cfg, sizeof hot_cfg, CONFIG, "\"training\": {",
                       "\"training\": {\"table_placement\": \"host\", \"hot_fraction\": 0.3, ") == 0);
-  CHECK(test_write_file(test_path("cfg_hot.json"), hot_cfg, (size_t)-1) == 0);
   char *hot_log = NULL, *got_hot = NULL, *got_hot_m = NULL;
-  CHECK(test_run_cli(&hot_log, "train --device cpu-mirror --threads 1 --max-steps 6 --config '%s' --train '%s' "
-                     "--etl '%s' --out '%s'", test_path("cfg_hot.json"), test_path("train.dlr"), test_path("etl"),
-                     test_path("dev_hot")) == 0);
+  CHECK(mirror_two_parts(hot_cfg, "cfg_hot.json", "dev_hot", &hot_log, &got_hot) == 0);
   CHECK(hot_log && strstr(hot_log, " hot rows (training.hot_fraction 0.3 of each column's"));
-  CHECK(test_run_cli(NULL, "train -q --device cpu-mirror --threads 1 --resume --max-steps 12 --config '%s' --train "
-                     "'%s' --etl '%s' --out '%s'", test_path("cfg_hot.json"), test_path("train.dlr"),
-                     test_path("etl"), test_path("dev_hot")) == 0);
-  CHECK(test_run_cli(&got_hot, "predict -q --model '%s' --input '%s' --out -", test_path("dev_hot"),
-                     test_path("valid.dlr")) == 0);
   CHECK(test_run_cli(&got_hot_m, "predict -q --device cpu-mirror --model '%s' --input '%s' --out -",
                      test_path("dev_hot"), test_path("valid.dlr")) == 0);
   CHECK(want && got_hot && got_hot_m && !strcmp(want, got_hot) && !strcmp(want, got_hot_m));
@@ -310,21 +312,14 @@ TEST(device_flag_trains_on_the_cpu_and_a_gpu_or_says_why) {
                       "\"training\": {\"table_dtype\": \"bf16\", ") == 0);
   CHECK(replace_first(cpu16_cfg, sizeof cpu16_cfg, CONFIG, "\"training\": {",
                       "\"training\": {\"table_dtype\": \"bf16\", ") == 0);
-  CHECK(test_write_file(test_path("cfg_hot16.json"), hot16_cfg, (size_t)-1) == 0);
   CHECK(test_write_file(test_path("cfg_cpu16.json"), cpu16_cfg, (size_t)-1) == 0);
-  const char *fmt16 = "train -q --device %s --threads 1 %s --max-steps %d --config '%s' --train '%s' --etl '%s' "
-                      "--out '%s'";
-  CHECK(test_run_cli(NULL, fmt16, "cpu", "", 12, test_path("cfg_cpu16.json"), test_path("train.dlr"),
-                     test_path("etl"), test_path("cpu16")) == 0);
-  CHECK(test_run_cli(NULL, fmt16, "cpu-mirror", "", 6, test_path("cfg_hot16.json"), test_path("train.dlr"),
-                     test_path("etl"), test_path("hot16")) == 0);
-  CHECK(test_run_cli(NULL, fmt16, "cpu-mirror", "--resume", 12, test_path("cfg_hot16.json"), test_path("train.dlr"),
-                     test_path("etl"), test_path("hot16")) == 0);
+  CHECK(test_run_cli(NULL, "train -q --device cpu --threads 1 --max-steps 12 --config '%s' --train '%s' --etl '%s' "
+                     "--out '%s'", test_path("cfg_cpu16.json"), test_path("train.dlr"), test_path("etl"),
+                     test_path("cpu16")) == 0);
   char *want16 = NULL, *got16 = NULL;
   CHECK(test_run_cli(&want16, "predict -q --model '%s' --input '%s' --out -", test_path("cpu16"),
                      test_path("valid.dlr")) == 0);
-  CHECK(test_run_cli(&got16, "predict -q --model '%s' --input '%s' --out -", test_path("hot16"),
-                     test_path("valid.dlr")) == 0);
+  CHECK(mirror_two_parts(hot16_cfg, "cfg_hot16.json", "hot16", NULL, &got16) == 0);
   CHECK(want16 && got16 && strlen(want16) > 1000 && !strcmp(want16, got16) && strcmp(want16, want));
   free(got16);
   got16 = NULL;
@@ -332,13 +327,7 @@ TEST(device_flag_trains_on_the_cpu_and_a_gpu_or_says_why) {
    * checkpointed) moves with the device's, so the resumed run rounds on. */
   char all16_cfg[2048];
   CHECK(replace_first(all16_cfg, sizeof all16_cfg, hot16_cfg, "\"hot_fraction\": 0.3", "\"hot_fraction\": 1") == 0);
-  CHECK(test_write_file(test_path("cfg_all16.json"), all16_cfg, (size_t)-1) == 0);
-  CHECK(test_run_cli(NULL, fmt16, "cpu-mirror", "", 6, test_path("cfg_all16.json"), test_path("train.dlr"),
-                     test_path("etl"), test_path("all16")) == 0);
-  CHECK(test_run_cli(NULL, fmt16, "cpu-mirror", "--resume", 12, test_path("cfg_all16.json"), test_path("train.dlr"),
-                     test_path("etl"), test_path("all16")) == 0);
-  CHECK(test_run_cli(&got16, "predict -q --model '%s' --input '%s' --out -", test_path("all16"),
-                     test_path("valid.dlr")) == 0);
+  CHECK(mirror_two_parts(all16_cfg, "cfg_all16.json", "all16", NULL, &got16) == 0);
   CHECK(want16 && got16 && !strcmp(want16, got16));
   free(want16), free(got16);
   /* predict on the device places the table as the run did, and says so. */

@@ -255,11 +255,17 @@ static cudaError_t drain(dlrec_backend *be) {
   return e;
 }
 
+/* A copy's arguments: refused with a NULL buffer and bytes to move. */
+static dlrec_status copy_args(const void *dst, const void *src, size_t bytes) {
+  return bytes && (!dst || !src) ? dlrec_error(DLREC_ERR_INVALID, "copy of %zu bytes with a NULL buffer", bytes)
+                                 : DLREC_OK;
+}
+
 /* A copy in `kind`'s direction that has landed when it returns (the host
  * buffer may be reused at once). */
 static dlrec_status copy_sync(dlrec_backend *be, void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind,
                               const char *what) {
-  if (bytes && (!dst || !src)) return dlrec_error(DLREC_ERR_INVALID, "copy of %zu bytes with a NULL buffer", bytes);
+  TRY(copy_args(dst, src, bytes));
   if (!bytes) return DLREC_OK;
   cudaError_t e = cudaMemcpyAsync(dst, src, bytes, kind, enter(be));
   if (e == cudaSuccess) e = drain(be);
@@ -320,7 +326,7 @@ static cudaError_t stage_upload(dlrec_backend *be, void *dst, const void *host_s
 }
 
 static dlrec_status cuda_upload(dlrec_backend *be, void *dst, const void *host_src, size_t bytes) {
-  if (bytes && (!dst || !host_src)) return dlrec_error(DLREC_ERR_INVALID, "copy of %zu bytes with a NULL buffer", bytes);
+  TRY(copy_args(dst, host_src, bytes));
   if (!bytes) return DLREC_OK;
   int staged = 0;
   cudaError_t e = stage_upload(be, dst, host_src, bytes, &staged);
@@ -335,7 +341,7 @@ static dlrec_status cuda_download(dlrec_backend *be, void *host_dst, const void 
 static dlrec_status cuda_synchronize(dlrec_backend *be) { return cuda_status(drain(be), "synchronize"); }
 
 static dlrec_status cuda_download_async(dlrec_backend *be, void *host_dst, const void *src, size_t bytes) {
-  if (bytes && (!host_dst || !src)) return dlrec_error(DLREC_ERR_INVALID, "copy of %zu bytes with a NULL buffer", bytes);
+  TRY(copy_args(host_dst, src, bytes));
   if (!bytes) return DLREC_OK;
   return cuda_status(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, enter(be)), "download");
 }

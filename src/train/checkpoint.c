@@ -1055,9 +1055,8 @@ dlrec_status dlrec_model_set_backend(dlrec_model *m, dlrec_backend *be) {
       const dlrec_table *t = dlrec_net_table_const(m->net);
       size_t n_params;
       dlrec_net_dense_params_const(m->net, &n_params);
-      const uint64_t need = dlrec_table_rows(t) * dlrec_table_stride(t) *
-                                (uint64_t)dlrec_table_dtype_bytes(dlrec_table_get_dtype(t)) +
-                            (uint64_t)n_params * sizeof(float);
+      const uint64_t row_bytes = dlrec_table_stride(t) * (uint64_t)dlrec_table_dtype_bytes(dlrec_table_get_dtype(t));
+      const uint64_t need = dlrec_table_rows(t) * row_bytes + (uint64_t)n_params * sizeof(float);
       char device[64];
       const char *name = dlrec_backend_name(be);
       if (strcmp(name, "cuda")) snprintf(device, sizeof device, "%s", name);
@@ -1067,8 +1066,7 @@ dlrec_status dlrec_model_set_backend(dlrec_model *m, dlrec_backend *be) {
       else dlrec_clear_error(); /* unknown: the device, as before */
       /* Moved for want of memory: as many hot rows as the rest of it holds. */
       if (host && m->config.hot_fraction < 0)
-        hot = dlrec_hot_fraction_fit(available, (uint64_t)n_params * sizeof(float), 0, dlrec_table_rows(t),
-                                     dlrec_table_stride(t) * (uint64_t)dlrec_table_dtype_bytes(dlrec_table_get_dtype(t)));
+        hot = dlrec_hot_fraction_fit(available, (uint64_t)n_params * sizeof(float), 0, dlrec_table_rows(t), row_bytes);
     }
     if (host && kind != DLREC_STORE_RAM)
       DLREC_INFO("the table stays in host memory (storage.kind \"%s\"); its bag ops run on the CPU",

@@ -871,17 +871,37 @@ static int device_fit(const dlrec_train_config *cfg, uint64_t need, char *buf, s
   return over;
 }
 
-/* training.hot_fraction "auto" on cfg's device (0 when its memory is unknown). */
-static float auto_hot_fraction(const dlrec_train_config *cfg, uint64_t rest, uint64_t fixed, uint64_t rows,
-                               uint64_t row_bytes) {
-  char device[32];
-  dlrec_train_config_device(cfg, device, sizeof device);
-  uint64_t total = 0, available = 0;
-  if (dlrec_device_memory(device, &total, &available) != DLREC_OK) {
-    dlrec_clear_error();
-    return 0.0f;
+/* With the table in host memory (set on net here): its hot rows on cfg's
+ * device, by training.hot_fraction, whose "auto" is what the device holds
+ * beside `rest` bytes when auto placement moved a RAM table (0 when its
+ * memory is unknown), and none when the config asked for the host.
+ * *fraction the share used, *bytes the device bytes the hot rows take
+ * (table_rows of row_bytes each with their optimizer state, and a batch's
+ * packed pooled rows); 0 without any. */
+static dlrec_status place_hot_rows(const dlrec_train_config *cfg, dlrec_net *net, uint64_t table_rows,
+                                   uint64_t row_bytes, uint64_t rest, float *fraction, uint64_t *bytes) {
+  const uint64_t pool = (uint64_t)cfg->batch_size * dlrec_net_schema(net)->n_sparse *
+                        dlrec_table_dim(dlrec_net_table_const(net)) * sizeof(float);
+  float f = cfg->hot_fraction;
+  if (f < 0) { /* auto */
+    f = 0.0f;
+    char device[32];
+    dlrec_train_config_device(cfg, device, sizeof device);
+    uint64_t total = 0, available = 0;
+    if (cfg->table_placement == DLREC_TABLE_PLACEMENT_AUTO && cfg->storage == DLREC_STORE_RAM) {
+      if (dlrec_device_memory(device, &total, &available) == DLREC_OK)
+        f = dlrec_hot_fraction_fit(available, rest, pool, table_rows, row_bytes);
+      else
+        dlrec_clear_error();
+    }
   }
-  return dlrec_hot_fraction_fit(available, rest, fixed, rows, row_bytes);
+  *fraction = f;
+  *bytes = 0;
+  dlrec_status s = dlrec_net_set_host_table(net, 1);
+  if (s == DLREC_OK) s = dlrec_net_set_hot_fraction(net, f);
+  const uint64_t rows = s == DLREC_OK ? dlrec_net_hot_rows(net) : 0;
+  if (rows) *bytes = rows * row_bytes + pool;
+  return s;
 }
 
 /* training.table_placement's rule, for a run on cfg's device that needs
@@ -930,20 +950,12 @@ static dlrec_status check_memory(run *r) {
                r->cfg.table_placement == DLREC_TABLE_PLACEMENT_HOST ? "host"
                : r->cfg.storage != DLREC_STORE_RAM                 ? "auto: a store's table stays there"
                                                                    : "auto: the device cannot hold it too");
-    const uint64_t pool = (uint64_t)r->cfg.batch_size * n_sparse *
-                          dlrec_table_dim(dlrec_net_table_const(r->model)) * sizeof(float); /* d_cold */
-    float fraction = r->cfg.hot_fraction;
-    if (fraction < 0) /* auto: what the device holds beside the rest, when auto placement moved the table */
-      fraction = r->cfg.table_placement == DLREC_TABLE_PLACEMENT_AUTO && r->cfg.storage == DLREC_STORE_RAM
-                     ? auto_hot_fraction(&r->cfg, dense + ws, pool, dlrec_table_rows(dlrec_net_table_const(r->model)),
-                                         row_bytes + optim_bytes)
-                     : 0.0f;
-    dlrec_status s = dlrec_net_set_host_table(r->model, 1);
-    if (s == DLREC_OK) s = dlrec_net_set_hot_fraction(r->model, fraction);
+    float fraction;
+    dlrec_status s = place_hot_rows(&r->cfg, r->model, dlrec_table_rows(dlrec_net_table_const(r->model)),
+                                    row_bytes + optim_bytes, dense + ws, &fraction, &hot);
     if (s != DLREC_OK) return s;
     const uint64_t rows = dlrec_net_hot_rows(r->model);
     if (rows) {
-      hot = rows * (row_bytes + optim_bytes) + pool;
       DLREC_INFO("memory: %llu hot rows (training.hot_fraction %s%.3g of each column's, its most frequent values) "
                  "on the device too, %.1f MiB with their optimizer state; their lookups and updates run there",
                  (unsigned long long)rows, r->cfg.hot_fraction < 0 ? "auto: " : "", (double)fraction,
@@ -988,22 +1000,16 @@ dlrec_status dlrec_train_print_plan(const dlrec_train_args *a, int ranks, FILE *
             ranks > 1 ? " (ranks on one machine share it)" : "");
     /* One process on a GPU: the table in host memory instead, by check_memory's rule. */
     if (ranks == 1 && table_on_host(&cfg, schema.n_sparse, most)) {
-      uint64_t hot_rows = 0;
-      const uint64_t pool =
-          (uint64_t)cfg.batch_size * schema.n_sparse * dlrec_table_dim(dlrec_net_table_const(net)) * sizeof(float);
-      float fraction = cfg.hot_fraction;
-      if (fraction < 0)
-        fraction = cfg.table_placement == DLREC_TABLE_PLACEMENT_AUTO && cfg.storage == DLREC_STORE_RAM
-                       ? auto_hot_fraction(&cfg, dense + step + ws, pool, schema.table_rows, p.row_bytes + p.optim_bytes)
-                       : 0.0f;
-      if (dlrec_net_set_host_table(net, 1) == DLREC_OK && dlrec_net_set_hot_fraction(net, fraction) == DLREC_OK)
-        hot_rows = dlrec_net_hot_rows(net);
-      const uint64_t hot = hot_rows ? hot_rows * (uint64_t)(p.row_bytes + p.optim_bytes) + pool : 0;
+      float fraction;
+      uint64_t hot = 0;
+      if (place_hot_rows(&cfg, net, schema.table_rows, p.row_bytes + p.optim_bytes, dense + step + ws, &fraction,
+                         &hot) != DLREC_OK)
+        dlrec_clear_error(); /* the plan without hot rows */
       const uint64_t rest = dense + step + ws + hot;
       device_fit(&cfg, rest, fit, sizeof fit);
       fprintf(out, "  device: with the table in host memory (training.table_placement %s)%s, about %.1f MiB; %s\n",
               cfg.table_placement == DLREC_TABLE_PLACEMENT_HOST ? "host" : "auto",
-              hot_rows ? " and its hot rows on the device (training.hot_fraction)" : "",
+              hot ? " and its hot rows on the device (training.hot_fraction)" : "",
               (double)rest / (1024.0 * 1024.0), fit);
     }
   }
