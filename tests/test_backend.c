@@ -956,6 +956,99 @@ static void case_cross(void) {
 
 TEST(cross_layers_match_reference) { each_backend(case_cross, 5); }
 
+/* ---- kept operands ------------------------------------------------------------------------- */
+
+/* Writes n host floats over device buffer d; 1 on failure (said). */
+static int up(float *d, const float *h, size_t n) {
+  if (g_be->ops->upload(g_be, d, h, n * sizeof(float)) == DLREC_OK) return 0;
+  FAIL("upload: %s", dlrec_last_error());
+  return 1;
+}
+
+/* Whether n floats at a and b have the same bits. */
+static int same_bits(const float *a, const float *b, size_t n) { return !memcmp(a, b, n * sizeof(float)); }
+
+/* One backward of a linear layer (cross 0) or a full-rank cross layer
+ * (cross 1) on the device buffers, its results copied back into *got (din
+ * or dxl, then dW, then db; dx0 after them for the cross layer). */
+static void kept_backward(int cross, float *got, const float *dout, const float *in, const float *w,
+                          const float *x0, const float *act, int B, int d) {
+  const size_t n = (size_t)B * d, nw = (size_t)d * d;
+  float *d_din = dnan(n), *d_dw = dup(hf(nw), nw), *d_db = dup(hf(d), d), *d_dx0 = dup(hf(n), n);
+  if (cross ? OP(cross_backward, d_dx0, d_din, d_dw, d_db, dout, x0, in, act, w, dnan(dlrec_cross_ws_floats(B, d, 0)),
+                 B, d)
+            : OP(linear_backward, d_din, d_dw, d_db, dout, in, w, B, d, d))
+    return;
+  memcpy(got, down(d_din, n), n * sizeof(float));
+  memcpy(got + n, down(d_dw, nw), nw * sizeof(float));
+  memcpy(got + n + nw, down(d_db, d), d * sizeof(float));
+  if (cross) memcpy(got + n + nw + d, down(d_dx0, n), n * sizeof(float));
+}
+
+/* keep_operands: between keep_operands(1) and (0) a backward reads the
+ * copies its forward converted. Shown by writing other values into the
+ * layer's input and weights between the forward and the backward: a
+ * backend that keeps (a 16-bit GEMM: bf16 on oneDNN here, bf16 and fp16 on
+ * a GPU) computes the backward of the values the forward saw, bit for bit,
+ * and one that does not the backward of the new values; after
+ * keep_operands(0) every backend computes the new values' backward. */
+static void case_kept(void) {
+  const char *name = dlrec_backend_name(g_be);
+  const dlrec_precision p = dlrec_backend_precision(g_be);
+  const int cpu = !strcmp(name, "cpu") || !strcmp(name, "cpu-mirror");
+  const int expect = cpu ? p == DLREC_PRECISION_BF16 && dlrec_backend_bf16_native(g_be)
+                         : p == DLREC_PRECISION_BF16 || p == DLREC_PRECISION_FP16;
+  if (!g_be->ops->keep_operands) {
+    if (expect) FAIL("no keep_operands, where its GEMMs convert their operands");
+    return;
+  }
+  for (int cross = 0; cross <= 1 && !test_failed_now(); cross++) {
+    const int B = 37, d = 19;
+    const size_t n = (size_t)B * d, nw = (size_t)d * d, ng = 2 * n + nw + d;
+    float *in = hrand(n, -1, 1), *w = hrand(nw, -1, 1), *in2 = hrand(n, -1, 1), *w2 = hrand(nw, -1, 1);
+    float *d_in = dup(in, n), *d_w = dup(w, nw), *d_b = dup(hrand(d, -1, 1), d), *d_x0 = dup(hrand(n, -1, 1), n);
+    float *d_out = dnan(n), *d_act = dnan(dlrec_cross_act_floats(B, d, 0)), *d_dout = dup(hrand(n, -1, 1), n);
+    float *old = hf(ng), *fresh = hf(ng), *got = hf(ng);
+    /* The two references, without keeping: the old values' backward, the new ones'. */
+    if (cross ? OP(cross_forward, d_out, d_act, d_x0, d_in, d_w, d_b, B, d)
+              : OP(linear_forward, d_act, d_in, d_w, d_b, B, d, d, DLREC_ACT_NONE))
+      return;
+    kept_backward(cross, old, d_dout, d_in, d_w, d_x0, d_act, B, d);
+    float *d_in2 = dup(in2, n), *d_w2 = dup(w2, nw);
+    kept_backward(cross, fresh, d_dout, d_in2, d_w2, d_x0, d_act, B, d);
+    /* Keeping: the forward, then the new values written over the old. */
+    const int kept = g_be->ops->keep_operands(g_be, 1);
+    if (kept != expect) {
+      FAIL("keep_operands says %d, expected %d", kept, expect);
+      g_be->ops->keep_operands(g_be, 0);
+      return;
+    }
+    int st = cross ? OP(cross_forward, d_out, d_act, d_x0, d_in, d_w, d_b, B, d)
+                   : OP(linear_forward, d_act, d_in, d_w, d_b, B, d, d, DLREC_ACT_NONE);
+    if (!st && (up(d_in, in2, n) || up(d_w, w2, nw))) st = 1;
+    if (!st) kept_backward(cross, got, d_dout, d_in, d_w, d_x0, d_act, B, d);
+    g_be->ops->keep_operands(g_be, 0);
+    if (st || test_failed_now()) return;
+    if (!same_bits(got, kept ? old : fresh, ng)) {
+      FAIL("%s backward while keeping: not the bits of the %s values' backward", cross ? "cross" : "linear",
+           kept ? "forward's" : "new");
+      return;
+    }
+    if (kept && same_bits(old, fresh, ng)) FAIL("test setup: the old and new values' backwards are the same");
+    /* Not keeping any more: the new values are read. */
+    if (up(d_in, in, n) || up(d_w, w, nw)) return;
+    if (cross ? OP(cross_forward, d_out, d_act, d_x0, d_in, d_w, d_b, B, d)
+              : OP(linear_forward, d_act, d_in, d_w, d_b, B, d, d, DLREC_ACT_NONE))
+      return;
+    if (up(d_in, in2, n) || up(d_w, w2, nw)) return;
+    kept_backward(cross, got, d_dout, d_in, d_w, d_x0, d_act, B, d);
+    if (!test_failed_now() && !same_bits(got, fresh, ng))
+      FAIL("%s backward after keep_operands(0): not the new values' bits", cross ? "cross" : "linear");
+  }
+}
+
+TEST(kept_operands_are_read_between_forward_and_backward) { each_backend(case_kept, 20); }
+
 /* a: x0, xl, v, c, u, gate, bias. */
 static double mix_loss(void *p) {
   fwd_ctx *m = p;

@@ -70,6 +70,17 @@ typedef struct dlrec_backend_ops {
   dlrec_status (*sum_columns)(dlrec_backend *be, float *dst, const float *src, size_t B, size_t C);
 
   /* ---- dense layers (dlrec/nn.h) ---- */
+  /* Kept operands: a 16-bit GEMM converts its operands; between
+   * keep_operands(be, 1) and keep_operands(be, 0) the backend keeps the
+   * converted copies of what linear_forward (and the cross layers' forward)
+   * read, the input and the weights, and the backward reads them instead of
+   * converting again. The caller promises that nothing writes those inputs
+   * and weights in between (a training pass: forwards, then backwards, then
+   * the optimizer after keep_operands(be, 0)); a backward given another
+   * buffer, or the same one at another size, converts as usual. Returns 1
+   * when this backend keeps copies in its precision, 0 when it has nothing
+   * to keep (fp32, emulated bf16); NULL entry: nothing kept. */
+  int (*keep_operands)(dlrec_backend *be, int on);
   /* out (B, OUT) = act(in (B, IN) · weightᵀ + bias), in the backend's precision. */
   dlrec_status (*linear_forward)(dlrec_backend *be, float *out, const float *in, const float *weight,
                                  const float *bias, int B, int IN, int OUT, dlrec_act act);

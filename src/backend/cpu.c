@@ -68,6 +68,8 @@ static dlrec_status cpu_linear_backward(dlrec_backend *be, float *din, float *dw
   return cpu_gemm_linear_backward(gemm_of(be), din, dweight, dbias, dout, in, weight, B, IN, OUT);
 }
 
+static int cpu_keep_operands(dlrec_backend *be, int on) { return cpu_gemm_keep(gemm_of(be), on); }
+
 /* The cross layers' products, in the backend's precision like the linear
  * layers' (dlrec_gemm_ops over cpu_gemm). */
 static dlrec_status gemm_ops_forward(void *ctx, float *out, const float *in, const float *weight,
@@ -403,6 +405,7 @@ static const dlrec_backend_ops cpu_ops = {
     .scale = cpu_scale,
     .all_finite = cpu_all_finite,
     .sum_columns = cpu_sum_columns,
+    .keep_operands = cpu_keep_operands,
     .linear_forward = cpu_linear_forward,
     .linear_backward = cpu_linear_backward,
     .relu_forward = cpu_relu_forward,

@@ -21,6 +21,13 @@
  * only the GEMMs' operands are rounded, and db sums the unrounded dout.
  * Scratch is owned here and grown to the largest layer seen, never
  * reallocated per batch.
+ *
+ * Kept operands (cpu_gemm_keep, oneDNN's path): a training pass converts
+ * each layer's input and weights to bf16 in its forward and would convert
+ * them again in its backward; while keeping, the forward converts into a
+ * slot that remembers the source and its size, and the backward reads the
+ * slot instead (the caller promises the sources unchanged in between). The
+ * slots' buffers stay between passes, reused in the same order.
  */
 #include "backend/cpu_gemm.h"
 
@@ -47,6 +54,17 @@ typedef enum gemm_path { GEMM_SGEMM, GEMM_EMULATED, GEMM_ONEDNN } gemm_path;
 /* What cpuid says about bf16 GEMM instructions. */
 typedef enum bf16_isa { BF16_ISA_NONE = 0, BF16_ISA_AVX512 = 1, BF16_ISA_AMX = 2 } bf16_isa;
 
+/* A kept bf16 copy of n floats at src (cpu_gemm_keep). */
+typedef struct kept_operand {
+  const float *src;
+  size_t n;
+  uint16_t *h;
+  size_t cap; /* h's values */
+} kept_operand;
+
+/* More operands than this in one pass are converted again in the backward. */
+#define MAX_KEPT 64
+
 struct cpu_gemm {
   dlrec_precision precision;
   gemm_path path;
@@ -54,6 +72,9 @@ struct cpu_gemm {
   cpu_dnnl *dnnl;
   void *scratch; /* the rounded or converted operands */
   size_t scratch_bytes;
+  int keep;        /* cpu_gemm_keep's switch */
+  uint32_t n_kept; /* the slots in use this pass */
+  kept_operand kept[MAX_KEPT];
   char describe[128];
 };
 
@@ -155,6 +176,51 @@ static void convert_to_bf16(uint16_t *restrict dst, const float *restrict src, s
   for (size_t i = 0; i < n; i++) dst[i] = dtype_f32_to_bf16(src[i]);
 }
 
+int cpu_gemm_keep(cpu_gemm *g, int on) {
+  if (g->path != GEMM_ONEDNN) return 0;
+  g->keep = on;
+  for (uint32_t i = 0; i < g->n_kept; i++) g->kept[i].src = NULL;
+  g->n_kept = 0;
+  return 1;
+}
+
+/* The bf16 copy of src (n values) a forward reads: converted into its kept
+ * slot while keeping (a new slot for a new source, while slots and memory
+ * last), else into dst. */
+static const uint16_t *convert_forward(cpu_gemm *g, uint16_t *dst, const float *src, size_t n) {
+  kept_operand *k = NULL;
+  for (uint32_t i = 0; g->keep && i < g->n_kept && !k; i++)
+    if (g->kept[i].src == src && g->kept[i].n == n) k = &g->kept[i];
+  if (g->keep && !k && g->n_kept < MAX_KEPT) {
+    k = &g->kept[g->n_kept];
+    void *p = NULL;
+    if (k->cap < n && !posix_memalign(&p, 64, n * sizeof(uint16_t))) {
+      free(k->h);
+      k->h = p;
+      k->cap = n;
+    }
+    if (k->cap >= n) {
+      k->src = src;
+      k->n = n;
+      g->n_kept++;
+    } else {
+      k = NULL; /* out of memory: converted as without keeping */
+    }
+  }
+  if (k) dst = k->h;
+  convert_to_bf16(dst, src, n);
+  return dst;
+}
+
+/* The bf16 copy of src (n values) a backward reads: the kept one, else
+ * converted into dst. */
+static const uint16_t *convert_backward(cpu_gemm *g, uint16_t *dst, const float *src, size_t n) {
+  for (uint32_t i = 0; i < g->n_kept; i++)
+    if (g->kept[i].src == src && g->kept[i].n == n) return g->kept[i].h;
+  convert_to_bf16(dst, src, n);
+  return dst;
+}
+
 /* Scratch of at least n 4-byte values, grown (never shrunk) as layers need. */
 static void *scratch(cpu_gemm *g, size_t n) {
   size_t bytes = n * 4;
@@ -240,6 +306,7 @@ void cpu_gemm_free(cpu_gemm *g) {
   if (!g) return;
   cpu_dnnl_free(g->dnnl);
   free(g->scratch);
+  for (uint32_t i = 0; i < MAX_KEPT; i++) free(g->kept[i].h);
   free(g);
 }
 
@@ -262,9 +329,8 @@ dlrec_status cpu_gemm_linear_forward(cpu_gemm *g, float *out, const float *in, c
     return act == DLREC_ACT_RELU ? dlrec_linear_relu_forward(out, in_r, w_r, bias, B, IN, OUT)
                                  : dlrec_linear_forward(out, in_r, w_r, bias, B, IN, OUT);
   }
-  uint16_t *in_h = (uint16_t *)s, *w_h = in_h + n_in;
-  convert_to_bf16(in_h, in, n_in);
-  convert_to_bf16(w_h, weight, n_w);
+  const uint16_t *in_h = convert_forward(g, (uint16_t *)s, in, n_in);
+  const uint16_t *w_h = convert_forward(g, (uint16_t *)s + n_in, weight, n_w);
   // out (B, OUT) = act(in (B, IN) · Wᵀ (IN, OUT) + bias); W is stored (OUT, IN), so B is transposed
   return cpu_dnnl_matmul(g->dnnl, out, in_h, 0, w_h, 1, bias, B, OUT, IN, act, 0);
 }
@@ -285,13 +351,13 @@ dlrec_status cpu_gemm_linear_backward(cpu_gemm *g, float *din, float *dweight, f
     if (din) round_operand(g, w_r, weight, n_w);
     st = dlrec_linear_backward(din, dweight, NULL, dout_r, in_r, w_r, B, IN, OUT);
   } else {
-    uint16_t *dout_h = (uint16_t *)s, *in_h = dout_h + n_dout, *w_h = in_h + n_in;
+    uint16_t *dout_h = (uint16_t *)s;
     convert_to_bf16(dout_h, dout, n_dout);
-    convert_to_bf16(in_h, in, n_in);
+    const uint16_t *in_h = convert_backward(g, dout_h + n_dout, in, n_in);
     // dW (OUT, IN) += doutᵀ (OUT, B) · in (B, IN); dout is stored (B, OUT), so A is transposed
     st = cpu_dnnl_matmul(g->dnnl, dweight, dout_h, 1, in_h, 0, NULL, OUT, IN, B, DLREC_ACT_NONE, 1);
     if (st == DLREC_OK && din) {
-      convert_to_bf16(w_h, weight, n_w);
+      const uint16_t *w_h = convert_backward(g, dout_h + n_dout + n_in, weight, n_w);
       // din (B, IN) = dout (B, OUT) · W (OUT, IN)
       st = cpu_dnnl_matmul(g->dnnl, din, dout_h, 0, w_h, 0, NULL, B, IN, OUT, DLREC_ACT_NONE, 0);
     }
@@ -344,11 +410,10 @@ dlrec_status cpu_gemm_cross_backward(cpu_gemm *g, float *dx0, float *dxl, float 
   if (st != DLREC_OK) return st;
   const size_t n = (size_t)B * d, n_w = (size_t)d * d;
   uint16_t *du_h = (uint16_t *)ws; /* B·d bf16 in the caller's B·d floats */
-  uint16_t *xl_h = scratch(g, (n + n_w + 1) / 2), *w_h = xl_h ? xl_h + n : NULL;
-  if (!xl_h) return DLREC_ERR_NOMEM;
+  uint16_t *s = scratch(g, (n + n_w + 1) / 2);
+  if (!s) return DLREC_ERR_NOMEM;
   cross_gate_backward_bf16(du_h, dx0, dbias, dout, x0, u, B, d);
-  convert_to_bf16(xl_h, xl, n);
-  convert_to_bf16(w_h, w, n_w);
+  const uint16_t *xl_h = convert_backward(g, s, xl, n), *w_h = convert_backward(g, s + n, w, n_w);
   // dW (d, d) += duᵀ (d, B) · xl (B, d)
   st = cpu_dnnl_matmul(g->dnnl, dw, du_h, 1, xl_h, 0, NULL, d, d, B, DLREC_ACT_NONE, 1);
   // dxl (B, d) = du (B, d) · W (d, d), then the residual

@@ -40,10 +40,16 @@ dlrec_status cpu_gemm_linear_forward(cpu_gemm *g, float *out, const float *in, c
 dlrec_status cpu_gemm_linear_backward(cpu_gemm *g, float *din, float *dweight, float *dbias, const float *dout,
                                       const float *in, const float *weight, int B, int IN, int OUT);
 
+/* The backend's keep_operands (backend_impl.h): on oneDNN's bf16 path,
+ * starts (on) or ends (off) keeping the bf16 copies a forward converts for
+ * the backward to read, and returns 1; elsewhere (sgemm, emulated) keeps
+ * nothing and returns 0. */
+int cpu_gemm_keep(cpu_gemm *g, int on);
+
 /* Whether g runs dlrec_cross_backward fused (cpu_gemm_cross_backward): on
  * oneDNN's bf16 path, where the gate's backward writes the bf16 operand and
- * the bias gradient in one pass and the residual is added by the din
- * product's epilogue. Elsewhere the backward is cross.c's, over g's GEMMs. */
+ * the bias gradient in one pass (and the input and weights are the kept
+ * copies, while keeping). Elsewhere the backward is cross.c's, over g's GEMMs. */
 int cpu_gemm_fuses_cross(const cpu_gemm *g);
 /* dlrec_cross_backward's contract (ws: dlrec_cross_ws_floats(B, d, 0) floats)
  * and its bits, fused; only where cpu_gemm_fuses_cross(g). */

@@ -75,6 +75,13 @@ static dlrec_status in_memory(const mirror *m, const char *op, const void *const
     close_all(m);                                                                                                   \
   }
 
+/* Keeping touches no buffer of the backend's memory: the kept copies are
+ * the inner backend's own. */
+static int m_keep_operands(dlrec_backend *be, int on) {
+  mirror *m = mir(be);
+  return m->inner.ops->keep_operands(&m->inner, on);
+}
+
 WRAP(copy_rows, (dlrec_backend *be, float *dst, size_t dst_ld, const float *src, size_t src_ld, size_t rows, size_t
      width), (&m->inner, dst, dst_ld, src, src_ld, rows, width), (dst, src))
 WRAP(fill_rows, (dlrec_backend *be, float *dst, size_t dst_ld, size_t rows, size_t width, float value), (&m->inner,
@@ -294,6 +301,7 @@ static const dlrec_backend_ops mirror_ops = {
     .sum_columns = m_sum_columns,
     .scale = m_scale,
     .all_finite = m_all_finite,
+    .keep_operands = m_keep_operands,
     .linear_forward = m_linear_forward,
     .linear_backward = m_linear_backward,
     .relu_forward = m_relu_forward,

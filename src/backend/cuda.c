@@ -109,6 +109,9 @@ dlrec_status backend_cuda_memory(uint32_t index, uint64_t *total, uint64_t *avai
   return DLREC_OK;
 }
 
+/* More 16-bit operands than this in one pass are converted again in the backward. */
+#define MAX_KEPT 64
+
 typedef struct cuda_ctx {
   int device;
   cudaStream_t stream;
@@ -137,6 +140,17 @@ typedef struct cuda_ctx {
   char *stage;
   size_t stage_cap;
   uint64_t stage_next, stage_free;
+  /* Kept operands (keep_operands): the 16-bit copies a forward converted,
+   * each with its source and shape, for the backward to read; the slots'
+   * device buffers stay between passes, reused in the same order. */
+  int keep;
+  uint32_t n_kept;
+  struct cuda_kept {
+    const float *src;
+    size_t rows, width, ld;
+    uint16_t *h;
+    size_t cap; /* h's bytes */
+  } kept[MAX_KEPT];
 } cuda_ctx;
 
 static cuda_ctx *ctx_of(dlrec_backend *be) { return be->ctx; }
@@ -192,6 +206,8 @@ static void cuda_free_ctx(dlrec_backend *be) {
   if (x->stream) cudaStreamSynchronize(x->stream);
   cuda_blas_free(x->blas);
   if (x->scratch) cudaFree(x->scratch);
+  for (uint32_t i = 0; i < MAX_KEPT; i++)
+    if (x->kept[i].h) cudaFree(x->kept[i].h);
   if (x->bags_dev) cudaFree(x->bags_dev);
   if (x->bags_host) cudaFreeHost(x->bags_host);
   if (x->stage) cudaFreeHost(x->stage);
@@ -513,26 +529,80 @@ static int half_operands(const dlrec_backend *be) {
  * wide in scratch and copied out. */
 static int pad_in(const dlrec_backend *be, int IN) { return half_operands(be) ? (IN + 7) / 8 * 8 : IN; }
 
+static int cuda_keep_operands(dlrec_backend *be, int on) {
+  cuda_ctx *x = ctx_of(be);
+  if (!half_operands(be)) return 0;
+  x->keep = on;
+  for (uint32_t i = 0; i < x->n_kept; i++) x->kept[i].src = NULL;
+  x->n_kept = 0;
+  return 1;
+}
+
+/* The kept copy of src (rows x width, in rows of ld), or NULL. */
+static const uint16_t *kept_find(const cuda_ctx *x, const float *src, size_t rows, size_t width, size_t ld) {
+  for (uint32_t i = 0; i < x->n_kept; i++) {
+    const struct cuda_kept *k = &x->kept[i];
+    if (k->src == src && k->rows == rows && k->width == width && k->ld == ld) return k->h;
+  }
+  return NULL;
+}
+
+/* Where a forward converts src while keeping: its slot (the one of the same
+ * source and shape, or the next one, grown as needed); NULL when not
+ * keeping, out of slots or out of memory (then scratch will do). */
+static uint16_t *kept_slot(cuda_ctx *x, const float *src, size_t rows, size_t width, size_t ld) {
+  if (!x->keep) return NULL;
+  uint16_t *h = (uint16_t *)kept_find(x, src, rows, width, ld);
+  if (h || x->n_kept == MAX_KEPT) return h;
+  struct cuda_kept *k = &x->kept[x->n_kept];
+  const size_t bytes = rows * ld * 2;
+  if (k->cap < bytes) {
+    if (k->h) cudaFree(k->h); /* waits for the ops queued before: the last pass's readers */
+    k->h = NULL;
+    k->cap = 0;
+    if (cudaMalloc((void **)&k->h, bytes) != cudaSuccess) {
+      (void)cudaGetLastError(); /* out of memory is not sticky: this operand goes through scratch */
+      k->h = NULL;
+      return NULL;
+    }
+    k->cap = bytes;
+  }
+  *k = (struct cuda_kept){src, rows, width, ld, k->h, k->cap};
+  x->n_kept++;
+  return k->h;
+}
+
+/* How prepare treats an operand while keeping: as a forward's input or
+ * weights (converted into its kept slot), as a backward's (its kept copy
+ * read when there is one), or neither (dout: converted every time). */
+enum { KEEP_NONE, KEEP_STORE, KEEP_READ };
+
 /* Converts (bf16, fp16) or passes on the count operands src[i], rows[i] of
  * width[i] floats (rows of ld[i] in the copies), and carves partial_floats
- * and out_floats of scratch. */
+ * and out_floats of scratch; keep[i] says what keeping does with src[i]. */
 static dlrec_status prepare(dlrec_backend *be, operands *o, const float *const *src, const size_t *rows,
-                            const size_t *width, const size_t *ld, int count, size_t partial_floats,
-                            size_t out_floats, const char *what) {
+                            const size_t *width, const size_t *ld, const int *keep, int count,
+                            size_t partial_floats, size_t out_floats, const char *what) {
+  cuda_ctx *x = ctx_of(be);
   const int half = half_operands(be), fp16 = gemm_type(be) == CUDA_BLAS_FP16;
+  const uint16_t *found[3] = {NULL, NULL, NULL};
   size_t bytes = (partial_floats + out_floats) * sizeof(float) + 512;
-  for (int i = 0; half && i < count; i++) bytes += (rows[i] * ld[i] * 2 + 255) / 256 * 256;
+  for (int i = 0; half && i < count; i++) {
+    if (src[i] && keep[i] == KEEP_READ) found[i] = kept_find(x, src[i], rows[i], width[i], ld[i]);
+    if (!found[i]) bytes += (rows[i] * ld[i] * 2 + 255) / 256 * 256;
+  }
   char *at = scratch(be, bytes);
   if (!at) return dlrec_error(DLREC_ERR_NOMEM, "%s: no GPU memory for %zu bytes of scratch", what, bytes);
   o->partial = partial_floats ? carve(&at, partial_floats * sizeof(float)) : NULL;
   o->out = out_floats ? carve(&at, out_floats * sizeof(float)) : NULL;
   for (int i = 0; i < count; i++) {
-    if (!half || !src[i]) {
-      o->a[i] = src[i];
+    if (!half || !src[i] || found[i]) {
+      o->a[i] = found[i] ? (const void *)found[i] : (const void *)src[i];
       continue;
     }
-    uint16_t *h = carve(&at, rows[i] * ld[i] * 2);
-    TRY(cuda_status(cuk_to_half(ctx_of(be)->stream, h, ld[i], src[i], rows[i], width[i], fp16), what));
+    uint16_t *h = keep[i] == KEEP_STORE ? kept_slot(x, src[i], rows[i], width[i], ld[i]) : NULL;
+    if (!h) h = carve(&at, rows[i] * ld[i] * 2);
+    TRY(cuda_status(cuk_to_half(x->stream, h, ld[i], src[i], rows[i], width[i], fp16), what));
     o->a[i] = h;
   }
   return DLREC_OK;
@@ -544,7 +614,8 @@ static dlrec_status gemm_forward(dlrec_backend *be, float *out, const float *in,
   operands o = {0};
   const size_t P = (size_t)pad_in(be, IN);
   TRY(prepare(be, &o, (const float *[]){in, weight}, (size_t[]){(size_t)B, (size_t)OUT},
-              (size_t[]){(size_t)IN, (size_t)IN}, (size_t[]){P, P}, 2, 0, 0, "linear_forward"));
+              (size_t[]){(size_t)IN, (size_t)IN}, (size_t[]){P, P}, (const int[]){KEEP_STORE, KEEP_STORE}, 2, 0, 0,
+              "linear_forward"));
   return cuda_blas_matmul(ctx_of(be)->blas, out, o.a[1], (int)P, 1, o.a[0], (int)P, 0, OUT, B, (int)P, gemm_type(be),
                           0.0f, bias, relu);
 }
@@ -556,7 +627,8 @@ static dlrec_status gemm_backward(dlrec_backend *be, float *din, float *dweight,
   const int P = pad_in(be, IN);
   const size_t out_floats = P == IN ? 0 : (size_t)P * ((size_t)OUT > (size_t)B ? (size_t)OUT : (size_t)B);
   TRY(prepare(be, &o, (const float *[]){dout, in, din ? weight : NULL}, (size_t[]){(size_t)B, (size_t)B, (size_t)OUT},
-              (size_t[]){(size_t)OUT, (size_t)IN, (size_t)IN}, (size_t[]){(size_t)OUT, (size_t)P, (size_t)P}, 3,
+              (size_t[]){(size_t)OUT, (size_t)IN, (size_t)IN}, (size_t[]){(size_t)OUT, (size_t)P, (size_t)P},
+              (const int[]){KEEP_NONE, KEEP_READ, KEEP_READ}, 3,
               dbias ? cuk_colsum_partials((size_t)B, (size_t)OUT) : 0, out_floats, "linear_backward"));
   cuda_blas *blas = ctx_of(be)->blas;
   /* dWᵀ (IN, OUT) += inᵀ (IN, B) · dout (B, OUT), through rows of P */
@@ -1222,6 +1294,7 @@ static const dlrec_backend_ops cuda_ops = {
     .scale = cuda_scale,
     .all_finite = cuda_all_finite,
     .sum_columns = cuda_sum_columns,
+    .keep_operands = cuda_keep_operands,
     .linear_forward = cuda_linear_forward,
     .linear_backward = cuda_linear_backward,
     .relu_forward = cuda_relu_forward,

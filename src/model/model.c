@@ -236,6 +236,8 @@ dlrec_status dlrec_net_set_backend(dlrec_net *n, dlrec_backend *be) {
 }
 dlrec_backend *dlrec_net_backend(const dlrec_net *n) { return n->be; }
 
+void dlrec_net_set_keep_operands(dlrec_net *n, int on) { n->keep_off = !on; }
+
 dlrec_status dlrec_net_set_host_table(dlrec_net *n, int host) {
   if (n->dev_be && !host != !n->host_table)
     return dlrec_error(DLREC_ERR_INVALID, "the table's place is set before the network is on %s",

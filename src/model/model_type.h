@@ -307,6 +307,7 @@ struct dlrec_net {
   float *dparams;
   dlrec_table *dtable;
   int host_table;           /* dlrec_net_set_host_table: on a device, the table stays in host memory */
+  int keep_off;             /* dlrec_net_set_keep_operands(n, 0) */
   /* With the table in host memory, its hot rows on the device
    * (dlrec_net_set_hot_fraction): column c's first hot_rows[c] rows (the
    * most frequent values: the ETL orders them so) at hot_base[c] of dhot,

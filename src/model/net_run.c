@@ -837,6 +837,13 @@ uint64_t dlrec_net_ws_bytes(const dlrec_net *n, uint32_t rows, uint32_t threads)
  * gradients over the shards, in shard order. One parallel region instead of
  * one per kernel: at small batches waking the team for each kernel cost
  * more than the kernels. Results are bitwise reproducible for a given T. */
+/* Starts (on) or ends a training pass's kept operands on be (backend_impl.h:
+ * the pass writes no layer's input or weights between its forward and its
+ * backward), unless dlrec_net_set_keep_operands turned them off. */
+static void keep_operands(const dlrec_net *n, dlrec_backend *be, int on) {
+  if (be->ops->keep_operands && !n->keep_off) be->ops->keep_operands(be, on);
+}
+
 static dlrec_status split_step(dlrec_net *n, dlrec_net_ws *ws, const dlrec_batch *b, uint64_t step, uint32_t T,
                                double *loss_sum, float *prob, int *whole) {
   if (b->rows > ws->max_batch)
@@ -885,6 +892,7 @@ static dlrec_status split_step(dlrec_net *n, dlrec_net_ws *ws, const dlrec_batch
                    .prof = &sh->prof, .train = 1, .step = step, .row0 = row_base + r0, .state = n->params,
                    .split = sync ? &sh->split : NULL};
       sh->split.rows = B;
+      keep_operands(n, lane, 1);
       if (s1 == DLREC_OK) s1 = n->type->forward(n->ctx, sh->model_ws, &io, &logits);
       if (s1 == DLREC_OK && prob) s1 = BE_OP(lane, sigmoid, prob + r0, logits, (size_t)rows);
       if (s1 == DLREC_OK) s1 = BE_OP(lane, bce_forward, &l, logits, sb.labels, rows);
@@ -894,6 +902,7 @@ static dlrec_status split_step(dlrec_net *n, dlrec_net_ws *ws, const dlrec_batch
       const float share = (float)rows / (float)G * (ws->grad_scale > 0 ? ws->grad_scale : 1.0f);
       if (s1 == DLREC_OK) s1 = BE_OP(lane, scale, sh->d_logits, (size_t)rows, share);
       if (s1 == DLREC_OK) s1 = n->type->backward(n->ctx, sh->model_ws, &io, sh->d_logits, sh->grad, d_emb);
+      keep_operands(n, lane, 0);
       part[i] = l * rows;
       st[i] = s1;
       if (s1 != DLREC_OK) {
@@ -976,9 +985,11 @@ static dlrec_status step_pass(dlrec_net *n, dlrec_net_ws *ws, const dlrec_batch 
   if (T > 1) mean = sum / batch->rows;
   if (T == 1) {
     const float *logits = NULL;
+    keep_operands(n, n->be, 1);
     st = run_forward(n, n->be, ws, batch, NULL, n->params, step, &logits);
     if (st == DLREC_OK && prob) st = scores_out(n->be, ws, prob, logits, batch->rows);
     if (st == DLREC_OK) st = run_backward(n, ws, batch, logits, step, &mean);
+    keep_operands(n, n->be, 0);
     sum = mean * batch->rows;
   }
   if (loss) *loss = mean;

@@ -836,11 +836,20 @@ static uint32_t part_rows(const dlrec_train_config *cfg, int ranks) {
 /* The model's activations and workspaces on every rank (dlrec_net_ws_bytes):
  * a step's part of the batch, split across the rank's threads where the
  * device is the CPU, and an evaluation's part beside it. threads: the
- * rank's, resolved. */
+ * rank's, resolved. With 16-bit GEMMs (training.precision bf16 or fp16, or
+ * auto) the step also keeps the 16-bit copies of its layers' inputs and
+ * weights from the forward for the backward (backend_impl.h's
+ * keep_operands): at most half the step's activations and 2 bytes a dense
+ * parameter, each way. */
 static uint64_t run_ws_bytes(const dlrec_train_config *cfg, const dlrec_net *net, int ranks, uint32_t threads) {
   const uint32_t ways = strcmp(cfg->device, "cpu") ? 1 : threads;
-  return dlrec_net_ws_bytes(net, rows_per_rank(cfg->batch_size, ranks), ways) +
-         dlrec_net_ws_bytes(net, rows_per_rank(cfg->eval_batch_size, ranks), 1);
+  const uint64_t step = dlrec_net_ws_bytes(net, rows_per_rank(cfg->batch_size, ranks), ways);
+  const int half = cfg->precision == DLREC_PRECISION_BF16 || cfg->precision == DLREC_PRECISION_FP16 ||
+                   cfg->precision == DLREC_PRECISION_AUTO;
+  size_t n_params = 0;
+  dlrec_net_dense_params_const(net, &n_params);
+  const uint64_t kept = half ? step / 2 + (uint64_t)ways * n_params * 2 : 0;
+  return step + kept + dlrec_net_ws_bytes(net, rows_per_rank(cfg->eval_batch_size, ranks), 1);
 }
 
 /* A rank's threads when the config leaves them to the machine: its share
