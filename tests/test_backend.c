@@ -985,6 +985,13 @@ static void kept_backward(int cross, float *got, const float *dout, const float 
   if (cross) memcpy(got + n + nw + d, down(d_dx0, n), n * sizeof(float));
 }
 
+/* One forward of the same layer as kept_backward; 1 on failure (said). */
+static int kept_forward(int cross, float *out, float *act, const float *x0, const float *in, const float *w,
+                        const float *bias, int B, int d) {
+  return cross ? OP(cross_forward, out, act, x0, in, w, bias, B, d)
+               : OP(linear_forward, act, in, w, bias, B, d, d, DLREC_ACT_NONE);
+}
+
 /* keep_operands: between keep_operands(1) and (0) a backward reads the
  * copies its forward converted. Shown by writing other values into the
  * layer's input and weights between the forward and the backward: a
@@ -1010,9 +1017,7 @@ static void case_kept(void) {
     float *d_out = dnan(n), *d_act = dnan(dlrec_cross_act_floats(B, d, 0)), *d_dout = dup(hrand(n, -1, 1), n);
     float *old = hf(ng), *fresh = hf(ng), *got = hf(ng);
     /* The two references, without keeping: the old values' backward, the new ones'. */
-    if (cross ? OP(cross_forward, d_out, d_act, d_x0, d_in, d_w, d_b, B, d)
-              : OP(linear_forward, d_act, d_in, d_w, d_b, B, d, d, DLREC_ACT_NONE))
-      return;
+    if (kept_forward(cross, d_out, d_act, d_x0, d_in, d_w, d_b, B, d)) return;
     kept_backward(cross, old, d_dout, d_in, d_w, d_x0, d_act, B, d);
     float *d_in2 = dup(in2, n), *d_w2 = dup(w2, nw);
     kept_backward(cross, fresh, d_dout, d_in2, d_w2, d_x0, d_act, B, d);
@@ -1023,8 +1028,7 @@ static void case_kept(void) {
       g_be->ops->keep_operands(g_be, 0);
       return;
     }
-    int st = cross ? OP(cross_forward, d_out, d_act, d_x0, d_in, d_w, d_b, B, d)
-                   : OP(linear_forward, d_act, d_in, d_w, d_b, B, d, d, DLREC_ACT_NONE);
+    int st = kept_forward(cross, d_out, d_act, d_x0, d_in, d_w, d_b, B, d);
     if (!st && (up(d_in, in2, n) || up(d_w, w2, nw))) st = 1;
     if (!st) kept_backward(cross, got, d_dout, d_in, d_w, d_x0, d_act, B, d);
     g_be->ops->keep_operands(g_be, 0);
@@ -1036,10 +1040,7 @@ static void case_kept(void) {
     }
     if (kept && same_bits(old, fresh, ng)) FAIL("test setup: the old and new values' backwards are the same");
     /* Not keeping any more: the new values are read. */
-    if (up(d_in, in, n) || up(d_w, w, nw)) return;
-    if (cross ? OP(cross_forward, d_out, d_act, d_x0, d_in, d_w, d_b, B, d)
-              : OP(linear_forward, d_act, d_in, d_w, d_b, B, d, d, DLREC_ACT_NONE))
-      return;
+    if (up(d_in, in, n) || up(d_w, w, nw) || kept_forward(cross, d_out, d_act, d_x0, d_in, d_w, d_b, B, d)) return;
     if (up(d_in, in2, n) || up(d_w, w2, nw)) return;
     kept_backward(cross, got, d_dout, d_in, d_w, d_x0, d_act, B, d);
     if (!test_failed_now() && !same_bits(got, fresh, ng))

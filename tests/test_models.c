@@ -1476,7 +1476,7 @@ TEST(kept_operands_train_the_same_bits) {
         fprintf(stderr, "%s%s on %s (%u threads): kept operands trained other bits\n", nets[i].type, nets[i].extra,
                 runs[k].backend, runs[k].threads);
       CHECK(same);
-      /* The run trained: its parameters moved from the initial ones. */
+      /* The run trained: its loss moved. */
       CHECK(fabs(loss[1][STEPS - 1] - loss[1][0]) > 1e-4);
       free(params[0]);
       free(params[1]);

@@ -184,13 +184,18 @@ int cpu_gemm_keep(cpu_gemm *g, int on) {
   return 1;
 }
 
+/* The slot kept for src (n values) this pass, or NULL. */
+static kept_operand *kept_find(cpu_gemm *g, const float *src, size_t n) {
+  for (uint32_t i = 0; i < g->n_kept; i++)
+    if (g->kept[i].src == src && g->kept[i].n == n) return &g->kept[i];
+  return NULL;
+}
+
 /* The bf16 copy of src (n values) a forward reads: converted into its kept
  * slot while keeping (a new slot for a new source, while slots and memory
  * last), else into dst. */
 static const uint16_t *convert_forward(cpu_gemm *g, uint16_t *dst, const float *src, size_t n) {
-  kept_operand *k = NULL;
-  for (uint32_t i = 0; g->keep && i < g->n_kept && !k; i++)
-    if (g->kept[i].src == src && g->kept[i].n == n) k = &g->kept[i];
+  kept_operand *k = g->keep ? kept_find(g, src, n) : NULL;
   if (g->keep && !k && g->n_kept < MAX_KEPT) {
     k = &g->kept[g->n_kept];
     void *p = NULL;
@@ -215,8 +220,8 @@ static const uint16_t *convert_forward(cpu_gemm *g, uint16_t *dst, const float *
 /* The bf16 copy of src (n values) a backward reads: the kept one, else
  * converted into dst. */
 static const uint16_t *convert_backward(cpu_gemm *g, uint16_t *dst, const float *src, size_t n) {
-  for (uint32_t i = 0; i < g->n_kept; i++)
-    if (g->kept[i].src == src && g->kept[i].n == n) return g->kept[i].h;
+  const kept_operand *k = kept_find(g, src, n);
+  if (k) return k->h;
   convert_to_bf16(dst, src, n);
   return dst;
 }

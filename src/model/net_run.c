@@ -831,12 +831,6 @@ uint64_t dlrec_net_ws_bytes(const dlrec_net *n, uint32_t rows, uint32_t threads)
   return bytes + (uint64_t)ways * (way + ((uint64_t)n->plan.n_params + share) * sizeof(float));
 }
 
-/* The forward, loss and backward of a training step with the batch split
- * into T contiguous row ranges, one per thread, each through the whole
- * network on one thread; then every thread sums its slice of the dense
- * gradients over the shards, in shard order. One parallel region instead of
- * one per kernel: at small batches waking the team for each kernel cost
- * more than the kernels. Results are bitwise reproducible for a given T. */
 /* Starts (on) or ends a training pass's kept operands on be (backend_impl.h:
  * the pass writes no layer's input or weights between its forward and its
  * backward), unless dlrec_net_set_keep_operands turned them off. */
@@ -844,6 +838,12 @@ static void keep_operands(const dlrec_net *n, dlrec_backend *be, int on) {
   if (be->ops->keep_operands && !n->keep_off) be->ops->keep_operands(be, on);
 }
 
+/* The forward, loss and backward of a training step with the batch split
+ * into T contiguous row ranges, one per thread, each through the whole
+ * network on one thread; then every thread sums its slice of the dense
+ * gradients over the shards, in shard order. One parallel region instead of
+ * one per kernel: at small batches waking the team for each kernel cost
+ * more than the kernels. Results are bitwise reproducible for a given T. */
 static dlrec_status split_step(dlrec_net *n, dlrec_net_ws *ws, const dlrec_batch *b, uint64_t step, uint32_t T,
                                double *loss_sum, float *prob, int *whole) {
   if (b->rows > ws->max_batch)
