@@ -22,9 +22,10 @@
  *                        flushed before each batch, as in a training step,
  *                        where the MLPs' activations evict the table: the
  *                        limit the trainer's lookups compare with
- *   dnnl_f32_model_gflops   oneDNN's fp32 matmul on the same calls (null
- *                        in a build without oneDNN): what decides whether
- *                        fp32 GEMMs stay on OpenBLAS
+ *   dnnl_f32_peak_gflops, dnnl_f32_model_gflops   oneDNN's fp32 matmul on
+ *                        2048^3 and on the same calls (null in a build
+ *                        without oneDNN): the rates that decided where fp32
+ *                        GEMMs run (src/backend/cpu_gemm.c)
  *   dnnl_bf16_model_gflops  oneDNN's bf16 matmul (bf16 operands already
  *                        converted, fp32 accumulation) on the same calls;
  *                        null where oneDNN has no bf16 kernel for this CPU
@@ -32,7 +33,8 @@
  *   bf16_model_gflops    the CPU backend's bf16 linear layers (forward, then
  *                        backward: dW, db and din unless first), operand
  *                        rounding or conversion included, on the MLPs' layers
- *   fp32_layer_model_gflops  the same layers in fp32, for comparison
+ *   fp32_layer_model_gflops, fp32_gemms  the same layers in fp32, for
+ *                        comparison, and what ran them ("fp32 GEMMs (oneDNN)")
  *   bf16_gemms, bf16_native  what ran bf16 ("bf16 GEMMs (emulated: ...)") and
  *                        whether on the CPU's own bf16 instructions
  * Threads: --threads for OpenMP and OpenBLAS (the trainer's setting). */
@@ -415,12 +417,20 @@ int main(int argc, char **argv) {
     else lin[i] = i > n_bottom ? (int)top[i - n_bottom - 1] : (int)inter;
     lout[i] = i < n_bottom ? (int)bottom[i] : (int)top[i - n_bottom];
   }
-  char dnnl_rate[2][32];
+  char dnnl_rate[2][32], dnnl_peak[32] = "null";
   for (int bf16 = 0; bf16 <= 1; bf16++) {
     cpu_dnnl *d = NULL;
     double secs = 0;
     snprintf(dnnl_rate[bf16], sizeof dnnl_rate[bf16], "null");
     if (cpu_dnnl_available() && cpu_dnnl_create(&d, bf16) == DLREC_OK) {
+      if (!bf16) { /* the fp32 peak, on sgemm's square */
+        dnnl_gemm x = {d, make_gemm(0, 1, 2048, 2048, 2048), NULL, NULL, 0};
+        x.a = x.g.a, x.b = x.g.b;
+        run_dnnl_gemm(&x);
+        const double f = 2.0 * 2048 * 2048 * 2048;
+        if (!x.failed) snprintf(dnnl_peak, sizeof dnnl_peak, "%.1f", best_rate(run_dnnl_gemm, &x, f, seconds) / 1e9);
+        free_gemm(&x.g);
+      }
       for (int i = 0; i < n_layers && secs >= 0; i++) {
         double t = dnnl_layer_seconds(d, bf16, batch, lin[i], lout[i], i == 0, seconds / 4);
         secs = t < 0 ? -1 : secs + t;
@@ -432,7 +442,7 @@ int main(int argc, char **argv) {
   }
   double layer_rate[2];
   int bf16_native = 0;
-  char bf16_gemms[160] = "";
+  char bf16_gemms[160] = "", fp32_gemms[160] = "";
   for (int bf16 = 0; bf16 <= 1; bf16++) {
     cpu_gemm *gm;
     int native;
@@ -442,17 +452,19 @@ int main(int argc, char **argv) {
       secs += gemm_layer_seconds(gm, batch, lin[i], lout[i], i == 0, seconds / 4, &flops);
     layer_rate[bf16] = flops / secs / 1e9;
     if (bf16) bf16_native = native, snprintf(bf16_gemms, sizeof bf16_gemms, "%s", cpu_gemm_describe(gm));
+    else snprintf(fp32_gemms, sizeof fp32_gemms, "%s", cpu_gemm_describe(gm));
     cpu_gemm_free(gm);
   }
 
   printf("{\"batch\": %d, \"threads\": %d, \"sgemm_peak_gflops\": %.1f, \"sgemm_model_gflops\": %.1f, "
-         "\"dnnl_f32_model_gflops\": %s, \"dnnl_bf16_model_gflops\": %s, \"fp32_layer_model_gflops\": %.1f, "
+         "\"dnnl_f32_peak_gflops\": %s, \"dnnl_f32_model_gflops\": %s, \"dnnl_bf16_model_gflops\": %s, "
+         "\"fp32_layer_model_gflops\": %.1f, \"fp32_gemms\": \"%s\", "
          "\"bf16_model_gflops\": %.1f, \"bf16_gemms\": \"%s\", \"bf16_native\": %s, "
          "\"gather_ids_per_s\": %.0f, \"random_gather_ids_per_s\": %.0f, \"bag_forward_ids_per_s\": %.0f, "
          "\"cold_gather_ids_per_s\": %.0f, \"cold_bag_forward_ids_per_s\": %.0f, \"table_rows\": %llu}\n",
-         batch, threads, peak, model_flops / model_s / 1e9, dnnl_rate[0], dnnl_rate[1], layer_rate[0], layer_rate[1],
-         bf16_gemms, bf16_native ? "true" : "false", gather_rate, random_rate, bag_rate, cold_gather, cold_bag,
-         (unsigned long long)table_rows);
+         batch, threads, peak, model_flops / model_s / 1e9, dnnl_peak, dnnl_rate[0], dnnl_rate[1], layer_rate[0],
+         fp32_gemms, layer_rate[1], bf16_gemms, bf16_native ? "true" : "false", gather_rate, random_rate, bag_rate,
+         cold_gather, cold_bag, (unsigned long long)table_rows);
   dlrec_table_free(t);
   return 0;
 }

@@ -17,8 +17,9 @@
 # fastest run), and prints samples/s (the training loop, data loading
 # included, evaluation excluded, on both sides), the validation AUC and
 # calibration of each, and peak RSS. Before each batch size, build/bench_roofline
-# measures the machine's limits in the same run: sgemm's peak and its rate
-# on the step's own GEMM shapes, and a prefetching gather of the file's ids;
+# measures the machine's limits in the same run: the fp32 GEMMs' peak and
+# their rate on the step's own GEMM shapes (oneDNN's or OpenBLAS's, whichever
+# dlrec's fp32 runs on here), and a prefetching gather of the file's ids;
 # the last table puts dlrec's own profile (`dlrec train`'s "profile") against
 # them.
 # Needs /usr/bin/python3 with torch and numpy (Debian python3-torch) and a
@@ -102,16 +103,18 @@ print(json.dumps({k: max(r[k] for r in rs) for k in rs[0]}))' "$work"/roof-"$b"-
   d_auc=$(json_get "$work/dlrec-$b.json" "j['valid']['auc']")
   d_cal=$(json_get "$work/dlrec-$b.json" "j['valid']['calibration']")
   results+=("$b $d_sps $t_sps $t_thr $d_auc $t_auc $d_cal $t_cal ${d_rss:--} ${t_rss:--}")
-  # Shares of the machine's limits: the MLPs' GFLOP/s against sgemm's peak and
-  # against sgemm on the same shapes; the embedding lookups' ids/s against a
+  # Shares of the machine's limits: the MLPs' GFLOP/s against the fp32 GEMMs'
+  # peak and against them on the same shapes; the embedding lookups' ids/s against a
   # plain prefetching gather of the same ids from cold caches (in a step the
   # MLPs' activations evict the table between lookups).
   mlp=$(json_get "$work/dlrec-$b.json" "j['profile']['mlp_gflops']")
   mlp_s=$(json_get "$work/dlrec-$b.json" "j['profile']['mlp_seconds']")
   emb=$(json_get "$work/dlrec-$b.json" "j['profile']['embedding_forward_ids_per_s']")
   secs=$(json_get "$work/dlrec-$b.json" "j['seconds']")
-  peak=$(json_get "$work/roof-$b.json" "j['sgemm_peak_gflops']")
-  shapes=$(json_get "$work/roof-$b.json" "j['sgemm_model_gflops']")
+  gemms=$(json_get "$work/roof-$b.json" "j['fp32_gemms']")
+  on=$(case $gemms in *oneDNN*) echo dnnl_f32 ;; *) echo sgemm ;; esac)
+  peak=$(json_get "$work/roof-$b.json" "j['${on}_peak_gflops']")
+  shapes=$(json_get "$work/roof-$b.json" "j['${on}_model_gflops']")
   gather=$(json_get "$work/roof-$b.json" "j['cold_gather_ids_per_s']")
   roofs+=("$(awk -v b="$b" -v mlp="$mlp" -v ms="$mlp_s" -v s="$secs" -v peak="$peak" -v shapes="$shapes" \
     -v emb="$emb" -v g="$gather" 'BEGIN {
@@ -134,10 +137,10 @@ for r in "${results[@]}"; do
   }'
 done
 echo
-echo "dlrec against the machine's limits (bench_roofline, same run): the MLPs' GFLOP/s against sgemm on 2048^3"
+echo "dlrec against the machine's limits (bench_roofline, same run): the MLPs' GFLOP/s against its $gemms on 2048^3"
 echo "and on the step's own GEMM shapes, the MLPs' share of the loop, and embedding lookups against a"
 echo "prefetching gather of the same ids from cold caches"
-printf '%6s %9s %10s %7s %11s %7s %9s %13s %11s %7s\n' batch mlp_GF/s sgemm_peak share sgemm_shape share mlp_time \
+printf '%6s %9s %10s %7s %11s %7s %9s %13s %11s %7s\n' batch mlp_GF/s gemm_peak share gemm_shape share mlp_time \
   lookup_ids/s gather_ids share
 for r in "${roofs[@]}"; do echo "$r"; done
 # Embedding tables: table_rows x 16 f32 (dlrec pads rows to a multiple of 4

@@ -1,13 +1,14 @@
-/* training.precision bf16 on the CPU: the bf16 rounding itself, the linear
+/* training.precision on the CPU: the bf16 rounding itself, the linear
  * layers' GEMMs (src/backend/cpu_gemm.c) against a double-precision
  * reference computed from bf16-rounded operands, the cross layers' products
  * through those GEMMs, the backend's resolution of auto, the oneDNN path
- * forced on a CPU without bf16 instructions, and a small MLP that must learn
- * as well in bf16 as in fp32.
+ * forced on a CPU without bf16 instructions, fp32's GEMMs on each of their
+ * two engines (oneDNN, OpenBLAS), and a small MLP that must learn as well in
+ * bf16 as in fp32.
  *
  * On this project's CPUs without AVX512-BF16 or AMX, bf16 is emulated (the
- * operands rounded into fp32 scratch, then sgemm); on one with them the
- * same tests run the oneDNN path. */
+ * operands rounded into fp32 scratch, then the fp32 GEMMs); on one with them
+ * the same tests run the oneDNN path. */
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
@@ -77,7 +78,9 @@ TEST(round_bf16_known_values) {
 /* Sizes odd on purpose: no dimension a multiple of a vector width. */
 enum { TB = 37, TIN = 29, TOUT = 13 };
 
-static double r(float x) { return cpu_gemm_round_bf16(x); }
+/* The operands' rounding the reference applies: bf16's, or none (fp32). */
+static int rounding;
+static double r(float x) { return rounding ? cpu_gemm_round_bf16(x) : x; }
 
 /* The fp32 accumulation's slack on a sum of n terms whose magnitudes add to
  * sum_abs: a few ulps per addition. The bf16 rounding of the operands is
@@ -85,8 +88,10 @@ static double r(float x) { return cpu_gemm_round_bf16(x); }
 static double slack(int n, double sum_abs) { return 2.0 * n * FLT_EPSILON * sum_abs + 1e-7; }
 
 /* Forward (both activations) and backward of g's linear layer against a
- * double reference on bf16-rounded operands, and far from the fp32 result. */
-static void check_linear_bf16(cpu_gemm *g) {
+ * double reference on bf16-rounded operands (bf16 set), and then far from
+ * the fp32 result; on the fp32 operands themselves otherwise. */
+static void check_linear(cpu_gemm *g, int bf16) {
+  rounding = bf16;
   float *in = malloc(sizeof(float) * TB * TIN), *w = malloc(sizeof(float) * TOUT * TIN), bias[TOUT];
   float *out = malloc(sizeof(float) * TB * TOUT), *dout = malloc(sizeof(float) * TB * TOUT);
   float *din = malloc(sizeof(float) * TB * TIN), *dw = malloc(sizeof(float) * TOUT * TIN), db[TOUT];
@@ -115,7 +120,7 @@ static void check_linear_bf16(cpu_gemm *g) {
         if (fabs(out[b * TOUT + o] - ref32) > max_off_fp32) max_off_fp32 = fabs(out[b * TOUT + o] - ref32);
       }
     /* The rounding really happens: the fp32 result is far outside the slack. */
-    CHECK(max_off_fp32 > 1e-3);
+    if (bf16) CHECK(max_off_fp32 > 1e-3);
   }
 
   /* Backward: dW and db accumulate onto what is there, din is overwritten
@@ -140,7 +145,7 @@ static void check_linear_bf16(cpu_gemm *g) {
       if (fabs(dw[o * TIN + i] - ref32) > max_off_fp32) max_off_fp32 = fabs(dw[o * TIN + i] - ref32);
     }
   }
-  CHECK(max_off_fp32 > 1e-3);
+  if (bf16) CHECK(max_off_fp32 > 1e-3);
   for (int b = 0; b < TB; b++)
     for (int i = 0; i < TIN; i++) {
       double ref = 0, sum_abs = 0;
@@ -170,7 +175,7 @@ TEST(bf16_linear_matches_rounded_reference) {
   CHECK_OK(cpu_gemm_create(&g, DLREC_PRECISION_BF16, &native));
   CHECK_EQ(native, cpu_gemm_has_bf16() && cpu_dnnl_available());
   fprintf(stderr, "%s\n", cpu_gemm_describe(g));
-  check_linear_bf16(g);
+  check_linear(g, 1);
   cpu_gemm_free(g);
 }
 
@@ -200,11 +205,62 @@ TEST(bf16_linear_on_forced_onednn) {
   CHECK_OK(s);
   CHECK_EQ(native, cpu_gemm_has_bf16());
   CHECK(strstr(cpu_gemm_describe(g), "oneDNN") != NULL);
-  check_linear_bf16(g);
+  check_linear(g, 1);
   cpu_gemm_free(g);
 }
 
+/* fp32's GEMMs on each engine DLREC_FP32_GEMM names and on the default
+ * one (oneDNN exactly where the CPU has AVX-512 and the build oneDNN),
+ * against the double reference on the unrounded operands; fp16's emulation
+ * multiplies on the chosen engine; any other name is refused. */
+TEST(fp32_linear_on_either_engine) {
+  const char *engines[3] = {"openblas", "onednn", NULL};
+  for (int e = 0; e < 3; e++) {
+    cpu_gemm *g = NULL;
+    int native = -1;
+    if (engines[e]) setenv("DLREC_FP32_GEMM", engines[e], 1);
+    dlrec_status s = cpu_gemm_create(&g, DLREC_PRECISION_FP32, &native);
+    unsetenv("DLREC_FP32_GEMM");
+    if (e == 1 && !cpu_dnnl_available()) {
+      CHECK_EQ(s, DLREC_ERR_UNSUPPORTED);
+      CHECK(strstr(dlrec_last_error(), "DLREC_FP32_GEMM=onednn: this build has no oneDNN") != NULL);
+      continue;
+    }
+    CHECK_OK(s);
+    CHECK_EQ(native, 0);
+    const int onednn = e == 1 || (e == 2 && cpu_gemm_has_avx512() && cpu_dnnl_available());
+    fprintf(stderr, "%s: %s\n", engines[e] ? engines[e] : "default", cpu_gemm_describe(g));
+    CHECK_STR(cpu_gemm_describe(g), onednn ? "fp32 GEMMs (oneDNN)" : "fp32 GEMMs (OpenBLAS sgemm)");
+    check_linear(g, 0);
+    cpu_gemm_free(g);
+  }
+  if (cpu_dnnl_available()) {
+    /* fp16 rounds 1 + 2^-11 to 1 (a tie, to even) and keeps 1 + 2^-8. */
+    cpu_gemm *g;
+    int native;
+    setenv("DLREC_FP32_GEMM", "onednn", 1);
+    dlrec_status s = cpu_gemm_create(&g, DLREC_PRECISION_FP16, &native);
+    unsetenv("DLREC_FP32_GEMM");
+    CHECK_OK(s);
+    CHECK_STR(cpu_gemm_describe(g), "fp16 GEMMs (emulated: fp16-rounded operands on oneDNN)");
+    float in[2] = {1.0f + 0x1p-11f, 1.0f + 0x1p-8f}, w[2] = {1.0f, 1.0f}, out = 0;
+    CHECK_OK(cpu_gemm_linear_forward(g, &out, in, w, NULL, 1, 2, 1, DLREC_ACT_NONE));
+    CHECK(out == 2.0f + 0x1p-8f);
+    cpu_gemm_free(g);
+  }
+  cpu_gemm *g = NULL;
+  int native;
+  setenv("DLREC_FP32_GEMM", "mkl", 1);
+  dlrec_status s = cpu_gemm_create(&g, DLREC_PRECISION_FP32, &native);
+  unsetenv("DLREC_FP32_GEMM");
+  CHECK_ERR(s, DLREC_ERR_INVALID, "DLREC_FP32_GEMM must be openblas or onednn, not \"mkl\"");
+  CHECK(g == NULL);
+}
+
 TEST(backend_resolves_precision) {
+  /* The descriptions below name OpenBLAS: fp32_linear_on_either_engine
+   * covers the engine's choice. */
+  setenv("DLREC_FP32_GEMM", "openblas", 1);
   dlrec_backend *be;
   dlrec_backend_config c = {.threads = 1, .precision = DLREC_PRECISION_AUTO};
   CHECK_OK(dlrec_backend_create(&be, "cpu", &c));
@@ -264,6 +320,7 @@ TEST(backend_resolves_precision) {
   CHECK_OK(BE_OP(be, linear_forward, &out, h_in, h_w, NULL, 1, 2, 1, DLREC_ACT_NONE));
   CHECK(isinf(out));
   dlrec_backend_free(be);
+  unsetenv("DLREC_FP32_GEMM");
 }
 
 /* fp16's rounding on F16C and in plain C agree bit for bit on 2^20 random

@@ -13,9 +13,10 @@
  * (src/backend/backend.h); a host program only creates a backend, hands it
  * to a network (dlrec_net_set_backend) and asks what it resolved to.
  *
- * Backends of a build: "cpu" always (OpenBLAS sgemm for fp32 GEMMs, oneDNN
- * for bf16 ones, OpenMP threads); "cuda" in a build with the CUDA toolkit
- * (CMake found nvcc; a build without it holds no CUDA symbol), created on a
+ * Backends of a build: "cpu" always (fp32 GEMMs on oneDNN where the CPU has
+ * AVX-512, else OpenBLAS sgemm; oneDNN for bf16 ones; OpenMP threads);
+ * "cuda" in a build with the CUDA toolkit (CMake found nvcc; a build
+ * without it holds no CUDA symbol), created on a
  * machine with a GPU, where a network keeps its state in the GPU's memory
  * (dlrec/model.h: dlrec_net_sync_host). Not listed: "cpu-mirror", the CPU
  * run as a device, for tests (src/backend/backend_impl.h).

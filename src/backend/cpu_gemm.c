@@ -1,9 +1,14 @@
 /* The CPU backend's linear layers (cpu_gemm.h), in one of three ways:
  *
- *   sgemm     FP32: dlrec/nn.h's dlrec_linear_* on OpenBLAS sgemm. oneDNN's
- *             fp32 matmul was measured against it on the DLRM step's shapes
- *             (bench_roofline's dnnl_f32_model_gflops) and was not faster on
- *             the machines we have, so fp32 stays on OpenBLAS.
+ *   fp32      FP32: on oneDNN's fp32 matmul where the CPU has AVX-512, else
+ *             on OpenBLAS sgemm (dlrec/nn.h's dlrec_linear_*). The rule is
+ *             measured (bench_roofline's sgemm_model_gflops against
+ *             dnnl_f32_model_gflops): Debian's OpenBLAS 0.3.21 runs AVX2
+ *             kernels on AMD's AVX-512 CPUs, and on a Zen 5 oneDNN's
+ *             AVX-512 kernels are twice as fast on the step's shapes (483
+ *             against 242 GFLOP/s on two cores); without AVX-512 the two
+ *             were even, and OpenBLAS stays. DLREC_FP32_GEMM=openblas or
+ *             onednn overrides the rule.
  *   oneDNN    BF16 on a CPU with AMX-BF16 or AVX512-BF16: the fp32 operands
  *             are converted to bf16 in scratch, and a oneDNN matmul (bf16
  *             source and weights, fp32 destination, bias and ReLU fused)
@@ -11,11 +16,11 @@
  *   emulated  BF16 elsewhere, and FP16 everywhere: the operands are rounded
  *             to bf16 (fp16) exactly as a conversion does (to nearest even;
  *             NaN stays NaN; fp16 overflows to infinity past 65504) but kept
- *             in fp32 scratch, and sgemm multiplies them. The product of two
- *             bf16 or fp16 values is exact in fp32, so this computes what the
- *             native path does (fp32 accumulation of exact products), only
- *             slower: a run on a CPU without bf16 learns what one with it
- *             would, and an fp16 run what a GPU's would.
+ *             in fp32 scratch, and the fp32 GEMMs above multiply them. The
+ *             product of two bf16 or fp16 values is exact in fp32, so this
+ *             computes what the native path does (fp32 accumulation of exact
+ *             products), only slower: a run on a CPU without bf16 learns
+ *             what one with it would, and an fp16 run what a GPU's would.
  *
  * In every way the master weights, dW, db and the accumulations are fp32;
  * only the GEMMs' operands are rounded, and db sums the unrounded dout.
@@ -49,7 +54,7 @@
 /* Elementwise passes smaller than this run on one thread (as in nn/linear.c). */
 #define PARALLEL_MIN 32768
 
-typedef enum gemm_path { GEMM_SGEMM, GEMM_EMULATED, GEMM_ONEDNN } gemm_path;
+typedef enum gemm_path { GEMM_FP32, GEMM_EMULATED, GEMM_ONEDNN } gemm_path;
 
 /* What cpuid says about bf16 GEMM instructions. */
 typedef enum bf16_isa { BF16_ISA_NONE = 0, BF16_ISA_AVX512 = 1, BF16_ISA_AMX = 2 } bf16_isa;
@@ -69,7 +74,8 @@ struct cpu_gemm {
   dlrec_precision precision;
   gemm_path path;
   int f16c; /* fp16's rounding on F16C (cpu_gemm_round_fp16) */
-  cpu_dnnl *dnnl;
+  cpu_dnnl *dnnl; /* the bf16 matmul (GEMM_ONEDNN) */
+  cpu_dnnl *f32;  /* the fp32 matmul of GEMM_FP32 and GEMM_EMULATED; NULL: OpenBLAS sgemm */
   void *scratch; /* the rounded or converted operands */
   size_t scratch_bytes;
   int keep;        /* cpu_gemm_keep's switch */
@@ -105,6 +111,17 @@ static bf16_isa detect_bf16_isa(void) {
   return BF16_ISA_NONE;
 }
 
+/* AVX512F (leaf 7.0 EBX bit 16) with the opmask/ZMM state (XCR0 bits 1-2
+ * and 5-7) saved by the OS: where oneDNN's fp32 matmul takes over. */
+static int detect_avx512f(void) {
+  unsigned a, b, c, d;
+  if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27))) return 0; /* OSXSAVE */
+  if (__get_cpuid_max(0, NULL) < 7) return 0;
+  uint64_t x = xcr0();
+  __cpuid_count(7, 0, a, b, c, d);
+  return (b >> 16 & 1) && (x & 0xe6) == 0xe6;
+}
+
 /* F16C (leaf 1 ECX bit 29, with AVX: bit 28, and the YMM state XCR0 bits
  * 1-2): 8 conversions to and from fp16 an instruction. */
 static int detect_f16c(void) {
@@ -124,9 +141,12 @@ __attribute__((target("avx,f16c"))) static void round_to_fp16_f16c(float *restri
 }
 #else
 static bf16_isa detect_bf16_isa(void) { return BF16_ISA_NONE; }
+static int detect_avx512f(void) { return 0; }
 #endif
 
 int cpu_gemm_has_bf16(void) { return detect_bf16_isa() != BF16_ISA_NONE; }
+
+int cpu_gemm_has_avx512(void) { return detect_avx512f(); }
 
 float cpu_gemm_round_bf16(float x) { return dtype_bf16_to_f32(dtype_f32_to_bf16(x)); }
 
@@ -241,6 +261,51 @@ static void *scratch(cpu_gemm *g, size_t n) {
   return p;
 }
 
+/* Chooses the fp32 GEMMs of GEMM_FP32 and GEMM_EMULATED (the rule in this
+ * file's header) and names them in *engine. */
+static dlrec_status choose_f32(cpu_gemm *g, const char **engine) {
+  const char *env = getenv("DLREC_FP32_GEMM");
+  int onednn;
+  if (!env || !*env) onednn = cpu_gemm_has_avx512() && cpu_dnnl_available();
+  else if (!strcmp(env, "onednn")) onednn = 1;
+  else if (!strcmp(env, "openblas")) onednn = 0;
+  else return dlrec_error(DLREC_ERR_INVALID, "DLREC_FP32_GEMM must be openblas or onednn, not \"%s\"", env);
+  *engine = "OpenBLAS sgemm";
+  if (!onednn) return DLREC_OK;
+  if (cpu_dnnl_create(&g->f32, 0) != DLREC_OK)
+    return dlrec_error_context(env && *env ? "DLREC_FP32_GEMM=onednn: " : "fp32 GEMMs on oneDNN: ");
+  *engine = "oneDNN";
+  return DLREC_OK;
+}
+
+/* The fp32 GEMMs, dlrec_linear_forward's (act NONE) and
+ * dlrec_linear_relu_forward's (RELU) contracts: on oneDNN where chosen. */
+static dlrec_status f32_forward(cpu_gemm *g, float *out, const float *in, const float *weight, const float *bias,
+                                int B, int IN, int OUT, dlrec_act act) {
+  if (!g->f32)
+    return act == DLREC_ACT_RELU ? dlrec_linear_relu_forward(out, in, weight, bias, B, IN, OUT)
+                                 : dlrec_linear_forward(out, in, weight, bias, B, IN, OUT);
+  dlrec_status st = nn_check_linear("linear_forward", out, in, weight, B, IN, OUT);
+  // out (B, OUT) = act(in (B, IN) · Wᵀ (IN, OUT) + bias); W is stored (OUT, IN), so B is transposed
+  return st == DLREC_OK ? cpu_dnnl_matmul(g->f32, out, in, 0, weight, 1, bias, B, OUT, IN, act, 0) : st;
+}
+
+/* dlrec_linear_backward's contract, on oneDNN where chosen. */
+static dlrec_status f32_backward(cpu_gemm *g, float *din, float *dweight, float *dbias, const float *dout,
+                                 const float *in, const float *weight, int B, int IN, int OUT) {
+  if (!g->f32) return dlrec_linear_backward(din, dweight, dbias, dout, in, weight, B, IN, OUT);
+  dlrec_status st = nn_check_linear("linear_backward", dweight, dout, in, B, IN, OUT);
+  if (st != DLREC_OK) return st;
+  if (din && !weight) return dlrec_error(DLREC_ERR_INVALID, "linear_backward: din needs the weights");
+  // dW (OUT, IN) += doutᵀ (OUT, B) · in (B, IN); dout is stored (B, OUT), so A is transposed
+  st = cpu_dnnl_matmul(g->f32, dweight, dout, 1, in, 0, NULL, OUT, IN, B, DLREC_ACT_NONE, 1);
+  // din (B, IN) = dout (B, OUT) · W (OUT, IN)
+  if (st == DLREC_OK && din)
+    st = cpu_dnnl_matmul(g->f32, din, dout, 0, weight, 0, NULL, B, IN, OUT, DLREC_ACT_NONE, 0);
+  if (st == DLREC_OK && dbias) dlrec_bias_backward(dbias, dout, B, OUT);
+  return st;
+}
+
 /* One tiny bf16 matmul, so that a oneDNN without bf16 kernels for this CPU
  * (oneDNN 2.6 has none below AVX512) is refused when the backend is
  * created, not at the first training step. */
@@ -262,21 +327,15 @@ dlrec_status cpu_gemm_create(cpu_gemm **out, dlrec_precision precision, int *nat
   cpu_gemm *g = calloc(1, sizeof *g);
   if (!g) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
   g->precision = precision;
-  g->path = GEMM_SGEMM;
-  snprintf(g->describe, sizeof g->describe, "fp32 GEMMs (OpenBLAS sgemm)");
-  if (precision == DLREC_PRECISION_FP16) {
-    g->path = GEMM_EMULATED;
-    snprintf(g->describe, sizeof g->describe, "fp16 GEMMs (emulated: fp16-rounded operands on OpenBLAS sgemm)");
-    g->f16c = cpu_gemm_has_f16c();
-  }
+  g->path = precision == DLREC_PRECISION_FP32 ? GEMM_FP32 : GEMM_EMULATED;
+  dlrec_status s;
   if (precision == DLREC_PRECISION_BF16) {
     bf16_isa isa = detect_bf16_isa();
     const char *force = getenv("DLREC_BF16_FORCE_ONEDNN");
     int forced = force && !strcmp(force, "1");
-    g->path = GEMM_EMULATED;
     snprintf(g->describe, sizeof g->describe, "bf16 GEMMs (emulated: this CPU has no AVX512-BF16 or AMX)");
     if ((isa != BF16_ISA_NONE || forced) && cpu_dnnl_available()) {
-      dlrec_status s = cpu_dnnl_create(&g->dnnl, 1);
+      s = cpu_dnnl_create(&g->dnnl, 1);
       if (s == DLREC_OK) s = probe(g->dnnl);
       if (s != DLREC_OK) {
         cpu_gemm_free(g);
@@ -303,6 +362,18 @@ dlrec_status cpu_gemm_create(cpu_gemm **out, dlrec_precision precision, int *nat
       snprintf(g->describe, sizeof g->describe, "bf16 GEMMs (emulated: this build has no oneDNN)");
     }
   }
+  if (g->path != GEMM_ONEDNN) { /* the fp32 GEMMs run, on rounded operands where emulating */
+    const char *engine = NULL;
+    if ((s = choose_f32(g, &engine)) != DLREC_OK) {
+      cpu_gemm_free(g);
+      return s;
+    }
+    if (precision == DLREC_PRECISION_FP32) snprintf(g->describe, sizeof g->describe, "fp32 GEMMs (%s)", engine);
+    if (precision == DLREC_PRECISION_FP16) {
+      snprintf(g->describe, sizeof g->describe, "fp16 GEMMs (emulated: fp16-rounded operands on %s)", engine);
+      g->f16c = cpu_gemm_has_f16c();
+    }
+  }
   *out = g;
   return DLREC_OK;
 }
@@ -310,6 +381,7 @@ dlrec_status cpu_gemm_create(cpu_gemm **out, dlrec_precision precision, int *nat
 void cpu_gemm_free(cpu_gemm *g) {
   if (!g) return;
   cpu_dnnl_free(g->dnnl);
+  cpu_dnnl_free(g->f32);
   free(g->scratch);
   for (uint32_t i = 0; i < MAX_KEPT; i++) free(g->kept[i].h);
   free(g);
@@ -319,9 +391,7 @@ const char *cpu_gemm_describe(const cpu_gemm *g) { return g->describe; }
 
 dlrec_status cpu_gemm_linear_forward(cpu_gemm *g, float *out, const float *in, const float *weight,
                                      const float *bias, int B, int IN, int OUT, dlrec_act act) {
-  if (g->path == GEMM_SGEMM)
-    return act == DLREC_ACT_RELU ? dlrec_linear_relu_forward(out, in, weight, bias, B, IN, OUT)
-                                 : dlrec_linear_forward(out, in, weight, bias, B, IN, OUT);
+  if (g->path == GEMM_FP32) return f32_forward(g, out, in, weight, bias, B, IN, OUT, act);
   dlrec_status st = nn_check_linear("linear_forward", out, in, weight, B, IN, OUT);
   if (st != DLREC_OK) return st;
   size_t n_in = (size_t)B * IN, n_w = (size_t)OUT * IN;
@@ -331,8 +401,7 @@ dlrec_status cpu_gemm_linear_forward(cpu_gemm *g, float *out, const float *in, c
     float *in_r = s, *w_r = s + n_in;
     round_operand(g, in_r, in, n_in);
     round_operand(g, w_r, weight, n_w);
-    return act == DLREC_ACT_RELU ? dlrec_linear_relu_forward(out, in_r, w_r, bias, B, IN, OUT)
-                                 : dlrec_linear_forward(out, in_r, w_r, bias, B, IN, OUT);
+    return f32_forward(g, out, in_r, w_r, bias, B, IN, OUT, act);
   }
   const uint16_t *in_h = convert_forward(g, (uint16_t *)s, in, n_in);
   const uint16_t *w_h = convert_forward(g, (uint16_t *)s + n_in, weight, n_w);
@@ -342,7 +411,7 @@ dlrec_status cpu_gemm_linear_forward(cpu_gemm *g, float *out, const float *in, c
 
 dlrec_status cpu_gemm_linear_backward(cpu_gemm *g, float *din, float *dweight, float *dbias, const float *dout,
                                       const float *in, const float *weight, int B, int IN, int OUT) {
-  if (g->path == GEMM_SGEMM) return dlrec_linear_backward(din, dweight, dbias, dout, in, weight, B, IN, OUT);
+  if (g->path == GEMM_FP32) return f32_backward(g, din, dweight, dbias, dout, in, weight, B, IN, OUT);
   dlrec_status st = nn_check_linear("linear_backward", dweight, dout, in, B, IN, OUT);
   if (st != DLREC_OK) return st;
   if (din && !weight) return dlrec_error(DLREC_ERR_INVALID, "linear_backward: din needs the weights");
@@ -354,7 +423,7 @@ dlrec_status cpu_gemm_linear_backward(cpu_gemm *g, float *din, float *dweight, f
     round_operand(g, dout_r, dout, n_dout);
     round_operand(g, in_r, in, n_in);
     if (din) round_operand(g, w_r, weight, n_w);
-    st = dlrec_linear_backward(din, dweight, NULL, dout_r, in_r, w_r, B, IN, OUT);
+    st = f32_backward(g, din, dweight, NULL, dout_r, in_r, w_r, B, IN, OUT);
   } else {
     uint16_t *dout_h = (uint16_t *)s;
     convert_to_bf16(dout_h, dout, n_dout);

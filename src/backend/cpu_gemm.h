@@ -1,5 +1,7 @@
 /* The CPU backend's linear layers: their GEMMs in the backend's precision.
- * FP32 runs OpenBLAS sgemm (dlrec/nn.h's dlrec_linear_*); BF16 rounds the
+ * FP32 runs oneDNN's fp32 matmul where the CPU has AVX-512, else OpenBLAS
+ * sgemm (dlrec/nn.h's dlrec_linear_*); DLREC_FP32_GEMM=openblas or onednn
+ * in the environment decides instead (cpu_gemm.c says why). BF16 rounds the
  * operands to bfloat16 and accumulates in fp32, on oneDNN where the CPU has
  * AMX-BF16 or AVX512-BF16 and emulated on sgemm elsewhere (cpu_gemm.c says
  * why the two agree). Setting DLREC_BF16_FORCE_ONEDNN=1 runs BF16 on oneDNN
@@ -20,6 +22,8 @@ dlrec_status cpu_gemm_create(cpu_gemm **g, dlrec_precision precision, int *nativ
 void cpu_gemm_free(cpu_gemm *g); /* accepts NULL */
 /* Whether this CPU has AMX-BF16 or AVX512-BF16 (what AUTO picks BF16 for). */
 int cpu_gemm_has_bf16(void);
+/* Whether this CPU has AVX512F (where fp32 GEMMs go to oneDNN by default). */
+int cpu_gemm_has_avx512(void);
 /* x rounded to the nearest bf16 (ties to even; NaN stays NaN, overflow goes
  * to infinity), as an fp32: the rounding BF16 applies to every operand. */
 float cpu_gemm_round_bf16(float x);
