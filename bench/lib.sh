@@ -35,9 +35,12 @@ faster() { awk -v s="$1" -v best="$2" 'BEGIN { exit !(s > best) }'; }
 # cpu_line: the CPU's model and the ISA flags that decide the 16-bit GEMMs'
 # speed (avx512_bf16 and AMX: without them bf16 math is emulated in fp32).
 cpu_line() {
-  local model flags f have=
+  local model fam flags f have=
   model=$(LC_ALL=C lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1)
   [ -n "$model" ] || model=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
+  # The family tells a VM's bare "AMD EPYC" apart: 25 is Zen 3/4, 26 Zen 5.
+  fam=$(sed -n 's/^cpu family[[:space:]]*: //p' /proc/cpuinfo | head -1)
+  model="${model:-unknown}${fam:+ family $fam}"
   flags=$(sed -n 's/^flags[[:space:]]*: //p' /proc/cpuinfo | head -1)
   for f in avx2 avx512f avx512_bf16 avx512_fp16 amx_tile amx_bf16 amx_fp16; do
     case " $flags " in *" $f "*) have="$have $f" ;; esac

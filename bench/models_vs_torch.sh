@@ -120,6 +120,9 @@ json_get() { "$py" -c "import json,sys; j=json.load(open(sys.argv[1])); v=$2; pr
 
 cpu=$(LC_ALL=C lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1)
 [ -n "$cpu" ] || cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
+# The family tells a VM's bare "AMD EPYC" apart: 25 is Zen 3/4, 26 Zen 5.
+fam=$(sed -n 's/^cpu family[[:space:]]*: //p' /proc/cpuinfo | head -1)
+cpu="${cpu:-unknown}${fam:+ family $fam}"
 echo "models_vs_torch: $rows rows (cap $cap), CPU ${cpu:-unknown} ($(nproc) cores), $threads threads each, $precision," \
   "dlrec $("$bin" version | head -1 | cut -d' ' -f2), torch $("$py" -c 'import torch; print(torch.__version__)')"
 "$bin" synth --rows "$rows" --max-cardinality "$cap" --out "$work/clicks.tsv" -q
