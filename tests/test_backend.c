@@ -488,6 +488,23 @@ static void linear_case(int B, int IN, int OUT, int with_bias, int relu, int fd)
   if (OP(linear_backward, NULL, d_dw2, NULL, d_g, d_in, d_w, B, IN, OUT)) return;
   if (CHECKV("linear dW without din", down(d_dw2, nw), pre_dw, rdw, mdw, 0, nw, CMP_GEMM)) return;
 
+  /* Through the ReLU, the fused op gives the composition's bits: relu_backward
+   * then linear_backward, just checked against the reference. With and
+   * without din, with and without the bias. */
+  for (int first = 0; relu && first <= 1; first++) {
+    float *f_din = dnan(nin), *f_dw = dup(pre_dw, nw), *f_db = dup(pre_db, OUT), *f_R = dup(R, nout);
+    if (OP(linear_relu_backward, first ? NULL : f_din, f_dw, with_bias ? f_db : NULL, f_R, d_out, d_in, d_w, B, IN,
+           OUT))
+      return;
+    double *want_dw = hdbl(first ? down(d_dw2, nw) : dw, nw);
+    if (!first && CHECKV("linear_relu_backward din", down(f_din, nin), NULL, hdbl(din, nin), NULL, 0, nin, CMP_EXACT))
+      return;
+    if (CHECKV("linear_relu_backward dW", down(f_dw, nw), NULL, want_dw, NULL, 0, nw, CMP_EXACT) ||
+        CHECKV("linear_relu_backward dbias", down(f_db, OUT), NULL, hdbl(with_bias ? db : pre_db, OUT), NULL, 0, OUT,
+               CMP_EXACT))
+      return;
+  }
+
   if (!fd) return;
   /* Through a ReLU, a perturbation of h = 1e-4 moves a pre-activation by at
    * most 1e-4 (values within ±1): one closer to the kink than that, or one a

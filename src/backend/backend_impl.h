@@ -86,6 +86,15 @@ typedef struct dlrec_backend_ops {
                                  const float *bias, int B, int IN, int OUT, dlrec_act act);
   dlrec_status (*linear_backward)(dlrec_backend *be, float *din, float *dweight, float *dbias, const float *dout,
                                   const float *in, const float *weight, int B, int IN, int OUT);
+  /* The backward of linear_forward with DLREC_ACT_RELU, given dout and the
+   * forward's out (the ReLU's mask): linear_backward's contract on d = dout
+   * where out > 0, else 0. dout is the op's scratch: unspecified afterwards.
+   * The same bits as relu_backward(dout, dout, out) then linear_backward,
+   * in fewer passes: a 16-bit backend masks, converts and sums the bias
+   * columns in one. */
+  dlrec_status (*linear_relu_backward)(dlrec_backend *be, float *din, float *dweight, float *dbias, float *dout,
+                                       const float *out, const float *in, const float *weight, int B, int IN,
+                                       int OUT);
   /* out[i] = max(in[i], 0): the ReLU a layer cannot fuse into linear_forward
    * (after batch normalization); out == in is allowed. */
   dlrec_status (*relu_forward)(dlrec_backend *be, float *out, const float *in, size_t n);

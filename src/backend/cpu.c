@@ -68,6 +68,13 @@ static dlrec_status cpu_linear_backward(dlrec_backend *be, float *din, float *dw
   return cpu_gemm_linear_backward(gemm_of(be), din, dweight, dbias, dout, in, weight, B, IN, OUT);
 }
 
+static dlrec_status cpu_linear_relu_backward(dlrec_backend *be, float *din, float *dweight, float *dbias, float *dout,
+                                             const float *out, const float *in, const float *weight, int B, int IN,
+                                             int OUT) {
+  enter(be);
+  return cpu_gemm_linear_relu_backward(gemm_of(be), din, dweight, dbias, dout, out, in, weight, B, IN, OUT);
+}
+
 static int cpu_keep_operands(dlrec_backend *be, int on) { return cpu_gemm_keep(gemm_of(be), on); }
 
 /* The cross layers' products, in the backend's precision like the linear
@@ -408,6 +415,7 @@ static const dlrec_backend_ops cpu_ops = {
     .keep_operands = cpu_keep_operands,
     .linear_forward = cpu_linear_forward,
     .linear_backward = cpu_linear_backward,
+    .linear_relu_backward = cpu_linear_relu_backward,
     .relu_forward = cpu_relu_forward,
     .relu_backward = cpu_relu_backward,
     .sigmoid = cpu_sigmoid,

@@ -409,6 +409,20 @@ dlrec_status cpu_gemm_linear_forward(cpu_gemm *g, float *out, const float *in, c
   return cpu_dnnl_matmul(g->dnnl, out, in_h, 0, w_h, 1, bias, B, OUT, IN, act, 0);
 }
 
+/* The backward's GEMMs on oneDNN's bf16 path, dout already bf16 (dout_h,
+ * B·OUT values), the input and weights converted into s (or kept). */
+static dlrec_status bf16_backward_gemms(cpu_gemm *g, float *din, float *dweight, const uint16_t *dout_h,
+                                        const float *in, const float *weight, uint16_t *s, int B, int IN, int OUT) {
+  const size_t n_in = (size_t)B * IN;
+  const uint16_t *in_h = convert_backward(g, s, in, n_in);
+  // dW (OUT, IN) += doutᵀ (OUT, B) · in (B, IN); dout is stored (B, OUT), so A is transposed
+  dlrec_status st = cpu_dnnl_matmul(g->dnnl, dweight, dout_h, 1, in_h, 0, NULL, OUT, IN, B, DLREC_ACT_NONE, 1);
+  if (st != DLREC_OK || !din) return st;
+  const uint16_t *w_h = convert_backward(g, s + n_in, weight, (size_t)OUT * IN);
+  // din (B, IN) = dout (B, OUT) · W (OUT, IN)
+  return cpu_dnnl_matmul(g->dnnl, din, dout_h, 0, w_h, 0, NULL, B, IN, OUT, DLREC_ACT_NONE, 0);
+}
+
 dlrec_status cpu_gemm_linear_backward(cpu_gemm *g, float *din, float *dweight, float *dbias, const float *dout,
                                       const float *in, const float *weight, int B, int IN, int OUT) {
   if (g->path == GEMM_FP32) return f32_backward(g, din, dweight, dbias, dout, in, weight, B, IN, OUT);
@@ -427,18 +441,59 @@ dlrec_status cpu_gemm_linear_backward(cpu_gemm *g, float *din, float *dweight, f
   } else {
     uint16_t *dout_h = (uint16_t *)s;
     convert_to_bf16(dout_h, dout, n_dout);
-    const uint16_t *in_h = convert_backward(g, dout_h + n_dout, in, n_in);
-    // dW (OUT, IN) += doutᵀ (OUT, B) · in (B, IN); dout is stored (B, OUT), so A is transposed
-    st = cpu_dnnl_matmul(g->dnnl, dweight, dout_h, 1, in_h, 0, NULL, OUT, IN, B, DLREC_ACT_NONE, 1);
-    if (st == DLREC_OK && din) {
-      const uint16_t *w_h = convert_backward(g, dout_h + n_dout + n_in, weight, n_w);
-      // din (B, IN) = dout (B, OUT) · W (OUT, IN)
-      st = cpu_dnnl_matmul(g->dnnl, din, dout_h, 0, w_h, 0, NULL, B, IN, OUT, DLREC_ACT_NONE, 0);
-    }
+    st = bf16_backward_gemms(g, din, dweight, dout_h, in, weight, dout_h + n_dout, B, IN, OUT);
   }
   if (st != DLREC_OK) return st;
   if (dbias) dlrec_bias_backward(dbias, dout, B, OUT); /* on the unrounded dout */
   return DLREC_OK;
+}
+
+/* The ReLU's backward fused with what the linear backward then does to its
+ * output, as cross_gate_backward_bf16 below does for the cross gate: d =
+ * dout where out > 0, else 0, goes straight to bf16 (d_h), and dbias (unless
+ * NULL) += the unrounded d's column sums, in nn_column_width's ranges with
+ * rows in order, as dlrec_bias_backward sums. The same bits as
+ * dlrec_relu_backward followed by the linear backward's conversion and bias
+ * pass, in one read of dout and out instead of three. */
+static void relu_backward_bf16(uint16_t *restrict d_h, float *restrict dbias, const float *restrict dout,
+                               const float *restrict out, int B, int C) {
+  const int width = nn_column_width(C, (size_t)B * (size_t)C, PARALLEL_MIN);
+  const int ranges = (C + width - 1) / width;
+#pragma omp parallel for schedule(static) if (ranges > 1)
+  for (int k = 0; k < ranges; k++) {
+    const int o0 = k * width, o1 = o0 + width < C ? o0 + width : C;
+    for (int b = 0; b < B; b++) {
+      const size_t r = (size_t)b * (size_t)C;
+      if (dbias) {
+        for (int o = o0; o < o1; o++) {
+          const float d = out[r + o] > 0.0f ? dout[r + o] : 0.0f;
+          d_h[r + o] = dtype_f32_to_bf16(d);
+          dbias[o] += d;
+        }
+      } else {
+        for (int o = o0; o < o1; o++) d_h[r + o] = dtype_f32_to_bf16(out[r + o] > 0.0f ? dout[r + o] : 0.0f);
+      }
+    }
+  }
+}
+
+dlrec_status cpu_gemm_linear_relu_backward(cpu_gemm *g, float *din, float *dweight, float *dbias, float *dout,
+                                           const float *out, const float *in, const float *weight, int B, int IN,
+                                           int OUT) {
+  dlrec_status st = nn_check_linear("linear_relu_backward", dweight, dout, in, B, IN, OUT);
+  if (st == DLREC_OK && !out) st = dlrec_error(DLREC_ERR_INVALID, "linear_relu_backward: NULL buffer");
+  if (st == DLREC_OK && din && !weight)
+    st = dlrec_error(DLREC_ERR_INVALID, "linear_relu_backward: din needs the weights");
+  if (st != DLREC_OK) return st;
+  const size_t n_dout = (size_t)B * OUT;
+  if (g->path != GEMM_ONEDNN) {
+    dlrec_relu_backward(dout, dout, out, n_dout);
+    return cpu_gemm_linear_backward(g, din, dweight, dbias, dout, in, weight, B, IN, OUT);
+  }
+  uint16_t *s = scratch(g, n_dout + (size_t)B * IN + (din ? (size_t)OUT * IN : 0));
+  if (!s) return DLREC_ERR_NOMEM;
+  relu_backward_bf16(s, dbias, dout, out, B, OUT);
+  return bf16_backward_gemms(g, din, dweight, s, in, weight, s + n_dout, B, IN, OUT);
 }
 
 int cpu_gemm_fuses_cross(const cpu_gemm *g) { return g->path == GEMM_ONEDNN; }

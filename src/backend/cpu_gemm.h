@@ -43,6 +43,13 @@ dlrec_status cpu_gemm_linear_forward(cpu_gemm *g, float *out, const float *in, c
                                      const float *bias, int B, int IN, int OUT, dlrec_act act);
 dlrec_status cpu_gemm_linear_backward(cpu_gemm *g, float *din, float *dweight, float *dbias, const float *dout,
                                       const float *in, const float *weight, int B, int IN, int OUT);
+/* The backend's linear_relu_backward (backend_impl.h), in g's precision: on
+ * oneDNN's bf16 path the mask, the conversion and the bias sums in one pass
+ * (dout untouched); elsewhere the ReLU's backward in place in dout, then
+ * cpu_gemm_linear_backward. */
+dlrec_status cpu_gemm_linear_relu_backward(cpu_gemm *g, float *din, float *dweight, float *dbias, float *dout,
+                                           const float *out, const float *in, const float *weight, int B, int IN,
+                                           int OUT);
 
 /* The backend's keep_operands (backend_impl.h): on oneDNN's bf16 path,
  * starts (on) or ends (off) keeping the bf16 copies a forward converts for

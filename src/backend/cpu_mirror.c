@@ -100,6 +100,9 @@ WRAP(linear_forward, (dlrec_backend *be, float *out, const float *in, const floa
 WRAP(linear_backward, (dlrec_backend *be, float *din, float *dweight, float *dbias, const float *dout, const float
      *in, const float *weight, int B, int IN, int OUT), (&m->inner, din, dweight, dbias, dout, in, weight, B, IN,
      OUT), (din, dweight, dbias, dout, in, weight))
+WRAP(linear_relu_backward, (dlrec_backend *be, float *din, float *dweight, float *dbias, float *dout, const float
+     *out, const float *in, const float *weight, int B, int IN, int OUT), (&m->inner, din, dweight, dbias, dout, out,
+     in, weight, B, IN, OUT), (din, dweight, dbias, dout, out, in, weight))
 WRAP(relu_forward, (dlrec_backend *be, float *out, const float *in, size_t n), (&m->inner, out, in, n), (out, in))
 WRAP(relu_backward, (dlrec_backend *be, float *din, const float *dout, const float *out, size_t n), (&m->inner, din,
      dout, out, n), (din, dout, out))
@@ -304,6 +307,7 @@ static const dlrec_backend_ops mirror_ops = {
     .keep_operands = m_keep_operands,
     .linear_forward = m_linear_forward,
     .linear_backward = m_linear_backward,
+    .linear_relu_backward = m_linear_relu_backward,
     .relu_forward = m_relu_forward,
     .relu_backward = m_relu_backward,
     .sigmoid = m_sigmoid,

@@ -513,8 +513,9 @@ static cuda_blas_type gemm_type(const dlrec_backend *be) {
  * their rounded copies in scratch, and the scratch the GEMM writes. */
 typedef struct operands {
   const void *a[3];
-  float *partial; /* the bias gradient's chunk sums */
-  float *out;     /* a result of rows pad(IN) wide (gemm_backward) */
+  float *partial;     /* the bias gradient's chunk sums */
+  float *out;         /* a result of rows pad(IN) wide (gemm_backward) */
+  const float *mask;  /* set by the caller: a[0] is converted through this ReLU mask, its sums into partial */
 } operands;
 
 /* Whether the GEMMs read 16-bit copies of their operands. */
@@ -602,7 +603,13 @@ static dlrec_status prepare(dlrec_backend *be, operands *o, const float *const *
     }
     uint16_t *h = keep[i] == KEEP_STORE ? kept_slot(x, src[i], rows[i], width[i], ld[i]) : NULL;
     if (!h) h = carve(&at, rows[i] * ld[i] * 2);
-    TRY(cuda_status(cuk_to_half(x->stream, h, ld[i], src[i], rows[i], width[i], fp16), what));
+    if (i == 0 && o->mask && ld[0] == width[0])
+      TRY(cuda_status(cuk_relu_to_half_chunks(x->stream, h, o->partial, src[0], o->mask, rows[0], width[0], fp16),
+                      what));
+    else if (i == 0 && o->mask)
+      return dlrec_error(DLREC_ERR_INTERNAL, "%s: a masked operand must be unpadded", what);
+    else
+      TRY(cuda_status(cuk_to_half(x->stream, h, ld[i], src[i], rows[i], width[i], fp16), what));
     o->a[i] = h;
   }
   return DLREC_OK;
@@ -620,10 +627,12 @@ static dlrec_status gemm_forward(dlrec_backend *be, float *out, const float *in,
                           0.0f, bias, relu);
 }
 
+/* mask: the ReLU's (linear_relu_backward) where the operands are 16-bit,
+ * folded into dout's conversion and the bias sums; NULL otherwise. */
 static dlrec_status gemm_backward(dlrec_backend *be, float *din, float *dweight, float *dbias, const float *dout,
-                                  const float *in, const float *weight, int B, int IN, int OUT) {
+                                  const float *mask, const float *in, const float *weight, int B, int IN, int OUT) {
   cudaStream_t st = enter(be);
-  operands o = {0};
+  operands o = {.mask = mask};
   const int P = pad_in(be, IN);
   const size_t out_floats = P == IN ? 0 : (size_t)P * ((size_t)OUT > (size_t)B ? (size_t)OUT : (size_t)B);
   TRY(prepare(be, &o, (const float *[]){dout, in, din ? weight : NULL}, (size_t[]){(size_t)B, (size_t)B, (size_t)OUT},
@@ -636,7 +645,9 @@ static dlrec_status gemm_backward(dlrec_backend *be, float *din, float *dweight,
   if (P != IN) TRY(cuda_status(cuk_copy_rows(st, dw, P, dweight, IN, OUT, IN), "linear_backward"));
   TRY(cuda_blas_matmul(blas, dw, o.a[1], P, 0, o.a[0], OUT, 1, P, OUT, B, gemm_type(be), 1.0f, NULL, 0));
   if (P != IN) TRY(cuda_status(cuk_copy_rows(st, dweight, IN, dw, P, OUT, IN), "linear_backward"));
-  if (dbias) TRY(cuda_status(cuk_colsum_accumulate(st, dbias, dout, (size_t)B, (size_t)OUT, o.partial), "bias gradient"));
+  if (dbias && mask) TRY(cuda_status(cuk_colsum_finish(st, dbias, o.partial, (size_t)B, (size_t)OUT), "bias gradient"));
+  else if (dbias)
+    TRY(cuda_status(cuk_colsum_accumulate(st, dbias, dout, (size_t)B, (size_t)OUT, o.partial), "bias gradient"));
   /* dinᵀ (IN, B) = W (IN, OUT as stored) · doutᵀ (OUT, B), through rows of P */
   if (!din) return DLREC_OK;
   float *di = P == IN ? din : o.out;
@@ -655,7 +666,21 @@ static dlrec_status cuda_linear_backward(dlrec_backend *be, float *din, float *d
                                          int OUT) {
   TRY(nn_check_linear("linear_backward", dweight, dout, in, B, IN, OUT));
   if (din && !weight) return dlrec_error(DLREC_ERR_INVALID, "linear_backward: din needs the weights");
-  return gemm_backward(be, din, dweight, dbias, dout, in, weight, B, IN, OUT);
+  return gemm_backward(be, din, dweight, dbias, dout, NULL, in, weight, B, IN, OUT);
+}
+
+/* With 16-bit operands the mask rides on dout's conversion and the bias's
+ * chunk sums (cuk_relu_to_half_chunks), dout untouched; in fp32 and tf32
+ * the ReLU's backward runs in place, then the linear backward. */
+static dlrec_status cuda_linear_relu_backward(dlrec_backend *be, float *din, float *dweight, float *dbias, float *dout,
+                                              const float *out, const float *in, const float *weight, int B, int IN,
+                                              int OUT) {
+  TRY(nn_check_linear("linear_relu_backward", dweight, dout, in, B, IN, OUT));
+  TRY(NN_NONNULL("linear_relu_backward", out));
+  if (din && !weight) return dlrec_error(DLREC_ERR_INVALID, "linear_relu_backward: din needs the weights");
+  if (half_operands(be)) return gemm_backward(be, din, dweight, dbias, dout, out, in, weight, B, IN, OUT);
+  TRY(cuda_status(cuk_relu_backward(enter(be), dout, dout, out, (size_t)B * OUT), "linear_relu_backward"));
+  return gemm_backward(be, din, dweight, dbias, dout, NULL, in, weight, B, IN, OUT);
 }
 
 /* ---- interactions ---- */
@@ -714,7 +739,7 @@ static dlrec_status cuda_cross_backward(dlrec_backend *be, float *dx0, float *dx
   const size_t n = (size_t)B * d;
   float *du = ws; /* (B, d) */
   TRY(cuda_status(cuk_cross_gate_backward(enter(be), du, dx0, dout, x0, act, n), "cross_backward"));
-  TRY(gemm_backward(be, dxl, dw, dbias, du, xl, w, B, d, d));
+  TRY(gemm_backward(be, dxl, dw, dbias, du, NULL, xl, w, B, d, d));
   return cuda_status(cuk_add(enter(be), dxl, dout, n), "cross_backward");
 }
 
@@ -739,8 +764,8 @@ static dlrec_status cuda_cross_lowrank_backward(dlrec_backend *be, float *dx0, f
   const float *t = act, *uu = act + (size_t)B * r;
   float *dpre = ws, *dt = ws + n; /* (B, d), (B, r) */
   TRY(cuda_status(cuk_cross_gate_backward(enter(be), dpre, dx0, dout, x0, uu, n), "cross_lowrank_backward"));
-  TRY(gemm_backward(be, dt, du, dbias, dpre, t, u, B, r, d));
-  TRY(gemm_backward(be, dxl, dv, NULL, dt, xl, v, B, d, r));
+  TRY(gemm_backward(be, dt, du, dbias, dpre, NULL, t, u, B, r, d));
+  TRY(gemm_backward(be, dxl, dv, NULL, dt, NULL, xl, v, B, d, r));
   return cuda_status(cuk_add(enter(be), dxl, dout, n), "cross_lowrank_backward");
 }
 
@@ -781,17 +806,17 @@ static dlrec_status cuda_cross_mix_backward(dlrec_backend *be, float *dx0, float
   TRY(cuda_status(cuk_mixture(st, m, p, e, B, d, K), what));
   TRY(cuda_status(cuk_mix_dx0(st, dx0, m, dout, x0, Bd), what)); /* m is dm from here */
   TRY(cuda_status(cuk_mix_dlogit(st, dlogit, m, e, p, B, d, K), what));
-  TRY(gemm_backward(be, tmp, dgate, NULL, dlogit, xl, gate, B, d, K));
+  TRY(gemm_backward(be, tmp, dgate, NULL, dlogit, NULL, xl, gate, B, d, K));
   TRY(cuda_status(cuk_copy_rows(st, dxl, Bd, dout, Bd, 1, Bd), what));
   TRY(cuda_status(cuk_add(st, dxl, tmp, Bd), what)); /* dxl = dout + the gate's term */
   for (int k = 0; k < K; k++) {
     const float *t1k = t1 + k * Br, *t2k = t2 + k * Br;
     TRY(cuda_status(cuk_mix_scale(st, de, m, p, B, d, K, k), what));
-    TRY(gemm_backward(be, dt2, du + (size_t)k * d * r, dbias, de, t2k, u + (size_t)k * d * r, B, r, d));
+    TRY(gemm_backward(be, dt2, du + (size_t)k * d * r, dbias, de, NULL, t2k, u + (size_t)k * d * r, B, r, d));
     TRY(cuda_status(cuk_relu_backward(st, dt2, dt2, t2k, Br), what));
-    TRY(gemm_backward(be, dt1, dc + (size_t)k * r * r, NULL, dt2, t1k, c + (size_t)k * r * r, B, r, r));
+    TRY(gemm_backward(be, dt1, dc + (size_t)k * r * r, NULL, dt2, NULL, t1k, c + (size_t)k * r * r, B, r, r));
     TRY(cuda_status(cuk_relu_backward(st, dt1, dt1, t1k, Br), what));
-    TRY(gemm_backward(be, tmp, dv + (size_t)k * r * d, NULL, dt1, xl, v + (size_t)k * r * d, B, d, r));
+    TRY(gemm_backward(be, tmp, dv + (size_t)k * r * d, NULL, dt1, NULL, xl, v + (size_t)k * r * d, B, d, r));
     TRY(cuda_status(cuk_add(st, dxl, tmp, Bd), what));
   }
   return DLREC_OK;
@@ -1297,6 +1322,7 @@ static const dlrec_backend_ops cuda_ops = {
     .keep_operands = cuda_keep_operands,
     .linear_forward = cuda_linear_forward,
     .linear_backward = cuda_linear_backward,
+    .linear_relu_backward = cuda_linear_relu_backward,
     .relu_forward = cuda_relu_forward,
     .relu_backward = cuda_relu_backward,
     .sigmoid = cuda_sigmoid,

@@ -147,6 +147,24 @@ __global__ void colsum_chunks_k(float *partial, const float *src, size_t B, size
   partial[k * C + c] = acc;
 }
 
+// colsum_chunks_k's partial sums of d = dout where mask > 0 (else 0, as
+// relu_backward_k), with d written as a 16-bit operand (as to_half_k);
+// partial NULL: no sums.
+template <bool FP16>
+__global__ void relu_half_chunks_k(uint16_t *dst, float *partial, const float *dout, const float *mask, size_t B,
+                                   size_t C) {
+  const size_t c = (size_t)blockIdx.x * blockDim.x + threadIdx.x, k = blockIdx.y;
+  if (c >= C) return;
+  const size_t b1 = (k + 1) * CUK_COLSUM_CHUNK < B ? (k + 1) * CUK_COLSUM_CHUNK : B;
+  float acc = 0.0f;
+  for (size_t b = k * CUK_COLSUM_CHUNK; b < b1; b++) {
+    const float d = mask[b * C + c] > 0.0f ? dout[b * C + c] : 0.0f;
+    dst[b * C + c] = half_bits<FP16>(d);
+    acc = __fadd_rn(acc, d);
+  }
+  if (partial) partial[k * C + c] = acc;
+}
+
 __global__ void colsum_finish_k(float *dst, const float *partial, size_t chunks, size_t C) {
   GRID_STRIDE(c, C) {
     float acc = 0.0f;
@@ -972,6 +990,11 @@ cudaError_t cuk_to_half(cudaStream_t st, uint16_t *dst, size_t dst_ld, const flo
 
 size_t cuk_colsum_partials(size_t B, size_t C) { return (B + CUK_COLSUM_CHUNK - 1) / CUK_COLSUM_CHUNK * C; }
 
+cudaError_t cuk_colsum_finish(cudaStream_t st, float *dst, const float *partial, size_t B, size_t C) {
+  const size_t chunks = (B + CUK_COLSUM_CHUNK - 1) / CUK_COLSUM_CHUNK;
+  return LAUNCH(colsum_finish_k, C, st, dst, partial, chunks, C);
+}
+
 cudaError_t cuk_colsum_accumulate(cudaStream_t st, float *dst, const float *src, size_t B, size_t C, float *partial) {
   const size_t chunks = (B + CUK_COLSUM_CHUNK - 1) / CUK_COLSUM_CHUNK;
   if (chunks > 65535) return cudaErrorInvalidValue; /* the grid's y; B < 16.7M rows */
@@ -979,7 +1002,17 @@ cudaError_t cuk_colsum_accumulate(cudaStream_t st, float *dst, const float *src,
   colsum_chunks_k<<<grid, kThreads, 0, st>>>(partial, src, B, C);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return e;
-  return LAUNCH(colsum_finish_k, C, st, dst, partial, chunks, C);
+  return cuk_colsum_finish(st, dst, partial, B, C);
+}
+
+cudaError_t cuk_relu_to_half_chunks(cudaStream_t st, uint16_t *dst, float *partial, const float *dout,
+                                    const float *mask, size_t B, size_t C, int fp16) {
+  const size_t chunks = (B + CUK_COLSUM_CHUNK - 1) / CUK_COLSUM_CHUNK;
+  if (chunks > 65535) return cudaErrorInvalidValue; /* the grid's y, as cuk_colsum_accumulate */
+  const dim3 grid((unsigned)((C + kThreads - 1) / kThreads), (unsigned)chunks);
+  if (fp16) relu_half_chunks_k<true><<<grid, kThreads, 0, st>>>(dst, partial, dout, mask, B, C);
+  else relu_half_chunks_k<false><<<grid, kThreads, 0, st>>>(dst, partial, dout, mask, B, C);
+  return cudaGetLastError();
 }
 
 // Shared memory dot_backward_shared_k needs (bytes), or 0 when it exceeds

@@ -51,6 +51,15 @@ cudaError_t cuk_to_half(cudaStream_t st, uint16_t *dst, size_t dst_ld, const flo
 #define CUK_COLSUM_CHUNK 256
 size_t cuk_colsum_partials(size_t B, size_t C);
 cudaError_t cuk_colsum_accumulate(cudaStream_t st, float *dst, const float *src, size_t B, size_t C, float *partial);
+/* A ReLU's backward fused into what a 16-bit linear backward does to its
+ * output gradient, in one pass: d = dout where mask > 0 (else 0) converted
+ * as cuk_to_half does (rows of C, dst_ld = C), and, unless partial is NULL,
+ * d's chunk sums as cuk_colsum_accumulate makes them; cuk_colsum_finish then
+ * adds them to dst as it does. The same bits as cuk_relu_backward, then
+ * cuk_to_half and cuk_colsum_accumulate. */
+cudaError_t cuk_relu_to_half_chunks(cudaStream_t st, uint16_t *dst, float *partial, const float *dout,
+                                    const float *mask, size_t B, size_t C, int fp16);
+cudaError_t cuk_colsum_finish(cudaStream_t st, float *dst, const float *partial, size_t B, size_t C);
 
 /* ---- interactions, FM, wide ---- */
 cudaError_t cuk_dot_forward(cudaStream_t st, float *out, const float *x, const float *emb, int B, int F, int D);

@@ -327,14 +327,21 @@ static dlrec_status backward(const void *ctx, void *ws, const net_io *io, const 
   dlrec_net_profile *p = io->prof;
   double t = dlrec_now();
   dlrec_status st = DLREC_OK;
+  /* Every layer but the top's last has a ReLU on its output, whose backward
+   * linear_relu_backward folds into the layer's (dout, then a workspace
+   * buffer, is its scratch). */
   const float *dout = d_logits;
   float *dnext = w->d_a;
   for (int l = (int)m->shape.n_top - 1; st == DLREC_OK && l >= 0; l--) {
     const net_linear *L = &m->lt[l];
     const float *in = l ? w->top[l - 1] : w->inter;
     float *din = l ? dnext : w->d_inter;
-    st = BE_OP(io->be, linear_backward, din, g + L->w, g + L->b, dout, in, params + L->w, B, (int)L->in, (int)L->out);
-    if (st == DLREC_OK && l) st = BE_OP(io->be, relu_backward, din, din, in, (size_t)B * L->in);
+    if (l == (int)m->shape.n_top - 1)
+      st = BE_OP(io->be, linear_backward, din, g + L->w, g + L->b, dout, in, params + L->w, B, (int)L->in,
+                 (int)L->out);
+    else
+      st = BE_OP(io->be, linear_relu_backward, din, g + L->w, g + L->b, (float *)dout, w->top[l], in, params + L->w,
+                 B, (int)L->in, (int)L->out);
     dout = din;
     dnext = (dnext == w->d_a) ? w->d_b : w->d_a;
   }
@@ -350,16 +357,15 @@ static dlrec_status backward(const void *ctx, void *ws, const net_io *io, const 
   if (st == DLREC_OK && m->cat) st = BE_OP(io->be, concat_backward, w->dx, d_emb, w->d_inter, B, D, F, D);
   else if (st == DLREC_OK) st = BE_OP(io->be, dot_backward, w->dx, d_emb, w->d_inter, x, io->emb, B, F, D);
   net_lap(&p->interaction, &t);
-  /* The bottom MLP's last layer has a ReLU too: mask dx with its output. */
-  if (st == DLREC_OK) st = BE_OP(io->be, relu_backward, w->dx, w->dx, x, (size_t)B * D);
+  /* Every bottom layer has a ReLU, the last one's included. */
   dout = w->dx;
   dnext = w->d_a;
   for (int l = (int)m->n_bottom - 1; st == DLREC_OK && l >= 0; l--) {
     const net_linear *L = &m->lb[l];
     const float *in = l ? w->bot[l - 1] : io->dense;
     float *din = l ? dnext : NULL; /* nothing flows into the dense features */
-    st = BE_OP(io->be, linear_backward, din, g + L->w, g + L->b, dout, in, params + L->w, B, (int)L->in, (int)L->out);
-    if (st == DLREC_OK && l) st = BE_OP(io->be, relu_backward, din, din, in, (size_t)B * L->in);
+    st = BE_OP(io->be, linear_relu_backward, din, g + L->w, g + L->b, (float *)dout, w->bot[l], in, params + L->w, B,
+               (int)L->in, (int)L->out);
     dout = din;
     dnext = (dnext == w->d_a) ? w->d_b : w->d_a;
   }

@@ -241,6 +241,12 @@ dlrec_status net_mlp_backward(const net_mlp *m, const net_io *io, float *ws, con
   for (int l = (int)net_mlp_n_layers(m) - 1; s == DLREC_OK && l >= 0; l--) {
     const net_linear *L = &m->L[l];
     size_t n = (size_t)B * L->out;
+    const float *x = l ? b.a[l - 1] : in;
+    float *dx = l ? next : din;
+    /* Without batch normalization a hidden layer's ReLU was fused into its
+     * linear forward, and its backward fuses the other way: one op masks
+     * dout with a_l and runs the linear backward. */
+    const int fused = l < (int)m->n_hidden && !m->bn;
     if (l < (int)m->n_hidden) {
       /* dout is dL/da_l: back through dropout, ReLU and batch normalization
        * to dL/dz_l, in place. a_l is the ReLU's mask (dropped elements
@@ -248,7 +254,10 @@ dlrec_status net_mlp_backward(const net_mlp *m, const net_io *io, float *ws, con
       float *d = (float *)dout;
       if (m->dropout > 0.0f)
         s = BE_OP(io->be, dropout_backward, d, d, n, m->dropout, dropout_seed(m, io, (uint32_t)l), io->step);
-      if (s == DLREC_OK) s = BE_OP(io->be, relu_backward, d, d, b.a[l], n);
+      if (s == DLREC_OK && fused)
+        s = BE_OP(io->be, linear_relu_backward, dx, g + L->w, g + L->b, d, b.a[l], x, P + L->w, B, (int)L->in,
+                  (int)L->out);
+      else if (s == DLREC_OK) s = BE_OP(io->be, relu_backward, d, d, b.a[l], n);
       if (m->bn && io->split && io->split->rows >= 2) /* even after an error: the other ways wait in net_allreduce */
         s = bn_split_backward(io, s, d, g + m->gamma[l], g + m->beta[l], b.z[l], P + m->gamma[l], b.saved[l],
                               (int)L->out);
@@ -260,9 +269,7 @@ dlrec_status net_mlp_backward(const net_mlp *m, const net_io *io, float *ws, con
                   P + net_buffer_offset(io->plan, m->rmean[l]), P + net_buffer_offset(io->plan, m->rvar[l]), BN_EPS,
                   B, (int)L->out);
     }
-    const float *x = l ? b.a[l - 1] : in;
-    float *dx = l ? next : din;
-    if (s == DLREC_OK)
+    if (s == DLREC_OK && !fused)
       s = BE_OP(io->be, linear_backward, dx, g + L->w, g + L->b, dout, x, P + L->w, B, (int)L->in, (int)L->out);
     io->prof->mlp_flops += 2.0 * B * L->in * L->out * (dx ? 2 : 1);
     dout = dx;
