@@ -6,9 +6,9 @@
  *             dnnl_f32_model_gflops): Debian's OpenBLAS 0.3.21 runs AVX2
  *             kernels on AMD's AVX-512 CPUs, and on a Zen 5 oneDNN's
  *             AVX-512 kernels are twice as fast on the step's shapes (483
- *             against 242 GFLOP/s on two cores); without AVX-512 the two
- *             were even, and OpenBLAS stays. DLREC_FP32_GEMM=openblas or
- *             onednn overrides the rule.
+ *             against 242 GFLOP/s on two cores); without AVX-512 OpenBLAS
+ *             was the faster, and stays. DLREC_FP32_GEMM=openblas or onednn
+ *             overrides the rule.
  *   oneDNN    BF16 on a CPU with AMX-BF16 or AVX512-BF16: the fp32 operands
  *             are converted to bf16 in scratch, and a oneDNN matmul (bf16
  *             source and weights, fp32 destination, bias and ReLU fused)

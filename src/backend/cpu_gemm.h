@@ -3,7 +3,7 @@
  * sgemm (dlrec/nn.h's dlrec_linear_*); DLREC_FP32_GEMM=openblas or onednn
  * in the environment decides instead (cpu_gemm.c says why). BF16 rounds the
  * operands to bfloat16 and accumulates in fp32, on oneDNN where the CPU has
- * AMX-BF16 or AVX512-BF16 and emulated on sgemm elsewhere (cpu_gemm.c says
+ * AMX-BF16 or AVX512-BF16 and emulated on the fp32 GEMMs elsewhere (cpu_gemm.c says
  * why the two agree). Setting DLREC_BF16_FORCE_ONEDNN=1 runs BF16 on oneDNN
  * even without those instructions (slow reference kernels; for testing that
  * path on any machine). Created once per backend;
