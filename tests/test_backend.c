@@ -1067,6 +1067,73 @@ static void case_kept(void) {
 
 TEST(kept_operands_are_read_between_forward_and_backward) { each_backend(case_kept, 20); }
 
+/* ---- fresh gradients --------------------------------------------------------------------- */
+
+/* Three backwards of a linear layer (cross 0) or a full-rank cross layer
+ * (cross 1) into weight gradients that start at zero: two into dW, then one
+ * into dW one row further on (overlapping the first's rows but its own
+ * first), between fresh_gradients(1) and (0) when fresh. *got receives dW
+ * (d + 1 rows), then db, then din or dxl. */
+static void fresh_run(int cross, int fresh, float *got, const float *dout, const float *in, const float *w,
+                      const float *x0, const float *act, int B, int d) {
+  const size_t n = (size_t)B * d, nw = (size_t)d * d;
+  float *d_dw = dup(hf(nw + d), nw + d), *d_db = dup(hf(d), d), *d_din = dnan(n), *d_dx0 = dup(hf(n), n);
+  float *ws = dnan(dlrec_cross_ws_floats(B, d, 0));
+  if (fresh) g_be->ops->fresh_gradients(g_be, 1);
+  for (int k = 0, bad = 0; k < 3 && !bad; k++) {
+    float *dw = d_dw + (k == 2 ? d : 0);
+    bad = cross ? OP(cross_backward, d_dx0, d_din, dw, d_db, dout, x0, in, act, w, ws, B, d)
+                : OP(linear_backward, d_din, dw, d_db, dout, in, w, B, d, d);
+  }
+  if (fresh) g_be->ops->fresh_gradients(g_be, 0);
+  memcpy(got, down(d_dw, nw + d), (nw + d) * sizeof(float));
+  memcpy(got + nw + d, down(d_db, d), d * sizeof(float));
+  memcpy(got + nw + 2 * d, down(d_din, n), n * sizeof(float));
+}
+
+/* One backward (no window open) onto dW = pre, nonzero; dW into *got. */
+static void onto(int cross, const float *pre, float *got, const float *dout, const float *in, const float *w,
+                 const float *x0, const float *act, int B, int d) {
+  const size_t n = (size_t)B * d, nw = (size_t)d * d;
+  float *d_dw = dup(pre, nw), *d_db = dup(hf(d), d), *d_din = dnan(n), *d_dx0 = dup(hf(n), n);
+  if (cross ? OP(cross_backward, d_dx0, d_din, d_dw, d_db, dout, x0, in, act, w, dnan(dlrec_cross_ws_floats(B, d, 0)),
+                 B, d)
+            : OP(linear_backward, d_din, d_dw, d_db, dout, in, w, B, d, d))
+    return;
+  memcpy(got, down(d_dw, nw), nw * sizeof(float));
+}
+
+/* fresh_gradients: while on, a backward may write a weight gradient's first
+ * product where it would add it to zeros, and must add every later product
+ * into memory written since, the same memory or overlapping it. The same
+ * three backwards with and without it must give the same bits; a backend
+ * that wrote every product, or recognized only the same pointer, would lose
+ * the first backward's dW; and after fresh_gradients(0) a backward onto a
+ * nonzero dW adds to it again. */
+static void case_fresh(void) {
+  if (!g_be->ops->fresh_gradients) return; /* nothing to check: every product is added */
+  for (int cross = 0; cross <= 1 && !test_failed_now(); cross++) {
+    const int B = 37, d = 19;
+    const size_t n = (size_t)B * d, nw = (size_t)d * d, ng = nw + 2 * d + n;
+    float *d_in = dup(hrand(n, -1, 1), n), *d_w = dup(hrand(nw, -1, 1), nw), *d_b = dup(hrand(d, -1, 1), d);
+    float *d_x0 = dup(hrand(n, -1, 1), n), *d_dout = dup(hrand(n, -1, 1), n);
+    float *d_out = dnan(n), *d_act = dnan(dlrec_cross_act_floats(B, d, 0));
+    if (kept_forward(cross, d_out, d_act, d_x0, d_in, d_w, d_b, B, d)) return;
+    float *added = hf(ng), *got = hf(ng), *pre = hrand(nw, -1, 1), *before = hf(nw), *after = hf(nw);
+    onto(cross, pre, before, d_dout, d_in, d_w, d_x0, d_act, B, d);
+    fresh_run(cross, 0, added, d_dout, d_in, d_w, d_x0, d_act, B, d);
+    fresh_run(cross, 1, got, d_dout, d_in, d_w, d_x0, d_act, B, d);
+    onto(cross, pre, after, d_dout, d_in, d_w, d_x0, d_act, B, d);
+    if (test_failed_now()) return;
+    if (!same_bits(got, added, ng))
+      FAIL("%s backwards with fresh gradients: not the bits of adding every product", cross ? "cross" : "linear");
+    else if (!same_bits(after, before, nw))
+      FAIL("%s backward after fresh_gradients(0): its product not added to dW", cross ? "cross" : "linear");
+  }
+}
+
+TEST(fresh_gradients_write_only_the_first_product) { each_backend(case_fresh, 21); }
+
 /* a: x0, xl, v, c, u, gate, bias. */
 static double mix_loss(void *p) {
   fwd_ctx *m = p;

@@ -81,6 +81,15 @@ typedef struct dlrec_backend_ops {
    * when this backend keeps copies in its precision, 0 when it has nothing
    * to keep (fp32, emulated bf16); NULL entry: nothing kept. */
   int (*keep_operands)(dlrec_backend *be, int on);
+  /* Fresh gradients: between fresh_gradients(be, 1) and (be, 0) (a training
+   * pass, net_run.c) the caller promises that each buffer a backward
+   * accumulates a weight gradient into (linear_backward's dweight, the cross
+   * layers' dw, dv, du, ...) holds zeros until the first op of the window
+   * that writes it. That op may then write its product instead of adding it
+   * (a GEMM that does not read its output first); a later op on the same
+   * memory adds, as always. Returns 1 where the backend does so; NULL
+   * entry: nothing. */
+  int (*fresh_gradients)(dlrec_backend *be, int on);
   /* out (B, OUT) = act(in (B, IN) · weightᵀ + bias), in the backend's precision. */
   dlrec_status (*linear_forward)(dlrec_backend *be, float *out, const float *in, const float *weight,
                                  const float *bias, int B, int IN, int OUT, dlrec_act act);

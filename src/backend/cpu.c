@@ -77,6 +77,8 @@ static dlrec_status cpu_linear_relu_backward(dlrec_backend *be, float *din, floa
 
 static int cpu_keep_operands(dlrec_backend *be, int on) { return cpu_gemm_keep(gemm_of(be), on); }
 
+static int cpu_fresh_gradients(dlrec_backend *be, int on) { return cpu_gemm_fresh(gemm_of(be), on); }
+
 /* The cross layers' products, in the backend's precision like the linear
  * layers' (dlrec_gemm_ops over cpu_gemm). */
 static dlrec_status gemm_ops_forward(void *ctx, float *out, const float *in, const float *weight,
@@ -413,6 +415,7 @@ static const dlrec_backend_ops cpu_ops = {
     .all_finite = cpu_all_finite,
     .sum_columns = cpu_sum_columns,
     .keep_operands = cpu_keep_operands,
+    .fresh_gradients = cpu_fresh_gradients,
     .linear_forward = cpu_linear_forward,
     .linear_backward = cpu_linear_backward,
     .linear_relu_backward = cpu_linear_relu_backward,

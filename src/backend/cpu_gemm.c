@@ -70,6 +70,15 @@ typedef struct kept_operand {
 /* More operands than this in one pass are converted again in the backward. */
 #define MAX_KEPT 64
 
+/* A gradient a GEMM wrote while fresh (cpu_gemm_fresh): n floats at p. */
+typedef struct written {
+  const float *p;
+  size_t n;
+} written;
+
+/* More gradients than this in one pass are added to, as without fresh. */
+#define MAX_WRITTEN 256
+
 struct cpu_gemm {
   dlrec_precision precision;
   gemm_path path;
@@ -81,6 +90,9 @@ struct cpu_gemm {
   int keep;        /* cpu_gemm_keep's switch */
   uint32_t n_kept; /* the slots in use this pass */
   kept_operand kept[MAX_KEPT];
+  int fresh;          /* cpu_gemm_fresh's switch */
+  uint32_t n_written; /* the gradients written since it was turned on */
+  written wrote[MAX_WRITTEN];
   char describe[128];
 };
 
@@ -204,6 +216,24 @@ int cpu_gemm_keep(cpu_gemm *g, int on) {
   return 1;
 }
 
+int cpu_gemm_fresh(cpu_gemm *g, int on) {
+  if (g->path == GEMM_FP32 && !g->f32) return 0;
+  g->fresh = on;
+  g->n_written = 0;
+  return 1;
+}
+
+/* Whether a GEMM must add its product to the n floats at dst (1), or may
+ * write it (0): while fresh, memory no GEMM has written since is still the
+ * caller's zeros. Records dst as written. */
+static int accumulates(cpu_gemm *g, const float *dst, size_t n) {
+  if (!g->fresh || g->n_written == MAX_WRITTEN) return 1;
+  for (uint32_t i = 0; i < g->n_written; i++)
+    if (dst < g->wrote[i].p + g->wrote[i].n && g->wrote[i].p < dst + n) return 1;
+  g->wrote[g->n_written++] = (written){dst, n};
+  return 0;
+}
+
 /* The slot kept for src (n values) this pass, or NULL. */
 static kept_operand *kept_find(cpu_gemm *g, const float *src, size_t n) {
   for (uint32_t i = 0; i < g->n_kept; i++)
@@ -298,7 +328,8 @@ static dlrec_status f32_backward(cpu_gemm *g, float *din, float *dweight, float 
   if (st != DLREC_OK) return st;
   if (din && !weight) return dlrec_error(DLREC_ERR_INVALID, "linear_backward: din needs the weights");
   // dW (OUT, IN) += doutᵀ (OUT, B) · in (B, IN); dout is stored (B, OUT), so A is transposed
-  st = cpu_dnnl_matmul(g->f32, dweight, dout, 1, in, 0, NULL, OUT, IN, B, DLREC_ACT_NONE, 1);
+  st = cpu_dnnl_matmul(g->f32, dweight, dout, 1, in, 0, NULL, OUT, IN, B, DLREC_ACT_NONE,
+                       accumulates(g, dweight, (size_t)OUT * IN));
   // din (B, IN) = dout (B, OUT) · W (OUT, IN)
   if (st == DLREC_OK && din)
     st = cpu_dnnl_matmul(g->f32, din, dout, 0, weight, 0, NULL, B, IN, OUT, DLREC_ACT_NONE, 0);
@@ -416,7 +447,8 @@ static dlrec_status bf16_backward_gemms(cpu_gemm *g, float *din, float *dweight,
   const size_t n_in = (size_t)B * IN;
   const uint16_t *in_h = convert_backward(g, s, in, n_in);
   // dW (OUT, IN) += doutᵀ (OUT, B) · in (B, IN); dout is stored (B, OUT), so A is transposed
-  dlrec_status st = cpu_dnnl_matmul(g->dnnl, dweight, dout_h, 1, in_h, 0, NULL, OUT, IN, B, DLREC_ACT_NONE, 1);
+  dlrec_status st = cpu_dnnl_matmul(g->dnnl, dweight, dout_h, 1, in_h, 0, NULL, OUT, IN, B, DLREC_ACT_NONE,
+                                    accumulates(g, dweight, (size_t)OUT * IN));
   if (st != DLREC_OK || !din) return st;
   const uint16_t *w_h = convert_backward(g, s + n_in, weight, (size_t)OUT * IN);
   // din (B, IN) = dout (B, OUT) · W (OUT, IN)
@@ -544,7 +576,7 @@ dlrec_status cpu_gemm_cross_backward(cpu_gemm *g, float *dx0, float *dxl, float 
   cross_gate_backward_bf16(du_h, dx0, dbias, dout, x0, u, B, d);
   const uint16_t *xl_h = convert_backward(g, s, xl, n), *w_h = convert_backward(g, s + n, w, n_w);
   // dW (d, d) += duᵀ (d, B) · xl (B, d)
-  st = cpu_dnnl_matmul(g->dnnl, dw, du_h, 1, xl_h, 0, NULL, d, d, B, DLREC_ACT_NONE, 1);
+  st = cpu_dnnl_matmul(g->dnnl, dw, du_h, 1, xl_h, 0, NULL, d, d, B, DLREC_ACT_NONE, accumulates(g, dw, n_w));
   // dxl (B, d) = du (B, d) · W (d, d), then the residual
   if (st == DLREC_OK) st = cpu_dnnl_matmul(g->dnnl, dxl, du_h, 0, w_h, 0, NULL, B, d, d, DLREC_ACT_NONE, 0);
   return st == DLREC_OK ? dlrec_add(dxl, dout, n) : st;

@@ -57,6 +57,13 @@ dlrec_status cpu_gemm_linear_relu_backward(cpu_gemm *g, float *din, float *dweig
  * nothing and returns 0. */
 int cpu_gemm_keep(cpu_gemm *g, int on);
 
+/* The backend's fresh_gradients (backend_impl.h): while on, a dW GEMM on
+ * oneDNN (bf16, or fp32 where oneDNN runs it) writes the first product into
+ * memory no GEMM wrote since it was turned on, and adds the later ones.
+ * Returns 1 there; 0 on OpenBLAS's sgemm (whose beta = 1 costs nothing
+ * extra: it reads C anyway). */
+int cpu_gemm_fresh(cpu_gemm *g, int on);
+
 /* Whether g runs dlrec_cross_backward fused (cpu_gemm_cross_backward): on
  * oneDNN's bf16 path, where the gate's backward writes the bf16 operand and
  * the bias gradient in one pass (and the input and weights are the kept

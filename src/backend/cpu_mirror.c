@@ -82,6 +82,12 @@ static int m_keep_operands(dlrec_backend *be, int on) {
   return m->inner.ops->keep_operands(&m->inner, on);
 }
 
+/* Nor does knowing the gradients fresh. */
+static int m_fresh_gradients(dlrec_backend *be, int on) {
+  mirror *m = mir(be);
+  return m->inner.ops->fresh_gradients(&m->inner, on);
+}
+
 WRAP(copy_rows, (dlrec_backend *be, float *dst, size_t dst_ld, const float *src, size_t src_ld, size_t rows, size_t
      width), (&m->inner, dst, dst_ld, src, src_ld, rows, width), (dst, src))
 WRAP(fill_rows, (dlrec_backend *be, float *dst, size_t dst_ld, size_t rows, size_t width, float value), (&m->inner,
@@ -305,6 +311,7 @@ static const dlrec_backend_ops mirror_ops = {
     .scale = m_scale,
     .all_finite = m_all_finite,
     .keep_operands = m_keep_operands,
+    .fresh_gradients = m_fresh_gradients,
     .linear_forward = m_linear_forward,
     .linear_backward = m_linear_backward,
     .linear_relu_backward = m_linear_relu_backward,

@@ -831,11 +831,16 @@ uint64_t dlrec_net_ws_bytes(const dlrec_net *n, uint32_t rows, uint32_t threads)
   return bytes + (uint64_t)ways * (way + ((uint64_t)n->plan.n_params + share) * sizeof(float));
 }
 
-/* Starts (on) or ends a training pass's kept operands on be (backend_impl.h:
- * the pass writes no layer's input or weights between its forward and its
- * backward), unless dlrec_net_set_keep_operands turned them off. */
+/* Starts (on) or ends a training pass's shortcuts on be (backend_impl.h),
+ * unless dlrec_net_set_keep_operands turned them off: kept operands (the
+ * pass writes no layer's input or weights between its forward and its
+ * backward) and fresh gradients (the backward finds them zeroed: a split
+ * step's shards are zeroed as they are summed, and run_backward fills
+ * ws->grad with zeros before the model's backward). */
 static void keep_operands(const dlrec_net *n, dlrec_backend *be, int on) {
-  if (be->ops->keep_operands && !n->keep_off) be->ops->keep_operands(be, on);
+  if (n->keep_off) return;
+  if (be->ops->keep_operands) be->ops->keep_operands(be, on);
+  if (be->ops->fresh_gradients) be->ops->fresh_gradients(be, on);
 }
 
 /* The forward, loss and backward of a training step with the batch split
