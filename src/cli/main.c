@@ -42,7 +42,9 @@ static void usage(FILE *out) {
           "Every command takes -q/--quiet (no progress bars) and -v/--verbose (debug logs),\n"
           "before or after the command's name.\n"
           "Environment: DLREC_LOG=debug|info|warn|error, DLREC_PROGRESS=0; OpenMP's own\n"
-          "(OMP_NUM_THREADS; OMP_WAIT_POLICY: PASSIVE unless it or GOMP_SPINCOUNT is set).\n",
+          "(OMP_NUM_THREADS; OMP_WAIT_POLICY: PASSIVE unless it or GOMP_SPINCOUNT is set);\n"
+          "DLREC_FP32_GEMM=openblas|onednn: what runs fp32 GEMMs on the CPU (default: oneDNN\n"
+          "where the CPU has AVX-512, else OpenBLAS; docs/config.md).\n",
           "version");
 }
 
