@@ -47,6 +47,7 @@
 #endif
 
 #include "backend/cpu_dnnl.h"
+#include "backend/fresh_grads.h"
 #include "embed/dtype.h"
 #include "nn/nn_checks.h"
 #include "nn/nn_columns.h"
@@ -70,15 +71,6 @@ typedef struct kept_operand {
 /* More operands than this in one pass are converted again in the backward. */
 #define MAX_KEPT 64
 
-/* A gradient a GEMM wrote while fresh (cpu_gemm_fresh): n floats at p. */
-typedef struct written {
-  const float *p;
-  size_t n;
-} written;
-
-/* More gradients than this in one pass are added to, as without fresh. */
-#define MAX_WRITTEN 256
-
 struct cpu_gemm {
   dlrec_precision precision;
   gemm_path path;
@@ -90,9 +82,7 @@ struct cpu_gemm {
   int keep;        /* cpu_gemm_keep's switch */
   uint32_t n_kept; /* the slots in use this pass */
   kept_operand kept[MAX_KEPT];
-  int fresh;          /* cpu_gemm_fresh's switch */
-  uint32_t n_written; /* the gradients written since it was turned on */
-  written wrote[MAX_WRITTEN];
+  fresh_grads fresh; /* cpu_gemm_fresh's */
   char describe[128];
 };
 
@@ -218,21 +208,12 @@ int cpu_gemm_keep(cpu_gemm *g, int on) {
 
 int cpu_gemm_fresh(cpu_gemm *g, int on) {
   if (g->path == GEMM_FP32 && !g->f32) return 0;
-  g->fresh = on;
-  g->n_written = 0;
+  fresh_grads_set(&g->fresh, on);
   return 1;
 }
 
-/* Whether a GEMM must add its product to the n floats at dst (1), or may
- * write it (0): while fresh, memory no GEMM has written since is still the
- * caller's zeros. Records dst as written. */
-static int accumulates(cpu_gemm *g, const float *dst, size_t n) {
-  if (!g->fresh || g->n_written == MAX_WRITTEN) return 1;
-  for (uint32_t i = 0; i < g->n_written; i++)
-    if (dst < g->wrote[i].p + g->wrote[i].n && g->wrote[i].p < dst + n) return 1;
-  g->wrote[g->n_written++] = (written){dst, n};
-  return 0;
-}
+/* Whether a dW GEMM adds to the n floats at dst (fresh_grads.h). */
+static int accumulates(cpu_gemm *g, const float *dst, size_t n) { return fresh_grads_accumulates(&g->fresh, dst, n); }
 
 /* The slot kept for src (n values) this pass, or NULL. */
 static kept_operand *kept_find(cpu_gemm *g, const float *src, size_t n) {

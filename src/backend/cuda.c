@@ -31,6 +31,7 @@
 #include "backend/backend_impl.h"
 #include "backend/cuda_blas.h"
 #include "backend/cuda_kernels.h"
+#include "backend/fresh_grads.h"
 #include "dlrec/hash.h"
 #include "embed/dtype.h"
 #include "nn/nn_checks.h"
@@ -111,8 +112,6 @@ dlrec_status backend_cuda_memory(uint32_t index, uint64_t *total, uint64_t *avai
 
 /* More 16-bit operands than this in one pass are converted again in the backward. */
 #define MAX_KEPT 64
-/* More weight gradients than this in one pass are added to, as without fresh. */
-#define MAX_WRITTEN 256
 
 typedef struct cuda_ctx {
   int device;
@@ -153,15 +152,9 @@ typedef struct cuda_ctx {
     uint16_t *h;
     size_t cap; /* h's bytes */
   } kept[MAX_KEPT];
-  /* Fresh gradients (fresh_gradients): the weight gradients a GEMM wrote
-   * since they were turned on; the first product into other memory is
-   * written (beta 0), not added. */
-  int fresh;
-  uint32_t n_written;
-  struct cuda_written {
-    const float *p;
-    size_t n;
-  } wrote[MAX_WRITTEN];
+  /* Fresh gradients (fresh_gradients): a first product into memory no GEMM
+   * wrote since is written (beta 0), not added. */
+  fresh_grads fresh;
 } cuda_ctx;
 
 static cuda_ctx *ctx_of(dlrec_backend *be) { return be->ctx; }
@@ -551,21 +544,8 @@ static int cuda_keep_operands(dlrec_backend *be, int on) {
 }
 
 static int cuda_fresh_gradients(dlrec_backend *be, int on) {
-  cuda_ctx *x = ctx_of(be);
-  x->fresh = on;
-  x->n_written = 0;
+  fresh_grads_set(&ctx_of(be)->fresh, on);
   return 1;
-}
-
-/* Whether a GEMM must add its product to the n floats at dst (1) or may
- * write it (0): while fresh, memory no GEMM wrote since is still the
- * caller's zeros. Records dst as written. (cpu_gemm.c's accumulates.) */
-static int accumulates(cuda_ctx *x, const float *dst, size_t n) {
-  if (!x->fresh || x->n_written == MAX_WRITTEN) return 1;
-  for (uint32_t i = 0; i < x->n_written; i++)
-    if (dst < x->wrote[i].p + x->wrote[i].n && x->wrote[i].p < dst + n) return 1;
-  x->wrote[x->n_written++] = (struct cuda_written){dst, n};
-  return 0;
 }
 
 /* The kept copy of src (rows x width, in rows of ld), or NULL. */
@@ -670,7 +650,7 @@ static dlrec_status gemm_backward(dlrec_backend *be, float *din, float *dweight,
               dbias ? cuk_colsum_partials((size_t)B, (size_t)OUT) : 0, out_floats, "linear_backward"));
   cuda_blas *blas = ctx_of(be)->blas;
   /* dWᵀ (IN, OUT) += inᵀ (IN, B) · dout (B, OUT), through rows of P; = where fresh */
-  const int add = accumulates(ctx_of(be), dweight, (size_t)OUT * IN);
+  const int add = fresh_grads_accumulates(&ctx_of(be)->fresh, dweight, (size_t)OUT * IN);
   float *dw = P == IN ? dweight : o.out;
   if (P != IN && add) TRY(cuda_status(cuk_copy_rows(st, dw, P, dweight, IN, OUT, IN), "linear_backward"));
   TRY(cuda_blas_matmul(blas, dw, o.a[1], P, 0, o.a[0], OUT, 1, P, OUT, B, gemm_type(be), add ? 1.0f : 0.0f, NULL,
