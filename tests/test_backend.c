@@ -357,7 +357,12 @@ TEST(devices_are_parsed_and_cuda_says_why_it_is_missing) {
   char cpu[256], cuda[1024];
   dlrec_backend_devices("cpu", cpu, sizeof cpu);
   dlrec_backend_devices("cuda", cuda, sizeof cuda);
-  CHECK(strstr(cpu, "cores") != NULL);
+  CHECK(strstr(cpu, "cores; fp32 GEMMs (") != NULL && strstr(cpu, "; bf16 GEMMs (") != NULL);
+  /* The fp32 GEMMs it names are those a CPU backend of that precision runs. */
+  CHECK_OK(dlrec_backend_create_on(&be, "cpu", &c));
+  const char *gemms = strstr(dlrec_backend_describe(be), "fp32 GEMMs (");
+  CHECK(gemms && strstr(cpu, gemms));
+  dlrec_backend_free(be);
   int has_cuda = 0;
   for (size_t i = 0; dlrec_backend_name_at(i); i++) has_cuda |= !strcmp(dlrec_backend_name_at(i), "cuda");
   dlrec_status st = dlrec_backend_create_on(&be, "cuda:3", &c);

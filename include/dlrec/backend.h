@@ -92,7 +92,9 @@ dlrec_status dlrec_backend_create_on(dlrec_backend **be, const char *device, con
 dlrec_status dlrec_device_memory(const char *device, uint64_t *total, uint64_t *available);
 
 /* One line on the devices backend `name` can see, for `dlrec version`:
- * "2 cores" for the CPU; the GPUs for "cuda" ("cuda:0 NVIDIA H100 80GB HBM3,
+ * for the CPU its cores and what runs its fp32 and bf16 GEMMs ("2 cores;
+ * fp32 GEMMs (oneDNN); bf16 GEMMs (oneDNN, AVX512-BF16)", the CPU backend's
+ * own descriptions); the GPUs for "cuda" ("cuda:0 NVIDIA H100 80GB HBM3,
  * 79.1 GiB") or why there is none ("no CUDA device visible: ..."). Never
  * fails: a name this build lacks says so. */
 void dlrec_backend_devices(const char *name, char *buf, size_t size);

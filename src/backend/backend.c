@@ -1,6 +1,7 @@
 /* The backend registry and what every backend shares: creation by name,
  * the precision's names, the default backend. */
 #include "backend/backend_impl.h"
+#include "backend/cpu_gemm.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -163,7 +164,18 @@ dlrec_status dlrec_device_memory(const char *device, uint64_t *total, uint64_t *
 
 void dlrec_backend_devices(const char *name, char *buf, size_t size) {
   if (name && !strcmp(name, "cpu")) {
-    snprintf(buf, size, "%d cores", omp_get_num_procs());
+    int n = snprintf(buf, size, "%d cores", omp_get_num_procs());
+    static const dlrec_precision precisions[] = {DLREC_PRECISION_FP32, DLREC_PRECISION_BF16};
+    for (size_t i = 0; i < 2 && n >= 0 && (size_t)n < size; i++) {
+      cpu_gemm *g = NULL;
+      int native = 0;
+      if (cpu_gemm_create(&g, precisions[i], &native) == DLREC_OK)
+        n += snprintf(buf + n, size - (size_t)n, "; %s", cpu_gemm_describe(g));
+      else /* an engine refused (a bad DLREC_FP32_GEMM, say): say why */
+        n += snprintf(buf + n, size - (size_t)n, "; %s", dlrec_last_error());
+      dlrec_clear_error();
+      cpu_gemm_free(g);
+    }
     return;
   }
 #ifdef DLREC_HAVE_CUDA

@@ -38,7 +38,7 @@ static void usage(FILE *out) {
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
     fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
   fprintf(out,
-          "  %-10s print the version and what each backend finds (cores, GPUs)\n\n"
+          "  %-10s print the version and what each backend finds (cores and GEMM engines, GPUs)\n\n"
           "Every command takes -q/--quiet (no progress bars) and -v/--verbose (debug logs),\n"
           "before or after the command's name.\n"
           "Environment: DLREC_LOG=debug|info|warn|error, DLREC_PROGRESS=0; OpenMP's own\n"
