@@ -6,7 +6,7 @@
 #   --quick      a smoke run: ROWS=20000 CAP=20000 (seconds per model, figures
 #                meaningless but every path exercised)
 #   environment: ROWS (default 200000), CAP (100000), BATCHES ("128 4096"),
-#                THREADS (2, both engines), REPEATS (1), SAME_INIT (1),
+#                THREADS (2, both engines), REPEATS (1), SEEDS (1), SAME_INIT (1),
 #                MIX_ACTIVATION (relu), DLREC_BIN, PYTHON (/usr/bin/python3),
 #                PRECISION (fp32; bf16: dlrec's training.precision "bf16" against
 #                PyTorch under torch.autocast bf16, both native on a CPU with
@@ -24,6 +24,16 @@
 # loop with data loading, evaluation excluded, on both sides), their ratio,
 # and both validation AUCs and their distance. The goal (issue 9) is dlrec
 # at least 2x PyTorch at |dAUC| <= 0.002.
+#
+# SEEDS=N trains each model and batch from N initial states (training.seed
+# 1..N, both engines starting from the same one), and the AUC columns are
+# the means over the seeds: |dAUC| is then the mean of the N paired
+# differences, and dAUC_sd their standard deviation. One seed measures how
+# far the two engines' different rounding carries a single trajectory;
+# where a model's AUC is that sensitive (dcn_v2 at batch 128 moves 0.003
+# between one and two threads of dlrec alone), only the mean over seeds
+# says whether the two train alike. samples/s is the best run over seeds
+# and rounds.
 #
 # Before timing a model, the script checks that the two are one function:
 # PyTorch loads the parameters of a dlrec checkpoint and scores valid.dlr,
@@ -87,9 +97,10 @@ torch_prec=()
 [ "$precision" = bf16 ] && torch_prec=(--bf16)
 threads=${THREADS:-2}
 repeats=${REPEATS:-1}
+seeds=${SEEDS:-1}
+case $seeds in '' | *[!0-9]* | 0) echo "models_vs_torch: SEEDS: '$seeds' is not a positive count" >&2; exit 2 ;; esac
 mix_act=${MIX_ACTIVATION:-relu}
 same_init=${SAME_INIT:-1}
-init_from=()
 # Both engines run under the passive OpenMP wait policy, as in
 # train_vs_torch.sh: spinning idle workers compete with the other threads of
 # the process, and on a shared machine with everything else running.
@@ -113,7 +124,6 @@ fi
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/dlrec-models-bench.XXXXXX")
 trap 'rm -rf "$work"' EXIT
-[ "$same_init" = 1 ] && init_from=(--init-from "$work/init")
 
 # json_get FILE EXPR: a value from a JSON file (python's json; EXPR indexes 'j')
 json_get() { "$py" -c "import json,sys; j=json.load(open(sys.argv[1])); v=$2; print('nan' if v is None else v)" "$1"; }
@@ -134,13 +144,13 @@ train_rows=$("$bin" inspect "$work/train.dlr" --json | "$py" -c 'import json,sys
 valid_rows=$("$bin" inspect "$work/valid.dlr" --json | "$py" -c 'import json,sys; print(json.load(sys.stdin)["rows"])')
 echo "  data: $train_rows train rows, $valid_rows valid rows"
 
-# write_config MODEL BATCH OUT [LR_SCALE]: the config both engines read (its
-# learning rates times LR_SCALE, default 1).
+# write_config MODEL BATCH OUT SEED [LR_SCALE]: the config both engines read
+# (its learning rates times LR_SCALE, default 1).
 write_config() {
-  "$py" - "$1" "$2" "$threads" "$3" "${4:-1}" "$precision" <<'EOF'
+  "$py" - "$1" "$2" "$threads" "$3" "${5:-1}" "$precision" "$4" <<'EOF'
 import json, sys
 name, batch, threads, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-lr_scale, precision = float(sys.argv[5]), sys.argv[6]
+lr_scale, precision, seed = float(sys.argv[5]), sys.argv[6], int(sys.argv[7])
 mlp_opt = {"dense": {"type": "adam", "lr": 0.002}, "sparse": {"type": "rowwise_adagrad", "lr": 0.05}}
 deep = {"embedding_dim": 16, "mlp": [400, 400, 400]}
 models = {
@@ -160,7 +170,7 @@ model, opt = models[name]
 for o in opt.values():
     o["lr"] *= lr_scale
 json.dump({"name": name, "model": model, "optimizer": opt,
-           "training": {"batch_size": batch, "epochs": 1, "threads": threads, "seed": 1, "precision": precision},
+           "training": {"batch_size": batch, "epochs": 1, "threads": threads, "seed": seed, "precision": precision},
            "loader": {"shuffle": False}, "eval": {"interval_steps": 0, "batch_size": 4096},
            "log": {"interval_steps": 1000}}, open(out, "w"), indent=2)
 EOF
@@ -172,7 +182,7 @@ for m in "${models[@]}"; do
   # valid file tell, from the config error naming model.type. They run at
   # learning rate 0, so that the probe's checkpoint holds dlrec's initial
   # parameters (for SAME_INIT=1).
-  write_config "$m" 128 "$work/probe.json" 0
+  write_config "$m" 128 "$work/probe.json" 1 0
   rm -rf "$work/probe"
   if ! OMP_WAIT_POLICY=$wait "$bin" train --config "$work/probe.json" --train "$work/valid.dlr" --etl "$work/etl" \
       --out "$work/probe" --max-steps 2 -q > /dev/null 2> "$work/probe.err"; then
@@ -205,69 +215,90 @@ for m in "${models[@]}"; do
   else
     echo "  $m: not checked for equal functions: $(tail -3 "$work/check.err")" >&2
   fi
-  # PyTorch's initial values: dlrec's (the probe's checkpoint), unless its
-  # tensors did not map onto the PyTorch model, which then draws its own.
-  model_init=(${init_from[@]+"${init_from[@]}"})
+  # PyTorch's initial values: dlrec's (the probe's checkpoint, one per
+  # seed), unless its tensors did not map onto the PyTorch model, which then
+  # draws its own from the same seed.
+  init=$same_init
   if [ "$same_init" = 1 ] && [ "$same" = unchecked ]; then
     echo "  $m: PyTorch draws its own initial values (dlrec's do not map onto it)" >&2
-    model_init=()
+    init=0
   elif [ "$same_init" = 1 ]; then
-    rm -rf "$work/init"
-    mv "$work/probe" "$work/init"
+    rm -rf "$work"/init-*
+    mv "$work/probe" "$work/init-1"
+    for seed in $(seq 2 "$seeds"); do
+      write_config "$m" 128 "$work/probe.json" "$seed" 0
+      OMP_WAIT_POLICY=$wait "$bin" train --config "$work/probe.json" --train "$work/valid.dlr" --etl "$work/etl" \
+        --out "$work/init-$seed" --max-steps 2 -q > /dev/null
+    done
   fi
   rm -rf "$work/probe"
   for b in $batches; do
-    cfg=$work/$m-$b.json
-    write_config "$m" "$b" "$cfg"
-    # REPEATS rounds, the engines alternating; each keeps its fastest run.
-    d_sps=0 t_sps=0
-    for round in $(seq "$repeats"); do
-      echo "  $m, batch $b, round $round: dlrec ..."
-      OMP_WAIT_POLICY=$wait "$bin" train --config "$cfg" --train "$work/train.dlr" --valid "$work/valid.dlr" \
-        --etl "$work/etl" --out "$work/run" -q > "$work/dlrec.json"
-      rm -rf "$work/run"
-      s=$(json_get "$work/dlrec.json" "j['samples_per_s']")
-      if awk -v s="$s" -v best="$d_sps" 'BEGIN { exit !(s > best) }'; then
-        d_sps=$s
-        cp "$work/dlrec.json" "$work/dlrec-best.json"
-      fi
-      echo "  $m, batch $b, round $round: pytorch ..."
-      OMP_WAIT_POLICY=$wait "$py" "$root/bench/torch_models.py" --config "$cfg" --train "$work/train.dlr" \
-        --valid "$work/valid.dlr" --batch "$b" --threads "$threads" --no-shuffle --mix-activation "$mix_act" \
-        ${model_init[@]+"${model_init[@]}"} ${torch_prec[@]+"${torch_prec[@]}"} > "$work/torch.json"
-      s=$(json_get "$work/torch.json" "j['samples_per_s']")
-      if awk -v s="$s" -v best="$t_sps" 'BEGIN { exit !(s > best) }'; then
-        t_sps=$s
-        cp "$work/torch.json" "$work/torch-best.json"
-      fi
-      echo "    dlrec $(json_get "$work/dlrec.json" "round(j['samples_per_s'])") samples/s," \
-        "AUC $(json_get "$work/dlrec.json" "round(j['valid']['auc'], 4)");" \
-        "pytorch $(json_get "$work/torch.json" "round(j['samples_per_s'])") samples/s," \
-        "AUC $(json_get "$work/torch.json" "round(j['auc'], 4)")"
+    # For each seed, REPEATS rounds, the engines alternating; each engine
+    # keeps its fastest run over all of them, and each seed's AUCs (the
+    # same in every round: both engines are deterministic at a fixed
+    # thread count) go to the means.
+    d_sps=0 t_sps=0 aucs=""
+    for seed in $(seq "$seeds"); do
+      cfg=$work/$m-$b-$seed.json
+      write_config "$m" "$b" "$cfg" "$seed"
+      model_init=()
+      [ "$init" = 1 ] && model_init=(--init-from "$work/init-$seed")
+      for round in $(seq "$repeats"); do
+        echo "  $m, batch $b, seed $seed, round $round: dlrec ..."
+        OMP_WAIT_POLICY=$wait "$bin" train --config "$cfg" --train "$work/train.dlr" --valid "$work/valid.dlr" \
+          --etl "$work/etl" --out "$work/run" -q > "$work/dlrec.json"
+        rm -rf "$work/run"
+        s=$(json_get "$work/dlrec.json" "j['samples_per_s']")
+        if awk -v s="$s" -v best="$d_sps" 'BEGIN { exit !(s > best) }'; then
+          d_sps=$s
+          cp "$work/dlrec.json" "$work/dlrec-best.json"
+        fi
+        echo "  $m, batch $b, seed $seed, round $round: pytorch ..."
+        OMP_WAIT_POLICY=$wait "$py" "$root/bench/torch_models.py" --config "$cfg" --train "$work/train.dlr" \
+          --valid "$work/valid.dlr" --batch "$b" --threads "$threads" --no-shuffle --mix-activation "$mix_act" \
+          --seed "$seed" ${model_init[@]+"${model_init[@]}"} ${torch_prec[@]+"${torch_prec[@]}"} > "$work/torch.json"
+        s=$(json_get "$work/torch.json" "j['samples_per_s']")
+        if awk -v s="$s" -v best="$t_sps" 'BEGIN { exit !(s > best) }'; then
+          t_sps=$s
+          cp "$work/torch.json" "$work/torch-best.json"
+        fi
+        echo "    dlrec $(json_get "$work/dlrec.json" "round(j['samples_per_s'])") samples/s," \
+          "AUC $(json_get "$work/dlrec.json" "round(j['valid']['auc'], 4)");" \
+          "pytorch $(json_get "$work/torch.json" "round(j['samples_per_s'])") samples/s," \
+          "AUC $(json_get "$work/torch.json" "round(j['auc'], 4)")"
+      done
+      aucs="$aucs $(json_get "$work/dlrec.json" "j['valid']['auc']"):$(json_get "$work/torch.json" "j['auc']")"
     done
-    d_auc=$(json_get "$work/dlrec-best.json" "j['valid']['auc']")
-    t_auc=$(json_get "$work/torch-best.json" "j['auc']")
+    # The means of each engine's AUCs and the paired differences' standard
+    # deviation ("-" for one seed).
+    set -- $(echo "$aucs" | tr ' :' '\n ' | awk 'NF == 2 { n++; d += $1; t += $2; x[n] = $1 - $2 }
+      END { m = (d - t) / n; v = 0; for (i = 1; i <= n; i++) v += (x[i] - m) ^ 2
+            sd = "-"; if (n > 1) sd = sprintf("%.4f", sqrt(v / (n - 1)))
+            printf "%.6f %.6f %s\n", d / n, t / n, sd }')
+    d_auc=$1 t_auc=$2 sd=$3
     d_steps=$(json_get "$work/dlrec-best.json" "j['steps']")
     t_steps=$(json_get "$work/torch-best.json" "j['steps']")
-    results+=("$m $b $d_sps $t_sps $d_auc $t_auc $d_steps $t_steps $same")
+    results+=("$m $b $d_sps $t_sps $d_auc $t_auc $d_steps $t_steps $same $sd")
   done
 done
 
 echo
 echo "Models, dlrec against PyTorch: one epoch of $train_rows rows, AUC on $valid_rows rows; CPU ${cpu:-unknown}"
-echo "($(nproc) cores); $threads threads each, $precision (both engines), OMP_WAIT_POLICY=$wait; best of $repeats round(s); goal >= 2x at |dAUC| <= 0.002"
+echo "($(nproc) cores); $threads threads each, $precision (both engines), OMP_WAIT_POLICY=$wait; best of $repeats round(s)"
+echo "of $seeds seed(s), AUCs the means over the seeds; goal >= 2x at |dAUC| <= 0.002"
 echo "same_fn: max |p_dlrec - p_torch| on the valid rows with the same parameters (dlrec's, loaded into PyTorch)"
-printf '%-11s %6s %14s %14s %7s %9s %9s %7s %7s %9s %s\n' model batch dlrec_samp/s torch_samp/s ratio dlrec_AUC \
-  torch_AUC '|dAUC|' steps same_fn goal
+printf '%-11s %6s %14s %14s %7s %9s %9s %7s %7s %7s %9s %s\n' model batch dlrec_samp/s torch_samp/s ratio \
+  dlrec_AUC torch_AUC '|dAUC|' dAUC_sd steps same_fn goal
 for r in ${results[@]+"${results[@]}"}; do
   set -- $r
-  awk -v m="$1" -v b="$2" -v ds="$3" -v ts="$4" -v da="$5" -v ta="$6" -v dst="$7" -v tst="$8" -v same="$9" 'BEGIN {
+  awk -v m="$1" -v b="$2" -v ds="$3" -v ts="$4" -v da="$5" -v ta="$6" -v dst="$7" -v tst="$8" -v same="$9" \
+      -v sd="${10}" 'BEGIN {
     d = da - ta; if (d < 0) d = -d
     ratio = ts > 0 ? ds / ts : 0
     goal = (ratio >= 2 ? "" : "slow") (d <= 0.002 ? "" : ((ratio >= 2 ? "" : ",") "auc"))
     steps = dst == tst ? dst : dst "/" tst
-    printf "%-11s %6d %14.0f %14.0f %6.2fx %9.4f %9.4f %7.4f %7s %9s %s\n", m, b, ds, ts, ratio, da, ta, d, steps,
-      same, goal == "" ? "met" : goal
+    printf "%-11s %6d %14.0f %14.0f %6.2fx %9.4f %9.4f %7.4f %7s %7s %9s %s\n", m, b, ds, ts, ratio, da, ta, d, sd,
+      steps, same, goal == "" ? "met" : goal
   }'
 done
 for x in ${skipped[@]+"${skipped[@]}"}; do
