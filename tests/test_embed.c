@@ -967,6 +967,84 @@ TEST(bag_forward_16bit_equals_fp32_pooling_of_the_widened_rows) {
         }
 }
 
+/* dlrec_bag_forward_rows pools each listed bag with the bits the whole-batch
+ * forward gives it, into its place in the list, and writes nothing else:
+ * fp32, bf16 and fp16 tables; sum and mean, a mean column; one-hot columns
+ * (the whole batch's fast path) beside multi-hot ones with empty bags;
+ * lists out of order with repeats, threaded (over 32 bags) and not. A bad
+ * id is refused in a listed bag and not read in an unlisted one; a list
+ * entry past the batch is refused. */
+TEST(bag_forward_rows_pools_the_listed_bags_as_the_batch_does) {
+  const dlrec_table_dtype dtypes[] = {DLREC_TABLE_FP32, DLREC_TABLE_BF16, DLREC_TABLE_FP16};
+  const uint32_t dims[] = {16, 7, 128};
+  for (int k = 0; k < 3; k++)
+    for (int i = 0; i < 3; i++)
+      for (int mean = 0; mean <= 1; mean++) {
+        const uint64_t rows = 3000;
+        const uint32_t D = dims[i], B = 200, F = 4;
+        dlrec_table *t = dtypes[k] == DLREC_TABLE_FP32 ? table_random(rows, D, 3 + i)
+                                                       : table_random16(rows, D, dtypes[k], 3 + i);
+        CHECK(t != NULL);
+        test_batch tb, one;
+        batch_make(&tb, B, F, 0, 4, rows, 60 + i);
+        batch_make(&one, B, F, 1, 1, rows, 61 + i); /* columns 0 and 2 one-hot */
+        for (uint32_t c = 0; c < F; c += 2) {
+          uint32_t *o = tb.offsets[c], *d = tb.ids[c];
+          tb.offsets[c] = one.offsets[c], tb.ids[c] = one.ids[c];
+          one.offsets[c] = o, one.ids[c] = d;
+        }
+        uint8_t mean_cols[4] = {0, 1, 1, 0};
+        tb.bags.mean_cols = mean_cols;
+        const dlrec_bag_mode mode = bag_mode(mean);
+        float *all = malloc((size_t)B * F * D * sizeof(float));
+        CHECK_OK(dlrec_bag_forward(t, &tb.bags, mode, all));
+        dlrec_rng r;
+        dlrec_rng_seed(&r, 70 + i, 0);
+        const size_t ns[] = {1, 31, 500};
+        for (size_t q = 0; q < 3 && !test_failed_now(); q++) {
+          const size_t n = ns[q];
+          uint32_t *list = malloc(n * sizeof(uint32_t));
+          for (size_t j = 0; j < n; j++) list[j] = (uint32_t)dlrec_rng_below(&r, B * F);
+          float *out = malloc((n * D + 8) * sizeof(float));
+          for (size_t j = 0; j < n * D + 8; j++) out[j] = -7.0f;
+          CHECK_OK(dlrec_bag_forward_rows(t, &tb.bags, mode, list, n, out));
+          for (size_t j = 0; j < n && !test_failed_now(); j++)
+            if (memcmp(out + j * D, all + (size_t)list[j] * D, D * sizeof(float)))
+              test_fail(__FILE__, __LINE__, "%s dim %u mean %d: listed bag %zu (bag %u) differs from the batch's",
+                        dlrec_table_dtype_name(dtypes[k]), D, mean, j, list[j]);
+          for (size_t j = n * D; j < n * D + 8; j++) CHECK(out[j] == -7.0f);
+          /* A bad id where the list does not look is not read; where it
+           * does, it is refused. */
+          const uint32_t b = list[0] / F, c = list[0] % F, other = (list[0] + 1) % (B * F);
+          int listed = 0;
+          for (size_t j = 0; j < n; j++) listed |= list[j] == other;
+          if (!listed && tb.offsets[other % F][other / F + 1] > tb.offsets[other % F][other / F]) {
+            uint32_t *id = &tb.ids[other % F][tb.offsets[other % F][other / F]], keep = *id;
+            *id = (uint32_t)rows;
+            CHECK_OK(dlrec_bag_forward_rows(t, &tb.bags, mode, list, n, out));
+            *id = keep;
+          }
+          if (tb.offsets[c][b + 1] > tb.offsets[c][b]) {
+            uint32_t *id = &tb.ids[c][tb.offsets[c][b]], keep = *id;
+            *id = (uint32_t)rows;
+            CHECK_ERR(dlrec_bag_forward_rows(t, &tb.bags, mode, list, n, out), DLREC_ERR_INVALID,
+                      "outside the table");
+            *id = keep;
+          }
+          list[n - 1] = B * F;
+          CHECK_ERR(dlrec_bag_forward_rows(t, &tb.bags, mode, list, n, out), DLREC_ERR_INVALID, "bag 800 of a batch");
+          free(list), free(out);
+        }
+        CHECK_ERR(dlrec_bag_forward_rows(t, &tb.bags, mode, NULL, 3, all), DLREC_ERR_INVALID, "NULL list");
+        CHECK_OK(dlrec_bag_forward_rows(t, &tb.bags, mode, NULL, 0, all));
+        free(all);
+        batch_free(&tb);
+        batch_free(&one);
+        dlrec_table_free(t);
+        if (test_failed_now()) return;
+      }
+}
+
 /* The sparse update of a 16-bit table is the fp32 update of its widened rows
  * (the fp32 engine, itself checked against the naive reference above, and
  * here against it again to a 16-bit last place), then stochastic rounding

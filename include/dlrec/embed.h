@@ -151,6 +151,16 @@ dlrec_status dlrec_bag_check(const dlrec_table *t, const dlrec_bag_batch *bags);
  * out's contents are then unspecified. */
 dlrec_status dlrec_bag_forward(const dlrec_table *t, const dlrec_bag_batch *bags, dlrec_bag_mode mode, float *out);
 
+/* dlrec_bag_forward for some of the bags: list[i] = b * F + c names bag c of
+ * sample b, which is pooled into out + i * D with the bits dlrec_bag_forward
+ * gives it; nothing else is written (n * D floats). For a pass that needs
+ * few of a batch's bags, packed: those of a split batch's part that lives
+ * in host memory, whose rows cross to a GPU. A list entry past the batch's
+ * bags is refused; of the bags, only the listed ones are read, and a bad
+ * one is refused with dlrec_bag_check's error for the batch. */
+dlrec_status dlrec_bag_forward_rows(const dlrec_table *t, const dlrec_bag_batch *bags, dlrec_bag_mode mode,
+                                    const uint32_t *list, size_t n, float *out);
+
 /* ---- sparse optimizers ---------------------------------------------------- */
 
 typedef enum dlrec_sparse_optim_kind {

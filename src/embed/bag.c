@@ -90,10 +90,59 @@ static uint8_t is_one_hot(const uint32_t *off, uint32_t B) {
   return diff == 0;
 }
 
+/* A 16-bit element widened: bf16 when bf16 is nonzero (a constant at every
+ * call, so each loop is compiled for one format), else fp16. */
+static ALWAYS_INLINE float widen(uint16_t h, int bf16) { return bf16 ? dtype_bf16_to_f32(h) : dtype_fp16_to_f32(h); }
+
+/* Pools bag b of a column (its offsets off, B + 1 of them, and ids) into o
+ * (D floats): the first row copied, the others added, in the bag's order,
+ * then times 1 / count for a mean; zeros for an empty bag. data is an fp32
+ * table's, or with is16 rows16 a 16-bit one's, each row widened to fp32
+ * (bf16 or fp16 by bf16), so that its pooling is bitwise the fp32 pooling of
+ * the widened rows (is16 and bf16 are constants at every call, so each loop
+ * is compiled for one format). Returns nonzero when the bag's offsets are out of order
+ * (the bag is then not read: they could point past the column's ids) or an
+ * id is out of range (skipped); o is then unspecified. */
+static ALWAYS_INLINE int pool_bag(const float *restrict data, const uint16_t *restrict rows16, int is16, int bf16,
+                                  uint32_t stride, uint64_t rows, const uint32_t *off, const uint32_t *ids,
+                                  uint32_t B, uint32_t b, int mean, float *restrict o, int D) {
+  const uint32_t lo = off[b], hi = off[b + 1];
+  if (hi <= lo || lo < off[0] || hi > off[B]) {
+    for (int d = 0; d < D; d++) o[d] = 0.0f;
+    return hi < lo || lo < off[0] || hi > off[B];
+  }
+  int bad = 0, first = 1;
+  for (uint32_t k = lo; k < hi; k++) {
+    const uint32_t id = ids[k];
+    if (id >= rows) {
+      bad = 1;
+      continue;
+    }
+    if (is16) {
+      const uint16_t *restrict row = rows16 + (size_t)id * stride;
+      if (first)
+        for (int d = 0; d < D; d++) o[d] = widen(row[d], bf16);
+      else
+        for (int d = 0; d < D; d++) o[d] += widen(row[d], bf16);
+    } else {
+      const float *restrict row = data + (size_t)id * stride;
+      if (first)
+        for (int d = 0; d < D; d++) o[d] = row[d];
+      else
+        for (int d = 0; d < D; d++) o[d] += row[d];
+    }
+    first = 0;
+  }
+  if (mean) {
+    const float inv = 1.0f / (float)(hi - lo);
+    for (int d = 0; d < D; d++) o[d] *= inv;
+  }
+  return bad;
+}
+
 /* Pools column c (multi-hot) of samples [b0, b1) into out (B, F, D), with D
  * fixed at compile time where the caller passes a constant. Returns nonzero
- * when a bag had offsets out of order or an id out of range; such a bag is
- * skipped (its output is unspecified), never read past. */
+ * when a bag had offsets out of order or an id out of range (pool_bag). */
 static ALWAYS_INLINE int pool_column(const float *restrict data, uint32_t stride, uint64_t rows,
                                      const dlrec_bag_batch *bags, int mean, uint32_t c, uint32_t b0, uint32_t b1,
                                      float *restrict out, int D) {
@@ -106,34 +155,7 @@ static ALWAYS_INLINE int pool_column(const float *restrict data, uint32_t stride
       if (k < off[b + PREFETCH_SAMPLES + 1] && k < off[B] && ids[k] < rows)
         __builtin_prefetch(data + (size_t)ids[k] * stride);
     }
-    float *restrict o = out + ((size_t)b * F + c) * D;
-    const uint32_t lo = off[b], hi = off[b + 1];
-    /* Offsets out of order could point past the column's ids: such a bag is
-     * reported, never read. */
-    if (hi <= lo || lo < off[0] || hi > off[B]) {
-      bad |= hi < lo || lo < off[0] || hi > off[B];
-      for (int d = 0; d < D; d++) o[d] = 0.0f;
-      continue;
-    }
-    /* The first row is copied, the others added, in the bag's order. */
-    int first = 1;
-    for (uint32_t k = lo; k < hi; k++) {
-      const uint32_t id = ids[k];
-      if (id >= rows) {
-        bad = 1;
-        continue;
-      }
-      const float *restrict row = data + (size_t)id * stride;
-      if (first)
-        for (int d = 0; d < D; d++) o[d] = row[d];
-      else
-        for (int d = 0; d < D; d++) o[d] += row[d];
-      first = 0;
-    }
-    if (mean) {
-      const float inv = 1.0f / (float)(hi - lo);
-      for (int d = 0; d < D; d++) o[d] *= inv;
-    }
+    bad |= pool_bag(data, NULL, 0, 0, stride, rows, off, ids, B, b, mean, out + ((size_t)b * F + c) * D, D);
   }
   return bad;
 }
@@ -196,10 +218,6 @@ static int pool_range(const float *data, uint32_t stride, uint64_t rows, const d
   return bad;
 }
 
-/* A 16-bit element widened: bf16 when bf16 is nonzero (a constant at every
- * call, so each loop is compiled for one format), else fp16. */
-static ALWAYS_INLINE float widen(uint16_t h, int bf16) { return bf16 ? dtype_bf16_to_f32(h) : dtype_fp16_to_f32(h); }
-
 /* Pools samples [b0, b1) of a 16-bit table sample by sample, every column:
  * each row is widened to fp32 and the bag summed in fp32 in the bag's order,
  * first row copied, exactly as the fp32 path pools, so the output is bitwise
@@ -234,30 +252,8 @@ static ALWAYS_INLINE int pool16(const uint16_t *restrict data, uint32_t stride, 
         if (k < off[b + ONE_HOT_AHEAD + 1] && k < off[B] && ids[k] < rows)
           __builtin_prefetch(data + (size_t)ids[k] * stride);
       }
-      const uint32_t lo = off[b], hi = off[b + 1];
-      if (hi <= lo || lo < off[0] || hi > off[B]) {
-        bad |= hi < lo || lo < off[0] || hi > off[B];
-        for (int d = 0; d < D; d++) o[d] = 0.0f;
-        continue;
-      }
-      int first = 1;
-      for (uint32_t k = lo; k < hi; k++) {
-        const uint32_t id = ids[k];
-        if (id >= rows) {
-          bad = 1;
-          continue;
-        }
-        const uint16_t *restrict row = data + (size_t)id * stride;
-        if (first)
-          for (int d = 0; d < D; d++) o[d] = widen(row[d], bf16);
-        else
-          for (int d = 0; d < D; d++) o[d] += widen(row[d], bf16);
-        first = 0;
-      }
-      if (mean || (bags->mean_cols && bags->mean_cols[c])) {
-        const float inv = 1.0f / (float)(hi - lo);
-        for (int d = 0; d < D; d++) o[d] *= inv;
-      }
+      bad |= pool_bag(NULL, data, 1, bf16, stride, rows, off, ids, B, b,
+                      mean || (bags->mean_cols && bags->mean_cols[c]), o, D);
     }
   }
   return bad;
@@ -279,12 +275,29 @@ static int pool16_range(const uint16_t *data, uint32_t stride, uint64_t rows, co
   POOL16_DIMS(0)
 }
 
-dlrec_status dlrec_bag_forward(const dlrec_table *t, const dlrec_bag_batch *bags, dlrec_bag_mode mode, float *out) {
-  dlrec_status st = check_shape(t, bags, "bag_forward");
+/* The arguments both forwards check (what: the function's name). */
+static dlrec_status check_forward(const dlrec_table *t, const dlrec_bag_batch *bags, dlrec_bag_mode mode,
+                                  const float *out, const char *what) {
+  dlrec_status st = check_shape(t, bags, what);
   if (st != DLREC_OK) return st;
-  if (!out) return dlrec_error(DLREC_ERR_INVALID, "bag_forward: NULL output");
+  if (!out) return dlrec_error(DLREC_ERR_INVALID, "%s: NULL output", what);
   if (mode != DLREC_BAG_SUM && mode != DLREC_BAG_MEAN)
-    return dlrec_error(DLREC_ERR_INVALID, "bag_forward: unknown mode %d", (int)mode);
+    return dlrec_error(DLREC_ERR_INVALID, "%s: unknown mode %d", what, (int)mode);
+  return DLREC_OK;
+}
+
+/* A forward's bad flag turned into its error: the slow check names the
+ * first bad id; the lookups check as they go, so this runs only on a bad
+ * batch. */
+static dlrec_status forward_error(const dlrec_table *t, const dlrec_bag_batch *bags, const char *what) {
+  if (dlrec_bag_check(t, bags) == DLREC_OK)
+    return dlrec_error(DLREC_ERR_INTERNAL, "%s: a bad bag that bag_check accepts", what);
+  return dlrec_error_context("%s: ", what);
+}
+
+dlrec_status dlrec_bag_forward(const dlrec_table *t, const dlrec_bag_batch *bags, dlrec_bag_mode mode, float *out) {
+  dlrec_status st = check_forward(t, bags, mode, out, "bag_forward");
+  if (st != DLREC_OK) return st;
   const float *data = dlrec_table_data_const(t);
   const uint32_t stride = dlrec_table_stride(t), dim = dlrec_table_dim(t);
   const uint64_t rows = dlrec_table_rows(t);
@@ -319,12 +332,76 @@ dlrec_status dlrec_bag_forward(const dlrec_table *t, const dlrec_bag_batch *bags
       bad |= pool16_range(data16, stride, rows, bags, hot, mean, bf16, b0, b1, out, dim);
     }
   }
-  /* The lookup checked as it went; the slow pass runs only to name the
-   * first bad id in the error. */
-  if (bad) {
-    if (dlrec_bag_check(t, bags) == DLREC_OK)
-      return dlrec_error(DLREC_ERR_INTERNAL, "bag_forward: a bad bag that bag_check accepts");
-    return dlrec_error_context("bag_forward: ");
+  return bad ? forward_error(t, bags, "bag_forward") : DLREC_OK;
+}
+
+/* Pools the listed bags [i0, i1) (list[i] = b * F + c, checked) into
+ * out + i * D, each as the whole-batch forward pools it (pool_bag: a one-hot
+ * bag is a bag of one row, which it copies). The first row of the bag
+ * PREFETCH_SAMPLES places ahead in the list is prefetched. */
+static ALWAYS_INLINE int pool_list(const float *data, const uint16_t *data16, int is16, int bf16, uint32_t stride,
+                                   uint64_t rows, const dlrec_bag_batch *bags, int mean, const uint32_t *list,
+                                   size_t i0, size_t i1, float *out, int D) {
+  const uint32_t B = bags->rows, F = bags->cols;
+  int bad = 0;
+  for (size_t i = i0; i < i1; i++) {
+    if (i + PREFETCH_SAMPLES < i1) {
+      const uint32_t b = list[i + PREFETCH_SAMPLES] / F, c = list[i + PREFETCH_SAMPLES] % F;
+      const uint32_t *off = bags->offsets[c], k = off[b];
+      if (k < off[b + 1] && k < off[B] && bags->ids[c][k] < rows) {
+        const size_t at = (size_t)bags->ids[c][k] * stride;
+        if (is16) __builtin_prefetch(data16 + at);
+        else __builtin_prefetch(data + at);
+      }
+    }
+    const uint32_t b = list[i] / F, c = list[i] % F;
+    bad |= pool_bag(data, data16, is16, bf16, stride, rows, bags->offsets[c], bags->ids[c], B, b,
+                    mean || (bags->mean_cols && bags->mean_cols[c]), out + i * D, D);
   }
-  return DLREC_OK;
+  return bad;
+}
+
+#define POOL_LIST_DIMS(IS16, BF)                                                                          \
+  switch (dim) {                                                                                          \
+  case 16: return pool_list(data, data16, IS16, BF, stride, rows, bags, mean, list, i0, i1, out, 16);     \
+  case 32: return pool_list(data, data16, IS16, BF, stride, rows, bags, mean, list, i0, i1, out, 32);     \
+  case 64: return pool_list(data, data16, IS16, BF, stride, rows, bags, mean, list, i0, i1, out, 64);     \
+  case 128: return pool_list(data, data16, IS16, BF, stride, rows, bags, mean, list, i0, i1, out, 128);   \
+  default: return pool_list(data, data16, IS16, BF, stride, rows, bags, mean, list, i0, i1, out, (int)dim);\
+  }
+
+/* pool_list with the format and D constants in each loop: an fp32 table's
+ * data, or a 16-bit one's data16 (bf16 or fp16 by bf16). */
+static int pool_list_range(const float *data, const uint16_t *data16, int bf16, uint32_t stride, uint64_t rows,
+                           const dlrec_bag_batch *bags, int mean, const uint32_t *list, size_t i0, size_t i1,
+                           float *out, uint32_t dim) {
+  if (!data16) POOL_LIST_DIMS(0, 0)
+  if (bf16) POOL_LIST_DIMS(1, 1)
+  POOL_LIST_DIMS(1, 0)
+}
+
+dlrec_status dlrec_bag_forward_rows(const dlrec_table *t, const dlrec_bag_batch *bags, dlrec_bag_mode mode,
+                                    const uint32_t *list, size_t n, float *out) {
+  dlrec_status st = check_forward(t, bags, mode, out, "bag_forward_rows");
+  if (st != DLREC_OK || !n) return st;
+  if (!list) return dlrec_error(DLREC_ERR_INVALID, "bag_forward_rows: NULL list of %zu bags", n);
+  const uint64_t bags_n = (uint64_t)bags->rows * bags->cols;
+  for (size_t i = 0; i < n; i++)
+    if (list[i] >= bags_n)
+      return dlrec_error(DLREC_ERR_INVALID, "bag_forward_rows: list[%zu] is bag %u of a batch of %llu", i, list[i],
+                         (unsigned long long)bags_n);
+  const dlrec_table_dtype dtype = dlrec_table_get_dtype(t);
+  const float *data = dtype == DLREC_TABLE_FP32 ? dlrec_table_data_const(t) : NULL;
+  const uint16_t *data16 = dtype == DLREC_TABLE_FP32 ? NULL : dlrec_table_raw_const(t);
+  const uint32_t stride = dlrec_table_stride(t), dim = dlrec_table_dim(t);
+  const uint64_t rows = dlrec_table_rows(t);
+  const int mean = mode == DLREC_BAG_MEAN, bf16 = dtype == DLREC_TABLE_BF16;
+  const size_t chunk = 256, chunks = (n + chunk - 1) / chunk;
+  int bad = 0;
+#pragma omp parallel for schedule(static) reduction(| : bad) if (n > 32)
+  for (size_t k = 0; k < chunks; k++) {
+    const size_t i0 = k * chunk, i1 = i0 + chunk < n ? i0 + chunk : n;
+    bad |= pool_list_range(data, data16, bf16, stride, rows, bags, mean, list, i0, i1, out, dim);
+  }
+  return bad ? forward_error(t, bags, "bag_forward_rows") : DLREC_OK;
 }

@@ -511,9 +511,10 @@ static dlrec_status run_forward(const dlrec_net *n, dlrec_backend *be, dlrec_net
     ws->split_kept = 0; /* a forward splits its own batch */
     st = split_bags(n, ws, &bags, &hot, &cold);
     ws->split_kept = st == DLREC_OK && state; /* a training pass: its update takes this split */
-    /* Only the pooled rows with cold ids cross over, packed. */
-    if (st == DLREC_OK) st = BE_OP(dlrec_backend_default(), bag_forward, ws->h_emb, table, &cold, n->plan.pooling);
-    if (st == DLREC_OK) st = dlrec_gather_rows(ws->h_pack, ws->h_emb, bags_n, ws->cold_rows, ws->n_cold, D);
+    /* Only the pooled rows with cold ids cross over, pooled packed: the
+     * host writes n_cold rows, not the batch's (B, F, D). */
+    if (st == DLREC_OK)
+      st = dlrec_bag_forward_rows(table, &cold, n->plan.pooling, ws->cold_rows, ws->n_cold, ws->h_pack);
     if (st == DLREC_OK) st = ws_upload(ws, ws->d_cold, ws->h_pack, ws->n_cold * D);
     if (st == DLREC_OK) st = BE_OP(be, bag_forward, ws->emb, n->dhot, &hot, n->plan.pooling);
     for (int c = 0; st == DLREC_OK && c < F; c++) p->hot_lookups += hot.offsets[c][B];
