@@ -100,9 +100,9 @@ static ALWAYS_INLINE float widen(uint16_t h, int bf16) { return bf16 ? dtype_bf1
  * table's, or with is16 rows16 a 16-bit one's, each row widened to fp32
  * (bf16 or fp16 by bf16), so that its pooling is bitwise the fp32 pooling of
  * the widened rows (is16 and bf16 are constants at every call, so each loop
- * is compiled for one format). Returns nonzero when the bag's offsets are out of order
- * (the bag is then not read: they could point past the column's ids) or an
- * id is out of range (skipped); o is then unspecified. */
+ * is compiled for one format). Returns nonzero when the bag's offsets are
+ * out of order (the bag is then not read: they could point past the
+ * column's ids) or an id is out of range (skipped); o is then unspecified. */
 static ALWAYS_INLINE int pool_bag(const float *restrict data, const uint16_t *restrict rows16, int is16, int bf16,
                                   uint32_t stride, uint64_t rows, const uint32_t *off, const uint32_t *ids,
                                   uint32_t B, uint32_t b, int mean, float *restrict o, int D) {
