@@ -25,17 +25,14 @@
 #include "backend/backend_impl.h"
 #include "dlrec/progress.h"
 #include "dlrec/rng.h"
+#include "dlrec/synth.h"
 
 enum { N_DENSE = 13, F = 26, D = 128, MAX_LAYERS = 8 };
 static const int bottom[] = {N_DENSE, 512, 256, 128};
 static const int top[] = {D + F * (F + 1) / 2, 1024, 1024, 512, 256, 1};
+_Static_assert(F == DLREC_SYNTH_CAT, "the 1tb table's columns are dlrec synth's");
 #define N_BOTTOM (int)(sizeof bottom / sizeof bottom[0] - 1)
 #define N_TOP (int)(sizeof top / sizeof top[0] - 1)
-
-/* Criteo 1TB's vocabulary sizes at frequency threshold 15, C1..C26, as
- * DeepLearningExamples' DLRM preprocessing makes them. */
-static const uint64_t criteo_1tb[F] = {7912889, 33823, 17139, 7339, 20046, 4, 7105, 1382, 63, 5554114, 582469, 245828, 11,
-                                       2209, 10667, 104, 4, 968, 15, 8165896, 2675940, 7156453, 302516, 12022, 97, 35};
 
 typedef struct layer {
   int in, out;
@@ -242,6 +239,7 @@ int main(int argc, char **argv) {
   double *loss = g_be->ops->alloc(g_be, sizeof(double));
   emb_stage es = {0};
   uint64_t card[F];
+  const uint32_t *criteo_1tb = dlrec_synth_cardinality_preset("criteo-1tb"); /* F = DLREC_SYNTH_CAT columns */
   for (int c = 0; c < F; c++) card[c] = tb ? criteo_1tb[c] : (uint64_t)rows;
   if (rows) emb_open(&es, card, B, &rng);
   emb_stage *e = rows ? &es : NULL;

@@ -17,6 +17,11 @@
 #     PLACEMENT=host: "0.1 0" times hot rows on the GPU against none)
 #   BIN_B: the dlrec the second run uses (default BIN, the first's): with
 #     DEVICES="cuda cuda", two builds side by side on one GPU
+#   CARDINALITIES: dlrec synth's --cardinalities (criteo-1tb: the columns of
+#     NVIDIA's DLRM benchmark, uncapped); default: Criteo Kaggle's, capped at
+#     200000 values a column
+#   MIN_COUNT: the ETL's --min-count (default 4); the table holds the values
+#     seen that often, so its size follows ROWS
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-build/dlrec}
@@ -33,10 +38,14 @@ if [[ "$A $B" == *cuda* ]] && ! "$BIN" version | grep -q '^  cuda  cuda:0 '; the
   echo "gpu_train.sh: no GPU: $("$BIN" version | grep '^  cuda')" >&2
   exit 1
 fi
-"$BIN" synth --rows "$ROWS" --seed 1 --max-cardinality 200000 --out "$D/c.tsv" --probs "$D/p" 2>/dev/null
-"$BIN" etl fit --input "$D/c.tsv" --out "$D/etl" --min-count 4 >/dev/null 2>&1
+synth=(--max-cardinality 200000)
+[ -n "${CARDINALITIES:-}" ] && synth=(--cardinalities "$CARDINALITIES")
+"$BIN" synth --rows "$ROWS" --seed 1 "${synth[@]}" --out "$D/c.tsv" --probs "$D/p" 2>/dev/null
+"$BIN" etl fit --input "$D/c.tsv" --out "$D/etl" --min-count "${MIN_COUNT:-4}" >/dev/null 2>&1
 "$BIN" etl apply --etl "$D/etl" --input "$D/c.tsv" --out "$D/t.dlr" --valid-fraction 0.1 --valid-out "$D/v.dlr" \
   --seed 7 >/dev/null 2>&1
+echo "gpu_train.sh: $("$BIN" inspect "$D/t.dlr" --json | python3 -c \
+  'import json, sys; j = json.load(sys.stdin); print(j["rows"], "training rows; the table:", j["table_rows"], "rows")')"
 i=0
 for run in "$A" "$B"; do
   i=$((i + 1))

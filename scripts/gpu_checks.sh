@@ -7,8 +7,9 @@
 # table, then its per-op profile) and bench/gpu_train.sh (the table on the
 # GPU, then in host memory, then in host memory with a tenth of its rows hot
 # on the GPU against none, then fp16 against fp32, then issue 11's benchmark:
-# examples/dlrm_dle_small.json, NVIDIA's small DLRM and its SGD recipe, in
-# bf16 against fp32 at batch 65536; then, when the bundle
+# examples/dlrm_dle_small.json, NVIDIA's small DLRM and its SGD recipe, on
+# data with Criteo 1TB's columns, in bf16 against fp32 at batch 65536; then,
+# when the bundle
 # holds an older build's dlrec as dlrec_base, this build's training against
 # it on the same GPU). About 4 minutes on an H100; each part has its own
 # time limit (19.5 minutes in all at the worst: give the run 600 s, and the
@@ -60,7 +61,8 @@ part "bench/gpu_train.sh, the table in host memory, a tenth of its rows hot on t
 part "bench/gpu_train.sh, fp16 (loss-scaled) against fp32 at batch 65536" 60 env BIN=$B/dlrec \
   DEVICES="cuda/fp16 cuda/fp32" bench/gpu_train.sh 4000000 65536
 part "bench/gpu_train.sh, issue 11's benchmark: NVIDIA's small DLRM and recipe, bf16 against fp32 at batch 65536" \
-  90 env BIN=$B/dlrec DEVICES="cuda/bf16 cuda/fp32" bench/gpu_train.sh 4000000 65536 examples/dlrm_dle_small.json
+  90 env BIN=$B/dlrec DEVICES="cuda/bf16 cuda/fp32" CARDINALITIES=criteo-1tb MIN_COUNT=1 \
+  bench/gpu_train.sh 4000000 65536 examples/dlrm_dle_small.json
 if [ -x $B/dlrec_base ]; then
   part "bench/gpu_train.sh, this build against dlrec_base, batch 8192" 60 env BIN=$B/dlrec BIN_B=$B/dlrec_base \
     DEVICES="cuda cuda" bench/gpu_train.sh 1000000 8192

@@ -203,7 +203,7 @@ static long value_counts(const char *text, size_t n, int field, uint32_t **count
 
 TEST(synth_format_in_memory) {
   dlrec_synth_model *m;
-  CHECK_OK(dlrec_synth_model_new(1, 0, &m));
+  CHECK_OK(dlrec_synth_model_new(1, NULL, 0, &m));
   gen g;
   dlrec_status st = gen_rows(m, 5, 40000, &g);
   dlrec_synth_model_free(m);
@@ -218,7 +218,7 @@ TEST(synth_generate_prefix_and_buffer_check) {
   /* Fewer rows of a chunk are a prefix of more rows of it; another chunk
    * number is another stream; a short text buffer is refused. */
   dlrec_synth_model *m;
-  CHECK_OK(dlrec_synth_model_new(3, 1000, &m));
+  CHECK_OK(dlrec_synth_model_new(3, NULL, 1000, &m));
   enum { N = 300 };
   char *a = malloc(N * DLREC_SYNTH_MAX_ROW_BYTES), *b = malloc(N * DLREC_SYNTH_MAX_ROW_BYTES);
   char pa[N * DLREC_SYNTH_PROB_BYTES], pb[N * DLREC_SYNTH_PROB_BYTES];
@@ -291,7 +291,7 @@ TEST(synth_files_deterministic_across_threads) {
   CHECK_OK(dlrec_read_file(a, (size_t)1 << 30, &text, &n));
   dlrec_status st = dlrec_read_file(pa, (size_t)1 << 30, &probs, &np);
   dlrec_synth_model *m = NULL;
-  if (st == DLREC_OK) st = dlrec_synth_model_new(1, 100000, &m);
+  if (st == DLREC_OK) st = dlrec_synth_model_new(1, NULL, 100000, &m);
   gen g = {0};
   if (st == DLREC_OK) st = gen_rows(m, 11, (uint32_t)rows, &g);
   dlrec_synth_model_free(m);
@@ -364,7 +364,7 @@ TEST(synth_options_checked) {
 TEST(synth_missing_rates_ctr_and_counts) {
   enum { N = 200000 };
   dlrec_synth_model *m;
-  CHECK_OK(dlrec_synth_model_new(1, 0, &m));
+  CHECK_OK(dlrec_synth_model_new(1, NULL, 0, &m));
   gen g;
   dlrec_status st = gen_rows(m, 21, N, &g);
   dlrec_synth_model_free(m);
@@ -416,7 +416,7 @@ static double zipf_norm(uint32_t n, double s) {
 TEST(synth_zipf_matches_the_exact_law) {
   enum { N = 200000 };
   dlrec_synth_model *m;
-  CHECK_OK(dlrec_synth_model_new(1, 0, &m));
+  CHECK_OK(dlrec_synth_model_new(1, NULL, 0, &m));
   gen g;
   dlrec_status st = gen_rows(m, 31, N, &g);
   uint32_t card[DLREC_SYNTH_CAT];
@@ -472,7 +472,7 @@ static int cmp_u64(const void *a, const void *b) {
 TEST(synth_zipf_ranks_follow_the_law_and_strings_are_a_bijection) {
   enum { N = 200000 };
   dlrec_synth_model *m;
-  CHECK_OK(dlrec_synth_model_new(4, 0, &m));
+  CHECK_OK(dlrec_synth_model_new(4, NULL, 0, &m));
   uint32_t *rank = malloc((size_t)N * DLREC_SYNTH_CAT * sizeof *rank);
   char *text = malloc((size_t)N * DLREC_SYNTH_MAX_ROW_BYTES);
   uint64_t *pairs = malloc(N * sizeof *pairs);
@@ -583,7 +583,7 @@ TEST(synth_zipf_ranks_follow_the_law_and_strings_are_a_bijection) {
 TEST(synth_cardinality_cap) {
   enum { N = 100000, CAP = 50 };
   dlrec_synth_model *m;
-  CHECK_OK(dlrec_synth_model_new(2, CAP, &m));
+  CHECK_OK(dlrec_synth_model_new(2, NULL, CAP, &m));
   gen g;
   dlrec_status st = gen_rows(m, 1, N, &g);
   uint32_t card[DLREC_SYNTH_CAT];
@@ -608,12 +608,58 @@ TEST(synth_cardinality_cap) {
   gen_free(&g);
 }
 
+/* Cardinalities of the caller's: each column draws exactly its own count of
+ * distinct values (small ones, all of which show up in N rows), under the
+ * cap; the named sets are Criteo Kaggle's and the 1TB vocabularies; a 0 is
+ * refused, naming its column. */
+TEST(synth_cardinalities_given) {
+  enum { N = 100000, CAP = 60 };
+  uint32_t given[DLREC_SYNTH_CAT];
+  for (int c = 0; c < DLREC_SYNTH_CAT; c++) given[c] = 2 + (uint32_t)(3 * c); /* 2 .. 77 */
+  dlrec_synth_model *m;
+  CHECK_OK(dlrec_synth_model_new(2, given, CAP, &m));
+  gen g;
+  dlrec_status st = gen_rows(m, 1, N, &g);
+  uint32_t card[DLREC_SYNTH_CAT];
+  for (int c = 0; c < DLREC_SYNTH_CAT; c++) card[c] = dlrec_synth_cardinality(m, c);
+  dlrec_synth_model_free(m);
+  if (st != DLREC_OK) gen_free(&g);
+  CHECK_OK(st);
+  for (int c = 0; c < DLREC_SYNTH_CAT && !test_failed_now(); c++) {
+    const uint32_t want = given[c] < CAP ? given[c] : CAP;
+    uint32_t *counts = NULL;
+    long distinct = value_counts(g.text, g.text_bytes, 14 + c, &counts);
+    free(counts);
+    if (card[c] != want || distinct != (long)want)
+      test_fail(__FILE__, __LINE__, "C%d: cardinality %u, %ld distinct values, want %u", c + 1, card[c], distinct,
+                want);
+  }
+  gen_free(&g);
+
+  const uint32_t *kaggle = dlrec_synth_cardinality_preset("criteo-kaggle"), *tb = dlrec_synth_cardinality_preset("criteo-1tb");
+  CHECK(kaggle && tb && !dlrec_synth_cardinality_preset("criteo") && !dlrec_synth_cardinality_preset(NULL));
+  uint64_t rows = 0;
+  for (int c = 0; c < DLREC_SYNTH_CAT && kaggle && tb; c++) {
+    CHECK_EQ(kaggle[c], dlrec_synth_criteo_cardinality(c));
+    rows += tb[c];
+  }
+  CHECK_EQ_U64(rows, 32709138); /* DeepLearningExamples' FL15 vocabularies: 32.7M rows in all */
+  CHECK(tb && tb[0] == 7912889 && tb[19] == 8165896 && tb[25] == 35);
+  CHECK_OK(dlrec_synth_model_new(1, tb, 0, &m));
+  for (int c = 0; c < DLREC_SYNTH_CAT && tb; c++) CHECK_EQ(dlrec_synth_cardinality(m, c), tb[c]);
+  dlrec_synth_model_free(m);
+  given[7] = 0;
+  m = (dlrec_synth_model *)1;
+  CHECK_ERR(dlrec_synth_model_new(1, given, 0, &m), DLREC_ERR_INVALID, "column C8");
+  CHECK(m == NULL);
+}
+
 /* ---- The hidden signal ---- */
 
 TEST(synth_signal_needs_interactions) {
   enum { N = 200000 };
   dlrec_synth_model *m;
-  CHECK_OK(dlrec_synth_model_new(1, 0, &m));
+  CHECK_OK(dlrec_synth_model_new(1, NULL, 0, &m));
   gen g;
   dlrec_status st = gen_rows(m, 41, N, &g);
   dlrec_synth_model_free(m);
@@ -641,8 +687,8 @@ TEST(synth_signal_needs_interactions) {
 
 TEST(synth_model_seed_changes_the_world) {
   dlrec_synth_model *a, *b;
-  CHECK_OK(dlrec_synth_model_new(1, 0, &a));
-  CHECK_OK(dlrec_synth_model_new(2, 0, &b));
+  CHECK_OK(dlrec_synth_model_new(1, NULL, 0, &a));
+  CHECK_OK(dlrec_synth_model_new(2, NULL, 0, &b));
   char ta[20 * DLREC_SYNTH_MAX_ROW_BYTES], tb[20 * DLREC_SYNTH_MAX_ROW_BYTES];
   dlrec_synth_rows ra = {.text = ta, .text_cap = sizeof ta}, rb = {.text = tb, .text_cap = sizeof tb};
   int ok = dlrec_synth_generate(a, 1, 0, 20, &ra) == DLREC_OK && dlrec_synth_generate(b, 1, 0, 20, &rb) == DLREC_OK;
@@ -676,6 +722,12 @@ TEST(synth_cli_help_and_usage_errors) {
       {"synth --rows 10 --out /dev/null --threads 0", "--threads"},
       {"synth --rows 10 --out /dev/null --seed", "--seed"},
       {"synth --rows 10 --out - --probs -", "stdout"},
+      {"synth --rows 10 --out /dev/null --cardinalities criteo", "neither a set"},
+      {"synth --rows 10 --out /dev/null --cardinalities 5,5", "2 values, C1..C26 need 26"},
+      {"synth --rows 10 --out /dev/null --cardinalities 5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5",
+       "more than 26"},
+      {"synth --rows 10 --out /dev/null --cardinalities 5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,0",
+       "value 26"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     out = NULL;
@@ -715,6 +767,20 @@ TEST(synth_cli_writes_and_reports) {
   free(out);
   CHECK_EQ(rc, 0);
   CHECK_EQ(stdout_lines, 5);
+
+  /* --cardinalities as counts: C1 takes 3 values, C2 one, C3..C26 two. */
+  rc = test_run_cli(&out, "synth --rows 2k -q --cardinalities 3,1,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2 "
+                          "--out '%s'", f);
+  free(out);
+  CHECK_EQ(rc, 0);
+  CHECK_OK(dlrec_read_file(f, (size_t)1 << 28, &text, &n));
+  for (int c = 0; c < DLREC_SYNTH_CAT; c++) {
+    uint32_t *counts = NULL;
+    long distinct = value_counts(text, n, 14 + c, &counts);
+    free(counts);
+    CHECK_EQ(distinct, c == 0 ? 3 : c == 1 ? 1 : 2);
+  }
+  free(text);
 }
 
 TEST(synth_cli_unwritable_output) {

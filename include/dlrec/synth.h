@@ -44,7 +44,11 @@ typedef struct dlrec_synth_opts {
   uint64_t rows;            /* rows to write, >= 1 */
   uint64_t seed;            /* which rows are drawn (default 1) */
   uint64_t model_seed;      /* the hidden world: strings, weights, bias (default 1) */
-  uint64_t max_cardinality; /* cap on every column's distinct values; 0 = Criteo's (default) */
+  /* Each column's distinct values, DLREC_SYNTH_CAT of them, each >= 1
+   * (dlrec_synth_cardinality_preset names two sets), or NULL for Criteo
+   * Kaggle's (default); max_cardinality then caps them. */
+  const uint32_t *cardinalities;
+  uint64_t max_cardinality; /* cap on every column's distinct values; 0 = none (default) */
   int threads;              /* worker threads; 0 = dlrec_default_threads() (default) */
   const char *out;          /* the click log: a path, or "-" for stdout (required) */
   const char *probs;        /* each row's true click probability ("%.6f\n"): a path, "-" or NULL */
@@ -86,10 +90,13 @@ dlrec_status dlrec_synth_write(const dlrec_synth_opts *o, dlrec_synth_stats *sta
  * of threads may generate from one model at once. */
 typedef struct dlrec_synth_model dlrec_synth_model;
 
-/* Makes the model of model_seed with every column's cardinality capped at
- * max_cardinality (0 = no cap). Takes tens of milliseconds (the calibration).
- * *out is the caller's, freed with dlrec_synth_model_free. */
-dlrec_status dlrec_synth_model_new(uint64_t model_seed, uint64_t max_cardinality, dlrec_synth_model **out);
+/* Makes the model of model_seed with the columns' cardinalities
+ * (DLREC_SYNTH_CAT values, each >= 1, or NULL for Criteo Kaggle's), each
+ * capped at max_cardinality (0 = no cap). Takes tens of milliseconds (the
+ * calibration). *out is the caller's, freed with dlrec_synth_model_free.
+ * DLREC_ERR_INVALID for a cardinality of 0, naming the column. */
+dlrec_status dlrec_synth_model_new(uint64_t model_seed, const uint32_t *cardinalities, uint64_t max_cardinality,
+                                   dlrec_synth_model **out);
 
 /* Frees a model; NULL is fine. */
 void dlrec_synth_model_free(dlrec_synth_model *m);
@@ -97,6 +104,13 @@ void dlrec_synth_model_free(dlrec_synth_model *m);
 /* Criteo Kaggle's distinct-value count of column C(col+1), col in [0, 26);
  * 0 for a col out of range. */
 uint32_t dlrec_synth_criteo_cardinality(int col);
+
+/* The DLREC_SYNTH_CAT cardinalities of a named set: "criteo-kaggle" (Criteo
+ * Kaggle's distinct values, the default) or "criteo-1tb" (Criteo 1TB's
+ * vocabularies at frequency threshold 15, as NVIDIA DeepLearningExamples'
+ * DLRM preprocessing makes them: 32.7M rows, the table of NVIDIA's DLRM
+ * benchmark). NULL for another name. */
+const uint32_t *dlrec_synth_cardinality_preset(const char *name);
 
 /* The Zipf exponent s of column C(col+1), col in [0, 26): its value of rank k
  * has probability k^-s / sum_j j^-s; 0 for a col out of range. */

@@ -25,8 +25,12 @@ static void usage(FILE *out) {
           "  --model-seed S        the hidden model: value strings, weights (default 1);\n"
           "                        files of one model seed and different seeds are\n"
           "                        independent samples of one world (train and test)\n"
+          "  --cardinalities C     the categorical columns' distinct values: criteo-kaggle\n"
+          "                        (the default: Criteo Kaggle's, up to 10.1M), criteo-1tb\n"
+          "                        (Criteo 1TB's vocabularies at frequency threshold 15,\n"
+          "                        NVIDIA's DLRM benchmark table: 32.7M rows), or 26 counts\n"
+          "                        for C1..C26, comma-separated (k, M suffixes)\n"
           "  --max-cardinality N   cap every categorical column at N distinct values\n"
-          "                        (default: Criteo Kaggle's, up to 10.1M)\n"
           "  --threads N           worker threads (default: all cores); the output does\n"
           "                        not depend on it\n"
           "  -q, --quiet           no progress bar and no summary\n"
@@ -42,6 +46,41 @@ static void usage(FILE *out) {
           "  dlrec synth --rows 1M --out clicks.tsv --probs clicks.probs\n");
 }
 
+/* --cardinalities v: a preset's name (*out = its counts), or
+ * DLREC_SYNTH_CAT counts separated by commas, parsed into card (*out =
+ * card). The error names the value that is wrong. */
+static dlrec_status parse_cardinalities(const char *v, uint32_t *card, const uint32_t **out) {
+  if ((*out = dlrec_synth_cardinality_preset(v))) return DLREC_OK;
+  if (!strchr(v, ',') && (*v < '0' || *v > '9'))
+    return dlrec_error(DLREC_ERR_INVALID, "--cardinalities: '%s' is neither a set (criteo-kaggle, criteo-1tb) nor %d "
+                       "counts", v, DLREC_SYNTH_CAT);
+  int n = 0;
+  for (const char *p = v;; n++) {
+    const char *comma = strchr(p, ',');
+    const size_t len = comma ? (size_t)(comma - p) : strlen(p);
+    char item[32], what[64];
+    snprintf(what, sizeof what, "--cardinalities: value %d", n + 1);
+    if (n == DLREC_SYNTH_CAT)
+      return dlrec_error(DLREC_ERR_INVALID, "--cardinalities: more than %d values (C1..C%d)", DLREC_SYNTH_CAT,
+                         DLREC_SYNTH_CAT);
+    if (len >= sizeof item)
+      return dlrec_error(DLREC_ERR_INVALID, "%s: '%.*s' is not a count", what, (int)len, p);
+    memcpy(item, p, len);
+    item[len] = '\0';
+    uint64_t x;
+    if (cli_parse_u64(what, item, 1, UINT32_MAX, &x) != DLREC_OK) return dlrec_last_status();
+    card[n] = (uint32_t)x;
+    if (!comma) break;
+    p = comma + 1;
+  }
+  if (n + 1 != DLREC_SYNTH_CAT)
+    return dlrec_error(DLREC_ERR_INVALID,
+                       "--cardinalities: %d value%s, C1..C%d need %d (or a set's name: criteo-kaggle, criteo-1tb)",
+                       n + 1, n ? "s" : "", DLREC_SYNTH_CAT, DLREC_SYNTH_CAT);
+  *out = card;
+  return DLREC_OK;
+}
+
 /* The value of option argv[*i], advancing *i; NULL (after a usage error
  * message) when it is missing. */
 static const char *option_value(int argc, char **argv, int *i) {
@@ -54,6 +93,7 @@ static const char *option_value(int argc, char **argv, int *i) {
 
 int cmd_synth(int argc, char **argv) {
   dlrec_synth_opts o = dlrec_synth_opts_default();
+  uint32_t card[DLREC_SYNTH_CAT];
   int have_rows = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -84,6 +124,10 @@ int cmd_synth(int argc, char **argv) {
     } else if (!strcmp(a, "--model-seed")) {
       if (!(v = option_value(argc, argv, &i))) return 2;
       if (cli_parse_u64("--model-seed", v, 0, UINT64_MAX, &o.model_seed) != DLREC_OK)
+        return cli_usage_error("synth", "%s", dlrec_last_error());
+    } else if (!strcmp(a, "--cardinalities")) {
+      if (!(v = option_value(argc, argv, &i))) return 2;
+      if (parse_cardinalities(v, card, &o.cardinalities) != DLREC_OK)
         return cli_usage_error("synth", "%s", dlrec_last_error());
     } else if (!strcmp(a, "--max-cardinality")) {
       if (!(v = option_value(argc, argv, &i))) return 2;

@@ -57,6 +57,12 @@ static const uint32_t criteo_cardinality[DLREC_SYNTH_CAT] = {
     1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3, 93145, 5683, 8351593, 3194,  /* C1..C13 */
     27, 14992, 5461306, 10, 5652, 2173, 4, 7046547, 18, 15, 286181, 105, 142572,       /* C14..C26 */
 };
+/* Criteo 1TB's vocabulary sizes at frequency threshold 15, C1..C26, as
+ * DeepLearningExamples' DLRM preprocessing makes them. */
+static const uint32_t criteo_1tb_cardinality[DLREC_SYNTH_CAT] = {
+    7912889, 33823, 17139, 7339, 20046, 4, 7105, 1382, 63, 5554114, 582469, 245828, 11,      /* C1..C13 */
+    2209, 10667, 104, 4, 968, 15, 8165896, 2675940, 7156453, 302516, 12022, 97, 35,          /* C14..C26 */
+};
 /* Missing rates of C1..C26. In Criteo two groups of columns go missing
  * together (the same rows): 3.4% of rows miss C3, C4, C12, C16, C21 and C24;
  * 44% miss C19, C20, C25 and C26. Group members share one draw. */
@@ -579,8 +585,18 @@ static void calibrate(dlrec_synth_model *m, double *z) {
   m->bias = b;
 }
 
-dlrec_status dlrec_synth_model_new(uint64_t model_seed, uint64_t max_cardinality, dlrec_synth_model **out) {
+const uint32_t *dlrec_synth_cardinality_preset(const char *name) {
+  if (name && !strcmp(name, "criteo-kaggle")) return criteo_cardinality;
+  if (name && !strcmp(name, "criteo-1tb")) return criteo_1tb_cardinality;
+  return NULL;
+}
+
+dlrec_status dlrec_synth_model_new(uint64_t model_seed, const uint32_t *cardinalities, uint64_t max_cardinality,
+                                   dlrec_synth_model **out) {
   *out = NULL;
+  if (!cardinalities) cardinalities = criteo_cardinality;
+  for (int c = 0; c < DLREC_SYNTH_CAT; c++)
+    if (!cardinalities[c]) return dlrec_error(DLREC_ERR_INVALID, "column C%d: a cardinality of 0", c + 1);
   dlrec_synth_model *m = calloc(1, sizeof *m);
   double *z = malloc(CALIBRATION_ROWS * sizeof *z);
   if (!m || !z) {
@@ -604,7 +620,7 @@ dlrec_status dlrec_synth_model_new(uint64_t model_seed, uint64_t max_cardinality
   }
   for (int g = 0; g < 2; g++) m->miss_group[g] = threshold32(group_missing[g]);
   for (int c = 0; c < DLREC_SYNTH_CAT; c++) {
-    uint32_t n = criteo_cardinality[c];
+    uint32_t n = cardinalities[c];
     if (max_cardinality && max_cardinality < n) n = (uint32_t)max_cardinality;
     m->card[c] = n;
     m->miss_cat[c] = cat_missing_group[c] >= 0 ? 0 : threshold32(cat_missing[c]);

@@ -26,8 +26,8 @@
 #define AUC_BINS 65536
 
 dlrec_synth_opts dlrec_synth_opts_default(void) {
-  return (dlrec_synth_opts){.rows = 0, .seed = 1, .model_seed = 1, .max_cardinality = 0, .threads = 0,
-                            .out = NULL, .probs = NULL, .progress = 1};
+  return (dlrec_synth_opts){.rows = 0, .seed = 1, .model_seed = 1, .cardinalities = NULL, .max_cardinality = 0,
+                            .threads = 0, .out = NULL, .probs = NULL, .progress = 1};
 }
 
 /* ---- Output files ---- */
@@ -314,7 +314,7 @@ dlrec_status dlrec_synth_write(const dlrec_synth_opts *o, dlrec_synth_stats *sta
   /* Files first: a bad path should fail before any work is done. */
   st = out_open(&w.text, o->out);
   if (st == DLREC_OK && w.want_probs) st = out_open(&w.probs, o->probs);
-  if (st == DLREC_OK) st = dlrec_synth_model_new(o->model_seed, o->max_cardinality, &m);
+  if (st == DLREC_OK) st = dlrec_synth_model_new(o->model_seed, o->cardinalities, o->max_cardinality, &m);
   if (st == DLREC_OK) st = jobs_alloc(&jobs, n_jobs, w.want_probs);
   if (st == DLREC_OK) {
     w.m = m;
