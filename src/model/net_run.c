@@ -359,11 +359,30 @@ static dlrec_status split_bags(const dlrec_net *n, dlrec_net_ws *ws, const dlrec
     const dlrec_status e = dlrec_bag_check(n->table, bags);
     return e != DLREC_OK ? e : dlrec_error(DLREC_ERR_INVALID, "a batch's bag offsets are out of order");
   }
-  uint32_t k = 0;
-  for (uint32_t b = 0; b < B; b++)
-    for (uint32_t c = 0; c < F; c++)
-      if (ws->cold_offsets[c][b + 1] > ws->cold_offsets[c][b]) ws->cold_rows[k++] = b * F + c;
-  ws->n_cold = k;
+  /* The list in bag order, b * F + c ascending, made in up to COLD_CHUNKS
+   * runs of samples (threaded on a large batch): each run's bags counted,
+   * the counts summed into each run's start, then each run's bags listed
+   * from there. */
+  enum { COLD_CHUNKS = 64 };
+  uint32_t start[COLD_CHUNKS + 1] = {0};
+  const uint32_t runs = B < COLD_CHUNKS ? B : COLD_CHUNKS;
+  const int threaded = (uint64_t)B * F >= 32768;
+#pragma omp parallel for schedule(static) if (threaded)
+  for (uint32_t r = 0; r < runs; r++) {
+    uint32_t k = 0;
+    for (uint32_t b = (uint32_t)((uint64_t)B * r / runs); b < (uint64_t)B * (r + 1) / runs; b++)
+      for (uint32_t c = 0; c < F; c++) k += ws->cold_offsets[c][b + 1] > ws->cold_offsets[c][b];
+    start[r + 1] = k;
+  }
+  for (uint32_t r = 0; r < runs; r++) start[r + 1] += start[r];
+#pragma omp parallel for schedule(static) if (threaded)
+  for (uint32_t r = 0; r < runs; r++) {
+    uint32_t k = start[r];
+    for (uint32_t b = (uint32_t)((uint64_t)B * r / runs); b < (uint64_t)B * (r + 1) / runs; b++)
+      for (uint32_t c = 0; c < F; c++)
+        if (ws->cold_offsets[c][b + 1] > ws->cold_offsets[c][b]) ws->cold_rows[k++] = b * F + c;
+  }
+  ws->n_cold = start[runs];
   return DLREC_OK;
 }
 
@@ -1219,8 +1238,11 @@ static dlrec_status update(dlrec_net *n, dlrec_net_ws *ws, dlrec_net_optim *opt,
      * bags read no other row of it. */
     if (st == DLREC_OK) st = BE_OP(n->be, gather_rows, ws->d_cold, ws->d_emb, bags_n, ws->cold_rows, ws->n_cold, D);
     if (st == DLREC_OK) st = n->be->ops->download(n->be, ws->h_pack, ws->d_cold, ws->n_cold * D * sizeof(float));
-    for (uint32_t i = 0; st == DLREC_OK && i < ws->n_cold; i++)
-      memcpy(ws->h_emb + (size_t)ws->cold_rows[i] * D, ws->h_pack + i * D, D * sizeof(float));
+    if (st == DLREC_OK) {
+#pragma omp parallel for schedule(static) if ((size_t)ws->n_cold * D >= 32768)
+      for (uint32_t i = 0; i < ws->n_cold; i++)
+        memcpy(ws->h_emb + (size_t)ws->cold_rows[i] * D, ws->h_pack + i * D, D * sizeof(float));
+    }
     if (st == DLREC_OK)
       st = BE_OP(dlrec_backend_default(), bag_backward_update, n->table, opt->sparse, &cold, n->plan.pooling,
                  ws->h_emb, ws->scratch, ws->scratch_bytes);
