@@ -580,53 +580,23 @@ TEST(synth_zipf_ranks_follow_the_law_and_strings_are_a_bijection) {
   CHECK_EQ_U64(clash, 0);
 }
 
-TEST(synth_cardinality_cap) {
-  enum { N = 100000, CAP = 50 };
+/* Draws n rows of the model of seed 2 with cardinalities `given` (NULL:
+ * Criteo Kaggle's) capped at cap, and checks that each column has exactly
+ * min(given, cap) values, as the model reports and as the rows draw them:
+ * every value of a small column shows up, and no more (distinct ranks give
+ * distinct strings). */
+static void check_drawn_cardinalities(const uint32_t *given, uint32_t cap, uint32_t n) {
   dlrec_synth_model *m;
-  CHECK_OK(dlrec_synth_model_new(2, NULL, CAP, &m));
+  CHECK_OK(dlrec_synth_model_new(2, given, cap, &m));
   gen g;
-  dlrec_status st = gen_rows(m, 1, N, &g);
-  uint32_t card[DLREC_SYNTH_CAT];
-  for (int c = 0; c < DLREC_SYNTH_CAT; c++) card[c] = dlrec_synth_cardinality(m, c);
-  dlrec_synth_model_free(m);
-  if (st != DLREC_OK) gen_free(&g);
-  CHECK_OK(st);
-  /* Every value of a capped column shows up in N rows (the rarest of 50 has
-   * probability > 0.2%), and no more: distinct ranks give distinct strings. */
-  for (int c = 0; c < DLREC_SYNTH_CAT; c++) {
-    uint32_t want = dlrec_synth_criteo_cardinality(c) < CAP ? dlrec_synth_criteo_cardinality(c) : CAP;
-    uint32_t *counts = NULL;
-    long distinct = value_counts(g.text, g.text_bytes, 14 + c, &counts);
-    free(counts);
-    if (card[c] != want || distinct != (long)want) {
-      test_fail(__FILE__, __LINE__, "C%d: cardinality %u, %ld distinct values, want %u", c + 1, card[c], distinct,
-                want);
-      gen_free(&g);
-      return;
-    }
-  }
-  gen_free(&g);
-}
-
-/* Cardinalities of the caller's: each column draws exactly its own count of
- * distinct values (small ones, all of which show up in N rows), under the
- * cap; the named sets are Criteo Kaggle's and the 1TB vocabularies; a 0 is
- * refused, naming its column. */
-TEST(synth_cardinalities_given) {
-  enum { N = 100000, CAP = 60 };
-  uint32_t given[DLREC_SYNTH_CAT];
-  for (int c = 0; c < DLREC_SYNTH_CAT; c++) given[c] = 2 + (uint32_t)(3 * c); /* 2 .. 77 */
-  dlrec_synth_model *m;
-  CHECK_OK(dlrec_synth_model_new(2, given, CAP, &m));
-  gen g;
-  dlrec_status st = gen_rows(m, 1, N, &g);
+  dlrec_status st = gen_rows(m, 1, n, &g);
   uint32_t card[DLREC_SYNTH_CAT];
   for (int c = 0; c < DLREC_SYNTH_CAT; c++) card[c] = dlrec_synth_cardinality(m, c);
   dlrec_synth_model_free(m);
   if (st != DLREC_OK) gen_free(&g);
   CHECK_OK(st);
   for (int c = 0; c < DLREC_SYNTH_CAT && !test_failed_now(); c++) {
-    const uint32_t want = given[c] < CAP ? given[c] : CAP;
+    const uint32_t count = given ? given[c] : dlrec_synth_criteo_cardinality(c), want = count < cap ? count : cap;
     uint32_t *counts = NULL;
     long distinct = value_counts(g.text, g.text_bytes, 14 + c, &counts);
     free(counts);
@@ -635,8 +605,24 @@ TEST(synth_cardinalities_given) {
                 want);
   }
   gen_free(&g);
+}
 
-  const uint32_t *kaggle = dlrec_synth_cardinality_preset("criteo-kaggle"), *tb = dlrec_synth_cardinality_preset("criteo-1tb");
+/* Criteo's columns capped at 50: the rarest of 50 values has probability
+ * > 0.2%, so all show up in 100000 rows. */
+TEST(synth_cardinality_cap) { check_drawn_cardinalities(NULL, 50, 100000); }
+
+/* Cardinalities of the caller's: each column draws exactly its own count of
+ * distinct values (small ones, all of which show up in 100000 rows), under
+ * the cap; the named sets are Criteo Kaggle's and the 1TB vocabularies; a 0
+ * is refused, naming its column. */
+TEST(synth_cardinalities_given) {
+  uint32_t given[DLREC_SYNTH_CAT];
+  for (int c = 0; c < DLREC_SYNTH_CAT; c++) given[c] = 2 + (uint32_t)(3 * c); /* 2 .. 77 */
+  check_drawn_cardinalities(given, 60, 100000);
+
+  dlrec_synth_model *m;
+  const uint32_t *kaggle = dlrec_synth_cardinality_preset("criteo-kaggle");
+  const uint32_t *tb = dlrec_synth_cardinality_preset("criteo-1tb");
   CHECK(kaggle && tb && !dlrec_synth_cardinality_preset("criteo") && !dlrec_synth_cardinality_preset(NULL));
   uint64_t rows = 0;
   for (int c = 0; c < DLREC_SYNTH_CAT && kaggle && tb; c++) {
