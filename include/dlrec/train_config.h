@@ -25,8 +25,7 @@ typedef enum dlrec_table_placement {
   DLREC_TABLE_PLACEMENT_HOST = 2
 } dlrec_table_placement;
 
-/* training.loss_scale: "auto" (dynamic in fp16, none otherwise), "dynamic",
- * "none", or a fixed power of two (dlrec_net_optim's loss scaling). */
+/* training.hot_fraction "auto". */
 #define DLREC_HOT_FRACTION_AUTO (-1.0f)
 
 /* training.hot_fraction "auto" resolved: the share of a table of `rows`
@@ -36,6 +35,23 @@ typedef enum dlrec_table_placement {
  * none fit, at most 1. */
 float dlrec_hot_fraction_fit(uint64_t available, uint64_t rest, uint64_t fixed, uint64_t rows, uint64_t row_bytes);
 
+/* training.table_placement's and training.hot_fraction's rule, the one
+ * training and scoring follow, for a network with categorical columns on
+ * `device` (dlrec_device_memory's name), whose memory is not the host's: 1
+ * when its table stays in host memory, with *hot the share of each
+ * column's rows (its most frequent values) mirrored on the device too
+ * (0 when the table is on the device). The table stays on the host when
+ * `place` says so, when a store other than RAM's holds it (`kind`), and on
+ * auto when the run's `need` bytes on the device with the table are more
+ * than the device has available (its memory unknown: the device). Hot
+ * rows: `hot_fraction` when set; on auto, none unless auto placement moved
+ * the table, and then what dlrec_hot_fraction_fit gives for `rest` (the
+ * run's device bytes without the table), `fixed`, `rows` and `row_bytes`. */
+int dlrec_table_on_host(const char *device, dlrec_table_placement place, dlrec_store_kind kind, float hot_fraction,
+                        uint64_t need, uint64_t rest, uint64_t fixed, uint64_t rows, uint64_t row_bytes, float *hot);
+
+/* training.loss_scale: "auto" (dynamic in fp16, none otherwise), "dynamic",
+ * "none", or a fixed power of two (dlrec_net_optim's loss scaling). */
 typedef enum dlrec_loss_scaling {
   DLREC_LOSS_SCALING_AUTO = 0,
   DLREC_LOSS_SCALING_DYNAMIC = 1,

@@ -1045,29 +1045,22 @@ dlrec_status dlrec_model_load(const char *path, dlrec_model **out) {
 dlrec_status dlrec_model_set_backend(dlrec_model *m, dlrec_backend *be) {
   const dlrec_table_placement place = m->config.table_placement;
   int host = 0;
-  float hot = m->config.hot_fraction < 0 ? 0.0f : m->config.hot_fraction; /* auto: below */
+  float hot = 0.0f;
   if (be && !dlrec_backend_host_memory(be) && dlrec_net_schema(m->net)->n_sparse) {
-    /* A store other than RAM's (a hash table's keys) keeps its table on the host. */
+    /* Scoring needs the table and the dense parameters there: its
+     * workspaces are small beside a table too big for the device. */
     const dlrec_store_kind kind = dlrec_store_get_kind(dlrec_net_store(m->net));
-    host = place == DLREC_TABLE_PLACEMENT_HOST || kind != DLREC_STORE_RAM;
-    if (!host && place == DLREC_TABLE_PLACEMENT_AUTO) {
-      /* Scoring's workspaces are small beside a table too big for the device. */
-      const dlrec_table *t = dlrec_net_table_const(m->net);
-      size_t n_params;
-      dlrec_net_dense_params_const(m->net, &n_params);
-      const uint64_t row_bytes = dlrec_table_stride(t) * (uint64_t)dlrec_table_dtype_bytes(dlrec_table_get_dtype(t));
-      const uint64_t need = dlrec_table_rows(t) * row_bytes + (uint64_t)n_params * sizeof(float);
-      char device[64];
-      const char *name = dlrec_backend_name(be);
-      if (strcmp(name, "cuda")) snprintf(device, sizeof device, "%s", name);
-      else snprintf(device, sizeof device, "cuda:%u", dlrec_backend_device_index(be));
-      uint64_t total = 0, available = 0;
-      if (dlrec_device_memory(device, &total, &available) == DLREC_OK) host = need > available;
-      else dlrec_clear_error(); /* unknown: the device, as before */
-      /* Moved for want of memory: as many hot rows as the rest of it holds. */
-      if (host && m->config.hot_fraction < 0)
-        hot = dlrec_hot_fraction_fit(available, (uint64_t)n_params * sizeof(float), 0, dlrec_table_rows(t), row_bytes);
-    }
+    const dlrec_table *t = dlrec_net_table_const(m->net);
+    size_t n_params;
+    dlrec_net_dense_params_const(m->net, &n_params);
+    const uint64_t row_bytes = dlrec_table_stride(t) * (uint64_t)dlrec_table_dtype_bytes(dlrec_table_get_dtype(t));
+    const uint64_t params = (uint64_t)n_params * sizeof(float);
+    char device[64];
+    const char *name = dlrec_backend_name(be);
+    if (strcmp(name, "cuda")) snprintf(device, sizeof device, "%s", name);
+    else snprintf(device, sizeof device, "cuda:%u", dlrec_backend_device_index(be));
+    host = dlrec_table_on_host(device, place, kind, m->config.hot_fraction, dlrec_table_rows(t) * row_bytes + params,
+                               params, 0, dlrec_table_rows(t), row_bytes, &hot);
     if (host && kind != DLREC_STORE_RAM)
       DLREC_INFO("the table stays in host memory (storage.kind \"%s\"); its bag ops run on the CPU",
                  dlrec_store_kind_name(kind));

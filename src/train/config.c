@@ -529,3 +529,20 @@ float dlrec_hot_fraction_fit(uint64_t available, uint64_t rest, uint64_t fixed, 
   const double f = room / ((double)rows * (double)row_bytes);
   return f >= 1.0 ? 1.0f : (float)f;
 }
+
+int dlrec_table_on_host(const char *device, dlrec_table_placement place, dlrec_store_kind kind, float hot_fraction,
+                        uint64_t need, uint64_t rest, uint64_t fixed, uint64_t rows, uint64_t row_bytes, float *hot) {
+  int host = place == DLREC_TABLE_PLACEMENT_HOST || kind != DLREC_STORE_RAM;
+  float f = hot_fraction < 0 ? 0.0f : hot_fraction;
+  if (!host && place == DLREC_TABLE_PLACEMENT_AUTO) {
+    uint64_t total = 0, available = 0;
+    if (dlrec_device_memory(device, &total, &available) == DLREC_OK) {
+      host = need > available;
+      if (host && hot_fraction < 0) f = dlrec_hot_fraction_fit(available, rest, fixed, rows, row_bytes);
+    } else {
+      dlrec_clear_error(); /* unknown: the device holds it */
+    }
+  }
+  *hot = host ? f : 0.0f;
+  return host;
+}

@@ -880,49 +880,38 @@ static int device_fit(const dlrec_train_config *cfg, uint64_t need, char *buf, s
   return over;
 }
 
-/* With the table in host memory (set on net here): its hot rows on cfg's
- * device, by training.hot_fraction, whose "auto" is what the device holds
- * beside `rest` bytes when auto placement moved a RAM table (0 when its
- * memory is unknown), and none when the config asked for the host.
- * *fraction the share used, *bytes the device bytes the hot rows take
- * (table_rows of row_bytes each with their optimizer state, and a batch's
- * packed pooled rows); 0 without any. */
-static dlrec_status place_hot_rows(const dlrec_train_config *cfg, dlrec_net *net, uint64_t table_rows,
-                                   uint64_t row_bytes, uint64_t rest, float *fraction, uint64_t *bytes) {
-  const uint64_t pool = (uint64_t)cfg->batch_size * dlrec_net_schema(net)->n_sparse *
-                        dlrec_table_dim(dlrec_net_table_const(net)) * sizeof(float);
-  float f = cfg->hot_fraction;
-  if (f < 0) { /* auto */
-    f = 0.0f;
-    char device[32];
-    dlrec_train_config_device(cfg, device, sizeof device);
-    uint64_t total = 0, available = 0;
-    if (cfg->table_placement == DLREC_TABLE_PLACEMENT_AUTO && cfg->storage == DLREC_STORE_RAM) {
-      if (dlrec_device_memory(device, &total, &available) == DLREC_OK)
-        f = dlrec_hot_fraction_fit(available, rest, pool, table_rows, row_bytes);
-      else
-        dlrec_clear_error();
-    }
-  }
-  *fraction = f;
-  *bytes = 0;
-  dlrec_status s = dlrec_net_set_host_table(net, 1);
-  if (s == DLREC_OK) s = dlrec_net_set_hot_fraction(net, f);
-  const uint64_t rows = s == DLREC_OK ? dlrec_net_hot_rows(net) : 0;
-  if (rows) *bytes = rows * row_bytes + pool;
-  return s;
+/* The device bytes of a batch's pooled rows: the hot rows' buffer. */
+static uint64_t pool_bytes(const dlrec_train_config *cfg, const dlrec_net *net) {
+  return (uint64_t)cfg->batch_size * dlrec_net_schema(net)->n_sparse *
+         dlrec_table_dim(dlrec_net_table_const(net)) * sizeof(float);
 }
 
-/* training.table_placement's rule, for a run on cfg's device that needs
- * `with_table` bytes there with its table: the table stays in host memory
- * when asked (host), or on auto when that does not fit, and always when a
- * store other than RAM's holds it (check_memory refuses "device" then).
- * Never on the CPU, nor without categorical columns. */
-static int table_on_host(const dlrec_train_config *cfg, uint32_t n_sparse, uint64_t with_table) {
-  if (!strcmp(cfg->device, "cpu") || !n_sparse) return 0;
-  if (cfg->table_placement == DLREC_TABLE_PLACEMENT_HOST || cfg->storage != DLREC_STORE_RAM) return 1;
-  char fit[512];
-  return cfg->table_placement == DLREC_TABLE_PLACEMENT_AUTO && device_fit(cfg, with_table, fit, sizeof fit);
+/* dlrec_table_on_host's rule for net on cfg's device, where the run needs
+ * `need` bytes with its table and `rest` without it, the table's `rows`
+ * taking row_bytes each with their optimizer state; *hot the hot rows'
+ * share. Never on the CPU, nor without categorical columns. */
+static int table_on_host(const dlrec_train_config *cfg, const dlrec_net *net, uint64_t need, uint64_t rest,
+                         uint64_t rows, uint64_t row_bytes, float *hot) {
+  *hot = 0.0f;
+  if (!strcmp(cfg->device, "cpu") || !dlrec_net_schema(net)->n_sparse) return 0;
+  char device[32];
+  dlrec_train_config_device(cfg, device, sizeof device);
+  return dlrec_table_on_host(device, cfg->table_placement, cfg->storage, cfg->hot_fraction, need, rest,
+                             pool_bytes(cfg, net), rows, row_bytes, hot);
+}
+
+/* The table in host memory (set on net), with a `fraction` of each
+ * column's rows on the device too; *bytes the device bytes those take
+ * (row_bytes each, with their optimizer state, and a batch's packed
+ * pooled rows), 0 without any. */
+static dlrec_status place_hot_rows(const dlrec_train_config *cfg, dlrec_net *net, float fraction, uint64_t row_bytes,
+                                   uint64_t *bytes) {
+  *bytes = 0;
+  dlrec_status s = dlrec_net_set_host_table(net, 1);
+  if (s == DLREC_OK) s = dlrec_net_set_hot_fraction(net, fraction);
+  const uint64_t rows = s == DLREC_OK ? dlrec_net_hot_rows(net) : 0;
+  if (rows) *bytes = rows * row_bytes + pool_bytes(cfg, net);
+  return s;
 }
 
 /* One process's memory, up front (--plan prints it without training; a
@@ -947,7 +936,9 @@ static dlrec_status check_memory(run *r) {
   char fit[512];
   const int device = !dlrec_backend_host_memory(r->be);
   const uint32_t n_sparse = dlrec_net_schema(r->model)->n_sparse;
-  const int host = table_on_host(&r->cfg, n_sparse, table + dense + ws);
+  float fraction;
+  const int host = table_on_host(&r->cfg, r->model, table + dense + ws, dense + ws,
+                                 dlrec_table_rows(dlrec_net_table_const(r->model)), row_bytes + optim_bytes, &fraction);
   if (host && r->cfg.table_placement == DLREC_TABLE_PLACEMENT_DEVICE)
     return dlrec_error(DLREC_ERR_UNSUPPORTED, "training.table_placement \"device\": storage.kind \"%s\" keeps its "
                        "table in host memory (its rows move between RAM and its file or keys): set \"host\" or "
@@ -959,9 +950,7 @@ static dlrec_status check_memory(run *r) {
                r->cfg.table_placement == DLREC_TABLE_PLACEMENT_HOST ? "host"
                : r->cfg.storage != DLREC_STORE_RAM                 ? "auto: a store's table stays there"
                                                                    : "auto: the device cannot hold it too");
-    float fraction;
-    dlrec_status s = place_hot_rows(&r->cfg, r->model, dlrec_table_rows(dlrec_net_table_const(r->model)),
-                                    row_bytes + optim_bytes, dense + ws, &fraction, &hot);
+    dlrec_status s = place_hot_rows(&r->cfg, r->model, fraction, row_bytes + optim_bytes, &hot);
     if (s != DLREC_OK) return s;
     const uint64_t rows = dlrec_net_hot_rows(r->model);
     if (rows) {
@@ -1008,11 +997,11 @@ dlrec_status dlrec_train_print_plan(const dlrec_train_args *a, int ranks, FILE *
     fprintf(out, "  device: the largest rank needs about %.1f MiB; %s%s\n", (double)most / (1024.0 * 1024.0), fit,
             ranks > 1 ? " (ranks on one machine share it)" : "");
     /* One process on a GPU: the table in host memory instead, by check_memory's rule. */
-    if (ranks == 1 && table_on_host(&cfg, schema.n_sparse, most)) {
-      float fraction;
+    float fraction;
+    if (ranks == 1 && table_on_host(&cfg, net, most, dense + step + ws, schema.table_rows,
+                                    p.row_bytes + p.optim_bytes, &fraction)) {
       uint64_t hot = 0;
-      if (place_hot_rows(&cfg, net, schema.table_rows, p.row_bytes + p.optim_bytes, dense + step + ws, &fraction,
-                         &hot) != DLREC_OK)
+      if (place_hot_rows(&cfg, net, fraction, p.row_bytes + p.optim_bytes, &hot) != DLREC_OK)
         dlrec_clear_error(); /* the plan without hot rows */
       const uint64_t rest = dense + step + ws + hot;
       device_fit(&cfg, rest, fit, sizeof fit);
