@@ -523,6 +523,45 @@ TEST(plan_counts_activations_and_workspaces) {
   free(big);
 }
 
+/* The MiB of activations and workspaces a one-step CPU run of CONFIG at
+ * batch 8192 in `precision` logs; -1 when it fails or does not say. */
+static double run_ws_mib(const char *precision) {
+  char cfg[2048], name[64], *out = NULL;
+  snprintf(name, sizeof name, "\"batch_size\": 8192, \"precision\": \"%s\"", precision);
+  if (replace_first(cfg, sizeof cfg, CONFIG, "\"batch_size\": 128", name) != 0) return -1;
+  if (test_write_file(test_path("cfg_prec.json"), cfg, (size_t)-1) != 0) return -1;
+  int rc = test_run_cli(&out, "train --device cpu --max-steps 1 --config '%s' --train '%s' --etl '%s' --out '%s'",
+                        test_path("cfg_prec.json"), test_path("train.dlr"), test_path("etl"), test_path("prec_run"));
+  double table = 0, dense = 0, ws = -1;
+  const char *mem = out ? strstr(out, "memory: the table and its optimizer state ") : NULL;
+  if (rc != 0 || !mem ||
+      sscanf(mem, "memory: the table and its optimizer state %lf MiB, the dense parameters and theirs %lf MiB, "
+                  "activations and workspaces about %lf MiB", &table, &dense, &ws) != 3) {
+    fprintf(stderr, "train in %s -> %d: %s\n", precision, rc, out ? out : "");
+    ws = -1;
+  }
+  free(out);
+  return ws;
+}
+
+/* The memory a run says it needs counts the 16-bit copies a step keeps
+ * for its backward when its GEMMs are 16-bit, and training.precision
+ * "auto" counts them as what the backend resolved it to: bf16 where the
+ * CPU has bf16 instructions, fp32 (none kept) where it has not. */
+TEST(run_memory_counts_kept_copies_by_resolved_precision) {
+  CHECK(make_data(4000) == 0);
+  const double fp32 = run_ws_mib("fp32"), bf16 = run_ws_mib("bf16"), aut = run_ws_mib("auto");
+  CHECK(fp32 > 0);
+  CHECK(bf16 > fp32 * 1.2); /* half the step's activations again, and more */
+  dlrec_backend *be = NULL;
+  dlrec_backend_config c = {.threads = 2, .precision = DLREC_PRECISION_AUTO};
+  CHECK_OK(dlrec_backend_create(&be, "cpu", &c));
+  const dlrec_precision resolved = be ? dlrec_backend_precision(be) : DLREC_PRECISION_AUTO;
+  dlrec_backend_free(be);
+  CHECK(resolved == DLREC_PRECISION_FP32 || resolved == DLREC_PRECISION_BF16);
+  CHECK(aut == (resolved == DLREC_PRECISION_BF16 ? bf16 : fp32));
+}
+
 static void flip_byte(const char *path, long offset) {
   FILE *f = fopen(path, "r+b");
   if (!f) return;

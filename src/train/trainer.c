@@ -836,16 +836,18 @@ static uint32_t part_rows(const dlrec_train_config *cfg, int ranks) {
 /* The model's activations and workspaces on every rank (dlrec_net_ws_bytes):
  * a step's part of the batch, split across the rank's threads where the
  * device is the CPU, and an evaluation's part beside it. threads: the
- * rank's, resolved. With 16-bit GEMMs (training.precision bf16 or fp16, or
- * auto) the step also keeps the 16-bit copies of its layers' inputs and
- * weights from the forward for the backward (backend_impl.h's
- * keep_operands): at most half the step's activations and 2 bytes a dense
- * parameter, each way. */
-static uint64_t run_ws_bytes(const dlrec_train_config *cfg, const dlrec_net *net, int ranks, uint32_t threads) {
+ * rank's, resolved. With 16-bit GEMMs (`precision` bf16 or fp16: the
+ * backend's, resolved; auto, before there is a backend, counts as 16-bit)
+ * the step also keeps the 16-bit copies of its layers' inputs and weights
+ * from the forward for the backward (backend_impl.h's keep_operands): at
+ * most half the step's activations and 2 bytes a dense parameter, each
+ * way. */
+static uint64_t run_ws_bytes(const dlrec_train_config *cfg, const dlrec_net *net, int ranks, uint32_t threads,
+                             dlrec_precision precision) {
   const uint32_t ways = strcmp(cfg->device, "cpu") ? 1 : threads;
   const uint64_t step = dlrec_net_ws_bytes(net, rows_per_rank(cfg->batch_size, ranks), ways);
-  const int half = cfg->precision == DLREC_PRECISION_BF16 || cfg->precision == DLREC_PRECISION_FP16 ||
-                   cfg->precision == DLREC_PRECISION_AUTO;
+  const int half = precision == DLREC_PRECISION_BF16 || precision == DLREC_PRECISION_FP16 ||
+                   precision == DLREC_PRECISION_AUTO;
   size_t n_params = 0;
   dlrec_net_dense_params_const(net, &n_params);
   const uint64_t kept = half ? step / 2 + (uint64_t)ways * n_params * 2 : 0;
@@ -928,7 +930,7 @@ static dlrec_status check_memory(run *r) {
   row_and_dense_bytes(&r->cfg, r->model, &row_bytes, &optim_bytes, &dense);
   const double mib = 1024.0 * 1024.0;
   const uint64_t table = dlrec_table_rows(dlrec_net_table_const(r->model)) * (uint64_t)(row_bytes + optim_bytes);
-  const uint64_t ws = run_ws_bytes(&r->cfg, r->model, 1, dlrec_backend_threads(r->be));
+  const uint64_t ws = run_ws_bytes(&r->cfg, r->model, 1, dlrec_backend_threads(r->be), dlrec_backend_precision(r->be));
   DLREC_INFO("memory: the table and its optimizer state %.1f MiB%s, the dense parameters and theirs %.1f MiB, "
              "activations and workspaces about %.1f MiB", (double)table / mib,
              r->cfg.storage == DLREC_STORE_RAM ? "" : " (the store's cache in memory)", (double)dense / mib,
@@ -985,7 +987,7 @@ dlrec_status dlrec_train_print_plan(const dlrec_train_args *a, int ranks, FILE *
   if (s == DLREC_OK) s = make_plan(&cfg, net, ranks, &p, &dense);
   if (s == DLREC_OK) {
     const uint64_t step = dlrec_shard_plan_step_bytes(&p, &schema, part_rows(&cfg, ranks));
-    const uint64_t ws = run_ws_bytes(&cfg, net, ranks, plan_threads(&cfg, ranks));
+    const uint64_t ws = run_ws_bytes(&cfg, net, ranks, plan_threads(&cfg, ranks), cfg.precision);
     dlrec_shard_plan_print(&p, &schema, dense, step, ws, out);
     uint64_t most = 0; /* the largest rank's total */
     for (int r = 0; r < ranks; r++) {
@@ -1036,7 +1038,9 @@ static dlrec_status dist_start(run *r) {
                r->cfg.threads == 1 ? "" : "s");
     if (dlrec_log_get_level() <= DLREC_LOG_INFO)
       dlrec_shard_plan_print(&r->plan, &r->schema, dense, dlrec_shard_plan_step_bytes(&r->plan, &r->schema, rows),
-                             run_ws_bytes(&r->cfg, r->model, r->ranks, r->cfg.threads), stderr);
+                             run_ws_bytes(&r->cfg, r->model, r->ranks, r->cfg.threads,
+                                          dlrec_backend_precision(r->be)),
+                             stderr);
   }
   if (r->a->resume && r->rank == 0) {
     const dlrec_row_source rows = shard_rows(r);
