@@ -544,10 +544,11 @@ static double run_ws_mib(const char *precision) {
   return ws;
 }
 
-/* The memory a run says it needs counts the 16-bit copies a step keeps
- * for its backward when its GEMMs are 16-bit, and training.precision
- * "auto" counts them as what the backend resolved it to: bf16 where the
- * CPU has bf16 instructions, fp32 (none kept) where it has not. */
+/* The memory a run and its --plan say it needs counts the 16-bit copies a
+ * step keeps for its backward when its GEMMs are 16-bit, and
+ * training.precision "auto" counts them as what the backend resolves it
+ * to: bf16 where the CPU has bf16 instructions, fp32 (none kept) where it
+ * has not; bf16 on a GPU. */
 TEST(run_memory_counts_kept_copies_by_resolved_precision) {
   CHECK(make_data(4000) == 0);
   const double fp32 = run_ws_mib("fp32"), bf16 = run_ws_mib("bf16"), aut = run_ws_mib("auto");
@@ -559,7 +560,25 @@ TEST(run_memory_counts_kept_copies_by_resolved_precision) {
   const dlrec_precision resolved = be ? dlrec_backend_precision(be) : DLREC_PRECISION_AUTO;
   dlrec_backend_free(be);
   CHECK(resolved == DLREC_PRECISION_FP32 || resolved == DLREC_PRECISION_BF16);
+  CHECK(dlrec_precision_resolve("cpu", DLREC_PRECISION_AUTO) == resolved);
   CHECK(aut == (resolved == DLREC_PRECISION_BF16 ? bf16 : fp32));
+  /* --plan, before any backend, resolves auto the same way. */
+  const char *opts[] = {"fp32", "bf16", "auto"};
+  double plan[3];
+  for (int i = 0; i < 3; i++) {
+    char cfg[2048], with[64];
+    snprintf(with, sizeof with, "\"batch_size\": 8192, \"precision\": \"%s\"", opts[i]);
+    CHECK(replace_first(cfg, sizeof cfg, CONFIG, "\"batch_size\": 128", with) == 0);
+    CHECK(test_write_file(test_path("cfg.json"), cfg, (size_t)-1) == 0);
+    plan[i] = plan_ws_mib("");
+  }
+  CHECK(plan[0] > 0 && plan[1] > plan[0] * 1.2);
+  CHECK(plan[2] == (resolved == DLREC_PRECISION_BF16 ? plan[1] : plan[0]));
+  /* A GPU's auto is bf16, its tf32 its own; the CPU runs tf32 as fp32. */
+  CHECK(dlrec_precision_resolve("cuda", DLREC_PRECISION_AUTO) == DLREC_PRECISION_BF16);
+  CHECK(dlrec_precision_resolve("cuda", DLREC_PRECISION_TF32) == DLREC_PRECISION_TF32);
+  CHECK(dlrec_precision_resolve("cpu", DLREC_PRECISION_TF32) == DLREC_PRECISION_FP32);
+  CHECK(dlrec_precision_resolve("cpu", DLREC_PRECISION_FP16) == DLREC_PRECISION_FP16);
 }
 
 static void flip_byte(const char *path, long offset) {

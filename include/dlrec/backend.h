@@ -65,6 +65,11 @@ const char *dlrec_precision_name(dlrec_precision p);
 /* The inverse of dlrec_precision_name; DLREC_ERR_INVALID (naming the
  * accepted values) for anything else. */
 dlrec_status dlrec_precision_parse(const char *s, dlrec_precision *p);
+/* The precision a backend named `backend` ("cpu", "cuda", ...) runs `p`
+ * in on this machine, as dlrec_backend_precision reports it once created:
+ * AUTO as BF16 on a GPU and on a CPU with AMX or AVX512-BF16, else FP32;
+ * TF32 as FP32 on the CPU. Without creating the backend. */
+dlrec_precision dlrec_precision_resolve(const char *backend, dlrec_precision p);
 
 typedef struct dlrec_backend dlrec_backend;
 

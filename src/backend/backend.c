@@ -30,6 +30,13 @@ dlrec_status dlrec_precision_parse(const char *s, dlrec_precision *p) {
   return dlrec_error(DLREC_ERR_INVALID, "precision '%s' is not one of fp32, bf16, auto, tf32, fp16", s ? s : "(null)");
 }
 
+dlrec_precision dlrec_precision_resolve(const char *backend, dlrec_precision p) {
+  if (backend && !strcmp(backend, "cuda")) /* every GPU this build targets has bf16 tensor cores */
+    return p == DLREC_PRECISION_AUTO ? DLREC_PRECISION_BF16 : p;
+  if (p == DLREC_PRECISION_AUTO) return cpu_gemm_has_bf16() ? DLREC_PRECISION_BF16 : DLREC_PRECISION_FP32;
+  return p == DLREC_PRECISION_TF32 ? DLREC_PRECISION_FP32 : p; /* a GPU's unit: fp32 on the CPU */
+}
+
 typedef struct backend_entry {
   const char *name;
   dlrec_status (*init)(dlrec_backend *be, const dlrec_backend_config *c);

@@ -461,9 +461,7 @@ static const dlrec_backend_ops cpu_ops = {
 
 dlrec_status dlrec_backend_cpu_init(dlrec_backend *be, const dlrec_backend_config *c) {
   if (c->threads > 4096) return dlrec_error(DLREC_ERR_INVALID, "backend threads %u out of range [0, 4096]", c->threads);
-  dlrec_precision p = c->precision;
-  if (p == DLREC_PRECISION_AUTO) p = cpu_gemm_has_bf16() ? DLREC_PRECISION_BF16 : DLREC_PRECISION_FP32;
-  if (p == DLREC_PRECISION_TF32) p = DLREC_PRECISION_FP32; /* a GPU's unit: fp32 here (dlrec/backend.h) */
+  const dlrec_precision p = dlrec_precision_resolve("cpu", c->precision);
   cpu_gemm *g = NULL;
   int native = 0;
   dlrec_status s = cpu_gemm_create(&g, p, &native);

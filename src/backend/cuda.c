@@ -1405,7 +1405,7 @@ dlrec_status dlrec_backend_cuda_init(dlrec_backend *be, const dlrec_backend_conf
   }
   /* bf16 where asked, and for auto: every GPU this build targets (compute
    * capability 8.0 and up) has bf16, fp16 and TF32 tensor cores. */
-  be->precision = c->precision == DLREC_PRECISION_AUTO ? DLREC_PRECISION_BF16 : c->precision;
+  be->precision = dlrec_precision_resolve("cuda", c->precision);
   be->ops = &cuda_ops;
   be->name = "cuda";
   be->threads = c->threads ? c->threads : 1; /* host threads: the ops run on the GPU */

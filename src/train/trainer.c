@@ -836,18 +836,16 @@ static uint32_t part_rows(const dlrec_train_config *cfg, int ranks) {
 /* The model's activations and workspaces on every rank (dlrec_net_ws_bytes):
  * a step's part of the batch, split across the rank's threads where the
  * device is the CPU, and an evaluation's part beside it. threads: the
- * rank's, resolved. With 16-bit GEMMs (`precision` bf16 or fp16: the
- * backend's, resolved; auto, before there is a backend, counts as 16-bit)
- * the step also keeps the 16-bit copies of its layers' inputs and weights
- * from the forward for the backward (backend_impl.h's keep_operands): at
- * most half the step's activations and 2 bytes a dense parameter, each
- * way. */
+ * rank's, resolved. With 16-bit GEMMs (`precision`, resolved
+ * (dlrec_precision_resolve), bf16 or fp16) the step also keeps the 16-bit
+ * copies of its layers' inputs and weights from the forward for the
+ * backward (backend_impl.h's keep_operands): at most half the step's
+ * activations and 2 bytes a dense parameter, each way. */
 static uint64_t run_ws_bytes(const dlrec_train_config *cfg, const dlrec_net *net, int ranks, uint32_t threads,
                              dlrec_precision precision) {
   const uint32_t ways = strcmp(cfg->device, "cpu") ? 1 : threads;
   const uint64_t step = dlrec_net_ws_bytes(net, rows_per_rank(cfg->batch_size, ranks), ways);
-  const int half = precision == DLREC_PRECISION_BF16 || precision == DLREC_PRECISION_FP16 ||
-                   precision == DLREC_PRECISION_AUTO;
+  const int half = precision == DLREC_PRECISION_BF16 || precision == DLREC_PRECISION_FP16;
   size_t n_params = 0;
   dlrec_net_dense_params_const(net, &n_params);
   const uint64_t kept = half ? step / 2 + (uint64_t)ways * n_params * 2 : 0;
@@ -987,7 +985,11 @@ dlrec_status dlrec_train_print_plan(const dlrec_train_args *a, int ranks, FILE *
   if (s == DLREC_OK) s = make_plan(&cfg, net, ranks, &p, &dense);
   if (s == DLREC_OK) {
     const uint64_t step = dlrec_shard_plan_step_bytes(&p, &schema, part_rows(&cfg, ranks));
-    const uint64_t ws = run_ws_bytes(&cfg, net, ranks, plan_threads(&cfg, ranks), cfg.precision);
+    const char *backend = "cpu";
+    uint32_t index;
+    if (dlrec_device_parse(cfg.device, &backend, &index) != DLREC_OK) dlrec_clear_error(); /* read_config checked it */
+    const uint64_t ws = run_ws_bytes(&cfg, net, ranks, plan_threads(&cfg, ranks),
+                                     dlrec_precision_resolve(backend, cfg.precision));
     dlrec_shard_plan_print(&p, &schema, dense, step, ws, out);
     uint64_t most = 0; /* the largest rank's total */
     for (int r = 0; r < ranks; r++) {
