@@ -88,16 +88,19 @@ dlrec_status dlrec_copy_rows(float *dst, size_t dst_ld, const float *src, size_t
 /* dst's first `width` values of each of `rows` rows (stride dst_ld) = value. */
 dlrec_status dlrec_fill_rows(float *dst, size_t dst_ld, size_t rows, size_t width, float value);
 /* Rows picked by index (rows of `width` floats, contiguous): gather sets
- * dst's row i to src's row idx[i], scatter_add adds src's row i to dst's
- * row idx[i] (one rounding each; the idx distinct), for i < n. idx is host
- * memory, every idx[i] < the indexed array's `rows`, checked before
- * anything is touched. For a table on the host with hot rows on a device:
- * only the pooled rows that have cold ids cross over. */
+ * dst's row i to src's row idx[i], scatter sets dst's row idx[i] to src's
+ * row i, scatter_add adds src's row i to dst's row idx[i] (one rounding
+ * each), for i < n; the scatters' idx distinct. idx is host memory, every
+ * idx[i] < the indexed array's `rows`, checked before anything is touched.
+ * For a table on the host with hot rows on a device: only the pooled rows
+ * that have cold ids cross over. */
 dlrec_status dlrec_gather_rows(float *dst, const float *src, size_t rows, const uint32_t *idx, size_t n,
                                size_t width);
+dlrec_status dlrec_scatter_rows(float *dst, size_t rows, const uint32_t *idx, const float *src, size_t n,
+                                size_t width);
 dlrec_status dlrec_scatter_add_rows(float *dst, size_t rows, const uint32_t *idx, const float *src, size_t n,
                                     size_t width);
-/* The checks of both (what names the op): DLREC_OK or the error. */
+/* The checks of all three (what names the op): DLREC_OK or the error. */
 dlrec_status nn_check_indexed_rows(const char *what, const void *dst, const void *src, size_t rows,
                                    const uint32_t *idx, size_t n);
 /* y[i] += x[i] for n values (one rounding each); y == x is allowed. */

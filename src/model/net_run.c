@@ -1238,11 +1238,7 @@ static dlrec_status update(dlrec_net *n, dlrec_net_ws *ws, dlrec_net_optim *opt,
      * bags read no other row of it. */
     if (st == DLREC_OK) st = BE_OP(n->be, gather_rows, ws->d_cold, ws->d_emb, bags_n, ws->cold_rows, ws->n_cold, D);
     if (st == DLREC_OK) st = n->be->ops->download(n->be, ws->h_pack, ws->d_cold, ws->n_cold * D * sizeof(float));
-    if (st == DLREC_OK) {
-#pragma omp parallel for schedule(static) if ((size_t)ws->n_cold * D >= 32768)
-      for (uint32_t i = 0; i < ws->n_cold; i++)
-        memcpy(ws->h_emb + (size_t)ws->cold_rows[i] * D, ws->h_pack + i * D, D * sizeof(float));
-    }
+    if (st == DLREC_OK) st = dlrec_scatter_rows(ws->h_emb, bags_n, ws->cold_rows, ws->h_pack, ws->n_cold, D);
     if (st == DLREC_OK)
       st = BE_OP(dlrec_backend_default(), bag_backward_update, n->table, opt->sparse, &cold, n->plan.pooling,
                  ws->h_emb, ws->scratch, ws->scratch_bytes);

@@ -72,6 +72,16 @@ dlrec_status dlrec_gather_rows(float *dst, const float *src, size_t rows, const 
   return DLREC_OK;
 }
 
+dlrec_status dlrec_scatter_rows(float *dst, size_t rows, const uint32_t *idx, const float *src, size_t n,
+                                size_t width) {
+  if (!width) return DLREC_OK;
+  dlrec_status s = nn_check_indexed_rows("scatter_rows", dst, src, rows, idx, n);
+  if (s != DLREC_OK) return s;
+#pragma omp parallel for schedule(static) if (n * width >= PARALLEL_MIN)
+  for (size_t i = 0; i < n; i++) memcpy(dst + (size_t)idx[i] * width, src + i * width, width * sizeof(float));
+  return DLREC_OK;
+}
+
 dlrec_status dlrec_scatter_add_rows(float *dst, size_t rows, const uint32_t *idx, const float *src, size_t n,
                                     size_t width) {
   if (!width) return DLREC_OK;
