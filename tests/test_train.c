@@ -216,6 +216,15 @@ TEST(sigkill_then_resume_completes) {
   CHECK(ok);
 }
 
+/* The MiB a run's log gives for its table, its dense parameters, and its
+ * activations and workspaces (the trainer's "memory:" line): 1, or 0 when
+ * the log has no such line. */
+static int memory_line(const char *log, double *table, double *dense, double *ws) {
+  const char *mem = log ? strstr(log, "memory: the table and its optimizer state ") : NULL;
+  return mem && sscanf(mem, "memory: the table and its optimizer state %lf MiB, the dense parameters and theirs %lf "
+                            "MiB, activations and workspaces about %lf MiB", table, dense, ws) == 3;
+}
+
 /* --device: cpu trains, evaluates and predicts as without it; a malformed
  * device is a usage error (2); cuda, where a GPU is visible, trains,
  * evaluates and predicts there as on the CPU, and else fails (1) saying why
@@ -361,9 +370,7 @@ TEST(device_flag_trains_on_the_cpu_and_a_gpu_or_says_why) {
   CHECK(test_run_cli(&probe, train_fmt, test_path("cfg_auto.json"), test_path("train.dlr"), test_path("etl"),
                      test_path("auto_probe"), "--device cpu-mirror --max-steps 1") == 0);
   double table_mib = 0, dense_mib = 0, ws_mib = 0;
-  const char *mem = probe ? strstr(probe, "memory: the table and its optimizer state ") : NULL;
-  CHECK(mem && sscanf(mem, "memory: the table and its optimizer state %lf MiB, the dense parameters and theirs %lf "
-                           "MiB, activations and workspaces about %lf MiB", &table_mib, &dense_mib, &ws_mib) == 3);
+  CHECK(memory_line(probe, &table_mib, &dense_mib, &ws_mib));
   CHECK(table_mib >= 1.0); /* well above the log's 0.1 MiB rounding */
   CHECK(probe && !strstr(probe, "stays in host memory")); /* the host's whole memory holds it */
   snprintf(limit, sizeof limit, "%.2f", dense_mib + ws_mib + table_mib / 2);
@@ -523,20 +530,24 @@ TEST(plan_counts_activations_and_workspaces) {
   free(big);
 }
 
+/* CONFIG at batch 8192 in `precision`, written to the test file `name`:
+ * 0, or -1. */
+static int write_precision_config(const char *name, const char *precision) {
+  char cfg[2048], with[64];
+  snprintf(with, sizeof with, "\"batch_size\": 8192, \"precision\": \"%s\"", precision);
+  if (replace_first(cfg, sizeof cfg, CONFIG, "\"batch_size\": 128", with) != 0) return -1;
+  return test_write_file(test_path(name), cfg, (size_t)-1);
+}
+
 /* The MiB of activations and workspaces a one-step CPU run of CONFIG at
  * batch 8192 in `precision` logs; -1 when it fails or does not say. */
 static double run_ws_mib(const char *precision) {
-  char cfg[2048], name[64], *out = NULL;
-  snprintf(name, sizeof name, "\"batch_size\": 8192, \"precision\": \"%s\"", precision);
-  if (replace_first(cfg, sizeof cfg, CONFIG, "\"batch_size\": 128", name) != 0) return -1;
-  if (test_write_file(test_path("cfg_prec.json"), cfg, (size_t)-1) != 0) return -1;
+  char *out = NULL;
+  if (write_precision_config("cfg_prec.json", precision) != 0) return -1;
   int rc = test_run_cli(&out, "train --device cpu --max-steps 1 --config '%s' --train '%s' --etl '%s' --out '%s'",
                         test_path("cfg_prec.json"), test_path("train.dlr"), test_path("etl"), test_path("prec_run"));
   double table = 0, dense = 0, ws = -1;
-  const char *mem = out ? strstr(out, "memory: the table and its optimizer state ") : NULL;
-  if (rc != 0 || !mem ||
-      sscanf(mem, "memory: the table and its optimizer state %lf MiB, the dense parameters and theirs %lf MiB, "
-                  "activations and workspaces about %lf MiB", &table, &dense, &ws) != 3) {
+  if (rc != 0 || !memory_line(out, &table, &dense, &ws)) {
     fprintf(stderr, "train in %s -> %d: %s\n", precision, rc, out ? out : "");
     ws = -1;
   }
@@ -566,10 +577,7 @@ TEST(run_memory_counts_kept_copies_by_resolved_precision) {
   const char *opts[] = {"fp32", "bf16", "auto"};
   double plan[3];
   for (int i = 0; i < 3; i++) {
-    char cfg[2048], with[64];
-    snprintf(with, sizeof with, "\"batch_size\": 8192, \"precision\": \"%s\"", opts[i]);
-    CHECK(replace_first(cfg, sizeof cfg, CONFIG, "\"batch_size\": 128", with) == 0);
-    CHECK(test_write_file(test_path("cfg.json"), cfg, (size_t)-1) == 0);
+    CHECK(write_precision_config("cfg.json", opts[i]) == 0); /* what plan_ws_mib reads */
     plan[i] = plan_ws_mib("");
   }
   CHECK(plan[0] > 0 && plan[1] > plan[0] * 1.2);
