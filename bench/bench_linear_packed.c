@@ -22,9 +22,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dlrec/nn.h"
-#include "dlrec/progress.h"
-#include "dlrec/rng.h"
+#include "nn/nn.h"
+#include "core/clock.h"
+#include "core/rng.h"
 
 void openblas_set_num_threads(int n);
 

@@ -16,10 +16,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "dlrec/dlr.h"
-#include "dlrec/loader.h"
-#include "dlrec/progress.h"
-#include "dlrec/rng.h"
+#include "data/dlr.h"
+#include "data/loader.h"
+#include "core/clock.h"
+#include "core/progress.h"
+#include "core/rng.h"
 
 #define GROUP_ROWS 65536u
 #define N_DENSE 13

@@ -46,11 +46,11 @@
 
 #include "backend/cpu_dnnl.h"
 #include "backend/cpu_gemm.h"
-#include "dlrec/embed.h"
-#include "dlrec/loader.h"
-#include "dlrec/nn.h"
-#include "dlrec/progress.h"
-#include "dlrec/rng.h"
+#include "embed/embed.h"
+#include "data/loader.h"
+#include "nn/nn.h"
+#include "core/clock.h"
+#include "core/rng.h"
 
 void openblas_set_num_threads(int n);
 

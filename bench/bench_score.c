@@ -15,11 +15,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dlrec/backend.h"
-#include "dlrec/checkpoint.h"
-#include "dlrec/model.h"
-#include "dlrec/etl.h"
-#include "dlrec/progress.h"
+#include "backend/backend.h"
+#include "train/checkpoint.h"
+#include "model/model.h"
+#include "data/etl.h"
+#include "core/clock.h"
 
 typedef struct shared {
   const dlrec_model *m;

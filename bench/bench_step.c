@@ -23,9 +23,9 @@
 #include <string.h>
 
 #include "backend/backend_impl.h"
-#include "dlrec/progress.h"
-#include "dlrec/rng.h"
-#include "dlrec/synth.h"
+#include "core/clock.h"
+#include "core/rng.h"
+#include "data/synth.h"
 
 enum { N_DENSE = 13, F = 26, D = 128, MAX_LAYERS = 8 };
 static const int bottom[] = {N_DENSE, 512, 256, 128};

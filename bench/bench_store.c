@@ -21,10 +21,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dlrec/hash.h"
-#include "dlrec/progress.h"
-#include "dlrec/rng.h"
-#include "dlrec/store.h"
+#include "core/hash.h"
+#include "core/clock.h"
+#include "core/rng.h"
+#include "embed/store.h"
 
 typedef struct opts {
   uint32_t rows_per_col, dim, batch, cols, batches, repeats, threads;

@@ -36,7 +36,7 @@ fi
 work=$(mktemp -d "${TMPDIR:-/tmp}/dlrec-python-bench.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 cp -r "$root/python" "$work/pkg"
-DLREC_LIBRARY=$so DLREC_API_HEADER=$root/include/dlrec/api.h "$venv/bin/pip" install -q --disable-pip-version-check --no-build-isolation --no-deps \
+DLREC_LIBRARY=$so DLREC_API_HEADER=$root/include/dlrec.h "$venv/bin/pip" install -q --disable-pip-version-check --no-build-isolation --no-deps \
   --force-reinstall "$work/pkg" > /dev/null
 py=$venv/bin/python
 spec='label=label;dense=I1..I13;cat=C1..C26'

@@ -1,11 +1,11 @@
 """Builds the dlrec wheel around the libdlrec.so that `make` built: the
 package is pure Python over the library (cffi in ABI mode, so nothing is
-compiled here), and the library and its API header (include/dlrec/api.h,
+compiled here), and the library and its API header (include/dlrec.h,
 whose declarations the binding reads) go into the package.
 
 The library is looked for in $DLREC_LIBRARY, else ../build/libdlrec.so (the
 repository's release build), and the header in $DLREC_API_HEADER, else
-../include/dlrec/api.h. The wheel is tagged for this platform."""
+../include/dlrec.h. The wheel is tagged for this platform."""
 import os
 import shutil
 
@@ -25,9 +25,9 @@ def library():
 
 
 def header():
-    path = os.environ.get("DLREC_API_HEADER") or os.path.join(HERE, "..", "include", "dlrec", "api.h")
+    path = os.environ.get("DLREC_API_HEADER") or os.path.join(HERE, "..", "include", "dlrec.h")
     if not os.path.exists(path):
-        raise SystemExit(f"dlrec: no api.h at {path} (set DLREC_API_HEADER to include/dlrec/api.h)")
+        raise SystemExit(f"dlrec: no dlrec.h at {path} (set DLREC_API_HEADER to include/dlrec.h)")
     return path
 
 
@@ -38,7 +38,7 @@ class BuildWithLibrary(build_py):
         os.makedirs(dest, exist_ok=True)
         shutil.copy2(library(), os.path.join(dest, "libdlrec.so"))
         # The API's declarations, which the binding reads (dlrec/_lib.py).
-        shutil.copy2(header(), os.path.join(dest, "api.h"))
+        shutil.copy2(header(), os.path.join(dest, "dlrec.h"))
 
 
 class BinaryDistribution(Distribution):

@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dlrec/model.h"
-#include "dlrec/rng.h"
+#include "model/model.h"
+#include "core/rng.h"
 
 /* A tiny schema: n_dense dense columns, 3 categorical (the second
  * multi-hot, up to 3 ids). */

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dlrec/status.h"
+#include "core/status.h"
 
 /* TEST_ASAN: defined in a build with AddressSanitizer (clang's
  * __has_feature, gcc's __SANITIZE_ADDRESS__). */

@@ -1,14 +1,14 @@
-/* The host API (dlrec/api.h) from C, so that it runs under the sanitizers
+/* The host API (dlrec.h) from C, so that it runs under the sanitizers
  * too (the Python package's tests cover it from Python): options refused
  * with their field named, a training run stopped by its progress callback
  * with a checkpoint, scores and metrics equal to the CLI's, and the
  * caller's OpenMP thread count left as it was. */
 #include <omp.h>
 
-#include "dlrec/api.h"
-#include "dlrec/fsutil.h"
-#include "dlrec/json.h"
-#include "dlrec/progress.h"
+#include "dlrec.h"
+#include "core/fsutil.h"
+#include "core/json.h"
+#include "core/clock.h"
 #include "test.h"
 
 static int make_rows(void) {

@@ -1,4 +1,4 @@
-/* Arrow record batches as CSV text (dlrec/arrow.h) against hand-built C
+/* Arrow record batches as CSV text (data/arrow.h) against hand-built C
  * Data Interface streams: every supported type, nulls in bitmaps, array
  * offsets, dictionaries, quoting, two batches; the exact text expected;
  * columns picked by name; the errors (an unsupported type, a missing
@@ -6,7 +6,7 @@
  * batch, schema and stream released. */
 #include <errno.h>
 
-#include "dlrec/arrow.h"
+#include "data/arrow.h"
 #include "test.h"
 
 static int released; /* release callbacks run */

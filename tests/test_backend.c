@@ -49,7 +49,7 @@
 #include <stdint.h>
 
 #include "backend/backend_impl.h"
-#include "dlrec/rng.h"
+#include "core/rng.h"
 #include "ref/ref.h"
 #include "test.h"
 
@@ -2087,7 +2087,7 @@ static void free_packed(infer_op *op) {
 }
 
 /* Another backend's packed layer scores as the CPU's bit for bit: both
- * compute dlrec/nn.h's fma chain, which the CPU rounds once per step where
+ * compute nn/nn.h's fma chain, which the CPU rounds once per step where
  * it has FMA (a build without FMA rounds twice, and is not compared). */
 static int same_as_cpu(int line, const float *got, const float *w, const float *bias, const float *in, int B, int IN,
                        int OUT, int relu) {

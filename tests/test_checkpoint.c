@@ -9,8 +9,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "dlrec/crc32c.h"
-#include "dlrec/fsutil.h"
+#include "core/crc32c.h"
+#include "core/fsutil.h"
 #include "test.h"
 #include "train/tensor_file.h"
 
@@ -147,11 +147,11 @@ TEST(lock_dir_refuses_a_second_holder_naming_the_pid) {
 
 /* ---- 16-bit embedding tables: train, save, resume, load ---------------------- */
 
-#include "dlrec/checkpoint.h"
-#include "dlrec/embed.h"
-#include "dlrec/fsutil.h"
-#include "dlrec/train_config.h"
-#include "dlrec/trainer.h"
+#include "train/checkpoint.h"
+#include "embed/embed.h"
+#include "core/fsutil.h"
+#include "train/train_config.h"
+#include "train/trainer.h"
 
 /* Synthesizes rows, fits the ETL and encodes train/valid files in tmpdir. */
 static int make_data(int rows, int cardinality) {
@@ -348,7 +348,7 @@ TEST(config_table_dtype_parses_defaults_and_refuses_unknown_names) {
 
 /* ---- bf16 GEMMs (training.precision) through the trainer ---------------------- */
 
-#include "dlrec/backend.h"
+#include "backend/backend.h"
 #include "serve_check.h"
 
 /* Whether a bf16 backend runs its GEMMs on bf16 instructions on this CPU

@@ -1,4 +1,4 @@
-/* Communicators (dlrec/comm.h): the single-process one in any process, and,
+/* Communicators (dist/comm.h): the single-process one in any process, and,
  * when an MPI launcher started this test (CTest's comm_mpi runs it under
  * mpirun with 2, 3 and 4 ranks), every collective across the ranks.
  *
@@ -9,8 +9,8 @@
  * collective.
  */
 #include "dist/comm_impl.h" /* max_message_bytes, to exercise the pieces */
-#include "dlrec/comm.h"
-#include "dlrec/rng.h"
+#include "dist/comm.h"
+#include "core/rng.h"
 #include "test.h"
 
 static int launched_by_mpi(void) {

@@ -2,13 +2,13 @@
 #include <pthread.h>
 #include <unistd.h>
 
-#include "dlrec/arena.h"
-#include "dlrec/crc32c.h"
-#include "dlrec/fsutil.h"
-#include "dlrec/hash.h"
-#include "dlrec/json.h"
-#include "dlrec/pipeline.h"
-#include "dlrec/rng.h"
+#include "core/arena.h"
+#include "core/crc32c.h"
+#include "core/fsutil.h"
+#include "core/hash.h"
+#include "core/json.h"
+#include "core/pipeline.h"
+#include "core/rng.h"
 #include "test.h"
 
 uint32_t dlrec_crc32c_soft(uint32_t crc, const void *data, size_t n);

@@ -5,9 +5,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "dlrec/crc32c.h"
-#include "dlrec/dlr.h"
-#include "dlrec/rng.h"
+#include "core/crc32c.h"
+#include "data/dlr.h"
+#include "core/rng.h"
 #include "test.h"
 
 /* ---- test data: random row groups whose values we keep ---- */

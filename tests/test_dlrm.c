@@ -5,9 +5,9 @@
  * backend, not the process, deciding a pass's threads. */
 #include <omp.h>
 
-#include "dlrec/backend.h"
-#include "dlrec/dlrm.h"
-#include "dlrec/rng.h"
+#include "backend/backend.h"
+#include "model/dlrm.h"
+#include "core/rng.h"
 #include "net_check.h"
 #include "test.h"
 

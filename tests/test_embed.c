@@ -4,8 +4,8 @@
  * and refusal of corrupt batches. */
 #include <omp.h>
 
-#include "dlrec/embed.h"
-#include "dlrec/rng.h"
+#include "embed/embed.h"
+#include "core/rng.h"
 #include "ref/ref.h"
 #include "test.h"
 

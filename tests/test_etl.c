@@ -5,14 +5,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "dlrec/crc32c.h"
-#include "dlrec/dlr.h"
-#include "dlrec/etl.h"
-#include "dlrec/fsutil.h"
-#include "dlrec/hash.h"
-#include "dlrec/kserve.h"
-#include "dlrec/rng.h"
-#include "dlrec/serve_batch.h"
+#include "core/crc32c.h"
+#include "data/dlr.h"
+#include "data/etl.h"
+#include "core/fsutil.h"
+#include "core/hash.h"
+#include "serve/kserve.h"
+#include "core/rng.h"
+#include "serve/serve_batch.h"
 #include "test.h"
 
 /* ---- helpers ---- */

@@ -13,8 +13,8 @@
 #include <ctype.h>
 #include <errno.h>
 
-#include "dlrec/dlrm.h"
-#include "dlrec/model.h"
+#include "model/dlrm.h"
+#include "model/model.h"
 #include "test.h"
 
 #define GOLDEN_MAX_SECTIONS 64

@@ -8,10 +8,10 @@
 
 #include <cjson/cJSON.h>
 
-#include "dlrec/etl.h"
-#include "dlrec/kserve.h"
-#include "dlrec/rng.h"
-#include "dlrec/serve_batch.h"
+#include "data/etl.h"
+#include "serve/kserve.h"
+#include "core/rng.h"
+#include "serve/serve_batch.h"
 #include "test.h"
 
 /* ---- helpers ---- */

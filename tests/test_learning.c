@@ -3,9 +3,9 @@
  * independent baseline on the same encoded rows) by a clear margin, and get
  * within a stated distance of the best possible AUC (that of the true click
  * probabilities synth wrote). */
-#include "dlrec/loader.h"
-#include "dlrec/metrics.h"
-#include "dlrec/trainer.h"
+#include "data/loader.h"
+#include "train/metrics.h"
+#include "train/trainer.h"
 #include "test.h"
 
 #define ROWS 400000

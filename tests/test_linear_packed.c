@@ -5,8 +5,8 @@
 #include <float.h>
 #include <omp.h>
 
-#include "dlrec/nn.h"
-#include "dlrec/rng.h"
+#include "nn/nn.h"
+#include "core/rng.h"
 #include "ref/ref.h"
 #include "test.h"
 

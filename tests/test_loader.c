@@ -8,8 +8,8 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include "dlrec/dlr.h"
-#include "dlrec/loader.h"
+#include "data/dlr.h"
+#include "data/loader.h"
 #include "test.h"
 
 #define ROW_IDS (1u << 20)

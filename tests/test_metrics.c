@@ -1,7 +1,7 @@
 /* Metrics against independent references: AUC by the O(n^2) pairwise count,
  * logloss and NE by their formulas, known small cases. */
-#include "dlrec/metrics.h"
-#include "dlrec/rng.h"
+#include "train/metrics.h"
+#include "core/rng.h"
 #include "test.h"
 
 static double naive_auc(const float *p, const float *y, size_t n) {

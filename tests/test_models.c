@@ -18,14 +18,14 @@
 
 #include <cjson/cJSON.h>
 
-#include "dlrec/metrics.h"
+#include "train/metrics.h"
 
-#include "dlrec/arena.h"
-#include "dlrec/backend.h"
-#include "dlrec/fsutil.h"
-#include "dlrec/model.h"
-#include "dlrec/rng.h"
-#include "dlrec/train_config.h"
+#include "core/arena.h"
+#include "backend/backend.h"
+#include "core/fsutil.h"
+#include "model/model.h"
+#include "core/rng.h"
+#include "train/train_config.h"
 #include "net_check.h"
 #include "serve_check.h"
 #include "test.h"
@@ -904,7 +904,7 @@ TEST(wide_deep_and_deepfm_scoring_is_batch_invariant) {
     }
 }
 
-#include "dlrec/checkpoint.h"
+#include "train/checkpoint.h"
 
 /* A checkpoint of a model with batch normalization (the run `dir`): its
  * running statistics were saved after training (not at their start), and

@@ -3,8 +3,8 @@
  * optimizer against a naive reference update over several steps. */
 #include <omp.h>
 
-#include "dlrec/nn.h"
-#include "dlrec/rng.h"
+#include "nn/nn.h"
+#include "core/rng.h"
 #include "ref/ref.h"
 #include "test.h"
 

@@ -1,12 +1,12 @@
-/* The building blocks of the CTR models (include/dlrec/nn.h, "building
+/* The building blocks of the CTR models (src/nn/nn.h, "building
  * blocks"): each forward against a naive double-precision loop, each
  * gradient against central finite differences of that loop, and each
  * inference forward for bitwise batch invariance (a row alone against the
  * same row inside a batch of 33). */
 #include <omp.h>
 
-#include "dlrec/nn.h"
-#include "dlrec/rng.h"
+#include "nn/nn.h"
+#include "core/rng.h"
 #include "ref/ref.h"
 #include "test.h"
 

@@ -3,8 +3,8 @@
 #include <errno.h>
 
 #include "data/layout.h"
-#include "dlrec/parse.h"
-#include "dlrec/rng.h"
+#include "data/parse.h"
+#include "core/rng.h"
 #include "test.h"
 
 /* ---- values ---- */

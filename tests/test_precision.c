@@ -20,7 +20,7 @@
 #include "backend/backend_impl.h"
 #include "backend/cpu_dnnl.h"
 #include "backend/cpu_gemm.h"
-#include "dlrec/metrics.h"
+#include "train/metrics.h"
 #include "test.h"
 
 static float bits_f32(uint32_t u) {

@@ -15,8 +15,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "dlrec/checkpoint.h"
-#include "dlrec/redis_rows.h"
+#include "train/checkpoint.h"
+#include "core/redis_rows.h"
 #include "serve_check.h"
 #include "test.h"
 

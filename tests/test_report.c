@@ -1,12 +1,12 @@
-/* The training report (dlrec/report.h): what a run writes holds every plot
+/* The training report (train/report.h): what a run writes holds every plot
  * with as many points as the run logged (counted independently from
  * metrics.jsonl), `dlrec report` rebuilds the same bytes, strings from the
  * run are escaped, and a damaged or partial run still gets a report that
  * says what is missing. tests/report/chromium.sh renders one in a browser. */
 #include <sys/stat.h>
 
-#include "dlrec/fsutil.h"
-#include "dlrec/json.h"
+#include "core/fsutil.h"
+#include "core/json.h"
 #include "test.h"
 
 static char *read_text(const char *path) {

@@ -61,11 +61,11 @@
 
 #include <cjson/cJSON.h>
 
-#include "dlrec/checkpoint.h"
-#include "dlrec/etl.h"
-#include "dlrec/fsutil.h"
-#include "dlrec/json.h"
-#include "dlrec/log.h"
+#include "train/checkpoint.h"
+#include "data/etl.h"
+#include "core/fsutil.h"
+#include "core/json.h"
+#include "core/log.h"
 #include "serve/serve_internal.h"
 #include "test.h"
 

@@ -4,9 +4,9 @@
  * request that exactly fills the queue is taken, one row more is refused).
  * test_serve covers the same parts through a running server, where these
  * edges are hard to hit on purpose. */
-#include "dlrec/dlrm.h"
-#include "dlrec/kserve.h"
-#include "dlrec/serve_batch.h"
+#include "model/dlrm.h"
+#include "serve/kserve.h"
+#include "serve/serve_batch.h"
 #include "serve/serve_internal.h"
 #include "test.h"
 

@@ -1,10 +1,10 @@
-/* Table storage (dlrec/store.h): the tiered store against the ram store on the
+/* Table storage (embed/store.h): the tiered store against the ram store on the
  * same batches, bit for bit, through eviction and write-back; its view for
  * checkpoints; and what it refuses. */
 #include <sys/stat.h>
 
-#include "dlrec/rng.h"
-#include "dlrec/store.h"
+#include "core/rng.h"
+#include "embed/store.h"
 #include "test.h"
 
 enum { COLS = 3, DIM = 6, ROWS_PER_COL = 700, ROWS = COLS * ROWS_PER_COL, B = 24, MAX_HOT = 3 };

@@ -7,8 +7,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "dlrec/fsutil.h"
-#include "dlrec/synth.h"
+#include "core/fsutil.h"
+#include "data/synth.h"
 #include "test.h"
 
 /* Criteo Kaggle's missing rates (the figures), I1..I13 then C1..C26. */

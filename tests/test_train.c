@@ -6,11 +6,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "dlrec/checkpoint.h"
-#include "dlrec/fsutil.h"
-#include "dlrec/json.h"
-#include "dlrec/trainer.h"
-#include "dlrec/store.h"
+#include "train/checkpoint.h"
+#include "core/fsutil.h"
+#include "core/json.h"
+#include "train/trainer.h"
+#include "embed/store.h"
 #include "net_check.h"
 #include "serve_check.h"
 #include "test.h"

@@ -3,9 +3,9 @@
 #include <dirent.h>
 #include <math.h>
 
-#include "dlrec/dlrm.h"
-#include "dlrec/json.h"
-#include "dlrec/train_config.h"
+#include "model/dlrm.h"
+#include "core/json.h"
+#include "train/train_config.h"
 #include "test.h"
 
 static dlrec_status parse(const char *text, dlrec_train_config *c) {

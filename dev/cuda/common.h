@@ -11,7 +11,7 @@
 #include <cstring>
 #include <vector>
 
-#include "dlrec/hash.h"   // dlrec_mix64
+#include "core/hash.h"   // dlrec_mix64
 #include "embed/dtype.h"  // dtype_f32_to_bf16, dtype_bf16_to_f32: the CPU's own conversions
 
 #define CUDA_CHECK(call)                                                                                   \
@@ -42,7 +42,7 @@ inline void require_gpu(const char *what) {
 }
 
 // Test data: a value in [-scale, scale] in steps of scale / 1000, a pure
-// function of (i, salt) through the project's own mix (dlrec/hash.h).
+// function of (i, salt) through the project's own mix (core/hash.h).
 inline float val(uint64_t i, uint64_t salt, float scale) {
   return (float)((int64_t)(dlrec_mix64(i ^ salt) % 2001) - 1000) / 1000.0f * scale;
 }

@@ -1,5 +1,5 @@
 """dlrec from Python: ETL, training, evaluation, prediction, ONNX export and
-the training report, over libdlrec's host API (include/dlrec/api.h).
+the training report, over libdlrec's host API (include/dlrec.h).
 
     import dlrec
     dlrec.etl_fit("clicks.tsv", "etl", min_count=4)

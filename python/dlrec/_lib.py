@@ -1,4 +1,4 @@
-"""The cffi binding of libdlrec's host API (include/dlrec/api.h), in ABI
+"""The cffi binding of libdlrec's host API (include/dlrec.h), in ABI
 mode: the declarations are read from that header, installed beside this
 file with the library libdlrec.so (or $DLREC_LIBRARY)."""
 import os
@@ -10,7 +10,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def _declarations(path):
-    """api.h as cffi's cdef takes it: its preprocessor lines and C++ guards
+    """dlrec.h as cffi's cdef takes it: its preprocessor lines and C++ guards
     dropped (the header is flat C declarations otherwise), and its
     DLREC_API_VERSION."""
     with open(path) as f:
@@ -21,7 +21,7 @@ def _declarations(path):
     return "\n".join(keep), version
 
 
-CDEF, API_VERSION = _declarations(os.path.join(HERE, "api.h"))
+CDEF, API_VERSION = _declarations(os.path.join(HERE, "dlrec.h"))
 # A stream is five pointers (the Arrow C stream interface, an ABI): the
 # binding allocates them as bytes and hands their address to pyarrow.
 ARROW_STREAM_BYTES = 5 * FFI().sizeof("void *")

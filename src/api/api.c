@@ -1,22 +1,22 @@
-/* The host API (dlrec/api.h): JSON options onto the library's option
+/* The host API (dlrec.h): JSON options onto the library's option
  * structs, results back to JSON, errors to -1 and the thread's message. */
-#include "dlrec/api.h"
+#include "dlrec.h"
 
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "dlrec/arrow.h"
-#include "dlrec/backend.h"
-#include "dlrec/checkpoint.h"
-#include "dlrec/etl.h"
-#include "dlrec/json.h"
-#include "dlrec/parse.h"
-#include "dlrec/predict.h"
-#include "dlrec/progress.h"
-#include "dlrec/report.h"
-#include "dlrec/trainer.h"
+#include "data/arrow.h"
+#include "backend/backend.h"
+#include "train/checkpoint.h"
+#include "data/etl.h"
+#include "core/json.h"
+#include "data/parse.h"
+#include "train/predict.h"
+#include "core/progress.h"
+#include "train/report.h"
+#include "train/trainer.h"
 
 int dlrec_api_version(void) { return DLREC_API_VERSION; }
 const char *dlrec_api_last_error(void) { return dlrec_last_error(); }
@@ -372,7 +372,7 @@ dlrec_api_model *dlrec_api_model_load(const char *path, const char *which, uint3
     dlrec_error(DLREC_ERR_NOMEM, "out of memory");
     return NULL;
   }
-  /* Scoring runs fp32 in every precision (dlrec/backend.h). */
+  /* Scoring runs fp32 in every precision (backend/backend.h). */
   dlrec_backend_config bc = {threads, DLREC_PRECISION_FP32, 0};
   dlrec_status s = path ? dlrec_checkpoint_select(path, which, dir, sizeof dir)
                         : dlrec_error(DLREC_ERR_INVALID, "no model path");

@@ -3,7 +3,7 @@
  *
  * The argument convention, shared by every op so that a CUDA twin has the
  * same signature: the backend first, then the outputs, then the inputs, then
- * the sizes; shapes row-major as in dlrec/nn.h and dlrec/embed.h, whose
+ * the sizes; shapes row-major as in nn/nn.h and embed/embed.h, whose
  * contracts (what accumulates, what is overwritten, what may alias, the
  * ranges of the sizes) every backend keeps. Pointers are the backend's
  * memory: host memory on the CPU, device memory on a GPU (alloc/upload/
@@ -17,9 +17,9 @@
 #ifndef DLREC_BACKEND_IMPL_H
 #define DLREC_BACKEND_IMPL_H
 
-#include "dlrec/backend.h"
-#include "dlrec/embed.h"
-#include "dlrec/nn.h"
+#include "backend/backend.h"
+#include "embed/embed.h"
+#include "nn/nn.h"
 
 /* The activation a linear layer fuses after its bias. */
 typedef enum dlrec_act {
@@ -54,12 +54,12 @@ typedef struct dlrec_backend_ops {
   dlrec_status (*fence_record)(dlrec_backend *be, void *f);
   dlrec_status (*fence_wait)(dlrec_backend *be, void *f);
 
-  /* ---- moving rows (dlrec/nn.h: dlrec_copy_rows and the three after it) ---- */
+  /* ---- moving rows (nn/nn.h: dlrec_copy_rows and the three after it) ---- */
   dlrec_status (*copy_rows)(dlrec_backend *be, float *dst, size_t dst_ld, const float *src, size_t src_ld,
                             size_t rows, size_t width);
   dlrec_status (*fill_rows)(dlrec_backend *be, float *dst, size_t dst_ld, size_t rows, size_t width, float value);
   dlrec_status (*add)(dlrec_backend *be, float *y, const float *x, size_t n);
-  /* dlrec/nn.h's gather_rows and scatter_add_rows: idx in host memory. */
+  /* nn/nn.h's gather_rows and scatter_add_rows: idx in host memory. */
   dlrec_status (*gather_rows)(dlrec_backend *be, float *dst, const float *src, size_t rows, const uint32_t *idx,
                               size_t n, size_t width);
   dlrec_status (*scatter_add_rows)(dlrec_backend *be, float *dst, size_t rows, const uint32_t *idx, const float *src,
@@ -69,7 +69,7 @@ typedef struct dlrec_backend_ops {
   dlrec_status (*all_finite)(dlrec_backend *be, int *finite, const float *x, size_t n);
   dlrec_status (*sum_columns)(dlrec_backend *be, float *dst, const float *src, size_t B, size_t C);
 
-  /* ---- dense layers (dlrec/nn.h) ---- */
+  /* ---- dense layers (nn/nn.h) ---- */
   /* Kept operands: a 16-bit GEMM converts its operands; between
    * keep_operands(be, 1) and keep_operands(be, 0) the backend keeps the
    * converted copies of what linear_forward (and the cross layers' forward)
@@ -152,7 +152,7 @@ typedef struct dlrec_backend_ops {
                                           float *running_var, float momentum, float eps, int B, int C);
   dlrec_status (*batchnorm_backward)(dlrec_backend *be, float *din, float *dgamma, float *dbeta, const float *dout,
                                      const float *in, const float *gamma, const float *saved, int B, int C);
-  /* Batch normalization over the ways of a split step (dlrec/nn.h's
+  /* Batch normalization over the ways of a split step (nn/nn.h's
    * dlrec_batchnorm_stats and the three after it). */
   dlrec_status (*batchnorm_stats)(dlrec_backend *be, double *out, const float *in, const double *sum, double N, int B,
                                   int C);
@@ -179,14 +179,14 @@ typedef struct dlrec_backend_ops {
   dlrec_status (*optim_step)(dlrec_backend *be, const dlrec_optim_config *c, float *param, const float *grad,
                              float *state, size_t n, uint64_t step);
 
-  /* ---- embeddings (dlrec/embed.h) ---- */
+  /* ---- embeddings (embed/embed.h) ---- */
   dlrec_status (*bag_forward)(dlrec_backend *be, float *out, const dlrec_table *t, const dlrec_bag_batch *bags,
                               dlrec_bag_mode mode);
   dlrec_status (*bag_backward_update)(dlrec_backend *be, dlrec_table *t, dlrec_sparse_optim *o,
                                       const dlrec_bag_batch *bags, dlrec_bag_mode mode, const float *d_out,
                                       void *scratch, size_t scratch_bytes);
 
-  /* ---- batch-invariant scoring (dlrec/nn.h's packed layers) ---- */
+  /* ---- batch-invariant scoring (nn/nn.h's packed layers) ---- */
   dlrec_status (*packed_create)(dlrec_backend *be, dlrec_packed_linear **p, const float *weight, const float *bias,
                                 int IN, int OUT);
   void (*packed_free)(dlrec_backend *be, dlrec_packed_linear *p);

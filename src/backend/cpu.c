@@ -1,5 +1,5 @@
-/* The CPU backend: the ops of backend_impl.h over dlrec/nn.h's and
- * dlrec/embed.h's kernels, on the backend's own thread count and, for the
+/* The CPU backend: the ops of backend_impl.h over nn/nn.h's and
+ * embed/embed.h's kernels, on the backend's own thread count and, for the
  * linear layers, in its precision (cpu_gemm.c).
  *
  * Threads: the kernels are OpenMP loops and OpenBLAS (its OpenMP build)

@@ -1,6 +1,6 @@
 /* The CPU backend's linear layers: their GEMMs in the backend's precision.
  * FP32 runs oneDNN's fp32 matmul where the CPU has AVX-512, else OpenBLAS
- * sgemm (dlrec/nn.h's dlrec_linear_*); DLREC_FP32_GEMM=openblas or onednn
+ * sgemm (nn/nn.h's dlrec_linear_*); DLREC_FP32_GEMM=openblas or onednn
  * in the environment decides instead (cpu_gemm.c says why). BF16 rounds the
  * operands to bfloat16 and accumulates in fp32, on oneDNN where the CPU has
  * AMX-BF16 or AVX512-BF16 and emulated on the fp32 GEMMs elsewhere (cpu_gemm.c says

@@ -32,7 +32,7 @@
 #include "backend/cuda_blas.h"
 #include "backend/cuda_kernels.h"
 #include "backend/fresh_grads.h"
-#include "dlrec/hash.h"
+#include "core/hash.h"
 #include "embed/dtype.h"
 #include "nn/nn_checks.h"
 
@@ -836,7 +836,7 @@ static dlrec_status cuda_cross_mix_backward(dlrec_backend *be, float *dx0, float
 /* ---- batch-invariant scoring: packed layers ----
  *
  * A packed layer here is the weight transposed to (IN, OUT) and the bias in
- * device memory; each output is the fma chain of dlrec/nn.h's contract,
+ * device memory; each output is the fma chain of nn/nn.h's contract,
  * which the CPU's packed layer computes with the same roundings where it
  * has FMA, so the two score alike bit for bit. */
 

@@ -10,7 +10,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "dlrec/status.h"
+#include "core/status.h"
 
 typedef struct cuda_blas cuda_blas;
 

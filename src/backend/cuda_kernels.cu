@@ -16,7 +16,7 @@
 
 #include <cub/cub.cuh>
 
-#include "dlrec/hash.h"
+#include "core/hash.h"
 #include "embed/dtype.h"
 
 namespace {

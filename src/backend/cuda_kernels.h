@@ -2,9 +2,9 @@
  * cuda.c's ops. Each launcher only enqueues: the op has checked its
  * arguments, and the launcher returns the launch's error (cudaSuccess, or
  * why the kernel could not start). Shapes and what each computes are the
- * CPU kernels' (dlrec/nn.h); what differs is said at each.
+ * CPU kernels' (nn/nn.h); what differs is said at each.
  *
- * Sizes are size_t or int as in dlrec/nn.h. Every pointer is device memory.
+ * Sizes are size_t or int as in nn/nn.h. Every pointer is device memory.
  */
 #ifndef DLREC_CUDA_KERNELS_H
 #define DLREC_CUDA_KERNELS_H
@@ -95,7 +95,7 @@ cudaError_t cuk_mix_dlogit(cudaStream_t st, float *dlogit, const float *dm, cons
 /* de (B, d) = p[b][k] * dm[b]. */
 cudaError_t cuk_mix_scale(cudaStream_t st, float *de, const float *dm, const float *p, int B, int d, int K, int k);
 
-/* ---- batch-invariant scoring: dlrec/nn.h's packed layer ---- */
+/* ---- batch-invariant scoring: nn/nn.h's packed layer ---- */
 /* out[b][o] = relu?(fma chain over k in order from bias[o] (0 without)),
  * as the CPU's packed layer computes it where it has FMA: the same bits.
  * wt is the weight transposed, (IN, OUT). */
@@ -148,7 +148,7 @@ typedef struct cuk_rows {
  * size where it pools by its mean; an empty bag is 0). */
 cudaError_t cuk_bag_forward(cudaStream_t st, float *out, cuk_rows t, cuk_bags bags);
 
-/* A sparse optimizer's hyperparameters and state (dlrec/embed.h); kind 0
+/* A sparse optimizer's hyperparameters and state (embed/embed.h); kind 0
  * SGD, 1 row-wise Adagrad, 2 lazy Adam; sr_key keys a 16-bit row's
  * stochastic rounding (src/embed/dtype.h). */
 typedef struct cuk_sparse_opt {

@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dlrec/backend.h"
-#include "dlrec/log.h"
-#include "dlrec/progress.h"
+#include "backend/backend.h"
+#include "core/log.h"
+#include "core/progress.h"
 
 int cli_fail(const char *cmd) {
   fprintf(stderr, "dlrec %s: %s\n", cmd, dlrec_last_error()[0] ? dlrec_last_error() : "failed");

@@ -4,7 +4,7 @@
 
 #include <stdint.h>
 
-#include "dlrec/status.h"
+#include "core/status.h"
 
 /* Each subcommand: argv[0] is its name; returns the process exit code. */
 int cmd_synth(int argc, char **argv);

@@ -5,11 +5,10 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "dlrec/dlr.h"
-#include "dlrec/etl.h"
-#include "dlrec/fsutil.h"
-#include "dlrec/log.h"
-#include "dlrec/progress.h"
+#include "data/dlr.h"
+#include "data/etl.h"
+#include "core/fsutil.h"
+#include "core/log.h"
 
 static void usage_etl(FILE *out) {
   fprintf(out,

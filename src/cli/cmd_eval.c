@@ -3,10 +3,10 @@
 #include <stdio.h>
 
 #include "cli/cli.h"
-#include "dlrec/backend.h"
-#include "dlrec/checkpoint.h"
-#include "dlrec/json.h"
-#include "dlrec/trainer.h"
+#include "backend/backend.h"
+#include "train/checkpoint.h"
+#include "core/json.h"
+#include "train/trainer.h"
 
 static void usage(FILE *out) {
   fprintf(out,
@@ -52,7 +52,7 @@ int cmd_eval(int argc, char **argv) {
   if (!model || !data) return cli_usage_error("eval", "--model and --data are required");
   char dir[4096];
   if (dlrec_checkpoint_select(model, which, dir, sizeof dir) != DLREC_OK) return cli_fail("eval");
-  /* Scoring runs fp32 in every precision (dlrec/backend.h): only the
+  /* Scoring runs fp32 in every precision (backend/backend.h): only the
    * device and threads are the user's to choose. */
   dlrec_backend_config bc = {(uint32_t)threads, DLREC_PRECISION_FP32, 0};
   dlrec_backend *be;

@@ -4,7 +4,7 @@
 #include <stdio.h>
 
 #include "cli/cli.h"
-#include "dlrec/checkpoint.h"
+#include "train/checkpoint.h"
 
 static void usage(FILE *out) {
   fprintf(out,

@@ -9,8 +9,8 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "dlrec/dlr.h"
-#include "dlrec/progress.h"
+#include "data/dlr.h"
+#include "core/progress.h"
 
 typedef unsigned long long ull;
 

@@ -3,10 +3,10 @@
 #include <stdio.h>
 
 #include "cli/cli.h"
-#include "dlrec/backend.h"
-#include "dlrec/checkpoint.h"
-#include "dlrec/predict.h"
-#include "dlrec/trainer.h"
+#include "backend/backend.h"
+#include "train/checkpoint.h"
+#include "train/predict.h"
+#include "train/trainer.h"
 
 static void usage(FILE *out) {
   fprintf(out,
@@ -64,7 +64,7 @@ int cmd_predict(int argc, char **argv) {
   o.progress = !quiet;
   char dir[4096];
   if (dlrec_checkpoint_select(model, which, dir, sizeof dir) != DLREC_OK) return cli_fail("predict");
-  /* Scoring runs fp32 in every precision (dlrec/backend.h): only the
+  /* Scoring runs fp32 in every precision (backend/backend.h): only the
    * device and threads are the user's to choose. */
   dlrec_backend_config bc = {(uint32_t)threads, DLREC_PRECISION_FP32, 0};
   dlrec_backend *be;

@@ -1,11 +1,11 @@
-/* `dlrec report RUN`: (re)builds RUN/report.html (dlrec/report.h) from what
+/* `dlrec report RUN`: (re)builds RUN/report.html (train/report.h) from what
  * the run wrote, and prints the file's path. Training writes the report at
  * its end; this rebuilds it, of a run still going too. */
 #include <getopt.h>
 #include <stdio.h>
 
 #include "cli/cli.h"
-#include "dlrec/report.h"
+#include "train/report.h"
 
 static void usage(FILE *out) {
   fprintf(out,

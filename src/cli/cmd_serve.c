@@ -5,8 +5,8 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "dlrec/checkpoint.h"
-#include "dlrec/serve.h"
+#include "train/checkpoint.h"
+#include "serve/serve.h"
 
 static void usage(FILE *out) {
   fprintf(out,

@@ -3,8 +3,8 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "dlrec/log.h"
-#include "dlrec/synth.h"
+#include "core/log.h"
+#include "data/synth.h"
 
 static void usage(FILE *out) {
   fprintf(out,

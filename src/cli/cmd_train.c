@@ -7,10 +7,10 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "dlrec/comm.h"
-#include "dlrec/json.h"
-#include "dlrec/log.h"
-#include "dlrec/trainer.h"
+#include "dist/comm.h"
+#include "core/json.h"
+#include "core/log.h"
+#include "train/trainer.h"
 
 static void usage(FILE *out) {
   fprintf(out,

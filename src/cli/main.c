@@ -6,8 +6,8 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
-#include "dlrec/backend.h"
-#include "dlrec/log.h"
+#include "backend/backend.h"
+#include "core/log.h"
 
 #ifndef DLREC_VERSION
 #define DLREC_VERSION "dev"

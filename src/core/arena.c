@@ -6,7 +6,7 @@
  * the unused end of a block) is reported like a heap overflow instead of
  * silently landing in a neighbour. Release builds pack allocations as before.
  */
-#include "dlrec/arena.h"
+#include "core/arena.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -14,7 +14,7 @@
 
 #include <sys/mman.h>
 
-#include "dlrec/status.h"
+#include "core/status.h"
 
 #if defined(__has_feature)
 #if __has_feature(address_sanitizer)

@@ -1,5 +1,5 @@
 /* CRC32C: the SSE4.2 crc32 instruction where available, else slicing-by-8. */
-#include "dlrec/crc32c.h"
+#include "core/crc32c.h"
 
 #include <string.h>
 

@@ -1,5 +1,5 @@
 /* File helpers with errors that name the path. */
-#include "dlrec/fsutil.h"
+#include "core/fsutil.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -1,5 +1,5 @@
 /* Byte-string hashing: 8 bytes at a time through the 64-bit mixer. */
-#include "dlrec/hash.h"
+#include "core/hash.h"
 
 #include <string.h>
 

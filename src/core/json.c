@@ -1,13 +1,13 @@
 /* JSON files through cJSON, with errors naming file, line, column and field. */
-#include "dlrec/json.h"
+#include "core/json.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "dlrec/crc32c.h"
-#include "dlrec/fsutil.h"
+#include "core/crc32c.h"
+#include "core/fsutil.h"
 
 #define JSON_MAX_BYTES (256u << 20)
 

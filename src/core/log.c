@@ -1,5 +1,5 @@
 /* Leveled logging to stderr. */
-#include "dlrec/log.h"
+#include "core/log.h"
 
 #include <stdarg.h>
 #include <stdio.h>

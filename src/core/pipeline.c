@@ -1,7 +1,7 @@
 /* Ordered parallel pipeline: jobs live in a ring of caller slots, indexed by
  * sequence number modulo the ring size. Sequence numbers only grow:
  *   consumed <= worked-on <= produced <= consumed + n_jobs. */
-#include "dlrec/pipeline.h"
+#include "core/pipeline.h"
 
 #include <pthread.h>
 #include <stdlib.h>

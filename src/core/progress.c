@@ -1,5 +1,6 @@
 /* Progress bar on stderr: a redrawn line on a terminal, periodic lines otherwise. */
-#include "dlrec/progress.h"
+#include "core/clock.h"
+#include "core/progress.h"
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -33,12 +34,6 @@ static int enabled(void) {
     g_enabled = !(e && !strcmp(e, "0"));
   }
   return g_enabled;
-}
-
-double dlrec_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 /* 1234567 -> "1.23M"; keeps lines short and readable. */
@@ -127,10 +122,6 @@ void dlrec_progress_note(dlrec_progress *p, const char *fmt, ...) {
   va_end(ap);
   pthread_mutex_unlock(&p->lock);
 }
-
-uint64_t dlrec_progress_done(const dlrec_progress *p) { return p ? __atomic_load_n(&p->done, __ATOMIC_RELAXED) : 0; }
-
-double dlrec_progress_seconds(const dlrec_progress *p) { return p ? dlrec_now() - p->start : 0; }
 
 void dlrec_progress_finish(dlrec_progress *p) {
   if (!p) return;

@@ -1,7 +1,7 @@
-/* Embedding rows in Redis over hiredis (dlrec/redis_rows.h): pipelined SETs,
+/* Embedding rows in Redis over hiredis (core/redis_rows.h): pipelined SETs,
  * one MGET per read, every call bounded by a timeout, reconnection at most
  * once per retry interval. */
-#include "dlrec/redis_rows.h"
+#include "core/redis_rows.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -12,8 +12,8 @@
 
 #include <hiredis/hiredis.h>
 
-#include "dlrec/log.h"
-#include "dlrec/progress.h"
+#include "core/log.h"
+#include "core/clock.h"
 
 #define KEY_MAX 240
 

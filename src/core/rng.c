@@ -1,9 +1,9 @@
 /* xoshiro256** seeded through SplitMix64 (Blackman and Vigna). */
-#include "dlrec/rng.h"
+#include "core/rng.h"
 
 #include <math.h>
 
-#include "dlrec/hash.h"
+#include "core/hash.h"
 
 static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 
@@ -51,13 +51,6 @@ double dlrec_rng_normal(dlrec_rng *r) {
   double u1 = 1.0 - dlrec_rng_uniform(r); /* (0, 1]: log is finite */
   double u2 = dlrec_rng_uniform(r);
   return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
-}
-
-dlrec_rng dlrec_rng_split(dlrec_rng *r) {
-  dlrec_rng child;
-  uint64_t a = dlrec_rng_u64(r), b = dlrec_rng_u64(r);
-  dlrec_rng_seed(&child, a, b);
-  return child;
 }
 
 void dlrec_rng_shuffle_u32(dlrec_rng *r, uint32_t *v, uint32_t n) {

@@ -1,5 +1,5 @@
 /* Status names and the thread-local error message. */
-#include "dlrec/status.h"
+#include "core/status.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -1,7 +1,7 @@
-/* Arrow record batches as CSV text (dlrec/arrow.h): the batches of a C
+/* Arrow record batches as CSV text (data/arrow.h): the batches of a C
  * stream are read in place, a few hundred rows at a time formatted into a
  * text buffer that the reader (input.c) takes as if read from a file. */
-#include "dlrec/arrow.h"
+#include "data/arrow.h"
 
 #include <math.h>
 #include <stdio.h>

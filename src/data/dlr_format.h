@@ -19,7 +19,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "dlrec/dlr.h"
+#include "data/dlr.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error ".dlr files are little-endian and are used in place: dlrec needs a little-endian host"

@@ -16,8 +16,8 @@
 #include <unistd.h>
 
 #include "data/dlr_format.h"
-#include "dlrec/crc32c.h"
-#include "dlrec/hash.h"
+#include "core/crc32c.h"
+#include "core/hash.h"
 
 struct dlrec_dlr {
   char *path;

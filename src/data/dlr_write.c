@@ -12,8 +12,8 @@
 #include <unistd.h>
 
 #include "data/dlr_format.h"
-#include "dlrec/crc32c.h"
-#include "dlrec/fsutil.h"
+#include "core/crc32c.h"
+#include "core/fsutil.h"
 
 typedef struct index_entry {
   uint64_t offset, bytes;

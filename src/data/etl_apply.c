@@ -12,10 +12,11 @@
 #include <string.h>
 
 #include "data/etl_internal.h"
-#include "dlrec/dlr.h"
-#include "dlrec/log.h"
-#include "dlrec/pipeline.h"
-#include "dlrec/progress.h"
+#include "data/dlr.h"
+#include "core/log.h"
+#include "core/pipeline.h"
+#include "core/clock.h"
+#include "core/progress.h"
 
 void dlrec_etl_apply_opts_default(dlrec_etl_apply_opts *o) {
   *o = (dlrec_etl_apply_opts){

@@ -18,10 +18,11 @@
 #include <unistd.h>
 
 #include "data/etl_internal.h"
-#include "dlrec/fsutil.h"
-#include "dlrec/log.h"
-#include "dlrec/pipeline.h"
-#include "dlrec/progress.h"
+#include "core/fsutil.h"
+#include "core/log.h"
+#include "core/pipeline.h"
+#include "core/clock.h"
+#include "core/progress.h"
 
 void dlrec_etl_fit_opts_default(dlrec_etl_fit_opts *o) {
   *o = (dlrec_etl_fit_opts){

@@ -13,8 +13,8 @@
 
 #include "data/keymap.h"
 #include "data/layout.h"
-#include "dlrec/etl.h"
-#include "dlrec/hash.h"
+#include "data/etl.h"
+#include "core/hash.h"
 
 #define ETL_JSON "etl.json"
 #define ETL_VOCAB "vocab.bin"
@@ -179,7 +179,7 @@ struct dlrec_etl {
  * schema (dlrec_schema.keys): two ids a value, ranges [0, 2^32). */
 void etl_keys_schema(dlrec_etl *e);
 
-/* Column c's raw key for a value's key (see dlrec/etl.h). */
+/* Column c's raw key for a value's key (see data/etl.h). */
 static inline uint64_t etl_raw_key(uint32_t c, uint64_t key) {
   return dlrec_mix64(key + (uint64_t)(c + 1) * 0x9e3779b97f4a7c15ull);
 }

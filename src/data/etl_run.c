@@ -8,7 +8,7 @@
 #include <sys/stat.h>
 
 #include "data/etl_internal.h"
-#include "dlrec/log.h"
+#include "core/log.h"
 
 void etl_column_keys_init(etl_column_keys *k, dlrec_input_format f, const dlrec_columns *c) {
   for (uint32_t i = 0; i < c->n_cat; i++) {

@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "data/etl_internal.h"
-#include "dlrec/fsutil.h"
+#include "core/fsutil.h"
 
 dlrec_status etl_runs_open(etl_runs *r, const char *dir, const char *name) {
   memset(r, 0, sizeof *r);

@@ -8,9 +8,9 @@
 #include <unistd.h>
 
 #include "data/etl_internal.h"
-#include "dlrec/crc32c.h"
-#include "dlrec/fsutil.h"
-#include "dlrec/json.h"
+#include "core/crc32c.h"
+#include "core/fsutil.h"
+#include "core/json.h"
 
 /* vocab.bin: a 32-byte header, then one section per categorical column. */
 static const char VOCAB_MAGIC[8] = {'D', 'L', 'R', 'V', 'O', 'C', 'A', 'B'};

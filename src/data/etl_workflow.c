@@ -20,7 +20,7 @@
 #include <string.h>
 
 #include "data/etl_internal.h"
-#include "dlrec/json.h"
+#include "core/json.h"
 
 static dlrec_status bound(const cJSON *v, const char *what, int i, double none, double *out) {
   if (cJSON_IsNull(v)) {

@@ -14,7 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "dlrec/parse.h"
+#include "data/parse.h"
 
 struct dlrec_reader {
   int fd;                  /* -1 when reading src */
@@ -29,7 +29,7 @@ struct dlrec_reader {
   int eof;        /* read() has returned 0 */
   int discarding; /* dropping the rest of an over-long line */
   uint64_t next_line;
-  uint64_t bytes, size;
+  uint64_t bytes;
 };
 
 void dlrec_block_free(dlrec_block *b) {
@@ -87,7 +87,6 @@ dlrec_status dlrec_reader_open(dlrec_reader **out, const char *path, size_t bloc
       dlrec_reader_close(r);
       return dlrec_error(DLREC_ERR_IO, "%s: is a directory", path);
     }
-    if (S_ISREG(st.st_mode)) r->size = (uint64_t)st.st_size;
   }
   *out = r;
   return DLREC_OK;
@@ -102,9 +101,7 @@ dlrec_status dlrec_reader_open_source(dlrec_reader **out, const dlrec_source *sr
   return s;
 }
 
-const char *dlrec_reader_name(const dlrec_reader *r) { return r->name; }
 uint64_t dlrec_reader_bytes(const dlrec_reader *r) { return r->bytes; }
-uint64_t dlrec_reader_size(const dlrec_reader *r) { return r->size; }
 
 void dlrec_reader_close(dlrec_reader *r) {
   if (!r) return;

@@ -12,8 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dlrec/hash.h"
-#include "dlrec/status.h"
+#include "core/hash.h"
+#include "core/status.h"
 
 typedef struct keymap_slot {
   uint64_t key;

@@ -618,7 +618,6 @@ void dlrec_layout_free(dlrec_layout *L) {
   free(L);
 }
 
-dlrec_input_format dlrec_layout_format(const dlrec_layout *L) { return L->format; }
 int dlrec_layout_has_label(const dlrec_layout *L) { return L->has_label; }
 uint32_t dlrec_layout_fields(const dlrec_layout *L) { return L->n_fields; }
 uint32_t dlrec_layout_n_dense(const dlrec_layout *L) { return L->n_dense; }
@@ -627,6 +626,5 @@ const char *dlrec_layout_field_name(const dlrec_layout *L, uint32_t i) {
   return i < L->n_fields && L->names[i] ? L->names[i] : "";
 }
 const char *dlrec_layout_ignored(const dlrec_layout *L) { return L->ignored ? L->ignored : ""; }
-uint32_t dlrec_layout_label_field(const dlrec_layout *L) { return L->label_field; }
 uint32_t dlrec_layout_dense_field(const dlrec_layout *L, uint32_t i) { return L->dense_field[i]; }
 uint32_t dlrec_layout_cat_field(const dlrec_layout *L, uint32_t i) { return L->cat_field[i]; }

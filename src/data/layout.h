@@ -3,7 +3,7 @@
 #ifndef DLREC_DATA_LAYOUT_H
 #define DLREC_DATA_LAYOUT_H
 
-#include "dlrec/parse.h"
+#include "data/parse.h"
 
 /* CSV lines may have at most this many fields (each needs a role). */
 #define DLREC_LAYOUT_MAX_FIELDS 4096

@@ -45,18 +45,18 @@
  * is ready, no worker asleep) takes no lock; the consumer spins ~20 us before
  * sleeping, because small batches are ready sooner than a futex round trip.
  */
-#include "dlrec/loader.h"
+#include "data/loader.h"
 
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "dlrec/arena.h"
-#include "dlrec/dlr.h"
-#include "dlrec/hash.h"
-#include "dlrec/progress.h"
-#include "dlrec/rng.h"
+#include "core/arena.h"
+#include "data/dlr.h"
+#include "core/hash.h"
+#include "core/clock.h"
+#include "core/rng.h"
 
 #define MAX_BATCH_ROWS (1u << 24)
 #define MAX_PREFETCH 1024u

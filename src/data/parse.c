@@ -1,7 +1,7 @@
 /* Value parsers, row splitting and parse errors for Criteo TSV and CSV rows.
  * Layout construction and the schema SPEC live in layout.c; the block reader
  * in input.c. */
-#include "dlrec/parse.h"
+#include "data/parse.h"
 
 #include <errno.h>
 #include <math.h>

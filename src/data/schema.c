@@ -1,5 +1,5 @@
 /* Schema validation and comparison. */
-#include "dlrec/schema.h"
+#include "data/schema.h"
 
 #include <string.h>
 

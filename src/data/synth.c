@@ -8,14 +8,14 @@
  * generation runs from a few kilobytes of state. docs/synth.md describes the
  * model for users; the comments here say why it is built this way.
  */
-#include "dlrec/synth.h"
+#include "data/synth.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "dlrec/hash.h"
-#include "dlrec/rng.h"
+#include "core/hash.h"
+#include "core/rng.h"
 
 /* A row takes some 80 random numbers, and calls to the out-of-line
  * dlrec_rng_u64 cost a tenth of the generator's time: this is its

@@ -5,7 +5,7 @@
  * so a file depends on its seeds and row count only, never on the thread
  * count. Regular files are written under PATH.tmp and renamed when complete.
  */
-#include "dlrec/synth.h"
+#include "data/synth.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -18,10 +18,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "dlrec/fsutil.h"
-#include "dlrec/log.h"
-#include "dlrec/pipeline.h"
-#include "dlrec/progress.h"
+#include "core/fsutil.h"
+#include "core/log.h"
+#include "core/pipeline.h"
+#include "core/clock.h"
+#include "core/progress.h"
 
 #define AUC_BINS 65536
 

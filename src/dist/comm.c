@@ -1,4 +1,4 @@
-/* The communicator's generic layer (dlrec/comm.h): argument checks, byte
+/* The communicator's generic layer (dist/comm.h): argument checks, byte
  * counts, the collectives built on an implementation's primitives, and the
  * single-process implementation.
  *

@@ -12,7 +12,7 @@
 #ifndef DLREC_COMM_IMPL_H
 #define DLREC_COMM_IMPL_H
 
-#include "dlrec/comm.h"
+#include "dist/comm.h"
 
 typedef struct dlrec_comm_ops {
   const char *name; /* what dlrec_comm_name() returns */

@@ -1,4 +1,4 @@
-/* The MPI communicator (dlrec/comm.h): a duplicate of MPI_COMM_WORLD whose
+/* The MPI communicator (dist/comm.h): a duplicate of MPI_COMM_WORLD whose
  * errors return instead of killing the process, so that each becomes a
  * dlrec_status naming the call and MPI's own error string.
  *

@@ -2,7 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dlrec/dist.h"
+#include "dist/dist.h"
 
 /* A column's rows on rank r: all or none table-wise, every ranks-th row-wise. */
 static uint64_t col_rows_on(const dlrec_shard_plan *p, uint32_t c, int r) {

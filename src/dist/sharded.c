@@ -1,5 +1,5 @@
 /* The sharded embedding stage of a data-parallel training step
- * (dlrec/dist.h): the rows a part needs come from their owners, the
+ * (dist/dist.h): the rows a part needs come from their owners, the
  * lookups' gradients go back to them, and the dense gradients are summed
  * over the ranks. */
 #include <stdlib.h>
@@ -7,9 +7,9 @@
 
 #include "backend/backend_impl.h"
 #include "embed/table_impl.h"
-#include "dlrec/dist.h"
-#include "dlrec/log.h"
-#include "dlrec/progress.h"
+#include "dist/dist.h"
+#include "core/log.h"
+#include "core/clock.h"
 #include "model/model_type.h"
 
 struct dlrec_sharded {

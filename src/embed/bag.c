@@ -17,7 +17,7 @@
 #include <omp.h>
 #include <string.h>
 
-#include "dlrec/embed.h"
+#include "embed/embed.h"
 #include "embed/dtype.h"
 
 #define ALWAYS_INLINE inline __attribute__((always_inline))

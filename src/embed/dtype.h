@@ -19,8 +19,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "dlrec/embed.h"
-#include "dlrec/hash.h" /* DLREC_HOST_DEVICE: the CUDA backend rounds 16-bit rows with these */
+#include "embed/embed.h"
+#include "core/hash.h" /* DLREC_HOST_DEVICE: the CUDA backend rounds 16-bit rows with these */
 
 static inline DLREC_HOST_DEVICE uint32_t dtype_f32_bits(float x) {
   uint32_t u;

@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dlrec/status.h"
+#include "core/status.h"
 
 #define SLOT_INDEX_NONE UINT32_MAX /* no slot: the key is absent */
 

@@ -20,7 +20,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "dlrec/embed.h"
+#include "embed/embed.h"
 #include "embed/dtype.h"
 
 #define ALWAYS_INLINE inline __attribute__((always_inline))

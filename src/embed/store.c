@@ -1,4 +1,4 @@
-/* Table storage (dlrec/store.h): the interface, and the ram store, whose
+/* Table storage (embed/store.h): the interface, and the ram store, whose
  * resident table is the whole table and whose resolve is the identity. */
 #include "embed/store_impl.h"
 
@@ -76,7 +76,6 @@ void dlrec_store_free(dlrec_store *s) {
 
 uint64_t dlrec_store_rows(const dlrec_store *s) { return s->rows; }
 dlrec_table *dlrec_store_table(dlrec_store *s) { return s->table; }
-const dlrec_table *dlrec_store_table_const(const dlrec_store *s) { return s->table; }
 dlrec_store_kind dlrec_store_get_kind(const dlrec_store *s) { return s->kind; }
 
 dlrec_status dlrec_store_init_uniform(dlrec_store *s, const dlrec_row_range *ranges, uint32_t n_ranges,
@@ -122,7 +121,6 @@ int dlrec_store_key_of(const dlrec_store *s, uint32_t row, uint64_t *key) {
   return s->hashed ? hashed_key_of(s, row, key) : 0;
 }
 
-dlrec_status dlrec_store_flush(dlrec_store *s) { return s->tiered ? tiered_flush(s) : DLREC_OK; }
 
 dlrec_status dlrec_store_lookup_keys(const dlrec_store *s, const dlrec_key_batch *in, uint32_t *const *offsets,
                                      uint32_t *const *ids, uint64_t *missing) {

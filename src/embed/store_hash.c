@@ -1,4 +1,4 @@
-/* The hash store (dlrec/store.h): a dynamic table keyed by raw 64-bit keys.
+/* The hash store (embed/store.h): a dynamic table keyed by raw 64-bit keys.
  *
  * The resident table has cache_rows rows, each free or holding one key. An
  * index (open addressing, linear probing, deletion by backward shift, twice
@@ -29,7 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dlrec/rng.h"
+#include "core/rng.h"
 #include "embed/slot_index.h"
 #include "embed/store_impl.h"
 

@@ -3,7 +3,7 @@
 #ifndef DLREC_EMBED_STORE_IMPL_H
 #define DLREC_EMBED_STORE_IMPL_H
 
-#include "dlrec/store.h"
+#include "embed/store.h"
 
 typedef struct tiered tiered;
 typedef struct hashed hashed;
@@ -39,7 +39,6 @@ dlrec_status tiered_init_uniform(dlrec_store *s, const dlrec_row_range *ranges, 
  * dlrec_sparse_optim_create initializes its own. */
 dlrec_status tiered_optim_added(dlrec_store *s, dlrec_sparse_optim *o, const dlrec_sparse_optim_config *c);
 dlrec_status tiered_resolve(dlrec_store *s, const dlrec_bag_batch *in, dlrec_bag_batch *out, int write);
-dlrec_status tiered_flush(dlrec_store *s);
 dlrec_status tiered_map(dlrec_store *s, dlrec_store_view *v);
 void tiered_unmap(dlrec_store *s, dlrec_store_view *v);
 size_t tiered_overhead_bytes(const dlrec_store *s);

@@ -1,4 +1,4 @@
-/* The tiered store (dlrec/store.h): the table and its optimizer state in a
+/* The tiered store (embed/store.h): the table and its optimizer state in a
  * file, the rows batches touch in a RAM cache.
  *
  * The file holds the ram layout, section by section, each at a 4 KiB
@@ -33,7 +33,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "dlrec/fsutil.h"
+#include "core/fsutil.h"
 #include "embed/slot_index.h"
 #include "embed/store_impl.h"
 #include "embed/table_impl.h"
@@ -570,7 +570,7 @@ dlrec_status tiered_resolve(dlrec_store *s, const dlrec_bag_batch *in, dlrec_bag
   return DLREC_OK;
 }
 
-dlrec_status tiered_flush(dlrec_store *s) {
+static dlrec_status tiered_flush(dlrec_store *s) {
   tiered *t = s->tiered;
   for (uint64_t i = 0; i < t->used; i++) {
     if (!(t->slot_flags[i] & FLAG_DIRTY)) continue;

@@ -7,8 +7,8 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "dlrec/embed.h"
-#include "dlrec/rng.h"
+#include "embed/embed.h"
+#include "core/rng.h"
 #include "embed/dtype.h"
 #include "embed/table_impl.h"
 

@@ -2,7 +2,7 @@
 #ifndef DLREC_EMBED_TABLE_IMPL_H
 #define DLREC_EMBED_TABLE_IMPL_H
 
-#include "dlrec/embed.h"
+#include "embed/embed.h"
 
 /* Ranges as dlrec_table_init_uniform requires them, for a table of `rows`. */
 dlrec_status table_check_ranges(const dlrec_row_range *ranges, uint32_t n_ranges, uint64_t rows);

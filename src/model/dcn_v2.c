@@ -28,10 +28,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dlrec/arena.h"
-#include "dlrec/json.h"
-#include "dlrec/progress.h"
-#include "dlrec/rng.h"
+#include "core/arena.h"
+#include "core/json.h"
+#include "core/clock.h"
+#include "core/rng.h"
 #include "model/model_type.h"
 #include "model/onnx.h"
 

@@ -4,7 +4,7 @@
  * categorical columns alone still has its intercept. */
 #include <math.h>
 
-#include "dlrec/rng.h"
+#include "core/rng.h"
 #include "model/model_type.h"
 
 dlrec_status net_dense_term_plan(net_dense_term *t, net_plan *p, uint32_t n_dense) {

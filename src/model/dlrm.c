@@ -10,17 +10,17 @@
  * with "cat" the F embeddings concatenated, I = F·D. The config's
  * bottom_mlp is then unused.
  */
-#include "dlrec/dlrm.h"
+#include "model/dlrm.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "dlrec/arena.h"
-#include "dlrec/json.h"
-#include "dlrec/progress.h"
-#include "dlrec/rng.h"
+#include "core/arena.h"
+#include "core/json.h"
+#include "core/clock.h"
+#include "core/rng.h"
 #include "model/model_type.h"
 #include "model/onnx.h"
 

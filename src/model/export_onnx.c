@@ -1,4 +1,4 @@
-/* ONNX export of a network (dlrec_net_export_onnx, dlrec/model.h): the
+/* ONNX export of a network (dlrec_net_export_onnx, model/model.h): the
  * generic part (inputs, the embedding stage, the sigmoid) and the helpers
  * the types' export hooks share (linear layers, the dense term, the FM
  * split and terms). Each type's hook (net_type.export_onnx) maps the dense
@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dlrec/embed.h"
+#include "embed/embed.h"
 #include "model/model_type.h"
 #include "model/onnx.h"
 

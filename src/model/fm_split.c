@@ -6,7 +6,7 @@
  * factors and its weight for the blocks of src/nn, and join the two
  * gradients back into d_emb.
  */
-#include "dlrec/json.h"
+#include "core/json.h"
 #include "model/model_type.h"
 
 dlrec_status net_fm_config_dim(const cJSON *o, const char *what, uint32_t *emb_dim) {

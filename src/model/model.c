@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dlrec/json.h"
-#include "dlrec/rng.h"
+#include "core/json.h"
+#include "core/rng.h"
 #include "model/model_type.h"
 
 /* Every model type, by name. A new type adds one line here. */

@@ -12,9 +12,9 @@
 #define DLREC_MODEL_TYPE_H
 
 #include "backend/backend_impl.h"
-#include "dlrec/arena.h"
-#include "dlrec/dlrm.h"
-#include "dlrec/model.h"
+#include "core/arena.h"
+#include "model/dlrm.h"
+#include "model/model.h"
 
 struct onnx_graph; /* model/onnx.h */
 
@@ -295,7 +295,7 @@ struct dlrec_net {
   dlrec_schema schema;
   net_plan plan;
   float *params;
-  dlrec_store *store;  /* where the embedding rows live (dlrec/store.h) */
+  dlrec_store *store;  /* where the embedding rows live (embed/store.h) */
   dlrec_table *table;  /* the store's resident table, which the kernels gather from */
   dlrec_backend *be;        /* borrowed (dlrec_net_set_backend); the default backend unless set */
   uint64_t max_ids_per_row; /* sum of the columns' max hotness */

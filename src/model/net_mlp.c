@@ -23,7 +23,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "dlrec/json.h"
+#include "core/json.h"
 #include "model/model_type.h"
 #include "model/onnx.h"
 

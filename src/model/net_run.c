@@ -16,8 +16,8 @@
 #include <sched.h>
 #include <stdatomic.h>
 
-#include "dlrec/arena.h"
-#include "dlrec/progress.h"
+#include "core/arena.h"
+#include "core/clock.h"
 #include "model/model_type.h"
 
 /* Where the ways of a split step meet (net_allreduce): a counting barrier
@@ -434,7 +434,7 @@ static dlrec_status resolve_keys(const dlrec_net *n, dlrec_net_ws *ws, const dlr
 uint64_t dlrec_net_ws_keys_missing(const dlrec_net_ws *ws) { return ws->keys_missing; }
 
 /* *out = b with its ids rewritten as rows of the network's resident table
- * (dlrec/store.h), which the kernels then read; write: the pass will update
+ * (embed/store.h), which the kernels then read; write: the pass will update
  * those rows. A ram store's rows are the ids: *out = b. */
 static dlrec_status resolve(const dlrec_net *n, dlrec_net_ws *ws, const dlrec_batch *b, dlrec_batch *out,
                             int write) {

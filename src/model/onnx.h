@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dlrec/status.h"
+#include "core/status.h"
 
 typedef struct onnx_graph onnx_graph;
 

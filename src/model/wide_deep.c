@@ -35,9 +35,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dlrec/arena.h"
-#include "dlrec/json.h"
-#include "dlrec/progress.h"
+#include "core/arena.h"
+#include "core/json.h"
+#include "core/clock.h"
 #include "model/model_type.h"
 #include "model/onnx.h"
 

@@ -6,7 +6,7 @@
  */
 #include <math.h>
 
-#include "dlrec/nn.h"
+#include "nn/nn.h"
 
 /* Passes smaller than this run on one thread (see linear.c). */
 #define PARALLEL_MIN 32768

@@ -18,7 +18,7 @@
 #include <math.h>
 #include <stddef.h>
 
-#include "dlrec/nn.h"
+#include "nn/nn.h"
 #include "nn/nn_checks.h"
 
 #define MAX_C 65536

@@ -17,7 +17,7 @@
  */
 #include <stddef.h>
 
-#include "dlrec/nn.h"
+#include "nn/nn.h"
 #include "nn/nn_checks.h"
 
 #if defined(__clang__)

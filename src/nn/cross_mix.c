@@ -23,7 +23,7 @@
 #include <math.h>
 #include <stddef.h>
 
-#include "dlrec/nn.h"
+#include "nn/nn.h"
 #include "nn/nn_checks.h"
 
 #if defined(__clang__)

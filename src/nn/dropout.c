@@ -14,8 +14,8 @@
  */
 #include <string.h>
 
-#include "dlrec/hash.h"
-#include "dlrec/nn.h"
+#include "core/hash.h"
+#include "nn/nn.h"
 #include "nn/nn_checks.h"
 
 #define PARALLEL_MIN 32768

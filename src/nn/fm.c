@@ -11,7 +11,7 @@
  */
 #include <stddef.h>
 
-#include "dlrec/nn.h"
+#include "nn/nn.h"
 #include "nn/nn_checks.h"
 
 #define MAX_F 65536

@@ -32,7 +32,7 @@
  */
 #include <string.h>
 
-#include "dlrec/nn.h"
+#include "nn/nn.h"
 #include "nn/nn_checks.h"
 
 #define MAX_F 256

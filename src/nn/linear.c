@@ -7,7 +7,7 @@
 #include <cblas.h>
 #include <stddef.h>
 
-#include "dlrec/nn.h"
+#include "nn/nn.h"
 #include "nn/nn_checks.h"
 #include "nn/nn_columns.h"
 

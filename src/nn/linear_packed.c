@@ -46,7 +46,7 @@
 #include <immintrin.h>
 #endif
 
-#include "dlrec/nn.h"
+#include "nn/nn.h"
 #include "nn/nn_checks.h"
 
 #if defined(__clang__)

@@ -6,7 +6,7 @@
  */
 #include <math.h>
 
-#include "dlrec/nn.h"
+#include "nn/nn.h"
 #include "nn/nn_checks.h"
 
 dlrec_status nn_check_bce(const char *what, const void *a, const void *b, const void *c, int B) {

@@ -7,7 +7,7 @@
  */
 #include <math.h>
 
-#include "dlrec/nn.h"
+#include "nn/nn.h"
 
 /* Updates smaller than this run on one thread (see linear.c). */
 #define PARALLEL_MIN 32768

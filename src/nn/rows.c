@@ -8,7 +8,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "dlrec/nn.h"
+#include "nn/nn.h"
 #include "nn/nn_checks.h"
 
 /* Passes smaller than this run on one thread (see linear.c). */

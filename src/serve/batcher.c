@@ -18,7 +18,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "dlrec/progress.h"
 #include "serve/serve_internal.h"
 
 typedef struct worker_state {

@@ -16,8 +16,8 @@
 #include <sys/socket.h>
 #include <time.h>
 
-#include "dlrec/log.h"
-#include "dlrec/progress.h"
+#include "core/log.h"
+#include "core/clock.h"
 #include "serve/serve_internal.h"
 
 /* Writes a one-shot error response (status 0: none) and shuts the socket

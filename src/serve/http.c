@@ -34,10 +34,10 @@
 #include <arpa/inet.h>
 #include <unistd.h>
 
-#include "dlrec/fsutil.h"
-#include "dlrec/log.h"
-#include "dlrec/progress.h"
-#include "dlrec/redis_rows.h"
+#include "core/fsutil.h"
+#include "core/log.h"
+#include "core/clock.h"
+#include "core/redis_rows.h"
 #include "serve/serve_internal.h"
 
 #ifndef DLREC_VERSION

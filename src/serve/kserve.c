@@ -2,7 +2,7 @@
  * and Triton's binary tensor data extension) and response writing (by hand,
  * since a long float array is most of a response and cJSON would build a
  * node per float). */
-#include "dlrec/kserve.h"
+#include "serve/kserve.h"
 
 #include <float.h>
 #include <math.h>
@@ -12,7 +12,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "dlrec/arena.h"
+#include "core/arena.h"
 
 /* Binary tensors are little-endian and are borrowed or copied as they lie. */
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__

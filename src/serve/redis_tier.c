@@ -15,8 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dlrec/progress.h"
-#include "dlrec/redis_rows.h"
+#include "core/clock.h"
+#include "core/redis_rows.h"
 #include "embed/slot_index.h"
 #include "serve/serve_internal.h"
 

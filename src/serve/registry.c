@@ -13,7 +13,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "dlrec/log.h"
+#include "core/log.h"
 #include "serve/serve_internal.h"
 
 void serve_model_release(serve_model *m) {

@@ -1,7 +1,7 @@
 /* Parsed inference requests -> encoded model rows (the raw and the
  * HugeCTR-style conventions of serve_batch.h), and the growable rows that
  * several requests share for dynamic batching. */
-#include "dlrec/serve_batch.h"
+#include "serve/serve_batch.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -9,11 +9,11 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include "dlrec/checkpoint.h"
-#include "dlrec/model.h"
-#include "dlrec/kserve.h"
-#include "dlrec/serve.h"
-#include "dlrec/serve_batch.h"
+#include "train/checkpoint.h"
+#include "model/model.h"
+#include "serve/kserve.h"
+#include "serve/serve.h"
+#include "serve/serve_batch.h"
 
 /* ---- models (registry.c) ---- */
 
@@ -206,7 +206,7 @@ typedef struct serve_redis_counts {
 typedef struct serve_redis serve_redis;
 dlrec_status serve_redis_create(serve_redis **t, const serve_redis_opts *o, uint32_t dim);
 void serve_redis_free(serve_redis *t); /* accepts NULL */
-/* dlrec_row_fetch (dlrec/model.h) over the tier; ctx is the serve_redis. */
+/* dlrec_row_fetch (model/model.h) over the tier; ctx is the serve_redis. */
 dlrec_status serve_redis_fetch(void *ctx, const uint64_t *keys, size_t n, float *rows, uint8_t *found);
 void serve_redis_take_counts(serve_redis *t, serve_redis_counts *out);
 

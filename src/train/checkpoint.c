@@ -1,6 +1,6 @@
 /* Checkpoints: an atomic directory per save, a `latest` pointer, pruning,
  * and loading for resume, evaluation, prediction and serving. */
-#include "dlrec/checkpoint.h"
+#include "train/checkpoint.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -13,11 +13,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "dlrec/backend.h"
-#include "dlrec/crc32c.h"
-#include "dlrec/fsutil.h"
-#include "dlrec/json.h"
-#include "dlrec/log.h"
+#include "backend/backend.h"
+#include "core/crc32c.h"
+#include "core/fsutil.h"
+#include "core/json.h"
+#include "core/log.h"
 #include "embed/table_impl.h"
 #include "train/etl_match.h"
 #include "train/tensor_file.h"

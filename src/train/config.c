@@ -1,12 +1,12 @@
 /* The training configuration: defaults, JSON reading with strict checks, and
  * the learning-rate schedule. */
-#include "dlrec/train_config.h"
+#include "train/train_config.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "dlrec/json.h"
+#include "core/json.h"
 
 void dlrec_train_config_device(const dlrec_train_config *c, char *buf, size_t size) {
   if (strcmp(c->device, "cuda")) snprintf(buf, size, "%s", c->device); /* cpu, cpu-mirror */

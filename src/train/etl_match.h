@@ -3,7 +3,7 @@
 #ifndef DLREC_TRAIN_ETL_MATCH_H
 #define DLREC_TRAIN_ETL_MATCH_H
 
-#include "dlrec/etl.h"
+#include "data/etl.h"
 
 /* DLREC_OK when a and b give every raw row the same encoding: the same input
  * format and CSV header, the same schema (columns, names, id ranges), the same

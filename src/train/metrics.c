@@ -1,6 +1,6 @@
 /* Exact AUC by ranking (a radix sort of the float scores, ties grouped) and
  * the likelihood-based metrics, accumulated in double precision. */
-#include "dlrec/metrics.h"
+#include "train/metrics.h"
 
 #include <math.h>
 #include <stdlib.h>

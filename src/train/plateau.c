@@ -6,7 +6,7 @@
  * plain data that the checkpoint manifest stores). */
 #include <math.h>
 
-#include "dlrec/train_config.h"
+#include "train/train_config.h"
 
 void dlrec_valid_state_init(dlrec_valid_state *s) {
   *s = (dlrec_valid_state){0};

@@ -1,5 +1,5 @@
 /* Batch prediction from raw rows or .dlr files. */
-#include "dlrec/predict.h"
+#include "train/predict.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -7,11 +7,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "dlrec/fsutil.h"
-#include "dlrec/log.h"
-#include "dlrec/parse.h"
-#include "dlrec/progress.h"
-#include "dlrec/trainer.h"
+#include "core/fsutil.h"
+#include "core/log.h"
+#include "data/parse.h"
+#include "core/progress.h"
+#include "train/trainer.h"
 
 void dlrec_predict_opts_default(dlrec_predict_opts *o) {
   *o = (dlrec_predict_opts){.batch_rows = 4096, .progress = 1};

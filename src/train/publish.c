@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dlrec/log.h"
-#include "dlrec/redis_rows.h"
-#include "dlrec/store.h"
+#include "core/log.h"
+#include "core/redis_rows.h"
+#include "embed/store.h"
 
 struct publisher {
   dlrec_redis_rows *client;

@@ -8,9 +8,9 @@
 #ifndef DLREC_TRAIN_PUBLISH_H
 #define DLREC_TRAIN_PUBLISH_H
 
-#include "dlrec/loader.h"
-#include "dlrec/model.h"
-#include "dlrec/train_config.h"
+#include "data/loader.h"
+#include "model/model.h"
+#include "train/train_config.h"
 
 typedef struct publisher publisher;
 

@@ -1,16 +1,16 @@
-/* RUN/report.html (dlrec/report.h): the run's curves as inline SVG line
+/* RUN/report.html (train/report.h): the run's curves as inline SVG line
  * plots, its time breakdown as bars, its data and config as tables. Every
  * string that comes from the run (column names, the config) is escaped. */
-#include "dlrec/report.h"
+#include "train/report.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "dlrec/checkpoint.h"
-#include "dlrec/fsutil.h"
-#include "dlrec/json.h"
+#include "train/checkpoint.h"
+#include "core/fsutil.h"
+#include "core/json.h"
 
 /* ---- the curves of metrics.jsonl ---- */
 

@@ -22,8 +22,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "dlrec/crc32c.h"
-#include "dlrec/fsutil.h"
+#include "core/crc32c.h"
+#include "core/fsutil.h"
 
 #define MAGIC "DLRTNSR1"
 #define VERSION 1

@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dlrec/status.h"
+#include "core/status.h"
 
 #define TENSOR_NAME_MAX 40
 

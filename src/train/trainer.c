@@ -1,6 +1,6 @@
 /* The training loop: loader -> train step -> logging, evaluation and
  * checkpoints at intervals; resume; graceful stop on SIGINT/SIGTERM. */
-#include "dlrec/trainer.h"
+#include "train/trainer.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -11,15 +11,16 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "dlrec/checkpoint.h"
-#include "dlrec/dist.h"
-#include "dlrec/etl.h"
-#include "dlrec/fsutil.h"
-#include "dlrec/json.h"
-#include "dlrec/loader.h"
-#include "dlrec/log.h"
-#include "dlrec/progress.h"
-#include "dlrec/report.h"
+#include "train/checkpoint.h"
+#include "dist/dist.h"
+#include "data/etl.h"
+#include "core/fsutil.h"
+#include "core/json.h"
+#include "data/loader.h"
+#include "core/log.h"
+#include "core/clock.h"
+#include "core/progress.h"
+#include "train/report.h"
 #include "train/publish.h"
 
 cJSON *dlrec_metrics_to_json(const dlrec_metrics *m) {
@@ -130,7 +131,7 @@ typedef struct run {
   double follow_idle; /* seconds spent waiting for a new file */
   publisher *pub;     /* publish.redis: trained rows to the Redis tier; NULL: off */
   /* Across ranks (a->comm of more than one rank): this rank's part of each
-   * batch, its shard of the table and the exchanges (dlrec/dist.h). No
+   * batch, its shard of the table and the exchanges (dist/dist.h). No
    * rank holds the whole table; rank 0 alone writes into RUN. */
   int rank, ranks;
   dlrec_shard_plan plan;

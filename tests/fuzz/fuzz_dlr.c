@@ -17,9 +17,9 @@
 #include <unistd.h>
 
 #include "data/dlr_format.h"
-#include "dlrec/crc32c.h"
-#include "dlrec/dlr.h"
-#include "dlrec/loader.h"
+#include "core/crc32c.h"
+#include "data/dlr.h"
+#include "data/loader.h"
 
 /* Reads every id of group i through its offsets (or hotness), as a consumer
  * would; only after dlrec_dlr_check_offsets said that is safe. */

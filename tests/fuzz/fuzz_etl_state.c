@@ -18,9 +18,9 @@
 #include <unistd.h>
 
 #include "data/etl_internal.h"
-#include "dlrec/crc32c.h"
-#include "dlrec/fsutil.h"
-#include "dlrec/json.h"
+#include "core/crc32c.h"
+#include "core/fsutil.h"
+#include "core/json.h"
 
 static char dir[64];
 

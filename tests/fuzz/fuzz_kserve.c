@@ -14,8 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dlrec/kserve.h"
-#include "dlrec/serve_batch.h"
+#include "serve/kserve.h"
+#include "serve/serve_batch.h"
 
 /* dense a, b; sparse c0 [0,10) one-hot, c1 [10,20) up to 3 ids, c2 [20,25)
  * exactly 2 ids. */

@@ -16,7 +16,7 @@
 
 #include "data/etl_internal.h"
 #include "data/layout.h"
-#include "dlrec/parse.h"
+#include "data/parse.h"
 
 static void values(const dlrec_layout *L, const dlrec_raw_row *row) {
   uint32_t nd = dlrec_layout_n_dense(L), nc = dlrec_layout_n_cat(L);

@@ -18,7 +18,7 @@ venv_ready "$venv" 'import cffi, numpy, pandas, pyarrow, pytest, setuptools, whe
 # The package around this build's library, every time (the library changes).
 rm -rf "$work/src"
 cp -r "$root/python" "$work/src"
-DLREC_LIBRARY=$so DLREC_API_HEADER=$root/include/dlrec/api.h "$venv/bin/pip" install -q --disable-pip-version-check --no-build-isolation --no-deps \
+DLREC_LIBRARY=$so DLREC_API_HEADER=$root/include/dlrec.h "$venv/bin/pip" install -q --disable-pip-version-check --no-build-isolation --no-deps \
   --force-reinstall "$work/src" > "$work/pip.log" 2>&1 || { cat "$work/pip.log" >&2; exit 1; }
 cd "$work"
 DLREC_BIN=$bin "$venv/bin/python" -m pytest -q -p no:cacheprovider "$work/src/tests"

@@ -6,7 +6,7 @@
  *
  * Conventions:
  *   - One function per op, with the op's argument order: outputs, inputs,
- *     sizes. Shapes row-major as in dlrec/nn.h and dlrec/embed.h, in double.
+ *     sizes. Shapes row-major as in nn/nn.h and embed/embed.h, in double.
  *   - Every output is OVERWRITTEN, also where the op accumulates (dW += ...):
  *     a test adds what it pre-filled, so accumulation is checked there.
  *   - Optional outputs and inputs (a bias, din of the first layer) may be
@@ -21,8 +21,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dlrec/embed.h"
-#include "dlrec/nn.h"
+#include "embed/embed.h"
+#include "nn/nn.h"
 
 /* d[i] = f[i] for n values. */
 void ref_to_double(double *d, const float *f, size_t n);
@@ -159,7 +159,7 @@ void ref_batchnorm_infer(double *out, const double *in, const double *gamma, con
 void ref_bce_forward(double *loss, const double *logits, const double *labels, int B);
 /* dlogits[b] = (σ(z_b) − y_b) / B. */
 void ref_bce_backward(double *dlogits, const double *logits, const double *labels, int B);
-/* One step of dlrec_optim_step's formulas (dlrec/nn.h) in double, state laid
+/* One step of dlrec_optim_step's formulas (nn/nn.h) in double, state laid
  * out as the op's: nothing (SGD), m then v (Adam, 2n), s (Adagrad, n). */
 void ref_optim_step(const dlrec_optim_config *c, double *param, const double *grad, double *state, size_t n,
                     uint64_t step);
