@@ -179,8 +179,8 @@ rel() { echo "${1#"$work"/}"; }
 servers=()
 cleanup() {
   local p
-  for p in "${servers[@]}"; do kill "$p" 2> /dev/null || true; done
-  for p in "${servers[@]}"; do wait "$p" 2> /dev/null || true; done
+  for p in ${servers[@]+"${servers[@]}"}; do kill "$p" 2> /dev/null || true; done
+  for p in ${servers[@]+"${servers[@]}"}; do wait "$p" 2> /dev/null || true; done
   if [ "$keep" = 0 ]; then
     rm -rf "$base_dir/src"
   fi
@@ -201,7 +201,7 @@ build() { # SRC BUILD LOG
 }
 
 echo "bitcheck: base $short vs the working tree of $root (HEAD $(git -C "$root" rev-parse --short=12 HEAD)," \
-  "$(git -C "$root" status --porcelain | wc -l | tr -d ' ') paths changed or untracked)"
+  "$(git -C "$root" status --porcelain | wc -l | tr -d ' ') paths in git status)"
 echo "bitcheck: work directory $work"
 rm -rf "$base_dir/src"
 mkdir -p "$base_dir/src"
@@ -244,6 +244,7 @@ mkdir -p "$data" "$runs/base" "$runs/new" "$runs/cmp"
   head -3000 clicks.tsv > rows.tsv
   head -16 clicks.tsv | cut -f2- > rows-nolabel.tsv
 ) > "$logs/data.log" 2>&1 || { tail -20 "$logs/data.log" >&2; die "making the data with the base binary failed"; }
+phase_done "data (base binary)"
 
 # The configs: the base's examples, shrunk where the time asks, each with
 # checkpoints along the way (all kept) so that drift shows at every one.
@@ -649,12 +650,12 @@ if [ -e "$runs/base/dlrm/latest" ] && [ -e "$runs/new/dlrm/latest" ]; then
   else
     report dlrm "serve" "DIFFERS: the working tree's server did not answer ($(rel "$runs/new/serve.log"))"
   fi
-  for p in "${servers[@]}"; do kill "$p" 2> /dev/null || true; wait "$p" 2> /dev/null || true; done
+  for p in ${servers[@]+"${servers[@]}"}; do kill "$p" 2> /dev/null || true; wait "$p" 2> /dev/null || true; done
   servers=()
 else
   report dlrm "serve" "skipped: the dlrm run did not finish on both sides"
 fi
-phase_done "data, runs, compares"
+phase_done "runs and compares"
 
 # --- 5. verdict ------------------------------------------------------------
 echo
