@@ -49,8 +49,10 @@
 #               expiry): hash.bin in every checkpoint
 #   hash-resume the same stopped mid-run and resumed
 #   mpi2        `mpirun -np 2` DeepFM (dropout, batch norm, bf16 table), one
-#               thread a rank (skipped, saying so, where there is no mpirun
-#               or the binaries lack MPI)
+#               thread a rank: the sharded step (src/dist/sharded.c) has its
+#               own embedding stage and dense update, which no run in one
+#               process reaches (skipped, saying so, where there is no
+#               mpirun or the binaries lack MPI)
 #
 # What is compared, per run, and what is left out:
 #   - every file under RUN/: each checkpoint directory whole (manifest.json,
