@@ -13,6 +13,7 @@
 
 #include "train/checkpoint.h"
 #include "dist/dist.h"
+#include "train/step.h"
 #include "data/etl.h"
 #include "core/fsutil.h"
 #include "core/json.h"
@@ -120,6 +121,7 @@ typedef struct run {
   dlrec_net *model;
   dlrec_net_ws *ws;
   dlrec_net_optim opt;
+  dlrec_step step; /* what each training step runs on (train/step.h) */
   dlrec_checkpoint_journal journal; /* journaled checkpoints of a tiered table */
   dlrec_loader *loader; /* following a directory: the current file's, or NULL between files */
   dlrec_train_progress prog;
@@ -178,6 +180,7 @@ static void report_progress(run *r, const dlrec_train_result *res, int force, in
 
 static void run_free(run *r) {
   if (r->metrics) fclose(r->metrics);
+  dlrec_step_free(&r->step);
   dlrec_sharded_free(r->sh);
   dlrec_shard_plan_free(&r->plan);
   publisher_free(r->pub);
@@ -192,8 +195,7 @@ static void run_free(run *r) {
 }
 
 /* training.loss_scale into the optimizer: auto is dynamic in fp16 and none
- * otherwise. Across ranks, the ranks' parts would each have to agree on a
- * step's overflow: not done yet, so refused. */
+ * otherwise. Across ranks, the step agrees on a step's overflow. */
 static dlrec_status loss_scaling_setup(run *r) {
   dlrec_loss_scaling m = r->cfg.loss_scaling;
   if (m == DLREC_LOSS_SCALING_AUTO)
@@ -202,9 +204,6 @@ static dlrec_status loss_scaling_setup(run *r) {
                       : m == DLREC_LOSS_SCALING_FIXED ? r->cfg.loss_scale
                                                       : 0.0f;
   r->opt.scale_growth_interval = m == DLREC_LOSS_SCALING_DYNAMIC ? r->cfg.loss_scale_growth_interval : 0;
-  if (r->opt.loss_scale > 0 && r->ranks > 1)
-    return dlrec_error(DLREC_ERR_UNSUPPORTED, "training.loss_scale across %d processes is not supported yet: train "
-                       "fp16 in one process, or set training.loss_scale to \"none\" (or train in bf16)", r->ranks);
   return DLREC_OK;
 }
 
@@ -554,6 +553,7 @@ static dlrec_status setup(run *r) {
     return s;
   r->opt.clip_grad_norm = r->cfg.clip_grad_norm;
   if ((s = loss_scaling_setup(r)) != DLREC_OK) return s;
+  r->step = (dlrec_step){.net = r->model, .ws = r->ws, .opt = &r->opt, .comm = r->ranks > 1 ? a->comm : NULL};
   if (r->cfg.publish_redis[0] && !dlrec_backend_host_memory(r->be))
     return dlrec_error(DLREC_ERR_UNSUPPORTED, "%s: publish.redis publishes from a table in host memory: train on "
                        "the CPU to publish rows", dlrec_backend_describe(r->be));
@@ -612,7 +612,7 @@ static dlrec_status start_run(run *r, const dlrec_row_source *rows) {
   return DLREC_OK;
 }
 
-/* A training step queued and not yet counted (dlrec_net_train_step_queue). */
+/* A training step queued and not yet counted (dlrec_step_queue). */
 typedef struct queued_step {
   int on;
   uint64_t step;
@@ -620,14 +620,12 @@ typedef struct queued_step {
   dlrec_position end; /* the position after its batch */
 } queued_step;
 
-/* Takes queued step q's loss (known: the loss of a step that was not
- * queued), and counts the step: its rows, position and loss, and the
- * progress. A failed or diverged step leaves *state_ok 0. */
-static dlrec_status step_taken(run *r, queued_step *q, const double *known, dlrec_train_result *res,
-                               dlrec_progress *bar, uint64_t *rows_log, int *state_ok, double *loss_out) {
+/* Takes queued step q's loss, and counts the step: its rows, position and
+ * loss, and the progress. A failed or diverged step leaves *state_ok 0. */
+static dlrec_status step_taken(run *r, queued_step *q, dlrec_train_result *res, dlrec_progress *bar,
+                               uint64_t *rows_log, int *state_ok, double *loss_out) {
   double loss = NAN;
-  dlrec_status s = known ? DLREC_OK : dlrec_net_train_step_loss(r->ws, &loss);
-  if (known) loss = *known;
+  dlrec_status s = dlrec_step_loss(&r->step, &loss);
   q->on = 0;
   if (s != DLREC_OK || !isfinite(loss)) *state_ok = 0;
   if (s != DLREC_OK) return s;
@@ -1035,6 +1033,7 @@ static dlrec_status dist_start(run *r) {
   dlrec_status s = make_plan(&r->cfg, r->model, r->ranks, &r->plan, &dense);
   const uint32_t rows = part_rows(&r->cfg, r->ranks);
   if (s == DLREC_OK) s = dlrec_sharded_create(&r->sh, c, &r->plan, r->model, &r->cfg.sparse, rows);
+  if (s == DLREC_OK) r->step.stage = dlrec_sharded_stage(r->sh);
   if ((s = dist_agree(r, s)) != DLREC_OK) return s;
   if (r->rank == 0) {
     DLREC_INFO("%d ranks (%s), %u thread%s each; the table sharded:", r->ranks, dlrec_comm_name(c), r->cfg.threads,
@@ -1319,19 +1318,15 @@ dlrec_status dlrec_train(const dlrec_train_args *a, dlrec_train_result *res) {
     const int validates = a->valid && ((c->eval_interval_steps && step % c->eval_interval_steps == 0) ||
                                        (c->eval_every_epoch && epoch_end));
     const queued_step cur = {1, step, rows, b->end};
-    if (r.sh) {
-      s = dlrec_sharded_step(r.sh, r.model, r.ws, &r.opt, b, rows, row_base, (float)scale, step, &loss);
-      if (s != DLREC_OK) {
-        /* The other ranks may be waiting in this step's exchanges: the
-         * job ends here; its last checkpoint stands. */
-        DLREC_ERROR("rank %d: step %llu: %s", r.rank, (unsigned long long)step, dlrec_last_error());
-        dlrec_comm_abort(a->comm, 1);
-      }
-    } else {
-      /* Queued: on a device it runs while the host readies the next batch,
-       * and the step before it is taken once this one is on its way (so a
-       * stop asked for after step k lands after step k + 1 there). */
-      s = dlrec_net_train_step_queue(r.model, r.ws, &r.opt, b, (float)scale, step);
+    /* Queued: on a device it runs while the host readies the next batch,
+     * and the step before it is taken once this one is on its way (so a
+     * stop asked for after step k lands after step k + 1 there). */
+    s = dlrec_step_queue(&r.step, b, rows, row_base, (float)scale, step);
+    if (s != DLREC_OK && r.sh) {
+      /* The other ranks may be waiting in this step's exchanges: the job
+       * ends here; its last checkpoint stands. */
+      DLREC_ERROR("rank %d: step %llu: %s", r.rank, (unsigned long long)step, dlrec_last_error());
+      dlrec_comm_abort(a->comm, 1);
     }
     if (s != DLREC_OK) {
       state_ok = 0;
@@ -1349,14 +1344,14 @@ dlrec_status dlrec_train(const dlrec_train_args *a, dlrec_train_result *res) {
     }
     queued_step prev = queued;
     queued = cur;
-    if (prev.on && (s = step_taken(&r, &prev, NULL, res, bar, &rows_log, &state_ok, NULL)) != DLREC_OK) break;
+    if (prev.on && (s = step_taken(&r, &prev, res, bar, &rows_log, &state_ok, NULL)) != DLREC_OK) break;
     if (r.pub && (s = publisher_note(r.pub, b, dlrec_net_schema(r.model)->n_sparse)) != DLREC_OK) break;
     /* What reads the model, or logs, waits for the step: the rest does not. */
     const int logs = step % c->log_interval_steps == 0;
     const int publishes = r.pub && step % c->publish_interval_steps == 0;
     const int checkpoints = c->checkpoint_interval_steps && step % c->checkpoint_interval_steps == 0;
-    if (!r.sh && dlrec_net_ws_queues(r.ws) && !logs && !publishes && !checkpoints && !validates) continue;
-    if ((s = step_taken(&r, &queued, r.sh ? &loss : NULL, res, bar, &rows_log, &state_ok, &loss)) != DLREC_OK) break;
+    if (dlrec_step_queues(&r.step) && !logs && !publishes && !checkpoints && !validates) continue;
+    if ((s = step_taken(&r, &queued, res, bar, &rows_log, &state_ok, &loss)) != DLREC_OK) break;
     if (publishes) publisher_publish(r.pub, r.model, r.prog.step);
     if (logs) {
       double now = dlrec_now();
@@ -1386,11 +1381,11 @@ dlrec_status dlrec_train(const dlrec_train_args *a, dlrec_train_result *res) {
    * checkpointed below. After a failed or diverged step it is only waited
    * for. */
   if (queued.on && state_ok) {
-    dlrec_status ts = step_taken(&r, &queued, NULL, res, bar, &rows_log, &state_ok, NULL);
+    dlrec_status ts = step_taken(&r, &queued, res, bar, &rows_log, &state_ok, NULL);
     if (s == DLREC_OK) s = ts;
   } else if (queued.on) {
     double ignored;
-    (void)dlrec_net_train_step_loss(r.ws, &ignored);
+    (void)dlrec_step_loss(&r.step, &ignored);
   }
   /* Waiting for a followed directory's next file is neither training nor
    * loading. */
@@ -1457,7 +1452,13 @@ dlrec_status dlrec_train(const dlrec_train_args *a, dlrec_train_result *res) {
   res->skipped_steps = r.opt.skipped_steps;
   if (r.ws) dlrec_net_ws_profile(r.ws, &res->profile);
   res->ranks = r.ranks;
-  if (r.sh) dlrec_sharded_get_stats(r.sh, &res->dist);
+  if (r.sh) {
+    dlrec_sharded_get_stats(r.sh, &res->dist);
+    res->dist.bytes_sent = r.step.stats.bytes_sent;
+    res->dist.exchange_seconds = r.step.stats.exchange_seconds;
+    res->dist.compute_seconds = r.step.stats.compute_seconds;
+    res->dist.update_seconds = r.step.stats.update_seconds;
+  }
   if (s == DLREC_OK) report_progress(&r, res, 1, 1);
   const int rank = r.rank;
   run_free(&r); /* closes metrics.jsonl, which the report reads */
