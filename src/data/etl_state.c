@@ -88,7 +88,7 @@ static cJSON *state_json(const dlrec_etl *e, uint64_t vocab_bytes, uint32_t voca
       char sep[2] = {c->sep, '\0'};
       cJSON_AddStringToObject(o, "multi", sep);
       cJSON_AddItemToObject(o, "max_hotness", num((double)(s->max_hotness / (e->raw_keys ? 2 : 1))));
-      cJSON_AddStringToObject(o, "pooling", s->pooling == DLREC_POOLING_MEAN ? "mean" : "sum");
+      cJSON_AddStringToObject(o, "pooling", dlrec_pooling_name((dlrec_pooling)s->pooling));
       cJSON_AddItemToObject(o, "values", num((double)c->values));
     }
     cJSON_AddItemToArray(cats, o);
@@ -256,15 +256,16 @@ static dlrec_status load_cats(dlrec_etl *e, const cJSON *arr, const char *jpath)
       if (st == DLREC_OK) st = dlrec_json_get_string(o, "pooling", what, &pooling);
       if (st == DLREC_OK) st = dlrec_json_get_u64(o, "values", what, &c->values);
       if (st != DLREC_OK) return st;
+      dlrec_pooling pool = DLREC_POOLING_SUM;
       if (strlen(multi) != 1 || max_hotness < 1 || max_hotness > 65536 ||
-          (strcmp(pooling, "sum") && strcmp(pooling, "mean")))
+          dlrec_pooling_parse(pooling, strlen(pooling), &pool) != 0)
         return dlrec_error(DLREC_ERR_INVALID,
                            "%s: expected 'multi' of one byte, 'max_hotness' in [1, 65536], 'pooling' sum or mean",
                            what);
       c->sep = multi[0];
       s->max_hotness = (uint32_t)max_hotness;
       s->hotness = max_hotness == 1 ? 1 : 0;
-      s->pooling = strcmp(pooling, "mean") ? DLREC_POOLING_SUM : DLREC_POOLING_MEAN;
+      s->pooling = pool;
       e->multi = 1;
     } else if (cJSON_GetObjectItemCaseSensitive(o, "max_hotness") || cJSON_GetObjectItemCaseSensitive(o, "pooling") ||
                cJSON_GetObjectItemCaseSensitive(o, "values")) {
