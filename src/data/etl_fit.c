@@ -29,17 +29,6 @@
 #include "core/clock.h"
 #include "core/progress.h"
 
-void dlrec_etl_fit_opts_default(dlrec_etl_fit_opts *o) {
-  *o = (dlrec_etl_fit_opts){
-      .format = DLREC_FORMAT_CRITEO,
-      .has_label = 1,
-      .min_count = 1,
-      .dense_transform = DLREC_DENSE_LOG,
-      .max_line_bytes = DLREC_MAX_LINE_BYTES_DEFAULT,
-      .progress = 1,
-  };
-}
-
 typedef struct fit_job {
   dlrec_block block;
   uint32_t file;
