@@ -207,4 +207,25 @@ TEST(api_etl_options_are_the_cli_s) {
   CHECK_EQ(rc, 1);
   CHECK(out && strstr(out, "longer than 16 bytes"));
   free(out);
+  /* Unlabeled rows: --no-label, "no_label" and the API's older "has_label". */
+  char *text = NULL;
+  size_t n = 0;
+  CHECK_OK(dlrec_read_file(test_path("rows.tsv"), 1u << 26, &text, &n));
+  test_buf unl = {0};
+  for (char *p = text, *nl; text && (nl = memchr(p, '\n', (size_t)(text + n - p))); p = nl + 1) {
+    const char *tab = memchr(p, '\t', (size_t)(nl - p));
+    test_buf_put(&unl, tab + 1, (size_t)(nl - tab));
+  }
+  free(text);
+  CHECK_EQ(test_write_file(test_path("unlabeled.tsv"), unl.p, unl.n), 0);
+  test_buf_free(&unl);
+  rc = test_run_cli(&out, "etl fit -q --no-label --input '%s' --out '%s'", test_path("unlabeled.tsv"),
+                    test_path("etl_nl_cli"));
+  free(out);
+  CHECK_EQ(rc, 0);
+  const char *unlabeled = json_paths(test_path("unlabeled.tsv"));
+  CHECK_EQ(dlrec_api_etl_fit(unlabeled, test_path("etl_nl_api"), "{\"no_label\": true}", NULL), 0);
+  CHECK_EQ(dlrec_api_etl_fit(unlabeled, test_path("etl_hl_api"), "{\"has_label\": false}", NULL), 0);
+  CHECK(same_bytes(test_path("etl_nl_cli/etl.json"), test_path("etl_nl_api/etl.json")));
+  CHECK(same_bytes(test_path("etl_nl_cli/etl.json"), test_path("etl_hl_api/etl.json")));
 }
