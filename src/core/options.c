@@ -290,31 +290,27 @@ static int sections(const dlrec_option *table, const char **out, int cap) {
   return n;
 }
 
-/* Whether section child is directly inside section parent ("" the top). */
-static int child_of(const char *child, const char *parent) {
-  const size_t n = strlen(parent);
-  if (!child[0] || (n && (strncmp(child, parent, n) || child[n] != '.'))) return 0;
-  return strchr(child + (n ? n + 1 : 0), '.') == NULL;
-}
-
-/* The last component of a section's path. */
-static const char *leaf(const char *section) {
-  const char *dot = strrchr(section, '.');
-  return dot ? dot + 1 : section;
-}
-
-/* The keys a section's object may hold: its options' and its child
- * sections'. */
-static int section_keys(const dlrec_option *table, const char *section, const char **keys, int cap) {
+/* The keys a section's object may hold: its options', and the names of the
+ * sections inside it (the next component of every section under it, kept
+ * in names). */
+static void section_keys(const dlrec_option *table, const char *section, const char **keys, int cap,
+                         char (*names)[64]) {
   const char *secs[64];
   const int ns = sections(table, secs, 64);
-  int n = 0;
+  const size_t len = strlen(section);
+  int n = 0, nn = 0;
   for (const dlrec_option *o = table; o->key && n < cap - 1; o++)
     if (!strcmp(o->section, section)) keys[n++] = o->key;
-  for (int i = 0; i < ns && n < cap - 1; i++)
-    if (child_of(secs[i], section)) keys[n++] = leaf(secs[i]);
+  for (int i = 0; i < ns && n < cap - 1 && nn < 64; i++) {
+    const char *s = secs[i];
+    if (!s[0] || (len && (strncmp(s, section, len) || s[len] != '.'))) continue;
+    const char *sub = s + (len ? len + 1 : 0), *dot = strchr(sub, '.');
+    snprintf(names[nn], 64, "%.*s", (int)(dot ? (size_t)(dot - sub) : strlen(sub)), sub);
+    int seen = 0;
+    for (int k = 0; k < n; k++) seen |= !strcmp(keys[k], names[nn]);
+    if (!seen) keys[n++] = names[nn++];
+  }
   keys[n] = NULL;
-  return n;
 }
 
 /* root's object at a section's path, or NULL. */
@@ -339,7 +335,8 @@ dlrec_status dlrec_options_read(const dlrec_option *table, const cJSON *root, co
     if (!node) continue;
     char where[320];
     snprintf(where, sizeof where, "%.200s%s%.100s", what, secs[i][0] ? ": " : "", secs[i]);
-    section_keys(table, secs[i], keys, 128);
+    char names[64][64];
+    section_keys(table, secs[i], keys, 128, names);
     st = dlrec_json_check_keys(node, where, keys);
     for (const dlrec_option *o = table; o->key && st == DLREC_OK; o++) {
       const cJSON *v = strcmp(o->section, secs[i]) ? NULL : cJSON_GetObjectItemCaseSensitive(node, o->key);
