@@ -96,7 +96,7 @@ typedef struct etl_args {
   const char **inputs;
   int n_inputs;
   const char *workflow_path; /* fit: --workflow */
-  const char *out, *etl, *valid_out;
+  const char *out, *etl;
   dlrec_etl_fit_opts fit;
   dlrec_etl_apply_opts apply;
 } etl_args;
