@@ -906,6 +906,7 @@ TEST(wide_deep_and_deepfm_scoring_is_batch_invariant) {
 }
 
 #include "train/checkpoint.h"
+#include "train/loaded_model.h"
 
 /* A checkpoint of a model with batch normalization (the run `dir`): its
  * running statistics were saved after training (not at their start), and

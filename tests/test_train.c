@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "train/checkpoint.h"
+#include "train/loaded_model.h"
 #include "core/fsutil.h"
 #include "core/json.h"
 #include "train/trainer.h"

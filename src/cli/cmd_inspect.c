@@ -188,6 +188,56 @@ static void print_head(const dlrec_dlr *f, uint64_t head, cJSON *jrows) {
   }
 }
 
+/* The file that did not open, as JSON: {"file", "ok": false, "errors"}. */
+static int print_open_error(const char *path) {
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddStringToObject(o, "file", path);
+  cJSON_AddFalseToObject(o, "ok");
+  cJSON *e = cJSON_AddArrayToObject(o, "errors");
+  cJSON_AddItemToArray(e, cJSON_CreateString(dlrec_last_error()));
+  char *text = cJSON_Print(o);
+  printf("%s\n", text);
+  free(text);
+  cJSON_Delete(o);
+  return 1;
+}
+
+static void print_groups(const dlrec_dlr *f) {
+  printf("groups    %10s %12s %8s %12s %10s %12s\n", "group", "offset", "rows", "bytes", "crc32c", "first row");
+  for (uint32_t i = 0; i < dlrec_dlr_row_groups(f); i++) {
+    dlrec_dlr_group_info gi;
+    dlrec_dlr_group_info_get(f, i, &gi);
+    printf("          %10u %12llu %8u %12llu 0x%08x %12llu\n", i, (ull)gi.offset, gi.rows, (ull)gi.bytes, gi.crc,
+           (ull)gi.first_row);
+  }
+}
+
+/* Verifies every group, reporting each bad one (up to a limit, into jerr
+ * when not NULL, else on stderr) rather than stopping at the first: a
+ * damaged file is easier to judge whole. Returns the bad groups. */
+static uint32_t verify_groups(dlrec_dlr *f, cJSON *jerr) {
+  uint64_t total = 0;
+  for (uint32_t i = 0; i < dlrec_dlr_row_groups(f); i++) {
+    dlrec_dlr_group_info gi;
+    dlrec_dlr_group_info_get(f, i, &gi);
+    total += gi.bytes;
+  }
+  /* A bar only where verifying takes long enough to wonder (~0.1 s and up). */
+  dlrec_progress *bar = total >= PROGRESS_MIN_BYTES ? dlrec_progress_start("verify", total, "bytes") : NULL;
+  uint32_t bad = 0;
+  for (uint32_t i = 0; i < dlrec_dlr_row_groups(f); i++) {
+    dlrec_dlr_group_info gi;
+    dlrec_dlr_group_info_get(f, i, &gi);
+    if (dlrec_dlr_verify(f, i) != DLREC_OK && ++bad <= MAX_REPORTED_ERRORS) {
+      if (jerr) cJSON_AddItemToArray(jerr, cJSON_CreateString(dlrec_last_error()));
+      else fprintf(stderr, "dlrec inspect: %s\n", dlrec_last_error());
+    }
+    dlrec_progress_add(bar, gi.bytes);
+  }
+  dlrec_progress_finish(bar);
+  return bad;
+}
+
 int cmd_inspect(int argc, char **argv) {
   const char *path = NULL;
   int groups = 0, json = 0;
@@ -216,63 +266,13 @@ int cmd_inspect(int argc, char **argv) {
     }
   }
   if (!path) return cli_usage_error("inspect", "no file given");
-
   dlrec_dlr *f;
-  if (dlrec_dlr_open(&f, path) != DLREC_OK) {
-    if (!json) return cli_fail("inspect");
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "file", path);
-    cJSON_AddFalseToObject(o, "ok");
-    cJSON *e = cJSON_AddArrayToObject(o, "errors");
-    cJSON_AddItemToArray(e, cJSON_CreateString(dlrec_last_error()));
-    char *text = cJSON_Print(o);
-    printf("%s\n", text);
-    free(text);
-    cJSON_Delete(o);
-    return 1;
-  }
-
+  if (dlrec_dlr_open(&f, path) != DLREC_OK) return json ? print_open_error(path) : cli_fail("inspect");
   cJSON *jo = json ? json_schema(f) : NULL;
-  if (!json) {
-    print_schema(f);
-    if (groups) {
-      printf("groups    %10s %12s %8s %12s %10s %12s\n", "group", "offset", "rows", "bytes", "crc32c", "first row");
-      for (uint32_t i = 0; i < dlrec_dlr_row_groups(f); i++) {
-        dlrec_dlr_group_info gi;
-        dlrec_dlr_group_info_get(f, i, &gi);
-        printf("          %10u %12llu %8u %12llu 0x%08x %12llu\n", i, (ull)gi.offset, gi.rows, (ull)gi.bytes, gi.crc,
-               (ull)gi.first_row);
-      }
-    }
-  }
+  if (!json) print_schema(f);
+  if (!json && groups) print_groups(f);
   if (head) print_head(f, head, json ? cJSON_AddArrayToObject(jo, "head") : NULL);
-
-  /* Verify every group, reporting each bad one (up to a limit) rather than
-   * stopping at the first: a damaged file is easier to judge whole. */
-  uint64_t total = 0;
-  for (uint32_t i = 0; i < dlrec_dlr_row_groups(f); i++) {
-    dlrec_dlr_group_info gi;
-    dlrec_dlr_group_info_get(f, i, &gi);
-    total += gi.bytes;
-  }
-  /* A bar only where verifying takes long enough to wonder (~0.1 s and up). */
-  dlrec_progress *bar = total >= PROGRESS_MIN_BYTES ? dlrec_progress_start("verify", total, "bytes") : NULL;
-  uint32_t bad = 0;
-  cJSON *jerr = json ? cJSON_AddArrayToObject(jo, "errors") : NULL;
-  for (uint32_t i = 0; i < dlrec_dlr_row_groups(f); i++) {
-    dlrec_dlr_group_info gi;
-    dlrec_dlr_group_info_get(f, i, &gi);
-    if (dlrec_dlr_verify(f, i) != DLREC_OK) {
-      if (++bad <= MAX_REPORTED_ERRORS) {
-        if (json)
-          cJSON_AddItemToArray(jerr, cJSON_CreateString(dlrec_last_error()));
-        else
-          fprintf(stderr, "dlrec inspect: %s\n", dlrec_last_error());
-      }
-    }
-    dlrec_progress_add(bar, gi.bytes);
-  }
-  dlrec_progress_finish(bar);
+  const uint32_t bad = verify_groups(f, json ? cJSON_AddArrayToObject(jo, "errors") : NULL);
   uint32_t G = dlrec_dlr_row_groups(f);
   if (json) {
     cJSON_AddNumberToObject(jo, "bad_groups", bad);

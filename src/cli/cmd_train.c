@@ -67,7 +67,9 @@ static void on_signal(int sig) {
   g_stop = 1;
 }
 
-int cmd_train(int argc, char **argv) {
+/* The arguments into *a (the --train paths into train), --plan and --ranks;
+ * -1 when they are good, else the exit code (0 for --help). */
+static int parse_args(int argc, char **argv, dlrec_train_args *a, const char **train, int *plan, int *ranks) {
   static const struct option opts[] = {
       {"config", required_argument, 0, 'c'}, {"train", required_argument, 0, 't'},
       {"valid", required_argument, 0, 'V'},  {"etl", required_argument, 0, 'e'},
@@ -79,50 +81,47 @@ int cmd_train(int argc, char **argv) {
       {"plan", no_argument, 0, 'P'},         {"ranks", required_argument, 0, 'R'},
       {"device", required_argument, 0, 'D'}, {"dry-run", no_argument, 0, 'P'},
       {0, 0, 0, 0}};
-  dlrec_train_args a = {0};
-  int plan = 0, ranks = 0;
-  const char *train[64];
   int c;
   optind = 1;
   while ((c = getopt_long(argc, argv, "hqv", opts, NULL)) != -1) {
     uint64_t v;
     switch (c) {
-    case 'c': a.config_path = optarg; break;
+    case 'c': a->config_path = optarg; break;
     case 't':
-      if (a.n_train == 64) return cli_usage_error("train", "at most 64 --train files");
-      train[a.n_train++] = optarg;
+      if (a->n_train == 64) return cli_usage_error("train", "at most 64 --train files");
+      train[a->n_train++] = optarg;
       break;
-    case 'V': a.valid = optarg; break;
-    case 'F': a.follow_dir = optarg; break;
+    case 'V': a->valid = optarg; break;
+    case 'F': a->follow_dir = optarg; break;
     case 'I': {
       char *end;
       errno = 0;
       const double idle = strtod(optarg, &end);
       if (end == optarg || *end || errno || !(idle > 0 && idle <= 1e9))
         return cli_usage_error("train", "--follow-idle: '%s' is not a number of seconds in (0, 1e9]", optarg);
-      a.follow_idle = idle;
+      a->follow_idle = idle;
       break;
     }
-    case 'e': a.etl_dir = optarg; break;
-    case 'o': a.run_dir = optarg; break;
-    case 'r': a.resume = 1; break;
-    case 'd': a.deterministic = 1; break;
+    case 'e': a->etl_dir = optarg; break;
+    case 'o': a->run_dir = optarg; break;
+    case 'r': a->resume = 1; break;
+    case 'd': a->deterministic = 1; break;
     case 'j':
       if (cli_parse_u64("--threads", optarg, 1, 4096, &v) != DLREC_OK) return cli_usage_error("train", "%s", dlrec_last_error());
-      a.threads = (uint32_t)v;
+      a->threads = (uint32_t)v;
       break;
     case 'D':
-      if (cli_parse_device(optarg, &a.device) != DLREC_OK) return cli_usage_error("train", "%s", dlrec_last_error());
+      if (cli_parse_device(optarg, &a->device) != DLREC_OK) return cli_usage_error("train", "%s", dlrec_last_error());
       break;
     case 's':
       if (cli_parse_u64("--max-steps", optarg, 1, UINT64_MAX, &v) != DLREC_OK)
         return cli_usage_error("train", "%s", dlrec_last_error());
-      a.max_steps = v;
+      a->max_steps = v;
       break;
-    case 'P': plan = 1; break;
+    case 'P': *plan = 1; break;
     case 'R':
       if (cli_parse_u64("--ranks", optarg, 1, 1024, &v) != DLREC_OK) return cli_usage_error("train", "%s", dlrec_last_error());
-      ranks = (int)v;
+      *ranks = (int)v;
       break;
     case 'h': usage(stdout); return 0;
     case 'q': cli_common_option("-q"); break;
@@ -130,23 +129,35 @@ int cmd_train(int argc, char **argv) {
     default: return cli_usage_error("train", "unknown option");
     }
   }
-  if (ranks && !plan) return cli_usage_error("train", "--ranks goes with --plan");
+  if (*ranks && !*plan) return cli_usage_error("train", "--ranks goes with --plan");
   if (optind < argc) return cli_usage_error("train", "unexpected argument '%s'", argv[optind]);
-  if (plan && !a.etl_dir) return cli_usage_error("train", "--plan needs --etl (and the --config to plan)");
-  if (plan) {
-    /* Only rank 0 prints; the plan needs the config and the ETL state alone. */
-    dlrec_comm *comm = NULL;
-    if (dlrec_comm_open(&comm) != DLREC_OK) return cli_fail("train");
-    const int n = ranks ? ranks : dlrec_comm_size(comm);
-    dlrec_status s = dlrec_comm_rank(comm) == 0 ? dlrec_train_print_plan(&a, n, stdout) : DLREC_OK;
-    dlrec_comm_free(comm);
-    return s == DLREC_OK ? 0 : cli_fail("train");
-  }
-  if (!a.n_train && !a.follow_dir) return cli_usage_error("train", "--train or --follow is required");
-  if (a.n_train && a.follow_dir) return cli_usage_error("train", "--train and --follow do not go together");
-  if (a.follow_idle > 0 && !a.follow_dir) return cli_usage_error("train", "--follow-idle needs --follow");
-  if (!a.etl_dir) return cli_usage_error("train", "--etl is required");
-  if (!a.run_dir) return cli_usage_error("train", "--out is required");
+  if (*plan && !a->etl_dir) return cli_usage_error("train", "--plan needs --etl (and the --config to plan)");
+  if (*plan) return -1;
+  if (!a->n_train && !a->follow_dir) return cli_usage_error("train", "--train or --follow is required");
+  if (a->n_train && a->follow_dir) return cli_usage_error("train", "--train and --follow do not go together");
+  if (a->follow_idle > 0 && !a->follow_dir) return cli_usage_error("train", "--follow-idle needs --follow");
+  if (!a->etl_dir) return cli_usage_error("train", "--etl is required");
+  if (!a->run_dir) return cli_usage_error("train", "--out is required");
+  return -1;
+}
+
+/* --plan: only rank 0 prints; the plan needs the config and the ETL state alone. */
+static int print_plan(const dlrec_train_args *a, int ranks) {
+  dlrec_comm *comm = NULL;
+  if (dlrec_comm_open(&comm) != DLREC_OK) return cli_fail("train");
+  const int n = ranks ? ranks : dlrec_comm_size(comm);
+  dlrec_status s = dlrec_comm_rank(comm) == 0 ? dlrec_train_print_plan(a, n, stdout) : DLREC_OK;
+  dlrec_comm_free(comm);
+  return s == DLREC_OK ? 0 : cli_fail("train");
+}
+
+int cmd_train(int argc, char **argv) {
+  dlrec_train_args a = {0};
+  int plan = 0, ranks = 0;
+  const char *train[64];
+  const int code = parse_args(argc, argv, &a, train, &plan, &ranks);
+  if (code >= 0) return code;
+  if (plan) return print_plan(&a, ranks);
   a.train = train;
   /* The job's ranks: MPI's when mpirun started this process, else this one. */
   dlrec_comm *comm = NULL;
@@ -170,10 +181,10 @@ int cmd_train(int argc, char **argv) {
    * abort the job, which could cut rank 0's report (tests/dist/run.sh saw
    * it once under load). A failed barrier leaves nothing to wait for. */
   if (ts != DLREC_OK) {
-    int code = cli_fail("train");
+    int fail = cli_fail("train");
     (void)dlrec_comm_barrier(comm);
     dlrec_comm_free(comm);
-    return code;
+    return fail;
   }
   if (rank == 0) {
     cJSON *j = dlrec_train_result_to_json(&a, &r);

@@ -28,7 +28,7 @@
 
 #include <stdio.h>
 
-#include "train/checkpoint.h"
+#include "model/row_source.h"
 #include "dist/comm.h"
 #include "model/stage.h"
 

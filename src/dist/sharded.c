@@ -10,7 +10,6 @@
 #include "embed/unique.h"
 #include "dist/dist.h"
 #include "core/log.h"
-#include "model/model_type.h"
 
 struct dlrec_sharded {
   dlrec_stage stage; /* the sharded embedding stage (model/stage.h) over this */
@@ -104,8 +103,8 @@ dlrec_status dlrec_sharded_create(dlrec_sharded **out, dlrec_comm *c, const dlre
   s->rank = dlrec_comm_rank(c);
   s->N = p->ranks;
   s->F = schema->n_sparse;
-  s->D = net->plan.emb_dim;
-  const dlrec_table_dtype dtype = (dlrec_table_dtype)net->config.table_dtype;
+  s->D = dlrec_table_dim(dlrec_net_table_const(net)); /* a tableless network's one row is D wide */
+  const dlrec_table_dtype dtype = (dlrec_table_dtype)dlrec_net_get_config(net)->table_dtype;
   dlrec_status st = dlrec_table_create_dtype(&s->shard, p->rows[s->rank] ? p->rows[s->rank] : 1, s->D, dtype);
   if (st != DLREC_OK) goto fail;
   s->row_bytes = (size_t)dlrec_table_stride(s->shard) * dlrec_table_dtype_bytes(dtype);
@@ -114,7 +113,9 @@ dlrec_status dlrec_sharded_create(dlrec_sharded **out, dlrec_comm *c, const dlre
   if (!s->row_keys) goto nomem;
   dlrec_shard_plan_runs(p, s->rank, set_row_key, s->row_keys);
   dlrec_sparse_optim_set_row_keys(s->opt, s->row_keys);
-  s->max_lookups = (uint64_t)max_rows * (net->max_ids_per_row ? net->max_ids_per_row : 1);
+  uint64_t ids_per_row = 0;
+  for (uint32_t c = 0; c < schema->n_sparse; c++) ids_per_row += schema->sparse[c].max_hotness;
+  s->max_lookups = (uint64_t)max_rows * (ids_per_row ? ids_per_row : 1);
   if ((st = dlrec_table_create_dtype(&s->fetch, s->max_lookups ? s->max_lookups : 1, s->D, dtype)) != DLREC_OK)
     goto fail;
   s->lookup_key = malloc(s->max_lookups * sizeof *s->lookup_key);
@@ -481,7 +482,7 @@ static dlrec_status update_rows(dlrec_sharded *s, const dlrec_net *net, const dl
   uint64_t k = 0;
   for (uint32_t c = 0; c < F; c++) {
     const uint32_t *off = b->offsets[c];
-    const int mean = net->plan.pooling == DLREC_BAG_MEAN || net->mean_cols[c];
+    const int mean = dlrec_net_pools_mean(net, c);
     for (uint32_t row = 0; row < B; row++) {
       const float *g = d_emb + ((size_t)row * F + c) * D;
       const float inv = off[row + 1] > off[row] ? 1.0f / (float)(off[row + 1] - off[row]) : 0.0f;
@@ -546,7 +547,7 @@ static dlrec_status update_rows(dlrec_sharded *s, const dlrec_net *net, const dl
   if (n_recv) {
     const uint32_t *offs[1] = {s->upd_off}, *ids[1] = {s->upd_ids};
     const dlrec_bag_batch bags = {(uint32_t)n_recv, 1, offs, ids, NULL};
-    st = BE_OP(net->be, bag_backward_update, s->shard, s->opt, &bags, DLREC_BAG_SUM, s->upd_g, s->scratch,
+    st = BE_OP(dlrec_net_backend(net), bag_backward_update, s->shard, s->opt, &bags, DLREC_BAG_SUM, s->upd_g, s->scratch,
                s->scratch_bytes);
   }
   if (global_lookups) s->updates++;

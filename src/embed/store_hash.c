@@ -230,20 +230,17 @@ static void expire(dlrec_store *s) {
 
 /* ---- resolving ---------------------------------------------------------------------- */
 
-/* One resolve over keys given as 64-bit (keys) or 32-bit (ids) arrays. */
-static dlrec_status resolve(dlrec_store *s, uint32_t rows, uint32_t cols, const uint32_t *const *offsets,
-                            const uint64_t *const *keys, const uint32_t *const *ids, const uint8_t *mean_cols,
-                            dlrec_bag_batch *out, int write) {
-  hashed *h = s->hashed;
-  if (cols < 1 || cols > DLREC_BAG_MAX_COLS || !offsets || (!keys && !ids))
-    return dlrec_error(DLREC_ERR_INVALID, "store_resolve: bad batch (%u columns)", cols);
-  size_t n_ids = 0;
+/* The batch's offsets checked (none decreasing), its ids counted into
+ * *n_ids, and the room for its rewritten offsets and ids made. */
+static dlrec_status batch_room(hashed *h, uint32_t rows, uint32_t cols, const uint32_t *const *offsets,
+                               size_t *n_ids) {
+  *n_ids = 0;
   for (uint32_t c = 0; c < cols; c++) {
     for (uint32_t b = 0; b < rows; b++)
       if (offsets[c][b + 1] < offsets[c][b])
         return dlrec_error(DLREC_ERR_INVALID, "column %u: offsets decrease at sample %u (%u, then %u)", c, b,
                            offsets[c][b], offsets[c][b + 1]);
-    n_ids += offsets[c][rows] - offsets[c][0];
+    *n_ids += offsets[c][rows] - offsets[c][0];
   }
   const size_t n_off = (size_t)cols * (rows + 1);
   if (n_off > h->offsets_cap) {
@@ -252,20 +249,23 @@ static dlrec_status resolve(dlrec_store *s, uint32_t rows, uint32_t cols, const 
     h->offsets = p;
     h->offsets_cap = n_off;
   }
-  if (n_ids > h->ids_cap) {
-    uint32_t *p = realloc(h->ids, n_ids * sizeof *p), *q = p ? realloc(h->found, n_ids * sizeof *q) : NULL;
+  if (*n_ids > h->ids_cap) {
+    uint32_t *p = realloc(h->ids, *n_ids * sizeof *p), *q = p ? realloc(h->found, *n_ids * sizeof *q) : NULL;
     if (p) h->ids = p;
     if (!q) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
     h->found = q;
-    h->ids_cap = n_ids;
+    h->ids_cap = *n_ids;
   }
-  h->st.step++;
-  expire(s);
-  /* First every id's row as the table stands, in parallel: the index is
-   * only read, and a row found is marked as used by this batch (so no miss
-   * below evicts it) with the same value by every thread that finds it. */
+  return DLREC_OK;
+}
+
+/* Every id's row as the table stands into h->found (NO_SLOT: not resident),
+ * in parallel: the index is only read, and a row found is marked as used by
+ * this batch (so no miss after evicts it) with the same value by every
+ * thread that finds it. */
+static void find_rows(hashed *h, uint32_t rows, uint32_t cols, const uint32_t *const *offsets,
+                      const uint64_t *const *keys, const uint32_t *const *ids, size_t n_ids) {
   uint32_t *found = h->found;
-  size_t base = 0;
 #pragma omp parallel for schedule(dynamic, 1) if (n_ids >= PARALLEL_FIND_MIN)
   for (uint32_t c = 0; c < cols; c++) {
     size_t at = 0; /* where column c's ids start in found */
@@ -289,39 +289,58 @@ static dlrec_status resolve(dlrec_store *s, uint32_t rows, uint32_t cols, const 
       m->count++;
     }
   }
-  base = n_ids;
-  s->stats.lookups += base;
+}
+
+/* A key without a row at find_rows: its row if an earlier miss of this
+ * batch admitted it, else admitted now (the row drawn), else NO_SLOT
+ * (counted as not admitted, or dropped when no row can be had). */
+static uint32_t miss_row(dlrec_store *s, hashed *h, uint64_t key) {
+  uint32_t slot = slot_index_find(&h->index, key);
+  if (slot != NO_SLOT) {
+    h->meta[slot].count++;
+    return slot;
+  }
+  s->stats.misses++;
+  if (!admit(h, key)) {
+    s->stats.not_admitted++;
+    return NO_SLOT;
+  }
+  if ((slot = take_row(s)) == NO_SLOT) {
+    s->stats.dropped++;
+    return NO_SLOT;
+  }
+  h->meta[slot] = (row_meta){key, h->st.step, 1};
+  slot_index_insert(&h->index, key, slot);
+  init_row(s, slot, key);
+  s->stats.admitted++;
+  return slot;
+}
+
+/* One resolve over keys given as 64-bit (keys) or 32-bit (ids) arrays. */
+static dlrec_status resolve(dlrec_store *s, uint32_t rows, uint32_t cols, const uint32_t *const *offsets,
+                            const uint64_t *const *keys, const uint32_t *const *ids, const uint8_t *mean_cols,
+                            dlrec_bag_batch *out, int write) {
+  hashed *h = s->hashed;
+  if (cols < 1 || cols > DLREC_BAG_MAX_COLS || !offsets || (!keys && !ids))
+    return dlrec_error(DLREC_ERR_INVALID, "store_resolve: bad batch (%u columns)", cols);
+  size_t n_ids;
+  dlrec_status st = batch_room(h, rows, cols, offsets, &n_ids);
+  if (st != DLREC_OK) return st;
+  h->st.step++;
+  expire(s);
+  find_rows(h, rows, cols, offsets, keys, ids, n_ids);
+  s->stats.lookups += n_ids;
   /* Then the misses, in batch order: admission, rows, eviction. */
   uint32_t *off = h->offsets, *dst = h->ids;
-  base = 0;
+  size_t base = 0;
   for (uint32_t c = 0; c < cols; c++) {
     const uint32_t k0 = offsets[c][0];
     uint32_t k_out = 0;
     off[0] = 0;
     for (uint32_t b = 0; b < rows; b++) {
       for (uint32_t k = offsets[c][b]; k < offsets[c][b + 1]; k++) {
-        uint32_t slot = found[base + k - k0];
-        if (slot == NO_SLOT) {
-          const uint64_t key = keys ? keys[c][k] : ids[c][k];
-          /* Admitted earlier in this batch, or new. */
-          if ((slot = slot_index_find(&h->index, key)) != NO_SLOT) {
-            h->meta[slot].count++;
-          } else {
-            s->stats.misses++;
-            if (!admit(h, key)) {
-              s->stats.not_admitted++;
-              continue;
-            }
-            if ((slot = take_row(s)) == NO_SLOT) {
-              s->stats.dropped++;
-              continue;
-            }
-            h->meta[slot] = (row_meta){key, h->st.step, 1};
-            slot_index_insert(&h->index, key, slot);
-            init_row(s, slot, key);
-            s->stats.admitted++;
-          }
-        }
+        uint32_t slot = h->found[base + k - k0];
+        if (slot == NO_SLOT && (slot = miss_row(s, h, keys ? keys[c][k] : ids[c][k])) == NO_SLOT) continue;
         if (write) store_mark_changed(s, slot);
         dst[k_out++] = slot;
       }

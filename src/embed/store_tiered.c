@@ -461,14 +461,9 @@ static dlrec_status move_rows(dlrec_store *s, size_t n) {
                      "checkpoint)", msg);
 }
 
-dlrec_status tiered_resolve(dlrec_store *s, const dlrec_bag_batch *in, dlrec_bag_batch *out, int write) {
-  tiered *t = s->tiered;
-  if (t->viewing) return dlrec_error(DLREC_ERR_INVALID, "tiered table %s: resolve while mapped", t->path);
-  if (t->broken)
-    return dlrec_error(DLREC_ERR_IO, "tiered table %s: an earlier read of the file failed; resume from the last "
-                       "checkpoint", t->path);
-  if (in->cols < 1 || in->cols > DLREC_BAG_MAX_COLS || !in->offsets || !in->ids)
-    return dlrec_error(DLREC_ERR_INVALID, "store_resolve: bad batch (%u columns)", in->cols);
+/* Room for the batch's ids (their slots) and for its misses' moves (a
+ * batch misses at most its ids and at most the cache's slots). */
+static dlrec_status batch_room(tiered *t, const dlrec_bag_batch *in) {
   size_t need = 0;
   for (uint32_t c = 0; c < in->cols; c++) need += in->offsets[c][in->rows];
   if (need > t->ids_cap) {
@@ -477,7 +472,6 @@ dlrec_status tiered_resolve(dlrec_store *s, const dlrec_bag_batch *in, dlrec_bag
     t->ids = p;
     t->ids_cap = need;
   }
-  /* A batch misses at most its ids and at most the cache's slots. */
   const size_t max_moves = need < t->cache_rows ? need : (size_t)t->cache_rows;
   if (max_moves > t->moves_cap) {
     move *m = realloc(t->moves, max_moves * sizeof *m);
@@ -485,20 +479,22 @@ dlrec_status tiered_resolve(dlrec_store *s, const dlrec_bag_batch *in, dlrec_bag
     t->moves = m;
     t->moves_cap = max_moves;
   }
-  if (++t->batch == 0) { /* wrapped: no slot may look used by this batch */
-    memset(t->slot_batch, 0, t->cache_rows * sizeof *t->slot_batch);
-    t->batch = 1;
-  }
-  const uint8_t mark = (uint8_t)(FLAG_REF | (write ? FLAG_DIRTY : 0));
-  /* First every id's slot as the cache stands, on all threads (the index is
-   * only read): a slot found is marked as used by this batch, so no miss
-   * below evicts it, with the same values by every thread that finds it. */
+  return DLREC_OK;
+}
+
+/* Every id's slot as the cache stands into t->ids, on all threads (the
+ * index is only read): a slot found is marked as used by this batch, so no
+ * miss after evicts it, with the same values by every thread that finds it. */
+static void find_slots(dlrec_store *s, const dlrec_bag_batch *in, uint8_t mark) {
+  tiered *t = s->tiered;
+  size_t need = 0;
+  for (uint32_t c = 0; c < in->cols; c++) need += in->offsets[c][in->rows];
 #pragma omp parallel for schedule(dynamic, 1) if (need >= PARALLEL_FIND_MIN)
   for (uint32_t c = 0; c < in->cols; c++) {
     const uint32_t *off = in->offsets[c], *ids = in->ids[c];
     uint32_t *col = t->ids;
     for (uint32_t d = 0; d < c; d++) col += in->offsets[d][in->rows];
-    int sound = 1; /* offsets that decrease are left to the plan below to report */
+    int sound = 1; /* offsets that decrease are left to plan_misses to report */
     for (uint32_t b = 0; sound && b < in->rows; b++) sound = off[b + 1] >= off[b];
     for (uint32_t k = off[0]; sound && k < off[in->rows]; k++) {
       const uint32_t slot = ids[k] < s->rows ? slot_index_find(&t->index, ids[k]) : SLOT_INDEX_NONE;
@@ -510,11 +506,15 @@ dlrec_status tiered_resolve(dlrec_store *s, const dlrec_bag_batch *in, dlrec_bag
       t->slot_flags[slot] |= mark;
     }
   }
-  /* Then the plan of the misses, in batch order: a slot for each, the moves
-   * listed; then the moves. A refusal midway still makes the moves planned
-   * so far, which the index already promises. */
+}
+
+/* The plan of the misses, in batch order: a slot for each, the moves listed
+ * (*n_moves of them), the batch's ids rewritten as slots. A refusal midway
+ * leaves the moves planned so far, which the index already promises. */
+static dlrec_status plan_misses(dlrec_store *s, const dlrec_bag_batch *in, int write, uint8_t mark,
+                                size_t *n_moves) {
+  tiered *t = s->tiered;
   uint32_t *dst = t->ids;
-  size_t n_moves = 0;
   dlrec_status st = DLREC_OK;
   for (uint32_t c = 0; st == DLREC_OK && c < in->cols; c++) {
     const uint32_t *off = in->offsets[c], *ids = in->ids[c];
@@ -532,7 +532,7 @@ dlrec_status tiered_resolve(dlrec_store *s, const dlrec_bag_batch *in, dlrec_bag
                            (unsigned long long)row, (unsigned long long)s->rows);
           break;
         }
-        uint32_t slot = dst[k]; /* found above, or SLOT_INDEX_NONE */
+        uint32_t slot = dst[k]; /* found by find_slots, or SLOT_INDEX_NONE */
         s->stats.lookups++;
         if (write) store_mark_changed(s, row);
         if (slot != SLOT_INDEX_NONE) continue;
@@ -543,7 +543,7 @@ dlrec_status tiered_resolve(dlrec_store *s, const dlrec_bag_batch *in, dlrec_bag
             st = dlrec_last_status();
             break;
           }
-          t->moves[n_moves++] = (move){evict, row, slot};
+          t->moves[(*n_moves)++] = (move){evict, row, slot};
           t->slot_row[slot] = row;
           slot_index_insert(&t->index, row, slot);
           s->stats.misses++;
@@ -556,6 +556,27 @@ dlrec_status tiered_resolve(dlrec_store *s, const dlrec_bag_batch *in, dlrec_bag
     t->col_ids[c] = dst;
     dst += off[in->rows];
   }
+  return st;
+}
+
+dlrec_status tiered_resolve(dlrec_store *s, const dlrec_bag_batch *in, dlrec_bag_batch *out, int write) {
+  tiered *t = s->tiered;
+  if (t->viewing) return dlrec_error(DLREC_ERR_INVALID, "tiered table %s: resolve while mapped", t->path);
+  if (t->broken)
+    return dlrec_error(DLREC_ERR_IO, "tiered table %s: an earlier read of the file failed; resume from the last "
+                       "checkpoint", t->path);
+  if (in->cols < 1 || in->cols > DLREC_BAG_MAX_COLS || !in->offsets || !in->ids)
+    return dlrec_error(DLREC_ERR_INVALID, "store_resolve: bad batch (%u columns)", in->cols);
+  dlrec_status st = batch_room(t, in);
+  if (st != DLREC_OK) return st;
+  if (++t->batch == 0) { /* wrapped: no slot may look used by this batch */
+    memset(t->slot_batch, 0, t->cache_rows * sizeof *t->slot_batch);
+    t->batch = 1;
+  }
+  const uint8_t mark = (uint8_t)(FLAG_REF | (write ? FLAG_DIRTY : 0));
+  find_slots(s, in, mark);
+  size_t n_moves = 0;
+  st = plan_misses(s, in, write, mark, &n_moves);
   s->stats.resident = t->used;
   /* A refusal midway still makes the moves planned so far, which the
    * index already promises. */

@@ -292,6 +292,9 @@ dlrec_table *dlrec_net_table(dlrec_net *n) { return n->table; }
 const dlrec_table *dlrec_net_table_const(const dlrec_net *n) { return n->table; }
 dlrec_store *dlrec_net_store(const dlrec_net *n) { return n->store; }
 uint32_t dlrec_net_n_tensors(const dlrec_net *n) { return n->plan.n_tensors; }
+int dlrec_net_pools_mean(const dlrec_net *n, uint32_t c) {
+  return n->plan.pooling == DLREC_BAG_MEAN || (c < n->schema.n_sparse && n->mean_cols[c]);
+}
 const dlrec_net_tensor *dlrec_net_tensors(const dlrec_net *n) { return n->plan.tensors; }
 
 dlrec_status net_config_pooling(const cJSON *o, const char *what, dlrec_bag_mode *pooling) {

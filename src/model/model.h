@@ -161,6 +161,9 @@ const float *dlrec_net_dense_params_const(const dlrec_net *n, size_t *count);
 dlrec_table *dlrec_net_table(dlrec_net *n);
 const dlrec_table *dlrec_net_table_const(const dlrec_net *n);
 dlrec_store *dlrec_net_store(const dlrec_net *n); /* the store is a handle: passes change its cache */
+/* Whether categorical column c pools its bags by their mean (the config's
+ * model.pooling "mean", or the ETL schema's mean column), else by their sum. */
+int dlrec_net_pools_mean(const dlrec_net *n, uint32_t c);
 /* The named tensors, in flat-array order, valid for the network's life. */
 uint32_t dlrec_net_n_tensors(const dlrec_net *n);
 const dlrec_net_tensor *dlrec_net_tensors(const dlrec_net *n);

@@ -158,24 +158,24 @@ static size_t widest_linear(const dlrec_net *n) {
   return widest;
 }
 
-static dlrec_status shards_create(const dlrec_net *n, dlrec_net_ws *ws, uint32_t T) {
+static dlrec_status ways_create(const dlrec_net *n, dlrec_net_ws *ws, uint32_t T) {
   uint32_t rows = (ws->max_batch + T - 1) / T;
-  ws->shards = calloc(T, sizeof *ws->shards);
-  if (!ws->shards) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
-  ws->n_shards = T;
-  ws->shards_be = n->be;
+  ws->ways = calloc(T, sizeof *ws->ways);
+  if (!ws->ways) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
+  ws->n_ways = T;
+  ws->ways_be = n->be;
   for (uint32_t i = 0; i < T; i++) {
-    net_shard *sh = &ws->shards[i];
-    dlrec_status s = backend_lane_create(n->be, &sh->lane);
-    if (s == DLREC_OK) s = n->type->ws_create(n->ctx, &n->plan, rows, NULL, &sh->model_ws);
+    net_way *way = &ws->ways[i];
+    dlrec_status s = backend_lane_create(n->be, &way->lane);
+    if (s == DLREC_OK) s = n->type->ws_create(n->ctx, &n->plan, rows, NULL, &way->model_ws);
     if (s != DLREC_OK) {
-      net_shards_free(ws);
+      net_ways_free(ws);
       return s;
     }
-    sh->grad = calloc(n->plan.n_params ? n->plan.n_params : 1, sizeof(float)); /* zero between steps */
-    sh->d_logits = malloc(rows * sizeof(float));
-    if (!sh->grad || !sh->d_logits) {
-      net_shards_free(ws);
+    way->grad = calloc(n->plan.n_params ? n->plan.n_params : 1, sizeof(float)); /* zero between steps */
+    way->d_logits = malloc(rows * sizeof(float));
+    if (!way->grad || !way->d_logits) {
+      net_ways_free(ws);
       return dlrec_error(DLREC_ERR_NOMEM, "cannot allocate the split step's workspaces");
     }
   }
@@ -185,14 +185,14 @@ static dlrec_status shards_create(const dlrec_net *n, dlrec_net_ws *ws, uint32_t
   const size_t widest = widest_linear(n);
   ws->slots = calloc(T, sizeof *ws->slots);
   for (uint32_t i = 0; ws->slots && i < T; i++) {
-    net_shard *sh = &ws->shards[i];
-    sh->split = (net_split){.ways = T, .way = i, .work = malloc(4 * widest * sizeof(double)), .slots = ws->slots,
+    net_way *way = &ws->ways[i];
+    way->split = (net_split){.ways = T, .way = i, .work = malloc(4 * widest * sizeof(double)), .slots = ws->slots,
                             .sync = &ws->sync};
     ws->slots[i] = malloc(2 * widest * sizeof(double));
-    if (!sh->split.work || !ws->slots[i]) break;
+    if (!way->split.work || !ws->slots[i]) break;
   }
-  if (!ws->slots || !ws->shards[T - 1].split.work || !ws->slots[T - 1]) {
-    net_shards_free(ws);
+  if (!ws->slots || !ws->ways[T - 1].split.work || !ws->slots[T - 1]) {
+    net_ways_free(ws);
     return dlrec_error(DLREC_ERR_NOMEM, "cannot allocate the split step's batch-normalization scratch");
   }
   ws->sync.ways = T;
@@ -245,7 +245,7 @@ static dlrec_batch sub_batch(const dlrec_batch *b, uint32_t F, uint32_t n_dense,
 }
 
 /* The ways a step splits: the backend's (backend_split_ways), unless the
- * batch gives a way fewer than SHARD_MIN_ROWS rows or the stage cannot
+ * batch gives a way fewer than WAY_MIN_ROWS rows or the stage cannot
  * pool on lanes. */
 static uint32_t split_ways(const dlrec_net *n, const dlrec_stage *stage, uint32_t B) {
   return stage->ops->splits ? net_ways_of(backend_split_ways(n->be), B) : 1;
@@ -255,7 +255,7 @@ static uint32_t split_ways(const dlrec_net *n, const dlrec_stage *stage, uint32_
  * unless dlrec_net_set_keep_operands turned them off: kept operands (the
  * pass writes no layer's input or weights between its forward and its
  * backward) and fresh gradients (the backward finds them zeroed: a split
- * step's shards are zeroed as they are summed, and run_backward fills
+ * step's ways are zeroed as they are summed, and run_backward fills
  * ws->grad with zeros before the model's backward). */
 static void keep_operands(const dlrec_net *n, dlrec_backend *be, int on) {
   if (n->keep_off) return;
@@ -264,52 +264,52 @@ static void keep_operands(const dlrec_net *n, dlrec_backend *be, int on) {
 }
 
 /* One way of a split step: rows [r0, r1) of b through the whole network on
- * the shard's lane; its loss sum into *part. */
-static dlrec_status split_way(dlrec_net *n, dlrec_net_ws *ws, net_shard *sh, const dlrec_batch *b, uint32_t r0,
+ * the way's lane; its loss sum into *part. */
+static dlrec_status split_way(dlrec_net *n, dlrec_net_ws *ws, net_way *way, const dlrec_batch *b, uint32_t r0,
                               uint32_t r1, uint64_t step, int sync, float *prob, double *part) {
   const uint32_t B = b->rows, F = n->schema.n_sparse, D = n->plan.emb_dim, nd = n->schema.n_dense;
   /* A part of a global batch (dlrec_net_train_pass) scales by its share of
    * the global batch, and its rows' dropout masks are the global rows'. */
   const uint32_t G = ws->global_rows ? ws->global_rows : B;
   const int rows = (int)(r1 - r0);
-  dlrec_backend *lane = sh->lane;
+  dlrec_backend *lane = way->lane;
   dlrec_batch sb = sub_batch(b, F, nd, r0, r1);
   float *emb = ws->emb + (size_t)r0 * F * D, *d_emb = ws->d_emb + (size_t)r0 * F * D;
   const float *logits = NULL;
   double l = 0, t1 = dlrec_now();
   dlrec_status s1 = F ? ws->stage->ops->forward(ws->stage, ws, lane, &sb, emb, 1) : DLREC_OK;
-  net_lap(&sh->prof.emb_forward, &t1);
+  net_lap(&way->prof.emb_forward, &t1);
   net_io io = {.be = lane, .B = rows, .dense = sb.dense, .emb = emb, .params = n->params, .plan = &n->plan,
-               .prof = &sh->prof, .train = 1, .step = step, .row0 = ws->row_base + r0, .state = n->params,
-               .split = sync ? &sh->split : NULL};
-  sh->split.rows = B;
+               .prof = &way->prof, .train = 1, .step = step, .row0 = ws->row_base + r0, .state = n->params,
+               .split = sync ? &way->split : NULL};
+  way->split.rows = B;
   keep_operands(n, lane, 1);
-  if (s1 == DLREC_OK) s1 = n->type->forward(n->ctx, sh->model_ws, &io, &logits);
+  if (s1 == DLREC_OK) s1 = n->type->forward(n->ctx, way->model_ws, &io, &logits);
   if (s1 == DLREC_OK && prob) s1 = BE_OP(lane, sigmoid, prob + r0, logits, (size_t)rows);
   if (s1 == DLREC_OK) s1 = BE_OP(lane, bce_forward, &l, logits, sb.labels, rows);
-  if (s1 == DLREC_OK) s1 = BE_OP(lane, bce_backward, sh->d_logits, logits, sb.labels, rows);
-  /* The loss is the whole batch's mean: each shard's gradient is its own
+  if (s1 == DLREC_OK) s1 = BE_OP(lane, bce_backward, way->d_logits, logits, sb.labels, rows);
+  /* The loss is the whole batch's mean: each way's gradient is its own
    * mean's times its share of the rows (times the loss scale). */
   const float share = (float)rows / (float)G * (ws->grad_scale > 0 ? ws->grad_scale : 1.0f);
-  if (s1 == DLREC_OK) s1 = BE_OP(lane, scale, sh->d_logits, (size_t)rows, share);
-  if (s1 == DLREC_OK) s1 = n->type->backward(n->ctx, sh->model_ws, &io, sh->d_logits, sh->grad, d_emb);
+  if (s1 == DLREC_OK) s1 = BE_OP(lane, scale, way->d_logits, (size_t)rows, share);
+  if (s1 == DLREC_OK) s1 = n->type->backward(n->ctx, way->model_ws, &io, way->d_logits, way->grad, d_emb);
   keep_operands(n, lane, 0);
   *part = l * rows;
   return s1;
 }
 
 /* Every thread's slice [j0, j1) of the dense gradients summed over the
- * shards, in shard order, zeroing the shards' slices as it goes, so that
+ * ways, in way order, zeroing the ways' slices as it goes, so that
  * the next step's backward finds them zeroed without a pass of its own. */
-static void sum_shards(dlrec_net_ws *ws, uint32_t T, size_t j0, size_t j1) {
+static void sum_ways(dlrec_net_ws *ws, uint32_t T, size_t j0, size_t j1) {
   float *restrict out = ws->grad;
-  float *restrict g0 = ws->shards[0].grad;
+  float *restrict g0 = ws->ways[0].grad;
   for (size_t j = j0; j < j1; j++) {
     out[j] = g0[j];
     g0[j] = 0.0f;
   }
   for (uint32_t k = 1; k < T; k++) {
-    float *restrict gk = ws->shards[k].grad;
+    float *restrict gk = ws->ways[k].grad;
     for (size_t j = j0; j < j1; j++) {
       out[j] += gk[j];
       gk[j] = 0.0f;
@@ -317,11 +317,11 @@ static void sum_shards(dlrec_net_ws *ws, uint32_t T, size_t j0, size_t j1) {
   }
 }
 
-/* The shards ran side by side: shard 0's phases stand for the step's, and
+/* The ways ran side by side: way 0's phases stand for the step's, and
  * the rest of the region (the loss, the gradients' sum) counts as other. */
 static void split_profile(const dlrec_net *n, dlrec_net_ws *ws, const dlrec_batch *b, uint32_t T, double t) {
   const uint32_t B = b->rows;
-  dlrec_net_profile *p = &ws->prof, *p0 = &ws->shards[0].prof;
+  dlrec_net_profile *p = &ws->prof, *p0 = &ws->ways[0].prof;
   for (uint32_t c = 0; c < n->schema.n_sparse; c++) p->lookups += b->offsets[c][B] - b->offsets[c][0];
   p->forward_rows += B;
   p->backward_rows += B;
@@ -331,15 +331,15 @@ static void split_profile(const dlrec_net *n, dlrec_net_ws *ws, const dlrec_batc
   p->interaction += p0->interaction;
   p->other += region > inner ? region - inner : 0;
   for (uint32_t i = 0; i < T; i++) {
-    p->mlp_flops += ws->shards[i].prof.mlp_flops;
-    memset(&ws->shards[i].prof, 0, sizeof ws->shards[i].prof);
+    p->mlp_flops += ws->ways[i].prof.mlp_flops;
+    memset(&ws->ways[i].prof, 0, sizeof ws->ways[i].prof);
   }
 }
 
 /* The forward, loss and backward of a training step with the batch split
  * into T contiguous row ranges, one per thread, each through the whole
  * network on one thread; then every thread sums its slice of the dense
- * gradients over the shards, in shard order. One parallel region instead of
+ * gradients over the ways, in way order. One parallel region instead of
  * one per kernel: at small batches waking the team for each kernel cost
  * more than the kernels. Results are bitwise reproducible for a given T. */
 static dlrec_status split_step(dlrec_net *n, dlrec_net_ws *ws, const dlrec_batch *b, uint64_t step, uint32_t T,
@@ -348,15 +348,15 @@ static dlrec_status split_step(dlrec_net *n, dlrec_net_ws *ws, const dlrec_batch
     return dlrec_error(DLREC_ERR_INVALID, "batch of %u rows, the workspace holds 1 to %u", b->rows, ws->max_batch);
   if (!b->labels) return dlrec_error(DLREC_ERR_INVALID, "training needs labeled data");
   dlrec_status s = DLREC_OK;
-  if (ws->n_shards != T || ws->shards_be != n->be) {
-    net_shards_free(ws);
-    if ((s = shards_create(n, ws, T)) != DLREC_OK) return s;
+  if (ws->n_ways != T || ws->ways_be != n->be) {
+    net_ways_free(ws);
+    if ((s = ways_create(n, ws, T)) != DLREC_OK) return s;
   }
   const uint32_t B = b->rows;
   const size_t n_params = n->plan.n_params;
-  dlrec_status st[MAX_SHARDS];
-  double part[MAX_SHARDS];
-  char msg[MAX_SHARDS][256];
+  dlrec_status st[MAX_WAYS];
+  double part[MAX_WAYS];
+  char msg[MAX_WAYS][256];
   const int sync = needs_sync(n);
   *whole = 0; /* set when the team came smaller than the ways that must meet: the caller runs the step whole */
   atomic_store(&ws->sync.arrived, 0);
@@ -365,20 +365,20 @@ static dlrec_status split_step(dlrec_net *n, dlrec_net_ws *ws, const dlrec_batch
 #pragma omp parallel num_threads(T)
   {
     /* A team smaller than asked for (OMP_DYNAMIC, a thread limit) runs
-     * several shards per thread: the shards, not the team, fix the bits.
+     * several ways per thread: the ways, not the team, fix the bits.
      * Ways that meet (batch normalization) need one thread each. */
     const uint32_t tid = (uint32_t)omp_get_thread_num(), nth = (uint32_t)omp_get_num_threads();
     if (sync && nth != T && tid == 0) *whole = 1;
     for (uint32_t i = tid; i < T && !(sync && nth != T); i += nth) {
       const uint32_t r0 = (uint32_t)((uint64_t)B * i / T), r1 = (uint32_t)((uint64_t)B * (i + 1) / T);
-      st[i] = split_way(n, ws, &ws->shards[i], b, r0, r1, step, sync, prob, &part[i]);
+      st[i] = split_way(n, ws, &ws->ways[i], b, r0, r1, step, sync, prob, &part[i]);
       if (st[i] != DLREC_OK) {
         snprintf(msg[i], sizeof msg[i], "%s", dlrec_last_error());
         atomic_store(&ws->sync.failed, 1); /* releases the ways waiting for this one */
       }
     }
 #pragma omp barrier
-    sum_shards(ws, T, n_params * tid / nth, n_params * (tid + 1) / nth);
+    sum_ways(ws, T, n_params * tid / nth, n_params * (tid + 1) / nth);
   }
   if (*whole) return DLREC_OK;
   double sum = 0;
@@ -421,7 +421,7 @@ static dlrec_status step_pass(dlrec_net *n, dlrec_net_ws *ws, const dlrec_batch 
 }
 
 /* The one way's batch normalization scratch and slot of a part that sums
- * across processes, sized as a split step's (shards_create). */
+ * across processes, sized as a split step's (ways_create). */
 static dlrec_status part_scratch(const dlrec_net *n, dlrec_net_ws *ws) {
   if (ws->part_work) return DLREC_OK;
   const size_t widest = widest_linear(n);

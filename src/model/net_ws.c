@@ -108,27 +108,27 @@ nomem:
   return dlrec_error(DLREC_ERR_NOMEM, "cannot allocate the workspace for batches of %u rows", max_batch);
 }
 
-void net_shards_free(dlrec_net_ws *ws) {
-  for (uint32_t i = 0; ws->shards && i < ws->n_shards; i++) {
-    net_shard *sh = &ws->shards[i];
-    if (sh->model_ws) ws->type->ws_free(sh->model_ws);
-    dlrec_backend_free(sh->lane);
-    free(sh->grad);
-    free(sh->d_logits);
-    free(sh->split.work);
+void net_ways_free(dlrec_net_ws *ws) {
+  for (uint32_t i = 0; ws->ways && i < ws->n_ways; i++) {
+    net_way *way = &ws->ways[i];
+    if (way->model_ws) ws->type->ws_free(way->model_ws);
+    dlrec_backend_free(way->lane);
+    free(way->grad);
+    free(way->d_logits);
+    free(way->split.work);
     if (ws->slots) free(ws->slots[i]);
   }
-  free(ws->shards);
+  free(ws->ways);
   free(ws->slots);
   ws->slots = NULL;
-  ws->shards = NULL;
-  ws->n_shards = 0;
-  ws->shards_be = NULL;
+  ws->ways = NULL;
+  ws->n_ways = 0;
+  ws->ways_be = NULL;
 }
 
 void dlrec_net_ws_free(dlrec_net_ws *ws) {
   if (!ws) return;
-  net_shards_free(ws);
+  net_ways_free(ws);
   if (ws->model_ws) ws->type->ws_free(ws->model_ws);
   for (int q = 0; q < NET_QUEUED; q++)
     if (ws->loss_fence[q]) ws->dev_be->ops->fence_free(ws->dev_be, ws->loss_fence[q]);
@@ -174,8 +174,8 @@ static int ws_linear_bytes(const dlrec_net *n, uint32_t rows, int model_only, ui
 }
 
 uint32_t net_ways_of(uint32_t T, uint32_t B) {
-  if (T > MAX_SHARDS) T = MAX_SHARDS;
-  if (T > B / SHARD_MIN_ROWS) T = B / SHARD_MIN_ROWS;
+  if (T > MAX_WAYS) T = MAX_WAYS;
+  if (T > B / WAY_MIN_ROWS) T = B / WAY_MIN_ROWS;
   return T < 1 ? 1 : T;
 }
 

@@ -27,20 +27,20 @@ struct net_sync {
 #define NET_QUEUED 2
 
 /* Fewer rows than this per thread and a step runs whole. */
-#define SHARD_MIN_ROWS 32
-#define MAX_SHARDS 64
+#define WAY_MIN_ROWS 32
+#define MAX_WAYS 64
 
 /* One way of a split training step: a one-thread lane of the network's
  * backend, its rows' activations and d_logits, and its own dense gradients,
- * which the step sums over the shards after the backward. */
-typedef struct net_shard {
+ * which the step sums over the ways after the backward. */
+typedef struct net_way {
   dlrec_backend *lane;
   void *model_ws;
   float *grad;     /* (n_params) */
   float *d_logits; /* (rows) */
-  net_split split; /* for models that sum across the ways; its work and the slot in ws->slots are this shard's */
+  net_split split; /* for models that sum across the ways; its work and the slot in ws->slots are this way's */
   dlrec_net_profile prof;
-} net_shard;
+} net_way;
 
 struct dlrec_net_ws {
   uint32_t max_batch;
@@ -84,13 +84,13 @@ struct dlrec_net_ws {
    * so it keeps the type, which is static, and not the network. */
   const net_type *type;
   dlrec_net_profile prof;
-  /* Split training steps (net_pass.c): one shard per way, made on the first
+  /* Split training steps (net_pass.c): one net_way per way, made on the first
    * step that splits, for the backend they were made for. */
-  uint32_t n_shards;
-  struct net_shard *shards;
-  double **slots; /* each shard's slot, for net_split */
+  uint32_t n_ways;
+  struct net_way *ways;
+  double **slots; /* each way's slot, for net_split */
   struct net_sync sync;
-  const dlrec_backend *shards_be;
+  const dlrec_backend *ways_be;
   uint32_t last_split; /* the ways of the last training step */
   /* Raw keys (schema.keys): a batch's keys, from its pairs of ids, with their
    * offsets (F arrays of max_batch + 1), and for scoring the rows the keys
@@ -145,10 +145,10 @@ static inline dlrec_status net_ws_upload(const dlrec_net_ws *ws, float *dst, con
   return n ? ws->dev_be->ops->upload(ws->dev_be, dst, src, n * sizeof(float)) : DLREC_OK;
 }
 
-/* Frees a workspace's split-step shards (net_pass.c makes them). */
-void net_shards_free(dlrec_net_ws *ws);
+/* Frees a workspace's split-step ways (net_pass.c makes them). */
+void net_ways_free(dlrec_net_ws *ws);
 /* The ways a step of B rows splits on a backend that splits T ways: fewer
- * when a way would get less than SHARD_MIN_ROWS rows. */
+ * when a way would get less than WAY_MIN_ROWS rows. */
 uint32_t net_ways_of(uint32_t T, uint32_t B);
 
 /* The embedding stage (ws->stage, set by the caller) and the model's

@@ -5,6 +5,7 @@
 
 #include "core/log.h"
 #include "train/trainer_run.h"
+#include "train/loaded_model.h"
 
 /* The metrics of the model on the first max_rows rows (0: all) of the file
  * at path. Across ranks, collective: every rank scores its part and gets
