@@ -13,7 +13,7 @@
  *   ETL_ROLE_DENSE   it adds a dense column (count, target), likewise.
  * Derived columns follow the input's, in registry order and then workflow
  * order within an operator. The hooks an operator's role does not use are
- * NULL, as are the optional ones it does not need.
+ * NULL, as are the optional ones (marked so) it does not need.
  *
  * The generic code owns what every operator shares: the workflow's and the
  * state's framing (names, sources by name, "kind"), fit's pass (a worker per
@@ -96,7 +96,7 @@ typedef struct etl_fit_end {
   uint32_t col;     /* its index among the schema's categorical (ETL_ROLE_CAT) or dense columns */
   const char *name;
   uint64_t rows, positives;
-  double *held;     /* with hold: the held column's clipped values in input order (reordered at will) */
+  double *held;     /* with holds: the held column's clipped values in input order (reordered at will) */
   size_t n_held;
   void *const *acc; /* with fit_acc_new: each worker's accumulator */
   int n_acc;
@@ -115,13 +115,13 @@ typedef struct etl_op_type {
   dlrec_status (*column_parse)(const struct cJSON *v, const char *what, int from_state, etl_dense_ops *ops);
   int (*column_set)(const etl_dense_ops *ops); /* it is set: the state records it */
   struct cJSON *(*column_json)(const etl_dense_ops *ops);
-  int (*column_holds)(const etl_dense_ops *ops); /* fit must hold the column's values */
-  /* When the pass is over: learn from the column's clipped values held[0, n). */
+  int (*column_holds)(const etl_dense_ops *ops); /* optional: fit must hold the column's values */
+  /* Optional: when the pass is over, learn from the column's clipped values held[0, n). */
   void (*column_fit_end)(etl_dense_ops *ops, double *held, size_t n, const char *name);
-  /* 1 when a missing value reads as *x (raw units), which fit's statistics
-   * then count for each missing row. */
+  /* Optional: 1 when a missing value reads as *x (raw units), which fit's
+   * statistics then count for each missing row. */
   int (*column_fills)(const etl_dense_ops *ops, double *x);
-  /* After the state loaded the column's statistics (dense column col). */
+  /* Optional: after the state loaded the column's statistics (dense column col). */
   dlrec_status (*column_prepare)(dlrec_etl *e, uint32_t col, const char *what);
   int (*column_same)(const etl_dense_ops *a, const etl_dense_ops *b);
 
@@ -136,12 +136,13 @@ typedef struct etl_op_type {
   dlrec_status (*load)(const struct cJSON *op, const char *what, const dlrec_columns *cols, etl_derived *d);
   /* Adds d's members to its "op" object (after "kind"). */
   void (*save)(const dlrec_columns *cols, const etl_derived *d, struct cJSON *op);
-  int (*holds)(const etl_derived *d); /* the input dense column fit holds the values of for it, or -1 */
-  dlrec_status (*fit_acc_new)(const etl_derived *d, void **acc); /* a worker's accumulator */
+  int (*holds)(const etl_derived *d); /* optional: the input dense column fit holds the values of, or -1 */
+  dlrec_status (*fit_acc_new)(const etl_derived *d, void **acc); /* optional: a worker's accumulator */
   void (*fit_acc_free)(void *acc);
-  /* Counts a good row into a worker's slot (fit's workers, any order). */
+  /* Optional: counts a good row into a worker's slot (fit's workers, any order). */
   dlrec_status (*fit_row)(const etl_derived *d, const etl_fit_slot *s, const etl_fit_row *r);
-  /* Builds the column (the state's e->cat[col] or e->dense[col]) when the pass is over. */
+  /* Builds the column (the state's e->cat[col] or e->dense[col]) when the pass is over;
+   * optional for ETL_OP_COUNTS_KEYS, whose column fit builds. */
   dlrec_status (*fit_end)(etl_fit_end *f);
   /* ETL_ROLE_CAT: the row's local id in its column k. */
   dlrec_status (*encode_cat)(const etl_row *r, const etl_derived *d, const etl_cat *k, uint64_t *local);
@@ -149,7 +150,7 @@ typedef struct etl_op_type {
    * before any is read), then the value, before the dense transform. */
   const void *(*locate)(const etl_row *r, const etl_derived *d);
   double (*value)(const void *at);
-  /* A section of vocab.bin after the categorical columns', in dense-column
+  /* Optional: a section of vocab.bin after the categorical columns', in dense-column
    * order: written through put, and read from p[0, avail) (*used bytes);
    * `index` and `name` are the dense column's, for messages. */
   dlrec_status (*section_save)(const etl_derived *d, dlrec_status (*put)(void *ctx, const void *p, size_t n),
@@ -159,7 +160,7 @@ typedef struct etl_op_type {
   /* Whether x (of state a) and y (of b) encode the same, from their
    * definitions to the tables they read. */
   int (*same)(const dlrec_etl *a, const dlrec_etl *b, const etl_derived *x, const etl_derived *y);
-  void (*free)(etl_derived *d); /* what it owns (d stays valid to free again) */
+  void (*free)(etl_derived *d); /* optional: what it owns (d stays valid to free again) */
 } etl_op_type;
 
 /* ---- the registry (etl_ops.c) ---- */
