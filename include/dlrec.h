@@ -31,15 +31,20 @@ const char *dlrec_api_last_error(void);
 void dlrec_api_free(void *p);
 
 /* ETL (docs/etl.md). inputs_json: a JSON array of input paths. opts_json
- * (NULL or "{}": the CLI's defaults): fit {"format": "criteo" | "csv" |
- * "libsvm" | "libfm", "schema": SPEC, "has_label", "min_count",
- * "hash_buckets", "dense_transform": "log" | "none", "standardize",
- * "skip_bad_rows", "strict_fields", "libfm_fields", "max_hotness",
- * "raw_keys", "workflow" (the object of docs/etl.md's column operators),
- * "memory_mb", "spill_dir", "threads", "progress"}; apply {"no_label",
- * "valid_fraction", "valid_out", "seed", "row_group_rows", "skip_bad_rows",
- * "strict_fields", "target_encoding": "oof" | "full", "threads",
- * "progress"}. *report_json (when not NULL): the run's report. */
+ * (NULL or "{}": the CLI's defaults): the options of `dlrec etl fit` and
+ * `dlrec etl apply`, each flag by its key (one table for both: docs/etl.md's
+ * "Option reference"), and "progress" (a progress bar; default false).
+ * fit {"format": "criteo" | "csv" | "libsvm" | "libfm", "schema": SPEC,
+ * "workflow" (the object of docs/etl.md's column operators),
+ * "libfm_fields", "pooling": "sum" | "mean", "max_hotness", "no_label" (or
+ * "has_label"), "min_count", "hash_buckets", "raw_keys", "dense_transform":
+ * "log" | "none", "standardize", "skip_bad_rows", "strict_fields",
+ * "max_line_bytes", "block_bytes", "threads", "memory_mb", "spill_dir"};
+ * apply {"no_label", "skip_bad_rows", "strict_fields", "max_line_bytes",
+ * "block_bytes", "threads", "valid_fraction", "valid_out", "seed",
+ * "row_group_rows", "target_encoding": "oof" | "full"}. An option of the
+ * other subcommand is an unknown field. *report_json (when not NULL): the
+ * run's report. */
 int dlrec_api_etl_fit(const char *inputs_json, const char *out_dir, const char *opts_json, char **report_json);
 int dlrec_api_etl_apply(const char *etl_dir, const char *inputs_json, const char *out, const char *opts_json,
                         char **report_json);

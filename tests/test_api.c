@@ -155,3 +155,77 @@ TEST(train_stop_predict_evaluate_through_the_api) {
   CHECK_EQ(dlrec_api_report(test_path("run"), NULL), 0);
   CHECK_EQ(omp_get_max_threads(), 3);
 }
+
+static int same_bytes(const char *a, const char *b) {
+  char *x = NULL, *y = NULL;
+  size_t nx = 0, ny = 0;
+  int same = dlrec_read_file(a, 1u << 26, &x, &nx) == DLREC_OK && dlrec_read_file(b, 1u << 26, &y, &ny) == DLREC_OK &&
+             nx == ny && !memcmp(x, y, nx);
+  free(x);
+  free(y);
+  return same;
+}
+
+/* The host API takes the command line's ETL options, by one table: a fit
+ * through the API with pooling, max_line_bytes and block_bytes (which it
+ * once refused as unknown fields) writes the CLI's state byte for byte, and
+ * a max_line_bytes below the rows' length makes them bad rows alike. */
+TEST(api_etl_options_are_the_cli_s) {
+  test_buf svm = {0};
+  for (int i = 0; i < 400; i++) {
+    test_buf_printf(&svm, "%d", i % 3 == 0);
+    for (int k = 0; k <= i % 5; k++) test_buf_printf(&svm, " %d:1", (i * 7 + k * 13) % 50);
+    test_buf_printf(&svm, "\n");
+  }
+  CHECK_EQ(test_write_file(test_path("a.svm"), svm.p, svm.n), 0);
+  test_buf_free(&svm);
+  char *out = NULL;
+  int rc = test_run_cli(&out, "etl fit -q --format libsvm --pooling mean --max-hotness 3 --max-line-bytes 100 "
+                        "--block-bytes 64 --input '%s' --out '%s'", test_path("a.svm"), test_path("etl_cli"));
+  if (rc) fprintf(stderr, "%s\n", out ? out : "");
+  free(out);
+  CHECK_EQ(rc, 0);
+  const char *in = json_paths(test_path("a.svm"));
+  CHECK_EQ(dlrec_api_etl_fit(in, test_path("etl_api"),
+                             "{\"format\": \"libsvm\", \"pooling\": \"mean\", \"max_hotness\": 3, "
+                             "\"max_line_bytes\": 100, \"block_bytes\": 64}", NULL),
+           0);
+  CHECK(same_bytes(test_path("etl_cli/etl.json"), test_path("etl_api/etl.json")));
+  CHECK(same_bytes(test_path("etl_cli/vocab.bin"), test_path("etl_api/vocab.bin")));
+  /* An option of the other subcommand is refused, as on the command line. */
+  CHECK_EQ(dlrec_api_etl_fit(in, test_path("etl_x"), "{\"format\": \"libsvm\", \"seed\": 3}", NULL), -1);
+  CHECK(strstr(dlrec_api_last_error(), "unknown field 'seed'") != NULL);
+  CHECK_EQ(dlrec_api_etl_fit(in, test_path("etl_x"), "{\"format\": \"libsvm\", \"pooling\": \"max\"}", NULL), -1);
+  CHECK(strstr(dlrec_api_last_error(), "pooling: expected sum or mean") != NULL);
+  /* Criteo rows are longer than 16 bytes. */
+  CHECK(make_rows() == 0);
+  const char *rows = json_paths(test_path("rows.tsv"));
+  CHECK_EQ(dlrec_api_etl_fit(rows, test_path("etl_y"), "{\"max_line_bytes\": 16}", NULL), -1);
+  CHECK(strstr(dlrec_api_last_error(), "longer than 16 bytes") != NULL);
+  rc = test_run_cli(&out, "etl fit -q --max-line-bytes 16 --input '%s' --out '%s'", test_path("rows.tsv"),
+                    test_path("etl_z"));
+  CHECK_EQ(rc, 1);
+  CHECK(out && strstr(out, "longer than 16 bytes"));
+  free(out);
+  /* Unlabeled rows: --no-label, "no_label" and the API's older "has_label". */
+  char *text = NULL;
+  size_t n = 0;
+  CHECK_OK(dlrec_read_file(test_path("rows.tsv"), 1u << 26, &text, &n));
+  test_buf unl = {0};
+  for (char *p = text, *nl; text && (nl = memchr(p, '\n', (size_t)(text + n - p))); p = nl + 1) {
+    const char *tab = memchr(p, '\t', (size_t)(nl - p));
+    test_buf_put(&unl, tab + 1, (size_t)(nl - tab));
+  }
+  free(text);
+  CHECK_EQ(test_write_file(test_path("unlabeled.tsv"), unl.p, unl.n), 0);
+  test_buf_free(&unl);
+  rc = test_run_cli(&out, "etl fit -q --no-label --input '%s' --out '%s'", test_path("unlabeled.tsv"),
+                    test_path("etl_nl_cli"));
+  free(out);
+  CHECK_EQ(rc, 0);
+  const char *unlabeled = json_paths(test_path("unlabeled.tsv"));
+  CHECK_EQ(dlrec_api_etl_fit(unlabeled, test_path("etl_nl_api"), "{\"no_label\": true}", NULL), 0);
+  CHECK_EQ(dlrec_api_etl_fit(unlabeled, test_path("etl_hl_api"), "{\"has_label\": false}", NULL), 0);
+  CHECK(same_bytes(test_path("etl_nl_cli/etl.json"), test_path("etl_nl_api/etl.json")));
+  CHECK(same_bytes(test_path("etl_nl_cli/etl.json"), test_path("etl_hl_api/etl.json")));
+}

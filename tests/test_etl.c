@@ -2293,3 +2293,58 @@ TEST(derived_columns_encode_alike_in_apply_predict_and_the_server) {
   o.has_label = 0;
   CHECK_ERR(dlrec_etl_fit(&in, 1, test_path("bad"), &o, NULL), DLREC_ERR_INVALID, "needs labels");
 }
+
+/* ---- the options table ---- */
+
+/* The defaults of fit and apply come from the options table: the ones
+ * dlrec_etl_fit_opts_default and dlrec_etl_apply_opts_default set by hand
+ * before it, and every default it states reads. */
+TEST(option_table_defaults) {
+  dlrec_etl_fit_opts f;
+  dlrec_etl_apply_opts a;
+  dlrec_etl_fit_opts_default(&f);
+  dlrec_etl_apply_opts_default(&a);
+  CHECK_EQ(f.format, DLREC_FORMAT_CRITEO);
+  CHECK(f.schema_spec == NULL && f.workflow == NULL && f.spill_dir == NULL && f.sources == NULL);
+  CHECK_EQ(f.has_label, 1);
+  CHECK_EQ_U64(f.min_count, 1);
+  CHECK_EQ_U64(f.hash_buckets, 0);
+  CHECK_EQ(f.dense_transform, DLREC_DENSE_LOG);
+  CHECK(!f.standardize && !f.strict_fields && !f.raw_keys && !f.threads && !f.skip_bad_rows);
+  CHECK_EQ_U64(f.max_line_bytes, DLREC_MAX_LINE_BYTES_DEFAULT);
+  CHECK_EQ_U64(f.block_bytes, 0);
+  CHECK(f.libfm_fields == 0 && f.max_hotness == 0 && f.memory_mb == 0);
+  CHECK_EQ(f.pooling, DLREC_POOLING_SUM);
+  CHECK_EQ(f.progress, 1);
+  CHECK(!a.no_label && !a.per_input && !a.strict_fields && !a.threads && !a.target_full && !a.skip_bad_rows);
+  CHECK(a.valid_fraction == 0 && a.valid_out == NULL && a.seed == 0 && a.sources == NULL);
+  CHECK_EQ(a.row_group_rows, 65536);
+  CHECK_EQ_U64(a.max_line_bytes, DLREC_MAX_LINE_BYTES_DEFAULT);
+  CHECK_EQ_U64(a.block_bytes, 0);
+  CHECK_EQ(a.progress, 1);
+  for (const dlrec_option *o = dlrec_etl_options; o->key; o++) {
+    CHECK(o->flag == NULL || !strncmp(o->flag, "--", 2));
+    if (o->dflt && dlrec_option_from_text(o, o->dflt, o->key, &f, &a) != DLREC_OK)
+      test_fail(__FILE__, __LINE__, "%s: default '%s': %s", o->key, o->dflt, dlrec_last_error());
+  }
+}
+
+/* docs/etl.md's option reference is the table's (`dlrec options etl`). */
+TEST(option_reference_in_the_docs_is_current) {
+  char *doc = NULL, *want = dlrec_etl_options_reference(), *out = NULL;
+  size_t n = 0;
+  CHECK(want != NULL);
+  CHECK_OK(dlrec_read_file(test_source_path("docs/etl.md"), 1u << 22, &doc, &n));
+  static const char begin[] = "<!-- options-reference: dlrec options etl -->\n", end[] = "<!-- end options-reference -->";
+  const char *a = doc ? strstr(doc, begin) : NULL, *b = a ? strstr(a, end) : NULL;
+  CHECK(a && b);
+  if (a && b && ((size_t)(b - a) - strlen(begin) != strlen(want) || strncmp(a + strlen(begin), want, strlen(want))))
+    test_fail(__FILE__, __LINE__, "docs/etl.md's option reference is out of date: regenerate it with "
+              "`build/dlrec options etl` and paste it between the markers");
+  /* The command prints the same. */
+  CHECK_EQ(test_run_cli(&out, "options etl"), 0);
+  CHECK_STR(out, want);
+  free(out);
+  free(doc);
+  free(want);
+}

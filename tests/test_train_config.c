@@ -4,6 +4,7 @@
 #include <math.h>
 
 #include "model/dlrm.h"
+#include "core/fsutil.h"
 #include "core/json.h"
 #include "train/train_config.h"
 #include "test.h"
@@ -541,4 +542,77 @@ TEST(config_storage_parses_round_trips_and_names_errors) {
             DLREC_ERR_INVALID, "'fifo' is not one of lru, lfu");
   CHECK_ERR(parse("{\"storage\": {\"kind\": \"tiered\"}}", &a), DLREC_ERR_INVALID, "storage.cache_rows");
   CHECK_ERR(parse("{\"storage\": {\"cache\": 3}}", &a), DLREC_ERR_INVALID, "unknown field 'cache'");
+}
+
+/* The defaults the options table sets are the Criteo Kaggle DLRM's, as
+ * dlrec_train_config_default set them field by field before the table. */
+TEST(config_table_defaults) {
+  dlrec_train_config c;
+  dlrec_train_config_default(&c);
+  CHECK_STR(c.name, "dlrm");
+  CHECK_EQ(c.dense.kind, DLREC_OPTIM_SGD);
+  CHECK(c.dense.lr == 0.1f && c.sparse.lr == 0.1f);
+  CHECK(c.dense.beta1 == 0.9f && c.dense.beta2 == 0.999f && c.dense.eps == 1e-8f);
+  CHECK_EQ(c.sparse.kind, DLREC_SPARSE_SGD);
+  CHECK_NEAR(c.decay_power, 2.0, 0, 0);
+  CHECK_EQ(c.batch_size, 128);
+  CHECK_EQ(c.epochs, 1);
+  CHECK_EQ_U64(c.seed, 1);
+  CHECK_STR(c.device, "cpu");
+  CHECK_EQ(c.device_index, 0);
+  CHECK_EQ(c.eval_batch_size, 4096);
+  CHECK_EQ_U64(c.eval_train_rows, 65536);
+  CHECK_EQ(c.checkpoint_keep, 2);
+  CHECK(c.checkpoint_journal_max_fraction == 0.25);
+  CHECK_EQ(c.storage, DLREC_STORE_RAM);
+  CHECK_EQ(c.storage_admit_min_count, 1);
+  CHECK_EQ(c.storage_evict, DLREC_HASH_EVICT_LRU);
+  CHECK_EQ_U64(c.publish_interval_steps, 10);
+  CHECK_EQ(c.publish_timeout_ms, 200);
+  CHECK(c.dist_rowwise_share == 0.5);
+  CHECK_EQ_U64(c.log_interval_steps, 1000);
+  CHECK(c.shuffle == 1 && c.window_groups == 8 && c.slice_rows == 32 && c.prefetch == 4);
+  CHECK(c.plateau_factor == 1.0);
+  CHECK_EQ(c.loss_scaling, DLREC_LOSS_SCALING_AUTO);
+  CHECK_EQ(c.loss_scale_growth_interval, 2000);
+  CHECK(c.hot_fraction == DLREC_HOT_FRACTION_AUTO);
+  CHECK_EQ(c.precision, DLREC_PRECISION_FP32);
+  CHECK_EQ(c.table_placement, DLREC_TABLE_PLACEMENT_AUTO);
+  CHECK_EQ(c.eval_metric, DLREC_VALID_AUC);
+  CHECK(c.storage_path[0] == 0 && c.publish_redis[0] == 0 && c.publish_prefix[0] == 0);
+  /* Every default the table states reads as its type reads a value. */
+  for (const dlrec_option *o = dlrec_train_config_options; o->key; o++) {
+    dlrec_train_config d;
+    dlrec_train_config_default(&d);
+    if (o->dflt && dlrec_option_from_text(o, o->dflt, o->key, &d, NULL) != DLREC_OK)
+      test_fail(__FILE__, __LINE__, "%s.%s: default '%s': %s", o->section, o->key, o->dflt, dlrec_last_error());
+  }
+  /* The complete config, written, read and written again, is the same text. */
+  cJSON *j = dlrec_train_config_to_json(&c);
+  dlrec_train_config b;
+  CHECK_OK(dlrec_train_config_from_json(j, "round trip", &b));
+  cJSON *k = dlrec_train_config_to_json(&b);
+  char *t1 = cJSON_Print(j), *t2 = cJSON_Print(k);
+  CHECK_STR(t1, t2);
+  free(t1);
+  free(t2);
+  cJSON_Delete(j);
+  cJSON_Delete(k);
+}
+
+/* docs/config.md's option reference is the table's: a new or changed option
+ * fails here until the doc is regenerated (`dlrec options config`). */
+TEST(config_reference_in_the_docs_is_current) {
+  char *doc = NULL, *want = dlrec_train_config_reference();
+  size_t n = 0;
+  CHECK(want != NULL);
+  CHECK_OK(dlrec_read_file(test_source_path("docs/config.md"), 1u << 22, &doc, &n));
+  static const char begin[] = "<!-- options-reference: dlrec options config -->\n", end[] = "<!-- end options-reference -->";
+  const char *a = doc ? strstr(doc, begin) : NULL, *b = a ? strstr(a, end) : NULL;
+  CHECK(a && b);
+  if (a && b && ((size_t)(b - a) - strlen(begin) != strlen(want) || strncmp(a + strlen(begin), want, strlen(want))))
+    test_fail(__FILE__, __LINE__, "docs/config.md's option reference is out of date: regenerate it with "
+              "`build/dlrec options config` and paste it between the markers");
+  free(doc);
+  free(want);
 }

@@ -250,12 +250,14 @@ def etl_fit(data, out, *, format=None, schema=None, label="label", min_count=1, 
     "libsvm", "libfm") or tabular sources (DataFrames, pyarrow Tables,
     Parquet files), which are CSV with the given schema SPEC, or by default
     one built from their types: floating-point columns dense, every other
-    column categorical, `label` the label. Other options: has_label,
-    hash_buckets, dense_transform ("log", "none"), standardize,
-    skip_bad_rows, strict_fields, libfm_fields, max_hotness, raw_keys,
-    workflow (a dict of column operators and derived columns: cross,
-    bucketize, count, target; docs/etl.md), memory_mb (keep the count tables
-    within about that many MiB, spilling to disk) and spill_dir.
+    column categorical, `label` the label. Other options: those of `dlrec
+    etl fit`, by the keys of docs/etl.md's option reference: no_label (or
+    has_label), hash_buckets, dense_transform ("log", "none"), standardize,
+    skip_bad_rows, strict_fields, libfm_fields, pooling ("sum", "mean"),
+    max_hotness, raw_keys, max_line_bytes, block_bytes, workflow (a dict of
+    column operators and derived columns: cross, bucketize, count, target;
+    docs/etl.md), memory_mb (keep the count tables within about that many
+    MiB, spilling to disk) and spill_dir.
     Returns the run's report (rows, bad_rows, ...)."""
     def opts_for(tabular):
         nonlocal format, schema
@@ -285,9 +287,10 @@ def etl_apply(etl, data, out, *, valid_fraction=0.0, valid_out=None, seed=0, thr
     """Encodes data with the ETL state etl into the .dlr file out (`dlrec etl
     apply`), about valid_fraction of the rows into valid_out. data as for
     etl_fit (tabular sources as CSV with their column names). Other options:
-    no_label, row_group_rows, skip_bad_rows, strict_fields, target_encoding
-    ("oof", the default: out of fold, for fit's own rows in fit's order;
-    "full": for rows fit did not see). Returns the report."""
+    those of `dlrec etl apply`: no_label, row_group_rows, skip_bad_rows,
+    strict_fields, max_line_bytes, block_bytes, target_encoding ("oof", the
+    default: out of fold, for fit's own rows in fit's order; "full": for rows
+    fit did not see). Returns the report."""
     opts = dict(options, valid_fraction=valid_fraction, seed=seed, threads=threads, progress=progress)
     if valid_out is not None:
         opts["valid_out"] = os.fspath(valid_out)

@@ -31,12 +31,13 @@ static int done(dlrec_status s, int host_threads) {
 }
 #define fail(s) done((s), host_threads)
 
-/* opts_json parsed (NULL: an empty object), its keys checked. */
+/* opts_json parsed (NULL: an empty object), its keys checked (keys NULL:
+ * the caller checks them). */
 static dlrec_status parse_opts(const char *text, const char *what, const char *const *keys, cJSON **out) {
   *out = NULL;
   dlrec_status s = dlrec_json_parse(text ? text : "{}", text ? strlen(text) : 2, what, out);
   if (s == DLREC_OK && !cJSON_IsObject(*out)) s = dlrec_error(DLREC_ERR_INVALID, "%s: expected a JSON object", what);
-  if (s == DLREC_OK) s = dlrec_json_check_keys(*out, what, keys);
+  if (s == DLREC_OK && keys) s = dlrec_json_check_keys(*out, what, keys);
   return s;
 }
 
@@ -57,15 +58,6 @@ static dlrec_status parse_paths(const char *text, const char *what, cJSON **json
   }
   *n = k;
   return DLREC_OK;
-}
-
-static dlrec_status get_int(const cJSON *o, const char *key, const char *what, int *v) {
-  uint64_t x;
-  dlrec_status s = dlrec_json_get_u64_or(o, key, what, (uint64_t)*v, &x);
-  if (s == DLREC_OK && x > 1u << 20) s = dlrec_error(DLREC_ERR_INVALID, "%s: field '%s': %llu is too large", what, key,
-                                                     (unsigned long long)x);
-  if (s == DLREC_OK) *v = (int)x;
-  return s;
 }
 
 static char *report_json(const dlrec_etl_report *r) {
@@ -90,80 +82,22 @@ static char *own(char *text) {
   return c;
 }
 
-/* etl fit's options from JSON into f. */
-static dlrec_status fit_opts(const char *opts_json, dlrec_etl_fit_opts *f, cJSON **o) {
-  static const char *keys[] = {"format",        "schema",       "has_label",    "min_count",   "hash_buckets",
-                               "dense_transform", "standardize", "skip_bad_rows", "strict_fields", "libfm_fields",
-                               "max_hotness",   "raw_keys",     "threads",      "progress",    "workflow",
-                               "memory_mb",     "spill_dir",    NULL};
-  const char *what = "etl fit options";
+/* The options of etl fit or etl apply (command) from JSON: the table's
+ * (etl_options.c, the same as the command line's), and "progress" (a
+ * progress bar; off unless asked, unlike the command line's). */
+static dlrec_status etl_opts(const char *opts_json, unsigned command, dlrec_etl_fit_opts *f, dlrec_etl_apply_opts *a,
+                             cJSON **o) {
+  static const char *const extra[] = {"progress", NULL};
+  const int fit = command == DLREC_ETL_FIT;
+  const char *what = fit ? "etl fit options" : "etl apply options";
   dlrec_etl_fit_opts_default(f);
-  const char *format = NULL, *transform = NULL;
-  uint64_t u;
-  dlrec_status s = parse_opts(opts_json, what, keys, o);
-  if (s == DLREC_OK) s = dlrec_json_get_string_or(*o, "format", what, "criteo", &format);
-  if (s == DLREC_OK) s = dlrec_format_parse(format, &f->format);
-  if (s == DLREC_OK) s = dlrec_json_get_string_or(*o, "schema", what, NULL, &f->schema_spec);
-  if (s == DLREC_OK) s = dlrec_json_get_bool_or(*o, "has_label", what, f->has_label, &f->has_label);
-  if (s == DLREC_OK) s = dlrec_json_get_u64_or(*o, "min_count", what, f->min_count, &f->min_count);
-  if (s == DLREC_OK) s = dlrec_json_get_u64_or(*o, "hash_buckets", what, f->hash_buckets, &f->hash_buckets);
-  if (s == DLREC_OK) s = dlrec_json_get_string_or(*o, "dense_transform", what, "log", &transform);
-  if (s == DLREC_OK) {
-    if (!strcmp(transform, "log") || !strcmp(transform, "log1p")) f->dense_transform = DLREC_DENSE_LOG;
-    else if (!strcmp(transform, "none")) f->dense_transform = DLREC_DENSE_NONE;
-    else s = dlrec_error(DLREC_ERR_INVALID, "%s: dense_transform: expected log or none, got '%s'", what, transform);
-  }
-  if (s == DLREC_OK) s = dlrec_json_get_bool_or(*o, "standardize", what, f->standardize, &f->standardize);
-  if (s == DLREC_OK) s = dlrec_json_get_u64_or(*o, "skip_bad_rows", what, f->skip_bad_rows, &f->skip_bad_rows);
-  if (s == DLREC_OK) s = dlrec_json_get_bool_or(*o, "strict_fields", what, f->strict_fields, &f->strict_fields);
-  if (s == DLREC_OK && (s = dlrec_json_get_u64_or(*o, "libfm_fields", what, f->libfm_fields, &u)) == DLREC_OK)
-    f->libfm_fields = (uint32_t)(u > 256 ? 257 : u); /* the fit refuses over 256 */
-  if (s == DLREC_OK && (s = dlrec_json_get_u64_or(*o, "max_hotness", what, f->max_hotness, &u)) == DLREC_OK)
-    f->max_hotness = (uint32_t)(u > 65536 ? 65537 : u);
-  if (s == DLREC_OK) s = dlrec_json_get_bool_or(*o, "raw_keys", what, f->raw_keys, &f->raw_keys);
-  if (s == DLREC_OK) s = get_int(*o, "threads", what, &f->threads);
-  if (s == DLREC_OK) s = dlrec_json_get_bool_or(*o, "progress", what, 0, &f->progress);
-  if (s == DLREC_OK) s = dlrec_json_get_u64_or(*o, "memory_mb", what, 0, &f->memory_mb);
-  if (s == DLREC_OK) s = dlrec_json_get_string_or(*o, "spill_dir", what, NULL, &f->spill_dir);
-  /* The workflow object, as the text the fit parses (freed with *o). */
-  const cJSON *w = s == DLREC_OK ? cJSON_GetObjectItemCaseSensitive(*o, "workflow") : NULL;
-  if (w) {
-    char *text = cJSON_PrintUnformatted(w);
-    if (!text) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
-    cJSON_AddItemToObject(*o, "workflow_text", cJSON_CreateString(text));
-    cJSON_free(text);
-    f->workflow = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(*o, "workflow_text"));
-  }
-  return s;
-}
-
-/* etl apply's options from JSON into a. */
-static dlrec_status apply_opts(const char *opts_json, dlrec_etl_apply_opts *a, cJSON **o) {
-  static const char *keys[] = {"no_label",       "valid_fraction", "valid_out", "seed",     "row_group_rows",
-                               "skip_bad_rows", "strict_fields",  "threads",   "progress", "target_encoding",
-                               NULL};
-  const char *what = "etl apply options";
   dlrec_etl_apply_opts_default(a);
-  uint64_t u;
-  dlrec_status s = parse_opts(opts_json, what, keys, o);
-  if (s == DLREC_OK) s = dlrec_json_get_bool_or(*o, "no_label", what, a->no_label, &a->no_label);
-  if (s == DLREC_OK) s = dlrec_json_get_double_or(*o, "valid_fraction", what, a->valid_fraction, &a->valid_fraction);
-  if (s == DLREC_OK) s = dlrec_json_get_string_or(*o, "valid_out", what, NULL, &a->valid_out);
-  if (s == DLREC_OK) s = dlrec_json_get_u64_or(*o, "seed", what, a->seed, &a->seed);
-  if (s == DLREC_OK && (s = dlrec_json_get_u64_or(*o, "row_group_rows", what, a->row_group_rows, &u)) == DLREC_OK)
-    a->row_group_rows = (uint32_t)(u > UINT32_MAX ? UINT32_MAX : u);
-  if (s == DLREC_OK) s = dlrec_json_get_u64_or(*o, "skip_bad_rows", what, a->skip_bad_rows, &a->skip_bad_rows);
-  if (s == DLREC_OK) s = dlrec_json_get_bool_or(*o, "strict_fields", what, a->strict_fields, &a->strict_fields);
-  if (s == DLREC_OK) s = get_int(*o, "threads", what, &a->threads);
-  if (s == DLREC_OK) s = dlrec_json_get_bool_or(*o, "progress", what, 0, &a->progress);
-  const char *te = NULL;
-  if (s == DLREC_OK) s = dlrec_json_get_string_or(*o, "target_encoding", what, "oof", &te);
-  if (s == DLREC_OK && strcmp(te, "oof") && strcmp(te, "full"))
-    s = dlrec_error(DLREC_ERR_INVALID, "%s: target_encoding: expected oof or full, got '%s'", what, te);
-  a->target_full = s == DLREC_OK && !strcmp(te, "full");
-  if (s == DLREC_OK && !(a->valid_fraction >= 0 && a->valid_fraction < 1))
-    s = dlrec_error(DLREC_ERR_INVALID, "%s: valid_fraction must be in [0, 1)", what);
-  if (s == DLREC_OK && a->valid_fraction > 0 && !a->valid_out)
+  dlrec_status s = parse_opts(opts_json, what, NULL, o);
+  if (s == DLREC_OK) s = dlrec_etl_options_read(*o, what, command, extra, f, a);
+  int progress = 0;
+  if (s == DLREC_OK) s = dlrec_json_get_bool_or(*o, "progress", what, 0, &progress);
+  f->progress = a->progress = progress;
+  if (s == DLREC_OK && !fit && a->valid_fraction > 0 && !a->valid_out)
     s = dlrec_error(DLREC_ERR_INVALID, "%s: valid_fraction needs valid_out", what);
   return s;
 }
@@ -212,7 +146,8 @@ int dlrec_api_etl_fit(const char *inputs_json, const char *out_dir, const char *
   const char **paths = NULL;
   int n = 0;
   dlrec_etl_fit_opts f;
-  dlrec_status s = fit_opts(opts_json, &f, &o);
+  dlrec_etl_apply_opts unused;
+  dlrec_status s = etl_opts(opts_json, DLREC_ETL_FIT, &f, &unused, &o);
   if (s == DLREC_OK) s = parse_paths(inputs_json, "etl fit inputs", &pj, &paths, &n);
   if (s == DLREC_OK && !out_dir) s = dlrec_error(DLREC_ERR_INVALID, "etl fit: no output directory");
   dlrec_etl_report rep = {0};
@@ -230,8 +165,9 @@ int dlrec_api_etl_fit_arrow(struct ArrowArrayStream *streams, int n, const char 
   cJSON *o = NULL;
   tables t;
   dlrec_etl_fit_opts f;
+  dlrec_etl_apply_opts unused;
   dlrec_status s = tables_open(&t, streams, n, names_json);
-  if (s == DLREC_OK) s = fit_opts(opts_json, &f, &o);
+  if (s == DLREC_OK) s = etl_opts(opts_json, DLREC_ETL_FIT, &f, &unused, &o);
   if (s == DLREC_OK && f.format != DLREC_FORMAT_CSV)
     s = dlrec_error(DLREC_ERR_INVALID, "etl fit: tables are read as CSV (format \"csv\", with a schema)");
   if (s == DLREC_OK && !out_dir) s = dlrec_error(DLREC_ERR_INVALID, "etl fit: no output directory");
@@ -252,7 +188,8 @@ int dlrec_api_etl_apply(const char *etl_dir, const char *inputs_json, const char
   int n = 0;
   dlrec_etl *e = NULL;
   dlrec_etl_apply_opts a;
-  dlrec_status s = apply_opts(opts_json, &a, &o);
+  dlrec_etl_fit_opts unused;
+  dlrec_status s = etl_opts(opts_json, DLREC_ETL_APPLY, &unused, &a, &o);
   if (s == DLREC_OK) s = parse_paths(inputs_json, "etl apply inputs", &pj, &paths, &n);
   if (s == DLREC_OK && (!etl_dir || !out)) s = dlrec_error(DLREC_ERR_INVALID, "etl apply: an ETL state and an output are required");
   if (s == DLREC_OK) s = dlrec_etl_load(&e, etl_dir);
@@ -273,8 +210,9 @@ int dlrec_api_etl_apply_arrow(const char *etl_dir, struct ArrowArrayStream *stre
   tables t;
   dlrec_etl *e = NULL;
   dlrec_etl_apply_opts a;
+  dlrec_etl_fit_opts unused;
   dlrec_status s = tables_open(&t, streams, n, names_json);
-  if (s == DLREC_OK) s = apply_opts(opts_json, &a, &o);
+  if (s == DLREC_OK) s = etl_opts(opts_json, DLREC_ETL_APPLY, &unused, &a, &o);
   if (s == DLREC_OK && (!etl_dir || !out)) s = dlrec_error(DLREC_ERR_INVALID, "etl apply: an ETL state and an output are required");
   if (s == DLREC_OK) s = dlrec_etl_load(&e, etl_dir);
   if (s == DLREC_OK && dlrec_etl_format(e) != DLREC_FORMAT_CSV)

@@ -10,6 +10,7 @@
 
 #include "backend/backend.h"
 #include "core/log.h"
+#include "core/options.h"
 #include "core/progress.h"
 
 int cli_fail(const char *cmd) {
@@ -36,35 +37,11 @@ dlrec_status cli_parse_device(const char *s, const char **device) {
 }
 
 dlrec_status cli_parse_u64(const char *opt, const char *s, uint64_t min, uint64_t max, uint64_t *out) {
-  if (!s || !*s || *s == '-' || *s == '+' || *s == ' ')
-    return dlrec_error(DLREC_ERR_INVALID, "%s: expected an integer, got '%s'", opt, s ? s : "");
-  errno = 0;
-  char *end;
-  unsigned long long v = strtoull(s, &end, 10);
-  uint64_t mult = 1;
-  if (*end == 'k' || *end == 'K') mult = 1000ull, end++;
-  else if (*end == 'M') mult = 1000000ull, end++;
-  else if (*end == 'G') mult = 1000000000ull, end++;
-  if (errno || end == s || *end || (mult > 1 && v > UINT64_MAX / mult))
-    return dlrec_error(DLREC_ERR_INVALID, "%s: expected an integer, got '%s'", opt, s);
-  v *= mult;
-  if (v < min || v > max)
-    return dlrec_error(DLREC_ERR_INVALID, "%s: %llu is out of range [%llu, %llu]", opt, v,
-                       (unsigned long long)min, (unsigned long long)max);
-  *out = v;
-  return DLREC_OK;
+  return dlrec_opt_parse_u64(opt, s, min, max, out);
 }
 
 dlrec_status cli_parse_double(const char *opt, const char *s, double min, double max, double *out) {
-  if (!s || !*s) return dlrec_error(DLREC_ERR_INVALID, "%s: expected a number, got ''", opt);
-  errno = 0;
-  char *end;
-  double v = strtod(s, &end);
-  if (errno || end == s || *end || !isfinite(v))
-    return dlrec_error(DLREC_ERR_INVALID, "%s: expected a number, got '%s'", opt, s);
-  if (v < min || v > max) return dlrec_error(DLREC_ERR_INVALID, "%s: %g is out of range [%g, %g]", opt, v, min, max);
-  *out = v;
-  return DLREC_OK;
+  return dlrec_opt_parse_double(opt, s, min, max, out);
 }
 
 int cli_common_option(const char *arg) {

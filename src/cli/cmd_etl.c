@@ -37,46 +37,14 @@ static void usage_fit(FILE *out) {
           "\n"
           "options:\n"
           "  --input FILE...         raw rows; several files are read in order; '-' is stdin\n"
-          "  --out ETLDIR            the state directory (created; files replaced atomically)\n"
-          "  --format F              criteo (default: tab-separated, no header), csv,\n"
-          "                          libsvm (one multi-hot column 'features') or libfm\n"
-          "                          (columns f0..f<N-1>, one per field; needs --fields N);\n"
-          "                          Parquet is read through the Python package (docs/python.md)\n"
-          "  --workflow W.json       column operators: fill_missing (a number or \"median\")\n"
-          "                          and clip ([low, high]) of dense columns, and derived\n"
-          "                          columns: cross (hashed), bucketize (given or quantile\n"
-          "                          boundaries), count and target encoding; applied by\n"
-          "                          apply, predict and serve alike (docs/etl.md)\n"
-          "  --schema SPEC           CSV columns by role, e.g. 'label=click;ignore=id;cat=*'\n"
-          "                          or 'label=label;dense=I1..I13;cat=C1..C26' (docs/etl.md);\n"
-          "                          multi=genres:|[:sum|mean[:MAX]] makes a cat column a\n"
-          "                          list of values separated by '|'\n"
-          "  --fields N              libfm: the number of fields (0..N-1)\n"
-          "  --pooling sum|mean      libsvm/libfm: how a model pools a column (default sum)\n"
-          "  --max-hotness K         libsvm/libfm: keep at most K values a row per column, the\n"
-          "                          rest dropped and counted (default: the most fit saw)\n"
-          "  --no-label              the rows have no label (Criteo: 39 fields)\n"
-          "  --min-count K           values seen fewer than K times share the OOV id (default 1)\n"
-          "  --hash-buckets N        a column with more than N kept values is hashed into N\n"
-          "                          buckets, ranked by frequency (default 0: never)\n"
-          "  --raw-keys              no vocabularies: rows encode to raw 64-bit keys (each\n"
-          "                          value's key mixed with its column) for a hash table\n"
-          "                          (storage.kind \"hash\"), which admits new keys as it trains\n"
-          "  --dense-transform T     log (log(1 + max(x, 0)), the default) or none\n"
-          "  --standardize           encode dense values as (t - mean) / std\n"
-          "  --skip-bad-rows N       skip up to N bad rows, warning about each (default 0)\n"
-          "  --strict-fields         Criteo rows of fewer than 40 fields (39 with --no-label)\n"
-          "                          are bad rows; by default they are valid (trailing empty\n"
-          "                          fields stripped) and the summary counts them\n"
-          "  --max-line-bytes N      longer lines are bad rows (default 1048576)\n"
-          "  --threads N             worker threads (default: all cores); the state does not\n"
-          "                          depend on it\n"
-          "  --memory-mb M           keep the count tables within about M MiB whatever the\n"
-          "                          threads: beyond it they spill to disk and are merged\n"
-          "                          (the same state, byte for byte; docs/etl.md, Memory)\n"
-          "  --spill-dir DIR         where they spill (default: beside the state, in --out)\n"
+          "  --out ETLDIR            the state directory (created; files replaced atomically)\n");
+  dlrec_options_help(dlrec_etl_options, DLREC_ETL_FIT, out);
+  fprintf(out,
           "  -q, --quiet             no progress bar and no summary\n"
           "  -v, --verbose           debug logs\n"
+          "\n"
+          "The same options are the host API's (docs/python.md), by the names of\n"
+          "docs/etl.md's option reference.\n"
           "\n"
           "example:\n"
           "  dlrec etl fit --input day_0.tsv day_1.tsv --out etl/ --min-count 4\n");
@@ -96,19 +64,9 @@ static void usage_apply(FILE *out) {
           "  --out OUT.dlr           the encoded rows (written atomically)\n"
           "  --out-dir DIR           instead: one DIR/NAME.dlr per input (NAME: its file name\n"
           "                          without the extension), in one pass over the inputs;\n"
-          "                          --valid-out still gets every input's validation rows\n"
-          "  --valid-fraction F      send about F of the rows to --valid-out: a row goes there\n"
-          "  --valid-out V.dlr       iff a hash of (seed, file index, line number) is below F,\n"
-          "  --seed S                so the split depends on nothing else (default seed 0)\n"
-          "  --row-group-rows N      rows per row group (default 65536)\n"
-          "  --no-label              the rows have no label (unlabeled output)\n"
-          "  --skip-bad-rows N       skip up to N bad rows, warning about each (default 0)\n"
-          "  --strict-fields         short Criteo rows are bad rows (see 'dlrec etl fit --help')\n"
-          "  --target-encoding E     oof (default): target encodings out of fold, each row's\n"
-          "                          fold from its input's number and line (give fit's inputs\n"
-          "                          in fit's order); full: for rows fit did not see\n"
-          "  --max-line-bytes N      longer lines are bad rows (default 1048576)\n"
-          "  --threads N             worker threads (default: all cores)\n"
+          "                          --valid-out still gets every input's validation rows\n");
+  dlrec_options_help(dlrec_etl_options, DLREC_ETL_APPLY, out);
+  fprintf(out,
           "  -q, --quiet             no progress bar and no summary\n"
           "  -v, --verbose           debug logs\n"
           "\n"
@@ -138,7 +96,7 @@ typedef struct etl_args {
   const char **inputs;
   int n_inputs;
   const char *workflow_path; /* fit: --workflow */
-  const char *out, *etl, *valid_out;
+  const char *out, *etl;
   dlrec_etl_fit_opts fit;
   dlrec_etl_apply_opts apply;
 } etl_args;
@@ -154,15 +112,6 @@ static const char *value_of(const etl_args *a, int argc, char **argv, int *i, co
   return argv[++*i];
 }
 
-#define U64_OPT(NAME, MIN, MAX, DST)                                                     \
-  else if (!strcmp(name, NAME)) {                                                        \
-    uint64_t v_;                                                                         \
-    if (!(v = value_of(a, argc, argv, &i, iv))) return 2;                               \
-    if (cli_parse_u64(NAME, v, MIN, MAX, &v_) != DLREC_OK)                              \
-      return cli_usage_error(a->cmd, "%s", dlrec_last_error());                         \
-    DST = v_;                                                                            \
-  }
-
 /* Parquet is read by pyarrow, through the Python package (docs/python.md). */
 static int parquet_refused(const etl_args *a) {
   return cli_usage_error(a->cmd, "Parquet is read through the Python package, with pyarrow: pip install ./python "
@@ -171,11 +120,54 @@ static int parquet_refused(const etl_args *a) {
                                                    : "etl_fit('FILE.parquet', OUT, schema=SPEC)");
 }
 
+/* An option of the table (etl_options.c) for this subcommand: a flag, or a
+ * flag and its value. -1 to go on, or an exit code. */
+static int table_option(etl_args *a, const dlrec_option *o, int argc, char **argv, int *i, const char *iv) {
+  const char *v;
+  if (o->type == DLREC_OPT_BOOL) {
+    if (iv) return cli_usage_error(a->cmd, "%s takes no value", o->flag);
+    v = "true";
+  } else if (!(v = value_of(a, argc, argv, i, iv))) {
+    return 2;
+  }
+  if (o->type == DLREC_OPT_JSON) { /* the command line names a file holding it */
+    a->workflow_path = v;
+    return -1;
+  }
+  if (!strcmp(o->flag, "--format") && !strcmp(v, "parquet")) return parquet_refused(a);
+  if (dlrec_option_from_text(o, v, o->flag, &a->fit, &a->apply) != DLREC_OK)
+    return cli_usage_error(a->cmd, "%s", dlrec_last_error());
+  return -1;
+}
+
+/* The checks across options, as usage errors. */
+static int check_args(const etl_args *a, int is_fit) {
+  if (a->n_inputs == 0) return cli_usage_error(a->cmd, "--input is required");
+  for (int k = 0; k < a->n_inputs; k++) {
+    size_t n = strlen(a->inputs[k]);
+    if (n >= 8 && !strcmp(a->inputs[k] + n - 8, ".parquet")) return parquet_refused(a);
+  }
+  if (!a->out) return cli_usage_error(a->cmd, is_fit ? "--out is required" : "--out or --out-dir is required");
+  if (!is_fit && !a->etl) return cli_usage_error(a->cmd, "--etl is required");
+  if (!is_fit && a->apply.valid_out && !*a->apply.valid_out) return cli_usage_error(a->cmd, "--valid-out: empty name");
+  if (is_fit && a->fit.format == DLREC_FORMAT_CSV && !a->fit.schema_spec)
+    return cli_usage_error(a->cmd, "--format csv needs --schema (e.g. 'label=click;ignore=id;cat=*')");
+  if (is_fit && a->fit.format != DLREC_FORMAT_CSV && a->fit.schema_spec)
+    return cli_usage_error(a->cmd, "--schema needs --format csv (the columns of %s are fixed)",
+                           dlrec_format_name(a->fit.format));
+  if (is_fit && a->fit.format == DLREC_FORMAT_LIBFM && !a->fit.libfm_fields)
+    return cli_usage_error(a->cmd, "--format libfm needs --fields N (the fields are 0..N-1)");
+  if (!is_fit && (a->apply.valid_fraction > 0) != (a->apply.valid_out != NULL))
+    return cli_usage_error(a->cmd, "--valid-fraction and --valid-out go together");
+  if (is_fit && a->fit.spill_dir && !a->fit.memory_mb)
+    return cli_usage_error(a->cmd, "--spill-dir needs --memory-mb");
+  return -1;
+}
+
 /* Parses argv into a; returns -1 to go on, or an exit code (0 after --help). */
 static int parse_args(etl_args *a, int is_fit, int argc, char **argv) {
   a->inputs = calloc((size_t)argc, sizeof *a->inputs);
   if (!a->inputs) return cli_usage_error(a->cmd, "out of memory");
-  uint64_t threads = 0, skip = 0, max_line = DLREC_MAX_LINE_BYTES_DEFAULT, block = 0;
   for (int i = 1; i < argc; i++) {
     const char *arg = argv[i], *v;
     if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
@@ -192,118 +184,30 @@ static int parse_args(etl_args *a, int is_fit, int argc, char **argv) {
     } else {
       snprintf(name, sizeof name, "%s", arg);
     }
-    if (!strcmp(name, "--input")) {
+    const dlrec_option *o = dlrec_options_find_flag(dlrec_etl_options, is_fit ? DLREC_ETL_FIT : DLREC_ETL_APPLY, name);
+    if (o) {
+      int rc = table_option(a, o, argc, argv, &i, iv);
+      if (rc >= 0) return rc;
+    } else if (!strcmp(name, "--input")) {
       int before = a->n_inputs;
       if (iv) a->inputs[a->n_inputs++] = iv;
       while (!iv && i + 1 < argc && (argv[i + 1][0] != '-' || !strcmp(argv[i + 1], "-")))
         a->inputs[a->n_inputs++] = argv[++i];
       if (a->n_inputs == before) return cli_usage_error(a->cmd, "--input needs at least one file ('-' for stdin)");
-    } else if (!strcmp(name, "--out")) {
+    } else if (!strcmp(name, "--out") || (!is_fit && !strcmp(name, "--out-dir"))) {
       if (!(v = value_of(a, argc, argv, &i, iv))) return 2;
-      if (!*v) return cli_usage_error(a->cmd, "--out: empty name");
+      if (!*v) return cli_usage_error(a->cmd, "%s: empty name", name);
       if (a->out) return cli_usage_error(a->cmd, "--out or --out-dir, once");
       a->out = v;
-    } else if (!is_fit && !strcmp(name, "--out-dir")) {
-      if (!(v = value_of(a, argc, argv, &i, iv))) return 2;
-      if (!*v) return cli_usage_error(a->cmd, "--out-dir: empty name");
-      if (a->out) return cli_usage_error(a->cmd, "--out or --out-dir, once");
-      a->out = v;
-      a->apply.per_input = 1;
-    }
-    U64_OPT("--skip-bad-rows", 0, UINT64_MAX / 2, skip)
-    U64_OPT("--threads", 1, 1024, threads)
-    U64_OPT("--max-line-bytes", 1, 1u << 30, max_line)
-    U64_OPT("--block-bytes", 1, 1u << 30, block)
-    else if (is_fit && !strcmp(name, "--format")) {
-      if (!(v = value_of(a, argc, argv, &i, iv))) return 2;
-      if (!strcmp(v, "parquet")) return parquet_refused(a);
-      if (dlrec_format_parse(v, &a->fit.format) != DLREC_OK) return cli_usage_error(a->cmd, "--format: %s", dlrec_last_error());
-    } else if (is_fit && !strcmp(name, "--schema")) {
-      if (!(v = value_of(a, argc, argv, &i, iv))) return 2;
-      a->fit.schema_spec = v;
-    } else if (is_fit && !strcmp(name, "--spill-dir")) {
-      if (!(v = value_of(a, argc, argv, &i, iv))) return 2;
-      a->fit.spill_dir = v;
-    } else if (is_fit && !strcmp(name, "--workflow")) {
-      if (!(v = value_of(a, argc, argv, &i, iv))) return 2;
-      a->workflow_path = v;
-    } else if (is_fit && !strcmp(name, "--pooling")) {
-      if (!(v = value_of(a, argc, argv, &i, iv))) return 2;
-      if (!strcmp(v, "sum")) a->fit.pooling = DLREC_POOLING_SUM;
-      else if (!strcmp(v, "mean")) a->fit.pooling = DLREC_POOLING_MEAN;
-      else return cli_usage_error(a->cmd, "--pooling: expected sum or mean, got '%s'", v);
-    } else if (!strcmp(name, "--no-label")) {
-      a->fit.has_label = 0;
-      a->apply.no_label = 1;
-    } else if (!strcmp(name, "--strict-fields")) {
-      a->fit.strict_fields = a->apply.strict_fields = 1;
-    } else if (!is_fit && !strcmp(name, "--target-encoding")) {
-      if (!(v = value_of(a, argc, argv, &i, iv))) return 2;
-      if (!strcmp(v, "full")) a->apply.target_full = 1;
-      else if (!strcmp(v, "oof")) a->apply.target_full = 0;
-      else return cli_usage_error(a->cmd, "--target-encoding: expected oof or full, got '%s'", v);
-    }
-    U64_OPT("--min-count", 1, UINT64_MAX / 2, a->fit.min_count)
-    U64_OPT("--memory-mb", 1, 1u << 30, a->fit.memory_mb)
-    U64_OPT("--hash-buckets", 0, UINT32_MAX - 2, a->fit.hash_buckets)
-    U64_OPT("--fields", 1, DLREC_MAX_SPARSE, a->fit.libfm_fields)
-    U64_OPT("--max-hotness", 1, 65536, a->fit.max_hotness)
-    else if (is_fit && !strcmp(name, "--dense-transform")) {
-      if (!(v = value_of(a, argc, argv, &i, iv))) return 2;
-      if (!strcmp(v, "log") || !strcmp(v, "log1p")) a->fit.dense_transform = DLREC_DENSE_LOG;
-      else if (!strcmp(v, "none")) a->fit.dense_transform = DLREC_DENSE_NONE;
-      else return cli_usage_error(a->cmd, "--dense-transform: expected log or none, got '%s'", v);
-    } else if (is_fit && !strcmp(name, "--standardize")) {
-      a->fit.standardize = 1;
-    } else if (is_fit && !strcmp(name, "--raw-keys")) {
-      a->fit.raw_keys = 1;
+      a->apply.per_input = !strcmp(name, "--out-dir");
     } else if (!is_fit && !strcmp(name, "--etl")) {
       if (!(v = value_of(a, argc, argv, &i, iv))) return 2;
       a->etl = v;
-    } else if (!is_fit && !strcmp(name, "--valid-out")) {
-      if (!(v = value_of(a, argc, argv, &i, iv))) return 2;
-      if (!*v) return cli_usage_error(a->cmd, "--valid-out: empty name");
-      a->apply.valid_out = v;
-    } else if (!is_fit && !strcmp(name, "--valid-fraction")) {
-      if (!(v = value_of(a, argc, argv, &i, iv))) return 2;
-      if (cli_parse_double("--valid-fraction", v, 0, 0.999999, &a->apply.valid_fraction) != DLREC_OK)
-        return cli_usage_error(a->cmd, "%s", dlrec_last_error());
-    }
-    U64_OPT("--seed", 0, UINT64_MAX, a->apply.seed)
-    U64_OPT("--row-group-rows", 1, DLREC_DLR_MAX_GROUP_ROWS, a->apply.row_group_rows)
-    else {
+    } else {
       return cli_usage_error(a->cmd, "unknown option '%s'", arg);
     }
-    /* Options of the other subcommand parse above but are not allowed. */
-    static const char *const fit_only[] = {"--min-count", "--hash-buckets", "--fields", "--max-hotness", "--memory-mb",
-                                           NULL};
-    static const char *const apply_only[] = {"--seed", "--row-group-rows", NULL};
-    for (const char *const *p = is_fit ? apply_only : fit_only; *p; p++)
-      if (!strcmp(name, *p)) return cli_usage_error(a->cmd, "unknown option '%s'", name);
   }
-  a->fit.skip_bad_rows = a->apply.skip_bad_rows = skip;
-  a->fit.threads = a->apply.threads = (int)threads;
-  a->fit.max_line_bytes = a->apply.max_line_bytes = (size_t)max_line;
-  a->fit.block_bytes = a->apply.block_bytes = (size_t)block;
-  if (a->n_inputs == 0) return cli_usage_error(a->cmd, "--input is required");
-  for (int k = 0; k < a->n_inputs; k++) {
-    size_t n = strlen(a->inputs[k]);
-    if (n >= 8 && !strcmp(a->inputs[k] + n - 8, ".parquet")) return parquet_refused(a);
-  }
-  if (!a->out) return cli_usage_error(a->cmd, is_fit ? "--out is required" : "--out or --out-dir is required");
-  if (!is_fit && !a->etl) return cli_usage_error(a->cmd, "--etl is required");
-  if (is_fit && a->fit.format == DLREC_FORMAT_CSV && !a->fit.schema_spec)
-    return cli_usage_error(a->cmd, "--format csv needs --schema (e.g. 'label=click;ignore=id;cat=*')");
-  if (is_fit && a->fit.format != DLREC_FORMAT_CSV && a->fit.schema_spec)
-    return cli_usage_error(a->cmd, "--schema needs --format csv (the columns of %s are fixed)",
-                           dlrec_format_name(a->fit.format));
-  if (is_fit && a->fit.format == DLREC_FORMAT_LIBFM && !a->fit.libfm_fields)
-    return cli_usage_error(a->cmd, "--format libfm needs --fields N (the fields are 0..N-1)");
-  if (!is_fit && (a->apply.valid_fraction > 0) != (a->apply.valid_out != NULL))
-    return cli_usage_error(a->cmd, "--valid-fraction and --valid-out go together");
-  if (is_fit && a->fit.spill_dir && !a->fit.memory_mb)
-    return cli_usage_error(a->cmd, "--spill-dir needs --memory-mb");
-  return -1;
+  return check_args(a, is_fit);
 }
 
 static int run_fit(int argc, char **argv) {

@@ -35,6 +35,7 @@
 
 #include "data/parse.h"
 #include "data/schema.h"
+#include "core/options.h"
 #include "core/status.h"
 
 /* 2: etl.json carries a checksum of itself (version 1 did not). */
@@ -96,7 +97,7 @@ typedef struct dlrec_etl_fit_opts {
 /* The key an empty categorical field stands for, before the column mix. */
 #define DLREC_ETL_MISSING_KEY 0xffffffffffffffffull
 
-/* Fills o with the defaults above. */
+/* Fills o with the defaults above (the options table's, below). */
 void dlrec_etl_fit_opts_default(dlrec_etl_fit_opts *o);
 
 /* Reads inputs[0..n_inputs) ("-" for stdin) once and writes the ETL state
@@ -268,6 +269,27 @@ typedef struct dlrec_etl_apply_opts {
 } dlrec_etl_apply_opts;
 
 void dlrec_etl_apply_opts_default(dlrec_etl_apply_opts *o);
+
+/* ---- the options of fit and apply, for the command line and the host API ---- */
+
+/* Which subcommand takes an option (dlrec_option.where). */
+enum { DLREC_ETL_FIT = 1, DLREC_ETL_APPLY = 2 };
+
+/* One row per option (etl_options.c): the CLI's flag and the host API's
+ * key, the fields it sets in the fit and apply options, its range, default
+ * and doc (docs/etl.md's reference). */
+extern const dlrec_option dlrec_etl_options[];
+
+/* Reads the host API's options (a JSON object; what names it in errors) of
+ * a subcommand (DLREC_ETL_FIT or DLREC_ETL_APPLY) into its struct: every key
+ * must be one of its options, or one of extra (NULL-terminated; the caller
+ * reads those). TEXT options point into o. */
+dlrec_status dlrec_etl_options_read(const cJSON *o, const char *what, unsigned command, const char *const *extra,
+                                    dlrec_etl_fit_opts *fit, dlrec_etl_apply_opts *apply);
+
+/* The options' reference, the Markdown table of docs/etl.md's "Option
+ * reference" (`dlrec options etl`); malloc'd, NULL when out of memory. */
+char *dlrec_etl_options_reference(void);
 
 /* 1 when line `line` (1-based) of input file `file_index` (0-based, in the
  * order given to apply) goes to the validation output: the top 53 bits of

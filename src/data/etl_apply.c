@@ -18,14 +18,6 @@
 #include "core/clock.h"
 #include "core/progress.h"
 
-void dlrec_etl_apply_opts_default(dlrec_etl_apply_opts *o) {
-  *o = (dlrec_etl_apply_opts){
-      .row_group_rows = 65536,
-      .max_line_bytes = DLREC_MAX_LINE_BYTES_DEFAULT,
-      .progress = 1,
-  };
-}
-
 int dlrec_etl_is_valid_row(uint64_t seed, uint32_t file_index, uint64_t line, double fraction) {
   uint64_t h = dlrec_mix64(dlrec_mix64(dlrec_mix64(seed) ^ file_index) ^ line);
   return (double)(h >> 11) * 0x1p-53 < fraction;

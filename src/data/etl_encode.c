@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "data/etl_internal.h"
+#include "data/etl_op.h"
 
 /* A CSV header line for names (each quoted, so any name survives). */
 static char *header_line(char *const *names, uint32_t n, const char *skip, size_t *len) {
@@ -112,26 +112,21 @@ dlrec_status dlrec_etl_cat_info_get(const dlrec_etl *e, uint32_t col, dlrec_etl_
 
 /* ---- comparing operators ---- */
 
-static int same_bits(const void *a, const void *b, size_t n) { return n == 0 || memcmp(a, b, n) == 0; }
-
-/* What a's and b's derived column d reads to encode, from its definition to
- * its tables: counts of a count encoding's source, a target encoding's
- * statistics, a bucketized column's boundaries. */
+/* What a's and b's derived column reads to encode, from its definition to
+ * its tables (its operator's part). */
 static int same_derived(const dlrec_etl *a, const dlrec_etl *b, const etl_derived *x, const etl_derived *y) {
-  if (x->op != y->op || x->n_src != y->n_src || !same_bits(x->src, y->src, x->n_src * sizeof *x->src)) return 0;
-  if (x->op == ETL_OP_BUCKETIZE)
-    return x->n_bounds == y->n_bounds && same_bits(x->bounds, y->bounds, x->n_bounds * sizeof *x->bounds);
-  if (x->op == ETL_OP_TARGET)
-    return x->folds == y->folds && x->groups == y->groups && x->seed == y->seed &&
-           same_bits(&x->smoothing, &y->smoothing, sizeof x->smoothing) &&
-           same_bits(x->stats, y->stats, 16 * x->folds * x->groups);
-  if (x->op == ETL_OP_COUNT) {
-    const etl_cat *p = &a->cat[x->src[0]], *q = &b->cat[y->src[0]];
-    if (p->hashed != q->hashed || p->size != q->size) return 0;
-    return same_bits(p->hashed ? p->bucket_counts : p->counts, q->hashed ? q->bucket_counts : q->counts,
-                     (p->size - ETL_LOCAL_FIRST) * sizeof(uint64_t));
-  }
-  return 1; /* a cross: its buckets are the column's, compared with it */
+  if (x->type != y->type || x->n_src != y->n_src || !etl_same_bits(x->src, y->src, x->n_src * sizeof *x->src))
+    return 0;
+  return !x->type || x->type->same(a, b, x, y);
+}
+
+/* Whether dense columns x and y read their fields alike: the transform and
+ * every column operator. */
+static int same_column_ops(const etl_dense *x, const etl_dense *y) {
+  if (x->transform != y->transform) return 0;
+  for (const etl_op_type *const *op = etl_ops; *op; op++)
+    if ((*op)->role == ETL_ROLE_COLUMN && !(*op)->column_same(&x->ops, &y->ops)) return 0;
+  return 1;
 }
 
 dlrec_status dlrec_etl_same_operators(const dlrec_etl *a, const dlrec_etl *b) {
@@ -140,12 +135,11 @@ dlrec_status dlrec_etl_same_operators(const dlrec_etl *a, const dlrec_etl *b) {
     return dlrec_error(DLREC_ERR_INVALID, "other columns");
   for (uint32_t i = 0; i < a->schema.n_dense; i++) {
     const etl_dense *x = &a->dense[i], *y = &b->dense[i];
-    const etl_dense_ops *p = &x->ops, *q = &y->ops;
-    if (p->fill != q->fill || p->clip != q->clip || x->transform != y->transform ||
-        (p->fill && !same_bits(&p->fill_value, &q->fill_value, sizeof p->fill_value)) ||
-        (p->clip && (!same_bits(&p->clip_lo, &q->clip_lo, sizeof p->clip_lo) ||
-                     !same_bits(&p->clip_hi, &q->clip_hi, sizeof p->clip_hi))))
-      return dlrec_error(DLREC_ERR_INVALID, "dense column '%s': another fill_missing or clip", a->schema.dense_names[i]);
+    if (!same_column_ops(x, y)) {
+      char names[128];
+      etl_op_names(ETL_ROLE_COLUMN, " or ", names, sizeof names);
+      return dlrec_error(DLREC_ERR_INVALID, "dense column '%s': another %s", a->schema.dense_names[i], names);
+    }
     if (!same_derived(a, b, &x->derived, &y->derived))
       return dlrec_error(DLREC_ERR_INVALID, "dense column '%s': derived otherwise (its operator or statistics differ)",
                          a->schema.dense_names[i]);
@@ -260,31 +254,10 @@ dlrec_status dlrec_etl_encode_cat_multi(const dlrec_etl *e, uint32_t col, const 
   return encode_multi(e, default_layout(e), col, t, NULL, ids, n_ids, truncated);
 }
 
-/* What a row's encoder knows of its input fields already: each one-hot
- * categorical field's key (valid where the field is not empty) and local id,
- * and each dense field's parsed value (valid where it is not empty). */
-typedef struct known_cats {
-  const uint64_t *keys;
-  const uint32_t *local;
-  const double *x;
-} known_cats;
-
-/* The key of a one-hot input column's field, a derived column's source
- * (DLREC_ETL_MISSING_KEY when empty; the key was checked when the column
- * itself was encoded). */
-static uint64_t source_key(const dlrec_etl *e, const known_cats *k, uint32_t c, dlrec_text t) {
-  uint64_t key = DLREC_ETL_MISSING_KEY;
-  if (t.n && k) key = k->keys[c];
-  else if (t.n) dlrec_cat_key(e->cat[c].key_kind, e->cat[c].salt, t.s, t.n, &key);
-  return key;
-}
-
-/* The derived columns of a row, from its input fields (and what is known of
- * them: NULL, nothing): dense[i] and ids[i] for the i-th derived dense and
- * categorical column. */
-static dlrec_status encode_derived(const dlrec_etl *e, const dlrec_layout *L, const dlrec_text *din,
-                                   const dlrec_text *cin, const known_cats *known, const dlrec_where *w,
-                                   const etl_pos *pos, float *dense, uint32_t *ids) {
+/* The derived columns of row r: dense[i] and ids[i] for the i-th derived
+ * dense and categorical column, each from its operator. */
+static dlrec_status encode_derived(const etl_row *r, float *dense, uint32_t *ids) {
+  const dlrec_etl *e = r->e;
   const uint32_t nd = e->cols.n_dense, nc = e->cols.n_cat, nd_derived = e->schema.n_dense - nd;
   /* The encodings' values are random reads of per-value tables: their
    * addresses first, prefetched, so that the cache misses overlap each other
@@ -292,55 +265,18 @@ static dlrec_status encode_derived(const dlrec_etl *e, const dlrec_layout *L, co
   const void *val[DLREC_MAX_DENSE];
   for (uint32_t i = 0; i < nd_derived; i++) {
     const etl_derived *dv = &e->dense[nd + i].derived;
-    const uint32_t c = dv->src[0];
-    const etl_cat *src = &e->cat[c];
-    uint64_t g = ETL_LOCAL_MISSING;
-    if (known) {
-      g = known->local[c];
-    } else if (cin[c].n) {
-      const uint64_t key = source_key(e, NULL, c, cin[c]);
-      g = etl_cat_local(src, key, keymap_hash(key));
-    }
-    if (dv->op == ETL_OP_COUNT)
-      val[i] = etl_count_at(src, g);
-    else if (pos)
-      val[i] = &dv->oof[(uint64_t)etl_fold(dv->seed, dv->folds, pos->file, pos->line) * dv->groups + g];
-    else
-      val[i] = &dv->full[g];
+    val[i] = dv->type->locate(r, dv);
     __builtin_prefetch(val[i]);
   }
   for (uint32_t i = 0; nc + i < e->schema.n_sparse; i++) {
     const etl_cat *k = &e->cat[nc + i];
-    const etl_derived *dv = &k->derived;
     uint64_t local = ETL_LOCAL_MISSING;
-    if (dv->op == ETL_OP_CROSS) {
-      uint64_t keys[ETL_CROSS_MAX];
-      int any = 0;
-      for (uint32_t j = 0; j < dv->n_src; j++) {
-        any |= cin[dv->src[j]].n != 0;
-        keys[j] = source_key(e, known, dv->src[j], cin[dv->src[j]]);
-      }
-      const uint64_t h = etl_cross_key(keys, dv->n_src);
-      if (any) local = etl_cat_local(k, h, keymap_hash(h));
-    } else {
-      const uint32_t d = dv->src[0];
-      const etl_dense_ops *ops = &e->dense[d].ops;
-      const dlrec_text t = din[d];
-      double x = ops->fill_value;
-      const char *why = NULL;
-      if (t.n && known) x = known->x[d];
-      else if (t.n) why = dlrec_parse_number(t.s, t.n, &x);
-      if (why) return dlrec_parse_error(w, L->dense_field[d], e->schema.dense_names[d], why, t.s, t.n);
-      if (t.n || ops->fill) {
-        const uint64_t b = etl_bucket(dv->bounds, dv->n_bounds, etl_clip(ops, x));
-        local = etl_cat_local(k, b, keymap_hash(b));
-      }
-    }
+    dlrec_status st = k->derived.type->encode_cat(r, &k->derived, k, &local);
+    if (st != DLREC_OK) return st;
     ids[i] = (uint32_t)(k->id_begin + local);
   }
   for (uint32_t i = 0; i < nd_derived; i++) {
-    const double x = e->dense[nd + i].derived.op == ETL_OP_COUNT ? (double)*(const uint64_t *)val[i]
-                                                                  : *(const double *)val[i];
+    const double x = e->dense[nd + i].derived.type->value(val[i]);
     const char *why = etl_dense_encode(e, nd + i, x, &dense[i]);
     if (why) return dlrec_error(DLREC_ERR_PARSE, "column %s: %s", e->schema.dense_names[nd + i], why);
   }
@@ -349,7 +285,8 @@ static dlrec_status encode_derived(const dlrec_etl *e, const dlrec_layout *L, co
 
 dlrec_status dlrec_etl_encode_derived(const dlrec_etl *e, const dlrec_text *dense_in, const dlrec_text *cat_in,
                                       float *dense, uint32_t *ids) {
-  return encode_derived(e, default_layout(e), dense_in, cat_in, NULL, NULL, NULL, dense, ids);
+  const etl_row r = {.e = e, .L = default_layout(e), .din = dense_in, .cin = cat_in};
+  return encode_derived(&r, dense, ids);
 }
 
 void dlrec_etl_input_columns(const dlrec_etl *e, uint32_t *n_dense, uint32_t *n_cat) {
@@ -392,8 +329,8 @@ dlrec_status etl_encode_row(const dlrec_etl *e, const dlrec_layout *L, const dlr
     uint32_t local[DLREC_MAX_SPARSE];
     for (uint32_t c = 0; c < nc; c++) local[c] = ids[c] - (uint32_t)e->cat[c].id_begin;
     for (uint32_t c = nc; nids && c < e->schema.n_sparse; c++) nids[c] = 1;
-    const known_cats known = {keys, local, x};
-    return encode_derived(e, L, row->dense, row->cat, &known, w, pos, dense + nd, ids + nc);
+    const etl_row r = {e, L, w, row->dense, row->cat, keys, local, x, pos};
+    return encode_derived(&r, dense + nd, ids + nc);
   }
   uint32_t at = 0;
   for (uint32_t c = 0; c < nc; c++) {
@@ -418,8 +355,8 @@ dlrec_status etl_encode_row(const dlrec_etl *e, const dlrec_layout *L, const dlr
   uint32_t local[DLREC_MAX_SPARSE];
   for (uint32_t c = 0, k = 0; c < nc; k += nids[c++])
     local[c] = e->cat[c].sep ? 0 : ids[k] - (uint32_t)e->cat[c].id_begin;
-  const known_cats known = {keys, local, x};
-  return encode_derived(e, L, row->dense, row->cat, &known, w, pos, dense + nd, ids + at);
+  const etl_row r = {e, L, w, row->dense, row->cat, keys, local, x, pos};
+  return encode_derived(&r, dense + nd, ids + at);
 }
 
 dlrec_status dlrec_etl_encode_line(const dlrec_etl *e, const char *line, size_t n, int with_label, float *label,

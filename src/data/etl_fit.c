@@ -8,6 +8,11 @@
  * thread then takes each block's transformed dense values in input order,
  * so that floating-point sums, and the state, are the same for any thread
  * count and block size.
+ *
+ * The counts become vocabularies in etl_fit_vocab.c (spilled to disk within
+ * --memory-mb); the workflow's operators count what they need per row
+ * (fit_row) and build their columns when the pass is over (fit_end), each in
+ * its own file (etl_op.h).
  */
 #include <math.h>
 #include <stdio.h>
@@ -17,53 +22,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "data/etl_internal.h"
+#include "data/etl_fit.h"
 #include "core/fsutil.h"
 #include "core/log.h"
 #include "core/pipeline.h"
 #include "core/clock.h"
 #include "core/progress.h"
-
-void dlrec_etl_fit_opts_default(dlrec_etl_fit_opts *o) {
-  *o = (dlrec_etl_fit_opts){
-      .format = DLREC_FORMAT_CRITEO,
-      .has_label = 1,
-      .min_count = 1,
-      .dense_transform = DLREC_DENSE_LOG,
-      .max_line_bytes = DLREC_MAX_LINE_BYTES_DEFAULT,
-      .progress = 1,
-  };
-}
-
-/* A target encoding's counts in one worker: per key, per fold the rows and
- * positives (st, 2 * folds values a key); the missing field's apart (a key
- * may be any 64-bit value). */
-typedef struct te_acc {
-  keymap map; /* key -> its index in st */
-  uint64_t *st;
-  uint64_t n, cap;
-  uint64_t miss[2 * ETL_FOLDS_MAX];
-} te_acc;
-
-/* Within --memory-mb (docs/etl.md, Memory): the most blocks in flight, and
- * the keys an empty count table starts with (small: every worker has one per
- * column, and the big ones grow anyway). */
-#define ETL_FIT_BUDGET_JOBS 8
-#define ETL_FIT_BUDGET_MAP 32
-
-typedef struct fit_worker {
-  keymap maps[DLREC_MAX_SPARSE]; /* the input's columns, then the crosses */
-  uint64_t cat_missing[DLREC_MAX_SPARSE];
-  te_acc te[DLREC_MAX_DENSE]; /* the derived dense columns' (targets only) */
-  dlrec_raw_row row;
-  char *scratch; /* CSV unescaping, max_line_bytes + 1 */
-  /* Multi-hot columns: the row's keys (grown as needed), and the most values
-   * a row had in each column. */
-  uint64_t *mkeys;
-  size_t mcap;
-  uint32_t mbegin[DLREC_MAX_SPARSE], mcount[DLREC_MAX_SPARSE];
-  uint32_t max_values[DLREC_MAX_SPARSE];
-} fit_worker;
 
 typedef struct fit_job {
   dlrec_block block;
@@ -80,45 +44,6 @@ typedef struct fit_job {
   etl_shorts shorts;
   uint64_t truncated; /* rows with a multi-hot field cut to its max hotness */
 } fit_job;
-
-/* Shifted sums of one dense column (shift = its first value), for a mean and
- * variance without the cancellation of raw sums of squares. Values are
- * within float32's range (fit_row refuses others), so a shifted square is
- * below 4.7e77 and 2^64 of them below 1e97: the sums cannot overflow. */
-typedef struct dense_acc {
-  int started;
-  double shift, s1, s2;
-  uint64_t count;
-  double min, max;
-} dense_acc;
-
-typedef struct fit_ctx {
-  etl_inputs in;
-  const dlrec_etl_fit_opts *o;
-  dlrec_columns cols;
-  uint32_t nd, nc;
-  int multi; /* some column is multi-hot */
-  fit_worker *workers;
-  int n_workers;
-  uint64_t rows, positives, bad, bytes, truncated;
-  etl_shorts shorts;
-  dense_acc acc[DLREC_MAX_DENSE];
-  /* The workflow; for a median fill or a bucketized column, the column's
-   * clipped values so far (every one: an exact median or quantile needs
-   * them). */
-  etl_workflow wf;
-  int any_held, held[DLREC_MAX_DENSE];
-  double *med[DLREC_MAX_DENSE];
-  size_t med_n[DLREC_MAX_DENSE], med_cap[DLREC_MAX_DENSE];
-  dlrec_progress *progress;
-  /* --memory-mb: the budget of the count tables (0: none), the runs they
-   * spill to (per column, in spill_dir), and vocabularies sorted on disk. */
-  uint64_t budget;
-  char spill_dir[4096];
-  int made_spill_dir;
-  etl_runs runs[DLREC_MAX_SPARSE], vocab[DLREC_MAX_SPARSE];
-  _Atomic uint64_t spilled; /* bytes of runs written */
-} fit_ctx;
 
 static dlrec_status fit_produce(void *vctx, void *vjob, uint64_t seq) {
   fit_ctx *x = vctx;
@@ -178,66 +103,22 @@ static __attribute__((noinline)) dlrec_status fit_multi_keys(const fit_ctx *x, f
   return DLREC_OK;
 }
 
-/* The counts of key (2 * folds values, zero when new); NULL when out of memory. */
-static uint64_t *te_slot(te_acc *a, uint32_t folds, uint64_t key, uint64_t hash) {
-  int added;
-  uint64_t *v = keymap_upsert_h(&a->map, key, hash, &added);
-  if (!v) return NULL;
-  if (added) {
-    if (a->n == a->cap) {
-      uint64_t cap = a->cap ? 2 * a->cap : 1024;
-      uint64_t *st = realloc(a->st, cap * 2 * folds * sizeof *st);
-      if (!st) return NULL;
-      a->st = st;
-      a->cap = cap;
-    }
-    memset(a->st + a->n * 2 * folds, 0, 2 * folds * sizeof *a->st);
-    *v = a->n++;
-  }
-  return a->st + *v * 2 * folds;
-}
-
-static dlrec_status te_add(te_acc *a, uint32_t folds, uint64_t key, uint64_t hash, uint32_t fold, int positive) {
-  uint64_t *st = te_slot(a, folds, key, hash);
-  if (!st) return dlrec_error(DLREC_ERR_NOMEM, "fit: out of memory for a target encoding's counts");
-  st[2 * fold]++;
-  st[2 * fold + 1] += (uint64_t)positive;
-  return DLREC_OK;
-}
-
-/* Counts a good row's crosses and target encodings (bucketized columns are
- * counted from the held values when the pass ends). */
+/* Counts a good row into its derived columns' operators (the others are
+ * built from the held values or other columns when the pass ends). */
 static __attribute__((noinline)) dlrec_status fit_derived(fit_ctx *x, fit_worker *W, const fit_job *j,
                                                           const dlrec_raw_row *row, const uint64_t *keys,
                                                           const uint64_t *hashes, int positive, uint64_t line) {
+  const etl_fit_row r = {row, keys, hashes, positive, j->file, line};
   for (uint32_t i = 0; i < x->wf.n_cat; i++) {
     const etl_derived *dv = &x->wf.cat[i];
-    if (dv->op != ETL_OP_CROSS) continue;
-    uint64_t ks[ETL_CROSS_MAX];
-    int any = 0;
-    for (uint32_t k = 0; k < dv->n_src; k++) {
-      const uint32_t c = dv->src[k];
-      any |= row->cat[c].n != 0;
-      ks[k] = row->cat[c].n ? keys[c] : DLREC_ETL_MISSING_KEY;
-    }
-    if (!any) {
-      W->cat_missing[x->nc + i]++;
-      continue;
-    }
-    const uint64_t h = etl_cross_key(ks, dv->n_src);
-    if (keymap_count(&W->maps[x->nc + i], h, keymap_hash(h)) != DLREC_OK)
+    const etl_fit_slot slot = {&W->maps[x->nc + i], &W->cat_missing[x->nc + i], W->cat_acc[i]};
+    if (dv->type->fit_row && dv->type->fit_row(dv, &slot, &r) != DLREC_OK)
       return dlrec_error_context("fit: column %s: ", x->wf.cat_names[i]);
   }
   for (uint32_t i = 0; i < x->wf.n_dense; i++) {
     const etl_derived *dv = &x->wf.dense[i];
-    if (dv->op != ETL_OP_TARGET) continue;
-    const uint32_t c = dv->src[0], fold = etl_fold(dv->seed, dv->folds, j->file, line);
-    if (row->cat[c].n == 0) {
-      W->te[i].miss[2 * fold]++;
-      W->te[i].miss[2 * fold + 1] += (uint64_t)positive;
-      continue;
-    }
-    if (te_add(&W->te[i], dv->folds, keys[c], hashes[c], fold, positive) != DLREC_OK)
+    const etl_fit_slot slot = {NULL, NULL, W->dense_acc[i]};
+    if (dv->type->fit_row && dv->type->fit_row(dv, &slot, &r) != DLREC_OK)
       return dlrec_error_context("fit: column %s: ", x->wf.dense_names[i]);
   }
   return DLREC_OK;
@@ -322,8 +203,6 @@ static dlrec_status fit_row(fit_ctx *x, fit_worker *W, fit_job *j, const dlrec_l
   return x->wf.n_dense + x->wf.n_cat ? fit_derived(x, W, j, row, keys, hashes, label != 0, w->line) : DLREC_OK;
 }
 
-static dlrec_status maybe_spill(fit_ctx *x, fit_worker *W);
-
 static dlrec_status fit_work(void *vctx, void *vjob, int worker) {
   fit_ctx *x = vctx;
   fit_job *j = vjob;
@@ -352,7 +231,7 @@ static dlrec_status fit_work(void *vctx, void *vjob, int worker) {
     if (st != DLREC_OK) return st;
     if (j->bad.n > x->o->skip_bad_rows) break; /* the run fails at the consumer */
   }
-  return x->budget ? maybe_spill(x, W) : DLREC_OK;
+  return x->budget ? etl_fit_spill_check(x, W) : DLREC_OK;
 }
 
 static dlrec_status fit_consume(void *vctx, void *vjob, uint64_t seq) {
@@ -413,675 +292,82 @@ static dlrec_status fit_consume(void *vctx, void *vjob, uint64_t seq) {
   return DLREC_OK;
 }
 
-static int cmp_double(const void *pa, const void *pb) {
-  const double a = *(const double *)pa, b = *(const double *)pb;
-  return (a > b) - (a < b);
-}
-
-/* Reorders v[0, n) so that v[k] is the value a sort would put there, every
- * value before it <= it and every one after >= it: quickselect on a
- * median-of-three pivot (Hoare's partition), falling back to a sort of what
- * is left when the partitions shrink slowly (an adversarial order). */
-static void select_kth(double *v, size_t n, size_t k) {
-  size_t lo = 0, hi = n, budget = 64;
-  while (hi - lo > 16) {
-    if (budget-- == 0) {
-      qsort(v + lo, hi - lo, sizeof *v, cmp_double);
-      return;
-    }
-    double a = v[lo], b = v[lo + (hi - lo) / 2], c = v[hi - 1];
-    double p = a < b ? (b < c ? b : a < c ? c : a) : (a < c ? a : b < c ? c : b);
-    size_t i = lo, j = hi - 1;
-    for (;;) {
-      while (v[i] < p) i++;
-      while (v[j] > p) j--;
-      if (i >= j) break;
-      double t = v[i];
-      v[i++] = v[j];
-      v[j--] = t;
-    }
-    /* [lo, j] <= p <= [j + 1, hi) */
-    if (k <= j) hi = j + 1;
-    else lo = j + 1;
+/* Input dense column d's statistics, after its column operators learned
+ * from its held values (a median fill); the values a fill gives the missing
+ * rows count in the mean and std that standardize uses. */
+static void dense_column(fit_ctx *x, dlrec_etl *e, uint32_t d) {
+  dense_acc *a = &x->acc[d];
+  etl_dense *out = &e->dense[d];
+  out->count = a->count;
+  out->missing = x->rows - a->count;
+  out->ops = x->wf.ops[d];
+  out->transform = x->o->dense_transform;
+  double fill = 0;
+  int fills = 0;
+  for (const etl_op_type *const *op = etl_ops; *op; op++) {
+    if ((*op)->column_fit_end) (*op)->column_fit_end(&out->ops, x->med[d], x->med_n[d], x->cols.dense[d]);
+    if ((*op)->column_fills) fills |= (*op)->column_fills(&out->ops, &fill);
   }
-  qsort(v + lo, hi - lo, sizeof *v, cmp_double);
-}
-
-/* numpy's median of n values (reordered here): the middle one, or the mean
- * of the two middle ones; 0 (and a warning) without values. */
-static double median(double *v, size_t n, const char *name) {
-  if (n == 0) {
-    DLREC_WARN("fit: column %s has no value to take a median of: missing values are filled with 0", name);
-    return 0.0;
+  const uint64_t filled = fills ? out->missing : 0;
+  if (filled) {
+    double tf = etl_transform(x->o->dense_transform, etl_clip(&out->ops, fill));
+    if (!a->started) a->started = 1, a->shift = tf;
+    a->s1 += (double)filled * (tf - a->shift);
+    a->s2 += (double)filled * (tf - a->shift) * (tf - a->shift);
   }
-  select_kth(v, n, n / 2);
-  if (n % 2) return v[n / 2];
-  double below = v[0]; /* the largest of v[0, n/2), all <= v[n/2] */
-  for (size_t i = 1; i < n / 2; i++)
-    if (v[i] > below) below = v[i];
-  return (below + v[n / 2]) / 2;
-}
-
-/* ---- vocabularies ---- */
-
-static int kc_order(const void *pa, const void *pb) {
-  const etl_kc *a = pa, *b = pb;
-  if (a->count != b->count) return a->count > b->count ? -1 : 1;
-  return (a->key > b->key) - (a->key < b->key);
-}
-
-static int key_order(const void *pa, const void *pb) {
-  const etl_kc *a = pa, *b = pb;
-  return (a->key > b->key) - (a->key < b->key);
-}
-
-/* Sorts by count descending, then key ascending (or by key alone): an LSD
- * radix sort on the key bytes and then the inverted count bytes (stable
- * passes), skipping the passes where every item has the same byte (high key
- * bytes of 8-digit hex keys, high count bytes). Much faster than qsort for
- * millions of keys. */
-void etl_sort_kc(etl_kc *a, uint64_t n, int by_key) {
-  int (*order)(const void *, const void *) = by_key ? key_order : kc_order;
-  if (n < 64) {
-    qsort(a, n, sizeof *a, order);
-    return;
+  if (a->count + filled) {
+    double n = (double)(a->count + filled), m1 = a->s1 / n;
+    out->mean = a->shift + m1;
+    double var = a->s2 / n - m1 * m1;
+    out->std = var > 0 ? sqrt(var) : 0.0;
   }
-  etl_kc *tmp = malloc(n * sizeof *tmp);
-  uint64_t (*hist)[256] = calloc(16, sizeof *hist);
-  if (!tmp || !hist) {
-    free(tmp), free(hist);
-    qsort(a, n, sizeof *a, order);
-    return;
+  if (a->count) {
+    out->min = a->min;
+    out->max = a->max;
   }
-  for (uint64_t i = 0; i < n; i++) {
-    uint64_t k = a[i].key, c = ~a[i].count;
-    for (int b = 0; b < 8; b++) {
-      hist[b][(k >> (8 * b)) & 0xff]++;
-      hist[8 + b][(c >> (8 * b)) & 0xff]++;
+}
+
+/* The derived columns their operators build when the pass is over
+ * (categorical ones, then dense ones, as the schema orders them), then
+ * moved into the state, definitions and all. */
+static dlrec_status derived_columns(fit_ctx *x, dlrec_etl *e) {
+  void **acc = calloc((size_t)x->n_workers, sizeof *acc);
+  dlrec_status st = acc ? DLREC_OK : dlrec_error(DLREC_ERR_NOMEM, "fit: out of memory");
+  for (int dense = 0; dense <= 1 && st == DLREC_OK; dense++) {
+    for (uint32_t i = 0; i < (dense ? x->wf.n_dense : x->wf.n_cat) && st == DLREC_OK; i++) {
+      etl_derived *dv = dense ? &x->wf.dense[i] : &x->wf.cat[i];
+      const uint32_t col = dense ? x->nd + i : x->nc + i;
+      if (dense)
+        e->dense[col].transform = dv->type->flags & ETL_OP_RAW_VALUE ? DLREC_DENSE_NONE : x->o->dense_transform;
+      if (!dv->type->fit_end) continue;
+      for (int w = 0; w < x->n_workers; w++) acc[w] = dense ? x->workers[w].dense_acc[i] : x->workers[w].cat_acc[i];
+      const int h = dv->type->holds ? dv->type->holds(dv) : -1;
+      etl_fit_end f = {e, dv, col, dense ? x->wf.dense_names[i] : x->wf.cat_names[i], x->rows, x->positives,
+                       h >= 0 ? x->med[h] : NULL, h >= 0 ? x->med_n[h] : 0, acc, x->n_workers};
+      st = dv->type->fit_end(&f);
     }
   }
-  etl_kc *src = a, *dst = tmp;
-  for (int pass = 0; pass < (by_key ? 8 : 16); pass++) {
-    int shift = 8 * (pass & 7);
-    uint64_t *h = hist[pass];
-    int trivial = 0;
-    for (int b = 0; b < 256; b++) trivial |= h[b] == n;
-    if (trivial) continue;
-    uint64_t sum = 0;
-    for (int b = 0; b < 256; b++) {
-      uint64_t t = h[b];
-      h[b] = sum;
-      sum += t;
-    }
-    for (uint64_t i = 0; i < n; i++) {
-      uint64_t v = pass < 8 ? src[i].key : ~src[i].count;
-      dst[h[(v >> shift) & 0xff]++] = src[i];
-    }
-    etl_kc *t = src;
-    src = dst;
-    dst = t;
-  }
-  if (src != a) memcpy(a, src, n * sizeof *a);
-  free(tmp);
-  free(hist);
-}
-
-typedef struct collect {
-  etl_kc *v;
-  uint64_t n;
-} collect;
-
-static void collect_fn(void *ctx, uint64_t key, uint64_t val) {
-  collect *c = ctx;
-  c->v[c->n++] = (etl_kc){key, val};
-}
-
-/* A hashed column from its bucket counts b (b[i] = {i, count of bucket i}),
- * which it sorts: every value, rare ones too, counts toward its bucket;
- * buckets are ranked like values, so the hot ones stay a prefix of the
- * range. own[0..2) receive the arrays it allocates. */
-static dlrec_status hash_column(etl_cat *c, etl_kc *b, uint64_t nb, void **own) {
-  uint32_t *rank = malloc(nb * sizeof *rank);
-  uint64_t *counts = malloc(nb * sizeof *counts);
-  if (!rank || !counts) {
-    free(rank), free(counts);
-    return dlrec_error(DLREC_ERR_NOMEM, "fit: out of memory for %llu buckets", (unsigned long long)nb);
-  }
-  etl_sort_kc(b, nb, 0);
-  for (uint64_t r = 0; r < nb; r++) {
-    rank[b[r].key] = (uint32_t)r;
-    counts[r] = b[r].count;
-  }
-  c->hashed = 1;
-  c->buckets = nb;
-  c->bucket_rank = rank;
-  c->bucket_counts = counts;
-  c->size = ETL_LOCAL_FIRST + nb;
-  own[0] = rank;
-  own[1] = counts;
-  return DLREC_OK;
-}
-
-static etl_kc *new_buckets(uint64_t nb) {
-  etl_kc *b = calloc(nb, sizeof *b);
-  for (uint64_t i = 0; b && i < nb; i++) b[i].key = i;
-  return b;
-}
-
-/* A vocabulary column from its kept values, in vocabulary order. */
-static dlrec_status vocab_column(etl_cat *c, const etl_kc *v, uint64_t kept, void **own) {
-  uint64_t *keys = malloc((kept ? kept : 1) * sizeof *keys), *counts = malloc((kept ? kept : 1) * sizeof *counts);
-  if (!keys || !counts) {
-    free(keys), free(counts);
-    return dlrec_error(DLREC_ERR_NOMEM, "fit: out of memory for %llu keys", (unsigned long long)kept);
-  }
-  for (uint64_t i = 0; i < kept; i++) {
-    keys[i] = v[i].key;
-    counts[i] = v[i].count;
-  }
-  c->keys = keys;
-  c->counts = counts;
-  c->size = ETL_LOCAL_FIRST + kept;
-  own[0] = keys;
-  own[1] = counts;
-  return DLREC_OK;
-}
-
-/* Builds column c's vocabulary (or bucket ranks) from its counts in m, which
- * it frees; own[0..2) receive the arrays it allocates. force_buckets: hash
- * into that many buckets whatever the count of kept values (a cross). */
-static dlrec_status finish_column(const dlrec_etl_fit_opts *o, etl_cat *c, keymap *m, void **own,
-                                  uint64_t force_buckets) {
-  c->distinct = m->n;
-  collect all = {malloc((m->n ? m->n : 1) * sizeof(etl_kc)), 0};
-  if (!all.v) return dlrec_error(DLREC_ERR_NOMEM, "fit: out of memory for %llu keys", (unsigned long long)m->n);
-  keymap_each(m, collect_fn, &all);
-  keymap_free(m);
-  uint64_t kept = 0;
-  c->oov = 0;
-  c->values = 0;
-  for (uint64_t i = 0; i < all.n; i++) {
-    c->values += all.v[i].count;
-    if (all.v[i].count >= o->min_count) kept++;
-    else c->oov += all.v[i].count;
-  }
-  c->kept = kept;
-  dlrec_status st;
-  if (force_buckets || (o->hash_buckets && kept > o->hash_buckets)) {
-    uint64_t nb = force_buckets ? force_buckets : o->hash_buckets;
-    etl_kc *b = new_buckets(nb);
-    if (b) {
-      for (uint64_t i = 0; i < all.n; i++) b[dlrec_mix64(all.v[i].key) % nb].count += all.v[i].count;
-      st = hash_column(c, b, nb, own);
-    } else {
-      st = dlrec_error(DLREC_ERR_NOMEM, "fit: out of memory for %llu buckets", (unsigned long long)nb);
-    }
-    free(b);
-    free(all.v);
-    return st;
-  }
-  uint64_t k = 0;
-  for (uint64_t i = 0; i < all.n; i++)
-    if (all.v[i].count >= o->min_count) all.v[k++] = all.v[i];
-  etl_sort_kc(all.v, kept, 0);
-  st = vocab_column(c, all.v, kept, own);
-  free(all.v);
-  return st;
-}
-
-/* ---- spilling (--memory-mb) ---- */
-
-/* Writes a worker's count table of column c to a run sorted by key and
- * empties it. */
-static dlrec_status spill_map(fit_ctx *x, keymap *m, uint32_t c) {
-  if (m->n == 0) return DLREC_OK;
-  collect all = {malloc(m->n * sizeof(etl_kc)), 0};
-  if (!all.v) return dlrec_error(DLREC_ERR_NOMEM, "fit: out of memory to spill %llu keys", (unsigned long long)m->n);
-  keymap_each(m, collect_fn, &all);
-  keymap_free(m);
-  etl_sort_kc(all.v, all.n, 1);
-  dlrec_status st = etl_runs_add(&x->runs[c], all.v, all.n);
-  free(all.v);
-  if (st == DLREC_OK) st = keymap_init(m, ETL_FIT_BUDGET_MAP);
-  atomic_fetch_add(&x->spilled, all.n * sizeof(etl_kc));
-  return st;
-}
-
-static uint64_t map_bytes(const keymap *m) { return (m->mask + 1) * sizeof(keymap_slot); }
-
-/* After a block: a worker whose tables outgrow a third of its share of the
- * budget (a table doubling, or being sorted, needs three times its size)
- * writes out its biggest tables until they take half of that or less (the
- * small columns' tables stay, so they do not become runs of a few keys). */
-static dlrec_status maybe_spill(fit_ctx *x, fit_worker *W) {
-  uint64_t bytes = 0;
-  const uint64_t limit = x->budget / (uint64_t)x->n_workers / 3;
-  const uint32_t n = x->nc + x->wf.n_cat;
-  for (uint32_t c = 0; c < n; c++) bytes += map_bytes(&W->maps[c]);
-  if (bytes <= limit) return DLREC_OK;
-  while (bytes > limit / 2) {
-    int big = -1; /* the biggest table with keys */
-    for (uint32_t c = 0; c < n; c++)
-      if (W->maps[c].n && (big < 0 || map_bytes(&W->maps[c]) > map_bytes(&W->maps[big]))) big = (int)c;
-    if (big < 0) break;
-    const uint64_t before = map_bytes(&W->maps[big]);
-    dlrec_status st = spill_map(x, &W->maps[big], (uint32_t)big);
-    if (st != DLREC_OK) return st;
-    bytes = bytes - before + map_bytes(&W->maps[big]);
-  }
-  return DLREC_OK;
-}
-
-/* The vocabulary of a spilled column too large to sort in memory: its runs
- * (by count) merged into a file laid out as its vocab.bin section's arrays,
- * keys then counts, which etl_save copies. */
-static dlrec_status vocab_to_file(fit_ctx *x, etl_cat *c, uint32_t col, etl_runs *fr, uint64_t kept) {
-  char name[64];
-  snprintf(name, sizeof name, "c%u.vocab", col);
-  etl_runs *out = &x->vocab[col];
-  dlrec_status st = etl_runs_open(out, x->spill_dir, name);
-  etl_merge *m = NULL;
-  if (st == DLREC_OK) st = etl_merge_open(&m, fr, 1, x->budget / 2);
-  enum { CHUNK = 1 << 15 };
-  uint64_t *keys = malloc(CHUNK * sizeof *keys), *counts = malloc(CHUNK * sizeof *counts), done = 0;
-  if (st == DLREC_OK && (!keys || !counts)) st = dlrec_error(DLREC_ERR_NOMEM, "fit: out of memory");
-  while (st == DLREC_OK && done < kept) {
-    uint64_t k = 0;
-    etl_kc p;
-    int got = 1;
-    while (st == DLREC_OK && k < CHUNK && done + k < kept && (st = etl_merge_next(m, &p, &got)) == DLREC_OK && got) {
-      keys[k] = p.key;
-      counts[k++] = p.count;
-    }
-    if (st == DLREC_OK && !got) st = dlrec_error(DLREC_ERR_IO, "%s: fewer values than counted", fr->path);
-    if (st == DLREC_OK) st = dlrec_pwrite_all(out->fd, keys, 8 * k, 8 * done, out->path);
-    if (st == DLREC_OK) st = dlrec_pwrite_all(out->fd, counts, 8 * k, 8 * (kept + done), out->path);
-    done += k;
-  }
-  etl_merge_close(m);
-  free(keys);
-  free(counts);
-  c->vocab_file = out;
-  c->size = ETL_LOCAL_FIRST + kept;
-  return st;
-}
-
-/* Column col from its runs (every worker's table is written out first):
- * the runs merged in key order, equal keys added up, as finish_column would
- * count them; the kept values sorted in memory when they fit in half the
- * budget, else in runs of their own merged into a file. */
-static dlrec_status finish_spilled(fit_ctx *x, const dlrec_etl_fit_opts *o, etl_cat *c, uint32_t col, void **own,
-                                   uint64_t force_buckets) {
-  dlrec_status st = DLREC_OK;
-  for (int w = 0; st == DLREC_OK && w < x->n_workers; w++) st = spill_map(x, &x->workers[w].maps[col], col);
-  const uint64_t hb = force_buckets ? force_buckets : o->hash_buckets;
-  /* A buffer and its sort's copy in half the budget. */
-  const uint64_t cap = x->budget / 4 / sizeof(etl_kc) > 1024 ? x->budget / 4 / sizeof(etl_kc) : 1024;
-  etl_kc *buf = malloc(cap * sizeof *buf), *b = hb ? new_buckets(hb) : NULL;
-  etl_merge *m = NULL;
-  etl_runs fr = {.fd = -1};
-  if (st == DLREC_OK && (!buf || (hb && !b))) st = dlrec_error(DLREC_ERR_NOMEM, "fit: out of memory");
-  if (st == DLREC_OK) st = etl_merge_open(&m, &x->runs[col], 0, x->budget / 4);
-  uint64_t n = 0, kept = 0;
-  int hashed = force_buckets != 0, got = 1, have = 0;
-  etl_kc cur = {0, 0}, p;
-  c->distinct = c->values = c->oov = 0;
-  while (st == DLREC_OK && (got || have)) {
-    st = etl_merge_next(m, &p, &got);
-    if (st != DLREC_OK) break;
-    if (got && have && p.key == cur.key) {
-      cur.count += p.count;
-      continue;
-    }
-    if (have) { /* cur is complete */
-      c->distinct++;
-      c->values += cur.count;
-      if (b) b[dlrec_mix64(cur.key) % hb].count += cur.count;
-      if (cur.count < o->min_count) {
-        c->oov += cur.count;
-      } else if (++kept > o->hash_buckets && o->hash_buckets) {
-        hashed = 1; /* the sorted values are of no use any more */
-      } else if (!hashed) {
-        buf[n++] = cur;
-        if (n == cap) {
-          char name[64];
-          snprintf(name, sizeof name, "c%u.sort", col);
-          if (!fr.open) st = etl_runs_open(&fr, x->spill_dir, name);
-          etl_sort_kc(buf, n, 0);
-          if (st == DLREC_OK) st = etl_runs_add(&fr, buf, n);
-          n = 0;
-        }
-      }
-    }
-    cur = p;
-    have = got;
-  }
-  etl_merge_close(m);
-  c->kept = kept;
-  if (st == DLREC_OK && hashed) {
-    st = hash_column(c, b, hb, own);
-  } else if (st == DLREC_OK && !fr.open) {
-    etl_sort_kc(buf, n, 0);
-    st = vocab_column(c, buf, n, own);
-  } else if (st == DLREC_OK) {
-    etl_sort_kc(buf, n, 0);
-    st = etl_runs_add(&fr, buf, n);
-    free(buf);
-    buf = NULL;
-    if (st == DLREC_OK) st = vocab_to_file(x, c, col, &fr, kept);
-  }
-  etl_runs_close(&fr);
-  etl_runs_close(&x->runs[col]);
-  free(buf);
-  free(b);
-  return st;
-}
-
-/* Merges the workers' counts and builds every column, columns in parallel. */
-static dlrec_status finish_columns(fit_ctx *x, dlrec_etl *e) {
-  dlrec_status st = DLREC_OK;
-  /* Raw keys: each column's one entry (its value count) is out of vocabulary. */
-  dlrec_etl_fit_opts raw = *x->o;
-  raw.min_count = UINT64_MAX;
-  const dlrec_etl_fit_opts *fo = x->o->raw_keys ? &raw : x->o;
-  /* Within a budget, one column at a time: each may take all of it. */
-  int nt = x->budget ? 1 : x->n_workers;
-  /* The input's columns and the crosses (bucketized columns come later). */
-  const uint32_t n = x->nc + x->wf.n_cat;
-  dlrec_error_copy *errs = calloc(n ? n : 1, sizeof *errs);
-  dlrec_status *sts = calloc(n ? n : 1, sizeof *sts);
-  if (!errs || !sts) {
-    free(errs), free(sts);
-    return dlrec_error(DLREC_ERR_NOMEM, "fit: out of memory");
-  }
-  /* Merging spilled columns takes a while after the pass: its own bar. */
-  uint64_t spilled_cols = 0;
-  for (uint32_t c = 0; c < n; c++) spilled_cols += x->runs[c].count != 0;
-  dlrec_progress *bar =
-      x->o->progress && spilled_cols ? dlrec_progress_start("etl fit: merging spilled runs", spilled_cols, "columns") : NULL;
-#pragma omp parallel for schedule(dynamic) num_threads(nt)
-  for (uint32_t c = 0; c < n; c++) {
-    const etl_derived *dv = c < x->nc ? NULL : &x->wf.cat[c - x->nc];
-    if (dv && dv->op != ETL_OP_CROSS) continue;
-    etl_cat *k = &e->cat[c];
-    dlrec_status s = DLREC_OK;
-    k->missing = 0;
-    k->key_kind = dv ? DLREC_KEY_DEC : x->in.keys.kind[c];
-    k->salt = dv ? 0 : x->in.keys.salt[c];
-    for (int w = 0; w < x->n_workers; w++) k->missing += x->workers[w].cat_missing[c];
-    if (x->runs[c].count) {
-      s = finish_spilled(x, fo, k, c, &e->owned[2 * c], dv ? dv->groups : 0);
-      dlrec_progress_add(bar, 1);
-    } else {
-      for (int w = 1; w < x->n_workers; w++) {
-        if (s == DLREC_OK) s = keymap_merge_add(&x->workers[0].maps[c], &x->workers[w].maps[c]);
-        keymap_free(&x->workers[w].maps[c]);
-      }
-      if (s == DLREC_OK) s = finish_column(fo, k, &x->workers[0].maps[c], &e->owned[2 * c], dv ? dv->groups : 0);
-    }
-    if (x->o->raw_keys) k->distinct = 0; /* not counted */
-    sts[c] = s;
-    if (s != DLREC_OK) dlrec_error_save(&errs[c]);
-  }
-  dlrec_progress_finish(bar);
-  e->n_owned = (int)(2 * n);
-  for (uint32_t c = 0; c < n && st == DLREC_OK; c++)
-    if (sts[c] != DLREC_OK) st = dlrec_error_restore(&errs[c]);
-  free(errs);
-  free(sts);
-  return st;
-}
-
-/* ---- derived columns ---- */
-
-/* numpy.quantile(v, q) of sorted v[0, n), n > 0, by numpy's own arithmetic
- * (method "linear": the virtual index n q + (1 - q) - 1, and its _lerp), so
- * that fitted boundaries are numpy's to the bit. */
-static double quantile_sorted(const double *v, size_t n, double q) {
-  const double virt = (double)n * q + (1.0 + q * -1.0) - 1.0;
-  double prev = floor(virt);
-  const double gamma = virt - prev;
-  if (prev < 0) prev = 0;
-  size_t lo = prev > (double)(n - 1) ? n - 1 : (size_t)prev, hi = lo + 1 > n - 1 ? n - 1 : lo + 1;
-  const double a = v[lo], b = v[hi], diff = b - a;
-  return gamma >= 0.5 ? b - diff * (1 - gamma) : a + diff * gamma;
-}
-
-/* Derived categorical column i, a bucketized dense column: its boundaries
- * (fitted from the held values for quantiles) and its vocabulary of bucket
- * numbers. */
-static dlrec_status build_bucketize(fit_ctx *x, dlrec_etl *e, uint32_t i) {
-  etl_derived *dv = &x->wf.cat[i];
-  const uint32_t d = dv->src[0], col = x->nc + i;
-  double *v = x->med[d];
-  const size_t n = x->med_n[d];
-  if (dv->quantiles) {
-    qsort(v, n, sizeof *v, cmp_double);
-    dv->bounds = malloc(dv->quantiles * sizeof *dv->bounds);
-    if (!dv->bounds) return dlrec_error(DLREC_ERR_NOMEM, "fit: out of memory");
-    dv->n_bounds = 0;
-    if (n == 0)
-      DLREC_WARN("fit: column %s has no value to fit quantiles of: %s has one bucket", x->cols.dense[d],
-                 x->wf.cat_names[i]);
-    for (uint32_t k = 1; n && k < dv->quantiles; k++) {
-      double b = quantile_sorted(v, n, (double)k / dv->quantiles);
-      if (dv->n_bounds == 0 || b > dv->bounds[dv->n_bounds - 1]) dv->bounds[dv->n_bounds++] = b;
-    }
-  }
-  keymap m;
-  dlrec_status st = keymap_init(&m, dv->n_bounds + 1);
-  for (size_t r = 0; st == DLREC_OK && r < n; r++) {
-    const uint64_t b = etl_bucket(dv->bounds, dv->n_bounds, v[r]);
-    st = keymap_count(&m, b, keymap_hash(b));
-  }
-  /* The filled rows fall into the fill's bucket. */
-  const etl_dense_ops *ops = &e->dense[d].ops;
-  uint64_t missing = x->rows - n;
-  if (st == DLREC_OK && ops->fill && missing) {
-    const uint64_t b = etl_bucket(dv->bounds, dv->n_bounds, etl_clip(ops, ops->fill_value));
-    int added;
-    uint64_t *c = keymap_upsert_h(&m, b, keymap_hash(b), &added);
-    if (c) *c += missing;
-    else st = DLREC_ERR_NOMEM;
-    missing = 0;
-  }
-  etl_cat *k = &e->cat[col];
-  k->missing = missing;
-  k->key_kind = DLREC_KEY_DEC;
-  dlrec_etl_fit_opts every = *x->o;
-  every.min_count = 1;
-  every.hash_buckets = 0;
-  if (st == DLREC_OK) return finish_column(&every, k, &m, &e->owned[2 * col], 0);
-  keymap_free(&m);
-  return dlrec_error(DLREC_ERR_NOMEM, "fit: out of memory for the buckets of %s", x->wf.cat_names[i]);
-}
-
-/* Statistics of a derived dense column whose value is xv[g] on w[g] of fit's
- * rows (groups of equal value): in group order, so deterministic. */
-static void group_stats(etl_dense *out, const double *xv, const uint64_t *w, uint64_t groups, uint64_t rows) {
-  double sum = 0, var = 0, lo = INFINITY, hi = -INFINITY;
-  for (uint64_t g = 0; g < groups; g++) {
-    if (!w[g]) continue;
-    sum += (double)w[g] * etl_transform(out->transform, xv[g]);
-    if (xv[g] < lo) lo = xv[g];
-    if (xv[g] > hi) hi = xv[g];
-  }
-  const double mean = sum / (double)rows;
-  for (uint64_t g = 0; g < groups; g++) {
-    const double dt = etl_transform(out->transform, xv[g]) - mean;
-    if (w[g]) var += (double)w[g] * dt * dt;
-  }
-  out->count = rows;
-  out->missing = 0;
-  out->min = lo;
-  out->max = hi;
-  out->mean = mean;
-  out->std = sqrt(var / (double)rows);
-}
-
-typedef struct te_merge {
-  te_acc *dst;
-  const te_acc *src;
-  uint32_t folds;
-  dlrec_status st;
-} te_merge;
-
-static void te_merge_fn(void *ctx, uint64_t key, uint64_t idx) {
-  te_merge *m = ctx;
-  if (m->st != DLREC_OK) return;
-  const uint64_t *from = m->src->st + idx * 2 * m->folds;
-  uint64_t *to = te_slot(m->dst, m->folds, key, keymap_hash(key));
-  if (!to) {
-    m->st = dlrec_error(DLREC_ERR_NOMEM, "fit: out of memory for a target encoding's counts");
-    return;
-  }
-  for (uint32_t f = 0; f < 2 * m->folds; f++) to[f] += from[f];
-}
-
-typedef struct te_spread {
-  const etl_cat *c;
-  const te_acc *a;
-  uint64_t *stats;
-  uint32_t folds;
-} te_spread;
-
-/* A key's counts onto its group, the source column's local id. */
-static void te_spread_fn(void *ctx, uint64_t key, uint64_t idx) {
-  te_spread *t = ctx;
-  const uint64_t g = etl_cat_local(t->c, key, keymap_hash(key)), n = t->c->size;
-  for (uint32_t f = 0; f < t->folds; f++) {
-    t->stats[2 * (f * n + g)] += t->a->st[idx * 2 * t->folds + 2 * f];
-    t->stats[2 * (f * n + g) + 1] += t->a->st[idx * 2 * t->folds + 2 * f + 1];
-  }
-}
-
-/* Derived dense column i: a count or a target encoding of a finished
- * categorical column, with its statistics. */
-static dlrec_status build_encoding(fit_ctx *x, dlrec_etl *e, uint32_t i) {
-  etl_derived *dv = &x->wf.dense[i];
-  etl_dense *out = &e->dense[x->nd + i];
-  etl_cat *c = &e->cat[dv->src[0]];
-  const uint64_t n = c->size;
-  out->transform = dv->op == ETL_OP_TARGET ? DLREC_DENSE_NONE : x->o->dense_transform;
-  if (c->vocab_file)
-    return dlrec_error(DLREC_ERR_NOMEM, "fit: %s: the vocabulary of %s did not fit in --memory-mb, and a count or "
-                       "target encoding needs it in memory: raise --memory-mb", x->wf.dense_names[i],
-                       x->cols.cat[dv->src[0]]);
-  double *xv = malloc(n * sizeof *xv);
-  uint64_t *w = malloc(n * sizeof *w);
-  dlrec_status st = xv && w ? DLREC_OK : dlrec_error(DLREC_ERR_NOMEM, "fit: out of memory");
-  if (st == DLREC_OK && dv->op == ETL_OP_COUNT) {
-    for (uint64_t g = 0; g < n; g++) {
-      xv[g] = (double)etl_count_of(c, g);
-      w[g] = g >= ETL_LOCAL_FIRST ? (uint64_t)xv[g] : g == ETL_LOCAL_MISSING ? c->missing : c->hashed ? 0 : c->oov;
-    }
-  } else if (st == DLREC_OK) {
-    /* The workers' counts by key, then by group. */
-    te_acc *a = &x->workers[0].te[i];
-    for (int k = 1; k < x->n_workers && st == DLREC_OK; k++) {
-      te_merge m = {a, &x->workers[k].te[i], dv->folds, DLREC_OK};
-      keymap_each(&x->workers[k].te[i].map, te_merge_fn, &m);
-      st = m.st;
-      for (uint32_t f = 0; f < 2 * dv->folds; f++) a->miss[f] += x->workers[k].te[i].miss[f];
-    }
-    uint64_t *stats = calloc(2 * dv->folds * n, sizeof *stats);
-    if (st == DLREC_OK && !stats) st = dlrec_error(DLREC_ERR_NOMEM, "fit: out of memory");
-    if (st == DLREC_OK && !c->hashed && !c->map.slots) st = etl_build_map(c, "fit", x->cols.cat[dv->src[0]]);
-    if (st == DLREC_OK) {
-      e->owned[e->n_owned++] = stats;
-      te_spread t = {c, a, stats, dv->folds};
-      keymap_each(&a->map, te_spread_fn, &t);
-      for (uint32_t f = 0; f < dv->folds; f++) {
-        stats[2 * (f * n)] += a->miss[2 * f];
-        stats[2 * (f * n) + 1] += a->miss[2 * f + 1];
-      }
-      dv->stats = stats;
-      dv->groups = n;
-      st = etl_target_prepare(dv, x->rows, x->positives);
-    } else {
-      free(stats);
-    }
-    for (uint64_t g = 0; st == DLREC_OK && g < n; g++) {
-      xv[g] = dv->full[g];
-      w[g] = 0;
-      for (uint32_t f = 0; f < dv->folds; f++) w[g] += stats[2 * (f * n + g)];
-    }
-  }
-  if (st == DLREC_OK) group_stats(out, xv, w, n, x->rows);
-  free(xv);
-  free(w);
-  return st;
-}
-
-/* Fills e from the counts and sums gathered by the run. */
-static dlrec_status build_state(fit_ctx *x, dlrec_etl *e) {
-  const dlrec_etl_fit_opts *o = x->o;
-  e->format = o->format;
-  e->cols = x->in.cols;
-  e->min_count = o->min_count;
-  e->hash_buckets = o->hash_buckets;
-  e->transform = o->dense_transform;
-  e->standardize = o->standardize;
-  e->rows = x->rows;
-  e->positives = x->positives;
-  e->bad_rows = x->bad;
-  e->libfm_fields = o->format == DLREC_FORMAT_LIBFM ? o->libfm_fields : 0;
-  if (o->format == DLREC_FORMAT_CSV) {
-    e->spec = strdup(o->schema_spec);
-    e->header = x->in.header; /* handed over */
-    e->n_header = x->in.n_header;
-    x->in.header = NULL;
-    if (!e->spec) return dlrec_error(DLREC_ERR_NOMEM, "fit: out of memory");
-  }
-  dlrec_schema *s = &e->schema;
-  s->has_label = x->cols.has_label;
-  strcpy(s->label_name, x->cols.label);
-  s->n_dense = x->nd;
-  s->n_sparse = x->nc;
-  for (uint32_t d = 0; d < x->nd; d++) {
-    strcpy(s->dense_names[d], x->cols.dense[d]);
-    dense_acc *a = &x->acc[d];
-    etl_dense *out = &e->dense[d];
-    out->count = a->count;
-    out->missing = x->rows - a->count;
-    out->ops = x->wf.ops[d];
-    out->transform = o->dense_transform;
-    if (out->ops.fill == ETL_FILL_MEDIAN) out->ops.fill_value = median(x->med[d], x->med_n[d], x->cols.dense[d]);
-    /* The filled values count in the mean and std that standardize uses. */
-    const uint64_t filled = out->ops.fill ? out->missing : 0;
-    if (filled) {
-      double tf = etl_transform(x->o->dense_transform, etl_clip(&out->ops, out->ops.fill_value));
-      if (!a->started) a->started = 1, a->shift = tf;
-      a->s1 += (double)filled * (tf - a->shift);
-      a->s2 += (double)filled * (tf - a->shift) * (tf - a->shift);
-    }
-    if (a->count + filled) {
-      double n = (double)(a->count + filled), m1 = a->s1 / n;
-      out->mean = a->shift + m1;
-      double var = a->s2 / n - m1 * m1;
-      out->std = var > 0 ? sqrt(var) : 0.0;
-    }
-    if (a->count) {
-      out->min = a->min;
-      out->max = a->max;
-    }
-  }
-  dlrec_status st = finish_columns(x, e);
-  for (uint32_t i = 0; st == DLREC_OK && i < x->wf.n_cat; i++)
-    if (x->wf.cat[i].op == ETL_OP_BUCKETIZE) st = build_bucketize(x, e, i);
-  for (uint32_t i = 0; st == DLREC_OK && i < x->wf.n_dense; i++) st = build_encoding(x, e, i);
+  free(acc);
   if (st != DLREC_OK) return st;
-  /* The derived columns' definitions move into the state (bounds and all). */
+  /* The state owns what the definitions own from now on; the workflow
+   * keeps their operators, for the workers' accumulators. */
   for (uint32_t i = 0; i < x->wf.n_dense; i++) {
     e->dense[x->nd + i].derived = x->wf.dense[i];
-    x->wf.dense[i].full = x->wf.dense[i].oof = NULL;
-    strcpy(s->dense_names[x->nd + i], x->wf.dense_names[i]);
+    x->wf.dense[i] = (etl_derived){.type = x->wf.dense[i].type};
+    strcpy(e->schema.dense_names[x->nd + i], x->wf.dense_names[i]);
   }
   for (uint32_t i = 0; i < x->wf.n_cat; i++) {
     e->cat[x->nc + i].derived = x->wf.cat[i];
-    x->wf.cat[i].bounds = NULL;
+    x->wf.cat[i] = (etl_derived){.type = x->wf.cat[i].type};
   }
-  s->n_dense = x->nd + x->wf.n_dense;
+  e->schema.n_dense = x->nd + x->wf.n_dense;
+  return DLREC_OK;
+}
+
+/* The categorical columns in the schema: names, hotness, pooling and id
+ * ranges. */
+static dlrec_status cat_schema(fit_ctx *x, dlrec_etl *e) {
+  dlrec_schema *s = &e->schema;
   uint64_t next = 0;
   for (uint32_t c = 0; c < x->nc + x->wf.n_cat; c++) {
     dlrec_sparse_col *col = &s->sparse[c];
@@ -1112,6 +398,42 @@ static dlrec_status build_state(fit_ctx *x, dlrec_etl *e) {
     return dlrec_error(DLREC_ERR_INVALID,
                        "fit: the columns need %llu ids, more than 2^32: raise --min-count or set --hash-buckets",
                        (unsigned long long)next);
+  return DLREC_OK;
+}
+
+/* Fills e from the counts and sums gathered by the run. */
+static dlrec_status build_state(fit_ctx *x, dlrec_etl *e) {
+  const dlrec_etl_fit_opts *o = x->o;
+  e->format = o->format;
+  e->cols = x->in.cols;
+  e->min_count = o->min_count;
+  e->hash_buckets = o->hash_buckets;
+  e->transform = o->dense_transform;
+  e->standardize = o->standardize;
+  e->rows = x->rows;
+  e->positives = x->positives;
+  e->bad_rows = x->bad;
+  e->libfm_fields = o->format == DLREC_FORMAT_LIBFM ? o->libfm_fields : 0;
+  if (o->format == DLREC_FORMAT_CSV) {
+    e->spec = strdup(o->schema_spec);
+    e->header = x->in.header; /* handed over */
+    e->n_header = x->in.n_header;
+    x->in.header = NULL;
+    if (!e->spec) return dlrec_error(DLREC_ERR_NOMEM, "fit: out of memory");
+  }
+  dlrec_schema *s = &e->schema;
+  s->has_label = x->cols.has_label;
+  strcpy(s->label_name, x->cols.label);
+  s->n_dense = x->nd;
+  s->n_sparse = x->nc;
+  for (uint32_t d = 0; d < x->nd; d++) {
+    strcpy(s->dense_names[d], x->cols.dense[d]);
+    dense_column(x, e, d);
+  }
+  dlrec_status st = etl_fit_finish_columns(x, e);
+  if (st == DLREC_OK) st = derived_columns(x, e);
+  if (st == DLREC_OK) st = cat_schema(x, e);
+  if (st != DLREC_OK) return st;
   dlrec_status vs = dlrec_schema_validate(s, "fit");
   if (vs != DLREC_OK || !o->raw_keys) return vs;
   e->raw_keys = 1;
@@ -1168,6 +490,108 @@ static dlrec_status check_opts(const dlrec_etl_fit_opts *o) {
   return DLREC_OK;
 }
 
+/* The inputs opened, their columns known, the workflow parsed, and which
+ * dense columns' values fit holds for an operator. */
+static dlrec_status fit_open(fit_ctx *x, const char *const *inputs, int n_inputs) {
+  const dlrec_etl_fit_opts *o = x->o;
+  dlrec_columns svm_cols;
+  const dlrec_columns *given = NULL;
+  dlrec_status st = DLREC_OK;
+  if (o->format == DLREC_FORMAT_LIBSVM || o->format == DLREC_FORMAT_LIBFM) {
+    st = dlrec_columns_svm(&svm_cols, o->format, o->libfm_fields, o->has_label, o->pooling, o->max_hotness);
+    given = &svm_cols;
+  }
+  if (st == DLREC_OK)
+    st = etl_inputs_init(&x->in, inputs, o->sources, n_inputs, o->format, o->schema_spec, given, o->has_label, o->block_bytes,
+                         o->max_line_bytes);
+  if (st != DLREC_OK) return st;
+  x->cols = x->in.cols;
+  x->nd = x->cols.n_dense;
+  x->nc = x->cols.n_cat;
+  for (uint32_t c = 0; c < x->nc; c++) x->multi |= x->cols.sep[c] != 0;
+  st = etl_workflow_parse(o->workflow, &x->cols, o->raw_keys, &x->wf);
+  for (uint32_t d = 0; d < x->nd; d++)
+    for (const etl_op_type *const *op = etl_ops; *op; op++)
+      if ((*op)->column_holds && (*op)->column_holds(&x->wf.ops[d])) x->held[d] = 1;
+  for (uint32_t i = 0; i < x->wf.n_cat + x->wf.n_dense; i++) {
+    const etl_derived *dv = i < x->wf.n_cat ? &x->wf.cat[i] : &x->wf.dense[i - x->wf.n_cat];
+    const int h = dv->type->holds ? dv->type->holds(dv) : -1;
+    if (h >= 0) x->held[h] = 1;
+  }
+  for (uint32_t d = 0; d < x->nd; d++) x->any_held |= x->held[d];
+  return st;
+}
+
+/* Each worker's scratch, count tables and the operators' accumulators. */
+static dlrec_status workers_init(fit_ctx *x) {
+  const dlrec_etl_fit_opts *o = x->o;
+  dlrec_status st = DLREC_OK;
+  for (int w = 0; st == DLREC_OK && w < x->n_workers; w++) {
+    fit_worker *W = &x->workers[w];
+    W->scratch = malloc(o->max_line_bytes + 1);
+    if (!W->scratch) st = dlrec_error(DLREC_ERR_NOMEM, "fit: out of memory");
+    for (uint32_t c = 0; st == DLREC_OK && c < x->nc + x->wf.n_cat; c++)
+      st = keymap_init(&W->maps[c], o->memory_mb ? ETL_FIT_BUDGET_MAP : 1024);
+    for (uint32_t i = 0; st == DLREC_OK && i < x->wf.n_cat; i++)
+      if (x->wf.cat[i].type->fit_acc_new) st = x->wf.cat[i].type->fit_acc_new(&x->wf.cat[i], &W->cat_acc[i]);
+    for (uint32_t i = 0; st == DLREC_OK && i < x->wf.n_dense; i++)
+      if (x->wf.dense[i].type->fit_acc_new) st = x->wf.dense[i].type->fit_acc_new(&x->wf.dense[i], &W->dense_acc[i]);
+  }
+  return st;
+}
+
+static void workers_free(fit_ctx *x) {
+  for (int w = 0; x->workers && w < x->n_workers; w++) {
+    fit_worker *W = &x->workers[w];
+    for (uint32_t c = 0; c < DLREC_MAX_SPARSE; c++) keymap_free(&W->maps[c]);
+    free(W->scratch);
+    free(W->mkeys);
+    for (uint32_t i = 0; i < x->wf.n_cat; i++)
+      if (W->cat_acc[i]) x->wf.cat[i].type->fit_acc_free(W->cat_acc[i]);
+    for (uint32_t i = 0; i < x->wf.n_dense; i++)
+      if (W->dense_acc[i]) x->wf.dense[i].type->fit_acc_free(W->dense_acc[i]);
+  }
+}
+
+static dlrec_status jobs_init(fit_ctx *x, fit_job *jobs, void **slots, int n_jobs) {
+  for (int i = 0; i < n_jobs; i++) {
+    fit_job *j = &jobs[i];
+    slots[i] = j;
+    j->dmin = malloc((x->nd + 1) * sizeof(double));
+    j->dmax = malloc((x->nd + 1) * sizeof(double));
+    j->dcount = malloc((x->nd + 1) * sizeof(uint64_t));
+    if (!j->dmin || !j->dmax || !j->dcount) return dlrec_error(DLREC_ERR_NOMEM, "fit: out of memory");
+  }
+  return DLREC_OK;
+}
+
+static void jobs_free(fit_job *jobs, int n_jobs) {
+  for (int i = 0; jobs && i < n_jobs; i++) {
+    dlrec_block_free(&jobs[i].block);
+    free(jobs[i].t);
+    free(jobs[i].raw);
+    free(jobs[i].dmin);
+    free(jobs[i].dmax);
+    free(jobs[i].dcount);
+    etl_badlist_free(&jobs[i].bad);
+  }
+  free(jobs);
+}
+
+/* The pass over the inputs (fit_produce, fit_work, fit_consume). */
+static dlrec_status fit_pass(fit_ctx *x, void **slots, int n_jobs, int n_inputs) {
+  if (x->o->progress) x->progress = dlrec_progress_start("etl fit", x->in.total_bytes, "bytes");
+  dlrec_pipeline_ops ops = {fit_produce, fit_work, fit_consume};
+  dlrec_status st = dlrec_pipeline_run(&ops, x, slots, n_jobs, x->n_workers);
+  if (x->progress) dlrec_progress_note(x->progress, "%llu rows", (unsigned long long)x->rows);
+  dlrec_progress_finish(x->progress);
+  if (st == DLREC_OK && x->rows == 0)
+    st = x->bad ? dlrec_error(DLREC_ERR_PARSE, "no rows in the input: all %llu rows were bad", (unsigned long long)x->bad)
+                : dlrec_error(DLREC_ERR_PARSE, "no rows in the input (%s%s): nothing to fit", x->in.names[0],
+                              n_inputs > 1 ? ", ..." : "");
+  return st;
+}
+
 dlrec_status dlrec_etl_fit(const char *const *inputs, int n_inputs, const char *out_dir,
                            const dlrec_etl_fit_opts *o, dlrec_etl_report *rep) {
   double t0 = dlrec_now();
@@ -1186,56 +610,12 @@ dlrec_status dlrec_etl_fit(const char *const *inputs, int n_inputs, const char *
   x->workers = calloc((size_t)threads, sizeof *x->workers);
   dlrec_etl *e = calloc(1, sizeof *e);
   if (!jobs || !slots || !x->workers || !e) st = dlrec_error(DLREC_ERR_NOMEM, "fit: out of memory");
-  dlrec_columns svm_cols;
-  const dlrec_columns *given = NULL;
-  if (st == DLREC_OK && (o->format == DLREC_FORMAT_LIBSVM || o->format == DLREC_FORMAT_LIBFM)) {
-    st = dlrec_columns_svm(&svm_cols, o->format, o->libfm_fields, o->has_label, o->pooling, o->max_hotness);
-    given = &svm_cols;
-  }
-  if (st == DLREC_OK)
-    st = etl_inputs_init(&x->in, inputs, o->sources, n_inputs, o->format, o->schema_spec, given, o->has_label, o->block_bytes,
-                         o->max_line_bytes);
-  if (st == DLREC_OK) {
-    x->cols = x->in.cols;
-    x->nd = x->cols.n_dense;
-    x->nc = x->cols.n_cat;
-    for (uint32_t c = 0; c < x->nc; c++) x->multi |= x->cols.sep[c] != 0;
-    st = etl_workflow_parse(o->workflow, &x->cols, o->raw_keys, &x->wf);
-    for (uint32_t d = 0; d < x->nd; d++) x->held[d] = x->wf.ops[d].fill == ETL_FILL_MEDIAN;
-    for (uint32_t i = 0; i < x->wf.n_cat; i++)
-      if (x->wf.cat[i].op == ETL_OP_BUCKETIZE) x->held[x->wf.cat[i].src[0]] = 1;
-    for (uint32_t d = 0; d < x->nd; d++) x->any_held |= x->held[d];
-  }
+  if (st == DLREC_OK) st = fit_open(x, inputs, n_inputs);
   for (uint32_t d = 0; d < x->nd; d++) x->acc[d] = (dense_acc){.min = INFINITY, .max = -INFINITY};
-  for (int w = 0; st == DLREC_OK && w < threads; w++) {
-    fit_worker *W = &x->workers[w];
-    W->scratch = malloc(o->max_line_bytes + 1);
-    if (!W->scratch) st = dlrec_error(DLREC_ERR_NOMEM, "fit: out of memory");
-    for (uint32_t c = 0; st == DLREC_OK && c < x->nc + x->wf.n_cat; c++)
-      st = keymap_init(&W->maps[c], o->memory_mb ? ETL_FIT_BUDGET_MAP : 1024);
-    for (uint32_t i = 0; st == DLREC_OK && i < x->wf.n_dense; i++)
-      if (x->wf.dense[i].op == ETL_OP_TARGET) st = keymap_init(&W->te[i].map, 1024);
-  }
-  for (int i = 0; st == DLREC_OK && i < n_jobs; i++) {
-    fit_job *j = &jobs[i];
-    slots[i] = j;
-    j->dmin = malloc((x->nd + 1) * sizeof(double));
-    j->dmax = malloc((x->nd + 1) * sizeof(double));
-    j->dcount = malloc((x->nd + 1) * sizeof(uint64_t));
-    if (!j->dmin || !j->dmax || !j->dcount) st = dlrec_error(DLREC_ERR_NOMEM, "fit: out of memory");
-  }
+  if (st == DLREC_OK) st = workers_init(x);
+  if (st == DLREC_OK) st = jobs_init(x, jobs, slots, n_jobs);
   if (st == DLREC_OK && o->memory_mb) st = spill_setup(x, out_dir);
-  if (st == DLREC_OK) {
-    if (o->progress) x->progress = dlrec_progress_start("etl fit", x->in.total_bytes, "bytes");
-    dlrec_pipeline_ops ops = {fit_produce, fit_work, fit_consume};
-    st = dlrec_pipeline_run(&ops, x, slots, n_jobs, threads);
-    if (x->progress) dlrec_progress_note(x->progress, "%llu rows", (unsigned long long)x->rows);
-    dlrec_progress_finish(x->progress);
-  }
-  if (st == DLREC_OK && x->rows == 0)
-    st = x->bad ? dlrec_error(DLREC_ERR_PARSE, "no rows in the input: all %llu rows were bad", (unsigned long long)x->bad)
-                : dlrec_error(DLREC_ERR_PARSE, "no rows in the input (%s%s): nothing to fit", x->in.names[0],
-                              n_inputs > 1 ? ", ..." : "");
+  if (st == DLREC_OK) st = fit_pass(x, slots, n_jobs, n_inputs);
   if (st == DLREC_OK) st = build_state(x, e);
   if (st == DLREC_OK) st = etl_save(e, out_dir);
   if (st == DLREC_OK && x->bad) DLREC_WARN("fit: skipped %llu bad rows in all", (unsigned long long)x->bad);
@@ -1252,24 +632,8 @@ dlrec_status dlrec_etl_fit(const char *const *inputs, int n_inputs, const char *
     etl_shorts_report(&x->shorts, &x->in, rep);
   }
   /* Cleanup. */
-  for (int w = 0; x->workers && w < threads; w++) {
-    for (uint32_t c = 0; c < DLREC_MAX_SPARSE; c++) keymap_free(&x->workers[w].maps[c]);
-    free(x->workers[w].scratch);
-    free(x->workers[w].mkeys);
-    for (uint32_t i = 0; i < DLREC_MAX_DENSE; i++) {
-      keymap_free(&x->workers[w].te[i].map);
-      free(x->workers[w].te[i].st);
-    }
-  }
-  for (int i = 0; jobs && i < n_jobs; i++) {
-    dlrec_block_free(&jobs[i].block);
-    free(jobs[i].t);
-    free(jobs[i].raw);
-    free(jobs[i].dmin);
-    free(jobs[i].dmax);
-    free(jobs[i].dcount);
-    etl_badlist_free(&jobs[i].bad);
-  }
+  workers_free(x);
+  jobs_free(jobs, n_jobs);
   etl_inputs_free(&x->in);
   for (uint32_t c = 0; c < DLREC_MAX_SPARSE; c++) {
     etl_runs_close(&x->runs[c]);
@@ -1279,7 +643,6 @@ dlrec_status dlrec_etl_fit(const char *const *inputs, int n_inputs, const char *
   for (uint32_t d = 0; d < DLREC_MAX_DENSE; d++) free(x->med[d]);
   etl_workflow_free(&x->wf);
   dlrec_etl_free(e);
-  free(jobs);
   free(slots);
   free(x->workers);
   free(x);

@@ -1,7 +1,8 @@
 /* Internal: the ETL state in memory, shared by fit (etl_fit.c: builds and
- * saves it), the files (etl_state.c), the encoders (etl_encode.c) and apply
- * (etl_apply.c); and what fit and apply share when they read inputs
- * (etl_run.c). */
+ * saves it), the files (etl_state.c, etl_vocab.c), the encoders
+ * (etl_encode.c) and apply (etl_apply.c); and what fit and apply share when
+ * they read inputs (etl_run.c). The workflow's operators, each in its own
+ * file, plug in through etl_op.h. */
 #ifndef DLREC_DATA_ETL_INTERNAL_H
 #define DLREC_DATA_ETL_INTERNAL_H
 
@@ -24,8 +25,9 @@
 #define ETL_LOCAL_OOV 1u
 #define ETL_LOCAL_FIRST 2u
 
-/* A dense column's operators (etl fit --workflow), in raw units: clip to
- * [clip_lo, clip_hi], and a missing value replaced by fill_value (a
+/* A dense column's operators (etl fit --workflow; the column operators
+ * fill_missing and clip of etl_op_fill.c and etl_op_clip.c), in raw units:
+ * clip to [clip_lo, clip_hi], and a missing value replaced by fill_value (a
  * constant, or the median of the column's clipped values in fit). */
 typedef enum etl_fill { ETL_FILL_NONE = 0, ETL_FILL_CONSTANT = 1, ETL_FILL_MEDIAN = 2 } etl_fill;
 typedef struct etl_dense_ops {
@@ -35,19 +37,27 @@ typedef struct etl_dense_ops {
   double clip_lo, clip_hi;
 } etl_dense_ops;
 
+/* x clipped by ops (raw units): clip's encoder, inline because fit and
+ * every encoder run it on each dense value (etl_op_clip.c). */
+static inline double etl_clip(const etl_dense_ops *op, double x) {
+  if (!op->clip) return x;
+  return x < op->clip_lo ? op->clip_lo : x > op->clip_hi ? op->clip_hi : x;
+}
+
 /* A derived column (the workflow's cross, bucketize, count and target
  * operators; docs/etl.md): computed from input columns (src, indices into
- * dlrec_etl.cols) by every encoder. Derived columns follow the input's in the
- * schema: dense ones (count, target) after its dense columns, categorical
- * ones (cross, bucketize) after its categorical columns. */
+ * dlrec_etl.cols) by its operator (type; etl_op.h), wherever rows are
+ * encoded. Derived columns follow the input's in the schema: dense ones
+ * (count, target) after its dense columns, categorical ones (cross,
+ * bucketize) after its categorical columns. The members after src are the
+ * parameters and fitted tables of the operators that use them. */
 #define ETL_CROSS_MAX 8
-#define ETL_BOUNDS_MAX 1024
-#define ETL_FOLDS_MAX 32
-#define ETL_FOLD_SALT 0x74617267ull /* "targ": keeps the folds apart from the valid split */
-typedef enum etl_op { ETL_OP_NONE = 0, ETL_OP_CROSS, ETL_OP_BUCKETIZE, ETL_OP_COUNT, ETL_OP_TARGET } etl_op;
+struct etl_op_type;
 typedef struct etl_derived {
-  etl_op op;
+  const struct etl_op_type *type; /* NULL: an input column */
   uint32_t src[ETL_CROSS_MAX], n_src;
+  /* cross: the buckets it hashes into */
+  uint64_t buckets;
   /* bucketize: boundaries (malloc'd; the state owns them), given or fitted
    * from `quantiles` (0: given) */
   double *bounds;
@@ -61,30 +71,6 @@ typedef struct etl_derived {
   double *full, *oof;    /* the encodings of each group, and (folds, groups) out of fold (set at load) */
 } etl_derived;
 
-/* Fold of row `line` (1-based) of input `file` for a target column's seed. */
-static inline uint32_t etl_fold(uint64_t seed, uint32_t folds, uint32_t file, uint64_t line) {
-  return (uint32_t)(dlrec_mix64(dlrec_mix64(dlrec_mix64(seed ^ ETL_FOLD_SALT) ^ file) ^ line) % folds);
-}
-
-/* A cross's key from its sources' keys (DLREC_ETL_MISSING_KEY for an empty
- * field), in order. */
-static inline uint64_t etl_cross_key(const uint64_t *keys, uint32_t n) {
-  uint64_t h = 0;
-  for (uint32_t i = 0; i < n; i++) h = dlrec_mix64(h ^ keys[i]);
-  return h;
-}
-
-/* The bucket of x: how many boundaries are <= x. */
-static inline uint64_t etl_bucket(const double *b, uint32_t n, double x) {
-  uint32_t lo = 0, hi = n;
-  while (lo < hi) {
-    uint32_t mid = (lo + hi) / 2;
-    if (b[mid] <= x) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo;
-}
-
 typedef struct etl_dense {
   uint64_t count, missing;
   double min, max, mean, std; /* min, max: of the clipped raw values; mean, std: of the transformed
@@ -95,33 +81,6 @@ typedef struct etl_dense {
   dlrec_dense_transform transform; /* the state's, or none for a target encoding (set at load) */
   etl_derived derived;
 } etl_dense;
-
-struct cJSON;
-/* A parsed workflow: the input's dense columns' operators, and the derived
- * columns in schema order (bounds malloc'd: etl_workflow_free). */
-typedef struct etl_workflow {
-  etl_dense_ops ops[DLREC_MAX_DENSE];
-  uint32_t n_dense, n_cat; /* derived columns */
-  etl_derived dense[DLREC_MAX_DENSE], cat[DLREC_MAX_SPARSE];
-  char dense_names[DLREC_MAX_DENSE][DLREC_NAME_MAX], cat_names[DLREC_MAX_SPARSE][DLREC_NAME_MAX];
-} etl_workflow;
-
-/* Parses a workflow (dlrec_etl_fit_opts.workflow, JSON text; NULL: none)
- * for the input columns cols; raw_keys refuses derived columns. */
-dlrec_status etl_workflow_parse(const char *text, const dlrec_columns *cols, int raw_keys, etl_workflow *wf);
-void etl_workflow_free(etl_workflow *wf);
-/* Bucket boundaries (a list of increasing finite numbers) into d->bounds. */
-dlrec_status etl_bounds_parse(const struct cJSON *b, const char *what, etl_derived *d);
-/* A clip operator, [low, high] with null for no bound, into op (the
- * workflow's and the state's etl.json share the form). */
-struct cJSON;
-dlrec_status etl_clip_parse(const struct cJSON *clip, const char *what, etl_dense_ops *op);
-
-/* x clipped by ops (raw units). */
-static inline double etl_clip(const etl_dense_ops *op, double x) {
-  if (!op->clip) return x;
-  return x < op->clip_lo ? op->clip_lo : x > op->clip_hi ? op->clip_hi : x;
-}
 
 typedef struct etl_cat {
   dlrec_key_kind key_kind;
@@ -188,6 +147,14 @@ static inline uint64_t etl_raw_key(uint32_t c, uint64_t key) {
  * vocab.bin first, then etl.json, which records vocab.bin's size and CRC. */
 dlrec_status etl_save(const dlrec_etl *e, const char *dir);
 
+/* vocab.bin (etl_vocab.c): written from e to path atomically, its size and
+ * CRC32C handed back for etl.json; or checked against etl.json's (the
+ * columns and their statistics read from it) and the columns pointed into
+ * buf[0, n), which e then owns. */
+dlrec_status etl_vocab_save(const dlrec_etl *e, const char *path, uint64_t *bytes, uint32_t *crc);
+dlrec_status etl_vocab_load(dlrec_etl *e, const char *vpath, unsigned char *buf, size_t n, uint64_t want_bytes,
+                            uint32_t want_crc);
+
 /* Builds encode_line's layouts (CSV: from the header). */
 dlrec_status etl_build_layouts(dlrec_etl *e);
 
@@ -199,7 +166,6 @@ dlrec_status etl_build_layouts(dlrec_etl *e);
 #define ETL_LOG_TABLE 1024
 extern double etl_log1p_table[ETL_LOG_TABLE];
 
-/* The dense transform t(x). */
 /* The next line of a block (without its '\n'): sets *s and *n and advances
  * *p past it. The caller loops while *p < end; a last line without a final
  * newline ends at end. */
@@ -210,6 +176,7 @@ static inline void etl_next_line(const char **p, const char *end, const char **s
   *p = nl ? nl + 1 : end;
 }
 
+/* The dense transform t(x). */
 static inline double etl_transform(dlrec_dense_transform tr, double x) {
   if (tr != DLREC_DENSE_LOG) return x;
   if (!(x > 0)) return 0.0; /* log(1 + max(x, 0)) */
@@ -226,7 +193,6 @@ static inline double etl_transform(dlrec_dense_transform tr, double x) {
  * from double's range). */
 #define ETL_BEYOND_FLOAT32 "value beyond float32 range (|t| > 3.4e38)"
 
-/* Transformed, standardized value of dense column col; NULL or a reason. */
 /* A raw value x of dense column col, clipped, transformed and standardized. */
 static inline const char *etl_dense_encode(const dlrec_etl *e, uint32_t col, double x, float *out) {
   double t = etl_transform(e->dense[col].transform, etl_clip(&e->dense[col].ops, x));
@@ -266,16 +232,6 @@ static inline uint32_t etl_cat_local(const etl_cat *c, uint64_t key, uint64_t ha
   return v ? (uint32_t)*v : ETL_LOCAL_OOV;
 }
 
-/* Where a count encoding's value of local id g is: the fit count of the
- * value or bucket; a 0 for the missing and out-of-vocabulary ids. */
-static inline const uint64_t *etl_count_at(const etl_cat *c, uint64_t g) {
-  static const uint64_t zero = 0;
-  if (g < ETL_LOCAL_FIRST) return &zero;
-  return (c->hashed ? c->bucket_counts : c->counts) + (g - ETL_LOCAL_FIRST);
-}
-
-static inline uint64_t etl_count_of(const etl_cat *c, uint64_t g) { return *etl_count_at(c, g); }
-
 /* Builds a vocabulary column's key -> local id map from its keys; `where`
  * and name for messages. */
 dlrec_status etl_build_map(etl_cat *c, const char *where, const char *name);
@@ -308,12 +264,6 @@ static inline int etl_next_value(const char **p, const char *end, char sep, cons
   return 0;
 }
 
-/* Encodes one split row (label if with_label, dense, ids) as apply does; a
- * bad value is DLREC_ERR_PARSE naming w (may be NULL) and the field of L.
- * ids receives each column's ids in turn (at most e->ids_max in all), nids[c]
- * how many column c has (1 for one-hot columns; a multi-hot column with no
- * value has one id, its missing id); *truncated (may be NULL) counts the
- * columns that had more values than their max hotness (the first ones kept). */
 /* Where a row was in fit's inputs (its input's number and its line), for
  * the out-of-fold target encodings of etl apply; NULL: the full ones. */
 typedef struct etl_pos {
@@ -321,15 +271,17 @@ typedef struct etl_pos {
   uint64_t line;
 } etl_pos;
 
-/* The input columns (row) are the layout's; the output (dense, ids) is the
+/* Encodes one split row (label if with_label, dense, ids) as apply does; a
+ * bad value is DLREC_ERR_PARSE naming w (may be NULL) and the field of L.
+ * ids receives each column's ids in turn (at most e->ids_max in all), nids[c]
+ * how many column c has (1 for one-hot columns; a multi-hot column with no
+ * value has one id, its missing id); *truncated (may be NULL) counts the
+ * columns that had more values than their max hotness (the first ones kept).
+ * The input columns (row) are the layout's; the output (dense, ids) is the
  * schema's, derived columns included. */
 dlrec_status etl_encode_row(const dlrec_etl *e, const dlrec_layout *L, const dlrec_raw_row *row, int with_label,
                             const dlrec_where *w, const etl_pos *pos, float *label, float *dense, uint32_t *ids,
                             uint32_t *nids, uint32_t *truncated);
-
-/* Fills a loaded target column's encodings (full and out of fold) from its
- * statistics. */
-dlrec_status etl_target_prepare(etl_derived *t, uint64_t rows, uint64_t positives);
 
 /* ---- fit's count tables on disk (etl_spill.c) ---- */
 
@@ -339,7 +291,7 @@ typedef struct etl_kc {
 } etl_kc;
 
 /* Sorts a[0, n) by key (by_key), or by count descending then key ascending
- * (a vocabulary's order): a radix sort, with qsort for small n (etl_fit.c). */
+ * (a vocabulary's order): a radix sort, with qsort for small n (etl_fit_vocab.c). */
 void etl_sort_kc(etl_kc *a, uint64_t n, int by_key);
 
 /* Runs of sorted pairs in one file (removed by etl_runs_close); runs are

@@ -9,60 +9,17 @@
  *    "count": [{"column": "C3"}],
  *    "target": [{"column": "C4", "folds": 5, "smoothing": 20, "seed": 0}]}
  *
- * fill_missing: a number, or "median" (of the column's clipped values in
- * fit, numpy's median: the mean of the two middle values of an even count);
- * clip: [low, high], either null for no bound. Both are in the raw units of
- * the input, before the dense transform. The other four add derived columns
- * (docs/etl.md, "Derived columns"). */
+ * A dense column's members are its column operators', a list of derived
+ * columns is its operator's (etl_op.h's registry; each operator reads its
+ * own entries: etl_op_NAME.c); this file frames them: the columns by name,
+ * each derived column's name, the limits on columns. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "data/etl_internal.h"
+#include "data/etl_op.h"
 #include "core/json.h"
-
-static dlrec_status bound(const cJSON *v, const char *what, int i, double none, double *out) {
-  if (cJSON_IsNull(v)) {
-    *out = none;
-    return DLREC_OK;
-  }
-  if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
-    return dlrec_error(DLREC_ERR_INVALID, "%s: clip[%d]: expected a number or null", what, i);
-  *out = v->valuedouble;
-  return DLREC_OK;
-}
-
-dlrec_status etl_clip_parse(const cJSON *clip, const char *what, etl_dense_ops *op) {
-  if (!cJSON_IsArray(clip) || cJSON_GetArraySize(clip) != 2)
-    return dlrec_error(DLREC_ERR_INVALID, "%s: clip: expected [low, high]", what);
-  dlrec_status s;
-  if ((s = bound(cJSON_GetArrayItem(clip, 0), what, 0, -INFINITY, &op->clip_lo)) != DLREC_OK ||
-      (s = bound(cJSON_GetArrayItem(clip, 1), what, 1, INFINITY, &op->clip_hi)) != DLREC_OK)
-    return s;
-  if (!(op->clip_lo <= op->clip_hi))
-    return dlrec_error(DLREC_ERR_INVALID, "%s: clip: low %g is above high %g", what, op->clip_lo, op->clip_hi);
-  op->clip = 1;
-  return DLREC_OK;
-}
-
-static dlrec_status column_ops(const cJSON *o, const char *what, etl_dense_ops *op) {
-  static const char *const keys[] = {"fill_missing", "clip", NULL};
-  if (!cJSON_IsObject(o)) return dlrec_error(DLREC_ERR_INVALID, "%s: expected an object of operators", what);
-  dlrec_status s = dlrec_json_check_keys(o, what, keys);
-  if (s != DLREC_OK) return s;
-  const cJSON *fill = cJSON_GetObjectItemCaseSensitive(o, "fill_missing");
-  if (cJSON_IsString(fill) && !strcmp(fill->valuestring, "median")) {
-    op->fill = ETL_FILL_MEDIAN;
-  } else if (cJSON_IsNumber(fill) && isfinite(fill->valuedouble)) {
-    op->fill = ETL_FILL_CONSTANT;
-    op->fill_value = fill->valuedouble;
-  } else if (fill) {
-    return dlrec_error(DLREC_ERR_INVALID, "%s: fill_missing: expected a number or \"median\"", what);
-  }
-  const cJSON *clip = cJSON_GetObjectItemCaseSensitive(o, "clip");
-  return clip ? etl_clip_parse(clip, what, op) : DLREC_OK;
-}
 
 static int find_name(const char (*names)[DLREC_NAME_MAX], uint32_t n, const char *name) {
   for (uint32_t i = 0; i < n; i++)
@@ -70,9 +27,7 @@ static int find_name(const char (*names)[DLREC_NAME_MAX], uint32_t n, const char
   return -1;
 }
 
-/* An input column's index by name: categorical (cat) or dense; -1 with an
- * error naming what is wrong. */
-static int source(const dlrec_columns *cols, const cJSON *v, int cat, const char *what) {
+int etl_workflow_source(const dlrec_columns *cols, const cJSON *v, int cat, const char *what) {
   if (!cJSON_IsString(v)) {
     dlrec_error(DLREC_ERR_INVALID, "%s: expected a column name", what);
     return -1;
@@ -91,8 +46,8 @@ static int source(const dlrec_columns *cols, const cJSON *v, int cat, const char
   return -1;
 }
 
-static dlrec_status get_uint(const cJSON *o, const char *key, const char *what, uint64_t lo, uint64_t hi, uint64_t dflt,
-                             uint64_t *out) {
+dlrec_status etl_workflow_uint(const cJSON *o, const char *key, const char *what, uint64_t lo, uint64_t hi,
+                               uint64_t dflt, uint64_t *out) {
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
   if (!v) {
     if (dflt == UINT64_MAX) return dlrec_error(DLREC_ERR_INVALID, "%s: missing '%s'", what, key);
@@ -125,110 +80,57 @@ static dlrec_status new_name(const cJSON *o, const char *dflt, const char *what,
   return DLREC_OK;
 }
 
-static dlrec_status parse_cross(const cJSON *o, const char *what, const dlrec_columns *cols, etl_workflow *wf,
-                                etl_derived *d, char *name) {
-  static const char *const keys[] = {"columns", "buckets", "name", NULL};
+/* A dense column's operators: its members, each its column operator's. */
+static dlrec_status column_ops(const cJSON *o, const char *what, etl_dense_ops *ops) {
+  const char *keys[8];
+  int n = 0;
+  for (const etl_op_type *const *op = etl_ops; *op; op++)
+    if ((*op)->role == ETL_ROLE_COLUMN) keys[n++] = (*op)->name;
+  keys[n] = NULL;
+  if (!cJSON_IsObject(o)) return dlrec_error(DLREC_ERR_INVALID, "%s: expected an object of operators", what);
   dlrec_status s = dlrec_json_check_keys(o, what, keys);
-  if (s != DLREC_OK) return s;
-  const cJSON *c = cJSON_GetObjectItemCaseSensitive(o, "columns");
-  int n = cJSON_IsArray(c) ? cJSON_GetArraySize(c) : 0;
-  if (n < 2 || n > ETL_CROSS_MAX)
-    return dlrec_error(DLREC_ERR_INVALID, "%s: 'columns' must list 2 to %d categorical columns", what, ETL_CROSS_MAX);
-  char dflt[1024] = "";
-  for (int i = 0; i < n; i++) {
-    int k = source(cols, cJSON_GetArrayItem(c, i), 1, what);
-    if (k < 0) return DLREC_ERR_INVALID;
-    d->src[d->n_src++] = (uint32_t)k;
-    snprintf(dflt + strlen(dflt), sizeof dflt - strlen(dflt), "%s%s", i ? "_x_" : "", cols->cat[k]);
+  for (const etl_op_type *const *op = etl_ops; *op && s == DLREC_OK; op++) {
+    const cJSON *v = (*op)->role == ETL_ROLE_COLUMN ? cJSON_GetObjectItemCaseSensitive(o, (*op)->name) : NULL;
+    if (v) s = (*op)->column_parse(v, what, 0, ops);
   }
-  uint64_t b = 0;
-  if ((s = get_uint(o, "buckets", what, 1, UINT32_MAX - 2, UINT64_MAX, &b)) != DLREC_OK) return s;
-  d->op = ETL_OP_CROSS;
-  d->n_bounds = 0;
-  d->groups = b; /* the buckets, until fit sets the column up */
-  return new_name(o, dflt, what, cols, wf, name);
+  return s;
 }
 
-static dlrec_status parse_bucketize(const cJSON *o, const char *what, const dlrec_columns *cols, etl_workflow *wf,
-                                    etl_derived *d, char *name) {
-  static const char *const keys[] = {"column", "boundaries", "quantiles", "name", NULL};
-  dlrec_status s = dlrec_json_check_keys(o, what, keys);
-  if (s != DLREC_OK) return s;
-  int k = source(cols, cJSON_GetObjectItemCaseSensitive(o, "column"), 0, what);
-  if (k < 0) return DLREC_ERR_INVALID;
-  d->op = ETL_OP_BUCKETIZE;
-  d->src[d->n_src++] = (uint32_t)k;
-  const cJSON *b = cJSON_GetObjectItemCaseSensitive(o, "boundaries");
-  const cJSON *q = cJSON_GetObjectItemCaseSensitive(o, "quantiles");
-  if (!b == !q) return dlrec_error(DLREC_ERR_INVALID, "%s: give either 'boundaries' or 'quantiles'", what);
-  if (q) {
-    uint64_t n = 0;
-    if ((s = get_uint(o, "quantiles", what, 2, ETL_BOUNDS_MAX, UINT64_MAX, &n)) != DLREC_OK) return s;
-    d->quantiles = (uint32_t)n;
-  } else {
-    s = etl_bounds_parse(b, what, d);
+/* The "dense" object: each input dense column's operators. */
+static dlrec_status parse_dense(const cJSON *dense, const dlrec_columns *cols, etl_workflow *wf) {
+  if (dense && !cJSON_IsObject(dense))
+    return dlrec_error(DLREC_ERR_INVALID, "the workflow: 'dense': expected an object of columns");
+  const cJSON *col;
+  cJSON_ArrayForEach(col, dense) {
+    char what[128];
+    snprintf(what, sizeof what, "the workflow: dense column '%.60s'", col->string);
+    uint32_t d = 0;
+    while (d < cols->n_dense && strcmp(cols->dense[d], col->string)) d++;
+    if (d == cols->n_dense) {
+      int cat = 0;
+      for (uint32_t c = 0; c < cols->n_cat; c++) cat |= !strcmp(cols->cat[c], col->string);
+      char names[128];
+      etl_op_names(ETL_ROLE_COLUMN, " and ", names, sizeof names);
+      return cat ? dlrec_error(DLREC_ERR_INVALID, "%s: is categorical (%s are for dense columns)", what, names)
+                 : dlrec_error(DLREC_ERR_INVALID, "%s: no such dense column", what);
+    }
+    dlrec_status s = column_ops(col, what, &wf->ops[d]);
     if (s != DLREC_OK) return s;
-  }
-  char dflt[DLREC_NAME_MAX + 8];
-  snprintf(dflt, sizeof dflt, "%s_bucket", cols->dense[k]);
-  return new_name(o, dflt, what, cols, wf, name);
-}
-
-dlrec_status etl_bounds_parse(const cJSON *b, const char *what, etl_derived *d) {
-  int n = cJSON_IsArray(b) ? cJSON_GetArraySize(b) : 0;
-  if (n < 1 || n > ETL_BOUNDS_MAX)
-    return dlrec_error(DLREC_ERR_INVALID, "%s: 'boundaries' must list 1 to %d numbers", what, ETL_BOUNDS_MAX);
-  d->bounds = malloc((size_t)n * sizeof *d->bounds);
-  if (!d->bounds) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
-  d->n_bounds = (uint32_t)n;
-  for (int i = 0; i < n; i++) {
-    const cJSON *v = cJSON_GetArrayItem(b, i);
-    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || (i && !(v->valuedouble > d->bounds[i - 1])))
-      return dlrec_error(DLREC_ERR_INVALID, "%s: boundaries[%d]: expected finite numbers in increasing order", what, i);
-    d->bounds[i] = v->valuedouble;
   }
   return DLREC_OK;
 }
 
-static dlrec_status parse_encoding(const cJSON *o, const char *what, const dlrec_columns *cols, etl_workflow *wf,
-                                   etl_derived *d, char *name, int target) {
-  static const char *const count_keys[] = {"column", "name", NULL};
-  static const char *const target_keys[] = {"column", "name", "folds", "smoothing", "seed", NULL};
-  dlrec_status s = dlrec_json_check_keys(o, what, target ? target_keys : count_keys);
-  if (s != DLREC_OK) return s;
-  int k = source(cols, cJSON_GetObjectItemCaseSensitive(o, "column"), 1, what);
-  if (k < 0) return DLREC_ERR_INVALID;
-  d->op = target ? ETL_OP_TARGET : ETL_OP_COUNT;
-  d->src[d->n_src++] = (uint32_t)k;
-  if (target) {
-    uint64_t folds = 0;
-    if (!cols->has_label)
-      return dlrec_error(DLREC_ERR_INVALID, "%s: a target encoding needs labels, and the input has none", what);
-    if ((s = get_uint(o, "folds", what, 2, ETL_FOLDS_MAX, 5, &folds)) != DLREC_OK) return s;
-    if ((s = get_uint(o, "seed", what, 0, (uint64_t)1 << 53, 0, &d->seed)) != DLREC_OK) return s;
-    d->folds = (uint32_t)folds;
-    const cJSON *m = cJSON_GetObjectItemCaseSensitive(o, "smoothing");
-    d->smoothing = 20;
-    if (m && !(cJSON_IsNumber(m) && m->valuedouble > 0 && isfinite(m->valuedouble)))
-      return dlrec_error(DLREC_ERR_INVALID, "%s: 'smoothing' must be a number above 0", what);
-    if (m) d->smoothing = m->valuedouble;
-  }
-  char dflt[DLREC_NAME_MAX + 8];
-  snprintf(dflt, sizeof dflt, "%s_%s", cols->cat[k], target ? "target" : "count");
-  return new_name(o, dflt, what, cols, wf, name);
-}
-
-/* One list of derived columns ("cross", ...): each entry parsed by kind. */
-static dlrec_status parse_list(const cJSON *root, const char *key, const dlrec_columns *cols, etl_workflow *wf) {
-  const cJSON *list = cJSON_GetObjectItemCaseSensitive(root, key);
+/* One list of derived columns (op's, op->name in the workflow). */
+static dlrec_status parse_list(const cJSON *root, const etl_op_type *op, const dlrec_columns *cols, etl_workflow *wf) {
+  const cJSON *list = cJSON_GetObjectItemCaseSensitive(root, op->name);
   if (!list) return DLREC_OK;
-  if (!cJSON_IsArray(list)) return dlrec_error(DLREC_ERR_INVALID, "the workflow: '%s': expected a list", key);
-  int dense = !strcmp(key, "count") || !strcmp(key, "target");
+  if (!cJSON_IsArray(list)) return dlrec_error(DLREC_ERR_INVALID, "the workflow: '%s': expected a list", op->name);
+  const int dense = op->role == ETL_ROLE_DENSE;
   const cJSON *o;
   int i = 0;
   cJSON_ArrayForEach(o, list) {
-    char what[96];
-    snprintf(what, sizeof what, "the workflow: %s[%d]", key, i++);
+    char what[96], dflt[1024];
+    snprintf(what, sizeof what, "the workflow: %s[%d]", op->name, i++);
     uint32_t n = dense ? wf->n_dense : wf->n_cat;
     if ((dense ? cols->n_dense : cols->n_cat) + n >= (dense ? DLREC_MAX_DENSE : DLREC_MAX_SPARSE))
       return dlrec_error(DLREC_ERR_INVALID, "%s: more than %d %s columns in all", what,
@@ -236,9 +138,9 @@ static dlrec_status parse_list(const cJSON *root, const char *key, const dlrec_c
     if (!cJSON_IsObject(o)) return dlrec_error(DLREC_ERR_INVALID, "%s: expected an object", what);
     etl_derived *d = dense ? &wf->dense[n] : &wf->cat[n];
     char *name = dense ? wf->dense_names[n] : wf->cat_names[n];
-    dlrec_status s = !strcmp(key, "cross")       ? parse_cross(o, what, cols, wf, d, name)
-                     : !strcmp(key, "bucketize") ? parse_bucketize(o, what, cols, wf, d, name)
-                                                 : parse_encoding(o, what, cols, wf, d, name, !strcmp(key, "target"));
+    d->type = op;
+    dlrec_status s = op->parse(o, what, cols, d, dflt, sizeof dflt);
+    if (s == DLREC_OK) s = new_name(o, dflt, what, cols, wf, name);
     if (dense) wf->n_dense++;
     else wf->n_cat++;
     if (s != DLREC_OK) return s;
@@ -247,47 +149,37 @@ static dlrec_status parse_list(const cJSON *root, const char *key, const dlrec_c
 }
 
 void etl_workflow_free(etl_workflow *wf) {
-  for (uint32_t i = 0; i < wf->n_cat; i++) free(wf->cat[i].bounds);
-  for (uint32_t i = 0; i < wf->n_dense; i++) {
-    free(wf->dense[i].full);
-    free(wf->dense[i].oof);
-  }
+  for (uint32_t i = 0; i < wf->n_cat; i++) etl_derived_free(&wf->cat[i]);
+  for (uint32_t i = 0; i < wf->n_dense; i++) etl_derived_free(&wf->dense[i]);
   wf->n_cat = wf->n_dense = 0;
 }
 
 dlrec_status etl_workflow_parse(const char *text, const dlrec_columns *cols, int raw_keys, etl_workflow *wf) {
   memset(wf, 0, sizeof *wf);
   if (!text) return DLREC_OK;
-  static const char *const keys[] = {"dense", "cross", "bucketize", "count", "target", NULL};
+  const char *keys[16] = {"dense"};
+  int n = 1;
+  for (const etl_op_type *const *op = etl_ops; *op; op++)
+    if ((*op)->role != ETL_ROLE_COLUMN) keys[n++] = (*op)->name;
+  keys[n] = NULL;
   cJSON *root = NULL;
   dlrec_status s = dlrec_json_parse(text, strlen(text), "the workflow", &root);
   if (s == DLREC_OK && !cJSON_IsObject(root)) s = dlrec_error(DLREC_ERR_INVALID, "the workflow: expected an object");
   if (s == DLREC_OK) s = dlrec_json_check_keys(root, "the workflow", keys);
-  const cJSON *dense = s == DLREC_OK ? cJSON_GetObjectItemCaseSensitive(root, "dense") : NULL;
-  if (s == DLREC_OK && dense && !cJSON_IsObject(dense))
-    s = dlrec_error(DLREC_ERR_INVALID, "the workflow: 'dense': expected an object of columns");
-  const cJSON *col;
-  cJSON_ArrayForEach(col, dense) {
-    if (s != DLREC_OK) break;
-    char what[128];
-    snprintf(what, sizeof what, "the workflow: dense column '%.60s'", col->string);
-    uint32_t d = 0;
-    while (d < cols->n_dense && strcmp(cols->dense[d], col->string)) d++;
-    if (d == cols->n_dense) {
-      int cat = 0;
-      for (uint32_t c = 0; c < cols->n_cat; c++) cat |= !strcmp(cols->cat[c], col->string);
-      s = dlrec_error(DLREC_ERR_INVALID, "%s: %s", what,
-                      cat ? "is categorical (fill_missing and clip are for dense columns)" : "no such dense column");
-      break;
-    }
-    s = column_ops(col, what, &wf->ops[d]);
+  if (s == DLREC_OK) s = parse_dense(cJSON_GetObjectItemCaseSensitive(root, "dense"), cols, wf);
+  /* In the registry's order, the schema's: crosses, then bucketized
+   * columns; counts, then targets. */
+  for (const etl_op_type *const *op = etl_ops; *op && s == DLREC_OK; op++)
+    if ((*op)->role != ETL_ROLE_COLUMN) s = parse_list(root, *op, cols, wf);
+  if (s == DLREC_OK && raw_keys && wf->n_dense + wf->n_cat) {
+    char names[128];
+    etl_op_names(ETL_ROLE_CAT, ", ", names, sizeof names);
+    size_t k = strlen(names);
+    snprintf(names + k, sizeof names - k, ", ");
+    etl_op_names(ETL_ROLE_DENSE, ", ", names + k + 2, sizeof names - k - 2);
+    s = dlrec_error(DLREC_ERR_INVALID, "the workflow: --raw-keys takes no derived column (%s): they need the "
+                    "vocabularies", names);
   }
-  /* Schema order: crosses, then bucketized columns; counts, then targets. */
-  static const char *const lists[] = {"cross", "bucketize", "count", "target"};
-  for (int i = 0; i < 4 && s == DLREC_OK; i++) s = parse_list(root, lists[i], cols, wf);
-  if (s == DLREC_OK && raw_keys && wf->n_dense + wf->n_cat)
-    s = dlrec_error(DLREC_ERR_INVALID, "the workflow: --raw-keys takes no derived column (cross, bucketize, count, "
-                    "target): they need the vocabularies");
   cJSON_Delete(root);
   if (s != DLREC_OK) etl_workflow_free(wf);
   return s;

@@ -254,8 +254,8 @@ static dlrec_status parse_multi_entry(const char *b, const char *e, multi_decl *
     p++; /* the ':' */
     const char *pe = memchr(p, ':', (size_t)(e - p));
     if (!pe) pe = e;
-    if ((size_t)(pe - p) == 3 && !memcmp(p, "sum", 3)) m->pooling = DLREC_POOLING_SUM;
-    else if ((size_t)(pe - p) == 4 && !memcmp(p, "mean", 4)) m->pooling = DLREC_POOLING_MEAN;
+    dlrec_pooling pool;
+    if (dlrec_pooling_parse(p, (size_t)(pe - p), &pool) == 0) m->pooling = pool;
     else
       return dlrec_error(DLREC_ERR_INVALID, "--schema: multi=%s: pooling '%.*s' is not sum or mean", m->name,
                          (int)(pe - p), p);

@@ -9,6 +9,7 @@
 
 #include <stdint.h>
 
+#include "core/pooling.h"
 #include "core/status.h"
 
 #define DLREC_MAX_DENSE 256
@@ -25,17 +26,12 @@ typedef struct dlrec_sparse_col {
   /* The column's rows in the fused table: global ids are in [id_begin, id_end).
    * Its most frequent values come first, so a hot cache is a prefix check. */
   uint64_t id_begin, id_end;
-  /* How a model pools the embeddings of a row's ids (dlrec_pooling). Recorded
+  /* How a model pools the embeddings of a row's ids (dlrec_pooling,
+   * core/pooling.h). Recorded
    * in the ETL state, not in .dlr files: the trainer and server take the
    * schema from the state, and one-hot columns pool the same either way. */
   uint32_t pooling;
 } dlrec_sparse_col;
-
-/* Pooling of a multi-hot column's embeddings. */
-typedef enum dlrec_pooling {
-  DLREC_POOLING_SUM = 0, /* the sum of the row's embeddings (the default) */
-  DLREC_POOLING_MEAN = 1 /* their mean */
-} dlrec_pooling;
 
 typedef struct dlrec_schema {
   int has_label;              /* 0 for unlabeled (prediction) data */

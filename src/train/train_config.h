@@ -10,6 +10,7 @@
 #include <cjson/cJSON.h>
 
 #include "backend/backend.h"
+#include "core/options.h"
 #include "model/model.h"
 #include "core/status.h"
 #include "embed/store.h"
@@ -137,6 +138,14 @@ typedef struct dlrec_train_config {
   int shuffle;
   uint32_t window_groups, slice_rows, prefetch;
 } dlrec_train_config;
+
+/* The config's options, one row each (config_options.c): the reader, the
+ * writer, the defaults and docs/config.md's reference come from it. */
+extern const dlrec_option dlrec_train_config_options[];
+
+/* The options' reference, the Markdown table of docs/config.md's "Option
+ * reference" (`dlrec options config`); malloc'd, NULL when out of memory. */
+char *dlrec_train_config_reference(void);
 
 /* The Criteo Kaggle DLRM (model type "dlrm" with its defaults: embedding
  * dim 16, bottom 512-256-64-16, top 512-256-1), SGD lr 0.1 for both, batch

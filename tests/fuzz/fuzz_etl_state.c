@@ -17,7 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "data/etl_internal.h"
+#include "data/etl_op.h"
 #include "core/crc32c.h"
 #include "core/fsutil.h"
 #include "core/json.h"
