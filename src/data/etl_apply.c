@@ -316,6 +316,74 @@ static void warn_unknown_columns(const apply_ctx *x, uint32_t file) {
   }
 }
 
+/* The stages' row-group buffers and their .dlr writers (the training file,
+ * and the validation file with a split). */
+static dlrec_status stages_open(apply_ctx *x, const char *out) {
+  const dlrec_etl *e = x->e;
+  dlrec_status st = DLREC_OK;
+  for (int v = 0; st == DLREC_OK && v < 1 + x->split; v++) {
+    stage *g = &x->st[v];
+    g->path = v ? x->o->valid_out : x->paths ? x->paths[0] : out;
+    g->labels = malloc((size_t)x->group * sizeof(float));
+    g->dense = malloc(((size_t)x->group * x->nd + 1) * sizeof(float));
+    g->ids = malloc(((size_t)x->group * x->nc + 1) * sizeof(uint32_t));
+    if (!g->labels || !g->dense || !g->ids) st = dlrec_error(DLREC_ERR_NOMEM, "apply: out of memory for row groups");
+    for (uint32_t c = 0; st == DLREC_OK && e->multi && c < x->nc; c++) {
+      g->coff[c] = calloc((size_t)x->group + 1, sizeof(uint32_t));
+      if (!g->coff[c]) st = dlrec_error(DLREC_ERR_NOMEM, "apply: out of memory for row groups");
+    }
+    if (st == DLREC_OK) st = dlrec_dlr_writer_open(&g->w, g->path, &x->schema);
+  }
+  return st;
+}
+
+/* The stages' last row groups flushed and their files finished (an empty
+ * one warned of), or on an error st, aborted; then the run's warnings. */
+static dlrec_status stages_close(apply_ctx *x, dlrec_status st) {
+  for (int v = 0; st == DLREC_OK && v < 1 + x->split; v++) st = stage_flush(x, &x->st[v]);
+  for (int v = 0; v < 2; v++) {
+    stage *g = &x->st[v];
+    if (!g->w) continue;
+    if (st == DLREC_OK) {
+      if (g->written == (v ? 0 : x->written_before)) DLREC_WARN("apply: no rows for %s: writing an empty file", g->path);
+      st = dlrec_dlr_writer_finish(g->w);
+    } else {
+      dlrec_dlr_writer_abort(g->w);
+    }
+    g->w = NULL;
+  }
+  if (st == DLREC_OK && x->bad) DLREC_WARN("apply: skipped %llu bad rows in all", (unsigned long long)x->bad);
+  if (st == DLREC_OK && x->truncated)
+    DLREC_WARN("apply: %llu rows had more values in a multi-hot field than its max hotness; the first were kept",
+               (unsigned long long)x->truncated);
+  return st;
+}
+
+/* Frees what dlrec_etl_apply made: the stages', the workers' and the jobs'
+ * buffers, the inputs, the output paths, x. */
+static void apply_free(apply_ctx *x, apply_job *jobs, int n_jobs, void **slots, int threads, int n_inputs) {
+  for (int v = 0; v < 2; v++) {
+    free(x->st[v].labels), free(x->st[v].dense), free(x->st[v].ids);
+    for (uint32_t c = 0; c < DLREC_MAX_SPARSE; c++) free(x->st[v].cids[c]), free(x->st[v].coff[c]);
+  }
+  for (int w = 0; x->workers && w < threads; w++) free(x->workers[w].scratch), free(x->workers[w].ids);
+  for (int i = 0; jobs && i < n_jobs; i++) {
+    dlrec_block_free(&jobs[i].block);
+    for (int v = 0; v < 2; v++) {
+      free(jobs[i].out[v].labels), free(jobs[i].out[v].dense), free(jobs[i].out[v].ids);
+      for (uint32_t c = 0; c < DLREC_MAX_SPARSE; c++) free(jobs[i].out[v].cids[c]), free(jobs[i].out[v].coff[c]);
+    }
+    etl_badlist_free(&jobs[i].bad);
+  }
+  etl_inputs_free(&x->in);
+  for (int i = 0; x->paths && i < n_inputs; i++) free(x->paths[i]);
+  free(x->paths);
+  free(jobs);
+  free(slots);
+  free(x->workers);
+  free(x);
+}
+
 dlrec_status dlrec_etl_apply(const dlrec_etl *e, const char *const *inputs, int n_inputs, const char *out,
                              const dlrec_etl_apply_opts *o, dlrec_etl_report *rep) {
   double t0 = dlrec_now();
@@ -351,19 +419,7 @@ dlrec_status dlrec_etl_apply(const dlrec_etl *e, const char *const *inputs, int 
     memset(x->schema.label_name, 0, sizeof x->schema.label_name);
   }
   if (st == DLREC_OK && o->per_input) st = output_paths(x, out, inputs, n_inputs);
-  for (int v = 0; st == DLREC_OK && v < 1 + x->split; v++) {
-    stage *g = &x->st[v];
-    g->path = v ? o->valid_out : x->paths ? x->paths[0] : out;
-    g->labels = malloc((size_t)x->group * sizeof(float));
-    g->dense = malloc(((size_t)x->group * x->nd + 1) * sizeof(float));
-    g->ids = malloc(((size_t)x->group * x->nc + 1) * sizeof(uint32_t));
-    if (!g->labels || !g->dense || !g->ids) st = dlrec_error(DLREC_ERR_NOMEM, "apply: out of memory for row groups");
-    for (uint32_t c = 0; st == DLREC_OK && e->multi && c < x->nc; c++) {
-      g->coff[c] = calloc((size_t)x->group + 1, sizeof(uint32_t));
-      if (!g->coff[c]) st = dlrec_error(DLREC_ERR_NOMEM, "apply: out of memory for row groups");
-    }
-    if (st == DLREC_OK) st = dlrec_dlr_writer_open(&g->w, g->path, &x->schema);
-  }
+  if (st == DLREC_OK) st = stages_open(x, out);
   if (st == DLREC_OK) {
     if (o->progress) x->progress = dlrec_progress_start("etl apply", x->in.total_bytes, "bytes");
     dlrec_pipeline_ops ops = {apply_produce, apply_work, apply_consume};
@@ -373,50 +429,16 @@ dlrec_status dlrec_etl_apply(const dlrec_etl *e, const char *const *inputs, int 
   for (uint32_t f = 0; st == DLREC_OK && f < x->in.n; f++) warn_unknown_columns(x, f);
   /* per_input: the last inputs' files, empty ones included. */
   if (st == DLREC_OK && x->paths && x->in.n > 1) st = next_output(x, x->in.n - 1);
-  for (int v = 0; st == DLREC_OK && v < 1 + x->split; v++) st = stage_flush(x, &x->st[v]);
-  for (int v = 0; v < 2; v++) {
-    stage *g = &x->st[v];
-    if (!g->w) continue;
-    if (st == DLREC_OK) {
-      if (g->written == (v ? 0 : x->written_before))
-        DLREC_WARN("apply: no rows for %s: writing an empty file", g->path);
-      st = dlrec_dlr_writer_finish(g->w);
-    } else {
-      dlrec_dlr_writer_abort(g->w);
-    }
-    g->w = NULL;
-  }
-  if (st == DLREC_OK && x->bad) DLREC_WARN("apply: skipped %llu bad rows in all", (unsigned long long)x->bad);
-  if (st == DLREC_OK && x->truncated)
-    DLREC_WARN("apply: %llu rows had more values in a multi-hot field than its max hotness; the first were kept",
-               (unsigned long long)x->truncated);
-  if (rep)
+  st = stages_close(x, st);
+  if (rep) {
     *rep = (dlrec_etl_report){.rows = x->st[0].written + x->st[1].written,
                               .valid_rows = x->st[1].written,
                               .bad_rows = x->bad,
                               .truncated_rows = x->truncated,
                               .bytes = x->bytes,
                               .seconds = dlrec_now() - t0};
-  if (rep) etl_shorts_report(&x->shorts, &x->in, rep);
-  for (int v = 0; v < 2; v++) {
-    free(x->st[v].labels), free(x->st[v].dense), free(x->st[v].ids);
-    for (uint32_t c = 0; c < DLREC_MAX_SPARSE; c++) free(x->st[v].cids[c]), free(x->st[v].coff[c]);
+    etl_shorts_report(&x->shorts, &x->in, rep);
   }
-  for (int w = 0; x->workers && w < threads; w++) free(x->workers[w].scratch), free(x->workers[w].ids);
-  for (int i = 0; jobs && i < n_jobs; i++) {
-    dlrec_block_free(&jobs[i].block);
-    for (int v = 0; v < 2; v++) {
-      free(jobs[i].out[v].labels), free(jobs[i].out[v].dense), free(jobs[i].out[v].ids);
-      for (uint32_t c = 0; c < DLREC_MAX_SPARSE; c++) free(jobs[i].out[v].cids[c]), free(jobs[i].out[v].coff[c]);
-    }
-    etl_badlist_free(&jobs[i].bad);
-  }
-  etl_inputs_free(&x->in);
-  for (int i = 0; x->paths && i < n_inputs; i++) free(x->paths[i]);
-  free(x->paths);
-  free(jobs);
-  free(slots);
-  free(x->workers);
-  free(x);
+  apply_free(x, jobs, n_jobs, slots, threads, n_inputs);
   return st;
 }
