@@ -33,7 +33,7 @@
 #include "core/clock.h"
 #include "core/rng.h"
 #include "model/model_type.h"
-#include "model/onnx.h"
+#include "core/onnx.h"
 
 #define DCN_MAX_LAYERS 16  /* cross layers */
 #define DCN_MAX_EXPERTS 16 /* low-rank experts of one layer */

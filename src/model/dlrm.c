@@ -22,7 +22,7 @@
 #include "core/clock.h"
 #include "core/rng.h"
 #include "model/model_type.h"
-#include "model/onnx.h"
+#include "core/onnx.h"
 
 _Static_assert(sizeof(dlrec_dlrm_shape) <= DLREC_NET_CONFIG_BYTES, "the DLRM shape fits a model config");
 

@@ -16,8 +16,6 @@
 
 #include "model/model.h"
 
-#define DLREC_MLP_MAX_LAYERS 8
-
 /* How the top MLP sees the features: DLRM's "dot" (x and the pairwise dot
  * products of [x, e_1 .. e_F]) or "cat" (x and the embeddings concatenated). */
 typedef enum dlrec_dlrm_interaction { DLREC_DLRM_DOT = 0, DLREC_DLRM_CAT = 1 } dlrec_dlrm_interaction;

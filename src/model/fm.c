@@ -9,7 +9,7 @@
  * D coordinates are an id's factors, the last its first-order weight. The
  * generic stage pools the rows into emb (B, F, D + 1); this type splits each
  * row into v (B, F, D) and w (B, F) for the FM and wide blocks of src/nn,
- * and joins their gradients back into d_emb (fm_split.c, which wide_deep
+ * and joins their gradients back into d_emb (nn/fm_split.c, which wide_deep
  * and deepfm share). One table means one lookup per id and one sparse
  * optimizer state per row (shared by an id's factors and weight).
  *
@@ -27,7 +27,7 @@
 #include "core/json.h"
 #include "core/clock.h"
 #include "model/model_type.h"
-#include "model/onnx.h"
+#include "core/onnx.h"
 
 typedef struct fm_config {
   uint32_t emb_dim;       /* D, the factors' width (the table's rows are D + 1) */

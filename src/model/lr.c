@@ -18,7 +18,7 @@
 #include "core/json.h"
 #include "core/clock.h"
 #include "model/model_type.h"
-#include "model/onnx.h"
+#include "core/onnx.h"
 
 typedef struct lr_config {
   dlrec_bag_mode pooling; /* how multi-hot bags pool their ids' weights */

@@ -32,6 +32,7 @@
 #include "backend/backend.h"
 #include "embed/embed.h"
 #include "data/loader.h"
+#include "nn/block.h"
 #include "nn/nn.h"
 #include "data/schema.h"
 #include "core/status.h"
@@ -39,8 +40,6 @@
 
 #define DLREC_NET_TYPE_MAX 32      /* bytes of a type name, NUL included */
 #define DLREC_NET_CONFIG_BYTES 512 /* room for a type's parsed config section */
-#define DLREC_NET_MAX_TENSORS 60   /* named dense tensors of one network */
-#define DLREC_NET_TENSOR_NAME 40   /* bytes of a tensor name, NUL included */
 #define DLREC_DEFAULT_MODEL_TYPE "dlrm" /* what a config without model.type trains */
 
 /* A model's config section: its type's name and that type's own parsed
@@ -68,15 +67,6 @@ void dlrec_net_config_to_json(const dlrec_net_config *c, cJSON *o);
 /* The name of the i-th registered model type (from 0), or NULL past the
  * last; valid for the program's life. */
 const char *dlrec_net_type_name(size_t i);
-
-/* One named dense parameter tensor: floats [offset, offset + count) of the
- * flat dense array, of shape (shape[0], .., shape[ndim - 1]). */
-typedef struct dlrec_net_tensor {
-  char name[DLREC_NET_TENSOR_NAME];
-  uint32_t ndim;
-  uint32_t shape[2];
-  size_t offset, count;
-} dlrec_net_tensor;
 
 typedef struct dlrec_net dlrec_net;
 typedef struct dlrec_net_ws dlrec_net_ws;
@@ -176,25 +166,8 @@ void dlrec_net_ws_free(dlrec_net_ws *ws); /* accepts NULL */
  * cannot make one (the error is cleared). */
 uint64_t dlrec_net_ws_bytes(const dlrec_net *n, uint32_t rows, uint32_t threads);
 
-/* Where a workspace's forward and backward passes spent their time, summed
- * since the workspace was created (wall seconds, read with dlrec_now()
- * around each phase; the clock reads cost ~0.1 us a phase). The embedding,
- * loss and optimizer phases are timed by the generic code; mlp and
- * interaction by the model type (a type without one leaves it 0). */
-typedef struct dlrec_net_profile {
-  uint64_t forward_rows;  /* rows through the forward pass */
-  uint64_t backward_rows; /* rows through the backward pass */
-  uint64_t lookups;       /* ids pooled by the embedding forward */
-  uint64_t hot_lookups;   /* of which on hot rows on the device (dlrec_net_set_hot_fraction) */
-  double mlp_flops;       /* the MLPs' flops (2 per multiply-add), forward and backward */
-  double mlp;             /* the MLPs: GEMMs, bias, ReLU, forward and backward */
-  double emb_forward;     /* embedding bag lookups and pooling */
-  double emb_update;      /* the fused sparse backward + optimizer update */
-  double interaction;     /* feature interaction, forward and backward */
-  double other;           /* loss, sigmoid, dense optimizer step */
-  double store;           /* resolving ids through a tiered table storage: cache lookups, file reads,
-                             write-backs (0 on a ram store, where ids are rows) */
-} dlrec_net_profile;
+/* Where a workspace's forward and backward passes spent their time
+ * (dlrec_net_profile, nn/block.h), summed since it was created. */
 void dlrec_net_ws_profile(const dlrec_net_ws *ws, dlrec_net_profile *p);
 
 /* How many ways the workspace's last training step split its batch (1: it
@@ -341,9 +314,6 @@ dlrec_status dlrec_net_loss_scale_update(dlrec_net_optim *opt, int finite, uint6
  * the parts' sum is the whole's; d_emb (*d_emb, (rows, F, D)) likewise;
  * *loss_sum is the sum of the rows' losses. A part of 0 rows gives zero
  * gradients. The pointers stay valid until the next pass on ws. */
-/* Sums n doubles over the parts of a data-parallel step, in part order, into
- * v on every part (src/dist/: an allreduce across the ranks). */
-typedef dlrec_status (*dlrec_sum_fn)(void *ctx, double *v, size_t n);
 /* With batch normalization, sum (with sum_ctx) makes its statistics the
  * global batch's (the part then runs whole: one way). NULL: a model without
  * batch normalization. */

@@ -8,7 +8,7 @@
  * where, for column f of row b, w_bf is the pooled first-order weight of its
  * ids and v_bf (D) their pooled embedding, the wide part and the deep part
  * sharing the embeddings as DeepFM does. As in fm, both live in one table
- * of rows D + 1 wide (fm_split.c). The MLP (net_mlp.c) has the hidden
+ * of rows D + 1 wide (nn/fm_split.c). The MLP (nn/mlp.c) has the hidden
  * layers `mlp`, each Linear -> [BatchNorm] -> ReLU -> [Dropout], and an
  * output Linear to one logit.
  *
@@ -39,7 +39,7 @@
 #include "core/json.h"
 #include "core/clock.h"
 #include "model/model_type.h"
-#include "model/onnx.h"
+#include "core/onnx.h"
 
 typedef struct wd_config {
   uint32_t emb_dim;       /* D, the embeddings' width (the table's rows are D + 1) */

@@ -23,9 +23,10 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "backend/backend_impl.h"
 #include "core/json.h"
-#include "model/model_type.h"
-#include "model/onnx.h"
+#include "core/onnx.h"
+#include "nn/block.h"
 
 #define BN_MOMENTUM 0.1f /* PyTorch's BatchNorm1d defaults */
 #define BN_EPS 1e-5f
