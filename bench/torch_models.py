@@ -200,6 +200,10 @@ class CrossMix(nn.Module):
 
 # ---- models --------------------------------------------------------------------
 
+# The dlrec model types this file has a twin of (bench/models_vs_torch.sh asks, with --twins).
+TWINS = ("lr", "fm", "dlrm", "wide_deep", "deepfm", "dcn_v2")
+
+
 class Model(nn.Module):
     """One model type over one embedding table; forward(dense (B, n_dense), ids (B, F) global) -> logits (B,)."""
 
@@ -207,9 +211,8 @@ class Model(nn.Module):
         super().__init__()
         t = m.get("type", "dlrm")
         self.type = t
-        known = {"lr", "fm", "dlrm", "wide_deep", "deepfm", "dcn_v2"}
-        if t not in known:
-            raise SystemExit(f"torch_models: model.type '{t}' is not one of {', '.join(sorted(known))}")
+        if t not in TWINS:
+            raise SystemExit(f"torch_models: model.type '{t}' is not one of {', '.join(sorted(TWINS))}")
         if m.get("pooling", "sum") != "sum":
             raise SystemExit("torch_models: only sum pooling (one-hot data pools alike either way)")
         D = int(m.get("embedding_dim", 16))
@@ -425,7 +428,11 @@ def check(a, model, va, begins):
 
 
 def main():
+    if sys.argv[1:] == ["--twins"]:
+        print(" ".join(TWINS))
+        return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--twins", action="store_true", help="print the model types this file has a twin of, and exit")
     ap.add_argument("--config", required=True, help="the dlrec config (its model and optimizer sections)")
     ap.add_argument("--train", required=True)
     ap.add_argument("--valid", required=True)

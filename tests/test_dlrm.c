@@ -296,20 +296,33 @@ TEST(workspace_outlives_its_network) {
 }
 
 /* Model types are picked by name; an unknown one is refused naming the
- * known ones. */
+ * known ones, every one of them in registry order; dlrm, the default, is
+ * the first, and the first six keep their places. Each name is unique, has a one-line description, and gives a
+ * config of its own type. */
 TEST(model_type_registry) {
   dlrec_net_config c;
   CHECK_OK(dlrec_net_config_default(&c, "dlrm"));
   CHECK_STR(c.type, "dlrm");
   CHECK_EQ(dlrec_dlrm_shape_of(&c)->emb_dim, 16);
   CHECK_ERR(dlrec_net_config_default(&c, "gbdt"), DLREC_ERR_INVALID, "'gbdt' is not one of dlrm, lr, fm");
-  CHECK_STR(dlrec_net_type_name(0), "dlrm");
-  CHECK_STR(dlrec_net_type_name(1), "lr");
-  CHECK_STR(dlrec_net_type_name(2), "fm");
-  CHECK_STR(dlrec_net_type_name(3), "wide_deep");
-  CHECK_STR(dlrec_net_type_name(4), "deepfm");
-  CHECK_STR(dlrec_net_type_name(5), "dcn_v2");
-  CHECK(dlrec_net_type_name(6) == NULL);
+  CHECK_STR(dlrec_net_type_name(0), DLREC_DEFAULT_MODEL_TYPE);
+  /* The types that were there first keep their places; new ones come after. */
+  static const char *const first[] = {"dlrm", "lr", "fm", "wide_deep", "deepfm", "dcn_v2"};
+  for (size_t i = 0; i < 6; i++) CHECK_STR(dlrec_net_type_name(i), first[i]);
+  char known[512] = "";
+  size_t n = 0;
+  for (; dlrec_net_type_name(n); n++) {
+    const char *name = dlrec_net_type_name(n);
+    CHECK_OK(dlrec_net_config_default(&c, name));
+    CHECK_STR(c.type, name);
+    CHECK(dlrec_net_type_doc(n) && strlen(dlrec_net_type_doc(n)) > 10);
+    for (size_t k = 0; k < n; k++) CHECK(strcmp(dlrec_net_type_name(k), name) != 0);
+    snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", n ? ", " : "", name);
+  }
+  CHECK(n >= 6);
+  CHECK(dlrec_net_type_name(n) == NULL && dlrec_net_type_doc(n) == NULL);
+  CHECK(dlrec_net_type_test_config(n, 0, NULL) == NULL);
+  CHECK_ERR(dlrec_net_config_default(&c, "gbdt"), DLREC_ERR_INVALID, known);
 }
 
 /* ---- DLRM on data with no dense column ------------------------------------ */

@@ -27,6 +27,7 @@ static const struct {
     {"predict", cmd_predict, "score raw rows or .dlr files with a trained model, in input order"},
     {"export", cmd_export, "write a trained model as an ONNX graph (every model type)"},
     {"serve", cmd_serve, "serve a trained model over HTTP (KServe v2 / Triton protocol)"},
+    {"models", cmd_models, "list the model types a config's model.type names (--json: with their test configs)"},
 };
 
 static void usage(FILE *out) {

@@ -35,23 +35,11 @@ static void config_default(void *cfg) {
   memcpy(cfg, &sh, sizeof sh);
 }
 
-static dlrec_status get_u32(const cJSON *o, const char *key, const char *what, uint64_t lo, uint64_t hi,
-                            uint32_t *out) {
-  uint64_t v;
-  dlrec_status s = dlrec_json_get_u64_or(o, key, what, *out, &v);
-  if (s != DLREC_OK) return s;
-  if (v < lo || v > hi)
-    return dlrec_error(DLREC_ERR_INVALID, "%s: field '%s': %llu is out of range [%llu, %llu]", what, key,
-                       (unsigned long long)v, (unsigned long long)lo, (unsigned long long)hi);
-  *out = (uint32_t)v;
-  return DLREC_OK;
-}
-
 static dlrec_status config_parse(void *cfg, const cJSON *o, const char *what) {
   static const char *keys[] = {"type", "embedding_dim", "bottom_mlp", "top_mlp", "pooling", "interaction", NULL};
   dlrec_dlrm_shape *sh = cfg;
   dlrec_status s = dlrec_json_check_keys(o, what, keys);
-  if (s == DLREC_OK) s = get_u32(o, "embedding_dim", what, 1, DLREC_EMBED_MAX_DIM, &sh->emb_dim);
+  if (s == DLREC_OK) s = net_config_u32(o, "embedding_dim", what, 1, DLREC_EMBED_MAX_DIM, &sh->emb_dim);
   if (s == DLREC_OK) s = net_config_widths(o, "bottom_mlp", what, 1, DLREC_MLP_MAX_LAYERS, &sh->n_bottom, sh->bottom);
   if (s == DLREC_OK) s = net_config_widths(o, "top_mlp", what, 1, DLREC_MLP_MAX_LAYERS, &sh->n_top, sh->top);
   if (s == DLREC_OK) s = net_config_pooling(o, what, &sh->pooling);
@@ -126,9 +114,9 @@ static dlrec_status plan_mlp(net_plan *p, int *idx, net_linear *ls, uint32_t n, 
   return DLREC_OK;
 }
 
-static dlrec_status plan(const void *cfg, const dlrec_schema *schema, net_plan *p, void **ctx) {
-  *ctx = NULL;
+static dlrec_status plan(const void *cfg, const dlrec_schema *schema, net_plan *p, void *ctx) {
   const dlrec_dlrm_shape *s = cfg;
+  dlrm *m = ctx;
   if (s->emb_dim < 1 || s->emb_dim > DLREC_EMBED_MAX_DIM)
     return dlrec_error(DLREC_ERR_INVALID, "embedding dim %u out of range [1, %d]", s->emb_dim, DLREC_EMBED_MAX_DIM);
   if (schema->n_sparse < 1) return dlrec_error(DLREC_ERR_INVALID, "DLRM needs at least one categorical column");
@@ -145,8 +133,6 @@ static dlrec_status plan(const void *cfg, const dlrec_schema *schema, net_plan *
                        s->bottom[s->n_bottom - 1], s->emb_dim);
   if (s->n_top >= 1 && s->n_top <= DLREC_MLP_MAX_LAYERS && s->top[s->n_top - 1] != 1)
     return dlrec_error(DLREC_ERR_INVALID, "top MLP ends with width %u, expected 1 (the logit)", s->top[s->n_top - 1]);
-  dlrm *m = calloc(1, sizeof *m);
-  if (!m) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
   m->shape = *s;
   m->n_sparse = schema->n_sparse;
   m->n_bottom = schema->n_dense ? s->n_bottom : 0;
@@ -170,16 +156,8 @@ static dlrec_status plan(const void *cfg, const dlrec_schema *schema, net_plan *
   if (st == DLREC_OK && m->inter_dim == 0)
     st = dlrec_error(DLREC_ERR_INVALID, "interaction of %u columns of width %u is out of range", schema->n_sparse,
                      s->emb_dim);
-  if (st == DLREC_OK) st = plan_mlp(p, m->top, m->lt, s->n_top, s->top, m->inter_dim, "top");
-  if (st != DLREC_OK) {
-    free(m);
-    return st;
-  }
-  *ctx = m;
-  return DLREC_OK;
+  return st == DLREC_OK ? plan_mlp(p, m->top, m->lt, s->n_top, s->top, m->inter_dim, "top") : st;
 }
-
-static void free_ctx(void *ctx) { free(ctx); }
 
 /* As the DLRM reference does (net_init_linear), one random stream per layer. */
 static void init_mlp(float *p, const net_linear *ls, uint32_t n, uint64_t seed, uint64_t stream0) {
@@ -215,42 +193,24 @@ static uint32_t widest(const dlrm *m) {
   return w;
 }
 
-static void ws_free(void *ws) {
-  dlrm_ws *w = ws;
-  if (!w) return;
-  dlrec_arena_free(&w->arena);
-  free(w);
-}
-
-static dlrec_status ws_create(const void *ctx, const net_plan *p, uint32_t max_batch,
-                              const dlrec_arena_memory *mem, void **out) {
-  (void)p;
+static void ws_arrays(const void *ctx, void *ws, net_ws_alloc *a) {
   const dlrm *m = ctx;
-  *out = NULL;
-  dlrm_ws *w = calloc(1, sizeof *w);
-  if (!w) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
-  dlrec_arena_init_in(&w->arena, 1u << 20, mem);
-  size_t B = max_batch;
-  for (uint32_t l = 0; l < m->n_bottom; l++) NET_WS_ALLOC(&w->arena, w->bot[l], B * m->lb[l].out);
-  NET_WS_ALLOC(&w->arena, w->inter, B * m->inter_dim);
-  NET_WS_ALLOC(&w->arena, w->d_inter, B * m->inter_dim);
-  for (uint32_t l = 0; l < m->shape.n_top; l++) NET_WS_ALLOC(&w->arena, w->top[l], B * m->lt[l].out);
-  NET_WS_ALLOC(&w->arena, w->d_a, B * widest(m));
-  NET_WS_ALLOC(&w->arena, w->d_b, B * widest(m));
-  NET_WS_ALLOC(&w->arena, w->dx, B * m->shape.emb_dim);
+  dlrm_ws *w = ws;
+  for (uint32_t l = 0; l < m->n_bottom; l++) net_ws_rows(a, &w->bot[l], m->lb[l].out);
+  net_ws_rows(a, &w->inter, m->inter_dim);
+  net_ws_rows(a, &w->d_inter, m->inter_dim);
+  for (uint32_t l = 0; l < m->shape.n_top; l++) net_ws_rows(a, &w->top[l], m->lt[l].out);
+  net_ws_rows(a, &w->d_a, widest(m));
+  net_ws_rows(a, &w->d_b, widest(m));
+  net_ws_rows(a, &w->dx, m->shape.emb_dim);
   if (m->pairs) {
     size_t D = m->shape.emb_dim, rest = (size_t)(m->n_sparse - 1) * D;
-    NET_WS_ALLOC(&w->arena, w->e1, B * D);
-    NET_WS_ALLOC(&w->arena, w->rest, B * rest);
-    NET_WS_ALLOC(&w->arena, w->d_rest, B * rest);
-    NET_WS_ALLOC(&w->arena, w->full, B * (D + m->inter_dim));
-    NET_WS_ALLOC(&w->arena, w->d_full, B * (D + m->inter_dim));
+    net_ws_rows(a, &w->e1, D);
+    net_ws_rows(a, &w->rest, rest);
+    net_ws_rows(a, &w->d_rest, rest);
+    net_ws_rows(a, &w->full, D + m->inter_dim);
+    net_ws_rows(a, &w->d_full, D + m->inter_dim);
   }
-  *out = w;
-  return DLREC_OK;
-nomem:
-  ws_free(w);
-  return dlrec_error(DLREC_ERR_NOMEM, "cannot allocate the workspace for batches of %u rows", max_batch);
 }
 
 /* ---- forward and backward ----------------------------------------------------- */
@@ -424,17 +384,30 @@ static const char *export_onnx(const void *ctx, const net_plan *p, const float *
   return in;
 }
 
+/* The generic tests' configs (net_test_config): the tiny shape (3 dense ->
+ * 5 -> 4 = D; top 6 -> 1) with each interaction for the finite
+ * differences; the Kaggle shape (the defaults) across backends. */
+#define DLRM_TINY "{\"embedding_dim\": 4, \"bottom_mlp\": [5, 4], \"top_mlp\": [6, 1]"
+static const net_test_config tests[] = {
+    {DLRM_TINY "}", DLREC_NET_TEST_GRADIENTS},
+    {DLRM_TINY ", \"interaction\": \"cat\"}", DLREC_NET_TEST_GRADIENTS},
+    {"{}", DLREC_NET_TEST_AGREEMENT | DLREC_NET_TEST_KEPT},
+    {NULL, 0},
+};
+
 const net_type net_type_dlrm = {
     .name = "dlrm",
+    .doc = "DLRM: bottom MLP, dot (or concat) interaction with the embeddings, top MLP",
     .config_default = config_default,
     .config_parse = config_parse,
     .config_to_json = config_to_json,
+    .ctx_size = sizeof(dlrm),
     .plan = plan,
-    .free_ctx = free_ctx,
     .init = init,
-    .ws_create = ws_create,
-    .ws_free = ws_free,
+    .ws_size = sizeof(dlrm_ws),
+    .ws_arrays = ws_arrays,
     .forward = forward,
     .backward = backward,
     .export_onnx = export_onnx,
+    .tests = tests,
 };

@@ -1,63 +1,13 @@
-/* The registry of model types, their configs, and a network's plan and
- * parameters. The passes over a network live in net_run.c. */
+/* A network: its type's plan and context, its parameters and its table,
+ * and where they live. The registry of types is registry.c; the passes over
+ * a network live in net_run.c. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/json.h"
-#include "core/rng.h"
 #include "model/model_type.h"
-
-/* Every model type, by name. A new type adds one line here. */
-static const net_type *const TYPES[] = {&net_type_dlrm,      &net_type_lr,     &net_type_fm,
-                                        &net_type_wide_deep, &net_type_deepfm, &net_type_dcn_v2, NULL};
-
-const char *dlrec_net_type_name(size_t i) {
-  return i < sizeof TYPES / sizeof *TYPES - 1 ? TYPES[i]->name : NULL;
-}
-
-const net_type *net_type_find(const char *name) {
-  for (size_t i = 0; TYPES[i]; i++)
-    if (!strcmp(TYPES[i]->name, name)) return TYPES[i];
-  return NULL;
-}
-
-/* An error naming the unknown type and the known ones. */
-static dlrec_status unknown_type(const char *what, const char *type) {
-  char list[256] = "";
-  for (size_t i = 0; TYPES[i]; i++) {
-    strncat(list, i ? ", " : "", sizeof list - strlen(list) - 1);
-    strncat(list, TYPES[i]->name, sizeof list - strlen(list) - 1);
-  }
-  return dlrec_error(DLREC_ERR_INVALID, "%s: field 'type': '%s' is not one of %s", what, type, list);
-}
-
-dlrec_status dlrec_net_config_default(dlrec_net_config *c, const char *type) {
-  const net_type *t = net_type_find(type);
-  if (!t) return unknown_type("model", type);
-  memset(c, 0, sizeof *c);
-  snprintf(c->type, sizeof c->type, "%s", t->name);
-  t->config_default(c->params);
-  return DLREC_OK;
-}
-
-dlrec_status dlrec_net_config_parse(dlrec_net_config *c, const cJSON *o, const char *what) {
-  const char *type;
-  dlrec_status s = dlrec_json_get_string_or(o, "type", what, c->type, &type);
-  if (s != DLREC_OK) return s;
-  const net_type *t = net_type_find(type);
-  if (!t) return unknown_type(what, type);
-  /* Another type's settings mean nothing to this one: start from its defaults. */
-  if (strcmp(type, c->type) && (s = dlrec_net_config_default(c, type)) != DLREC_OK) return s;
-  return t->config_parse(c->params, o, what);
-}
-
-void dlrec_net_config_to_json(const dlrec_net_config *c, cJSON *o) {
-  cJSON_AddStringToObject(o, "type", c->type);
-  const net_type *t = net_type_find(c->type);
-  if (t) t->config_to_json(c->params, o);
-}
 
 /* ---- the network --------------------------------------------------------- */
 
@@ -71,14 +21,17 @@ static dlrec_status create(dlrec_net **out, const dlrec_net_config *c, const dlr
   *out = NULL;
   const dlrec_store_config ram = {.kind = DLREC_STORE_RAM};
   const net_type *t = net_type_find(c->type);
-  if (!t) return unknown_type("model", c->type);
+  if (!t) return net_type_unknown("model", c->type);
   dlrec_net *n = calloc(1, sizeof *n);
   if (!n) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
   n->type = t;
   n->be = dlrec_backend_default();
   n->config = *c;
   n->schema = *schema;
-  dlrec_status s = t->plan(c->params, schema, &n->plan, &n->ctx);
+  n->plan.type = t;
+  /* The type's context, zeroed, which its plan fills and the network frees. */
+  n->ctx = calloc(1, t->ctx_size ? t->ctx_size : 1);
+  dlrec_status s = n->ctx ? t->plan(c->params, schema, &n->plan, n->ctx) : dlrec_error(DLREC_ERR_NOMEM, "out of memory");
   if (s == DLREC_OK) s = net_plan_finish(&n->plan);
   if (s == DLREC_OK && (n->plan.emb_dim < 1 || n->plan.emb_dim > DLREC_EMBED_MAX_DIM))
     s = dlrec_error(DLREC_ERR_INVALID, "embedding dim %u out of range [1, %d]", n->plan.emb_dim, DLREC_EMBED_MAX_DIM);
@@ -126,7 +79,7 @@ dlrec_status dlrec_net_create_tableless(dlrec_net **out, const dlrec_net_config 
 void dlrec_net_free(dlrec_net *n) {
   if (!n) return;
   net_device_drop(n);
-  if (n->ctx) n->type->free_ctx(n->ctx);
+  free(n->ctx);
   dlrec_store_free(n->store);
   free(n->params);
   free(n);
@@ -216,14 +169,3 @@ dlrec_store *dlrec_net_store(const dlrec_net *n) { return n->store; }
 uint32_t dlrec_net_n_tensors(const dlrec_net *n) { return n->plan.n_tensors; }
 const dlrec_net_tensor *dlrec_net_tensors(const dlrec_net *n) { return n->plan.tensors; }
 
-dlrec_status net_config_pooling(const cJSON *o, const char *what, dlrec_bag_mode *pooling) {
-  const char *pool = NULL;
-  dlrec_status s = dlrec_json_get_string_or(o, "pooling", what, NULL, &pool);
-  if (s != DLREC_OK || !pool) return s;
-  if (!strcmp(pool, "sum")) *pooling = DLREC_BAG_SUM;
-  else if (!strcmp(pool, "mean")) *pooling = DLREC_BAG_MEAN;
-  else return dlrec_error(DLREC_ERR_INVALID, "%s: field 'pooling': '%s' is not one of sum, mean", what, pool);
-  return DLREC_OK;
-}
-
-const char *net_pooling_name(dlrec_bag_mode pooling) { return pooling == DLREC_BAG_MEAN ? "mean" : "sum"; }

@@ -65,8 +65,20 @@ dlrec_status dlrec_net_config_parse(dlrec_net_config *c, const cJSON *o, const c
 /* Adds c's type and every setting of the type to the JSON object o. */
 void dlrec_net_config_to_json(const dlrec_net_config *c, cJSON *o);
 /* The name of the i-th registered model type (from 0), or NULL past the
- * last; valid for the program's life. */
+ * last; valid for the program's life. dlrec_net_type_doc: its one-line
+ * description. */
 const char *dlrec_net_type_name(size_t i);
+const char *dlrec_net_type_doc(size_t i);
+/* The j-th (from 0) config the generic tests build model type i from: the
+ * JSON object of a model section's keys beside "type", or NULL past the
+ * last; *checks (may be NULL) says which heavier checks it joins. Every
+ * config joins the light ones (config round trip, batch-invariant scoring,
+ * workspace bytes, ONNX export). */
+#define DLREC_NET_TEST_GRADIENTS 1u /* finite differences of every parameter (a small network) */
+#define DLREC_NET_TEST_AGREEMENT 2u /* trained on every backend, agreeing with the CPU (no dropout:
+                                       a split step draws other masks) */
+#define DLREC_NET_TEST_KEPT 4u      /* kept operands train the same bits (a network with GEMMs) */
+const char *dlrec_net_type_test_config(size_t i, size_t j, unsigned *checks);
 
 typedef struct dlrec_net dlrec_net;
 typedef struct dlrec_net_ws dlrec_net_ws;

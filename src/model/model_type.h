@@ -5,8 +5,10 @@
  * tensors and maps (dense features, pooled embeddings) to logits and back.
  *
  * Adding a model type: a new src/model/NAME.c defining a `const net_type`
- * (its export_onnx too, which tests/onnx/run.sh checks), one line in
- * model.c's registry, its example config and its docs.
+ * (its export_onnx and its test configs too: the generic tests, the ONNX
+ * check and the benchmark iterate the registry), one line in registry.c,
+ * its example config and its docs. The vtable's optional entries and the
+ * default workspace keep the file to what the model computes.
  */
 #ifndef DLREC_MODEL_TYPE_H
 #define DLREC_MODEL_TYPE_H
@@ -36,23 +38,57 @@ dlrec_status net_clip_scale(double sq, float max_norm, uint64_t step, float *sca
 dlrec_status net_config_pooling(const cJSON *o, const char *what, dlrec_bag_mode *pooling);
 const char *net_pooling_name(dlrec_bag_mode pooling);
 
+/* A model section the generic tests build the type from (tests/test_models.c
+ * and tests/onnx/run.sh read them through dlrec_net_type_test_config): the
+ * JSON object of its keys beside "type", and which of the heavier checks it
+ * joins (DLREC_NET_TEST_*); every one of them runs the light ones. */
+typedef struct net_test_config {
+  const char *model;
+  unsigned checks;
+} net_test_config;
+
+/* The workspace a type describes by its arrays (net_type.ws_arrays): each
+ * net_ws_rows call carves rows x per_row floats out of the workspace's arena
+ * (rows: the largest batch), each net_ws_floats call n floats, 64-byte
+ * aligned, in the order of the calls; a failure leaves the pointer NULL and
+ * fails the workspace. */
+typedef struct net_ws_alloc {
+  dlrec_arena *arena;
+  size_t rows;
+  int failed;
+} net_ws_alloc;
+void net_ws_rows(net_ws_alloc *a, float **ptr, size_t per_row);
+void net_ws_floats(net_ws_alloc *a, float **ptr, size_t n);
+
+/* A model type. Entries marked optional may be NULL: the registry's copy of
+ * the type (the one networks hold, registry.c) has the default there. */
 typedef struct net_type {
   const char *name;
+  const char *doc; /* one line: what the model is (`dlrec models`, `dlrec train --help`) */
   /* Config: defaults, the type's keys of the "model" object (which also
    * holds "type"; keys the type does not know are errors), and to JSON. The
-   * config is the type's own struct in dlrec_net_config.params. */
+   * config is the type's own struct in dlrec_net_config.params, zeroed
+   * before config_default fills it. */
   void (*config_default)(void *cfg);
   dlrec_status (*config_parse)(void *cfg, const cJSON *o, const char *what);
   void (*config_to_json)(const void *cfg, cJSON *o);
-  /* Plans the tensors and linear layers for schema into p and creates the
-   * type's context (*ctx, freed with free_ctx), checking cfg against schema. */
-  dlrec_status (*plan)(const void *cfg, const dlrec_schema *schema, net_plan *p, void **ctx);
-  void (*free_ctx)(void *ctx);
+  /* The type's context: ctx_size bytes, zeroed, which plan fills and the
+   * network frees (an error from plan frees it too). plan adds the tensors
+   * and linear layers for schema to p, checking cfg against schema. */
+  size_t ctx_size;
+  dlrec_status (*plan)(const void *cfg, const dlrec_schema *schema, net_plan *p, void *ctx);
   /* Initializes the dense tensors from seed. */
   void (*init)(const void *ctx, const net_plan *p, float *params, uint64_t seed);
-  /* The type's own activations for batches of up to max_batch rows, in an
-   * arena of memory mem (NULL: the host's; else the backend's, which the
-   * host must not touch). */
+  /* The type's own activations for batches of up to a->rows rows: a struct
+   * of ws_size bytes whose first member is a dlrec_arena (the default
+   * workspace's, zeroed), and whose arrays ws_arrays carves out of it with
+   * net_ws_rows and net_ws_floats. */
+  size_t ws_size;
+  void (*ws_arrays)(const void *ctx, void *ws, net_ws_alloc *a);
+  /* Optional, both or neither, for a workspace that is more than arrays:
+   * its activations for batches of up to max_batch rows, in an arena of
+   * memory mem (NULL: the host's; else the backend's, which the host must
+   * not touch). Default: the struct and arrays above. */
   dlrec_status (*ws_create)(const void *ctx, const net_plan *p, uint32_t max_batch, const dlrec_arena_memory *mem,
                             void **ws);
   void (*ws_free)(void *ws);
@@ -64,13 +100,15 @@ typedef struct net_type {
    * (zeroed by the caller) and d_emb (B, F, D). */
   dlrec_status (*backward)(const void *ctx, void *ws, const net_io *io, const float *d_logits, float *grad,
                            float *d_emb);
-  /* ONNX export (export_onnx.c): adds to g the nodes from the tensors named
-   * dense ((N, n_dense) float32; NULL without dense columns) and emb ((N,
-   * F, D) pooled embeddings; NULL without categorical columns) to the
-   * logits (N, 1), whose name it returns; the same function as forward
-   * when scoring. */
+  /* Optional: the ONNX export (export_onnx.c): adds to g the nodes from the
+   * tensors named dense ((N, n_dense) float32; NULL without dense columns)
+   * and emb ((N, F, D) pooled embeddings; NULL without categorical columns)
+   * to the logits (N, 1), whose name it returns; the same function as
+   * forward when scoring. Default: none (dlrec export refuses the type). */
   const char *(*export_onnx)(const void *ctx, const net_plan *p, const float *params, struct onnx_graph *g,
                              const char *dense, const char *emb);
+  /* The generic tests' configs of the type, ended by one whose model is NULL. */
+  const net_test_config *tests;
 } net_type;
 
 extern const net_type net_type_dlrm;
@@ -80,8 +118,10 @@ extern const net_type net_type_wide_deep; /* wide_deep.c, with deepfm */
 extern const net_type net_type_deepfm;
 extern const net_type net_type_dcn_v2;
 
-/* The registered type of that name, or NULL. */
+/* The registered type of that name (the registry's copy, every optional
+ * entry set), or NULL; net_type_unknown is the error naming the known ones. */
 const net_type *net_type_find(const char *name);
+dlrec_status net_type_unknown(const char *what, const char *type);
 
 /* The model's parsed settings inside a config. */
 static inline void *net_config_params(dlrec_net_config *c) { return c->params; }

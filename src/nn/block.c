@@ -83,6 +83,18 @@ void net_init_linear(const net_linear *L, float *params, uint64_t seed, uint64_t
   for (uint32_t i = 0; i < L->out; i++) params[L->b + i] = (float)(bstd * dlrec_rng_normal(&r));
 }
 
+dlrec_status net_config_u32(const cJSON *o, const char *key, const char *what, uint64_t lo, uint64_t hi,
+                            uint32_t *out) {
+  uint64_t v;
+  dlrec_status s = dlrec_json_get_u64_or(o, key, what, *out, &v);
+  if (s != DLREC_OK) return s;
+  if (v < lo || v > hi)
+    return dlrec_error(DLREC_ERR_INVALID, "%s: field '%s': %llu is out of range [%llu, %llu]", what, key,
+                       (unsigned long long)v, (unsigned long long)lo, (unsigned long long)hi);
+  *out = (uint32_t)v;
+  return DLREC_OK;
+}
+
 dlrec_status net_config_widths(const cJSON *o, const char *key, const char *what, uint32_t min_n, uint32_t max_n,
                                uint32_t *n, uint32_t *w) {
   const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, key);

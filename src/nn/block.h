@@ -6,7 +6,8 @@
  * Blocks: the MLP (mlp.c: Linear -> [BatchNorm] -> ReLU -> [Dropout] per
  * hidden layer, then an optional output Linear), the first-order term on
  * the dense features (dense_term.c), the split of embedding rows into FM
- * factors and a first-order weight (fm_split.c). Each writes its forward once (training and
+ * factors and a first-order weight (fm_split.c) and the concatenation of
+ * two row blocks (concat.c). Each writes its forward once (training and
  * scoring run it), its backward, and its ONNX export beside them.
  *
  * The plan helpers and the shared config readers live in block.c. The
@@ -86,6 +87,8 @@ typedef struct net_linear {
  * over its own tensors, as DCN-v2's cross layers, may set it). */
 #define NET_NO_BIAS SIZE_MAX
 
+struct net_type; /* src/model/model_type.h */
+
 /* The plan of a network: its named tensors, its linear layers, and what the
  * embedding stage must hand it.
  *
@@ -96,6 +99,7 @@ typedef struct net_linear {
  * flat array, [n_trainable, n_params), so the optimizer steps one prefix;
  * the network places them there once the type's plan is done. */
 typedef struct net_plan {
+  const struct net_type *type; /* the model type that made it (which describes its workspace) */
   uint32_t emb_dim;         /* D of emb (B, F, D) */
   dlrec_bag_mode pooling;   /* how multi-hot bags pool */
   uint32_t n_tensors;
@@ -180,6 +184,10 @@ void net_lap(double *acc, double *t);
 
 /* ---- config readers ------------------------------------------------------------ */
 
+/* A model section's optional unsigned `key`, in [lo, hi] (errors name the
+ * field); absent: *out unchanged. */
+dlrec_status net_config_u32(const cJSON *o, const char *key, const char *what, uint64_t lo, uint64_t hi,
+                            uint32_t *out);
 /* A model section's optional array `key` of layer widths, each in [1,
  * 65536], min_n to max_n of them, into w (unused slots zeroed, so that two
  * configs of one shape compare equal byte for byte) and *n; absent: both
@@ -220,6 +228,16 @@ dlrec_status net_fm_config_dim(const cJSON *o, const char *what, uint32_t *emb_d
 dlrec_status net_fm_split(dlrec_backend *be, float *v, float *w, const float *emb, size_t n, uint32_t D);
 dlrec_status net_fm_join(dlrec_backend *be, float *d_emb, const float *dv, size_t dv_stride, const float *dv2,
                          const float *dw, float *tmp, int B, int F, uint32_t D);
+
+/* ---- the concatenation of two row blocks (concat.c) --------------------------------- */
+
+/* out (rows, na + nb) = [a, b] row by row, from a (rows, na) and b (rows,
+ * nb); an empty part is left out (a may be NULL when na is 0). The
+ * backward: db (rows, nb) = the b columns of dout (rows, na + nb), a's
+ * gradient being dout's first na columns, which the caller reads in place. */
+dlrec_status net_concat_forward(dlrec_backend *be, float *out, const float *a, size_t na, const float *b, size_t nb,
+                                size_t rows);
+dlrec_status net_concat_backward(dlrec_backend *be, float *db, const float *dout, size_t na, size_t nb, size_t rows);
 
 /* ---- the MLP (mlp.c) ------------------------------------------------------------- */
 
@@ -280,6 +298,8 @@ void net_fm_split_export(struct onnx_graph *g, const char *emb, uint32_t D, cons
 /* The first-order term Σ_f w_f (N, 1) and the FM's second-order term (N, 1). */
 const char *net_wide_export(struct onnx_graph *g, const char *w);
 const char *net_fm_export(struct onnx_graph *g, const char *v);
+/* [a, b flattened to (N, -1)]: a (N, na) or NULL, b (N, ...) or NULL. */
+const char *net_concat_export(struct onnx_graph *g, const char *a, const char *b);
 /* The MLP from x (N, m->in) to (N, m->out): Linear -> [BatchNorm with the
  * running statistics] -> ReLU per hidden layer (dropout is off when
  * scoring), then the output Linear if planned. */

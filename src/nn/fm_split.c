@@ -6,21 +6,13 @@
  * factors and its weight for the blocks of src/nn, and join the two
  * gradients back into d_emb.
  */
-#include "core/json.h"
 #include "backend/backend_impl.h"
 #include "core/onnx.h"
 #include "nn/block.h"
 
+/* One more coordinate holds the first-order weight. */
 dlrec_status net_fm_config_dim(const cJSON *o, const char *what, uint32_t *emb_dim) {
-  uint64_t d = *emb_dim;
-  dlrec_status s = dlrec_json_get_u64_or(o, "embedding_dim", what, *emb_dim, &d);
-  if (s != DLREC_OK) return s;
-  /* One more coordinate holds the first-order weight. */
-  if (d < 1 || d > DLREC_EMBED_MAX_DIM - 1)
-    return dlrec_error(DLREC_ERR_INVALID, "%s: field 'embedding_dim': %llu is out of range [1, %d]", what,
-                       (unsigned long long)d, DLREC_EMBED_MAX_DIM - 1);
-  *emb_dim = (uint32_t)d;
-  return DLREC_OK;
+  return net_config_u32(o, "embedding_dim", what, 1, DLREC_EMBED_MAX_DIM - 1, emb_dim);
 }
 
 dlrec_status net_fm_split(dlrec_backend *be, float *v, float *w, const float *emb, size_t n, uint32_t D) {
