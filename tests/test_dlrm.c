@@ -504,6 +504,53 @@ TEST(dlrm_cat_interaction_gradients_and_batch_invariance) {
   }
 }
 
+/* The top MLP's dropout and batch normalization (BARS's DLRM protocol):
+ * off by default and then left out of the config's JSON (which a config
+ * without them writes as before they existed); read back when set, errors
+ * naming the field; with batch normalization each hidden top layer gets
+ * its bn tensors after its Linear's and the running statistics come last.
+ * (Their gradients, batch invariance and training across backends are the
+ * registry's test configs: test_models.) */
+TEST(dlrm_top_mlp_dropout_and_batch_norm) {
+  dlrec_net_config c, back;
+  CHECK_OK(dlrec_net_config_default(&c, "dlrm"));
+  cJSON *o = cJSON_CreateObject();
+  dlrec_net_config_to_json(&c, o);
+  CHECK(!cJSON_GetObjectItem(o, "top_mlp_dropout") && !cJSON_GetObjectItem(o, "top_mlp_batch_norm"));
+  cJSON_Delete(o);
+  o = cJSON_Parse("{\"top_mlp_dropout\": 1}");
+  CHECK_ERR(dlrec_net_config_parse(&c, o, "cfg.json: model"), DLREC_ERR_INVALID,
+            "cfg.json: model: field 'top_mlp_dropout': 1 is out of range [0, 1)");
+  cJSON_Delete(o);
+  o = cJSON_Parse("{\"top_mlp_batch_norm\": 1}");
+  CHECK_ERR(dlrec_net_config_parse(&c, o, "cfg.json: model"), DLREC_ERR_INVALID, "top_mlp_batch_norm");
+  cJSON_Delete(o);
+  o = cJSON_Parse("{\"embedding_dim\": 4, \"bottom_mlp\": [5, 4], \"top_mlp\": [6, 3, 1], "
+                  "\"top_mlp_dropout\": 0.5, \"top_mlp_batch_norm\": true}");
+  CHECK_OK(dlrec_net_config_parse(&c, o, "model"));
+  cJSON_Delete(o);
+  CHECK(dlrec_dlrm_shape_of(&c)->top_dropout == 0.5f && dlrec_dlrm_shape_of(&c)->top_batch_norm);
+  o = cJSON_CreateObject();
+  dlrec_net_config_to_json(&c, o);
+  CHECK_OK(dlrec_net_config_default(&back, "lr"));
+  CHECK_OK(dlrec_net_config_parse(&back, o, "model"));
+  cJSON_Delete(o);
+  CHECK(memcmp(&c, &back, sizeof c) == 0);
+  dlrec_schema s;
+  net_check_schema(&s, 3);
+  dlrec_net *m;
+  CHECK_OK(dlrec_net_create(&m, &c, &s));
+  static const char *const names[] = {"bottom.0.weight",      "bottom.0.bias",       "bottom.1.weight",
+                                      "bottom.1.bias",        "top.0.weight",        "top.0.bias",
+                                      "top.0.bn.weight",      "top.0.bn.bias",       "top.1.weight",
+                                      "top.1.bias",           "top.1.bn.weight",     "top.1.bn.bias",
+                                      "top.2.weight",         "top.2.bias",          "top.0.bn.running_mean",
+                                      "top.0.bn.running_var", "top.1.bn.running_mean", "top.1.bn.running_var"};
+  CHECK_EQ(dlrec_net_n_tensors(m), 18);
+  for (uint32_t i = 0; i < 18 && i < dlrec_net_n_tensors(m); i++) CHECK_STR(dlrec_net_tensors(m)[i].name, names[i]);
+  dlrec_net_free(m);
+}
+
 /* A batch of B rows of net_check_schema's 3 columns (the middle one
  * multi-hot, 0 to 3 ids), labels and dense values from seed. */
 typedef struct big_batch {

@@ -111,13 +111,6 @@ typedef struct net_type {
   const net_test_config *tests;
 } net_type;
 
-extern const net_type net_type_dlrm;
-extern const net_type net_type_lr;
-extern const net_type net_type_fm;
-extern const net_type net_type_wide_deep; /* wide_deep.c, with deepfm */
-extern const net_type net_type_deepfm;
-extern const net_type net_type_dcn_v2;
-
 /* The registered type of that name (the registry's copy, every optional
  * entry set), or NULL; net_type_unknown is the error naming the known ones. */
 const net_type *net_type_find(const char *name);

@@ -13,16 +13,23 @@
 #include "core/json.h"
 #include "model/model_type.h"
 
-/* Every model type, by name; the first is the default's (DLREC_DEFAULT_MODEL_TYPE).
- * A new type adds one line here. */
-static const net_type *const TYPES[] = {
-    &net_type_dlrm,
-    &net_type_lr,
-    &net_type_fm,
-    &net_type_wide_deep,
-    &net_type_deepfm,
-    &net_type_dcn_v2,
-};
+/* Every model type, by name (NAME is the type's `const net_type
+ * net_type_NAME`, in its own file); the first is the default's
+ * (DLREC_DEFAULT_MODEL_TYPE), and types keep their places. A new type adds
+ * one line here. */
+#define NET_TYPES(X) \
+  X(dlrm)            \
+  X(lr)              \
+  X(fm)              \
+  X(wide_deep)       \
+  X(deepfm)          \
+  X(dcn_v2)          \
+  /* end of the list */
+
+#define NET_TYPE_DECLARE(NAME) extern const net_type net_type_##NAME;
+#define NET_TYPE_ENTRY(NAME) &net_type_##NAME,
+NET_TYPES(NET_TYPE_DECLARE)
+static const net_type *const TYPES[] = {NET_TYPES(NET_TYPE_ENTRY)};
 enum { N_TYPES = sizeof TYPES / sizeof *TYPES };
 
 /* ---- the default workspace: an arena of the arrays the type lists --------- */

@@ -95,6 +95,16 @@ dlrec_status net_config_u32(const cJSON *o, const char *key, const char *what, u
   return DLREC_OK;
 }
 
+dlrec_status net_config_rate(const cJSON *o, const char *key, const char *what, float *rate) {
+  double v = *rate;
+  dlrec_status s = dlrec_json_get_double_or(o, key, what, v, &v);
+  if (s != DLREC_OK) return s;
+  if (!(v >= 0.0 && v < 1.0))
+    return dlrec_error(DLREC_ERR_INVALID, "%s: field '%s': %g is out of range [0, 1)", what, key, v);
+  *rate = (float)v;
+  return DLREC_OK;
+}
+
 dlrec_status net_config_widths(const cJSON *o, const char *key, const char *what, uint32_t min_n, uint32_t max_n,
                                uint32_t *n, uint32_t *w) {
   const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, key);

@@ -188,6 +188,9 @@ void net_lap(double *acc, double *t);
  * field); absent: *out unchanged. */
 dlrec_status net_config_u32(const cJSON *o, const char *key, const char *what, uint64_t lo, uint64_t hi,
                             uint32_t *out);
+/* A model section's optional rate `key` in [0, 1) (a dropout rate; errors
+ * name the field); absent: *rate unchanged. */
+dlrec_status net_config_rate(const cJSON *o, const char *key, const char *what, float *rate);
 /* A model section's optional array `key` of layer widths, each in [1,
  * 65536], min_n to max_n of them, into w (unused slots zeroed, so that two
  * configs of one shape compare equal byte for byte) and *n; absent: both
