@@ -124,13 +124,15 @@ TEST(every_type_config_reads_back) {
 
 /* Every gradient of each small test config (dense weights, bias, every
  * embedding row the batch touches) against finite differences, with and
- * without dense columns, sum and mean pooling. From init seed 7: central
- * differences of step 1e-3 straddling a ReLU's kink disagree with the
- * (one-sided) analytic gradient, and with seed 5 one pre-activation of
- * DCN-v2's stacked full-rank net lies 8.5e-4 from 0 (the loss's slope in
- * mlp.0.bias[0] changes there: a kink, not a wrong gradient). Batch
- * normalization's gradients included: it makes the rows of the batch
- * interact, and the check is of the batch's loss. */
+ * without dense columns, sum and mean pooling, from init seed 7. A central
+ * difference of step 1e-3 straddling a ReLU's kink disagrees with the
+ * (one-sided) analytic gradient: with seed 5 one pre-activation of DCN-v2's
+ * stacked full-rank net lies 8.5e-4 from 0 (the loss's slope in
+ * mlp.0.bias[0] changes there: a kink, not a wrong gradient), and with 7
+ * one of dnn's with batch normalization; net_check_slope then holds the
+ * gradient to the slope on its side. Batch normalization's gradients
+ * included: it makes the rows of the batch interact, and the check is of
+ * the batch's loss. */
 TEST(every_type_gradients_match_finite_differences) {
   static test_config cfg[MAX_CONFIGS];
   const size_t n = test_configs(DLREC_NET_TEST_GRADIENTS, cfg, MAX_CONFIGS);
