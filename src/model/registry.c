@@ -24,6 +24,7 @@
   X(wide_deep)       \
   X(deepfm)          \
   X(dcn_v2)          \
+  X(dnn)             \
   /* end of the list */
 
 #define NET_TYPE_DECLARE(NAME) extern const net_type net_type_##NAME;
