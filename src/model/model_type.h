@@ -1,8 +1,9 @@
 /* What a model type implements, and the helpers the generic code gives it.
- * A type is a small vtable (net_type) registered by name in model.c; the
- * generic code (model.c, net_run.c) owns the embedding stage, the loss, the
- * sparse update and the dense optimizer, so a type only plans its dense
- * tensors and maps (dense features, pooled embeddings) to logits and back.
+ * A type is a small vtable (net_type) registered by name in registry.c; the
+ * generic code (model.c, net_pass.c, the stages, train/step.c) owns the
+ * embedding stage, the loss, the sparse update and the dense optimizer, so
+ * a type only plans its dense tensors and maps (dense features, pooled
+ * embeddings) to logits and back.
  *
  * Adding a model type: a new src/model/NAME.c defining a `const net_type`
  * (its export_onnx and its test configs too: the generic tests, the ONNX
@@ -17,21 +18,10 @@
 #include "core/arena.h"
 #include "model/dlrm.h"
 #include "model/model.h"
+#include "model/stage.h"
 #include "nn/block.h"
 
 struct onnx_graph; /* core/onnx.h */
-
-/* Gradient-norm clipping with PyTorch clip_grad_norm_'s semantics, given sq,
- * the squared L2 norm of all gradients together (the dense ones and d_emb
- * (B, F, D), the per-lookup embedding gradients), summed by the caller in
- * double in a fixed order so that a step stays bitwise reproducible: if the
- * norm exceeds max_norm, every gradient times max_norm / (norm + 1e-6). A
- * norm that is not finite is the step's divergence error. net_clip_scale
- * gives the factor alone (1 when the norm is within max_norm), for
- * gradients that are not on the host. */
-dlrec_status net_clip(float *grad, size_t n_grad, float *d_emb, size_t n_emb, double sq, float max_norm,
-                      uint64_t step);
-dlrec_status net_clip_scale(double sq, float max_norm, uint64_t step, float *scale);
 
 /* A model section's optional "pooling" ("sum" or "mean"; absent: *pooling
  * stays), and its name for config_to_json (model.c). */
@@ -144,7 +134,7 @@ struct dlrec_net {
    * (dlrec_net_set_hot_fraction): column c's first hot_rows[c] rows (the
    * most frequent values: the ETL orders them so) at hot_base[c] of dhot,
    * a run of `hot` (hot_runs of them, the columns with any); the bag ops
-   * split each batch (net_run.c). dhot is NULL without hot rows. */
+   * split each batch (stage_host.c). dhot is NULL without hot rows. */
   float hot_fraction;
   uint64_t hot_rows[DLREC_MAX_SPARSE], hot_base[DLREC_MAX_SPARSE], hot_total;
   backend_rows hot[DLREC_MAX_SPARSE];
@@ -157,7 +147,13 @@ struct dlrec_net {
   /* Per column: pools by its mean because the ETL schema declares it so
    * (multi=NAME:SEP:mean); the config's pooling applies to the others. */
   uint8_t mean_cols[DLREC_MAX_SPARSE];
+  /* The network's embedding stage (model/stage.h), local or host, picked by
+   * net_stage_pick whenever the backend or the table's placement changes. */
+  dlrec_stage stage;
 };
+
+/* Picks the network's own stage from its backend and table placement. */
+void net_stage_pick(dlrec_net *n);
 
 /* In a ws_create: ptr = `floats` floats from arena, 64-byte aligned, or
  * goto nomem. */

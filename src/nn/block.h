@@ -11,7 +11,7 @@
  * scoring run it), its backward, and its ONNX export beside them.
  *
  * The plan helpers and the shared config readers live in block.c. The
- * passes that call the blocks (src/model/net_run.c) define net_linear_forward,
+ * passes that call the blocks (src/model/net_pass.c) define net_linear_forward,
  * net_allreduce and net_lap, declared here because every block calls them.
  *
  * Layers: nn/ sits on core/, backend/ and embed/ (the pooling mode); it
@@ -134,7 +134,7 @@ void net_init_linear(const net_linear *L, float *params, uint64_t seed, uint64_t
 
 /* ---- a pass ------------------------------------------------------------------ */
 
-/* One way of a split training step (net_run.c), for what a model must sum
+/* One way of a split training step (net_pass.c), for what a model must sum
  * across the ways: batch normalization's statistics. */
 typedef struct net_split {
   uint32_t ways, way;   /* way in [0, ways) */

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "train/checkpoint.h"
+#include "train/loaded_model.h"
 #include "model/model.h"
 #include "serve/kserve.h"
 #include "serve/serve.h"
