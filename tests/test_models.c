@@ -229,6 +229,57 @@ TEST(every_type_scoring_is_batch_invariant) {
     }
 }
 
+/* `dlrec models` lists the registry, what the ONNX check and the benchmark
+ * iterate: one line per type in a person's form, and with --json each
+ * type's name, description and test configs (their model sections and
+ * checks) as the library has them; `dlrec train --help` names every type. */
+TEST(models_command_lists_the_registry) {
+  char *out = NULL;
+  CHECK_EQ(test_run_cli(&out, "models --json"), 0);
+  cJSON *all = cJSON_Parse(out ? out : "");
+  free(out);
+  CHECK(cJSON_IsArray(all));
+  size_t i = 0;
+  for (const cJSON *t = all ? all->child : NULL; t; t = t->next, i++) {
+    CHECK(dlrec_net_type_name(i) != NULL);
+    if (!dlrec_net_type_name(i)) break;
+    CHECK_STR(cJSON_GetObjectItem(t, "type")->valuestring, dlrec_net_type_name(i));
+    CHECK_STR(cJSON_GetObjectItem(t, "doc")->valuestring, dlrec_net_type_doc(i));
+    const cJSON *tests = cJSON_GetObjectItem(t, "tests");
+    size_t j = 0;
+    unsigned checks = 0;
+    for (const cJSON *c = tests ? tests->child : NULL; c; c = c->next, j++) {
+      const char *model = dlrec_net_type_test_config(i, j, &checks);
+      CHECK(model != NULL);
+      cJSON *want = cJSON_Parse(model ? model : "null");
+      CHECK(cJSON_Compare(cJSON_GetObjectItem(c, "model"), want, 1));
+      cJSON_Delete(want);
+      const cJSON *names = cJSON_GetObjectItem(c, "checks");
+      unsigned got = 0;
+      for (const cJSON *n = names ? names->child : NULL; n; n = n->next)
+        got |= !strcmp(n->valuestring, "gradients")   ? DLREC_NET_TEST_GRADIENTS
+               : !strcmp(n->valuestring, "agreement") ? DLREC_NET_TEST_AGREEMENT
+               : !strcmp(n->valuestring, "kept")      ? DLREC_NET_TEST_KEPT
+                                                      : 1u << 30;
+      CHECK_EQ(got, checks);
+    }
+    CHECK(dlrec_net_type_test_config(i, j, NULL) == NULL);
+  }
+  CHECK(dlrec_net_type_name(i) == NULL);
+  cJSON_Delete(all);
+  char *plain = NULL, *help = NULL;
+  CHECK_EQ(test_run_cli(&plain, "models"), 0);
+  CHECK_EQ(test_run_cli(&help, "train --help"), 0);
+  for (size_t k = 0; dlrec_net_type_name(k); k++) {
+    char line[256];
+    snprintf(line, sizeof line, "%-10s %s\n", dlrec_net_type_name(k), dlrec_net_type_doc(k));
+    CHECK(plain && strstr(plain, line));
+    CHECK(help && strstr(help, line));
+  }
+  free(plain);
+  free(help);
+}
+
 /* lr's config: pooling only; DLRM's keys are errors naming the field, and a
  * config written to JSON reads back the same. */
 TEST(lr_config) {
