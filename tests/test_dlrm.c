@@ -509,7 +509,8 @@ TEST(dlrm_cat_interaction_gradients_and_batch_invariance) {
  * off by default and then left out of the config's JSON (which a config
  * without them writes as before they existed); read back when set, errors
  * naming the field; with batch normalization each hidden top layer gets
- * its bn tensors after its Linear's and the running statistics come last.
+ * its bn tensors after its Linear's and the running statistics come last;
+ * dropout draws its masks in training.
  * (Their gradients, batch invariance and training across backends are the
  * registry's test configs: test_models.) */
 TEST(dlrm_top_mlp_dropout_and_batch_norm) {
@@ -550,6 +551,32 @@ TEST(dlrm_top_mlp_dropout_and_batch_norm) {
   CHECK_EQ(dlrec_net_n_tensors(m), 18);
   for (uint32_t i = 0; i < 18 && i < dlrec_net_n_tensors(m); i++) CHECK_STR(dlrec_net_tensors(m)[i].name, names[i]);
   dlrec_net_free(m);
+  /* Dropout acts in training: two training forwards of one batch at steps
+   * 1 and 2 (a learning rate of 0, so nothing moves) differ by their masks,
+   * and agree without dropout. */
+  for (int drop = 0; drop <= 1; drop++) {
+    dlrec_dlrm_shape sh = *dlrec_dlrm_shape_of(&c);
+    sh.top_dropout = drop ? 0.5f : 0.0f;
+    dlrec_net_ws *ws;
+    CHECK_OK(dlrec_dlrm_create(&m, &sh, &s));
+    CHECK_OK(dlrec_net_init(m, 3));
+    CHECK_OK(dlrec_net_ws_create(&ws, m, 4));
+    dlrec_net_optim opt = {0};
+    dlrec_optim_config_default(&opt.dense, DLREC_OPTIM_SGD);
+    opt.dense.lr = 0;
+    dlrec_sparse_optim_config sc;
+    dlrec_sparse_optim_config_default(&sc, DLREC_SPARSE_SGD);
+    CHECK_OK(dlrec_sparse_optim_create(&opt.sparse, dlrec_net_table(m), &sc));
+    net_check_batch tb;
+    net_check_make_batch(&tb, &s, 2, 0);
+    double loss;
+    float prob[2][4];
+    for (int k = 0; k < 2; k++) CHECK_OK(dlrec_train_step(m, ws, &opt, &tb.b, 1.0f, (uint64_t)k + 1, &loss, prob[k]));
+    CHECK((memcmp(prob[0], prob[1], sizeof prob[0]) != 0) == drop);
+    dlrec_sparse_optim_free(opt.sparse);
+    dlrec_net_ws_free(ws);
+    dlrec_net_free(m);
+  }
 }
 
 /* A batch of B rows of net_check_schema's 3 columns (the middle one
