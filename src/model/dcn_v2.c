@@ -23,14 +23,12 @@
  * generic scorer packs it and scoring runs the cross blocks' *_infer
  * kernels: scores keep their bits at any batch size.
  */
-#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "core/arena.h"
 #include "core/json.h"
 #include "core/clock.h"
-#include "core/rng.h"
 #include "model/model_type.h"
 #include "core/onnx.h"
 
@@ -137,22 +135,6 @@ typedef struct dcn {
   uint32_t out_in; /* its input width: d + H (parallel), H or d (stacked) */
 } dcn;
 
-/* Adds a linear layer over tensors already planned (weight at w, bias at b
- * or NET_NO_BIAS), so that the scorer packs it. */
-static dlrec_status plan_view(net_plan *p, uint32_t in, uint32_t out, size_t w, size_t b, int *index) {
-  if (p->n_linear == NET_MAX_LINEAR)
-    return dlrec_error(DLREC_ERR_INVALID,
-                       "DCN-v2: the model has more than %d linear layers (each cross layer plans 3·experts + 1 "
-                       "with experts); use fewer cross_layers or experts", NET_MAX_LINEAR);
-  net_linear *L = &p->linear[p->n_linear];
-  L->in = in;
-  L->out = out;
-  L->w = w;
-  L->b = b;
-  *index = (int)p->n_linear++;
-  return DLREC_OK;
-}
-
 static dlrec_status plan_cross(dcn *m, net_plan *p, uint32_t l) {
   dcn_cross *x = &m->cross[l];
   uint32_t d = m->d, r = m->cfg.rank, K = m->cfg.experts;
@@ -183,18 +165,18 @@ static dlrec_status plan_cross(dcn *m, net_plan *p, uint32_t l) {
    * layers for dlrec_cross_mix_infer. */
   int idx = 0;
   for (uint32_t k = 0; s == DLREC_OK && k < K; k++) {
-    s = plan_view(p, d, r, x->V + (size_t)k * r * d, NET_NO_BIAS, &idx);
+    s = net_plan_view(p, d, r, x->V + (size_t)k * r * d, NET_NO_BIAS, &idx);
     if (k == 0) x->v0 = idx;
   }
   for (uint32_t k = 0; s == DLREC_OK && K > 1 && k < K; k++) {
-    s = plan_view(p, r, r, x->C + (size_t)k * r * r, NET_NO_BIAS, &idx);
+    s = net_plan_view(p, r, r, x->C + (size_t)k * r * r, NET_NO_BIAS, &idx);
     if (k == 0) x->c0 = idx;
   }
   for (uint32_t k = 0; s == DLREC_OK && k < K; k++) {
-    s = plan_view(p, r, d, x->U + (size_t)k * d * r, x->bias, &idx);
+    s = net_plan_view(p, r, d, x->U + (size_t)k * d * r, x->bias, &idx);
     if (k == 0) x->u0 = idx;
   }
-  if (s == DLREC_OK && K > 1) s = plan_view(p, d, K, x->G, NET_NO_BIAS, &x->gate);
+  if (s == DLREC_OK && K > 1) s = net_plan_view(p, d, K, x->G, NET_NO_BIAS, &x->gate);
   return s;
 }
 
@@ -222,6 +204,12 @@ static dlrec_status plan(const void *cfg, const dlrec_schema *schema, net_plan *
   m->F = schema->n_sparse;
   m->D = c->emb_dim;
   m->d = (uint32_t)d;
+  /* Every product of the cross network is a linear layer the scorer packs. */
+  const uint32_t views = c->rank == 0 ? 1 : c->experts == 1 ? 2 : 3 * c->experts + 1;
+  if ((uint64_t)views * c->layers > NET_MAX_LINEAR)
+    return dlrec_error(DLREC_ERR_INVALID,
+                       "DCN-v2: the model has more than %d linear layers (each cross layer plans 3·experts + 1 "
+                       "with experts); use fewer cross_layers or experts", NET_MAX_LINEAR);
   p->emb_dim = c->emb_dim;
   p->pooling = c->pooling;
   for (uint32_t l = 0; s == DLREC_OK && l < c->layers; l++) s = plan_cross(m, p, l);
@@ -232,15 +220,6 @@ static dlrec_status plan(const void *cfg, const dlrec_schema *schema, net_plan *
   if (s == DLREC_OK) s = net_plan_linear(p, "output", m->out_in, 1, &m->out);
   if (s == DLREC_OK) m->L_out = p->linear[m->out];
   return s;
-}
-
-/* count floats normal with std sqrt(2 / (fan_in + fan_out)) (Xavier) from
- * the random stream (seed, stream). */
-static void xavier(float *w, size_t count, uint32_t fan_in, uint32_t fan_out, uint64_t seed, uint64_t stream) {
-  dlrec_rng r;
-  dlrec_rng_seed(&r, seed, stream);
-  double std = sqrt(2.0 / ((double)fan_in + fan_out));
-  for (size_t i = 0; i < count; i++) w[i] = (float)(std * dlrec_rng_normal(&r));
 }
 
 /* As TorchRec's CrossNet, LowRankCrossNet and LowRankMixtureCrossNet: each
@@ -255,13 +234,13 @@ static void init(const void *ctx, const net_plan *p, float *params, uint64_t see
     const dcn_cross *x = &m->cross[l];
     uint64_t s0 = 6000 + 8 * (uint64_t)l;
     if (r == 0) {
-      xavier(params + x->W, (size_t)d * d, d, d, seed, s0);
+      net_init_xavier(params + x->W, (size_t)d * d, d, d, seed, s0);
     } else {
-      xavier(params + x->V, (size_t)K * r * d, d, r, seed, s0);
-      xavier(params + x->U, (size_t)K * d * r, r, d, seed, s0 + 1);
+      net_init_xavier(params + x->V, (size_t)K * r * d, d, r, seed, s0);
+      net_init_xavier(params + x->U, (size_t)K * d * r, r, d, seed, s0 + 1);
       if (K > 1) {
-        xavier(params + x->C, (size_t)K * r * r, r, r, seed, s0 + 2);
-        xavier(params + x->G, (size_t)K * d, d, 1, seed, s0 + 3);
+        net_init_xavier(params + x->C, (size_t)K * r * r, r, r, seed, s0 + 2);
+        net_init_xavier(params + x->G, (size_t)K * d, d, 1, seed, s0 + 3);
       }
     }
     memset(params + x->bias, 0, d * sizeof(float));

@@ -28,20 +28,24 @@ dlrec_status net_plan_tensor(net_plan *p, const char *name, uint32_t rows, uint3
   return DLREC_OK;
 }
 
+dlrec_status net_plan_view(net_plan *p, uint32_t in, uint32_t out, size_t w, size_t b, int *index) {
+  if (p->n_linear == NET_MAX_LINEAR)
+    return dlrec_error(DLREC_ERR_INVALID, "the model has more than %d linear layers", NET_MAX_LINEAR);
+  p->linear[p->n_linear] = (net_linear){.in = in, .out = out, .w = w, .b = b};
+  *index = (int)p->n_linear++;
+  return DLREC_OK;
+}
+
 dlrec_status net_plan_linear(net_plan *p, const char *prefix, uint32_t in, uint32_t out, int *index) {
   if (p->n_linear == NET_MAX_LINEAR)
     return dlrec_error(DLREC_ERR_INVALID, "the model has more than %d linear layers", NET_MAX_LINEAR);
-  net_linear *L = &p->linear[p->n_linear];
   char name[DLREC_NET_TENSOR_NAME + 16];
+  size_t w, b;
   snprintf(name, sizeof name, "%s.weight", prefix);
-  dlrec_status s = net_plan_tensor(p, name, out, in, &L->w);
+  dlrec_status s = net_plan_tensor(p, name, out, in, &w);
   snprintf(name, sizeof name, "%s.bias", prefix);
-  if (s == DLREC_OK) s = net_plan_tensor(p, name, out, 0, &L->b);
-  if (s != DLREC_OK) return s;
-  L->in = in;
-  L->out = out;
-  *index = (int)p->n_linear++;
-  return DLREC_OK;
+  if (s == DLREC_OK) s = net_plan_tensor(p, name, out, 0, &b);
+  return s == DLREC_OK ? net_plan_view(p, in, out, w, b, index) : s;
 }
 
 dlrec_status net_plan_buffer(net_plan *p, const char *name, uint32_t rows, size_t *handle) {
@@ -73,6 +77,13 @@ dlrec_status net_plan_finish(net_plan *p) {
   }
   p->n_params += p->buffer_floats;
   return DLREC_OK;
+}
+
+void net_init_xavier(float *w, size_t count, uint32_t fan_in, uint32_t fan_out, uint64_t seed, uint64_t stream) {
+  dlrec_rng r;
+  dlrec_rng_seed(&r, seed, stream);
+  double std = sqrt(2.0 / ((double)fan_in + fan_out));
+  for (size_t i = 0; i < count; i++) w[i] = (float)(std * dlrec_rng_normal(&r));
 }
 
 void net_init_linear(const net_linear *L, float *params, uint64_t seed, uint64_t stream) {

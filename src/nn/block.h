@@ -119,6 +119,10 @@ dlrec_status net_plan_tensor(net_plan *p, const char *name, uint32_t rows, uint3
 /* Adds a linear layer "PREFIX.weight" (out, in) and "PREFIX.bias" (out) and
  * sets *index to its number, the one net_linear_forward takes. */
 dlrec_status net_plan_linear(net_plan *p, const char *prefix, uint32_t in, uint32_t out, int *index);
+/* Adds a linear layer over tensors already planned (weight (out, in) at w,
+ * bias at b or NET_NO_BIAS), so that the scorer packs it, and sets *index
+ * to its number (DCN-v2's cross products are such views). */
+dlrec_status net_plan_view(net_plan *p, uint32_t in, uint32_t out, size_t w, size_t b, int *index);
 /* Adds a buffer of `rows` floats named `name` and sets *handle to what
  * net_buffer_offset takes. */
 dlrec_status net_plan_buffer(net_plan *p, const char *name, uint32_t rows, size_t *handle);
@@ -131,6 +135,10 @@ dlrec_status net_plan_finish(net_plan *p);
  * with std sqrt(2 / (in + out)) (Xavier), the bias normal with std
  * sqrt(1 / out), from the random stream (seed, stream). */
 void net_init_linear(const net_linear *L, float *params, uint64_t seed, uint64_t stream);
+
+/* count floats normal with std sqrt(2 / (fan_in + fan_out)) (Xavier) from
+ * the random stream (seed, stream). */
+void net_init_xavier(float *w, size_t count, uint32_t fan_in, uint32_t fan_out, uint64_t seed, uint64_t stream);
 
 /* ---- a pass ------------------------------------------------------------------ */
 
