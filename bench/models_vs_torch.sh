@@ -2,7 +2,8 @@
 # Every model type, dlrec against PyTorch, on the same data, in one run.
 #
 # usage: bench/models_vs_torch.sh [--quick] [MODEL ...]
-#   MODEL: lr fm dlrm wide_deep deepfm dcn_v2 dcn_v2_mix (default: all of them)
+#   MODEL: a model type this dlrec has (`dlrec models`), or dcn_v2_mix
+#          (default: every type, then dcn_v2_mix)
 #   --quick      a smoke run: ROWS=20000 CAP=20000 (seconds per model, figures
 #                meaningless but every path exercised)
 #   environment: ROWS (default 200000), CAP (100000), BATCHES ("128 4096"),
@@ -53,16 +54,21 @@
 # steps are then equal too (ceil(rows / batch), the last batch short); the
 # table shows both counts.
 #
-# The models (each trained with its own config below, identical on both sides):
+# The models: every type of this dlrec's registry (`dlrec models --json`),
+# then dcn_v2_mix, each trained with its config below, identical on both
+# sides:
 #   lr, fm          examples/lr.json's and examples/fm.json's shapes and optimizers
 #   dlrm            the Criteo Kaggle DLRM (examples/dlrm_criteo.json's shape)
 #   wide_deep       embedding_dim 16, mlp [400, 400, 400]
 #   deepfm          embedding_dim 16, mlp [400, 400, 400]
 #   dcn_v2          stacked, 3 full-rank cross layers, mlp [400, 400, 400]
 #   dcn_v2_mix      parallel, 3 cross layers of 4 experts of rank 64, mlp [400, 400, 400]
-# The MLP models train with Adam (lr 0.002) on the dense parameters and
-# row-wise Adagrad (lr 0.05) on the embeddings. A type that this `dlrec
-# train` does not know is skipped, saying so.
+#   any other type  its defaults ({"type": TYPE})
+# The MLP models (and any other type) train with Adam (lr 0.002) on the
+# dense parameters and row-wise Adagrad (lr 0.05) on the embeddings. A type
+# without a PyTorch twin in bench/torch_models.py (its --twins) gets a row
+# of dlrec's figures alone, marked "no PyTorch twin"; a model that this
+# `dlrec train` does not know is skipped, saying so.
 #
 # Needs a built dlrec (build/dlrec, or DLREC_BIN) and Debian's python3-torch
 # (with numpy), which it installs with apt-get when missing, as
@@ -79,12 +85,6 @@ for a in "$@"; do
     *) models+=("$a") ;;
   esac
 done
-all_models=(lr fm dlrm wide_deep deepfm dcn_v2 dcn_v2_mix)
-[ ${#models[@]} -gt 0 ] || models=("${all_models[@]}")
-for m in "${models[@]}"; do
-  case " ${all_models[*]} " in *" $m "*) ;; *) echo "models_vs_torch: unknown model $m (one of ${all_models[*]})" >&2; exit 2 ;; esac
-done
-
 if [ $quick = 1 ]; then
   rows=${ROWS:-20000} cap=${CAP:-20000}
 else
@@ -110,6 +110,15 @@ bin=${DLREC_BIN:-$root/build/dlrec}
 py=${PYTHON:-/usr/bin/python3}
 [ -x "$bin" ] || { echo "models_vs_torch: no dlrec at $bin (run 'make build' or set DLREC_BIN)" >&2; exit 1; }
 
+# The models: the registry's types, then the variants this script adds.
+types=$("$bin" models --json | "$py" -c 'import json, sys; print(" ".join(t["type"] for t in json.load(sys.stdin)))')
+[ -n "$types" ] || { echo "models_vs_torch: $bin models --json listed no model type" >&2; exit 1; }
+all_models=($types dcn_v2_mix)
+[ ${#models[@]} -gt 0 ] || models=("${all_models[@]}")
+for m in "${models[@]}"; do
+  case " ${all_models[*]} " in *" $m "*) ;; *) echo "models_vs_torch: unknown model $m (one of ${all_models[*]})" >&2; exit 2 ;; esac
+done
+
 # PyTorch comes from Debian (python3-torch pulls numpy in), installed only
 # when missing, with apt-get update first, as scripts/deps.sh installs.
 if ! "$py" -c 'import torch, numpy' 2>/dev/null; then
@@ -121,6 +130,8 @@ if ! "$py" -c 'import torch, numpy' 2>/dev/null; then
   $sudo apt-get install -y -qq --no-install-recommends python3-torch python3-numpy >/dev/null
   "$py" -c 'import torch, numpy' || { echo "models_vs_torch: $py still cannot import torch" >&2; exit 1; }
 fi
+# The types bench/torch_models.py has a twin of.
+twins=" $("$py" "$root/bench/torch_models.py" --twins) "
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/dlrec-models-bench.XXXXXX")
 trap 'rm -rf "$work"' EXIT
@@ -166,7 +177,8 @@ models = {
     "dcn_v2_mix": (dict(type="dcn_v2", structure="parallel", cross_layers=3, low_rank=64, experts=4, **deep),
                    mlp_opt),
 }
-model, opt = models[name]
+# A type without an entry here trains its defaults, as the MLP models train.
+model, opt = models.get(name, ({"type": name}, mlp_opt))
 for o in opt.values():
     o["lr"] *= lr_scale
 json.dump({"name": name, "model": model, "optimizer": opt,
@@ -200,26 +212,37 @@ for m in "${models[@]}"; do
   # Are the two models one function? The PyTorch model loads the probe's
   # checkpoint and scores valid.dlr; its probabilities must equal `dlrec
   # predict`'s to float rounding (1e-4), else the comparison is of two
-  # different models, and the table says so.
-  "$bin" predict --model "$work/probe" --input "$work/valid.dlr" --out "$work/probe.scores" --threads "$threads" \
-    2> /dev/null
+  # different models, and the table says so. A type without a PyTorch twin
+  # is timed on dlrec alone.
+  mtype=$(json_get "$work/probe.json" "j['model']['type']")
+  twin=1
+  case $twins in *" $mtype "*) ;; *) twin=0 ;; esac
   same=unchecked
-  if OMP_WAIT_POLICY=$wait "$py" "$root/bench/torch_models.py" --config "$work/probe.json" --train "$work/train.dlr" \
-      --valid "$work/valid.dlr" --threads "$threads" --mix-activation "$mix_act" --check "$work/probe" \
-      --scores "$work/probe.scores" > "$work/check.json" 2> "$work/check.err"; then
-    same=$(json_get "$work/check.json" "'%.1e' % j['max_abs_diff']")
-    echo "  $m: same function: max |p_dlrec - p_torch| = $same on $valid_rows rows (same parameters)"
-  elif [ -s "$work/check.json" ]; then
-    same="DIFFERS($(json_get "$work/check.json" "'%.1e' % j['max_abs_diff']"))"
-    echo "  $m: THE MODELS DIFFER: max |p_dlrec - p_torch| = ${same#DIFFERS} with the same parameters" >&2
+  if [ $twin = 0 ]; then
+    same=no_twin
+    echo "  $m: no PyTorch twin in bench/torch_models.py: dlrec's figures alone" >&2
   else
-    echo "  $m: not checked for equal functions: $(tail -3 "$work/check.err")" >&2
+    "$bin" predict --model "$work/probe" --input "$work/valid.dlr" --out "$work/probe.scores" --threads "$threads" \
+      2> /dev/null
+    if OMP_WAIT_POLICY=$wait "$py" "$root/bench/torch_models.py" --config "$work/probe.json" --train "$work/train.dlr" \
+        --valid "$work/valid.dlr" --threads "$threads" --mix-activation "$mix_act" --check "$work/probe" \
+        --scores "$work/probe.scores" > "$work/check.json" 2> "$work/check.err"; then
+      same=$(json_get "$work/check.json" "'%.1e' % j['max_abs_diff']")
+      echo "  $m: same function: max |p_dlrec - p_torch| = $same on $valid_rows rows (same parameters)"
+    elif [ -s "$work/check.json" ]; then
+      same="DIFFERS($(json_get "$work/check.json" "'%.1e' % j['max_abs_diff']"))"
+      echo "  $m: THE MODELS DIFFER: max |p_dlrec - p_torch| = ${same#DIFFERS} with the same parameters" >&2
+    else
+      echo "  $m: not checked for equal functions: $(tail -3 "$work/check.err")" >&2
+    fi
   fi
   # PyTorch's initial values: dlrec's (the probe's checkpoint, one per
   # seed), unless its tensors did not map onto the PyTorch model, which then
   # draws its own from the same seed.
   init=$same_init
-  if [ "$same_init" = 1 ] && [ "$same" = unchecked ]; then
+  if [ $twin = 0 ]; then
+    init=0
+  elif [ "$same_init" = 1 ] && [ "$same" = unchecked ]; then
     echo "  $m: PyTorch draws its own initial values (dlrec's do not map onto it)" >&2
     init=0
   elif [ "$same_init" = 1 ]; then
@@ -253,19 +276,24 @@ for m in "${models[@]}"; do
           d_sps=$s
           cp "$work/dlrec.json" "$work/dlrec-best.json"
         fi
-        echo "  $m, batch $b, seed $seed, round $round: pytorch ..."
-        OMP_WAIT_POLICY=$wait "$py" "$root/bench/torch_models.py" --config "$cfg" --train "$work/train.dlr" \
-          --valid "$work/valid.dlr" --batch "$b" --threads "$threads" --no-shuffle --mix-activation "$mix_act" \
-          --seed "$seed" ${model_init[@]+"${model_init[@]}"} ${torch_prec[@]+"${torch_prec[@]}"} > "$work/torch.json"
-        s=$(json_get "$work/torch.json" "j['samples_per_s']")
-        if awk -v s="$s" -v best="$t_sps" 'BEGIN { exit !(s > best) }'; then
-          t_sps=$s
+        if [ $twin = 0 ]; then
+          echo '{"samples_per_s": 0, "auc": null, "steps": 0}' > "$work/torch.json"
           cp "$work/torch.json" "$work/torch-best.json"
+        else
+          echo "  $m, batch $b, seed $seed, round $round: pytorch ..."
+          OMP_WAIT_POLICY=$wait "$py" "$root/bench/torch_models.py" --config "$cfg" --train "$work/train.dlr" \
+            --valid "$work/valid.dlr" --batch "$b" --threads "$threads" --no-shuffle --mix-activation "$mix_act" \
+            --seed "$seed" ${model_init[@]+"${model_init[@]}"} ${torch_prec[@]+"${torch_prec[@]}"} > "$work/torch.json"
+          s=$(json_get "$work/torch.json" "j['samples_per_s']")
+          if awk -v s="$s" -v best="$t_sps" 'BEGIN { exit !(s > best) }'; then
+            t_sps=$s
+            cp "$work/torch.json" "$work/torch-best.json"
+          fi
         fi
         echo "    dlrec $(json_get "$work/dlrec.json" "round(j['samples_per_s'])") samples/s," \
           "AUC $(json_get "$work/dlrec.json" "round(j['valid']['auc'], 4)");" \
           "pytorch $(json_get "$work/torch.json" "round(j['samples_per_s'])") samples/s," \
-          "AUC $(json_get "$work/torch.json" "round(j['auc'], 4)")"
+          "AUC $(json_get "$work/torch.json" "j['auc'] and round(j['auc'], 4)")"
       done
       aucs="$aucs $(json_get "$work/dlrec.json" "j['valid']['auc']"):$(json_get "$work/torch.json" "j['auc']")"
     done
@@ -293,6 +321,11 @@ for r in ${results[@]+"${results[@]}"}; do
   set -- $r
   awk -v m="$1" -v b="$2" -v ds="$3" -v ts="$4" -v da="$5" -v ta="$6" -v dst="$7" -v tst="$8" -v same="$9" \
       -v sd="${10}" 'BEGIN {
+    if (same == "no_twin") {
+      printf "%-11s %6d %14.0f %14s %7s %9.4f %9s %7s %7s %7s %9s %s\n", m, b, ds, "-", "-", da, "-", "-", "-", dst,
+        "-", "no PyTorch twin"
+      exit
+    }
     d = da - ta; if (d < 0) d = -d
     ratio = ts > 0 ? ds / ts : 0
     goal = (ratio >= 2 ? "" : "slow") (d <= 0.002 ? "" : ((ratio >= 2 ? "" : ",") "auc"))

@@ -17,6 +17,7 @@ weight):
   - wide_deep: table D + 1 as fm; logit = linear(dense) + Σ_f w_f
                + MLP([dense, v_1..v_F])
   - deepfm:    wide_deep + the FM term of fm
+  - dnn:       table D; logit = MLP([dense, e_1..e_F])
   - dcn_v2:    table D; x0 = [dense, e_1..e_F] (width d); "stacked":
                cross layers -> MLP -> linear 1; "parallel": [cross(x0),
                MLP(x0)] -> linear 1. Cross layer x_{l+1} = x0 ⊙ (W x_l + b)
@@ -26,7 +27,8 @@ weight):
                g = --mix-activation, default relu as src/nn/cross_mix.c)
   where MLP is `model.mlp` hidden layers of Linear -> [BatchNorm1d if
   `batch_norm`] -> ReLU -> [Dropout(`dropout`)] and a final linear to 1
-  (dlrm's MLPs are its bottom_mlp and top_mlp, without BN or dropout).
+  (dlrm's MLPs are its bottom_mlp and top_mlp, the top one's hidden layers
+  with `top_mlp_batch_norm` and `top_mlp_dropout`).
 
 All embeddings live in ONE table of (table_rows, width) with the .dlr file's
 global ids (id_begin of each column added back), as dlrec's does, looked up
@@ -200,6 +202,10 @@ class CrossMix(nn.Module):
 
 # ---- models --------------------------------------------------------------------
 
+# The dlrec model types this file has a twin of (bench/models_vs_torch.sh asks, with --twins).
+TWINS = ("lr", "fm", "dlrm", "wide_deep", "deepfm", "dcn_v2", "dnn")
+
+
 class Model(nn.Module):
     """One model type over one embedding table; forward(dense (B, n_dense), ids (B, F) global) -> logits (B,)."""
 
@@ -207,9 +213,8 @@ class Model(nn.Module):
         super().__init__()
         t = m.get("type", "dlrm")
         self.type = t
-        known = {"lr", "fm", "dlrm", "wide_deep", "deepfm", "dcn_v2"}
-        if t not in known:
-            raise SystemExit(f"torch_models: model.type '{t}' is not one of {', '.join(sorted(known))}")
+        if t not in TWINS:
+            raise SystemExit(f"torch_models: model.type '{t}' is not one of {', '.join(sorted(TWINS))}")
         if m.get("pooling", "sum") != "sum":
             raise SystemExit("torch_models: only sum pooling (one-hot data pools alike either way)")
         D = int(m.get("embedding_dim", 16))
@@ -226,7 +231,7 @@ class Model(nn.Module):
         hidden = [int(x) for x in m.get("mlp", [400, 400, 400])]
         if t in ("lr", "fm", "wide_deep", "deepfm"):
             self.dense_term = DenseTerm(n_dense)
-        if t in ("wide_deep", "deepfm"):
+        if t in ("wide_deep", "deepfm", "dnn"):
             self.deep = mlp([n_dense + self.F * D] + hidden + [1], False, drop, bn)
         elif t == "dlrm":
             bottom = [int(x) for x in m.get("bottom_mlp", [512, 256, 64, 16])]
@@ -240,7 +245,8 @@ class Model(nn.Module):
             self.register_buffer("li", li, persistent=False)
             self.register_buffer("lj", lj, persistent=False)
             inter = D + (self.F * D if self.cat else nf * (nf - 1) // 2)
-            self.top = mlp([inter] + top, False)
+            self.top = mlp([inter] + top, False, float(m.get("top_mlp_dropout", 0.0)),
+                           bool(m.get("top_mlp_batch_norm", False)))
         elif t == "dcn_v2":
             d = n_dense + self.F * D
             self.structure = m.get("structure", "stacked")
@@ -275,6 +281,8 @@ class Model(nn.Module):
             if t != "fm":
                 z = z + self.deep(torch.cat([dense, v.reshape(v.shape[0], -1)], 1)).squeeze(1)
             return z
+        if t == "dnn":
+            return self.deep(torch.cat([dense, e.reshape(e.shape[0], -1)], 1)).squeeze(1)
         if t == "dlrm":
             x = self.bot(dense)
             if self.cat:
@@ -425,7 +433,11 @@ def check(a, model, va, begins):
 
 
 def main():
+    if sys.argv[1:] == ["--twins"]:
+        print(" ".join(TWINS))
+        return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--twins", action="store_true", help="print the model types this file has a twin of, and exit")
     ap.add_argument("--config", required=True, help="the dlrec config (its model and optimizer sections)")
     ap.add_argument("--train", required=True)
     ap.add_argument("--valid", required=True)

@@ -297,20 +297,33 @@ TEST(workspace_outlives_its_network) {
 }
 
 /* Model types are picked by name; an unknown one is refused naming the
- * known ones. */
+ * known ones, every one of them in registry order; dlrm, the default, is
+ * the first, and the first six keep their places. Each name is unique, has a one-line description, and gives a
+ * config of its own type. */
 TEST(model_type_registry) {
   dlrec_net_config c;
   CHECK_OK(dlrec_net_config_default(&c, "dlrm"));
   CHECK_STR(c.type, "dlrm");
   CHECK_EQ(dlrec_dlrm_shape_of(&c)->emb_dim, 16);
   CHECK_ERR(dlrec_net_config_default(&c, "gbdt"), DLREC_ERR_INVALID, "'gbdt' is not one of dlrm, lr, fm");
-  CHECK_STR(dlrec_net_type_name(0), "dlrm");
-  CHECK_STR(dlrec_net_type_name(1), "lr");
-  CHECK_STR(dlrec_net_type_name(2), "fm");
-  CHECK_STR(dlrec_net_type_name(3), "wide_deep");
-  CHECK_STR(dlrec_net_type_name(4), "deepfm");
-  CHECK_STR(dlrec_net_type_name(5), "dcn_v2");
-  CHECK(dlrec_net_type_name(6) == NULL);
+  CHECK_STR(dlrec_net_type_name(0), DLREC_DEFAULT_MODEL_TYPE);
+  /* The types that were there first keep their places; new ones come after. */
+  static const char *const first[] = {"dlrm", "lr", "fm", "wide_deep", "deepfm", "dcn_v2"};
+  for (size_t i = 0; i < 6; i++) CHECK_STR(dlrec_net_type_name(i), first[i]);
+  char known[512] = "";
+  size_t n = 0;
+  for (; dlrec_net_type_name(n); n++) {
+    const char *name = dlrec_net_type_name(n);
+    CHECK_OK(dlrec_net_config_default(&c, name));
+    CHECK_STR(c.type, name);
+    CHECK(dlrec_net_type_doc(n) && strlen(dlrec_net_type_doc(n)) > 10);
+    for (size_t k = 0; k < n; k++) CHECK(strcmp(dlrec_net_type_name(k), name) != 0);
+    snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", n ? ", " : "", name);
+  }
+  CHECK(n >= 6);
+  CHECK(dlrec_net_type_name(n) == NULL && dlrec_net_type_doc(n) == NULL);
+  CHECK(dlrec_net_type_test_config(n, 0, NULL) == NULL);
+  CHECK_ERR(dlrec_net_config_default(&c, "gbdt"), DLREC_ERR_INVALID, known);
 }
 
 /* ---- DLRM on data with no dense column ------------------------------------ */
@@ -487,6 +500,80 @@ TEST(dlrm_cat_interaction_gradients_and_batch_invariance) {
     if (bad) fprintf(stderr, "%s dense columns\n", no_dense ? "without" : "with");
     CHECK_EQ(bad, 0);
     CHECK_EQ(net_check_batch_invariance(m, ws, &tb.b), 0);
+    dlrec_net_ws_free(ws);
+    dlrec_net_free(m);
+  }
+}
+
+/* The top MLP's dropout and batch normalization (BARS's DLRM protocol):
+ * off by default and then left out of the config's JSON (which a config
+ * without them writes as before they existed); read back when set, errors
+ * naming the field; with batch normalization each hidden top layer gets
+ * its bn tensors after its Linear's and the running statistics come last;
+ * dropout draws its masks in training.
+ * (Their gradients, batch invariance and training across backends are the
+ * registry's test configs: test_models.) */
+TEST(dlrm_top_mlp_dropout_and_batch_norm) {
+  dlrec_net_config c, back;
+  CHECK_OK(dlrec_net_config_default(&c, "dlrm"));
+  cJSON *o = cJSON_CreateObject();
+  dlrec_net_config_to_json(&c, o);
+  CHECK(!cJSON_GetObjectItem(o, "top_mlp_dropout") && !cJSON_GetObjectItem(o, "top_mlp_batch_norm"));
+  cJSON_Delete(o);
+  o = cJSON_Parse("{\"top_mlp_dropout\": 1}");
+  CHECK_ERR(dlrec_net_config_parse(&c, o, "cfg.json: model"), DLREC_ERR_INVALID,
+            "cfg.json: model: field 'top_mlp_dropout': 1 is out of range [0, 1)");
+  cJSON_Delete(o);
+  o = cJSON_Parse("{\"top_mlp_batch_norm\": 1}");
+  CHECK_ERR(dlrec_net_config_parse(&c, o, "cfg.json: model"), DLREC_ERR_INVALID, "top_mlp_batch_norm");
+  cJSON_Delete(o);
+  o = cJSON_Parse("{\"embedding_dim\": 4, \"bottom_mlp\": [5, 4], \"top_mlp\": [6, 3, 1], "
+                  "\"top_mlp_dropout\": 0.5, \"top_mlp_batch_norm\": true}");
+  CHECK_OK(dlrec_net_config_parse(&c, o, "model"));
+  cJSON_Delete(o);
+  CHECK(dlrec_dlrm_shape_of(&c)->top_dropout == 0.5f && dlrec_dlrm_shape_of(&c)->top_batch_norm);
+  o = cJSON_CreateObject();
+  dlrec_net_config_to_json(&c, o);
+  CHECK_OK(dlrec_net_config_default(&back, "lr"));
+  CHECK_OK(dlrec_net_config_parse(&back, o, "model"));
+  cJSON_Delete(o);
+  CHECK(memcmp(&c, &back, sizeof c) == 0);
+  dlrec_schema s;
+  net_check_schema(&s, 3);
+  dlrec_net *m;
+  CHECK_OK(dlrec_net_create(&m, &c, &s));
+  static const char *const names[] = {"bottom.0.weight",      "bottom.0.bias",       "bottom.1.weight",
+                                      "bottom.1.bias",        "top.0.weight",        "top.0.bias",
+                                      "top.0.bn.weight",      "top.0.bn.bias",       "top.1.weight",
+                                      "top.1.bias",           "top.1.bn.weight",     "top.1.bn.bias",
+                                      "top.2.weight",         "top.2.bias",          "top.0.bn.running_mean",
+                                      "top.0.bn.running_var", "top.1.bn.running_mean", "top.1.bn.running_var"};
+  CHECK_EQ(dlrec_net_n_tensors(m), 18);
+  for (uint32_t i = 0; i < 18 && i < dlrec_net_n_tensors(m); i++) CHECK_STR(dlrec_net_tensors(m)[i].name, names[i]);
+  dlrec_net_free(m);
+  /* Dropout acts in training: two training forwards of one batch at steps
+   * 1 and 2 (a learning rate of 0, so nothing moves) differ by their masks,
+   * and agree without dropout. */
+  for (int drop = 0; drop <= 1; drop++) {
+    dlrec_dlrm_shape sh = *dlrec_dlrm_shape_of(&c);
+    sh.top_dropout = drop ? 0.5f : 0.0f;
+    dlrec_net_ws *ws;
+    CHECK_OK(dlrec_dlrm_create(&m, &sh, &s));
+    CHECK_OK(dlrec_net_init(m, 3));
+    CHECK_OK(dlrec_net_ws_create(&ws, m, 4));
+    dlrec_net_optim opt = {0};
+    dlrec_optim_config_default(&opt.dense, DLREC_OPTIM_SGD);
+    opt.dense.lr = 0;
+    dlrec_sparse_optim_config sc;
+    dlrec_sparse_optim_config_default(&sc, DLREC_SPARSE_SGD);
+    CHECK_OK(dlrec_sparse_optim_create(&opt.sparse, dlrec_net_table(m), &sc));
+    net_check_batch tb;
+    net_check_make_batch(&tb, &s, 2, 0);
+    double loss;
+    float prob[2][4];
+    for (int k = 0; k < 2; k++) CHECK_OK(dlrec_train_step(m, ws, &opt, &tb.b, 1.0f, (uint64_t)k + 1, &loss, prob[k]));
+    CHECK((memcmp(prob[0], prob[1], sizeof prob[0]) != 0) == drop);
+    dlrec_sparse_optim_free(opt.sparse);
     dlrec_net_ws_free(ws);
     dlrec_net_free(m);
   }

@@ -1,10 +1,11 @@
-/* Model types beyond DLRM, through the model interface: logistic regression
- * ("lr") and the factorization machine ("fm"). Their configs, named
- * tensors, logits against a direct computation in double, every gradient
- * against finite differences,
- * batch-invariant scoring, learning on synth data through the CLI (train,
- * eval, predict), and `dlrec serve` scoring an lr run bitwise as predict
- * does. */
+/* Model types through the model interface. Every registered type, in each
+ * config its registry entry gives the tests (dlrec_net_type_test_config):
+ * its config read back from JSON, every gradient against finite
+ * differences, batch-invariant scoring, workspace bytes, whole-model
+ * agreement across backends and kept operands. Then each type's own:
+ * configs, named tensors, logits against a direct computation in double,
+ * learning on synth data through the CLI (train, eval, predict), and
+ * `dlrec serve` scoring a run bitwise as predict does. */
 #include <arpa/inet.h>
 #include <math.h>
 #include <fcntl.h>
@@ -48,6 +49,235 @@ static dlrec_status model_create(dlrec_net **m, const dlrec_schema *s, const cha
 
 static dlrec_status lr_create(dlrec_net **m, const dlrec_schema *s, const char *pooling) {
   return model_create(m, s, "lr", pooling, "");
+}
+
+/* ---- every registered type, in each of its test configs ------------------- */
+
+/* A network of `type` from a test config (the JSON object of the model
+ * section's keys beside "type"), with `pooling`. */
+static dlrec_status config_create(dlrec_net **m, const dlrec_schema *s, const char *type, const char *model,
+                                  const char *pooling) {
+  *m = NULL;
+  dlrec_net_config c;
+  dlrec_status st = dlrec_net_config_default(&c, type);
+  cJSON *o = cJSON_Parse(model);
+  if (st == DLREC_OK && !cJSON_IsObject(o))
+    st = dlrec_error(DLREC_ERR_INVALID, "%s's test config is not a JSON object: %s", type, model);
+  if (st == DLREC_OK) {
+    cJSON_DeleteItemFromObjectCaseSensitive(o, "pooling");
+    cJSON_AddStringToObject(o, "pooling", pooling);
+    st = dlrec_net_config_parse(&c, o, "model");
+  }
+  cJSON_Delete(o);
+  return st == DLREC_OK ? dlrec_net_create(m, &c, s) : st;
+}
+
+/* One test config: its type's name and its model section. */
+typedef struct test_config {
+  const char *type, *model;
+} test_config;
+
+/* Every registered type's test configs that join any of `checks` (0: all of
+ * them), into out (at most cap); their number. */
+static size_t test_configs(unsigned checks, test_config *out, size_t cap) {
+  size_t n = 0;
+  for (size_t i = 0; dlrec_net_type_name(i); i++) {
+    unsigned has = 0;
+    const char *model;
+    for (size_t j = 0; (model = dlrec_net_type_test_config(i, j, &has)); j++)
+      if ((!checks || (has & checks)) && n < cap) out[n++] = (test_config){dlrec_net_type_name(i), model};
+  }
+  return n;
+}
+enum { MAX_CONFIGS = 256 };
+
+/* Every registered type has test configs, one of them small enough for
+ * finite differences; each reads as a config, and written to JSON and read
+ * back (into a config of another type) gives the same bytes. */
+TEST(every_type_config_reads_back) {
+  size_t types = 0;
+  for (; dlrec_net_type_name(types); types++) {
+    unsigned checks = 0, all = 0;
+    for (size_t j = 0; dlrec_net_type_test_config(types, j, &checks); j++) all |= checks;
+    if (!(all & DLREC_NET_TEST_GRADIENTS))
+      test_fail(__FILE__, __LINE__, "model type %s: no test config for the finite differences",
+                dlrec_net_type_name(types));
+  }
+  static test_config cfg[MAX_CONFIGS];
+  const size_t n = test_configs(0, cfg, MAX_CONFIGS);
+  CHECK(n >= types);
+  for (size_t k = 0; k < n; k++) {
+    dlrec_net_config c, back;
+    CHECK_OK(dlrec_net_config_default(&c, cfg[k].type));
+    cJSON *o = cJSON_Parse(cfg[k].model);
+    CHECK(cJSON_IsObject(o));
+    CHECK_OK(dlrec_net_config_parse(&c, o, "model"));
+    cJSON_Delete(o);
+    o = cJSON_CreateObject();
+    dlrec_net_config_to_json(&c, o);
+    CHECK_OK(dlrec_net_config_default(&back, strcmp(cfg[k].type, "lr") ? "lr" : "fm"));
+    CHECK_OK(dlrec_net_config_parse(&back, o, "model"));
+    cJSON_Delete(o);
+    if (memcmp(&c, &back, sizeof c))
+      test_fail(__FILE__, __LINE__, "%s %s: not read back the same from JSON", cfg[k].type, cfg[k].model);
+  }
+}
+
+/* Every gradient of each small test config (dense weights, bias, every
+ * embedding row the batch touches) against finite differences, with and
+ * without dense columns, sum and mean pooling, from init seed 7. A central
+ * difference of step 1e-3 straddling a ReLU's kink disagrees with the
+ * (one-sided) analytic gradient: with seed 5 one pre-activation of DCN-v2's
+ * stacked full-rank net lies 8.5e-4 from 0 (the loss's slope in
+ * mlp.0.bias[0] changes there: a kink, not a wrong gradient), and with 7
+ * one of dnn's with batch normalization; net_check_slope then holds the
+ * gradient to the slope on its side. Batch normalization's gradients
+ * included: it makes the rows of the batch interact, and the check is of
+ * the batch's loss. */
+TEST(every_type_gradients_match_finite_differences) {
+  static test_config cfg[MAX_CONFIGS];
+  const size_t n = test_configs(DLREC_NET_TEST_GRADIENTS, cfg, MAX_CONFIGS);
+  for (size_t k = 0; k < n && !test_failed_now(); k++)
+    for (uint32_t n_dense = 0; n_dense <= 3; n_dense += 3)
+      for (int mean = 0; mean <= 1; mean++) {
+        dlrec_schema s;
+        net_check_schema(&s, n_dense);
+        dlrec_net *m;
+        dlrec_net_ws *ws;
+        CHECK_OK(config_create(&m, &s, cfg[k].type, cfg[k].model, mean ? "mean" : "sum"));
+        if (!m) continue;
+        CHECK_OK(dlrec_net_init(m, 7));
+        CHECK_OK(dlrec_net_ws_create(&ws, m, 4));
+        net_check_batch tb;
+        net_check_make_batch(&tb, &s, 1, -1);
+        int bad = net_check_gradients(m, ws, &tb.b, mean);
+        if (bad)
+          fprintf(stderr, "%s %s: n_dense %u, %s pooling\n", cfg[k].type, cfg[k].model, n_dense, mean ? "mean" : "sum");
+        CHECK_EQ(bad, 0);
+        dlrec_net_ws_free(ws);
+        dlrec_net_free(m);
+      }
+}
+
+/* 64 rows of net_check_schema's 3 columns (the middle one multi-hot, 0 to 3
+ * ids) from seed 21, n_dense dense values each; static arrays. */
+static dlrec_batch wide_batch(const dlrec_schema *s) {
+  enum { ROWS = 64 };
+  static float dense[ROWS * 3], labels[ROWS];
+  static uint32_t off[3][ROWS + 1], ids[3][ROWS * 3];
+  dlrec_rng r;
+  dlrec_rng_seed(&r, 21, 0);
+  dlrec_batch b;
+  memset(&b, 0, sizeof b);
+  b.rows = ROWS;
+  for (int i = 0; i < ROWS * 3; i++) dense[i] = (float)(2 * dlrec_rng_uniform(&r) - 1);
+  for (int c = 0; c < 3; c++) {
+    uint32_t n = 0, span = (uint32_t)(s->sparse[c].id_end - s->sparse[c].id_begin);
+    for (int i = 0; i < ROWS; i++) {
+      off[c][i] = n;
+      for (int j = 0; j < (c == 1 ? i % 4 : 1); j++)
+        ids[c][n++] = (uint32_t)s->sparse[c].id_begin + (uint32_t)(dlrec_rng_uniform(&r) * span) % span;
+    }
+    off[c][ROWS] = n;
+    b.offsets[c] = off[c];
+    b.ids[c] = ids[c];
+  }
+  b.dense = s->n_dense ? dense : NULL;
+  b.labels = labels;
+  return b;
+}
+
+/* A row scored alone has the bits it has inside a batch, for every test
+ * config, with and without dense columns: in a batch of 4 after two
+ * training passes (which move batch normalization's running statistics
+ * away from their start: scoring uses them, and no dropout), and in a batch
+ * of 64 (at 4 rows and a width of 9, sgemm happens to give the same bits
+ * for one row as for the batch, and scoring through the training kernels
+ * would pass). */
+TEST(every_type_scoring_is_batch_invariant) {
+  static test_config cfg[MAX_CONFIGS];
+  const size_t n = test_configs(0, cfg, MAX_CONFIGS);
+  for (size_t k = 0; k < n && !test_failed_now(); k++)
+    for (uint32_t n_dense = 0; n_dense <= 3; n_dense += 3) {
+      dlrec_schema s;
+      net_check_schema(&s, n_dense);
+      dlrec_net *m;
+      dlrec_net_ws *ws;
+      CHECK_OK(config_create(&m, &s, cfg[k].type, cfg[k].model, "sum"));
+      if (!m) continue;
+      CHECK_OK(dlrec_net_init(m, 11));
+      CHECK_OK(dlrec_net_ws_create(&ws, m, 64));
+      net_check_batch tb;
+      net_check_make_batch(&tb, &s, 3, -1);
+      for (int i = 0; i < 2; i++) CHECK(isfinite(net_check_loss(m, ws, &tb.b)));
+      /* Batch normalization's running variances (starting at 1) moved. */
+      const dlrec_net_tensor *t = dlrec_net_tensors(m);
+      size_t n_params;
+      const float *p = dlrec_net_dense_params(m, &n_params);
+      for (uint32_t i = 0; i < dlrec_net_n_tensors(m); i++)
+        if (strstr(t[i].name, ".running_var")) CHECK(p[t[i].offset] != 1.0f);
+      const int bad4 = net_check_batch_invariance(m, ws, &tb.b);
+      dlrec_batch wide = wide_batch(&s);
+      const int bad64 = net_check_batch_invariance(m, ws, &wide);
+      if (bad4 || bad64)
+        fprintf(stderr, "%s %s, n_dense %u: %d of 4 and %d of 64 rows scored otherwise alone\n", cfg[k].type,
+                cfg[k].model, n_dense, bad4, bad64);
+      CHECK_EQ(bad4, 0);
+      CHECK_EQ(bad64, 0);
+      dlrec_net_ws_free(ws);
+      dlrec_net_free(m);
+    }
+}
+
+/* `dlrec models` lists the registry, what the ONNX check and the benchmark
+ * iterate: one line per type in a person's form, and with --json each
+ * type's name, description and test configs (their model sections and
+ * checks) as the library has them; `dlrec train --help` names every type. */
+TEST(models_command_lists_the_registry) {
+  char *out = NULL;
+  CHECK_EQ(test_run_cli(&out, "models --json"), 0);
+  cJSON *all = cJSON_Parse(out ? out : "");
+  free(out);
+  CHECK(cJSON_IsArray(all));
+  size_t i = 0;
+  for (const cJSON *t = all ? all->child : NULL; t; t = t->next, i++) {
+    CHECK(dlrec_net_type_name(i) != NULL);
+    if (!dlrec_net_type_name(i)) break;
+    CHECK_STR(cJSON_GetObjectItem(t, "type")->valuestring, dlrec_net_type_name(i));
+    CHECK_STR(cJSON_GetObjectItem(t, "doc")->valuestring, dlrec_net_type_doc(i));
+    const cJSON *tests = cJSON_GetObjectItem(t, "tests");
+    size_t j = 0;
+    unsigned checks = 0;
+    for (const cJSON *c = tests ? tests->child : NULL; c; c = c->next, j++) {
+      const char *model = dlrec_net_type_test_config(i, j, &checks);
+      CHECK(model != NULL);
+      cJSON *want = cJSON_Parse(model ? model : "null");
+      CHECK(cJSON_Compare(cJSON_GetObjectItem(c, "model"), want, 1));
+      cJSON_Delete(want);
+      const cJSON *names = cJSON_GetObjectItem(c, "checks");
+      unsigned got = 0;
+      for (const cJSON *n = names ? names->child : NULL; n; n = n->next)
+        got |= !strcmp(n->valuestring, "gradients")   ? DLREC_NET_TEST_GRADIENTS
+               : !strcmp(n->valuestring, "agreement") ? DLREC_NET_TEST_AGREEMENT
+               : !strcmp(n->valuestring, "kept")      ? DLREC_NET_TEST_KEPT
+                                                      : 1u << 30;
+      CHECK_EQ(got, checks);
+    }
+    CHECK(dlrec_net_type_test_config(i, j, NULL) == NULL);
+  }
+  CHECK(dlrec_net_type_name(i) == NULL);
+  cJSON_Delete(all);
+  char *plain = NULL, *help = NULL;
+  CHECK_EQ(test_run_cli(&plain, "models"), 0);
+  CHECK_EQ(test_run_cli(&help, "train --help"), 0);
+  for (size_t k = 0; dlrec_net_type_name(k); k++) {
+    char line[256];
+    snprintf(line, sizeof line, "%-10s %s\n", dlrec_net_type_name(k), dlrec_net_type_doc(k));
+    CHECK(plain && strstr(plain, line));
+    CHECK(help && strstr(help, line));
+  }
+  free(plain);
+  free(help);
 }
 
 /* lr's config: pooling only; DLRM's keys are errors naming the field, and a
@@ -144,53 +374,6 @@ TEST(lr_forward_matches_direct_computation) {
     dlrec_net_free(m);
   }
 }
-
-/* Every gradient of a network of `type` (its other keys in `extra`, as
- * model_create takes them): dense weights, bias, every embedding row the
- * batch touches, against finite differences, with and without dense
- * columns, sum and mean pooling. */
-static void check_gradients(const char *type, const char *extra) {
-  for (uint32_t n_dense = 0; n_dense <= 3; n_dense += 3)
-    for (int mean = 0; mean <= 1; mean++) {
-      dlrec_schema s;
-      net_check_schema(&s, n_dense);
-      dlrec_net *m;
-      dlrec_net_ws *ws;
-      CHECK_OK(model_create(&m, &s, type, mean ? "mean" : "sum", extra));
-      CHECK_OK(dlrec_net_init(m, 5));
-      CHECK_OK(dlrec_net_ws_create(&ws, m, 4));
-      net_check_batch tb;
-      net_check_make_batch(&tb, &s, 1, -1);
-      int bad = net_check_gradients(m, ws, &tb.b, mean);
-      if (bad) fprintf(stderr, "%s: n_dense %u, %s pooling\n", type, n_dense, mean ? "mean" : "sum");
-      CHECK_EQ(bad, 0);
-      dlrec_net_ws_free(ws);
-      dlrec_net_free(m);
-    }
-}
-
-/* A row scored alone has the bits it has inside a batch, with and without
- * dense columns. */
-static void check_batch_invariance(const char *type, const char *extra) {
-  for (uint32_t n_dense = 0; n_dense <= 3; n_dense += 3) {
-    dlrec_schema s;
-    net_check_schema(&s, n_dense);
-    dlrec_net *m;
-    dlrec_net_ws *ws;
-    CHECK_OK(model_create(&m, &s, type, "sum", extra));
-    CHECK_OK(dlrec_net_init(m, 11));
-    CHECK_OK(dlrec_net_ws_create(&ws, m, 4));
-    net_check_batch tb;
-    net_check_make_batch(&tb, &s, 3, -1);
-    CHECK_EQ(net_check_batch_invariance(m, ws, &tb.b), 0);
-    dlrec_net_ws_free(ws);
-    dlrec_net_free(m);
-  }
-}
-
-TEST(lr_gradients_match_finite_differences) { check_gradients("lr", ""); }
-
-TEST(lr_scoring_is_batch_invariant) { check_batch_invariance("lr", ""); }
 
 static double auc_in(const char *out) {
   const char *a = out ? strstr(out, "\"auc\":") : NULL;
@@ -381,11 +564,6 @@ TEST(fm_forward_matches_direct_computation) {
   }
 }
 
-/* Factors and first-order weights share each embedding row. */
-TEST(fm_gradients_match_finite_differences) { check_gradients("fm", FM_EXTRA); }
-
-TEST(fm_scoring_is_batch_invariant) { check_batch_invariance("fm", FM_EXTRA); }
-
 /* fm learns on synth data through the CLI with examples/fm.json (on 2
  * threads): validation AUC above chance by a stated margin (measured at
  * this size: see FM_MIN_AUC); `dlrec serve` scores its run as predict does. */
@@ -518,98 +696,7 @@ TEST(dcn_v2_plans_named_tensors) {
             DLREC_ERR_INVALID, "use fewer cross_layers or experts");
 }
 
-/* Every gradient (each cross variant's tensors, the MLP's, the output
- * layer's, and every embedding row the batch touches) against finite
- * differences, stacked and parallel, with and without dense columns, sum and
- * mean pooling; dropout and batch normalization in some. As
- * check_gradients, from init seed 7: central differences of step 1e-3
- * straddling a ReLU's kink disagree with the (one-sided) analytic gradient,
- * and with the seed 5 of lr and fm one pre-activation of the stacked
- * full-rank net lies 8.5e-4 from 0 (the loss's slope in mlp.0.bias[0]
- * changes there: a kink, not a wrong gradient). */
-static void dcn_check_gradients(const char *extra) {
-  for (uint32_t n_dense = 0; n_dense <= 3; n_dense += 3)
-    for (int mean = 0; mean <= 1; mean++) {
-      dlrec_schema s;
-      net_check_schema(&s, n_dense);
-      dlrec_net *m;
-      dlrec_net_ws *ws;
-      CHECK_OK(model_create(&m, &s, "dcn_v2", mean ? "mean" : "sum", extra));
-      CHECK_OK(dlrec_net_init(m, 7));
-      CHECK_OK(dlrec_net_ws_create(&ws, m, 4));
-      net_check_batch tb;
-      net_check_make_batch(&tb, &s, 1, -1);
-      int bad = net_check_gradients(m, ws, &tb.b, mean);
-      if (bad) fprintf(stderr, "dcn_v2 %s: n_dense %u, %s pooling\n", extra, n_dense, mean ? "mean" : "sum");
-      CHECK_EQ(bad, 0);
-      dlrec_net_ws_free(ws);
-      dlrec_net_free(m);
-    }
-}
-
-TEST(dcn_v2_gradients_match_finite_differences) {
-  static const char *variants[] = {
-      DCN_SMALL ", \"structure\": \"stacked\"",
-      DCN_SMALL ", \"structure\": \"parallel\", \"dropout\": 0.3, \"batch_norm\": true",
-      DCN_LOW_RANK ", \"structure\": \"stacked\", \"batch_norm\": true",
-      DCN_LOW_RANK ", \"structure\": \"parallel\"",
-      DCN_MOE ", \"structure\": \"stacked\", \"dropout\": 0.2",
-      DCN_MOE ", \"structure\": \"parallel\"",
-      ", \"embedding_dim\": 2, \"structure\": \"stacked\", \"mlp\": [], \"low_rank\": 1, \"experts\": 2",
-  };
-  for (size_t i = 0; i < sizeof variants / sizeof *variants && !test_failed_now(); i++)
-    dcn_check_gradients(variants[i]);
-}
-
-/* A row scored alone has the bits it has inside a batch of 64, for each
- * variant (the cross layers through the packed kernels, batch
- * normalization through its running statistics, no dropout when scoring).
- * Wider than the gradient checks' nets (x0 of 3 + 3 × 16): at 4 rows and a
- * width of 9, sgemm happens to give the same bits for one row as for the
- * batch, and scoring through the training kernels would pass. */
-static void dcn_check_batch_invariance(const char *extra) {
-  enum { ROWS = 64 };
-  dlrec_schema s;
-  net_check_schema(&s, 3);
-  dlrec_net *m;
-  dlrec_net_ws *ws;
-  CHECK_OK(model_create(&m, &s, "dcn_v2", "sum", extra));
-  CHECK_OK(dlrec_net_init(m, 11));
-  CHECK_OK(dlrec_net_ws_create(&ws, m, ROWS));
-  static float dense[ROWS * 3], labels[ROWS];
-  static uint32_t off[3][ROWS + 1], ids[3][ROWS * 3];
-  dlrec_rng r;
-  dlrec_rng_seed(&r, 21, 0);
-  dlrec_batch b;
-  memset(&b, 0, sizeof b);
-  b.rows = ROWS;
-  for (int i = 0; i < ROWS * 3; i++) dense[i] = (float)(2 * dlrec_rng_uniform(&r) - 1);
-  for (int c = 0; c < 3; c++) {
-    uint32_t n = 0, span = (uint32_t)(s.sparse[c].id_end - s.sparse[c].id_begin);
-    for (int i = 0; i < ROWS; i++) {
-      off[c][i] = n;
-      for (int j = 0; j < (c == 1 ? i % 4 : 1); j++)
-        ids[c][n++] = (uint32_t)s.sparse[c].id_begin + (uint32_t)(dlrec_rng_uniform(&r) * span) % span;
-    }
-    off[c][ROWS] = n;
-    b.offsets[c] = off[c];
-    b.ids[c] = ids[c];
-  }
-  b.dense = dense;
-  b.labels = labels;
-  CHECK_EQ(net_check_batch_invariance(m, ws, &b), 0);
-  dlrec_net_ws_free(ws);
-  dlrec_net_free(m);
-}
-
 #define DCN_WIDE ", \"embedding_dim\": 16, \"cross_layers\": 2, \"mlp\": [32, 8]"
-TEST(dcn_v2_scoring_is_batch_invariant) {
-  check_batch_invariance("dcn_v2", DCN_MOE ", \"structure\": \"parallel\"");
-  dcn_check_batch_invariance(DCN_WIDE ", \"structure\": \"stacked\", \"batch_norm\": true, \"dropout\": 0.5");
-  dcn_check_batch_invariance(DCN_WIDE ", \"structure\": \"parallel\", \"low_rank\": 8");
-  dcn_check_batch_invariance(DCN_WIDE ", \"structure\": \"parallel\", \"low_rank\": 8, \"experts\": 4");
-  dcn_check_batch_invariance(DCN_WIDE ", \"structure\": \"stacked\", \"low_rank\": 8, \"experts\": 3");
-}
 
 /* Both examples read as configs: examples/dcn_v2.json is the type's
  * defaults written out, the mixture example differs from them. */
@@ -704,19 +791,6 @@ TEST(wide_deep_and_deepfm_config) {
     CHECK_ERR(dlrec_net_create(&m, &c, &s), DLREC_ERR_INVALID,
               i ? "DeepFM needs at least one categorical column" : "Wide & Deep needs at least one categorical column");
   }
-}
-
-/* Every dense gradient (batch norm's included: it makes the rows of the
- * batch interact, and the check is of the batch's loss) and every
- * embedding row's, with and without dense columns, sum and mean pooling. */
-TEST(wide_deep_gradients_match_finite_differences) {
-  check_gradients("wide_deep", WD_EXTRA);
-  check_gradients("wide_deep", WD_BN);
-}
-
-TEST(deepfm_gradients_match_finite_differences) {
-  check_gradients("deepfm", WD_EXTRA);
-  check_gradients("deepfm", WD_BN);
 }
 
 /* A small wide_deep (WD_EXTRA plus extra) initialized from seed, on a new
@@ -871,38 +945,6 @@ TEST(split_step_batch_norm_matches_the_whole_batch) {
   /* Whole on a 2-thread backend: the same kernels as 1 thread, whose
    * column sums do not depend on the thread count. */
   CHECK(memcmp(p[2], p[0], sizeof p[0]) == 0);
-}
-
-/* Batch invariance, also with batch normalization and dropout: scoring
- * uses the running statistics (moved away from their start by two training
- * passes here) and no dropout, so a row's score does not depend on the
- * other rows of its batch. */
-TEST(wide_deep_and_deepfm_scoring_is_batch_invariant) {
-  check_batch_invariance("wide_deep", WD_EXTRA);
-  check_batch_invariance("deepfm", WD_EXTRA);
-  const char *types[2] = {"wide_deep", "deepfm"};
-  for (int i = 0; i < 2; i++)
-    for (uint32_t n_dense = 0; n_dense <= 3; n_dense += 3) {
-      dlrec_schema s;
-      net_check_schema(&s, n_dense);
-      dlrec_net *m;
-      dlrec_net_ws *ws;
-      CHECK_OK(model_create(&m, &s, types[i], "sum", WD_BN));
-      CHECK_OK(dlrec_net_init(m, 11));
-      CHECK_OK(dlrec_net_ws_create(&ws, m, 4));
-      net_check_batch tb;
-      net_check_make_batch(&tb, &s, 3, -1);
-      for (int k = 0; k < 2; k++) CHECK(isfinite(net_check_loss(m, ws, &tb.b)));
-      const dlrec_net_tensor *t = dlrec_net_tensors(m);
-      size_t n;
-      const float *p = dlrec_net_dense_params(m, &n);
-      uint32_t last = dlrec_net_n_tensors(m) - 1; /* mlp.1.bn.running_var, which starts at 1 */
-      CHECK_STR(t[last].name, "mlp.1.bn.running_var");
-      CHECK(p[t[last].offset] != 1.0f);
-      CHECK_EQ(net_check_batch_invariance(m, ws, &tb.b), 0);
-      dlrec_net_ws_free(ws);
-      dlrec_net_free(m);
-    }
 }
 
 #include "train/checkpoint.h"
@@ -1130,47 +1172,39 @@ static uint64_t ws_measured(const dlrec_net *m, uint32_t rows) {
  * exact at multiples of 64 rows (in the sanitizer build within the arena's
  * redzones, whose padding changes where a block starts), within the
  * alignment padding elsewhere,
- * for every model type (batch normalization, mixtures and a DLRM without
- * dense columns included); split across threads it adds each way's
- * gradients, and never more ways than one per 32 rows. */
+ * for every test config of every model type, with and without dense
+ * columns; split across threads it adds each way's gradients, and never
+ * more ways than one per 32 rows. */
 TEST(workspace_bytes_match_real_workspaces) {
-  static const struct {
-    const char *type, *extra;
-    uint32_t n_dense;
-  } nets[] = {{"lr", "", 3},
-              {"fm", FM_EXTRA, 0},
-              {"dlrm", "", 3},
-              {"dlrm", "", 0},
-              {"wide_deep", ", \"batch_norm\": true, \"dropout\": 0.2", 3},
-              {"deepfm", "", 3},
-              {"dcn_v2", DCN_WIDE ", \"structure\": \"stacked\", \"batch_norm\": true", 3},
-              {"dcn_v2", DCN_WIDE ", \"structure\": \"parallel\", \"low_rank\": 8, \"experts\": 4", 3}};
-  for (size_t i = 0; i < sizeof nets / sizeof nets[0]; i++) {
-    dlrec_schema s;
-    net_check_schema(&s, nets[i].n_dense);
-    dlrec_net *m = NULL;
-    CHECK_OK(model_create(&m, &s, nets[i].type, "sum", nets[i].extra));
-    if (!m) continue;
-    size_t n_params;
-    dlrec_net_dense_params(m, &n_params);
-    const uint32_t rows[] = {64, 256, 320, 300, 1000, 4097};
-    for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++) {
-      const uint64_t want = ws_measured(m, rows[k]), got = dlrec_net_ws_bytes(m, rows[k], 1);
+  static test_config cfg[MAX_CONFIGS];
+  const size_t n = test_configs(0, cfg, MAX_CONFIGS);
+  for (size_t i = 0; i < n; i++)
+    for (uint32_t n_dense = 0; n_dense <= 3; n_dense += 3) {
+      dlrec_schema s;
+      net_check_schema(&s, n_dense);
+      dlrec_net *m = NULL;
+      CHECK_OK(config_create(&m, &s, cfg[i].type, cfg[i].model, "sum"));
+      if (!m) continue;
+      size_t n_params;
+      dlrec_net_dense_params(m, &n_params);
+      const uint32_t rows[] = {64, 256, 320, 300, 1000, 4097};
+      for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++) {
+        const uint64_t want = ws_measured(m, rows[k]), got = dlrec_net_ws_bytes(m, rows[k], 1);
 #ifdef TEST_ASAN
-      const double exact_slack = 4096;
+        const double exact_slack = 4096;
 #else
-      const double exact_slack = 0;
+        const double exact_slack = 0;
 #endif
-      const double slack = rows[k] % 64 ? 0.01 * (double)want : exact_slack;
-      if (fabs((double)got - (double)want) > slack)
-        fprintf(stderr, "%s%s: %u rows: %llu bytes predicted, %llu made\n", nets[i].type, nets[i].extra, rows[k],
-                (unsigned long long)got, (unsigned long long)want);
-      CHECK(want > 0 && fabs((double)got - (double)want) <= slack);
+        const double slack = rows[k] % 64 ? 0.01 * (double)want : exact_slack;
+        if (fabs((double)got - (double)want) > slack)
+          fprintf(stderr, "%s %s, n_dense %u: %u rows: %llu bytes predicted, %llu made\n", cfg[i].type, cfg[i].model,
+                  n_dense, rows[k], (unsigned long long)got, (unsigned long long)want);
+        CHECK(want > 0 && fabs((double)got - (double)want) <= slack);
+      }
+      CHECK_EQ_U64(dlrec_net_ws_bytes(m, 64, 8), dlrec_net_ws_bytes(m, 64, 2));
+      CHECK(dlrec_net_ws_bytes(m, 64, 2) >= dlrec_net_ws_bytes(m, 64, 1) + 2 * (n_params + 32) * sizeof(float));
+      dlrec_net_free(m);
     }
-    CHECK_EQ_U64(dlrec_net_ws_bytes(m, 64, 8), dlrec_net_ws_bytes(m, 64, 2));
-    CHECK(dlrec_net_ws_bytes(m, 64, 2) >= dlrec_net_ws_bytes(m, 64, 1) + 2 * (n_params + 32) * sizeof(float));
-    dlrec_net_free(m);
-  }
   /* Split two ways, the estimate adds to the whole workspace what the
    * first split step makes: each way's arenas (measured across that step)
    * and its dense gradients and logits. */
@@ -1235,13 +1269,13 @@ static void agree_free(agree_run *r) {
 /* A network of `type` on backend `name` (threads, in precision), initialized
  * from seed 7, with Adam on the dense parameters and row-wise Adagrad on the
  * table; DLREC_ERR_UNSUPPORTED when the backend cannot be created here. */
-static dlrec_status agree_open_in(agree_run *r, const dlrec_schema *s, const char *type, const char *extra,
+static dlrec_status agree_open_in(agree_run *r, const dlrec_schema *s, const char *type, const char *model,
                                   const char *name, uint32_t threads, int host_table, dlrec_precision precision) {
   memset(r, 0, sizeof *r);
   dlrec_backend_config bc = {threads, precision, 0};
   dlrec_status st = dlrec_backend_create(&r->be, name, &bc);
   if (st != DLREC_OK) return st;
-  if ((st = model_create(&r->m, s, type, "sum", extra)) != DLREC_OK) return st;
+  if ((st = config_create(&r->m, s, type, model, "sum")) != DLREC_OK) return st;
   if ((st = dlrec_net_set_host_table(r->m, host_table)) != DLREC_OK) return st;
   if (host_table == 2 && (st = dlrec_net_set_hot_fraction(r->m, 0.5f)) != DLREC_OK) return st;
   if ((st = dlrec_net_set_backend(r->m, r->be)) != DLREC_OK) return st;
@@ -1262,9 +1296,9 @@ static dlrec_status agree_open_in(agree_run *r, const dlrec_schema *s, const cha
 }
 
 /* agree_open_in in fp32. */
-static dlrec_status agree_open(agree_run *r, const dlrec_schema *s, const char *type, const char *extra,
+static dlrec_status agree_open(agree_run *r, const dlrec_schema *s, const char *type, const char *model,
                                const char *name, uint32_t threads, int host_table) {
-  return agree_open_in(r, s, type, extra, name, threads, host_table, DLREC_PRECISION_FP32);
+  return agree_open_in(r, s, type, model, name, threads, host_table, DLREC_PRECISION_FP32);
 }
 
 /* 128 rows of net_check_schema's columns from seed, with a label the
@@ -1308,7 +1342,7 @@ static dlrec_status agree_train(agree_run *r, const dlrec_schema *s, double *los
 }
 
 /* Issue 11's whole-model agreement, on whatever the build has: every model
- * type trains 200 steps from the same initial parameters on the reference
+ * type (its test configs that join DLREC_NET_TEST_AGREEMENT) trains 200 steps from the same initial parameters on the reference
  * (the CPU backend on one thread, whole steps) and on each other
  * configuration that can be created here (the CPU split two ways; every
  * other backend, a GPU's, in fp32), and their losses and held-out scores
@@ -1323,24 +1357,16 @@ static dlrec_status agree_train(agree_run *r, const dlrec_schema *s, double *los
  * reference's bits, and the third (whose multi-hot bags are pooled in two
  * parts, then added) within the other backends' tolerances. */
 TEST(models_agree_across_backends) {
-  static const struct {
-    const char *type, *extra;
-  } nets[] = {{"lr", ""},
-              {"fm", FM_EXTRA},
-              {"dlrm", ""},
-              {"wide_deep", ""},
-              {"wide_deep", ", \"batch_norm\": true"},
-              {"deepfm", ""},
-              {"dcn_v2", DCN_WIDE ", \"structure\": \"stacked\""},
-              {"dcn_v2", DCN_WIDE ", \"structure\": \"parallel\", \"low_rank\": 8, \"experts\": 3"}};
+  static test_config nets[MAX_CONFIGS];
+  const size_t n_nets = test_configs(DLREC_NET_TEST_AGREEMENT, nets, MAX_CONFIGS);
   dlrec_schema s;
   net_check_schema(&s, 3);
   static double ref_loss[AGREE_STEPS], loss[AGREE_STEPS];
   float ref_prob[128], prob[128], again[128];
   int others = 0;
-  for (size_t i = 0; i < sizeof nets / sizeof nets[0]; i++) {
+  for (size_t i = 0; i < n_nets; i++) {
     agree_run ref;
-    CHECK_OK(agree_open(&ref, &s, nets[i].type, nets[i].extra, "cpu", 1, 0));
+    CHECK_OK(agree_open(&ref, &s, nets[i].type, nets[i].model, "cpu", 1, 0));
     CHECK_OK(agree_train(&ref, &s, ref_loss, ref_prob));
     /* The listed backends, then cpu-mirror: the CPU run the way a GPU
      * runs a network (its state in the backend's memory, batches copied
@@ -1357,7 +1383,7 @@ TEST(models_agree_across_backends) {
       if (host_table && !strcmp(name, "cpu")) continue;
       const uint32_t threads = strcmp(name, "cpu") ? 1 : 2;
       agree_run r;
-      dlrec_status st = agree_open(&r, &s, nets[i].type, nets[i].extra, name, threads, host_table);
+      dlrec_status st = agree_open(&r, &s, nets[i].type, nets[i].model, name, threads, host_table);
       if (st == DLREC_ERR_UNSUPPORTED && strcmp(name, "cpu")) {
         if (i == 0 && !host_table) printf("test_models: agreement on %s skipped: %s\n", name, dlrec_last_error());
         agree_free(&r);
@@ -1384,8 +1410,8 @@ TEST(models_agree_across_backends) {
                            : early <= early_tol && late_rel <= AGREE_LATE_TOL && scores <= AGREE_SCORE_TOL;
       if (!ok || getenv("DLREC_TEST_VERBOSE"))
         fprintf(stderr,
-                "%s%s on %s%s (%u threads): early steps' loss %.3g apart, the last %d's mean %.3g, scores %.3g\n",
-                nets[i].type, nets[i].extra, name,
+                "%s %s on %s%s (%u threads): early steps' loss %.3g apart, the last %d's mean %.3g, scores %.3g\n",
+                nets[i].type, nets[i].model, name,
                 host_table == 2 ? " (table on the host, hot rows on the device)"
                 : host_table    ? " (table on the host)"
                                 : "",
@@ -1416,11 +1442,12 @@ TEST(models_agree_across_backends) {
     agree_free(&ref);
   }
   /* at least the CPU split two ways and cpu-mirror's two */
-  CHECK(others >= 4 * (int)(sizeof nets / sizeof nets[0]));
+  CHECK(n_nets >= 1);
+  CHECK(others >= 4 * (int)n_nets);
 }
 
 /* Kept operands (dlrec_net_set_keep_operands) train the same bits: every
- * model with GEMMs, in bf16 on the CPU's own bf16 instructions (where the
+ * model with GEMMs (the test configs that join DLREC_NET_TEST_KEPT), in bf16 on the CPU's own bf16 instructions (where the
  * backward reads the copies its forward converted), whole and split two
  * ways, and on cpu-mirror (the device path), trains 20 steps with kept
  * operands and without, to the same losses and parameters. A model whose
@@ -1428,13 +1455,9 @@ TEST(models_agree_across_backends) {
  * backward would differ here. Skipped, saying so, where bf16 is emulated
  * (nothing is kept there). */
 TEST(kept_operands_train_the_same_bits) {
-  static const struct {
-    const char *type, *extra;
-  } nets[] = {{"dlrm", ""},
-              {"wide_deep", ", \"batch_norm\": true, \"dropout\": 0.2"},
-              {"deepfm", ""},
-              {"dcn_v2", DCN_WIDE ", \"structure\": \"stacked\""},
-              {"dcn_v2", DCN_WIDE ", \"structure\": \"parallel\", \"low_rank\": 8, \"experts\": 3"}};
+  static test_config nets[MAX_CONFIGS];
+  const size_t n_nets = test_configs(DLREC_NET_TEST_KEPT, nets, MAX_CONFIGS);
+  CHECK(n_nets >= 1);
   dlrec_backend *probe = NULL;
   dlrec_backend_config bc = {1, DLREC_PRECISION_BF16, 0};
   CHECK_OK(dlrec_backend_create(&probe, "cpu", &bc));
@@ -1452,14 +1475,14 @@ TEST(kept_operands_train_the_same_bits) {
     const char *backend;
     uint32_t threads;
   } runs[] = {{"cpu", 1}, {"cpu", 2}, {"cpu-mirror", 1}};
-  for (size_t i = 0; i < sizeof nets / sizeof nets[0]; i++)
+  for (size_t i = 0; i < n_nets; i++)
     for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) {
       double loss[2][STEPS];
       float *params[2] = {NULL, NULL};
       size_t n = 0;
       for (int keep = 0; keep <= 1; keep++) {
         agree_run r;
-        CHECK_OK(agree_open_in(&r, &s, nets[i].type, nets[i].extra, runs[k].backend, runs[k].threads, 0,
+        CHECK_OK(agree_open_in(&r, &s, nets[i].type, nets[i].model, runs[k].backend, runs[k].threads, 0,
                                DLREC_PRECISION_BF16));
         dlrec_net_set_keep_operands(r.m, keep);
         for (uint64_t step = 1; step <= STEPS; step++) {
@@ -1475,7 +1498,7 @@ TEST(kept_operands_train_the_same_bits) {
       }
       const int same = !memcmp(loss[0], loss[1], sizeof loss[0]) && !memcmp(params[0], params[1], n * sizeof(float));
       if (!same)
-        fprintf(stderr, "%s%s on %s (%u threads): kept operands trained other bits\n", nets[i].type, nets[i].extra,
+        fprintf(stderr, "%s %s on %s (%u threads): kept operands trained other bits\n", nets[i].type, nets[i].model,
                 runs[k].backend, runs[k].threads);
       CHECK(same);
       /* The run trained: its loss moved. */
@@ -1494,7 +1517,7 @@ TEST(hot_rows_refuse_bad_batches) {
   dlrec_schema s;
   net_check_schema(&s, 3);
   agree_run r;
-  dlrec_status st = agree_open(&r, &s, "dlrm", "", "cpu-mirror", 1, 2);
+  dlrec_status st = agree_open(&r, &s, "dlrm", "{}", "cpu-mirror", 1, 2);
   CHECK_OK(st);
   if (st != DLREC_OK) return;
   /* Half of each column's rows, rounded up: 3 of 5, 4 of 7, 2 of 4. */
@@ -1538,7 +1561,7 @@ TEST(hot_rows_refuse_bad_batches) {
   dlrec_batch next = bn_batch(&s, 9, -1);
   CHECK_OK(dlrec_train_step(r.m, r.ws, &r.opt, &next, 1.0f, 3, &loss, NULL));
   agree_run q;
-  CHECK_OK(agree_open(&q, &s, "dlrm", "", "cpu-mirror", 1, 2));
+  CHECK_OK(agree_open(&q, &s, "dlrm", "{}", "cpu-mirror", 1, 2));
   const uint64_t seeds[] = {3, 6, 9};
   for (int i = 0; i < 3; i++) {
     dlrec_batch b = bn_batch(&s, seeds[i], -1);

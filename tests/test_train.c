@@ -1649,10 +1649,12 @@ static void scaled_run(const char *type, dlrec_backend *be, float scale, uint32_
  * steps) and on 64 (split across the threads). In fp16 (emulated),
  * 2^60 overflows the GEMMs' operands: a fixed scale skips every step and
  * leaves the model as it was; a dynamic one halves until the steps fit,
- * then trains. */
+ * then trains. Every registered model type, in its defaults. */
 TEST(loss_scaling_is_exact_and_skips_overflowing_steps) {
-  static const char *types[] = {"dlrm", "fm", "dcn_v2"};
-  for (int ti = 0; ti < 3; ti++) {
+  const char *types[64];
+  int n_types = 0;
+  while (n_types < 64 && (types[n_types] = dlrec_net_type_name((size_t)n_types))) n_types++;
+  for (int ti = 0; ti < n_types; ti++) {
     float *p0, *t0, *p1, *t1;
     size_t n, tn;
     dlrec_net_optim o;

@@ -17,6 +17,7 @@ int cmd_serve(int argc, char **argv);
 int cmd_report(int argc, char **argv);
 int cmd_export(int argc, char **argv);
 int cmd_options(int argc, char **argv);
+int cmd_models(int argc, char **argv);
 
 /* Prints "dlrec CMD: " + dlrec_last_error() to stderr and returns 1. */
 int cli_fail(const char *cmd);

@@ -55,7 +55,9 @@ static void usage(FILE *out) {
           "Each rank trains on its part of every batch, with its shard of the table; the\n"
           "dense gradients are summed over the ranks, and rank 0 alone writes RUN/.\n"
           "Checkpoints are those of one process: any number of ranks resumes them.\n\n"
-          "SIGINT or SIGTERM stops after the current step and saves a checkpoint.\n");
+          "SIGINT or SIGTERM stops after the current step and saves a checkpoint.\n\n"
+          "Model types (model.type; 'dlrec models', docs/config.md#model-types):\n");
+  for (size_t i = 0; dlrec_net_type_name(i); i++) fprintf(out, "  %-10s %s\n", dlrec_net_type_name(i), dlrec_net_type_doc(i));
 }
 
 /* SIGINT and SIGTERM ask the run to stop after its current step (with a

@@ -28,6 +28,7 @@ static const struct {
     {"export", cmd_export, "write a trained model as an ONNX graph (every model type)"},
     {"serve", cmd_serve, "serve a trained model over HTTP (KServe v2 / Triton protocol)"},
     {"options", cmd_options, "print the option reference of the training config or of etl (Markdown)"},
+    {"models", cmd_models, "list the model types a config's model.type names (--json: with their test configs)"},
 };
 
 static void usage(FILE *out) {

@@ -23,17 +23,14 @@
  * generic scorer packs it and scoring runs the cross blocks' *_infer
  * kernels: scores keep their bits at any batch size.
  */
-#include <math.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "core/arena.h"
 #include "core/json.h"
 #include "core/clock.h"
-#include "core/rng.h"
 #include "model/model_type.h"
-#include "model/onnx.h"
+#include "core/onnx.h"
 
 #define DCN_MAX_LAYERS 16  /* cross layers */
 #define DCN_MAX_EXPERTS 16 /* low-rank experts of one layer */
@@ -71,18 +68,6 @@ static void config_default(void *cfg) {
   c->mlp.batch_norm = 0;
 }
 
-static dlrec_status get_u32(const cJSON *o, const char *key, const char *what, uint64_t lo, uint64_t hi,
-                            uint32_t *out) {
-  uint64_t v;
-  dlrec_status s = dlrec_json_get_u64_or(o, key, what, *out, &v);
-  if (s != DLREC_OK) return s;
-  if (v < lo || v > hi)
-    return dlrec_error(DLREC_ERR_INVALID, "%s: field '%s': %llu is out of range [%llu, %llu]", what, key,
-                       (unsigned long long)v, (unsigned long long)lo, (unsigned long long)hi);
-  *out = (uint32_t)v;
-  return DLREC_OK;
-}
-
 /* The checks that span keys, shared by config_parse (naming the field) and
  * plan (for a config built in code). */
 static dlrec_status check_config(const dcn_config *c, const char *what) {
@@ -102,10 +87,10 @@ static dlrec_status config_parse(void *cfg, const cJSON *o, const char *what) {
                                "experts", "mlp", "dropout", "batch_norm", NULL};
   dcn_config *c = cfg;
   dlrec_status s = dlrec_json_check_keys(o, what, keys);
-  if (s == DLREC_OK) s = get_u32(o, "embedding_dim", what, 1, DLREC_EMBED_MAX_DIM, &c->emb_dim);
-  if (s == DLREC_OK) s = get_u32(o, "cross_layers", what, 1, DCN_MAX_LAYERS, &c->layers);
-  if (s == DLREC_OK) s = get_u32(o, "low_rank", what, 0, 65536, &c->rank);
-  if (s == DLREC_OK) s = get_u32(o, "experts", what, 1, DCN_MAX_EXPERTS, &c->experts);
+  if (s == DLREC_OK) s = net_config_u32(o, "embedding_dim", what, 1, DLREC_EMBED_MAX_DIM, &c->emb_dim);
+  if (s == DLREC_OK) s = net_config_u32(o, "cross_layers", what, 1, DCN_MAX_LAYERS, &c->layers);
+  if (s == DLREC_OK) s = net_config_u32(o, "low_rank", what, 0, 65536, &c->rank);
+  if (s == DLREC_OK) s = net_config_u32(o, "experts", what, 1, DCN_MAX_EXPERTS, &c->experts);
   if (s == DLREC_OK) s = net_config_pooling(o, what, &c->pooling);
   if (s == DLREC_OK) s = net_mlp_config_parse(&c->mlp, o, what);
   if (s != DLREC_OK) return s;
@@ -150,22 +135,6 @@ typedef struct dcn {
   uint32_t out_in; /* its input width: d + H (parallel), H or d (stacked) */
 } dcn;
 
-/* Adds a linear layer over tensors already planned (weight at w, bias at b
- * or NET_NO_BIAS), so that the scorer packs it. */
-static dlrec_status plan_view(net_plan *p, uint32_t in, uint32_t out, size_t w, size_t b, int *index) {
-  if (p->n_linear == NET_MAX_LINEAR)
-    return dlrec_error(DLREC_ERR_INVALID,
-                       "DCN-v2: the model has more than %d linear layers (each cross layer plans 3·experts + 1 "
-                       "with experts); use fewer cross_layers or experts", NET_MAX_LINEAR);
-  net_linear *L = &p->linear[p->n_linear];
-  L->in = in;
-  L->out = out;
-  L->w = w;
-  L->b = b;
-  *index = (int)p->n_linear++;
-  return DLREC_OK;
-}
-
 static dlrec_status plan_cross(dcn *m, net_plan *p, uint32_t l) {
   dcn_cross *x = &m->cross[l];
   uint32_t d = m->d, r = m->cfg.rank, K = m->cfg.experts;
@@ -196,24 +165,24 @@ static dlrec_status plan_cross(dcn *m, net_plan *p, uint32_t l) {
    * layers for dlrec_cross_mix_infer. */
   int idx = 0;
   for (uint32_t k = 0; s == DLREC_OK && k < K; k++) {
-    s = plan_view(p, d, r, x->V + (size_t)k * r * d, NET_NO_BIAS, &idx);
+    s = net_plan_view(p, d, r, x->V + (size_t)k * r * d, NET_NO_BIAS, &idx);
     if (k == 0) x->v0 = idx;
   }
   for (uint32_t k = 0; s == DLREC_OK && K > 1 && k < K; k++) {
-    s = plan_view(p, r, r, x->C + (size_t)k * r * r, NET_NO_BIAS, &idx);
+    s = net_plan_view(p, r, r, x->C + (size_t)k * r * r, NET_NO_BIAS, &idx);
     if (k == 0) x->c0 = idx;
   }
   for (uint32_t k = 0; s == DLREC_OK && k < K; k++) {
-    s = plan_view(p, r, d, x->U + (size_t)k * d * r, x->bias, &idx);
+    s = net_plan_view(p, r, d, x->U + (size_t)k * d * r, x->bias, &idx);
     if (k == 0) x->u0 = idx;
   }
-  if (s == DLREC_OK && K > 1) s = plan_view(p, d, K, x->G, NET_NO_BIAS, &x->gate);
+  if (s == DLREC_OK && K > 1) s = net_plan_view(p, d, K, x->G, NET_NO_BIAS, &x->gate);
   return s;
 }
 
-static dlrec_status plan(const void *cfg, const dlrec_schema *schema, net_plan *p, void **ctx) {
-  *ctx = NULL;
+static dlrec_status plan(const void *cfg, const dlrec_schema *schema, net_plan *p, void *ctx) {
   const dcn_config *c = cfg;
+  dcn *m = ctx;
   dlrec_status s = check_config(c, "DCN-v2");
   if (s != DLREC_OK) return s;
   if (c->emb_dim < 1 || c->emb_dim > DLREC_EMBED_MAX_DIM)
@@ -230,13 +199,17 @@ static dlrec_status plan(const void *cfg, const dlrec_schema *schema, net_plan *
     return dlrec_error(DLREC_ERR_INVALID,
                        "DCN-v2: the cross network's input is %llu wide (n_dense + columns × embedding_dim), at most "
                        "65536", (unsigned long long)d);
-  dcn *m = calloc(1, sizeof *m);
-  if (!m) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
   m->cfg = *c;
   m->n_dense = schema->n_dense;
   m->F = schema->n_sparse;
   m->D = c->emb_dim;
   m->d = (uint32_t)d;
+  /* Every product of the cross network is a linear layer the scorer packs. */
+  const uint32_t views = c->rank == 0 ? 1 : c->experts == 1 ? 2 : 3 * c->experts + 1;
+  if ((uint64_t)views * c->layers > NET_MAX_LINEAR)
+    return dlrec_error(DLREC_ERR_INVALID,
+                       "DCN-v2: the model has more than %d linear layers (each cross layer plans 3·experts + 1 "
+                       "with experts); use fewer cross_layers or experts", NET_MAX_LINEAR);
   p->emb_dim = c->emb_dim;
   p->pooling = c->pooling;
   for (uint32_t l = 0; s == DLREC_OK && l < c->layers; l++) s = plan_cross(m, p, l);
@@ -245,24 +218,8 @@ static dlrec_status plan(const void *cfg, const dlrec_schema *schema, net_plan *
   uint32_t H = c->mlp.n_hidden ? m->mlp.out : 0;
   m->out_in = c->structure == DCN_PARALLEL ? m->d + H : (H ? H : m->d);
   if (s == DLREC_OK) s = net_plan_linear(p, "output", m->out_in, 1, &m->out);
-  if (s != DLREC_OK) {
-    free(m);
-    return s;
-  }
-  m->L_out = p->linear[m->out];
-  *ctx = m;
-  return DLREC_OK;
-}
-
-static void free_ctx(void *ctx) { free(ctx); }
-
-/* count floats normal with std sqrt(2 / (fan_in + fan_out)) (Xavier) from
- * the random stream (seed, stream). */
-static void xavier(float *w, size_t count, uint32_t fan_in, uint32_t fan_out, uint64_t seed, uint64_t stream) {
-  dlrec_rng r;
-  dlrec_rng_seed(&r, seed, stream);
-  double std = sqrt(2.0 / ((double)fan_in + fan_out));
-  for (size_t i = 0; i < count; i++) w[i] = (float)(std * dlrec_rng_normal(&r));
+  if (s == DLREC_OK) m->L_out = p->linear[m->out];
+  return s;
 }
 
 /* As TorchRec's CrossNet, LowRankCrossNet and LowRankMixtureCrossNet: each
@@ -277,13 +234,13 @@ static void init(const void *ctx, const net_plan *p, float *params, uint64_t see
     const dcn_cross *x = &m->cross[l];
     uint64_t s0 = 6000 + 8 * (uint64_t)l;
     if (r == 0) {
-      xavier(params + x->W, (size_t)d * d, d, d, seed, s0);
+      net_init_xavier(params + x->W, (size_t)d * d, d, d, seed, s0);
     } else {
-      xavier(params + x->V, (size_t)K * r * d, d, r, seed, s0);
-      xavier(params + x->U, (size_t)K * d * r, r, d, seed, s0 + 1);
+      net_init_xavier(params + x->V, (size_t)K * r * d, d, r, seed, s0);
+      net_init_xavier(params + x->U, (size_t)K * d * r, r, d, seed, s0 + 1);
       if (K > 1) {
-        xavier(params + x->C, (size_t)K * r * r, r, r, seed, s0 + 2);
-        xavier(params + x->G, (size_t)K * d, d, 1, seed, s0 + 3);
+        net_init_xavier(params + x->C, (size_t)K * r * r, r, r, seed, s0 + 2);
+        net_init_xavier(params + x->G, (size_t)K * d, d, 1, seed, s0 + 3);
       }
     }
     memset(params + x->bias, 0, d * sizeof(float));
@@ -308,13 +265,6 @@ typedef struct dcn_ws {
   float *dx0, *da, *db;         /* (B, d): x0's gradient, ping-pong gradients of x_l */
 } dcn_ws;
 
-static void ws_free(void *ws) {
-  dcn_ws *w = ws;
-  if (!w) return;
-  dlrec_arena_free(&w->arena);
-  free(w);
-}
-
 static size_t act_floats(const dcn *m, int B) {
   int d = (int)m->d, r = (int)m->cfg.rank, K = (int)m->cfg.experts;
   return K > 1 ? dlrec_cross_mix_act_floats(B, d, r, K) : dlrec_cross_act_floats(B, d, r);
@@ -329,34 +279,25 @@ static size_t scratch_floats(const dcn *m, int B) {
   return dlrec_cross_ws_floats(B, d, r); /* >= B·r, the low-rank infer's */
 }
 
-static dlrec_status ws_create(const void *ctx, const net_plan *p, uint32_t max_batch,
-                              const dlrec_arena_memory *mem, void **out) {
-  (void)p;
+static void ws_arrays(const void *ctx, void *ws, net_ws_alloc *a) {
   const dcn *m = ctx;
-  *out = NULL;
-  dcn_ws *w = calloc(1, sizeof *w);
-  if (!w) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
-  dlrec_arena_init_in(&w->arena, 1u << 20, mem);
-  size_t B = max_batch, d = m->d;
-  NET_WS_ALLOC(&w->arena, w->x0, B * d);
+  dcn_ws *w = ws;
+  const size_t d = m->d;
+  const int B = (int)a->rows;
+  net_ws_rows(a, &w->x0, d);
   for (uint32_t l = 0; l < m->cfg.layers; l++) {
-    NET_WS_ALLOC(&w->arena, w->xc[l], B * d);
-    NET_WS_ALLOC(&w->arena, w->act[l], act_floats(m, (int)B));
+    net_ws_rows(a, &w->xc[l], d);
+    net_ws_floats(a, &w->act[l], act_floats(m, B));
   }
-  NET_WS_ALLOC(&w->arena, w->scratch, scratch_floats(m, (int)B));
-  if (m->cfg.mlp.n_hidden) NET_WS_ALLOC(&w->arena, w->mlp, net_mlp_ws_floats(&m->mlp, max_batch));
-  NET_WS_ALLOC(&w->arena, w->cat, B * m->out_in);
-  NET_WS_ALLOC(&w->arena, w->dcat, B * m->out_in);
-  if (m->cfg.structure == DCN_PARALLEL) NET_WS_ALLOC(&w->arena, w->dh, B * m->mlp.out); /* parallel always has an MLP */
-  NET_WS_ALLOC(&w->arena, w->logits, B);
-  NET_WS_ALLOC(&w->arena, w->dx0, B * d);
-  NET_WS_ALLOC(&w->arena, w->da, B * d);
-  NET_WS_ALLOC(&w->arena, w->db, B * d);
-  *out = w;
-  return DLREC_OK;
-nomem:
-  ws_free(w);
-  return dlrec_error(DLREC_ERR_NOMEM, "cannot allocate the workspace for batches of %u rows", max_batch);
+  net_ws_floats(a, &w->scratch, scratch_floats(m, B));
+  if (m->cfg.mlp.n_hidden) net_ws_floats(a, &w->mlp, net_mlp_ws_floats(&m->mlp, (uint32_t)B));
+  net_ws_rows(a, &w->cat, m->out_in);
+  net_ws_rows(a, &w->dcat, m->out_in);
+  if (m->cfg.structure == DCN_PARALLEL) net_ws_rows(a, &w->dh, m->mlp.out); /* parallel always has an MLP */
+  net_ws_rows(a, &w->logits, 1);
+  net_ws_rows(a, &w->dx0, d);
+  net_ws_rows(a, &w->da, d);
+  net_ws_rows(a, &w->db, d);
 }
 
 /* ---- forward and backward ----------------------------------------------------- */
@@ -406,8 +347,7 @@ static dlrec_status forward(const void *ctx, void *ws, const net_io *io, const f
   dlrec_net_profile *p = io->prof;
   double t = dlrec_now();
   /* x0 = [dense, e_1 .. e_F] per row. */
-  dlrec_status st = nd ? BE_OP(io->be, copy_rows, w->x0, d, io->dense, nd, B, nd) : DLREC_OK;
-  if (st == DLREC_OK && FD) st = BE_OP(io->be, copy_rows, w->x0 + nd, d, io->emb, FD, B, FD);
+  dlrec_status st = net_concat_forward(io->be, w->x0, io->dense, nd, io->emb, FD, B);
   const float *xl = w->x0;
   for (uint32_t l = 0; st == DLREC_OK && l < m->cfg.layers; l++) {
     st = cross_forward(m, w, io, l, xl);
@@ -478,7 +418,7 @@ static dlrec_status backward(const void *ctx, void *ws, const net_io *io, const 
   }
   if (st == DLREC_OK) st = BE_OP(io->be, add, w->dx0, dxl, Bd);
   /* x0's embedding part is d_emb; the dense features take no gradient. */
-  if (st == DLREC_OK && FD) st = BE_OP(io->be, copy_rows, d_emb, FD, w->dx0 + nd, d, (size_t)B, FD);
+  if (st == DLREC_OK) st = net_concat_backward(io->be, d_emb, w->dx0, nd, FD, (size_t)B);
   net_lap(&p->interaction, &t);
   return st;
 }
@@ -515,8 +455,7 @@ static const char *export_cross(const dcn *m, const net_plan *p, const float *pa
 static const char *export_onnx(const void *ctx, const net_plan *p, const float *params, onnx_graph *g,
                                const char *dense, const char *emb) {
   const dcn *m = ctx;
-  const char *parts[2] = {dense, emb ? onnx_reshape(g, emb, (const int64_t[]){0, -1}, 2) : NULL};
-  const char *x0 = dense && emb ? onnx_concat(g, parts, 2, 1) : dense ? dense : parts[1];
+  const char *x0 = net_concat_export(g, dense, emb);
   const char *xl = x0;
   for (uint32_t l = 0; l < m->cfg.layers; l++) xl = export_cross(m, p, params, g, l, x0, xl);
   const int parallel = m->cfg.structure == DCN_PARALLEL;
@@ -526,17 +465,47 @@ static const char *export_onnx(const void *ctx, const net_plan *p, const float *
   return net_onnx_linear(g, p, params, m->out, in, 0);
 }
 
+/* The generic tests' configs (net_test_config): small networks of every
+ * cross variant for the finite differences, stacked and parallel, some with
+ * dropout and batch normalization; wider ones (x0 of 3 + 3 x 16) for
+ * batch-invariant scoring, where sgemm no longer happens to give one row's
+ * bits for the batch, and to train across backends. */
+#define DCN_SMALL "{\"embedding_dim\": 2, \"cross_layers\": 2, \"mlp\": [4, 3]"
+#define DCN_LOW_RANK DCN_SMALL ", \"low_rank\": 2"
+#define DCN_MOE DCN_SMALL ", \"low_rank\": 2, \"experts\": 3"
+#define DCN_WIDE "{\"embedding_dim\": 16, \"cross_layers\": 2, \"mlp\": [32, 8]"
+static const net_test_config tests[] = {
+    {DCN_SMALL ", \"structure\": \"stacked\"}", DLREC_NET_TEST_GRADIENTS},
+    {DCN_SMALL ", \"structure\": \"parallel\", \"dropout\": 0.3, \"batch_norm\": true}", DLREC_NET_TEST_GRADIENTS},
+    {DCN_LOW_RANK ", \"structure\": \"stacked\", \"batch_norm\": true}", DLREC_NET_TEST_GRADIENTS},
+    {DCN_LOW_RANK ", \"structure\": \"parallel\"}", DLREC_NET_TEST_GRADIENTS},
+    {DCN_MOE ", \"structure\": \"stacked\", \"dropout\": 0.2}", DLREC_NET_TEST_GRADIENTS},
+    {DCN_MOE ", \"structure\": \"parallel\"}", DLREC_NET_TEST_GRADIENTS},
+    {"{\"embedding_dim\": 2, \"structure\": \"stacked\", \"mlp\": [], \"low_rank\": 1, \"experts\": 2}",
+     DLREC_NET_TEST_GRADIENTS},
+    {DCN_WIDE ", \"structure\": \"stacked\"}", DLREC_NET_TEST_AGREEMENT | DLREC_NET_TEST_KEPT},
+    {DCN_WIDE ", \"structure\": \"parallel\", \"low_rank\": 8, \"experts\": 3}",
+     DLREC_NET_TEST_AGREEMENT | DLREC_NET_TEST_KEPT},
+    {DCN_WIDE ", \"structure\": \"stacked\", \"batch_norm\": true, \"dropout\": 0.5}", 0},
+    {DCN_WIDE ", \"structure\": \"parallel\", \"low_rank\": 8}", 0},
+    {DCN_WIDE ", \"structure\": \"parallel\", \"low_rank\": 8, \"experts\": 4}", 0},
+    {DCN_WIDE ", \"structure\": \"stacked\", \"low_rank\": 8, \"experts\": 3}", 0},
+    {NULL, 0},
+};
+
 const net_type net_type_dcn_v2 = {
     .name = "dcn_v2",
+    .doc = "DCN-v2: a cross network (full, low rank or experts) and an MLP",
     .config_default = config_default,
     .config_parse = config_parse,
     .config_to_json = config_to_json,
+    .ctx_size = sizeof(dcn),
     .plan = plan,
-    .free_ctx = free_ctx,
     .init = init,
-    .ws_create = ws_create,
-    .ws_free = ws_free,
+    .ws_size = sizeof(dcn_ws),
+    .ws_arrays = ws_arrays,
     .forward = forward,
     .backward = backward,
     .export_onnx = export_onnx,
+    .tests = tests,
 };

@@ -9,6 +9,12 @@
  * as the DLRM reference does when its bottom MLP has nothing to read, or
  * with "cat" the F embeddings concatenated, I = F·D. The config's
  * bottom_mlp is then unused.
+ *
+ * Both MLPs are nn/mlp.c's: the bottom one of hidden layers alone (a ReLU
+ * on each, its last's included), the top one of hidden layers and the
+ * logit's output layer (no ReLU), with top_mlp_dropout and
+ * top_mlp_batch_norm in its hidden layers (BARS's DLRM protocol; off by
+ * default).
  */
 #include "model/dlrm.h"
 
@@ -22,7 +28,7 @@
 #include "core/clock.h"
 #include "core/rng.h"
 #include "model/model_type.h"
-#include "model/onnx.h"
+#include "core/onnx.h"
 
 _Static_assert(sizeof(dlrec_dlrm_shape) <= DLREC_NET_CONFIG_BYTES, "the DLRM shape fits a model config");
 
@@ -35,26 +41,17 @@ static void config_default(void *cfg) {
   memcpy(cfg, &sh, sizeof sh);
 }
 
-static dlrec_status get_u32(const cJSON *o, const char *key, const char *what, uint64_t lo, uint64_t hi,
-                            uint32_t *out) {
-  uint64_t v;
-  dlrec_status s = dlrec_json_get_u64_or(o, key, what, *out, &v);
-  if (s != DLREC_OK) return s;
-  if (v < lo || v > hi)
-    return dlrec_error(DLREC_ERR_INVALID, "%s: field '%s': %llu is out of range [%llu, %llu]", what, key,
-                       (unsigned long long)v, (unsigned long long)lo, (unsigned long long)hi);
-  *out = (uint32_t)v;
-  return DLREC_OK;
-}
-
 static dlrec_status config_parse(void *cfg, const cJSON *o, const char *what) {
-  static const char *keys[] = {"type", "embedding_dim", "bottom_mlp", "top_mlp", "pooling", "interaction", NULL};
+  static const char *keys[] = {"type",        "embedding_dim",   "bottom_mlp",         "top_mlp", "pooling",
+                               "interaction", "top_mlp_dropout", "top_mlp_batch_norm", NULL};
   dlrec_dlrm_shape *sh = cfg;
   dlrec_status s = dlrec_json_check_keys(o, what, keys);
-  if (s == DLREC_OK) s = get_u32(o, "embedding_dim", what, 1, DLREC_EMBED_MAX_DIM, &sh->emb_dim);
+  if (s == DLREC_OK) s = net_config_u32(o, "embedding_dim", what, 1, DLREC_EMBED_MAX_DIM, &sh->emb_dim);
   if (s == DLREC_OK) s = net_config_widths(o, "bottom_mlp", what, 1, DLREC_MLP_MAX_LAYERS, &sh->n_bottom, sh->bottom);
   if (s == DLREC_OK) s = net_config_widths(o, "top_mlp", what, 1, DLREC_MLP_MAX_LAYERS, &sh->n_top, sh->top);
   if (s == DLREC_OK) s = net_config_pooling(o, what, &sh->pooling);
+  if (s == DLREC_OK) s = net_config_rate(o, "top_mlp_dropout", what, &sh->top_dropout);
+  if (s == DLREC_OK) s = dlrec_json_get_bool_or(o, "top_mlp_batch_norm", what, sh->top_batch_norm, &sh->top_batch_norm);
   if (s != DLREC_OK) return s;
   const char *inter = NULL;
   if ((s = dlrec_json_get_string_or(o, "interaction", what, NULL, &inter)) != DLREC_OK) return s;
@@ -78,6 +75,10 @@ static void config_to_json(const void *cfg, cJSON *m) {
   cJSON_AddItemToObject(m, "top_mlp", net_widths_json(sh->top, sh->n_top));
   cJSON_AddStringToObject(m, "pooling", net_pooling_name(sh->pooling));
   cJSON_AddStringToObject(m, "interaction", sh->interaction == DLREC_DLRM_CAT ? "cat" : "dot");
+  /* The top MLP's options only when set: a config without them writes what
+   * it did before they existed, byte for byte. */
+  if (sh->top_dropout > 0.0f) cJSON_AddNumberToObject(m, "top_mlp_dropout", sh->top_dropout);
+  if (sh->top_batch_norm) cJSON_AddBoolToObject(m, "top_mlp_batch_norm", 1);
 }
 
 void dlrec_dlrm_config(dlrec_net_config *c, const dlrec_dlrm_shape *shape) {
@@ -101,34 +102,18 @@ dlrec_status dlrec_dlrm_create(dlrec_net **n, const dlrec_dlrm_shape *shape, con
 typedef struct dlrm {
   dlrec_dlrm_shape shape;
   uint32_t n_sparse, inter_dim;
-  /* Bottom MLP layers planned: shape.n_bottom, or 0 on data with no dense
-   * column (then the interaction is over the embeddings alone). */
-  uint32_t n_bottom;
-  int cat;   /* the concat interaction, else the dot one */
-  int pairs; /* the dot interaction over the embeddings alone (no bottom MLP) */
-  int bottom[DLREC_MLP_MAX_LAYERS], top[DLREC_MLP_MAX_LAYERS]; /* linear layer numbers */
-  net_linear lb[DLREC_MLP_MAX_LAYERS], lt[DLREC_MLP_MAX_LAYERS]; /* the same layers' shapes */
+  /* The bottom MLP is planned on data with dense columns; without, the
+   * interaction is over the embeddings alone. */
+  int has_bottom;
+  int cat;          /* the concat interaction, else the dot one */
+  int pairs;        /* the dot interaction over the embeddings alone (no bottom MLP) */
+  net_mlp bottom;   /* shape.n_bottom hidden layers, no output layer */
+  net_mlp top;      /* shape.n_top - 1 hidden layers and the logit's */
 } dlrm;
 
-static dlrec_status plan_mlp(net_plan *p, int *idx, net_linear *ls, uint32_t n, const uint32_t *widths, uint32_t in,
-                             const char *which) {
-  if (n < 1 || n > DLREC_MLP_MAX_LAYERS)
-    return dlrec_error(DLREC_ERR_INVALID, "%s MLP: %u layers, expected 1 to %d", which, n, DLREC_MLP_MAX_LAYERS);
-  for (uint32_t l = 0; l < n; l++) {
-    if (widths[l] < 1 || widths[l] > 65536)
-      return dlrec_error(DLREC_ERR_INVALID, "%s MLP: layer %u width %u out of range [1, 65536]", which, l, widths[l]);
-    char prefix[32];
-    snprintf(prefix, sizeof prefix, "%s.%u", which, l);
-    dlrec_status s = net_plan_linear(p, prefix, l ? widths[l - 1] : in, widths[l], &idx[l]);
-    if (s != DLREC_OK) return s;
-    ls[l] = p->linear[idx[l]];
-  }
-  return DLREC_OK;
-}
-
-static dlrec_status plan(const void *cfg, const dlrec_schema *schema, net_plan *p, void **ctx) {
-  *ctx = NULL;
-  const dlrec_dlrm_shape *s = cfg;
+/* The checks of a shape that plan makes for a config built in code
+ * (dlrec_dlrm_create), which config_parse has not seen. */
+static dlrec_status check_shape(const dlrec_dlrm_shape *s, const dlrec_schema *schema) {
   if (s->emb_dim < 1 || s->emb_dim > DLREC_EMBED_MAX_DIM)
     return dlrec_error(DLREC_ERR_INVALID, "embedding dim %u out of range [1, %d]", s->emb_dim, DLREC_EMBED_MAX_DIM);
   if (schema->n_sparse < 1) return dlrec_error(DLREC_ERR_INVALID, "DLRM needs at least one categorical column");
@@ -145,122 +130,92 @@ static dlrec_status plan(const void *cfg, const dlrec_schema *schema, net_plan *
                        s->bottom[s->n_bottom - 1], s->emb_dim);
   if (s->n_top >= 1 && s->n_top <= DLREC_MLP_MAX_LAYERS && s->top[s->n_top - 1] != 1)
     return dlrec_error(DLREC_ERR_INVALID, "top MLP ends with width %u, expected 1 (the logit)", s->top[s->n_top - 1]);
-  dlrm *m = calloc(1, sizeof *m);
-  if (!m) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
-  m->shape = *s;
-  m->n_sparse = schema->n_sparse;
-  m->n_bottom = schema->n_dense ? s->n_bottom : 0;
-  m->cat = s->interaction == DLREC_DLRM_CAT;
-  m->pairs = !m->cat && !m->n_bottom;
-  if (m->cat) {
-    m->inter_dim = (uint32_t)dlrec_interaction_concat_dim(m->n_bottom ? (int)s->emb_dim : 0,
-                                                          (int)schema->n_sparse, (int)s->emb_dim);
-  } else if (m->n_bottom) {
-    m->inter_dim = (uint32_t)dlrec_interaction_dot_dim((int)schema->n_sparse, (int)s->emb_dim);
-  } else {
-    /* The kernel's Z is [e_1; e_2 .. e_F]: its output is e_1's copy, then
-     * the F(F-1)/2 pairs, of which the model keeps the pairs. */
-    size_t w = dlrec_interaction_dot_dim((int)schema->n_sparse - 1, (int)s->emb_dim);
-    m->inter_dim = w ? (uint32_t)(w - s->emb_dim) : 0;
-  }
-  p->emb_dim = s->emb_dim;
-  p->pooling = s->pooling;
-  dlrec_status st = m->n_bottom ? plan_mlp(p, m->bottom, m->lb, s->n_bottom, s->bottom, schema->n_dense, "bottom")
-                                : DLREC_OK;
-  if (st == DLREC_OK && m->inter_dim == 0)
-    st = dlrec_error(DLREC_ERR_INVALID, "interaction of %u columns of width %u is out of range", schema->n_sparse,
-                     s->emb_dim);
-  if (st == DLREC_OK) st = plan_mlp(p, m->top, m->lt, s->n_top, s->top, m->inter_dim, "top");
-  if (st != DLREC_OK) {
-    free(m);
-    return st;
-  }
-  *ctx = m;
+  /* The bottom MLP only where there are dense columns for it to read. */
+  const uint32_t n[2] = {s->n_bottom, s->n_top};
+  for (int k = schema->n_dense ? 0 : 1; k < 2; k++)
+    if (n[k] < 1 || n[k] > DLREC_MLP_MAX_LAYERS)
+      return dlrec_error(DLREC_ERR_INVALID, "%s MLP: %u layers, expected 1 to %d", k ? "top" : "bottom", n[k],
+                         DLREC_MLP_MAX_LAYERS);
   return DLREC_OK;
 }
 
-static void free_ctx(void *ctx) { free(ctx); }
-
-/* As the DLRM reference does (net_init_linear), one random stream per layer. */
-static void init_mlp(float *p, const net_linear *ls, uint32_t n, uint64_t seed, uint64_t stream0) {
-  for (uint32_t l = 0; l < n; l++) net_init_linear(&ls[l], p, seed, stream0 + l);
+/* The width of the interaction's output: [x, the pairs] or [x, e_1 .. e_F],
+ * without x when there is no bottom MLP. */
+static uint32_t inter_width(const dlrm *m) {
+  const int F = (int)m->n_sparse, D = (int)m->shape.emb_dim;
+  if (m->cat) return (uint32_t)dlrec_interaction_concat_dim(m->has_bottom ? D : 0, F, D);
+  if (m->has_bottom) return (uint32_t)dlrec_interaction_dot_dim(F, D);
+  /* The kernel's Z is [e_1; e_2 .. e_F]: its output is e_1's copy, then
+   * the F(F-1)/2 pairs, of which the model keeps the pairs. */
+  size_t w = dlrec_interaction_dot_dim(F - 1, D);
+  return w ? (uint32_t)(w - (size_t)D) : 0;
 }
 
+static dlrec_status plan(const void *cfg, const dlrec_schema *schema, net_plan *p, void *ctx) {
+  const dlrec_dlrm_shape *s = cfg;
+  dlrm *m = ctx;
+  dlrec_status st = check_shape(s, schema);
+  if (st != DLREC_OK) return st;
+  m->shape = *s;
+  m->n_sparse = schema->n_sparse;
+  m->has_bottom = schema->n_dense > 0;
+  m->cat = s->interaction == DLREC_DLRM_CAT;
+  m->pairs = !m->cat && !m->has_bottom;
+  m->inter_dim = inter_width(m);
+  p->emb_dim = s->emb_dim;
+  p->pooling = s->pooling;
+  net_mlp_config bottom = {.n_hidden = s->n_bottom}, top = {.n_hidden = s->n_top - 1, .dropout = s->top_dropout,
+                                                            .batch_norm = s->top_batch_norm};
+  memcpy(bottom.hidden, s->bottom, sizeof s->bottom);
+  memcpy(top.hidden, s->top, (s->n_top - 1) * sizeof *s->top);
+  if (m->has_bottom) st = net_mlp_plan(&m->bottom, p, "bottom", schema->n_dense, &bottom, 0);
+  if (st == DLREC_OK && m->inter_dim == 0)
+    st = dlrec_error(DLREC_ERR_INVALID, "interaction of %u columns of width %u is out of range", schema->n_sparse,
+                     s->emb_dim);
+  return st == DLREC_OK ? net_mlp_plan(&m->top, p, "top", m->inter_dim, &top, 1) : st;
+}
+
+/* As the DLRM reference does (net_init_linear), one random stream per
+ * layer: the bottom MLP's from 1000, the top's from 2000. */
 static void init(const void *ctx, const net_plan *p, float *params, uint64_t seed) {
-  (void)p;
   const dlrm *m = ctx;
-  init_mlp(params, m->lb, m->n_bottom, seed, 1000);
-  init_mlp(params, m->lt, m->shape.n_top, seed, 2000);
+  if (m->has_bottom) net_mlp_init(&m->bottom, p, params, seed, 1000);
+  net_mlp_init(&m->top, p, params, seed, 2000);
 }
 
 /* ---- workspace --------------------------------------------------------------- */
 
 typedef struct dlrm_ws {
   dlrec_arena arena;
-  float *bot[DLREC_MLP_MAX_LAYERS]; /* bottom outputs (B, bottom[l]) */
-  float *inter, *d_inter;           /* (B, I) */
-  float *top[DLREC_MLP_MAX_LAYERS]; /* top outputs (B, top[l]); the last holds logits */
-  float *d_a, *d_b;                 /* ping-pong activation gradients (B, widest) */
-  float *dx;                        /* (B, D) */
+  float *bot, *top;       /* the MLPs' workspaces */
+  const float *x;         /* the bottom MLP's output (B, D), in its workspace, after forward */
+  float *inter, *d_inter; /* (B, I) */
+  float *dx;              /* (B, D) */
   /* With no bottom MLP: the embeddings split as the kernel takes them, e_1
    * (B, D) and e_2 .. e_F (B, F-1, D), its output (B, D + I) and their
    * gradients (dx above is e_1's). */
   float *e1, *rest, *full, *d_full, *d_rest;
 } dlrm_ws;
 
-static uint32_t widest(const dlrm *m) {
-  uint32_t w = m->inter_dim > m->shape.emb_dim ? m->inter_dim : m->shape.emb_dim;
-  for (uint32_t l = 0; l < m->n_bottom; l++) w = m->lb[l].out > w ? m->lb[l].out : w;
-  for (uint32_t l = 0; l < m->shape.n_top; l++) w = m->lt[l].out > w ? m->lt[l].out : w;
-  return w;
-}
-
-static void ws_free(void *ws) {
-  dlrm_ws *w = ws;
-  if (!w) return;
-  dlrec_arena_free(&w->arena);
-  free(w);
-}
-
-static dlrec_status ws_create(const void *ctx, const net_plan *p, uint32_t max_batch,
-                              const dlrec_arena_memory *mem, void **out) {
-  (void)p;
+static void ws_arrays(const void *ctx, void *ws, net_ws_alloc *a) {
   const dlrm *m = ctx;
-  *out = NULL;
-  dlrm_ws *w = calloc(1, sizeof *w);
-  if (!w) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
-  dlrec_arena_init_in(&w->arena, 1u << 20, mem);
-  size_t B = max_batch;
-  for (uint32_t l = 0; l < m->n_bottom; l++) NET_WS_ALLOC(&w->arena, w->bot[l], B * m->lb[l].out);
-  NET_WS_ALLOC(&w->arena, w->inter, B * m->inter_dim);
-  NET_WS_ALLOC(&w->arena, w->d_inter, B * m->inter_dim);
-  for (uint32_t l = 0; l < m->shape.n_top; l++) NET_WS_ALLOC(&w->arena, w->top[l], B * m->lt[l].out);
-  NET_WS_ALLOC(&w->arena, w->d_a, B * widest(m));
-  NET_WS_ALLOC(&w->arena, w->d_b, B * widest(m));
-  NET_WS_ALLOC(&w->arena, w->dx, B * m->shape.emb_dim);
+  dlrm_ws *w = ws;
+  if (m->has_bottom) net_ws_floats(a, &w->bot, net_mlp_ws_floats(&m->bottom, (uint32_t)a->rows));
+  net_ws_rows(a, &w->inter, m->inter_dim);
+  net_ws_rows(a, &w->d_inter, m->inter_dim);
+  net_ws_floats(a, &w->top, net_mlp_ws_floats(&m->top, (uint32_t)a->rows));
+  net_ws_rows(a, &w->dx, m->shape.emb_dim);
   if (m->pairs) {
     size_t D = m->shape.emb_dim, rest = (size_t)(m->n_sparse - 1) * D;
-    NET_WS_ALLOC(&w->arena, w->e1, B * D);
-    NET_WS_ALLOC(&w->arena, w->rest, B * rest);
-    NET_WS_ALLOC(&w->arena, w->d_rest, B * rest);
-    NET_WS_ALLOC(&w->arena, w->full, B * (D + m->inter_dim));
-    NET_WS_ALLOC(&w->arena, w->d_full, B * (D + m->inter_dim));
+    net_ws_rows(a, &w->e1, D);
+    net_ws_rows(a, &w->rest, rest);
+    net_ws_rows(a, &w->d_rest, rest);
+    net_ws_rows(a, &w->full, D + m->inter_dim);
+    net_ws_rows(a, &w->d_full, D + m->inter_dim);
   }
-  *out = w;
-  return DLREC_OK;
-nomem:
-  ws_free(w);
-  return dlrec_error(DLREC_ERR_NOMEM, "cannot allocate the workspace for batches of %u rows", max_batch);
 }
 
 /* ---- forward and backward ----------------------------------------------------- */
-
-/* Flops (2 per multiply-add) of an MLP's forward for one row. */
-static double mlp_flops_row(const net_linear *ls, uint32_t n) {
-  double f = 0;
-  for (uint32_t l = 0; l < n; l++) f += 2.0 * ls[l].in * ls[l].out;
-  return f;
-}
 
 /* The dot interaction over the F embeddings alone (no bottom MLP): the
  * kernel runs on Z = [e_1; e_2 .. e_F], gathered out of emb (B, F, D), and
@@ -295,84 +250,41 @@ static dlrec_status forward(const void *ctx, void *ws, const net_io *io, const f
   int B = io->B, F = (int)m->n_sparse, D = (int)m->shape.emb_dim;
   dlrec_net_profile *p = io->prof;
   double t = dlrec_now();
-  dlrec_status st = DLREC_OK;
-  const float *in = io->dense;
-  for (uint32_t l = 0; st == DLREC_OK && l < m->n_bottom; l++) {
-    st = net_linear_forward(io, m->bottom[l], w->bot[l], in, 1);
-    in = w->bot[l];
-  }
+  w->x = NULL;
+  dlrec_status st = m->has_bottom ? net_mlp_forward(&m->bottom, io, w->bot, io->dense, &w->x) : DLREC_OK;
   net_lap(&p->mlp, &t);
-  if (st == DLREC_OK && m->cat)
-    st = BE_OP(io->be, concat_forward, w->inter, m->n_bottom ? in : NULL, io->emb, B, m->n_bottom ? D : 0, F, D);
-  else if (st == DLREC_OK && m->n_bottom) st = BE_OP(io->be, dot_forward, w->inter, in, io->emb, B, F, D);
+  if (st == DLREC_OK && m->cat) st = BE_OP(io->be, concat_forward, w->inter, w->x, io->emb, B, w->x ? D : 0, F, D);
+  else if (st == DLREC_OK && m->has_bottom) st = BE_OP(io->be, dot_forward, w->inter, w->x, io->emb, B, F, D);
   else if (st == DLREC_OK) st = pairs_forward(m, w, io, B);
   net_lap(&p->interaction, &t);
-  in = w->inter;
-  for (uint32_t l = 0; st == DLREC_OK && l < m->shape.n_top; l++) {
-    st = net_linear_forward(io, m->top[l], w->top[l], in, l + 1 < m->shape.n_top);
-    in = w->top[l];
-  }
+  if (st == DLREC_OK) st = net_mlp_forward(&m->top, io, w->top, w->inter, logits);
   net_lap(&p->mlp, &t);
-  p->mlp_flops += B * (mlp_flops_row(m->lb, m->n_bottom) + mlp_flops_row(m->lt, m->shape.n_top));
-  *logits = w->top[m->shape.n_top - 1];
   return st;
 }
 
+/* Every layer but the top's last has a ReLU on its output, whose backward
+ * the MLPs fold into the layer's (linear_relu_backward); nothing flows into
+ * the dense features. */
 static dlrec_status backward(const void *ctx, void *ws, const net_io *io, const float *d_logits, float *g,
                              float *d_emb) {
   const dlrm *m = ctx;
   dlrm_ws *w = ws;
-  const float *params = io->params;
   int B = io->B, F = (int)m->n_sparse, D = (int)m->shape.emb_dim;
   dlrec_net_profile *p = io->prof;
   double t = dlrec_now();
-  dlrec_status st = DLREC_OK;
-  /* Every layer but the top's last has a ReLU on its output, whose backward
-   * linear_relu_backward folds into the layer's (dout, then a workspace
-   * buffer, is its scratch). */
-  const float *dout = d_logits;
-  float *dnext = w->d_a;
-  for (int l = (int)m->shape.n_top - 1; st == DLREC_OK && l >= 0; l--) {
-    const net_linear *L = &m->lt[l];
-    const float *in = l ? w->top[l - 1] : w->inter;
-    float *din = l ? dnext : w->d_inter;
-    if (l == (int)m->shape.n_top - 1)
-      st = BE_OP(io->be, linear_backward, din, g + L->w, g + L->b, dout, in, params + L->w, B, (int)L->in,
-                 (int)L->out);
-    else
-      st = BE_OP(io->be, linear_relu_backward, din, g + L->w, g + L->b, (float *)dout, w->top[l], in, params + L->w,
-                 B, (int)L->in, (int)L->out);
-    dout = din;
-    dnext = (dnext == w->d_a) ? w->d_b : w->d_a;
-  }
+  dlrec_status st = net_mlp_backward(&m->top, io, w->top, w->inter, d_logits, w->d_inter, g);
   net_lap(&p->mlp, &t);
-  if (!m->n_bottom) {
+  if (!m->has_bottom) {
     if (st == DLREC_OK && m->cat) st = BE_OP(io->be, concat_backward, NULL, d_emb, w->d_inter, B, 0, F, D);
     else if (st == DLREC_OK) st = pairs_backward(m, w, io, d_emb, B);
     net_lap(&p->interaction, &t);
-    p->mlp_flops += B * 2 * mlp_flops_row(m->lt, m->shape.n_top);
     return st;
   }
-  const float *x = w->bot[m->n_bottom - 1];
   if (st == DLREC_OK && m->cat) st = BE_OP(io->be, concat_backward, w->dx, d_emb, w->d_inter, B, D, F, D);
-  else if (st == DLREC_OK) st = BE_OP(io->be, dot_backward, w->dx, d_emb, w->d_inter, x, io->emb, B, F, D);
+  else if (st == DLREC_OK) st = BE_OP(io->be, dot_backward, w->dx, d_emb, w->d_inter, w->x, io->emb, B, F, D);
   net_lap(&p->interaction, &t);
-  /* Every bottom layer has a ReLU, the last one's included. */
-  dout = w->dx;
-  dnext = w->d_a;
-  for (int l = (int)m->n_bottom - 1; st == DLREC_OK && l >= 0; l--) {
-    const net_linear *L = &m->lb[l];
-    const float *in = l ? w->bot[l - 1] : io->dense;
-    float *din = l ? dnext : NULL; /* nothing flows into the dense features */
-    st = BE_OP(io->be, linear_relu_backward, din, g + L->w, g + L->b, (float *)dout, w->bot[l], in, params + L->w, B,
-               (int)L->in, (int)L->out);
-    dout = din;
-    dnext = (dnext == w->d_a) ? w->d_b : w->d_a;
-  }
+  if (st == DLREC_OK) st = net_mlp_backward(&m->bottom, io, w->bot, io->dense, w->dx, NULL, g);
   net_lap(&p->mlp, &t);
-  /* Backward: dW everywhere, din everywhere but the first bottom layer. */
-  p->mlp_flops += B * (2 * mlp_flops_row(m->lb, m->n_bottom) + 2 * mlp_flops_row(m->lt, m->shape.n_top) -
-                       2.0 * m->lb[0].in * m->lb[0].out);
   return st;
 }
 
@@ -410,31 +322,42 @@ static const char *export_dot(onnx_graph *g, const char *x, const char *emb, uin
 static const char *export_onnx(const void *ctx, const net_plan *p, const float *params, onnx_graph *g,
                                const char *dense, const char *emb) {
   const dlrm *m = ctx;
-  const char *x = m->n_bottom ? dense : NULL;
-  for (uint32_t l = 0; l < m->n_bottom; l++) x = net_onnx_linear(g, p, params, m->bottom[l], x, 1);
-  const char *in;
-  if (m->cat) {
-    const char *parts[] = {x, onnx_reshape(g, emb, (const int64_t[]){0, -1}, 2)};
-    in = x ? onnx_concat(g, parts, 2, 1) : parts[1];
-  } else {
-    in = export_dot(g, x, emb, m->n_sparse);
-    if (!in) return "oom";
-  }
-  for (uint32_t l = 0; l < m->shape.n_top; l++) in = net_onnx_linear(g, p, params, m->top[l], in, l + 1 < m->shape.n_top);
-  return in;
+  const char *x = m->has_bottom ? net_mlp_export(&m->bottom, p, params, g, dense) : NULL;
+  const char *in = m->cat ? net_concat_export(g, x, emb) : export_dot(g, x, emb, m->n_sparse);
+  return in ? net_mlp_export(&m->top, p, params, g, in) : "oom";
 }
+
+/* The generic tests' configs (net_test_config): the tiny shape (3 dense ->
+ * 5 -> 4 = D; top 6 -> 1) with each interaction and with the top MLP's
+ * dropout and batch normalization for the finite differences; the Kaggle
+ * shape (the defaults) across backends, and a small one with the top MLP's
+ * batch normalization (with its dropout too for the kept operands: a split
+ * step draws other masks). */
+#define DLRM_TINY "{\"embedding_dim\": 4, \"bottom_mlp\": [5, 4], \"top_mlp\": [6, 1]"
+#define DLRM_SMALL "{\"embedding_dim\": 8, \"bottom_mlp\": [16, 8], \"top_mlp\": [32, 16, 1]"
+static const net_test_config tests[] = {
+    {DLRM_TINY "}", DLREC_NET_TEST_GRADIENTS},
+    {DLRM_TINY ", \"interaction\": \"cat\"}", DLREC_NET_TEST_GRADIENTS},
+    {DLRM_TINY ", \"top_mlp_dropout\": 0.25, \"top_mlp_batch_norm\": true}", DLREC_NET_TEST_GRADIENTS},
+    {"{}", DLREC_NET_TEST_AGREEMENT | DLREC_NET_TEST_KEPT},
+    {DLRM_SMALL ", \"top_mlp_batch_norm\": true}", DLREC_NET_TEST_AGREEMENT},
+    {DLRM_SMALL ", \"top_mlp_dropout\": 0.2, \"top_mlp_batch_norm\": true}", DLREC_NET_TEST_KEPT},
+    {NULL, 0},
+};
 
 const net_type net_type_dlrm = {
     .name = "dlrm",
+    .doc = "DLRM: bottom MLP, dot (or concat) interaction with the embeddings, top MLP",
     .config_default = config_default,
     .config_parse = config_parse,
     .config_to_json = config_to_json,
+    .ctx_size = sizeof(dlrm),
     .plan = plan,
-    .free_ctx = free_ctx,
     .init = init,
-    .ws_create = ws_create,
-    .ws_free = ws_free,
+    .ws_size = sizeof(dlrm_ws),
+    .ws_arrays = ws_arrays,
     .forward = forward,
     .backward = backward,
     .export_onnx = export_onnx,
+    .tests = tests,
 };

@@ -2,7 +2,9 @@
  * on the dense features, the embedding bags on the categorical ones (the
  * generic embedding stage), the pairwise dot interaction, a top MLP and a
  * sigmoid. Its parameter tensors are "bottom.L.weight" (out, in),
- * "bottom.L.bias" (out), then "top.L.weight" and "top.L.bias", in that
+ * "bottom.L.bias" (out), then "top.L.weight" and "top.L.bias" (and, with
+ * the top MLP's batch normalization, "top.L.bn.weight" and "top.L.bn.bias"
+ * after each hidden layer's, and its running statistics last), in that
  * order in the flat dense array.
  *
  * Everything else (workspaces, scoring, training steps, checkpoints) goes
@@ -16,8 +18,6 @@
 
 #include "model/model.h"
 
-#define DLREC_MLP_MAX_LAYERS 8
-
 /* How the top MLP sees the features: DLRM's "dot" (x and the pairwise dot
  * products of [x, e_1 .. e_F]) or "cat" (x and the embeddings concatenated). */
 typedef enum dlrec_dlrm_interaction { DLREC_DLRM_DOT = 0, DLREC_DLRM_CAT = 1 } dlrec_dlrm_interaction;
@@ -30,6 +30,8 @@ typedef struct dlrec_dlrm_shape {
   uint32_t top[DLREC_MLP_MAX_LAYERS];     /* their output widths; the last is 1 (the logit) */
   dlrec_bag_mode pooling;                 /* how multi-hot bags pool */
   dlrec_dlrm_interaction interaction;     /* dot (the default, 0) or cat */
+  float top_dropout;                      /* dropout after each of the top MLP's hidden layers, [0, 1) */
+  int top_batch_norm;                     /* batch normalization in each of the top MLP's hidden layers */
 } dlrec_dlrm_shape;
 
 /* DLRM's profile is the generic one: its MLPs are "mlp", its dot

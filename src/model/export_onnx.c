@@ -1,9 +1,10 @@
 /* ONNX export of a network (dlrec_net_export_onnx, model/model.h): the
- * generic part (inputs, the embedding stage, the sigmoid) and the helpers
- * the types' export hooks share (linear layers, the dense term, the FM
- * split and terms). Each type's hook (net_type.export_onnx) maps the dense
- * features and pooled embeddings to the logits, as its forward does; the
- * export test scores the graph with onnxruntime against `dlrec predict`.
+ * generic part (inputs, the embedding stage, the sigmoid). Each type's hook
+ * (net_type.export_onnx) maps the dense features and pooled embeddings to
+ * the logits, as its forward does, with the exports of the blocks it is
+ * built of (nn/block.h: linear layers, the MLP, the dense term, the FM
+ * split and terms); the export test scores the graph with onnxruntime
+ * against `dlrec predict`.
  *
  * The graph's inputs:
  *   dense (N, n_dense) float32: the dense features as the .dlr file holds
@@ -20,42 +21,7 @@
 
 #include "embed/embed.h"
 #include "model/model_type.h"
-#include "model/onnx.h"
-
-const char *net_onnx_linear(onnx_graph *g, const net_plan *p, const float *params, int layer, const char *x,
-                            int relu) {
-  const net_linear *L = &p->linear[layer];
-  const int64_t wd[2] = {L->out, L->in}, bd[1] = {L->out};
-  const char *in[3] = {x, onnx_const_f32(g, "weight", params + L->w, wd, 2),
-                       L->b == NET_NO_BIAS ? NULL : onnx_const_f32(g, "bias", params + L->b, bd, 1)};
-  const onnx_attr a[] = {ONNX_INT("transB", 1)};
-  const char *y = onnx_node(g, "Gemm", "linear", in, 3, a, 1, NULL);
-  return relu ? onnx_op1(g, "Relu", y) : y;
-}
-
-const char *net_dense_term_export(const net_dense_term *t, const net_plan *p, const float *params, onnx_graph *g,
-                                  const char *dense) {
-  if (t->n_dense) return net_onnx_linear(g, p, params, t->linear, dense, 0);
-  const int64_t d[2] = {1, 1};
-  return onnx_const_f32(g, "bias", params + t->bias, d, 2);
-}
-
-void net_fm_split_export(onnx_graph *g, const char *emb, uint32_t D, const char **v, const char **w) {
-  *v = onnx_slice(g, emb, 2, 0, D);
-  *w = onnx_slice(g, emb, 2, D, D + 1);
-}
-
-const char *net_wide_export(onnx_graph *g, const char *w) {
-  return onnx_reduce_sum(g, onnx_reshape(g, w, (const int64_t[]){0, -1}, 2), 1, 1);
-}
-
-const char *net_fm_export(onnx_graph *g, const char *v) {
-  /* Σ_{f<g} <v_f, v_g> = ½ Σ_d ((Σ_f v_fd)² − Σ_f v_fd²), as src/nn/fm.c. */
-  const char *s = onnx_reduce_sum(g, v, 1, 0);
-  const char *q = onnx_reduce_sum(g, onnx_op2(g, "Mul", v, v), 1, 0);
-  const char *diff = onnx_op2(g, "Sub", onnx_op2(g, "Mul", s, s), q);
-  return onnx_op2(g, "Mul", onnx_reduce_sum(g, diff, 1, 1), onnx_scalar_f32(g, 0.5f));
-}
+#include "core/onnx.h"
 
 /* The rows of the table as float32, D of each row's stride. */
 typedef struct table_rows {

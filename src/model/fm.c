@@ -9,7 +9,7 @@
  * D coordinates are an id's factors, the last its first-order weight. The
  * generic stage pools the rows into emb (B, F, D + 1); this type splits each
  * row into v (B, F, D) and w (B, F) for the FM and wide blocks of src/nn,
- * and joins their gradients back into d_emb (fm_split.c, which wide_deep
+ * and joins their gradients back into d_emb (nn/fm_split.c, which wide_deep
  * and deepfm share). One table means one lookup per id and one sparse
  * optimizer state per row (shared by an id's factors and weight).
  *
@@ -19,15 +19,13 @@
  * when scoring); the FM and wide blocks are per row in fixed order, so a
  * row's score has the same bits in any batch.
  */
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "core/arena.h"
 #include "core/json.h"
 #include "core/clock.h"
 #include "model/model_type.h"
-#include "model/onnx.h"
+#include "core/onnx.h"
 
 typedef struct fm_config {
   uint32_t emb_dim;       /* D, the factors' width (the table's rows are D + 1) */
@@ -64,29 +62,19 @@ typedef struct fm {
   net_dense_term dense; /* the linear layer on the dense features, or the lone bias */
 } fm;
 
-static dlrec_status plan(const void *cfg, const dlrec_schema *schema, net_plan *p, void **ctx) {
-  *ctx = NULL;
+static dlrec_status plan(const void *cfg, const dlrec_schema *schema, net_plan *p, void *ctx) {
   const fm_config *c = cfg;
+  fm *m = ctx;
   if (schema->n_sparse < 1) return dlrec_error(DLREC_ERR_INVALID, "FM needs at least one categorical column");
   if (c->emb_dim < 1 || c->emb_dim > DLREC_EMBED_MAX_DIM - 1)
     return dlrec_error(DLREC_ERR_INVALID, "FM embedding dim %u out of range [1, %d]", c->emb_dim,
                        DLREC_EMBED_MAX_DIM - 1);
-  fm *m = calloc(1, sizeof *m);
-  if (!m) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
   m->n_sparse = schema->n_sparse;
   m->D = c->emb_dim;
   p->emb_dim = c->emb_dim + 1;
   p->pooling = c->pooling;
-  dlrec_status st = net_dense_term_plan(&m->dense, p, schema->n_dense);
-  if (st != DLREC_OK) {
-    free(m);
-    return st;
-  }
-  *ctx = m;
-  return DLREC_OK;
+  return net_dense_term_plan(&m->dense, p, schema->n_dense);
 }
-
-static void free_ctx(void *ctx) { free(ctx); }
 
 /* The dense term as net_dense_term_init says; the table (factors and
  * first-order weights) is the generic embedding init. */
@@ -105,34 +93,17 @@ typedef struct fm_ws {
   float *dv, *dw;                 /* their gradients */
 } fm_ws;
 
-static void ws_free(void *ws) {
-  fm_ws *w = ws;
-  if (!w) return;
-  dlrec_arena_free(&w->arena);
-  free(w);
-}
-
-static dlrec_status ws_create(const void *ctx, const net_plan *p, uint32_t max_batch,
-                              const dlrec_arena_memory *mem, void **out) {
-  (void)p;
+static void ws_arrays(const void *ctx, void *ws, net_ws_alloc *a) {
   const fm *m = ctx;
-  *out = NULL;
-  size_t B = max_batch, FD = (size_t)m->n_sparse * m->D;
-  fm_ws *w = calloc(1, sizeof *w);
-  if (!w) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
-  dlrec_arena_init_in(&w->arena, 1u << 20, mem);
-  NET_WS_ALLOC(&w->arena, w->logits, B);
-  NET_WS_ALLOC(&w->arena, w->second, B);
-  NET_WS_ALLOC(&w->arena, w->first, B);
-  NET_WS_ALLOC(&w->arena, w->v, B * FD);
-  NET_WS_ALLOC(&w->arena, w->dv, B * FD);
-  NET_WS_ALLOC(&w->arena, w->w, B * m->n_sparse);
-  NET_WS_ALLOC(&w->arena, w->dw, B * m->n_sparse);
-  *out = w;
-  return DLREC_OK;
-nomem:
-  ws_free(w);
-  return dlrec_error(DLREC_ERR_NOMEM, "cannot allocate the workspace for batches of %u rows", max_batch);
+  fm_ws *w = ws;
+  const size_t FD = (size_t)m->n_sparse * m->D;
+  net_ws_rows(a, &w->logits, 1);
+  net_ws_rows(a, &w->second, 1);
+  net_ws_rows(a, &w->first, 1);
+  net_ws_rows(a, &w->v, FD);
+  net_ws_rows(a, &w->dv, FD);
+  net_ws_rows(a, &w->w, m->n_sparse);
+  net_ws_rows(a, &w->dw, m->n_sparse);
 }
 
 /* ---- forward and backward ----------------------------------------------------- */
@@ -183,15 +154,18 @@ static const char *export_onnx(const void *ctx, const net_plan *p, const float *
 
 const net_type net_type_fm = {
     .name = "fm",
+    .doc = "factorization machine: first and second order over the ids, a dense term",
     .config_default = config_default,
     .config_parse = config_parse,
     .config_to_json = config_to_json,
+    .ctx_size = sizeof(fm),
     .plan = plan,
-    .free_ctx = free_ctx,
     .init = init,
-    .ws_create = ws_create,
-    .ws_free = ws_free,
+    .ws_size = sizeof(fm_ws),
+    .ws_arrays = ws_arrays,
     .forward = forward,
     .backward = backward,
     .export_onnx = export_onnx,
+    .tests = (const net_test_config[]){{"{\"embedding_dim\": 3}", DLREC_NET_TEST_GRADIENTS | DLREC_NET_TEST_AGREEMENT},
+                                       {NULL, 0}},
 };

@@ -10,15 +10,13 @@
  * batch-invariant packed kernel; the sum over columns is per row and in
  * column order, so a row's score has the same bits in any batch.
  */
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "core/arena.h"
 #include "core/json.h"
 #include "core/clock.h"
 #include "model/model_type.h"
-#include "model/onnx.h"
+#include "core/onnx.h"
 
 typedef struct lr_config {
   dlrec_bag_mode pooling; /* how multi-hot bags pool their ids' weights */
@@ -52,26 +50,16 @@ typedef struct lr {
   net_dense_term dense; /* the linear layer on the dense features, or the lone bias */
 } lr;
 
-static dlrec_status plan(const void *cfg, const dlrec_schema *schema, net_plan *p, void **ctx) {
-  *ctx = NULL;
+static dlrec_status plan(const void *cfg, const dlrec_schema *schema, net_plan *p, void *ctx) {
   const lr_config *c = cfg;
+  lr *m = ctx;
   if (schema->n_sparse + schema->n_dense < 1)
     return dlrec_error(DLREC_ERR_INVALID, "LR needs at least one dense or categorical column");
-  lr *m = calloc(1, sizeof *m);
-  if (!m) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
   m->n_sparse = schema->n_sparse;
   p->emb_dim = 1;
   p->pooling = c->pooling;
-  dlrec_status st = net_dense_term_plan(&m->dense, p, schema->n_dense);
-  if (st != DLREC_OK) {
-    free(m);
-    return st;
-  }
-  *ctx = m;
-  return DLREC_OK;
+  return net_dense_term_plan(&m->dense, p, schema->n_dense);
 }
-
-static void free_ctx(void *ctx) { free(ctx); }
 
 /* The dense term as net_dense_term_init says; the id weights are the
  * generic embedding init. */
@@ -89,26 +77,11 @@ typedef struct lr_ws {
   float *col;        /* (B): one column's id weights, gathered */
 } lr_ws;
 
-static void ws_free(void *ws) {
+static void ws_arrays(const void *ctx, void *ws, net_ws_alloc *a) {
+  (void)ctx;
   lr_ws *w = ws;
-  if (!w) return;
-  dlrec_arena_free(&w->arena);
-  free(w);
-}
-
-static dlrec_status ws_create(const void *ctx, const net_plan *p, uint32_t max_batch,
-                              const dlrec_arena_memory *mem, void **out) {
-  (void)ctx, (void)p;
-  *out = NULL;
-  lr_ws *w = calloc(1, sizeof *w);
-  if (w) dlrec_arena_init_in(&w->arena, 1u << 20, mem);
-  if (!w || !(w->logits = dlrec_arena_alloc(&w->arena, (size_t)max_batch * sizeof(float), 64)) ||
-      !(w->col = dlrec_arena_alloc(&w->arena, (size_t)max_batch * sizeof(float), 64))) {
-    ws_free(w);
-    return dlrec_error(DLREC_ERR_NOMEM, "cannot allocate the workspace for batches of %u rows", max_batch);
-  }
-  *out = w;
-  return DLREC_OK;
+  net_ws_rows(a, &w->logits, 1);
+  net_ws_rows(a, &w->col, 1);
 }
 
 /* ---- forward and backward ----------------------------------------------------- */
@@ -160,15 +133,17 @@ static const char *export_onnx(const void *ctx, const net_plan *p, const float *
 
 const net_type net_type_lr = {
     .name = "lr",
+    .doc = "logistic regression: a weight per id, a linear term on the dense features",
     .config_default = config_default,
     .config_parse = config_parse,
     .config_to_json = config_to_json,
+    .ctx_size = sizeof(lr),
     .plan = plan,
-    .free_ctx = free_ctx,
     .init = init,
-    .ws_create = ws_create,
-    .ws_free = ws_free,
+    .ws_size = sizeof(lr_ws),
+    .ws_arrays = ws_arrays,
     .forward = forward,
     .backward = backward,
     .export_onnx = export_onnx,
+    .tests = (const net_test_config[]){{"{}", DLREC_NET_TEST_GRADIENTS | DLREC_NET_TEST_AGREEMENT}, {NULL, 0}},
 };

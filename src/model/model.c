@@ -1,139 +1,14 @@
-/* The registry of model types, their configs, and a network's plan and
- * parameters. The passes over a network live in net_pass.c, its embedding
- * stages in stage_*.c (model/stage.h). */
+/* A network: its type's plan and context, its parameters and its table,
+ * and where they live. The registry of types is registry.c; the passes over
+ * a network live in net_pass.c, its embedding stages in stage_*.c
+ * (model/stage.h). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/json.h"
-#include "core/rng.h"
 #include "model/model_type.h"
-
-/* Every model type, by name. A new type adds one line here. */
-static const net_type *const TYPES[] = {&net_type_dlrm,      &net_type_lr,     &net_type_fm,
-                                        &net_type_wide_deep, &net_type_deepfm, &net_type_dcn_v2, NULL};
-
-const char *dlrec_net_type_name(size_t i) {
-  return i < sizeof TYPES / sizeof *TYPES - 1 ? TYPES[i]->name : NULL;
-}
-
-const net_type *net_type_find(const char *name) {
-  for (size_t i = 0; TYPES[i]; i++)
-    if (!strcmp(TYPES[i]->name, name)) return TYPES[i];
-  return NULL;
-}
-
-/* An error naming the unknown type and the known ones. */
-static dlrec_status unknown_type(const char *what, const char *type) {
-  char list[256] = "";
-  for (size_t i = 0; TYPES[i]; i++) {
-    strncat(list, i ? ", " : "", sizeof list - strlen(list) - 1);
-    strncat(list, TYPES[i]->name, sizeof list - strlen(list) - 1);
-  }
-  return dlrec_error(DLREC_ERR_INVALID, "%s: field 'type': '%s' is not one of %s", what, type, list);
-}
-
-dlrec_status dlrec_net_config_default(dlrec_net_config *c, const char *type) {
-  const net_type *t = net_type_find(type);
-  if (!t) return unknown_type("model", type);
-  memset(c, 0, sizeof *c);
-  snprintf(c->type, sizeof c->type, "%s", t->name);
-  t->config_default(c->params);
-  return DLREC_OK;
-}
-
-dlrec_status dlrec_net_config_parse(dlrec_net_config *c, const cJSON *o, const char *what) {
-  const char *type;
-  dlrec_status s = dlrec_json_get_string_or(o, "type", what, c->type, &type);
-  if (s != DLREC_OK) return s;
-  const net_type *t = net_type_find(type);
-  if (!t) return unknown_type(what, type);
-  /* Another type's settings mean nothing to this one: start from its defaults. */
-  if (strcmp(type, c->type) && (s = dlrec_net_config_default(c, type)) != DLREC_OK) return s;
-  return t->config_parse(c->params, o, what);
-}
-
-void dlrec_net_config_to_json(const dlrec_net_config *c, cJSON *o) {
-  cJSON_AddStringToObject(o, "type", c->type);
-  const net_type *t = net_type_find(c->type);
-  if (t) t->config_to_json(c->params, o);
-}
-
-/* ---- the plan ------------------------------------------------------------ */
-
-dlrec_status net_plan_tensor(net_plan *p, const char *name, uint32_t rows, uint32_t cols, size_t *offset) {
-  if (p->n_tensors == DLREC_NET_MAX_TENSORS)
-    return dlrec_error(DLREC_ERR_INVALID, "the model has more than %d parameter tensors", DLREC_NET_MAX_TENSORS);
-  dlrec_net_tensor *t = &p->tensors[p->n_tensors];
-  memset(t, 0, sizeof *t);
-  if (snprintf(t->name, sizeof t->name, "%s", name) >= (int)sizeof t->name)
-    return dlrec_error(DLREC_ERR_INTERNAL, "tensor name '%s' longer than %d bytes", name, DLREC_NET_TENSOR_NAME - 1);
-  t->ndim = cols ? 2 : 1;
-  t->shape[0] = rows;
-  t->shape[1] = cols;
-  t->offset = p->n_params;
-  t->count = (size_t)rows * (cols ? cols : 1);
-  p->n_params += t->count;
-  p->n_tensors++;
-  *offset = t->offset;
-  return DLREC_OK;
-}
-
-dlrec_status net_plan_linear(net_plan *p, const char *prefix, uint32_t in, uint32_t out, int *index) {
-  if (p->n_linear == NET_MAX_LINEAR)
-    return dlrec_error(DLREC_ERR_INVALID, "the model has more than %d linear layers", NET_MAX_LINEAR);
-  net_linear *L = &p->linear[p->n_linear];
-  char name[DLREC_NET_TENSOR_NAME + 16];
-  snprintf(name, sizeof name, "%s.weight", prefix);
-  dlrec_status s = net_plan_tensor(p, name, out, in, &L->w);
-  snprintf(name, sizeof name, "%s.bias", prefix);
-  if (s == DLREC_OK) s = net_plan_tensor(p, name, out, 0, &L->b);
-  if (s != DLREC_OK) return s;
-  L->in = in;
-  L->out = out;
-  *index = (int)p->n_linear++;
-  return DLREC_OK;
-}
-
-dlrec_status net_plan_buffer(net_plan *p, const char *name, uint32_t rows, size_t *handle) {
-  if (p->n_buffers == NET_MAX_BUFFERS)
-    return dlrec_error(DLREC_ERR_INVALID, "the model has more than %d buffers", NET_MAX_BUFFERS);
-  dlrec_net_tensor *t = &p->buffers[p->n_buffers];
-  memset(t, 0, sizeof *t);
-  if (snprintf(t->name, sizeof t->name, "%s", name) >= (int)sizeof t->name)
-    return dlrec_error(DLREC_ERR_INTERNAL, "tensor name '%s' longer than %d bytes", name, DLREC_NET_TENSOR_NAME - 1);
-  t->ndim = 1;
-  t->shape[0] = rows;
-  t->offset = p->buffer_floats;
-  t->count = rows;
-  p->buffer_floats += rows;
-  p->n_buffers++;
-  *handle = t->offset;
-  return DLREC_OK;
-}
-
-/* Ends a plan: the buffers go after every trainable tensor. */
-static dlrec_status plan_finish(net_plan *p) {
-  p->n_trainable = p->n_params;
-  for (uint32_t i = 0; i < p->n_buffers; i++) {
-    if (p->n_tensors == DLREC_NET_MAX_TENSORS)
-      return dlrec_error(DLREC_ERR_INVALID, "the model has more than %d parameter tensors", DLREC_NET_MAX_TENSORS);
-    dlrec_net_tensor *t = &p->tensors[p->n_tensors++];
-    *t = p->buffers[i];
-    t->offset += p->n_trainable;
-  }
-  p->n_params += p->buffer_floats;
-  return DLREC_OK;
-}
-
-void net_init_linear(const net_linear *L, float *params, uint64_t seed, uint64_t stream) {
-  dlrec_rng r;
-  dlrec_rng_seed(&r, seed, stream);
-  double wstd = sqrt(2.0 / (L->in + L->out)), bstd = sqrt(1.0 / L->out);
-  for (size_t i = 0; i < (size_t)L->in * L->out; i++) params[L->w + i] = (float)(wstd * dlrec_rng_normal(&r));
-  for (uint32_t i = 0; i < L->out; i++) params[L->b + i] = (float)(bstd * dlrec_rng_normal(&r));
-}
 
 /* ---- the network --------------------------------------------------------- */
 
@@ -147,15 +22,18 @@ static dlrec_status create(dlrec_net **out, const dlrec_net_config *c, const dlr
   *out = NULL;
   const dlrec_store_config ram = {.kind = DLREC_STORE_RAM};
   const net_type *t = net_type_find(c->type);
-  if (!t) return unknown_type("model", c->type);
+  if (!t) return net_type_unknown("model", c->type);
   dlrec_net *n = calloc(1, sizeof *n);
   if (!n) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
   n->type = t;
   n->be = dlrec_backend_default();
   n->config = *c;
   n->schema = *schema;
-  dlrec_status s = t->plan(c->params, schema, &n->plan, &n->ctx);
-  if (s == DLREC_OK) s = plan_finish(&n->plan);
+  n->plan.type = t;
+  /* The type's context, zeroed, which its plan fills and the network frees. */
+  n->ctx = calloc(1, t->ctx_size ? t->ctx_size : 1);
+  dlrec_status s = n->ctx ? t->plan(c->params, schema, &n->plan, n->ctx) : dlrec_error(DLREC_ERR_NOMEM, "out of memory");
+  if (s == DLREC_OK) s = net_plan_finish(&n->plan);
   if (s == DLREC_OK && (n->plan.emb_dim < 1 || n->plan.emb_dim > DLREC_EMBED_MAX_DIM))
     s = dlrec_error(DLREC_ERR_INVALID, "embedding dim %u out of range [1, %d]", n->plan.emb_dim, DLREC_EMBED_MAX_DIM);
   if (s == DLREC_OK) {
@@ -203,7 +81,7 @@ dlrec_status dlrec_net_create_tableless(dlrec_net **out, const dlrec_net_config 
 void dlrec_net_free(dlrec_net *n) {
   if (!n) return;
   net_device_drop(n);
-  if (n->ctx) n->type->free_ctx(n->ctx);
+  free(n->ctx);
   dlrec_store_free(n->store);
   free(n->params);
   free(n);
@@ -297,39 +175,3 @@ int dlrec_net_pools_mean(const dlrec_net *n, uint32_t c) {
 }
 const dlrec_net_tensor *dlrec_net_tensors(const dlrec_net *n) { return n->plan.tensors; }
 
-dlrec_status net_config_pooling(const cJSON *o, const char *what, dlrec_bag_mode *pooling) {
-  const char *pool = NULL;
-  dlrec_status s = dlrec_json_get_string_or(o, "pooling", what, NULL, &pool);
-  if (s != DLREC_OK || !pool) return s;
-  if (!strcmp(pool, "sum")) *pooling = DLREC_BAG_SUM;
-  else if (!strcmp(pool, "mean")) *pooling = DLREC_BAG_MEAN;
-  else return dlrec_error(DLREC_ERR_INVALID, "%s: field 'pooling': '%s' is not one of sum, mean", what, pool);
-  return DLREC_OK;
-}
-
-const char *net_pooling_name(dlrec_bag_mode pooling) { return pooling == DLREC_BAG_MEAN ? "mean" : "sum"; }
-
-dlrec_status net_config_widths(const cJSON *o, const char *key, const char *what, uint32_t min_n, uint32_t max_n,
-                               uint32_t *n, uint32_t *w) {
-  const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, key);
-  if (!a) return DLREC_OK;
-  if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) < (int)min_n || cJSON_GetArraySize(a) > (int)max_n)
-    return dlrec_error(DLREC_ERR_INVALID, "%s: field '%s': expected an array of %u to %u layer widths", what, key,
-                       min_n, max_n);
-  uint32_t i = 0, v[DLREC_MLP_MAX_LAYERS];
-  for (const cJSON *e = a->child; e; e = e->next, i++) {
-    if (!cJSON_IsNumber(e) || e->valuedouble < 1 || e->valuedouble > 65536 || floor(e->valuedouble) != e->valuedouble)
-      return dlrec_error(DLREC_ERR_INVALID, "%s: field '%s[%u]': expected a width in [1, 65536]", what, key, i);
-    v[i] = (uint32_t)e->valuedouble;
-  }
-  memset(w, 0, DLREC_MLP_MAX_LAYERS * sizeof *w);
-  memcpy(w, v, i * sizeof *w);
-  *n = i;
-  return DLREC_OK;
-}
-
-cJSON *net_widths_json(const uint32_t *w, uint32_t n) {
-  cJSON *a = cJSON_CreateArray();
-  for (uint32_t i = 0; i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(w[i]));
-  return a;
-}

@@ -32,6 +32,7 @@
 #include "backend/backend.h"
 #include "embed/embed.h"
 #include "data/loader.h"
+#include "nn/block.h"
 #include "nn/nn.h"
 #include "data/schema.h"
 #include "core/status.h"
@@ -39,8 +40,6 @@
 
 #define DLREC_NET_TYPE_MAX 32      /* bytes of a type name, NUL included */
 #define DLREC_NET_CONFIG_BYTES 512 /* room for a type's parsed config section */
-#define DLREC_NET_MAX_TENSORS 60   /* named dense tensors of one network */
-#define DLREC_NET_TENSOR_NAME 40   /* bytes of a tensor name, NUL included */
 #define DLREC_DEFAULT_MODEL_TYPE "dlrm" /* what a config without model.type trains */
 
 /* A model's config section: its type's name and that type's own parsed
@@ -66,17 +65,20 @@ dlrec_status dlrec_net_config_parse(dlrec_net_config *c, const cJSON *o, const c
 /* Adds c's type and every setting of the type to the JSON object o. */
 void dlrec_net_config_to_json(const dlrec_net_config *c, cJSON *o);
 /* The name of the i-th registered model type (from 0), or NULL past the
- * last; valid for the program's life. */
+ * last; valid for the program's life. dlrec_net_type_doc: its one-line
+ * description. */
 const char *dlrec_net_type_name(size_t i);
-
-/* One named dense parameter tensor: floats [offset, offset + count) of the
- * flat dense array, of shape (shape[0], .., shape[ndim - 1]). */
-typedef struct dlrec_net_tensor {
-  char name[DLREC_NET_TENSOR_NAME];
-  uint32_t ndim;
-  uint32_t shape[2];
-  size_t offset, count;
-} dlrec_net_tensor;
+const char *dlrec_net_type_doc(size_t i);
+/* The j-th (from 0) config the generic tests build model type i from: the
+ * JSON object of a model section's keys beside "type", or NULL past the
+ * last; *checks (may be NULL) says which heavier checks it joins. Every
+ * config joins the light ones (config round trip, batch-invariant scoring,
+ * workspace bytes, ONNX export). */
+#define DLREC_NET_TEST_GRADIENTS 1u /* finite differences of every parameter (a small network) */
+#define DLREC_NET_TEST_AGREEMENT 2u /* trained on every backend, agreeing with the CPU (no dropout:
+                                       a split step draws other masks) */
+#define DLREC_NET_TEST_KEPT 4u      /* kept operands train the same bits (a network with GEMMs) */
+const char *dlrec_net_type_test_config(size_t i, size_t j, unsigned *checks);
 
 typedef struct dlrec_net dlrec_net;
 typedef struct dlrec_net_ws dlrec_net_ws;
@@ -181,25 +183,8 @@ void dlrec_net_ws_free(dlrec_net_ws *ws); /* accepts NULL */
  * cannot make one (the error is cleared). */
 uint64_t dlrec_net_ws_bytes(const dlrec_net *n, uint32_t rows, uint32_t threads);
 
-/* Where a workspace's forward and backward passes spent their time, summed
- * since the workspace was created (wall seconds, read with dlrec_now()
- * around each phase; the clock reads cost ~0.1 us a phase). The embedding,
- * loss and optimizer phases are timed by the generic code; mlp and
- * interaction by the model type (a type without one leaves it 0). */
-typedef struct dlrec_net_profile {
-  uint64_t forward_rows;  /* rows through the forward pass */
-  uint64_t backward_rows; /* rows through the backward pass */
-  uint64_t lookups;       /* ids pooled by the embedding forward */
-  uint64_t hot_lookups;   /* of which on hot rows on the device (dlrec_net_set_hot_fraction) */
-  double mlp_flops;       /* the MLPs' flops (2 per multiply-add), forward and backward */
-  double mlp;             /* the MLPs: GEMMs, bias, ReLU, forward and backward */
-  double emb_forward;     /* embedding bag lookups and pooling */
-  double emb_update;      /* the fused sparse backward + optimizer update */
-  double interaction;     /* feature interaction, forward and backward */
-  double other;           /* loss, sigmoid, dense optimizer step */
-  double store;           /* resolving ids through a tiered table storage: cache lookups, file reads,
-                             write-backs (0 on a ram store, where ids are rows) */
-} dlrec_net_profile;
+/* Where a workspace's forward and backward passes spent their time
+ * (dlrec_net_profile, nn/block.h), summed since it was created. */
 void dlrec_net_ws_profile(const dlrec_net_ws *ws, dlrec_net_profile *p);
 
 /* How many ways the workspace's last training step split its batch (1: it

@@ -8,7 +8,7 @@
  * where, for column f of row b, w_bf is the pooled first-order weight of its
  * ids and v_bf (D) their pooled embedding, the wide part and the deep part
  * sharing the embeddings as DeepFM does. As in fm, both live in one table
- * of rows D + 1 wide (fm_split.c). The MLP (net_mlp.c) has the hidden
+ * of rows D + 1 wide (nn/fm_split.c). The MLP (nn/mlp.c) has the hidden
  * layers `mlp`, each Linear -> [BatchNorm] -> ReLU -> [Dropout], and an
  * output Linear to one logit.
  *
@@ -31,15 +31,13 @@
  * are per row in a fixed order, and the terms are summed in the order of
  * the formulas above: a row's score has the same bits in any batch.
  */
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "core/arena.h"
 #include "core/json.h"
 #include "core/clock.h"
 #include "model/model_type.h"
-#include "model/onnx.h"
+#include "core/onnx.h"
 
 typedef struct wd_config {
   uint32_t emb_dim;       /* D, the embeddings' width (the table's rows are D + 1) */
@@ -91,9 +89,9 @@ typedef struct wide_deep {
   net_mlp mlp;          /* the deep part, on x (n_dense + F·D) */
 } wide_deep;
 
-static dlrec_status plan(const void *cfg, const dlrec_schema *schema, net_plan *p, void **ctx) {
-  *ctx = NULL;
+static dlrec_status plan(const void *cfg, const dlrec_schema *schema, net_plan *p, void *ctx) {
   const wd_config *c = cfg;
+  wide_deep *m = ctx;
   const char *name = c->fm ? "DeepFM" : "Wide & Deep";
   if (schema->n_sparse < 1)
     return dlrec_error(DLREC_ERR_INVALID, "%s needs at least one categorical column (it is built on their "
@@ -105,8 +103,6 @@ static dlrec_status plan(const void *cfg, const dlrec_schema *schema, net_plan *
   if (in > (1u << 24))
     return dlrec_error(DLREC_ERR_INVALID, "%s MLP input of %llu (n_dense + F x embedding_dim) is too wide", name,
                        (unsigned long long)in);
-  wide_deep *m = calloc(1, sizeof *m);
-  if (!m) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
   m->n_dense = schema->n_dense;
   m->n_sparse = schema->n_sparse;
   m->D = c->emb_dim;
@@ -114,16 +110,8 @@ static dlrec_status plan(const void *cfg, const dlrec_schema *schema, net_plan *
   p->emb_dim = c->emb_dim + 1;
   p->pooling = c->pooling;
   dlrec_status st = net_dense_term_plan(&m->dense, p, schema->n_dense);
-  if (st == DLREC_OK) st = net_mlp_plan(&m->mlp, p, "mlp", (uint32_t)in, &c->mlp, 1);
-  if (st != DLREC_OK) {
-    free(m);
-    return st;
-  }
-  *ctx = m;
-  return DLREC_OK;
+  return st == DLREC_OK ? net_mlp_plan(&m->mlp, p, "mlp", (uint32_t)in, &c->mlp, 1) : st;
 }
-
-static void free_ctx(void *ctx) { free(ctx); }
 
 /* The linear term as fm's (stream 4000), the MLP's layers from streams
  * 5000 + l; the table is the generic embedding init. */
@@ -147,39 +135,22 @@ typedef struct wd_ws {
   float *mlp;                     /* the MLP's workspace */
 } wd_ws;
 
-static void ws_free(void *ws) {
-  wd_ws *w = ws;
-  if (!w) return;
-  dlrec_arena_free(&w->arena);
-  free(w);
-}
-
-static dlrec_status ws_create(const void *ctx, const net_plan *p, uint32_t max_batch,
-                              const dlrec_arena_memory *mem, void **out) {
-  (void)p;
+static void ws_arrays(const void *ctx, void *ws, net_ws_alloc *a) {
   const wide_deep *m = ctx;
-  *out = NULL;
-  wd_ws *w = calloc(1, sizeof *w);
-  if (!w) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
-  dlrec_arena_init_in(&w->arena, 1u << 20, mem);
-  size_t B = max_batch, BF = B * m->n_sparse, BFD = BF * m->D, BX = B * m->mlp.in;
-  NET_WS_ALLOC(&w->arena, w->logits, B);
-  NET_WS_ALLOC(&w->arena, w->first, B);
-  NET_WS_ALLOC(&w->arena, w->second, B);
-  NET_WS_ALLOC(&w->arena, w->d_deep, B);
-  NET_WS_ALLOC(&w->arena, w->v, BFD);
-  NET_WS_ALLOC(&w->arena, w->w, BF);
-  NET_WS_ALLOC(&w->arena, w->dw, BF);
-  if (m->fm) NET_WS_ALLOC(&w->arena, w->dv_fm, BFD);
-  NET_WS_ALLOC(&w->arena, w->x, BX);
-  NET_WS_ALLOC(&w->arena, w->dx, BX);
-  if (m->n_dense || m->fm) NET_WS_ALLOC(&w->arena, w->dv, BFD);
-  NET_WS_ALLOC(&w->arena, w->mlp, net_mlp_ws_floats(&m->mlp, max_batch));
-  *out = w;
-  return DLREC_OK;
-nomem:
-  ws_free(w);
-  return dlrec_error(DLREC_ERR_NOMEM, "cannot allocate the workspace for batches of %u rows", max_batch);
+  wd_ws *w = ws;
+  const size_t F = m->n_sparse, FD = F * m->D;
+  net_ws_rows(a, &w->logits, 1);
+  net_ws_rows(a, &w->first, 1);
+  net_ws_rows(a, &w->second, 1);
+  net_ws_rows(a, &w->d_deep, 1);
+  net_ws_rows(a, &w->v, FD);
+  net_ws_rows(a, &w->w, F);
+  net_ws_rows(a, &w->dw, F);
+  if (m->fm) net_ws_rows(a, &w->dv_fm, FD);
+  net_ws_rows(a, &w->x, m->mlp.in);
+  net_ws_rows(a, &w->dx, m->mlp.in);
+  if (m->n_dense || m->fm) net_ws_rows(a, &w->dv, FD);
+  net_ws_floats(a, &w->mlp, net_mlp_ws_floats(&m->mlp, (uint32_t)a->rows));
 }
 
 /* ---- forward and backward ----------------------------------------------------- */
@@ -187,12 +158,10 @@ nomem:
 /* The MLP's input x (B, n_dense + F·D): each row's dense features, then its
  * factors, into *in. With no dense column x is v itself. */
 static dlrec_status deep_input(const wide_deep *m, wd_ws *w, const net_io *io, const float **in) {
-  *in = w->v;
-  if (!m->n_dense) return DLREC_OK;
-  size_t FD = (size_t)m->n_sparse * m->D, X = m->mlp.in, B = (size_t)io->B;
-  *in = w->x;
-  dlrec_status st = BE_OP(io->be, copy_rows, w->x, X, io->dense, m->n_dense, B, m->n_dense);
-  return st == DLREC_OK ? BE_OP(io->be, copy_rows, w->x + m->n_dense, X, w->v, FD, B, FD) : st;
+  *in = m->n_dense ? w->x : w->v;
+  return m->n_dense ? net_concat_forward(io->be, w->x, io->dense, m->n_dense, w->v, (size_t)m->n_sparse * m->D,
+                                         (size_t)io->B)
+                    : DLREC_OK;
 }
 
 static dlrec_status forward(const void *ctx, void *ws, const net_io *io, const float **logits) {
@@ -237,14 +206,6 @@ static dlrec_status backward(const void *ctx, void *ws, const net_io *io, const 
   return st;
 }
 
-#define WIDE_DEEP_TYPE(NAME, DEFAULTS)                                                                \
-  {                                                                                                   \
-    .name = NAME, .config_default = DEFAULTS, .config_parse = config_parse,                           \
-    .config_to_json = config_to_json, .plan = plan, .free_ctx = free_ctx, .init = init,               \
-    .ws_create = ws_create, .ws_free = ws_free, .forward = forward, .backward = backward,             \
-    .export_onnx = export_onnx,                                                                       \
-  }
-
 /* ---- ONNX export ---------------------------------------------------------------- */
 
 static const char *export_onnx(const void *ctx, const net_plan *p, const float *params, onnx_graph *g,
@@ -254,10 +215,41 @@ static const char *export_onnx(const void *ctx, const net_plan *p, const float *
   net_fm_split_export(g, emb, m->D, &v, &w);
   const char *z = onnx_op2(g, "Add", net_dense_term_export(&m->dense, p, params, g, dense), net_wide_export(g, w));
   if (m->fm) z = onnx_op2(g, "Add", z, net_fm_export(g, v));
-  const char *x[2] = {dense, onnx_reshape(g, v, (const int64_t[]){0, -1}, 2)}; /* [dense, v_1 .. v_F] */
-  const char *in = m->n_dense ? onnx_concat(g, x, 2, 1) : x[1];
+  const char *in = net_concat_export(g, m->n_dense ? dense : NULL, v); /* [dense, v_1 .. v_F] */
   return onnx_op2(g, "Add", z, net_mlp_export(&m->mlp, p, params, g, in));
 }
 
-const net_type net_type_wide_deep = WIDE_DEEP_TYPE("wide_deep", wide_deep_default);
-const net_type net_type_deepfm = WIDE_DEEP_TYPE("deepfm", deepfm_default);
+/* The generic tests' configs (net_test_config): small networks for the
+ * finite differences, with and without batch normalization and dropout; the
+ * defaults, and batch normalization, across backends; batch normalization
+ * and dropout for the kept operands. */
+#define WIDE_DEEP_SMALL "{\"embedding_dim\": 3, \"mlp\": [5, 4]"
+static const net_test_config tests[] = {
+    {WIDE_DEEP_SMALL "}", DLREC_NET_TEST_GRADIENTS},
+    {WIDE_DEEP_SMALL ", \"batch_norm\": true, \"dropout\": 0.25}", DLREC_NET_TEST_GRADIENTS},
+    {"{}", DLREC_NET_TEST_AGREEMENT},
+    {"{\"batch_norm\": true}", DLREC_NET_TEST_AGREEMENT},
+    {"{\"batch_norm\": true, \"dropout\": 0.2}", DLREC_NET_TEST_KEPT},
+    {NULL, 0},
+};
+static const net_test_config deepfm_tests[] = {
+    {WIDE_DEEP_SMALL "}", DLREC_NET_TEST_GRADIENTS},
+    {WIDE_DEEP_SMALL ", \"batch_norm\": true, \"dropout\": 0.25}", DLREC_NET_TEST_GRADIENTS},
+    {"{}", DLREC_NET_TEST_AGREEMENT | DLREC_NET_TEST_KEPT},
+    {NULL, 0},
+};
+
+#define WIDE_DEEP_TYPE(NAME, DOC, DEFAULTS, TESTS)                                                    \
+  {                                                                                                   \
+    .name = NAME, .doc = DOC, .config_default = DEFAULTS, .config_parse = config_parse,               \
+    .config_to_json = config_to_json, .ctx_size = sizeof(wide_deep), .plan = plan, .init = init,      \
+    .ws_size = sizeof(wd_ws), .ws_arrays = ws_arrays, .forward = forward, .backward = backward,       \
+    .export_onnx = export_onnx, .tests = TESTS,                                                       \
+  }
+
+const net_type net_type_wide_deep =
+    WIDE_DEEP_TYPE("wide_deep", "Wide & Deep: a linear part beside an MLP over dense features and embeddings",
+                   wide_deep_default, tests);
+const net_type net_type_deepfm =
+    WIDE_DEEP_TYPE("deepfm", "DeepFM: Wide & Deep whose wide part is a factorization machine",
+                   deepfm_default, deepfm_tests);

@@ -3,14 +3,14 @@
 # environment under the build tree, installed once) against `dlrec predict`
 # on the same rows: every probability within 1e-5 (check.py).
 #
-# Models: lr, fm, wide_deep, deepfm (batch normalization and dropout),
-# dcn_v2 stacked full rank, parallel low rank and a mixture of experts,
-# dlrm with the dot and the concat interaction; on Criteo-like rows, on
-# CSV rows with a multi-hot column of each pooling, and on categorical-only
-# rows (dlrm without a bottom MLP, lr without a dense term). Each trains a
-# few dozen steps first, so that no parameter (or running statistic) is
-# still at its initial value. Then a raw-key (hash table) model is refused
-# with a clear error.
+# Models: every registered type in each of the configs its registry entry
+# gives the tests (`dlrec models --json`: batch normalization and dropout,
+# every DCN-v2 cross variant, DLRM's interactions...), on Criteo-like rows;
+# then deepfm, dlrm and dcn_v2 on CSV rows with a multi-hot column of each
+# pooling, and lr, dlrm and wide_deep on categorical-only rows (dlrm
+# without a bottom MLP, lr without a dense term). Each trains a few dozen steps first, so
+# that no parameter (or running statistic) is still at its initial value.
+# Then a raw-key (hash table) model is refused with a clear error.
 #
 # usage: tests/onnx/run.sh DLREC_BIN WORKDIR
 set -euo pipefail
@@ -23,7 +23,7 @@ mkdir -p "$work"
 venv_ready "$venv" 'import onnxruntime, numpy' onnxruntime numpy
 py=$venv/bin/python
 cd "$work"
-rm -rf data-* run-* *.onnx *.scores
+rm -rf data-* run-* *.onnx *.scores models.json models.list
 
 # Criteo-like rows.
 mkdir -p data-criteo
@@ -77,15 +77,18 @@ JSON
   "$bin" predict -q --model "run-$name" --input "$data/valid.dlr" --out "$name.scores"
   "$py" "$here/check.py" "$bin" "$name.onnx" "$data/valid.dlr" "$name.scores" 500
 }
-check lr criteo '{"type": "lr"}'
-check fm criteo '{"type": "fm", "embedding_dim": 8}'
-check wide_deep criteo "{\"type\": \"wide_deep\", \"embedding_dim\": 8, $mlp}"
-check deepfm criteo "{\"type\": \"deepfm\", \"embedding_dim\": 8, $mlp}"
-check dcn_v2 criteo "{\"type\": \"dcn_v2\", \"embedding_dim\": 4, \"structure\": \"stacked\", \"cross_layers\": 2, $mlp}"
-check dcn_v2_lowrank criteo '{"type": "dcn_v2", "embedding_dim": 4, "structure": "parallel", "cross_layers": 2, "low_rank": 8, "mlp": [16]}'
-check dcn_v2_mix criteo '{"type": "dcn_v2", "embedding_dim": 4, "structure": "parallel", "cross_layers": 2, "low_rank": 8, "experts": 3, "mlp": [16]}'
-check dlrm criteo '{"type": "dlrm", "embedding_dim": 8, "bottom_mlp": [16, 8], "top_mlp": [16, 1]}'
-check dlrm_cat criteo '{"type": "dlrm", "embedding_dim": 8, "bottom_mlp": [16, 8], "top_mlp": [16, 1], "interaction": "cat"}'
+# Every registered type's test configs, named TYPE-J.
+"$bin" models --json > models.json
+"$py" - > models.list <<'PY'
+import json
+for t in json.load(open("models.json")):
+    for j, c in enumerate(t["tests"]):
+        print(f"{t['type']}-{j}\t{json.dumps(dict(type=t['type'], **c['model']))}")
+PY
+[ -s models.list ] || { echo "run.sh: dlrec models --json listed no model type" >&2; exit 1; }
+while IFS=$'\t' read -r name model <&3; do
+  check "$name" criteo "$model"
+done 3< models.list
 check deepfm_multi multi "{\"type\": \"deepfm\", \"embedding_dim\": 8, $mlp}"
 check dlrm_multi_mean multi '{"type": "dlrm", "embedding_dim": 8, "bottom_mlp": [8], "top_mlp": [16, 1], "pooling": "mean"}'
 check dcn_v2_multi multi '{"type": "dcn_v2", "embedding_dim": 4, "cross_layers": 2, "mlp": [16]}'

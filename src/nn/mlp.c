@@ -23,23 +23,18 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "backend/backend_impl.h"
 #include "core/json.h"
-#include "model/model_type.h"
-#include "model/onnx.h"
+#include "core/onnx.h"
+#include "nn/block.h"
 
 #define BN_MOMENTUM 0.1f /* PyTorch's BatchNorm1d defaults */
 #define BN_EPS 1e-5f
 
 dlrec_status net_mlp_config_parse(net_mlp_config *c, const cJSON *o, const char *what) {
-  double rate = c->dropout;
   dlrec_status s = net_config_widths(o, "mlp", what, 0, DLREC_MLP_MAX_LAYERS - 1, &c->n_hidden, c->hidden);
-  if (s == DLREC_OK) s = dlrec_json_get_double_or(o, "dropout", what, rate, &rate);
-  if (s == DLREC_OK) s = dlrec_json_get_bool_or(o, "batch_norm", what, c->batch_norm, &c->batch_norm);
-  if (s != DLREC_OK) return s;
-  if (!(rate >= 0.0 && rate < 1.0))
-    return dlrec_error(DLREC_ERR_INVALID, "%s: field 'dropout': %g is out of range [0, 1)", what, rate);
-  c->dropout = (float)rate;
-  return DLREC_OK;
+  if (s == DLREC_OK) s = net_config_rate(o, "dropout", what, &c->dropout);
+  return s == DLREC_OK ? dlrec_json_get_bool_or(o, "batch_norm", what, c->batch_norm, &c->batch_norm) : s;
 }
 
 void net_mlp_config_to_json(const net_mlp_config *c, cJSON *o) {
@@ -51,9 +46,9 @@ void net_mlp_config_to_json(const net_mlp_config *c, cJSON *o) {
 dlrec_status net_mlp_plan(net_mlp *m, net_plan *p, const char *prefix, uint32_t in, const net_mlp_config *c,
                           int output) {
   memset(m, 0, sizeof *m);
-  if (c->n_hidden > DLREC_MLP_MAX_LAYERS - 1)
-    return dlrec_error(DLREC_ERR_INVALID, "%s MLP: %u hidden layers, at most %d", prefix, c->n_hidden,
-                       DLREC_MLP_MAX_LAYERS - 1);
+  const uint32_t most = DLREC_MLP_MAX_LAYERS - (output ? 1u : 0u);
+  if (c->n_hidden > most)
+    return dlrec_error(DLREC_ERR_INVALID, "%s MLP: %u hidden layers, at most %u", prefix, c->n_hidden, most);
   if (!(c->dropout >= 0.0f && c->dropout < 1.0f))
     return dlrec_error(DLREC_ERR_INVALID, "%s MLP: dropout %g out of range [0, 1)", prefix, (double)c->dropout);
   m->in = in;

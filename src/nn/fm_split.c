@@ -6,19 +6,13 @@
  * factors and its weight for the blocks of src/nn, and join the two
  * gradients back into d_emb.
  */
-#include "core/json.h"
-#include "model/model_type.h"
+#include "backend/backend_impl.h"
+#include "core/onnx.h"
+#include "nn/block.h"
 
+/* One more coordinate holds the first-order weight. */
 dlrec_status net_fm_config_dim(const cJSON *o, const char *what, uint32_t *emb_dim) {
-  uint64_t d = *emb_dim;
-  dlrec_status s = dlrec_json_get_u64_or(o, "embedding_dim", what, *emb_dim, &d);
-  if (s != DLREC_OK) return s;
-  /* One more coordinate holds the first-order weight. */
-  if (d < 1 || d > DLREC_EMBED_MAX_DIM - 1)
-    return dlrec_error(DLREC_ERR_INVALID, "%s: field 'embedding_dim': %llu is out of range [1, %d]", what,
-                       (unsigned long long)d, DLREC_EMBED_MAX_DIM - 1);
-  *emb_dim = (uint32_t)d;
-  return DLREC_OK;
+  return net_config_u32(o, "embedding_dim", what, 1, DLREC_EMBED_MAX_DIM - 1, emb_dim);
 }
 
 dlrec_status net_fm_split(dlrec_backend *be, float *v, float *w, const float *emb, size_t n, uint32_t D) {
@@ -40,4 +34,21 @@ dlrec_status net_fm_join(dlrec_backend *be, float *d_emb, const float *dv, size_
   if (s == DLREC_OK) s = BE_OP(be, copy_rows, d_emb, (size_t)D + 1, a, D, BF, D);
   if (s == DLREC_OK) s = BE_OP(be, copy_rows, d_emb + D, (size_t)D + 1, dw, 1, BF, 1);
   return s;
+}
+
+void net_fm_split_export(onnx_graph *g, const char *emb, uint32_t D, const char **v, const char **w) {
+  *v = onnx_slice(g, emb, 2, 0, D);
+  *w = onnx_slice(g, emb, 2, D, D + 1);
+}
+
+const char *net_wide_export(onnx_graph *g, const char *w) {
+  return onnx_reduce_sum(g, onnx_reshape(g, w, (const int64_t[]){0, -1}, 2), 1, 1);
+}
+
+const char *net_fm_export(onnx_graph *g, const char *v) {
+  /* Σ_{f<g} <v_f, v_g> = ½ Σ_d ((Σ_f v_fd)² − Σ_f v_fd²), as src/nn/fm.c. */
+  const char *s = onnx_reduce_sum(g, v, 1, 0);
+  const char *q = onnx_reduce_sum(g, onnx_op2(g, "Mul", v, v), 1, 0);
+  const char *diff = onnx_op2(g, "Sub", onnx_op2(g, "Mul", s, s), q);
+  return onnx_op2(g, "Mul", onnx_reduce_sum(g, diff, 1, 1), onnx_scalar_f32(g, 0.5f));
 }

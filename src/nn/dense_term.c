@@ -1,11 +1,13 @@
-/* The first-order term on the dense features that lr and fm share (and
- * wide & deep's wide part will): a linear layer (n_dense -> 1) when the
+/* The first-order term on the dense features that lr, fm, wide_deep and
+ * deepfm share: a linear layer (n_dense -> 1) when the
  * data has dense columns, else a lone bias, so that a model over
  * categorical columns alone still has its intercept. */
 #include <math.h>
 
 #include "core/rng.h"
-#include "model/model_type.h"
+#include "backend/backend_impl.h"
+#include "core/onnx.h"
+#include "nn/block.h"
 
 dlrec_status net_dense_term_plan(net_dense_term *t, net_plan *p, uint32_t n_dense) {
   t->n_dense = n_dense;
@@ -42,4 +44,11 @@ dlrec_status net_dense_term_backward(const net_dense_term *t, const net_io *io, 
   io->prof->mlp_flops += 2.0 * io->B * t->n_dense;
   return BE_OP(io->be, linear_backward, NULL, g + t->L.w, g + t->L.b, d_out, io->dense, io->params + t->L.w, io->B,
                (int)t->n_dense, 1);
+}
+
+const char *net_dense_term_export(const net_dense_term *t, const net_plan *p, const float *params, onnx_graph *g,
+                                  const char *dense) {
+  if (t->n_dense) return net_onnx_linear(g, p, params, t->linear, dense, 0);
+  const int64_t d[2] = {1, 1};
+  return onnx_const_f32(g, "bias", params + t->bias, d, 2);
 }

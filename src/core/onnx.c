@@ -5,7 +5,7 @@
  * nodes, initializers, inputs and outputs in four buffers, each already
  * encoded as fields of GraphProto, and the file is their concatenation
  * inside the ModelProto. */
-#include "model/onnx.h"
+#include "core/onnx.h"
 
 #include <errno.h>
 #include <stdio.h>

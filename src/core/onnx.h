@@ -9,8 +9,8 @@
  * the builder keeps going with placeholder names and onnx_graph_write
  * reports the first one, so exporters need not check every call.
  */
-#ifndef DLREC_MODEL_ONNX_H
-#define DLREC_MODEL_ONNX_H
+#ifndef DLREC_CORE_ONNX_H
+#define DLREC_CORE_ONNX_H
 
 #include <stddef.h>
 #include <stdint.h>
