@@ -7,21 +7,9 @@
 #ifndef DLREC_MODEL_NET_WS_H
 #define DLREC_MODEL_NET_WS_H
 
-#include <stdatomic.h>
-
 #include "embed/unique.h"
 #include "model/model_type.h"
 #include "model/stage.h"
-
-/* Where the ways of a split step meet (net_allreduce): a counting barrier
- * that a failed way releases. A way whose pass fails stops making the calls
- * the others wait in; it sets `failed`, and every wait then returns at once,
- * so the step ends with that way's error instead of hanging. */
-struct net_sync {
-  _Atomic uint32_t arrived, generation;
-  _Atomic int failed;
-  uint32_t ways;
-};
 
 /* How many training steps may be queued before their losses are taken. */
 #define NET_QUEUED 2

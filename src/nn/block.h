@@ -10,9 +10,9 @@
  * two row blocks (concat.c). Each writes its forward once (training and
  * scoring run it), its backward, and its ONNX export beside them.
  *
- * The plan helpers and the shared config readers live in block.c. The
- * passes that call the blocks (src/model/net_pass.c) define net_linear_forward,
- * net_allreduce and net_lap, declared here because every block calls them.
+ * The plan helpers and the shared config readers live in block.c; what
+ * every block calls of its pass (net_linear_forward, net_allreduce,
+ * net_lap) in pass.c.
  *
  * Layers: nn/ sits on core/, backend/ and embed/ (the pooling mode); it
  * includes nothing of src/model/, which builds model types out of it.
@@ -20,6 +20,7 @@
 #ifndef DLREC_NN_BLOCK_H
 #define DLREC_NN_BLOCK_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -141,6 +142,16 @@ void net_init_linear(const net_linear *L, float *params, uint64_t seed, uint64_t
 void net_init_xavier(float *w, size_t count, uint32_t fan_in, uint32_t fan_out, uint64_t seed, uint64_t stream);
 
 /* ---- a pass ------------------------------------------------------------------ */
+
+/* Where the ways of a split step meet (net_allreduce): a counting barrier
+ * that a failed way releases. A way whose pass fails stops making the calls
+ * the others wait in; it sets `failed`, and every wait then returns at once,
+ * so the step ends with that way's error instead of hanging. */
+struct net_sync {
+  _Atomic uint32_t arrived, generation;
+  _Atomic int failed;
+  uint32_t ways;
+};
 
 /* One way of a split training step (net_pass.c), for what a model must sum
  * across the ways: batch normalization's statistics. */
