@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "nn/nn.h"
+#include "backend/cpu/kernels.h"
 #include "core/clock.h"
 #include "core/rng.h"
 

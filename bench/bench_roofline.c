@@ -44,11 +44,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cpu_dnnl.h"
-#include "backend/cpu_gemm.h"
+#include "backend/cpu/cpu_dnnl.h"
+#include "backend/cpu/cpu_gemm.h"
 #include "embed/embed.h"
 #include "data/loader.h"
-#include "nn/nn.h"
+#include "backend/cpu/kernels.h"
 #include "core/clock.h"
 #include "core/rng.h"
 

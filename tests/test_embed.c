@@ -752,7 +752,7 @@ TEST(corrupt_batches_are_errors_and_change_nothing) {
 
 /* ---- 16-bit tables (bf16, fp16) ---------------------------------------------- */
 
-#include "embed/dtype.h"
+#include "backend/dtype.h"
 
 /* Independent decoders: the value of a bit pattern by the formats'
  * definitions, with ldexp (no bit tricks shared with embed/dtype.h). */

@@ -5,7 +5,7 @@
 #include <float.h>
 #include <omp.h>
 
-#include "nn/nn.h"
+#include "backend/cpu/kernels.h"
 #include "core/rng.h"
 #include "ref/ref.h"
 #include "test.h"

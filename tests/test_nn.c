@@ -3,7 +3,7 @@
  * optimizer against a naive reference update over several steps. */
 #include <omp.h>
 
-#include "nn/nn.h"
+#include "backend/cpu/kernels.h"
 #include "core/rng.h"
 #include "ref/ref.h"
 #include "test.h"

@@ -18,8 +18,8 @@
 #include <omp.h>
 
 #include "backend/backend_impl.h"
-#include "backend/cpu_dnnl.h"
-#include "backend/cpu_gemm.h"
+#include "backend/cpu/cpu_dnnl.h"
+#include "backend/cpu/cpu_gemm.h"
 #include "train/metrics.h"
 #include "test.h"
 

@@ -19,7 +19,7 @@
 
 #include "backend/backend.h"
 #include "embed/embed.h"
-#include "nn/nn.h"
+#include "backend/cpu/kernels.h"
 
 /* The activation a linear layer fuses after its bias. */
 typedef enum dlrec_act {

@@ -18,7 +18,7 @@
 #include "core/fsutil.h"
 #include "core/json.h"
 #include "core/log.h"
-#include "embed/table_impl.h"
+#include "backend/table_impl.h"
 #include "train/etl_match.h"
 #include "train/tensor_file.h"
 

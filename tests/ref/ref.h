@@ -22,7 +22,7 @@
 #include <stdint.h>
 
 #include "embed/embed.h"
-#include "nn/nn.h"
+#include "backend/cpu/kernels.h"
 
 /* d[i] = f[i] for n values. */
 void ref_to_double(double *d, const float *f, size_t n);

@@ -2,7 +2,7 @@
  * per call, and the algorithm is cuBLASLt's first heuristic choice, asked
  * for once per call shape and kept (the query costs the host tens of
  * microseconds, as much as the kernel of a small product). */
-#include "backend/cuda_blas.h"
+#include "backend/cuda/cuda_blas.h"
 
 #include <dlfcn.h>
 #include <pthread.h>

@@ -32,8 +32,8 @@
  */
 #include <string.h>
 
-#include "nn/nn.h"
-#include "nn/nn_checks.h"
+#include "backend/cpu/kernels.h"
+#include "backend/checks.h"
 
 #define MAX_F 256
 #define MAX_D 4096

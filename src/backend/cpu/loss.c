@@ -6,8 +6,8 @@
  */
 #include <math.h>
 
-#include "nn/nn.h"
-#include "nn/nn_checks.h"
+#include "backend/cpu/kernels.h"
+#include "backend/checks.h"
 
 dlrec_status nn_check_bce(const char *what, const void *a, const void *b, const void *c, int B) {
   if (!a || !b || !c) return dlrec_error(DLREC_ERR_INVALID, "%s: NULL buffer", what);

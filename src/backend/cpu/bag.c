@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "embed/embed.h"
-#include "embed/dtype.h"
+#include "backend/dtype.h"
 
 #define ALWAYS_INLINE inline __attribute__((always_inline))
 

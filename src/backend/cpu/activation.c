@@ -6,7 +6,7 @@
  */
 #include <math.h>
 
-#include "nn/nn.h"
+#include "backend/cpu/kernels.h"
 
 /* Passes smaller than this run on one thread (see linear.c). */
 #define PARALLEL_MIN 32768

@@ -9,8 +9,8 @@
 
 #include "embed/embed.h"
 #include "core/rng.h"
-#include "embed/dtype.h"
-#include "embed/table_impl.h"
+#include "backend/dtype.h"
+#include "backend/table_impl.h"
 
 /* Rows drawn from one random stream during initialization. The value is part
  * of what a seed means: changing it changes every initial table. */

@@ -8,8 +8,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "nn/nn.h"
-#include "nn/nn_checks.h"
+#include "backend/cpu/kernels.h"
+#include "backend/checks.h"
 
 /* Passes smaller than this run on one thread (see linear.c). */
 #define PARALLEL_MIN 32768

@@ -18,8 +18,8 @@
 #include <math.h>
 #include <stddef.h>
 
-#include "nn/nn.h"
-#include "nn/nn_checks.h"
+#include "backend/cpu/kernels.h"
+#include "backend/checks.h"
 
 #define MAX_C 65536
 #define BLOCK 64

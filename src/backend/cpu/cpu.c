@@ -17,7 +17,7 @@
 
 #include <omp.h>
 
-#include "backend/cpu_gemm.h"
+#include "backend/cpu/cpu_gemm.h"
 
 /* Sets the calling thread's OpenMP team to the backend's size. */
 static inline void enter(dlrec_backend *be) {

@@ -15,8 +15,8 @@
 #include <string.h>
 
 #include "core/hash.h"
-#include "nn/nn.h"
-#include "nn/nn_checks.h"
+#include "backend/cpu/kernels.h"
+#include "backend/checks.h"
 
 #define PARALLEL_MIN 32768
 #define GOLDEN 0x9e3779b97f4a7c15ULL

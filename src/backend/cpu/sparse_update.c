@@ -21,7 +21,7 @@
 #include <sys/mman.h>
 
 #include "embed/embed.h"
-#include "embed/dtype.h"
+#include "backend/dtype.h"
 
 #define ALWAYS_INLINE inline __attribute__((always_inline))
 

@@ -8,8 +8,8 @@
  */
 #include <stddef.h>
 
-#include "nn/nn.h"
-#include "nn/nn_checks.h"
+#include "backend/cpu/kernels.h"
+#include "backend/checks.h"
 
 #define MAX_F 65536
 

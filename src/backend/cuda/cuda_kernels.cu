@@ -9,7 +9,7 @@
 // elsewhere the compiler may contract into FMA, which the op tests' bounds
 // allow. Reductions are fixed trees or in-order loops: two runs give the
 // same bits.
-#include "backend/cuda_kernels.h"
+#include "backend/cuda/cuda_kernels.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -17,7 +17,7 @@
 #include <cub/cub.cuh>
 
 #include "core/hash.h"
-#include "embed/dtype.h"
+#include "backend/dtype.h"
 
 namespace {
 

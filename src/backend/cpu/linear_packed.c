@@ -46,8 +46,8 @@
 #include <immintrin.h>
 #endif
 
-#include "nn/nn.h"
-#include "nn/nn_checks.h"
+#include "backend/cpu/kernels.h"
+#include "backend/checks.h"
 
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF

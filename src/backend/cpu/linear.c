@@ -7,9 +7,9 @@
 #include <cblas.h>
 #include <stddef.h>
 
-#include "nn/nn.h"
-#include "nn/nn_checks.h"
-#include "nn/nn_columns.h"
+#include "backend/cpu/kernels.h"
+#include "backend/checks.h"
+#include "backend/cpu/columns.h"
 
 /* Elementwise passes smaller than this run on one thread: waking the OpenMP
  * team costs more than the pass itself. */

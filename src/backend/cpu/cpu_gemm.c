@@ -34,7 +34,7 @@
  * slot instead (the caller promises the sources unchanged in between). The
  * slots' buffers stay between passes, reused in the same order.
  */
-#include "backend/cpu_gemm.h"
+#include "backend/cpu/cpu_gemm.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -46,11 +46,11 @@
 #include <immintrin.h>
 #endif
 
-#include "backend/cpu_dnnl.h"
+#include "backend/cpu/cpu_dnnl.h"
 #include "backend/fresh_grads.h"
-#include "embed/dtype.h"
-#include "nn/nn_checks.h"
-#include "nn/nn_columns.h"
+#include "backend/dtype.h"
+#include "backend/checks.h"
+#include "backend/cpu/columns.h"
 
 /* Elementwise passes smaller than this run on one thread (as in nn/linear.c). */
 #define PARALLEL_MIN 32768

@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "nn/nn.h"
+#include "backend/cpu/kernels.h"
 
 /* "WHAT: NULL buffer" for the first NULL of the pointers after `what`, as
  * every kernel words it: NN_NONNULL(what, a, b, ...). */

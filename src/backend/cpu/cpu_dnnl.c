@@ -11,7 +11,7 @@
  * calling thread's omp_get_max_threads(), which the CPU backend sets to its
  * own thread count before every op (cpu.c's enter).
  */
-#include "backend/cpu_dnnl.h"
+#include "backend/cpu/cpu_dnnl.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -23,8 +23,8 @@
 #include <math.h>
 #include <stddef.h>
 
-#include "nn/nn.h"
-#include "nn/nn_checks.h"
+#include "backend/cpu/kernels.h"
+#include "backend/checks.h"
 
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF

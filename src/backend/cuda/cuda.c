@@ -29,12 +29,12 @@
 #include <cuda_runtime_api.h>
 
 #include "backend/backend_impl.h"
-#include "backend/cuda_blas.h"
-#include "backend/cuda_kernels.h"
+#include "backend/cuda/cuda_blas.h"
+#include "backend/cuda/cuda_kernels.h"
 #include "backend/fresh_grads.h"
 #include "core/hash.h"
-#include "embed/dtype.h"
-#include "nn/nn_checks.h"
+#include "backend/dtype.h"
+#include "backend/checks.h"
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
 
