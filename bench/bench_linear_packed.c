@@ -7,7 +7,7 @@
  * 367-512-256-1; ReLU on all but the last) and each batch size, prints
  * GFLOP/s (2 B IN OUT flops per call) of
  *   packed  dlrec_packed_linear_forward with the bias and the ReLU fused, and
- *   sgemm   what dlrec_linear_relu_forward does: the bias copied into out,
+ *   sgemm   what cpu_sgemm_linear_relu_forward does: the bias copied into out,
  *           cblas_sgemm with beta = 1, then a ReLU pass,
  * and their ratio, then the whole MLP's time per batch. Each side runs in
  * alternating rounds of --seconds / 5 and keeps its best round, so that
@@ -66,7 +66,7 @@ typedef struct work {
 } work;
 
 static void run_packed(const work *k) {
-  if (dlrec_packed_linear_forward(k->packed, k->in, k->out, k->B, k->relu) != DLREC_OK) {
+  if (cpu_packed_forward(k->out, k->packed, k->in, k->B, (k->relu) ? DLREC_ACT_RELU : DLREC_ACT_NONE) != DLREC_OK) {
     fprintf(stderr, "bench_linear_packed: %s\n", dlrec_last_error());
     exit(1);
   }
@@ -162,7 +162,7 @@ int main(int argc, char **argv) {
       float *bias = random_floats((size_t)L->out, 200 + li, 0.1f);
       float *out_p = xmalloc(n_out * sizeof(float)), *out_s = xmalloc(n_out * sizeof(float));
       dlrec_packed_linear *p;
-      if (dlrec_packed_linear_create(&p, w, bias, L->in, L->out) != DLREC_OK) {
+      if (cpu_packed_create(&p, w, bias, L->in, L->out) != DLREC_OK) {
         fprintf(stderr, "bench_linear_packed: %s\n", dlrec_last_error());
         return 1;
       }
@@ -187,7 +187,7 @@ int main(int argc, char **argv) {
              mag > 0 ? diff / mag : diff);
       fflush(stdout);
       t_packed += 1 / best_p, t_sgemm += 1 / best_s, flops_all += flops;
-      dlrec_packed_linear_free(p);
+      cpu_packed_free(p);
       free(in), free(w), free(bias), free(out_p), free(out_s);
     }
     printf("%-9s %5d %4s | %8.2f %9.2f | %8.2f %9.2f | %6.2f |\n", "MLPs", B, "", flops_all / t_packed / 1e9,

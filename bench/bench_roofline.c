@@ -197,8 +197,8 @@ typedef struct layer {
 
 static void run_layer(void *ctx) {
   layer *l = ctx;
-  if (cpu_gemm_linear_forward(l->gm, l->y, l->x, l->w, l->bias, l->B, l->in, l->out, DLREC_ACT_RELU) ||
-      cpu_gemm_linear_backward(l->gm, l->first ? NULL : l->dx, l->dw, l->db, l->dy, l->x, l->w, l->B, l->in, l->out))
+  if (cpu_linear_forward(l->gm, l->y, l->x, l->w, l->bias, l->B, l->in, l->out, DLREC_ACT_RELU) ||
+      cpu_linear_backward(l->gm, l->first ? NULL : l->dx, l->dw, l->db, l->dy, l->x, l->w, l->B, l->in, l->out))
     die("cpu_gemm layer");
 }
 
@@ -249,7 +249,7 @@ typedef struct bags {
 
 static void bags_batch(const void *ctx, int k) {
   const bags *g = ctx;
-  if (dlrec_bag_forward(g->table, &g->batch[k], DLREC_BAG_SUM, g->out) != DLREC_OK) die("bag forward");
+  if (cpu_bag_forward(g->out, g->table, &g->batch[k], DLREC_BAG_SUM) != DLREC_OK) die("bag forward");
 }
 
 static void run_bags(void *ctx) {

@@ -49,6 +49,7 @@
 #include <stdint.h>
 
 #include "backend/backend_impl.h"
+#include "backend/cpu/kernels.h"
 #include "core/rng.h"
 #include "ref/ref.h"
 #include "test.h"
@@ -1908,8 +1909,8 @@ static void case_mirror(void) {
   bag_data b0;
   bags_make(&b0, B, F, 1, 4, rows);
   float *d0 = hrand((size_t)B * F * D, -1, 1);
-  if (dlrec_bag_backward_update(t, o, &b0.bags, DLREC_BAG_SUM, d0, host_scratch, scratch_bytes) != DLREC_OK ||
-      dlrec_bag_backward_update(ref, ro, &b0.bags, DLREC_BAG_SUM, d0, host_scratch, scratch_bytes) != DLREC_OK ||
+  if (cpu_bag_backward_update(t, o, &b0.bags, DLREC_BAG_SUM, d0, host_scratch, scratch_bytes) != DLREC_OK ||
+      cpu_bag_backward_update(ref, ro, &b0.bags, DLREC_BAG_SUM, d0, host_scratch, scratch_bytes) != DLREC_OK ||
       backend_table_mirror(g_be, t, &mt) != DLREC_OK || backend_sparse_optim_mirror(g_be, o, mt, &mo) != DLREC_OK) {
     FAIL("the first update and the mirrors: %s", dlrec_last_error());
     goto out;
@@ -1921,7 +1922,7 @@ static void case_mirror(void) {
     if (OP(bag_backward_update, mt, mo, &bd.bags, DLREC_BAG_SUM, dup(dout, (size_t)B * F * D), dev_scratch,
            scratch_bytes))
       goto out;
-    if (dlrec_bag_backward_update(ref, ro, &bd.bags, DLREC_BAG_SUM, dout, host_scratch, scratch_bytes) != DLREC_OK) {
+    if (cpu_bag_backward_update(ref, ro, &bd.bags, DLREC_BAG_SUM, dout, host_scratch, scratch_bytes) != DLREC_OK) {
       FAIL("the CPU's update: %s", dlrec_last_error());
       goto out;
     }
@@ -2095,9 +2096,9 @@ static int same_as_cpu(int line, const float *got, const float *w, const float *
   if (!strcmp(g_be->name, "cpu")) return 0;
   dlrec_packed_linear *p = NULL;
   float *want = hf((size_t)B * OUT);
-  dlrec_status st = dlrec_packed_linear_create(&p, w, bias, IN, OUT);
-  if (st == DLREC_OK) st = dlrec_packed_linear_forward(p, in, want, B, relu);
-  dlrec_packed_linear_free(p);
+  dlrec_status st = cpu_packed_create(&p, w, bias, IN, OUT);
+  if (st == DLREC_OK) st = cpu_packed_forward(want, p, in, B, (relu) ? DLREC_ACT_RELU : DLREC_ACT_NONE);
+  cpu_packed_free(p);
   if (st != DLREC_OK) {
     fail_at(line, "the CPU's packed layer: %s", dlrec_last_error());
     return 1;

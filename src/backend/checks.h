@@ -1,15 +1,16 @@
-/* The argument checks of src/nn's kernels, one place for every backend:
- * the CPU kernels run them, and a backend whose ops run elsewhere (a GPU's)
- * runs the same ones before it enqueues anything, so a refused call says
- * the same and touches nothing on either. Each returns DLREC_OK or
- * DLREC_ERR_INVALID with a message naming `what`. */
-#ifndef DLREC_NN_CHECKS_H
-#define DLREC_NN_CHECKS_H
+/* The argument checks of the ops, one place for every backend: the CPU
+ * kernels run them, and a backend whose ops run elsewhere (a GPU's) runs the
+ * same ones before it enqueues anything, so a refused call says the same
+ * and touches nothing on either. Each returns DLREC_OK or DLREC_ERR_INVALID
+ * with a message naming `what`. They live beside the CPU kernel that first
+ * needed them (src/backend/cpu/), which every build compiles. */
+#ifndef DLREC_BACKEND_CHECKS_H
+#define DLREC_BACKEND_CHECKS_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "backend/cpu/kernels.h"
+#include "backend/ops.h"
 
 /* "WHAT: NULL buffer" for the first NULL of the pointers after `what`, as
  * every kernel words it: NN_NONNULL(what, a, b, ...). */
@@ -25,6 +26,9 @@ static inline dlrec_status nn_check_nonnull(const char *what, const void *const 
 /* rows.c: non-NULL; width within dst_ld, and src_ld unless it is 0. */
 dlrec_status nn_check_rows(const char *what, const void *dst, const void *src, size_t dst_ld, size_t src_ld,
                            size_t width);
+/* rows.c's gather and scatters: non-NULL, every idx[i] < rows. */
+dlrec_status nn_check_indexed_rows(const char *what, const void *dst, const void *src, size_t rows,
+                                   const uint32_t *idx, size_t n);
 /* linear.c: three buffers, B, IN, OUT >= 1. */
 dlrec_status nn_check_linear(const char *what, const void *a, const void *b, const void *c, int B, int IN, int OUT);
 /* interaction.c: the dot interaction's three buffers and shape; the

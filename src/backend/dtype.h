@@ -12,14 +12,13 @@
  * coordinate), a counter-based hash, so a row gets the same bits whichever
  * thread updates it and however many threads there are.
  */
-#ifndef DLREC_EMBED_DTYPE_H
-#define DLREC_EMBED_DTYPE_H
+#ifndef DLREC_BACKEND_DTYPE_H
+#define DLREC_BACKEND_DTYPE_H
 
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
-#include "embed/embed.h"
 #include "core/hash.h" /* DLREC_HOST_DEVICE: the CUDA backend rounds 16-bit rows with these */
 
 static inline DLREC_HOST_DEVICE uint32_t dtype_f32_bits(float x) {

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "embed/embed.h"
+#include "backend/table.h"
 #include "core/rng.h"
 #include "backend/dtype.h"
 #include "backend/table_impl.h"

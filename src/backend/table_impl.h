@@ -1,8 +1,8 @@
 /* What the table's initialization offers the stores (store.c, store_tiered.c). */
-#ifndef DLREC_EMBED_TABLE_IMPL_H
-#define DLREC_EMBED_TABLE_IMPL_H
+#ifndef DLREC_BACKEND_TABLE_IMPL_H
+#define DLREC_BACKEND_TABLE_IMPL_H
 
-#include "embed/embed.h"
+#include "backend/table.h"
 
 /* Ranges as dlrec_table_init_uniform requires them, for a table of `rows`. */
 dlrec_status table_check_ranges(const dlrec_row_range *ranges, uint32_t n_ranges, uint64_t rows);

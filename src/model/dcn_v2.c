@@ -193,7 +193,7 @@ static dlrec_status plan_cross(dcn *m, net_plan *p, uint32_t l) {
   if (s == DLREC_OK) s = net_plan_tensor(p, name, d, 0, &x->bias);
   /* The views: every expert's V, then every C, then every U (each with the
    * shared bias), then the gate, so that each kind is an array of K packed
-   * layers for dlrec_cross_mix_infer. */
+   * layers for cpu_cross_mix_infer. */
   int idx = 0;
   for (uint32_t k = 0; s == DLREC_OK && k < K; k++) {
     s = plan_view(p, d, r, x->V + (size_t)k * r * d, NET_NO_BIAS, &idx);

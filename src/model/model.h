@@ -32,7 +32,7 @@
 #include "backend/backend.h"
 #include "embed/embed.h"
 #include "data/loader.h"
-#include "backend/cpu/kernels.h"
+#include "backend/ops.h"
 #include "data/schema.h"
 #include "core/status.h"
 #include "embed/store.h"

@@ -106,7 +106,7 @@ typedef struct net_io {
 /* The linear op every model calls: out (B, out) = in (B, in) · Wᵀ + b, with a
  * ReLU if relu, on io->be. In training it runs the backend's linear_forward
  * (on the CPU in fp32, sgemm with the bias-fill trick of
- * dlrec_linear_forward); when scoring, its packed batch-invariant kernel. */
+ * cpu_sgemm_linear_forward); when scoring, its packed batch-invariant kernel. */
 dlrec_status net_linear_forward(const net_io *io, int layer, float *out, const float *in, int relu);
 
 /* Sums v (n doubles, at most 2 per column of the plan's widest linear

@@ -16,6 +16,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 
+#include "backend/cpu/kernels.h"
 #include "core/arena.h"
 #include "core/clock.h"
 #include "model/model_type.h"
@@ -533,7 +534,7 @@ static dlrec_status run_forward(const dlrec_net *n, dlrec_backend *be, dlrec_net
     /* Only the pooled rows with cold ids cross over, pooled packed: the
      * host writes n_cold rows, not the batch's (B, F, D). */
     if (st == DLREC_OK)
-      st = dlrec_bag_forward_rows(table, &cold, n->plan.pooling, ws->cold_rows, ws->n_cold, ws->h_pack);
+      st = cpu_bag_forward_rows(table, &cold, n->plan.pooling, ws->cold_rows, ws->n_cold, ws->h_pack);
     if (st == DLREC_OK) st = ws_upload(ws, ws->d_cold, ws->h_pack, ws->n_cold * D);
     if (st == DLREC_OK) st = BE_OP(be, bag_forward, ws->emb, n->dhot, &hot, n->plan.pooling);
     for (int c = 0; st == DLREC_OK && c < F; c++) p->hot_lookups += hot.offsets[c][B];
@@ -1238,7 +1239,7 @@ static dlrec_status update(dlrec_net *n, dlrec_net_ws *ws, dlrec_net_optim *opt,
      * bags read no other row of it. */
     if (st == DLREC_OK) st = BE_OP(n->be, gather_rows, ws->d_cold, ws->d_emb, bags_n, ws->cold_rows, ws->n_cold, D);
     if (st == DLREC_OK) st = n->be->ops->download(n->be, ws->h_pack, ws->d_cold, ws->n_cold * D * sizeof(float));
-    if (st == DLREC_OK) st = dlrec_scatter_rows(ws->h_emb, bags_n, ws->cold_rows, ws->h_pack, ws->n_cold, D);
+    if (st == DLREC_OK) st = cpu_scatter_rows(ws->h_emb, bags_n, ws->cold_rows, ws->h_pack, ws->n_cold, D);
     if (st == DLREC_OK)
       st = BE_OP(dlrec_backend_default(), bag_backward_update, n->table, opt->sparse, &cold, n->plan.pooling,
                  ws->h_emb, ws->scratch, ws->scratch_bytes);

@@ -17,7 +17,7 @@
 #include <omp.h>
 #include <string.h>
 
-#include "embed/embed.h"
+#include "backend/cpu/kernels.h"
 #include "backend/dtype.h"
 
 #define ALWAYS_INLINE inline __attribute__((always_inline))
@@ -295,7 +295,7 @@ static dlrec_status forward_error(const dlrec_table *t, const dlrec_bag_batch *b
   return dlrec_error_context("%s: ", what);
 }
 
-dlrec_status dlrec_bag_forward(const dlrec_table *t, const dlrec_bag_batch *bags, dlrec_bag_mode mode, float *out) {
+dlrec_status cpu_bag_forward(float *out, const dlrec_table *t, const dlrec_bag_batch *bags, dlrec_bag_mode mode) {
   dlrec_status st = check_forward(t, bags, mode, out, "bag_forward");
   if (st != DLREC_OK) return st;
   const float *data = dlrec_table_data_const(t);
@@ -380,7 +380,7 @@ static int pool_list_range(const float *data, const uint16_t *data16, int bf16, 
   POOL_LIST_DIMS(1, 0)
 }
 
-dlrec_status dlrec_bag_forward_rows(const dlrec_table *t, const dlrec_bag_batch *bags, dlrec_bag_mode mode,
+dlrec_status cpu_bag_forward_rows(const dlrec_table *t, const dlrec_bag_batch *bags, dlrec_bag_mode mode,
                                     const uint32_t *list, size_t n, float *out) {
   dlrec_status st = check_forward(t, bags, mode, out, "bag_forward_rows");
   if (st != DLREC_OK || !n) return st;

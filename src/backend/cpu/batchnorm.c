@@ -127,7 +127,7 @@ dlrec_status nn_check_momentum(const char *what, float momentum, float eps) {
   return DLREC_OK;
 }
 
-dlrec_status dlrec_batchnorm_train_forward(float *out, float *saved, const float *in, const float *gamma,
+dlrec_status cpu_batchnorm_train_forward(float *out, float *saved, const float *in, const float *gamma,
                                            const float *beta, float *running_mean, float *running_var,
                                            float momentum, float eps, int B, int C) {
   if (!out || !saved || !in || !gamma || !beta || !running_mean || !running_var)
@@ -148,7 +148,7 @@ dlrec_status dlrec_batchnorm_train_forward(float *out, float *saved, const float
   return DLREC_OK;
 }
 
-dlrec_status dlrec_batchnorm_backward(float *din, float *dgamma, float *dbeta, const float *dout, const float *in,
+dlrec_status cpu_batchnorm_backward(float *din, float *dgamma, float *dbeta, const float *dout, const float *in,
                                       const float *gamma, const float *saved, int B, int C) {
   if (!din || !dgamma || !dbeta || !dout || !in || !gamma || !saved)
     return dlrec_error(DLREC_ERR_INVALID, "batchnorm_backward: NULL buffer");
@@ -167,7 +167,7 @@ dlrec_status dlrec_batchnorm_backward(float *din, float *dgamma, float *dbeta, c
 
 /* ---- the split ops ---- */
 
-dlrec_status dlrec_batchnorm_stats(double *out, const float *in, const double *sum, double N, int B, int C) {
+dlrec_status cpu_batchnorm_stats(double *out, const float *in, const double *sum, double N, int B, int C) {
   if (!out || !in) return dlrec_error(DLREC_ERR_INVALID, "batchnorm_stats: NULL buffer");
   dlrec_status st = nn_check_batchnorm("batchnorm_stats", B, 1, C);
   if (st == DLREC_OK && sum && !(N >= 1))
@@ -184,7 +184,7 @@ dlrec_status dlrec_batchnorm_stats(double *out, const float *in, const double *s
   return DLREC_OK;
 }
 
-dlrec_status dlrec_batchnorm_normalize(float *out, float *saved, const float *in, const double *sum,
+dlrec_status cpu_batchnorm_normalize(float *out, float *saved, const float *in, const double *sum,
                                        const double *sqdev, double N, const float *gamma, const float *beta,
                                        float *running_mean, float *running_var, float momentum, float eps, int B,
                                        int C) {
@@ -205,7 +205,7 @@ dlrec_status dlrec_batchnorm_normalize(float *out, float *saved, const float *in
   return DLREC_OK;
 }
 
-dlrec_status dlrec_batchnorm_backward_stats(double *sg, double *sgx, const float *dout, const float *in,
+dlrec_status cpu_batchnorm_backward_stats(double *sg, double *sgx, const float *dout, const float *in,
                                             const float *saved, int B, int C) {
   if (!sg || !sgx || !dout || !in || !saved) return dlrec_error(DLREC_ERR_INVALID, "batchnorm_backward_stats: NULL buffer");
   dlrec_status st = nn_check_batchnorm("batchnorm_backward_stats", B, 1, C);
@@ -219,7 +219,7 @@ dlrec_status dlrec_batchnorm_backward_stats(double *sg, double *sgx, const float
   return DLREC_OK;
 }
 
-dlrec_status dlrec_batchnorm_backward_apply(float *din, float *dgamma, float *dbeta, const float *dout,
+dlrec_status cpu_batchnorm_backward_apply(float *din, float *dgamma, float *dbeta, const float *dout,
                                             const float *in, const float *gamma, const float *saved,
                                             const double *sg_way, const double *sgx_way, const double *sg,
                                             const double *sgx, double N, int B, int C) {
@@ -239,7 +239,7 @@ dlrec_status dlrec_batchnorm_backward_apply(float *din, float *dgamma, float *db
   return DLREC_OK;
 }
 
-dlrec_status dlrec_batchnorm_infer(float *out, const float *in, const float *gamma, const float *beta,
+dlrec_status cpu_batchnorm_infer(float *out, const float *in, const float *gamma, const float *beta,
                                    const float *running_mean, const float *running_var, float eps, int B, int C) {
   if (!out || !in || !gamma || !beta || !running_mean || !running_var)
     return dlrec_error(DLREC_ERR_INVALID, "batchnorm_infer: NULL buffer");
@@ -264,7 +264,7 @@ dlrec_status dlrec_batchnorm_infer(float *out, const float *in, const float *gam
   return DLREC_OK;
 }
 
-dlrec_status dlrec_batchnorm_infer_backward(float *din, float *dgamma, float *dbeta, const float *dout,
+dlrec_status cpu_batchnorm_infer_backward(float *din, float *dgamma, float *dbeta, const float *dout,
                                             const float *in, const float *gamma, const float *running_mean,
                                             const float *running_var, float eps, int B, int C) {
   if (!din || !dgamma || !dbeta || !dout || !in || !gamma || !running_mean || !running_var)

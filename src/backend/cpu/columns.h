@@ -7,7 +7,7 @@
  * cost about 3% of a bf16 DCN-v2 step on a Zen 4, measured on the fused cross
  * backward.)
  *
- * Used by dlrec_bias_backward (linear.c) and the CPU backend's fused cross
+ * Used by cpu_bias_backward (linear.c) and the CPU backend's fused cross
  * backward (cpu_gemm.c). */
 #ifndef DLREC_NN_COLUMNS_H
 #define DLREC_NN_COLUMNS_H

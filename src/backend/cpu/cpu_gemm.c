@@ -289,22 +289,22 @@ static dlrec_status choose_f32(cpu_gemm *g, const char **engine) {
   return DLREC_OK;
 }
 
-/* The fp32 GEMMs, dlrec_linear_forward's (act NONE) and
- * dlrec_linear_relu_forward's (RELU) contracts: on oneDNN where chosen. */
+/* The fp32 GEMMs, cpu_sgemm_linear_forward's (act NONE) and
+ * cpu_sgemm_linear_relu_forward's (RELU) contracts: on oneDNN where chosen. */
 static dlrec_status f32_forward(cpu_gemm *g, float *out, const float *in, const float *weight, const float *bias,
                                 int B, int IN, int OUT, dlrec_act act) {
   if (!g->f32)
-    return act == DLREC_ACT_RELU ? dlrec_linear_relu_forward(out, in, weight, bias, B, IN, OUT)
-                                 : dlrec_linear_forward(out, in, weight, bias, B, IN, OUT);
+    return act == DLREC_ACT_RELU ? cpu_sgemm_linear_relu_forward(out, in, weight, bias, B, IN, OUT)
+                                 : cpu_sgemm_linear_forward(out, in, weight, bias, B, IN, OUT);
   dlrec_status st = nn_check_linear("linear_forward", out, in, weight, B, IN, OUT);
   // out (B, OUT) = act(in (B, IN) · Wᵀ (IN, OUT) + bias); W is stored (OUT, IN), so B is transposed
   return st == DLREC_OK ? cpu_dnnl_matmul(g->f32, out, in, 0, weight, 1, bias, B, OUT, IN, act, 0) : st;
 }
 
-/* dlrec_linear_backward's contract, on oneDNN where chosen. */
+/* cpu_sgemm_linear_backward's contract, on oneDNN where chosen. */
 static dlrec_status f32_backward(cpu_gemm *g, float *din, float *dweight, float *dbias, const float *dout,
                                  const float *in, const float *weight, int B, int IN, int OUT) {
-  if (!g->f32) return dlrec_linear_backward(din, dweight, dbias, dout, in, weight, B, IN, OUT);
+  if (!g->f32) return cpu_sgemm_linear_backward(din, dweight, dbias, dout, in, weight, B, IN, OUT);
   dlrec_status st = nn_check_linear("linear_backward", dweight, dout, in, B, IN, OUT);
   if (st != DLREC_OK) return st;
   if (din && !weight) return dlrec_error(DLREC_ERR_INVALID, "linear_backward: din needs the weights");
@@ -314,7 +314,7 @@ static dlrec_status f32_backward(cpu_gemm *g, float *din, float *dweight, float 
   // din (B, IN) = dout (B, OUT) · W (OUT, IN)
   if (st == DLREC_OK && din)
     st = cpu_dnnl_matmul(g->f32, din, dout, 0, weight, 0, NULL, B, IN, OUT, DLREC_ACT_NONE, 0);
-  if (st == DLREC_OK && dbias) dlrec_bias_backward(dbias, dout, B, OUT);
+  if (st == DLREC_OK && dbias) cpu_bias_backward(dbias, dout, B, OUT);
   return st;
 }
 
@@ -401,8 +401,11 @@ void cpu_gemm_free(cpu_gemm *g) {
 
 const char *cpu_gemm_describe(const cpu_gemm *g) { return g->describe; }
 
-dlrec_status cpu_gemm_linear_forward(cpu_gemm *g, float *out, const float *in, const float *weight,
-                                     const float *bias, int B, int IN, int OUT, dlrec_act act) {
+dlrec_status cpu_linear_forward(cpu_gemm *g, float *out, const float *in, const float *weight, const float *bias,
+                                int B, int IN, int OUT, dlrec_act act) {
+  if (!g)
+    return act == DLREC_ACT_RELU ? cpu_sgemm_linear_relu_forward(out, in, weight, bias, B, IN, OUT)
+                                 : cpu_sgemm_linear_forward(out, in, weight, bias, B, IN, OUT);
   if (g->path == GEMM_FP32) return f32_forward(g, out, in, weight, bias, B, IN, OUT, act);
   dlrec_status st = nn_check_linear("linear_forward", out, in, weight, B, IN, OUT);
   if (st != DLREC_OK) return st;
@@ -436,8 +439,9 @@ static dlrec_status bf16_backward_gemms(cpu_gemm *g, float *din, float *dweight,
   return cpu_dnnl_matmul(g->dnnl, din, dout_h, 0, w_h, 0, NULL, B, IN, OUT, DLREC_ACT_NONE, 0);
 }
 
-dlrec_status cpu_gemm_linear_backward(cpu_gemm *g, float *din, float *dweight, float *dbias, const float *dout,
-                                      const float *in, const float *weight, int B, int IN, int OUT) {
+dlrec_status cpu_linear_backward(cpu_gemm *g, float *din, float *dweight, float *dbias, const float *dout,
+                                 const float *in, const float *weight, int B, int IN, int OUT) {
+  if (!g) return cpu_sgemm_linear_backward(din, dweight, dbias, dout, in, weight, B, IN, OUT);
   if (g->path == GEMM_FP32) return f32_backward(g, din, dweight, dbias, dout, in, weight, B, IN, OUT);
   dlrec_status st = nn_check_linear("linear_backward", dweight, dout, in, B, IN, OUT);
   if (st != DLREC_OK) return st;
@@ -457,7 +461,7 @@ dlrec_status cpu_gemm_linear_backward(cpu_gemm *g, float *din, float *dweight, f
     st = bf16_backward_gemms(g, din, dweight, dout_h, in, weight, dout_h + n_dout, B, IN, OUT);
   }
   if (st != DLREC_OK) return st;
-  if (dbias) dlrec_bias_backward(dbias, dout, B, OUT); /* on the unrounded dout */
+  if (dbias) cpu_bias_backward(dbias, dout, B, OUT); /* on the unrounded dout */
   return DLREC_OK;
 }
 
@@ -465,8 +469,8 @@ dlrec_status cpu_gemm_linear_backward(cpu_gemm *g, float *din, float *dweight, f
  * output, as cross_gate_backward_bf16 below does for the cross gate: d =
  * dout where out > 0, else 0, goes straight to bf16 (d_h), and dbias (unless
  * NULL) += the unrounded d's column sums, in nn_column_width's ranges with
- * rows in order, as dlrec_bias_backward sums. The same bits as
- * dlrec_relu_backward followed by the linear backward's conversion and bias
+ * rows in order, as cpu_bias_backward sums. The same bits as
+ * cpu_relu_backward followed by the linear backward's conversion and bias
  * pass, in one read of dout and out instead of three. */
 static void relu_backward_bf16(uint16_t *restrict d_h, float *restrict dbias, const float *restrict dout,
                                const float *restrict out, int B, int C) {
@@ -490,18 +494,17 @@ static void relu_backward_bf16(uint16_t *restrict d_h, float *restrict dbias, co
   }
 }
 
-dlrec_status cpu_gemm_linear_relu_backward(cpu_gemm *g, float *din, float *dweight, float *dbias, float *dout,
-                                           const float *out, const float *in, const float *weight, int B, int IN,
-                                           int OUT) {
+dlrec_status cpu_linear_relu_backward(cpu_gemm *g, float *din, float *dweight, float *dbias, float *dout,
+                                      const float *out, const float *in, const float *weight, int B, int IN, int OUT) {
   dlrec_status st = nn_check_linear("linear_relu_backward", dweight, dout, in, B, IN, OUT);
   if (st == DLREC_OK && !out) st = dlrec_error(DLREC_ERR_INVALID, "linear_relu_backward: NULL buffer");
   if (st == DLREC_OK && din && !weight)
     st = dlrec_error(DLREC_ERR_INVALID, "linear_relu_backward: din needs the weights");
   if (st != DLREC_OK) return st;
   const size_t n_dout = (size_t)B * OUT;
-  if (g->path != GEMM_ONEDNN) {
-    dlrec_relu_backward(dout, dout, out, n_dout);
-    return cpu_gemm_linear_backward(g, din, dweight, dbias, dout, in, weight, B, IN, OUT);
+  if (!g || g->path != GEMM_ONEDNN) {
+    cpu_relu_backward(dout, dout, out, n_dout);
+    return cpu_linear_backward(g, din, dweight, dbias, dout, in, weight, B, IN, OUT);
   }
   uint16_t *s = scratch(g, n_dout + (size_t)B * IN + (din ? (size_t)OUT * IN : 0));
   if (!s) return DLREC_ERR_NOMEM;
@@ -509,7 +512,7 @@ dlrec_status cpu_gemm_linear_relu_backward(cpu_gemm *g, float *din, float *dweig
   return bf16_backward_gemms(g, din, dweight, s, in, weight, s + n_dout, B, IN, OUT);
 }
 
-int cpu_gemm_fuses_cross(const cpu_gemm *g) { return g->path == GEMM_ONEDNN; }
+int cpu_gemm_fuses_cross(const cpu_gemm *g) { return g && g->path == GEMM_ONEDNN; }
 
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF /* the products below are rounded as cross.c's, which turns contraction off too */
@@ -518,7 +521,7 @@ int cpu_gemm_fuses_cross(const cpu_gemm *g) { return g->path == GEMM_ONEDNN; }
 /* The cross gate's backward, fused with what the linear backward then does
  * to its output: du = dout ⊙ x0 goes straight to bf16 (du_h), dx0 += dout ⊙
  * u, and dbias += the unrounded du's column sums, in nn_column_width's
- * ranges with rows in order, as dlrec_bias_backward sums. The same bits as
+ * ranges with rows in order, as cpu_bias_backward sums. The same bits as
  * cross.c's gate_backward followed by the linear backward's conversion and
  * bias pass, in one read of dout, x0 and u instead of three. */
 static void cross_gate_backward_bf16(uint16_t *restrict du_h, float *restrict dx0, float *restrict dbias,
@@ -560,5 +563,5 @@ dlrec_status cpu_gemm_cross_backward(cpu_gemm *g, float *dx0, float *dxl, float 
   st = cpu_dnnl_matmul(g->dnnl, dw, du_h, 1, xl_h, 0, NULL, d, d, B, DLREC_ACT_NONE, accumulates(g, dw, n_w));
   // dxl (B, d) = du (B, d) · W (d, d), then the residual
   if (st == DLREC_OK) st = cpu_dnnl_matmul(g->dnnl, dxl, du_h, 0, w_h, 0, NULL, B, d, d, DLREC_ACT_NONE, 0);
-  return st == DLREC_OK ? dlrec_add(dxl, dout, n) : st;
+  return st == DLREC_OK ? cpu_add(dxl, dout, n) : st;
 }

@@ -1,6 +1,6 @@
 /* The CPU backend's linear layers: their GEMMs in the backend's precision.
  * FP32 runs oneDNN's fp32 matmul where the CPU has AVX-512, else OpenBLAS
- * sgemm (nn/nn.h's dlrec_linear_*); DLREC_FP32_GEMM=openblas or onednn
+ * sgemm (cpu_sgemm_linear_*, linear.c); DLREC_FP32_GEMM=openblas or onednn
  * in the environment decides instead (cpu_gemm.c says why). BF16 rounds the
  * operands to bfloat16 and accumulates in fp32, on oneDNN where the CPU has
  * AMX-BF16 or AVX512-BF16 and emulated on the fp32 GEMMs elsewhere (cpu_gemm.c says
@@ -12,7 +12,8 @@
 #ifndef DLREC_CPU_GEMM_H
 #define DLREC_CPU_GEMM_H
 
-#include "backend/backend_impl.h"
+#include "backend/backend.h"
+#include "backend/cpu/kernels.h"
 
 typedef struct cpu_gemm cpu_gemm;
 
@@ -37,19 +38,11 @@ int cpu_gemm_has_f16c(void);
  * sgemm)", "bf16 GEMMs (oneDNN, AMX)", "bf16 GEMMs (emulated: ...)". */
 const char *cpu_gemm_describe(const cpu_gemm *g);
 
-/* dlrec_linear_forward / dlrec_linear_relu_forward / dlrec_linear_backward's
- * contracts, in g's precision. */
-dlrec_status cpu_gemm_linear_forward(cpu_gemm *g, float *out, const float *in, const float *weight,
-                                     const float *bias, int B, int IN, int OUT, dlrec_act act);
-dlrec_status cpu_gemm_linear_backward(cpu_gemm *g, float *din, float *dweight, float *dbias, const float *dout,
-                                      const float *in, const float *weight, int B, int IN, int OUT);
-/* The backend's linear_relu_backward (backend_impl.h), in g's precision: on
- * oneDNN's bf16 path the mask, the conversion and the bias sums in one pass
- * (dout untouched); elsewhere the ReLU's backward in place in dout, then
- * cpu_gemm_linear_backward. */
-dlrec_status cpu_gemm_linear_relu_backward(cpu_gemm *g, float *din, float *dweight, float *dbias, float *dout,
-                                           const float *out, const float *in, const float *weight, int B, int IN,
-                                           int OUT);
+/* The linear layer's ops (linear_forward, linear_backward,
+ * linear_relu_backward) in g's precision are the kernels cpu_linear_*
+ * (cpu/kernels.h): on oneDNN's bf16 path, linear_relu_backward masks,
+ * converts and sums the bias in one pass; elsewhere it runs the ReLU's
+ * backward in place in dout, then the linear backward. */
 
 /* The backend's keep_operands (backend_impl.h): on oneDNN's bf16 path,
  * starts (on) or ends (off) keeping the bf16 copies a forward converts for
@@ -64,12 +57,12 @@ int cpu_gemm_keep(cpu_gemm *g, int on);
  * extra: it reads C anyway). */
 int cpu_gemm_fresh(cpu_gemm *g, int on);
 
-/* Whether g runs dlrec_cross_backward fused (cpu_gemm_cross_backward): on
+/* Whether g runs cpu_cross_backward fused (cpu_gemm_cross_backward): on
  * oneDNN's bf16 path, where the gate's backward writes the bf16 operand and
  * the bias gradient in one pass (and the input and weights are the kept
  * copies, while keeping). Elsewhere the backward is cross.c's, over g's GEMMs. */
 int cpu_gemm_fuses_cross(const cpu_gemm *g);
-/* dlrec_cross_backward's contract (ws: dlrec_cross_ws_floats(B, d, 0) floats)
+/* cpu_cross_backward's contract (ws: dlrec_cross_ws_floats(B, d, 0) floats)
  * and its bits, fused; only where cpu_gemm_fuses_cross(g). */
 dlrec_status cpu_gemm_cross_backward(cpu_gemm *g, float *dx0, float *dxl, float *dw, float *dbias, const float *dout,
                                      const float *x0, const float *xl, const float *u, const float *w, float *ws,

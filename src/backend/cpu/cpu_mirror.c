@@ -14,6 +14,7 @@
  * range in one call each. For one thread at a time (tests).
  */
 #include "backend/backend_impl.h"
+#include "backend/ops_table.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,32 +49,12 @@ static void close_all(mirror *m) {
  * may be NULL is the op's to say), or why not: on a GPU a host pointer
  * given to an op is the kernel's illegal address. */
 static dlrec_status in_memory(const mirror *m, const char *op, const void *const *p, size_t n) {
-  for (size_t i = 0; i < n; i++)
+  for (size_t i = 1; i < n; i++)
     if (p[i] && ((const char *)p[i] < m->base || (const char *)p[i] >= m->base + m->used))
       return dlrec_error(DLREC_ERR_INVALID, "cpu-mirror: %s given memory that is not the backend's (its pointer "
-                         "argument %zu): on a GPU, a host pointer", op, i + 1);
+                         "argument %zu): on a GPU, a host pointer", op, i);
   return DLREC_OK;
 }
-
-#define UNPAREN(...) __VA_ARGS__
-#define WRAP(name, params, args, ptrs)                                                                              \
-  static dlrec_status m_##name params {                                                                            \
-    mirror *m = mir(be);                                                                                            \
-    const void *const p_[] = {UNPAREN ptrs};                                                                        \
-    dlrec_status st_ = in_memory(m, #name, p_, sizeof p_ / sizeof p_[0]);                                           \
-    if (st_ != DLREC_OK) return st_;                                                                                \
-    open_all(m);                                                                                                    \
-    st_ = m->inner.ops->name args;                                                                                  \
-    close_all(m);                                                                                                   \
-    return st_;                                                                                                     \
-  }
-#define WRAP_VOID(name, params, args)                                                                               \
-  static void m_##name params {                                                                                    \
-    mirror *m = mir(be);                                                                                            \
-    open_all(m);                                                                                                    \
-    m->inner.ops->name args;                                                                                        \
-    close_all(m);                                                                                                   \
-  }
 
 /* Keeping touches no buffer of the backend's memory: the kept copies are
  * the inner backend's own. */
@@ -88,122 +69,31 @@ static int m_fresh_gradients(dlrec_backend *be, int on) {
   return m->inner.ops->fresh_gradients(&m->inner, on);
 }
 
-WRAP(copy_rows, (dlrec_backend *be, float *dst, size_t dst_ld, const float *src, size_t src_ld, size_t rows, size_t
-     width), (&m->inner, dst, dst_ld, src, src_ld, rows, width), (dst, src))
-WRAP(fill_rows, (dlrec_backend *be, float *dst, size_t dst_ld, size_t rows, size_t width, float value), (&m->inner,
-     dst, dst_ld, rows, width, value), (dst))
-WRAP(add, (dlrec_backend *be, float *y, const float *x, size_t n), (&m->inner, y, x, n), (y, x))
-WRAP(gather_rows, (dlrec_backend *be, float *dst, const float *src, size_t rows, const uint32_t *idx, size_t n, size_t
-     width), (&m->inner, dst, src, rows, idx, n, width), (dst, src))
-WRAP(scatter_add_rows, (dlrec_backend *be, float *dst, size_t rows, const uint32_t *idx, const float *src, size_t n,
-     size_t width), (&m->inner, dst, rows, idx, src, n, width), (dst, src))
-WRAP(scale, (dlrec_backend *be, float *x, size_t n, float s), (&m->inner, x, n, s), (x))
-WRAP(all_finite, (dlrec_backend *be, int *finite, const float *x, size_t n), (&m->inner, finite, x, n), (x))
-WRAP(sum_columns, (dlrec_backend *be, float *dst, const float *src, size_t B, size_t C), (&m->inner, dst, src, B, C),
-     (dst, src))
-WRAP(linear_forward, (dlrec_backend *be, float *out, const float *in, const float *weight, const float *bias, int B,
-     int IN, int OUT, dlrec_act act), (&m->inner, out, in, weight, bias, B, IN, OUT, act), (out, in, weight, bias))
-WRAP(linear_backward, (dlrec_backend *be, float *din, float *dweight, float *dbias, const float *dout, const float
-     *in, const float *weight, int B, int IN, int OUT), (&m->inner, din, dweight, dbias, dout, in, weight, B, IN,
-     OUT), (din, dweight, dbias, dout, in, weight))
-WRAP(linear_relu_backward, (dlrec_backend *be, float *din, float *dweight, float *dbias, float *dout, const float
-     *out, const float *in, const float *weight, int B, int IN, int OUT), (&m->inner, din, dweight, dbias, dout, out,
-     in, weight, B, IN, OUT), (din, dweight, dbias, dout, out, in, weight))
-WRAP(relu_forward, (dlrec_backend *be, float *out, const float *in, size_t n), (&m->inner, out, in, n), (out, in))
-WRAP(relu_backward, (dlrec_backend *be, float *din, const float *dout, const float *out, size_t n), (&m->inner, din,
-     dout, out, n), (din, dout, out))
-WRAP(sigmoid, (dlrec_backend *be, float *out, const float *in, size_t n), (&m->inner, out, in, n), (out, in))
-WRAP(dot_forward, (dlrec_backend *be, float *out, const float *x, const float *emb, int B, int F, int D), (&m->inner,
-     out, x, emb, B, F, D), (out, x, emb))
-WRAP(dot_backward, (dlrec_backend *be, float *dx, float *demb, const float *dout, const float *x, const float *emb,
-     int B, int F, int D), (&m->inner, dx, demb, dout, x, emb, B, F, D), (dx, demb, dout, x, emb))
-WRAP(concat_forward, (dlrec_backend *be, float *out, const float *x, const float *emb, int B, int DX, int F, int D),
-     (&m->inner, out, x, emb, B, DX, F, D), (out, x, emb))
-WRAP(concat_backward, (dlrec_backend *be, float *dx, float *demb, const float *dout, int B, int DX, int F, int D),
-     (&m->inner, dx, demb, dout, B, DX, F, D), (dx, demb, dout))
-WRAP(cross_forward, (dlrec_backend *be, float *out, float *act, const float *x0, const float *xl, const float *w,
-     const float *bias, int B, int d), (&m->inner, out, act, x0, xl, w, bias, B, d), (out, act, x0, xl, w, bias))
-WRAP(cross_backward, (dlrec_backend *be, float *dx0, float *dxl, float *dw, float *dbias, const float *dout, const
-     float *x0, const float *xl, const float *act, const float *w, float *ws, int B, int d), (&m->inner, dx0, dxl, dw,
-     dbias, dout, x0, xl, act, w, ws, B, d), (dx0, dxl, dw, dbias, dout, x0, xl, act, w, ws))
-WRAP(cross_lowrank_forward, (dlrec_backend *be, float *out, float *act, const float *x0, const float *xl, const float
-     *v, const float *u, const float *bias, int B, int d, int r), (&m->inner, out, act, x0, xl, v, u, bias, B, d, r),
-     (out, act, x0, xl, v, u, bias))
-WRAP(cross_lowrank_backward, (dlrec_backend *be, float *dx0, float *dxl, float *dv, float *du, float *dbias, const
-     float *dout, const float *x0, const float *xl, const float *act, const float *v, const float *u, float *ws, int
-     B, int d, int r), (&m->inner, dx0, dxl, dv, du, dbias, dout, x0, xl, act, v, u, ws, B, d, r), (dx0, dxl, dv, du,
-     dbias, dout, x0, xl, act, v, u, ws))
-WRAP(cross_mix_forward, (dlrec_backend *be, float *out, float *act, const float *x0, const float *xl, const float *v,
-     const float *c, const float *u, const float *gate, const float *bias, int B, int d, int r, int K), (&m->inner,
-     out, act, x0, xl, v, c, u, gate, bias, B, d, r, K), (out, act, x0, xl, v, c, u, gate, bias))
-WRAP(cross_mix_backward, (dlrec_backend *be, float *dx0, float *dxl, float *dv, float *dc, float *du, float *dgate,
-     float *dbias, const float *dout, const float *x0, const float *xl, const float *act, const float *v, const float
-     *c, const float *u, const float *gate, float *ws, int B, int d, int r, int K), (&m->inner, dx0, dxl, dv, dc, du,
-     dgate, dbias, dout, x0, xl, act, v, c, u, gate, ws, B, d, r, K), (dx0, dxl, dv, dc, du, dgate, dbias, dout, x0,
-     xl, act, v, c, u, gate, ws))
-WRAP(fm_forward, (dlrec_backend *be, float *out, const float *emb, int B, int F, int D), (&m->inner, out, emb, B, F,
-     D), (out, emb))
-WRAP(fm_backward, (dlrec_backend *be, float *demb, const float *dout, const float *emb, int B, int F, int D),
-     (&m->inner, demb, dout, emb, B, F, D), (demb, dout, emb))
-WRAP(wide_forward, (dlrec_backend *be, float *out, const float *w, const float *bias, int B, int F), (&m->inner, out,
-     w, bias, B, F), (out, w, bias))
-WRAP(wide_backward, (dlrec_backend *be, float *dw, float *dbias, const float *dout, int B, int F), (&m->inner, dw,
-     dbias, dout, B, F), (dw, dbias, dout))
-WRAP(dropout_forward, (dlrec_backend *be, float *out, const float *in, size_t n, float p, uint64_t seed, uint64_t
-     step, int train), (&m->inner, out, in, n, p, seed, step, train), (out, in))
-WRAP(dropout_backward, (dlrec_backend *be, float *din, const float *dout, size_t n, float p, uint64_t seed, uint64_t
-     step), (&m->inner, din, dout, n, p, seed, step), (din, dout))
-WRAP(batchnorm_train_forward, (dlrec_backend *be, float *out, float *saved, const float *in, const float *gamma, const
-     float *beta, float *running_mean, float *running_var, float momentum, float eps, int B, int C), (&m->inner, out,
-     saved, in, gamma, beta, running_mean, running_var, momentum, eps, B, C), (out, saved, in, gamma, beta,
-     running_mean, running_var))
-WRAP(batchnorm_backward, (dlrec_backend *be, float *din, float *dgamma, float *dbeta, const float *dout, const float
-     *in, const float *gamma, const float *saved, int B, int C), (&m->inner, din, dgamma, dbeta, dout, in, gamma,
-     saved, B, C), (din, dgamma, dbeta, dout, in, gamma, saved))
-WRAP(batchnorm_stats, (dlrec_backend *be, double *out, const float *in, const double *sum, double N, int B, int C),
-     (&m->inner, out, in, sum, N, B, C), (out, in, sum))
-WRAP(batchnorm_normalize, (dlrec_backend *be, float *out, float *saved, const float *in, const double *sum, const
-     double *sqdev, double N, const float *gamma, const float *beta, float *running_mean, float *running_var, float
-     momentum, float eps, int B, int C), (&m->inner, out, saved, in, sum, sqdev, N, gamma, beta, running_mean,
-     running_var, momentum, eps, B, C), (out, saved, in, sum, sqdev, gamma, beta, running_mean, running_var))
-WRAP(batchnorm_backward_stats, (dlrec_backend *be, double *sg, double *sgx, const float *dout, const float *in, const
-     float *saved, int B, int C), (&m->inner, sg, sgx, dout, in, saved, B, C), (sg, sgx, dout, in, saved))
-WRAP(batchnorm_backward_apply, (dlrec_backend *be, float *din, float *dgamma, float *dbeta, const float *dout, const
-     float *in, const float *gamma, const float *saved, const double *sg_way, const double *sgx_way, const double *sg,
-     const double *sgx, double N, int B, int C), (&m->inner, din, dgamma, dbeta, dout, in, gamma, saved, sg_way,
-     sgx_way, sg, sgx, N, B, C), (din, dgamma, dbeta, dout, in, gamma, saved, sg_way, sgx_way, sg, sgx))
-WRAP(batchnorm_infer, (dlrec_backend *be, float *out, const float *in, const float *gamma, const float *beta, const
-     float *running_mean, const float *running_var, float eps, int B, int C), (&m->inner, out, in, gamma, beta,
-     running_mean, running_var, eps, B, C), (out, in, gamma, beta, running_mean, running_var))
-WRAP(batchnorm_infer_backward, (dlrec_backend *be, float *din, float *dgamma, float *dbeta, const float *dout, const
-     float *in, const float *gamma, const float *running_mean, const float *running_var, float eps, int B, int C),
-     (&m->inner, din, dgamma, dbeta, dout, in, gamma, running_mean, running_var, eps, B, C), (din, dgamma, dbeta,
-     dout, in, gamma, running_mean, running_var))
-WRAP(bce_forward, (dlrec_backend *be, double *loss, const float *logits, const float *labels, int B), (&m->inner,
-     loss, logits, labels, B), (loss, logits, labels))
-WRAP(bce_backward, (dlrec_backend *be, float *dlogits, const float *logits, const float *labels, int B), (&m->inner,
-     dlogits, logits, labels, B), (dlogits, logits, labels))
-WRAP(optim_step, (dlrec_backend *be, const dlrec_optim_config *c, float *param, const float *grad, float *state,
-     size_t n, uint64_t step), (&m->inner, c, param, grad, state, n, step), (param, grad, state))
-WRAP(bag_forward, (dlrec_backend *be, float *out, const dlrec_table *t, const dlrec_bag_batch *bags, dlrec_bag_mode
-     mode), (&m->inner, out, t, bags, mode), (out, dlrec_table_raw_const(t)))
-WRAP(bag_backward_update, (dlrec_backend *be, dlrec_table *t, dlrec_sparse_optim *o, const dlrec_bag_batch *bags,
-     dlrec_bag_mode mode, const float *d_out, void *scratch, size_t scratch_bytes), (&m->inner, t, o, bags, mode,
-     d_out, scratch, scratch_bytes), (dlrec_table_raw_const(t), d_out, scratch))
-WRAP(packed_create, (dlrec_backend *be, dlrec_packed_linear **p, const float *weight, const float *bias, int IN, int
-     OUT), (&m->inner, p, weight, bias, IN, OUT), (NULL))
-WRAP_VOID(packed_free, (dlrec_backend *be, dlrec_packed_linear *p), (&m->inner, p))
-WRAP(packed_forward, (dlrec_backend *be, float *out, const dlrec_packed_linear *p, const float *in, int B, dlrec_act
-     act), (&m->inner, out, p, in, B, act), (out, in))
-WRAP(cross_infer, (dlrec_backend *be, float *out, const float *x0, const float *xl, const dlrec_packed_linear *w, int
-     B, int d), (&m->inner, out, x0, xl, w, B, d), (out, x0, xl))
-WRAP(cross_lowrank_infer, (dlrec_backend *be, float *out, float *ws, const float *x0, const float *xl, const
-     dlrec_packed_linear *v, const dlrec_packed_linear *u, int B, int d, int r), (&m->inner, out, ws, x0, xl, v, u, B,
-     d, r), (out, ws, x0, xl))
-WRAP(cross_mix_infer, (dlrec_backend *be, float *out, float *ws, const float *x0, const float *xl, const
-     dlrec_packed_linear *const *v, const dlrec_packed_linear *const *c, const dlrec_packed_linear *const *u, const
-     dlrec_packed_linear *gate, int B, int d, int r, int K), (&m->inner, out, ws, x0, xl, v, c, u, gate, B, d, r, K),
-     (out, ws, x0, xl))
+static void m_packed_free(dlrec_backend *be, dlrec_packed_linear *p) {
+  mirror *m = mir(be);
+  open_all(m);
+  m->inner.ops->packed_free(&m->inner, p);
+  close_all(m);
+}
+
+/* Each op (ops.def): its buffers checked, the memory opened, the CPU
+ * backend's op run, the memory closed. The first entry of p_ stands for
+ * none, so that an op without buffers has a list too, and the k-th buffer
+ * is p_[k]. */
+#define A DLREC_OPS_TUPLE
+#define DLREC_OP(name, cpu, args, test)                                                                             \
+  static dlrec_status m_##name(dlrec_backend *be DLREC_OPS_PARAMS(args)) {                                          \
+    mirror *m = mir(be);                                                                                            \
+    const void *const p_[] = {NULL DLREC_OPS_BUFFERS(args)};                                                        \
+    dlrec_status st_ = in_memory(m, #name, p_, sizeof p_ / sizeof p_[0]);                                           \
+    if (st_ != DLREC_OK) return st_;                                                                                \
+    open_all(m);                                                                                                    \
+    st_ = m->inner.ops->name(&m->inner DLREC_OPS_NAMES(args));                                                      \
+    close_all(m);                                                                                                   \
+    return st_;                                                                                                     \
+  }
+#include "backend/ops.def"
+#undef DLREC_OP
 
 /* ---- memory ---- */
 
@@ -302,57 +192,13 @@ static const dlrec_backend_ops mirror_ops = {
     .fence_free = m_fence_free,
     .fence_record = m_fence,
     .fence_wait = m_fence,
-    .copy_rows = m_copy_rows,
-    .fill_rows = m_fill_rows,
-    .add = m_add,
-    .gather_rows = m_gather_rows,
-    .scatter_add_rows = m_scatter_add_rows,
-    .sum_columns = m_sum_columns,
-    .scale = m_scale,
-    .all_finite = m_all_finite,
     .keep_operands = m_keep_operands,
     .fresh_gradients = m_fresh_gradients,
-    .linear_forward = m_linear_forward,
-    .linear_backward = m_linear_backward,
-    .linear_relu_backward = m_linear_relu_backward,
-    .relu_forward = m_relu_forward,
-    .relu_backward = m_relu_backward,
-    .sigmoid = m_sigmoid,
-    .dot_forward = m_dot_forward,
-    .dot_backward = m_dot_backward,
-    .concat_forward = m_concat_forward,
-    .concat_backward = m_concat_backward,
-    .cross_forward = m_cross_forward,
-    .cross_backward = m_cross_backward,
-    .cross_lowrank_forward = m_cross_lowrank_forward,
-    .cross_lowrank_backward = m_cross_lowrank_backward,
-    .cross_mix_forward = m_cross_mix_forward,
-    .cross_mix_backward = m_cross_mix_backward,
-    .fm_forward = m_fm_forward,
-    .fm_backward = m_fm_backward,
-    .wide_forward = m_wide_forward,
-    .wide_backward = m_wide_backward,
-    .dropout_forward = m_dropout_forward,
-    .dropout_backward = m_dropout_backward,
-    .batchnorm_train_forward = m_batchnorm_train_forward,
-    .batchnorm_backward = m_batchnorm_backward,
-    .batchnorm_stats = m_batchnorm_stats,
-    .batchnorm_normalize = m_batchnorm_normalize,
-    .batchnorm_backward_stats = m_batchnorm_backward_stats,
-    .batchnorm_backward_apply = m_batchnorm_backward_apply,
-    .batchnorm_infer = m_batchnorm_infer,
-    .batchnorm_infer_backward = m_batchnorm_infer_backward,
-    .bce_forward = m_bce_forward,
-    .bce_backward = m_bce_backward,
-    .optim_step = m_optim_step,
-    .bag_forward = m_bag_forward,
-    .bag_backward_update = m_bag_backward_update,
-    .packed_create = m_packed_create,
     .packed_free = m_packed_free,
-    .packed_forward = m_packed_forward,
-    .cross_infer = m_cross_infer,
-    .cross_lowrank_infer = m_cross_lowrank_infer,
-    .cross_mix_infer = m_cross_mix_infer,
+#define DLREC_OP(name, cpu, args, test) .name = m_##name,
+#include "backend/ops.def"
+#undef DLREC_OP
+#undef A
 };
 
 dlrec_status dlrec_backend_cpu_mirror_init(dlrec_backend *be, const dlrec_backend_config *c) {

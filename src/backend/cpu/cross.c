@@ -4,13 +4,13 @@
  * The layer is a linear map of xl followed by an elementwise gate with x0:
  *   u   = xl · Wᵀ + bias                 (B, d), W = U V in the low-rank case
  *   out = x0 ⊙ u + xl
- * so in training the products go through the caller's dlrec_gemm_ops (sgemm,
- * or a backend's bf16 GEMMs), and the backward is the linear layer's
+ * so in training the products go through the backend's GEMMs (cpu_gemm, in
+ * its precision; NULL: fp32 sgemm), and the backward is the linear layer's
  * backward fed with du = dout ⊙ x0, plus the two direct terms: dxl += dout
  * (the residual) and dx0 += dout ⊙ u.
  *
  * sgemm's summation order depends on the matrix sizes, so for scoring the
- * products run through dlrec_packed_linear, whose order is fixed per output;
+ * products run through the packed layer (ops.h), whose order is fixed per output;
  * the elementwise step is then the same multiply and add for every row.
  * Contraction is turned off for Clang (as in linear_packed.c), so that
  * x0 ⊙ u + xl is two roundings wherever the loop is vectorized or not.
@@ -19,6 +19,7 @@
 
 #include "backend/cpu/kernels.h"
 #include "backend/checks.h"
+#include "backend/cpu/cpu_gemm.h"
 
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
@@ -79,20 +80,29 @@ static void gate_backward(float *restrict du, float *restrict dx0, const float *
 
 /* ---- full rank ------------------------------------------------------------ */
 
-dlrec_status dlrec_cross_forward(const dlrec_gemm_ops *g, float *out, float *act, const float *x0, const float *xl,
+dlrec_status cpu_cross_forward(cpu_gemm *g, float *out, float *act, const float *x0, const float *xl,
                                  const float *w, const float *bias, int B, int d) {
   if (!out || !act || !x0 || !xl || !w || !bias) return dlrec_error(DLREC_ERR_INVALID, "cross_forward: NULL buffer");
   dlrec_status st = nn_check_cross("cross_forward", B, d, 0);
   if (st != DLREC_OK) return st;
-  st = dlrec_gemm_forward(g, act, xl, w, bias, B, d, d, 0); // u (B, d)
+  st = cpu_linear_forward(g, act, xl, w, bias, B, d, d, DLREC_ACT_NONE); // u (B, d)
   if (st != DLREC_OK) return st;
   gate(out, x0, act, xl, (size_t)B * d);
   return DLREC_OK;
 }
 
-dlrec_status dlrec_cross_backward(const dlrec_gemm_ops *g, float *dx0, float *dxl, float *dw, float *dbias,
-                                  const float *dout, const float *x0, const float *xl, const float *act, const float *w,
-                                  float *ws, int B, int d) {
+dlrec_status cpu_cross_backward(cpu_gemm *g, float *dx0, float *dxl, float *dw, float *dbias, const float *dout,
+                                const float *x0, const float *xl, const float *act, const float *w, float *ws, int B,
+                                int d) {
+  /* oneDNN's bf16 path fuses the gate's backward with the conversion its
+   * GEMM needs (cpu_gemm.c), with the same bits. */
+  if (cpu_gemm_fuses_cross(g)) return cpu_gemm_cross_backward(g, dx0, dxl, dw, dbias, dout, x0, xl, act, w, ws, B, d);
+  return cpu_cross_backward_composed(g, dx0, dxl, dw, dbias, dout, x0, xl, act, w, ws, B, d);
+}
+
+dlrec_status cpu_cross_backward_composed(cpu_gemm *g, float *dx0, float *dxl, float *dw, float *dbias,
+                                         const float *dout, const float *x0, const float *xl, const float *act,
+                                         const float *w, float *ws, int B, int d) {
   if (!dx0 || !dxl || !dw || !dbias || !dout || !x0 || !xl || !act || !w || !ws)
     return dlrec_error(DLREC_ERR_INVALID, "cross_backward: NULL buffer");
   dlrec_status st = nn_check_cross("cross_backward", B, d, 0);
@@ -100,16 +110,16 @@ dlrec_status dlrec_cross_backward(const dlrec_gemm_ops *g, float *dx0, float *dx
   const size_t n = (size_t)B * d;
   float *du = ws; // (B, d)
   gate_backward(du, dx0, dout, x0, act, n);
-  st = dlrec_gemm_backward(g, dxl, dw, dbias, du, xl, w, B, d, d);
-  return st == DLREC_OK ? dlrec_add(dxl, dout, n) : st;
+  st = cpu_linear_backward(g, dxl, dw, dbias, du, xl, w, B, d, d);
+  return st == DLREC_OK ? cpu_add(dxl, dout, n) : st;
 }
 
-dlrec_status dlrec_cross_infer(float *out, const float *x0, const float *xl, const dlrec_packed_linear *w, int B,
+dlrec_status cpu_cross_infer(float *out, const float *x0, const float *xl, const dlrec_packed_linear *w, int B,
                                int d) {
   if (!out || !x0 || !xl || !w) return dlrec_error(DLREC_ERR_INVALID, "cross_infer: NULL argument");
   dlrec_status st = nn_check_cross("cross_infer", B, d, 0);
   if (st != DLREC_OK) return st;
-  st = dlrec_packed_linear_forward(w, xl, out, B, 0); // u (B, d), in out
+  st = cpu_packed_forward(out, w, xl, B, DLREC_ACT_NONE); // u (B, d), in out
   if (st != DLREC_OK) return st;
   gate_inplace(out, x0, xl, (size_t)B * d);
   return DLREC_OK;
@@ -117,7 +127,7 @@ dlrec_status dlrec_cross_infer(float *out, const float *x0, const float *xl, con
 
 /* ---- low rank ----------------------------------------------------------------- */
 
-dlrec_status dlrec_cross_lowrank_forward(const dlrec_gemm_ops *g, float *out, float *act, const float *x0,
+dlrec_status cpu_cross_lowrank_forward(cpu_gemm *g, float *out, float *act, const float *x0,
                                          const float *xl, const float *v, const float *u, const float *bias, int B,
                                          int d, int r) {
   if (!out || !act || !x0 || !xl || !v || !u || !bias)
@@ -125,14 +135,14 @@ dlrec_status dlrec_cross_lowrank_forward(const dlrec_gemm_ops *g, float *out, fl
   dlrec_status st = nn_check_cross_lowrank("cross_lowrank_forward", B, d, r);
   if (st != DLREC_OK) return st;
   float *t = act, *uu = act + (size_t)B * r;
-  st = dlrec_gemm_forward(g, t, xl, v, NULL, B, d, r, 0);                     // t (B, r) = xl · Vᵀ
-  if (st == DLREC_OK) st = dlrec_gemm_forward(g, uu, t, u, bias, B, r, d, 0); // u (B, d) = t · Uᵀ + bias
+  st = cpu_linear_forward(g, t, xl, v, NULL, B, d, r, DLREC_ACT_NONE);                     // t (B, r) = xl · Vᵀ
+  if (st == DLREC_OK) st = cpu_linear_forward(g, uu, t, u, bias, B, r, d, DLREC_ACT_NONE); // u (B, d) = t · Uᵀ + bias
   if (st != DLREC_OK) return st;
   gate(out, x0, uu, xl, (size_t)B * d);
   return DLREC_OK;
 }
 
-dlrec_status dlrec_cross_lowrank_backward(const dlrec_gemm_ops *g, float *dx0, float *dxl, float *dv, float *du,
+dlrec_status cpu_cross_lowrank_backward(cpu_gemm *g, float *dx0, float *dxl, float *dv, float *du,
                                           float *dbias, const float *dout, const float *x0, const float *xl,
                                           const float *act, const float *v, const float *u, float *ws, int B, int d,
                                           int r) {
@@ -144,20 +154,20 @@ dlrec_status dlrec_cross_lowrank_backward(const dlrec_gemm_ops *g, float *dx0, f
   const float *t = act, *uu = act + (size_t)B * r;
   float *dpre = ws, *dt = ws + n; // (B, d), (B, r)
   gate_backward(dpre, dx0, dout, x0, uu, n);
-  st = dlrec_gemm_backward(g, dt, du, dbias, dpre, t, u, B, r, d);
-  if (st == DLREC_OK) st = dlrec_gemm_backward(g, dxl, dv, NULL, dt, xl, v, B, d, r);
-  return st == DLREC_OK ? dlrec_add(dxl, dout, n) : st;
+  st = cpu_linear_backward(g, dt, du, dbias, dpre, t, u, B, r, d);
+  if (st == DLREC_OK) st = cpu_linear_backward(g, dxl, dv, NULL, dt, xl, v, B, d, r);
+  return st == DLREC_OK ? cpu_add(dxl, dout, n) : st;
 }
 
-dlrec_status dlrec_cross_lowrank_infer(float *out, float *ws, const float *x0, const float *xl,
+dlrec_status cpu_cross_lowrank_infer(float *out, float *ws, const float *x0, const float *xl,
                                        const dlrec_packed_linear *v, const dlrec_packed_linear *u, int B, int d,
                                        int r) {
   if (!out || !ws || !x0 || !xl || !v || !u)
     return dlrec_error(DLREC_ERR_INVALID, "cross_lowrank_infer: NULL argument");
   dlrec_status st = nn_check_cross_lowrank("cross_lowrank_infer", B, d, r);
   if (st != DLREC_OK) return st;
-  st = dlrec_packed_linear_forward(v, xl, ws, B, 0); // t (B, r)
-  if (st == DLREC_OK) st = dlrec_packed_linear_forward(u, ws, out, B, 0); // u (B, d), in out
+  st = cpu_packed_forward(ws, v, xl, B, DLREC_ACT_NONE); // t (B, r)
+  if (st == DLREC_OK) st = cpu_packed_forward(out, u, ws, B, DLREC_ACT_NONE); // u (B, d), in out
   if (st != DLREC_OK) return st;
   gate_inplace(out, x0, xl, (size_t)B * d);
   return DLREC_OK;

@@ -6,8 +6,8 @@
  * and the layer mixes them with a softmax over per-expert linear gates:
  *   out = x0 ⊙ Σ_k p_k e_k + xl,   p = softmax_k(xl · G_kᵀ)
  * (TorchRec's LowRankMixtureCrossNet, with ReLU as g). In training the
- * products go through the caller's dlrec_gemm_ops (sgemm, or a backend's
- * bf16 GEMMs), one expert at a time; the softmax and the mixture are per
+ * products go through the backend's GEMMs (cpu_gemm, in its precision;
+ * NULL: fp32 sgemm), one expert at a time; the softmax and the mixture are per
  * row, with the experts summed in k order.
  *
  * The backward, with m = Σ_k p_k e_k and dm = dout ⊙ x0:
@@ -97,7 +97,7 @@ static void gate_inplace(float *out, const float *x0, const float *xl, size_t n)
   }
 }
 
-dlrec_status dlrec_cross_mix_forward(const dlrec_gemm_ops *g, float *out, float *act, const float *x0, const float *xl,
+dlrec_status cpu_cross_mix_forward(cpu_gemm *g, float *out, float *act, const float *x0, const float *xl,
                                      const float *v, const float *c, const float *u, const float *gate,
                                      const float *bias, int B, int d, int r, int K) {
   if (!out || !act || !x0 || !xl || !v || !c || !u || !gate || !bias)
@@ -107,11 +107,11 @@ dlrec_status dlrec_cross_mix_forward(const dlrec_gemm_ops *g, float *out, float 
   const size_t Br = (size_t)B * r, Bd = (size_t)B * d;
   float *t1 = act, *t2 = t1 + K * Br, *e = t2 + K * Br, *p = e + K * Bd;
   for (int k = 0; k < K && st == DLREC_OK; k++) {
-    st = dlrec_gemm_forward(g, t1 + k * Br, xl, v + (size_t)k * r * d, NULL, B, d, r, 1);
-    if (st == DLREC_OK) st = dlrec_gemm_forward(g, t2 + k * Br, t1 + k * Br, c + (size_t)k * r * r, NULL, B, r, r, 1);
-    if (st == DLREC_OK) st = dlrec_gemm_forward(g, e + k * Bd, t2 + k * Br, u + (size_t)k * d * r, bias, B, r, d, 0);
+    st = cpu_linear_forward(g, t1 + k * Br, xl, v + (size_t)k * r * d, NULL, B, d, r, DLREC_ACT_RELU);
+    if (st == DLREC_OK) st = cpu_linear_forward(g, t2 + k * Br, t1 + k * Br, c + (size_t)k * r * r, NULL, B, r, r, DLREC_ACT_RELU);
+    if (st == DLREC_OK) st = cpu_linear_forward(g, e + k * Bd, t2 + k * Br, u + (size_t)k * d * r, bias, B, r, d, DLREC_ACT_NONE);
   }
-  if (st == DLREC_OK) st = dlrec_gemm_forward(g, p, xl, gate, NULL, B, d, K, 0); // logits (B, K)
+  if (st == DLREC_OK) st = cpu_linear_forward(g, p, xl, gate, NULL, B, d, K, DLREC_ACT_NONE); // logits (B, K)
   if (st != DLREC_OK) return st;
   softmax_rows(p, B, K);
   mixture(out, p, e, B, d, K);
@@ -119,7 +119,7 @@ dlrec_status dlrec_cross_mix_forward(const dlrec_gemm_ops *g, float *out, float 
   return DLREC_OK;
 }
 
-dlrec_status dlrec_cross_mix_backward(const dlrec_gemm_ops *g, float *dx0, float *dxl, float *dv, float *dc, float *du,
+dlrec_status cpu_cross_mix_backward(cpu_gemm *g, float *dx0, float *dxl, float *dv, float *dc, float *du,
                                       float *dgate, float *dbias, const float *dout, const float *x0, const float *xl,
                                       const float *act, const float *v, const float *c, const float *u,
                                       const float *gate, float *ws, int B, int d, int r, int K) {
@@ -153,7 +153,7 @@ dlrec_status dlrec_cross_mix_backward(const dlrec_gemm_ops *g, float *dx0, float
     for (int k = 0; k < K; k++) dl[k] = (float)(pr[k] * (dl[k] - s));
   }
   /* The residual, then the gate's term. */
-  st = dlrec_gemm_backward(g, tmp, dgate, NULL, dlogit, xl, gate, B, d, K);
+  st = cpu_linear_backward(g, tmp, dgate, NULL, dlogit, xl, gate, B, d, K);
   if (st != DLREC_OK) return st;
   for (size_t i = 0; i < Bd; i++) dxl[i] = dout[i] + tmp[i];
   for (int k = 0; k < K && st == DLREC_OK; k++) {
@@ -162,20 +162,20 @@ dlrec_status dlrec_cross_mix_backward(const dlrec_gemm_ops *g, float *dx0, float
       const float pk = p[(size_t)b * K + k];
       for (int j = 0; j < d; j++) de[(size_t)b * d + j] = pk * dm[(size_t)b * d + j];
     }
-    st = dlrec_gemm_backward(g, dt2, du + (size_t)k * d * r, dbias, de, t2k, u + (size_t)k * d * r, B, r, d);
-    if (st == DLREC_OK) st = dlrec_relu_backward(dt2, dt2, t2k, Br);
+    st = cpu_linear_backward(g, dt2, du + (size_t)k * d * r, dbias, de, t2k, u + (size_t)k * d * r, B, r, d);
+    if (st == DLREC_OK) st = cpu_relu_backward(dt2, dt2, t2k, Br);
     if (st == DLREC_OK)
-      st = dlrec_gemm_backward(g, dt1, dc + (size_t)k * r * r, NULL, dt2, t1k, c + (size_t)k * r * r, B, r, r);
-    if (st == DLREC_OK) st = dlrec_relu_backward(dt1, dt1, t1k, Br);
+      st = cpu_linear_backward(g, dt1, dc + (size_t)k * r * r, NULL, dt2, t1k, c + (size_t)k * r * r, B, r, r);
+    if (st == DLREC_OK) st = cpu_relu_backward(dt1, dt1, t1k, Br);
     if (st == DLREC_OK)
-      st = dlrec_gemm_backward(g, tmp, dv + (size_t)k * r * d, NULL, dt1, xl, v + (size_t)k * r * d, B, d, r);
+      st = cpu_linear_backward(g, tmp, dv + (size_t)k * r * d, NULL, dt1, xl, v + (size_t)k * r * d, B, d, r);
     if (st == DLREC_OK)
       for (size_t i = 0; i < Bd; i++) dxl[i] += tmp[i];
   }
   return st;
 }
 
-dlrec_status dlrec_cross_mix_infer(float *out, float *ws, const float *x0, const float *xl,
+dlrec_status cpu_cross_mix_infer(float *out, float *ws, const float *x0, const float *xl,
                                    const dlrec_packed_linear *const *v, const dlrec_packed_linear *const *c,
                                    const dlrec_packed_linear *const *u, const dlrec_packed_linear *gate, int B,
                                    int d, int r, int K) {
@@ -187,16 +187,16 @@ dlrec_status dlrec_cross_mix_infer(float *out, float *ws, const float *x0, const
     if (!v[k] || !c[k] || !u[k]) return dlrec_error(DLREC_ERR_INVALID, "cross_mix_infer: NULL layer of expert %d", k);
   const size_t Br = (size_t)B * r, Bd = (size_t)B * d;
   float *t1 = ws, *t2 = t1 + Br, *e = t2 + Br, *p = e + Bd;
-  st = dlrec_packed_linear_forward(gate, xl, p, B, 0);
+  st = cpu_packed_forward(p, gate, xl, B, DLREC_ACT_NONE);
   if (st != DLREC_OK) return st;
   softmax_rows(p, B, K);
   /* The mixture accumulates in out, expert by expert in k order: per output
    * the same chain as mixture() in training. */
   for (size_t i = 0; i < Bd; i++) out[i] = 0.0f;
   for (int k = 0; k < K; k++) {
-    st = dlrec_packed_linear_forward(v[k], xl, t1, B, 1);
-    if (st == DLREC_OK) st = dlrec_packed_linear_forward(c[k], t1, t2, B, 1);
-    if (st == DLREC_OK) st = dlrec_packed_linear_forward(u[k], t2, e, B, 0);
+    st = cpu_packed_forward(t1, v[k], xl, B, DLREC_ACT_RELU);
+    if (st == DLREC_OK) st = cpu_packed_forward(t2, c[k], t1, B, DLREC_ACT_RELU);
+    if (st == DLREC_OK) st = cpu_packed_forward(e, u[k], t2, B, DLREC_ACT_NONE);
     if (st != DLREC_OK) return st;
     for (int b = 0; b < B; b++) {
       const float pk = p[(size_t)b * K + k];

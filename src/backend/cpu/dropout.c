@@ -47,7 +47,7 @@ static void apply(float *y, const float *x, size_t n, const mask *m) {
   for (size_t i = 0; i < n; i++) y[i] = kept(m, i) ? x[i] * m->scale : 0.0f;
 }
 
-dlrec_status dlrec_dropout_forward(float *out, const float *in, size_t n, float p, uint64_t seed, uint64_t step,
+dlrec_status cpu_dropout_forward(float *out, const float *in, size_t n, float p, uint64_t seed, uint64_t step,
                                    int train) {
   mask m;
   dlrec_status st = nn_dropout_mask_make(&m, "dropout_forward", out, in, p, seed, step);
@@ -60,7 +60,7 @@ dlrec_status dlrec_dropout_forward(float *out, const float *in, size_t n, float 
   return DLREC_OK;
 }
 
-dlrec_status dlrec_dropout_backward(float *din, const float *dout, size_t n, float p, uint64_t seed,
+dlrec_status cpu_dropout_backward(float *din, const float *dout, size_t n, float p, uint64_t seed,
                                     uint64_t step) {
   mask m;
   dlrec_status st = nn_dropout_mask_make(&m, "dropout_backward", din, dout, p, seed, step);

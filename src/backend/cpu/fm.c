@@ -41,7 +41,7 @@ static void column_sums(float *restrict s, float *restrict q, const float *restr
   }
 }
 
-dlrec_status dlrec_fm_forward(float *out, const float *emb, int B, int F, int D) {
+dlrec_status cpu_fm_forward(float *out, const float *emb, int B, int F, int D) {
   dlrec_status st = nn_check_fm("fm_forward", out, emb, B, F, D);
   if (st != DLREC_OK) return st;
   const size_t FD = (size_t)F * D;
@@ -59,7 +59,7 @@ dlrec_status dlrec_fm_forward(float *out, const float *emb, int B, int F, int D)
   return DLREC_OK;
 }
 
-dlrec_status dlrec_fm_backward(float *demb, const float *dout, const float *emb, int B, int F, int D) {
+dlrec_status cpu_fm_backward(float *demb, const float *dout, const float *emb, int B, int F, int D) {
   dlrec_status st = nn_check_fm("fm_backward", demb, dout, B, F, D);
   if (st == DLREC_OK && !emb) st = dlrec_error(DLREC_ERR_INVALID, "fm_backward: NULL buffer");
   if (st != DLREC_OK) return st;

@@ -254,7 +254,7 @@ static void backward_one(float *dx, float *demb, const float *dout, const float 
   }
 }
 
-dlrec_status dlrec_interaction_dot_forward(float *out, const float *x, const float *emb, int B, int F, int D) {
+dlrec_status cpu_dot_forward(float *out, const float *x, const float *emb, int B, int F, int D) {
   dlrec_status st = nn_check_dot("interaction_dot_forward", out, x, emb, B, F, D);
   if (st != DLREC_OK) return st;
   const size_t W = dlrec_interaction_dot_dim(F, D);
@@ -271,7 +271,7 @@ dlrec_status dlrec_interaction_dot_forward(float *out, const float *x, const flo
   return DLREC_OK;
 }
 
-dlrec_status dlrec_interaction_dot_backward(float *dx, float *demb, const float *dout, const float *x,
+dlrec_status cpu_dot_backward(float *dx, float *demb, const float *dout, const float *x,
                                             const float *emb, int B, int F, int D) {
   dlrec_status st = nn_check_dot("interaction_dot_backward", dx, demb, dout, B, F, D);
   if (st != DLREC_OK) return st;
@@ -305,7 +305,7 @@ dlrec_status nn_check_concat(const char *what, const void *a, const void *b, int
   return DLREC_OK;
 }
 
-dlrec_status dlrec_interaction_concat_forward(float *out, const float *x, const float *emb, int B, int DX, int F,
+dlrec_status cpu_concat_forward(float *out, const float *x, const float *emb, int B, int DX, int F,
                                               int D) {
   dlrec_status st = nn_check_concat("interaction_concat_forward", out, emb, B, DX, F, D);
   if (st != DLREC_OK) return st;
@@ -321,7 +321,7 @@ dlrec_status dlrec_interaction_concat_forward(float *out, const float *x, const 
   return DLREC_OK;
 }
 
-dlrec_status dlrec_interaction_concat_backward(float *dx, float *demb, const float *dout, int B, int DX, int F,
+dlrec_status cpu_concat_backward(float *dx, float *demb, const float *dout, int B, int DX, int F,
                                                int D) {
   dlrec_status st = nn_check_concat("interaction_concat_backward", demb, dout, B, DX, F, D);
   if (st != DLREC_OK) return st;

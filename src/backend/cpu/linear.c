@@ -55,12 +55,12 @@ static dlrec_status forward(float *out, const float *in, const float *weight, co
   return DLREC_OK;
 }
 
-dlrec_status dlrec_linear_forward(float *out, const float *in, const float *weight, const float *bias, int B,
+dlrec_status cpu_sgemm_linear_forward(float *out, const float *in, const float *weight, const float *bias, int B,
                                   int IN, int OUT) {
   return forward(out, in, weight, bias, B, IN, OUT, 0, "linear_forward");
 }
 
-dlrec_status dlrec_linear_relu_forward(float *out, const float *in, const float *weight, const float *bias,
+dlrec_status cpu_sgemm_linear_relu_forward(float *out, const float *in, const float *weight, const float *bias,
                                        int B, int IN, int OUT) {
   return forward(out, in, weight, bias, B, IN, OUT, 1, "linear_relu_forward");
 }
@@ -68,7 +68,7 @@ dlrec_status dlrec_linear_relu_forward(float *out, const float *in, const float 
 /* dbias (OUT) += column sums of dout (B, OUT). Threads split the columns, not
  * the rows, so each sum runs over b in order: the result does not depend on
  * the thread count, and each thread streams whole rows' slices. */
-void dlrec_bias_backward(float *restrict dbias, const float *restrict dout, int B, int OUT) {
+void cpu_bias_backward(float *restrict dbias, const float *restrict dout, int B, int OUT) {
   const int width = nn_column_width(OUT, (size_t)B * (size_t)OUT, PARALLEL_MIN);
   const int ranges = (OUT + width - 1) / width;
 #pragma omp parallel for schedule(static) if (ranges > 1)
@@ -81,30 +81,18 @@ void dlrec_bias_backward(float *restrict dbias, const float *restrict dout, int 
   }
 }
 
-dlrec_status dlrec_linear_backward(float *din, float *dweight, float *dbias, const float *dout, const float *in,
+dlrec_status cpu_sgemm_linear_backward(float *din, float *dweight, float *dbias, const float *dout, const float *in,
                                    const float *weight, int B, int IN, int OUT) {
   dlrec_status st = nn_check_linear("linear_backward", dweight, dout, in, B, IN, OUT);
   if (st != DLREC_OK) return st;
   if (din && !weight) return dlrec_error(DLREC_ERR_INVALID, "linear_backward: din needs the weights");
   // dW (OUT, IN) += doutᵀ (OUT, B) · in (B, IN)
   cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OUT, IN, B, 1.0f, dout, OUT, in, IN, 1.0f, dweight, IN);
-  if (dbias) dlrec_bias_backward(dbias, dout, B, OUT);
+  if (dbias) cpu_bias_backward(dbias, dout, B, OUT);
   // din (B, IN) = dout (B, OUT) · W (OUT, IN), onto zeros for the reason of fill_bias
   if (din) {
     fill_bias(din, NULL, B, IN);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, IN, OUT, 1.0f, dout, OUT, weight, IN, 1.0f, din, IN);
   }
   return DLREC_OK;
-}
-
-dlrec_status dlrec_gemm_forward(const dlrec_gemm_ops *g, float *out, const float *in, const float *weight,
-                                const float *bias, int B, int IN, int OUT, int relu) {
-  if (g) return g->forward(g->ctx, out, in, weight, bias, B, IN, OUT, relu);
-  return forward(out, in, weight, bias, B, IN, OUT, relu, relu ? "linear_relu_forward" : "linear_forward");
-}
-
-dlrec_status dlrec_gemm_backward(const dlrec_gemm_ops *g, float *din, float *dweight, float *dbias,
-                                 const float *dout, const float *in, const float *weight, int B, int IN, int OUT) {
-  if (g) return g->backward(g->ctx, din, dweight, dbias, dout, in, weight, B, IN, OUT);
-  return dlrec_linear_backward(din, dweight, dbias, dout, in, weight, B, IN, OUT);
 }

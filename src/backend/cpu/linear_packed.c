@@ -104,7 +104,7 @@ static ALWAYS_INLINE vf8 vf8_splat(float x) { return (vf8){x, x, x, x, x, x, x, 
 #define vf8_fma(a, b, c) ((c) + (a) * (b))
 #endif
 
-/* *x = max(*x, 0) as dlrec_relu_forward computes it: x > 0 ? x : 0. */
+/* *x = max(*x, 0) as cpu_relu_forward computes it: x > 0 ? x : 0. */
 static ALWAYS_INLINE void vf8_relu(vf8 *x) {
   const vf8 zero = {0};
   vi8 bits;
@@ -143,7 +143,7 @@ dlrec_status nn_check_packed(dlrec_packed_linear **out, const float *weight, int
   return DLREC_OK;
 }
 
-dlrec_status dlrec_packed_linear_create(dlrec_packed_linear **out, const float *weight, const float *bias, int IN,
+dlrec_status cpu_packed_create(dlrec_packed_linear **out, const float *weight, const float *bias, int IN,
                                         int OUT) {
   dlrec_status st = nn_check_packed(out, weight, IN, OUT);
   if (st != DLREC_OK) return st;
@@ -162,11 +162,11 @@ dlrec_status dlrec_packed_linear_create(dlrec_packed_linear **out, const float *
   *out = p;
   return DLREC_OK;
 nomem:
-  dlrec_packed_linear_free(p);
+  cpu_packed_free(p);
   return dlrec_error(DLREC_ERR_NOMEM, "packed_linear_create: out of memory for IN=%d OUT=%d", IN, OUT);
 }
 
-void dlrec_packed_linear_free(dlrec_packed_linear *p) {
+void cpu_packed_free(dlrec_packed_linear *p) {
   if (!p) return;
   free(p->w);
   free(p->bias);
@@ -297,9 +297,9 @@ static void forward_tile(const dlrec_packed_linear *p, const float *in, float *o
   }
 }
 
-dlrec_status dlrec_packed_linear_forward(const dlrec_packed_linear *p, const float *in, float *out, int B,
-                                         int relu) {
+dlrec_status cpu_packed_forward(float *out, const dlrec_packed_linear *p, const float *in, int B, dlrec_act act) {
   if (!p || !in || !out) return dlrec_error(DLREC_ERR_INVALID, "packed_linear_forward: NULL argument");
+  const int relu = act == DLREC_ACT_RELU;
   if (B < 1) return dlrec_error(DLREC_ERR_INVALID, "packed_linear_forward: bad batch size B=%d", B);
   const int blocks = (B + MR - 1) / MR, panels = p->panels;
   const double macs = (double)B * p->in * panels * NR;

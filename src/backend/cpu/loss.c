@@ -15,7 +15,7 @@ dlrec_status nn_check_bce(const char *what, const void *a, const void *b, const 
   return DLREC_OK;
 }
 
-dlrec_status dlrec_bce_logits_forward(double *loss, const float *logits, const float *labels, int B) {
+dlrec_status cpu_bce_forward(double *loss, const float *logits, const float *labels, int B) {
   dlrec_status st = nn_check_bce("bce_logits_forward", loss, logits, labels, B);
   if (st != DLREC_OK) return st;
   /* One thread, in sample order: a batch is a few thousand values, and a
@@ -30,7 +30,7 @@ dlrec_status dlrec_bce_logits_forward(double *loss, const float *logits, const f
   return DLREC_OK;
 }
 
-dlrec_status dlrec_bce_logits_backward(float *dlogits, const float *logits, const float *labels, int B) {
+dlrec_status cpu_bce_backward(float *dlogits, const float *logits, const float *labels, int B) {
   dlrec_status st = nn_check_bce("bce_logits_backward", dlogits, logits, labels, B);
   if (st != DLREC_OK) return st;
   const float inv_b = 1.0f / (float)B;

@@ -89,7 +89,7 @@ static void adagrad(float *restrict w, const float *restrict grad, float *restri
   }
 }
 
-dlrec_status dlrec_optim_step(const dlrec_optim_config *c, float *param, const float *grad, float *state, size_t n,
+dlrec_status cpu_optim_step(const dlrec_optim_config *c, float *param, const float *grad, float *state, size_t n,
                               uint64_t step) {
   dlrec_status st = check_config(c);
   if (st != DLREC_OK) return st;

@@ -23,7 +23,7 @@ dlrec_status nn_check_rows(const char *what, const void *dst, const void *src, s
   return DLREC_OK;
 }
 
-dlrec_status dlrec_copy_rows(float *dst, size_t dst_ld, const float *src, size_t src_ld, size_t rows, size_t width) {
+dlrec_status cpu_copy_rows(float *dst, size_t dst_ld, const float *src, size_t src_ld, size_t rows, size_t width) {
   if (!rows || !width) return DLREC_OK;
   dlrec_status s = nn_check_rows("copy_rows", dst, src, dst_ld, src_ld, width);
   if (s != DLREC_OK) return s;
@@ -36,7 +36,7 @@ dlrec_status dlrec_copy_rows(float *dst, size_t dst_ld, const float *src, size_t
   return DLREC_OK;
 }
 
-dlrec_status dlrec_fill_rows(float *dst, size_t dst_ld, size_t rows, size_t width, float value) {
+dlrec_status cpu_fill_rows(float *dst, size_t dst_ld, size_t rows, size_t width, float value) {
   if (!rows || !width) return DLREC_OK;
   dlrec_status s = nn_check_rows("fill_rows", dst, dst, dst_ld, dst_ld, width);
   if (s != DLREC_OK) return s;
@@ -62,7 +62,7 @@ dlrec_status nn_check_indexed_rows(const char *what, const void *dst, const void
   return DLREC_OK;
 }
 
-dlrec_status dlrec_gather_rows(float *dst, const float *src, size_t rows, const uint32_t *idx, size_t n,
+dlrec_status cpu_gather_rows(float *dst, const float *src, size_t rows, const uint32_t *idx, size_t n,
                                size_t width) {
   if (!width) return DLREC_OK;
   dlrec_status s = nn_check_indexed_rows("gather_rows", dst, src, rows, idx, n);
@@ -72,7 +72,7 @@ dlrec_status dlrec_gather_rows(float *dst, const float *src, size_t rows, const 
   return DLREC_OK;
 }
 
-dlrec_status dlrec_scatter_rows(float *dst, size_t rows, const uint32_t *idx, const float *src, size_t n,
+dlrec_status cpu_scatter_rows(float *dst, size_t rows, const uint32_t *idx, const float *src, size_t n,
                                 size_t width) {
   if (!width) return DLREC_OK;
   dlrec_status s = nn_check_indexed_rows("scatter_rows", dst, src, rows, idx, n);
@@ -82,7 +82,7 @@ dlrec_status dlrec_scatter_rows(float *dst, size_t rows, const uint32_t *idx, co
   return DLREC_OK;
 }
 
-dlrec_status dlrec_scatter_add_rows(float *dst, size_t rows, const uint32_t *idx, const float *src, size_t n,
+dlrec_status cpu_scatter_add_rows(float *dst, size_t rows, const uint32_t *idx, const float *src, size_t n,
                                     size_t width) {
   if (!width) return DLREC_OK;
   dlrec_status s = nn_check_indexed_rows("scatter_add_rows", dst, src, rows, idx, n);
@@ -96,7 +96,7 @@ dlrec_status dlrec_scatter_add_rows(float *dst, size_t rows, const uint32_t *idx
   return DLREC_OK;
 }
 
-dlrec_status dlrec_add(float *y, const float *x, size_t n) {
+dlrec_status cpu_add(float *y, const float *x, size_t n) {
   if (!n) return DLREC_OK;
   if (!y || !x) return dlrec_error(DLREC_ERR_INVALID, "add: NULL buffer");
 #pragma omp parallel for schedule(static) if (n >= PARALLEL_MIN)
@@ -104,7 +104,7 @@ dlrec_status dlrec_add(float *y, const float *x, size_t n) {
   return DLREC_OK;
 }
 
-dlrec_status dlrec_sum_columns(float *dst, const float *src, size_t B, size_t C) {
+dlrec_status cpu_sum_columns(float *dst, const float *src, size_t B, size_t C) {
   if (!C) return DLREC_OK;
   if (!dst || (B && !src)) return dlrec_error(DLREC_ERR_INVALID, "sum_columns: NULL buffer");
 #pragma omp parallel for schedule(static) if (B * C >= PARALLEL_MIN && C > 1)
@@ -116,7 +116,7 @@ dlrec_status dlrec_sum_columns(float *dst, const float *src, size_t B, size_t C)
   return DLREC_OK;
 }
 
-dlrec_status dlrec_all_finite(const float *x, size_t n, int *finite) {
+dlrec_status cpu_all_finite(int *finite, const float *x, size_t n) {
   if (!finite || (n && !x)) return dlrec_error(DLREC_ERR_INVALID, "all_finite: NULL buffer");
   int bad = 0;
 #pragma omp parallel for schedule(static) reduction(| : bad) if (n >= PARALLEL_MIN)
@@ -125,7 +125,7 @@ dlrec_status dlrec_all_finite(const float *x, size_t n, int *finite) {
   return DLREC_OK;
 }
 
-dlrec_status dlrec_scale(float *x, size_t n, float s) {
+dlrec_status cpu_scale(float *x, size_t n, float s) {
   if (!n) return DLREC_OK;
   if (!x) return dlrec_error(DLREC_ERR_INVALID, "scale: NULL buffer");
 #pragma omp parallel for schedule(static) if (n >= PARALLEL_MIN)

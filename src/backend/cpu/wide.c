@@ -20,7 +20,7 @@ dlrec_status nn_check_wide(const char *what, const void *a, const void *b, int B
   return DLREC_OK;
 }
 
-dlrec_status dlrec_wide_forward(float *out, const float *w, const float *bias, int B, int F) {
+dlrec_status cpu_wide_forward(float *out, const float *w, const float *bias, int B, int F) {
   dlrec_status st = nn_check_wide("wide_forward", out, w, B, F);
   if (st != DLREC_OK) return st;
   const float b0 = bias ? *bias : 0.0f;
@@ -34,7 +34,7 @@ dlrec_status dlrec_wide_forward(float *out, const float *w, const float *bias, i
   return DLREC_OK;
 }
 
-dlrec_status dlrec_wide_backward(float *dw, float *dbias, const float *dout, int B, int F) {
+dlrec_status cpu_wide_backward(float *dw, float *dbias, const float *dout, int B, int F) {
   dlrec_status st = nn_check_wide("wide_backward", dw, dout, B, F);
   if (st != DLREC_OK) return st;
 #pragma omp parallel for schedule(static) if ((size_t)B * F >= 32768)
