@@ -1,4 +1,4 @@
-/* The batch-invariant linear layer (dlrec_packed_linear_forward) against
+/* The batch-invariant linear layer (cpu_packed_forward) against
  * OpenBLAS, side by side in one run:
  *
  *   bench_linear_packed [--threads 2] [--seconds 0.3] [--batches 1,64,2048]
@@ -6,7 +6,7 @@
  * For each layer of the Kaggle DLRM MLPs (bottom 13-512-256-64-16, top
  * 367-512-256-1; ReLU on all but the last) and each batch size, prints
  * GFLOP/s (2 B IN OUT flops per call) of
- *   packed  dlrec_packed_linear_forward with the bias and the ReLU fused, and
+ *   packed  cpu_packed_forward with the bias and the ReLU fused, and
  *   sgemm   what cpu_sgemm_linear_relu_forward does: the bias copied into out,
  *           cblas_sgemm with beta = 1, then a ReLU pass,
  * and their ratio, then the whole MLP's time per batch. Each side runs in
@@ -30,7 +30,7 @@ void openblas_set_num_threads(int n);
 
 #define ROUNDS 5
 #define MAX_BATCHES 8
-/* As src/nn/linear.c: elementwise passes below this run on one thread. */
+/* As src/backend/cpu/linear.c: elementwise passes below this run on one thread. */
 #define PARALLEL_MIN 32768
 
 typedef struct layer {
@@ -72,7 +72,7 @@ static void run_packed(const work *k) {
   }
 }
 
-/* The training path's forward, spelled out (src/nn/linear.c). */
+/* The training path's forward, spelled out (src/backend/cpu/linear.c). */
 static void run_sgemm(const work *k) {
   const int B = k->B, OUT = k->OUT;
   const size_t total = (size_t)B * OUT;
@@ -103,7 +103,7 @@ static double round_rate(void (*fn)(const work *), const work *k, double seconds
 static void usage(FILE *f) {
   fprintf(f,
           "usage: bench_linear_packed [--threads 2] [--seconds 0.3] [--batches 1,64,2048]\n"
-          "Compares dlrec_packed_linear_forward with cblas_sgemm (+ bias and ReLU passes) on\n"
+          "Compares cpu_packed_forward with cblas_sgemm (+ bias and ReLU passes) on\n"
           "the Kaggle DLRM MLP layers: GFLOP/s of each and their ratio, per batch size.\n");
 }
 

@@ -5,7 +5,7 @@
  * --cols one-hot columns whose ids (keys, for the hash table) follow a Zipf
  * law of exponent --zipf over --keys distinct values per column. Timed, each
  * the best of --repeats passes over the same --batches batches:
- *   array         the ram store: dlrec_bag_forward straight on the ids
+ *   array         the ram store: cpu_bag_forward straight on the ids
  *   hash lookups  the hash store with every key already admitted: resolve
  *                 (index lookups) then the same gather from its rows
  *   hash inserts  a hash store of a tenth of the keys: resolve admits new

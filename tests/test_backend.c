@@ -2250,7 +2250,7 @@ static void free_packed(infer_op *op) {
 }
 
 /* Another backend's packed layer scores as the CPU's bit for bit: both
- * compute nn/nn.h's fma chain, which the CPU rounds once per step where
+ * compute ops.h's fma chain, which the CPU rounds once per step where
  * it has FMA (a build without FMA rounds twice, and is not compared). */
 static int same_as_cpu(int line, const float *got, const float *w, const float *bias, const float *in, int B, int IN,
                        int OUT, int relu) {

@@ -756,7 +756,7 @@ TEST(corrupt_batches_are_errors_and_change_nothing) {
 #include "backend/dtype.h"
 
 /* Independent decoders: the value of a bit pattern by the formats'
- * definitions, with ldexp (no bit tricks shared with embed/dtype.h). */
+ * definitions, with ldexp (no bit tricks shared with backend/dtype.h). */
 static double ref_bf16_value(uint16_t h) {
   const int s = h >> 15, e = (h >> 7) & 0xff, m = h & 0x7f;
   double v = e == 0 ? ldexp(m / 128.0, -126) : ldexp(1.0 + m / 128.0, e - 127);

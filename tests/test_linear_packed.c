@@ -1,4 +1,4 @@
-/* The batch-invariant linear layer (src/nn/linear_packed.c): values against a
+/* The batch-invariant linear layer (src/backend/cpu/linear_packed.c): values against a
  * naive double-precision loop, and bitwise invariance of each row's output
  * under the batch size, the row's neighbours and position, and the thread
  * count. */

@@ -1,4 +1,4 @@
-/* The building blocks of the CTR models (src/nn/nn.h, "building
+/* The building blocks of the CTR models (src/backend/ops.def, "building
  * blocks"): each forward against a naive double-precision loop, each
  * gradient against central finite differences of that loop, and each
  * inference forward for bitwise batch invariance (a row alone against the

@@ -1,5 +1,5 @@
 /* training.precision on the CPU: the bf16 rounding itself, the linear
- * layers' GEMMs (src/backend/cpu_gemm.c) against a double-precision
+ * layers' GEMMs (src/backend/cpu/cpu_gemm.c) against a double-precision
  * reference computed from bf16-rounded operands, the cross layers' products
  * through those GEMMs, the backend's resolution of auto, the oneDNN path
  * forced on a CPU without bf16 instructions, fp32's GEMMs on each of their

@@ -50,7 +50,7 @@ const char *net_wide_export(onnx_graph *g, const char *w) {
 }
 
 const char *net_fm_export(onnx_graph *g, const char *v) {
-  /* Σ_{f<g} <v_f, v_g> = ½ Σ_d ((Σ_f v_fd)² − Σ_f v_fd²), as src/nn/fm.c. */
+  /* Σ_{f<g} <v_f, v_g> = ½ Σ_d ((Σ_f v_fd)² − Σ_f v_fd²), as src/backend/cpu/fm.c. */
   const char *s = onnx_reduce_sum(g, v, 1, 0);
   const char *q = onnx_reduce_sum(g, onnx_op2(g, "Mul", v, v), 1, 0);
   const char *diff = onnx_op2(g, "Sub", onnx_op2(g, "Mul", s, s), q);
@@ -83,7 +83,7 @@ static const char *embedding_stage(const dlrec_net *n, onnx_graph *g, const char
   if (one_hot) return onnx_op2(g, "Gather", table, ids); /* (N, F, D) */
   /* Padding (-1) gathers row 0, masked to zero; each column's slots are
    * summed, and a mean column divided by its ids' count (an empty bag
-   * pools to zeros, as src/embed/bag.c). */
+   * pools to zeros, as src/backend/cpu/bag.c). */
   const char *mask = onnx_op2(g, "GreaterOrEqual", ids, onnx_i64s(g, (const int64_t[]){0}, 1));
   const char *where_in[] = {mask, ids, onnx_i64s(g, (const int64_t[]){0}, 1)};
   const char *safe = onnx_node(g, "Where", NULL, where_in, 3, NULL, 0, NULL);

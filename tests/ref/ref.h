@@ -193,7 +193,7 @@ void ref_batchnorm_infer_backward_abs(double *din, double *dgamma, double *dbeta
 void ref_bce_forward(double *loss, const double *logits, const double *labels, int B);
 /* dlogits[b] = (σ(z_b) − y_b) / B. */
 void ref_bce_backward(double *dlogits, const double *logits, const double *labels, int B);
-/* One step of cpu_optim_step's formulas (nn/nn.h) in double, state laid
+/* One step of cpu_optim_step's formulas (ops.def) in double, state laid
  * out as the op's: nothing (SGD), m then v (Adam, 2n), s (Adagrad, n). */
 void ref_optim_step(const dlrec_optim_config *c, double *param, const double *grad, double *state, size_t n,
                     uint64_t step);

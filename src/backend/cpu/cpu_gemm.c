@@ -1,7 +1,7 @@
 /* The CPU backend's linear layers (cpu_gemm.h), in one of three ways:
  *
  *   fp32      FP32: on oneDNN's fp32 matmul where the CPU has AVX-512, else
- *             on OpenBLAS sgemm (nn/nn.h's dlrec_linear_*). The rule is
+ *             on OpenBLAS sgemm (cpu_sgemm_linear_*, linear.c). The rule is
  *             measured (bench_roofline's sgemm_model_gflops against
  *             dnnl_f32_model_gflops): Debian's OpenBLAS 0.3.21 runs AVX2
  *             kernels on AMD's AVX-512 CPUs, and on a Zen 5 oneDNN's

@@ -1,10 +1,11 @@
-/* The CUDA backend's kernels (cuda_kernels.cu), launched on a stream by
- * cuda.c's ops. Each launcher only enqueues: the op has checked its
+/* The CUDA backend's kernels (kernels_*.cu: rows and elementwise,
+ * interactions, layers, embeddings), launched on a stream by the ops of
+ * cuda_*.c. Each launcher only enqueues: the op has checked its
  * arguments, and the launcher returns the launch's error (cudaSuccess, or
  * why the kernel could not start). Shapes and what each computes are the
- * CPU kernels' (nn/nn.h); what differs is said at each.
+ * CPU kernels' (ops.def); what differs is said at each.
  *
- * Sizes are size_t or int as in nn/nn.h. Every pointer is device memory.
+ * Sizes are size_t or int as in ops.def. Every pointer is device memory.
  */
 #ifndef DLREC_CUDA_KERNELS_H
 #define DLREC_CUDA_KERNELS_H
@@ -73,14 +74,14 @@ cudaError_t cuk_wide_forward(cudaStream_t st, float *out, const float *w, const 
 /* dw (B, F) = dout[b]; the bias gradient is cuk_colsum_accumulate's (C = 1). */
 cudaError_t cuk_wide_backward(cudaStream_t st, float *dw, const float *dout, int B, int F);
 
-/* ---- the cross layers' elementwise parts (src/nn/cross.c) ---- */
+/* ---- the cross layers' elementwise parts (src/backend/cpu/cross.c) ---- */
 /* out = x0 * u + xl, each rounded (no FMA), as the CPU's gate. */
 cudaError_t cuk_cross_gate(cudaStream_t st, float *out, const float *x0, const float *u, const float *xl, size_t n);
 /* du = dout * x0; dx0 += dout * u. */
 cudaError_t cuk_cross_gate_backward(cudaStream_t st, float *du, float *dx0, const float *dout, const float *x0,
                                     const float *u, size_t n);
 
-/* ---- the mixture of low-rank experts' per-row parts (src/nn/cross_mix.c) ---- */
+/* ---- the mixture of low-rank experts' per-row parts (src/backend/cpu/cross_mix.c) ---- */
 /* p (B, K) = softmax per row, in place (max-shifted, summed in k order). */
 cudaError_t cuk_softmax_rows(cudaStream_t st, float *p, int B, int K);
 /* m (B, d) = sum over k of p[b][k] e_k[b] in k order; e is (K, B, d). */
@@ -95,7 +96,7 @@ cudaError_t cuk_mix_dlogit(cudaStream_t st, float *dlogit, const float *dm, cons
 /* de (B, d) = p[b][k] * dm[b]. */
 cudaError_t cuk_mix_scale(cudaStream_t st, float *de, const float *dm, const float *p, int B, int d, int K, int k);
 
-/* ---- batch-invariant scoring: nn/nn.h's packed layer ---- */
+/* ---- batch-invariant scoring: ops.h's packed layer ---- */
 /* out[b][o] = relu?(fma chain over k in order from bias[o] (0 without)),
  * as the CPU's packed layer computes it where it has FMA: the same bits.
  * wt is the weight transposed, (IN, OUT). */
@@ -107,7 +108,7 @@ cudaError_t cuk_dropout(cudaStream_t st, float *y, const float *x, size_t n, uin
                         float scale);
 
 /* ---- batch normalization: a thread per column, rows in order, sums in
- * double as the CPU's (src/nn/batchnorm.c) ---- */
+ * double as the CPU's (src/backend/cpu/batchnorm.c) ---- */
 cudaError_t cuk_bn_stats(cudaStream_t st, double *out, const float *in, const double *sum, double N, int B, int C);
 cudaError_t cuk_bn_normalize(cudaStream_t st, float *out, float *saved, const float *in, const double *sum,
                              const double *sqdev, double N, const float *gamma, const float *beta,
@@ -123,7 +124,7 @@ cudaError_t cuk_bn_infer_backward(cudaStream_t st, float *din, float *dgamma, fl
                                   const float *in, const float *gamma, const float *running_mean,
                                   const float *running_var, float eps, int B, int C);
 
-/* ---- embedding bags and the fused sparse update (src/embed/) ---- */
+/* ---- embedding bags and the fused sparse update (src/backend/cpu/) ---- */
 
 /* A batch of bags in device memory, as cuda.c lays it out from a host
  * dlrec_bag_batch: column c's offsets at offs + c (B + 1), unchanged; its
@@ -148,9 +149,9 @@ typedef struct cuk_rows {
  * size where it pools by its mean; an empty bag is 0). */
 cudaError_t cuk_bag_forward(cudaStream_t st, float *out, cuk_rows t, cuk_bags bags);
 
-/* A sparse optimizer's hyperparameters and state (embed/embed.h); kind 0
+/* A sparse optimizer's hyperparameters and state (backend/sparse_optim.h); kind 0
  * SGD, 1 row-wise Adagrad, 2 lazy Adam; sr_key keys a 16-bit row's
- * stochastic rounding (src/embed/dtype.h). */
+ * stochastic rounding (src/backend/dtype.h). */
 typedef struct cuk_sparse_opt {
   int kind;
   float lr, wd, b1, b2, eps;
@@ -179,7 +180,7 @@ cudaError_t cuk_bce_forward(cudaStream_t st, double *loss, const float *logits, 
                             double *terms);
 cudaError_t cuk_bce_backward(cudaStream_t st, float *dlogits, const float *logits, const float *labels, int B);
 /* kind: 0 SGD, 1 Adam (m = state, v = state + n), 2 Adagrad; the
- * arithmetic of src/nn/optim.c with the step's scalars precomputed. */
+ * arithmetic of src/backend/cpu/optim.c with the step's scalars precomputed. */
 cudaError_t cuk_optim_step(cudaStream_t st, int kind, float *w, const float *grad, float *state, size_t n, float lr,
                            float wd, float b1, float b2, float eps, float step_size, float inv_sqrt_bc2);
 
