@@ -17,6 +17,7 @@
 
 #include "backend/backend.h"
 #include "train/checkpoint.h"
+#include "train/loaded_model.h"
 #include "model/model.h"
 #include "data/etl.h"
 #include "core/clock.h"

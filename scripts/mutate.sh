@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Mutation testing: do the unit tests notice a plausible bug?
 #
-# Each tests/mutants/*.patch is one small bug (an off-by-one, `<` for `<=`, a
-# skipped check, two arguments swapped, a wrong constant) as a unified diff
-# against the source tree. For each, this script applies it to a scratch copy
+# Each tests/mutants/*.mut is one small bug (an off-by-one, `<` for `<=`, a
+# skipped check, two arguments swapped, a wrong constant) as lines to find in
+# a file and their replacement, anchored by context rather than line numbers
+# (scripts/mutant_apply.py). For each, this script applies it to a scratch copy
 # of the tree, rebuilds the release build of that copy, runs the unit tests
 # that cover the file, and says whether a test failed (the mutant is killed)
 # or every test passed (it survived: the tests assert less than they seem to).
@@ -12,21 +13,38 @@ set -uo pipefail
 
 usage() {
   cat <<'EOF'
-usage: scripts/mutate.sh [options] [PATCH...]
+usage: scripts/mutate.sh [options] [MUTANT...]
+       scripts/mutate.sh --check [MUTANT...]
 
-Applies each mutant (default: every tests/mutants/*.patch) to a scratch copy
+Applies each mutant (default: every tests/mutants/*.mut) to a scratch copy
 of the working tree, rebuilds the release build there, runs the unit tests,
 and prints one line per mutant and the score:
 
   killed      a test failed or crashed (good)
   timeout     the tests ran past --timeout (counted as killed: a hang is noticed)
-  SURVIVED    every test passed: no test checks what the patch breaks
-  no-apply    the patch does not apply to today's tree (not counted)
+  SURVIVED    every test passed: no test checks what the mutant breaks
+  no-apply    the mutant does not anchor in today's tree (not counted)
   no-build    the mutated tree does not compile (not counted)
 
 score = (killed + timeout) / (killed + timeout + survived).
 
-A patch's header (the lines before its first `diff`/`---`) may hold
+A mutant is a header of `#` lines, then one or more sections:
+
+  # add overwrites y with x
+  # tests: test_backend test_models
+  @@ src/backend/cpu/rows.c
+  -  for (size_t i = 0; i < n; i++) y[i] += x[i];
+  +  for (size_t i = 0; i < n; i++) y[i] = x[i];
+
+A section starts with `@@ PATH` (relative to the tree's root) and holds lines
+that begin with ' ' (context), '-' (removed) or '+' (added), like a hunk of a
+unified diff without line numbers. Its ' ' and '-' lines, in order, are the
+block to find; its ' ' and '+' lines replace them. Lines match whole, leading
+and trailing whitespace ignored, and the block must match at exactly one
+place in the file, so that the mutant still applies after the code moves to
+other lines (or, with its path updated, to another file) and never lands on
+a look-alike. Several sections may name one file: they apply in order, each
+to the file as the previous ones left it. The header may hold
   # DESCRIPTION            the first such line is printed with the result
   # tests: test_nn test_embed
                            the test executables (tests/test_*.c names), or the
@@ -40,6 +58,11 @@ Before the mutants, the same tests run on the unmutated copy; if one of them
 fails there, the script stops (every mutant would look killed).
 
 options:
+  -c, --check           build and test nothing: check that every mutant
+                        anchors exactly once in the working tree and print
+                        the ones that do not (the CTest test mutants_anchor
+                        runs this, so that a change that breaks an anchor
+                        fails there rather than at the next mutation run)
   -b, --build-dir DIR   scratch root (default build-mutate): DIR/src is the copy
                         of the tree, DIR/build its release build, DIR/logs the
                         build and test output of each mutant. Kept between runs
@@ -51,10 +74,14 @@ options:
                         survivors and failures to apply or build)
   -h, --help            this text
 
-Make a mutant: edit a file in a scratch copy (never in the working tree you
-commit from), `git diff > tests/mutants/NAME.patch`, add the header lines.
-Exit status: 0 when every counted mutant was killed, 1 when one survived or
-failed to apply or build, 2 on a usage error or a failing baseline.
+Make a mutant: write tests/mutants/NAME.mut by hand, the header lines and a
+section with the line to break as '-' and its broken form as '+' (add ' '
+lines around it only if the '-' lines alone match more than once), then run
+`scripts/mutate.sh --check tests/mutants/NAME.mut` (does it anchor?) and
+`scripts/mutate.sh tests/mutants/NAME.mut` (is it killed?).
+Exit status: 0 when every counted mutant was killed (with --check: when every
+mutant anchors), 1 when one survived or failed to apply or build (with
+--check: did not anchor), 2 on a usage error or a failing baseline.
 EOF
 }
 
@@ -63,21 +90,30 @@ scratch_root=build-mutate
 timeout_s=300
 jobs=2
 keep_logs=0
-patches=()
+check=0
+mutants=()
 while [ $# -gt 0 ]; do
   case "$1" in
     -b | --build-dir) scratch_root=$2; shift 2 ;;
     -t | --timeout) timeout_s=$2; shift 2 ;;
     -j | --jobs) jobs=$2; shift 2 ;;
     -k | --keep-logs) keep_logs=1; shift ;;
+    -c | --check) check=1; shift ;;
     -h | --help) usage; exit 0 ;;
     -*) echo "mutate.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
-    *) patches+=("$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"); shift ;;
+    *) mutants+=("$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"); shift ;;
   esac
 done
 cd "$root" || exit 2
-[ ${#patches[@]} -eq 0 ] && patches=("$root"/tests/mutants/*.patch)
-[ -e "${patches[0]}" ] || { echo "mutate.sh: no patches (tests/mutants/*.patch)" >&2; exit 2; }
+command -v python3 >/dev/null || { echo "mutate.sh: needs python3 (scripts/mutant_apply.py)" >&2; exit 2; }
+[ ${#mutants[@]} -eq 0 ] && mutants=("$root"/tests/mutants/*.mut)
+[ -e "${mutants[0]}" ] || { echo "mutate.sh: no mutants (tests/mutants/*.mut)" >&2; exit 2; }
+for m in "${mutants[@]}"; do
+  case "$m" in *.mut) ;; *) echo "mutate.sh: $m is not a .mut mutant (see --help)" >&2; exit 2 ;; esac
+done
+mutant_apply() { python3 "$root/scripts/mutant_apply.py" "$@"; }
+# Only whether each mutant anchors once in the working tree: no copy, no build.
+[ $check -eq 1 ] && { mutant_apply check --root "$root" "${mutants[@]}"; exit $?; }
 case "$scratch_root" in /*) ;; *) scratch_root=$root/$scratch_root ;; esac
 copy=$scratch_root/src
 bdir=$scratch_root/build
@@ -110,17 +146,13 @@ current_files=()
 restore() { [ ${#current_files[@]} -gt 0 ] && sync_copy "${current_files[@]}"; current_files=(); }
 trap 'restore; echo; echo "mutate.sh: interrupted; the scratch copy is restored" >&2; exit 130' INT TERM
 
-# Git would look for a repository above the copy and apply paths relative to
-# it; the ceiling makes it treat the copy as a plain directory.
-gapply() { (cd "$copy" && GIT_CEILING_DIRECTORIES=$(dirname "$copy") git apply "$@"); }
-
 all_tests=$(cd tests && ls test_*.c | sed 's/\.c$//' | tr '\n' ' ')
 tests_of() {
   local t
-  t=$(sed -n '/^\(diff\|---\) /q; s/^# *tests: *//p' "$1" | head -1)
+  t=$(sed -n '/^@@/q; s/^# *tests: *//p' "$1" | head -1)
   echo "${t:-$all_tests}"
 }
-describe() { sed -n '/^\(diff\|---\) /q; /^# *tests:/d; s/^# *//p' "$1" | head -1; }
+describe() { sed -n '/^@@/q; /^# *tests:/d; s/^# *//p' "$1" | head -1; }
 
 # Tests that are scripts rather than tests/test_*.c executables: the
 # command that runs each (after the build dir, the copy and the scratch
@@ -175,9 +207,9 @@ run_tests() {
   echo survived
 }
 
-# Baseline: the union of the tests the patches name, on the unmutated copy.
+# Baseline: the union of the tests the mutants name, on the unmutated copy.
 declare -A want=()
-for p in "${patches[@]}"; do
+for p in "${mutants[@]}"; do
   for t in $(tests_of "$p"); do
     [ -f "tests/$t.c" ] || [ -n "$(script_test "$t")" ] ||
       { echo "mutate.sh: $p names $t, which is not a tests/test_*.c nor a script test" >&2; exit 2; }
@@ -207,15 +239,16 @@ echo "mutate.sh: baseline passed in $(($(date +%s) - start)) s" >&2
 killed=0 survived=0 unapplied=0 unbuilt=0
 survivors=()
 printf '%-40s %-26s %5s  %s\n' mutant result sec description
-for p in "${patches[@]}"; do
-  name=$(basename "$p" .patch)
+for p in "${mutants[@]}"; do
+  name=$(basename "$p" .mut)
   build_log=$logs/$name.build.log
   test_log=$logs/$name.test.log
   : >"$build_log"
   : >"$test_log"
   start=$(date +%s)
-  mapfile -t current_files < <(gapply --numstat "$p" 2>/dev/null | cut -f3)
-  if [ ${#current_files[@]} -eq 0 ] || ! gapply "$p" >>"$build_log" 2>&1; then
+  # The files named by its @@ lines; the applier writes all of them or none.
+  mapfile -t current_files < <(mutant_apply files "$p" 2>/dev/null)
+  if [ ${#current_files[@]} -eq 0 ] || ! mutant_apply apply --root "$copy" "$p" >>"$build_log" 2>&1; then
     current_files=()
     res=no-apply
     unapplied=$((unapplied + 1))

@@ -148,6 +148,7 @@ TEST(lock_dir_refuses_a_second_holder_naming_the_pid) {
 /* ---- 16-bit embedding tables: train, save, resume, load ---------------------- */
 
 #include "train/checkpoint.h"
+#include "train/loaded_model.h"
 #include "embed/embed.h"
 #include "core/fsutil.h"
 #include "train/train_config.h"

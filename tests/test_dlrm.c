@@ -10,6 +10,7 @@
 #include "core/rng.h"
 #include "net_check.h"
 #include "test.h"
+#include "train/step.h"
 
 static dlrec_dlrm_shape tiny_shape(void) {
   dlrec_dlrm_shape sh = {.emb_dim = 4, .n_bottom = 2, .bottom = {5, 4}, .n_top = 2, .top = {6, 1},
@@ -106,7 +107,7 @@ TEST(dlrm_training_steps_lower_the_loss) {
   double first = 0, loss = 0;
   float prob[4];
   for (uint64_t step = 1; step <= 50; step++) {
-    CHECK_OK(dlrec_net_train_step(m, ws, &opt, &tb.b, 1.0f, step, &loss, prob));
+    CHECK_OK(dlrec_train_step(m, ws, &opt, &tb.b, 1.0f, step, &loss, prob));
     if (step == 1) first = loss;
   }
   CHECK(loss < 0.5 * first); /* one batch memorized */
@@ -166,7 +167,7 @@ TEST(dlrm_threads_belong_to_the_backend) {
   for (uint64_t step = 1; step <= 30; step++)
     for (int i = 0; i < 2; i++) {
       omp_set_num_threads(3); /* the process's setting, which the backend overrides */
-      CHECK_OK(dlrec_net_train_step(m[i], ws[i], &opt[i], &tb.b, 1.0f, step, &loss[i], NULL));
+      CHECK_OK(dlrec_train_step(m[i], ws[i], &opt[i], &tb.b, 1.0f, step, &loss[i], NULL));
       CHECK_EQ(omp_get_max_threads(), i + 1);
       if (step == 1) first[i] = loss[i];
     }
@@ -262,7 +263,7 @@ TEST(dlrm_scoring_runs_the_training_forward) {
   CHECK_OK(dlrec_sparse_optim_create(&opt.sparse, dlrec_net_table(m), &sc));
   double loss;
   float train_prob[4], score[4];
-  CHECK_OK(dlrec_net_train_step(m, ws, &opt, &tb.b, 1.0f, 1, &loss, train_prob));
+  CHECK_OK(dlrec_train_step(m, ws, &opt, &tb.b, 1.0f, 1, &loss, train_prob));
   CHECK_OK(dlrec_net_predict(scorer, ws, &tb.b, score));
   for (int i = 0; i < 4; i++) CHECK_NEAR(score[i], train_prob[i], 1e-6, 1e-5);
   /* Row 2 alone: the same bits as in the batch of 4. */
@@ -558,9 +559,9 @@ static void train_tiny(uint32_t threads, const dlrec_batch *b, int nested, float
     if (nested) {
 #pragma omp parallel num_threads(2)
 #pragma omp single
-      st = dlrec_net_train_step(m, ws, &opt, b, 1.0f, step, &loss[step - 1], NULL);
+      st = dlrec_train_step(m, ws, &opt, b, 1.0f, step, &loss[step - 1], NULL);
     } else {
-      st = dlrec_net_train_step(m, ws, &opt, b, 1.0f, step, &loss[step - 1], NULL);
+      st = dlrec_train_step(m, ws, &opt, b, 1.0f, step, &loss[step - 1], NULL);
     }
     CHECK_OK(st);
   }

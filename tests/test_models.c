@@ -29,6 +29,7 @@
 #include "net_check.h"
 #include "serve_check.h"
 #include "test.h"
+#include "train/step.h"
 
 /* A network of `type` with `pooling` and the type's other keys in `extra`
  * (a JSON fragment starting with a comma, or ""). */
@@ -744,7 +745,7 @@ static dlrec_status wd_on_backend(const dlrec_schema *s, uint32_t threads, const
 
 /* Dropout in a split training step: each way's masks are its own. The
  * batch is 128 copies of one row, so the predictions of a training forward
- * (dlrec_net_train_step's prob, before the update) differ only by their
+ * (dlrec_train_step's prob, before the update) differ only by their
  * dropout masks; with every way drawing the same masks, row r and row
  * r + 64 (the same position in the two ways) would always agree. */
 TEST(split_step_draws_each_ways_own_dropout_masks) {
@@ -767,7 +768,7 @@ TEST(split_step_draws_each_ways_own_dropout_masks) {
   dlrec_net_optim opt;
   CHECK_OK(wd_on_backend(&s, 2, ", \"dropout\": 0.5", 3, 0.01f, &be, &m, &ws, &opt));
   double loss;
-  CHECK_OK(dlrec_net_train_step(m, ws, &opt, &b, 1.0f, 1, &loss, prob));
+  CHECK_OK(dlrec_train_step(m, ws, &opt, &b, 1.0f, 1, &loss, prob));
   CHECK_EQ(dlrec_net_ws_split(ws), 2u);
   int same_across = 0, same_within = 0;
   for (int r = 0; r < B / 2; r++) same_across += prob[r] == prob[r + B / 2];
@@ -824,9 +825,9 @@ static void bn_train(uint32_t threads, int nested, float *params, size_t cap, ui
     if (nested) {
 #pragma omp parallel num_threads(2)
 #pragma omp single
-      st = dlrec_net_train_step(m, ws, &opt, &b, 1.0f, step, &loss, NULL);
+      st = dlrec_train_step(m, ws, &opt, &b, 1.0f, step, &loss, NULL);
     } else {
-      st = dlrec_net_train_step(m, ws, &opt, &b, 1.0f, step, &loss, NULL);
+      st = dlrec_train_step(m, ws, &opt, &b, 1.0f, step, &loss, NULL);
     }
     CHECK_OK(st);
   }
@@ -839,7 +840,7 @@ static void bn_train(uint32_t threads, int nested, float *params, size_t cap, ui
    * of the first way at the statistics the second never brings. */
   dlrec_batch bad = bn_batch(&s, 9, 100);
   double loss;
-  CHECK_ERR(dlrec_net_train_step(m, ws, &opt, &bad, 1.0f, 5, &loss, NULL), DLREC_ERR_INVALID, "id");
+  CHECK_ERR(dlrec_train_step(m, ws, &opt, &bad, 1.0f, 5, &loss, NULL), DLREC_ERR_INVALID, "id");
   dlrec_sparse_optim_free(opt.sparse);
   dlrec_net_ws_free(ws);
   dlrec_net_free(m);
@@ -905,6 +906,7 @@ TEST(wide_deep_and_deepfm_scoring_is_batch_invariant) {
 }
 
 #include "train/checkpoint.h"
+#include "train/loaded_model.h"
 
 /* A checkpoint of a model with batch normalization (the run `dir`): its
  * running statistics were saved after training (not at their start), and
@@ -1039,7 +1041,7 @@ TEST(batchnorm_buffers_are_not_optimized) {
   dlrec_sparse_optim_config_default(&sc, DLREC_SPARSE_SGD);
   CHECK_OK(dlrec_sparse_optim_create(&opt.sparse, dlrec_net_table(b), &sc));
   /* dropout's masks depend on the step: gradients runs step 0. */
-  CHECK_OK(dlrec_net_train_step(b, wb, &opt, &tb.b, 1.0f, 0, &loss, NULL));
+  CHECK_OK(dlrec_train_step(b, wb, &opt, &tb.b, 1.0f, 0, &loss, NULL));
   size_t n;
   const float *pa = dlrec_net_dense_params_const(a, &n), *pb = dlrec_net_dense_params_const(b, &n);
   const dlrec_net_tensor *t = dlrec_net_tensors(a);
@@ -1100,7 +1102,7 @@ TEST(lr_trains_on_dense_only_data_and_embedding_models_refuse_it) {
   dlrec_sparse_optim_config sc;
   dlrec_sparse_optim_config_default(&sc, DLREC_SPARSE_SGD);
   CHECK_OK(dlrec_sparse_optim_create(&opt.sparse, dlrec_net_table(m), &sc));
-  CHECK_OK(dlrec_net_train_step(m, ws, &opt, &tb.b, 1.0f, 1, &loss, NULL));
+  CHECK_OK(dlrec_train_step(m, ws, &opt, &tb.b, 1.0f, 1, &loss, NULL));
   const float *after = dlrec_net_dense_params(m, &n);
   for (int i = 0; i < 4; i++) CHECK_NEAR(after[i], before[i] - 0.5f * g[i], 1e-6, 1e-5);
   dlrec_sparse_optim_free(opt.sparse);
@@ -1184,7 +1186,7 @@ TEST(workspace_bytes_match_real_workspaces) {
   dlrec_batch b = bn_batch(&s, 5, -1);
   double loss;
   const size_t before = dlrec_arena_thread_bytes();
-  CHECK_OK(dlrec_net_train_step(m, ws, &opt, &b, 1.0f, 1, &loss, NULL));
+  CHECK_OK(dlrec_train_step(m, ws, &opt, &b, 1.0f, 1, &loss, NULL));
   const uint64_t ways_made = dlrec_arena_thread_bytes() - before;
   CHECK_EQ(dlrec_net_ws_split(ws), 2u);
   CHECK(ways_made > 0);
@@ -1295,7 +1297,7 @@ static dlrec_status agree_train(agree_run *r, const dlrec_schema *s, double *los
   dlrec_status st = DLREC_OK;
   for (uint64_t step = 1; st == DLREC_OK && step <= AGREE_STEPS; step++) {
     dlrec_batch b = agree_batch(s, step);
-    st = dlrec_net_train_step(r->m, r->ws, &r->opt, &b, 1.0f, step, &loss[step - 1], NULL);
+    st = dlrec_train_step(r->m, r->ws, &r->opt, &b, 1.0f, step, &loss[step - 1], NULL);
   }
   dlrec_net_scorer *sc = NULL;
   if (st == DLREC_OK) st = dlrec_net_scorer_create(&sc, r->m);
@@ -1462,7 +1464,7 @@ TEST(kept_operands_train_the_same_bits) {
         dlrec_net_set_keep_operands(r.m, keep);
         for (uint64_t step = 1; step <= STEPS; step++) {
           dlrec_batch b = agree_batch(&s, step);
-          CHECK_OK(dlrec_net_train_step(r.m, r.ws, &r.opt, &b, 1.0f, step, &loss[keep][step - 1], NULL));
+          CHECK_OK(dlrec_train_step(r.m, r.ws, &r.opt, &b, 1.0f, step, &loss[keep][step - 1], NULL));
         }
         CHECK_OK(dlrec_net_sync_host(r.m, &r.opt));
         const float *p = dlrec_net_dense_params(r.m, &n);
@@ -1507,40 +1509,40 @@ TEST(hot_rows_refuse_bad_batches) {
   dlrec_net_free(mean);
   double loss;
   dlrec_batch good = bn_batch(&s, 3, -1);
-  CHECK_OK(dlrec_net_train_step(r.m, r.ws, &r.opt, &good, 1.0f, 1, &loss, NULL));
+  CHECK_OK(dlrec_train_step(r.m, r.ws, &r.opt, &good, 1.0f, 1, &loss, NULL));
   const double before = host_table_sum(r.m);
   dlrec_batch bad = bn_batch(&s, 4, 7); /* an id past the table */
-  CHECK_ERR(dlrec_net_train_step(r.m, r.ws, &r.opt, &bad, 1.0f, 2, &loss, NULL), DLREC_ERR_INVALID, "id");
+  CHECK_ERR(dlrec_train_step(r.m, r.ws, &r.opt, &bad, 1.0f, 2, &loss, NULL), DLREC_ERR_INVALID, "id");
   static uint32_t off[129], many[129 * 4];
   bad = bn_batch(&s, 5, -1);
   for (int i = 0; i <= 128; i++) off[i] = (uint32_t)i;
   off[60] = 90; /* out of order: 59 -> 90 -> 61 */
   bad.offsets[0] = off;
-  CHECK_ERR(dlrec_net_train_step(r.m, r.ws, &r.opt, &bad, 1.0f, 2, &loss, NULL), DLREC_ERR_INVALID, "");
+  CHECK_ERR(dlrec_train_step(r.m, r.ws, &r.opt, &bad, 1.0f, 2, &loss, NULL), DLREC_ERR_INVALID, "");
   bad = bn_batch(&s, 6, -1);
   for (int i = 0; i <= 128; i++) off[i] = (uint32_t)i * 4; /* 4 ids a row in a column of max hotness 3 */
   for (int i = 0; i < 128 * 4; i++) many[i] = (uint32_t)s.sparse[1].id_begin;
   bad.offsets[1] = off;
   bad.ids[1] = many;
-  CHECK_ERR(dlrec_net_train_step(r.m, r.ws, &r.opt, &bad, 1.0f, 2, &loss, NULL), DLREC_ERR_INVALID, "max hotness");
+  CHECK_ERR(dlrec_train_step(r.m, r.ws, &r.opt, &bad, 1.0f, 2, &loss, NULL), DLREC_ERR_INVALID, "max hotness");
   CHECK(host_table_sum(r.m) == before);
-  CHECK_OK(dlrec_net_train_step(r.m, r.ws, &r.opt, &good, 1.0f, 2, &loss, NULL)); /* bn_batch's seed 6 */
+  CHECK_OK(dlrec_train_step(r.m, r.ws, &r.opt, &good, 1.0f, 2, &loss, NULL)); /* bn_batch's seed 6 */
   /* A step that loss scaling skips (its gradients overflow) leaves its
    * split behind unused: the next step splits its own batch, and trains as
    * if the skipped one had never been. */
   r.opt.loss_scale = INFINITY;
   dlrec_batch skipped = bn_batch(&s, 8, -1);
-  CHECK_OK(dlrec_net_train_step(r.m, r.ws, &r.opt, &skipped, 1.0f, 3, &loss, NULL));
+  CHECK_OK(dlrec_train_step(r.m, r.ws, &r.opt, &skipped, 1.0f, 3, &loss, NULL));
   CHECK_EQ(r.opt.skipped_steps, 1u);
   r.opt.loss_scale = 0;
   dlrec_batch next = bn_batch(&s, 9, -1);
-  CHECK_OK(dlrec_net_train_step(r.m, r.ws, &r.opt, &next, 1.0f, 3, &loss, NULL));
+  CHECK_OK(dlrec_train_step(r.m, r.ws, &r.opt, &next, 1.0f, 3, &loss, NULL));
   agree_run q;
   CHECK_OK(agree_open(&q, &s, "dlrm", "", "cpu-mirror", 1, 2));
   const uint64_t seeds[] = {3, 6, 9};
   for (int i = 0; i < 3; i++) {
     dlrec_batch b = bn_batch(&s, seeds[i], -1);
-    CHECK_OK(dlrec_net_train_step(q.m, q.ws, &q.opt, &b, 1.0f, (uint64_t)i + 1, &loss, NULL));
+    CHECK_OK(dlrec_train_step(q.m, q.ws, &q.opt, &b, 1.0f, (uint64_t)i + 1, &loss, NULL));
   }
   CHECK_OK(dlrec_net_sync_host(r.m, &r.opt));
   CHECK_OK(dlrec_net_sync_host(q.m, &q.opt));

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "train/checkpoint.h"
+#include "train/loaded_model.h"
 #include "core/redis_rows.h"
 #include "serve_check.h"
 #include "test.h"

@@ -62,6 +62,7 @@
 #include <cjson/cJSON.h>
 
 #include "train/checkpoint.h"
+#include "train/loaded_model.h"
 #include "data/etl.h"
 #include "core/fsutil.h"
 #include "core/json.h"

@@ -1,11 +1,13 @@
 /* Table storage (embed/store.h): the tiered store against the ram store on the
  * same batches, bit for bit, through eviction and write-back; its view for
- * checkpoints; and what it refuses. */
+ * checkpoints; and what it refuses. Also the distinct rows of a batch
+ * (embed/unique.h), which the stages that fetch rows gather. */
 #include <sys/stat.h>
 
 #include "backend/cpu/kernels.h"
 #include "core/rng.h"
 #include "embed/store.h"
+#include "embed/unique.h"
 #include "test.h"
 
 enum { COLS = 3, DIM = 6, ROWS_PER_COL = 700, ROWS = COLS * ROWS_PER_COL, B = 24, MAX_HOT = 3 };
@@ -617,4 +619,48 @@ TEST(tiered_rss_stays_within_the_cache_and_its_stated_overhead) {
   dlrec_store_free(s);
   free(off), free(ids), free(out), free(scratch);
 #endif
+}
+
+/* ---- the distinct rows of a batch (embed/unique.h) ---- */
+
+/* dlrec_unique_run against a naive quadratic search, over runs of several
+ * sizes (past the set's first 64 slots, with many repeats and with none)
+ * through one set that must come back empty each time; and the room grown
+ * between runs. */
+TEST(unique_keys_are_first_seen_and_each_lookup_finds_its_own) {
+  dlrec_unique u = {0};
+  dlrec_rng rng;
+  dlrec_rng_seed(&rng, 11, 0);
+  const uint64_t sizes[] = {0, 1, 7, 64, 65, 500, 4096};
+  uint64_t *keys = malloc(4096 * sizeof *keys), *uniq = malloc(4096 * sizeof *uniq);
+  uint32_t *pos = malloc(4096 * sizeof *pos);
+  CHECK(keys && uniq && pos);
+  for (size_t si = 0; si < sizeof sizes / sizeof *sizes; si++) {
+    const uint64_t n = sizes[si];
+    CHECK_OK(dlrec_unique_reserve(&u, n));
+    for (int repeats = 0; repeats < 2; repeats++) {
+      /* Few distinct values (many repeats), or values from a wide range
+       * with high words set (keys such as owner << 32 | row). */
+      for (uint64_t k = 0; k < n; k++)
+        keys[k] = repeats ? (uint64_t)(dlrec_rng_uniform(&rng) * 13) : dlrec_rng_u64(&rng) >> 1;
+      uint64_t m = UINT64_MAX;
+      dlrec_unique_run(&u, keys, n, uniq, &m, pos);
+      uint64_t want = 0;
+      for (uint64_t k = 0; k < n; k++) {
+        uint64_t j = 0;
+        while (j < want && uniq[j] != keys[k]) j++;
+        if (j == want) {
+          CHECK_EQ_U64(uniq[want], keys[k]); /* a new key comes next, in first-seen order */
+          want++;
+        }
+        CHECK_EQ_U64(pos[k], j);
+      }
+      CHECK_EQ_U64(m, want);
+      for (uint64_t s = 0; s < u.set_cap; s++) CHECK_EQ_U64(u.set_key[s], UINT64_MAX); /* emptied */
+    }
+  }
+  CHECK(u.set_cap >= 2 * 4096);
+  dlrec_unique_free(&u);
+  CHECK(!u.set_key && !u.cap);
+  free(keys), free(uniq), free(pos);
 }

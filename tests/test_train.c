@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "train/checkpoint.h"
+#include "train/loaded_model.h"
 #include "core/fsutil.h"
 #include "core/json.h"
 #include "train/trainer.h"
@@ -14,6 +15,7 @@
 #include "net_check.h"
 #include "serve_check.h"
 #include "test.h"
+#include "train/step.h"
 #include "train/tensor_file.h"
 
 /* Synthesizes rows, fits the ETL and encodes train/valid files in tmpdir. */
@@ -1518,7 +1520,7 @@ static void check_clip(const char *type, double max_norm_over_norm) {
   opt.sparse_lr = (float)lr;
   opt.clip_grad_norm = (float)max_norm;
   CHECK_OK(dlrec_sparse_optim_create(&opt.sparse, t, &sc));
-  CHECK_OK(dlrec_net_train_step(m, ws, &opt, &tb.b, 1.0f, 1, &loss, NULL));
+  CHECK_OK(dlrec_train_step(m, ws, &opt, &tb.b, 1.0f, 1, &loss, NULL));
   int bad = 0;
   for (size_t i = 0; i < n; i++)
     if (!(fabs(p[i] - want_p[i]) <= 1e-6 + 1e-5 * fabs(want_p[i])) && bad++ < 5)
@@ -1548,25 +1550,25 @@ TEST(clip_grad_norm_matches_naive_reference) {
  * the skip; at a dynamic scale of 1 there is no way out but an error. */
 TEST(loss_scale_rule_grows_backs_off_and_gives_up) {
   dlrec_net_optim o = {.loss_scale = 8, .scale_growth_interval = 3};
-  CHECK_OK(dlrec_net_loss_scale_update(&o, 1, 1));
-  CHECK_OK(dlrec_net_loss_scale_update(&o, 1, 2));
+  CHECK_OK(dlrec_loss_scale_update(&o, 1, 1));
+  CHECK_OK(dlrec_loss_scale_update(&o, 1, 2));
   CHECK(o.loss_scale == 8 && o.scale_good_steps == 2);
-  CHECK_OK(dlrec_net_loss_scale_update(&o, 1, 3));
+  CHECK_OK(dlrec_loss_scale_update(&o, 1, 3));
   CHECK(o.loss_scale == 16 && o.scale_good_steps == 0);
-  CHECK_OK(dlrec_net_loss_scale_update(&o, 1, 4));
-  CHECK_OK(dlrec_net_loss_scale_update(&o, 0, 5));
+  CHECK_OK(dlrec_loss_scale_update(&o, 1, 4));
+  CHECK_OK(dlrec_loss_scale_update(&o, 0, 5));
   CHECK(o.loss_scale == 8 && o.scale_good_steps == 0 && o.skipped_steps == 1);
   o.loss_scale = DLREC_LOSS_SCALE_MAX, o.scale_good_steps = 2;
-  CHECK_OK(dlrec_net_loss_scale_update(&o, 1, 6));
+  CHECK_OK(dlrec_loss_scale_update(&o, 1, 6));
   CHECK(o.loss_scale == DLREC_LOSS_SCALE_MAX && o.scale_good_steps == 0);
   dlrec_net_optim f = {.loss_scale = 4};
-  CHECK_OK(dlrec_net_loss_scale_update(&f, 0, 1));
-  CHECK_OK(dlrec_net_loss_scale_update(&f, 1, 2));
+  CHECK_OK(dlrec_loss_scale_update(&f, 0, 1));
+  CHECK_OK(dlrec_loss_scale_update(&f, 1, 2));
   CHECK(f.loss_scale == 4 && f.skipped_steps == 1);
   o.loss_scale = 2;
-  CHECK_OK(dlrec_net_loss_scale_update(&o, 0, 7));
+  CHECK_OK(dlrec_loss_scale_update(&o, 0, 7));
   CHECK(o.loss_scale == 1);
-  CHECK_ERR(dlrec_net_loss_scale_update(&o, 0, 8), DLREC_ERR_INVALID, "training diverged at step 8");
+  CHECK_ERR(dlrec_loss_scale_update(&o, 0, 8), DLREC_ERR_INVALID, "training diverged at step 8");
 }
 
 /* A batch of 16 copies of net_check's 4 rows (64: a step of it splits
@@ -1624,7 +1626,7 @@ static void scaled_run(const char *type, dlrec_backend *be, float scale, uint32_
     tiled_batch big;
     if (tile) tile_batch(&big, &tb, s.n_dense);
     double loss;
-    CHECK_OK(dlrec_net_train_step(m, ws, &opt, tile ? &big.b : &tb.b, 1.0f, (uint64_t)k + 1, &loss, NULL));
+    CHECK_OK(dlrec_train_step(m, ws, &opt, tile ? &big.b : &tb.b, 1.0f, (uint64_t)k + 1, &loss, NULL));
     if (tile) CHECK_EQ(dlrec_net_ws_split(ws), dlrec_backend_threads(dlrec_backend_default()) >= 2 ? 2u : 1u);
   }
   const float *dp = dlrec_net_dense_params(m, n);

@@ -10,6 +10,7 @@
 #include "data/arrow.h"
 #include "backend/backend.h"
 #include "train/checkpoint.h"
+#include "train/loaded_model.h"
 #include "data/etl.h"
 #include "core/json.h"
 #include "data/parse.h"

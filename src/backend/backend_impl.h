@@ -57,7 +57,7 @@ typedef struct dlrec_backend_ops {
    * to keep (fp32, emulated bf16); NULL entry: nothing kept. */
   int (*keep_operands)(dlrec_backend *be, int on);
   /* Fresh gradients: between fresh_gradients(be, 1) and (be, 0) (a training
-   * pass, net_run.c) the caller promises that each buffer a backward
+   * pass, model/net_pass.c) the caller promises that each buffer a backward
    * accumulates a weight gradient into (linear_backward's dweight, the cross
    * layers' dw, dv, du, ...) holds zeros until the first op of the window
    * that writes it. That op may then write its product instead of adding it
@@ -96,7 +96,7 @@ struct dlrec_backend {
 
 /* How many ways a training step may split its batch across this backend:
  * row ranges that run side by side, each through the whole network on a
- * one-thread LANE of the backend (net_run.c). The CPU backend splits in as
+ * one-thread LANE of the backend (model/net_pass.c). The CPU backend splits in as
  * many ways as it has threads; a backend whose ops do not run on the
  * calling thread (a GPU's) does not split (1). */
 uint32_t backend_split_ways(const dlrec_backend *be);

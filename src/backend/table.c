@@ -10,7 +10,7 @@
 #include "backend/table.h"
 #include "core/rng.h"
 #include "backend/dtype.h"
-#include "backend/table_impl.h"
+#include "backend/table_store.h"
 
 /* Rows drawn from one random stream during initialization. The value is part
  * of what a seed means: changing it changes every initial table. */

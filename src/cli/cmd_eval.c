@@ -5,6 +5,7 @@
 #include "cli/cli.h"
 #include "backend/backend.h"
 #include "train/checkpoint.h"
+#include "train/loaded_model.h"
 #include "core/json.h"
 #include "train/trainer.h"
 

@@ -5,6 +5,7 @@
 
 #include "cli/cli.h"
 #include "train/checkpoint.h"
+#include "train/loaded_model.h"
 
 static void usage(FILE *out) {
   fprintf(out,

@@ -7,17 +7,19 @@
  * frequency-ordered column spread over every rank). Each rank holds its
  * rows in a shard table of its own, column after column.
  *
- * A step, on every rank, for its part of the global batch (the loader's
- * dlrec_loader_opts.part):
- *   1. the unique rows its lookups need go to their owners (all-to-all),
- *      and the owners send the rows back (all-to-all);
+ * A step (src/train/step.c, the one step of one process too), on every
+ * rank, for its part of the global batch (the loader's
+ * dlrec_loader_opts.part), with this rank's shard as its embedding stage
+ * (model/stage.h):
+ *   1. the stage's rows: the unique rows its lookups need go to their
+ *      owners (all-to-all), and the owners send the rows back (all-to-all);
  *   2. forward, loss and backward on those rows (dlrec_net_train_pass);
  *   3. the dense gradients are summed over the ranks in rank order
  *      (dlrec_comm_allreduce_f32), and every rank steps the dense
  *      optimizer alike;
- *   4. each lookup's gradient goes to its row's owner (all-to-all), which
- *      updates its rows with the fused sparse backward, in the same order
- *      as one process would.
+ *   4. the stage's update: each lookup's gradient goes to its row's owner
+ *      (all-to-all), which updates its rows with the fused sparse backward,
+ *      in the same order as one process would.
  * Bitwise: N ranks of one thread train the same model as one process of N
  * threads (whose step splits the same rows N ways).
  */
@@ -26,9 +28,9 @@
 
 #include <stdio.h>
 
-#include "train/checkpoint.h"
+#include "model/row_source.h"
 #include "dist/comm.h"
-#include "model/model.h"
+#include "model/stage.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -100,7 +102,7 @@ typedef struct dlrec_sharded dlrec_sharded;
 /* This rank's shard of the table of net (a tableless network: no rank holds
  * the whole table), with a sparse optimizer of config oc on it, for parts
  * of at most max_rows rows. */
-dlrec_status dlrec_sharded_create(dlrec_sharded **s, dlrec_comm *c, const dlrec_shard_plan *p, const dlrec_net *net,
+dlrec_status dlrec_sharded_create(dlrec_sharded **s, dlrec_comm *c, const dlrec_shard_plan *p, dlrec_net *net,
                                   const dlrec_sparse_optim_config *oc, uint32_t max_rows);
 void dlrec_sharded_free(dlrec_sharded *s);
 
@@ -121,14 +123,9 @@ dlrec_status dlrec_sharded_rows_put(void *s, dlrec_row_array a, uint64_t first, 
 dlrec_status dlrec_sharded_rows_end(dlrec_sharded *s, dlrec_status status);
 dlrec_status dlrec_sharded_rows_serve(dlrec_sharded *s);
 
-/* One data-parallel training step (steps 1 to 4 above): b is this rank's
- * part, rows [row_base, row_base + b->rows) of a global batch of global_rows
- * rows. Every rank ends with the same dense parameters. *loss is the global
- * batch's mean loss. An error on one rank may leave the others waiting:
- * the caller aborts the job (dlrec_comm_abort). */
-dlrec_status dlrec_sharded_step(dlrec_sharded *s, dlrec_net *net, dlrec_net_ws *ws, dlrec_net_optim *opt,
-                                const dlrec_batch *b, uint32_t global_rows, uint32_t row_base, float lr_scale,
-                                uint64_t step, double *loss);
+/* The shard as an embedding stage (steps 1 and 4 above), for the training
+ * step (train/step.h) and for scoring; valid for s's life. */
+dlrec_stage *dlrec_sharded_stage(dlrec_sharded *s);
 
 /* Scores this rank's part b of a batch (the step's rows in: step 1 above)
  * with scorer sc into prob (b->rows). Collective, like a step, and like a
@@ -136,6 +133,8 @@ dlrec_status dlrec_sharded_step(dlrec_sharded *s, dlrec_net *net, dlrec_net_ws *
 dlrec_status dlrec_sharded_score(dlrec_sharded *s, const dlrec_net_scorer *sc, dlrec_net_ws *ws, const dlrec_batch *b,
                                  float *prob);
 
+/* The stage's counts (steps, lookups, unique rows); the step's
+ * (train/step.h) fill in the bytes and seconds. */
 typedef struct dlrec_sharded_stats {
   uint64_t steps;
   uint64_t lookups, unique_rows; /* this rank's, over the steps */

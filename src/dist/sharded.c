@@ -6,13 +6,13 @@
 #include <string.h>
 
 #include "backend/backend_impl.h"
-#include "backend/table_impl.h"
+#include "backend/table_store.h"
+#include "embed/unique.h"
 #include "dist/dist.h"
 #include "core/log.h"
-#include "core/clock.h"
-#include "model/model_type.h"
 
 struct dlrec_sharded {
+  dlrec_stage stage; /* the sharded embedding stage (model/stage.h) over this */
   dlrec_comm *comm;
   const dlrec_shard_plan *plan;
   int rank, N;
@@ -27,11 +27,10 @@ struct dlrec_sharded {
   uint64_t max_lookups;
   uint64_t *lookup_key;
   uint32_t *fetch_ids;
-  /* The unique keys, bucketed by owner, and a hash set finding them. */
+  /* The unique keys, bucketed by owner, and the set finding them. */
   uint64_t *uniq, *uniq_tmp;
-  uint64_t *set_key;
-  uint32_t *set_val;
-  uint64_t set_cap;
+  dlrec_unique set;
+  uint64_t n_lookups, n_unique; /* the last part's */
   dlrec_table *fetch; /* the rows of a part's lookups, owner by owner, unique */
   /* Per-peer counts (N each). */
   uint64_t *cnt, *rcnt, *sbytes, *rbytes;
@@ -47,12 +46,6 @@ struct dlrec_sharded {
   uint64_t upd_cap;
   void *scratch;
   size_t scratch_bytes;
-  /* Batch normalization across ranks: the sizes of the sums a pass made
-   * (the last with rows), which a part of no rows makes with zeros. */
-  size_t sums[64], n_sums;
-  int sums_known, sums_overflow;
-  double *zeros;
-  size_t zeros_cap;
   dlrec_sharded_stats stats;
 };
 
@@ -80,9 +73,10 @@ void dlrec_sharded_free(dlrec_sharded *s) {
   dlrec_table_free(s->shard);
   dlrec_table_free(s->fetch);
   free(s->row_keys), free(s->lookup_key), free(s->fetch_ids), free(s->uniq), free(s->uniq_tmp);
-  free(s->set_key), free(s->set_val), free(s->cnt), free(s->rcnt), free(s->sbytes), free(s->rbytes);
+  dlrec_unique_free(&s->set);
+  free(s->cnt), free(s->rcnt), free(s->sbytes), free(s->rbytes);
   free(s->req), free(s->recv_req), free(s->reply), free(s->gsend), free(s->grecv);
-  free(s->upd_ids), free(s->upd_off), free(s->upd_g), free(s->scratch), free(s->zeros);
+  free(s->upd_ids), free(s->upd_off), free(s->upd_g), free(s->scratch);
   free(s);
 }
 
@@ -92,7 +86,9 @@ static dlrec_status set_row_key(void *ctx, uint64_t local, uint64_t global, uint
   return DLREC_OK;
 }
 
-dlrec_status dlrec_sharded_create(dlrec_sharded **out, dlrec_comm *c, const dlrec_shard_plan *p, const dlrec_net *net,
+static const dlrec_stage_ops sharded_ops;
+
+dlrec_status dlrec_sharded_create(dlrec_sharded **out, dlrec_comm *c, const dlrec_shard_plan *p, dlrec_net *net,
                                   const dlrec_sparse_optim_config *oc, uint32_t max_rows) {
   *out = NULL;
   const dlrec_schema *schema = dlrec_net_schema(net);
@@ -101,13 +97,14 @@ dlrec_status dlrec_sharded_create(dlrec_sharded **out, dlrec_comm *c, const dlre
                        p->ranks, p->n_cols, dlrec_comm_size(c), schema->n_sparse);
   dlrec_sharded *s = calloc(1, sizeof *s);
   if (!s) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
+  s->stage = (dlrec_stage){.ops = &sharded_ops, .net = net, .ctx = s};
   s->comm = c;
   s->plan = p;
   s->rank = dlrec_comm_rank(c);
   s->N = p->ranks;
   s->F = schema->n_sparse;
-  s->D = net->plan.emb_dim;
-  const dlrec_table_dtype dtype = (dlrec_table_dtype)net->config.table_dtype;
+  s->D = dlrec_table_dim(dlrec_net_table_const(net)); /* a tableless network's one row is D wide */
+  const dlrec_table_dtype dtype = (dlrec_table_dtype)dlrec_net_get_config(net)->table_dtype;
   dlrec_status st = dlrec_table_create_dtype(&s->shard, p->rows[s->rank] ? p->rows[s->rank] : 1, s->D, dtype);
   if (st != DLREC_OK) goto fail;
   s->row_bytes = (size_t)dlrec_table_stride(s->shard) * dlrec_table_dtype_bytes(dtype);
@@ -116,27 +113,25 @@ dlrec_status dlrec_sharded_create(dlrec_sharded **out, dlrec_comm *c, const dlre
   if (!s->row_keys) goto nomem;
   dlrec_shard_plan_runs(p, s->rank, set_row_key, s->row_keys);
   dlrec_sparse_optim_set_row_keys(s->opt, s->row_keys);
-  s->max_lookups = (uint64_t)max_rows * (net->max_ids_per_row ? net->max_ids_per_row : 1);
+  uint64_t ids_per_row = 0;
+  for (uint32_t c = 0; c < schema->n_sparse; c++) ids_per_row += schema->sparse[c].max_hotness;
+  s->max_lookups = (uint64_t)max_rows * (ids_per_row ? ids_per_row : 1);
   if ((st = dlrec_table_create_dtype(&s->fetch, s->max_lookups ? s->max_lookups : 1, s->D, dtype)) != DLREC_OK)
     goto fail;
-  s->set_cap = 64;
-  while (s->set_cap < 2 * s->max_lookups) s->set_cap *= 2;
   s->lookup_key = malloc(s->max_lookups * sizeof *s->lookup_key);
   s->fetch_ids = malloc(s->max_lookups * sizeof *s->fetch_ids);
   s->uniq = malloc(s->max_lookups * sizeof *s->uniq);
   s->uniq_tmp = malloc(s->max_lookups * sizeof *s->uniq_tmp);
   s->req = malloc(s->max_lookups * sizeof *s->req);
-  s->set_key = malloc(s->set_cap * sizeof *s->set_key);
-  s->set_val = malloc(s->set_cap * sizeof *s->set_val);
   s->gsend = malloc(s->max_lookups * (sizeof(uint32_t) + s->D * sizeof(float)));
   s->cnt = calloc((size_t)s->N, sizeof *s->cnt);
   s->rcnt = calloc((size_t)s->N, sizeof *s->rcnt);
   s->sbytes = calloc((size_t)s->N, sizeof *s->sbytes);
   s->rbytes = calloc((size_t)s->N, sizeof *s->rbytes);
-  if (!s->lookup_key || !s->fetch_ids || !s->uniq || !s->uniq_tmp || !s->req || !s->set_key || !s->set_val ||
-      !s->gsend || !s->cnt || !s->rcnt || !s->sbytes || !s->rbytes)
+  if (!s->lookup_key || !s->fetch_ids || !s->uniq || !s->uniq_tmp || !s->req || !s->gsend || !s->cnt || !s->rcnt ||
+      !s->sbytes || !s->rbytes)
     goto nomem;
-  memset(s->set_key, 0xff, s->set_cap * sizeof *s->set_key);
+  if ((st = dlrec_unique_reserve(&s->set, s->max_lookups)) != DLREC_OK) goto fail;
   *out = s;
   return DLREC_OK;
 nomem:
@@ -394,18 +389,11 @@ dlrec_status dlrec_sharded_init(dlrec_sharded *s, const dlrec_schema *schema, ui
 
 /* ---- the step -------------------------------------------------------------- */
 
-static inline uint64_t mix(uint64_t k) {
-  k ^= k >> 33;
-  k *= 0xff51afd7ed558ccdull;
-  k ^= k >> 33;
-  return k;
-}
-
-/* The part's lookups: their keys, the unique keys bucketed by owner (in
- * s->uniq, cnt[r] of them for owner r) and each lookup's row of fetch. */
+/* The part's lookups: their keys (owner << 32 | shard row), the unique
+ * keys bucketed by owner (in s->uniq, cnt[r] of them for owner r) and each
+ * lookup's row of fetch. */
 static dlrec_status list_lookups(dlrec_sharded *s, const dlrec_batch *b, uint64_t *n_out, uint64_t *u_out) {
   const dlrec_shard_plan *p = s->plan;
-  const uint64_t mask = s->set_cap - 1;
   uint64_t n = 0, u = 0;
   for (uint32_t c = 0; c < s->F; c++) {
     const uint32_t *off = b->offsets[c], *ids = b->ids[c];
@@ -422,20 +410,12 @@ static dlrec_status list_lookups(dlrec_sharded *s, const dlrec_batch *b, uint64_
                            (unsigned long long)id, (unsigned long long)col->begin, (unsigned long long)col->end);
       uint64_t local;
       const int owner = dlrec_shard_owner(p, c, id, &local);
-      const uint64_t key = (uint64_t)owner << 32 | local;
-      s->lookup_key[n] = key;
-      uint64_t h = mix(key) & mask;
-      while (s->set_key[h] != UINT64_MAX && s->set_key[h] != key) h = (h + 1) & mask;
-      if (s->set_key[h] == UINT64_MAX) {
-        s->set_key[h] = key;
-        s->set_val[h] = (uint32_t)u;
-        s->uniq_tmp[u++] = key;
-      }
-      s->fetch_ids[n] = s->set_val[h];
+      s->lookup_key[n] = (uint64_t)owner << 32 | local;
     }
   }
+  dlrec_unique_run(&s->set, s->lookup_key, n, s->uniq_tmp, &u, s->fetch_ids);
   /* Bucket the unique keys by owner, stably (a counting sort), and renumber
-   * the lookups' rows of fetch to match; clear the set for the next step. */
+   * the lookups' rows of fetch to match. */
   memset(s->cnt, 0, s->N * sizeof *s->cnt);
   for (uint64_t i = 0; i < u; i++) s->cnt[s->uniq_tmp[i] >> 32]++;
   uint64_t at = 0;
@@ -450,13 +430,6 @@ static dlrec_status list_lookups(dlrec_sharded *s, const dlrec_batch *b, uint64_
     renum[i] = (uint32_t)pos;
   }
   for (uint64_t k = 0; k < n; k++) s->fetch_ids[k] = renum[s->fetch_ids[k]];
-  for (uint64_t k = 0; k < n; k++) {
-    uint64_t h = mix(s->lookup_key[k]) & mask;
-    while (s->set_key[h] != UINT64_MAX) {
-      s->set_key[h] = UINT64_MAX;
-      h = (h + 1) & mask;
-    }
-  }
   for (uint64_t i = 0; i < u; i++) s->req[i] = (uint32_t)s->uniq[i];
   *n_out = n;
   *u_out = u;
@@ -509,7 +482,7 @@ static dlrec_status update_rows(dlrec_sharded *s, const dlrec_net *net, const dl
   uint64_t k = 0;
   for (uint32_t c = 0; c < F; c++) {
     const uint32_t *off = b->offsets[c];
-    const int mean = net->plan.pooling == DLREC_BAG_MEAN || net->mean_cols[c];
+    const int mean = dlrec_net_pools_mean(net, c);
     for (uint32_t row = 0; row < B; row++) {
       const float *g = d_emb + ((size_t)row * F + c) * D;
       const float inv = off[row + 1] > off[row] ? 1.0f / (float)(off[row + 1] - off[row]) : 0.0f;
@@ -574,7 +547,7 @@ static dlrec_status update_rows(dlrec_sharded *s, const dlrec_net *net, const dl
   if (n_recv) {
     const uint32_t *offs[1] = {s->upd_off}, *ids[1] = {s->upd_ids};
     const dlrec_bag_batch bags = {(uint32_t)n_recv, 1, offs, ids, NULL};
-    st = BE_OP(net->be, bag_backward_update, s->shard, s->opt, &bags, DLREC_BAG_SUM, s->upd_g, s->scratch,
+    st = BE_OP(dlrec_net_backend(net), bag_backward_update, s->shard, s->opt, &bags, DLREC_BAG_SUM, s->upd_g, s->scratch,
                s->scratch_bytes);
   }
   if (global_lookups) s->updates++;
@@ -592,120 +565,66 @@ static void part_batch(const dlrec_sharded *s, const dlrec_batch *b, dlrec_batch
   }
 }
 
-dlrec_status dlrec_sharded_score(dlrec_sharded *s, const dlrec_net_scorer *sc, dlrec_net_ws *ws, const dlrec_batch *b,
-                                 float *prob) {
+/* ---- the sharded embedding stage (model/stage.h) ------------------------------ */
+
+/* Steps 1 of dist.h: the rows the part's lookups read, from their owners,
+ * and the part's ids rewritten as rows of fetch. Collective. */
+static dlrec_status sharded_rows(dlrec_stage *stage, dlrec_net_ws *ws, const dlrec_batch *b, dlrec_batch *out,
+                                 int write) {
+  (void)ws, (void)write;
+  dlrec_sharded *s = stage->ctx;
   uint64_t n = 0, u = 0;
   dlrec_status st = s->F ? list_lookups(s, b, &n, &u) : DLREC_OK;
   if (st == DLREC_OK && s->F) st = fetch_rows(s);
-  if (st != DLREC_OK || !b->rows) return st;
-  dlrec_batch lb;
-  part_batch(s, b, &lb);
-  return dlrec_net_predict_rows(sc, ws, &lb, s->F ? s->fetch : NULL, prob);
-}
-
-/* Batch normalization's statistics, summed over the ranks in rank order
- * (a pass of one way each: as one process sums its ways). The sizes are
- * logged for the parts of no rows. A failed sum ends the job: the other
- * ranks would wait in it. */
-static dlrec_status sum_ranks(void *ctx, double *v, size_t n) {
-  dlrec_sharded *s = ctx;
-  if (s->n_sums < sizeof s->sums / sizeof *s->sums) s->sums[s->n_sums++] = n;
-  else s->sums_overflow = 1;
-  dlrec_status st = dlrec_comm_allreduce_f64(s->comm, v, n);
-  if (st != DLREC_OK) {
-    DLREC_ERROR("rank %d: batch normalization's sums: %s", s->rank, dlrec_last_error());
-    dlrec_comm_abort(s->comm, 1);
-  }
-  return st;
-}
-
-/* A part of no rows in a step whose batch normalization sums over the
- * ranks: the sums the others make, with zeros (its rows add nothing). */
-static dlrec_status sum_zeros(dlrec_sharded *s) {
-  if (!s->sums_known || s->sums_overflow)
-    return dlrec_error(DLREC_ERR_UNSUPPORTED, "rank %d has no row of a batch and no step before it to follow: with "
-                       "batch normalization across ranks, every rank needs a row of the first batch", s->rank);
-  for (size_t i = 0; i < s->n_sums; i++) {
-    if (s->sums[i] > s->zeros_cap) {
-      free(s->zeros);
-      s->zeros_cap = s->sums[i];
-      if (!(s->zeros = calloc(s->zeros_cap, sizeof *s->zeros)))
-        return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
-    }
-    memset(s->zeros, 0, s->sums[i] * sizeof *s->zeros);
-    dlrec_status st = dlrec_comm_allreduce_f64(s->comm, s->zeros, s->sums[i]);
-    if (st != DLREC_OK) return st;
-  }
+  if (st != DLREC_OK) return st;
+  s->n_lookups = n;
+  s->n_unique = u;
+  part_batch(s, b, out);
   return DLREC_OK;
 }
 
-dlrec_status dlrec_sharded_step(dlrec_sharded *s, dlrec_net *net, dlrec_net_ws *ws, dlrec_net_optim *opt,
-                                const dlrec_batch *b, uint32_t global_rows, uint32_t row_base, float lr_scale,
-                                uint64_t step, double *loss) {
-  double t = dlrec_now();
-  const uint64_t sent0 = dlrec_comm_bytes_sent(s->comm);
-  uint64_t n = 0, u = 0;
-  dlrec_status st = s->F ? list_lookups(s, b, &n, &u) : DLREC_OK;
-  if (st == DLREC_OK && s->F) st = fetch_rows(s);
-  if (st != DLREC_OK) return st;
-  s->stats.exchange_seconds += dlrec_now() - t;
-  t = dlrec_now();
-  dlrec_batch lb;
-  part_batch(s, b, &lb);
-  double loss_sum = 0;
-  float *grad = NULL, *d_emb = NULL;
-  /* Batch normalization sums over every rank's rows, except in a batch of
-   * one row, which normalizes by the running statistics. */
-  const int bn = dlrec_net_has_batchnorm(net) && global_rows >= 2;
-  if (bn && b->rows) {
-    s->n_sums = 0;
-    s->sums_overflow = 0;
-  }
-  st = dlrec_net_train_pass(net, ws, &lb, s->F ? s->fetch : NULL, global_rows, row_base, step,
-                            bn && b->rows ? sum_ranks : NULL,
-                            s, &loss_sum, &grad, &d_emb);
-  if (st == DLREC_OK && bn && b->rows) s->sums_known = 1;
-  if (st == DLREC_OK && bn && !b->rows) st = sum_zeros(s);
-  if (st != DLREC_OK) return st;
-  const size_t n_train = net->plan.n_trainable;
-  const size_t n_emb = (size_t)b->rows * s->F * s->D;
-  /* Every rank's loss, squared d_emb norm (for clipping) and lookups, in rank order. */
-  double mine[3] = {loss_sum, 0, (double)n}, all[3 * DLREC_DIST_MAX_RANKS];
-  if (opt->clip_grad_norm > 0)
-    for (size_t i = 0; i < n_emb; i++) mine[1] += (double)d_emb[i] * d_emb[i];
-  s->stats.compute_seconds += dlrec_now() - t;
-  t = dlrec_now();
-  if ((st = dlrec_comm_allreduce_f32(s->comm, grad, n_train)) != DLREC_OK) return st;
-  if ((st = dlrec_comm_allgather(s->comm, mine, sizeof mine, all)) != DLREC_OK) return st;
-  s->stats.exchange_seconds += dlrec_now() - t;
-  t = dlrec_now();
-  double sum = 0, sq = 0, lookups = 0;
-  for (int r = 0; r < s->N; r++) {
-    sum += all[3 * r];
-    lookups += all[3 * r + 2];
-  }
-  *loss = sum / global_rows;
-  if (opt->clip_grad_norm > 0) {
-    /* As dlrec_net_train_step clips, with the ranks' d_emb norms summed in
-     * rank order: the same norm up to rounding (docs/distributed.md). */
-    for (size_t i = 0; i < n_train; i++) sq += (double)grad[i] * grad[i];
-    for (int r = 0; r < s->N; r++) sq += all[3 * r + 1];
-    if ((st = net_clip(grad, n_train, d_emb, n_emb, sq, opt->clip_grad_norm, step)) != DLREC_OK) return st;
-  }
+static dlrec_status sharded_forward(dlrec_stage *stage, dlrec_net_ws *ws, dlrec_backend *be, const dlrec_batch *b,
+                                    float *emb, int train) {
+  (void)ws, (void)train;
+  const dlrec_sharded *s = stage->ctx;
+  if (!be->host_memory)
+    return dlrec_error(DLREC_ERR_UNSUPPORTED, "%s: scoring with rows from elsewhere runs on the CPU only for now",
+                       be->describe);
+  return dlrec_net_pool(stage->net, be, s->fetch, b, emb);
+}
+
+/* Step 4 of dist.h. */
+static dlrec_status sharded_update(dlrec_stage *stage, dlrec_net_ws *ws, dlrec_net_optim *opt, const dlrec_batch *b,
+                                   const float *d_emb, const dlrec_stage_update *u) {
+  (void)ws, (void)opt;
+  dlrec_sharded *s = stage->ctx;
+  dlrec_status st = DLREC_OK;
   if (s->F) {
-    if ((st = dlrec_sparse_optim_set_lr(s->opt, opt->sparse_lr * lr_scale)) != DLREC_OK) return st;
-    st = update_rows(s, net, b, d_emb, n, (uint64_t)lookups);
-    if (st != DLREC_OK) return st;
+    st = dlrec_sparse_optim_set_lr(s->opt, u->lr);
+    if (st == DLREC_OK) st = update_rows(s, stage->net, b, d_emb, s->n_lookups, u->global_lookups);
   }
-  dlrec_optim_config dense = opt->dense;
-  dense.lr = opt->dense.lr * lr_scale;
-  st = BE_OP(net->be, optim_step, &dense, net->params, grad, opt->dense_state, n_train, step);
-  s->stats.update_seconds += dlrec_now() - t;
+  if (st != DLREC_OK) return st;
   s->stats.steps++;
-  s->stats.lookups += n;
-  s->stats.unique_rows += u;
-  s->stats.bytes_sent += dlrec_comm_bytes_sent(s->comm) - sent0;
-  return st;
+  s->stats.lookups += s->n_lookups;
+  s->stats.unique_rows += s->n_unique;
+  return DLREC_OK;
+}
+
+static const dlrec_stage_ops sharded_ops = {
+    .name = "sharded",
+    .splits = 1,
+    .rows = sharded_rows,
+    .forward = sharded_forward,
+    .update = sharded_update,
+};
+
+dlrec_stage *dlrec_sharded_stage(dlrec_sharded *s) { return &s->stage; }
+
+dlrec_status dlrec_sharded_score(dlrec_sharded *s, const dlrec_net_scorer *sc, dlrec_net_ws *ws, const dlrec_batch *b,
+                                 float *prob) {
+  dlrec_batch rows;
+  if (!b->rows) return sharded_rows(&s->stage, ws, b, &rows, 0); /* the exchange is collective */
+  return dlrec_net_predict_stage(sc, ws, &s->stage, b, prob);
 }
 
 void dlrec_sharded_get_stats(const dlrec_sharded *s, dlrec_sharded_stats *st) { *st = s->stats; }

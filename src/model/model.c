@@ -1,5 +1,6 @@
 /* The registry of model types, their configs, and a network's plan and
- * parameters. The passes over a network live in net_run.c. */
+ * parameters. The passes over a network live in net_pass.c, its embedding
+ * stages in stage_*.c (model/stage.h). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -177,6 +178,7 @@ static dlrec_status create(dlrec_net **out, const dlrec_net_config *c, const dlr
                            (dlrec_table_dtype)c->table_dtype);
   if (s == DLREC_OK) n->table = dlrec_store_table(n->store);
   n->tableless = tableless;
+  net_stage_pick(n);
   for (uint32_t i = 0; i < schema->n_sparse; i++) {
     n->max_ids_per_row += schema->sparse[i].max_hotness;
     n->mean_cols[i] = schema->sparse[i].pooling == DLREC_POOLING_MEAN;
@@ -243,6 +245,7 @@ dlrec_status dlrec_net_set_host_table(dlrec_net *n, int host) {
     return dlrec_error(DLREC_ERR_INVALID, "the table's place is set before the network is on %s",
                        n->dev_be->describe);
   n->host_table = host != 0;
+  net_stage_pick(n);
   return DLREC_OK;
 }
 int dlrec_net_host_table(const dlrec_net *n) { return n->host_table; }
@@ -289,6 +292,9 @@ dlrec_table *dlrec_net_table(dlrec_net *n) { return n->table; }
 const dlrec_table *dlrec_net_table_const(const dlrec_net *n) { return n->table; }
 dlrec_store *dlrec_net_store(const dlrec_net *n) { return n->store; }
 uint32_t dlrec_net_n_tensors(const dlrec_net *n) { return n->plan.n_tensors; }
+int dlrec_net_pools_mean(const dlrec_net *n, uint32_t c) {
+  return n->plan.pooling == DLREC_BAG_MEAN || (c < n->schema.n_sparse && n->mean_cols[c]);
+}
 const dlrec_net_tensor *dlrec_net_tensors(const dlrec_net *n) { return n->plan.tensors; }
 
 dlrec_status net_config_pooling(const cJSON *o, const char *what, dlrec_bag_mode *pooling) {

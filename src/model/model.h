@@ -80,6 +80,7 @@ typedef struct dlrec_net_tensor {
 
 typedef struct dlrec_net dlrec_net;
 typedef struct dlrec_net_ws dlrec_net_ws;
+typedef struct dlrec_stage dlrec_stage; /* model/stage.h */
 
 /* Creates a network of config c's type for data of `schema` (its dense and
  * sparse columns and the fused table's rows), with parameters zeroed. The
@@ -88,7 +89,8 @@ typedef struct dlrec_net_ws dlrec_net_ws;
 dlrec_status dlrec_net_create(dlrec_net **n, const dlrec_net_config *c, const dlrec_schema *schema);
 /* The same with a table of one row, for a network whose embedding rows live
  * elsewhere (a rank's shard, src/dist/): its passes must be given a table
- * (dlrec_net_train_pass), and dlrec_net_init leaves the rows alone. */
+ * (a stage of their own: model/stage.h), and dlrec_net_init leaves the rows
+ * alone. */
 dlrec_status dlrec_net_create_tableless(dlrec_net **n, const dlrec_net_config *c, const dlrec_schema *schema);
 /* The same with the embedding table in `storage` (embed/store.h; NULL: ram).
  * Every pass resolves its batch's ids through the store first; a network on
@@ -159,6 +161,9 @@ const float *dlrec_net_dense_params_const(const dlrec_net *n, size_t *count);
 dlrec_table *dlrec_net_table(dlrec_net *n);
 const dlrec_table *dlrec_net_table_const(const dlrec_net *n);
 dlrec_store *dlrec_net_store(const dlrec_net *n); /* the store is a handle: passes change its cache */
+/* Whether categorical column c pools its bags by their mean (the config's
+ * model.pooling "mean", or the ETL schema's mean column), else by their sum. */
+int dlrec_net_pools_mean(const dlrec_net *n, uint32_t c);
 /* The named tensors, in flat-array order, valid for the network's life. */
 uint32_t dlrec_net_n_tensors(const dlrec_net *n);
 const dlrec_net_tensor *dlrec_net_tensors(const dlrec_net *n);
@@ -237,10 +242,6 @@ dlrec_status dlrec_net_predict(const dlrec_net_scorer *s, dlrec_net_ws *ws, cons
  * DLREC_ERR_UNSUPPORTED for raw-key (hash table) models and tables over
  * protobuf's 2 GB. */
 dlrec_status dlrec_net_export_onnx(const dlrec_net *n, const char *path);
-/* The same with the batch's ids rows of `table` (NULL: the network's own):
- * a rank's part scored on the rows fetched from their owners (src/dist/). */
-dlrec_status dlrec_net_predict_rows(const dlrec_net_scorer *s, dlrec_net_ws *ws, const dlrec_batch *batch,
-                                    const dlrec_table *table, float *prob);
 
 /* dlrec_net_predict with rows from elsewhere (a server's Redis tier): fetch
  * is asked once per batch for the rows its bags read, by key (the row's id,
@@ -259,9 +260,9 @@ typedef struct dlrec_net_optim {
   float *dense_state;         /* dlrec_optim_state_floats(&dense, n) floats */
   dlrec_sparse_optim *sparse; /* on the network's table (dlrec_store_optim_create on dlrec_net_store) */
   float sparse_lr;            /* the sparse optimizer's base learning rate */
-  float clip_grad_norm;       /* > 0: clip the gradients' global norm to this (dlrec_net_train_step) */
+  float clip_grad_norm;       /* > 0: clip the gradients' global norm to this (train/step.h) */
   /* Loss scaling (training.loss_scale; fp16's narrow range needs it): with
-   * loss_scale > 0, dlrec_net_train_step multiplies the loss's gradient by
+   * loss_scale > 0, a training step (train/step.h) multiplies the loss's gradient by
    * it before the backward and divides the gradients by it after, and a
    * step whose gradients are not all finite updates nothing (skipped_steps
    * counts it). A power of two, so that both are exact. 0: none.
@@ -293,66 +294,77 @@ dlrec_status dlrec_net_sync_device(dlrec_net *n, dlrec_net_optim *opt);
 /* Frees opt's mirrors (accepts an opt without them). */
 void dlrec_net_optim_free_device(dlrec_net_optim *opt);
 
-/* One training step on a labeled batch: forward, loss, backward, then the
- * sparse update of the touched embedding rows (fused into backward) and the
- * dense update, each with its base learning rate times lr_scale (the
- * schedule's warmup/decay factor); step is the 1-based update number (Adam).
- * Writes the batch's mean loss and, if prob is not NULL, the batch's
- * predictions before the update. With opt->clip_grad_norm > 0, the dense
- * gradients and d_emb (B, F, D) are first scaled as PyTorch's
- * clip_grad_norm_ does, by min(1, max_norm / (norm + 1e-6)) with norm the
- * L2 norm of all of them together; d_emb holds per-lookup gradients (the
- * fused update never forms per-row ones), so a row looked up k times in a
- * batch counts as k gradients, not as their sum (docs/config.md). */
-dlrec_status dlrec_net_train_step(dlrec_net *n, dlrec_net_ws *ws, dlrec_net_optim *opt, const dlrec_batch *batch,
-                                  float lr_scale, uint64_t step, double *loss, float *prob);
+/* The network's side of a training step (src/train/step.c runs the step
+ * itself, for one process and across ranks alike). */
 
-/* dlrec_net_train_step without waiting for its loss: on a GPU the step is
- * queued and this returns while it runs, so that the host can ready the
- * next batch meanwhile; on the CPU it has run. The batch's memory may be
- * reused when this returns. Up to two steps may be queued; their losses
- * are taken in order with dlrec_net_train_step_loss, which waits for the
- * oldest step to finish. Anything else that reads the network or the
- * optimizer (scoring, a checkpoint, dlrec_net_sync_host) must wait until
- * every queued step's loss is taken. */
-dlrec_status dlrec_net_train_step_queue(dlrec_net *n, dlrec_net_ws *ws, dlrec_net_optim *opt,
-                                        const dlrec_batch *batch, float lr_scale, uint64_t step);
-dlrec_status dlrec_net_train_step_loss(dlrec_net_ws *ws, double *loss);
-/* Whether dlrec_net_train_step_queue returns before its step has run: 1 for
- * a workspace on a device (a GPU, or cpu-mirror, which stands in for one),
- * 0 on the CPU, where queueing gains nothing. */
+/* A training pass: the embedding stage's pooling, the forward, the loss
+ * and the backward, without any update, split across the backend's threads
+ * where it can. */
+typedef dlrec_status (*dlrec_sum_fn)(void *ctx, double *v, size_t n);
+typedef struct dlrec_pass_opts {
+  uint64_t step;                 /* the training step, which dropout's masks depend on */
+  /* A part of a data-parallel step (src/dist/): the batch holds rows
+   * [row_base, row_base + rows) of a global batch of global_rows rows, so
+   * the gradients are this part's share of the global batch's mean-loss
+   * gradient (the parts' sum is the whole's). 0: the batch is the whole. */
+  uint32_t global_rows, row_base;
+  float grad_scale;              /* the loss scale the loss's gradient is multiplied by; 0: none */
+  /* With batch normalization, sum (with sum_ctx) sums n doubles over the
+   * parts, in part order, into v on every part, making its statistics the
+   * global batch's (the part then runs whole: one way). NULL: none. */
+  dlrec_sum_fn sum;
+  void *sum_ctx;
+  int loss_later;                /* on a device: the loss stays there (dlrec_net_ws_loss_sent brings it) */
+  float *prob;                   /* not NULL: the batch's predictions before the update */
+} dlrec_pass_opts;
+/* batch's ids are rows of stage (NULL: the network's own stage) as its
+ * `rows` op gave them. *loss: the batch's mean loss, *loss_sum the sum over
+ * its rows. A part of 0 rows gives zero gradients. The gradients stay in
+ * the workspace until its next pass (dlrec_net_ws_gradients). */
+dlrec_status dlrec_net_train_pass(dlrec_net *n, dlrec_net_ws *ws, dlrec_stage *stage, const dlrec_batch *batch,
+                                  const dlrec_pass_opts *o, double *loss, double *loss_sum);
+/* Whether the model has batch normalization, whose statistics a data-parallel
+ * step must sum over the parts (dlrec_pass_opts.sum). */
+int dlrec_net_has_batchnorm(const dlrec_net *n);
+
+/* The last pass's gradients, in the memory of the workspace's backend
+ * (device: not the host's): the trainable prefix of the dense gradients,
+ * and d_emb (rows, F, D). */
+typedef struct dlrec_net_grads {
+  float *dense;
+  size_t n_dense;
+  float *emb;
+  size_t n_emb;
+  int device;
+} dlrec_net_grads;
+void dlrec_net_ws_gradients(const dlrec_net *n, dlrec_net_ws *ws, uint32_t rows, dlrec_net_grads *g);
+
+/* The dense optimizer's step over the trainable prefix of the flat array,
+ * from the workspace's gradients, at its base learning rate times lr_scale;
+ * step is the 1-based update number (Adam). */
+dlrec_status dlrec_net_dense_step(dlrec_net *n, dlrec_net_ws *ws, dlrec_net_optim *opt, float lr_scale,
+                                  uint64_t step);
+/* On a device, opt's copies there, made from the host's on first use. */
+dlrec_status dlrec_net_optim_ready(dlrec_net *n, dlrec_net_optim *opt);
+
+/* The losses of steps: each step's loss goes to a slot of the workspace
+ * (queue 1: the next of up to two queued steps, refused when two are
+ * queued; queue 0: a step taken at once, refused while steps are queued).
+ * dlrec_net_ws_loss_sent, after the step's updates are issued, brings a
+ * device's loss into the slot (at once, queue 0, or by a copy that does not
+ * wait) and counts a queued step; dlrec_net_ws_loss takes the oldest queued
+ * step's, waiting for it. */
+dlrec_status dlrec_net_ws_loss_slot(dlrec_net_ws *ws, int queue, double **slot);
+dlrec_status dlrec_net_ws_loss_sent(dlrec_net *n, dlrec_net_ws *ws, double *slot, int queue);
+dlrec_status dlrec_net_ws_loss(dlrec_net_ws *ws, double *loss);
+/* Whether the workspace's steps are queued (a device: a GPU, or cpu-mirror,
+ * which stands in for one); 0 on the CPU, where queueing gains nothing. */
 int dlrec_net_ws_queues(const dlrec_net_ws *ws);
 
 /* The largest dynamic loss scale, and the one a dynamic run starts at
  * (PyTorch's GradScaler's). */
 #define DLREC_LOSS_SCALE_MAX 0x1p24f
 #define DLREC_LOSS_SCALE_INIT 65536.0f
-/* A step's outcome into opt's loss scaling (the rule above): finite says
- * whether its gradients were. DLREC_ERR_INVALID ("training diverged at
- * step N") when they were not at a dynamic scale of 1 or less: no scale
- * would help. */
-dlrec_status dlrec_net_loss_scale_update(dlrec_net_optim *opt, int finite, uint64_t step);
-
-/* The forward, loss and backward of one part of a data-parallel step
- * (src/dist/), without any update: batch holds rows [row_base, row_base +
- * batch->rows) of a global batch of global_rows rows, its ids are rows of
- * `table` (NULL: the network's own). The dense gradients (*grad, n floats)
- * are this part's share of the global batch's mean-loss gradient, so that
- * the parts' sum is the whole's; d_emb (*d_emb, (rows, F, D)) likewise;
- * *loss_sum is the sum of the rows' losses. A part of 0 rows gives zero
- * gradients. The pointers stay valid until the next pass on ws. */
-/* Sums n doubles over the parts of a data-parallel step, in part order, into
- * v on every part (src/dist/: an allreduce across the ranks). */
-typedef dlrec_status (*dlrec_sum_fn)(void *ctx, double *v, size_t n);
-/* With batch normalization, sum (with sum_ctx) makes its statistics the
- * global batch's (the part then runs whole: one way). NULL: a model without
- * batch normalization. */
-dlrec_status dlrec_net_train_pass(dlrec_net *n, dlrec_net_ws *ws, const dlrec_batch *batch, const dlrec_table *table,
-                                  uint32_t global_rows, uint32_t row_base, uint64_t step, dlrec_sum_fn sum,
-                                  void *sum_ctx, double *loss_sum, float **grad, float **d_emb);
-/* Whether the model has batch normalization, whose statistics a data-parallel
- * step must sum over the parts (dlrec_net_train_pass's sum). */
-int dlrec_net_has_batchnorm(const dlrec_net *n);
 
 /* For gradient checks: forward + backward without any update, leaving the
  * dense gradients in *grad (n floats, valid until the next call) and d_emb

@@ -1,6 +1,6 @@
 /* What a model type implements, and the helpers the generic code gives it.
  * A type is a small vtable (net_type) registered by name in model.c; the
- * generic code (model.c, net_run.c) owns the embedding stage, the loss, the
+ * generic code (model.c, net_pass.c, the stages, train/step.c) owns the embedding stage, the loss, the
  * sparse update and the dense optimizer, so a type only plans its dense
  * tensors and maps (dense features, pooled embeddings) to logits and back.
  *
@@ -15,6 +15,7 @@
 #include "core/arena.h"
 #include "model/dlrm.h"
 #include "model/model.h"
+#include "model/stage.h"
 
 struct onnx_graph; /* model/onnx.h */
 
@@ -71,7 +72,7 @@ dlrec_status net_plan_buffer(net_plan *p, const char *name, uint32_t rows, size_
 /* The offset in the flat array of the buffer behind handle. */
 static inline size_t net_buffer_offset(const net_plan *p, size_t handle) { return p->n_trainable + handle; }
 
-/* One way of a split training step (net_run.c), for what a model must sum
+/* One way of a split training step (net_pass.c), for what a model must sum
  * across the ways: batch normalization's statistics. */
 typedef struct net_split {
   uint32_t ways, way;   /* way in [0, ways) */
@@ -115,18 +116,6 @@ dlrec_status net_linear_forward(const net_io *io, int layer, float *out, const f
  * Every way must make the same calls with the same n, errors or not: the
  * ways wait for each other at each one. */
 void net_allreduce(const net_io *io, double *v, size_t n);
-
-/* Gradient-norm clipping with PyTorch clip_grad_norm_'s semantics, given sq,
- * the squared L2 norm of all gradients together (the dense ones and d_emb
- * (B, F, D), the per-lookup embedding gradients), summed by the caller in
- * double in a fixed order so that a step stays bitwise reproducible: if the
- * norm exceeds max_norm, every gradient times max_norm / (norm + 1e-6). A
- * norm that is not finite is the step's divergence error. net_clip_scale
- * gives the factor alone (1 when the norm is within max_norm), for
- * gradients that are not on the host. */
-dlrec_status net_clip(float *grad, size_t n_grad, float *d_emb, size_t n_emb, double sq, float max_norm,
-                      uint64_t step);
-dlrec_status net_clip_scale(double sq, float max_norm, uint64_t step, float *scale);
 
 /* The first-order term on the dense features (dense_term.c): out (B) =
  * dense (B, n_dense) · w + b through net_linear_forward when n_dense > 0,
@@ -312,7 +301,7 @@ struct dlrec_net {
    * (dlrec_net_set_hot_fraction): column c's first hot_rows[c] rows (the
    * most frequent values: the ETL orders them so) at hot_base[c] of dhot,
    * a run of `hot` (hot_runs of them, the columns with any); the bag ops
-   * split each batch (net_run.c). dhot is NULL without hot rows. */
+   * split each batch (stage_host.c). dhot is NULL without hot rows. */
   float hot_fraction;
   uint64_t hot_rows[DLREC_MAX_SPARSE], hot_base[DLREC_MAX_SPARSE], hot_total;
   backend_rows hot[DLREC_MAX_SPARSE];
@@ -325,7 +314,13 @@ struct dlrec_net {
   /* Per column: pools by its mean because the ETL schema declares it so
    * (multi=NAME:SEP:mean); the config's pooling applies to the others. */
   uint8_t mean_cols[DLREC_MAX_SPARSE];
+  /* The network's embedding stage (model/stage.h), local or host, picked by
+   * net_stage_pick whenever the backend or the table's placement changes. */
+  dlrec_stage stage;
 };
+
+/* Picks the network's own stage from its backend and table placement. */
+void net_stage_pick(dlrec_net *n);
 
 /* In a ws_create: ptr = `floats` floats from arena, 64-byte aligned, or
  * goto nomem. */

@@ -10,7 +10,7 @@
  * labels over; the loss and the scores come back.
  *
  * With dlrec_net_set_host_table the table stays the host's alone (no
- * dtable, no optimizer mirror): net_run.c pools on the CPU and copies the
+ * dtable, no optimizer mirror): the host stage (stage_host.c) pools on the CPU and copies the
  * pooled rows over, and their gradient back for the CPU's sparse update.
  * With hot rows too (dlrec_net_set_hot_fraction), a mirror of those rows
  * (dhot, runs of the host's) and of their optimizer state: their lookups
@@ -53,6 +53,7 @@ void net_device_drop(dlrec_net *n) {
   n->dtable = NULL;
   n->dhot = NULL;
   n->dev_be = NULL;
+  net_stage_pick(n);
 }
 
 static size_t dense_state_bytes(const dlrec_net *n, const dlrec_net_optim *opt) {
@@ -92,6 +93,7 @@ static dlrec_status net_upload(dlrec_net *n) {
       net_device_drop(n);
       return s;
     }
+    net_stage_pick(n);
   } else if (n->dtable || n->dhot) {
     dlrec_status s = n->dtable ? backend_table_upload(be, n->dtable, n->table)
                                : backend_table_copy_runs(be, n->table, n->dhot, n->hot, n->hot_runs, 1);

@@ -136,79 +136,6 @@ static enum MHD_Result send_error(server *sv, struct MHD_Connection *c, serve_en
   return ret;
 }
 
-/* ---- routing ---- */
-
-typedef enum route {
-  R_NONE, R_SERVER_META, R_LIVE, R_READY, R_MODEL_META, R_MODEL_READY, R_INFER, R_REPO_INDEX, R_REPO_LOAD,
-  R_REPO_UNLOAD, R_METRICS
-} route;
-
-typedef struct target {
-  route r;
-  char model[128];
-  char version[32]; /* "" when the URL names none */
-} target;
-
-/* The next path segment of *p (after a '/') into seg; 0 at the end. */
-static int segment(const char **p, char *seg, size_t n) {
-  if (**p != '/') return 0;
-  const char *s = *p + 1, *e = strchr(s, '/');
-  if (!e) e = s + strlen(s);
-  if (e == s || (size_t)(e - s) >= n) return 0;
-  memcpy(seg, s, (size_t)(e - s));
-  seg[e - s] = 0;
-  *p = e;
-  return 1;
-}
-
-static route parse_target(const char *url, target *t) {
-  memset(t, 0, sizeof *t);
-  char a[128], b[128], c[128];
-  const char *p = url;
-  if (!strcmp(url, "/metrics")) return t->r = R_METRICS;
-  if (!segment(&p, a, sizeof a) || strcmp(a, "v2")) return R_NONE;
-  if (!*p) return t->r = R_SERVER_META;
-  if (!segment(&p, a, sizeof a)) return R_NONE;
-  if (!strcmp(a, "health")) {
-    if (!segment(&p, b, sizeof b) || *p) return R_NONE;
-    return t->r = !strcmp(b, "live") ? R_LIVE : !strcmp(b, "ready") ? R_READY : R_NONE;
-  }
-  if (!strcmp(a, "repository")) {
-    if (!segment(&p, b, sizeof b)) return R_NONE;
-    if (!strcmp(b, "index") && !*p) return t->r = R_REPO_INDEX;
-    if (strcmp(b, "models") || !segment(&p, t->model, sizeof t->model) || !segment(&p, c, sizeof c) || *p)
-      return R_NONE;
-    return t->r = !strcmp(c, "load") ? R_REPO_LOAD : !strcmp(c, "unload") ? R_REPO_UNLOAD : R_NONE;
-  }
-  if (strcmp(a, "models") || !segment(&p, t->model, sizeof t->model)) return R_NONE;
-  const char *q = p;
-  if (segment(&q, b, sizeof b) && !strcmp(b, "versions")) {
-    if (!segment(&q, t->version, sizeof t->version)) return R_NONE;
-    p = q;
-  }
-  if (!*p) return t->r = R_MODEL_META;
-  if (!segment(&p, b, sizeof b) || *p) return R_NONE;
-  return t->r = !strcmp(b, "ready") ? R_MODEL_READY : !strcmp(b, "infer") ? R_INFER : R_NONE;
-}
-
-static serve_endpoint endpoint_of(route r) {
-  switch (r) {
-  case R_SERVER_META: return EP_SERVER_META;
-  case R_LIVE:
-  case R_READY: return EP_HEALTH;
-  case R_MODEL_META: return EP_MODEL_META;
-  case R_MODEL_READY: return EP_MODEL_READY;
-  case R_INFER: return EP_INFER;
-  case R_REPO_INDEX:
-  case R_REPO_LOAD:
-  case R_REPO_UNLOAD: return EP_REPOSITORY;
-  case R_METRICS: return EP_METRICS;
-  default: return EP_OTHER;
-  }
-}
-
-static int is_post(route r) { return r == R_INFER || r == R_REPO_INDEX || r == R_REPO_LOAD || r == R_REPO_UNLOAD; }
-
 /* ---- handlers ---- */
 
 /* Each connection thread keeps one rows object for the model it last
@@ -252,7 +179,7 @@ static dlrec_serve_rows *thread_rows(const serve_model *m) {
  * when it is unknown, of another version, or unloaded. */
 static serve_model *model_for(server *sv, struct MHD_Connection *c, const target *t, request *rq,
                               enum MHD_Result *ret) {
-  serve_endpoint ep = endpoint_of(t->r);
+  serve_endpoint ep = serve_endpoint_of(t->r);
   if (strcmp(t->model, sv->reg.name) != 0) {
     *ret = send_error(sv, c, ep, rq, 404, "unknown model '%s' (this server has '%s')", t->model, sv->reg.name);
     return NULL;
@@ -405,7 +332,7 @@ static enum MHD_Result handle_repo_control(server *sv, struct MHD_Connection *c,
 }
 
 static enum MHD_Result dispatch(server *sv, struct MHD_Connection *c, const target *t, request *rq) {
-  serve_endpoint ep = endpoint_of(t->r);
+  serve_endpoint ep = serve_endpoint_of(t->r);
   enum MHD_Result ret = MHD_NO;
   dlrec_kserve_buf b;
   dlrec_kserve_buf_init(&b);
@@ -538,8 +465,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
       rq->too_large = 1;
     } else if (st) {
       target t;
-      parse_target(url, &t);
-      return send_error(sv, c, endpoint_of(t.r), rq, st, "%s", msg);
+      serve_parse_target(url, &t);
+      return send_error(sv, c, serve_endpoint_of(t.r), rq, st, "%s", msg);
     }
     if (!rq->too_large) return MHD_YES;
   }
@@ -554,8 +481,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
       return rq->len / 16 > sv->o.max_body_bytes ? MHD_NO : MHD_YES;
     }
     target t;
-    parse_target(url, &t);
-    return send_error(sv, c, endpoint_of(t.r), rq, 413, "request body over the limit of %llu bytes (--max-body-bytes)",
+    serve_parse_target(url, &t);
+    return send_error(sv, c, serve_endpoint_of(t.r), rq, 413, "request body over the limit of %llu bytes (--max-body-bytes)",
                       (unsigned long long)sv->o.max_body_bytes);
   }
   if (*upload_size) { /* a piece of the body */
@@ -583,12 +510,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
   }
   serve_conn_phase_set(&sv->conns, conn_of(c), SERVE_CONN_HANDLING); /* the whole request is in */
   target t;
-  parse_target(url, &t);
-  serve_endpoint ep = endpoint_of(t.r);
+  serve_parse_target(url, &t);
+  serve_endpoint ep = serve_endpoint_of(t.r);
   if (t.r == R_NONE) return send_error(sv, c, EP_OTHER, rq, 404, "not found: %s %s", method, url);
   int post = !strcmp(method, "POST"), get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
-  if (is_post(t.r) ? !post : !get)
-    return send_error(sv, c, ep, rq, 405, "%s %s: use %s", method, url, is_post(t.r) ? "POST" : "GET");
+  if (serve_is_post(t.r) ? !post : !get)
+    return send_error(sv, c, ep, rq, 405, "%s %s: use %s", method, url, serve_is_post(t.r) ? "POST" : "GET");
   (void)version;
   return dispatch(sv, c, &t, rq);
 }
@@ -677,25 +604,96 @@ static void log_mhd(void *cls, const char *fmt, va_list ap) {
 
 static void make_rows_key(void) { pthread_key_create(&rows_key, rows_cache_free); }
 
-dlrec_status dlrec_serve_run(const dlrec_serve_opts *opts) {
-  server *sv = calloc(1, sizeof *sv);
-  if (!sv) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
-  sv->o = *opts;
+/* The options' defaults and checks, the token read. */
+static dlrec_status check_opts(server *sv, struct sockaddr_in *addr) {
   dlrec_serve_opts *o = &sv->o;
   if (!o->threads) o->threads = (uint32_t)sysconf(_SC_NPROCESSORS_ONLN);
   if (!o->threads) o->threads = 1;
   if (!o->max_queue_rows) o->max_queue_rows = 16 * o->max_batch;
   dlrec_kserve_limits_default(&sv->limits);
-  struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons(o->port)};
+  *addr = (struct sockaddr_in){.sin_family = AF_INET, .sin_port = htons(o->port)};
+  if (inet_pton(AF_INET, o->host, &addr->sin_addr) != 1)
+    return dlrec_error(DLREC_ERR_INVALID, "--host %s: not an IPv4 address", o->host);
+  if (o->max_batch < 1 || o->max_batch > (1u << 20))
+    return dlrec_error(DLREC_ERR_INVALID, "--max-batch %u out of range [1, %u]", o->max_batch, 1u << 20);
+  if (o->model_control_token_file && !o->model_control)
+    return dlrec_error(DLREC_ERR_INVALID, "--model-control-token-file needs --model-control explicit");
+  return o->model_control_token_file ? read_token(o->model_control_token_file, &sv->token, &sv->token_len) : DLREC_OK;
+}
+
+/* The Redis tier's options (a malformed address or option is an error now,
+ * not at the first request), the batcher's workers, the registry's
+ * watcher and the connections' guard. */
+static dlrec_status start_workers(server *sv) {
+  dlrec_serve_opts *o = &sv->o;
   dlrec_status s = DLREC_OK;
-  if (inet_pton(AF_INET, o->host, &addr.sin_addr) != 1)
-    s = dlrec_error(DLREC_ERR_INVALID, "--host %s: not an IPv4 address", o->host);
-  if (s == DLREC_OK && (o->max_batch < 1 || o->max_batch > (1u << 20)))
-    s = dlrec_error(DLREC_ERR_INVALID, "--max-batch %u out of range [1, %u]", o->max_batch, 1u << 20);
-  if (s == DLREC_OK && o->model_control_token_file && !o->model_control)
-    s = dlrec_error(DLREC_ERR_INVALID, "--model-control-token-file needs --model-control explicit");
-  if (s == DLREC_OK && o->model_control_token_file)
-    s = read_token(o->model_control_token_file, &sv->token, &sv->token_len);
+  sv->redis = (serve_redis_opts){.addr = o->redis, .prefix = o->redis_prefix, .timeout_ms = o->redis_timeout_ms,
+                                 .max_age_ms = o->redis_max_age_ms, .cache_rows = o->redis_cache_rows};
+  if (o->redis) {
+    dlrec_redis_rows *probe = NULL;
+    s = dlrec_redis_rows_open(&probe, o->redis, o->redis_prefix ? o->redis_prefix : "dlrec", 1, o->redis_timeout_ms,
+                              1000);
+    dlrec_redis_rows_close(probe);
+  }
+  /* A GPU's backend takes its ops from one thread: its copies of a batch
+   * share the backend's scratch, and one stream runs them in order anyway;
+   * the batcher's batches keep it busy. */
+  const uint32_t workers = dlrec_backend_host_memory(sv->reg.be) ? o->threads : 1;
+  if (s == DLREC_OK && o->redis && workers == 1 && !dlrec_backend_host_memory(sv->reg.be))
+    s = dlrec_error(DLREC_ERR_UNSUPPORTED, "--redis: %s scores from the table in its own memory; serve with "
+                    "--device cpu to read rows from Redis", dlrec_backend_describe(sv->reg.be));
+  if (s == DLREC_OK)
+    s = serve_batcher_start(&sv->batcher, workers, o->max_batch, o->max_delay_us, o->max_queue_rows, &sv->metrics,
+                            o->redis ? &sv->redis : NULL);
+  if (s == DLREC_OK && o->watch) s = serve_registry_watch(&sv->reg, o->watch_interval_ms);
+  if (s == DLREC_OK) s = serve_conns_start(&sv->conns, o->max_connections, o->request_timeout_s, o->timeout_s);
+  return s;
+}
+
+/* libmicrohttpd listening on addr; its port into --port-file. */
+static dlrec_status listen_on(server *sv, struct sockaddr_in *addr, struct MHD_Daemon **out) {
+  dlrec_serve_opts *o = &sv->o;
+  /* libmicrohttpd's own limit leaves room above --max-connections: the
+   * guard sheds down to the limit, and shed connections take a moment to
+   * close (their threads must run). Past this hard limit libmicrohttpd
+   * closes new connections unanswered, so the room is generous: on a
+   * loaded machine, a quarter of the slots (16 of 16) was too little for a
+   * health probe to get in under a slowloris. */
+  unsigned hard_limit = o->max_connections + (o->max_connections > 64 ? o->max_connections : 64);
+  struct MHD_Daemon *d =
+      MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC |
+                           MHD_USE_ERROR_LOG,
+                       0, NULL, NULL, on_request, sv, MHD_OPTION_EXTERNAL_LOGGER, log_mhd, NULL, MHD_OPTION_SOCK_ADDR,
+                       (struct sockaddr *)addr, MHD_OPTION_CONNECTION_LIMIT, hard_limit,
+                       MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)o->timeout_s, MHD_OPTION_NOTIFY_COMPLETED,
+                       on_completed, sv, MHD_OPTION_NOTIFY_CONNECTION, on_connection, sv,
+                       MHD_OPTION_URI_LOG_CALLBACK, on_request_line, sv, MHD_OPTION_UNESCAPE_CALLBACK,
+                       serve_unescape, NULL, MHD_OPTION_THREAD_STACK_SIZE, (size_t)(1u << 20), MHD_OPTION_END);
+  *out = d;
+  if (!d)
+    return dlrec_error(DLREC_ERR_IO, "cannot listen on %s:%u (in use, or not an address of this machine)", o->host,
+                       o->port);
+  const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+  unsigned port = info ? info->port : o->port;
+  dlrec_status s = DLREC_OK;
+  if (o->port_file) {
+    char tmp[1100];
+    snprintf(tmp, sizeof tmp, "%s.tmp", o->port_file);
+    FILE *f = fopen(tmp, "w");
+    if (!f || fprintf(f, "%u\n", port) < 0 || fclose(f) != 0 || rename(tmp, o->port_file) != 0)
+      s = dlrec_error(DLREC_ERR_IO, "%s: %s", o->port_file, strerror(errno));
+  }
+  DLREC_INFO("listening on http://%s:%u (model '%s', %u workers, batches of up to %u rows, delay %u us)", o->host,
+             port, sv->reg.name, o->threads, o->max_batch, o->max_delay_us);
+  return s;
+}
+
+dlrec_status dlrec_serve_run(const dlrec_serve_opts *opts) {
+  server *sv = calloc(1, sizeof *sv);
+  if (!sv) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
+  sv->o = *opts;
+  struct sockaddr_in addr;
+  dlrec_status s = check_opts(sv, &addr);
   if (s != DLREC_OK) {
     free(sv);
     return s;
@@ -712,67 +710,17 @@ dlrec_status dlrec_serve_run(const dlrec_serve_opts *opts) {
   serve_metrics_init(&sv->metrics);
   static pthread_once_t key_once = PTHREAD_ONCE_INIT;
   pthread_once(&key_once, make_rows_key);
-  if ((s = serve_registry_open(&sv->reg, o->run_dir, o->device)) != DLREC_OK) {
+  if ((s = serve_registry_open(&sv->reg, sv->o.run_dir, sv->o.device)) != DLREC_OK) {
     pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
-    dlrec_error_context("%s: ", o->run_dir);
+    dlrec_error_context("%s: ", sv->o.run_dir);
     serve_metrics_destroy(&sv->metrics);
     free(sv->token);
     free(sv);
     return s;
   }
-  sv->redis = (serve_redis_opts){.addr = o->redis, .prefix = o->redis_prefix, .timeout_ms = o->redis_timeout_ms,
-                                 .max_age_ms = o->redis_max_age_ms, .cache_rows = o->redis_cache_rows};
-  if (o->redis) { /* a malformed address or option is an error now, not at the first request */
-    dlrec_redis_rows *probe = NULL;
-    s = dlrec_redis_rows_open(&probe, o->redis, o->redis_prefix ? o->redis_prefix : "dlrec", 1, o->redis_timeout_ms,
-                              1000);
-    dlrec_redis_rows_close(probe);
-  }
-  /* A GPU's backend takes its ops from one thread: its copies of a batch
-   * share the backend's scratch, and one stream runs them in order anyway;
-   * the batcher's batches keep it busy. */
-  const uint32_t workers = dlrec_backend_host_memory(sv->reg.be) ? o->threads : 1;
-  if (s == DLREC_OK && o->redis && workers == 1 && !dlrec_backend_host_memory(sv->reg.be))
-    s = dlrec_error(DLREC_ERR_UNSUPPORTED, "--redis: %s scores from the table in its own memory; serve with "
-                    "--device cpu to read rows from Redis", dlrec_backend_describe(sv->reg.be));
-  if (s == DLREC_OK)
-    s = serve_batcher_start(&sv->batcher, workers, o->max_batch, o->max_delay_us, o->max_queue_rows, &sv->metrics,
-                          o->redis ? &sv->redis : NULL);
-  if (s == DLREC_OK && o->watch) s = serve_registry_watch(&sv->reg, o->watch_interval_ms);
-  if (s == DLREC_OK) s = serve_conns_start(&sv->conns, o->max_connections, o->request_timeout_s, o->timeout_s);
+  s = start_workers(sv);
   struct MHD_Daemon *d = NULL;
-  if (s == DLREC_OK) {
-    /* libmicrohttpd's own limit leaves room above --max-connections: the
-     * guard sheds down to the limit, and shed connections take a moment to
-     * close (their threads must run). Past this hard limit libmicrohttpd
-     * closes new connections unanswered, so the room is generous: on a
-     * loaded machine, a quarter of the slots (16 of 16) was too little for
-     * a health probe to get in under a slowloris. */
-    unsigned hard_limit = o->max_connections + (o->max_connections > 64 ? o->max_connections : 64);
-    d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
-                             MHD_USE_ITC | MHD_USE_ERROR_LOG,
-                         0, NULL, NULL, on_request, sv, MHD_OPTION_EXTERNAL_LOGGER, log_mhd, NULL, MHD_OPTION_SOCK_ADDR,
-                         (struct sockaddr *)&addr, MHD_OPTION_CONNECTION_LIMIT, hard_limit,
-                         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)o->timeout_s, MHD_OPTION_NOTIFY_COMPLETED,
-                         on_completed, sv, MHD_OPTION_NOTIFY_CONNECTION, on_connection, sv,
-                         MHD_OPTION_URI_LOG_CALLBACK, on_request_line, sv, MHD_OPTION_UNESCAPE_CALLBACK,
-                         serve_unescape, NULL, MHD_OPTION_THREAD_STACK_SIZE, (size_t)(1u << 20), MHD_OPTION_END);
-    if (!d) s = dlrec_error(DLREC_ERR_IO, "cannot listen on %s:%u (in use, or not an address of this machine)",
-                            o->host, o->port);
-  }
-  if (s == DLREC_OK) {
-    const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
-    unsigned port = info ? info->port : o->port;
-    if (o->port_file) {
-      char tmp[1100];
-      snprintf(tmp, sizeof tmp, "%s.tmp", o->port_file);
-      FILE *f = fopen(tmp, "w");
-      if (!f || fprintf(f, "%u\n", port) < 0 || fclose(f) != 0 || rename(tmp, o->port_file) != 0)
-        s = dlrec_error(DLREC_ERR_IO, "%s: %s", o->port_file, strerror(errno));
-    }
-    DLREC_INFO("listening on http://%s:%u (model '%s', %u workers, batches of up to %u rows, delay %u us)",
-               o->host, port, sv->reg.name, o->threads, o->max_batch, o->max_delay_us);
-  }
+  if (s == DLREC_OK) s = listen_on(sv, &addr, &d);
   if (s == DLREC_OK) {
     int sig = 0;
     sigwait(&stop_signals, &sig);

@@ -622,12 +622,12 @@ static dlrec_status parse_json(const char *text, size_t n, int has_header, cJSON
                                 : " (binary tensor data needs the Inference-Header-Content-Length header)");
 }
 
-dlrec_status dlrec_kserve_parse_request(const char *body, size_t body_len, long long header_len,
-                                        const dlrec_kserve_limits *lim, dlrec_kserve_request **out) {
-  *out = NULL;
-  parse_ctx x = {0};
-  if (lim) x.lim = *lim;
-  else dlrec_kserve_limits_default(&x.lim);
+/* The request's JSON part (all of the body, or its first header_len bytes,
+ * the rest binary tensor data for x) parsed into *root, its nodes in
+ * *arena's blocks. */
+static dlrec_status read_json(const char *body, size_t body_len, long long header_len, parse_ctx *x, cJSON **root,
+                              dlrec_arena **arena_out) {
+  *arena_out = NULL;
   if (!body && body_len) return dlrec_error(DLREC_ERR_INVALID, "request: NULL body");
   size_t json_len = body_len;
   if (header_len >= 0) {
@@ -635,21 +635,19 @@ dlrec_status dlrec_kserve_parse_request(const char *body, size_t body_len, long 
       return dlrec_error(DLREC_ERR_PARSE, "Inference-Header-Content-Length: %lld is more than the body's %zu bytes",
                          header_len, body_len);
     json_len = (size_t)header_len;
-    x.has_header = 1;
-    x.bin = body + json_len;
-    x.bin_len = body_len - json_len;
+    x->has_header = 1;
+    x->bin = body + json_len;
+    x->bin_len = body_len - json_len;
   } else if (header_len != -1) {
     return dlrec_error(DLREC_ERR_PARSE, "Inference-Header-Content-Length: negative (%lld)", header_len);
   }
   if (json_len == 0) return dlrec_error(DLREC_ERR_PARSE, "request: empty, expected a JSON object");
-
   /* cJSON reads a NUL-terminated copy: then no parser bug can read past the
    * body, whose end is not ours to read. The tree keeps its own strings. */
   char *text = malloc(json_len + 1);
   if (!text) return dlrec_error(DLREC_ERR_NOMEM, "request: out of memory for %zu bytes of JSON", json_len);
   memcpy(text, body, json_len);
   text[json_len] = '\0';
-  cJSON *root;
   dlrec_arena *arena = malloc(sizeof *arena);
   if (!arena) {
     free(text);
@@ -659,13 +657,89 @@ dlrec_status dlrec_kserve_parse_request(const char *body, size_t body_len, long 
    * request, 1 MiB blocks for a large one. */
   dlrec_arena_init(arena, json_len < (1u << 17) ? 8 * json_len + 4096 : (size_t)1 << 20);
   tl_arena = arena;
-  dlrec_status st = parse_json(text, json_len, x.has_header, &root);
+  dlrec_status st = parse_json(text, json_len, x->has_header, root);
   tl_arena = NULL;
   free(text);
   if (st != DLREC_OK) {
     arena_free(arena);
     return st;
   }
+  *arena_out = arena;
+  return DLREC_OK;
+}
+
+/* The request object's four keys, each at most once, no other. */
+static dlrec_status top_keys(const cJSON *root, const cJSON **id, const cJSON **params, const cJSON **inputs,
+                             const cJSON **outputs) {
+  char b[200];
+  if (!cJSON_IsObject(root)) return dlrec_error(DLREC_ERR_PARSE, "request: expected a JSON object");
+  for (const cJSON *c = root->child; c; c = c->next) {
+    const char *key = c->string ? c->string : "";
+    const cJSON **slot = !strcmp(key, "id")           ? id
+                         : !strcmp(key, "parameters") ? params
+                         : !strcmp(key, "inputs")     ? inputs
+                         : !strcmp(key, "outputs")    ? outputs
+                                                      : NULL;
+    if (!slot)
+      return dlrec_error(DLREC_ERR_PARSE, "request: unknown key '%s'", dlrec_kserve_shown(key, strlen(key), b, sizeof b));
+    if (*slot) return dlrec_error(DLREC_ERR_PARSE, "request: key '%s' given twice", key);
+    *slot = c;
+  }
+  return DLREC_OK;
+}
+
+/* The "inputs" array, each input parsed, the binary data used up exactly. */
+static dlrec_status parse_inputs(parse_ctx *x, dlrec_kserve_request *r, const cJSON *inputs) {
+  if (!inputs) return dlrec_error(DLREC_ERR_PARSE, "request: missing 'inputs'");
+  if (!cJSON_IsArray(inputs)) return dlrec_error(DLREC_ERR_PARSE, "inputs: expected an array");
+  uint32_t n = 0;
+  for (const cJSON *c = inputs->child; c; c = c->next)
+    if (++n > x->lim.max_inputs)
+      return dlrec_error(DLREC_ERR_PARSE, "inputs: more than %u inputs (max_inputs)", x->lim.max_inputs);
+  if (n == 0) return dlrec_error(DLREC_ERR_PARSE, "inputs: empty");
+  r->inputs = calloc(n, sizeof *r->inputs);
+  r->owned = calloc(n, sizeof *r->owned);
+  if (!r->inputs || !r->owned) return dlrec_error(DLREC_ERR_NOMEM, "request: out of memory");
+  r->n_inputs = n;
+  uint32_t i = 0;
+  dlrec_status st;
+  for (const cJSON *c = inputs->child; c; c = c->next, i++)
+    if ((st = parse_input(x, r, i, c)) != DLREC_OK) return st;
+  if (x->bin_pos != x->bin_len)
+    return dlrec_error(DLREC_ERR_PARSE, "binary data: %zu trailing bytes after the inputs' binary_data_size (%zu)",
+                       x->bin_len - x->bin_pos, x->bin_pos);
+  return DLREC_OK;
+}
+
+/* The optional "outputs" array. */
+static dlrec_status parse_outputs(parse_ctx *x, dlrec_kserve_request *r, const cJSON *outputs) {
+  if (!outputs) return DLREC_OK;
+  if (!cJSON_IsArray(outputs)) return dlrec_error(DLREC_ERR_PARSE, "outputs: expected an array");
+  uint32_t n = 0;
+  for (const cJSON *c = outputs->child; c; c = c->next)
+    if (++n > x->lim.max_outputs)
+      return dlrec_error(DLREC_ERR_PARSE, "outputs: more than %u outputs (max_outputs)", x->lim.max_outputs);
+  if (!n) return DLREC_OK;
+  r->outputs = calloc(n, sizeof *r->outputs);
+  if (!r->outputs) return dlrec_error(DLREC_ERR_NOMEM, "request: out of memory");
+  r->n_outputs = n;
+  uint32_t i = 0;
+  dlrec_status st;
+  for (const cJSON *c = outputs->child; c; c = c->next, i++)
+    if ((st = parse_output(x, r, i, c)) != DLREC_OK) return st;
+  return DLREC_OK;
+}
+
+dlrec_status dlrec_kserve_parse_request(const char *body, size_t body_len, long long header_len,
+                                        const dlrec_kserve_limits *lim, dlrec_kserve_request **out) {
+  *out = NULL;
+  parse_ctx x = {0};
+  if (lim) x.lim = *lim;
+  else dlrec_kserve_limits_default(&x.lim);
+  cJSON *root = NULL;
+  dlrec_arena *arena = NULL;
+  dlrec_status st = read_json(body, body_len, header_len, &x, &root, &arena);
+  if (st != DLREC_OK) return st;
   dlrec_kserve_request *r = calloc(1, sizeof *r);
   if (!r) {
     arena_free(arena);
@@ -673,354 +747,22 @@ dlrec_status dlrec_kserve_parse_request(const char *body, size_t body_len, long 
   }
   r->root = root;
   r->arena = arena;
-  char b[200];
   const cJSON *id = NULL, *params = NULL, *inputs = NULL, *outputs = NULL;
-  if (!cJSON_IsObject(root)) {
-    st = dlrec_error(DLREC_ERR_PARSE, "request: expected a JSON object");
-    goto err;
-  }
-  for (const cJSON *c = root->child; c; c = c->next) {
-    const char *key = c->string ? c->string : "";
-    const cJSON **slot = !strcmp(key, "id")           ? &id
-                         : !strcmp(key, "parameters") ? &params
-                         : !strcmp(key, "inputs")     ? &inputs
-                         : !strcmp(key, "outputs")    ? &outputs
-                                                      : NULL;
-    if (!slot) {
-      st = dlrec_error(DLREC_ERR_PARSE, "request: unknown key '%s'", dlrec_kserve_shown(key, strlen(key), b, sizeof b));
-      goto err;
-    }
-    if (*slot) {
-      st = dlrec_error(DLREC_ERR_PARSE, "request: key '%s' given twice", key);
-      goto err;
-    }
-    *slot = c;
-  }
-  if (id) {
-    if (!cJSON_IsString(id)) {
-      st = dlrec_error(DLREC_ERR_PARSE, "id: expected a string");
-      goto err;
-    }
-    if (strlen(id->valuestring) > x.lim.max_name_bytes) {
+  st = top_keys(root, &id, &params, &inputs, &outputs);
+  if (st == DLREC_OK && id) {
+    if (!cJSON_IsString(id)) st = dlrec_error(DLREC_ERR_PARSE, "id: expected a string");
+    else if (strlen(id->valuestring) > x.lim.max_name_bytes)
       st = dlrec_error(DLREC_ERR_PARSE, "id: longer than %u bytes", x.lim.max_name_bytes);
-      goto err;
-    }
-    r->id = id->valuestring;
+    else r->id = id->valuestring;
   }
-  if (params && (st = walk_parameters(params, "request", top_param, r)) != DLREC_OK) goto err;
-
-  if (!inputs) {
-    st = dlrec_error(DLREC_ERR_PARSE, "request: missing 'inputs'");
-    goto err;
-  }
-  if (!cJSON_IsArray(inputs)) {
-    st = dlrec_error(DLREC_ERR_PARSE, "inputs: expected an array");
-    goto err;
-  }
-  uint32_t n = 0;
-  for (const cJSON *c = inputs->child; c; c = c->next)
-    if (++n > x.lim.max_inputs) {
-      st = dlrec_error(DLREC_ERR_PARSE, "inputs: more than %u inputs (max_inputs)", x.lim.max_inputs);
-      goto err;
-    }
-  if (n == 0) {
-    st = dlrec_error(DLREC_ERR_PARSE, "inputs: empty");
-    goto err;
-  }
-  r->inputs = calloc(n, sizeof *r->inputs);
-  r->owned = calloc(n, sizeof *r->owned);
-  if (!r->inputs || !r->owned) {
-    st = dlrec_error(DLREC_ERR_NOMEM, "request: out of memory");
-    goto err;
-  }
-  r->n_inputs = n;
-  uint32_t i = 0;
-  for (const cJSON *c = inputs->child; c; c = c->next, i++)
-    if ((st = parse_input(&x, r, i, c)) != DLREC_OK) goto err;
-  if (x.bin_pos != x.bin_len) {
-    st = dlrec_error(DLREC_ERR_PARSE, "binary data: %zu trailing bytes after the inputs' binary_data_size (%zu)",
-                     x.bin_len - x.bin_pos, x.bin_pos);
-    goto err;
-  }
-
-  if (outputs) {
-    if (!cJSON_IsArray(outputs)) {
-      st = dlrec_error(DLREC_ERR_PARSE, "outputs: expected an array");
-      goto err;
-    }
-    n = 0;
-    for (const cJSON *c = outputs->child; c; c = c->next)
-      if (++n > x.lim.max_outputs) {
-        st = dlrec_error(DLREC_ERR_PARSE, "outputs: more than %u outputs (max_outputs)", x.lim.max_outputs);
-        goto err;
-      }
-    if (n) {
-      r->outputs = calloc(n, sizeof *r->outputs);
-      if (!r->outputs) {
-        st = dlrec_error(DLREC_ERR_NOMEM, "request: out of memory");
-        goto err;
-      }
-      r->n_outputs = n;
-      i = 0;
-      for (const cJSON *c = outputs->child; c; c = c->next, i++)
-        if ((st = parse_output(&x, r, i, c)) != DLREC_OK) goto err;
-    }
+  if (st == DLREC_OK && params) st = walk_parameters(params, "request", top_param, r);
+  if (st == DLREC_OK) st = parse_inputs(&x, r, inputs);
+  if (st == DLREC_OK) st = parse_outputs(&x, r, outputs);
+  if (st != DLREC_OK) {
+    dlrec_kserve_request_free(r);
+    return st;
   }
   *out = r;
   return DLREC_OK;
-err:
-  dlrec_kserve_request_free(r);
-  return st;
 }
 
-/* ---- the output buffer ---- */
-
-void dlrec_kserve_buf_init(dlrec_kserve_buf *b) { *b = (dlrec_kserve_buf){NULL, 0, 0}; }
-
-void dlrec_kserve_buf_free(dlrec_kserve_buf *b) {
-  free(b->data);
-  dlrec_kserve_buf_init(b);
-}
-
-dlrec_status dlrec_kserve_buf_reserve(dlrec_kserve_buf *b, size_t more) {
-  /* One byte more than asked, for the NUL after JSON. */
-  if (more > SIZE_MAX / 2 - b->len)
-    return dlrec_error(DLREC_ERR_NOMEM, "response buffer: %zu bytes is too large", more);
-  size_t need = b->len + more + 1;
-  if (need <= b->cap) return DLREC_OK;
-  size_t cap = b->cap * 2 > need ? b->cap * 2 : need;
-  if (cap < 256) cap = 256;
-  char *d = realloc(b->data, cap);
-  if (!d) return dlrec_error(DLREC_ERR_NOMEM, "response buffer: out of memory for %zu bytes", cap);
-  b->data = d;
-  b->cap = cap;
-  return DLREC_OK;
-}
-
-/* The appenders below write into room reserved beforehand. */
-static void put(dlrec_kserve_buf *b, const char *s, size_t n) {
-  memcpy(b->data + b->len, s, n);
-  b->len += n;
-}
-static void puts_(dlrec_kserve_buf *b, const char *s) { put(b, s, strlen(s)); }
-
-static void put_u64(dlrec_kserve_buf *b, uint64_t v) {
-  char t[24];
-  int k = 0;
-  do t[k++] = (char)('0' + v % 10); while (v /= 10);
-  while (k) b->data[b->len++] = t[--k];
-}
-
-static void put_i64(dlrec_kserve_buf *b, int64_t v) {
-  if (v < 0) {
-    b->data[b->len++] = '-';
-    put_u64(b, (uint64_t)0 - (uint64_t)v);
-  } else {
-    put_u64(b, (uint64_t)v);
-  }
-}
-
-/* Bytes an escaped string may take, quotes included: 6 per input byte
- * (\u00XX; an invalid byte's \ufffd is 6 too). */
-static size_t str_room(const char *s) { return 6 * strlen(s) + 2; }
-
-/* Length of the valid UTF-8 sequence at s[0..n), or 0 when it is not one
- * (overlong forms, surrogates and values past U+10FFFF included). */
-static size_t utf8_len(const unsigned char *s, size_t n) {
-  unsigned c = s[0];
-  size_t len;
-  unsigned min;
-  if (c < 0x80) return 1;
-  if (c >= 0xc2 && c <= 0xdf) len = 2, min = 0x80;
-  else if (c >= 0xe0 && c <= 0xef) len = 3, min = 0x800;
-  else if (c >= 0xf0 && c <= 0xf4) len = 4, min = 0x10000;
-  else return 0;
-  if (n < len) return 0;
-  unsigned v = c & (0x3f >> (len - 1));
-  for (size_t i = 1; i < len; i++) {
-    if ((s[i] & 0xc0) != 0x80) return 0;
-    v = v << 6 | (s[i] & 0x3f);
-  }
-  if (v < min || v > 0x10ffff || (v >= 0xd800 && v <= 0xdfff)) return 0;
-  return len;
-}
-
-/* A JSON string: quotes, backslashes and control bytes escaped; bytes that
- * are not UTF-8 as U+FFFD. Needs str_room(s) bytes. */
-static void put_str(dlrec_kserve_buf *b, const char *s) {
-  static const char hex[] = "0123456789abcdef";
-  const unsigned char *p = (const unsigned char *)s;
-  size_t n = strlen(s);
-  b->data[b->len++] = '"';
-  for (size_t i = 0; i < n;) {
-    unsigned c = p[i];
-    if (c >= 0x80) {
-      size_t k = utf8_len(p + i, n - i);
-      if (k) put(b, (const char *)p + i, k), i += k;
-      else puts_(b, "\\ufffd"), i++;
-      continue;
-    }
-    i++;
-    switch (c) {
-    case '"': puts_(b, "\\\""); break;
-    case '\\': puts_(b, "\\\\"); break;
-    case '\n': puts_(b, "\\n"); break;
-    case '\r': puts_(b, "\\r"); break;
-    case '\t': puts_(b, "\\t"); break;
-    case '\b': puts_(b, "\\b"); break;
-    case '\f': puts_(b, "\\f"); break;
-    default:
-      if (c < 0x20) {
-        char e[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
-        put(b, e, 6);
-      } else {
-        b->data[b->len++] = (char)c;
-      }
-    }
-  }
-  b->data[b->len++] = '"';
-}
-
-/* ---- responses ---- */
-
-dlrec_status dlrec_kserve_write_response(dlrec_kserve_buf *b, const dlrec_kserve_response *r, size_t *header_len) {
-  b->len = 0;
-  if (!r->model_name) return dlrec_error(DLREC_ERR_INVALID, "response: no model name");
-  if (r->rows && !r->scores) return dlrec_error(DLREC_ERR_INVALID, "response: no scores");
-  for (uint32_t i = 0; i < r->rows; i++)
-    if (!isfinite(r->scores[i]))
-      return dlrec_error(DLREC_ERR_INTERNAL, "response: score of row %u is not finite (%g)", i, (double)r->scores[i]);
-  /* "%.9g" of a float takes at most 15 bytes ("-1.17549435e-38"), 16 with its comma. */
-  size_t per_row = r->binary ? 4 : 16;
-  if (r->rows > (SIZE_MAX / 2) / per_row) return dlrec_error(DLREC_ERR_NOMEM, "response: too many rows");
-  size_t room = 200 + str_room(r->model_name) + (r->model_version ? str_room(r->model_version) : 0) +
-                (r->id ? str_room(r->id) : 0) + (size_t)r->rows * per_row;
-  dlrec_status st = dlrec_kserve_buf_reserve(b, room);
-  if (st != DLREC_OK) return st;
-  puts_(b, "{\"model_name\":");
-  put_str(b, r->model_name);
-  if (r->model_version) {
-    puts_(b, ",\"model_version\":");
-    put_str(b, r->model_version);
-  }
-  if (r->id) {
-    puts_(b, ",\"id\":");
-    put_str(b, r->id);
-  }
-  puts_(b, ",\"outputs\":[{\"name\":\"" DLREC_KSERVE_OUTPUT "\",\"datatype\":\"FP32\",\"shape\":[");
-  put_u64(b, r->rows);
-  if (r->binary) {
-    puts_(b, "],\"parameters\":{\"binary_data_size\":");
-    put_u64(b, (uint64_t)r->rows * 4);
-    puts_(b, "}}]}");
-    if (header_len) *header_len = b->len;
-    if (r->rows) put(b, (const char *)r->scores, (size_t)r->rows * 4); /* little-endian host */
-    return DLREC_OK;
-  }
-  puts_(b, "],\"data\":[");
-  for (uint32_t i = 0; i < r->rows; i++) {
-    if (i) b->data[b->len++] = ',';
-    b->len += (size_t)snprintf(b->data + b->len, 16, "%.9g", (double)r->scores[i]);
-  }
-  puts_(b, "]}]}");
-  b->data[b->len] = '\0';
-  if (header_len) *header_len = b->len;
-  return DLREC_OK;
-}
-
-dlrec_status dlrec_kserve_write_error(dlrec_kserve_buf *b, const char *message) {
-  b->len = 0;
-  if (!message) message = "";
-  dlrec_status st = dlrec_kserve_buf_reserve(b, 16 + str_room(message));
-  if (st != DLREC_OK) return st;
-  puts_(b, "{\"error\":");
-  put_str(b, message);
-  puts_(b, "}");
-  b->data[b->len] = '\0';
-  return DLREC_OK;
-}
-
-/* {"name":"N","datatype":"T","shape":[a,b]} with -1 for a negative dim. */
-static void put_tensor_meta(dlrec_kserve_buf *b, const char *name, const char *dtype, int64_t d0, int64_t d1,
-                            int rank) {
-  puts_(b, "{\"name\":\"");
-  puts_(b, name);
-  puts_(b, "\",\"datatype\":\"");
-  puts_(b, dtype);
-  puts_(b, "\",\"shape\":[");
-  put_i64(b, d0);
-  if (rank == 2) {
-    b->data[b->len++] = ',';
-    put_i64(b, d1);
-  }
-  puts_(b, "]}");
-}
-
-dlrec_status dlrec_kserve_write_model_metadata(dlrec_kserve_buf *b, const char *name, const char *version,
-                                               const char *model_type, const dlrec_schema *schema,
-                                               const uint32_t *raw) {
-  b->len = 0;
-  if (!name || !version || !model_type || !schema)
-    return dlrec_error(DLREC_ERR_INVALID, "model metadata: NULL argument");
-  /* The platform tells a client which model type answers, so that a reload
-   * to another type (dlrm -> fm) is visible in the metadata; the type alone
-   * is repeated in parameters for clients that do not parse the platform. */
-  char platform[DLREC_KSERVE_MAX_TYPE + 8];
-  if (snprintf(platform, sizeof platform, "dlrec_%s", model_type) >= (int)sizeof platform)
-    return dlrec_error(DLREC_ERR_INVALID, "model metadata: model type '%.40s' too long", model_type);
-  dlrec_status st = dlrec_kserve_buf_reserve(b, 1024 + str_room(name) + str_room(version) + 2 * str_room(platform));
-  if (st != DLREC_OK) return st;
-  puts_(b, "{\"name\":");
-  put_str(b, name);
-  puts_(b, ",\"versions\":[");
-  put_str(b, version);
-  puts_(b, "],\"platform\":");
-  put_str(b, platform);
-  puts_(b, ",\"parameters\":{\"model_type\":");
-  put_str(b, model_type);
-  puts_(b, "},\"inputs\":[");
-  if (raw) {
-    /* A model without dense columns takes no dense input (it may be left
-     * out of a request), so none is listed. */
-    if (raw[0]) {
-      put_tensor_meta(b, "dense", "FP32", -1, raw[0], 2);
-      b->data[b->len++] = ',';
-    }
-    put_tensor_meta(b, "categorical", "BYTES", -1, raw[1], 2);
-    b->data[b->len++] = ',';
-  }
-  put_tensor_meta(b, "DES", "FP32", 1, -1, 2);
-  b->data[b->len++] = ',';
-  put_tensor_meta(b, "CATCOLUMN", "INT64", 1, -1, 2);
-  b->data[b->len++] = ',';
-  put_tensor_meta(b, "ROWINDEX", "INT32", 1, -1, 2);
-  puts_(b, "],\"outputs\":[");
-  put_tensor_meta(b, DLREC_KSERVE_OUTPUT, "FP32", -1, 0, 1);
-  puts_(b, "]}");
-  b->data[b->len] = '\0';
-  return DLREC_OK;
-}
-
-dlrec_status dlrec_kserve_write_server_metadata(dlrec_kserve_buf *b, const char *name, const char *version,
-                                                const char *const *extensions, uint32_t n_extensions) {
-  static const char *const dflt[] = {"binary_tensor_data"};
-  b->len = 0;
-  if (!name || !version) return dlrec_error(DLREC_ERR_INVALID, "server metadata: NULL argument");
-  if (!extensions) extensions = dflt, n_extensions = 1;
-  size_t room = 64 + str_room(name) + str_room(version);
-  for (uint32_t i = 0; i < n_extensions; i++) room += 1 + str_room(extensions[i]);
-  dlrec_status st = dlrec_kserve_buf_reserve(b, room);
-  if (st != DLREC_OK) return st;
-  puts_(b, "{\"name\":");
-  put_str(b, name);
-  puts_(b, ",\"version\":");
-  put_str(b, version);
-  puts_(b, ",\"extensions\":[");
-  for (uint32_t i = 0; i < n_extensions; i++) {
-    if (i) b->data[b->len++] = ',';
-    put_str(b, extensions[i]);
-  }
-  puts_(b, "]}");
-  b->data[b->len] = '\0';
-  return DLREC_OK;
-}

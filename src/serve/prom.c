@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "serve/serve_internal.h"
+#include "train/loaded_model.h"
 
 static const char *const endpoint_names[EP_COUNT] = {"health",  "server_metadata", "model_metadata", "model_ready",
                                                      "infer",   "repository",      "metrics",        "other"};

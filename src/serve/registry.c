@@ -15,6 +15,7 @@
 
 #include "core/log.h"
 #include "serve/serve_internal.h"
+#include "train/loaded_model.h"
 
 void serve_model_release(serve_model *m) {
   if (!m || atomic_fetch_sub(&m->refs, 1) != 1) return;

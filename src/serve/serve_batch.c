@@ -183,23 +183,14 @@ static int dense_dtype_ok(dlrec_kserve_dtype t) {
   return t == DLREC_KSERVE_FP32 || t == DLREC_KSERVE_FP64 || t == DLREC_KSERVE_BYTES || dlrec_kserve_dtype_is_int(t);
 }
 
-/* The raw convention. Either input may be left out when the model has no
- * column of its kind (a categorical-only model takes just categorical, or
- * dense of shape [B, 0]); B comes from the inputs given. Multi-hot columns
- * take the field's raw text, separators and all ("Action|Drama"), and
- * encode as the same field inside a log line would. */
-static dlrec_status add_raw(dlrec_serve_rows *r, const dlrec_kserve_tensor *dense, const dlrec_kserve_tensor *cat,
-                            uint32_t max_rows, uint32_t *added) {
+/* The raw convention's inputs checked against the model's input columns
+ * (nd dense, nc categorical: the ETL's, before the workflow's derived
+ * ones); *B their rows. */
+static dlrec_status raw_checks(const dlrec_serve_rows *r, const dlrec_kserve_tensor *dense,
+                               const dlrec_kserve_tensor *cat, uint32_t max_rows, uint32_t nd, uint32_t nc,
+                               uint32_t *B) {
   const dlrec_schema *s = &r->schema;
   char sb[200];
-  if (!r->etl)
-    return dlrec_error(DLREC_ERR_UNSUPPORTED, "inputs 'dense' and 'categorical' need the model's ETL state, which "
-                       "this server does not have; send DES, CATCOLUMN and ROWINDEX");
-  /* The request carries the input's columns; the workflow's derived ones
-   * (after them in the schema) are computed from those. */
-  uint32_t nd, nc;
-  dlrec_etl_input_columns(r->etl, &nd, &nc);
-  const uint32_t snd = s->n_dense, derived = snd > nd || s->n_sparse > nc;
   if ((!dense && nd) || (!cat && nc))
     return dlrec_error(DLREC_ERR_PARSE, "missing input '%s' (the raw convention needs dense and categorical; "
                        "only an input of no model columns may be left out)", !dense && nd ? "dense" : "categorical");
@@ -221,73 +212,94 @@ static dlrec_status add_raw(dlrec_serve_rows *r, const dlrec_kserve_tensor *dens
   const dlrec_kserve_tensor *from = dense ? dense : cat;
   dlrec_status st = check_rows(from, (uint64_t)from->shape[0], max_rows);
   if (st != DLREC_OK) return st;
-  const uint32_t B = (uint32_t)from->shape[0];
+  *B = (uint32_t)from->shape[0];
   /* The ETL state gives one-hot and variable multi-hot columns only; a
    * column of a fixed hotness above 1 cannot come from its fields. */
   for (uint32_t c = 0; c < nc; c++)
     if (s->sparse[c].hotness > 1 && !s->keys) /* raw keys: one value, two ids */
       return dlrec_error(DLREC_ERR_UNSUPPORTED, "input 'categorical': column %s takes exactly %u ids per row; send "
                          "it as CATCOLUMN and ROWINDEX", s->sparse[c].name, s->sparse[c].hotness);
-  const dlrec_schema *es = dlrec_etl_schema(r->etl);
+  return DLREC_OK;
+}
 
+/* Row b of the raw inputs encoded as the batch's row `row` (out: its dense
+ * features): the input's columns as etl apply encodes them, then the
+ * workflow's derived ones (derived: the schema has some). */
+static dlrec_status raw_row(dlrec_serve_rows *r, const dlrec_kserve_tensor *dense, const dlrec_kserve_tensor *cat,
+                            uint32_t nd, uint32_t nc, int derived, uint32_t b, uint32_t row, float *out) {
+  const dlrec_schema *s = &r->schema, *es = dlrec_etl_schema(r->etl);
+  char text[DLREC_MAX_DENSE][64];
+  dlrec_text din[DLREC_MAX_DENSE], cin[DLREC_MAX_SPARSE];
+  dlrec_status st;
+  for (uint32_t d = 0; d < nd; d++) {
+    uint64_t i = (uint64_t)b * nd + d;
+    const char *p = text[d];
+    size_t n;
+    if (dense->dtype == DLREC_KSERVE_BYTES) {
+      p = dense->strs[i].s;
+      n = dense->strs[i].n;
+    } else if ((n = dense_text(dense, i, text[d], sizeof text[d])) == 0) {
+      return dlrec_error(DLREC_ERR_PARSE, "input 'dense': row %u, column %s: not a finite number", b,
+                         s->dense_names[d]);
+    }
+    if ((st = dlrec_etl_encode_dense(r->etl, d, p, n, &out[d])) != DLREC_OK)
+      return dlrec_error_context("input 'dense': row %u, column %s: ", b, s->dense_names[d]);
+    din[d] = (dlrec_text){p, (uint32_t)n};
+  }
+  for (uint32_t c = 0; c < nc; c++) {
+    const dlrec_kserve_str v = cat->strs[(uint64_t)b * nc + c];
+    /* Room for the most ids the field can encode to; geometric growth
+     * keeps this a compare in steady state. */
+    uint32_t most = es->sparse[c].max_hotness ? es->sparse[c].max_hotness : 1, k = 0;
+    if ((st = grow_ids(r, c, (uint64_t)r->n_ids[c] + most)) != DLREC_OK) return st;
+    if ((st = dlrec_etl_encode_cat_multi(r->etl, c, v.s, v.n, r->ids[c] + r->n_ids[c], &k, NULL)) != DLREC_OK)
+      return dlrec_error_context("input 'categorical': row %u, column %s: ", b, s->sparse[c].name);
+    r->n_ids[c] += k;
+    r->offsets[c][row + 1] = r->n_ids[c];
+    cin[c] = (dlrec_text){v.s, (uint32_t)v.n};
+  }
+  if (!derived) return DLREC_OK;
+  uint32_t ids[DLREC_MAX_SPARSE];
+  if ((st = dlrec_etl_encode_derived(r->etl, din, cin, out + nd, ids)) != DLREC_OK)
+    return dlrec_error_context("row %u: ", b);
+  for (uint32_t c = nc; c < s->n_sparse; c++) {
+    r->ids[c][r->n_ids[c]++] = ids[c - nc];
+    r->offsets[c][row + 1] = r->n_ids[c];
+  }
+  return DLREC_OK;
+}
+
+/* The raw convention. Either input may be left out when the model has no
+ * column of its kind (a categorical-only model takes just categorical, or
+ * dense of shape [B, 0]); B comes from the inputs given. Multi-hot columns
+ * take the field's raw text, separators and all ("Action|Drama"), and
+ * encode as the same field inside a log line would. A row that fails rolls
+ * the request's rows back. */
+static dlrec_status add_raw(dlrec_serve_rows *r, const dlrec_kserve_tensor *dense, const dlrec_kserve_tensor *cat,
+                            uint32_t max_rows, uint32_t *added) {
+  const dlrec_schema *s = &r->schema;
+  if (!r->etl)
+    return dlrec_error(DLREC_ERR_UNSUPPORTED, "inputs 'dense' and 'categorical' need the model's ETL state, which "
+                       "this server does not have; send DES, CATCOLUMN and ROWINDEX");
+  /* The request carries the input's columns; the workflow's derived ones
+   * (after them in the schema) are computed from those. */
+  uint32_t nd, nc, B = 0;
+  dlrec_etl_input_columns(r->etl, &nd, &nc);
+  const uint32_t snd = s->n_dense, derived = snd > nd || s->n_sparse > nc;
+  dlrec_status st = raw_checks(r, dense, cat, max_rows, nd, nc, &B);
+  if (st != DLREC_OK) return st;
   const uint32_t row0 = r->rows;
   uint32_t n_ids0[DLREC_MAX_SPARSE];
   memcpy(n_ids0, r->n_ids, s->n_sparse * sizeof *n_ids0);
   if ((st = grow_rows(r, (uint64_t)row0 + B)) != DLREC_OK) return st;
   for (uint32_t c = 0; c < s->n_sparse; c++) /* a derived column: one id a row */
     if ((st = grow_ids(r, c, (uint64_t)r->n_ids[c] + B)) != DLREC_OK) return st;
-
   float *out = r->dense + (size_t)row0 * snd;
-  char text[DLREC_MAX_DENSE][64];
-  dlrec_text din[DLREC_MAX_DENSE], cin[DLREC_MAX_SPARSE];
-  for (uint32_t b = 0; b < B; b++, out += snd) {
-    for (uint32_t d = 0; d < nd; d++) {
-      uint64_t i = (uint64_t)b * nd + d;
-      const char *p = text[d];
-      size_t n;
-      if (dense->dtype == DLREC_KSERVE_BYTES) {
-        p = dense->strs[i].s;
-        n = dense->strs[i].n;
-      } else if ((n = dense_text(dense, i, text[d], sizeof text[d])) == 0) {
-        rollback(r, row0, n_ids0);
-        return dlrec_error(DLREC_ERR_PARSE, "input 'dense': row %u, column %s: not a finite number", b,
-                           s->dense_names[d]);
-      }
-      if ((st = dlrec_etl_encode_dense(r->etl, d, p, n, &out[d])) != DLREC_OK) {
-        rollback(r, row0, n_ids0);
-        return dlrec_error_context("input 'dense': row %u, column %s: ", b, s->dense_names[d]);
-      }
-      din[d] = (dlrec_text){p, (uint32_t)n};
+  for (uint32_t b = 0; b < B; b++, out += snd)
+    if ((st = raw_row(r, dense, cat, nd, nc, derived, b, row0 + b, out)) != DLREC_OK) {
+      rollback(r, row0, n_ids0); /* the message stands */
+      return st;
     }
-    for (uint32_t c = 0; c < nc; c++) {
-      const dlrec_kserve_str v = cat->strs[(uint64_t)b * nc + c];
-      /* Room for the most ids the field can encode to; geometric growth
-       * keeps this a compare in steady state. */
-      uint32_t most = es->sparse[c].max_hotness ? es->sparse[c].max_hotness : 1, k = 0;
-      if ((st = grow_ids(r, c, (uint64_t)r->n_ids[c] + most)) != DLREC_OK) {
-        rollback(r, row0, n_ids0);
-        return st;
-      }
-      if ((st = dlrec_etl_encode_cat_multi(r->etl, c, v.s, v.n, r->ids[c] + r->n_ids[c], &k, NULL)) != DLREC_OK) {
-        rollback(r, row0, n_ids0);
-        return dlrec_error_context("input 'categorical': row %u, column %s: ", b, s->sparse[c].name);
-      }
-      r->n_ids[c] += k;
-      r->offsets[c][row0 + b + 1] = r->n_ids[c];
-      cin[c] = (dlrec_text){v.s, (uint32_t)v.n};
-    }
-    if (derived) {
-      uint32_t ids[DLREC_MAX_SPARSE];
-      if ((st = dlrec_etl_encode_derived(r->etl, din, cin, out + nd, ids)) != DLREC_OK) {
-        rollback(r, row0, n_ids0);
-        return dlrec_error_context("row %u: ", b);
-      }
-      for (uint32_t c = nc; c < s->n_sparse; c++) {
-        r->ids[c][r->n_ids[c]++] = ids[c - nc];
-        r->offsets[c][row0 + b + 1] = r->n_ids[c];
-      }
-    }
-  }
   r->rows = row0 + B;
   *added = B;
   return DLREC_OK;
@@ -295,13 +307,12 @@ static dlrec_status add_raw(dlrec_serve_rows *r, const dlrec_kserve_tensor *dens
 
 /* ---- the HugeCTR convention ---- */
 
-static dlrec_status add_hugectr(dlrec_serve_rows *r, const dlrec_kserve_tensor *des, const dlrec_kserve_tensor *cat,
-                                const dlrec_kserve_tensor *ri, uint32_t max_rows, uint32_t *added) {
-  const dlrec_schema *s = &r->schema;
-  const uint32_t nd = s->n_dense, nc = s->n_sparse;
-  /* A model without dense columns takes DES empty or not at all. */
-  static const dlrec_kserve_tensor no_des = {.name = "DES", .dtype = DLREC_KSERVE_FP32, .rank = 1};
-  if (!des && nd == 0) des = &no_des;
+/* The HugeCTR convention's inputs' types and shapes; *B the samples (from
+ * DES, as HugeCTR derives it, or from ROWINDEX without dense columns). */
+static dlrec_status hugectr_batch(const dlrec_serve_rows *r, const dlrec_kserve_tensor *des,
+                                  const dlrec_kserve_tensor *cat, const dlrec_kserve_tensor *ri, uint32_t max_rows,
+                                  uint64_t *B) {
+  const uint32_t nd = r->schema.n_dense, nc = r->schema.n_sparse;
   if (!des || !cat || !ri)
     return dlrec_error(DLREC_ERR_PARSE, "missing input '%s' (the HugeCTR convention needs DES, CATCOLUMN and ROWINDEX)",
                        !des ? "DES" : !cat ? "CATCOLUMN" : "ROWINDEX");
@@ -316,15 +327,12 @@ static dlrec_status add_hugectr(dlrec_serve_rows *r, const dlrec_kserve_tensor *
   dlrec_status st;
   if (!(des->rank == 2 && des->shape[1] == nd) && (st = check_flat(des)) != DLREC_OK) return st;
   if ((st = check_flat(cat)) != DLREC_OK || (st = check_flat(ri)) != DLREC_OK) return st;
-
-  /* B from DES (as HugeCTR derives it), or from ROWINDEX without dense columns. */
-  uint64_t B;
   const dlrec_kserve_tensor *from;
   if (nd > 0) {
     if (des->count % nd)
       return dlrec_error(DLREC_ERR_PARSE, "input 'DES': %llu values is not a multiple of the model's %u dense columns",
                          (unsigned long long)des->count, nd);
-    B = des->count / nd;
+    *B = des->count / nd;
     from = des;
   } else {
     if (des->count)
@@ -333,16 +341,57 @@ static dlrec_status add_hugectr(dlrec_serve_rows *r, const dlrec_kserve_tensor *
     if (nc == 0 || ri->count == 0 || (ri->count - 1) % nc)
       return dlrec_error(DLREC_ERR_PARSE, "input 'ROWINDEX': %llu entries is not samples x %u columns + 1",
                          (unsigned long long)ri->count, nc);
-    B = (ri->count - 1) / nc;
+    *B = (ri->count - 1) / nc;
     from = ri;
   }
-  if ((st = check_rows(from, B, max_rows)) != DLREC_OK) return st;
-  if (ri->count != B * nc + 1)
+  if ((st = check_rows(from, *B, max_rows)) != DLREC_OK) return st;
+  if (ri->count != *B * nc + 1)
     return dlrec_error(DLREC_ERR_PARSE, "input 'ROWINDEX': %llu entries, but %llu samples (from %s) x %u columns + 1 "
-                       "= %llu", (unsigned long long)ri->count, (unsigned long long)B, from->name, nc,
-                       (unsigned long long)(B * nc + 1));
+                       "= %llu", (unsigned long long)ri->count, (unsigned long long)*B, from->name, nc,
+                       (unsigned long long)(*B * nc + 1));
+  return DLREC_OK;
+}
 
-  /* Everything is checked before anything is written. */
+/* Sample b's keys of column c (CATCOLUMN[lo, hi)): as many as the column
+ * takes, each id in the column's range (a raw-keys model takes CATCOLUMN's
+ * values as its 64-bit keys, as etl apply writes them: docs/etl.md, two ids
+ * each); *words the ids they make. */
+static dlrec_status hugectr_bag(const dlrec_serve_rows *r, const dlrec_kserve_tensor *cat, uint64_t b, uint32_t c,
+                                int64_t lo, int64_t hi, uint64_t *words) {
+  const dlrec_schema *s = &r->schema;
+  const uint64_t k = (uint64_t)(hi - lo);
+  *words = s->keys ? 2 * k : k;
+  const dlrec_sparse_col *col = &s->sparse[c];
+  if (col->hotness ? *words != col->hotness : *words > col->max_hotness)
+    return dlrec_error(DLREC_ERR_PARSE, "input 'ROWINDEX': sample %llu, column %s: %llu keys, the column takes %s %u",
+                       (unsigned long long)b, col->name, (unsigned long long)k, col->hotness ? "exactly" : "at most",
+                       (col->hotness ? col->hotness : col->max_hotness) / (s->keys ? 2 : 1));
+  for (int64_t q = lo; q < hi && !s->keys; q++) {
+    int64_t id = dlrec_kserve_get_i64(cat, (uint64_t)q);
+    /* Ranges lie inside the table, whose ids are 32-bit; the last check keeps the cast below exact
+     * whatever the schema says. */
+    if (id < 0 || (uint64_t)id < col->id_begin || (uint64_t)id >= col->id_end || (uint64_t)id > UINT32_MAX) {
+      if (cat->dtype == DLREC_KSERVE_UINT64)
+        return dlrec_error(DLREC_ERR_PARSE, "input 'CATCOLUMN': element %lld (sample %llu, column %s): id %llu is "
+                           "outside the column's ids [%llu, %llu)", (long long)q, (unsigned long long)b, col->name,
+                           (unsigned long long)((const uint64_t *)cat->data)[q], (unsigned long long)col->id_begin,
+                           (unsigned long long)col->id_end);
+      return dlrec_error(DLREC_ERR_PARSE, "input 'CATCOLUMN': element %lld (sample %llu, column %s): id %lld is "
+                         "outside the column's ids [%llu, %llu)", (long long)q, (unsigned long long)b, col->name,
+                         (long long)id, (unsigned long long)col->id_begin, (unsigned long long)col->id_end);
+    }
+  }
+  return DLREC_OK;
+}
+
+/* Everything checked before anything is written: DES finite, ROWINDEX from
+ * 0 to CATCOLUMN's length without decreasing, every bag's keys; per_col[c]
+ * the ids column c gets. */
+static dlrec_status hugectr_check(const dlrec_serve_rows *r, const dlrec_kserve_tensor *des,
+                                  const dlrec_kserve_tensor *cat, const dlrec_kserve_tensor *ri, uint64_t B,
+                                  uint64_t *per_col) {
+  const dlrec_schema *s = &r->schema;
+  const uint32_t nd = s->n_dense, nc = s->n_sparse;
   for (uint64_t i = 0; i < des->count; i++) {
     float v = ((const float *)des->data)[i];
     if (!isfinite(v))
@@ -356,44 +405,33 @@ static dlrec_status add_hugectr(dlrec_serve_rows *r, const dlrec_kserve_tensor *
   if ((uint64_t)dlrec_kserve_get_i64(ri, ri->count - 1) != K || dlrec_kserve_get_i64(ri, ri->count - 1) < 0)
     return dlrec_error(DLREC_ERR_PARSE, "input 'ROWINDEX': ends at %lld, expected %llu (CATCOLUMN's length)",
                        (long long)dlrec_kserve_get_i64(ri, ri->count - 1), (unsigned long long)K);
-  uint64_t per_col[DLREC_MAX_SPARSE] = {0};
   for (uint64_t b = 0; b < B; b++)
     for (uint32_t c = 0; c < nc; c++) {
-      uint64_t j = b * nc + c;
+      uint64_t j = b * nc + c, words;
       int64_t lo = dlrec_kserve_get_i64(ri, j), hi = dlrec_kserve_get_i64(ri, j + 1);
       if (hi < lo)
         return dlrec_error(DLREC_ERR_PARSE, "input 'ROWINDEX': decreases at entry %llu (%lld then %lld; sample %llu, "
                            "column %s)", (unsigned long long)(j + 1), (long long)lo, (long long)hi,
                            (unsigned long long)b, s->sparse[c].name);
       /* lo >= 0 and hi <= K: it starts at 0, never decreases and ends at K. */
-      /* A raw-keys model takes CATCOLUMN's values as its 64-bit keys (as
-       * etl apply writes them: docs/etl.md), two ids each. */
-      const uint64_t k = (uint64_t)(hi - lo), words = s->keys ? 2 * k : k;
-      const dlrec_sparse_col *col = &s->sparse[c];
-      if (col->hotness ? words != col->hotness : words > col->max_hotness)
-        return dlrec_error(DLREC_ERR_PARSE,
-                           "input 'ROWINDEX': sample %llu, column %s: %llu keys, the column takes %s %u",
-                           (unsigned long long)b, col->name, (unsigned long long)k,
-                           col->hotness ? "exactly" : "at most",
-                           (col->hotness ? col->hotness : col->max_hotness) / (s->keys ? 2 : 1));
-      for (int64_t q = lo; q < hi && !s->keys; q++) {
-        int64_t id = dlrec_kserve_get_i64(cat, (uint64_t)q);
-        /* Ranges lie inside the table, whose ids are 32-bit; the last check keeps the cast below exact
-         * whatever the schema says. */
-        if (id < 0 || (uint64_t)id < col->id_begin || (uint64_t)id >= col->id_end || (uint64_t)id > UINT32_MAX) {
-          if (cat->dtype == DLREC_KSERVE_UINT64)
-            return dlrec_error(DLREC_ERR_PARSE, "input 'CATCOLUMN': element %lld (sample %llu, column %s): id %llu is "
-                               "outside the column's ids [%llu, %llu)", (long long)q, (unsigned long long)b, col->name,
-                               (unsigned long long)((const uint64_t *)cat->data)[q],
-                               (unsigned long long)col->id_begin, (unsigned long long)col->id_end);
-          return dlrec_error(DLREC_ERR_PARSE, "input 'CATCOLUMN': element %lld (sample %llu, column %s): id %lld is "
-                             "outside the column's ids [%llu, %llu)", (long long)q, (unsigned long long)b, col->name,
-                             (long long)id, (unsigned long long)col->id_begin, (unsigned long long)col->id_end);
-        }
-      }
+      dlrec_status st = hugectr_bag(r, cat, b, c, lo, hi, &words);
+      if (st != DLREC_OK) return st;
       per_col[c] += words;
     }
+  return DLREC_OK;
+}
 
+static dlrec_status add_hugectr(dlrec_serve_rows *r, const dlrec_kserve_tensor *des, const dlrec_kserve_tensor *cat,
+                                const dlrec_kserve_tensor *ri, uint32_t max_rows, uint32_t *added) {
+  const dlrec_schema *s = &r->schema;
+  const uint32_t nd = s->n_dense, nc = s->n_sparse;
+  /* A model without dense columns takes DES empty or not at all. */
+  static const dlrec_kserve_tensor no_des = {.name = "DES", .dtype = DLREC_KSERVE_FP32, .rank = 1};
+  if (!des && nd == 0) des = &no_des;
+  uint64_t B = 0, per_col[DLREC_MAX_SPARSE] = {0};
+  dlrec_status st = hugectr_batch(r, des, cat, ri, max_rows, &B);
+  if (st == DLREC_OK) st = hugectr_check(r, des, cat, ri, B, per_col);
+  if (st != DLREC_OK) return st;
   const uint32_t row0 = r->rows;
   if ((st = grow_rows(r, (uint64_t)row0 + B)) != DLREC_OK) return st;
   for (uint32_t c = 0; c < nc; c++)

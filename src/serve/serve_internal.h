@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "train/checkpoint.h"
+#include "train/loaded_model.h"
 #include "model/model.h"
 #include "serve/kserve.h"
 #include "serve/serve.h"
@@ -213,6 +214,27 @@ void serve_redis_take_counts(serve_redis *t, serve_redis_counts *out);
 void serve_metrics_init(serve_metrics *m);
 void serve_metrics_destroy(serve_metrics *m);
 void serve_metrics_request(serve_metrics *m, serve_endpoint ep, int status, double seconds);
+
+/* ---- routes (routes.c) ---- */
+
+/* What a request target asks for. */
+typedef enum route {
+  R_NONE, R_SERVER_META, R_LIVE, R_READY, R_MODEL_META, R_MODEL_READY, R_INFER, R_REPO_INDEX, R_REPO_LOAD,
+  R_REPO_UNLOAD, R_METRICS
+} route;
+
+typedef struct target {
+  route r;
+  char model[128];
+  char version[32]; /* "" when the URL names none */
+} target;
+/* The target's route (R_NONE: no endpoint of ours), with the model and
+ * version it names into *t. */
+route serve_parse_target(const char *url, target *t);
+/* The metrics' endpoint of a route. */
+serve_endpoint serve_endpoint_of(route r);
+/* Whether the route's method is POST (else GET). */
+int serve_is_post(route r);
 void serve_metrics_batch(serve_metrics *m, uint32_t rows, uint64_t keys_missing);
 void serve_metrics_redis(serve_metrics *m, const serve_redis_counts *c);
 /* The Prometheus text exposition of everything, with the queue depth, the

@@ -1,5 +1,5 @@
-/* Checkpoints of a training run, and the models that evaluation, prediction
- * and serving load from them.
+/* Checkpoints of a training run (the models that evaluation, prediction and
+ * serving load from them: train/loaded_model.h).
  *
  * A run directory RUN holds checkpoints RUN/ckpt-STEP/ and a file RUN/latest
  * naming the newest complete one; with checkpoint.keep_best, a file RUN/best
@@ -34,6 +34,7 @@
 #include "data/etl.h"
 #include "data/loader.h"
 #include "core/status.h"
+#include "model/row_source.h"
 #include "train/train_config.h"
 
 /* 3: the manifest records the model type and its named dense tensors
@@ -75,29 +76,6 @@ typedef struct dlrec_checkpoint_journal {
   uint64_t base_step;  /* the step of the full checkpoint that wrote them */
 } dlrec_checkpoint_journal;
 
-/* The embedding rows and their sparse optimizer state when they live outside
- * the network (across ranks, in the ranks' shards: src/dist/). A checkpoint
- * then takes table.bin's rows and optim.bin's per-row arrays from get, and a
- * resume hands them to put, in row order, a chunk of rows at a time; a put
- * gets rows before their file's checksum is checked, so a failed resume
- * leaves them unusable. The network is a tableless one of the same config
- * (dlrec_net_create_tableless) and opt's sparse optimizer unused. */
-typedef enum dlrec_row_array {
-  DLREC_ROWS_TABLE, /* the rows, as the table stores them */
-  DLREC_ROWS_ACCUM, /* row-wise Adagrad's accumulator (a float a row) */
-  DLREC_ROWS_M,     /* lazy Adam's moments (stride floats a row) */
-  DLREC_ROWS_V,
-  DLREC_ROWS_STEPS  /* lazy Adam's steps (a uint32 a row) */
-} dlrec_row_array;
-typedef struct dlrec_row_source {
-  uint64_t rows; /* the whole table's */
-  dlrec_status (*get)(void *ctx, dlrec_row_array a, uint64_t first, uint64_t n, void *out);
-  dlrec_status (*put)(void *ctx, dlrec_row_array a, uint64_t first, uint64_t n, const void *in);
-  void *ctx;
-  /* The sparse optimizer's update count (it keys a 16-bit table's rounding):
-   * saved from and loaded into *updates; NULL for an fp32 table. */
-  uint64_t *updates;
-} dlrec_row_source;
 
 /* Saves model, optimizer state (opt may be NULL: a model-only checkpoint)
  * and progress as RUN/ckpt-STEP, points RUN/latest at it, and removes the
@@ -128,27 +106,6 @@ dlrec_status dlrec_checkpoint_resolve(const char *path, char *out, size_t out_si
  * with a message saying how to get one). */
 dlrec_status dlrec_checkpoint_select(const char *path, const char *which, char *out, size_t out_size);
 
-/* A model loaded from a checkpoint, for evaluation, prediction and serving. */
-typedef struct dlrec_model {
-  char dir[1024];           /* the checkpoint directory */
-  dlrec_train_config config;
-  dlrec_etl *etl;           /* the checkpoint's ETL state */
-  dlrec_net *net;          /* the network, of the config's model.type */
-  dlrec_train_progress progress;
-} dlrec_model;
-
-/* Loads the checkpoint at `path` (see dlrec_checkpoint_resolve): config,
- * ETL state, parameters, after checking every file's size and checksum.
- * The caller frees *out with dlrec_model_free. */
-dlrec_status dlrec_model_load(const char *path, dlrec_model **out);
-void dlrec_model_free(dlrec_model *m); /* accepts NULL */
-/* dlrec_net_set_backend for a loaded model, its table placed as its
- * training.table_placement says: on a device whose memory is not the
- * host's, "host" keeps the table in host memory (dlrec_net_set_host_table),
- * "device" mirrors it there, and "auto" keeps it on the host when the
- * table and the dense parameters do not fit the device's available memory
- * (logged). What eval, predict and serve call. */
-dlrec_status dlrec_model_set_backend(dlrec_model *m, dlrec_backend *be);
 
 /* For --resume: loads parameters, optimizer state and progress of the
  * checkpoint at `path` into an existing training setup of the same config

@@ -9,6 +9,7 @@
 #include <stdio.h>
 
 #include "train/checkpoint.h"
+#include "train/loaded_model.h"
 #include "core/status.h"
 #include "train/trainer.h"
 

@@ -12,6 +12,9 @@
 #      checkpoint that resumes;
 #   5. a config that cannot run across ranks (a tiered table) stops every
 #      rank with a clear error, not a hang.
+#   Also: batch normalization across ranks, fp16 with dynamic loss scaling
+#   (the ranks agree on each step's overflow), dense features only,
+#   validations across ranks, each bit for bit one process's.
 # usage: tests/dist/run.sh DLREC_BIN MPIRUN WORKDIR
 set -euo pipefail
 bin=$1
@@ -114,6 +117,29 @@ MPI_TIMEOUT=60 mpi 4 "$bin" train --config deepfm-bn-short.json --train train.dl
 python3 -c 'import json,sys; sys.exit(json.load(open(sys.argv[1]))["steps"] != 4)' short.json ||
   fail "the short-batch run did not train its 4 steps"
 echo "dist: batch normalization across 2 and 3 ranks: the same model as one process; a 2-row batch on 4 ranks"
+
+# Loss scaling across ranks (the one step of src/train/step.c): fp16 with a
+# dynamic scale that overflows, skips steps and backs off; the ranks agree
+# on each step's overflow, so 2 ranks train one process's model bit for bit
+# and skip the same steps. 400 full batches of 64: a last short batch would
+# run whole in one process (a way needs 32 rows) and split across ranks.
+cat > scaled.json <<'EOF'
+{
+  "model": { "type": "dlrm", "embedding_dim": 16, "bottom_mlp": [128, 64, 16], "top_mlp": [128, 64, 1] },
+  "optimizer": { "dense": { "type": "sgd", "lr": 0.1 }, "sparse": { "type": "sgd", "lr": 0.1 } },
+  "training": { "batch_size": 64, "epochs": 1, "max_steps": 400, "seed": 4, "precision": "fp16",
+                "table_dtype": "fp16", "loss_scale": "dynamic", "loss_scale_growth_interval": 20 },
+  "distributed": { "rowwise_share": 0.06 }
+}
+EOF
+"$bin" train --config scaled.json --train train.dlr --etl etl --out one-scaled --threads 2 --deterministic -q \
+  > one.json
+mpi 2 "$bin" train --config scaled.json --train train.dlr --etl etl --out mpi-scaled --threads 1 --deterministic -q \
+  > mpi.json
+same_model one-scaled mpi-scaled
+python3 -c 'import json,sys; a,b=(json.load(open(f))["skipped_steps"] for f in sys.argv[1:]); sys.exit(not (a == b and a > 0))' \
+  one.json mpi.json || fail "loss scaling across 2 ranks: no skipped step, or other steps skipped than one process's"
+echo "dist: fp16 loss scaling across 2 ranks: the same model and skipped steps as one process of 2 threads"
 
 # Data without a categorical column (logistic regression on dense
 # features): no shard holds a row, and the checkpoint's one-row table is
