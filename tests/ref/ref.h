@@ -58,13 +58,14 @@ void ref_sum_columns(double *dst, const double *src, size_t B, size_t C);
 void ref_linear_forward(double *out, const double *in, const double *w, const double *bias, int B, int IN, int OUT,
                         int relu);
 /* The magnitude a rounding error of the forward scales with:
- * mag[b][o] = Σ_k |in[b][k] · W[o][k]| + |bias[o]|. */
+ * mag[b][o] = Σ_k |in[b][k] · W[o][k]| + |bias[o]| (mag NULL: nothing). */
 void ref_linear_forward_abs(double *mag, const double *in, const double *w, const double *bias, int B, int IN,
                             int OUT);
 /* How far the pre-activations (the linear layer without its ReLU) keep from
  * the ReLU's kink: *kink = min(*kink, min_i |pre_i| − slack · mag_i), for a
  * finite difference that must not cross it (mag: ref_linear_forward_abs's;
- * slack: how far a rounded operand may move a value per unit of mag). */
+ * slack: how far a rounded operand may move a value per unit of mag; mag
+ * NULL: nothing). */
 void ref_linear_kinks(double *kink, double slack, const double *in, const double *w, const double *bias, int B,
                       int IN, int OUT, const double *mag);
 /* dW (OUT, IN) = doutᵀ · in;  dbias (OUT) = Σ_b dout[b];  din (B, IN) = dout · W.
