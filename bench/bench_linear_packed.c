@@ -1,4 +1,4 @@
-/* The batch-invariant linear layer (dlrec_packed_linear_forward) against
+/* The batch-invariant linear layer (cpu_packed_forward) against
  * OpenBLAS, side by side in one run:
  *
  *   bench_linear_packed [--threads 2] [--seconds 0.3] [--batches 1,64,2048]
@@ -6,8 +6,8 @@
  * For each layer of the Kaggle DLRM MLPs (bottom 13-512-256-64-16, top
  * 367-512-256-1; ReLU on all but the last) and each batch size, prints
  * GFLOP/s (2 B IN OUT flops per call) of
- *   packed  dlrec_packed_linear_forward with the bias and the ReLU fused, and
- *   sgemm   what dlrec_linear_relu_forward does: the bias copied into out,
+ *   packed  cpu_packed_forward with the bias and the ReLU fused, and
+ *   sgemm   what cpu_sgemm_linear_relu_forward does: the bias copied into out,
  *           cblas_sgemm with beta = 1, then a ReLU pass,
  * and their ratio, then the whole MLP's time per batch. Each side runs in
  * alternating rounds of --seconds / 5 and keeps its best round, so that
@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "nn/nn.h"
+#include "backend/cpu/kernels.h"
 #include "core/clock.h"
 #include "core/rng.h"
 
@@ -30,7 +30,7 @@ void openblas_set_num_threads(int n);
 
 #define ROUNDS 5
 #define MAX_BATCHES 8
-/* As src/nn/linear.c: elementwise passes below this run on one thread. */
+/* As src/backend/cpu/linear.c: elementwise passes below this run on one thread. */
 #define PARALLEL_MIN 32768
 
 typedef struct layer {
@@ -66,13 +66,13 @@ typedef struct work {
 } work;
 
 static void run_packed(const work *k) {
-  if (dlrec_packed_linear_forward(k->packed, k->in, k->out, k->B, k->relu) != DLREC_OK) {
+  if (cpu_packed_forward(k->out, k->packed, k->in, k->B, (k->relu) ? DLREC_ACT_RELU : DLREC_ACT_NONE) != DLREC_OK) {
     fprintf(stderr, "bench_linear_packed: %s\n", dlrec_last_error());
     exit(1);
   }
 }
 
-/* The training path's forward, spelled out (src/nn/linear.c). */
+/* The training path's forward, spelled out (src/backend/cpu/linear.c). */
 static void run_sgemm(const work *k) {
   const int B = k->B, OUT = k->OUT;
   const size_t total = (size_t)B * OUT;
@@ -103,7 +103,7 @@ static double round_rate(void (*fn)(const work *), const work *k, double seconds
 static void usage(FILE *f) {
   fprintf(f,
           "usage: bench_linear_packed [--threads 2] [--seconds 0.3] [--batches 1,64,2048]\n"
-          "Compares dlrec_packed_linear_forward with cblas_sgemm (+ bias and ReLU passes) on\n"
+          "Compares cpu_packed_forward with cblas_sgemm (+ bias and ReLU passes) on\n"
           "the Kaggle DLRM MLP layers: GFLOP/s of each and their ratio, per batch size.\n");
 }
 
@@ -162,7 +162,7 @@ int main(int argc, char **argv) {
       float *bias = random_floats((size_t)L->out, 200 + li, 0.1f);
       float *out_p = xmalloc(n_out * sizeof(float)), *out_s = xmalloc(n_out * sizeof(float));
       dlrec_packed_linear *p;
-      if (dlrec_packed_linear_create(&p, w, bias, L->in, L->out) != DLREC_OK) {
+      if (cpu_packed_create(&p, w, bias, L->in, L->out) != DLREC_OK) {
         fprintf(stderr, "bench_linear_packed: %s\n", dlrec_last_error());
         return 1;
       }
@@ -187,7 +187,7 @@ int main(int argc, char **argv) {
              mag > 0 ? diff / mag : diff);
       fflush(stdout);
       t_packed += 1 / best_p, t_sgemm += 1 / best_s, flops_all += flops;
-      dlrec_packed_linear_free(p);
+      cpu_packed_free(p);
       free(in), free(w), free(bias), free(out_p), free(out_s);
     }
     printf("%-9s %5d %4s | %8.2f %9.2f | %8.2f %9.2f | %6.2f |\n", "MLPs", B, "", flops_all / t_packed / 1e9,

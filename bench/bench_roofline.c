@@ -16,16 +16,16 @@
  *                        the rows of 4 samples ahead prefetched: the
  *                        embedding roofline for this data
  *   random_gather_ids_per_s  the same with ids uniform over the table
- *   bag_forward_ids_per_s    dlrec_bag_forward on the same batches
+ *   bag_forward_ids_per_s    cpu_bag_forward on the same batches
  *   cold_gather_ids_per_s, cold_bag_forward_ids_per_s
- *                        the gather and dlrec_bag_forward with the caches
+ *                        the gather and cpu_bag_forward with the caches
  *                        flushed before each batch, as in a training step,
  *                        where the MLPs' activations evict the table: the
  *                        limit the trainer's lookups compare with
  *   dnnl_f32_peak_gflops, dnnl_f32_model_gflops   oneDNN's fp32 matmul on
  *                        2048^3 and on the same calls (null in a build
  *                        without oneDNN): the rates that decided where fp32
- *                        GEMMs run (src/backend/cpu_gemm.c)
+ *                        GEMMs run (src/backend/cpu/cpu_gemm.c)
  *   dnnl_bf16_model_gflops  oneDNN's bf16 matmul (bf16 operands already
  *                        converted, fp32 accumulation) on the same calls;
  *                        null where oneDNN has no bf16 kernel for this CPU
@@ -44,11 +44,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cpu_dnnl.h"
-#include "backend/cpu_gemm.h"
+#include "backend/cpu/cpu_dnnl.h"
+#include "backend/cpu/cpu_gemm.h"
 #include "embed/embed.h"
 #include "data/loader.h"
-#include "nn/nn.h"
+#include "backend/cpu/kernels.h"
 #include "core/clock.h"
 #include "core/rng.h"
 
@@ -128,7 +128,7 @@ static void free_gemm(gemm *g) {
   free(g->c);
 }
 
-/* The GEMMs of one MLP layer (in -> out) at batch B, as src/nn/linear.c
+/* The GEMMs of one MLP layer (in -> out) at batch B, as src/backend/cpu/linear.c
  * calls them: forward (B, out) = in · Wᵀ, dW (out, in) = doutᵀ · in, and
  * din (B, in) = dout · W unless the layer is the network's first. Returns
  * the seconds they take at their best rates. */
@@ -197,8 +197,8 @@ typedef struct layer {
 
 static void run_layer(void *ctx) {
   layer *l = ctx;
-  if (cpu_gemm_linear_forward(l->gm, l->y, l->x, l->w, l->bias, l->B, l->in, l->out, DLREC_ACT_RELU) ||
-      cpu_gemm_linear_backward(l->gm, l->first ? NULL : l->dx, l->dw, l->db, l->dy, l->x, l->w, l->B, l->in, l->out))
+  if (cpu_linear_forward(l->gm, l->y, l->x, l->w, l->bias, l->B, l->in, l->out, DLREC_ACT_RELU) ||
+      cpu_linear_backward(l->gm, l->first ? NULL : l->dx, l->dw, l->db, l->dy, l->x, l->w, l->B, l->in, l->out))
     die("cpu_gemm layer");
 }
 
@@ -249,7 +249,7 @@ typedef struct bags {
 
 static void bags_batch(const void *ctx, int k) {
   const bags *g = ctx;
-  if (dlrec_bag_forward(g->table, &g->batch[k], DLREC_BAG_SUM, g->out) != DLREC_OK) die("bag forward");
+  if (cpu_bag_forward(g->out, g->table, &g->batch[k], DLREC_BAG_SUM) != DLREC_OK) die("bag forward");
 }
 
 static void run_bags(void *ctx) {

@@ -5,7 +5,7 @@
  * --cols one-hot columns whose ids (keys, for the hash table) follow a Zipf
  * law of exponent --zipf over --keys distinct values per column. Timed, each
  * the best of --repeats passes over the same --batches batches:
- *   array         the ram store: dlrec_bag_forward straight on the ids
+ *   array         the ram store: cpu_bag_forward straight on the ids
  *   hash lookups  the hash store with every key already admitted: resolve
  *                 (index lookups) then the same gather from its rows
  *   hash inserts  a hash store of a tenth of the keys: resolve admits new
@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/kernels.h"
 #include "core/hash.h"
 #include "core/clock.h"
 #include "core/rng.h"
@@ -81,7 +82,7 @@ static double run(dlrec_store *s, const batches *d, int keys, uint32_t threads, 
       dlrec_bag_batch in = {d->B, d->F, offp, idp, NULL}, r;
       dlrec_key_batch kin = {d->B, d->F, offp, kp, NULL};
       dlrec_status st = keys ? dlrec_store_resolve_keys(s, &kin, &r, 0) : dlrec_store_resolve(s, &in, &r, 0);
-      if (st == DLREC_OK) st = dlrec_bag_forward(dlrec_store_table(s), &r, DLREC_BAG_SUM, out);
+      if (st == DLREC_OK) st = cpu_bag_forward(out, dlrec_store_table(s), &r, DLREC_BAG_SUM);
       if (st != DLREC_OK) {
         fprintf(stderr, "bench_store: %s\n", dlrec_last_error());
         exit(1);

@@ -24,7 +24,7 @@ weight):
                + x_l with W full (d x d), low rank (U V, `low_rank` r), or
                with `experts` K > 1 TorchRec's LowRankMixtureCrossNet (a
                softmax gate over K low-rank experts U_k g(C_k g(V_k x_l)),
-               g = --mix-activation, default relu as src/nn/cross_mix.c)
+               g = --mix-activation, default relu as src/backend/cpu/cross_mix.c)
   where MLP is `model.mlp` hidden layers of Linear -> [BatchNorm1d if
   `batch_norm`] -> ReLU -> [Dropout(`dropout`)] and a final linear to 1
   (dlrm's MLPs are its bottom_mlp and top_mlp, the top one's hidden layers
@@ -35,7 +35,7 @@ global ids (id_begin of each column added back), as dlrec's does, looked up
 with F.embedding(sparse=True), so that a step's sparse gradient is one
 sparse tensor for all columns.
 
-Initialization, as dlrec's (src/embed/table.c, src/model/*.c): each column's
+Initialization, as dlrec's (src/backend/table.c, src/model/*.c): each column's
 rows uniform in ±sqrt(1 / rows of that column); MLP and final linear layers
 weights normal with std sqrt(2 / (in + out)) (Xavier normal), biases normal
 with std sqrt(1 / out) (the DLRM reference's); the dense first-order term
@@ -48,7 +48,7 @@ over the batch first): sgd, rowwise_adagrad (FBGEMM's exact row-wise
 Adagrad: one accumulator per row fed with the row's mean squared gradient)
 and lazy_adam (Adam on touched rows with each row's own step count in the
 bias correction), written here over the coalesced sparse gradient, as
-src/embed/sparse_optim.c does. Loss BCEWithLogitsLoss (mean).
+src/backend/cpu/sparse_update.c does. Loss BCEWithLogitsLoss (mean).
 
 --check CKPT (and --init-from CKPT) load a dlrec checkpoint: its table, and
 its dense tensors matched in order, by shape, to this model's parameters,
@@ -171,7 +171,7 @@ class Cross(nn.Module):
 
 class CrossMix(nn.Module):
     """TorchRec's LowRankMixtureCrossNet layer: x0 ⊙ Σ_k p_k (U_k g(C_k g(V_k xl)) + b) + xl,
-    p = softmax_k(G xl). The experts' matrices lie back to back as src/nn/cross_mix.c keeps
+    p = softmax_k(G xl). The experts' matrices lie back to back as src/backend/cpu/cross_mix.c keeps
     them (v (K·r, d), c (K·r, r), u (K·d, r), then the gates G (K, d) and the shared bias b),
     and the K experts run as batched products."""
 
@@ -447,7 +447,7 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--no-shuffle", action="store_true")
     ap.add_argument("--mix-activation", choices=("relu", "none"), default="relu",
-                    help="g of dcn_v2's mixture of experts (src/nn/cross_mix.c uses relu)")
+                    help="g of dcn_v2's mixture of experts (src/backend/cpu/cross_mix.c uses relu)")
     ap.add_argument("--eval-batch", type=int, default=4096)
     ap.add_argument("--bf16", action="store_true",
                     help="train under torch.autocast('cpu', torch.bfloat16) (dlrec's training.precision bf16)")

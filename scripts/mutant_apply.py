@@ -5,7 +5,7 @@ A mutant is anchored by context, not by line numbers, so that moving code
 never forces re-making it. After its header of `#` lines (the first is the
 description, `# tests: ...` names the tests) it holds one or more sections:
 
-    @@ src/nn/rows.c
+    @@ src/backend/cpu/rows.c
     -  for (size_t i = 0; i < n; i++) y[i] += x[i];
     +  for (size_t i = 0; i < n; i++) y[i] = x[i];
 

@@ -32,7 +32,7 @@ A mutant is a header of `#` lines, then one or more sections:
 
   # add overwrites y with x
   # tests: test_backend test_models
-  @@ src/nn/rows.c
+  @@ src/backend/cpu/rows.c
   -  for (size_t i = 0; i < n; i++) y[i] += x[i];
   +  for (size_t i = 0; i < n; i++) y[i] = x[i];
 

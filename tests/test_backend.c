@@ -1,21 +1,33 @@
-/* The op-by-op backend test (issue 10; ggml's test-backend-ops): every op of
- * the backend interface (src/backend/backend_impl.h), on every backend in
- * the build (dlrec_backend_name_at) and on cpu-mirror (the CPU run as a
+/* The op-by-op backend test (issue 10; ggml's test-backend-ops), a loop over
+ * the op table: every op of src/backend/ops.def, on every backend in the
+ * build (dlrec_backend_name_at) and on cpu-mirror (the CPU run as a
  * device), in every precision each can be created in, against the naive
- * double-precision references of tests/ref/ref.c:
+ * double-precision references of tests/ref/ref.c. What each op's test
+ * needs is data on its table line (the shapes, how inputs are drawn, each
+ * output's tolerance, its reference, the forward a backward is the
+ * gradient of); the registry below expands it, and one loop runs it:
  *   - forward outputs against the reference forward;
  *   - backward outputs against the reference backward AND against central
  *     differences of the reference forward (and the reference backward
- *     against those differences too, so the two cannot share a mistake);
+ *     against those differences too, so the two cannot share a mistake),
+ *     the backward run after its forward on the backend, on the forward's
+ *     inputs and saved activations;
  *   - what accumulates and what is overwritten: accumulated outputs are
  *     pre-filled with random values that must survive under the sum,
- *     overwritten ones with NaN that must not;
- *   - the memory ops (alignment, upload/download round trips, synchronize);
+ *     overwritten ones with NaN that must not; nothing written past an
+ *     output's end, an optional output passed as NULL left alone;
+ *   - in-place uses the op allows, and arguments it must refuse (touching
+ *     nothing);
  *   - bitwise batch invariance of the scoring ops (a row scored alone has
  *     the bits it has inside a batch).
- * Inputs live in the backend's memory (alloc + upload, download to check),
- * so a device backend runs the same test. Shapes include B = 1 and odd
- * sizes; the finite differences run on the small ones.
+ * An op whose arguments the loop cannot draw (tables, optimizers, packed
+ * layers) names a CUSTOM case, below. So do the behaviours that are not one
+ * op's: the memory ops, kept operands, fresh gradients, mirrored tables,
+ * cpu-mirror refusing host pointers, the split batch normalization's
+ * protocol. Inputs live in the backend's memory (alloc + upload, download
+ * to check), so a device backend runs the same test. Shapes include B = 1
+ * and odd sizes, and sizes past each kernel's threaded threshold; the
+ * finite differences run on the small ones.
  *
  * Tolerances, per dtype: |got − want| <= bound, with mag the sum of the
  * absolute values of the terms that make the output (Σ_k |a_k b_k| for a
@@ -23,6 +35,7 @@
  *
  *   comparison                         bound
  *   ---------------------------------  ------------------------------------------------
+ *   bits (copies, fills, one rounding) the same bits (any NaN for a NaN)
  *   exact (copies, masks, selects)     0
  *   fp32, any op                       FP32_REL · (|want| + mag) + FP32_ABS
  *   bf16 backend, GEMM ops             BF16_TERMS_REL · mag + the fp32 bound
@@ -43,12 +56,19 @@
  * weigh nothing against the other terms of their sums). The cross
  * layers' products are such GEMMs (and so is whatever their outputs feed);
  * every other op stays fp32 in a bf16 backend and keeps the fp32 bound.
+ * A bit-for-bit comparison holds where the op's result is one rounding of
+ * its inputs (a copy, an add, a product, a sum taken in double and rounded
+ * once): a double reference rounded to float is then float arithmetic's
+ * (the double has more than twice the float's bits).
  */
 #include <omp.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "backend/backend_impl.h"
+#include "backend/cpu/kernels.h"
+#include "backend/ops_table.h"
 #include "core/rng.h"
 #include "ref/ref.h"
 #include "test.h"
@@ -62,7 +82,8 @@
 #define REF_FD_REL 1e-6
 
 typedef enum cmp_kind {
-  CMP_EXACT, /* the same bits */
+  CMP_BITS,  /* the same bits */
+  CMP_EXACT, /* the same value */
   CMP_FP32,  /* fp32 in every backend */
   CMP_GEMM,  /* a GEMM: bf16 operands in a bf16 backend */
 } cmp_kind;
@@ -74,7 +95,7 @@ static char g_tag[64]; /* "cpu fp32", for the messages */
 static double g_terms_rel; /* the GEMMs' per-term bound: 0 in fp32, *_TERMS_REL in bf16 and tf32 */
 static dlrec_rng g_rng;
 
-#define ARENA_MAX 512
+#define ARENA_MAX 4096
 static void *g_host[ARENA_MAX], *g_dev[ARENA_MAX];
 static int g_nhost, g_ndev;
 
@@ -144,7 +165,7 @@ static void case_end(void) {
 }
 
 /* Runs an op. The CPU backend runs each op on its own thread count by
- * setting the calling thread's OpenMP team size (src/backend/cpu.c), so the
+ * setting the calling thread's OpenMP team size (src/backend/cpu/cpu.c), so the
  * caller's setting is moved away first and must come back as the
  * backend's. */
 static int op_done(int line, const char *name, dlrec_status st) {
@@ -159,7 +180,7 @@ static int op_done(int line, const char *name, dlrec_status st) {
   }
   return 0;
 }
-/* An op the backend does not have yet (a NULL entry; src/backend/cuda.c
+/* An op the backend does not have yet (a NULL entry; src/backend/cuda/cuda.c
  * says which) is skipped, said once per backend, precision and op. */
 static int lacks(const char *name, int missing) {
   if (!missing) return 0;
@@ -182,7 +203,7 @@ static int lacks(const char *name, int missing) {
 /* ---- comparisons ------------------------------------------------------------------------- */
 
 static double bound(cmp_kind k, double want, double mag) {
-  if (k == CMP_EXACT) return 0;
+  if (k == CMP_EXACT || k == CMP_BITS) return 0;
   double b = FP32_REL * (fabs(want) + mag) + FP32_ABS;
   if (k == CMP_GEMM) b += g_terms_rel * mag;
   return b;
@@ -226,16 +247,6 @@ static int check_fd(int line, const char *what, const float *got, const float *p
   return 0;
 }
 #define CHECKFD(...) check_fd(__LINE__, __VA_ARGS__)
-
-/* The reference forward of one op as a loss L = Σ R ⊙ out, for the finite
- * differences: the op's sizes and its double inputs by position. */
-typedef struct fwd_ctx {
-  int B, IN, OUT, F, D, DX, d, r, K, C, relu, first;
-  double *a[8];
-  double *out;
-  const float *R;
-  size_t nout;
-} fwd_ctx;
 
 /* ---- every backend, every precision ------------------------------------------------------ */
 
@@ -431,265 +442,1016 @@ static void case_memory(void) {
     FAIL("a copy with a NULL buffer succeeded");
 }
 
-TEST(memory_ops_align_round_trip_and_synchronize) { each_backend(case_memory, 1); }
+/* ---- the op registry, expanded from src/backend/ops.def ----------------------------------- */
 
-/* ---- linear ------------------------------------------------------------------------------ */
+/* The dims an op's sizes and values are expressions of (ops.def's SHAPES
+ * name them); the ones an op does not use stay 0. */
+typedef struct op_dims {
+  int64_t B, IN, OUT, F, D, DX, d, r, K, C, n, rows, width, src_ld, dst_ld;
+  int64_t relu, bias, first, nodin, fd, q, train, bc, bad;
+} op_dims;
+#define DIMS_LOCALS(s)                                                                                              \
+  const int64_t B = (s)->B, IN = (s)->IN, OUT = (s)->OUT, F = (s)->F, D = (s)->D, DX = (s)->DX, d = (s)->d,         \
+                r = (s)->r, K = (s)->K, C = (s)->C, n = (s)->n, rows = (s)->rows, width = (s)->width,               \
+                src_ld = (s)->src_ld, dst_ld = (s)->dst_ld, relu = (s)->relu, bias = (s)->bias,                     \
+                first = (s)->first, nodin = (s)->nodin, fd = (s)->fd, q = (s)->q, train = (s)->train, bc = (s)->bc,  \
+                bad = (s)->bad;                                                                                     \
+  (void)B;                                                                                                          \
+  (void)IN;                                                                                                         \
+  (void)OUT;                                                                                                        \
+  (void)F;                                                                                                          \
+  (void)D;                                                                                                          \
+  (void)DX;                                                                                                         \
+  (void)d;                                                                                                          \
+  (void)r;                                                                                                          \
+  (void)K;                                                                                                          \
+  (void)C;                                                                                                          \
+  (void)n;                                                                                                          \
+  (void)rows;                                                                                                       \
+  (void)width;                                                                                                      \
+  (void)src_ld;                                                                                                     \
+  (void)dst_ld;                                                                                                     \
+  (void)relu;                                                                                                       \
+  (void)bias;                                                                                                       \
+  (void)first;                                                                                                      \
+  (void)nodin;                                                                                                      \
+  (void)fd;                                                                                                         \
+  (void)q;                                                                                                          \
+  (void)train;                                                                                                      \
+  (void)bc;                                                                                                         \
+  (void)bad
 
-static double linear_loss(void *p) {
-  fwd_ctx *c = p;
-  ref_linear_forward(c->out, c->a[0], c->a[1], c->a[2], c->B, c->IN, c->OUT, c->relu);
-  return ref_weighted_sum(c->out, c->R, c->nout);
+typedef enum op_role {
+  ROLE_IN, ROLE_OUT, ROLE_ACC, ROLE_INOUT, ROLE_WS, ROLE_ACT, ROLE_TABLE, ROLE_DIM, ROLE_VAL, ROLE_HOST, ROLE_OBJ,
+} op_role;
+static int is_buffer(op_role r) { return r <= ROLE_ACT; }
+static int is_compared(op_role r) { return r == ROLE_OUT || r == ROLE_ACC || r == ROLE_INOUT; }
+static int is_written(op_role r) { return r != ROLE_IN && is_buffer(r); }
+
+/* One argument of an op: its name, role, and the bytes of a buffer's
+ * element (4: float, 8: double; a host index list's 4). */
+typedef struct op_arg {
+  const char *name;
+  op_role role;
+  size_t elem;
+} op_arg;
+
+/* A value of an argument: a pointer, a size or a scalar (both ways). */
+typedef struct test_val {
+  void *p;
+  int64_t i;
+  double f;
+} test_val;
+
+/* How an input is drawn: uniform in [lo, hi); UINT as integers in lo .. hi
+ * where the backend's GEMMs round their operands (so that they are exact),
+ * else uniform; SPECIAL uniform with v[] at positions at, at + 1, ...;
+ * LABELS uniform in [0, 1) with every third a hard 0 or 1; PERM a host list
+ * of distinct rows below dims.rows, shuffled (the last one rows itself, past
+ * the end, where dims.bad). */
+typedef enum draw_kind { DRAW_U, DRAW_UINT, DRAW_SPECIAL, DRAW_LABELS, DRAW_PERM } draw_kind;
+typedef struct draw_spec {
+  draw_kind kind;
+  double lo, hi;
+  int at, n;
+  double v[8];
+} draw_spec;
+#define U(lo, hi) ((draw_spec){DRAW_U, (lo), (hi), 0, 0, {0}})
+#define UINT(lo, hi) ((draw_spec){DRAW_UINT, (lo), (hi), 0, 0, {0}})
+#define SPECIAL(lo, hi, at, ...)                                                                                    \
+  ((draw_spec){DRAW_SPECIAL, (lo), (hi), (at), (int)(sizeof((double[]){__VA_ARGS__}) / sizeof(double)), {__VA_ARGS__}})
+#define LABELS ((draw_spec){DRAW_LABELS, 0, 1, 0, 0, {0}})
+#define PERM ((draw_spec){DRAW_PERM, 0, 0, 0, 0, {0}})
+
+typedef enum link_kind { LINK_WRT, LINK_INPLACE, LINK_ALIAS } link_kind;
+#define SPEC_MAX 24
+
+struct op_case;
+/* What ops.def's test column says of an op, for one set of dims. */
+typedef struct op_spec {
+  const op_dims *shapes;
+  int n_shapes;
+  struct {
+    size_t off;
+    int n;
+    int64_t v[8];
+  } vary[4];
+  int n_vary;
+  struct {
+    size_t off;
+    int64_t v;
+  } fix[4];
+  int n_fix;
+  struct {
+    const char *arg;
+    draw_spec d;
+  } draws[SPEC_MAX];
+  int n_draws;
+  struct {
+    const char *arg;
+    cmp_kind kind;
+    double mag;
+  } tols[SPEC_MAX];
+  int n_tols;
+  struct {
+    link_kind kind;
+    const char *a, *b;
+    double mag;
+  } links[SPEC_MAX];
+  int n_links;
+  struct {
+    const char *arg;
+    op_dims dims;
+  } refuse[4];
+  int n_refuse;
+  const char *grad_of, *seed; /* GRAD: the forward, the argument holding dL/dout ("_": none, the loss itself) */
+  double fd_h, kink;          /* FD: the step, and how far from a ReLU's kink a value must keep */
+  int fd_unrounded;           /* FD only where the GEMMs keep fp32 operands */
+  int invariant;
+  op_dims inv_dims;
+  void (*custom)(void);
+  void (*extra)(struct op_case *c);
+  const char *setup_fail;
+} op_spec;
+
+static void spec_vary(op_spec *s, size_t off, const int64_t *v, int n) {
+  s->vary[s->n_vary].off = off, s->vary[s->n_vary].n = n;
+  memcpy(s->vary[s->n_vary++].v, v, (size_t)n * sizeof *v);
+}
+static void spec_fix(op_spec *s, size_t off, int64_t v) {
+  s->fix[s->n_fix].off = off, s->fix[s->n_fix++].v = v;
+}
+static void spec_draw(op_spec *s, const char *arg, draw_spec d) {
+  s->draws[s->n_draws].arg = arg, s->draws[s->n_draws++].d = d;
+}
+static void spec_tol(op_spec *s, const char *arg, cmp_kind kind, double mag) {
+  s->tols[s->n_tols].arg = arg, s->tols[s->n_tols].kind = kind, s->tols[s->n_tols++].mag = mag;
+}
+static void spec_link(op_spec *s, link_kind kind, const char *a, const char *b, double mag) {
+  s->links[s->n_links].kind = kind, s->links[s->n_links].a = a, s->links[s->n_links].b = b;
+  s->links[s->n_links++].mag = mag;
+}
+static void spec_refuse(op_spec *s, const char *arg, op_dims dims) {
+  s->refuse[s->n_refuse].arg = arg, s->refuse[s->n_refuse++].dims = dims;
 }
 
-static void linear_case(int B, int IN, int OUT, int with_bias, int relu, int fd) {
-  const size_t nin = (size_t)B * IN, nw = (size_t)OUT * IN, nout = (size_t)B * OUT;
-  float *in = hrand(nin, -1, 1), *w = hrand(nw, -1, 1), *bias = hrand(OUT, -1, 1), *R = hrand(nout, -1, 1);
-  float *pre_dw = hrand(nw, -1, 1), *pre_db = hrand(OUT, -1, 1);
-  double *ind = hdbl(in, nin), *wd = hdbl(w, nw), *bd = with_bias ? hdbl(bias, OUT) : NULL;
-  float *d_in = dup(in, nin), *d_w = dup(w, nw), *d_b = with_bias ? dup(bias, OUT) : NULL, *d_R = dup(R, nout);
-  const dlrec_act act = relu ? DLREC_ACT_RELU : DLREC_ACT_NONE;
+/* What a reference sees besides its arguments: the dims, the magnitudes it
+ * may fill (MAG), the forward's arguments (FWD), scratch (TMP) and how far
+ * its ReLUs' inputs keep from the kink (KINK, KINKS). */
+typedef struct ref_ctx {
+  op_dims dims;
+  struct op_case *c;
+  double *mag[SPEC_MAX];
+  double kink, slack;
+  int fd; /* a finite difference's evaluation: no magnitudes (MAG is NULL) */
+} ref_ctx;
+static double *ref_mag(ref_ctx *x, const char *name);
+static double *ref_fwd(ref_ctx *x, const char *name);
+static double *ref_tmp(ref_ctx *x, size_t n);
+static void ref_kink(ref_ctx *x, double v) {
+  if (v < x->kink) x->kink = v;
+}
+/* Whether the backend's GEMMs round their operands (bf16, tf32, fp16). */
+#define ROUNDED (g_terms_rel > 0)
 
-  /* Forward. */
-  double *ref = hd(nout), *mag = hd(nout), *pre = hd(nout);
-  ref_linear_forward(ref, ind, wd, bd, B, IN, OUT, relu);
-  ref_linear_forward(pre, ind, wd, bd, B, IN, OUT, 0);
-  ref_linear_forward_abs(mag, ind, wd, bd, B, IN, OUT);
-  float *d_out = dnan(nout);
-  if (OP(linear_forward, d_out, d_in, d_w, d_b, B, IN, OUT, act)) return;
-  const float *out = down(d_out, nout);
-  if (CHECKV("linear out", out, NULL, ref, mag, 0, nout, CMP_GEMM)) return;
+typedef struct op_test {
+  const char *name;
+  const op_arg *args;
+  int n_args;
+  int (*has)(const dlrec_backend *be);
+  void (*eval)(const op_dims *dims, test_val *v);
+  dlrec_status (*call)(dlrec_backend *be, const test_val *v);
+  void (*ref)(ref_ctx *ctx, const test_val *v);
+  void (*describe)(op_spec *s, const op_dims *dims);
+} op_test;
 
-  /* The gradient reaching the layer: R itself, or R through the ReLU with the
-   * layer's own output as the mask. */
-  const float *d_g = d_R;
-  double *g = hdbl(R, nout);
-  if (relu) {
-    float *d_dpre = dnan(nout);
-    if (OP(relu_backward, d_dpre, d_R, d_out, (size_t)nout)) return;
-    double *mask_ref = hd(nout), *outd = hdbl(out, nout);
-    ref_relu_backward(mask_ref, g, outd, nout);
-    if (CHECKV("relu din", down(d_dpre, nout), NULL, mask_ref, NULL, 0, nout, CMP_EXACT)) return;
-    g = mask_ref;
-    d_g = d_dpre;
+/* The custom cases ops.def names, and the one EXTRA check. */
+static void case_all_finite(void);
+static void case_bn_split(void);
+static void case_optim(void);
+static void case_bag_forward(void);
+static void case_sparse(void);
+static void case_packed(void);
+static void case_cross_infer(void);
+static void case_cross_mix_infer(void);
+static void fused_relu_is_the_composition(struct op_case *c);
+
+/* Each expansion below turns every op's table line into one function or
+ * one array entry. The roles' helpers: */
+#define ROLE_OF_(role) ROLE_##role
+#define ELEM_OF_(type)                                                                                              \
+  _Generic((type)0, float *: 4, const float *: 4, double *: 8, const double *: 8, const uint32_t *: 4, int *: 4,    \
+           default: 0)
+#define OPT(c, n) ((c) ? (int64_t)(n) : -(int64_t)(n)-1) /* a negative count: NULL, of the count -count - 1 */
+#define VAL_OF_(type, v) _Generic((type)0, float: (type)(v).f, double: (type)(v).f, default: (type)(v).i)
+#define CONV_IN(type, v) ((type)(v).p)
+#define CONV_OUT CONV_IN
+#define CONV_ACC CONV_IN
+#define CONV_INOUT CONV_IN
+#define CONV_WS CONV_IN
+#define CONV_ACT CONV_IN
+#define CONV_TABLE CONV_IN
+#define CONV_HOST CONV_IN
+#define CONV_OBJ CONV_IN
+#define CONV_DIM(type, v) ((type)(v).i)
+#define CONV_VAL(type, v) VAL_OF_(type, v)
+/* In a reference every buffer is doubles. */
+#define REFTYPE_IN(type) double *
+#define REFTYPE_OUT REFTYPE_IN
+#define REFTYPE_ACC REFTYPE_IN
+#define REFTYPE_INOUT REFTYPE_IN
+#define REFTYPE_WS REFTYPE_IN
+#define REFTYPE_ACT REFTYPE_IN
+#define REFTYPE_TABLE(type) type
+#define REFTYPE_HOST(type) type
+#define REFTYPE_OBJ(type) type
+#define REFTYPE_DIM(type) type
+#define REFTYPE_VAL(type) type
+#define REFCONV_IN(type, v) ((double *)(v).p)
+#define REFCONV_OUT REFCONV_IN
+#define REFCONV_ACC REFCONV_IN
+#define REFCONV_INOUT REFCONV_IN
+#define REFCONV_WS REFCONV_IN
+#define REFCONV_ACT REFCONV_IN
+#define REFCONV_TABLE CONV_IN
+#define REFCONV_HOST CONV_IN
+#define REFCONV_OBJ CONV_IN
+#define REFCONV_DIM CONV_DIM
+#define REFCONV_VAL CONV_VAL
+
+#define ARG_DESC_(role, type, name, size) {#name, ROLE_OF_(role), ELEM_OF_(type)},
+#define EVAL_(role, type, name, size)                                                                               \
+  v_[i_].i = (int64_t)(size), v_[i_].f = (double)(size), i_++;
+#define CALL_DECL_(role, type, name, size)                                                                          \
+  type name = CONV_##role(type, v_[i_]);                                                                            \
+  i_++;
+#define REF_DECL_(role, type, name, size)                                                                           \
+  REFTYPE_##role(type) name = REFCONV_##role(type, v_[i_]);                                                          \
+  (void)name;                                                                                                       \
+  i_++;
+
+#define A DLREC_OPS_TUPLE
+#define DLREC_OP(name, cpu, args, test)                                                                             \
+  static const op_arg args_##name[] = {DLREC_OPS_EACH(ARG_DESC_, args)};                                            \
+  static int has_##name(const dlrec_backend *be) { return be->ops->name != NULL; }                                  \
+  static void eval_##name(const op_dims *s_, test_val *v_) {                                                        \
+    DIMS_LOCALS(s_);                                                                                                \
+    int i_ = 0;                                                                                                     \
+    DLREC_OPS_EACH(EVAL_, args)                                                                                     \
+    (void)i_;                                                                                                       \
+  }                                                                                                                 \
+  static dlrec_status call_##name(dlrec_backend *be, const test_val *v_) {                                          \
+    int i_ = 0;                                                                                                     \
+    DLREC_OPS_EACH(CALL_DECL_, args)                                                                                \
+    (void)i_;                                                                                                       \
+    return be->ops->name(be DLREC_OPS_NAMES(args));                                                                 \
   }
+#include "backend/ops.def"
+#undef DLREC_OP
 
-  /* Backward: dW and db accumulate onto what they held, din is overwritten. */
-  float *d_din = dnan(nin), *d_dw = dup(pre_dw, nw), *d_db = dup(pre_db, OUT);
-  if (OP(linear_backward, d_din, d_dw, with_bias ? d_db : NULL, d_g, d_in, d_w, B, IN, OUT)) return;
-  double *rdin = hd(nin), *rdw = hd(nw), *rdb = hd(OUT), *mdin = hd(nin), *mdw = hd(nw), *mdb = hd(OUT);
-  ref_linear_backward(rdin, rdw, rdb, g, ind, wd, B, IN, OUT);
-  ref_linear_backward_abs(mdin, mdw, mdb, g, ind, wd, B, IN, OUT);
-  const float *din = down(d_din, nin), *dw = down(d_dw, nw), *db = down(d_db, OUT);
-  if (CHECKV("linear din", din, NULL, rdin, mdin, 0, nin, CMP_GEMM) ||
-      CHECKV("linear dW", dw, pre_dw, rdw, mdw, 0, nw, CMP_GEMM) ||
-      (with_bias && CHECKV("linear dbias", db, pre_db, rdb, mdb, 0, OUT, CMP_GEMM)))
-    return;
-  if (!with_bias && CHECKV("linear dbias (NULL: untouched)", down(d_db, OUT), NULL, hdbl(pre_db, OUT), NULL, 0,
-                           OUT, CMP_EXACT))
-    return;
-
-  /* din NULL (the first layer) still accumulates dW. */
-  float *d_dw2 = dup(pre_dw, nw);
-  if (OP(linear_backward, NULL, d_dw2, NULL, d_g, d_in, d_w, B, IN, OUT)) return;
-  if (CHECKV("linear dW without din", down(d_dw2, nw), pre_dw, rdw, mdw, 0, nw, CMP_GEMM)) return;
-
-  /* Through the ReLU, the fused op gives the composition's bits: relu_backward
-   * then linear_backward, just checked against the reference. With and
-   * without din, with and without the bias. */
-  for (int first = 0; relu && first <= 1; first++) {
-    float *f_din = dnan(nin), *f_dw = dup(pre_dw, nw), *f_db = dup(pre_db, OUT), *f_R = dup(R, nout);
-    if (OP(linear_relu_backward, first ? NULL : f_din, f_dw, with_bias ? f_db : NULL, f_R, d_out, d_in, d_w, B, IN,
-           OUT))
-      return;
-    double *want_dw = hdbl(first ? down(d_dw2, nw) : dw, nw);
-    if (!first && CHECKV("linear_relu_backward din", down(f_din, nin), NULL, hdbl(din, nin), NULL, 0, nin, CMP_EXACT))
-      return;
-    if (CHECKV("linear_relu_backward dW", down(f_dw, nw), NULL, want_dw, NULL, 0, nw, CMP_EXACT) ||
-        CHECKV("linear_relu_backward dbias", down(f_db, OUT), NULL, hdbl(with_bias ? db : pre_db, OUT), NULL, 0, OUT,
-               CMP_EXACT))
-      return;
+/* The references: only REF of the test column expands. */
+#define SHAPES(...)
+#define VARY(...)
+#define FIX(...)
+#define DRAW(...)
+#define TOL(...)
+#define GRAD(...)
+#define WRT(...)
+#define FD(...)
+#define FD_UNROUNDED(...)
+#define INPLACE(...)
+#define ALIAS(...)
+#define REFUSE(...)
+#define INVARIANT(...)
+#define CUSTOM(...)
+#define EXTRA(...)
+#define REQUIRE(...)
+#define REF(...) __VA_ARGS__;
+#define MAG(x) ref_mag(ctx_, #x)
+#define FWD(x) ref_fwd(ctx_, #x)
+#define TMP(n) ref_tmp(ctx_, (size_t)(n))
+#define KINK(v) ref_kink(ctx_, (v))
+#define KINKS &ctx_->kink, ctx_->slack
+#define DLREC_OP(name, cpu, args, test)                                                                             \
+  static void refop_##name(ref_ctx *ctx_, const test_val *v_) {                                                       \
+    DIMS_LOCALS(&ctx_->dims);                                                                                       \
+    {                                                                                                               \
+      int i_ = 0;                                                                                                   \
+      DLREC_OPS_EACH(REF_DECL_, args)                                                                               \
+      (void)i_;                                                                                                     \
+      test                                                                                                          \
+    }                                                                                                               \
   }
+#include "backend/ops.def"
+#undef DLREC_OP
+#undef SHAPES
+#undef VARY
+#undef FIX
+#undef DRAW
+#undef TOL
+#undef GRAD
+#undef WRT
+#undef FD
+#undef FD_UNROUNDED
+#undef INPLACE
+#undef ALIAS
+#undef REFUSE
+#undef INVARIANT
+#undef CUSTOM
+#undef EXTRA
+#undef REQUIRE
+#undef REF
 
-  if (!fd) return;
-  /* Through a ReLU, a perturbation of h = 1e-4 moves a pre-activation by at
-   * most 1e-4 (values within ±1): one closer to the kink than that, or one a
-   * bf16 rounding may put on the other side, would make the difference
-   * disagree with any mask. The draws are fixed; this says so if a change of
-   * seed ever makes it happen. */
-  for (size_t i = 0; relu && i < nout; i++)
-    if (fabs(pre[i]) < 2e-4 + (g_terms_rel > 0 ? g_terms_rel * mag[i] + FP32_REL * mag[i] : 0)) {
-      if (g_terms_rel > 0) return; /* a rounded mask may differ there: the comparisons above used the layer's own */
-      FAIL("test setup: pre-activation %zu is %.3g, too close to the kink", i, pre[i]);
-      return;
+/* The descriptions: everything but REF, evaluated for the case's dims. */
+#define SHAPES(...)                                                                                                 \
+  {                                                                                                                 \
+    static const op_dims shapes_[] = {__VA_ARGS__};                                                                 \
+    s_->shapes = shapes_, s_->n_shapes = (int)(sizeof shapes_ / sizeof shapes_[0]);                                 \
+  }
+#define VARY(dim, ...)                                                                                              \
+  spec_vary(s_, offsetof(op_dims, dim), (const int64_t[]){__VA_ARGS__},                                             \
+            (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)));
+#define FIX(dim, v) spec_fix(s_, offsetof(op_dims, dim), (v));
+#define DRAW(arg, spec) spec_draw(s_, #arg, spec);
+#define TOL(arg, kind, mag) spec_tol(s_, #arg, (kind), (double)(mag));
+#define GRAD(fwd_, seed_) s_->grad_of = #fwd_, s_->seed = #seed_;
+#define WRT(out, in) spec_link(s_, LINK_WRT, #out, #in, 0);
+#define FD(h, k) s_->fd_h = (h), s_->kink = (k);
+#define FD_UNROUNDED(h, k) s_->fd_h = (h), s_->kink = (k), s_->fd_unrounded = 1;
+#define INPLACE(a, b) spec_link(s_, LINK_INPLACE, #a, #b, 0);
+#define ALIAS(a, b, mag) spec_link(s_, LINK_ALIAS, #a, #b, (double)(mag));
+#define REFUSE(arg, ...) spec_refuse(s_, #arg, (op_dims)__VA_ARGS__);
+#define INVARIANT(...) s_->invariant = 1, s_->inv_dims = (op_dims)__VA_ARGS__;
+#define CUSTOM(fn) s_->custom = fn;
+#define EXTRA(fn) s_->extra = fn;
+#define REQUIRE(cond)                                                                                               \
+  if (!(cond)) s_->setup_fail = #cond;
+#define REF(...)
+#define DLREC_OP(name, cpu, args, test)                                                                             \
+  static void describe_##name(op_spec *s_, const op_dims *dims_) {                                                  \
+    DIMS_LOCALS(dims_);                                                                                             \
+    memset(s_, 0, sizeof *s_);                                                                                      \
+    test                                                                                                            \
+  }
+#include "backend/ops.def"
+#undef DLREC_OP
+#undef SHAPES
+#undef VARY
+#undef FIX
+#undef DRAW
+#undef TOL
+#undef GRAD
+#undef WRT
+#undef FD
+#undef FD_UNROUNDED
+#undef INPLACE
+#undef ALIAS
+#undef REFUSE
+#undef INVARIANT
+#undef CUSTOM
+#undef EXTRA
+#undef REQUIRE
+#undef REF
+
+/* The registry: every op of the table. */
+#define DLREC_OP(name, cpu, args, test)                                                                             \
+  {#name,         args_##name, (int)(sizeof args_##name / sizeof args_##name[0]), has_##name, eval_##name,         \
+   call_##name,   refop_##name, describe_##name},
+static const op_test g_ops[] = {
+#include "backend/ops.def"
+};
+#undef DLREC_OP
+#define N_OPS (sizeof g_ops / sizeof g_ops[0])
+
+static const op_test *op_find(const char *name) {
+  for (size_t i = 0; i < N_OPS; i++)
+    if (!strcmp(g_ops[i].name, name)) return &g_ops[i];
+  return NULL;
+}
+
+static int arg_index(const op_test *t, const char *name) {
+  for (int i = 0; i < t->n_args; i++)
+    if (!strcmp(t->args[i].name, name)) return i;
+  return -1;
+}
+
+/* ---- one case: an op on one set of dims ------------------------------------------------ */
+
+/* Floats past each buffer the op writes, NaN, which it must not touch. */
+#define GUARD 4
+
+typedef struct op_case {
+  const op_test *t;
+  op_spec spec;
+  op_dims dims;
+  test_val v[SPEC_MAX];   /* the evaluated sizes and values */
+  test_val dev[SPEC_MAX]; /* what the op gets */
+  test_val ref[SPEC_MAX]; /* what the reference gets (buffers in double) */
+  void *host[SPEC_MAX];   /* a buffer's contents before the op: drawn, pre-filled, or the forward's result */
+  void *nulled[SPEC_MAX]; /* an optional output passed as NULL: the buffer it would have been, which stays */
+  int64_t count[SPEC_MAX];
+  int null[SPEC_MAX];
+  int own[SPEC_MAX]; /* allocated by this case (not the forward's, not an alias's) */
+  struct op_case *fwd;
+  ref_ctx ctx;
+} op_case;
+
+static double *ref_mag(ref_ctx *x, const char *name) {
+  const int i = arg_index(x->c->t, name);
+  if (i < 0 || x->c->null[i] || x->fd) return NULL;
+  if (!x->mag[i]) x->mag[i] = hd((size_t)x->c->count[i]);
+  return x->mag[i];
+}
+static double *ref_fwd(ref_ctx *x, const char *name) {
+  const op_case *f = x->c->fwd;
+  const int i = f ? arg_index(f->t, name) : -1;
+  return i < 0 ? NULL : f->ref[i].p;
+}
+static double *ref_tmp(ref_ctx *x, size_t n) {
+  (void)x;
+  return hd(n);
+}
+
+static const draw_spec *spec_draw_of(const op_spec *s, const char *name) {
+  for (int i = 0; i < s->n_draws; i++)
+    if (!strcmp(s->draws[i].arg, name)) return &s->draws[i].d;
+  return NULL;
+}
+
+/* n elements of elem bytes drawn by d (NULL: uniform in [-1, 1)). */
+static void *draw(const draw_spec *d, size_t n, size_t elem, const op_dims *dims) {
+  static const draw_spec uniform = {DRAW_U, -1, 1, 0, 0, {0}};
+  if (!d) d = &uniform;
+  if (d->kind == DRAW_PERM) {
+    uint32_t *idx = hkeep(malloc((n + 1) * sizeof *idx));
+    const size_t rows = (size_t)dims->rows;
+    uint32_t *all = hkeep(malloc((rows + 1) * sizeof *all));
+    for (size_t i = 0; i < rows; i++) all[i] = (uint32_t)i;
+    for (size_t i = rows ? rows - 1 : 0; i > 0; i--) {
+      const size_t j = dlrec_rng_below(&g_rng, (uint32_t)(i + 1));
+      const uint32_t t = all[i];
+      all[i] = all[j], all[j] = t;
     }
-  fwd_ctx c = {.B = B, .IN = IN, .OUT = OUT, .relu = relu, .a = {ind, wd, bd}, .out = hd(nout), .R = R, .nout = nout};
-  if (CHECKFD("linear dW", dw, pre_dw, rdw, mdw, 0, wd, nw, linear_loss, &c, 1e-4, CMP_GEMM) ||
-      CHECKFD("linear din", din, NULL, rdin, mdin, 0, ind, nin, linear_loss, &c, 1e-4, CMP_GEMM))
-    return;
-  if (with_bias) CHECKFD("linear dbias", db, pre_db, rdb, mdb, 0, bd, OUT, linear_loss, &c, 1e-4, CMP_GEMM);
+    memcpy(idx, all, n * sizeof *idx);
+    if (dims->bad && n) idx[n - 1] = (uint32_t)rows; /* one past the array */
+    return idx;
+  }
+  const int ints = d->kind == DRAW_UINT && g_terms_rel > 0;
+  float *f = ints ? hrand_int(n, (int)d->lo, (int)d->hi) : hrand(n, (float)d->lo, (float)d->hi);
+  if (d->kind == DRAW_SPECIAL)
+    for (int k = 0; k < d->n && (size_t)(d->at + k) < n; k++) f[d->at + k] = (float)d->v[k];
+  if (d->kind == DRAW_LABELS)
+    for (size_t i = 0; i < n; i += 3) f[i] = (float)(i % 2);
+  if (elem == 4) return f;
+  double *x = hd(n);
+  ref_to_double(x, f, n);
+  return x;
 }
 
-static void case_linear(void) {
-  static const int shapes[][4] = {{1, 1, 1, 1}, {1, 7, 3, 1}, {5, 13, 9, 1}, {4, 5, 3, 1}, {33, 17, 65, 0},
-                                  {70, 9, 150, 0}};
-  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0] && !test_failed_now(); s++)
-    for (int relu = 0; relu <= 1 && !test_failed_now(); relu++)
-      for (int with_bias = 1; with_bias >= 0 && !test_failed_now(); with_bias--) {
-        linear_case(shapes[s][0], shapes[s][1], shapes[s][2], with_bias, relu, shapes[s][3]);
-        case_end();
-      }
+/* n elements of NaN. */
+static void *nans(size_t n, size_t elem) {
+  if (elem == 8) {
+    double *x = hd(n);
+    for (size_t i = 0; i < n; i++) x[i] = NAN;
+    return x;
+  }
+  float *x = hf(n);
+  for (size_t i = 0; i < n; i++) x[i] = NAN;
+  return x;
 }
 
-TEST(linear_forward_backward_match_reference) { each_backend(case_linear, 2); }
+/* A copy of n elements of host memory in the backend's, with GUARD floats
+ * of NaN after them. */
+static void *dup_guarded(const void *h, size_t n, size_t elem) {
+  const size_t bytes = n * elem;
+  char *d = dalloc(bytes + GUARD * sizeof(float));
+  const float guard[GUARD] = {NAN, NAN, NAN, NAN};
+  if ((bytes && g_be->ops->upload(g_be, d, h, bytes) != DLREC_OK) ||
+      g_be->ops->upload(g_be, d + bytes, guard, sizeof guard) != DLREC_OK)
+    FAIL("upload: %s", dlrec_last_error());
+  return d;
+}
 
-/* ---- activations ----------------------------------------------------------------------- */
+/* The host's copy of n elements of the backend's memory. */
+static void *down_any(const void *d, size_t n, size_t elem) {
+  void *h = hkeep(calloc(n ? n : 1, elem));
+  if (n && g_be->ops->download(g_be, h, d, n * elem) != DLREC_OK) FAIL("download: %s", dlrec_last_error());
+  return h;
+}
 
-/* got[i] has the bits of (float)ref[i]: a ReLU's outputs are its inputs or
- * +0, so nothing but the same bits is right. */
-static int check_relu_bits(int line, const char *what, const float *got, const double *ref, size_t n) {
-  for (size_t i = 0; i < n; i++) {
-    const float want = (float)ref[i];
-    uint32_t bits;
-    memcpy(&bits, &got[i], sizeof bits);
-    if (memcmp(&got[i], &want, sizeof want)) {
-      fail_at(line, "%s[%zu] = %.9g (bits 0x%08x), reference %.9g", what, i, got[i], bits, want);
+/* Argument i of a case as a buffer: drawn, pre-filled or NaN as its role
+ * says, in the backend's memory and, in double, the reference's. */
+static void case_buffer(op_case *c, int i) {
+  const op_arg *a = &c->t->args[i];
+  int64_t count = c->v[i].i;
+  c->null[i] = count < 0;
+  if (count < 0) count = -count - 1;
+  c->count[i] = count;
+  const size_t n = (size_t)count, e = a->elem ? a->elem : 4;
+  void *h = a->role == ROLE_IN || a->role == ROLE_INOUT || a->role == ROLE_ACC
+                ? draw(spec_draw_of(&c->spec, a->name), n, e, &c->dims)
+                : nans(n, e);
+  c->host[i] = h;
+  double *r = a->role == ROLE_ACC ? hd(n) : (e == 8 ? memcpy(hd(n), h, n * 8) : hdbl(h, n));
+  void *d = dup_guarded(h, n, e);
+  if (c->null[i]) {
+    c->nulled[i] = d;
+    d = NULL, r = NULL;
+  }
+  c->dev[i].p = d, c->ref[i].p = r;
+  c->own[i] = 1;
+}
+
+/* The link of kind k whose first name is name, in s; NULL when none. */
+static const char *spec_linked(const op_spec *s, link_kind k, const char *name, double *mag) {
+  for (int i = 0; i < s->n_links; i++)
+    if (s->links[i].kind == k && !strcmp(s->links[i].a, name)) {
+      if (mag) *mag = s->links[i].mag;
+      return s->links[i].b;
+    }
+  return NULL;
+}
+
+/* Sets up case c of op t on dims: every argument drawn, pre-filled or taken
+ * from the forward fwd (a backward's inputs of the same name: its saved
+ * activations, its inputs, its output as a mask). 1 on failure (said). */
+static int case_setup(op_case *c, const op_test *t, const op_dims *dims, op_case *fwd) {
+  memset(c, 0, sizeof *c);
+  c->t = t, c->dims = *dims, c->fwd = fwd;
+  t->describe(&c->spec, dims);
+  if (c->spec.setup_fail) {
+    FAIL("%s: test setup: %s does not hold", t->name, c->spec.setup_fail);
+    return 1;
+  }
+  t->eval(dims, c->v);
+  c->ctx = (ref_ctx){.dims = *dims, .c = c, .kink = INFINITY, .slack = ROUNDED ? g_terms_rel + FP32_REL : 0};
+  for (int i = 0; i < t->n_args; i++) {
+    const op_arg *a = &t->args[i];
+    const int j = fwd && (is_buffer(a->role) || a->role == ROLE_HOST) ? arg_index(fwd->t, a->name) : -1;
+    const char *alias = dims->first ? spec_linked(&c->spec, LINK_ALIAS, a->name, NULL) : NULL;
+    const int k = alias ? arg_index(t, alias) : -1;
+    if (j >= 0 || k >= 0) { /* the forward's, or an earlier argument's */
+      const op_case *from = j >= 0 ? fwd : c;
+      const int at = j >= 0 ? j : k;
+      c->dev[i] = from->dev[at], c->ref[i] = from->ref[at], c->host[i] = from->host[at];
+      c->count[i] = from->count[at], c->null[i] = from->null[at];
+    } else if (is_buffer(a->role)) {
+      case_buffer(c, i);
+    } else if (a->role == ROLE_HOST && spec_draw_of(&c->spec, a->name)) {
+      c->count[i] = c->v[i].i;
+      c->dev[i].p = c->ref[i].p = c->host[i] = draw(spec_draw_of(&c->spec, a->name), (size_t)c->v[i].i, 4, dims);
+    } else if (a->role == ROLE_DIM || a->role == ROLE_VAL) {
+      c->dev[i] = c->ref[i] = c->v[i];
+    } else {
+      FAIL("%s: argument %s: the generic loop cannot make it; give the op a CUSTOM case", t->name, a->name);
+      return 1;
+    }
+  }
+  return test_failed_now();
+}
+
+/* Runs the case's op on its device arguments (dev: another set of them). */
+static int case_run(op_case *c, const test_val *dev) {
+  omp_set_num_threads((int)g_be->threads + 1);
+  return op_done(__LINE__, c->t->name, c->t->call(g_be, dev ? dev : c->dev));
+}
+
+/* The tolerance ops.def gives output name of the case (CMP_FP32, no
+ * magnitude, where it gives none). */
+static void case_tol(const op_case *c, const char *name, cmp_kind *kind, double *mag) {
+  *kind = CMP_FP32, *mag = 0;
+  for (int i = 0; i < c->spec.n_tols; i++)
+    if (!strcmp(c->spec.tols[i].arg, name)) *kind = c->spec.tols[i].kind, *mag = c->spec.tols[i].mag;
+}
+
+/* got[k] (floats or doubles) against the reference ref[k] (+ pre[k], what
+ * an accumulated output held, or NULL) within the bound of kind for the
+ * magnitude mag0 + mag[k] + |pre[k]|. BITS compares the float's bits (any
+ * NaN for a NaN), an accumulated one's as the float sum of pre and the
+ * rounded reference. 1 on the first miss (said). */
+static int compare(const char *op, const char *what, const void *got, size_t elem, const float *pre,
+                   const double *ref, const double *mag, double mag0, size_t n, cmp_kind kind) {
+  for (size_t k = 0; k < n; k++) {
+    const double g = elem == 8 ? ((const double *)got)[k] : ((const float *)got)[k];
+    const double p = pre ? pre[k] : 0, want = ref[k] + p, m = mag0 + (mag ? mag[k] : 0) + fabs(p);
+    int ok;
+    double b = 0;
+    if (kind == CMP_BITS) {
+      const float w = pre ? pre[k] + (float)ref[k] : (float)ref[k], gf = ((const float *)got)[k];
+      ok = isnan(w) ? isnan(gf) : !memcmp(&w, &gf, sizeof w);
+    } else if (kind == CMP_EXACT) {
+      ok = (float)want == (float)g || (isnan(want) && isnan(g));
+    } else {
+      b = bound(kind, want, m);
+      ok = fabs(g - want) <= b;
+    }
+    if (!ok) {
+      FAIL("%s: %s[%zu] = %.9g, reference %.9g (bound %.3g)", op, what, k, g, want, b);
       return 1;
     }
   }
   return 0;
 }
 
-static void case_activations(void) {
-  static const size_t sizes[] = {1, 7, 1000, 40001};
-  for (size_t s = 0; s < sizeof sizes / sizeof sizes[0] && !test_failed_now(); s++) {
-    const size_t n = sizes[s];
-    float *x = hrand(n, -30, 30), *dout = hrand(n, -1, 1), *y = hf(n);
-    static const float extremes[] = {0.0f, 88.0f, -88.0f, 100.0f, -100.0f, 1e30f, -1e30f};
-    for (size_t i = 0; i < n && i < 7; i++) x[i] = extremes[i];
-    for (size_t i = 0; i < n; i++) y[i] = x[i] > 0 ? x[i] : 0; /* a ReLU output, with exact zeros */
-    double *xd = hdbl(x, n), *yd = hdbl(y, n), *dd = hdbl(dout, n), *ref = hd(n);
-    float *d_x = dup(x, n), *d_y = dup(y, n), *d_dout = dup(dout, n), *d_out = dnan(n);
-    ref_sigmoid(ref, xd, n);
-    if (OP(sigmoid, d_out, d_x, n) || CHECKV("sigmoid", down(d_out, n), NULL, ref, NULL, 0, n, CMP_FP32)) return;
-    /* In place is allowed. */
-    if (OP(sigmoid, d_x, d_x, n) || CHECKV("sigmoid in place", down(d_x, n), NULL, ref, NULL, 0, n, CMP_FP32)) return;
-    /* relu_forward: out of place into NaN (overwritten), then in place; with
-     * −0 and NaN among the inputs, both of which give +0 (not a passed-through
-     * NaN or −0), so the bits are compared, not only the values. */
-    float *xr = hrand(n, -30, 30);
-    static const float odd[] = {-0.0f, NAN, 0.0f, -1e-38f, 1e-38f};
-    for (size_t i = 0; i < n && i < 5; i++) xr[i] = odd[i];
-    double *xrd = hdbl(xr, n);
-    float *d_xr = dup(xr, n), *d_r = dnan(n);
-    ref_relu_forward(ref, xrd, n);
-    if (OP(relu_forward, d_r, d_xr, n) || check_relu_bits(__LINE__, "relu_forward", down(d_r, n), ref, n)) return;
-    if (OP(relu_forward, d_xr, d_xr, n) ||
-        check_relu_bits(__LINE__, "relu_forward in place", down(d_xr, n), ref, n))
-      return;
-    ref_relu_backward(ref, dd, yd, n);
-    if (OP(relu_backward, d_out, d_dout, d_y, n) ||
-        CHECKV("relu_backward", down(d_out, n), NULL, ref, NULL, 0, n, CMP_EXACT))
-      return;
-    if (OP(relu_backward, d_dout, d_dout, d_y, n) ||
-        CHECKV("relu_backward in place", down(d_dout, n), NULL, ref, NULL, 0, n, CMP_EXACT))
-      return;
-    case_end();
+/* The case's outputs against its reference, and every buffer it writes
+ * checked for writes past its end; an optional output left NULL is left
+ * as it was. */
+static int case_check(op_case *c) {
+  c->t->ref(&c->ctx, c->ref);
+  for (int i = 0; i < c->t->n_args && !test_failed_now(); i++) {
+    const op_arg *a = &c->t->args[i];
+    if (!is_buffer(a->role) || !c->own[i]) continue;
+    const size_t n = (size_t)c->count[i], e = a->elem ? a->elem : 4;
+    if (c->null[i]) {
+      if (memcmp(down_any(c->nulled[i], n, e), c->host[i], n * e))
+        FAIL("%s: %s (passed NULL) changed", c->t->name, a->name);
+      continue;
+    }
+    if (is_written(a->role)) {
+      const float *guard = down_any((char *)c->dev[i].p + n * e, GUARD, 4);
+      for (int k = 0; k < GUARD; k++)
+        if (!isnan(guard[k])) FAIL("%s: %s: written past its %zu values", c->t->name, a->name, n);
+    }
+    if (!is_compared(a->role) || test_failed_now()) continue;
+    cmp_kind kind;
+    double mag;
+    case_tol(c, a->name, &kind, &mag);
+    compare(c->t->name, a->name, down_any(c->dev[i].p, n, e), e, a->role == ROLE_ACC ? c->host[i] : NULL,
+            c->ref[i].p, c->ctx.mag[i], mag, n, kind);
+  }
+  return test_failed_now();
+}
+
+/* A fresh set of device arguments with the contents of c's own buffers
+ * before the op (inputs drawn, outputs pre-filled); the forward's and the
+ * values as they are. */
+static void case_fresh_args(const op_case *c, test_val *dev) {
+  for (int i = 0; i < c->t->n_args; i++) {
+    dev[i] = c->dev[i];
+    const op_arg *a = &c->t->args[i];
+    if (is_buffer(a->role) && dev[i].p && c->host[i])
+      dev[i].p = dup_guarded(c->host[i], (size_t)c->count[i], a->elem ? a->elem : 4);
   }
 }
 
-TEST(activations_match_reference) { each_backend(case_activations, 3); }
-
-/* ---- moving rows ------------------------------------------------------------------------ */
-
-/* copy_rows and fill_rows write each row's first `width` values and nothing
- * else (the rest of a strided row keeps its NaN bits); add and scale round
- * once per value, as float arithmetic on the host does; contiguous and
- * strided shapes, large enough to run in parallel; bad shapes refused. */
-static void case_rows(void) {
-  static const struct {
-    size_t rows, width, src_ld, dst_ld;
-  } shapes[] = {{0, 5, 5, 5}, {1, 1, 1, 1}, {37, 13, 16, 29}, {3000, 26, 26, 26}, {3000, 16, 429, 17}, {5, 7, 7, 40}};
-  for (size_t k = 0; k < sizeof shapes / sizeof shapes[0] && !test_failed_now(); k++) {
-    const size_t R = shapes[k].rows, W = shapes[k].width, sl = shapes[k].src_ld, dl = shapes[k].dst_ld;
-    const size_t ns = R * sl, nd = R * dl;
-    float *src = hrand(ns, -5, 5);
-    float *d_src = dup(src, ns), *d_dst = dnan(nd);
-    if (OP(copy_rows, d_dst, dl, d_src, sl, R, W)) return;
-    float *got = down(d_dst, nd);
-    for (size_t r = 0; r < R; r++)
-      for (size_t c = 0; c < dl; c++) {
-        const float *want = c < W ? &src[r * sl + c] : NULL;
-        if (want ? memcmp(&got[r * dl + c], want, 4) : !isnan(got[r * dl + c])) {
-          FAIL("copy_rows %zux%zu (strides %zu, %zu): row %zu value %zu is %g", R, W, sl, dl, r, c,
-               (double)got[r * dl + c]);
-          return;
-        }
-      }
-    float *d_fill = dnan(nd);
-    if (OP(fill_rows, d_fill, dl, R, W, -0.0f)) return;
-    got = down(d_fill, nd);
-    for (size_t r = 0; r < R; r++)
-      for (size_t c = 0; c < dl; c++) {
-        const float v = got[r * dl + c];
-        if (c < W ? !(v == 0.0f && signbit(v)) : !isnan(v)) {
-          FAIL("fill_rows %zux%zu (stride %zu): row %zu value %zu is %g", R, W, dl, r, c, (double)v);
-          return;
-        }
-      }
-    /* add and scale over the source's values, in float. */
-    float *x = hrand(ns, -1e3f, 1e3f), *want = hf(ns);
-    float *d_y = dup(src, ns), *d_x = dup(x, ns);
-    for (size_t i = 0; i < ns; i++) want[i] = src[i] + x[i];
-    if (OP(add, d_y, d_x, ns)) return;
-    if (memcmp(down(d_y, ns), want, ns * 4)) {
-      FAIL("add of %zu values differs from float's", ns);
+/* INPLACE(out, in): the op again with out's buffer the input's, and out
+ * against the same reference. */
+static void case_inplace(op_case *c) {
+  for (int l = 0; l < c->spec.n_links && !test_failed_now(); l++) {
+    if (c->spec.links[l].kind != LINK_INPLACE) continue;
+    const int o = arg_index(c->t, c->spec.links[l].a), in = arg_index(c->t, c->spec.links[l].b);
+    if (o < 0 || in < 0) {
+      FAIL("%s: INPLACE(%s, %s): no such arguments", c->t->name, c->spec.links[l].a, c->spec.links[l].b);
       return;
     }
-    for (size_t i = 0; i < ns; i++) want[i] *= 0.37f;
-    if (OP(scale, d_y, ns, 0.37f)) return;
-    if (memcmp(down(d_y, ns), want, ns * 4)) {
-      FAIL("scale of %zu values differs from float's", ns);
-      return;
-    }
-    /* A stride of 0 copies the source's one row into every row. */
-    float *d_b = dnan(nd);
-    if (OP(copy_rows, d_b, dl, d_src, 0, R, W)) return;
-    got = down(d_b, nd);
-    for (size_t r = 0; r < R; r++)
-      for (size_t c = 0; c < dl; c++)
-        if (c < W ? memcmp(&got[r * dl + c], &src[c], 4) : !isnan(got[r * dl + c])) {
-          FAIL("copy_rows broadcast %zux%zu: row %zu value %zu is %g", R, W, r, c, (double)got[r * dl + c]);
-          return;
-        }
-    /* sum_columns: each of the sl columns of the R rows summed in double in
-     * row order, added once onto what dst held. */
-    float *pre = hrand(sl, -1, 1), *d_sum = dup(pre, sl);
-    if (OP(sum_columns, d_sum, d_src, R, sl)) return;
-    got = down(d_sum, sl);
-    for (size_t c = 0; c < sl; c++) {
-      double acc = 0;
-      for (size_t r = 0; r < R; r++) acc += src[r * sl + c];
-      const float w = pre[c] + (float)acc;
-      if (memcmp(&got[c], &w, 4)) {
-        FAIL("sum_columns %zux%zu: column %zu is %.9g, want %.9g", R, sl, c, (double)got[c], (double)w);
-        return;
-      }
-    }
-    case_end();
+    test_val dev[SPEC_MAX];
+    case_fresh_args(c, dev);
+    dev[o] = dev[in];
+    if (case_run(c, dev)) return;
+    cmp_kind kind;
+    double mag;
+    case_tol(c, c->t->args[o].name, &kind, &mag);
+    char what[64];
+    snprintf(what, sizeof what, "%s in place", c->t->args[o].name);
+    compare(c->t->name, what, down_any(dev[o].p, (size_t)c->count[o], 4), 4, NULL, c->ref[o].p, c->ctx.mag[o], mag,
+            (size_t)c->count[o], kind);
   }
+}
+
+/* ---- backwards: the forward first, then finite differences of its reference ----------------- */
+
+/* The reference forward as a loss L = Σ R ⊙ out, R the backward's dL/dout
+ * (NULL: L is the forward's output itself, the loss). */
+typedef struct fd_ctx {
+  op_case *fwd;
+  test_val ref[SPEC_MAX];
+  int out;
+  const float *R;
+  ref_ctx ctx; /* its own: the magnitudes a reference fills are allocated once */
+} fd_ctx;
+
+static double fd_loss(void *p) {
+  fd_ctx *x = p;
+  x->fwd->t->ref(&x->ctx, x->ref);
+  const size_t n = (size_t)x->fwd->count[x->out];
+  const double *out = x->ref[x->out].p;
+  if (!x->R) return out[0];
+  return ref_weighted_sum(out, x->R, n);
+}
+
+/* The forward's reference arguments with every output in scratch of its
+ * own, so that calling it leaves the forward's results (what the backward
+ * reads) alone; out gets the first output, the one the loss weighs. */
+static void fd_prepare(fd_ctx *x, op_case *fwd, const float *R) {
+  x->fwd = fwd, x->R = R, x->out = -1;
+  x->ctx = (ref_ctx){.dims = fwd->dims, .c = fwd, .kink = INFINITY, .fd = 1};
+  for (int i = 0; i < fwd->t->n_args; i++) {
+    x->ref[i] = fwd->ref[i];
+    const op_role role = fwd->t->args[i].role;
+    if (role == ROLE_OUT || role == ROLE_ACT || role == ROLE_WS) {
+      x->ref[i].p = fwd->null[i] ? NULL : hd((size_t)fwd->count[i]);
+      if (role == ROLE_OUT && x->out < 0) x->out = i;
+    }
+  }
+}
+
+/* Runs forward f of a backward on the backend and reads back what it wrote
+ * (the backward's inputs of the same name see the backend's results, as a
+ * training pass's would); its reference, run aside, says how far its
+ * ReLUs keep from their kinks (f->ctx.kink). */
+static int case_forward(op_case *f) {
+  if (case_run(f, NULL)) return 1;
+  for (int i = 0; i < f->t->n_args; i++) {
+    const op_arg *a = &f->t->args[i];
+    if (!is_written(a->role) || f->null[i]) continue;
+    const size_t n = (size_t)f->count[i], e = a->elem ? a->elem : 4;
+    f->host[i] = down_any(f->dev[i].p, n, e);
+    f->ref[i].p = e == 8 ? memcpy(hd(n), f->host[i], n * 8) : hdbl(f->host[i], n);
+  }
+  fd_ctx x;
+  fd_prepare(&x, f, NULL);
+  f->t->ref(&f->ctx, x.ref);
+  return test_failed_now();
+}
+
+/* The gradients of backward case c against central differences of its
+ * forward's reference (and its reference against them too): each WRT
+ * output of the input it names; two outputs of one input (an ALIAS, the
+ * first cross layer's xl = x0) summed. */
+static void case_fd(op_case *c) {
+  op_case *f = c->fwd;
+  const op_spec *s = &c->spec;
+  if (!(s->fd_h > 0) || !c->dims.fd || (s->fd_unrounded && ROUNDED)) return;
+  if (f->ctx.kink < s->kink) {
+    if (ROUNDED) return; /* a rounded mask may differ there: the comparisons above used the layer's own */
+    FAIL("%s: test setup: a pre-activation is %.3g from the kink, closer than %g", c->t->name, f->ctx.kink, s->kink);
+    return;
+  }
+  const int seed = arg_index(c->t, s->seed);
+  fd_ctx x;
+  fd_prepare(&x, f, seed >= 0 ? c->host[seed] : NULL);
+  int done[SPEC_MAX] = {0};
+  for (int l = 0; l < s->n_links && !test_failed_now(); l++) {
+    if (s->links[l].kind != LINK_WRT) continue;
+    const int o = arg_index(c->t, s->links[l].a), p = arg_index(f->t, s->links[l].b);
+    if (o < 0 || p < 0) {
+      FAIL("%s: WRT(%s, %s): no such arguments", c->t->name, s->links[l].a, s->links[l].b);
+      return;
+    }
+    if (done[o] || c->null[o] || !x.ref[p].p) continue;
+    /* Another output of the same input: their sum is its gradient. */
+    int o2 = -1;
+    for (int m = l + 1; m < s->n_links && o2 < 0; m++) {
+      const int p2 = s->links[m].kind == LINK_WRT ? arg_index(f->t, s->links[m].b) : -1;
+      if (p2 >= 0 && p2 != p && x.ref[p2].p == x.ref[p].p) o2 = arg_index(c->t, s->links[m].a);
+    }
+    const size_t n = (size_t)c->count[o];
+    const float *got = down_any(c->dev[o].p, n, 4);
+    const double *refb = c->ref[o].p, *mag = c->ctx.mag[o];
+    cmp_kind kind;
+    double mag0;
+    case_tol(c, c->t->args[o].name, &kind, &mag0);
+    char what[96];
+    snprintf(what, sizeof what, "%s: %s", c->t->name, c->t->args[o].name);
+    if (o2 >= 0) { /* the aliased input's gradient: both outputs summed */
+      float *sum = hf(n);
+      double *rsum = hd(n);
+      const float *got2 = down_any(c->dev[o2].p, n, 4);
+      for (size_t k = 0; k < n; k++) sum[k] = got[k] + got2[k], rsum[k] = refb[k] + ((double *)c->ref[o2].p)[k];
+      for (int m = 0; m < f->spec.n_links; m++)
+        if (f->spec.links[m].kind == LINK_ALIAS) mag0 = f->spec.links[m].mag; /* the stated sum's magnitude */
+      snprintf(what, sizeof what, "%s: %s + %s", c->t->name, c->t->args[o].name, c->t->args[o2].name);
+      got = sum, refb = rsum, mag = NULL, done[o2] = 1;
+    }
+    done[o] = 1;
+    check_fd(__LINE__, what, got, c->t->args[o].role == ROLE_ACC ? c->host[o] : NULL, refb, mag, mag0, x.ref[p].p, n,
+             fd_loss, &x, s->fd_h, kind < CMP_FP32 ? CMP_FP32 : kind);
+  }
+}
+
+/* ---- refusals and batch invariance ---------------------------------------------------------- */
+
+/* REFUSE: on dims that break the op's contract (or with one argument
+ * NULL) the op must say DLREC_ERR_INVALID and touch nothing. */
+static void op_refusals(const op_test *t, const op_spec *s) {
+  for (int k = 0; k < s->n_refuse && !test_failed_now(); k++) {
+    op_case c;
+    if (case_setup(&c, t, &s->refuse[k].dims, NULL)) return;
+    const int i = arg_index(t, s->refuse[k].arg);
+    if (i >= 0) c.dev[i].p = NULL;
+    const dlrec_status st = t->call(g_be, c.dev);
+    if (st != DLREC_ERR_INVALID) {
+      FAIL("%s: refusal %d (%s NULL): %s, not DLREC_ERR_INVALID", t->name, k, s->refuse[k].arg,
+           dlrec_status_name(st));
+      return;
+    }
+    dlrec_clear_error();
+    for (int j = 0; j < t->n_args; j++) {
+      const op_arg *a = &t->args[j];
+      if (j == i || !is_written(a->role) || !c.dev[j].p) continue;
+      const size_t n = (size_t)c.count[j], e = a->elem ? a->elem : 4;
+      if (memcmp(down_any(c.dev[j].p, n, e), c.host[j], n * e))
+        FAIL("%s: refusal %d touched %s", t->name, k, a->name);
+    }
+  }
+}
+
+/* INVARIANT: the op on 33 rows, then rows 0, 1, 16 and 32 alone (each
+ * from an input one float past an allocation's start) and rows 7 .. 19 as a
+ * batch of 13: each row must have the batch's bits. An argument is a row's
+ * when its size is B times its size at B = 1. */
+static void op_invariant(const op_test *t, const op_spec *s) {
+  enum { BIG = 33 };
+  op_case c;
+  op_dims dims = s->inv_dims;
+  dims.B = BIG;
+  if (case_setup(&c, t, &dims, NULL) || case_run(&c, NULL)) return;
+  test_val one[SPEC_MAX], dev[SPEC_MAX];
+  dims.B = 1;
+  t->eval(&dims, one);
+  int per_row[SPEC_MAX];
+  for (int i = 0; i < t->n_args; i++)
+    per_row[i] = is_buffer(t->args[i].role) && one[i].i > 0 && c.count[i] == BIG * one[i].i;
+  static const int alone[] = {0, 1, 16, 32, -7};
+  for (size_t k = 0; k < sizeof alone / sizeof alone[0] && !test_failed_now(); k++) {
+    const int b = alone[k] >= 0 ? alone[k] : -alone[k], rows = alone[k] >= 0 ? 1 : 13;
+    dims.B = rows;
+    t->eval(&dims, dev);
+    for (int i = 0; i < t->n_args; i++) {
+      if (!is_buffer(t->args[i].role)) continue;
+      const size_t w = (size_t)one[i].i, at = (size_t)b * w;
+      if (!per_row[i]) dev[i] = c.dev[i];
+      else if (t->args[i].role != ROLE_IN) dev[i].p = dup_guarded(nans(rows * w, 4), rows * w, 4);
+      else if (rows > 1) dev[i].p = (float *)c.dev[i].p + at;
+      else {
+        float *p = dalloc((w + 1) * sizeof(float));
+        if (g_be->ops->upload(g_be, p + 1, (float *)c.host[i] + at, w * sizeof(float)) != DLREC_OK) FAIL("upload");
+        dev[i].p = p + 1;
+      }
+    }
+    if (case_run(&c, dev)) return;
+    for (int i = 0; i < t->n_args; i++) {
+      if (!per_row[i] || t->args[i].role != ROLE_OUT) continue;
+      const size_t w = (size_t)one[i].i;
+      if (memcmp(down_any(dev[i].p, rows * w, 4), (const float *)down_any(c.dev[i].p, BIG * w, 4) + (size_t)b * w,
+                 rows * w * sizeof(float)))
+        FAIL("%s: %s of row%s %d%s differs from the batch of %d", t->name, t->args[i].name, rows > 1 ? "s" : "", b,
+             rows > 1 ? " .. 19 as a batch" : " alone", BIG);
+    }
+  }
+}
+
+/* ---- the loop: every shape of an op, on the backend under test ---------------------------------- */
+
+/* One case of op t on dims: a forward's (or a backward's after its forward
+ * on the same dims), checked, in place, its gradients by differences, the
+ * spec's EXTRA. */
+static void op_case_run(const op_test *t, const op_dims *dims) {
+  op_spec s;
+  t->describe(&s, dims);
+  op_case fwd, c;
+  op_case *f = NULL;
+  if (s.grad_of) {
+    if (case_setup(&fwd, op_find(s.grad_of), dims, NULL) || case_forward(&fwd)) return;
+    f = &fwd;
+  }
+  if (case_setup(&c, t, dims, f) || case_run(&c, NULL) || case_check(&c)) return;
+  case_inplace(&c);
+  if (f && !test_failed_now()) case_fd(&c);
+  if (s.extra && !test_failed_now()) s.extra(&c);
+}
+
+/* The dims of every case of op t: its shapes (a backward's are its
+ * forward's unless it names its own), each with every combination of the
+ * VARY values (the forward's and its own), then the FIX values. */
+static void op_cases(const op_test *t) {
+  op_spec s, fs;
+  const op_dims zero = {0};
+  t->describe(&s, &zero);
+  const op_test *f = s.grad_of ? op_find(s.grad_of) : NULL;
+  if (s.grad_of && !f) {
+    FAIL("%s: GRAD(%s): no such op", t->name, s.grad_of);
+    return;
+  }
+  if (f) f->describe(&fs, &zero);
+  const op_spec *shapes = s.n_shapes || !f ? &s : &fs;
+  /* VARYs of both, fixed dims dropped */
+  struct {
+    size_t off;
+    int n;
+    const int64_t *v;
+  } vary[8];
+  int n_vary = 0;
+  for (int w = 0; w < 2; w++) {
+    const op_spec *from = w ? &s : f ? &fs : NULL;
+    for (int k = 0; from && k < from->n_vary; k++) {
+      int fixed = 0;
+      for (int x = 0; x < s.n_fix; x++) fixed |= s.fix[x].off == from->vary[k].off;
+      if (!fixed) vary[n_vary].off = from->vary[k].off, vary[n_vary].n = from->vary[k].n, vary[n_vary++].v = from->vary[k].v;
+    }
+  }
+  for (int k = 0; k < shapes->n_shapes && !test_failed_now(); k++) {
+    int combos = 1;
+    for (int x = 0; x < n_vary; x++) combos *= vary[x].n;
+    for (int m = 0; m < combos && !test_failed_now(); m++) {
+      op_dims dims = shapes->shapes[k];
+      for (int x = 0, rest = m; x < n_vary; rest /= vary[x].n, x++)
+        *(int64_t *)((char *)&dims + vary[x].off) = vary[x].v[rest % vary[x].n];
+      for (int x = 0; x < s.n_fix; x++) *(int64_t *)((char *)&dims + s.fix[x].off) = s.fix[x].v;
+      op_case_run(t, &dims);
+      case_end();
+    }
+  }
+}
+
+/* Every test of op t on the backend under test: its cases, refusals and
+ * batch invariance, or its CUSTOM case. An op the backend lacks (a NULL
+ * entry) is skipped, saying so. */
+static const op_test *g_op;
+static void op_all(void) {
+  const op_test *t = g_op;
+  op_spec s;
+  const op_dims zero = {0};
+  t->describe(&s, &zero);
+  if (lacks(t->name, !t->has(g_be))) return;
+  if (s.grad_of && op_find(s.grad_of) && lacks(s.grad_of, !op_find(s.grad_of)->has(g_be))) return;
+  if (s.custom) {
+    /* Several ops may share one case (the packed layer's create and
+     * forward, the split batch normalization's four): the first runs it. */
+    for (const op_test *o = g_ops; o < t; o++) {
+      op_spec so;
+      o->describe(&so, &zero);
+      if (so.custom == s.custom) return;
+    }
+    s.custom();
+    return;
+  }
+  op_cases(t);
+  if (!test_failed_now()) op_refusals(t, &s);
+  case_end();
+  if (!test_failed_now() && s.invariant) op_invariant(t, &s);
+  case_end();
+}
+
+/* The same draws on every backend and in every precision, different for
+ * each op: the seed is the op's name hashed. */
+static uint64_t op_seed(const char *name) {
+  uint64_t h = 1469598103934665603ull;
+  for (; *name; name++) h = (h ^ (unsigned char)*name) * 1099511628211ull;
+  return h;
+}
+
+static void op_test_run(const char *name) {
+  g_op = op_find(name);
+  each_backend(op_all, op_seed(name));
+}
+
+/* One TEST per op of the table, "op_NAME": ./test_backend op_linear runs
+ * the linear ones. */
+#define DLREC_OP(name, cpu, args, test)                                                                             \
+  static void test_op_##name(void) { op_test_run(#name); }                                                          \
+  __attribute__((constructor)) static void test_register_op_##name(void) { test_register("op_" #name, test_op_##name); }
+#include "backend/ops.def"
+#undef DLREC_OP
+#undef A
+
+/* Every op of the table is tested: it names shapes, or is the gradient of
+ * an op that does, or names its CUSTOM case; every name its test column
+ * gives is one of its arguments (or of its forward's). */
+TEST(every_op_in_the_table_has_a_test) {
+  const op_dims zero = {0};
+  for (size_t i = 0; i < N_OPS; i++) {
+    const op_test *t = &g_ops[i];
+    op_spec s, fs;
+    t->describe(&s, &zero);
+    const op_test *f = s.grad_of ? op_find(s.grad_of) : NULL;
+    if (f) f->describe(&fs, &zero);
+    if (!s.custom && !s.n_shapes && !(f && fs.n_shapes)) test_fail(__FILE__, __LINE__, "%s: no test", t->name);
+    for (int k = 0; k < s.n_tols; k++)
+      if (arg_index(t, s.tols[k].arg) < 0) test_fail(__FILE__, __LINE__, "%s: TOL(%s): no such argument", t->name, s.tols[k].arg);
+    for (int k = 0; k < s.n_draws; k++)
+      if (arg_index(t, s.draws[k].arg) < 0 && !(f && arg_index(f, s.draws[k].arg) >= 0))
+        test_fail(__FILE__, __LINE__, "%s: DRAW(%s): no such argument", t->name, s.draws[k].arg);
+    for (int k = 0; k < s.n_links; k++)
+      if (arg_index(t, s.links[k].a) < 0 ||
+          (s.links[k].kind == LINK_WRT ? !f || arg_index(f, s.links[k].b) < 0 : arg_index(t, s.links[k].b) < 0))
+        test_fail(__FILE__, __LINE__, "%s: %s, %s: no such arguments", t->name, s.links[k].a, s.links[k].b);
+    if (s.grad_of && !f) test_fail(__FILE__, __LINE__, "%s: GRAD(%s): no such op", t->name, s.grad_of);
+    if (s.grad_of && strcmp(s.seed, "_") && arg_index(t, s.seed) < 0)
+      test_fail(__FILE__, __LINE__, "%s: GRAD: no argument %s", t->name, s.seed);
+  }
+  CHECK(N_OPS >= 48);
+}
+
+/* ---- all_finite: every place of a non-finite value ------------------------------------------ */
+
+/* *finite of each of +inf, -inf and NaN at the first, a middle and the last
+ * place of 1, 1000 and 100003 values (the last past the threaded size), and
+ * of none; no values are all finite; a NULL result is refused. */
+static void case_all_finite(void) {
   float *d = dnan(64);
-  if (BE_OP(g_be, copy_rows, d, 4, d + 32, 8, 2, 5) != DLREC_ERR_INVALID ||
-      BE_OP(g_be, fill_rows, d, 4, 2, 5, 0.0f) != DLREC_ERR_INVALID ||
-      BE_OP(g_be, copy_rows, NULL, 8, d, 8, 2, 5) != DLREC_ERR_INVALID || BE_OP(g_be, add, NULL, d, 4) != DLREC_ERR_INVALID ||
-      BE_OP(g_be, scale, NULL, 4, 2.0f) != DLREC_ERR_INVALID ||
-      BE_OP(g_be, copy_rows, d, 4, d + 32, 0, 2, 5) != DLREC_ERR_INVALID ||
-      BE_OP(g_be, sum_columns, NULL, d, 2, 3) != DLREC_ERR_INVALID ||
-      BE_OP(g_be, all_finite, NULL, d, 4) != DLREC_ERR_INVALID)
-    FAIL("a row wider than its stride, or a NULL buffer, was not refused");
+  if (BE_OP(g_be, all_finite, NULL, d, 4) != DLREC_ERR_INVALID) FAIL("all_finite with a NULL result was not refused");
   dlrec_clear_error();
-  /* all_finite: each of +inf, -inf and NaN at the first, a middle and the
-   * last place of 1, 1000 and 100003 values (the last past the threaded
-   * size), and none; no values are all finite. */
   static const size_t sizes[] = {1, 1000, 100003};
   const float bad[] = {INFINITY, -INFINITY, NAN};
   int finite = -1;
@@ -711,272 +1473,33 @@ static void case_rows(void) {
   }
 }
 
-TEST(moving_rows_match_reference) { each_backend(case_rows, 17); }
+/* ---- the fused ReLU backward is the composition ---------------------------------------------- */
 
-/* gather_rows copies the rows it names and nothing else; scatter_add_rows
- * adds into the rows it names (distinct), one float rounding each, and
- * leaves the others' bits; both refuse an index past the array, or a NULL
- * buffer, touching nothing. */
-static void case_indexed_rows(void) {
-  static const struct {
-    size_t n, width;
-  } shapes[] = {{0, 4}, {1, 1}, {37, 16}, {5000, 13}, {300, 129}};
-  for (size_t k = 0; k < sizeof shapes / sizeof shapes[0] && !test_failed_now(); k++) {
-    const size_t n = shapes[k].n, W = shapes[k].width, rows = 2 * n + 3;
-    /* idx: n distinct rows of `rows`, in a shuffled order. */
-    uint32_t *idx = malloc((rows + 1) * sizeof *idx);
-    for (size_t i = 0; i < rows; i++) idx[i] = (uint32_t)i;
-    dlrec_rng r;
-    dlrec_rng_seed(&r, 11 + k, 0);
-    for (size_t i = rows - 1; i > 0; i--) {
-      const size_t j = dlrec_rng_below(&r, (uint32_t)(i + 1));
-      const uint32_t t = idx[i];
-      idx[i] = idx[j], idx[j] = t;
-    }
-    float *table = hrand(rows * W, -5, 5), *d_table = dup(table, rows * W);
-    float *d_out = dnan(n * W + 1);
-    if (OP(gather_rows, d_out, d_table, rows, idx, n, W)) return;
-    float *got = down(d_out, n * W + 1);
-    for (size_t i = 0; i < n * W; i++)
-      if (memcmp(&got[i], &table[(size_t)idx[i / W] * W + i % W], 4)) {
-        FAIL("gather_rows %zu x %zu: value %zu is %g", n, W, i, (double)got[i]);
-        return;
-      }
-    if (!isnan(got[n * W])) FAIL("gather_rows %zu x %zu wrote past its rows", n, W);
-    float *src = hrand(n * W + 1, -1e3f, 1e3f), *d_src = dup(src, n * W + 1), *want = hf(rows * W);
-    memcpy(want, table, rows * W * sizeof(float));
-    for (size_t i = 0; i < n; i++)
-      for (size_t c = 0; c < W; c++) want[(size_t)idx[i] * W + c] += src[i * W + c];
-    if (OP(scatter_add_rows, d_table, rows, idx, d_src, n, W)) return;
-    if (memcmp(down(d_table, rows * W), want, rows * W * 4)) {
-      FAIL("scatter_add_rows %zu x %zu differs from float's adds", n, W);
-      return;
-    }
-    if (n && HAS(gather_rows) && HAS(scatter_add_rows)) {
-      const uint32_t keep = idx[n - 1];
-      idx[n - 1] = (uint32_t)rows; /* one past the array */
-      if (BE_OP(g_be, gather_rows, d_out, d_table, rows, idx, n, W) != DLREC_ERR_INVALID ||
-          BE_OP(g_be, scatter_add_rows, d_table, rows, idx, d_src, n, W) != DLREC_ERR_INVALID ||
-          BE_OP(g_be, gather_rows, d_out, d_table, rows, NULL, n, W) != DLREC_ERR_INVALID ||
-          BE_OP(g_be, scatter_add_rows, NULL, rows, idx, d_src, n, W) != DLREC_ERR_INVALID)
-        FAIL("an index past %zu rows, or a NULL buffer, was not refused", rows);
-      dlrec_clear_error();
-      idx[n - 1] = keep;
-      if (memcmp(down(d_table, rows * W), want, rows * W * 4) || memcmp(down(d_out, n * W), got, n * W * 4))
-        FAIL("a refused gather_rows or scatter_add_rows touched its output");
-    }
-    free(idx);
-    case_end();
-  }
-}
-
-TEST(indexed_rows_match_reference) { each_backend(case_indexed_rows, 5); }
-
-/* batchnorm_infer_backward: din = dout · gamma / sqrt(var + eps), and
- * dgamma, dbeta accumulated onto what they held, against double sums; 1
- * row (the training case) and 33 rows over 1000 columns (threaded); in place. */
-static void case_bn_infer_backward(void) {
-  static const int rows[] = {1, 33};
-  const int C = 1000;
-  for (int k = 0; k < 2 && !test_failed_now(); k++) {
-    const int B = rows[k];
-    const size_t n = (size_t)B * C;
-    float *x = hrand(n, -2, 2), *dout = hrand(n, -1, 1), *gamma = hrand(C, 0.5f, 1.5f), *rm = hrand(C, -1, 1);
-    float *rv = hrand(C, 0.1f, 2), *pre_g = hrand(C, -1, 1), *pre_b = hrand(C, -1, 1);
-    double *rdin = hd(n), *rdg = hd(C), *rdb = hd(C), *mag_g = hd(C), *mag_b = hd(C), *mag_in = hd(n);
-    for (int c = 0; c < C; c++) {
-      const double inv = 1.0 / sqrt((double)rv[c] + 1e-5);
-      for (int b = 0; b < B; b++) {
-        const size_t i = (size_t)b * C + c;
-        const double xhat = ((double)x[i] - rm[c]) * inv;
-        rdin[i] = (double)dout[i] * gamma[c] * inv;
-        mag_in[i] = fabs(rdin[i]);
-        rdg[c] += (double)dout[i] * xhat, mag_g[c] += fabs((double)dout[i] * xhat);
-        rdb[c] += dout[i], mag_b[c] += fabs((double)dout[i]);
-      }
-    }
-    float *d_x = dup(x, n), *d_dout = dup(dout, n), *d_g = dup(gamma, C), *d_rm = dup(rm, C), *d_rv = dup(rv, C);
-    float *d_dg = dup(pre_g, C), *d_db = dup(pre_b, C), *d_din = dnan(n);
-    if (OP(batchnorm_infer_backward, d_din, d_dg, d_db, d_dout, d_x, d_g, d_rm, d_rv, 1e-5f, B, C) ||
-        CHECKV("bn infer backward din", down(d_din, n), NULL, rdin, mag_in, 0, n, CMP_FP32) ||
-        CHECKV("bn infer backward dgamma", down(d_dg, C), pre_g, rdg, mag_g, 0, C, CMP_FP32) ||
-        CHECKV("bn infer backward dbeta", down(d_db, C), pre_b, rdb, mag_b, 0, C, CMP_FP32))
-      return;
-    /* In place on dout, as the MLP calls it. */
-    if (OP(batchnorm_infer_backward, d_dout, d_dg, d_db, d_dout, d_x, d_g, d_rm, d_rv, 1e-5f, B, C) ||
-        CHECKV("bn infer backward in place", down(d_dout, n), NULL, rdin, mag_in, 0, n, CMP_FP32))
-      return;
-    case_end();
-  }
-}
-
-TEST(batchnorm_infer_backward_matches_reference) { each_backend(case_bn_infer_backward, 18); }
-
-/* ---- interactions --------------------------------------------------------------------- */
-
-static double dot_loss(void *p) {
-  fwd_ctx *c = p;
-  ref_dot_forward(c->out, c->a[0], c->a[1], c->B, c->F, c->D);
-  return ref_weighted_sum(c->out, c->R, c->nout);
-}
-
-static void dot_case(int B, int F, int D, int fd) {
-  const size_t W = dlrec_interaction_dot_dim(F, D), nx = (size_t)B * D, ne = (size_t)B * F * D, nout = B * W;
-  float *x = hrand(nx, -1, 1), *emb = hrand(ne, -1, 1), *R = hrand(nout, -1, 1);
-  double *xd = hdbl(x, nx), *ed = hdbl(emb, ne), *Rd = hdbl(R, nout), *ref = hd(nout);
-  float *d_x = dup(x, nx), *d_e = dup(emb, ne), *d_R = dup(R, nout), *d_out = dnan(nout);
-  ref_dot_forward(ref, xd, ed, B, F, D);
-  if (OP(dot_forward, d_out, d_x, d_e, B, F, D) ||
-      CHECKV("dot out", down(d_out, nout), NULL, ref, NULL, D, nout, CMP_FP32))
+/* linear_relu_backward (checked against the reference by the loop) gives
+ * the bits of relu_backward then linear_backward on the same backend: run
+ * on the case's own inputs and pre-filled outputs, the composition's din,
+ * dweight and dbias (each where not NULL) are the fused op's. */
+static void fused_relu_is_the_composition(op_case *c) {
+  const op_test *t = c->t;
+  const int din = arg_index(t, "din"), dw = arg_index(t, "dweight"), db = arg_index(t, "dbias");
+  const int dout = arg_index(t, "dout"), out = arg_index(t, "out"), in = arg_index(t, "in");
+  const int w = arg_index(t, "weight");
+  const int B = (int)c->dims.B, IN = (int)c->dims.IN, OUT = (int)c->dims.OUT;
+  test_val dev[SPEC_MAX];
+  case_fresh_args(c, dev);
+  float *g = dev[dout].p;
+  if (OP(relu_backward, g, g, dev[out].p, (size_t)B * OUT) ||
+      OP(linear_backward, dev[din].p, dev[dw].p, dev[db].p, g, dev[in].p, dev[w].p, B, IN, OUT))
     return;
-  float *d_dx = dnan(nx), *d_de = dnan(ne);
-  double *rdx = hd(nx), *rde = hd(ne);
-  ref_dot_backward(rdx, rde, Rd, xd, ed, B, F, D);
-  if (OP(dot_backward, d_dx, d_de, d_R, d_x, d_e, B, F, D)) return;
-  const float *dx = down(d_dx, nx), *de = down(d_de, ne);
-  if (CHECKV("dot dx", dx, NULL, rdx, NULL, F + 1, nx, CMP_FP32) ||
-      CHECKV("dot demb", de, NULL, rde, NULL, F + 1, ne, CMP_FP32) || !fd)
-    return;
-  fwd_ctx c = {.B = B, .F = F, .D = D, .a = {xd, ed}, .out = hd(nout), .R = R, .nout = nout};
-  if (CHECKFD("dot dx", dx, NULL, rdx, NULL, F + 1, xd, nx, dot_loss, &c, 1e-3, CMP_FP32)) return;
-  CHECKFD("dot demb", de, NULL, rde, NULL, F + 1, ed, ne, dot_loss, &c, 1e-3, CMP_FP32);
-}
-
-static double concat_loss(void *p) {
-  fwd_ctx *c = p;
-  ref_concat_forward(c->out, c->a[0], c->a[1], c->B, c->DX, c->F, c->D);
-  return ref_weighted_sum(c->out, c->R, c->nout);
-}
-
-static void concat_case(int B, int DX, int F, int D, int fd) {
-  const size_t W = dlrec_interaction_concat_dim(DX, F, D), nx = (size_t)B * DX, ne = (size_t)B * F * D;
-  const size_t nout = B * W;
-  float *x = hrand(nx, -1, 1), *emb = hrand(ne, -1, 1), *R = hrand(nout, -1, 1);
-  double *xd = hdbl(x, nx), *ed = hdbl(emb, ne), *Rd = hdbl(R, nout), *ref = hd(nout);
-  float *d_x = DX ? dup(x, nx) : NULL, *d_e = dup(emb, ne), *d_R = dup(R, nout), *d_out = dnan(nout);
-  ref_concat_forward(ref, xd, ed, B, DX, F, D);
-  if (OP(concat_forward, d_out, d_x, d_e, B, DX, F, D) ||
-      CHECKV("concat out", down(d_out, nout), NULL, ref, NULL, 0, nout, CMP_EXACT))
-    return;
-  float *d_dx = DX ? dnan(nx) : NULL, *d_de = dnan(ne);
-  double *rdx = hd(nx), *rde = hd(ne);
-  ref_concat_backward(rdx, rde, Rd, B, DX, F, D);
-  if (OP(concat_backward, d_dx, d_de, d_R, B, DX, F, D)) return;
-  const float *dx = down(d_dx, nx), *de = down(d_de, ne);
-  if (CHECKV("concat dx", dx, NULL, rdx, NULL, 0, nx, CMP_EXACT) ||
-      CHECKV("concat demb", de, NULL, rde, NULL, 0, ne, CMP_EXACT) || !fd)
-    return;
-  fwd_ctx c = {.B = B, .DX = DX, .F = F, .D = D, .a = {xd, ed}, .out = hd(nout), .R = R, .nout = nout};
-  if (CHECKFD("concat dx", dx, NULL, rdx, NULL, 0, xd, nx, concat_loss, &c, 1e-3, CMP_FP32)) return;
-  CHECKFD("concat demb", de, NULL, rde, NULL, 0, ed, ne, concat_loss, &c, 1e-3, CMP_FP32);
-}
-
-static void case_interactions(void) {
-  /* {B, F, D, finite differences}; the last two are shapes a GPU's kernels
-   * take another way (D 512: too large for a block's shared memory; F 70:
-   * more pair-gradient rows than registers) */
-  static const int dot[][4] = {{1, 1, 1, 1},     {3, 5, 4, 1},  {2, 3, 17, 1}, {1, 26, 16, 0}, {130, 26, 16, 0},
-                               {3, 26, 512, 0}, {2, 70, 4, 0}};
-  for (size_t s = 0; s < sizeof dot / sizeof dot[0] && !test_failed_now(); s++) {
-    dot_case(dot[s][0], dot[s][1], dot[s][2], dot[s][3]);
-    case_end();
-  }
-  static const int cat[][5] = {{1, 1, 1, 1, 1}, {3, 4, 2, 5, 1}, {4, 0, 3, 2, 1}, {300, 13, 26, 16, 0}};
-  for (size_t s = 0; s < sizeof cat / sizeof cat[0] && !test_failed_now(); s++) {
-    concat_case(cat[s][0], cat[s][1], cat[s][2], cat[s][3], cat[s][4]);
-    case_end();
+  const int outs[] = {din, dw, db};
+  for (int k = 0; k < 3; k++) {
+    const int i = outs[k];
+    if (!dev[i].p) continue;
+    const size_t bytes = (size_t)c->count[i] * sizeof(float);
+    if (memcmp(down_any(dev[i].p, (size_t)c->count[i], 4), down_any(c->dev[i].p, (size_t)c->count[i], 4), bytes))
+      FAIL("linear_relu_backward %s: not the bits of relu_backward then linear_backward", t->args[i].name);
   }
 }
-
-TEST(interactions_match_reference) { each_backend(case_interactions, 4); }
-
-/* ---- cross layers ----------------------------------------------------------------------- */
-
-/* a: x0, xl, w (r = 0) or v, u, bias. first: xl is x0. */
-static double cross_loss(void *p) {
-  fwd_ctx *c = p;
-  const double *x0 = c->a[0], *xl = c->first ? c->a[0] : c->a[1];
-  if (c->r == 0) ref_cross_forward(c->out, x0, xl, c->a[2], c->a[5], c->B, c->d);
-  else ref_cross_lowrank_forward(c->out, x0, xl, c->a[3], c->a[4], c->a[5], c->B, c->d, c->r);
-  return ref_weighted_sum(c->out, c->R, c->nout);
-}
-
-static void cross_case(int B, int d, int r, int first, int fd) {
-  const size_t n = (size_t)B * d, nw = r ? 0 : (size_t)d * d, nr = (size_t)r * d;
-  float *x0 = hrand(n, -1, 1), *xl = first ? x0 : hrand(n, -1, 1), *w = hrand(nw, -1, 1), *v = hrand(nr, -1, 1);
-  float *u = hrand(nr, -1, 1), *bias = hrand(d, -1, 1), *R = hrand(n, -1, 1);
-  float *pre_dx0 = hrand(n, -1, 1), *pre_dw = hrand(nw, -1, 1), *pre_dv = hrand(nr, -1, 1);
-  float *pre_du = hrand(nr, -1, 1), *pre_db = hrand(d, -1, 1);
-  double *x0d = hdbl(x0, n), *xld = hdbl(xl, n), *wd = hdbl(w, nw), *vd = hdbl(v, nr), *ud = hdbl(u, nr);
-  double *bd = hdbl(bias, d), *Rd = hdbl(R, n), *ref = hd(n);
-  float *d_x0 = dup(x0, n), *d_xl = first ? d_x0 : dup(xl, n), *d_w = dup(w, nw), *d_v = dup(v, nr);
-  float *d_u = dup(u, nr), *d_b = dup(bias, d), *d_R = dup(R, n), *d_out = dnan(n);
-  float *d_act = dnan(dlrec_cross_act_floats(B, d, r)), *d_ws = dnan(dlrec_cross_ws_floats(B, d, r));
-  /* Values within ±1: u's products sum to at most d (full rank), or t's to d
-   * and u's to r·d (low rank). There t is rounded again as the second
-   * product's operand, its own error (the first GEMM's) times |U| <= 1 over
-   * r terms, so the chain counts r·d twice. */
-  const double mag = r ? 2.0 * r * d + d + 2 : d + 2.0;
-  if (r == 0) {
-    ref_cross_forward(ref, x0d, xld, wd, bd, B, d);
-    if (OP(cross_forward, d_out, d_act, d_x0, d_xl, d_w, d_b, B, d)) return;
-  } else {
-    ref_cross_lowrank_forward(ref, x0d, xld, vd, ud, bd, B, d, r);
-    if (OP(cross_lowrank_forward, d_out, d_act, d_x0, d_xl, d_v, d_u, d_b, B, d, r)) return;
-  }
-  if (CHECKV("cross out", down(d_out, n), NULL, ref, NULL, mag, n, CMP_GEMM)) return;
-
-  float *d_dx0 = dup(pre_dx0, n), *d_dxl = dnan(n), *d_dw = dup(pre_dw, nw), *d_dv = dup(pre_dv, nr);
-  float *d_du = dup(pre_du, nr), *d_db = dup(pre_db, d);
-  double *rdx0 = hd(n), *rdxl = hd(n), *rdw = hd(nw), *rdv = hd(nr), *rdu = hd(nr), *rdb = hd(d);
-  if (r == 0) {
-    ref_cross_backward(rdx0, rdxl, rdw, rdb, Rd, x0d, xld, wd, bd, B, d);
-    if (OP(cross_backward, d_dx0, d_dxl, d_dw, d_db, d_R, d_x0, d_xl, d_act, d_w, d_ws, B, d)) return;
-  } else {
-    ref_cross_lowrank_backward(rdx0, rdxl, rdv, rdu, rdb, Rd, x0d, xld, vd, ud, bd, B, d, r);
-    if (OP(cross_lowrank_backward, d_dx0, d_dxl, d_dv, d_du, d_db, d_R, d_x0, d_xl, d_act, d_v, d_u, d_ws, B, d, r))
-      return;
-  }
-  const float *dx0 = down(d_dx0, n), *dxl = down(d_dxl, n), *dw = down(d_dw, nw), *dv = down(d_dv, nr);
-  const float *du = down(d_du, nr), *db = down(d_db, d);
-  const double gmag = B * mag + d;
-  if (CHECKV("cross dx0", dx0, pre_dx0, rdx0, NULL, mag, n, CMP_GEMM) ||
-      CHECKV("cross dxl", dxl, NULL, rdxl, NULL, mag, n, CMP_GEMM) ||
-      CHECKV("cross dw", dw, pre_dw, rdw, NULL, gmag, nw, CMP_GEMM) ||
-      CHECKV("cross dv", dv, pre_dv, rdv, NULL, gmag, nr, CMP_GEMM) ||
-      CHECKV("cross du", du, pre_du, rdu, NULL, gmag, nr, CMP_GEMM) ||
-      CHECKV("cross dbias", db, pre_db, rdb, NULL, B, d, CMP_FP32) || !fd)
-    return;
-  fwd_ctx c = {.B = B, .d = d, .r = r, .first = first, .a = {x0d, xld, wd, vd, ud, bd}, .out = hd(n), .R = R,
-               .nout = n};
-  if (CHECKFD("cross dw", dw, pre_dw, rdw, NULL, gmag, wd, nw, cross_loss, &c, 1e-3, CMP_GEMM) ||
-      CHECKFD("cross dv", dv, pre_dv, rdv, NULL, gmag, vd, nr, cross_loss, &c, 1e-3, CMP_GEMM) ||
-      CHECKFD("cross du", du, pre_du, rdu, NULL, gmag, ud, nr, cross_loss, &c, 1e-3, CMP_GEMM) ||
-      CHECKFD("cross dbias", db, pre_db, rdb, NULL, B, bd, d, cross_loss, &c, 1e-3, CMP_FP32))
-    return;
-  if (first) {
-    /* x0 feeds both inputs: its gradient is dx0 + dxl. */
-    float *sum = hf(n);
-    double *rsum = hd(n);
-    for (size_t i = 0; i < n; i++) sum[i] = dx0[i] + dxl[i], rsum[i] = rdx0[i] + rdxl[i];
-    CHECKFD("cross dx0 + dxl", sum, pre_dx0, rsum, NULL, 2 * mag, x0d, n, cross_loss, &c, 1e-3, CMP_GEMM);
-    return;
-  }
-  if (CHECKFD("cross dx0", dx0, pre_dx0, rdx0, NULL, mag, x0d, n, cross_loss, &c, 1e-3, CMP_GEMM)) return;
-  CHECKFD("cross dxl", dxl, NULL, rdxl, NULL, mag, xld, n, cross_loss, &c, 1e-3, CMP_GEMM);
-}
-
-static void case_cross(void) {
-  static const int shapes[][5] = {{1, 1, 0, 0, 1}, {4, 5, 0, 0, 1}, {3, 7, 0, 1, 1}, {70, 9, 0, 0, 0},
-                                  {1, 1, 1, 0, 1}, {4, 6, 2, 0, 1}, {3, 5, 1, 1, 1}, {5, 3, 4, 0, 1},
-                                  {70, 9, 3, 0, 0}};
-  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0] && !test_failed_now(); s++) {
-    cross_case(shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3], shapes[s][4]);
-    case_end();
-  }
-}
-
-TEST(cross_layers_match_reference) { each_backend(case_cross, 5); }
 
 /* ---- kept operands ------------------------------------------------------------------------- */
 
@@ -1070,7 +1593,6 @@ static void case_kept(void) {
   }
 }
 
-TEST(kept_operands_are_read_between_forward_and_backward) { each_backend(case_kept, 20); }
 
 /* ---- fresh gradients --------------------------------------------------------------------- */
 
@@ -1137,278 +1659,7 @@ static void case_fresh(void) {
   }
 }
 
-TEST(fresh_gradients_write_only_the_first_product) { each_backend(case_fresh, 21); }
-
-/* a: x0, xl, v, c, u, gate, bias. */
-static double mix_loss(void *p) {
-  fwd_ctx *m = p;
-  ref_cross_mix_forward(m->out, NULL, m->a[0], m->first ? m->a[0] : m->a[1], m->a[2], m->a[3], m->a[4], m->a[5],
-                        m->a[6], m->B, m->d, m->r, m->K);
-  return ref_weighted_sum(m->out, m->R, m->nout);
-}
-
-/* In a bf16 backend the draws are integers (x0, xl, v, c, u, R in -1 .. 1,
- * the gates in -2 .. 2), so that every operand of the forward's products is
- * exact in bf16: t1, t2 and the logits are integers below 256 for these
- * shapes (|t2| <= r·d). The bf16 forward then computes what fp32 computes,
- * and is held to the fp32 bound. The backward's operands (de_k = p_k dm, a
- * softmax's multiple) are not exact: each of its chained products (dt2,
- * then dt1, then dxl and dv) rounds again, so its bound is the GEMM bound on
- * three times the stated size. Integer pre-activations sit on ReLU's kink
- * (0), so finite differences are left to the fp32 pass. */
-static void mix_case(int B, int d, int r, int K, int first, int fd) {
-  const size_t n = (size_t)B * d, nv = (size_t)K * r * d, nc = (size_t)K * r * r, ng = (size_t)K * d;
-  const int exact = g_terms_rel > 0; /* integers this small are exact in tf32 too */
-  if (exact && (double)r * d >= 256) {
-    FAIL("test setup: r·d = %d: t2 would not be exact in bf16", r * d);
-    return;
-  }
-  if (exact) fd = 0;
-  float *x0 = exact ? hrand_int(n, -1, 1) : hrand(n, -1, 1);
-  float *xl = first ? x0 : exact ? hrand_int(n, -1, 1) : hrand(n, -1, 1);
-  float *v = exact ? hrand_int(nv, -1, 1) : hrand(nv, -1, 1), *c = exact ? hrand_int(nc, -1, 1) : hrand(nc, -1, 1);
-  float *u = exact ? hrand_int(nv, -1, 1) : hrand(nv, -1, 1), *g = exact ? hrand_int(ng, -2, 2) : hrand(ng, -2, 2);
-  float *bias = hrand(d, -1, 1), *R = exact ? hrand_int(n, -1, 1) : hrand(n, -1, 1);
-  float *pre_dx0 = hrand(n, -1, 1), *pre_dv = hrand(nv, -1, 1), *pre_dc = hrand(nc, -1, 1);
-  float *pre_du = hrand(nv, -1, 1), *pre_dg = hrand(ng, -1, 1), *pre_db = hrand(d, -1, 1);
-  double *x0d = hdbl(x0, n), *xld = hdbl(xl, n), *vd = hdbl(v, nv), *cd = hdbl(c, nc), *ud = hdbl(u, nv);
-  double *gd = hdbl(g, ng), *bd = hdbl(bias, d), *Rd = hdbl(R, n), *ref = hd(n);
-  float *d_x0 = dup(x0, n), *d_xl = first ? d_x0 : dup(xl, n), *d_v = dup(v, nv), *d_c = dup(c, nc);
-  float *d_u = dup(u, nv), *d_g = dup(g, ng), *d_b = dup(bias, d), *d_R = dup(R, n), *d_out = dnan(n);
-  float *d_act = dnan(dlrec_cross_mix_act_floats(B, d, r, K)), *d_ws = dnan(dlrec_cross_mix_ws_floats(B, d, r, K));
-  /* Each expert's output is within about (d + 1) r² + 1 of zero. */
-  const double mag = (double)(d + 1) * r * r + d + 2, gmag = B * mag * (K + 2) * (exact ? 3 : 1);
-  double min_pre = INFINITY;
-  ref_cross_mix_forward(ref, &min_pre, x0d, xld, vd, cd, ud, gd, bd, B, d, r, K);
-  if (OP(cross_mix_forward, d_out, d_act, d_x0, d_xl, d_v, d_c, d_u, d_g, d_b, B, d, r, K) ||
-      CHECKV("mix out", down(d_out, n), NULL, ref, NULL, mag, n, CMP_FP32))
-    return;
-  float *d_dx0 = dup(pre_dx0, n), *d_dxl = dnan(n), *d_dv = dup(pre_dv, nv), *d_dc = dup(pre_dc, nc);
-  float *d_du = dup(pre_du, nv), *d_dg = dup(pre_dg, ng), *d_db = dup(pre_db, d);
-  double *rdx0 = hd(n), *rdxl = hd(n), *rdv = hd(nv), *rdc = hd(nc), *rdu = hd(nv), *rdg = hd(ng), *rdb = hd(d);
-  ref_cross_mix_backward(rdx0, rdxl, rdv, rdc, rdu, rdg, rdb, Rd, x0d, xld, vd, cd, ud, gd, bd, B, d, r, K);
-  if (OP(cross_mix_backward, d_dx0, d_dxl, d_dv, d_dc, d_du, d_dg, d_db, d_R, d_x0, d_xl, d_act, d_v, d_c, d_u, d_g,
-         d_ws, B, d, r, K))
-    return;
-  const float *dx0 = down(d_dx0, n), *dxl = down(d_dxl, n), *dv = down(d_dv, nv), *dc = down(d_dc, nc);
-  const float *du = down(d_du, nv), *dg = down(d_dg, ng), *db = down(d_db, d);
-  if (CHECKV("mix dx0", dx0, pre_dx0, rdx0, NULL, mag, n, CMP_FP32) ||
-      CHECKV("mix dxl", dxl, NULL, rdxl, NULL, gmag, n, CMP_GEMM) ||
-      CHECKV("mix dv", dv, pre_dv, rdv, NULL, gmag, nv, CMP_GEMM) ||
-      CHECKV("mix dc", dc, pre_dc, rdc, NULL, gmag, nc, CMP_GEMM) ||
-      CHECKV("mix du", du, pre_du, rdu, NULL, gmag, nv, CMP_GEMM) ||
-      CHECKV("mix dgate", dg, pre_dg, rdg, NULL, gmag, ng, CMP_GEMM) ||
-      CHECKV("mix dbias", db, pre_db, rdb, NULL, gmag, d, CMP_FP32) || !fd)
-    return;
-  /* h = 1e-4 moves a pre-activation by less than 1e-3 (values within ±2, r,
-   * d <= 6); one closer to a kink would make the difference wrong. The draws
-   * are fixed; this says so if a change of seed ever makes it happen. */
-  if (min_pre < 1e-3) {
-    FAIL("test setup: a pre-activation is %.3g, too close to the kink", min_pre);
-    return;
-  }
-  fwd_ctx m = {.B = B, .d = d, .r = r, .K = K, .first = first, .a = {x0d, xld, vd, cd, ud, gd, bd}, .out = hd(n),
-               .R = R, .nout = n};
-  const double h = 1e-4;
-  if (CHECKFD("mix dv", dv, pre_dv, rdv, NULL, gmag, vd, nv, mix_loss, &m, h, CMP_FP32) ||
-      CHECKFD("mix dc", dc, pre_dc, rdc, NULL, gmag, cd, nc, mix_loss, &m, h, CMP_FP32) ||
-      CHECKFD("mix du", du, pre_du, rdu, NULL, gmag, ud, nv, mix_loss, &m, h, CMP_FP32) ||
-      CHECKFD("mix dgate", dg, pre_dg, rdg, NULL, gmag, gd, ng, mix_loss, &m, h, CMP_FP32) ||
-      CHECKFD("mix dbias", db, pre_db, rdb, NULL, gmag, bd, d, mix_loss, &m, h, CMP_FP32))
-    return;
-  if (first) {
-    float *sum = hf(n);
-    double *rsum = hd(n);
-    for (size_t i = 0; i < n; i++) sum[i] = dx0[i] + dxl[i], rsum[i] = rdx0[i] + rdxl[i];
-    CHECKFD("mix dx0 + dxl", sum, pre_dx0, rsum, NULL, gmag, x0d, n, mix_loss, &m, h, CMP_FP32);
-    return;
-  }
-  if (CHECKFD("mix dx0", dx0, pre_dx0, rdx0, NULL, mag, x0d, n, mix_loss, &m, h, CMP_FP32)) return;
-  CHECKFD("mix dxl", dxl, NULL, rdxl, NULL, gmag, xld, n, mix_loss, &m, h, CMP_FP32);
-}
-
-static void case_cross_mix(void) {
-  if (!HAS(cross_mix_forward)) return;
-  static const int shapes[][6] = {{1, 1, 1, 1, 0, 1}, {3, 5, 2, 3, 0, 1}, {2, 4, 3, 2, 1, 1}, {4, 6, 2, 4, 0, 1},
-                                  {40, 31, 8, 3, 0, 0}};
-  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0] && !test_failed_now(); s++) {
-    mix_case(shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3], shapes[s][4], shapes[s][5]);
-    case_end();
-  }
-}
-
-TEST(cross_mix_matches_reference) { each_backend(case_cross_mix, 16); }
-
-/* ---- FM and wide ---------------------------------------------------------------------- */
-
-static double fm_loss(void *p) {
-  fwd_ctx *c = p;
-  ref_fm_forward(c->out, c->a[0], c->B, c->F, c->D);
-  return ref_weighted_sum(c->out, c->R, c->nout);
-}
-
-static void fm_case(int B, int F, int D, int fd) {
-  const size_t ne = (size_t)B * F * D;
-  float *emb = hrand(ne, -1, 1), *R = hrand(B, -1, 1);
-  double *ed = hdbl(emb, ne), *Rd = hdbl(R, B), *ref = hd(B), *rde = hd(ne);
-  float *d_e = dup(emb, ne), *d_R = dup(R, B), *d_out = dnan(B), *d_de = dnan(ne);
-  /* The kernel squares sums of F terms per d: terms of size F² per d. */
-  const double mag = (double)F * F * D;
-  ref_fm_forward(ref, ed, B, F, D);
-  if (OP(fm_forward, d_out, d_e, B, F, D) || CHECKV("fm out", down(d_out, B), NULL, ref, NULL, mag, B, CMP_FP32))
-    return;
-  ref_fm_backward(rde, Rd, ed, B, F, D);
-  if (OP(fm_backward, d_de, d_R, d_e, B, F, D)) return;
-  const float *de = down(d_de, ne);
-  if (CHECKV("fm demb", de, NULL, rde, NULL, F, ne, CMP_FP32) || !fd) return;
-  fwd_ctx c = {.B = B, .F = F, .D = D, .a = {ed}, .out = hd(B), .R = R, .nout = (size_t)B};
-  CHECKFD("fm demb", de, NULL, rde, NULL, F, ed, ne, fm_loss, &c, 1e-3, CMP_FP32);
-}
-
-static double wide_loss(void *p) {
-  fwd_ctx *c = p;
-  ref_wide_forward(c->out, c->a[0], c->a[1], c->B, c->F);
-  return ref_weighted_sum(c->out, c->R, c->nout);
-}
-
-static void wide_case(int B, int F, int with_bias, int fd) {
-  const size_t n = (size_t)B * F;
-  float *w = hrand(n, -1, 1), *bias = hrand(1, -1, 1), *R = hrand(B, -1, 1), *pre_db = hrand(1, -1, 1);
-  double *wd = hdbl(w, n), *bd = with_bias ? hdbl(bias, 1) : NULL, *Rd = hdbl(R, B), *ref = hd(B), *rdw = hd(n);
-  double rdb;
-  float *d_w = dup(w, n), *d_b = with_bias ? dup(bias, 1) : NULL, *d_R = dup(R, B), *d_out = dnan(B);
-  float *d_dw = dnan(n), *d_db = dup(pre_db, 1);
-  ref_wide_forward(ref, wd, bd, B, F);
-  if (OP(wide_forward, d_out, d_w, d_b, B, F) ||
-      CHECKV("wide out", down(d_out, B), NULL, ref, NULL, F + 1, B, CMP_FP32))
-    return;
-  ref_wide_backward(rdw, &rdb, Rd, B, F);
-  if (OP(wide_backward, d_dw, with_bias ? d_db : NULL, d_R, B, F)) return;
-  const float *dw = down(d_dw, n), *db = down(d_db, 1);
-  if (CHECKV("wide dw", dw, NULL, rdw, NULL, 0, n, CMP_EXACT)) return;
-  if (with_bias ? CHECKV("wide dbias", db, pre_db, &rdb, NULL, B, 1, CMP_FP32)
-                : CHECKV("wide dbias (NULL: untouched)", db, NULL, hdbl(pre_db, 1), NULL, 0, 1, CMP_EXACT))
-    return;
-  if (!fd) return;
-  fwd_ctx c = {.B = B, .F = F, .a = {wd, bd}, .out = hd(B), .R = R, .nout = (size_t)B};
-  if (CHECKFD("wide dw", dw, NULL, rdw, NULL, 0, wd, n, wide_loss, &c, 1e-3, CMP_FP32)) return;
-  if (with_bias) CHECKFD("wide dbias", db, pre_db, &rdb, NULL, B, bd, 1, wide_loss, &c, 1e-3, CMP_FP32);
-}
-
-static void case_fm_wide(void) {
-  static const int fm[][4] = {{1, 1, 1, 1}, {3, 4, 5, 1}, {2, 3, 300, 0}, {70, 26, 16, 0}};
-  for (size_t s = 0; s < sizeof fm / sizeof fm[0] && !test_failed_now(); s++) {
-    fm_case(fm[s][0], fm[s][1], fm[s][2], fm[s][3]);
-    case_end();
-  }
-  static const int wide[][3] = {{1, 1, 1}, {5, 3, 1}, {2000, 39, 0}};
-  for (size_t s = 0; s < sizeof wide / sizeof wide[0] && !test_failed_now(); s++)
-    for (int with_bias = 1; with_bias >= 0 && !test_failed_now(); with_bias--) {
-      wide_case(wide[s][0], wide[s][1], with_bias, wide[s][2]);
-      case_end();
-    }
-}
-
-TEST(fm_and_wide_match_reference) { each_backend(case_fm_wide, 7); }
-
-/* ---- dropout ----------------------------------------------------------------------------- */
-
-typedef struct dropout_ctx {
-  size_t n;
-  float p;
-  double *x, *out;
-  const float *R;
-} dropout_ctx;
-
-static double dropout_loss(void *q) {
-  dropout_ctx *c = q;
-  ref_dropout_forward(c->out, c->x, c->n, c->p, 9, 4, 1);
-  return ref_weighted_sum(c->out, c->R, c->n);
-}
-
-static void case_dropout(void) {
-  static const size_t sizes[] = {1, 7, 301, 40001};
-  static const float rates[] = {0.0f, 0.25f, 0.5f};
-  for (size_t s = 0; s < sizeof sizes / sizeof sizes[0] && !test_failed_now(); s++)
-    for (size_t q = 0; q < sizeof rates / sizeof rates[0] && !test_failed_now(); q++) {
-      const size_t n = sizes[s];
-      const float p = rates[q];
-      float *in = hrand(n, -1, 1), *R = hrand(n, -1, 1);
-      double *ind = hdbl(in, n), *Rd = hdbl(R, n), *ref = hd(n);
-      float *d_in = dup(in, n), *d_R = dup(R, n), *d_out = dnan(n);
-      /* Training: the mask is the documented draw of (seed, step, index). */
-      ref_dropout_forward(ref, ind, n, p, 9, 4, 1);
-      if (OP(dropout_forward, d_out, d_in, n, p, 9, 4, 1) ||
-          CHECKV("dropout out", down(d_out, n), NULL, ref, NULL, 0, n, CMP_FP32))
-        return;
-      /* Inference: the identity. */
-      if (OP(dropout_forward, d_out, d_in, n, p, 9, 4, 0) ||
-          CHECKV("dropout infer", down(d_out, n), NULL, ind, NULL, 0, n, CMP_EXACT))
-        return;
-      /* In place, as allowed. */
-      ref_dropout_forward(ref, ind, n, p, 9, 4, 1);
-      float *d_io = dup(in, n);
-      if (OP(dropout_forward, d_io, d_io, n, p, 9, 4, 1) ||
-          CHECKV("dropout in place", down(d_io, n), NULL, ref, NULL, 0, n, CMP_FP32))
-        return;
-      double *rdin = hd(n);
-      ref_dropout_backward(rdin, Rd, n, p, 9, 4);
-      float *d_din = dnan(n);
-      if (OP(dropout_backward, d_din, d_R, n, p, 9, 4)) return;
-      const float *din = down(d_din, n);
-      if (CHECKV("dropout din", din, NULL, rdin, NULL, 0, n, CMP_FP32)) return;
-      if (n <= 400) {
-        dropout_ctx c = {n, p, ind, hd(n), R};
-        if (CHECKFD("dropout din", din, NULL, rdin, NULL, 0, ind, n, dropout_loss, &c, 1e-3, CMP_FP32)) return;
-      }
-      case_end();
-    }
-}
-
-TEST(dropout_matches_reference_mask) { each_backend(case_dropout, 8); }
-
-/* ---- batch normalization ------------------------------------------------------------------- */
-
-/* a: in, gamma, beta. */
-static double bn_loss(void *p) {
-  fwd_ctx *c = p;
-  ref_batchnorm_train_forward(c->out, NULL, c->a[0], c->a[1], c->a[2], NULL, NULL, 0, 1e-5, c->B, c->C);
-  return ref_weighted_sum(c->out, c->R, c->nout);
-}
-
-static void bn_case(int B, int C, int fd) {
-  const size_t n = (size_t)B * C;
-  float *x = hrand(n, -1, 3), *gamma = hrand(C, 0.5f, 1.5f), *beta = hrand(C, -1, 1), *R = hrand(n, -1, 1);
-  float *rm = hrand(C, -1, 1), *rv = hrand(C, 0.5f, 2), *pre_dg = hrand(C, -1, 1), *pre_db = hrand(C, -1, 1);
-  double *xd = hdbl(x, n), *gd = hdbl(gamma, C), *bd = hdbl(beta, C), *Rd = hdbl(R, n), *rmd = hdbl(rm, C);
-  double *rvd = hdbl(rv, C), *ref = hd(n), *saved = hd(2 * (size_t)C);
-  float *d_x = dup(x, n), *d_g = dup(gamma, C), *d_b = dup(beta, C), *d_R = dup(R, n), *d_rm = dup(rm, C);
-  float *d_rv = dup(rv, C), *d_out = dnan(n), *d_saved = dnan(2 * (size_t)C);
-  ref_batchnorm_train_forward(ref, saved, xd, gd, bd, rmd, rvd, 0.1, 1e-5, B, C);
-  if (OP(batchnorm_train_forward, d_out, d_saved, d_x, d_g, d_b, d_rm, d_rv, 0.1f, 1e-5f, B, C)) return;
-  /* Normalized values are within a few units; the inverse deviation of a
-   * column of values in [-1, 3] is within a few units too. */
-  if (CHECKV("bn out", down(d_out, n), NULL, ref, NULL, 4, n, CMP_FP32) ||
-      CHECKV("bn saved", down(d_saved, 2 * (size_t)C), NULL, saved, NULL, 4, 2 * (size_t)C, CMP_FP32) ||
-      CHECKV("bn running_mean", down(d_rm, C), NULL, rmd, NULL, 1, C, CMP_FP32) ||
-      CHECKV("bn running_var", down(d_rv, C), NULL, rvd, NULL, 1, C, CMP_FP32))
-    return;
-  float *d_din = dnan(n), *d_dg = dup(pre_dg, C), *d_db = dup(pre_db, C);
-  double *rdin = hd(n), *rdg = hd(C), *rdb = hd(C);
-  ref_batchnorm_backward(rdin, rdg, rdb, Rd, xd, gd, 1e-5, B, C);
-  if (OP(batchnorm_backward, d_din, d_dg, d_db, d_R, d_x, d_g, d_saved, B, C)) return;
-  const float *din = down(d_din, n), *dg = down(d_dg, C), *db = down(d_db, C);
-  /* din cancels three terms of size about B · 4 · |dout| each. */
-  if (CHECKV("bn din", din, NULL, rdin, NULL, 12, n, CMP_FP32) ||
-      CHECKV("bn dgamma", dg, pre_dg, rdg, NULL, 4.0 * B, C, CMP_FP32) ||
-      CHECKV("bn dbeta", db, pre_db, rdb, NULL, B, C, CMP_FP32) || !fd)
-    return;
-  fwd_ctx c = {.B = B, .C = C, .a = {xd, gd, bd}, .out = hd(n), .R = R, .nout = n};
-  if (CHECKFD("bn din", din, NULL, rdin, NULL, 12, xd, n, bn_loss, &c, 1e-4, CMP_FP32) ||
-      CHECKFD("bn dgamma", dg, pre_dg, rdg, NULL, 4.0 * B, gd, C, bn_loss, &c, 1e-4, CMP_FP32))
-    return;
-  CHECKFD("bn dbeta", db, pre_db, rdb, NULL, B, bd, C, bn_loss, &c, 1e-4, CMP_FP32);
-}
+/* ---- batch normalization split in ways (the protocol of four ops) --------------------------- */
 
 /* C doubles of the backend's memory back on the host, summed into acc. */
 static void add_down(double *acc, const double *d, int C) {
@@ -1500,82 +1751,15 @@ static void bn_split_case(int B, int C, int W) {
     FAIL("bn with one way (B=%d C=%d) differs from the whole-batch ops", B, C);
 }
 
-static void case_batchnorm(void) {
-  static const int shapes[][3] = {{2, 1, 1}, {4, 3, 1}, {7, 5, 1}, {9, 70, 1}, {300, 130, 0}};
-  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0] && !test_failed_now(); s++) {
-    bn_case(shapes[s][0], shapes[s][1], shapes[s][2]);
-    case_end();
-  }
+/* The four ops of a split step's batch normalization, through their
+ * protocol (ops.def's batchnorm_stats): ways of 1 to 8, one row a way. */
+static void case_bn_split(void) {
   static const int split_shapes[][3] = {{2, 1, 1}, {9, 70, 1}, {9, 70, 2}, {300, 130, 3}, {64, 5, 8}};
   for (size_t s = 0; s < sizeof split_shapes / sizeof split_shapes[0] && !test_failed_now(); s++) {
     bn_split_case(split_shapes[s][0], split_shapes[s][1], split_shapes[s][2]);
     case_end();
   }
-  /* Inference from the running statistics, B = 1 included. */
-  for (int B = 1; B <= 5 && !test_failed_now(); B += 4) {
-    const int C = 37;
-    const size_t n = (size_t)B * C;
-    float *x = hrand(n, -2, 2), *g = hrand(C, 0.5f, 1.5f), *be = hrand(C, -1, 1), *rm = hrand(C, -1, 1);
-    float *rv = hrand(C, 0.1f, 2);
-    double *ref = hd(n);
-    ref_batchnorm_infer(ref, hdbl(x, n), hdbl(g, C), hdbl(be, C), hdbl(rm, C), hdbl(rv, C), 1e-5f, B, C);
-    float *d_out = dnan(n);
-    if (OP(batchnorm_infer, d_out, dup(x, n), dup(g, C), dup(be, C), dup(rm, C), dup(rv, C), 1e-5f, B, C) ||
-        CHECKV("bn infer", down(d_out, n), NULL, ref, NULL, 4, n, CMP_FP32))
-      return;
-    case_end();
-  }
 }
-
-TEST(batchnorm_matches_reference) { each_backend(case_batchnorm, 9); }
-
-/* ---- loss ---------------------------------------------------------------------------------- */
-
-typedef struct bce_ctx {
-  double *z, *y;
-  int B;
-} bce_ctx;
-
-static double bce_loss(void *p) {
-  bce_ctx *c = p;
-  double l;
-  ref_bce_forward(&l, c->z, c->y, c->B);
-  return l;
-}
-
-static void case_bce(void) {
-  static const int sizes[] = {1, 8, 1001};
-  for (size_t s = 0; s < sizeof sizes / sizeof sizes[0] && !test_failed_now(); s++) {
-    const int B = sizes[s];
-    float *z = hrand(B, -8, 8), *y = hrand(B, 0, 1);
-    static const float extremes[] = {0.0f, 50.0f, -50.0f, 100.0f, -100.0f, 0.5f, -3.0f};
-    for (int i = 1; i < B && i < 8; i++) z[i] = extremes[i - 1];
-    for (int i = 0; i < B; i += 3) y[i] = (float)(i % 2); /* hard labels too */
-    double *zd = hdbl(z, B), *yd = hdbl(y, B), ref, *rdz = hd(B);
-    float *d_z = dup(z, B), *d_y = dup(y, B), *d_dz = dnan(B);
-    double *d_loss = dalloc(sizeof(double)), loss = NAN;
-    ref_bce_forward(&ref, zd, yd, B);
-    if (OP(bce_forward, d_loss, d_z, d_y, B)) return;
-    if (g_be->ops->download(g_be, &loss, d_loss, sizeof loss) != DLREC_OK) FAIL("download: %s", dlrec_last_error());
-    if (!(fabs(loss - ref) <= bound(CMP_FP32, ref, 1))) {
-      FAIL("bce loss %d = %.12g, reference %.12g", B, loss, ref);
-      return;
-    }
-    ref_bce_backward(rdz, zd, yd, B);
-    if (OP(bce_backward, d_dz, d_z, d_y, B)) return;
-    const float *dz = down(d_dz, B);
-    if (CHECKV("bce dlogits", dz, NULL, rdz, NULL, 0, B, CMP_FP32)) return;
-    bce_ctx c = {zd, yd, B};
-    if (CHECKFD("bce dlogits", dz, NULL, rdz, NULL, 0, zd, B, bce_loss, &c, 1e-5, CMP_FP32)) return;
-    /* In place, as allowed. */
-    if (OP(bce_backward, d_z, d_z, d_y, B) ||
-        CHECKV("bce dlogits in place", down(d_z, B), NULL, rdz, NULL, 0, B, CMP_FP32))
-      return;
-    case_end();
-  }
-}
-
-TEST(bce_matches_reference) { each_backend(case_bce, 10); }
 
 /* ---- the dense optimizer ---------------------------------------------------------------------- */
 
@@ -1609,8 +1793,6 @@ static void case_optim(void) {
       case_end();
     }
 }
-
-TEST(optim_step_matches_reference) { each_backend(case_optim, 11); }
 
 /* ---- embeddings ------------------------------------------------------------------------------- */
 
@@ -1722,7 +1904,6 @@ static void case_bag_forward(void) {
       }
 }
 
-TEST(bag_forward_matches_reference) { each_backend(case_bag_forward, 12); }
 
 /* Three steps of the fused backward + update against the reference's
  * optimizer, with the optimizer's state; rows the batches never touch must
@@ -1876,7 +2057,6 @@ static void case_sparse(void) {
   }
 }
 
-TEST(bag_backward_update_matches_reference) { each_backend(case_sparse, 13); }
 
 /* A bf16 table with lazy Adam, updated through mirrors in the backend's
  * memory (mirror.c; on the CPU too, whose memory makes them plain copies)
@@ -1908,8 +2088,8 @@ static void case_mirror(void) {
   bag_data b0;
   bags_make(&b0, B, F, 1, 4, rows);
   float *d0 = hrand((size_t)B * F * D, -1, 1);
-  if (dlrec_bag_backward_update(t, o, &b0.bags, DLREC_BAG_SUM, d0, host_scratch, scratch_bytes) != DLREC_OK ||
-      dlrec_bag_backward_update(ref, ro, &b0.bags, DLREC_BAG_SUM, d0, host_scratch, scratch_bytes) != DLREC_OK ||
+  if (cpu_bag_backward_update(t, o, &b0.bags, DLREC_BAG_SUM, d0, host_scratch, scratch_bytes) != DLREC_OK ||
+      cpu_bag_backward_update(ref, ro, &b0.bags, DLREC_BAG_SUM, d0, host_scratch, scratch_bytes) != DLREC_OK ||
       backend_table_mirror(g_be, t, &mt) != DLREC_OK || backend_sparse_optim_mirror(g_be, o, mt, &mo) != DLREC_OK) {
     FAIL("the first update and the mirrors: %s", dlrec_last_error());
     goto out;
@@ -1921,7 +2101,7 @@ static void case_mirror(void) {
     if (OP(bag_backward_update, mt, mo, &bd.bags, DLREC_BAG_SUM, dup(dout, (size_t)B * F * D), dev_scratch,
            scratch_bytes))
       goto out;
-    if (dlrec_bag_backward_update(ref, ro, &bd.bags, DLREC_BAG_SUM, dout, host_scratch, scratch_bytes) != DLREC_OK) {
+    if (cpu_bag_backward_update(ref, ro, &bd.bags, DLREC_BAG_SUM, dout, host_scratch, scratch_bytes) != DLREC_OK) {
       FAIL("the CPU's update: %s", dlrec_last_error());
       goto out;
     }
@@ -1964,7 +2144,6 @@ out:
   dlrec_table_free(ref);
 }
 
-TEST(mirrored_tables_update_as_the_cpu_does) { each_backend(case_mirror, 19); }
 
 /* cpu-mirror (the CPU as a device, unlisted) refuses an op a buffer that
  * is not its memory, naming the op and the argument, as a GPU's kernel
@@ -2056,22 +2235,6 @@ static dlrec_status run_mix(const infer_op *op, float *out, const float *x0, con
                (const dlrec_packed_linear *const *)op->p + op->K, (const dlrec_packed_linear *const *)op->p + 2 * op->K,
                op->p[3 * op->K], B, op->d, op->r, op->K);
 }
-static dlrec_status run_bn(const infer_op *op, float *out, const float *in, const float *unused, int B) {
-  (void)unused;
-  return BE_OP(g_be, batchnorm_infer, out, in, op->gamma, op->beta, op->rm, op->rv, 1e-5f, B, op->d);
-}
-static dlrec_status run_fm(const infer_op *op, float *out, const float *emb, const float *unused, int B) {
-  (void)unused;
-  return BE_OP(g_be, fm_forward, out, emb, B, op->K, op->d);
-}
-static dlrec_status run_wide(const infer_op *op, float *out, const float *w, const float *unused, int B) {
-  (void)unused;
-  return BE_OP(g_be, wide_forward, out, w, op->gamma, B, op->d);
-}
-static dlrec_status run_concat(const infer_op *op, float *out, const float *x, const float *emb, int B) {
-  return BE_OP(g_be, concat_forward, out, x, emb, B, op->r, op->K, op->d);
-}
-
 /* Packing computes nothing in parallel, so it is not held to the thread check. */
 static int packed(dlrec_packed_linear **p, const float *w, const float *bias, int IN, int OUT) {
   if (!HAS(packed_create)) return 1;
@@ -2087,7 +2250,7 @@ static void free_packed(infer_op *op) {
 }
 
 /* Another backend's packed layer scores as the CPU's bit for bit: both
- * compute nn/nn.h's fma chain, which the CPU rounds once per step where
+ * compute ops.h's fma chain, which the CPU rounds once per step where
  * it has FMA (a build without FMA rounds twice, and is not compared). */
 static int same_as_cpu(int line, const float *got, const float *w, const float *bias, const float *in, int B, int IN,
                        int OUT, int relu) {
@@ -2095,9 +2258,9 @@ static int same_as_cpu(int line, const float *got, const float *w, const float *
   if (!strcmp(g_be->name, "cpu")) return 0;
   dlrec_packed_linear *p = NULL;
   float *want = hf((size_t)B * OUT);
-  dlrec_status st = dlrec_packed_linear_create(&p, w, bias, IN, OUT);
-  if (st == DLREC_OK) st = dlrec_packed_linear_forward(p, in, want, B, relu);
-  dlrec_packed_linear_free(p);
+  dlrec_status st = cpu_packed_create(&p, w, bias, IN, OUT);
+  if (st == DLREC_OK) st = cpu_packed_forward(want, p, in, B, (relu) ? DLREC_ACT_RELU : DLREC_ACT_NONE);
+  cpu_packed_free(p);
   if (st != DLREC_OK) {
     fail_at(line, "the CPU's packed layer: %s", dlrec_last_error());
     return 1;
@@ -2140,7 +2303,6 @@ static void case_packed(void) {
     }
 }
 
-TEST(packed_forward_matches_reference_and_is_batch_invariant) { each_backend(case_packed, 14); }
 
 static void case_cross_infer(void) {
   enum { B = 9, d = 200, r = 24 };
@@ -2196,31 +2358,9 @@ static void case_cross_mix_infer(void) {
   free_packed(&op);
 }
 
-/* The other forwards that scoring runs, whose contracts promise batch
- * invariance: batchnorm_infer, fm, wide, concat. C = 1000 puts batchnorm's
- * batch of 33 on its threaded path, fm's 33 · 26 · 64 values on its own. */
-static void case_other_infer(void) {
-  enum { C = 1000 };
-  infer_op bn = {.name = "batchnorm_infer", .w0 = C, .wout = C, .run = run_bn, .d = C,
-                 .gamma = dup(hrand(C, 0.5f, 1.5f), C), .beta = dup(hrand(C, -1, 1), C),
-                 .rm = dup(hrand(C, -1, 1), C), .rv = dup(hrand(C, 0.1f, 2), C)};
-  if (CHECK_INVARIANT(&bn)) return;
-  infer_op fm = {.name = "fm_forward", .w0 = 26 * 64, .wout = 1, .run = run_fm, .K = 26, .d = 64};
-  if (CHECK_INVARIANT(&fm)) return;
-  infer_op wide = {.name = "wide_forward", .w0 = 39, .wout = 1, .run = run_wide, .d = 39,
-                   .gamma = dup(hrand(1, -1, 1), 1)};
-  if (CHECK_INVARIANT(&wide)) return;
-  infer_op cat = {.name = "concat_forward", .w0 = 13, .w1 = 26 * 16, .wout = 13 + 26 * 16, .run = run_concat,
-                  .r = 13, .K = 26, .d = 16};
-  CHECK_INVARIANT(&cat);
-}
+/* ---- the behaviours that are not one op's ------------------------------------------------------ */
 
-static void case_scoring(void) {
-  case_cross_infer();
-  case_end();
-  if (!test_failed_now()) case_cross_mix_infer();
-  case_end();
-  if (!test_failed_now()) case_other_infer();
-}
-
-TEST(scoring_ops_match_reference_and_are_batch_invariant) { each_backend(case_scoring, 15); }
+TEST(memory_ops_align_round_trip_and_synchronize) { each_backend(case_memory, 1); }
+TEST(kept_operands_are_read_between_forward_and_backward) { each_backend(case_kept, 20); }
+TEST(fresh_gradients_write_only_the_first_product) { each_backend(case_fresh, 21); }
+TEST(mirrored_tables_update_as_the_cpu_does) { each_backend(case_mirror, 19); }

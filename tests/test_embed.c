@@ -4,6 +4,7 @@
  * and refusal of corrupt batches. */
 #include <omp.h>
 
+#include "backend/cpu/kernels.h"
 #include "embed/embed.h"
 #include "core/rng.h"
 #include "ref/ref.h"
@@ -176,7 +177,7 @@ static void check_bag_forward(uint64_t rows, uint32_t dim, uint32_t B, uint32_t 
   double *ref = malloc((size_t)B * F * dim * sizeof(double));
   for (size_t i = 0; i < (size_t)B * F * dim; i++) out[i] = NAN; /* empty bags must write zeros */
   ref_bag_forward(ref, dlrec_table_data(t), dlrec_table_stride(t), dim, &tb.bags, bag_mode(mean));
-  if (dlrec_bag_forward(t, &tb.bags, bag_mode(mean), out) != DLREC_OK)
+  if (cpu_bag_forward(out, t, &tb.bags, bag_mode(mean)) != DLREC_OK)
     test_fail(__FILE__, __LINE__, "bag_forward: %s", dlrec_last_error());
   for (size_t i = 0; i < (size_t)B * F * dim && !test_failed_now(); i++)
     if (!(fabs(out[i] - ref[i]) <= 1e-6 + 1e-6 * fabs(ref[i])))
@@ -232,7 +233,7 @@ TEST(bag_forward_one_hot_but_the_last_sample_matches_naive) {
           double *ref = malloc((size_t)B * F * dim * sizeof(double));
           for (size_t i = 0; i < (size_t)B * F * dim; i++) out[i] = NAN;
           ref_bag_forward(ref, dlrec_table_data(t), dlrec_table_stride(t), dim, &tb.bags, bag_mode(mean));
-          if (dlrec_bag_forward(t, &tb.bags, bag_mode(mean), out) != DLREC_OK)
+          if (cpu_bag_forward(out, t, &tb.bags, bag_mode(mean)) != DLREC_OK)
             test_fail(__FILE__, __LINE__, "bag_forward: %s", dlrec_last_error());
           for (size_t i = 0; i < (size_t)B * F * dim && !test_failed_now(); i++)
             if (!(fabs(out[i] - ref[i]) <= 1e-6 + 1e-6 * fabs(ref[i])))
@@ -286,7 +287,7 @@ static void check_bag_gradient(int mean) {
   c.lr = 1.0f;
   backward_ctx x;
   if (ctx_open(&x, t, &c, batch_ids(&tb)) != DLREC_OK ||
-      dlrec_bag_backward_update(t, x.o, &tb.bags, bag_mode(mean), R, x.scratch,
+      cpu_bag_backward_update(t, x.o, &tb.bags, bag_mode(mean), R, x.scratch,
                                 x.scratch_bytes) != DLREC_OK)
     test_fail(__FILE__, __LINE__, "backward: %s", dlrec_last_error());
   double *out = malloc((size_t)B * F * dim * sizeof(double));
@@ -343,7 +344,7 @@ TEST(bag_backward_sums_repeated_rows_exactly) {
   c.lr = 1.0f;
   backward_ctx x;
   CHECK_OK(ctx_open(&x, t, &c, 6));
-  CHECK_OK(dlrec_bag_backward_update(t, x.o, &bags, DLREC_BAG_SUM, dout, x.scratch, x.scratch_bytes));
+  CHECK_OK(cpu_bag_backward_update(t, x.o, &bags, DLREC_BAG_SUM, dout, x.scratch, x.scratch_bytes));
   const float *w = dlrec_table_data(t);
   for (int d = 0; d < 3; d++) {
     float g0 = 0.0f + dout[d];                                      /* row 0: b0 c0 */
@@ -356,7 +357,7 @@ TEST(bag_backward_sums_repeated_rows_exactly) {
   }
   /* Mean pooling scales each bag's gradient by 1/|bag|. */
   memset(dlrec_table_data(t), 0, table_bytes(t));
-  CHECK_OK(dlrec_bag_backward_update(t, x.o, &bags, DLREC_BAG_MEAN, dout, x.scratch, x.scratch_bytes));
+  CHECK_OK(cpu_bag_backward_update(t, x.o, &bags, DLREC_BAG_MEAN, dout, x.scratch, x.scratch_bytes));
   for (int d = 0; d < 3; d++) {
     CHECK_NEAR(-w[0 * 4 + d], dout[d] / 3.0, 1e-7, 1e-6);
     CHECK_NEAR(-w[1 * 4 + d], 2 * dout[d] / 3.0 + dout[9 + d], 1e-7, 1e-6);
@@ -368,7 +369,7 @@ TEST(bag_backward_sums_repeated_rows_exactly) {
   const uint8_t mean_cols[2] = {1, 0};
   bags.mean_cols = mean_cols;
   memset(dlrec_table_data(t), 0, table_bytes(t));
-  CHECK_OK(dlrec_bag_backward_update(t, x.o, &bags, DLREC_BAG_SUM, dout, x.scratch, x.scratch_bytes));
+  CHECK_OK(cpu_bag_backward_update(t, x.o, &bags, DLREC_BAG_SUM, dout, x.scratch, x.scratch_bytes));
   for (int d = 0; d < 3; d++) {
     CHECK_NEAR(-w[0 * 4 + d], dout[d] / 3.0, 1e-7, 1e-6);
     CHECK_NEAR(-w[1 * 4 + d], 2 * dout[d] / 3.0 + 2 * dout[9 + d], 1e-7, 1e-6);
@@ -378,7 +379,7 @@ TEST(bag_backward_sums_repeated_rows_exactly) {
   for (int r = 0; r < 4; r++)
     for (int d = 0; d < 3; d++) dlrec_table_data(t)[r * 4 + d] = (float)(r + 1);
   float out[12];
-  CHECK_OK(dlrec_bag_forward(t, &bags, DLREC_BAG_SUM, out));
+  CHECK_OK(cpu_bag_forward(out, t, &bags, DLREC_BAG_SUM));
   CHECK_NEAR(out[0], (2 + 1 + 2) / 3.0, 1e-7, 1e-6); /* b0 c0: mean of rows 1, 0, 1 */
   CHECK(out[3] == 0.0f);                              /* b0 c1: empty */
   CHECK(out[6] == 4.0f);                              /* b1 c0: row 3 */
@@ -428,7 +429,7 @@ static void check_sparse_optimizer_eps(dlrec_sparse_optim_kind kind, float wd, i
     fill(dout, (size_t)B * F * D, &r, -1, 1);
     memcpy(before, dlrec_table_data(t), rows * stride * sizeof(float));
     ref_bag_backward_update(&s, &c, &tb.bags, bag_mode(mean), dout, rows, D);
-    if (dlrec_bag_backward_update(t, x.o, &tb.bags, bag_mode(mean), dout, x.scratch,
+    if (cpu_bag_backward_update(t, x.o, &tb.bags, bag_mode(mean), dout, x.scratch,
                                   x.scratch_bytes) != DLREC_OK)
       test_fail(__FILE__, __LINE__, "backward: %s", dlrec_last_error());
     const float *w = dlrec_table_data(t);
@@ -528,7 +529,7 @@ static char *run_steps(dlrec_sparse_optim_kind kind, uint64_t rows, uint32_t dim
     test_batch tb;
     batch_make(&tb, B, F, 1, 3, rows, 500 + step);
     fill(dout, (size_t)B * F * dim, &r, -1, 1);
-    ok = dlrec_bag_backward_update(t, x.o, &tb.bags, step == 1 ? DLREC_BAG_MEAN : DLREC_BAG_SUM, dout, x.scratch,
+    ok = cpu_bag_backward_update(t, x.o, &tb.bags, step == 1 ? DLREC_BAG_MEAN : DLREC_BAG_SUM, dout, x.scratch,
                                    x.scratch_bytes) == DLREC_OK;
     batch_free(&tb);
   }
@@ -588,7 +589,7 @@ TEST(one_row_table_needs_no_sort) {
   c.lr = 1.0f;
   backward_ctx x;
   CHECK_OK(ctx_open(&x, t, &c, 3));
-  CHECK_OK(dlrec_bag_backward_update(t, x.o, &bags, DLREC_BAG_SUM, dout, x.scratch, x.scratch_bytes));
+  CHECK_OK(cpu_bag_backward_update(t, x.o, &bags, DLREC_BAG_SUM, dout, x.scratch, x.scratch_bytes));
   CHECK(dlrec_table_data(t)[0] == -(1.0f + 1.0f + 3.0f));
   CHECK(dlrec_table_data(t)[1] == -(2.0f + 2.0f + 4.0f));
   ctx_close(&x);
@@ -636,7 +637,7 @@ TEST(sparse_update_sorts_by_every_bit_of_the_row) {
     ref_bag_backward_update(&s, &c, &tb.bags, DLREC_BAG_SUM, dout, rows, D);
     backward_ctx x;
     if (ctx_open(&x, t, &c, batch_ids(&tb)) != DLREC_OK ||
-        dlrec_bag_backward_update(t, x.o, &tb.bags, DLREC_BAG_SUM, dout, x.scratch, x.scratch_bytes) != DLREC_OK)
+        cpu_bag_backward_update(t, x.o, &tb.bags, DLREC_BAG_SUM, dout, x.scratch, x.scratch_bytes) != DLREC_OK)
       test_fail(__FILE__, __LINE__, "backward: %s", dlrec_last_error());
     dlrec_sparse_optim_state st;
     dlrec_sparse_optim_state_view(x.o, &st);
@@ -699,14 +700,14 @@ TEST(corrupt_batches_are_errors_and_change_nothing) {
   dlrec_bag_batch bags = {2, 1, offs, idss, NULL};
   float out[8], dout[8] = {1, 1, 1, 1, 1, 1, 1, 1};
   CHECK_ERR(dlrec_bag_check(t, &bags), DLREC_ERR_INVALID, "column 0, sample 1: id 10 is outside the table of 10 rows");
-  CHECK_ERR(dlrec_bag_forward(t, &bags, DLREC_BAG_SUM, out), DLREC_ERR_INVALID, "bag_forward: embedding batch: column 0, sample 1: id 10");
+  CHECK_ERR(cpu_bag_forward(out, t, &bags, DLREC_BAG_SUM), DLREC_ERR_INVALID, "bag_forward: embedding batch: column 0, sample 1: id 10");
   dlrec_sparse_optim_config c;
   dlrec_sparse_optim_config_default(&c, DLREC_SPARSE_LAZY_ADAM);
   backward_ctx x;
   CHECK_OK(ctx_open(&x, t, &c, 3));
   float before[40];
   memcpy(before, dlrec_table_data(t), sizeof before);
-  CHECK_ERR(dlrec_bag_backward_update(t, x.o, &bags, DLREC_BAG_SUM, dout, x.scratch, x.scratch_bytes),
+  CHECK_ERR(cpu_bag_backward_update(t, x.o, &bags, DLREC_BAG_SUM, dout, x.scratch, x.scratch_bytes),
             DLREC_ERR_INVALID, "id 10 is outside");
   CHECK(memcmp(before, dlrec_table_data(t), sizeof before) == 0);
   dlrec_sparse_optim_state st;
@@ -717,30 +718,30 @@ TEST(corrupt_batches_are_errors_and_change_nothing) {
   uint32_t hot_off[] = {0, 1, 2}, hot_ids[] = {3, 10};
   const uint32_t *hot_offs[] = {hot_off}, *hot_idss[] = {hot_ids};
   dlrec_bag_batch hot = {2, 1, hot_offs, hot_idss, NULL};
-  CHECK_ERR(dlrec_bag_forward(t, &hot, DLREC_BAG_SUM, out), DLREC_ERR_INVALID, "column 0, sample 1: id 10");
+  CHECK_ERR(cpu_bag_forward(out, t, &hot, DLREC_BAG_SUM), DLREC_ERR_INVALID, "column 0, sample 1: id 10");
 
   /* Offsets that decrease, or run past the column's end. */
   uint32_t bad_off[] = {0, 3, 1};
   offs[0] = bad_off;
   ids0[2] = 1;
   CHECK_ERR(dlrec_bag_check(t, &bags), DLREC_ERR_INVALID, "offsets decrease");
-  CHECK_ERR(dlrec_bag_forward(t, &bags, DLREC_BAG_SUM, out), DLREC_ERR_INVALID, "offsets decrease");
-  CHECK_ERR(dlrec_bag_backward_update(t, x.o, &bags, DLREC_BAG_SUM, dout, x.scratch, x.scratch_bytes),
+  CHECK_ERR(cpu_bag_forward(out, t, &bags, DLREC_BAG_SUM), DLREC_ERR_INVALID, "offsets decrease");
+  CHECK_ERR(cpu_bag_backward_update(t, x.o, &bags, DLREC_BAG_SUM, dout, x.scratch, x.scratch_bytes),
             DLREC_ERR_INVALID, "offsets");
   uint32_t bad_off2[] = {2, 3, 1};
   offs[0] = bad_off2;
-  CHECK_ERR(dlrec_bag_backward_update(t, x.o, &bags, DLREC_BAG_SUM, dout, x.scratch, x.scratch_bytes),
+  CHECK_ERR(cpu_bag_backward_update(t, x.o, &bags, DLREC_BAG_SUM, dout, x.scratch, x.scratch_bytes),
             DLREC_ERR_INVALID, "offsets end (1) before they begin (2)");
   CHECK(memcmp(before, dlrec_table_data(t), sizeof before) == 0);
 
   /* Scratch planned for a smaller batch, an optimizer of another table. */
   offs[0] = off0;
-  CHECK_ERR(dlrec_bag_backward_update(t, x.o, &bags, DLREC_BAG_SUM, dout, x.scratch, 100), DLREC_ERR_INVALID,
+  CHECK_ERR(cpu_bag_backward_update(t, x.o, &bags, DLREC_BAG_SUM, dout, x.scratch, 100), DLREC_ERR_INVALID,
             "scratch of 100 bytes");
   dlrec_table *t2 = table_random(10, 4, 3);
-  CHECK_ERR(dlrec_bag_backward_update(t2, x.o, &bags, DLREC_BAG_SUM, dout, x.scratch, x.scratch_bytes),
+  CHECK_ERR(cpu_bag_backward_update(t2, x.o, &bags, DLREC_BAG_SUM, dout, x.scratch, x.scratch_bytes),
             DLREC_ERR_INVALID, "another table");
-  CHECK_ERR(dlrec_bag_forward(t, &bags, (dlrec_bag_mode)7, out), DLREC_ERR_INVALID, "mode");
+  CHECK_ERR(cpu_bag_forward(out, t, &bags, (dlrec_bag_mode)7), DLREC_ERR_INVALID, "mode");
   dlrec_sparse_optim *o2;
   c.beta2 = 1.0f;
   CHECK_ERR(dlrec_sparse_optim_create(&o2, t, &c), DLREC_ERR_INVALID, "betas");
@@ -752,10 +753,10 @@ TEST(corrupt_batches_are_errors_and_change_nothing) {
 
 /* ---- 16-bit tables (bf16, fp16) ---------------------------------------------- */
 
-#include "embed/dtype.h"
+#include "backend/dtype.h"
 
 /* Independent decoders: the value of a bit pattern by the formats'
- * definitions, with ldexp (no bit tricks shared with embed/dtype.h). */
+ * definitions, with ldexp (no bit tricks shared with backend/dtype.h). */
 static double ref_bf16_value(uint16_t h) {
   const int s = h >> 15, e = (h >> 7) & 0xff, m = h & 0x7f;
   double v = e == 0 ? ldexp(m / 128.0, -126) : ldexp(1.0 + m / 128.0, e - 127);
@@ -951,14 +952,14 @@ TEST(bag_forward_16bit_equals_fp32_pooling_of_the_widened_rows) {
           tb.bags.mean_cols = mean_cols;
           float *a = malloc((size_t)B * F * D * sizeof(float)), *b = malloc((size_t)B * F * D * sizeof(float));
           const dlrec_bag_mode mode = mean ? DLREC_BAG_MEAN : DLREC_BAG_SUM;
-          CHECK_OK(dlrec_bag_forward(t16, &tb.bags, mode, a));
-          CHECK_OK(dlrec_bag_forward(t32, &tb.bags, mode, b));
+          CHECK_OK(cpu_bag_forward(a, t16, &tb.bags, mode));
+          CHECK_OK(cpu_bag_forward(b, t32, &tb.bags, mode));
           if (memcmp(a, b, (size_t)B * F * D * sizeof(float)))
             test_fail(__FILE__, __LINE__, "%s dim %u hot %d mean %d: pooling differs from fp32's",
                       dlrec_table_dtype_name(dtypes[k]), D, hot, mean);
           /* And a bad id is refused as on fp32. */
           tb.ids[2][0] = (uint32_t)rows;
-          CHECK_ERR(dlrec_bag_forward(t16, &tb.bags, mode, a), DLREC_ERR_INVALID, "outside the table");
+          CHECK_ERR(cpu_bag_forward(a, t16, &tb.bags, mode), DLREC_ERR_INVALID, "outside the table");
           free(a), free(b);
           batch_free(&tb);
           dlrec_table_free(t16);
@@ -967,7 +968,7 @@ TEST(bag_forward_16bit_equals_fp32_pooling_of_the_widened_rows) {
         }
 }
 
-/* dlrec_bag_forward_rows pools each listed bag with the bits the whole-batch
+/* cpu_bag_forward_rows pools each listed bag with the bits the whole-batch
  * forward gives it, into its place in the list, and writes nothing else:
  * fp32, bf16 and fp16 tables; sum and mean, a mean column; one-hot columns
  * (the whole batch's fast path) beside multi-hot ones with empty bags;
@@ -997,7 +998,7 @@ TEST(bag_forward_rows_pools_the_listed_bags_as_the_batch_does) {
         tb.bags.mean_cols = mean_cols;
         const dlrec_bag_mode mode = bag_mode(mean);
         float *all = malloc((size_t)B * F * D * sizeof(float));
-        CHECK_OK(dlrec_bag_forward(t, &tb.bags, mode, all));
+        CHECK_OK(cpu_bag_forward(all, t, &tb.bags, mode));
         dlrec_rng r;
         dlrec_rng_seed(&r, 70 + i, 0);
         const size_t ns[] = {1, 31, 500};
@@ -1007,7 +1008,7 @@ TEST(bag_forward_rows_pools_the_listed_bags_as_the_batch_does) {
           for (size_t j = 0; j < n; j++) list[j] = (uint32_t)dlrec_rng_below(&r, B * F);
           float *out = malloc((n * D + 8) * sizeof(float));
           for (size_t j = 0; j < n * D + 8; j++) out[j] = -7.0f;
-          CHECK_OK(dlrec_bag_forward_rows(t, &tb.bags, mode, list, n, out));
+          CHECK_OK(cpu_bag_forward_rows(t, &tb.bags, mode, list, n, out));
           for (size_t j = 0; j < n && !test_failed_now(); j++)
             if (memcmp(out + j * D, all + (size_t)list[j] * D, D * sizeof(float)))
               test_fail(__FILE__, __LINE__, "%s dim %u mean %d: listed bag %zu (bag %u) differs from the batch's",
@@ -1021,22 +1022,22 @@ TEST(bag_forward_rows_pools_the_listed_bags_as_the_batch_does) {
           if (!listed && tb.offsets[other % F][other / F + 1] > tb.offsets[other % F][other / F]) {
             uint32_t *id = &tb.ids[other % F][tb.offsets[other % F][other / F]], keep = *id;
             *id = (uint32_t)rows;
-            CHECK_OK(dlrec_bag_forward_rows(t, &tb.bags, mode, list, n, out));
+            CHECK_OK(cpu_bag_forward_rows(t, &tb.bags, mode, list, n, out));
             *id = keep;
           }
           if (tb.offsets[c][b + 1] > tb.offsets[c][b]) {
             uint32_t *id = &tb.ids[c][tb.offsets[c][b]], keep = *id;
             *id = (uint32_t)rows;
-            CHECK_ERR(dlrec_bag_forward_rows(t, &tb.bags, mode, list, n, out), DLREC_ERR_INVALID,
+            CHECK_ERR(cpu_bag_forward_rows(t, &tb.bags, mode, list, n, out), DLREC_ERR_INVALID,
                       "outside the table");
             *id = keep;
           }
           list[n - 1] = B * F;
-          CHECK_ERR(dlrec_bag_forward_rows(t, &tb.bags, mode, list, n, out), DLREC_ERR_INVALID, "bag 800 of a batch");
+          CHECK_ERR(cpu_bag_forward_rows(t, &tb.bags, mode, list, n, out), DLREC_ERR_INVALID, "bag 800 of a batch");
           free(list), free(out);
         }
-        CHECK_ERR(dlrec_bag_forward_rows(t, &tb.bags, mode, NULL, 3, all), DLREC_ERR_INVALID, "NULL list");
-        CHECK_OK(dlrec_bag_forward_rows(t, &tb.bags, mode, NULL, 0, all));
+        CHECK_ERR(cpu_bag_forward_rows(t, &tb.bags, mode, NULL, 3, all), DLREC_ERR_INVALID, "NULL list");
+        CHECK_OK(cpu_bag_forward_rows(t, &tb.bags, mode, NULL, 0, all));
         free(all);
         batch_free(&tb);
         batch_free(&one);
@@ -1098,8 +1099,8 @@ static void check_sparse_16bit(dlrec_sparse_optim_kind kind, dlrec_table_dtype d
     batch_make(&tb, B, F, 0, 4, rows / 2, 700 + step); /* the upper half is never touched */
     fill(dout, (size_t)B * F * D, &r, -1, 1);
     ref_bag_backward_update(&s, &c, &tb.bags, DLREC_BAG_SUM, dout, rows, D);
-    CHECK_OK(dlrec_bag_backward_update(t16, x16.o, &tb.bags, DLREC_BAG_SUM, dout, x16.scratch, x16.scratch_bytes));
-    CHECK_OK(dlrec_bag_backward_update(t32, x32.o, &tb.bags, DLREC_BAG_SUM, dout, x32.scratch, x32.scratch_bytes));
+    CHECK_OK(cpu_bag_backward_update(t16, x16.o, &tb.bags, DLREC_BAG_SUM, dout, x16.scratch, x16.scratch_bytes));
+    CHECK_OK(cpu_bag_backward_update(t32, x32.o, &tb.bags, DLREC_BAG_SUM, dout, x32.scratch, x32.scratch_bytes));
     const uint16_t *got = dlrec_table_raw_const(t16);
     const float *w32 = dlrec_table_data(t32);
     for (uint64_t row = 0; row < rows && !test_failed_now(); row++)
@@ -1160,7 +1161,7 @@ static uint16_t *run_steps16(dlrec_table_dtype dtype, int threads, size_t *n) {
     test_batch tb;
     batch_make(&tb, B, F, 1, 3, rows, 500 + step);
     fill(dout, (size_t)B * F * D, &r, -1, 1);
-    ok = dlrec_bag_backward_update(t, x.o, &tb.bags, DLREC_BAG_SUM, dout, x.scratch, x.scratch_bytes) == DLREC_OK;
+    ok = cpu_bag_backward_update(t, x.o, &tb.bags, DLREC_BAG_SUM, dout, x.scratch, x.scratch_bytes) == DLREC_OK;
     batch_free(&tb);
   }
   omp_set_num_threads(keep);

@@ -1,11 +1,11 @@
-/* The batch-invariant linear layer (src/nn/linear_packed.c): values against a
+/* The batch-invariant linear layer (src/backend/cpu/linear_packed.c): values against a
  * naive double-precision loop, and bitwise invariance of each row's output
  * under the batch size, the row's neighbours and position, and the thread
  * count. */
 #include <float.h>
 #include <omp.h>
 
-#include "nn/nn.h"
+#include "backend/cpu/kernels.h"
 #include "core/rng.h"
 #include "ref/ref.h"
 #include "test.h"
@@ -39,7 +39,7 @@ static void free_case(case_data *c) { free(c->in), free(c->w), free(c->bias); }
 static int run_forward(const dlrec_packed_linear *p, const float *in, float *out, int B, int relu, int threads) {
   int keep = omp_get_max_threads();
   omp_set_num_threads(threads);
-  dlrec_status st = dlrec_packed_linear_forward(p, in, out, B, relu);
+  dlrec_status st = cpu_packed_forward(out, p, in, B, (relu) ? DLREC_ACT_RELU : DLREC_ACT_NONE);
   omp_set_num_threads(keep);
   if (st != DLREC_OK) test_fail(__FILE__, __LINE__, "packed_linear_forward: %s", dlrec_last_error());
   return st == DLREC_OK ? 0 : -1;
@@ -87,12 +87,12 @@ static int check_shape(int B, int IN, int OUT, int with_bias, int relu, int thre
   float *out = fvec((size_t)B * OUT);
   dlrec_packed_linear *p = NULL;
   int rc = -1;
-  dlrec_status st = dlrec_packed_linear_create(&p, c.w, with_bias ? c.bias : NULL, IN, OUT);
+  dlrec_status st = cpu_packed_create(&p, c.w, with_bias ? c.bias : NULL, IN, OUT);
   if (st != DLREC_OK)
     test_fail(__FILE__, __LINE__, "packed_linear_create: %s", dlrec_last_error());
   else if (run_forward(p, c.in, out, B, relu, threads) == 0)
     rc = check_against_reference(&c, out, with_bias, relu);
-  dlrec_packed_linear_free(p);
+  cpu_packed_free(p);
   free(out);
   free_case(&c);
   return rc;
@@ -137,7 +137,7 @@ static void check_invariance(int B, int IN, int OUT, int relu) {
   float *one_in = fvec((size_t)IN + 1), *one_out = fvec((size_t)OUT + 1);
   uint32_t *perm = calloc((size_t)B, sizeof *perm);
   dlrec_packed_linear *p = NULL;
-  dlrec_status st = dlrec_packed_linear_create(&p, c.w, c.bias, IN, OUT);
+  dlrec_status st = cpu_packed_create(&p, c.w, c.bias, IN, OUT);
   int fails = st != DLREC_OK;
   if (st != DLREC_OK) test_fail(__FILE__, __LINE__, "packed_linear_create: %s", dlrec_last_error());
   if (!fails) fails += run_forward(p, c.in, ref, B, relu, 2) != 0;
@@ -185,7 +185,7 @@ static void check_invariance(int B, int IN, int OUT, int relu) {
         fails++;
       }
     }
-  dlrec_packed_linear_free(p);
+  cpu_packed_free(p);
   free(ref), free(out), free(perm_in), free(one_in), free(one_out), free(perm);
   free_case(&c);
 }
@@ -207,9 +207,9 @@ TEST(packed_linear_relu_and_null_bias) {
   const size_t n = (size_t)B * OUT;
   float *lin = fvec(n), *act = fvec(n), *nob = fvec(n), *zb = fvec(n), *zeros = fvec((size_t)OUT);
   dlrec_packed_linear *p = NULL, *q = NULL, *z = NULL;
-  CHECK_OK(dlrec_packed_linear_create(&p, c.w, c.bias, IN, OUT));
-  CHECK_OK(dlrec_packed_linear_create(&q, c.w, NULL, IN, OUT));
-  CHECK_OK(dlrec_packed_linear_create(&z, c.w, zeros, IN, OUT));
+  CHECK_OK(cpu_packed_create(&p, c.w, c.bias, IN, OUT));
+  CHECK_OK(cpu_packed_create(&q, c.w, NULL, IN, OUT));
+  CHECK_OK(cpu_packed_create(&z, c.w, zeros, IN, OUT));
   int ok = run_forward(p, c.in, lin, B, 0, 2) == 0 && run_forward(p, c.in, act, B, 1, 2) == 0 &&
            run_forward(q, c.in, nob, B, 0, 2) == 0 && run_forward(z, c.in, zb, B, 0, 2) == 0;
   /* The ReLU is max(x, 0) of the same sums, bitwise; some of each sign. */
@@ -226,7 +226,7 @@ TEST(packed_linear_relu_and_null_bias) {
   /* No bias: the reference without one, and the same bits as a zero bias. */
   if (ok) ok = check_against_reference(&c, nob, 0, 0) == 0 && check_against_reference(&c, lin, 1, 0) == 0;
   if (ok && memcmp(nob, zb, n * sizeof(float)) != 0) test_fail(__FILE__, __LINE__, "NULL bias differs from zeros");
-  dlrec_packed_linear_free(p), dlrec_packed_linear_free(q), dlrec_packed_linear_free(z);
+  cpu_packed_free(p), cpu_packed_free(q), cpu_packed_free(z);
   free(lin), free(act), free(nob), free(zb), free(zeros);
   free_case(&c);
 }
@@ -234,27 +234,27 @@ TEST(packed_linear_relu_and_null_bias) {
 TEST(packed_linear_bad_arguments) {
   float w[6] = {1, 2, 3, 4, 5, 6}, b[2] = {0}, in[3] = {1, 1, 1}, out[2] = {7, 7};
   dlrec_packed_linear *p = (dlrec_packed_linear *)w; /* must be reset to NULL on failure */
-  CHECK_ERR(dlrec_packed_linear_create(NULL, w, b, 3, 2), DLREC_ERR_INVALID, "NULL");
-  CHECK_ERR(dlrec_packed_linear_create(&p, NULL, b, 3, 2), DLREC_ERR_INVALID, "NULL");
+  CHECK_ERR(cpu_packed_create(NULL, w, b, 3, 2), DLREC_ERR_INVALID, "NULL");
+  CHECK_ERR(cpu_packed_create(&p, NULL, b, 3, 2), DLREC_ERR_INVALID, "NULL");
   CHECK(p == NULL);
   p = (dlrec_packed_linear *)w;
-  CHECK_ERR(dlrec_packed_linear_create(&p, w, b, 0, 2), DLREC_ERR_INVALID, "IN=0");
+  CHECK_ERR(cpu_packed_create(&p, w, b, 0, 2), DLREC_ERR_INVALID, "IN=0");
   CHECK(p == NULL);
-  CHECK_ERR(dlrec_packed_linear_create(&p, w, b, 3, 0), DLREC_ERR_INVALID, "OUT=0");
-  CHECK_ERR(dlrec_packed_linear_create(&p, w, b, -3, 2), DLREC_ERR_INVALID, "bad shape");
-  CHECK_ERR(dlrec_packed_linear_create(&p, w, b, 3, 65537), DLREC_ERR_INVALID, "bad shape");
-  CHECK_ERR(dlrec_packed_linear_create(&p, w, b, 1 << 20, 2), DLREC_ERR_INVALID, "bad shape");
+  CHECK_ERR(cpu_packed_create(&p, w, b, 3, 0), DLREC_ERR_INVALID, "OUT=0");
+  CHECK_ERR(cpu_packed_create(&p, w, b, -3, 2), DLREC_ERR_INVALID, "bad shape");
+  CHECK_ERR(cpu_packed_create(&p, w, b, 3, 65537), DLREC_ERR_INVALID, "bad shape");
+  CHECK_ERR(cpu_packed_create(&p, w, b, 1 << 20, 2), DLREC_ERR_INVALID, "bad shape");
   CHECK(p == NULL);
-  CHECK_OK(dlrec_packed_linear_create(&p, w, b, 3, 2));
-  CHECK_ERR(dlrec_packed_linear_forward(NULL, in, out, 1, 0), DLREC_ERR_INVALID, "NULL");
-  CHECK_ERR(dlrec_packed_linear_forward(p, NULL, out, 1, 0), DLREC_ERR_INVALID, "NULL");
-  CHECK_ERR(dlrec_packed_linear_forward(p, in, NULL, 1, 0), DLREC_ERR_INVALID, "NULL");
-  CHECK_ERR(dlrec_packed_linear_forward(p, in, out, 0, 0), DLREC_ERR_INVALID, "B=0");
-  CHECK_ERR(dlrec_packed_linear_forward(p, in, out, -5, 1), DLREC_ERR_INVALID, "B=-5");
+  CHECK_OK(cpu_packed_create(&p, w, b, 3, 2));
+  CHECK_ERR(cpu_packed_forward(out, NULL, in, 1, DLREC_ACT_NONE), DLREC_ERR_INVALID, "NULL");
+  CHECK_ERR(cpu_packed_forward(out, p, NULL, 1, DLREC_ACT_NONE), DLREC_ERR_INVALID, "NULL");
+  CHECK_ERR(cpu_packed_forward(NULL, p, in, 1, DLREC_ACT_NONE), DLREC_ERR_INVALID, "NULL");
+  CHECK_ERR(cpu_packed_forward(out, p, in, 0, DLREC_ACT_NONE), DLREC_ERR_INVALID, "B=0");
+  CHECK_ERR(cpu_packed_forward(out, p, in, -5, DLREC_ACT_RELU), DLREC_ERR_INVALID, "B=-5");
   CHECK(out[0] == 7 && out[1] == 7); /* refused calls touch nothing */
   /* The valid call still works: W = [[1 2 3] [4 5 6]], x = [1 1 1]. */
-  CHECK_OK(dlrec_packed_linear_forward(p, in, out, 1, 0));
+  CHECK_OK(cpu_packed_forward(out, p, in, 1, DLREC_ACT_NONE));
   CHECK(out[0] == 6 && out[1] == 15);
-  dlrec_packed_linear_free(p);
-  dlrec_packed_linear_free(NULL);
+  cpu_packed_free(p);
+  cpu_packed_free(NULL);
 }

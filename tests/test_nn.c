@@ -3,7 +3,7 @@
  * optimizer against a naive reference update over several steps. */
 #include <omp.h>
 
-#include "nn/nn.h"
+#include "backend/cpu/kernels.h"
 #include "core/rng.h"
 #include "ref/ref.h"
 #include "test.h"
@@ -38,8 +38,8 @@ static void check_linear_forward(int B, int IN, int OUT, int with_bias, int relu
   ref_to_double(dw, w, (size_t)OUT * IN);
   ref_to_double(db, bias, OUT);
   ref_linear_forward(ref, din, dw, with_bias ? db : NULL, B, IN, OUT, relu);
-  dlrec_status st = relu ? dlrec_linear_relu_forward(out, in, w, with_bias ? bias : NULL, B, IN, OUT)
-                         : dlrec_linear_forward(out, in, w, with_bias ? bias : NULL, B, IN, OUT);
+  dlrec_status st = relu ? cpu_sgemm_linear_relu_forward(out, in, w, with_bias ? bias : NULL, B, IN, OUT)
+                         : cpu_sgemm_linear_forward(out, in, w, with_bias ? bias : NULL, B, IN, OUT);
   int ok = st == DLREC_OK;
   for (int i = 0; ok && i < B * OUT; i++) {
     ok = fabs(out[i] - ref[i]) <= 1e-5 + 1e-5 * fabs(ref[i]);
@@ -102,12 +102,12 @@ static void check_linear_backward(int B, int IN, int OUT, int relu) {
   for (size_t i = 0; i < nin; i++) din[i] = NAN; /* overwritten, not accumulated */
   int fails = 0;
   if (relu) {
-    fails += dlrec_linear_relu_forward(out, in, w, bias, B, IN, OUT) != DLREC_OK;
-    fails += dlrec_relu_backward(dout, R, out, nout) != DLREC_OK;
+    fails += cpu_sgemm_linear_relu_forward(out, in, w, bias, B, IN, OUT) != DLREC_OK;
+    fails += cpu_relu_backward(dout, R, out, nout) != DLREC_OK;
   } else {
     memcpy(dout, R, nout * sizeof(float));
   }
-  fails += dlrec_linear_backward(din, dw, db, dout, in, w, B, IN, OUT) != DLREC_OK;
+  fails += cpu_sgemm_linear_backward(din, dw, db, dout, in, w, B, IN, OUT) != DLREC_OK;
   /* A perturbation of h = 1e-4 moves a pre-activation by at most 1e-4
    * (inputs and weights are within ±1), so a pre-activation that close to
    * zero would put the ReLU's kink inside the finite difference. The draw is
@@ -142,7 +142,7 @@ static void check_linear_backward(int B, int IN, int OUT, int relu) {
   /* din NULL (the first layer) still accumulates the same dW. */
   float *dw2 = fvec(nw);
   for (size_t i = 0; i < nw; i++) dw2[i] = 0.25f;
-  if (!fails && dlrec_linear_backward(NULL, dw2, NULL, dout, in, w, B, IN, OUT) != DLREC_OK) fails++;
+  if (!fails && cpu_sgemm_linear_backward(NULL, dw2, NULL, dout, in, w, B, IN, OUT) != DLREC_OK) fails++;
   for (size_t i = 0; i < nw && !fails; i++)
     if (dw2[i] != dw[i]) {
       test_fail(__FILE__, __LINE__, "dW without din differs at %zu: %.9g vs %.9g", i, dw2[i], dw[i]);
@@ -173,14 +173,14 @@ TEST(relu_forward_backward) {
   fill(x, N, &r, -1, 1);
   fill(dy, N, &r, -1, 1);
   x[0] = 0.0f;
-  CHECK_OK(dlrec_relu_forward(y, x, N));
+  CHECK_OK(cpu_relu_forward(y, x, N));
   for (int i = 0; i < N; i++) CHECK(y[i] == (x[i] > 0 ? x[i] : 0.0f));
-  CHECK_OK(dlrec_relu_backward(dx, dy, y, N));
+  CHECK_OK(cpu_relu_backward(dx, dy, y, N));
   /* d relu / dx is 1 above zero and 0 below (and 0 at the kink, by convention). */
   for (int i = 0; i < N; i++) CHECK(dx[i] == (x[i] > 0 ? dy[i] : 0.0f));
-  CHECK_OK(dlrec_relu_backward(dy, dy, y, N)); /* in place */
+  CHECK_OK(cpu_relu_backward(dy, dy, y, N)); /* in place */
   CHECK(memcmp(dy, dx, N * sizeof(float)) == 0);
-  CHECK_OK(dlrec_relu_forward(x, x, N));
+  CHECK_OK(cpu_relu_forward(x, x, N));
   CHECK(memcmp(x, y, N * sizeof(float)) == 0);
   free(x), free(y), free(dy), free(dx);
 }
@@ -189,7 +189,7 @@ TEST(sigmoid_stable) {
   float z[] = {0.0f, 1.0f, -1.0f, 20.0f, -20.0f, 88.0f, -88.0f, 100.0f, -100.0f, 1e30f, -1e30f};
   const int n = (int)(sizeof z / sizeof z[0]);
   float s[sizeof z / sizeof z[0]];
-  CHECK_OK(dlrec_sigmoid_forward(s, z, (size_t)n));
+  CHECK_OK(cpu_sigmoid(s, z, (size_t)n));
   for (int i = 0; i < n; i++) {
     double ref = 1.0 / (1.0 + exp(-(double)z[i]));
     CHECK(isfinite(s[i]) && s[i] >= 0 && s[i] <= 1);
@@ -200,25 +200,25 @@ TEST(sigmoid_stable) {
 
 TEST(invalid_arguments_are_errors) {
   float a[4] = {0}, b[4] = {0}, c[4] = {0};
-  CHECK_ERR(dlrec_linear_forward(a, b, c, NULL, 0, 1, 1), DLREC_ERR_INVALID, "bad shape");
-  CHECK_ERR(dlrec_linear_forward(NULL, b, c, NULL, 1, 1, 1), DLREC_ERR_INVALID, "NULL");
-  CHECK_ERR(dlrec_linear_backward(a, NULL, NULL, b, c, c, 1, 1, 1), DLREC_ERR_INVALID, "NULL");
-  CHECK_ERR(dlrec_linear_backward(a, b, NULL, b, c, NULL, 1, 1, 1), DLREC_ERR_INVALID, "weights");
-  CHECK_ERR(dlrec_interaction_dot_forward(a, b, c, 1, 0, 1), DLREC_ERR_INVALID, "bad shape");
-  CHECK_ERR(dlrec_interaction_dot_forward(a, b, c, 1, 257, 1), DLREC_ERR_INVALID, "bad shape");
+  CHECK_ERR(cpu_sgemm_linear_forward(a, b, c, NULL, 0, 1, 1), DLREC_ERR_INVALID, "bad shape");
+  CHECK_ERR(cpu_sgemm_linear_forward(NULL, b, c, NULL, 1, 1, 1), DLREC_ERR_INVALID, "NULL");
+  CHECK_ERR(cpu_sgemm_linear_backward(a, NULL, NULL, b, c, c, 1, 1, 1), DLREC_ERR_INVALID, "NULL");
+  CHECK_ERR(cpu_sgemm_linear_backward(a, b, NULL, b, c, NULL, 1, 1, 1), DLREC_ERR_INVALID, "weights");
+  CHECK_ERR(cpu_dot_forward(a, b, c, 1, 0, 1), DLREC_ERR_INVALID, "bad shape");
+  CHECK_ERR(cpu_dot_forward(a, b, c, 1, 257, 1), DLREC_ERR_INVALID, "bad shape");
   CHECK_EQ(dlrec_interaction_dot_dim(26, 16), 16 + 351);
   CHECK_EQ(dlrec_interaction_dot_dim(0, 16), 0);
   double loss;
-  CHECK_ERR(dlrec_bce_logits_forward(&loss, a, b, 0), DLREC_ERR_INVALID, "batch");
+  CHECK_ERR(cpu_bce_forward(&loss, a, b, 0), DLREC_ERR_INVALID, "batch");
   dlrec_optim_config oc;
   dlrec_optim_config_default(&oc, DLREC_OPTIM_ADAM);
   oc.beta1 = 1.0f;
-  CHECK_ERR(dlrec_optim_step(&oc, a, b, c, 1, 1), DLREC_ERR_INVALID, "betas");
+  CHECK_ERR(cpu_optim_step(&oc, a, b, c, 1, 1), DLREC_ERR_INVALID, "betas");
   dlrec_optim_config_default(&oc, DLREC_OPTIM_ADAM);
-  CHECK_ERR(dlrec_optim_step(&oc, a, b, NULL, 1, 1), DLREC_ERR_INVALID, "state");
-  CHECK_ERR(dlrec_optim_step(&oc, a, b, c, 1, 0), DLREC_ERR_INVALID, "step");
+  CHECK_ERR(cpu_optim_step(&oc, a, b, NULL, 1, 1), DLREC_ERR_INVALID, "state");
+  CHECK_ERR(cpu_optim_step(&oc, a, b, c, 1, 0), DLREC_ERR_INVALID, "step");
   oc.lr = NAN;
-  CHECK_ERR(dlrec_optim_step(&oc, a, b, c, 1, 1), DLREC_ERR_INVALID, "lr");
+  CHECK_ERR(cpu_optim_step(&oc, a, b, c, 1, 1), DLREC_ERR_INVALID, "lr");
 }
 
 /* ---- interaction ----------------------------------------------------------- */
@@ -235,7 +235,7 @@ static void check_interaction_forward(int B, int F, int D) {
   ref_to_double(ed, emb, (size_t)B * F * D);
   ref_dot_forward(ref, xd, ed, B, F, D);
   for (size_t i = 0; i < (size_t)B * W; i++) out[i] = NAN; /* every output must be written */
-  if (dlrec_interaction_dot_forward(out, x, emb, B, F, D) != DLREC_OK)
+  if (cpu_dot_forward(out, x, emb, B, F, D) != DLREC_OK)
     test_fail(__FILE__, __LINE__, "interaction forward: %s", dlrec_last_error());
   for (size_t i = 0; i < (size_t)B * W && !test_failed_now(); i++)
     if (!(fabs(out[i] - ref[i]) <= 1e-5 + 1e-5 * fabs(ref[i])))
@@ -261,7 +261,7 @@ TEST(interaction_output_order_is_the_reference_order) {
   /* Hand-made: x = (1, 0), e1 = (0, 2), e2 = (3, 1). Pairs in the order
    * (1,0), (2,0), (2,1): e1·x = 0, e2·x = 3, e2·e1 = 2. */
   float x[2] = {1, 0}, emb[4] = {0, 2, 3, 1}, out[5];
-  CHECK_OK(dlrec_interaction_dot_forward(out, x, emb, 1, 2, 2));
+  CHECK_OK(cpu_dot_forward(out, x, emb, 1, 2, 2));
   CHECK(out[0] == 1 && out[1] == 0 && out[2] == 0 && out[3] == 3 && out[4] == 2);
 }
 
@@ -278,7 +278,7 @@ static void check_interaction_backward(int B, int F, int D) {
   ref_to_double(ed, emb, ne);
   for (size_t i = 0; i < nx; i++) dx[i] = NAN; /* overwritten, not accumulated */
   for (size_t i = 0; i < ne; i++) demb[i] = NAN;
-  if (dlrec_interaction_dot_backward(dx, demb, R, x, emb, B, F, D) != DLREC_OK)
+  if (cpu_dot_backward(dx, demb, R, x, emb, B, F, D) != DLREC_OK)
     test_fail(__FILE__, __LINE__, "interaction backward: %s", dlrec_last_error());
   /* L = Σ R ⊙ out is quadratic in the inputs: central differences are exact
    * up to rounding. */
@@ -327,9 +327,9 @@ TEST(interaction_backward_threaded_matches_serial) {
   fill(dout, (size_t)B * W, &r, -1, 1);
   const int threads = omp_get_max_threads();
   omp_set_num_threads(1);
-  dlrec_status s1 = dlrec_interaction_dot_backward(dx1, de1, dout, x, emb, B, F, D);
+  dlrec_status s1 = cpu_dot_backward(dx1, de1, dout, x, emb, B, F, D);
   omp_set_num_threads(4);
-  dlrec_status s2 = dlrec_interaction_dot_backward(dx2, de2, dout, x, emb, B, F, D);
+  dlrec_status s2 = cpu_dot_backward(dx2, de2, dout, x, emb, B, F, D);
   omp_set_num_threads(threads);
   CHECK_OK(s1);
   CHECK_OK(s2);
@@ -347,14 +347,14 @@ TEST(bce_forward_matches_reference) {
   double zd[sizeof z / sizeof z[0]], yd[sizeof z / sizeof z[0]], loss;
   ref_to_double(zd, z, (size_t)B);
   ref_to_double(yd, y, (size_t)B);
-  CHECK_OK(dlrec_bce_logits_forward(&loss, z, y, B));
+  CHECK_OK(cpu_bce_forward(&loss, z, y, B));
   CHECK(isfinite(loss));
   CHECK_NEAR(loss, bce(zd, yd, B), 1e-12, 1e-12);
   /* Known values: z = 0 costs log 2; a confident wrong answer costs |z|. */
-  CHECK_OK(dlrec_bce_logits_forward(&loss, z, y, 1));
+  CHECK_OK(cpu_bce_forward(&loss, z, y, 1));
   CHECK_NEAR(loss, log(2.0), 1e-12, 0);
   float zw = 100.0f, yw = 0.0f;
-  CHECK_OK(dlrec_bce_logits_forward(&loss, &zw, &yw, 1));
+  CHECK_OK(cpu_bce_forward(&loss, &zw, &yw, 1));
   CHECK_NEAR(loss, 100.0, 1e-9, 0);
 }
 
@@ -366,7 +366,7 @@ TEST(bce_backward_matches_finite_differences) {
   double zd[sizeof z / sizeof z[0]], yd[sizeof z / sizeof z[0]];
   ref_to_double(zd, z, (size_t)B);
   ref_to_double(yd, y, (size_t)B);
-  CHECK_OK(dlrec_bce_logits_backward(dz, z, y, B));
+  CHECK_OK(cpu_bce_backward(dz, z, y, B));
   for (int b = 0; b < B; b++) {
     const double h = 1e-5, keep = zd[b];
     zd[b] = keep + h;
@@ -376,7 +376,7 @@ TEST(bce_backward_matches_finite_differences) {
     zd[b] = keep;
     CHECK_NEAR(dz[b], (lp - lm) / (2 * h), 1e-7, 1e-5);
   }
-  CHECK_OK(dlrec_bce_logits_backward(z, z, y, B)); /* in place */
+  CHECK_OK(cpu_bce_backward(z, z, y, B)); /* in place */
   CHECK(memcmp(z, dz, sizeof dz) == 0);
 }
 
@@ -407,7 +407,7 @@ static void check_optimizer_eps(dlrec_optim_kind kind, float wd, float eps, floa
   for (int t = 1; t <= STEPS && !test_failed_now(); t++) {
     fill(g, N, &r, -1, 1);
     if (t == 3) g[0] = 0.0f; /* a zero gradient still moves Adam's moments */
-    if (dlrec_optim_step(&c, w, g, state, N, (uint64_t)t) != DLREC_OK)
+    if (cpu_optim_step(&c, w, g, state, N, (uint64_t)t) != DLREC_OK)
       test_fail(__FILE__, __LINE__, "%s", dlrec_last_error());
     ref_to_double(gd, g, N);
     ref_optim_step(&c, wr, gd, rs, N, (uint64_t)t);
@@ -491,13 +491,13 @@ TEST(scatter_rows_sets_the_named_rows_only) {
     memcpy(want, dst, rows * W * sizeof(float));
     for (size_t i = 0; i < n; i++)
       for (size_t c = 0; c < W; c++) want[(size_t)idx[i] * W + c] = src[i * W + c];
-    CHECK_OK(dlrec_scatter_rows(dst, rows, idx, src, n, W));
+    CHECK_OK(cpu_scatter_rows(dst, rows, idx, src, n, W));
     CHECK(!memcmp(dst, want, rows * W * sizeof(float)));
-    CHECK_OK(dlrec_gather_rows(back, dst, rows, idx, n, W));
+    CHECK_OK(cpu_gather_rows(back, dst, rows, idx, n, W));
     CHECK(!memcmp(back, src, n * W * sizeof(float)));
     idx[n - 1] = (uint32_t)rows;
     fill(src, n * W, &r, 2, 3);
-    CHECK_ERR(dlrec_scatter_rows(dst, rows, idx, src, n, W), DLREC_ERR_INVALID, "scatter_rows: index 399 is row 1000");
+    CHECK_ERR(cpu_scatter_rows(dst, rows, idx, src, n, W), DLREC_ERR_INVALID, "scatter_rows: index 399 is row 1000");
     CHECK(!memcmp(dst, want, rows * W * sizeof(float)));
     free(idx), free(dst), free(src), free(want), free(back);
   }

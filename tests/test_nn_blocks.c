@@ -1,11 +1,11 @@
-/* The building blocks of the CTR models (src/nn/nn.h, "building
+/* The building blocks of the CTR models (src/backend/ops.def, "building
  * blocks"): each forward against a naive double-precision loop, each
  * gradient against central finite differences of that loop, and each
  * inference forward for bitwise batch invariance (a row alone against the
  * same row inside a batch of 33). */
 #include <omp.h>
 
-#include "nn/nn.h"
+#include "backend/cpu/kernels.h"
 #include "core/rng.h"
 #include "ref/ref.h"
 #include "test.h"
@@ -138,10 +138,10 @@ static void check_concat(int B, int DX, int F, int D) {
   ref_to_double(xd, x, nx), ref_to_double(ed, emb, ne);
   int fails = W != (size_t)DX + (size_t)F * D;
   if (fails) test_fail(__FILE__, __LINE__, "concat_dim(%d, %d, %d) = %zu", DX, F, D, W);
-  fails = fails || dlrec_interaction_concat_forward(out, DX ? x : NULL, emb, B, DX, F, D) != DLREC_OK;
+  fails = fails || cpu_concat_forward(out, DX ? x : NULL, emb, B, DX, F, D) != DLREC_OK;
   ref_concat_forward(ref, xd, ed, B, DX, F, D);
   fails = fails || check_close("concat out", out, ref, B * W, 0, 0);
-  fails = fails || dlrec_interaction_concat_backward(DX ? dx : NULL, demb, R, B, DX, F, D) != DLREC_OK;
+  fails = fails || cpu_concat_backward(DX ? dx : NULL, demb, R, B, DX, F, D) != DLREC_OK;
   concat_ctx c = {B, DX, F, D, xd, ed, ref, R};
   if (nx + ne <= FD_MAX) {
     fails = fails || check_grad("concat dx", dx, 0, xd, nx, concat_loss, &c, 1e-3, 1e-6, 1e-6);
@@ -168,7 +168,7 @@ TEST(concat_matches_reference_and_finite_differences) {
 
 static dlrec_status concat_infer(void *ctx, float *out, const float *x, const float *emb, int B) {
   const int *s = ctx;
-  return dlrec_interaction_concat_forward(out, x, emb, B, s[0], s[1], s[2]);
+  return cpu_concat_forward(out, x, emb, B, s[0], s[1], s[2]);
 }
 
 TEST(concat_is_batch_invariant) {
@@ -178,11 +178,11 @@ TEST(concat_is_batch_invariant) {
 
 TEST(concat_rejects_bad_arguments) {
   float buf[64] = {0};
-  CHECK_ERR(dlrec_interaction_concat_forward(buf, NULL, buf, 1, 2, 1, 1), DLREC_ERR_INVALID, "NULL dense");
-  CHECK_ERR(dlrec_interaction_concat_forward(buf, buf, buf, 1, -1, 1, 1), DLREC_ERR_INVALID, "DX=-1");
-  CHECK_ERR(dlrec_interaction_concat_forward(buf, buf, buf, 0, 1, 1, 1), DLREC_ERR_INVALID, "B=0");
-  CHECK_ERR(dlrec_interaction_concat_backward(buf, NULL, buf, 1, 1, 1, 1), DLREC_ERR_INVALID, "NULL");
-  CHECK_ERR(dlrec_interaction_concat_backward(buf, buf, buf, 1, 1, 257, 1), DLREC_ERR_INVALID, "F=257");
+  CHECK_ERR(cpu_concat_forward(buf, NULL, buf, 1, 2, 1, 1), DLREC_ERR_INVALID, "NULL dense");
+  CHECK_ERR(cpu_concat_forward(buf, buf, buf, 1, -1, 1, 1), DLREC_ERR_INVALID, "DX=-1");
+  CHECK_ERR(cpu_concat_forward(buf, buf, buf, 0, 1, 1, 1), DLREC_ERR_INVALID, "B=0");
+  CHECK_ERR(cpu_concat_backward(buf, NULL, buf, 1, 1, 1, 1), DLREC_ERR_INVALID, "NULL");
+  CHECK_ERR(cpu_concat_backward(buf, buf, buf, 1, 1, 257, 1), DLREC_ERR_INVALID, "F=257");
   CHECK_EQ(dlrec_interaction_concat_dim(0, 0, 4), 0);
 }
 
@@ -232,12 +232,12 @@ static void check_cross(int B, int d, int r, int first) {
   for (int i = 0; i < d; i++) dbias[i] = 0.25f;
   int fails = 0;
   if (r == 0) {
-    fails += dlrec_cross_forward(NULL, out, act, x0, xin, w, bias, B, d) != DLREC_OK;
-    fails = fails || dlrec_cross_backward(NULL, dx0, dxl, dw, dbias, R, x0, xin, act, w, ws, B, d) != DLREC_OK;
+    fails += cpu_cross_forward(NULL, out, act, x0, xin, w, bias, B, d) != DLREC_OK;
+    fails = fails || cpu_cross_backward(NULL, dx0, dxl, dw, dbias, R, x0, xin, act, w, ws, B, d) != DLREC_OK;
   } else {
-    fails += dlrec_cross_lowrank_forward(NULL, out, act, x0, xin, v, u, bias, B, d, r) != DLREC_OK;
+    fails += cpu_cross_lowrank_forward(NULL, out, act, x0, xin, v, u, bias, B, d, r) != DLREC_OK;
     fails = fails ||
-            dlrec_cross_lowrank_backward(NULL, dx0, dxl, dv, du, dbias, R, x0, xin, act, v, u, ws, B, d, r) != DLREC_OK;
+            cpu_cross_lowrank_backward(NULL, dx0, dxl, dv, du, dbias, R, x0, xin, act, v, u, ws, B, d, r) != DLREC_OK;
   }
   cross_reference(ref, x0d, xld, wd, vd, ud, bd, B, d, r);
   fails = fails || check_close("cross out", out, ref, n, 1e-5, 1e-5);
@@ -288,10 +288,10 @@ TEST(cross_forward_large_matches_reference) {
   fill(v, r * d, &rng, -0.2f, 0.2f), fill(u, d * r, &rng, -0.2f, 0.2f), fill(bias, d, &rng, -1, 1);
   ref_to_double(x0d, x0, n), ref_to_double(xld, xl, n), ref_to_double(wd, w, d * d), ref_to_double(vd, v, r * d);
   ref_to_double(ud, u, d * r), ref_to_double(bd, bias, d);
-  int fails = dlrec_cross_forward(NULL, out, act, x0, xl, w, bias, B, d) != DLREC_OK;
+  int fails = cpu_cross_forward(NULL, out, act, x0, xl, w, bias, B, d) != DLREC_OK;
   cross_reference(ref, x0d, xld, wd, NULL, NULL, bd, B, d, 0);
   fails = fails || check_close("cross out", out, ref, n, 1e-5, 1e-5);
-  fails = fails || dlrec_cross_lowrank_forward(NULL, out, act, x0, xl, v, u, bias, B, d, r) != DLREC_OK;
+  fails = fails || cpu_cross_lowrank_forward(NULL, out, act, x0, xl, v, u, bias, B, d, r) != DLREC_OK;
   cross_reference(ref, x0d, xld, NULL, vd, ud, bd, B, d, r);
   fails = fails || check_close("cross lowrank out", out, ref, n, 1e-5, 1e-5);
   if (fails && !test_failed_now()) test_fail(__FILE__, __LINE__, "cross: %s", dlrec_last_error());
@@ -308,8 +308,8 @@ typedef struct cross_infer_ctx {
 /* in0 is x0 and in1 is xl. */
 static dlrec_status cross_infer(void *p, float *out, const float *x0, const float *xl, int B) {
   cross_infer_ctx *c = p;
-  if (c->r == 0) return dlrec_cross_infer(out, x0, xl, c->w, B, c->d);
-  return dlrec_cross_lowrank_infer(out, c->ws, x0, xl, c->v, c->u, B, c->d, c->r);
+  if (c->r == 0) return cpu_cross_infer(out, x0, xl, c->w, B, c->d);
+  return cpu_cross_lowrank_infer(out, c->ws, x0, xl, c->v, c->u, B, c->d, c->r);
 }
 
 /* The inference forwards against the reference and for batch invariance; d
@@ -329,9 +329,9 @@ TEST(cross_infer_is_batch_invariant_and_matches_reference) {
   ref_to_double(x0d, x0, n), ref_to_double(xld, xl, n), ref_to_double(wd, w, d * d), ref_to_double(vd, v, r * d);
   ref_to_double(ud, u, d * r), ref_to_double(bd, bias, d);
   cross_infer_ctx c = {d, 0, NULL, NULL, NULL, ws};
-  int fails = dlrec_packed_linear_create(&c.w, w, bias, d, d) != DLREC_OK;
-  fails = fails || dlrec_packed_linear_create(&c.v, v, NULL, d, r) != DLREC_OK;
-  fails = fails || dlrec_packed_linear_create(&c.u, u, bias, r, d) != DLREC_OK;
+  int fails = cpu_packed_create(&c.w, w, bias, d, d) != DLREC_OK;
+  fails = fails || cpu_packed_create(&c.v, v, NULL, d, r) != DLREC_OK;
+  fails = fails || cpu_packed_create(&c.u, u, bias, r, d) != DLREC_OK;
   fails = fails || cross_infer(&c, out, x0, xl, B) != DLREC_OK;
   cross_reference(ref, x0d, xld, wd, NULL, NULL, bd, B, d, 0);
   fails = fails || check_close("cross infer", out, ref, n, 1e-5, 1e-5);
@@ -342,21 +342,21 @@ TEST(cross_infer_is_batch_invariant_and_matches_reference) {
   fails = fails || check_close("cross lowrank infer", out, ref, n, 1e-5, 1e-5);
   fails = fails || check_batch_invariant("cross lowrank infer", cross_infer, &c, d, d, d, 3);
   if (fails && !test_failed_now()) test_fail(__FILE__, __LINE__, "cross infer: %s", dlrec_last_error());
-  dlrec_packed_linear_free(c.w), dlrec_packed_linear_free(c.v), dlrec_packed_linear_free(c.u);
+  cpu_packed_free(c.w), cpu_packed_free(c.v), cpu_packed_free(c.u);
   free(w), free(v), free(u), free(bias), free(x0), free(xl), free(out), free(ws);
   free(x0d), free(xld), free(wd), free(vd), free(ud), free(bd), free(ref);
 }
 
 TEST(cross_rejects_bad_arguments) {
   float buf[64] = {0};
-  CHECK_ERR(dlrec_cross_forward(NULL, buf, buf, buf, buf, buf, NULL, 1, 1), DLREC_ERR_INVALID, "NULL");
-  CHECK_ERR(dlrec_cross_forward(NULL, buf, buf, buf, buf, buf, buf, 1, 0), DLREC_ERR_INVALID, "d=0");
-  CHECK_ERR(dlrec_cross_lowrank_forward(NULL, buf, buf, buf, buf, buf, buf, buf, 1, 2, 0), DLREC_ERR_INVALID, "r=0");
-  CHECK_ERR(dlrec_cross_backward(NULL, buf, buf, buf, buf, buf, buf, buf, buf, buf, NULL, 1, 1), DLREC_ERR_INVALID,
+  CHECK_ERR(cpu_cross_forward(NULL, buf, buf, buf, buf, buf, NULL, 1, 1), DLREC_ERR_INVALID, "NULL");
+  CHECK_ERR(cpu_cross_forward(NULL, buf, buf, buf, buf, buf, buf, 1, 0), DLREC_ERR_INVALID, "d=0");
+  CHECK_ERR(cpu_cross_lowrank_forward(NULL, buf, buf, buf, buf, buf, buf, buf, 1, 2, 0), DLREC_ERR_INVALID, "r=0");
+  CHECK_ERR(cpu_cross_backward(NULL, buf, buf, buf, buf, buf, buf, buf, buf, buf, NULL, 1, 1), DLREC_ERR_INVALID,
             "NULL");
-  CHECK_ERR(dlrec_cross_lowrank_backward(NULL, buf, buf, buf, buf, buf, buf, buf, buf, buf, buf, buf, buf, 0, 1, 1),
+  CHECK_ERR(cpu_cross_lowrank_backward(NULL, buf, buf, buf, buf, buf, buf, buf, buf, buf, buf, buf, buf, 0, 1, 1),
             DLREC_ERR_INVALID, "B=0");
-  CHECK_ERR(dlrec_cross_infer(buf, buf, buf, NULL, 1, 1), DLREC_ERR_INVALID, "NULL");
+  CHECK_ERR(cpu_cross_infer(buf, buf, buf, NULL, 1, 1), DLREC_ERR_INVALID, "NULL");
   CHECK_EQ(dlrec_cross_act_floats(2, 3, 0), 6);
   CHECK_EQ(dlrec_cross_act_floats(2, 3, 4), 14);
   CHECK_EQ(dlrec_cross_ws_floats(2, 3, 4), 14);
@@ -398,8 +398,8 @@ static void check_mix(int B, int d, int r, int K, int first, uint64_t seed) {
   for (size_t i = 0; i < nc; i++) dc[i] = 0.25f;
   for (size_t i = 0; i < ng; i++) dg[i] = 0.25f;
   for (int i = 0; i < d; i++) dbias[i] = 0.25f;
-  int fails = dlrec_cross_mix_forward(NULL, out, act, x0, xin, v, c, u, g, bias, B, d, r, K) != DLREC_OK;
-  fails = fails || dlrec_cross_mix_backward(NULL, dx0, dxl, dv, dc, du, dg, dbias, R, x0, xin, act, v, c, u, g, ws, B,
+  int fails = cpu_cross_mix_forward(NULL, out, act, x0, xin, v, c, u, g, bias, B, d, r, K) != DLREC_OK;
+  fails = fails || cpu_cross_mix_backward(NULL, dx0, dxl, dv, dc, du, dg, dbias, R, x0, xin, act, v, c, u, g, ws, B,
                                             d, r, K) != DLREC_OK;
   double min_pre = INFINITY;
   ref_cross_mix_forward(ref, &min_pre, x0d, xld, vd, cd, ud, gd, bd, B, d, r, K);
@@ -446,7 +446,7 @@ typedef struct mix_infer_ctx {
 
 static dlrec_status mix_infer(void *p, float *out, const float *x0, const float *xl, int B) {
   mix_infer_ctx *m = p;
-  return dlrec_cross_mix_infer(out, m->ws, x0, xl, (const dlrec_packed_linear *const *)m->v,
+  return cpu_cross_mix_infer(out, m->ws, x0, xl, (const dlrec_packed_linear *const *)m->v,
                                (const dlrec_packed_linear *const *)m->c, (const dlrec_packed_linear *const *)m->u,
                                m->gate, B, m->d, m->r, m->K);
 }
@@ -467,37 +467,37 @@ TEST(cross_mix_infer_is_batch_invariant_and_matches_reference) {
   mix_infer_ctx m = {d, r, K, {0}, {0}, {0}, NULL, fvec(dlrec_cross_mix_infer_ws_floats(33, d, r, K))};
   int fails = 0;
   for (int k = 0; k < K; k++) {
-    fails += dlrec_packed_linear_create(&m.v[k], v + (size_t)k * r * d, NULL, d, r) != DLREC_OK;
-    fails += dlrec_packed_linear_create(&m.c[k], c + (size_t)k * r * r, NULL, r, r) != DLREC_OK;
-    fails += dlrec_packed_linear_create(&m.u[k], u + (size_t)k * d * r, bias, r, d) != DLREC_OK;
+    fails += cpu_packed_create(&m.v[k], v + (size_t)k * r * d, NULL, d, r) != DLREC_OK;
+    fails += cpu_packed_create(&m.c[k], c + (size_t)k * r * r, NULL, r, r) != DLREC_OK;
+    fails += cpu_packed_create(&m.u[k], u + (size_t)k * d * r, bias, r, d) != DLREC_OK;
   }
-  fails += dlrec_packed_linear_create(&m.gate, g, NULL, d, K) != DLREC_OK;
+  fails += cpu_packed_create(&m.gate, g, NULL, d, K) != DLREC_OK;
   fails = fails || mix_infer(&m, out, x0, xl, B) != DLREC_OK;
   ref_cross_mix_forward(ref, NULL, x0d, xld, vd, cd, ud, gd, bd, B, d, r, K);
   fails = fails || check_close("mix infer", out, ref, n, 1e-5, 1e-5);
   fails = fails || check_batch_invariant("cross mix infer", mix_infer, &m, d, d, d, 8);
   if (fails && !test_failed_now()) test_fail(__FILE__, __LINE__, "cross mix infer: %s", dlrec_last_error());
   for (int k = 0; k < K; k++)
-    dlrec_packed_linear_free(m.v[k]), dlrec_packed_linear_free(m.c[k]), dlrec_packed_linear_free(m.u[k]);
-  dlrec_packed_linear_free(m.gate);
+    cpu_packed_free(m.v[k]), cpu_packed_free(m.c[k]), cpu_packed_free(m.u[k]);
+  cpu_packed_free(m.gate);
   free(m.ws), free(x0), free(xl), free(v), free(c), free(u), free(g), free(bias), free(out);
   free(x0d), free(xld), free(vd), free(cd), free(ud), free(gd), free(bd), free(ref);
 }
 
 TEST(cross_mix_rejects_bad_arguments) {
   float buf[64] = {0};
-  CHECK_ERR(dlrec_cross_mix_forward(NULL, buf, buf, buf, buf, buf, buf, buf, buf, buf, 1, 2, 1, 65), DLREC_ERR_INVALID,
+  CHECK_ERR(cpu_cross_mix_forward(NULL, buf, buf, buf, buf, buf, buf, buf, buf, buf, 1, 2, 1, 65), DLREC_ERR_INVALID,
             "K=65");
-  CHECK_ERR(dlrec_cross_mix_forward(NULL, buf, buf, buf, buf, buf, buf, buf, NULL, buf, 1, 2, 1, 1), DLREC_ERR_INVALID,
+  CHECK_ERR(cpu_cross_mix_forward(NULL, buf, buf, buf, buf, buf, buf, buf, NULL, buf, 1, 2, 1, 1), DLREC_ERR_INVALID,
             "NULL");
-  CHECK_ERR(dlrec_cross_mix_backward(NULL, buf, buf, buf, buf, buf, buf, buf, buf, buf, buf, buf, buf, buf, buf, buf,
+  CHECK_ERR(cpu_cross_mix_backward(NULL, buf, buf, buf, buf, buf, buf, buf, buf, buf, buf, buf, buf, buf, buf, buf,
                                      buf, 1, 2, 0, 1),
             DLREC_ERR_INVALID, "r=0");
   const dlrec_packed_linear *none[1] = {NULL};
   dlrec_packed_linear *gate = NULL;
-  CHECK_OK(dlrec_packed_linear_create(&gate, buf, NULL, 2, 1));
-  dlrec_status st = dlrec_cross_mix_infer(buf, buf, buf, buf, none, none, none, gate, 1, 2, 1, 1);
-  dlrec_packed_linear_free(gate);
+  CHECK_OK(cpu_packed_create(&gate, buf, NULL, 2, 1));
+  dlrec_status st = cpu_cross_mix_infer(buf, buf, buf, buf, none, none, none, gate, 1, 2, 1, 1);
+  cpu_packed_free(gate);
   CHECK_ERR(st, DLREC_ERR_INVALID, "NULL layer of expert 0");
   CHECK_EQ(dlrec_cross_mix_act_floats(2, 3, 1, 2), 2 * 2 * (2 + 3) + 2 * 2);
   CHECK_EQ(dlrec_cross_mix_ws_floats(2, 3, 1, 2), 2 * (9 + 2 + 2));
@@ -526,11 +526,11 @@ static void check_fm(int B, int F, int D) {
   double *ed = dvec(ne), *ref = dvec(B);
   fill(emb, ne, &r, -1, 1), fill(R, B, &r, -1, 1);
   ref_to_double(ed, emb, ne);
-  int fails = dlrec_fm_forward(out, emb, B, F, D) != DLREC_OK;
+  int fails = cpu_fm_forward(out, emb, B, F, D) != DLREC_OK;
   ref_fm_forward(ref, ed, B, F, D);
   /* fp32 sums of F terms per d, each |term| <= 1: an error of order F·D·u·F. */
   fails = fails || check_close("fm out", out, ref, B, 1e-6 * F * F * D / 8 + 1e-6, 1e-5);
-  fails = fails || dlrec_fm_backward(demb, R, emb, B, F, D) != DLREC_OK;
+  fails = fails || cpu_fm_backward(demb, R, emb, B, F, D) != DLREC_OK;
   fm_ctx c = {B, F, D, ed, ref, R};
   if (ne <= FD_MAX) {
     fails = fails || check_grad("fm demb", demb, 0, ed, ne, fm_loss, &c, 1e-3, 1e-5 * F, 1e-4);
@@ -556,7 +556,7 @@ TEST(fm_matches_pairwise_reference_and_finite_differences) {
 
 static dlrec_status fm_infer(void *ctx, float *out, const float *emb, const float *unused, int B) {
   const int *s = ctx;
-  return dlrec_fm_forward(out, emb, B, s[0], s[1]);
+  return cpu_fm_forward(out, emb, B, s[0], s[1]);
 }
 
 TEST(fm_is_batch_invariant) {
@@ -566,10 +566,10 @@ TEST(fm_is_batch_invariant) {
 
 TEST(fm_rejects_bad_arguments) {
   float buf[16] = {0};
-  CHECK_ERR(dlrec_fm_forward(NULL, buf, 1, 1, 1), DLREC_ERR_INVALID, "NULL");
-  CHECK_ERR(dlrec_fm_forward(buf, buf, 1, 1, 4097), DLREC_ERR_INVALID, "D=4097");
-  CHECK_ERR(dlrec_fm_backward(buf, buf, NULL, 1, 1, 1), DLREC_ERR_INVALID, "NULL");
-  CHECK_ERR(dlrec_fm_backward(buf, buf, buf, 1, 0, 1), DLREC_ERR_INVALID, "F=0");
+  CHECK_ERR(cpu_fm_forward(NULL, buf, 1, 1, 1), DLREC_ERR_INVALID, "NULL");
+  CHECK_ERR(cpu_fm_forward(buf, buf, 1, 1, 4097), DLREC_ERR_INVALID, "D=4097");
+  CHECK_ERR(cpu_fm_backward(buf, buf, NULL, 1, 1, 1), DLREC_ERR_INVALID, "NULL");
+  CHECK_ERR(cpu_fm_backward(buf, buf, buf, 1, 0, 1), DLREC_ERR_INVALID, "F=0");
 }
 
 /* ---- first-order term ---------------------------------------------------------- */
@@ -596,9 +596,9 @@ static void check_wide(int B, int F) {
   ref_to_double(wd, w, n), bd = bias;
   wide_ctx c = {B, F, wd, &bd, ref, R};
   wide_loss(&c);
-  int fails = dlrec_wide_forward(out, w, &bias, B, F) != DLREC_OK;
+  int fails = cpu_wide_forward(out, w, &bias, B, F) != DLREC_OK;
   fails = fails || check_close("wide out", out, ref, B, 1e-6 * F, 1e-6);
-  fails = fails || dlrec_wide_backward(dw, &dbias, R, B, F) != DLREC_OK;
+  fails = fails || cpu_wide_backward(dw, &dbias, R, B, F) != DLREC_OK;
   if (n <= FD_MAX) {
     fails = fails || check_grad("wide dw", dw, 0, wd, n, wide_loss, &c, 1e-3, 1e-5, 1e-5);
   } else {
@@ -614,7 +614,7 @@ static void check_wide(int B, int F) {
   /* Without a bias: the plain sum. */
   bd = 0;
   wide_loss(&c);
-  fails = fails || dlrec_wide_forward(out, w, NULL, B, F) != DLREC_OK;
+  fails = fails || cpu_wide_forward(out, w, NULL, B, F) != DLREC_OK;
   fails = fails || check_close("wide out without bias", out, ref, B, 1e-6 * F, 1e-6);
   if (fails && !test_failed_now()) test_fail(__FILE__, __LINE__, "wide: %s", dlrec_last_error());
   free(w), free(out), free(R), free(dw), free(wd), free(ref);
@@ -627,7 +627,7 @@ TEST(wide_matches_reference_and_finite_differences) {
 }
 
 static dlrec_status wide_infer(void *ctx, float *out, const float *w, const float *unused, int B) {
-  return dlrec_wide_forward(out, w, ctx, B, 39);
+  return cpu_wide_forward(out, w, ctx, B, 39);
 }
 
 TEST(wide_is_batch_invariant) {
@@ -637,9 +637,9 @@ TEST(wide_is_batch_invariant) {
 
 TEST(wide_rejects_bad_arguments) {
   float buf[4] = {0};
-  CHECK_ERR(dlrec_wide_forward(buf, NULL, NULL, 1, 1), DLREC_ERR_INVALID, "NULL");
-  CHECK_ERR(dlrec_wide_forward(buf, buf, NULL, 1, 0), DLREC_ERR_INVALID, "F=0");
-  CHECK_ERR(dlrec_wide_backward(buf, NULL, buf, -1, 1), DLREC_ERR_INVALID, "B=-1");
+  CHECK_ERR(cpu_wide_forward(buf, NULL, NULL, 1, 1), DLREC_ERR_INVALID, "NULL");
+  CHECK_ERR(cpu_wide_forward(buf, buf, NULL, 1, 0), DLREC_ERR_INVALID, "F=0");
+  CHECK_ERR(cpu_wide_backward(buf, NULL, buf, -1, 1), DLREC_ERR_INVALID, "B=-1");
 }
 
 /* ---- dropout --------------------------------------------------------------- */
@@ -648,7 +648,7 @@ static dlrec_status dropout_threads(float *out, const float *in, size_t n, float
                                     int threads) {
   const int keep = omp_get_max_threads();
   omp_set_num_threads(threads);
-  dlrec_status st = dlrec_dropout_forward(out, in, n, p, seed, step, 1);
+  dlrec_status st = cpu_dropout_forward(out, in, n, p, seed, step, 1);
   omp_set_num_threads(keep);
   return st;
 }
@@ -660,7 +660,7 @@ TEST(dropout_keeps_one_minus_p_scaled) {
   dlrec_rng_seed(&r, 17, 0);
   float *in = fvec(N), *out = fvec(N);
   fill(in, N, &r, 0.5f, 1.5f); /* no zeros: a zero output means dropped */
-  CHECK_OK(dlrec_dropout_forward(out, in, N, p, 42, 7, 1));
+  CHECK_OK(cpu_dropout_forward(out, in, N, p, 42, 7, 1));
   size_t kept = 0;
   for (size_t i = 0; i < N; i++) {
     if (out[i] == 0.0f) continue;
@@ -698,7 +698,7 @@ TEST(dropout_mask_is_a_function_of_seed_step_and_index) {
   CHECK_NEAR((double)flips_seed, 0.5 * N, 1000, 0);
   /* In place gives the same values. */
   memcpy(c, in, N * sizeof(float));
-  CHECK_OK(dlrec_dropout_forward(c, c, N, 0.5f, 1, 2, 1));
+  CHECK_OK(cpu_dropout_forward(c, c, N, 0.5f, 1, 2, 1));
   CHECK(memcmp(a, c, N * sizeof(float)) == 0);
   free(in), free(a), free(b), free(c);
 }
@@ -717,7 +717,7 @@ typedef struct dropout_ctx {
 static double dropout_loss(void *p) {
   dropout_ctx *c = p;
   for (size_t i = 0; i < c->n; i++) c->xf[i] = (float)c->x[i];
-  if (dlrec_dropout_forward(c->out, c->xf, c->n, c->p, 9, 4, 1) != DLREC_OK) return NAN;
+  if (cpu_dropout_forward(c->out, c->xf, c->n, c->p, 9, 4, 1) != DLREC_OK) return NAN;
   double s = 0;
   for (size_t i = 0; i < c->n; i++) s += (double)c->out[i] * c->R[i];
   return s;
@@ -731,7 +731,7 @@ TEST(dropout_backward_matches_finite_differences) {
   double *x = dvec(N);
   fill(in, N, &r, -1, 1), fill(R, N, &r, -1, 1);
   ref_to_double(x, in, N);
-  CHECK_OK(dlrec_dropout_backward(din, R, N, 0.25f, 9, 4));
+  CHECK_OK(cpu_dropout_backward(din, R, N, 0.25f, 9, 4));
   dropout_ctx c = {N, 0.25f, x, R, xf, out};
   CHECK(!check_grad("dropout din", din, 0, x, N, dropout_loss, &c, 0.25, 1e-5, 1e-5));
   /* Some elements were dropped and some kept. */
@@ -740,7 +740,7 @@ TEST(dropout_backward_matches_finite_differences) {
   CHECK(zeros > 30 && zeros < 120);
   /* In place. */
   memcpy(xf, R, N * sizeof(float));
-  CHECK_OK(dlrec_dropout_backward(xf, xf, N, 0.25f, 9, 4));
+  CHECK_OK(cpu_dropout_backward(xf, xf, N, 0.25f, 9, 4));
   CHECK(memcmp(xf, din, N * sizeof(float)) == 0);
   free(in), free(R), free(din), free(xf), free(out), free(x);
 }
@@ -748,7 +748,7 @@ TEST(dropout_backward_matches_finite_differences) {
 /* At inference (and at p = 0) dropout is the identity: the same bits, for
  * any batch, in place or not. */
 static dlrec_status dropout_infer(void *ctx, float *out, const float *in, const float *unused, int B) {
-  return dlrec_dropout_forward(out, in, (size_t)B * 40, 0.5f, 3, 5, 0);
+  return cpu_dropout_forward(out, in, (size_t)B * 40, 0.5f, 3, 5, 0);
 }
 
 TEST(dropout_inference_is_identity_and_batch_invariant) {
@@ -757,12 +757,12 @@ TEST(dropout_inference_is_identity_and_batch_invariant) {
   dlrec_rng_seed(&r, 20, 0);
   float *in = fvec(N), *out = fvec(N);
   fill(in, N, &r, -1, 1);
-  CHECK_OK(dlrec_dropout_forward(out, in, N, 0.5f, 3, 5, 0));
+  CHECK_OK(cpu_dropout_forward(out, in, N, 0.5f, 3, 5, 0));
   CHECK(memcmp(in, out, sizeof(float) * N) == 0);
   memset(out, 0, sizeof(float) * N);
-  CHECK_OK(dlrec_dropout_forward(out, in, N, 0.0f, 3, 5, 1));
+  CHECK_OK(cpu_dropout_forward(out, in, N, 0.0f, 3, 5, 1));
   CHECK(memcmp(in, out, sizeof(float) * N) == 0);
-  CHECK_OK(dlrec_dropout_backward(out, in, N, 0.0f, 3, 5));
+  CHECK_OK(cpu_dropout_backward(out, in, N, 0.0f, 3, 5));
   CHECK(memcmp(in, out, sizeof(float) * N) == 0);
   CHECK(!check_batch_invariant("dropout infer", dropout_infer, NULL, 40, 0, 40, 6));
   free(in), free(out);
@@ -770,10 +770,10 @@ TEST(dropout_inference_is_identity_and_batch_invariant) {
 
 TEST(dropout_rejects_bad_arguments) {
   float buf[4] = {0};
-  CHECK_ERR(dlrec_dropout_forward(buf, buf, 4, 1.0f, 0, 0, 1), DLREC_ERR_INVALID, "p=1");
-  CHECK_ERR(dlrec_dropout_forward(buf, buf, 4, -0.1f, 0, 0, 1), DLREC_ERR_INVALID, "not in [0, 1)");
-  CHECK_ERR(dlrec_dropout_forward(buf, buf, 4, NAN, 0, 0, 0), DLREC_ERR_INVALID, "not in [0, 1)");
-  CHECK_ERR(dlrec_dropout_backward(NULL, buf, 4, 0.5f, 0, 0), DLREC_ERR_INVALID, "NULL");
+  CHECK_ERR(cpu_dropout_forward(buf, buf, 4, 1.0f, 0, 0, 1), DLREC_ERR_INVALID, "p=1");
+  CHECK_ERR(cpu_dropout_forward(buf, buf, 4, -0.1f, 0, 0, 1), DLREC_ERR_INVALID, "not in [0, 1)");
+  CHECK_ERR(cpu_dropout_forward(buf, buf, 4, NAN, 0, 0, 0), DLREC_ERR_INVALID, "not in [0, 1)");
+  CHECK_ERR(cpu_dropout_backward(NULL, buf, 4, 0.5f, 0, 0), DLREC_ERR_INVALID, "NULL");
 }
 
 /* ---- batch normalization ------------------------------------------------------ */
@@ -802,13 +802,13 @@ static void check_bn(int B, int C, int grads) {
   ref_to_double(xd, x, n), ref_to_double(gd, gamma, C), ref_to_double(bd, beta, C), ref_to_double(rmd, rm, C);
   ref_to_double(rvd, rv, C);
   for (int c = 0; c < C; c++) dgamma[c] = dbeta[c] = 0.25f;
-  int fails = dlrec_batchnorm_train_forward(out, saved, x, gamma, beta, rm, rv, 0.1f, 1e-5f, B, C) != DLREC_OK;
+  int fails = cpu_batchnorm_train_forward(out, saved, x, gamma, beta, rm, rv, 0.1f, 1e-5f, B, C) != DLREC_OK;
   ref_batchnorm_train_forward(ref, NULL, xd, gd, bd, rmd, rvd, 0.1, 1e-5, B, C);
   fails = fails || check_close("bn out", out, ref, n, 1e-5, 1e-5);
   fails = fails || check_close("bn running_mean", rm, rmd, C, 1e-6, 1e-6);
   fails = fails || check_close("bn running_var", rv, rvd, C, 1e-6, 1e-6);
   if (grads) {
-    fails = fails || dlrec_batchnorm_backward(din, dgamma, dbeta, R, x, gamma, saved, B, C) != DLREC_OK;
+    fails = fails || cpu_batchnorm_backward(din, dgamma, dbeta, R, x, gamma, saved, B, C) != DLREC_OK;
     bn_ctx c = {B, C, xd, gd, bd, ref, R};
     fails = fails || check_grad("bn din", din, 0, xd, n, bn_loss, &c, 1e-4, 1e-4, 1e-4);
     fails = fails || check_grad("bn dgamma", dgamma, 0.25f, gd, C, bn_loss, &c, 1e-4, 1e-4, 1e-4);
@@ -841,8 +841,8 @@ TEST(batchnorm_is_thread_count_invariant) {
     dg[t] = fvec(C), db[t] = fvec(C);
     const int keep = omp_get_max_threads();
     omp_set_num_threads(t + 1);
-    fails += dlrec_batchnorm_train_forward(out[t], sv[t], x, g, be, rm[t], rv[t], 0.1f, 1e-5f, B, C) != DLREC_OK;
-    fails += dlrec_batchnorm_backward(din[t], dg[t], db[t], R, x, g, sv[t], B, C) != DLREC_OK;
+    fails += cpu_batchnorm_train_forward(out[t], sv[t], x, g, be, rm[t], rv[t], 0.1f, 1e-5f, B, C) != DLREC_OK;
+    fails += cpu_batchnorm_backward(din[t], dg[t], db[t], R, x, g, sv[t], B, C) != DLREC_OK;
     omp_set_num_threads(keep);
   }
   CHECK(!fails);
@@ -863,7 +863,7 @@ typedef struct bn_infer_ctx {
 
 static dlrec_status bn_infer(void *p, float *out, const float *in, const float *unused, int B) {
   bn_infer_ctx *c = p;
-  return dlrec_batchnorm_infer(out, in, c->gamma, c->beta, c->rm, c->rv, 1e-5f, B, c->C);
+  return cpu_batchnorm_infer(out, in, c->gamma, c->beta, c->rm, c->rv, 1e-5f, B, c->C);
 }
 
 /* Inference uses the running statistics: against the reference formula, for
@@ -882,9 +882,9 @@ TEST(batchnorm_infer_uses_running_stats_and_is_batch_invariant) {
   ref_to_double(xd, x, B * C);
   ref_batchnorm_infer(ref, xd, gd, bed, rmd, rvd, 1e-5f, B, C);
   free(gd), free(bed), free(rmd), free(rvd), free(xd);
-  CHECK_OK(dlrec_batchnorm_infer(out, x, g, be, rm, rv, 1e-5f, B, C));
+  CHECK_OK(cpu_batchnorm_infer(out, x, g, be, rm, rv, 1e-5f, B, C));
   CHECK(!check_close("bn infer", out, ref, B * C, 1e-6, 1e-6));
-  CHECK_OK(dlrec_batchnorm_infer(out, x, g, be, rm, rv, 1e-5f, 1, C));
+  CHECK_OK(cpu_batchnorm_infer(out, x, g, be, rm, rv, 1e-5f, 1, C));
   bn_infer_ctx ctx = {C, g, be, rm, rv};
   CHECK(!check_batch_invariant("batchnorm infer", bn_infer, &ctx, C, 0, C, 7));
   free(g), free(be), free(rm), free(rv), free(x), free(out), free(ref);
@@ -892,14 +892,14 @@ TEST(batchnorm_infer_uses_running_stats_and_is_batch_invariant) {
 
 TEST(batchnorm_rejects_bad_arguments) {
   float buf[16] = {0};
-  CHECK_ERR(dlrec_batchnorm_train_forward(buf, buf, buf, buf, buf, buf, buf, 0.1f, 1e-5f, 1, 2), DLREC_ERR_INVALID,
+  CHECK_ERR(cpu_batchnorm_train_forward(buf, buf, buf, buf, buf, buf, buf, 0.1f, 1e-5f, 1, 2), DLREC_ERR_INVALID,
             "B >= 2");
-  CHECK_ERR(dlrec_batchnorm_train_forward(buf, buf, buf, buf, buf, buf, buf, 1.5f, 1e-5f, 2, 2), DLREC_ERR_INVALID,
+  CHECK_ERR(cpu_batchnorm_train_forward(buf, buf, buf, buf, buf, buf, buf, 1.5f, 1e-5f, 2, 2), DLREC_ERR_INVALID,
             "momentum");
-  CHECK_ERR(dlrec_batchnorm_train_forward(buf, buf, buf, buf, buf, buf, buf, 0.1f, 0.0f, 2, 2), DLREC_ERR_INVALID,
+  CHECK_ERR(cpu_batchnorm_train_forward(buf, buf, buf, buf, buf, buf, buf, 0.1f, 0.0f, 2, 2), DLREC_ERR_INVALID,
             "eps");
-  CHECK_ERR(dlrec_batchnorm_train_forward(buf, NULL, buf, buf, buf, buf, buf, 0.1f, 1e-5f, 2, 2), DLREC_ERR_INVALID,
+  CHECK_ERR(cpu_batchnorm_train_forward(buf, NULL, buf, buf, buf, buf, buf, 0.1f, 1e-5f, 2, 2), DLREC_ERR_INVALID,
             "NULL");
-  CHECK_ERR(dlrec_batchnorm_backward(buf, buf, buf, buf, buf, buf, buf, 2, 0), DLREC_ERR_INVALID, "C=0");
-  CHECK_ERR(dlrec_batchnorm_infer(buf, buf, buf, buf, buf, buf, 1e-5f, 0, 2), DLREC_ERR_INVALID, "B=0");
+  CHECK_ERR(cpu_batchnorm_backward(buf, buf, buf, buf, buf, buf, buf, 2, 0), DLREC_ERR_INVALID, "C=0");
+  CHECK_ERR(cpu_batchnorm_infer(buf, buf, buf, buf, buf, buf, 1e-5f, 0, 2), DLREC_ERR_INVALID, "B=0");
 }

@@ -1,5 +1,5 @@
 /* training.precision on the CPU: the bf16 rounding itself, the linear
- * layers' GEMMs (src/backend/cpu_gemm.c) against a double-precision
+ * layers' GEMMs (src/backend/cpu/cpu_gemm.c) against a double-precision
  * reference computed from bf16-rounded operands, the cross layers' products
  * through those GEMMs, the backend's resolution of auto, the oneDNN path
  * forced on a CPU without bf16 instructions, fp32's GEMMs on each of their
@@ -18,8 +18,8 @@
 #include <omp.h>
 
 #include "backend/backend_impl.h"
-#include "backend/cpu_dnnl.h"
-#include "backend/cpu_gemm.h"
+#include "backend/cpu/cpu_dnnl.h"
+#include "backend/cpu/cpu_gemm.h"
 #include "train/metrics.h"
 #include "test.h"
 
@@ -105,7 +105,7 @@ static void check_linear(cpu_gemm *g, int bf16) {
   fill(db0, TOUT, 1.0);
 
   for (int relu = 0; relu <= 1; relu++) {
-    CHECK_OK(cpu_gemm_linear_forward(g, out, in, w, bias, TB, TIN, TOUT, relu ? DLREC_ACT_RELU : DLREC_ACT_NONE));
+    CHECK_OK(cpu_linear_forward(g, out, in, w, bias, TB, TIN, TOUT, relu ? DLREC_ACT_RELU : DLREC_ACT_NONE));
     double max_off_fp32 = 0;
     for (int b = 0; b < TB; b++)
       for (int o = 0; o < TOUT; o++) {
@@ -128,7 +128,7 @@ static void check_linear(cpu_gemm *g, int bf16) {
   memcpy(dw, dw0, sizeof(float) * TOUT * TIN);
   memcpy(db, db0, sizeof db);
   for (size_t i = 0; i < (size_t)TB * TIN; i++) din[i] = 1e30f;
-  CHECK_OK(cpu_gemm_linear_backward(g, din, dw, db, dout, in, w, TB, TIN, TOUT));
+  CHECK_OK(cpu_linear_backward(g, din, dw, db, dout, in, w, TB, TIN, TOUT));
   double max_off_fp32 = 0;
   for (int o = 0; o < TOUT; o++) {
     double refb = db0[o], sum_abs_b = fabs(db0[o]);
@@ -159,12 +159,12 @@ static void check_linear(cpu_gemm *g, int bf16) {
   float *dw_checked = malloc(sizeof(float) * TOUT * TIN);
   memcpy(dw_checked, dw, sizeof(float) * TOUT * TIN);
   memcpy(dw, dw0, sizeof(float) * TOUT * TIN);
-  CHECK_OK(cpu_gemm_linear_backward(g, NULL, dw, NULL, dout, in, NULL, TB, TIN, TOUT));
+  CHECK_OK(cpu_linear_backward(g, NULL, dw, NULL, dout, in, NULL, TB, TIN, TOUT));
   for (int k = 0; k < TOUT * TIN; k++) CHECK_NEAR(dw[k], dw_checked[k], 1e-6, 1e-6);
   free(dw_checked);
-  CHECK_ERR(cpu_gemm_linear_backward(g, din, dw, NULL, dout, in, NULL, TB, TIN, TOUT), DLREC_ERR_INVALID,
+  CHECK_ERR(cpu_linear_backward(g, din, dw, NULL, dout, in, NULL, TB, TIN, TOUT), DLREC_ERR_INVALID,
             "din needs the weights");
-  CHECK_ERR(cpu_gemm_linear_forward(g, out, in, w, bias, 0, TIN, TOUT, DLREC_ACT_NONE), DLREC_ERR_INVALID,
+  CHECK_ERR(cpu_linear_forward(g, out, in, w, bias, 0, TIN, TOUT, DLREC_ACT_NONE), DLREC_ERR_INVALID,
             "bad shape");
   free(in), free(w), free(out), free(dout), free(din), free(dw), free(dw0);
 }
@@ -244,7 +244,7 @@ TEST(fp32_linear_on_either_engine) {
     CHECK_OK(s);
     CHECK_STR(cpu_gemm_describe(g), "fp16 GEMMs (emulated: fp16-rounded operands on oneDNN)");
     float in[2] = {1.0f + 0x1p-11f, 1.0f + 0x1p-8f}, w[2] = {1.0f, 1.0f}, out = 0;
-    CHECK_OK(cpu_gemm_linear_forward(g, &out, in, w, NULL, 1, 2, 1, DLREC_ACT_NONE));
+    CHECK_OK(cpu_linear_forward(g, &out, in, w, NULL, 1, 2, 1, DLREC_ACT_NONE));
     CHECK(out == 2.0f + 0x1p-8f);
     cpu_gemm_free(g);
   }
@@ -451,9 +451,9 @@ static double mlp_auc(const mlp *m, const float *x, const float *y, int n) {
   float *z = malloc(sizeof(float) * (size_t)n);
   double auc = NAN;
   dlrec_metrics met;
-  if (dlrec_linear_relu_forward(h1, x, m->w1, m->b1, n, LD, L1) == DLREC_OK &&
-      dlrec_linear_relu_forward(h2, h1, m->w2, m->b2, n, L1, L2) == DLREC_OK &&
-      dlrec_linear_forward(z, h2, m->w3, m->b3, n, L2, 1) == DLREC_OK &&
+  if (cpu_sgemm_linear_relu_forward(h1, x, m->w1, m->b1, n, LD, L1) == DLREC_OK &&
+      cpu_sgemm_linear_relu_forward(h2, h1, m->w2, m->b2, n, L1, L2) == DLREC_OK &&
+      cpu_sgemm_linear_forward(z, h2, m->w3, m->b3, n, L2, 1) == DLREC_OK &&
       dlrec_metrics_compute(z, y, (size_t)n, &met) == DLREC_OK)
     auc = met.auc;
   free(h1), free(h2), free(z);
@@ -470,17 +470,17 @@ static dlrec_status mlp_train(mlp *m, cpu_gemm *g, const float *x, const float *
   for (int e = 0; e < LEPOCHS && s == DLREC_OK; e++)
     for (int s0 = 0; s0 + LBATCH <= N_TRAIN && s == DLREC_OK; s0 += LBATCH) {
       const float *xb = x + (size_t)s0 * LD;
-      if ((s = cpu_gemm_linear_forward(g, h1, xb, m->w1, m->b1, LBATCH, LD, L1, DLREC_ACT_RELU)) ||
-          (s = cpu_gemm_linear_forward(g, h2, h1, m->w2, m->b2, LBATCH, L1, L2, DLREC_ACT_RELU)) ||
-          (s = cpu_gemm_linear_forward(g, z, h2, m->w3, m->b3, LBATCH, L2, 1, DLREC_ACT_NONE)))
+      if ((s = cpu_linear_forward(g, h1, xb, m->w1, m->b1, LBATCH, LD, L1, DLREC_ACT_RELU)) ||
+          (s = cpu_linear_forward(g, h2, h1, m->w2, m->b2, LBATCH, L1, L2, DLREC_ACT_RELU)) ||
+          (s = cpu_linear_forward(g, z, h2, m->w3, m->b3, LBATCH, L2, 1, DLREC_ACT_NONE)))
         break;
       for (int b = 0; b < LBATCH; b++) dz[b] = (float)((1 / (1 + exp(-z[b])) - y[s0 + b]) / LBATCH);
       memset(grad, 0, m->n * sizeof(float));
-      if ((s = cpu_gemm_linear_backward(g, dh2, dw3, db3, dz, h2, m->w3, LBATCH, L2, 1))) break;
+      if ((s = cpu_linear_backward(g, dh2, dw3, db3, dz, h2, m->w3, LBATCH, L2, 1))) break;
       for (int i = 0; i < LBATCH * L2; i++) dh2[i] = h2[i] > 0 ? dh2[i] : 0;
-      if ((s = cpu_gemm_linear_backward(g, dh1, dw2, db2, dh2, h1, m->w2, LBATCH, L1, L2))) break;
+      if ((s = cpu_linear_backward(g, dh1, dw2, db2, dh2, h1, m->w2, LBATCH, L1, L2))) break;
       for (int i = 0; i < LBATCH * L1; i++) dh1[i] = h1[i] > 0 ? dh1[i] : 0;
-      if ((s = cpu_gemm_linear_backward(g, NULL, dw1, db1, dh1, xb, NULL, LBATCH, LD, L1))) break;
+      if ((s = cpu_linear_backward(g, NULL, dw1, db1, dh1, xb, NULL, LBATCH, LD, L1))) break;
       t++;
       double c1 = 1 - pow(beta1, (double)t), c2 = 1 - pow(beta2, (double)t);
       for (size_t i = 0; i < m->n; i++) {
@@ -496,20 +496,9 @@ static dlrec_status mlp_train(mlp *m, cpu_gemm *g, const float *x, const float *
 /* Stated distance: the bf16 run's AUC within 0.003 of the fp32 run's. */
 #define MAX_AUC_GAP 0.003
 
-/* dlrec_gemm_ops over a cpu_gemm, as the CPU backend builds them: cross.c's
- * composition on the same GEMMs as the fused backward. */
-static dlrec_status ops_forward(void *ctx, float *out, const float *in, const float *w, const float *bias, int B,
-                                int IN, int OUT, int relu) {
-  return cpu_gemm_linear_forward(ctx, out, in, w, bias, B, IN, OUT, relu ? DLREC_ACT_RELU : DLREC_ACT_NONE);
-}
-static dlrec_status ops_backward(void *ctx, float *din, float *dw, float *db, const float *dout, const float *in,
-                                 const float *w, int B, int IN, int OUT) {
-  return cpu_gemm_linear_backward(ctx, din, dw, db, dout, in, w, B, IN, OUT);
-}
-
 /* The fused cross backward (cpu_gemm_cross_backward, oneDNN's bf16 path)
  * has the bits of cross.c's gate backward, GEMMs, bias pass and residual add
- * run one after another on the same GEMMs: dx0, dW and dbias accumulated
+ * run one after another on the same GEMMs (cpu_cross_backward_composed): dx0, dW and dbias accumulated
  * onto nonzero values, dxl overwritten. Shapes: one row, d not a multiple of
  * 16, and B·d large enough that 1 and 3 threads split the columns
  * (nn_column_width). Where bf16 is emulated there is nothing fused: said,
@@ -525,7 +514,6 @@ TEST(bf16_fused_cross_backward_matches_composition) {
     cpu_gemm_free(g);
     return;
   }
-  const dlrec_gemm_ops ops = {.forward = ops_forward, .backward = ops_backward, .ctx = g};
   static const int shapes[][3] = {{1, 5, 1}, {9, 37, 1}, {300, 200, 1}, {300, 200, 3}, {129, 429, 2}};
   for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
     const int B = shapes[s][0], d = shapes[s][1];
@@ -541,7 +529,7 @@ TEST(bf16_fused_cross_backward_matches_composition) {
       fill(dx0[k], n, 1), fill(dxl[k], n, 1), fill(dw[k], nw, 1), fill(db[k], (size_t)d, 1);
     }
     CHECK_OK(cpu_gemm_cross_backward(g, dx0[0], dxl[0], dw[0], db[0], dout, x0, xl, u, w, ws, B, d));
-    CHECK_OK(dlrec_cross_backward(&ops, dx0[1], dxl[1], dw[1], db[1], dout, x0, xl, u, w, ws, B, d));
+    CHECK_OK(cpu_cross_backward_composed(g, dx0[1], dxl[1], dw[1], db[1], dout, x0, xl, u, w, ws, B, d));
     CHECK(!memcmp(dx0[0], dx0[1], n * 4));
     CHECK(!memcmp(dxl[0], dxl[1], n * 4));
     CHECK(!memcmp(dw[0], dw[1], nw * 4));

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "core/hash.h"   // dlrec_mix64
-#include "embed/dtype.h"  // dtype_f32_to_bf16, dtype_bf16_to_f32: the CPU's own conversions
+#include "backend/dtype.h"  // dtype_f32_to_bf16, dtype_bf16_to_f32: the CPU's own conversions
 
 #define CUDA_CHECK(call)                                                                                   \
   do {                                                                                                     \

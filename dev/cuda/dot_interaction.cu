@@ -1,5 +1,5 @@
 // DLRM's pairwise dot interaction on the GPU, forward and backward (the CUDA
-// twin of src/nn/interaction.c, issue 11). Per sample, Z = [x; e_1 .. e_F]
+// twin of src/backend/cpu/interaction.c, issue 11). Per sample, Z = [x; e_1 .. e_F]
 // is (F+1, D);
 //
 //   out  = concat(x, [Z_i . Z_j for i in 1..F for j in 0..i-1])   (D + F(F+1)/2)
@@ -11,7 +11,7 @@
 // pair computes its dot product over d in order; backward, a thread per
 // (i, d), or per (i, 4 d's) when D is a multiple of 4, sums over k in order. Products and
 // sums use the _rn intrinsics (no FMA contraction), so both directions must
-// match the CPU reference here bit for bit. (src/nn/interaction.c's
+// match the CPU reference here bit for bit. (src/backend/cpu/interaction.c's
 // vectorized loops may contract; the backend port will follow whichever
 // order the CPU backend settles on.)
 //

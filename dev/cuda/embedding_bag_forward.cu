@@ -1,6 +1,6 @@
 // Embedding bag forward on the GPU: each bag's rows of one fused table,
 // pooled by sum or mean, fp32, bf16 or fp16 rows, one-hot or multi-hot bags (the
-// CUDA twin of src/embed/bag.c's dlrec_bag_forward, issue 11).
+// CUDA twin of src/backend/cpu/bag.c's cpu_bag_forward, issue 11).
 //
 //   out[bag][d] = sum over k in [off[bag], off[bag+1]) of table[ids[k]][d]
 //                 (times 1 / count for mean; an empty bag pools to 0)
@@ -31,7 +31,7 @@
 #include "common.h"
 
 // An fp16 row element: its IEEE binary16 bits, as the CPU table stores them
-// (src/embed/dtype.h); a type of its own, apart from bf16's uint16_t.
+// (src/backend/dtype.h); a type of its own, apart from bf16's uint16_t.
 struct fp16 {
   uint16_t bits;
 };

@@ -3,22 +3,22 @@
 // so that each must match its reference here bit for bit, except where a
 // transcendental function or a reduction order differs (said per op):
 //
-//   fm       the factorization machine's second-order term (src/nn/fm.c):
+//   fm       the factorization machine's second-order term (src/backend/cpu/fm.c):
 //            per sample, s_d and q_d summed over f in order in fp32, then
 //            0.5 * sum over d in order, in double, of s_d^2 - q_d; backward
 //            de_fd = g * (s_d - e_fd)
-//   cross    DCN-v2's gate (src/nn/cross.c): out = x0 * u + xl; backward
+//   cross    DCN-v2's gate (src/backend/cpu/cross.c): out = x0 * u + xl; backward
 //            du = dout * x0, dx0 += dout * u
-//   bce      binary cross-entropy on logits (src/nn/loss.c): the loss, the
+//   bce      binary cross-entropy on logits (src/backend/cpu/loss.c): the loss, the
 //            mean of max(z, 0) - z y + log1p(exp(-|z|)) in double (CUDA's exp
 //            and log1p, a tree sum against a sequential one: within 1e-10
 //            relative), and dz =
 //            (sigmoid(z) - y) / B in float from expf(-|z|) as the CPU does
 //            (CUDA's expf is within 2 ulp, so dz within 4 ulp of 1 over B,
 //            absolute: sigmoid(z) - y cancels)
-//   adam     the dense Adam step (src/nn/optim.c): PyTorch's bias
+//   adam     the dense Adam step (src/backend/cpu/optim.c): PyTorch's bias
 //            corrections folded into a step size and a denominator scale
-//   sgd, adagrad  the other dense optimizers (src/nn/optim.c), with L2
+//   sgd, adagrad  the other dense optimizers (src/backend/cpu/optim.c), with L2
 //            weight decay: w -= lr (g + wd w); s += g^2, w -= lr g / (sqrt(s) + eps)
 //
 // usage: small_ops [n]   (default 1 << 24 elements; the fm and bce batches

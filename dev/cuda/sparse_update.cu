@@ -1,5 +1,5 @@
 // The embedding backward fused with the sparse optimizer on the GPU (the
-// CUDA twin of src/embed/sparse_optim.c, issue 11): no dense table
+// CUDA twin of src/backend/cpu/sparse_update.c, issue 11): no dense table
 // gradient. Each id of the batch is an item (row, bag); the items are sorted
 // by row (a stable radix sort, so the order within a row is the items'
 // order and the result is deterministic); each run of equal rows is one

@@ -1,7 +1,7 @@
 /* The backend registry and what every backend shares: creation by name,
  * the precision's names, the default backend. */
 #include "backend/backend_impl.h"
-#include "backend/cpu_gemm.h"
+#include "backend/cpu/cpu_gemm.h"
 
 #include <stdio.h>
 #include <stdlib.h>

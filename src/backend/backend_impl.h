@@ -1,14 +1,11 @@
 /* What a backend implements (ggml-backend-impl.h's role): a table of ops
  * plus a context, and the one macro the models call them through.
  *
- * The argument convention, shared by every op so that a CUDA twin has the
- * same signature: the backend first, then the outputs, then the inputs, then
- * the sizes; shapes row-major as in nn/nn.h and embed/embed.h, whose
- * contracts (what accumulates, what is overwritten, what may alias, the
- * ranges of the sizes) every backend keeps. Pointers are the backend's
- * memory: host memory on the CPU, device memory on a GPU (alloc/upload/
- * download move data across). Every op returns DLREC_OK or an error with a
- * message (dlrec_last_error()) and touches nothing on a refused call.
+ * The ops are declared once, in ops.def, with their contracts; the types
+ * they take are ops.h's. Pointers are the backend's memory: host memory on
+ * the CPU, device memory on a GPU (alloc/upload/download move data across).
+ * Every op returns DLREC_OK or an error with a message (dlrec_last_error())
+ * and touches nothing on a refused call.
  *
  * A backend is used by one calling thread at a time for training; the
  * scoring ops (packed_*, *_infer) may be called from several threads at
@@ -18,14 +15,8 @@
 #define DLREC_BACKEND_IMPL_H
 
 #include "backend/backend.h"
-#include "embed/embed.h"
-#include "nn/nn.h"
-
-/* The activation a linear layer fuses after its bias. */
-typedef enum dlrec_act {
-  DLREC_ACT_NONE = 0,
-  DLREC_ACT_RELU = 1,
-} dlrec_act;
+#include "backend/ops.h"
+#include "backend/ops_table.h"
 
 typedef struct dlrec_backend_ops {
   void (*free)(dlrec_backend *be); /* frees ctx, not be */
@@ -54,22 +45,6 @@ typedef struct dlrec_backend_ops {
   dlrec_status (*fence_record)(dlrec_backend *be, void *f);
   dlrec_status (*fence_wait)(dlrec_backend *be, void *f);
 
-  /* ---- moving rows (nn/nn.h: dlrec_copy_rows and the three after it) ---- */
-  dlrec_status (*copy_rows)(dlrec_backend *be, float *dst, size_t dst_ld, const float *src, size_t src_ld,
-                            size_t rows, size_t width);
-  dlrec_status (*fill_rows)(dlrec_backend *be, float *dst, size_t dst_ld, size_t rows, size_t width, float value);
-  dlrec_status (*add)(dlrec_backend *be, float *y, const float *x, size_t n);
-  /* nn/nn.h's gather_rows and scatter_add_rows: idx in host memory. */
-  dlrec_status (*gather_rows)(dlrec_backend *be, float *dst, const float *src, size_t rows, const uint32_t *idx,
-                              size_t n, size_t width);
-  dlrec_status (*scatter_add_rows)(dlrec_backend *be, float *dst, size_t rows, const uint32_t *idx, const float *src,
-                                   size_t n, size_t width);
-  dlrec_status (*scale)(dlrec_backend *be, float *x, size_t n, float s);
-  /* *finite (host memory) = whether all n values are finite; waits for them. */
-  dlrec_status (*all_finite)(dlrec_backend *be, int *finite, const float *x, size_t n);
-  dlrec_status (*sum_columns)(dlrec_backend *be, float *dst, const float *src, size_t B, size_t C);
-
-  /* ---- dense layers (nn/nn.h) ---- */
   /* Kept operands: a 16-bit GEMM converts its operands; between
    * keep_operands(be, 1) and keep_operands(be, 0) the backend keeps the
    * converted copies of what linear_forward (and the cross layers' forward)
@@ -90,117 +65,15 @@ typedef struct dlrec_backend_ops {
    * memory adds, as always. Returns 1 where the backend does so; NULL
    * entry: nothing. */
   int (*fresh_gradients)(dlrec_backend *be, int on);
-  /* out (B, OUT) = act(in (B, IN) · weightᵀ + bias), in the backend's precision. */
-  dlrec_status (*linear_forward)(dlrec_backend *be, float *out, const float *in, const float *weight,
-                                 const float *bias, int B, int IN, int OUT, dlrec_act act);
-  dlrec_status (*linear_backward)(dlrec_backend *be, float *din, float *dweight, float *dbias, const float *dout,
-                                  const float *in, const float *weight, int B, int IN, int OUT);
-  /* The backward of linear_forward with DLREC_ACT_RELU, given dout and the
-   * forward's out (the ReLU's mask): linear_backward's contract on d = dout
-   * where out > 0, else 0. dout is the op's scratch: unspecified afterwards.
-   * The same bits as relu_backward(dout, dout, out) then linear_backward,
-   * in fewer passes: a 16-bit backend masks, converts and sums the bias
-   * columns in one. */
-  dlrec_status (*linear_relu_backward)(dlrec_backend *be, float *din, float *dweight, float *dbias, float *dout,
-                                       const float *out, const float *in, const float *weight, int B, int IN,
-                                       int OUT);
-  /* out[i] = max(in[i], 0): the ReLU a layer cannot fuse into linear_forward
-   * (after batch normalization); out == in is allowed. */
-  dlrec_status (*relu_forward)(dlrec_backend *be, float *out, const float *in, size_t n);
-  dlrec_status (*relu_backward)(dlrec_backend *be, float *din, const float *dout, const float *out, size_t n);
-  dlrec_status (*sigmoid)(dlrec_backend *be, float *out, const float *in, size_t n);
-
-  dlrec_status (*dot_forward)(dlrec_backend *be, float *out, const float *x, const float *emb, int B, int F, int D);
-  dlrec_status (*dot_backward)(dlrec_backend *be, float *dx, float *demb, const float *dout, const float *x,
-                               const float *emb, int B, int F, int D);
-  dlrec_status (*concat_forward)(dlrec_backend *be, float *out, const float *x, const float *emb, int B, int DX,
-                                 int F, int D);
-  dlrec_status (*concat_backward)(dlrec_backend *be, float *dx, float *demb, const float *dout, int B, int DX,
-                                  int F, int D);
-
-  dlrec_status (*cross_forward)(dlrec_backend *be, float *out, float *act, const float *x0, const float *xl,
-                                const float *w, const float *bias, int B, int d);
-  dlrec_status (*cross_backward)(dlrec_backend *be, float *dx0, float *dxl, float *dw, float *dbias,
-                                 const float *dout, const float *x0, const float *xl, const float *act,
-                                 const float *w, float *ws, int B, int d);
-  dlrec_status (*cross_lowrank_forward)(dlrec_backend *be, float *out, float *act, const float *x0, const float *xl,
-                                        const float *v, const float *u, const float *bias, int B, int d, int r);
-  dlrec_status (*cross_lowrank_backward)(dlrec_backend *be, float *dx0, float *dxl, float *dv, float *du,
-                                         float *dbias, const float *dout, const float *x0, const float *xl,
-                                         const float *act, const float *v, const float *u, float *ws, int B, int d,
-                                         int r);
-  dlrec_status (*cross_mix_forward)(dlrec_backend *be, float *out, float *act, const float *x0, const float *xl,
-                                    const float *v, const float *c, const float *u, const float *gate,
-                                    const float *bias, int B, int d, int r, int K);
-  dlrec_status (*cross_mix_backward)(dlrec_backend *be, float *dx0, float *dxl, float *dv, float *dc, float *du,
-                                     float *dgate, float *dbias, const float *dout, const float *x0, const float *xl,
-                                     const float *act, const float *v, const float *c, const float *u,
-                                     const float *gate, float *ws, int B, int d, int r, int K);
-
-  dlrec_status (*fm_forward)(dlrec_backend *be, float *out, const float *emb, int B, int F, int D);
-  dlrec_status (*fm_backward)(dlrec_backend *be, float *demb, const float *dout, const float *emb, int B, int F,
-                              int D);
-  dlrec_status (*wide_forward)(dlrec_backend *be, float *out, const float *w, const float *bias, int B, int F);
-  dlrec_status (*wide_backward)(dlrec_backend *be, float *dw, float *dbias, const float *dout, int B, int F);
-
-  dlrec_status (*dropout_forward)(dlrec_backend *be, float *out, const float *in, size_t n, float p, uint64_t seed,
-                                  uint64_t step, int train);
-  dlrec_status (*dropout_backward)(dlrec_backend *be, float *din, const float *dout, size_t n, float p,
-                                   uint64_t seed, uint64_t step);
-  dlrec_status (*batchnorm_train_forward)(dlrec_backend *be, float *out, float *saved, const float *in,
-                                          const float *gamma, const float *beta, float *running_mean,
-                                          float *running_var, float momentum, float eps, int B, int C);
-  dlrec_status (*batchnorm_backward)(dlrec_backend *be, float *din, float *dgamma, float *dbeta, const float *dout,
-                                     const float *in, const float *gamma, const float *saved, int B, int C);
-  /* Batch normalization over the ways of a split step (nn/nn.h's
-   * dlrec_batchnorm_stats and the three after it). */
-  dlrec_status (*batchnorm_stats)(dlrec_backend *be, double *out, const float *in, const double *sum, double N, int B,
-                                  int C);
-  dlrec_status (*batchnorm_normalize)(dlrec_backend *be, float *out, float *saved, const float *in, const double *sum,
-                                      const double *sqdev, double N, const float *gamma, const float *beta,
-                                      float *running_mean, float *running_var, float momentum, float eps, int B, int C);
-  dlrec_status (*batchnorm_backward_stats)(dlrec_backend *be, double *sg, double *sgx, const float *dout,
-                                           const float *in, const float *saved, int B, int C);
-  dlrec_status (*batchnorm_backward_apply)(dlrec_backend *be, float *din, float *dgamma, float *dbeta,
-                                           const float *dout, const float *in, const float *gamma, const float *saved,
-                                           const double *sg_way, const double *sgx_way, const double *sg,
-                                           const double *sgx, double N, int B, int C);
-  dlrec_status (*batchnorm_infer)(dlrec_backend *be, float *out, const float *in, const float *gamma,
-                                  const float *beta, const float *running_mean, const float *running_var, float eps,
-                                  int B, int C);
-  dlrec_status (*batchnorm_infer_backward)(dlrec_backend *be, float *din, float *dgamma, float *dbeta,
-                                           const float *dout, const float *in, const float *gamma,
-                                           const float *running_mean, const float *running_var, float eps, int B,
-                                           int C);
-
-  /* ---- loss and the dense optimizer ---- */
-  dlrec_status (*bce_forward)(dlrec_backend *be, double *loss, const float *logits, const float *labels, int B);
-  dlrec_status (*bce_backward)(dlrec_backend *be, float *dlogits, const float *logits, const float *labels, int B);
-  dlrec_status (*optim_step)(dlrec_backend *be, const dlrec_optim_config *c, float *param, const float *grad,
-                             float *state, size_t n, uint64_t step);
-
-  /* ---- embeddings (embed/embed.h) ---- */
-  dlrec_status (*bag_forward)(dlrec_backend *be, float *out, const dlrec_table *t, const dlrec_bag_batch *bags,
-                              dlrec_bag_mode mode);
-  dlrec_status (*bag_backward_update)(dlrec_backend *be, dlrec_table *t, dlrec_sparse_optim *o,
-                                      const dlrec_bag_batch *bags, dlrec_bag_mode mode, const float *d_out,
-                                      void *scratch, size_t scratch_bytes);
-
-  /* ---- batch-invariant scoring (nn/nn.h's packed layers) ---- */
-  dlrec_status (*packed_create)(dlrec_backend *be, dlrec_packed_linear **p, const float *weight, const float *bias,
-                                int IN, int OUT);
+  /* Frees a layer of packed_create; accepts NULL. */
   void (*packed_free)(dlrec_backend *be, dlrec_packed_linear *p);
-  dlrec_status (*packed_forward)(dlrec_backend *be, float *out, const dlrec_packed_linear *p, const float *in, int B,
-                                 dlrec_act act);
-  dlrec_status (*cross_infer)(dlrec_backend *be, float *out, const float *x0, const float *xl,
-                              const dlrec_packed_linear *w, int B, int d);
-  dlrec_status (*cross_lowrank_infer)(dlrec_backend *be, float *out, float *ws, const float *x0, const float *xl,
-                                      const dlrec_packed_linear *v, const dlrec_packed_linear *u, int B, int d,
-                                      int r);
-  dlrec_status (*cross_mix_infer)(dlrec_backend *be, float *out, float *ws, const float *x0, const float *xl,
-                                  const dlrec_packed_linear *const *v, const dlrec_packed_linear *const *c,
-                                  const dlrec_packed_linear *const *u, const dlrec_packed_linear *gate, int B, int d,
-                                  int r, int K);
+
+  /* ---- the ops (ops.def): status (*name)(dlrec_backend *be, its arguments) ---- */
+#define A DLREC_OPS_TUPLE
+#define DLREC_OP(name, cpu, args, test) dlrec_status (*name)(dlrec_backend *be DLREC_OPS_PARAMS(args));
+#include "backend/ops.def"
+#undef DLREC_OP
+#undef A
 } dlrec_backend_ops;
 
 struct dlrec_backend {

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "backend/backend_impl.h"
-#include "embed/table_impl.h"
+#include "backend/table_store.h"
 #include "embed/unique.h"
 #include "dist/dist.h"
 #include "core/log.h"

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "embed/table_impl.h"
+#include "backend/table_store.h"
 
 const char *dlrec_store_kind_name(dlrec_store_kind kind) {
   switch (kind) {

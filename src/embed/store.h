@@ -1,6 +1,6 @@
 /* Table storage: where the rows of the fused embedding table live.
  *
- * The kernels (dlrec_bag_forward, dlrec_bag_backward_update) always gather
+ * The kernels (the bag_forward and bag_backward_update ops) always gather
  * from and update a dense, resident dlrec_table. A store decides which rows
  * of the logical table are resident, and where:
  *

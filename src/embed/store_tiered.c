@@ -36,7 +36,7 @@
 #include "core/fsutil.h"
 #include "embed/slot_index.h"
 #include "embed/store_impl.h"
-#include "embed/table_impl.h"
+#include "backend/table_store.h"
 
 #define SLOT_EMPTY UINT64_MAX
 #define FLAG_REF 1u

@@ -7,7 +7,7 @@
  *   parallel: logit = output([x_L, MLP(x0)])                  (B, d + H)
  * W_l is full rank (d, d), or low rank U_l V_l (V (r, d), U (d, r)), or a
  * mixture of K low-rank experts with a softmax gate (DCN-Mix, TorchRec's
- * LowRankMixtureCrossNet; src/nn/cross_mix.c: ReLU inside each expert).
+ * LowRankMixtureCrossNet; src/backend/cpu/cross_mix.c: ReLU inside each expert).
  * The MLP is net_mlp (Linear -> [BatchNorm] -> ReLU -> [Dropout]); "output"
  * is a Linear to one logit.
  *
@@ -15,7 +15,7 @@
  * "cross.l.bias" (d); low rank "cross.l.V" (r, d), "cross.l.U" (d, r),
  * "cross.l.bias"; with K experts "cross.l.V" (K·r, d), "cross.l.C" (K·r,
  * r), "cross.l.U" (K·d, r), "cross.l.gate" (K, d) and "cross.l.bias", each
- * expert's block back to back as src/nn/cross_mix.c takes them; then the
+ * expert's block back to back as src/backend/cpu/cross_mix.c takes them; then the
  * MLP's "mlp.N.*" and "output.weight" (1, d + H or H) and "output.bias".
  *
  * Every product of the cross network is also a planned linear layer (a view
@@ -162,7 +162,7 @@ static dlrec_status plan_cross(dcn *m, net_plan *p, uint32_t l) {
   if (s == DLREC_OK) s = net_plan_tensor(p, name, d, 0, &x->bias);
   /* The views: every expert's V, then every C, then every U (each with the
    * shared bias), then the gate, so that each kind is an array of K packed
-   * layers for dlrec_cross_mix_infer. */
+   * layers for cpu_cross_mix_infer. */
   int idx = 0;
   for (uint32_t k = 0; s == DLREC_OK && k < K; k++) {
     s = net_plan_view(p, d, r, x->V + (size_t)k * r * d, NET_NO_BIAS, &idx);

@@ -49,7 +49,7 @@ static const char *embedding_stage(const dlrec_net *n, onnx_graph *g, const char
   if (one_hot) return onnx_op2(g, "Gather", table, ids); /* (N, F, D) */
   /* Padding (-1) gathers row 0, masked to zero; each column's slots are
    * summed, and a mean column divided by its ids' count (an empty bag
-   * pools to zeros, as src/embed/bag.c). */
+   * pools to zeros, as src/backend/cpu/bag.c). */
   const char *mask = onnx_op2(g, "GreaterOrEqual", ids, onnx_i64s(g, (const int64_t[]){0}, 1));
   const char *where_in[] = {mask, ids, onnx_i64s(g, (const int64_t[]){0}, 1)};
   const char *safe = onnx_node(g, "Where", NULL, where_in, 3, NULL, 0, NULL);

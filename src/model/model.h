@@ -33,7 +33,7 @@
 #include "embed/embed.h"
 #include "data/loader.h"
 #include "nn/block.h"
-#include "nn/nn.h"
+#include "backend/ops.h"
 #include "data/schema.h"
 #include "core/status.h"
 #include "embed/store.h"
@@ -203,7 +203,7 @@ uint32_t dlrec_net_ws_split(const dlrec_net_ws *ws);
 uint64_t dlrec_net_ws_keys_missing(const dlrec_net_ws *ws);
 
 /* Scoring. A scorer holds the network's linear layers packed for the
- * batch-invariant linear kernel (dlrec_packed_linear_forward), so that a
+ * batch-invariant linear kernel (cpu_packed_forward), so that a
  * row's score is bitwise the same whatever batch it is scored in, at any
  * batch size and thread count: `dlrec predict`, evaluation and the server
  * agree to the bit. The model's forward is the one training runs; only the

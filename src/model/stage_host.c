@@ -18,6 +18,7 @@
 
 #include <omp.h>
 
+#include "backend/cpu/kernels.h"
 #include "core/clock.h"
 #include "model/net_ws.h"
 
@@ -151,7 +152,7 @@ static dlrec_status hot_forward(dlrec_stage *s, dlrec_net_ws *ws, dlrec_backend 
   dlrec_status st = split_bags(n, ws, &bags, &hot, &cold);
   ws->split_kept = st == DLREC_OK && train; /* a training pass: its update takes this split */
   if (st == DLREC_OK)
-    st = dlrec_bag_forward_rows(n->table, &cold, n->plan.pooling, ws->cold_rows, ws->n_cold, ws->h_pack);
+    st = cpu_bag_forward_rows(n->table, &cold, n->plan.pooling, ws->cold_rows, ws->n_cold, ws->h_pack);
   if (st == DLREC_OK) st = net_ws_upload(ws, ws->d_cold, ws->h_pack, ws->n_cold * D);
   if (st == DLREC_OK) st = BE_OP(be, bag_forward, emb, n->dhot, &hot, n->plan.pooling);
   for (uint32_t c = 0; st == DLREC_OK && c < F; c++) ws->prof.hot_lookups += hot.offsets[c][B];
@@ -175,7 +176,7 @@ static dlrec_status hot_update(dlrec_stage *s, dlrec_net_ws *ws, dlrec_net_optim
                ws->d_scratch_bytes);
   if (st == DLREC_OK) st = BE_OP(n->be, gather_rows, ws->d_cold, d_emb, bags_n, ws->cold_rows, ws->n_cold, D);
   if (st == DLREC_OK) st = n->be->ops->download(n->be, ws->h_pack, ws->d_cold, ws->n_cold * D * sizeof(float));
-  if (st == DLREC_OK) st = dlrec_scatter_rows(ws->h_emb, bags_n, ws->cold_rows, ws->h_pack, ws->n_cold, D);
+  if (st == DLREC_OK) st = cpu_scatter_rows(ws->h_emb, bags_n, ws->cold_rows, ws->h_pack, ws->n_cold, D);
   if (st == DLREC_OK)
     st = BE_OP(dlrec_backend_default(), bag_backward_update, n->table, opt->sparse, &cold, n->plan.pooling, ws->h_emb,
                ws->scratch, ws->scratch_bytes);

@@ -29,7 +29,7 @@
 #include "backend/backend.h"
 #include "core/status.h"
 #include "embed/embed.h"
-#include "nn/nn.h"
+#include "backend/ops.h"
 
 #define DLREC_NET_MAX_TENSORS 60 /* named dense tensors of one network */
 #define DLREC_NET_TENSOR_NAME 40 /* bytes of a tensor name, NUL included */
@@ -188,7 +188,7 @@ typedef struct net_io {
 /* The linear op every model calls: out (B, out) = in (B, in) · Wᵀ + b, with a
  * ReLU if relu, on io->be. In training it runs the backend's linear_forward
  * (on the CPU in fp32, sgemm with the bias-fill trick of
- * dlrec_linear_forward); when scoring, its packed batch-invariant kernel. */
+ * cpu_sgemm_linear_forward); when scoring, its packed batch-invariant kernel. */
 dlrec_status net_linear_forward(const net_io *io, int layer, float *out, const float *in, int relu);
 
 /* Sums v (n doubles, at most 2 per column of the plan's widest linear

@@ -46,7 +46,7 @@ const char *net_wide_export(onnx_graph *g, const char *w) {
 }
 
 const char *net_fm_export(onnx_graph *g, const char *v) {
-  /* Σ_{f<g} <v_f, v_g> = ½ Σ_d ((Σ_f v_fd)² − Σ_f v_fd²), as src/nn/fm.c. */
+  /* Σ_{f<g} <v_f, v_g> = ½ Σ_d ((Σ_f v_fd)² − Σ_f v_fd²), as src/backend/cpu/fm.c. */
   const char *s = onnx_reduce_sum(g, v, 1, 0);
   const char *q = onnx_reduce_sum(g, onnx_op2(g, "Mul", v, v), 1, 0);
   const char *diff = onnx_op2(g, "Sub", onnx_op2(g, "Mul", s, s), q);

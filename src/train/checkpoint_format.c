@@ -10,7 +10,7 @@
 
 #include "core/crc32c.h"
 #include "core/fsutil.h"
-#include "embed/table_impl.h"
+#include "backend/table_store.h"
 #include "train/checkpoint_impl.h"
 
 const char *const ckpt_etl_files[] = {"etl.json", "vocab.bin", NULL};

@@ -14,7 +14,7 @@
 #include "core/fsutil.h"
 #include "core/json.h"
 #include "core/log.h"
-#include "embed/table_impl.h"
+#include "backend/table_store.h"
 #include "train/checkpoint_impl.h"
 #include "train/etl_match.h"
 

@@ -32,6 +32,46 @@ double ref_central_difference(ref_loss_fn loss, void *ctx, double *p, double h) 
   return (up - down) / (2 * h);
 }
 
+/* ---- moving rows ------------------------------------------------------------ */
+
+void ref_copy_rows(double *dst, size_t dst_ld, const double *src, size_t src_ld, size_t rows, size_t width) {
+  for (size_t r = 0; r < rows; r++)
+    for (size_t c = 0; c < width; c++) dst[r * dst_ld + c] = src[r * src_ld + c];
+}
+
+void ref_fill_rows(double *dst, size_t dst_ld, size_t rows, size_t width, double value) {
+  for (size_t r = 0; r < rows; r++)
+    for (size_t c = 0; c < width; c++) dst[r * dst_ld + c] = value;
+}
+
+void ref_add(double *y, const double *x, size_t n) {
+  for (size_t i = 0; i < n; i++) y[i] += x[i];
+}
+
+void ref_scale(double *x, size_t n, double s) {
+  for (size_t i = 0; i < n; i++) x[i] *= s;
+}
+
+void ref_gather_rows(double *dst, const double *src, size_t rows, const uint32_t *idx, size_t n, size_t width) {
+  (void)rows;
+  for (size_t i = 0; i < n; i++)
+    for (size_t c = 0; c < width; c++) dst[i * width + c] = src[(size_t)idx[i] * width + c];
+}
+
+void ref_scatter_add_rows(double *dst, size_t rows, const uint32_t *idx, const double *src, size_t n, size_t width) {
+  memset(dst, 0, rows * width * sizeof *dst);
+  for (size_t i = 0; i < n; i++)
+    for (size_t c = 0; c < width; c++) dst[(size_t)idx[i] * width + c] += src[i * width + c];
+}
+
+void ref_sum_columns(double *dst, const double *src, size_t B, size_t C) {
+  for (size_t c = 0; c < C; c++) {
+    double s = 0;
+    for (size_t b = 0; b < B; b++) s += src[b * C + c];
+    dst[c] = s;
+  }
+}
+
 /* ---- linear ---------------------------------------------------------------- */
 
 void ref_linear_forward(double *out, const double *in, const double *w, const double *bias, int B, int IN, int OUT,
@@ -46,12 +86,25 @@ void ref_linear_forward(double *out, const double *in, const double *w, const do
 
 void ref_linear_forward_abs(double *mag, const double *in, const double *w, const double *bias, int B, int IN,
                             int OUT) {
+  if (!mag) return;
   for (int b = 0; b < B; b++)
     for (int o = 0; o < OUT; o++) {
       double s = bias ? fabs(bias[o]) : 0.0;
       for (int i = 0; i < IN; i++) s += fabs(in[(size_t)b * IN + i] * w[(size_t)o * IN + i]);
       mag[(size_t)b * OUT + o] = s;
     }
+}
+
+void ref_linear_kinks(double *kink, double slack, const double *in, const double *w, const double *bias, int B,
+                      int IN, int OUT, const double *mag) {
+  if (!mag) return;
+  double *pre = dz((size_t)B * OUT);
+  ref_linear_forward(pre, in, w, bias, B, IN, OUT, 0);
+  for (size_t i = 0; i < (size_t)B * OUT; i++) {
+    const double room = fabs(pre[i]) - slack * mag[i];
+    if (room < *kink) *kink = room;
+  }
+  free(pre);
 }
 
 /* The backward's three sums, of the terms themselves or (absolute != 0) of
@@ -505,6 +558,38 @@ void ref_batchnorm_infer(double *out, const double *in, const double *gamma, con
     for (int c = 0; c < C; c++)
       out[(size_t)b * C + c] =
           gamma[c] * (in[(size_t)b * C + c] - running_mean[c]) / sqrt(running_var[c] + eps) + beta[c];
+}
+
+/* The backward from the running statistics, its terms' values or (absolute
+ * != 0) their absolute values: din = dout · gamma · inv is a single term,
+ * so its magnitude is |din|. */
+static void bn_infer_backward_terms(double *din, double *dgamma, double *dbeta, const double *dout, const double *in,
+                                    const double *gamma, const double *running_mean, const double *running_var,
+                                    double eps, int B, int C, int absolute) {
+  for (int c = 0; c < C; c++) {
+    const double inv = 1.0 / sqrt(running_var[c] + eps);
+    double sg = 0, sb = 0;
+    for (int b = 0; b < B; b++) {
+      const size_t i = (size_t)b * C + c;
+      const double xhat = (in[i] - running_mean[c]) * inv, d = dout[i] * gamma[c] * inv;
+      din[i] = absolute ? fabs(d) : d;
+      sg += absolute ? fabs(dout[i] * xhat) : dout[i] * xhat;
+      sb += absolute ? fabs(dout[i]) : dout[i];
+    }
+    dgamma[c] = sg, dbeta[c] = sb;
+  }
+}
+
+void ref_batchnorm_infer_backward(double *din, double *dgamma, double *dbeta, const double *dout, const double *in,
+                                  const double *gamma, const double *running_mean, const double *running_var,
+                                  double eps, int B, int C) {
+  bn_infer_backward_terms(din, dgamma, dbeta, dout, in, gamma, running_mean, running_var, eps, B, C, 0);
+}
+
+void ref_batchnorm_infer_backward_abs(double *din, double *dgamma, double *dbeta, const double *dout,
+                                      const double *in, const double *gamma, const double *running_mean,
+                                      const double *running_var, double eps, int B, int C) {
+  bn_infer_backward_terms(din, dgamma, dbeta, dout, in, gamma, running_mean, running_var, eps, B, C, 1);
 }
 
 /* ---- loss and the dense optimizers ----------------------------------------------------------- */

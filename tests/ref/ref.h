@@ -1,4 +1,4 @@
-/* The naive references of every backend op (src/backend/backend_impl.h), in
+/* The naive references of every backend op (src/backend/ops.def), in
  * double precision: the obvious loops of each formula, written for reading,
  * not speed (llm.c's CPU reference beside each kernel). The unit tests of
  * the kernels (test_nn, test_nn_blocks, test_embed) and the op-by-op backend
@@ -6,7 +6,7 @@
  *
  * Conventions:
  *   - One function per op, with the op's argument order: outputs, inputs,
- *     sizes. Shapes row-major as in nn/nn.h and embed/embed.h, in double.
+ *     sizes. Shapes row-major as in src/backend/ops.def, in double.
  *   - Every output is OVERWRITTEN, also where the op accumulates (dW += ...):
  *     a test adds what it pre-filled, so accumulation is checked there.
  *   - Optional outputs and inputs (a bias, din of the first layer) may be
@@ -21,8 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "embed/embed.h"
-#include "nn/nn.h"
+#include "backend/ops.h"
 
 /* d[i] = f[i] for n values. */
 void ref_to_double(double *d, const float *f, size_t n);
@@ -34,6 +33,24 @@ double ref_weighted_sum(const double *a, const float *r, size_t n);
 typedef double (*ref_loss_fn)(void *ctx);
 double ref_central_difference(ref_loss_fn loss, void *ctx, double *p, double h);
 
+/* ---- moving rows ------------------------------------------------------------ */
+
+/* dst's first width values of each of rows rows = src's (src_ld 0: src's
+ * one row in every row); fill sets them to value; the rest of dst is left
+ * as it was. */
+void ref_copy_rows(double *dst, size_t dst_ld, const double *src, size_t src_ld, size_t rows, size_t width);
+void ref_fill_rows(double *dst, size_t dst_ld, size_t rows, size_t width, double value);
+/* y += x; x *= s. (Rounded to float once, a double sum or product of two
+ * floats is float arithmetic's: the double has more than twice the bits.) */
+void ref_add(double *y, const double *x, size_t n);
+void ref_scale(double *x, size_t n, double s);
+/* dst row i = src row idx[i]; dst (rows, width) = src row i at row idx[i],
+ * zeros elsewhere (the scatter's contribution, which the op adds). */
+void ref_gather_rows(double *dst, const double *src, size_t rows, const uint32_t *idx, size_t n, size_t width);
+void ref_scatter_add_rows(double *dst, size_t rows, const uint32_t *idx, const double *src, size_t n, size_t width);
+/* dst[c] = Σ_b src[b][c], in b order. */
+void ref_sum_columns(double *dst, const double *src, size_t B, size_t C);
+
 /* ---- linear ---------------------------------------------------------------- */
 
 /* out (B, OUT) = act(in (B, IN) · Wᵀ + bias), W (OUT, IN), act the ReLU when
@@ -41,9 +58,16 @@ double ref_central_difference(ref_loss_fn loss, void *ctx, double *p, double h);
 void ref_linear_forward(double *out, const double *in, const double *w, const double *bias, int B, int IN, int OUT,
                         int relu);
 /* The magnitude a rounding error of the forward scales with:
- * mag[b][o] = Σ_k |in[b][k] · W[o][k]| + |bias[o]|. */
+ * mag[b][o] = Σ_k |in[b][k] · W[o][k]| + |bias[o]| (mag NULL: nothing). */
 void ref_linear_forward_abs(double *mag, const double *in, const double *w, const double *bias, int B, int IN,
                             int OUT);
+/* How far the pre-activations (the linear layer without its ReLU) keep from
+ * the ReLU's kink: *kink = min(*kink, min_i |pre_i| − slack · mag_i), for a
+ * finite difference that must not cross it (mag: ref_linear_forward_abs's;
+ * slack: how far a rounded operand may move a value per unit of mag; mag
+ * NULL: nothing). */
+void ref_linear_kinks(double *kink, double slack, const double *in, const double *w, const double *bias, int B,
+                      int IN, int OUT, const double *mag);
 /* dW (OUT, IN) = doutᵀ · in;  dbias (OUT) = Σ_b dout[b];  din (B, IN) = dout · W.
  * Any output may be NULL. */
 void ref_linear_backward(double *din, double *dw, double *dbias, const double *dout, const double *in,
@@ -123,7 +147,7 @@ void ref_wide_backward(double *dw, double *dbias, const double *dout, int B, int
 
 /* ---- dropout ------------------------------------------------------------------------------ */
 
-/* Whether dropout keeps element i, by the documented draw (src/nn/dropout.c):
+/* Whether dropout keeps element i, by the documented draw (src/backend/cpu/dropout.c):
  * key = mix(seed ⊕ 0x6a09e667f3bcc909) ⊕ mix(step + φ), draw =
  * mix(key + (i + 1) φ) with mix SplitMix64's finalizer and φ = 0x9e3779b97f4a7c15;
  * kept when the draw's top 32 bits are >= ⌊p · 2³²⌋. Written out here again
@@ -152,6 +176,17 @@ void ref_batchnorm_backward(double *din, double *dgamma, double *dbeta, const do
 void ref_batchnorm_infer(double *out, const double *in, const double *gamma, const double *beta,
                          const double *running_mean, const double *running_var, double eps, int B, int C);
 
+/* From the running statistics, with inv = 1/sqrt(running_var + eps) and
+ * x̂ = (in − running_mean) · inv: din = dout · gamma · inv; dgamma = Σ_b
+ * dout x̂; dbeta = Σ_b dout. The _abs twin gives each sum's terms' absolute
+ * values (and |din|). */
+void ref_batchnorm_infer_backward(double *din, double *dgamma, double *dbeta, const double *dout, const double *in,
+                                  const double *gamma, const double *running_mean, const double *running_var,
+                                  double eps, int B, int C);
+void ref_batchnorm_infer_backward_abs(double *din, double *dgamma, double *dbeta, const double *dout,
+                                      const double *in, const double *gamma, const double *running_mean,
+                                      const double *running_var, double eps, int B, int C);
+
 /* ---- loss and the dense optimizers ----------------------------------------------------------- */
 
 /* *loss = (1/B) Σ_b −y log σ(z) − (1 − y) log(1 − σ(z)), each log taken
@@ -159,7 +194,7 @@ void ref_batchnorm_infer(double *out, const double *in, const double *gamma, con
 void ref_bce_forward(double *loss, const double *logits, const double *labels, int B);
 /* dlogits[b] = (σ(z_b) − y_b) / B. */
 void ref_bce_backward(double *dlogits, const double *logits, const double *labels, int B);
-/* One step of dlrec_optim_step's formulas (nn/nn.h) in double, state laid
+/* One step of cpu_optim_step's formulas (ops.def) in double, state laid
  * out as the op's: nothing (SGD), m then v (Adam, 2n), s (Adagrad, n). */
 void ref_optim_step(const dlrec_optim_config *c, double *param, const double *grad, double *state, size_t n,
                     uint64_t step);
