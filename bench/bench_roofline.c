@@ -249,7 +249,7 @@ typedef struct bags {
 
 static void bags_batch(const void *ctx, int k) {
   const bags *g = ctx;
-  if (cpu_bag_forward(g->out, g->table, &g->batch[k], DLREC_BAG_SUM) != DLREC_OK) die("bag forward");
+  if (cpu_bag_forward(g->out, g->table, &g->batch[k], DLREC_POOLING_SUM) != DLREC_OK) die("bag forward");
 }
 
 static void run_bags(void *ctx) {

@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/backend_impl.h"
+#include "backend/dispatch.h"
 #include "core/clock.h"
 #include "core/rng.h"
 #include "data/synth.h"
@@ -117,7 +117,7 @@ typedef struct emb_stage {
 static void step(layer *bot, layer *tp, float *params, float *grads, size_t n_params, const float *dense, float *emb,
                  float *inter, float *dinter, float *demb, const float *labels, double *loss, int B, emb_stage *es) {
   dlrec_backend *be = g_be;
-  if (es) RUN(BE_OP(be, bag_forward, emb, es->t, &es->bags, DLREC_BAG_SUM));
+  if (es) RUN(BE_OP(be, bag_forward, emb, es->t, &es->bags, DLREC_POOLING_SUM));
   RUN(BE_OP(be, fill_rows, grads, n_params, 1, n_params, 0.0f));
   const float *in = dense;
   for (int l = 0; l < N_BOTTOM; l++) {
@@ -157,7 +157,7 @@ static void step(layer *bot, layer *tp, float *params, float *grads, size_t n_pa
   dlrec_optim_config_default(&c, DLREC_OPTIM_SGD);
   RUN(BE_OP(be, optim_step, &c, params, grads, NULL, n_params, 1));
   if (es)
-    RUN(BE_OP(be, bag_backward_update, es->t, es->o, &es->bags, DLREC_BAG_SUM, demb, es->scratch, es->scratch_bytes));
+    RUN(BE_OP(be, bag_backward_update, es->t, es->o, &es->bags, DLREC_POOLING_SUM, demb, es->scratch, es->scratch_bytes));
 }
 
 /* A table of card[c] rows for column c, initialized, its SGD, a batch of one

@@ -82,7 +82,7 @@ static double run(dlrec_store *s, const batches *d, int keys, uint32_t threads, 
       dlrec_bag_batch in = {d->B, d->F, offp, idp, NULL}, r;
       dlrec_key_batch kin = {d->B, d->F, offp, kp, NULL};
       dlrec_status st = keys ? dlrec_store_resolve_keys(s, &kin, &r, 0) : dlrec_store_resolve(s, &in, &r, 0);
-      if (st == DLREC_OK) st = cpu_bag_forward(out, dlrec_store_table(s), &r, DLREC_BAG_SUM);
+      if (st == DLREC_OK) st = cpu_bag_forward(out, dlrec_store_table(s), &r, DLREC_POOLING_SUM);
       if (st != DLREC_OK) {
         fprintf(stderr, "bench_store: %s\n", dlrec_last_error());
         exit(1);

@@ -66,7 +66,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "backend/backend_impl.h"
+#include "backend/dispatch.h"
 #include "backend/cpu/kernels.h"
 #include "backend/ops_table.h"
 #include "core/rng.h"
@@ -1889,7 +1889,7 @@ static void case_bag_forward(void) {
         bag_data bd;
         bags_make(&bd, B, F, shapes[s][4], shapes[s][5], rows);
         if (mode == 2) bd.bags.mean_cols = bd.mean_cols;
-        const dlrec_bag_mode m = mode == 1 ? DLREC_BAG_MEAN : DLREC_BAG_SUM;
+        const dlrec_pooling m = mode == 1 ? DLREC_POOLING_MEAN : DLREC_POOLING_SUM;
         const size_t n = (size_t)B * F * D;
         double *ref = hd(n);
         ref_bag_forward(ref, table_rows(t), dlrec_table_stride(t), D, &bd.bags, m);
@@ -1942,7 +1942,7 @@ static void sparse_case(dlrec_sparse_optim_kind kind, int mode, uint32_t B) {
     /* Ids from the lower 2/3 of the table only: the top third never changes. */
     bags_make(&bd, B, F, 0, 4, rows * 2 / 3);
     if (mode == 2) bd.bags.mean_cols = bd.mean_cols;
-    const dlrec_bag_mode m = mode == 1 ? DLREC_BAG_MEAN : DLREC_BAG_SUM;
+    const dlrec_pooling m = mode == 1 ? DLREC_POOLING_MEAN : DLREC_POOLING_SUM;
     float *dout = hrand((size_t)B * F * D, -1, 1);
     memcpy(before, dlrec_table_data(t), rows * stride * sizeof(float));
     ref_bag_backward_update(&s, &c, &bd.bags, m, dout, rows, D);
@@ -1983,7 +1983,7 @@ out:
  * differences are exact up to rounding. */
 typedef struct bag_ctx {
   const dlrec_bag_batch *bags;
-  dlrec_bag_mode mode;
+  dlrec_pooling mode;
   uint32_t stride, D;
   float *rows;
   double *out;
@@ -2011,7 +2011,7 @@ static void bag_gradient_case(int mode) {
   bag_data bd;
   bags_make(&bd, B, F, 0, 4, rows);
   if (mode == 2) bd.bags.mean_cols = bd.mean_cols;
-  const dlrec_bag_mode m = mode == 1 ? DLREC_BAG_MEAN : DLREC_BAG_SUM;
+  const dlrec_pooling m = mode == 1 ? DLREC_POOLING_MEAN : DLREC_POOLING_SUM;
   float *R = hrand(nout, -1, 1), *before = hf(n), *pert = hf(n);
   memcpy(before, dlrec_table_data(t), n * sizeof(float));
   memcpy(pert, before, n * sizeof(float));
@@ -2088,8 +2088,8 @@ static void case_mirror(void) {
   bag_data b0;
   bags_make(&b0, B, F, 1, 4, rows);
   float *d0 = hrand((size_t)B * F * D, -1, 1);
-  if (cpu_bag_backward_update(t, o, &b0.bags, DLREC_BAG_SUM, d0, host_scratch, scratch_bytes) != DLREC_OK ||
-      cpu_bag_backward_update(ref, ro, &b0.bags, DLREC_BAG_SUM, d0, host_scratch, scratch_bytes) != DLREC_OK ||
+  if (cpu_bag_backward_update(t, o, &b0.bags, DLREC_POOLING_SUM, d0, host_scratch, scratch_bytes) != DLREC_OK ||
+      cpu_bag_backward_update(ref, ro, &b0.bags, DLREC_POOLING_SUM, d0, host_scratch, scratch_bytes) != DLREC_OK ||
       backend_table_mirror(g_be, t, &mt) != DLREC_OK || backend_sparse_optim_mirror(g_be, o, mt, &mo) != DLREC_OK) {
     FAIL("the first update and the mirrors: %s", dlrec_last_error());
     goto out;
@@ -2098,10 +2098,10 @@ static void case_mirror(void) {
     bag_data bd;
     bags_make(&bd, B, F, 1, 4, rows);
     float *dout = hrand((size_t)B * F * D, -1, 1);
-    if (OP(bag_backward_update, mt, mo, &bd.bags, DLREC_BAG_SUM, dup(dout, (size_t)B * F * D), dev_scratch,
+    if (OP(bag_backward_update, mt, mo, &bd.bags, DLREC_POOLING_SUM, dup(dout, (size_t)B * F * D), dev_scratch,
            scratch_bytes))
       goto out;
-    if (cpu_bag_backward_update(ref, ro, &bd.bags, DLREC_BAG_SUM, dout, host_scratch, scratch_bytes) != DLREC_OK) {
+    if (cpu_bag_backward_update(ref, ro, &bd.bags, DLREC_POOLING_SUM, dout, host_scratch, scratch_bytes) != DLREC_OK) {
       FAIL("the CPU's update: %s", dlrec_last_error());
       goto out;
     }

@@ -14,7 +14,7 @@
 
 static dlrec_dlrm_shape tiny_shape(void) {
   dlrec_dlrm_shape sh = {.emb_dim = 4, .n_bottom = 2, .bottom = {5, 4}, .n_top = 2, .top = {6, 1},
-                         .pooling = DLREC_BAG_SUM};
+                         .pooling = DLREC_POOLING_SUM};
   return sh;
 }
 
@@ -356,7 +356,7 @@ TEST(dlrm_categorical_only_gradients_match_finite_differences) {
     dlrec_schema s;
     net_check_schema(&s, 0);
     dlrec_dlrm_shape sh = tiny_shape();
-    sh.pooling = mean ? DLREC_BAG_MEAN : DLREC_BAG_SUM;
+    sh.pooling = mean ? DLREC_POOLING_MEAN : DLREC_POOLING_SUM;
     dlrec_net *m;
     dlrec_net_ws *ws;
     CHECK_OK(dlrec_dlrm_create(&m, &sh, &s));

@@ -62,7 +62,7 @@ static void fill(float *v, size_t n, dlrec_rng *r, float lo, float hi) {
   for (size_t i = 0; i < n; i++) v[i] = lo + (hi - lo) * (float)dlrec_rng_uniform(r);
 }
 
-static dlrec_bag_mode bag_mode(int mean) { return mean ? DLREC_BAG_MEAN : DLREC_BAG_SUM; }
+static dlrec_pooling bag_mode(int mean) { return mean ? DLREC_POOLING_MEAN : DLREC_POOLING_SUM; }
 
 static dlrec_table *table_random(uint64_t rows, uint32_t dim, uint64_t seed) {
   dlrec_table *t = NULL;
@@ -344,7 +344,7 @@ TEST(bag_backward_sums_repeated_rows_exactly) {
   c.lr = 1.0f;
   backward_ctx x;
   CHECK_OK(ctx_open(&x, t, &c, 6));
-  CHECK_OK(cpu_bag_backward_update(t, x.o, &bags, DLREC_BAG_SUM, dout, x.scratch, x.scratch_bytes));
+  CHECK_OK(cpu_bag_backward_update(t, x.o, &bags, DLREC_POOLING_SUM, dout, x.scratch, x.scratch_bytes));
   const float *w = dlrec_table_data(t);
   for (int d = 0; d < 3; d++) {
     float g0 = 0.0f + dout[d];                                      /* row 0: b0 c0 */
@@ -357,7 +357,7 @@ TEST(bag_backward_sums_repeated_rows_exactly) {
   }
   /* Mean pooling scales each bag's gradient by 1/|bag|. */
   memset(dlrec_table_data(t), 0, table_bytes(t));
-  CHECK_OK(cpu_bag_backward_update(t, x.o, &bags, DLREC_BAG_MEAN, dout, x.scratch, x.scratch_bytes));
+  CHECK_OK(cpu_bag_backward_update(t, x.o, &bags, DLREC_POOLING_MEAN, dout, x.scratch, x.scratch_bytes));
   for (int d = 0; d < 3; d++) {
     CHECK_NEAR(-w[0 * 4 + d], dout[d] / 3.0, 1e-7, 1e-6);
     CHECK_NEAR(-w[1 * 4 + d], 2 * dout[d] / 3.0 + dout[9 + d], 1e-7, 1e-6);
@@ -369,7 +369,7 @@ TEST(bag_backward_sums_repeated_rows_exactly) {
   const uint8_t mean_cols[2] = {1, 0};
   bags.mean_cols = mean_cols;
   memset(dlrec_table_data(t), 0, table_bytes(t));
-  CHECK_OK(cpu_bag_backward_update(t, x.o, &bags, DLREC_BAG_SUM, dout, x.scratch, x.scratch_bytes));
+  CHECK_OK(cpu_bag_backward_update(t, x.o, &bags, DLREC_POOLING_SUM, dout, x.scratch, x.scratch_bytes));
   for (int d = 0; d < 3; d++) {
     CHECK_NEAR(-w[0 * 4 + d], dout[d] / 3.0, 1e-7, 1e-6);
     CHECK_NEAR(-w[1 * 4 + d], 2 * dout[d] / 3.0 + 2 * dout[9 + d], 1e-7, 1e-6);
@@ -379,7 +379,7 @@ TEST(bag_backward_sums_repeated_rows_exactly) {
   for (int r = 0; r < 4; r++)
     for (int d = 0; d < 3; d++) dlrec_table_data(t)[r * 4 + d] = (float)(r + 1);
   float out[12];
-  CHECK_OK(cpu_bag_forward(out, t, &bags, DLREC_BAG_SUM));
+  CHECK_OK(cpu_bag_forward(out, t, &bags, DLREC_POOLING_SUM));
   CHECK_NEAR(out[0], (2 + 1 + 2) / 3.0, 1e-7, 1e-6); /* b0 c0: mean of rows 1, 0, 1 */
   CHECK(out[3] == 0.0f);                              /* b0 c1: empty */
   CHECK(out[6] == 4.0f);                              /* b1 c0: row 3 */
@@ -529,7 +529,7 @@ static char *run_steps(dlrec_sparse_optim_kind kind, uint64_t rows, uint32_t dim
     test_batch tb;
     batch_make(&tb, B, F, 1, 3, rows, 500 + step);
     fill(dout, (size_t)B * F * dim, &r, -1, 1);
-    ok = cpu_bag_backward_update(t, x.o, &tb.bags, step == 1 ? DLREC_BAG_MEAN : DLREC_BAG_SUM, dout, x.scratch,
+    ok = cpu_bag_backward_update(t, x.o, &tb.bags, step == 1 ? DLREC_POOLING_MEAN : DLREC_POOLING_SUM, dout, x.scratch,
                                    x.scratch_bytes) == DLREC_OK;
     batch_free(&tb);
   }
@@ -589,7 +589,7 @@ TEST(one_row_table_needs_no_sort) {
   c.lr = 1.0f;
   backward_ctx x;
   CHECK_OK(ctx_open(&x, t, &c, 3));
-  CHECK_OK(cpu_bag_backward_update(t, x.o, &bags, DLREC_BAG_SUM, dout, x.scratch, x.scratch_bytes));
+  CHECK_OK(cpu_bag_backward_update(t, x.o, &bags, DLREC_POOLING_SUM, dout, x.scratch, x.scratch_bytes));
   CHECK(dlrec_table_data(t)[0] == -(1.0f + 1.0f + 3.0f));
   CHECK(dlrec_table_data(t)[1] == -(2.0f + 2.0f + 4.0f));
   ctx_close(&x);
@@ -634,10 +634,10 @@ TEST(sparse_update_sorts_by_every_bit_of_the_row) {
     dlrec_rng_seed(&r, 50 + i, 0);
     float *dout = malloc((size_t)B * F * D * sizeof(float));
     fill(dout, (size_t)B * F * D, &r, -1, 1);
-    ref_bag_backward_update(&s, &c, &tb.bags, DLREC_BAG_SUM, dout, rows, D);
+    ref_bag_backward_update(&s, &c, &tb.bags, DLREC_POOLING_SUM, dout, rows, D);
     backward_ctx x;
     if (ctx_open(&x, t, &c, batch_ids(&tb)) != DLREC_OK ||
-        cpu_bag_backward_update(t, x.o, &tb.bags, DLREC_BAG_SUM, dout, x.scratch, x.scratch_bytes) != DLREC_OK)
+        cpu_bag_backward_update(t, x.o, &tb.bags, DLREC_POOLING_SUM, dout, x.scratch, x.scratch_bytes) != DLREC_OK)
       test_fail(__FILE__, __LINE__, "backward: %s", dlrec_last_error());
     dlrec_sparse_optim_state st;
     dlrec_sparse_optim_state_view(x.o, &st);
@@ -700,14 +700,14 @@ TEST(corrupt_batches_are_errors_and_change_nothing) {
   dlrec_bag_batch bags = {2, 1, offs, idss, NULL};
   float out[8], dout[8] = {1, 1, 1, 1, 1, 1, 1, 1};
   CHECK_ERR(dlrec_bag_check(t, &bags), DLREC_ERR_INVALID, "column 0, sample 1: id 10 is outside the table of 10 rows");
-  CHECK_ERR(cpu_bag_forward(out, t, &bags, DLREC_BAG_SUM), DLREC_ERR_INVALID, "bag_forward: embedding batch: column 0, sample 1: id 10");
+  CHECK_ERR(cpu_bag_forward(out, t, &bags, DLREC_POOLING_SUM), DLREC_ERR_INVALID, "bag_forward: embedding batch: column 0, sample 1: id 10");
   dlrec_sparse_optim_config c;
   dlrec_sparse_optim_config_default(&c, DLREC_SPARSE_LAZY_ADAM);
   backward_ctx x;
   CHECK_OK(ctx_open(&x, t, &c, 3));
   float before[40];
   memcpy(before, dlrec_table_data(t), sizeof before);
-  CHECK_ERR(cpu_bag_backward_update(t, x.o, &bags, DLREC_BAG_SUM, dout, x.scratch, x.scratch_bytes),
+  CHECK_ERR(cpu_bag_backward_update(t, x.o, &bags, DLREC_POOLING_SUM, dout, x.scratch, x.scratch_bytes),
             DLREC_ERR_INVALID, "id 10 is outside");
   CHECK(memcmp(before, dlrec_table_data(t), sizeof before) == 0);
   dlrec_sparse_optim_state st;
@@ -718,30 +718,30 @@ TEST(corrupt_batches_are_errors_and_change_nothing) {
   uint32_t hot_off[] = {0, 1, 2}, hot_ids[] = {3, 10};
   const uint32_t *hot_offs[] = {hot_off}, *hot_idss[] = {hot_ids};
   dlrec_bag_batch hot = {2, 1, hot_offs, hot_idss, NULL};
-  CHECK_ERR(cpu_bag_forward(out, t, &hot, DLREC_BAG_SUM), DLREC_ERR_INVALID, "column 0, sample 1: id 10");
+  CHECK_ERR(cpu_bag_forward(out, t, &hot, DLREC_POOLING_SUM), DLREC_ERR_INVALID, "column 0, sample 1: id 10");
 
   /* Offsets that decrease, or run past the column's end. */
   uint32_t bad_off[] = {0, 3, 1};
   offs[0] = bad_off;
   ids0[2] = 1;
   CHECK_ERR(dlrec_bag_check(t, &bags), DLREC_ERR_INVALID, "offsets decrease");
-  CHECK_ERR(cpu_bag_forward(out, t, &bags, DLREC_BAG_SUM), DLREC_ERR_INVALID, "offsets decrease");
-  CHECK_ERR(cpu_bag_backward_update(t, x.o, &bags, DLREC_BAG_SUM, dout, x.scratch, x.scratch_bytes),
+  CHECK_ERR(cpu_bag_forward(out, t, &bags, DLREC_POOLING_SUM), DLREC_ERR_INVALID, "offsets decrease");
+  CHECK_ERR(cpu_bag_backward_update(t, x.o, &bags, DLREC_POOLING_SUM, dout, x.scratch, x.scratch_bytes),
             DLREC_ERR_INVALID, "offsets");
   uint32_t bad_off2[] = {2, 3, 1};
   offs[0] = bad_off2;
-  CHECK_ERR(cpu_bag_backward_update(t, x.o, &bags, DLREC_BAG_SUM, dout, x.scratch, x.scratch_bytes),
+  CHECK_ERR(cpu_bag_backward_update(t, x.o, &bags, DLREC_POOLING_SUM, dout, x.scratch, x.scratch_bytes),
             DLREC_ERR_INVALID, "offsets end (1) before they begin (2)");
   CHECK(memcmp(before, dlrec_table_data(t), sizeof before) == 0);
 
   /* Scratch planned for a smaller batch, an optimizer of another table. */
   offs[0] = off0;
-  CHECK_ERR(cpu_bag_backward_update(t, x.o, &bags, DLREC_BAG_SUM, dout, x.scratch, 100), DLREC_ERR_INVALID,
+  CHECK_ERR(cpu_bag_backward_update(t, x.o, &bags, DLREC_POOLING_SUM, dout, x.scratch, 100), DLREC_ERR_INVALID,
             "scratch of 100 bytes");
   dlrec_table *t2 = table_random(10, 4, 3);
-  CHECK_ERR(cpu_bag_backward_update(t2, x.o, &bags, DLREC_BAG_SUM, dout, x.scratch, x.scratch_bytes),
+  CHECK_ERR(cpu_bag_backward_update(t2, x.o, &bags, DLREC_POOLING_SUM, dout, x.scratch, x.scratch_bytes),
             DLREC_ERR_INVALID, "another table");
-  CHECK_ERR(cpu_bag_forward(out, t, &bags, (dlrec_bag_mode)7), DLREC_ERR_INVALID, "mode");
+  CHECK_ERR(cpu_bag_forward(out, t, &bags, (dlrec_pooling)7), DLREC_ERR_INVALID, "mode");
   dlrec_sparse_optim *o2;
   c.beta2 = 1.0f;
   CHECK_ERR(dlrec_sparse_optim_create(&o2, t, &c), DLREC_ERR_INVALID, "betas");
@@ -951,7 +951,7 @@ TEST(bag_forward_16bit_equals_fp32_pooling_of_the_widened_rows) {
           uint8_t mean_cols[4] = {0, 1, 0, 0};
           tb.bags.mean_cols = mean_cols;
           float *a = malloc((size_t)B * F * D * sizeof(float)), *b = malloc((size_t)B * F * D * sizeof(float));
-          const dlrec_bag_mode mode = mean ? DLREC_BAG_MEAN : DLREC_BAG_SUM;
+          const dlrec_pooling mode = mean ? DLREC_POOLING_MEAN : DLREC_POOLING_SUM;
           CHECK_OK(cpu_bag_forward(a, t16, &tb.bags, mode));
           CHECK_OK(cpu_bag_forward(b, t32, &tb.bags, mode));
           if (memcmp(a, b, (size_t)B * F * D * sizeof(float)))
@@ -996,7 +996,7 @@ TEST(bag_forward_rows_pools_the_listed_bags_as_the_batch_does) {
         }
         uint8_t mean_cols[4] = {0, 1, 1, 0};
         tb.bags.mean_cols = mean_cols;
-        const dlrec_bag_mode mode = bag_mode(mean);
+        const dlrec_pooling mode = bag_mode(mean);
         float *all = malloc((size_t)B * F * D * sizeof(float));
         CHECK_OK(cpu_bag_forward(all, t, &tb.bags, mode));
         dlrec_rng r;
@@ -1098,9 +1098,9 @@ static void check_sparse_16bit(dlrec_sparse_optim_kind kind, dlrec_table_dtype d
     test_batch tb;
     batch_make(&tb, B, F, 0, 4, rows / 2, 700 + step); /* the upper half is never touched */
     fill(dout, (size_t)B * F * D, &r, -1, 1);
-    ref_bag_backward_update(&s, &c, &tb.bags, DLREC_BAG_SUM, dout, rows, D);
-    CHECK_OK(cpu_bag_backward_update(t16, x16.o, &tb.bags, DLREC_BAG_SUM, dout, x16.scratch, x16.scratch_bytes));
-    CHECK_OK(cpu_bag_backward_update(t32, x32.o, &tb.bags, DLREC_BAG_SUM, dout, x32.scratch, x32.scratch_bytes));
+    ref_bag_backward_update(&s, &c, &tb.bags, DLREC_POOLING_SUM, dout, rows, D);
+    CHECK_OK(cpu_bag_backward_update(t16, x16.o, &tb.bags, DLREC_POOLING_SUM, dout, x16.scratch, x16.scratch_bytes));
+    CHECK_OK(cpu_bag_backward_update(t32, x32.o, &tb.bags, DLREC_POOLING_SUM, dout, x32.scratch, x32.scratch_bytes));
     const uint16_t *got = dlrec_table_raw_const(t16);
     const float *w32 = dlrec_table_data(t32);
     for (uint64_t row = 0; row < rows && !test_failed_now(); row++)
@@ -1161,7 +1161,7 @@ static uint16_t *run_steps16(dlrec_table_dtype dtype, int threads, size_t *n) {
     test_batch tb;
     batch_make(&tb, B, F, 1, 3, rows, 500 + step);
     fill(dout, (size_t)B * F * D, &r, -1, 1);
-    ok = cpu_bag_backward_update(t, x.o, &tb.bags, DLREC_BAG_SUM, dout, x.scratch, x.scratch_bytes) == DLREC_OK;
+    ok = cpu_bag_backward_update(t, x.o, &tb.bags, DLREC_POOLING_SUM, dout, x.scratch, x.scratch_bytes) == DLREC_OK;
     batch_free(&tb);
   }
   omp_set_num_threads(keep);

@@ -274,7 +274,7 @@ static void dlrm_from_golden(golden_run *r, const char *path, const dlrec_schema
   GOLDEN_REQUIRE(bottom->n >= 1 && bottom->n <= DLREC_MLP_MAX_LAYERS && top->n >= 1 && top->n <= DLREC_MLP_MAX_LAYERS);
 
   dlrec_dlrm_shape sh = {.emb_dim = (uint32_t)D, .n_bottom = (uint32_t)bottom->n, .n_top = (uint32_t)top->n,
-                         .pooling = pooling ? DLREC_BAG_MEAN : DLREC_BAG_SUM};
+                         .pooling = pooling ? DLREC_POOLING_MEAN : DLREC_POOLING_SUM};
   for (size_t l = 0; l < bottom->n; l++) {
     GOLDEN_REQUIRE(bottom->v[l] >= 1 && bottom->v[l] <= 65536);
     sh.bottom[l] = (uint32_t)bottom->v[l];

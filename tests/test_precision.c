@@ -17,7 +17,7 @@
 
 #include <omp.h>
 
-#include "backend/backend_impl.h"
+#include "backend/dispatch.h"
 #include "backend/cpu/cpu_dnnl.h"
 #include "backend/cpu/cpu_gemm.h"
 #include "train/metrics.h"

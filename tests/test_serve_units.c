@@ -144,7 +144,7 @@ TEST(batcher_takes_a_request_that_exactly_fills_the_queue) {
   dlrec_schema s;
   tiny_schema(&s);
   dlrec_dlrm_shape sh = {.emb_dim = 2, .n_bottom = 1, .bottom = {2}, .n_top = 1, .top = {1},
-                         .pooling = DLREC_BAG_SUM};
+                         .pooling = DLREC_POOLING_SUM};
   dlrec_net *dlrm = NULL;
   dlrec_net_scorer *scorer = NULL;
   dlrec_net_ws *ws = NULL;

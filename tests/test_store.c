@@ -87,13 +87,13 @@ static void tiered_matches_ram_dtype(dlrec_sparse_optim_kind kind, uint64_t cach
     dlrec_bag_batch r_ram, r_tier;
     CHECK_OK(dlrec_store_resolve(ram, &bb.bags, &r_ram, 1));
     CHECK_OK(dlrec_store_resolve(tier, &bb.bags, &r_tier, 1));
-    CHECK_OK(cpu_bag_forward(out_ram, dlrec_store_table(ram), &r_ram, DLREC_BAG_SUM));
-    CHECK_OK(cpu_bag_forward(out_tier, dlrec_store_table(tier), &r_tier, DLREC_BAG_SUM));
+    CHECK_OK(cpu_bag_forward(out_ram, dlrec_store_table(ram), &r_ram, DLREC_POOLING_SUM));
+    CHECK_OK(cpu_bag_forward(out_tier, dlrec_store_table(tier), &r_tier, DLREC_POOLING_SUM));
     CHECK(memcmp(out_ram, out_tier, n_out * sizeof(float)) == 0);
     for (size_t i = 0; i < n_out; i++) d_out[i] = (float)(dlrec_rng_uniform(&rng) - 0.5);
-    CHECK_OK(cpu_bag_backward_update(dlrec_store_table(ram), o_ram, &r_ram, DLREC_BAG_SUM, d_out, scratch,
+    CHECK_OK(cpu_bag_backward_update(dlrec_store_table(ram), o_ram, &r_ram, DLREC_POOLING_SUM, d_out, scratch,
                                        scratch_bytes));
-    CHECK_OK(cpu_bag_backward_update(dlrec_store_table(tier), o_tier, &r_tier, DLREC_BAG_SUM, d_out, scratch,
+    CHECK_OK(cpu_bag_backward_update(dlrec_store_table(tier), o_tier, &r_tier, DLREC_POOLING_SUM, d_out, scratch,
                                        scratch_bytes));
   }
   dlrec_store_stats st;
@@ -180,7 +180,7 @@ TEST(tiered_view_writes_reach_resolved_rows) {
   dlrec_store_unmap(s, &v);
   CHECK_OK(dlrec_store_resolve(s, &in, &out, 0));
   float pooled[DIM];
-  CHECK_OK(cpu_bag_forward(pooled, dlrec_store_table(s), &out, DLREC_BAG_SUM));
+  CHECK_OK(cpu_bag_forward(pooled, dlrec_store_table(s), &out, DLREC_POOLING_SUM));
   for (int d = 0; d < DIM; d++) CHECK(pooled[d] == (float)d + 0.5f);
   struct stat stt;
   CHECK(stat(test_path("view.table"), &stt) == 0);
@@ -588,8 +588,8 @@ TEST(tiered_rss_stays_within_the_cache_and_its_stated_overhead) {
     for (size_t i = 0; i < (size_t)BB * BF; i++) ids[i] = dlrec_rng_below(&rng, BIG_ROWS);
     dlrec_bag_batch in = {BB, BF, offp, idp, NULL}, r;
     CHECK_OK(dlrec_store_resolve(s, &in, &r, 1));
-    CHECK_OK(cpu_bag_forward(out, dlrec_store_table(s), &r, DLREC_BAG_SUM));
-    CHECK_OK(cpu_bag_backward_update(dlrec_store_table(s), o, &r, DLREC_BAG_SUM, out, scratch, scratch_bytes));
+    CHECK_OK(cpu_bag_forward(out, dlrec_store_table(s), &r, DLREC_POOLING_SUM));
+    CHECK_OK(cpu_bag_backward_update(dlrec_store_table(s), o, &r, DLREC_POOLING_SUM, out, scratch, scratch_bytes));
     uint64_t now = rss_bytes();
     if (now > peak) peak = now;
   }

@@ -128,7 +128,7 @@ TEST(config_json_round_trip) {
   CHECK_EQ(b.decay_steps, 1000);
   CHECK_EQ(b.eval_interval_steps, 50);
   CHECK_EQ(b.slice_rows, 1);
-  CHECK_EQ(dlrec_dlrm_shape_of(&b.model)->pooling, DLREC_BAG_MEAN);
+  CHECK_EQ(dlrec_dlrm_shape_of(&b.model)->pooling, DLREC_POOLING_MEAN);
 }
 
 TEST(lr_schedule) {

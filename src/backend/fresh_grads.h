@@ -1,4 +1,4 @@
-/* The bookkeeping behind a backend's fresh_gradients (backend_impl.h),
+/* The bookkeeping behind a backend's fresh_gradients (dispatch.h),
  * shared by the backends that implement it (cpu_gemm.c, cuda.c): while on,
  * the weight gradients a GEMM has written since it was turned on. Memory
  * outside them still holds the caller's zeros, so a GEMM's first product

@@ -1,10 +1,10 @@
 /* Mirrors of an embedding table and its sparse optimizer in a backend's
- * memory (backend_impl.h): what a GPU's bag ops read and update. A mirror
+ * memory (dispatch.h): what a GPU's bag ops read and update. A mirror
  * is a dlrec_table_wrap / dlrec_sparse_optim_wrap handle over arrays from
  * the backend's alloc, filled by upload and read back by download. A
  * mirror holds the host's rows whole, or runs of them (backend_rows: the
  * hot rows of a table that stays on the host). */
-#include "backend/backend_impl.h"
+#include "backend/dispatch.h"
 
 #include <string.h>
 

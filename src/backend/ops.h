@@ -28,6 +28,7 @@
 
 #include "backend/sparse_optim.h"
 #include "backend/table.h"
+#include "core/pooling.h"
 #include "core/status.h"
 
 #ifdef __cplusplus
@@ -45,10 +46,8 @@ typedef enum dlrec_act {
 /* The most columns (bags per sample) in one batch. */
 #define DLREC_BAG_MAX_COLS 4096
 
-typedef enum dlrec_bag_mode {
-  DLREC_BAG_SUM = 0,  /* the sum of the bag's rows */
-  DLREC_BAG_MEAN = 1, /* their mean; an empty bag gives zeros */
-} dlrec_bag_mode;
+/* How a bag pools is core/pooling.h's dlrec_pooling, the enum the schema and
+ * a model's config use too. */
 
 /* One batch's bags in CSR form per column, the dlrec_batch layout of
  * loader.h: sample b of column c holds the global ids
@@ -62,7 +61,7 @@ typedef struct dlrec_bag_batch {
   const uint32_t *const *offsets; /* F arrays of (B + 1), non-decreasing */
   const uint32_t *const *ids;     /* F arrays of ids, each of offsets[c][B] values at least */
   /* F flags, or NULL for none: column c pools by its mean when the mode is
-   * DLREC_BAG_MEAN or mean_cols[c] is nonzero (a column the ETL schema
+   * DLREC_POOLING_MEAN or mean_cols[c] is nonzero (a column the ETL schema
    * declares with mean pooling). */
   const uint8_t *mean_cols;
 } dlrec_bag_batch;

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/backend_impl.h"
+#include "backend/dispatch.h"
 #include "backend/table_store.h"
 #include "embed/unique.h"
 #include "dist/dist.h"
@@ -547,7 +547,7 @@ static dlrec_status update_rows(dlrec_sharded *s, const dlrec_net *net, const dl
   if (n_recv) {
     const uint32_t *offs[1] = {s->upd_off}, *ids[1] = {s->upd_ids};
     const dlrec_bag_batch bags = {(uint32_t)n_recv, 1, offs, ids, NULL};
-    st = BE_OP(dlrec_net_backend(net), bag_backward_update, s->shard, s->opt, &bags, DLREC_BAG_SUM, s->upd_g, s->scratch,
+    st = BE_OP(dlrec_net_backend(net), bag_backward_update, s->shard, s->opt, &bags, DLREC_POOLING_SUM, s->upd_g, s->scratch,
                s->scratch_bytes);
   }
   if (global_lookups) s->updates++;

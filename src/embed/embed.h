@@ -12,9 +12,9 @@
  *   dlrec_sparse_optim_create(&o, t, &optim_config);   // once
  *   scratch = malloc(dlrec_bag_backward_scratch_bytes(t, max_ids)); // once
  *   ...
- *   BE_OP(be, bag_forward, emb, t, &bags, DLREC_BAG_SUM);   // emb (B, F, D)
+ *   BE_OP(be, bag_forward, emb, t, &bags, DLREC_POOLING_SUM);   // emb (B, F, D)
  *   ... dense forward, loss, dense backward down to d_emb (B, F, D) ...
- *   BE_OP(be, bag_backward_update, t, o, &bags, DLREC_BAG_SUM, d_emb, scratch, bytes);
+ *   BE_OP(be, bag_backward_update, t, o, &bags, DLREC_POOLING_SUM, d_emb, scratch, bytes);
  *
  * The backward never materializes a dense gradient of the table: it reduces
  * the gradients of the rows the batch touched, per unique row, in a fixed

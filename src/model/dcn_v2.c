@@ -39,7 +39,7 @@ typedef enum dcn_structure { DCN_STACKED = 0, DCN_PARALLEL = 1 } dcn_structure;
 
 typedef struct dcn_config {
   uint32_t emb_dim;       /* D */
-  dlrec_bag_mode pooling; /* how multi-hot bags pool */
+  dlrec_pooling pooling; /* how multi-hot bags pool */
   dcn_structure structure;
   uint32_t layers;        /* L, cross layers */
   uint32_t rank;          /* r; 0: full rank */
@@ -57,7 +57,7 @@ _Static_assert(sizeof(dcn_config) <= DLREC_NET_CONFIG_BYTES, "the DCN-v2 config 
 static void config_default(void *cfg) {
   dcn_config *c = cfg;
   c->emb_dim = 16;
-  c->pooling = DLREC_BAG_SUM;
+  c->pooling = DLREC_POOLING_SUM;
   c->structure = DCN_PARALLEL;
   c->layers = 3;
   c->rank = 0;
@@ -106,7 +106,7 @@ static dlrec_status config_parse(void *cfg, const cJSON *o, const char *what) {
 static void config_to_json(const void *cfg, cJSON *m) {
   const dcn_config *c = cfg;
   cJSON_AddNumberToObject(m, "embedding_dim", c->emb_dim);
-  cJSON_AddStringToObject(m, "pooling", net_pooling_name(c->pooling));
+  cJSON_AddStringToObject(m, "pooling", dlrec_pooling_name(c->pooling));
   cJSON_AddStringToObject(m, "structure", c->structure == DCN_STACKED ? "stacked" : "parallel");
   cJSON_AddNumberToObject(m, "cross_layers", c->layers);
   cJSON_AddNumberToObject(m, "low_rank", c->rank);

@@ -37,7 +37,7 @@ _Static_assert(sizeof(dlrec_dlrm_shape) <= DLREC_NET_CONFIG_BYTES, "the DLRM sha
 /* The Criteo Kaggle DLRM. */
 static void config_default(void *cfg) {
   dlrec_dlrm_shape sh = {.emb_dim = 16, .n_bottom = 4, .bottom = {512, 256, 64, 16}, .n_top = 3,
-                         .top = {512, 256, 1}, .pooling = DLREC_BAG_SUM, .interaction = DLREC_DLRM_DOT};
+                         .top = {512, 256, 1}, .pooling = DLREC_POOLING_SUM, .interaction = DLREC_DLRM_DOT};
   memcpy(cfg, &sh, sizeof sh);
 }
 
@@ -73,7 +73,7 @@ static void config_to_json(const void *cfg, cJSON *m) {
   cJSON_AddNumberToObject(m, "embedding_dim", sh->emb_dim);
   cJSON_AddItemToObject(m, "bottom_mlp", net_widths_json(sh->bottom, sh->n_bottom));
   cJSON_AddItemToObject(m, "top_mlp", net_widths_json(sh->top, sh->n_top));
-  cJSON_AddStringToObject(m, "pooling", net_pooling_name(sh->pooling));
+  cJSON_AddStringToObject(m, "pooling", dlrec_pooling_name(sh->pooling));
   cJSON_AddStringToObject(m, "interaction", sh->interaction == DLREC_DLRM_CAT ? "cat" : "dot");
   /* The top MLP's options only when set: a config without them writes what
    * it did before they existed, byte for byte. */

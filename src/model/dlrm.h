@@ -28,7 +28,7 @@ typedef struct dlrec_dlrm_shape {
   uint32_t bottom[DLREC_MLP_MAX_LAYERS];  /* their output widths */
   uint32_t n_top;                         /* top MLP layers (>= 1), ReLU but the last */
   uint32_t top[DLREC_MLP_MAX_LAYERS];     /* their output widths; the last is 1 (the logit) */
-  dlrec_bag_mode pooling;                 /* how multi-hot bags pool */
+  dlrec_pooling pooling;                  /* how multi-hot bags pool */
   dlrec_dlrm_interaction interaction;     /* dot (the default, 0) or cat */
   float top_dropout;                      /* dropout after each of the top MLP's hidden layers, [0, 1) */
   int top_batch_norm;                     /* batch normalization in each of the top MLP's hidden layers */

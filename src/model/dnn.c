@@ -25,7 +25,7 @@
 
 typedef struct dnn_config {
   uint32_t emb_dim;       /* D */
-  dlrec_bag_mode pooling; /* how multi-hot bags pool */
+  dlrec_pooling pooling; /* how multi-hot bags pool */
   net_mlp_config mlp;     /* hidden layers, dropout, batch norm */
 } dnn_config;
 
@@ -35,7 +35,7 @@ _Static_assert(sizeof(dnn_config) <= DLREC_NET_CONFIG_BYTES, "the DNN config fit
 static void config_default(void *cfg) {
   dnn_config *c = cfg;
   c->emb_dim = 16;
-  c->pooling = DLREC_BAG_SUM;
+  c->pooling = DLREC_POOLING_SUM;
   c->mlp.n_hidden = 3;
   c->mlp.hidden[0] = c->mlp.hidden[1] = c->mlp.hidden[2] = 400;
 }
@@ -52,7 +52,7 @@ static dlrec_status config_parse(void *cfg, const cJSON *o, const char *what) {
 static void config_to_json(const void *cfg, cJSON *m) {
   const dnn_config *c = cfg;
   cJSON_AddNumberToObject(m, "embedding_dim", c->emb_dim);
-  cJSON_AddStringToObject(m, "pooling", net_pooling_name(c->pooling));
+  cJSON_AddStringToObject(m, "pooling", dlrec_pooling_name(c->pooling));
   net_mlp_config_to_json(&c->mlp, m);
 }
 

@@ -63,7 +63,7 @@ static const char *embedding_stage(const dlrec_net *n, onnx_graph *g, const char
   for (uint32_t c = 0; c < sc->n_sparse; c++) {
     const uint64_t H = sc->sparse[c].max_hotness ? sc->sparse[c].max_hotness : 1;
     const char *x = onnx_reduce_sum(g, onnx_slice(g, rows, 1, (int64_t)s0, (int64_t)(s0 + H)), 1, 1);
-    if (n->mean_cols[c] || n->plan.pooling == DLREC_BAG_MEAN) {
+    if (n->mean_cols[c] || n->plan.pooling == DLREC_POOLING_MEAN) {
       const char *k = onnx_reduce_sum(g, onnx_slice(g, mf, 1, (int64_t)s0, (int64_t)(s0 + H)), 1, 1);
       x = onnx_op2(g, "Div", x, onnx_op2(g, "Max", k, onnx_scalar_f32(g, 1.0f)));
     }

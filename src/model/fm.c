@@ -29,7 +29,7 @@
 
 typedef struct fm_config {
   uint32_t emb_dim;       /* D, the factors' width (the table's rows are D + 1) */
-  dlrec_bag_mode pooling; /* how multi-hot bags pool */
+  dlrec_pooling pooling; /* how multi-hot bags pool */
 } fm_config;
 
 _Static_assert(sizeof(fm_config) <= DLREC_NET_CONFIG_BYTES, "the FM config fits a model config");
@@ -37,7 +37,7 @@ _Static_assert(sizeof(fm_config) <= DLREC_NET_CONFIG_BYTES, "the FM config fits 
 /* ---- config ------------------------------------------------------------------ */
 
 static void config_default(void *cfg) {
-  fm_config c = {.emb_dim = 16, .pooling = DLREC_BAG_SUM};
+  fm_config c = {.emb_dim = 16, .pooling = DLREC_POOLING_SUM};
   memcpy(cfg, &c, sizeof c);
 }
 
@@ -52,7 +52,7 @@ static dlrec_status config_parse(void *cfg, const cJSON *o, const char *what) {
 static void config_to_json(const void *cfg, cJSON *m) {
   const fm_config *c = cfg;
   cJSON_AddNumberToObject(m, "embedding_dim", c->emb_dim);
-  cJSON_AddStringToObject(m, "pooling", net_pooling_name(c->pooling));
+  cJSON_AddStringToObject(m, "pooling", dlrec_pooling_name(c->pooling));
 }
 
 /* ---- plan -------------------------------------------------------------------- */

@@ -19,7 +19,7 @@
 #include "core/onnx.h"
 
 typedef struct lr_config {
-  dlrec_bag_mode pooling; /* how multi-hot bags pool their ids' weights */
+  dlrec_pooling pooling; /* how multi-hot bags pool their ids' weights */
 } lr_config;
 
 _Static_assert(sizeof(lr_config) <= DLREC_NET_CONFIG_BYTES, "the LR config fits a model config");
@@ -27,7 +27,7 @@ _Static_assert(sizeof(lr_config) <= DLREC_NET_CONFIG_BYTES, "the LR config fits 
 /* ---- config ------------------------------------------------------------------ */
 
 static void config_default(void *cfg) {
-  lr_config c = {.pooling = DLREC_BAG_SUM};
+  lr_config c = {.pooling = DLREC_POOLING_SUM};
   memcpy(cfg, &c, sizeof c);
 }
 
@@ -40,7 +40,7 @@ static dlrec_status config_parse(void *cfg, const cJSON *o, const char *what) {
 
 static void config_to_json(const void *cfg, cJSON *m) {
   const lr_config *c = cfg;
-  cJSON_AddStringToObject(m, "pooling", net_pooling_name(c->pooling));
+  cJSON_AddStringToObject(m, "pooling", dlrec_pooling_name(c->pooling));
 }
 
 /* ---- plan -------------------------------------------------------------------- */

@@ -141,7 +141,7 @@ dlrec_status dlrec_net_set_hot_fraction(dlrec_net *n, float fraction) {
   n->hot_runs = 0;
   for (uint32_t c = 0; c < n->schema.n_sparse; c++) {
     const dlrec_sparse_col *col = &n->schema.sparse[c];
-    const int mean = n->plan.pooling == DLREC_BAG_MEAN || n->mean_cols[c];
+    const int mean = n->plan.pooling == DLREC_POOLING_MEAN || n->mean_cols[c];
     const uint64_t rows = col->id_end - col->id_begin;
     uint64_t hot = (uint64_t)ceil((double)fraction * (double)rows);
     if (hot > rows || n->schema.keys) hot = n->schema.keys ? 0 : rows;
@@ -171,7 +171,7 @@ const dlrec_table *dlrec_net_table_const(const dlrec_net *n) { return n->table; 
 dlrec_store *dlrec_net_store(const dlrec_net *n) { return n->store; }
 uint32_t dlrec_net_n_tensors(const dlrec_net *n) { return n->plan.n_tensors; }
 int dlrec_net_pools_mean(const dlrec_net *n, uint32_t c) {
-  return n->plan.pooling == DLREC_BAG_MEAN || (c < n->schema.n_sparse && n->mean_cols[c]);
+  return n->plan.pooling == DLREC_POOLING_MEAN || (c < n->schema.n_sparse && n->mean_cols[c]);
 }
 const dlrec_net_tensor *dlrec_net_tensors(const dlrec_net *n) { return n->plan.tensors; }
 

@@ -139,7 +139,7 @@ int dlrec_net_host_table(const dlrec_net *n);
 dlrec_status dlrec_net_set_hot_fraction(dlrec_net *n, float fraction);
 uint64_t dlrec_net_hot_rows(const dlrec_net *n);
 /* Whether a training pass lets a 16-bit backend keep the operands its
- * forward converted for its backward (backend_impl.h's keep_operands), and
+ * forward converted for its backward (dispatch.h's keep_operands), and
  * lets a backend write a weight gradient's first product where it would add
  * it to zeros (fresh_gradients); on (1) by default; off, each backward
  * converts the operands again and adds every product. The same bits either

@@ -14,7 +14,7 @@
 #ifndef DLREC_MODEL_TYPE_H
 #define DLREC_MODEL_TYPE_H
 
-#include "backend/backend_impl.h"
+#include "backend/dispatch.h"
 #include "core/arena.h"
 #include "model/dlrm.h"
 #include "model/model.h"
@@ -24,9 +24,8 @@
 struct onnx_graph; /* core/onnx.h */
 
 /* A model section's optional "pooling" ("sum" or "mean"; absent: *pooling
- * stays), and its name for config_to_json (model.c). */
-dlrec_status net_config_pooling(const cJSON *o, const char *what, dlrec_bag_mode *pooling);
-const char *net_pooling_name(dlrec_bag_mode pooling);
+ * stays); config_to_json writes it back with dlrec_pooling_name. */
+dlrec_status net_config_pooling(const cJSON *o, const char *what, dlrec_pooling *pooling);
 
 /* A model section the generic tests build the type from (tests/test_models.c
  * and tests/onnx/run.sh read them through dlrec_net_type_test_config): the

@@ -201,7 +201,7 @@ static uint32_t split_ways(const dlrec_net *n, const dlrec_stage *stage, uint32_
   return stage->ops->splits ? net_ways_of(backend_split_ways(n->be), B) : 1;
 }
 
-/* Starts (on) or ends a training pass's shortcuts on be (backend_impl.h),
+/* Starts (on) or ends a training pass's shortcuts on be (dispatch.h),
  * unless dlrec_net_set_keep_operands turned them off: kept operands (the
  * pass writes no layer's input or weights between its forward and its
  * backward) and fresh gradients (the backward finds them zeroed: a split

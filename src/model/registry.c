@@ -150,14 +150,10 @@ void dlrec_net_config_to_json(const dlrec_net_config *c, cJSON *o) {
 
 /* ---- config readers the types share ----------------------------------------------- */
 
-dlrec_status net_config_pooling(const cJSON *o, const char *what, dlrec_bag_mode *pooling) {
+dlrec_status net_config_pooling(const cJSON *o, const char *what, dlrec_pooling *pooling) {
   const char *pool = NULL;
   dlrec_status s = dlrec_json_get_string_or(o, "pooling", what, NULL, &pool);
   if (s != DLREC_OK || !pool) return s;
-  if (!strcmp(pool, "sum")) *pooling = DLREC_BAG_SUM;
-  else if (!strcmp(pool, "mean")) *pooling = DLREC_BAG_MEAN;
-  else return dlrec_error(DLREC_ERR_INVALID, "%s: field 'pooling': '%s' is not one of sum, mean", what, pool);
+  if (dlrec_pooling_parse(pool, strlen(pool), pooling) != 0) return dlrec_error(DLREC_ERR_INVALID, "%s: field 'pooling': '%s' is not one of sum, mean", what, pool);
   return DLREC_OK;
 }
-
-const char *net_pooling_name(dlrec_bag_mode pooling) { return pooling == DLREC_BAG_MEAN ? "mean" : "sum"; }

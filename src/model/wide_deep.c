@@ -41,7 +41,7 @@
 
 typedef struct wd_config {
   uint32_t emb_dim;       /* D, the embeddings' width (the table's rows are D + 1) */
-  dlrec_bag_mode pooling; /* how multi-hot bags pool */
+  dlrec_pooling pooling; /* how multi-hot bags pool */
   net_mlp_config mlp;     /* the deep part's hidden layers, dropout, batch norm */
   int fm;                 /* deepfm: the FM second-order term too */
 } wd_config;
@@ -55,7 +55,7 @@ static void defaults(void *cfg, int fm) {
   wd_config *c = cfg;
   memset(c, 0, sizeof *c);
   c->emb_dim = 16;
-  c->pooling = DLREC_BAG_SUM;
+  c->pooling = DLREC_POOLING_SUM;
   c->mlp.n_hidden = 3;
   for (int l = 0; l < 3; l++) c->mlp.hidden[l] = 400;
   c->fm = fm;
@@ -76,7 +76,7 @@ static dlrec_status config_parse(void *cfg, const cJSON *o, const char *what) {
 static void config_to_json(const void *cfg, cJSON *m) {
   const wd_config *c = cfg;
   cJSON_AddNumberToObject(m, "embedding_dim", c->emb_dim);
-  cJSON_AddStringToObject(m, "pooling", net_pooling_name(c->pooling));
+  cJSON_AddStringToObject(m, "pooling", dlrec_pooling_name(c->pooling));
   net_mlp_config_to_json(&c->mlp, m);
 }
 

@@ -102,7 +102,7 @@ struct net_type; /* src/model/model_type.h */
 typedef struct net_plan {
   const struct net_type *type; /* the model type that made it (which describes its workspace) */
   uint32_t emb_dim;         /* D of emb (B, F, D) */
-  dlrec_bag_mode pooling;   /* how multi-hot bags pool */
+  dlrec_pooling pooling;    /* how multi-hot bags pool */
   uint32_t n_tensors;
   dlrec_net_tensor tensors[DLREC_NET_MAX_TENSORS];
   uint32_t n_linear;

@@ -4,7 +4,7 @@
  * is a row of a followed by the same row of b. Rows are copied by the
  * backend's copy_rows, each on its own, so the result does not depend on
  * the batch. */
-#include "backend/backend_impl.h"
+#include "backend/dispatch.h"
 #include "core/onnx.h"
 #include "nn/block.h"
 

@@ -5,7 +5,7 @@
 #include <math.h>
 
 #include "core/rng.h"
-#include "backend/backend_impl.h"
+#include "backend/dispatch.h"
 #include "core/onnx.h"
 #include "nn/block.h"
 

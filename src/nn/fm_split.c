@@ -6,7 +6,7 @@
  * factors and its weight for the blocks of src/nn, and join the two
  * gradients back into d_emb.
  */
-#include "backend/backend_impl.h"
+#include "backend/dispatch.h"
 #include "core/onnx.h"
 #include "nn/block.h"
 

@@ -23,7 +23,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "backend/backend_impl.h"
+#include "backend/dispatch.h"
 #include "core/json.h"
 #include "core/onnx.h"
 #include "nn/block.h"

@@ -6,7 +6,7 @@
 #include <sched.h>
 #include <string.h>
 
-#include "backend/backend_impl.h"
+#include "backend/dispatch.h"
 #include "core/clock.h"
 #include "nn/block.h"
 

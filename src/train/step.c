@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/backend_impl.h"
+#include "backend/dispatch.h"
 #include "core/clock.h"
 #include "core/log.h"
 #include "dist/dist.h"

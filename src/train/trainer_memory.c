@@ -84,7 +84,7 @@ uint32_t run_part_rows(const dlrec_train_config *cfg, int ranks) {
  * rank's, resolved. With 16-bit GEMMs (`precision`, resolved
  * (dlrec_precision_resolve), bf16 or fp16) the step also keeps the 16-bit
  * copies of its layers' inputs and weights from the forward for the
- * backward (backend_impl.h's keep_operands): at most half the step's
+ * backward (dispatch.h's keep_operands): at most half the step's
  * activations and 2 bytes a dense parameter, each way. */
 uint64_t run_ws_bytes(const dlrec_train_config *cfg, const dlrec_net *net, int ranks, uint32_t threads,
                       dlrec_precision precision) {

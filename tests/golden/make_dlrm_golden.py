@@ -31,7 +31,7 @@ COL_ROWS = [5, 7, 4]  # rows of each column's range in the fused table
 EMB_DIM = 4
 BOTTOM = [5, 4]
 TOP = [6, 1]
-POOLING = 0  # 0 = sum, 1 = mean (dlrec_bag_mode)
+POOLING = 0  # 0 = sum, 1 = mean (dlrec_pooling)
 LABELS = [1.0, 0.0, 0.0, 1.0]
 # Local ids of each bag, per column then sample: the middle column is
 # multi-hot with an empty bag and a repeated id; a row is shared by samples.

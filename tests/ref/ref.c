@@ -634,12 +634,12 @@ void ref_optim_step(const dlrec_optim_config *c, double *w, const double *grad, 
 
 /* ---- embeddings ---------------------------------------------------------------------------- */
 
-static int pools_by_mean(const dlrec_bag_batch *bags, dlrec_bag_mode mode, uint32_t c) {
-  return mode == DLREC_BAG_MEAN || (bags->mean_cols && bags->mean_cols[c]);
+static int pools_by_mean(const dlrec_bag_batch *bags, dlrec_pooling mode, uint32_t c) {
+  return mode == DLREC_POOLING_MEAN || (bags->mean_cols && bags->mean_cols[c]);
 }
 
 void ref_bag_forward(double *out, const float *rows, uint32_t stride, uint32_t D, const dlrec_bag_batch *bags,
-                     dlrec_bag_mode mode) {
+                     dlrec_pooling mode) {
   const uint32_t B = bags->rows, F = bags->cols;
   for (uint32_t b = 0; b < B; b++)
     for (uint32_t c = 0; c < F; c++) {
@@ -654,7 +654,7 @@ void ref_bag_forward(double *out, const float *rows, uint32_t stride, uint32_t D
 }
 
 void ref_bag_backward_update(ref_sparse_state *s, const dlrec_sparse_optim_config *c, const dlrec_bag_batch *bags,
-                             dlrec_bag_mode mode, const float *dout, uint64_t rows, uint32_t D) {
+                             dlrec_pooling mode, const float *dout, uint64_t rows, uint32_t D) {
   const uint32_t B = bags->rows, F = bags->cols;
   float *g = calloc(rows * D, sizeof *g);
   char *touched = calloc(rows, 1);

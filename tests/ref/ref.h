@@ -205,7 +205,7 @@ void ref_optim_step(const dlrec_optim_config *c, double *param, const double *gr
  * mean_cols flag; an empty bag gives zeros), of the rows of sample b's ids in
  * column c. rows (n_rows, stride) fp32. */
 void ref_bag_forward(double *out, const float *rows, uint32_t stride, uint32_t D, const dlrec_bag_batch *bags,
-                     dlrec_bag_mode mode);
+                     dlrec_pooling mode);
 
 /* The table and the sparse optimizers' state in double, dense: w and m, v
  * (rows, D), accum (rows, starting at initial_accumulator), steps (rows). */
@@ -224,6 +224,6 @@ typedef struct ref_sparse_state {
  *   lazy Adam:         t = ++steps; Adam with bias correction by t
  * with g = grad + weight_decay w. */
 void ref_bag_backward_update(ref_sparse_state *s, const dlrec_sparse_optim_config *c, const dlrec_bag_batch *bags,
-                             dlrec_bag_mode mode, const float *d_out, uint64_t rows, uint32_t D);
+                             dlrec_pooling mode, const float *d_out, uint64_t rows, uint32_t D);
 
 #endif

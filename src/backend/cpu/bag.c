@@ -276,12 +276,12 @@ static int pool16_range(const uint16_t *data, uint32_t stride, uint64_t rows, co
 }
 
 /* The arguments both forwards check (what: the function's name). */
-static dlrec_status check_forward(const dlrec_table *t, const dlrec_bag_batch *bags, dlrec_bag_mode mode,
+static dlrec_status check_forward(const dlrec_table *t, const dlrec_bag_batch *bags, dlrec_pooling mode,
                                   const float *out, const char *what) {
   dlrec_status st = check_shape(t, bags, what);
   if (st != DLREC_OK) return st;
   if (!out) return dlrec_error(DLREC_ERR_INVALID, "%s: NULL output", what);
-  if (mode != DLREC_BAG_SUM && mode != DLREC_BAG_MEAN)
+  if (mode != DLREC_POOLING_SUM && mode != DLREC_POOLING_MEAN)
     return dlrec_error(DLREC_ERR_INVALID, "%s: unknown mode %d", what, (int)mode);
   return DLREC_OK;
 }
@@ -295,13 +295,13 @@ static dlrec_status forward_error(const dlrec_table *t, const dlrec_bag_batch *b
   return dlrec_error_context("%s: ", what);
 }
 
-dlrec_status cpu_bag_forward(float *out, const dlrec_table *t, const dlrec_bag_batch *bags, dlrec_bag_mode mode) {
+dlrec_status cpu_bag_forward(float *out, const dlrec_table *t, const dlrec_bag_batch *bags, dlrec_pooling mode) {
   dlrec_status st = check_forward(t, bags, mode, out, "bag_forward");
   if (st != DLREC_OK) return st;
   const float *data = dlrec_table_data_const(t);
   const uint32_t stride = dlrec_table_stride(t), dim = dlrec_table_dim(t);
   const uint64_t rows = dlrec_table_rows(t);
-  const int mean = mode == DLREC_BAG_MEAN;
+  const int mean = mode == DLREC_POOLING_MEAN;
   const uint32_t B = bags->rows;
   int bad = 0;
   const uint32_t *hot[DLREC_BAG_MAX_COLS]; /* one-hot columns' ids by sample; NULL for the others */
@@ -380,7 +380,7 @@ static int pool_list_range(const float *data, const uint16_t *data16, int bf16, 
   POOL_LIST_DIMS(1, 0)
 }
 
-dlrec_status cpu_bag_forward_rows(const dlrec_table *t, const dlrec_bag_batch *bags, dlrec_bag_mode mode,
+dlrec_status cpu_bag_forward_rows(const dlrec_table *t, const dlrec_bag_batch *bags, dlrec_pooling mode,
                                     const uint32_t *list, size_t n, float *out) {
   dlrec_status st = check_forward(t, bags, mode, out, "bag_forward_rows");
   if (st != DLREC_OK || !n) return st;
@@ -395,7 +395,7 @@ dlrec_status cpu_bag_forward_rows(const dlrec_table *t, const dlrec_bag_batch *b
   const uint16_t *data16 = dtype == DLREC_TABLE_FP32 ? NULL : dlrec_table_raw_const(t);
   const uint32_t stride = dlrec_table_stride(t), dim = dlrec_table_dim(t);
   const uint64_t rows = dlrec_table_rows(t);
-  const int mean = mode == DLREC_BAG_MEAN, bf16 = dtype == DLREC_TABLE_BF16;
+  const int mean = mode == DLREC_POOLING_MEAN, bf16 = dtype == DLREC_TABLE_BF16;
   const size_t chunk = 256, chunks = (n + chunk - 1) / chunk;
   int bad = 0;
 #pragma omp parallel for schedule(static) reduction(| : bad) if (n > 32)

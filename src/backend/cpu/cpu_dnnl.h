@@ -11,7 +11,7 @@
 #ifndef DLREC_CPU_DNNL_H
 #define DLREC_CPU_DNNL_H
 
-#include "backend/backend_impl.h"
+#include "backend/dispatch.h"
 
 typedef struct cpu_dnnl cpu_dnnl;
 

@@ -44,13 +44,13 @@ const char *cpu_gemm_describe(const cpu_gemm *g);
  * converts and sums the bias in one pass; elsewhere it runs the ReLU's
  * backward in place in dout, then the linear backward. */
 
-/* The backend's keep_operands (backend_impl.h): on oneDNN's bf16 path,
+/* The backend's keep_operands (dispatch.h): on oneDNN's bf16 path,
  * starts (on) or ends (off) keeping the bf16 copies a forward converts for
  * the backward to read, and returns 1; elsewhere (sgemm, emulated) keeps
  * nothing and returns 0. */
 int cpu_gemm_keep(cpu_gemm *g, int on);
 
-/* The backend's fresh_gradients (backend_impl.h): while on, a dW GEMM on
+/* The backend's fresh_gradients (dispatch.h): while on, a dW GEMM on
  * oneDNN (bf16, or fp32 where oneDNN runs it) writes the first product into
  * memory no GEMM wrote since it was turned on, and adds the later ones.
  * Returns 1 there; 0 on OpenBLAS's sgemm (whose beta = 1 costs nothing

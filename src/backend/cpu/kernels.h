@@ -73,7 +73,7 @@ dlrec_status cpu_scatter_rows(float *dst, size_t rows, const uint32_t *idx, cons
  * in host memory, whose rows cross to a GPU. A list entry past the batch's
  * bags is refused; of the bags, only the listed ones are read, and a bad
  * one is refused with dlrec_bag_check's error for the batch. */
-dlrec_status cpu_bag_forward_rows(const dlrec_table *t, const dlrec_bag_batch *bags, dlrec_bag_mode mode,
+dlrec_status cpu_bag_forward_rows(const dlrec_table *t, const dlrec_bag_batch *bags, dlrec_pooling mode,
                                   const uint32_t *list, size_t n, float *out);
 
 /* cpu_cross_backward as the gate's backward, the GEMMs on g, the bias pass

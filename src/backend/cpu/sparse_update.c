@@ -302,10 +302,10 @@ static void reduce_one(const dlrec_sparse_optim *o, char *data, const uint64_t *
 }
 
 dlrec_status cpu_bag_backward_update(dlrec_table *t, dlrec_sparse_optim *o, const dlrec_bag_batch *bags,
-                                       dlrec_bag_mode mode, const float *d_out, void *scratch, size_t scratch_bytes) {
+                                       dlrec_pooling mode, const float *d_out, void *scratch, size_t scratch_bytes) {
   if (!t || !o || !bags || !d_out) return dlrec_error(DLREC_ERR_INVALID, "bag_backward_update: NULL argument");
   if (o->table != t) return dlrec_error(DLREC_ERR_INVALID, "bag_backward_update: the optimizer is another table's");
-  if (mode != DLREC_BAG_SUM && mode != DLREC_BAG_MEAN)
+  if (mode != DLREC_POOLING_SUM && mode != DLREC_POOLING_MEAN)
     return dlrec_error(DLREC_ERR_INVALID, "bag_backward_update: unknown mode %d", (int)mode);
   const uint32_t B = bags->rows, F = bags->cols;
   if (F < 1 || !bags->offsets || !bags->ids || (uint64_t)B * F > UINT32_MAX)
@@ -349,7 +349,7 @@ dlrec_status cpu_bag_backward_update(dlrec_table *t, dlrec_sparse_optim *o, cons
   }
   const uint64_t *sorted = sort_items(items, tmp, n, o->rows, hist);
   char *data = dlrec_table_raw(t);
-  const int mean = mode == DLREC_BAG_MEAN;
+  const int mean = mode == DLREC_POOLING_MEAN;
   /* Chunks are a fixed cut of the sorted list; which thread takes which
    * does not matter, since every row is updated by the chunk its run starts
    * in. */

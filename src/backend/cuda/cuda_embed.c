@@ -29,13 +29,13 @@ static size_t bags_layout(const dlrec_bag_batch *bags, uint64_t ids, size_t *off
 }
 
 /* The batch's mean flags: the mode's, or the column's own. */
-static uint8_t bag_mean(const dlrec_bag_batch *bags, dlrec_bag_mode mode, uint32_t c) {
-  return mode == DLREC_BAG_MEAN || (bags->mean_cols && bags->mean_cols[c]);
+static uint8_t bag_mean(const dlrec_bag_batch *bags, dlrec_pooling mode, uint32_t c) {
+  return mode == DLREC_POOLING_MEAN || (bags->mean_cols && bags->mean_cols[c]);
 }
 
 /* Whether the batch equals the one last sent (x->bags_host), which was
  * checked against table t: the same shape, flags, offsets and ids. */
-static int bags_same(const cuda_ctx *x, const dlrec_table *t, const dlrec_bag_batch *bags, dlrec_bag_mode mode) {
+static int bags_same(const cuda_ctx *x, const dlrec_table *t, const dlrec_bag_batch *bags, dlrec_pooling mode) {
   if (!x->bags_len || x->bags_table != t || x->bags_table_rows != dlrec_table_rows(t) || x->bags.B != bags->rows ||
       x->bags.F != bags->cols || !bags->offsets || !bags->ids)
     return 0;
@@ -59,7 +59,7 @@ static int bags_same(const cuda_ctx *x, const dlrec_table *t, const dlrec_bag_ba
  * host memory, copied to the device, and kept as the last batch sent;
  * *out is its device view. */
 static dlrec_status bags_send(dlrec_backend *be, const dlrec_table *t, const dlrec_bag_batch *bags, uint64_t ids,
-                              dlrec_bag_mode mode, cuk_bags *out, const char *what) {
+                              dlrec_pooling mode, cuk_bags *out, const char *what) {
   cuda_ctx *x = ctx_of(be);
   const uint32_t B = bags->rows, F = bags->cols;
   if (ids > UINT32_MAX)
@@ -120,9 +120,9 @@ static cuk_rows rows_of(const dlrec_table *t) {
 /* The CPU's checks of a batch against table t (dlrec_bag_check: shape,
  * offsets in order, ids in the table), before anything is sized or sent. */
 static dlrec_status check_bags(const char *what, const void *a, const dlrec_table *t, const dlrec_bag_batch *bags,
-                               dlrec_bag_mode mode) {
+                               dlrec_pooling mode) {
   if (!a) return dlrec_error(DLREC_ERR_INVALID, "%s: NULL argument", what);
-  if (mode != DLREC_BAG_SUM && mode != DLREC_BAG_MEAN)
+  if (mode != DLREC_POOLING_SUM && mode != DLREC_POOLING_MEAN)
     return dlrec_error(DLREC_ERR_INVALID, "%s: unknown mode %d", what, (int)mode);
   return dlrec_bag_check(t, bags) == DLREC_OK ? DLREC_OK : dlrec_error_context("%s: ", what);
 }
@@ -130,9 +130,9 @@ static dlrec_status check_bags(const char *what, const void *a, const dlrec_tabl
 /* The batch on the device, *ids its ids: the last one sent when this equals
  * it (checked then against the same table), else checked and sent. */
 static dlrec_status bags_on_device(dlrec_backend *be, const char *what, const void *a, const dlrec_table *t,
-                                   const dlrec_bag_batch *bags, dlrec_bag_mode mode, uint64_t *ids, cuk_bags *out) {
+                                   const dlrec_bag_batch *bags, dlrec_pooling mode, uint64_t *ids, cuk_bags *out) {
   cuda_ctx *x = ctx_of(be);
-  if (a && t && bags && (mode == DLREC_BAG_SUM || mode == DLREC_BAG_MEAN) && bags_same(x, t, bags, mode)) {
+  if (a && t && bags && (mode == DLREC_POOLING_SUM || mode == DLREC_POOLING_MEAN) && bags_same(x, t, bags, mode)) {
     *ids = x->bags_ids;
     *out = x->bags;
     return DLREC_OK;
@@ -143,7 +143,7 @@ static dlrec_status bags_on_device(dlrec_backend *be, const char *what, const vo
 }
 
 dlrec_status cuda_bag_forward(dlrec_backend *be, float *out, const dlrec_table *t, const dlrec_bag_batch *bags,
-                              dlrec_bag_mode mode) {
+                              dlrec_pooling mode) {
   const char *what = "bag_forward";
   uint64_t ids;
   cuk_bags bg;
@@ -152,7 +152,7 @@ dlrec_status cuda_bag_forward(dlrec_backend *be, float *out, const dlrec_table *
 }
 
 dlrec_status cuda_bag_backward_update(dlrec_backend *be, dlrec_table *t, dlrec_sparse_optim *o,
-                                      const dlrec_bag_batch *bags, dlrec_bag_mode mode, const float *d_out,
+                                      const dlrec_bag_batch *bags, dlrec_pooling mode, const float *d_out,
                                       void *scratch_in, size_t scratch_bytes) {
   const char *what = "bag_backward_update";
   uint64_t ids;

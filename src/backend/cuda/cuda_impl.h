@@ -14,7 +14,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "backend/backend_impl.h"
+#include "backend/dispatch.h"
 #include "backend/cuda/cuda_blas.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/fresh_grads.h"
