@@ -14,6 +14,19 @@
 #include "model/model.h"
 #include "core/rng.h"
 
+/* Whether config c, written to JSON and read back over the defaults of
+ * another type (so nothing is left over from the same type's defaults),
+ * comes back byte for byte. */
+static inline int net_check_config_round_trip(const dlrec_net_config *c, const char *other_type) {
+  dlrec_net_config back;
+  cJSON *o = cJSON_CreateObject();
+  dlrec_net_config_to_json(c, o);
+  int same = dlrec_net_config_default(&back, other_type) == DLREC_OK &&
+             dlrec_net_config_parse(&back, o, "model") == DLREC_OK && memcmp(c, &back, sizeof *c) == 0;
+  cJSON_Delete(o);
+  return same;
+}
+
 /* A tiny schema: n_dense dense columns, 3 categorical (the second
  * multi-hot, up to 3 ids). */
 static inline void net_check_schema(dlrec_schema *s, uint32_t n_dense) {

@@ -744,23 +744,7 @@ static void fused_relu_is_the_composition(struct op_case *c);
   }
 #include "backend/ops.def"
 #undef DLREC_OP
-#undef SHAPES
-#undef VARY
-#undef FIX
-#undef DRAW
-#undef TOL
-#undef GRAD
-#undef WRT
-#undef FD
-#undef FD_UNROUNDED
-#undef INPLACE
-#undef ALIAS
-#undef REFUSE
-#undef INVARIANT
-#undef CUSTOM
-#undef EXTRA
-#undef REQUIRE
-#undef REF
+#include "op_spec_undef.h"
 
 /* The descriptions: everything but REF, evaluated for the case's dims. */
 #define SHAPES(...)                                                                                                 \
@@ -795,23 +779,7 @@ static void fused_relu_is_the_composition(struct op_case *c);
   }
 #include "backend/ops.def"
 #undef DLREC_OP
-#undef SHAPES
-#undef VARY
-#undef FIX
-#undef DRAW
-#undef TOL
-#undef GRAD
-#undef WRT
-#undef FD
-#undef FD_UNROUNDED
-#undef INPLACE
-#undef ALIAS
-#undef REFUSE
-#undef INVARIANT
-#undef CUSTOM
-#undef EXTRA
-#undef REQUIRE
-#undef REF
+#include "op_spec_undef.h"
 
 /* The registry: every op of the table. */
 #define DLREC_OP(name, cpu, args, test)                                                                             \

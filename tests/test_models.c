@@ -283,7 +283,7 @@ TEST(models_command_lists_the_registry) {
 /* lr's config: pooling only; DLRM's keys are errors naming the field, and a
  * config written to JSON reads back the same. */
 TEST(lr_config) {
-  dlrec_net_config c, back;
+  dlrec_net_config c;
   CHECK_OK(dlrec_net_config_default(&c, "lr"));
   CHECK_STR(c.type, "lr");
   cJSON *o = cJSON_Parse("{\"type\": \"lr\", \"embedding_dim\": 4}");
@@ -295,12 +295,7 @@ TEST(lr_config) {
   o = cJSON_Parse("{\"type\": \"lr\", \"pooling\": \"mean\"}");
   CHECK_OK(dlrec_net_config_parse(&c, o, "model"));
   cJSON_Delete(o);
-  o = cJSON_CreateObject();
-  dlrec_net_config_to_json(&c, o);
-  CHECK_OK(dlrec_net_config_default(&back, "dlrm"));
-  CHECK_OK(dlrec_net_config_parse(&back, o, "model"));
-  cJSON_Delete(o);
-  CHECK(memcmp(&c, &back, sizeof c) == 0);
+  CHECK(net_check_config_round_trip(&c, "dlrm"));
 }
 
 /* With dense columns: "linear.weight" (1, 3) and "linear.bias" (1); with
@@ -488,7 +483,7 @@ static dlrec_status fm_create(dlrec_net **m, const dlrec_schema *s, const char *
 /* fm's config: embedding_dim (one less than the table's width limit, since
  * a coordinate holds the first-order weight) and pooling. */
 TEST(fm_config) {
-  dlrec_net_config c, back;
+  dlrec_net_config c;
   CHECK_OK(dlrec_net_config_default(&c, "fm"));
   cJSON *o = cJSON_Parse("{\"type\": \"fm\", \"embedding_dim\": 0}");
   CHECK_ERR(dlrec_net_config_parse(&c, o, "cfg.json: model"), DLREC_ERR_INVALID, "field 'embedding_dim'");
@@ -499,12 +494,7 @@ TEST(fm_config) {
   o = cJSON_Parse("{\"type\": \"fm\", \"embedding_dim\": 10, \"pooling\": \"mean\"}");
   CHECK_OK(dlrec_net_config_parse(&c, o, "model"));
   cJSON_Delete(o);
-  o = cJSON_CreateObject();
-  dlrec_net_config_to_json(&c, o);
-  CHECK_OK(dlrec_net_config_default(&back, "lr"));
-  CHECK_OK(dlrec_net_config_parse(&back, o, "model"));
-  cJSON_Delete(o);
-  CHECK(memcmp(&c, &back, sizeof c) == 0);
+  CHECK(net_check_config_round_trip(&c, "lr"));
   /* The table holds the factors and the first-order weight. */
   dlrec_schema s;
   net_check_schema(&s, 0);
@@ -598,7 +588,7 @@ static dlrec_status dcn_parse(dlrec_net_config *c, const char *text) {
 /* dcn_v2's config: FuxiCTR's defaults, every key read back from JSON, and
  * the errors name the file and the field. */
 TEST(dcn_v2_config) {
-  dlrec_net_config c, back;
+  dlrec_net_config c;
   CHECK_OK(dlrec_net_config_default(&c, "dcn_v2"));
   cJSON *o = cJSON_CreateObject();
   dlrec_net_config_to_json(&c, o);
@@ -627,12 +617,7 @@ TEST(dcn_v2_config) {
   CHECK_OK(dcn_parse(&c, "{\"type\": \"dcn_v2\", \"embedding_dim\": 8, \"pooling\": \"mean\", \"structure\": "
                          "\"stacked\", \"cross_layers\": 2, \"low_rank\": 4, \"experts\": 2, \"mlp\": [32, 16], "
                          "\"dropout\": 0.25, \"batch_norm\": true}"));
-  o = cJSON_CreateObject();
-  dlrec_net_config_to_json(&c, o);
-  CHECK_OK(dlrec_net_config_default(&back, "fm"));
-  CHECK_OK(dlrec_net_config_parse(&back, o, "model"));
-  cJSON_Delete(o);
-  CHECK(memcmp(&c, &back, sizeof c) == 0);
+  CHECK(net_check_config_round_trip(&c, "fm"));
 }
 
 static void check_tensor(const dlrec_net_tensor *t, const char *name, uint32_t rows, uint32_t cols) {
@@ -724,7 +709,7 @@ TEST(dcn_v2_examples_read) {
 TEST(wide_deep_and_deepfm_config) {
   const char *types[2] = {"wide_deep", "deepfm"};
   for (int i = 0; i < 2; i++) {
-    dlrec_net_config c, back;
+    dlrec_net_config c;
     CHECK_OK(dlrec_net_config_default(&c, types[i]));
     CHECK_STR(c.type, types[i]);
     cJSON *o = cJSON_CreateObject();
@@ -752,12 +737,7 @@ TEST(wide_deep_and_deepfm_config) {
                     "\"pooling\": \"mean\"}");
     CHECK_OK(dlrec_net_config_parse(&c, o, "model"));
     cJSON_Delete(o);
-    o = cJSON_CreateObject();
-    dlrec_net_config_to_json(&c, o);
-    CHECK_OK(dlrec_net_config_default(&back, "lr"));
-    CHECK_OK(dlrec_net_config_parse(&back, o, "model"));
-    cJSON_Delete(o);
-    CHECK(memcmp(&c, &back, sizeof c) == 0);
+    CHECK(net_check_config_round_trip(&c, "lr"));
     /* With 3 dense columns: the linear term, then per hidden layer its
      * Linear and batch norm, the output layer, and the running statistics
      * last. The MLP reads 3 + 3 x 6 values. */
