@@ -154,6 +154,7 @@ dlrec_status net_config_pooling(const cJSON *o, const char *what, dlrec_pooling 
   const char *pool = NULL;
   dlrec_status s = dlrec_json_get_string_or(o, "pooling", what, NULL, &pool);
   if (s != DLREC_OK || !pool) return s;
-  if (dlrec_pooling_parse(pool, strlen(pool), pooling) != 0) return dlrec_error(DLREC_ERR_INVALID, "%s: field 'pooling': '%s' is not one of sum, mean", what, pool);
+  if (dlrec_pooling_parse(pool, strlen(pool), pooling) != 0)
+    return dlrec_error(DLREC_ERR_INVALID, "%s: field 'pooling': '%s' is not one of sum, mean", what, pool);
   return DLREC_OK;
 }

@@ -14,7 +14,7 @@
  * every block calls of its pass (net_linear_forward, net_allreduce,
  * net_lap) in pass.c.
  *
- * Layers: nn/ sits on core/, backend/ and embed/ (the pooling mode); it
+ * Layers: nn/ sits on core/ and backend/ (the ops and their types); it
  * includes nothing of src/model/, which builds model types out of it.
  */
 #ifndef DLREC_NN_BLOCK_H
@@ -27,9 +27,8 @@
 #include <cjson/cJSON.h>
 
 #include "backend/backend.h"
-#include "core/status.h"
-#include "embed/embed.h"
 #include "backend/ops.h"
+#include "core/status.h"
 
 #define DLREC_NET_MAX_TENSORS 60 /* named dense tensors of one network */
 #define DLREC_NET_TENSOR_NAME 40 /* bytes of a tensor name, NUL included */
