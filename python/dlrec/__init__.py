@@ -211,6 +211,18 @@ def _write_csv(data, path, header, columns):
     df.to_csv(path, index=False, header=header, sep="," if header else "\t", na_rep="")
 
 
+def _select(data, names):
+    """The columns names of tabular data, in that order, as the same kind of
+    object."""
+    if hasattr(data, "select") and hasattr(data, "column_names"):  # pyarrow Table or RecordBatch
+        return data.select(names)
+    if isinstance(data, dict):
+        return {n: data[n] for n in names}
+    if isinstance(data, np.ndarray):
+        return data[names]
+    return data[names]
+
+
 def _column_names(data):
     if hasattr(data, "column_names"):
         return list(data.column_names)
@@ -471,14 +483,37 @@ class Model:
         data with the model's column names (the label column, if any, is
         ignored), as `dlrec predict` scores them."""
         m = self._model()
+        info = self.info
+        if isinstance(data, (str, os.PathLike)):
+            pass
+        elif not _is_tabular(data):
+            raise TypeError(f"dlrec: predict reads a path, DataFrame, pyarrow Table, dict of arrays or structured "
+                            f"array, not {type(data).__name__}")
+        else:
+            # Only the columns the model reads, checked by name before any
+            # row is formatted: the label if there, the input's features.
+            names = _column_names(data)
+            seen, dup = set(), []
+            for c in names:
+                if c in seen and c not in dup:
+                    dup.append(c)
+                seen.add(c)
+            if dup:
+                raise DlrecError(f"the data has column {', '.join(map(repr, dup))} more than once")
+            wanted = info["input_dense"] + info["input_sparse"]
+            missing = [c for c in wanted if c not in seen]
+            if missing:
+                raise DlrecError(f"the data has no column {', '.join(map(repr, missing))} (the model reads "
+                                 f"{', '.join(wanted)})")
+            label = info.get("label")
+            data = _select(data, ([label] if label is not None and label in seen else []) + wanted)
         prob, n = ffi.new("float **"), ffi.new("uint64_t *")
-        arrow = None if isinstance(data, (list, tuple)) else _arrow_streams(data)
+        arrow = _arrow_streams(data) if not isinstance(data, (str, os.PathLike)) else None
         if arrow is not None:
             streams, names, _keep = arrow
             if lib.dlrec_api_predict_arrow(m, streams, names[0].encode(), prob, n):
                 _fail()
             return self._scores(prob, n)
-        info = self.info
         header, columns, no_label = True, None, False
         if info["format"] == "criteo" and not isinstance(data, (str, os.PathLike)):
             # The Criteo layout: label first if present, then the dense and

@@ -200,6 +200,37 @@ def test_criteo_model_scores_a_dataframe_by_column_names(work):
         m.predict(df.drop(columns=["C7"]))
 
 
+def test_predict_reads_columns_by_name_and_refuses_bad_data(work, csv_data):
+    """Issue 36, findings 1 and 10: a CSV model scores a DataFrame, an Arrow
+    table or a CSV file whose columns come in another order (an unknown
+    column among them) as it scores the rows in fit's order; a renamed or
+    repeated column, None or a list of numbers are refused, naming what is
+    wrong."""
+    df, _ = csv_data
+    run = work / "run"
+    assert os.path.exists(run), "the run of test_fit_evaluate_predict_export_report_and_cli_interchange"
+    m = dlrec.Model.load(run)
+    head = df.head(300)
+    want = m.predict(head)
+    shuffled = head[["dev", "z", "y", "city", "x"]].assign(extra=np.arange(len(head)))
+    assert np.array_equal(m.predict(shuffled), want)
+    assert np.array_equal(m.predict(pa.Table.from_pandas(shuffled, preserve_index=False)), want)
+    shuffled.to_csv(work / "shuffled.csv", index=False)
+    cli("predict", "-q", "--model", run, "--input", work / "shuffled.csv", "--out", work / "shuffled.scores")
+    assert np.array_equal(np.loadtxt(work / "shuffled.scores", dtype=np.float32), want)
+    with pytest.raises(dlrec.DlrecError, match="no column 'x'"):
+        m.predict(head.rename(columns={"x": "xx"}))
+    with pytest.raises(dlrec.DlrecError, match="column 'z' more than once"):
+        m.predict(pd.concat([head, head[["z"]]], axis=1))
+    with pytest.raises(TypeError, match="not NoneType"):
+        m.predict(None)
+    with pytest.raises(TypeError, match="not list"):
+        m.predict([1, 2, 3])
+    head.rename(columns={"x": "xx"}).to_csv(work / "renamed.csv", index=False)
+    with pytest.raises(dlrec.DlrecError, match="renamed.csv:1: header has no dense column 'x'"):
+        m.predict(str(work / "renamed.csv"))
+
+
 def test_unsupported_arrow_types_are_named(work, csv_data):
     df, _ = csv_data
     t = pa.Table.from_pandas(df, preserve_index=False)

@@ -229,6 +229,25 @@ dlrec_status dlrec_etl_encode_line_multi(const dlrec_etl *e, const char *line, s
                                          float *label, float *dense, uint32_t *ids, uint32_t *nids,
                                          uint32_t *truncated);
 
+/* The columns of a CSV input named by its header line (n bytes, without
+ * its line end), mapped to the state's by name: the one mapping etl apply,
+ * predict and the Python package read a header with. A column the state
+ * needs and the header lacks is refused by name (file:1: header has no ...
+ * column 'NAME'), a repeated one too; a column fit never saw is ignored
+ * with a warning (dlrec_etl_warn_unknown_columns). Free *out with
+ * dlrec_layout_free. */
+dlrec_status dlrec_etl_header_layout(const dlrec_etl *e, const char *header, size_t n, int with_label,
+                                     const char *file, dlrec_layout **out);
+/* Warns of each column of L that fit's input did not have (CSV; the label
+ * is known when the rows are unlabeled). */
+void dlrec_etl_warn_unknown_columns(const dlrec_etl *e, const dlrec_layout *L, int with_label, const char *file);
+/* dlrec_etl_encode_line_multi over the fields of layout L (from
+ * dlrec_etl_header_layout; its label column must match with_label), or the
+ * fit header's order when L is NULL. */
+dlrec_status dlrec_etl_encode_line_in(const dlrec_etl *e, const dlrec_layout *L, const char *line, size_t n,
+                                      int with_label, float *label, float *dense, uint32_t *ids, uint32_t *nids,
+                                      uint32_t *truncated);
+
 /* The input's columns (a derived column of the workflow comes after them
  * in the schema and has no field of its own): the first *n_dense dense and
  * *n_cat categorical columns of the schema. */

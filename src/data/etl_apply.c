@@ -303,19 +303,6 @@ static dlrec_status check_opts(const dlrec_etl *e, const char *out, const dlrec_
   return DLREC_OK;
 }
 
-/* Header columns of a CSV input that fit never saw are ignored, but said. */
-static void warn_unknown_columns(const apply_ctx *x, uint32_t file) {
-  const dlrec_layout *L = x->in.layouts[file];
-  if (!L || x->e->format != DLREC_FORMAT_CSV) return;
-  for (uint32_t f = 0; f < L->n_fields; f++) {
-    if (L->role[f] != DLREC_ROLE_IGNORE) continue;
-    int known = 0;
-    for (uint32_t h = 0; h < x->e->n_header && !known; h++) known = !strcmp(x->e->header[h], L->names[f]);
-    if (!known && !(x->o->no_label && !strcmp(L->names[f], x->e->schema.label_name)))
-      DLREC_WARN("%s: column '%s' was not in fit's input; ignored", x->in.names[file], L->names[f]);
-  }
-}
-
 /* The stages' row-group buffers and their .dlr writers (the training file,
  * and the validation file with a split). */
 static dlrec_status stages_open(apply_ctx *x, const char *out) {
@@ -426,7 +413,8 @@ dlrec_status dlrec_etl_apply(const dlrec_etl *e, const char *const *inputs, int 
     st = dlrec_pipeline_run(&ops, x, slots, n_jobs, threads);
     dlrec_progress_finish(x->progress);
   }
-  for (uint32_t f = 0; st == DLREC_OK && f < x->in.n; f++) warn_unknown_columns(x, f);
+  for (uint32_t f = 0; st == DLREC_OK && f < x->in.n; f++)
+    if (x->in.layouts[f]) dlrec_etl_warn_unknown_columns(e, x->in.layouts[f], !o->no_label, x->in.names[f]);
   /* per_input: the last inputs' files, empty ones included. */
   if (st == DLREC_OK && x->paths && x->in.n > 1) st = next_output(x, x->in.n - 1);
   st = stages_close(x, st);

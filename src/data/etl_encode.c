@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/log.h"
 #include "data/etl_op.h"
 
 /* A CSV header line for names (each quoted, so any name survives). */
@@ -397,9 +398,43 @@ uint64_t dlrec_etl_ids_max(const dlrec_etl *e) { return e->ids_max; }
 dlrec_status dlrec_etl_encode_line_multi(const dlrec_etl *e, const char *line, size_t n, int with_label,
                                          float *label, float *dense, uint32_t *ids, uint32_t *nids,
                                          uint32_t *truncated) {
+  return dlrec_etl_encode_line_in(e, NULL, line, n, with_label, label, dense, ids, nids, truncated);
+}
+
+dlrec_status dlrec_etl_header_layout(const dlrec_etl *e, const char *header, size_t n, int with_label,
+                                     const char *file, dlrec_layout **out) {
+  *out = NULL;
+  if (e->format != DLREC_FORMAT_CSV)
+    return dlrec_error(DLREC_ERR_INVALID, "%s: the ETL state reads %s rows, which have no header", file,
+                       dlrec_format_name(e->format));
+  if (with_label && !e->schema.has_label)
+    return dlrec_error(DLREC_ERR_INVALID, "%s: the ETL state has no label column", file);
+  dlrec_status st = dlrec_layout_csv(out, &e->cols, with_label, header, n, file);
+  if (st != DLREC_OK) return st;
+  dlrec_etl_warn_unknown_columns(e, *out, with_label, file);
+  return DLREC_OK;
+}
+
+void dlrec_etl_warn_unknown_columns(const dlrec_etl *e, const dlrec_layout *L, int with_label, const char *file) {
+  if (e->format != DLREC_FORMAT_CSV) return;
+  for (uint32_t f = 0; f < L->n_fields; f++) {
+    if (L->role[f] != DLREC_ROLE_IGNORE) continue;
+    const char *name = L->names[f];
+    int known = 0;
+    for (uint32_t h = 0; h < e->n_header && !known; h++) known = !strcmp(e->header[h], name);
+    if (!known && !(!with_label && !strcmp(name, e->schema.label_name)))
+      DLREC_WARN("%s: column '%s' was not in fit's input; ignored", file, name);
+  }
+}
+
+dlrec_status dlrec_etl_encode_line_in(const dlrec_etl *e, const dlrec_layout *L, const char *line, size_t n,
+                                      int with_label, float *label, float *dense, uint32_t *ids, uint32_t *nids,
+                                      uint32_t *truncated) {
   if (with_label && !e->schema.has_label)
     return dlrec_error(DLREC_ERR_INVALID, "encode_line: the ETL state has no label column");
-  const dlrec_layout *L = e->layout[with_label ? 1 : 0];
+  if (L && dlrec_layout_has_label(L) != (with_label != 0))
+    return dlrec_error(DLREC_ERR_INVALID, "encode_line: the layout %s a label column", with_label ? "lacks" : "has");
+  if (!L) L = e->layout[with_label ? 1 : 0];
   static _Thread_local dlrec_raw_row row;
   char small[4096];
   char *scratch = small;

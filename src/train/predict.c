@@ -89,6 +89,20 @@ static dlrec_status col_push(col_ids *c, const uint32_t *ids, uint32_t k) {
   return DLREC_OK;
 }
 
+/* Short rows are valid, but a torn line reads the same way: say so, as etl
+ * does; and the rows whose multi-hot fields were cut to their max hotness. */
+static void say_read_as(const char *input, uint64_t short_rows, uint64_t first_short, uint64_t cut_rows,
+                        uint64_t first_cut) {
+  if (short_rows)
+    DLREC_INFO("predict: %llu rows had fewer fields than Criteo's 40 (39 unlabeled), the first at %s:%llu: their "
+               "missing fields read as empty (a torn line reads so too; --strict-fields refuses them)",
+               (unsigned long long)short_rows, input, (unsigned long long)first_short);
+  if (cut_rows)
+    DLREC_INFO("predict: %llu rows had more values in a multi-hot field than its max hotness, the first at %s:%llu: "
+               "their first values were kept, as etl apply keeps them", (unsigned long long)cut_rows, input,
+               (unsigned long long)first_cut);
+}
+
 /* Raw rows: read lines, encode each with the checkpoint's ETL state (one id
  * per column, or each multi-hot column's ids), gather them per column, and
  * score full batches. */
@@ -109,6 +123,7 @@ dlrec_status dlrec_predict_stream(const dlrec_model *m, FILE *in, const char *in
   memset(cols, 0, sizeof cols);
   dlrec_net_ws *ws = NULL;
   dlrec_net_scorer *scorer = NULL;
+  dlrec_layout *layout = NULL; /* a CSV input's, from its header */
   char *line = NULL;
   size_t cap = 0;
   dlrec_status s = dense && labels && prob && ids && offsets ? DLREC_OK : dlrec_error(DLREC_ERR_NOMEM, "out of memory");
@@ -129,11 +144,14 @@ dlrec_status dlrec_predict_stream(const dlrec_model *m, FILE *in, const char *in
     ssize_t len = getline(&line, &cap, in);
     if (len >= 0) {
       lineno++;
-      if (csv && lineno == 1) continue; /* the header */
       while (len && (line[len - 1] == '\n' || line[len - 1] == '\r')) len--;
       /* A UTF-8 byte-order mark is not part of the first row (as in etl). */
       char *text = line;
       if (lineno == 1 && len >= 3 && !memcmp(line, "\xef\xbb\xbf", 3)) text += 3, len -= 3;
+      if (csv && lineno == 1) { /* the header: columns are found by name, as etl apply finds them */
+        s = dlrec_etl_header_layout(m->etl, text, (size_t)len, !o->no_label, input, &layout);
+        continue;
+      }
       int short_row = 0;
       uint32_t cut = 0;
       if (!multi) {
@@ -141,8 +159,8 @@ dlrec_status dlrec_predict_stream(const dlrec_model *m, FILE *in, const char *in
                                           dense + (size_t)n * D, ids, &short_row);
         for (uint32_t c = 0; c < F; c++) nids[c] = 1;
       } else {
-        s = dlrec_etl_encode_line_multi(m->etl, text, (size_t)len, !o->no_label, labels + n, dense + (size_t)n * D,
-                                        ids, nids, &cut);
+        s = dlrec_etl_encode_line_in(m->etl, layout, text, (size_t)len, !o->no_label, labels + n, dense + (size_t)n * D,
+                                     ids, nids, &cut);
       }
       if (short_row && short_rows++ == 0) first_short = lineno;
       if (cut && cut_rows++ == 0) first_cut = lineno;
@@ -172,16 +190,9 @@ dlrec_status dlrec_predict_stream(const dlrec_model *m, FILE *in, const char *in
     }
     if (len < 0) break;
   }
-  /* Short rows are valid, but a torn line reads the same way: say so, as etl does. */
-  if (s == DLREC_OK && short_rows)
-    DLREC_INFO("predict: %llu rows had fewer fields than Criteo's 40 (39 unlabeled), the first at %s:%llu: their "
-               "missing fields read as empty (a torn line reads so too; --strict-fields refuses them)",
-               (unsigned long long)short_rows, input, (unsigned long long)first_short);
-  if (s == DLREC_OK && cut_rows)
-    DLREC_INFO("predict: %llu rows had more values in a multi-hot field than its max hotness, the first at %s:%llu: "
-               "their first values were kept, as etl apply keeps them", (unsigned long long)cut_rows, input,
-               (unsigned long long)first_cut);
+  if (s == DLREC_OK) say_read_as(input, short_rows, first_short, cut_rows, first_cut);
   free(line);
+  dlrec_layout_free(layout);
   dlrec_net_scorer_free(scorer);
   dlrec_net_ws_free(ws);
   free(dense);
