@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "test.h"
@@ -132,13 +133,17 @@ int main(int argc, char **argv) {
     current_failed = 0;
     current_dir[0] = '\0';
     dlrec_clear_error();
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     tests[i].fn();
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    const double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
     if (current_failed) {
       failed++;
     } else {
       passed++;
       if (current_dir[0]) remove_tree(current_dir); /* kept on failure, for a look */
-      fprintf(stderr, "ok   %s\n", current_name);
+      fprintf(stderr, "ok   %s (%.1f s)\n", current_name, secs);
     }
   }
   printf("%d passed, %d failed\n", passed, failed);

@@ -3,7 +3,8 @@
 #   1. N ranks of one thread train the same model, bit for bit, as one
 #      process whose steps split N ways (N threads): N = 1 to 4, for DLRM
 #      (fp32, SGD) and for DeepFM (dropout, Adam, row-wise Adagrad, a bf16
-#      table whose rounding is keyed by the job's update count);
+#      table whose rounding is keyed by the job's update count); the
+#      sanitizer pass takes each N once, alternating the two models;
 #   2. a checkpoint written by 4 ranks, resumed by 2, then scored by one
 #      process: the same checkpoint bytes and scores as one process's;
 #   3. a rank killed with SIGKILL mid-step: mpirun ends every rank within
@@ -75,19 +76,22 @@ same_model() { # RUN_A RUN_B: their latest checkpoints' parameters, bit for bit
   done
 }
 
-# 1. N ranks x 1 thread == 1 process x N threads.
-for cfg in dlrm deepfm; do
-  for n in 1 2 3 4; do
-    "$bin" train --config $cfg.json --train train.dlr --valid valid.dlr --etl etl --out one-$cfg-$n \
-      --threads $n --deterministic -q > one.json
-    mpi $n "$bin" train --config $cfg.json --train train.dlr --valid valid.dlr --etl etl --out mpi-$cfg-$n \
-      --threads 1 --deterministic -q > mpi.json
-    same_model one-$cfg-$n mpi-$cfg-$n
-    # The validations ran on the same model: the same AUC.
-    python3 -c 'import json,sys; a,b=(json.load(open(f))["valid"]["auc"] for f in sys.argv[1:]); sys.exit(a!=b)' \
-      one.json mpi.json || fail "$cfg, $n ranks: another validation AUC than one process's"
-    echo "dist: $cfg, $n ranks: the same model as one process of $n threads"
-  done
+# 1. N ranks x 1 thread == 1 process x N threads: every pair of model and
+# N in the release pass; the sanitizer pass (DLREC_TEST_RELEASE_ONLY, 5 to
+# 10 times slower) takes each N once, alternating the models.
+pairs="dlrm:1 dlrm:2 dlrm:3 dlrm:4 deepfm:1 deepfm:2 deepfm:3 deepfm:4"
+[ -n "${DLREC_TEST_RELEASE_ONLY:-}" ] && pairs="dlrm:1 deepfm:2 dlrm:3 deepfm:4"
+for pair in $pairs; do
+  cfg=${pair%:*} n=${pair#*:}
+  "$bin" train --config $cfg.json --train train.dlr --valid valid.dlr --etl etl --out one-$cfg-$n \
+    --threads $n --deterministic -q > one.json
+  mpi $n "$bin" train --config $cfg.json --train train.dlr --valid valid.dlr --etl etl --out mpi-$cfg-$n \
+    --threads 1 --deterministic -q > mpi.json
+  same_model one-$cfg-$n mpi-$cfg-$n
+  # The validations ran on the same model: the same AUC.
+  python3 -c 'import json,sys; a,b=(json.load(open(f))["valid"]["auc"] for f in sys.argv[1:]); sys.exit(a!=b)' \
+    one.json mpi.json || fail "$cfg, $n ranks: another validation AUC than one process's"
+  echo "dist: $cfg, $n ranks: the same model as one process of $n threads"
 done
 
 # Batch normalization across ranks: its statistics summed over the ranks in
