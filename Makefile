@@ -29,8 +29,9 @@ test-release:
 	cmake --build build -j $(JOBS)
 	cd build && ctest --output-on-failure -j $(JOBS)
 
-# Sanitizers make every test slower; the fuzz targets need clang. The longest
-# learning pipeline (DLREC_TEST_RELEASE_ONLY) runs in the release pass only.
+# Sanitizers make every test slower; the fuzz targets need clang. The
+# learning-quality tests (DLREC_TEST_RELEASE_ONLY) run in the release pass
+# only, and a few sweeps there take part of their cases (docs/testing.md).
 test-sanitize:
 	scripts/deps.sh test
 	CC=clang cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDLREC_WERROR=ON \

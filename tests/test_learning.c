@@ -93,6 +93,13 @@ static double best_auc(void) {
 }
 
 TEST(dlrm_beats_logistic_regression_and_nears_the_best_auc) {
+  /* A learning-quality check (AUCs), 40 s under the sanitizers: the
+   * release pass of `make test` runs it (DLREC_TEST_RELEASE_ONLY marks the
+   * sanitizer pass, whose memory checks test_train covers for these paths). */
+  if (getenv("DLREC_TEST_RELEASE_ONLY")) {
+    fprintf(stderr, "skipped in this build (DLREC_TEST_RELEASE_ONLY): the release pass runs it\n");
+    return;
+  }
   char *out = NULL;
   const char *bin = getenv("DLREC_BIN");
   int rc = test_run_cli(&out, "synth -q --rows %d --seed 11 --max-cardinality 100000 --out '%s' --probs '%s' && '%s' etl fit -q "

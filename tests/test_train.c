@@ -1286,6 +1286,7 @@ TEST(sigint_and_sigterm_stop_with_a_checkpoint) {
       " \"training\": {\"batch_size\": 32, \"epochs\": 50, \"threads\": 1}, \"log\": {\"interval_steps\": 10}}";
   CHECK(test_write_file(test_path("cfg.json"), cfg, (size_t)-1) == 0);
   const int sigs[] = {SIGINT, SIGTERM};
+  uint64_t stopped_at = 0;
   for (int k = 0; k < 2; k++) {
     char run[32], metrics[2048];
     snprintf(run, sizeof run, "run%d", k);
@@ -1306,8 +1307,20 @@ TEST(sigint_and_sigterm_stop_with_a_checkpoint) {
     CHECK_EQ(WEXITSTATUS(status), 130);
     const uint64_t step = pointer_step(run, "latest");
     CHECK(step >= 10 && step < 50 * 16000 / 32);
+    if (k == 0) stopped_at = step;
   }
-  CHECK(train("run0", "--resume --max-steps 200000") == 0);
+  /* The stopped run resumes from its checkpoint and trains on (20 steps:
+   * the rest of its 50 epochs would take minutes under the sanitizers). */
+  char *out = NULL;
+  CHECK(test_run_cli(&out, "train -q --config '%s' --train '%s' --etl '%s' --out '%s' --resume --max-steps %llu",
+                     test_path("cfg.json"), test_path("train.dlr"), test_path("etl"), test_path("run0"),
+                     (unsigned long long)stopped_at + 20) == 0);
+  cJSON *summary = out ? cJSON_Parse(out) : NULL;
+  CHECK(summary && cJSON_GetObjectItem(summary, "steps_this_run") &&
+        cJSON_GetObjectItem(summary, "steps_this_run")->valuedouble == 20);
+  cJSON_Delete(summary);
+  free(out);
+  CHECK_EQ(pointer_step("run0", "latest"), stopped_at + 20);
 }
 
 /* A run of up to 5 epochs, validated after each, where no validation can
