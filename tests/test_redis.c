@@ -101,7 +101,22 @@ TEST(rows_round_trip_and_survive_an_outage) {
   CHECK(found[0] && found[1] && !found[2]);
   dlrec_redis_stats st;
   dlrec_redis_rows_stats(r, &st);
-  CHECK_EQ_U64(st.errors, 1);
+  CHECK_EQ_U64(st.rejected, 1);
+  CHECK_EQ_U64(st.errors, 0);
+  /* A row under another row's key fails its checksum (it is keyed), so
+   * does a row with a byte flipped: neither is used. */
+  CHECK_OK(dlrec_redis_rows_put(r, &keys[2], rows, 1, UINT64_MAX)); /* key 7's row, right */
+  CHECK_OK(dlrec_redis_rows_get(r, &keys[2], 1, got, found));
+  CHECK(found[0] && memcmp(got, rows, 3 * sizeof(float)) == 0);
+  char cmd[256];
+  snprintf(cmd, sizeof cmd, "redis-cli -p %d --raw GET t:rows:1 > '%s'", port, test_path("row1"));
+  CHECK(system(cmd) == 0);
+  snprintf(cmd, sizeof cmd, "head -c 16 '%s' | redis-cli -p %d -x SET t:rows:7 > /dev/null", test_path("row1"), port);
+  CHECK(system(cmd) == 0);
+  CHECK_OK(dlrec_redis_rows_get(r, &keys[2], 1, got, found));
+  CHECK(!found[0]);
+  dlrec_redis_rows_stats(r, &st);
+  CHECK_EQ_U64(st.rejected, 2);
   /* Down: an error, not a hang; then back. */
   redis_stop(pid);
   CHECK_ERR(dlrec_redis_rows_get(r, keys, 2, got, found), DLREC_ERR_IO, "redis");
@@ -306,6 +321,36 @@ TEST(trainer_publishes_and_server_reads_within_the_freshness_bound) {
   usleep(300000);
   CHECK(scores(body, ROWS, s));
   CHECK(memcmp(s, ref, sizeof ref) == 0);
+  /* Values that are not rows (issue 36, finding 4): NaN and inf rows with
+   * a good checksum, rows of another dimension, and bytes of a row's size
+   * written by another tool. Each is refused and counted; the table
+   * answers, so the scores are predict's. */
+  CHECK(metric("dlrec_redis_rejected_total") == 0);
+  float *bad = malloc(np * dim * sizeof *bad);
+  for (uint64_t i = 0; i < np * dim; i++) bad[i] = i % 3 == 0 ? NAN : i % 3 == 1 ? INFINITY : 1.0f;
+  const uint64_t third = np / 3;
+  CHECK_OK(dlrec_redis_rows_put(r, pk, bad, third, final_step));
+  dlrec_redis_rows *narrow = NULL;
+  CHECK_OK(dlrec_redis_rows_open(&narrow, addr, "dlrec:dlrm", dim - 1, 500, 0));
+  CHECK_OK(dlrec_redis_rows_put(narrow, pk + third, orig + third * dim, third, final_step));
+  dlrec_redis_rows_close(narrow);
+  int raw_ok = 1;
+  for (uint64_t i = 2 * third; i < np; i++) {
+    char cmd[512], junk[4 * 64 + 5];
+    memset(junk, 'x', dim * 4 + 4);
+    junk[dim * 4 + 4] = '\0';
+    snprintf(cmd, sizeof cmd, "redis-cli -p %d SET dlrec:dlrm:%llu %s > /dev/null", port, (unsigned long long)pk[i],
+             junk);
+    raw_ok &= system(cmd) == 0;
+  }
+  CHECK(raw_ok);
+  usleep(300000);
+  CHECK(scores(body, ROWS, s));
+  CHECK(memcmp(s, ref, sizeof ref) == 0);
+  CHECK(metric("dlrec_redis_rejected_total") > 0);
+  CHECK_OK(dlrec_redis_rows_put(r, pk, orig, np, final_step));
+  usleep(300000);
+  free(bad);
   /* Redis killed while requests keep coming: every one answered, with
    * predict's scores (Redis held the checkpoint's rows), the failed reads
    * counted; Redis back, the rows come from it again. */

@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include "core/crc32c.h"
 #include "core/log.h"
 #include "core/clock.h"
 
@@ -44,7 +46,8 @@ dlrec_status dlrec_redis_rows_open(dlrec_redis_rows **out, const char *addr, con
     return dlrec_error(DLREC_ERR_INVALID, "redis address '%s': expected HOST:PORT", addr ? addr : "");
   if (!prefix || strlen(prefix) > 200)
     return dlrec_error(DLREC_ERR_INVALID, "redis key prefix: at most 200 bytes");
-  if (dim < 1 || dim > 1024) return dlrec_error(DLREC_ERR_INVALID, "redis rows of %u floats (1 to 1024)", dim);
+  if (dim < 1 || dim > DLREC_REDIS_MAX_DIM)
+    return dlrec_error(DLREC_ERR_INVALID, "redis rows of %u floats (1 to %u)", dim, DLREC_REDIS_MAX_DIM);
   if (timeout_ms < 1 || timeout_ms > 60000)
     return dlrec_error(DLREC_ERR_INVALID, "redis timeout %u ms (1 to 60000)", timeout_ms);
   dlrec_redis_rows *r = calloc(1, sizeof *r);
@@ -132,6 +135,30 @@ static size_t key_text(const dlrec_redis_rows *r, char *buf, uint64_t key) {
   return (size_t)snprintf(buf, KEY_MAX, "%s:%" PRIu64, r->prefix, key);
 }
 
+/* The checksum a row's value ends with: CRC-32C of the key's 8 bytes and
+ * the row's, little-endian (the host's order on the machines dlrec builds
+ * for, as the floats are). */
+static uint32_t row_crc(uint64_t key, const void *row, size_t bytes) {
+  uint8_t k[8];
+  for (int i = 0; i < 8; i++) k[i] = (uint8_t)(key >> (8 * i));
+  return dlrec_crc32c(dlrec_crc32c(0, k, sizeof k), row, bytes);
+}
+
+/* Whether a value read under key is a row of dim floats (the format above). */
+static int is_row(uint64_t key, const char *v, size_t len, uint32_t dim) {
+  const size_t bytes = (size_t)dim * sizeof(float);
+  if (len != bytes + 4) return 0;
+  const uint8_t *c = (const uint8_t *)v + bytes;
+  const uint32_t crc = (uint32_t)c[0] | (uint32_t)c[1] << 8 | (uint32_t)c[2] << 16 | (uint32_t)c[3] << 24;
+  if (crc != row_crc(key, v, bytes)) return 0;
+  for (uint32_t j = 0; j < dim; j++) {
+    float x;
+    memcpy(&x, v + (size_t)j * sizeof x, sizeof x);
+    if (!isfinite(x)) return 0;
+  }
+  return 1;
+}
+
 dlrec_status dlrec_redis_rows_put(dlrec_redis_rows *r, const uint64_t *keys, const float *rows, size_t n,
                                   uint64_t step) {
   dlrec_status s = reserve(r, 1);
@@ -140,9 +167,12 @@ dlrec_status dlrec_redis_rows_put(dlrec_redis_rows *r, const uint64_t *keys, con
   const size_t bytes = (size_t)r->dim * sizeof(float);
   size_t sent = 0;
   for (size_t i = 0; i < n; i++, sent++) {
-    char key[KEY_MAX];
-    const char *argv[3] = {"SET", key, (const char *)(rows + i * r->dim)};
-    size_t len[3] = {3, key_text(r, key, keys[i]), bytes};
+    char key[KEY_MAX], val[DLREC_REDIS_MAX_DIM * sizeof(float) + 4];
+    memcpy(val, rows + i * r->dim, bytes);
+    const uint32_t crc = row_crc(keys[i], val, bytes);
+    for (int b = 0; b < 4; b++) val[bytes + (size_t)b] = (char)(uint8_t)(crc >> (8 * b));
+    const char *argv[3] = {"SET", key, val};
+    size_t len[3] = {3, key_text(r, key, keys[i]), bytes + 4};
     if (redisAppendCommandArgv(r->c, 3, argv, len) != REDIS_OK) return down(r, "cannot queue a SET");
   }
   if (step != UINT64_MAX) {
@@ -189,12 +219,12 @@ dlrec_status dlrec_redis_rows_get(dlrec_redis_rows *r, const uint64_t *keys, siz
   const size_t bytes = (size_t)r->dim * sizeof(float);
   for (size_t i = 0; i < n; i++) {
     const redisReply *e = rep->element[i];
-    if (e->type == REDIS_REPLY_STRING && e->len == bytes) {
+    if (e->type == REDIS_REPLY_STRING && is_row(keys[i], e->str, e->len, r->dim)) {
       memcpy(rows + i * r->dim, e->str, bytes);
       found[i] = 1;
       r->st.hits++;
-    } else if (e->type == REDIS_REPLY_STRING) {
-      r->st.errors++; /* a value of another size: not a row of this table */
+    } else if (e->type != REDIS_REPLY_NIL) {
+      r->st.rejected++; /* not a row of this table: the caller's table answers */
     }
   }
   freeReplyObject(rep);

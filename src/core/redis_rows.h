@@ -2,9 +2,14 @@
  * servers read them from (docs/serving.md, "The Redis tier").
  *
  * A row is the Redis string PREFIX:KEY (KEY in decimal: the row's id, or a
- * hash table's raw key) holding its dim floats as little-endian fp32; the
- * step of the last publish is PREFIX:step. Writes are pipelined SETs, reads
- * one MGET per call, each bounded by the timeout.
+ * hash table's raw key) holding its dim floats as little-endian fp32, then
+ * a 4-byte little-endian CRC-32C of the key (8 bytes, little-endian) and
+ * those floats' bytes; the step of the last publish is PREFIX:step. A value
+ * read back is a row only when its size, its checksum and every value's
+ * finiteness hold: anything else under a row's key (another table's row,
+ * a value written by another tool, random bytes, NaN or inf) is refused,
+ * counted as rejected, and the caller's table answers for it. Writes are
+ * pipelined SETs, reads one MGET per call, each bounded by the timeout.
  *
  * Redis being down or slow is not an error of the caller's work: a call that
  * cannot reach it returns DLREC_ERR_IO (found nothing, wrote nothing), and
@@ -22,10 +27,13 @@
 
 typedef struct dlrec_redis_rows dlrec_redis_rows;
 
+#define DLREC_REDIS_MAX_DIM 1024 /* floats of a row */
+
 typedef struct dlrec_redis_stats {
   uint64_t gets, hits;  /* rows asked for, and found */
   uint64_t puts;        /* rows written */
   uint64_t errors;      /* calls that could not reach Redis (or got a bad answer) */
+  uint64_t rejected;    /* values under a row's key that were not a row: size, checksum, not finite */
   uint64_t connects;    /* connections made (the first, then reconnections) */
 } dlrec_redis_stats;
 
@@ -43,9 +51,9 @@ void dlrec_redis_rows_close(dlrec_redis_rows *r); /* accepts NULL */
 dlrec_status dlrec_redis_rows_put(dlrec_redis_rows *r, const uint64_t *keys, const float *rows, size_t n,
                                   uint64_t step);
 
-/* MGETs n rows: for each key Redis holds (a value of exactly dim floats),
+/* MGETs n rows: for each key Redis holds a row of (the checks above),
  * found[i] = 1 and the row copied to rows + i * dim; else found[i] = 0 (a
- * value of another size counts as an error and is not used). */
+ * value that is not a row counts as rejected and is not used). */
 dlrec_status dlrec_redis_rows_get(dlrec_redis_rows *r, const uint64_t *keys, size_t n, float *rows, uint8_t *found);
 
 void dlrec_redis_rows_stats(const dlrec_redis_rows *r, dlrec_redis_stats *out);

@@ -65,6 +65,7 @@ void serve_metrics_redis(serve_metrics *m, const serve_redis_counts *c) {
   m->redis_rows[1] += c->redis;
   m->redis_rows[2] += c->table;
   m->redis_errors += c->errors;
+  m->redis_rejected += c->rejected;
   pthread_mutex_unlock(&m->mu);
 }
 
@@ -157,6 +158,9 @@ dlrec_status serve_metrics_write(serve_metrics *m, dlrec_kserve_buf *b, uint64_t
             "dlrec_redis_rows_total{source=\"redis\"} %llu\ndlrec_redis_rows_total{source=\"table\"} %llu\n"
             "# HELP dlrec_redis_errors_total Reads of the Redis tier that failed (Redis down, slow or wrong); "
             "their rows came from the table.\n# TYPE dlrec_redis_errors_total counter\ndlrec_redis_errors_total %llu\n"
+            "# HELP dlrec_redis_rejected_total Values under a row's key in Redis that were not a row of this "
+            "table (size, checksum, a value not finite); their rows came from the table.\n"
+            "# TYPE dlrec_redis_rejected_total counter\ndlrec_redis_rejected_total %llu\n"
             "# HELP dlrec_queue_rows Rows waiting to be scored.\n# TYPE dlrec_queue_rows gauge\n"
             "dlrec_queue_rows %llu\n"
             "# HELP dlrec_model_version The served checkpoint's step (-1: unloaded).\n"
@@ -171,7 +175,7 @@ dlrec_status serve_metrics_write(serve_metrics *m, dlrec_kserve_buf *b, uint64_t
             (unsigned long long)c.batches, (unsigned long long)c.batch_rows_sum, (unsigned long long)c.batches,
             (unsigned long long)c.rows_scored, (unsigned long long)c.keys_missing,
             (unsigned long long)c.redis_rows[0], (unsigned long long)c.redis_rows[1],
-            (unsigned long long)c.redis_rows[2], (unsigned long long)c.redis_errors, (unsigned long long)queue_rows,
+            (unsigned long long)c.redis_rows[2], (unsigned long long)c.redis_errors, (unsigned long long)c.redis_rejected, (unsigned long long)queue_rows,
             name, version,
             (unsigned long long)loads_ok, (unsigned long long)loads_failed, (unsigned long long)timed_out,
             (unsigned long long)shed);

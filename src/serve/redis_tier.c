@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "core/clock.h"
+#include "core/log.h"
 #include "core/redis_rows.h"
 #include "embed/slot_index.h"
 #include "serve/serve_internal.h"
@@ -37,6 +38,8 @@ struct serve_redis {
   uint8_t *miss_found;
   size_t miss_cap;
   serve_redis_counts counts;
+  uint64_t rejected_seen; /* the client's rejected count, as last read */
+  double rejected_logged; /* when a rejection was last logged */
 };
 
 dlrec_status serve_redis_create(serve_redis **out, const serve_redis_opts *o, uint32_t dim) {
@@ -112,6 +115,23 @@ static dlrec_status reserve_misses(serve_redis *t, size_t n) {
   return DLREC_OK;
 }
 
+/* Values Redis held under a row's key that were not a row (another table's,
+ * another tool's, not finite): counted, and logged at most once a minute. */
+static void note_rejected(serve_redis *t, double now) {
+  dlrec_redis_stats st;
+  dlrec_redis_rows_stats(t->client, &st);
+  const uint64_t fresh = st.rejected - t->rejected_seen;
+  t->rejected_seen = st.rejected;
+  if (!fresh) return;
+  t->counts.rejected += fresh;
+  if (t->rejected_logged == 0 || now - t->rejected_logged >= 60) {
+    t->rejected_logged = now;
+    DLREC_WARN("redis: %llu values under rows' keys were not rows of this table (size, checksum or a value not "
+               "finite); the table answered for them (dlrec_redis_rejected_total counts them all)",
+               (unsigned long long)fresh);
+  }
+}
+
 dlrec_status serve_redis_fetch(void *ctx, const uint64_t *keys, size_t n, float *rows, uint8_t *found) {
   serve_redis *t = ctx;
   const double now = dlrec_now();
@@ -142,6 +162,7 @@ dlrec_status serve_redis_fetch(void *ctx, const uint64_t *keys, size_t n, float 
     t->counts.errors++;
     return DLREC_OK;
   }
+  note_rejected(t, now);
   for (size_t j = 0; j < m; j++) {
     const size_t i = t->miss_at[j];
     const float *row = t->miss_found[j] ? t->miss_rows + j * t->dim : NULL;

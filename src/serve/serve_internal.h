@@ -187,6 +187,7 @@ typedef struct serve_metrics {
   uint64_t keys_missing; /* raw keys scored without a row in the hash table */
   uint64_t redis_rows[3]; /* the Redis tier: rows from the cache, from Redis, from the table */
   uint64_t redis_errors;  /* MGETs that could not reach Redis */
+  uint64_t redis_rejected; /* values under a row's key that were not a row (dlrec_redis_rows_get) */
 } serve_metrics;
 
 /* ---- the Redis tier (redis_tier.c): one per scoring worker ---- */
@@ -202,6 +203,7 @@ typedef struct serve_redis_opts {
 /* Rows served since the last take, by where they came from, and failed MGETs. */
 typedef struct serve_redis_counts {
   uint64_t cache, redis, table, errors;
+  uint64_t rejected; /* values Redis held under a row's key that were not a row (the table answered) */
 } serve_redis_counts;
 
 typedef struct serve_redis serve_redis;
