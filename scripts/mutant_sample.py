@@ -44,7 +44,10 @@ TESTS = {
     "serve": "test_serve_units test_kserve test_serve",
     "api": "test_api python",
 }
-EXTRA = {"src/train/step.c": " dist_mpi", "src/train/trainer_ranks.c": " dist_mpi"}
+EXTRA = {"src/train/step.c": " dist_mpi", "src/train/trainer_ranks.c": " dist_mpi",
+         "src/core/redis_rows.c": " test_redis", "src/serve/redis_tier.c": " test_redis",
+         "src/train/publish.c": " test_redis", "src/train/predict.c": " python",
+         "src/data/etl_encode.c": " test_train python"}
 
 
 def added_lines(base):
