@@ -117,6 +117,21 @@ TEST(rows_round_trip_and_survive_an_outage) {
   CHECK(!found[0]);
   dlrec_redis_rows_stats(r, &st);
   CHECK_EQ_U64(st.rejected, 2);
+  /* The largest rows round-trip; a dim out of range is refused, saying the range. */
+  dlrec_redis_rows *wide = NULL;
+  CHECK_OK(dlrec_redis_rows_open(&wide, addr, "t:wide", DLREC_REDIS_MAX_DIM, 500, 200));
+  float *big = malloc(2 * DLREC_REDIS_MAX_DIM * sizeof *big);
+  for (int i = 0; big && i < DLREC_REDIS_MAX_DIM; i++) big[i] = (float)i - 0.5f;
+  uint8_t big_found = 0;
+  CHECK_OK(dlrec_redis_rows_put(wide, &keys[0], big, 1, UINT64_MAX));
+  CHECK_OK(dlrec_redis_rows_get(wide, &keys[0], 1, big + DLREC_REDIS_MAX_DIM, &big_found));
+  CHECK(big_found && memcmp(big, big + DLREC_REDIS_MAX_DIM, DLREC_REDIS_MAX_DIM * sizeof *big) == 0);
+  free(big);
+  dlrec_redis_rows_close(wide);
+  dlrec_redis_rows *none = NULL;
+  CHECK_ERR(dlrec_redis_rows_open(&none, addr, "t:x", 0, 500, 200), DLREC_ERR_INVALID, "(1 to 1024)");
+  CHECK_ERR(dlrec_redis_rows_open(&none, addr, "t:x", DLREC_REDIS_MAX_DIM + 1, 500, 200), DLREC_ERR_INVALID,
+            "1025 floats");
   /* Down: an error, not a hang; then back. */
   redis_stop(pid);
   CHECK_ERR(dlrec_redis_rows_get(r, keys, 2, got, found), DLREC_ERR_IO, "redis");
@@ -347,9 +362,13 @@ TEST(trainer_publishes_and_server_reads_within_the_freshness_bound) {
   usleep(300000);
   CHECK(scores(body, ROWS, s));
   CHECK(memcmp(s, ref, sizeof ref) == 0);
-  CHECK(metric("dlrec_redis_rejected_total") > 0);
+  const double rejected = metric("dlrec_redis_rejected_total");
+  CHECK(rejected > 0);
   CHECK_OK(dlrec_redis_rows_put(r, pk, orig, np, final_step));
   usleep(300000);
+  CHECK(scores(body, ROWS, s)); /* good rows again: nothing more refused */
+  CHECK(memcmp(s, ref, sizeof ref) == 0);
+  CHECK(metric("dlrec_redis_rejected_total") == rejected);
   free(bad);
   /* Redis killed while requests keep coming: every one answered, with
    * predict's scores (Redis held the checkpoint's rows), the failed reads

@@ -1049,6 +1049,11 @@ TEST(predict_maps_csv_columns_by_name) {
                     test_path("train.dlr"));
   free(out);
   CHECK(rc == 0);
+  /* Unlabeled encoding of labeled rows: the label column is known, not warned of. */
+  rc = test_run_cli(&out, "etl apply --no-label --etl '%s' --input '%s' --out '%s'", test_path("etl"),
+                    test_path("a.csv"), test_path("unlabeled.dlr"));
+  CHECK(rc == 0 && out && !strstr(out, "was not in fit's input"));
+  free(out);
   CHECK(test_write_file(test_path("cfg.json"), CONFIG, (size_t)-1) == 0);
   CHECK(train("run", "--max-steps 5") == 0);
   char *want = NULL, *got = NULL;
