@@ -47,7 +47,7 @@ TESTS = {
 EXTRA = {"src/train/step.c": " dist_mpi", "src/train/trainer_ranks.c": " dist_mpi",
          "src/core/redis_rows.c": " test_redis", "src/serve/redis_tier.c": " test_redis",
          "src/train/publish.c": " test_redis", "src/train/predict.c": " python",
-         "src/data/etl_encode.c": " test_train python"}
+         "src/data/etl_encode.c": " test_train python test_serve"}
 
 
 def added_lines(base):
