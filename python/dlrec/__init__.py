@@ -164,10 +164,7 @@ def _write_csv(data, path, header, columns):
     values. pyarrow writes the text, or pandas (to_csv) when Arrow cannot
     type a column (an object column of mixed values)."""
     names = columns if columns is not None else _column_names(data)
-    missing = [c for c in names if c not in _column_names(data)]
-    if missing:
-        raise DlrecError(f"the data has no column {', '.join(map(repr, missing))} (the model reads "
-                         f"{', '.join(names)})")
+    _require_columns(_column_names(data), names)
     try:
         import pyarrow as pa
     except ImportError:
@@ -211,6 +208,14 @@ def _write_csv(data, path, header, columns):
     df.to_csv(path, index=False, header=header, sep="," if header else "\t", na_rep="")
 
 
+def _require_columns(have, wanted):
+    """Refuses, naming them, the columns of wanted that have lacks."""
+    missing = [c for c in wanted if c not in have]
+    if missing:
+        raise DlrecError(f"the data has no column {', '.join(map(repr, missing))} (the model reads "
+                         f"{', '.join(wanted)})")
+
+
 def _select(data, names):
     """The columns names of tabular data, in that order, as the same kind of
     object."""
@@ -218,9 +223,7 @@ def _select(data, names):
         return data.select(names)
     if isinstance(data, dict):
         return {n: data[n] for n in names}
-    if isinstance(data, np.ndarray):
-        return data[names]
-    return data[names]
+    return data[names]  # a DataFrame, or a structured array's fields
 
 
 def _column_names(data):
@@ -501,14 +504,11 @@ class Model:
             if dup:
                 raise DlrecError(f"the data has column {', '.join(map(repr, dup))} more than once")
             wanted = info["input_dense"] + info["input_sparse"]
-            missing = [c for c in wanted if c not in seen]
-            if missing:
-                raise DlrecError(f"the data has no column {', '.join(map(repr, missing))} (the model reads "
-                                 f"{', '.join(wanted)})")
+            _require_columns(seen, wanted)
             label = info.get("label")
             data = _select(data, ([label] if label is not None and label in seen else []) + wanted)
         prob, n = ffi.new("float **"), ffi.new("uint64_t *")
-        arrow = _arrow_streams(data) if not isinstance(data, (str, os.PathLike)) else None
+        arrow = _arrow_streams(data)  # tabular data, or a Parquet file streamed by row group
         if arrow is not None:
             streams, names, _keep = arrow
             if lib.dlrec_api_predict_arrow(m, streams, names[0].encode(), prob, n):
