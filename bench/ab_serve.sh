@@ -20,6 +20,7 @@ a=$1 b=$2 rounds=$3
 for bin in "$a" "$b"; do [ -x "$bin" ] || { echo "ab_serve: $bin is not an executable" >&2; exit 1; }; done
 command -v wrk > /dev/null || { echo "ab_serve: wrk not found (scripts/deps.sh bench)" >&2; exit 1; }
 root=$(cd "$(dirname "$0")/.." && pwd)
+. "$root/bench/lib.sh"
 rows=${ROWS:-64} conns=${CONNS:-16} secs=${SECONDS_EACH:-10} threads=${THREADS:-2}
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 work=$(mktemp -d "${TMPDIR:-/tmp}/dlrec-abserve.XXXXXX")
@@ -39,16 +40,7 @@ json.dump({"inputs": [
     {"name": "categorical", "datatype": "BYTES", "shape": [len(rows), 26], "data": [r[13:] for r in rows]}]},
     open(sys.argv[3], "w"))
 EOF
-cat > "$work/post.lua" <<EOF
-local f = io.open("$work/body.json", "rb")
-wrk.method = "POST"
-wrk.body = f:read("*a")
-f:close()
-wrk.headers["Content-Type"] = "application/json"
-function response(status, headers, body)
-  if status ~= 200 then io.stderr:write("status " .. status .. ": " .. body .. "\n") end
-end
-EOF
+wrk_post_lua "$work/body.json" application/json > "$work/post.lua"
 
 # One round: start BIN's server, warm it, load it, stop it; prints
 # "requests/s p50_ms p99_ms".
@@ -70,6 +62,7 @@ round() {
        END { print rps, p50, p99 }' "$work/wrk.txt"
 }
 
+cpu_line
 echo "ab_serve: $(nproc) cores, $rows rows a request, wrk $conns connections, $secs s a round, $threads workers"
 for r in $(seq "$rounds"); do
   echo "A $(round "$a")"

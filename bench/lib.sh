@@ -1,6 +1,6 @@
 # shellcheck shell=bash disable=SC2034,SC2154
-# Shell helpers shared by the training benchmarks (bench/train_vs_torch.sh,
-# bench/train_vs_torchrec.sh). Sourced, never run. The caller sets (and this
+# Shell helpers shared by the benchmarks (bench/train_vs_torch.sh,
+# bench/train_vs_torchrec.sh, the serving ones). Sourced, never run. The caller sets (and this
 # file sets train_rows, valid_rows and table_rows for it):
 #   root  the repository root
 #   bin   the dlrec executable
@@ -46,6 +46,23 @@ cpu_line() {
     case " $flags " in *" $f "*) have="$have $f" ;; esac
   done
   echo "CPU: ${model:-unknown} ($(nproc) cores); flags:${have:- none of avx2/avx512/amx}"
+}
+
+# wrk_post_lua BODY CONTENT_TYPE [LUA]: a wrk script on stdout that POSTs
+# the file BODY with that Content-Type (and LUA, a line of its own, after
+# the headers) and reports on stderr any answer but 200.
+wrk_post_lua() {
+  cat <<EOF
+local f = io.open("$1", "rb")
+wrk.method = "POST"
+wrk.body = f:read("*a")
+f:close()
+wrk.headers["Content-Type"] = "$2"
+${3:-}
+function response(status, headers, body)
+  if status ~= 200 then io.stderr:write("status " .. status .. ": " .. body .. "\n") end
+end
+EOF
 }
 
 # make_criteo_data ROWS CAP [MIN_COUNT]: synthesizes ROWS Criteo-like rows

@@ -38,6 +38,8 @@ server=
 cleanup() { [ -n "$server" ] && kill "$server" 2>/dev/null; wait 2>/dev/null; rm -rf "$work"; }
 trap cleanup EXIT
 
+. "$root/bench/lib.sh"
+cpu_line
 echo "serve_vs_forward: $(nproc) cores, wrk $conns connections, $secs s per size, server $threads workers"
 "$bin" synth --rows 200000 --out "$work/clicks.tsv" -q
 "$bin" etl fit --input "$work/clicks.tsv" --out "$work/etl" -q
@@ -85,17 +87,7 @@ EOF
   for fmt in json bin; do
     extra=
     [ "$fmt" = bin ] && extra="wrk.headers[\"Inference-Header-Content-Length\"] = \"$hl\""
-    cat > "$work/post-$n-$fmt.lua" <<EOF
-local f = io.open("$work/body-$n.$fmt", "rb")
-wrk.method = "POST"
-wrk.body = f:read("*a")
-f:close()
-wrk.headers["Content-Type"] = "application/octet-stream"
-$extra
-function response(status, headers, body)
-  if status ~= 200 then io.stderr:write("status " .. status .. ": " .. body .. "\n") end
-end
-EOF
+    wrk_post_lua "$work/body-$n.$fmt" application/octet-stream "$extra" > "$work/post-$n-$fmt.lua"
     drain
     wrk -t1 -c"$conns" -d"${secs}s" --latency -s "$work/post-$n-$fmt.lua" \
       "http://127.0.0.1:$port/v2/models/dlrm/infer" > "$work/wrk.txt" 2> "$work/wrk.err" || true
