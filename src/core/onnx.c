@@ -281,9 +281,9 @@ const char *onnx_concat(onnx_graph *g, const char *const *xs, int n, int64_t axi
   return onnx_node(g, "Concat", NULL, xs, n, a, 1, NULL);
 }
 
-const char *onnx_reshape(onnx_graph *g, const char *x, const int64_t *shape, int n) {
-  const char *in[] = {x, onnx_i64s(g, shape, n)};
-  return onnx_node(g, "Reshape", NULL, in, 2, NULL, 0, NULL);
+const char *onnx_flatten(onnx_graph *g, const char *x) {
+  const onnx_attr a[] = {ONNX_INT("axis", 1)};
+  return onnx_node(g, "Flatten", NULL, &x, 1, a, 1, NULL);
 }
 
 const char *onnx_slice(onnx_graph *g, const char *x, int64_t axis, int64_t start, int64_t end) {

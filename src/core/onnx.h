@@ -65,8 +65,10 @@ const char *onnx_op2(onnx_graph *g, const char *op, const char *a, const char *b
 const char *onnx_reduce_sum(onnx_graph *g, const char *x, int64_t axis, int keepdims);
 /* Concat along axis. */
 const char *onnx_concat(onnx_graph *g, const char *const *xs, int n, int64_t axis);
-/* Reshape to shape (n values; 0: keep that dimension, -1: infer). */
-const char *onnx_reshape(onnx_graph *g, const char *x, const int64_t *shape, int n);
+/* x (N, d1, d2, ...) flattened to (N, d1·d2·...) by Flatten (axis 1):
+ * unlike Reshape to (0, -1), whose -1 cannot be inferred from 0 elements,
+ * it holds for a batch of 0 rows. */
+const char *onnx_flatten(onnx_graph *g, const char *x);
 /* Slice of x along one axis, [start, end). */
 const char *onnx_slice(onnx_graph *g, const char *x, int64_t axis, int64_t start, int64_t end);
 

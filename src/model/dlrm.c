@@ -303,7 +303,7 @@ static const char *export_dot(onnx_graph *g, const char *x, const char *emb, uin
   }
   const onnx_attr perm[] = {ONNX_INTS("perm", ((const int64_t[]){0, 2, 1}), 3)};
   const char *zt = onnx_node(g, "Transpose", NULL, &z, 1, perm, 1, NULL);
-  const char *gram = onnx_reshape(g, onnx_op2(g, "MatMul", z, zt), (const int64_t[]){0, -1}, 2);
+  const char *gram = onnx_flatten(g, onnx_op2(g, "MatMul", z, zt));
   const int64_t n = (int64_t)T * (T - 1) / 2;
   int64_t *idx = malloc((size_t)(n ? n : 1) * sizeof *idx);
   if (!idx) return NULL;

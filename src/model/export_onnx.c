@@ -12,7 +12,9 @@
  *   ids   (N, S) int64: each categorical column's ids in the fused table
  *         (the .dlr file's ids), the columns in schema order, a one-hot
  *         column one slot and a multi-hot column max_hotness slots, unused
- *         slots -1; absent without categorical columns.
+ *         slots -1; an id outside the table (-1 or any other) pools as a
+ *         zero row; absent without categorical columns.
+ * N may be 0 (every node is defined for an empty batch).
  * Outputs: prob (N, 1), the click probability, and logit (N, 1).
  */
 #include <stdio.h>
@@ -23,40 +25,52 @@
 #include "model/model_type.h"
 #include "core/onnx.h"
 
-/* The rows of the table as float32, D of each row's stride. */
+/* The rows of the table as float32, D of each row's stride, and after them
+ * one zero row (row `rows`), the row every id outside the table reads. */
 typedef struct table_rows {
   const dlrec_table *t;
   float *row; /* stride floats */
+  uint64_t rows;
   uint32_t D;
 } table_rows;
 
 static void fill_row(void *ctx, uint64_t r, float *out) {
   table_rows *tr = ctx;
+  if (r == tr->rows) {
+    memset(out, 0, tr->D * sizeof(float));
+    return;
+  }
   dlrec_table_get_row(tr->t, r, tr->row);
   memcpy(out, tr->row, tr->D * sizeof(float));
 }
 
-/* The pooled embeddings (N, F, D) from the ids input. */
+/* The pooled embeddings (N, F, D) from the ids input. Every id outside
+ * [0, table_rows) gathers the zero row: the padding -1 of a multi-hot
+ * column's unused slots, and any other negative or too large id (a bare
+ * Gather would wrap a negative id to a row counted from the end and refuse
+ * a too large one). Each column's slots are summed, and a mean column
+ * divided by its count of ids in the table (an empty bag pools to zeros,
+ * as src/backend/cpu/bag.c). */
 static const char *embedding_stage(const dlrec_net *n, onnx_graph *g, const char *ids) {
   const dlrec_schema *sc = &n->schema;
   const uint32_t D = n->plan.emb_dim;
-  table_rows tr = {.t = n->table, .D = D, .row = malloc(dlrec_table_stride(n->table) * sizeof(float))};
+  const int64_t R = (int64_t)sc->table_rows;
+  table_rows tr = {.t = n->table, .rows = sc->table_rows, .D = D,
+                   .row = malloc(dlrec_table_stride(n->table) * sizeof(float))};
   if (!tr.row) return NULL;
-  const char *table = onnx_const_rows(g, "table", sc->table_rows, D, fill_row, &tr);
+  const char *table = onnx_const_rows(g, "table", sc->table_rows + 1, D, fill_row, &tr); /* (R + 1, D) */
   free(tr.row);
+  const char *valid = onnx_op2(g, "And", onnx_op2(g, "GreaterOrEqual", ids, onnx_i64s(g, (const int64_t[]){0}, 1)),
+                               onnx_op2(g, "Less", ids, onnx_i64s(g, &R, 1))); /* (N, S) */
+  const char *where_in[] = {valid, ids, onnx_i64s(g, &R, 1)};
+  const char *safe = onnx_node(g, "Where", NULL, where_in, 3, NULL, 0, NULL);
+  const char *rows = onnx_op2(g, "Gather", table, safe); /* (N, S, D) */
   int one_hot = 1;
   for (uint32_t c = 0; c < sc->n_sparse; c++) one_hot &= sc->sparse[c].hotness == 1;
-  if (one_hot) return onnx_op2(g, "Gather", table, ids); /* (N, F, D) */
-  /* Padding (-1) gathers row 0, masked to zero; each column's slots are
-   * summed, and a mean column divided by its ids' count (an empty bag
-   * pools to zeros, as src/backend/cpu/bag.c). */
-  const char *mask = onnx_op2(g, "GreaterOrEqual", ids, onnx_i64s(g, (const int64_t[]){0}, 1));
-  const char *where_in[] = {mask, ids, onnx_i64s(g, (const int64_t[]){0}, 1)};
-  const char *safe = onnx_node(g, "Where", NULL, where_in, 3, NULL, 0, NULL);
+  if (one_hot) return rows; /* S = F */
   const onnx_attr to_float[] = {ONNX_INT("to", 1)};
-  const char *mf = onnx_node(g, "Cast", NULL, &mask, 1, to_float, 1, NULL);
+  const char *mf = onnx_node(g, "Cast", NULL, &valid, 1, to_float, 1, NULL);
   mf = onnx_op2(g, "Unsqueeze", mf, onnx_i64s(g, (const int64_t[]){2}, 1)); /* (N, S, 1) */
-  const char *rows = onnx_op2(g, "Mul", onnx_op2(g, "Gather", table, safe), mf);
   const char **cols = malloc(sc->n_sparse * sizeof *cols);
   if (!cols) return NULL;
   uint64_t s0 = 0;
@@ -83,7 +97,7 @@ dlrec_status dlrec_net_export_onnx(const dlrec_net *n, const char *path) {
     return dlrec_error(DLREC_ERR_UNSUPPORTED,
                        "ONNX export: this model reads raw keys through a hash table (storage.kind \"hash\"), "
                        "which an ONNX graph cannot look up; export a model trained on an ETL vocabulary");
-  const uint64_t table_bytes = sc->table_rows * (uint64_t)n->plan.emb_dim * sizeof(float);
+  const uint64_t table_bytes = (sc->table_rows + 1) * (uint64_t)n->plan.emb_dim * sizeof(float);
   if (sc->n_sparse && table_bytes > ((uint64_t)1 << 31) - ((uint64_t)64 << 20))
     return dlrec_error(DLREC_ERR_UNSUPPORTED,
                        "ONNX export: the embedding table is %.2f GB as float32, over protobuf's 2 GB limit on "
@@ -103,7 +117,7 @@ dlrec_status dlrec_net_export_onnx(const dlrec_net *n, const char *path) {
     const int64_t d[2] = {-1, (int64_t)S};
     onnx_input(g, "ids", 7, d, 2,
                "each categorical column's ids in the fused table, columns in schema order, max_hotness slots "
-               "per column, unused slots -1");
+               "per column, unused slots -1; an id outside [0, table rows) pools as a zero row");
     emb = embedding_stage(n, g, "ids");
     if (!emb) {
       onnx_graph_free(g);

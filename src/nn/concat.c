@@ -20,6 +20,6 @@ dlrec_status net_concat_backward(dlrec_backend *be, float *db, const float *dout
 }
 
 const char *net_concat_export(onnx_graph *g, const char *a, const char *b) {
-  const char *parts[2] = {a, b ? onnx_reshape(g, b, (const int64_t[]){0, -1}, 2) : NULL};
+  const char *parts[2] = {a, b ? onnx_flatten(g, b) : NULL};
   return a && b ? onnx_concat(g, parts, 2, 1) : a ? a : parts[1];
 }

@@ -42,7 +42,7 @@ void net_fm_split_export(onnx_graph *g, const char *emb, uint32_t D, const char 
 }
 
 const char *net_wide_export(onnx_graph *g, const char *w) {
-  return onnx_reduce_sum(g, onnx_reshape(g, w, (const int64_t[]){0, -1}, 2), 1, 1);
+  return onnx_reduce_sum(g, onnx_flatten(g, w), 1, 1);
 }
 
 const char *net_fm_export(onnx_graph *g, const char *v) {

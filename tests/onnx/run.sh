@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # ONNX export of every model type, scored by onnxruntime (PyPI, in a virtual
 # environment under the build tree, installed once) against `dlrec predict`
-# on the same rows: every probability within 1e-5 (check.py).
+# on the same rows: every probability within 1e-5, and a batch of 0 rows
+# scored (check.py). Each type's first config and the models on CSV rows
+# also score ids outside the table (negative or too large) as the zero row.
 #
 # Models: every registered type in each of the configs its registry entry
 # gives the tests (`dlrec models --json`: batch normalization and dropout,
@@ -63,7 +65,7 @@ for d in multi cats; do
 done
 
 mlp='"mlp": [32, 16], "batch_norm": true, "dropout": 0.1'
-check() { # NAME DATA MODEL_JSON
+check() { # NAME DATA MODEL_JSON [--out-of-table]
   local name=$1 data=data-$2 model=$3
   cat > "run-$name.json" <<JSON
 {"model": $model,
@@ -75,7 +77,7 @@ JSON
     --max-steps 30 > /dev/null
   "$bin" export -q --model "run-$name" --onnx "$name.onnx" > /dev/null
   "$bin" predict -q --model "run-$name" --input "$data/valid.dlr" --out "$name.scores"
-  "$py" "$here/check.py" "$bin" "$name.onnx" "$data/valid.dlr" "$name.scores" 500
+  "$py" "$here/check.py" "$bin" "$name.onnx" "$data/valid.dlr" "$name.scores" 500 "${@:4}"
 }
 # Every registered type's test configs, named TYPE-J.
 "$bin" models --json > models.json
@@ -87,14 +89,18 @@ for t in json.load(open("models.json")):
 PY
 [ -s models.list ] || { echo "run.sh: dlrec models --json listed no model type" >&2; exit 1; }
 while IFS=$'\t' read -r name model <&3; do
-  check "$name" criteo "$model"
+  oot=()
+  [ "${name##*-}" != 0 ] || oot=(--out-of-table)
+  check "$name" criteo "$model" "${oot[@]}"
 done 3< models.list
-check deepfm_multi multi "{\"type\": \"deepfm\", \"embedding_dim\": 8, $mlp}"
-check dlrm_multi_mean multi '{"type": "dlrm", "embedding_dim": 8, "bottom_mlp": [8], "top_mlp": [16, 1], "pooling": "mean"}'
-check dcn_v2_multi multi '{"type": "dcn_v2", "embedding_dim": 4, "cross_layers": 2, "mlp": [16]}'
-check lr_cats cats '{"type": "lr"}'
-check dlrm_cats cats '{"type": "dlrm", "embedding_dim": 8, "bottom_mlp": [8], "top_mlp": [16, 1]}'
-check wide_deep_cats cats "{\"type\": \"wide_deep\", \"embedding_dim\": 8, $mlp}"
+oot=--out-of-table
+check deepfm_multi multi "{\"type\": \"deepfm\", \"embedding_dim\": 8, $mlp}" $oot
+check dlrm_multi_mean multi \
+  '{"type": "dlrm", "embedding_dim": 8, "bottom_mlp": [8], "top_mlp": [16, 1], "pooling": "mean"}' $oot
+check dcn_v2_multi multi '{"type": "dcn_v2", "embedding_dim": 4, "cross_layers": 2, "mlp": [16]}' $oot
+check lr_cats cats '{"type": "lr"}' $oot
+check dlrm_cats cats '{"type": "dlrm", "embedding_dim": 8, "bottom_mlp": [8], "top_mlp": [16, 1]}' $oot
+check wide_deep_cats cats "{\"type\": \"wide_deep\", \"embedding_dim\": 8, $mlp}" $oot
 
 # A raw-key model: refused, saying why.
 mkdir -p data-keys
@@ -112,4 +118,5 @@ if "$bin" export -q --model run-keys --onnx keys.onnx 2> keys.err; then
 fi
 grep -q 'hash table' keys.err || { echo "run.sh: unclear refusal: $(cat keys.err)" >&2; exit 1; }
 [ ! -e keys.onnx ] || { echo "run.sh: a refused export left keys.onnx" >&2; exit 1; }
-echo "every model type exported and scored by onnxruntime within 1e-5 of dlrec predict"
+echo "every model type exported and scored by onnxruntime within 1e-5 of dlrec predict" \
+  "(ids outside the table as the zero row)"
