@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Mutants drawn mechanically from a change, not chosen by its author.
 
-  scripts/mutant_sample.py [--base REV] [-n N] [--seed S] [--out DIR]
+  scripts/mutant_sample.py [--base REV] [-n N] [--seed S] [--out DIR] [--files PATH...]
 
 Takes the lines of src/*.c that the working tree adds since REV (default
 HEAD~1; CUDA sources left out, since no test here runs them), draws N of
@@ -16,6 +16,9 @@ occur more than once in their file are skipped (a mutant must anchor once).
 Then `scripts/mutate.sh DIR/*.mut` runs them; report its score with the
 seed and the base, and judge each survivor: a test that asserts too little,
 or an equivalent mutant (say which, and why).
+
+With --files, the lines drawn from are every code line of those files (a
+file's tests strengthened without a change to it), not a change's.
 """
 import argparse
 import os
@@ -47,7 +50,7 @@ TESTS = {
 EXTRA = {"src/train/step.c": " dist_mpi", "src/train/trainer_ranks.c": " dist_mpi",
          "src/core/redis_rows.c": " test_redis", "src/serve/redis_tier.c": " test_redis",
          "src/train/publish.c": " test_redis", "src/train/predict.c": " python",
-         "src/data/etl_encode.c": " test_train python test_serve"}
+         "src/data/etl_encode.c": " test_train python test_serve", "src/data/arrow_csv.c": " test_arrow"}
 
 
 def added_lines(base):
@@ -65,15 +68,27 @@ def added_lines(base):
     return out
 
 
+def file_lines(paths):
+    out = []
+    for path in paths:
+        with open(os.path.join(ROOT, path)) as f:
+            for text in f.read().splitlines():
+                stripped = text.strip()
+                if stripped and not stripped.startswith(("/*", "*", "//", "#")):
+                    out.append((path, text))
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--base", default="HEAD~1")
     ap.add_argument("-n", type=int, default=20)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", default=os.path.join(ROOT, "build-mutate", "sampled"))
+    ap.add_argument("--files", nargs="+", metavar="PATH", help="draw from every code line of these src/ files")
     a = ap.parse_args()
     rng = random.Random(a.seed)
-    lines = added_lines(a.base)
+    lines = file_lines(a.files) if a.files else added_lines(a.base)
     rng.shuffle(lines)
     os.makedirs(a.out, exist_ok=True)
     made = 0
@@ -92,13 +107,14 @@ def main():
         layer = path.split("/")[1]
         name = os.path.join(a.out, f"s{a.seed}_{made:02d}.mut")
         with open(name, "w") as f:
-            f.write(f"# sampled (seed {a.seed}, base {a.base}): {path}: '{m.group(0).strip()}' edited\n")
+            origin = "files" if a.files else f"base {a.base}"
+            f.write(f"# sampled (seed {a.seed}, {origin}): {path}: '{m.group(0).strip()}' edited\n")
             tests = TESTS.get(layer, "") + EXTRA.get(path, "")
             if tests:
                 f.write(f"# tests: {tests.strip()}\n")
             f.write(f"@@ {path}\n-{text}\n+{mutated}\n")
         made += 1
-    print(f"mutant_sample: {made} mutants from {len(lines)} added lines into {a.out}")
+    print(f"mutant_sample: {made} mutants from {len(lines)} {'code' if a.files else 'added'} lines into {a.out}")
     return 0 if made else 1
 
 

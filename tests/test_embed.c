@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include "backend/cpu/kernels.h"
+#include "backend/table_store.h"
 #include "embed/embed.h"
 #include "core/rng.h"
 #include "ref/ref.h"
@@ -160,6 +161,45 @@ TEST(table_init_bounds_per_column_and_thread_independent) {
   dlrec_table_free(t1);
   dlrec_table_free(t3);
   dlrec_table_free(t4);
+}
+
+/* Tables of 4095, 4096, 4097 and 8193 rows (a chunk of TABLE_INIT_CHUNK_ROWS
+ * rows draws from its own stream), columns across the chunk boundaries:
+ * every value is the plain loop's, and a window of the table initialized
+ * from a chunk's first row on (as the tiered and sharded stores do) holds
+ * the whole table's rows. */
+TEST(table_init_draws_each_chunk_from_its_stream_and_windows_agree) {
+  enum { C = TABLE_INIT_CHUNK_ROWS, DIM = 3 };
+  const uint64_t sizes[] = {C - 1, C, C + 1, 2 * C + 1};
+  for (int z = 0; z < 4; z++) {
+    const uint64_t rows = sizes[z];
+    const dlrec_row_range ranges[] = {{1, C - 2}, {C - 1, rows}}; /* row 0 and row C - 2 in no column */
+    const uint32_t n_ranges = rows > C - 1 ? 2 : 1;
+    dlrec_table *t, *w;
+    CHECK_OK(dlrec_table_create(&t, rows, DIM));
+    CHECK_OK(dlrec_table_init_uniform(t, ranges, n_ranges, 7));
+    const float *data = dlrec_table_data(t);
+    const uint32_t stride = dlrec_table_stride(t);
+    dlrec_rng rng;
+    for (uint64_t r = 0; r < rows; r++) {
+      if (r % C == 0) dlrec_rng_seed(&rng, 7, r / C);
+      const int g = r >= ranges[0].begin && r < ranges[0].end ? 0 : n_ranges > 1 && r >= ranges[1].begin ? 1 : -1;
+      for (uint32_t d = 0; d < DIM; d++) {
+        const double a = g < 0 ? 0 : sqrt(1.0 / (double)(ranges[g].end - ranges[g].begin));
+        const float want = g < 0 ? 0.0f : (float)((2.0 * dlrec_rng_uniform(&rng) - 1.0) * a);
+        if (data[r * stride + d] != want) CHECK_EQ(r * 10 + d, (uint64_t)-1); /* names the first one off */
+      }
+    }
+    /* Windows of C rows from each chunk on, the last one past the end. */
+    CHECK_OK(dlrec_table_create(&w, C, DIM));
+    for (uint64_t first = 0; first < rows; first += C) {
+      table_init_window(w, first, ranges, n_ranges, 7);
+      const uint64_t k = rows - first < C ? rows - first : C;
+      CHECK(memcmp(dlrec_table_data(w), data + first * stride, (size_t)(k * stride) * sizeof(float)) == 0);
+    }
+    dlrec_table_free(w);
+    dlrec_table_free(t);
+  }
 }
 
 /* ---- bag forward ------------------------------------------------------------ */

@@ -555,6 +555,39 @@ TEST(reader_header_line_then_blocks) {
   CHECK_ERR(dlrec_reader_open(&r, test_tmpdir(), 8, 8), DLREC_ERR_IO, "is a directory");
 }
 
+/* Lines read one by one (a CSV header) are read 65,536 bytes at a time:
+ * lines of 65535, 65536, 65537 and 131073 bytes come back whole, and the
+ * blocks after them start at the next line. */
+TEST(reader_lines_past_each_64k_read) {
+  const size_t lens[] = {65535, 65536, 65537, 131073, 1};
+  test_buf file = {0};
+  for (int i = 0; i < 5; i++) {
+    for (size_t j = 0; j < lens[i]; j++) test_buf_put(&file, &(char){(char)('a' + (i * 7 + j) % 26)}, 1);
+    test_buf_put(&file, "\n", 1);
+  }
+  test_buf_put(&file, "tail1\ntail2\n", 12);
+  const char *path = test_path("long.csv");
+  CHECK(test_write_file(path, file.p, file.n) == 0);
+  test_buf_free(&file);
+  dlrec_reader *r;
+  CHECK_OK(dlrec_reader_open(&r, path, 4096, 1u << 20));
+  for (int i = 0; i < 5; i++) {
+    const char *line;
+    size_t n;
+    CHECK_OK(dlrec_reader_line(r, &line, &n));
+    CHECK_EQ_U64(n, lens[i]);
+    for (size_t j = 0; j < n; j++)
+      if (line[j] != (char)('a' + (i * 7 + j) % 26)) CHECK_EQ_U64(j, (uint64_t)-1); /* names the first one off */
+  }
+  dlrec_block b = {0};
+  CHECK_OK(dlrec_reader_next(r, &b));
+  CHECK_EQ_U64(b.first_line, 6);
+  CHECK(b.n == 12 && !memcmp(b.data, "tail1\ntail2\n", 12));
+  CHECK_EQ(dlrec_reader_next(r, &b), DLREC_END);
+  dlrec_block_free(&b);
+  dlrec_reader_close(r);
+}
+
 TEST(reader_drops_a_utf8_byte_order_mark) {
   const char *path = test_path("bom.csv");
   /* A CSV header after a BOM: the first name is "a", not "\xef\xbb\xbfa". */

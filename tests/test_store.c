@@ -164,6 +164,34 @@ TEST(tiered_initial_rows_are_rams) {
   dlrec_store_free(tier);
 }
 
+/* The tiered store initializes its file a window of 65,536 rows at a time:
+ * at 65535, 65536, 65537 and 131073 rows, columns across the windows, its
+ * rows are the ram store's. */
+TEST(tiered_initial_rows_are_rams_past_each_init_window) {
+  enum { W = 65536, D = 8 };
+  const uint64_t sizes[] = {W - 1, W, W + 1, 2 * W + 1};
+  dlrec_table *one;
+  CHECK_OK(dlrec_table_create(&one, 1, D));
+  const size_t stride = dlrec_table_stride(one);
+  dlrec_table_free(one);
+  for (int z = 0; z < 4; z++) {
+    const uint64_t rows = sizes[z];
+    const dlrec_row_range cols[] = {{0, 1000}, {1000, rows - 5}}; /* the last 5 rows in no column */
+    dlrec_store *st[2] = {NULL, NULL};
+    dlrec_store_view v[2];
+    for (int k = 0; k < 2; k++) {
+      dlrec_store_config c = {.kind = k ? DLREC_STORE_TIERED : DLREC_STORE_RAM, .path = k ? test_path("w.table") : NULL,
+                              .cache_rows = 64};
+      CHECK_OK(dlrec_store_create(&st[k], &c, rows, D, DLREC_TABLE_FP32));
+      CHECK_OK(dlrec_store_init_uniform(st[k], cols, 2, 42));
+      CHECK_OK(dlrec_store_map(st[k], &v[k]));
+    }
+    const int same = memcmp(v[0].table, v[1].table, rows * stride * sizeof(float)) == 0;
+    for (int k = 0; k < 2; k++) dlrec_store_unmap(st[k], &v[k]), dlrec_store_free(st[k]);
+    CHECK(same);
+  }
+}
+
 /* What is written through the view is what the next resolve reads, and the
  * file is gone once the store is freed. */
 TEST(tiered_view_writes_reach_resolved_rows) {

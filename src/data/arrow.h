@@ -8,9 +8,14 @@
  * The text is what CSV writers produce for the values: integers in
  * decimal, floating-point values in their shortest form that reads back to
  * the same value, booleans as 1 and 0, strings as they are (quoted when
- * they hold the separator, a quote or a line break), dictionary-encoded
- * columns as their values, nulls as empty fields. Other types (dates,
- * timestamps, decimals, lists, ...) are refused, naming the column.
+ * they hold the separator, a quote or a carriage return), dictionary-encoded
+ * columns as their values, nulls and empty strings as empty fields. Other
+ * types (dates, timestamps, decimals, lists, ...) are refused, naming the
+ * column; so is a string holding a line feed (the CSV parser takes none
+ * inside quotes), naming its row (0-based, across batches) and column, and a
+ * batch whose arrays lack the buffers or rows its schema and length need.
+ * Offsets (of the batch, its arrays and dictionaries) and null counts of -1
+ * (not computed: the bitmap is read) are as the C Data Interface has them.
  */
 #ifndef DLREC_ARROW_H
 #define DLREC_ARROW_H

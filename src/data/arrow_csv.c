@@ -131,6 +131,7 @@ int dlrec_arrow_csv_has_column(const dlrec_arrow_csv *a, const char *name) {
 /* ---- formatting ---- */
 
 static int put(dlrec_arrow_csv *a, const char *s, size_t n) {
+  if (!n) return 0; /* s may be an empty buffer's NULL */
   if (a->len + n > a->cap) {
     size_t cap = a->cap ? a->cap : 1 << 16;
     while (cap < a->len + n) cap *= 2;
@@ -145,12 +146,17 @@ static int put(dlrec_arrow_csv *a, const char *s, size_t n) {
 }
 
 /* A field: as it is, or quoted (quotes doubled) when it holds the
- * separator, a quote or a line break; in the Criteo layout (tabs) such a
- * value cannot be written. */
+ * separator, a quote or a carriage return; in the Criteo layout (tabs) such
+ * a value cannot be written. A line feed cannot be written in either: the
+ * reader splits lines before it unquotes (a CSV file with one is refused
+ * too), and here the message can name the row and column. */
 static dlrec_status put_field(dlrec_arrow_csv *a, const column *c, const char *s, size_t n) {
+  if (memchr(s, '\n', n))
+    return dlrec_error(DLREC_ERR_PARSE, "%s: row %llu: column '%s': a value holding a line break cannot be read "
+                       "(the CSV parser takes none inside quotes)", a->name,
+                       (unsigned long long)(a->rows_before + (uint64_t)a->row), c->name);
   int quote = 0;
-  for (size_t i = 0; i < n && !quote; i++)
-    quote = s[i] == a->sep || s[i] == '"' || s[i] == '\n' || s[i] == '\r';
+  for (size_t i = 0; i < n && !quote; i++) quote = s[i] == a->sep || s[i] == '"' || s[i] == '\r';
   if (quote && a->sep == '\t')
     return dlrec_error(DLREC_ERR_PARSE, "%s: row %llu: column '%s': a value holding a tab, quote or line break "
                        "cannot be written in the Criteo layout", a->name,
@@ -245,14 +251,14 @@ static int value_text(const struct ArrowArray *x, kind k, int64_t i, char *buf, 
   }
   case K_STR32: {
     const int32_t *off = v;
-    *s = (const char *)x->buffers[2] + off[i];
     *n = (size_t)(off[i + 1] - off[i]);
+    *s = *n ? (const char *)x->buffers[2] + off[i] : ""; /* the data of empty strings may be NULL */
     return 1;
   }
   case K_STR64: {
     const int64_t *off = v;
-    *s = (const char *)x->buffers[2] + off[i];
     *n = (size_t)(off[i + 1] - off[i]);
+    *s = *n ? (const char *)x->buffers[2] + off[i] : "";
     return 1;
   }
   default: return 0;
@@ -271,16 +277,19 @@ static dlrec_status put_row(dlrec_arrow_csv *a, int64_t r) {
     if (c && put(a, &a->sep, 1)) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
     const char *s = NULL;
     size_t n = 0;
-    int64_t i = x->offset + r;
+    int64_t i = a->batch.offset + x->offset + r; /* a struct's offset applies to its children */
     int have;
     if (col->dict) {
       have = !(x->null_count != 0 && x->buffers[0] && !bit(x->buffers[0], i));
       if (have) {
         const struct ArrowArray *d = x->dictionary;
         int64_t j = index_at(x, col->k, i);
-        if (!d || j < 0 || j >= d->length)
-          return dlrec_error(DLREC_ERR_INVALID, "%s: row %llu: column '%s': dictionary index %lld out of range",
-                             a->name, (unsigned long long)(a->rows_before + (uint64_t)r), col->name, (long long)j);
+        if (j < 0 || j >= d->length) {
+          const int len = col->k == K_U64 ? fmt_u64(buf, (uint64_t)j) : fmt_i64(buf, j); /* as stored */
+          return dlrec_error(DLREC_ERR_INVALID, "%s: row %llu: column '%s': dictionary index %.*s out of range (the "
+                             "dictionary has %lld values)", a->name, (unsigned long long)(a->rows_before + (uint64_t)r),
+                             col->name, len, buf, (long long)d->length);
+        }
         have = value_text(d, col->vk, d->offset + j, buf, sizeof buf, &s, &n);
       }
     } else {
@@ -292,6 +301,41 @@ static dlrec_status put_row(dlrec_arrow_csv *a, int64_t r) {
     }
   }
   return put(a, "\n", 1) ? dlrec_error(DLREC_ERR_NOMEM, "out of memory") : DLREC_OK;
+}
+
+/* Whether array x (of kind k) can be read for rows [0, rows) of its own
+ * (rows > 0): the buffers its kind needs, and enough of them; a message
+ * names what not. */
+static const char *array_problem(const struct ArrowArray *x, kind k, int64_t rows) {
+  const int64_t need = k == K_NULL ? 0 : k == K_STR32 || k == K_STR64 ? 3 : 2;
+  if (!x) return "no array";
+  if (x->offset < 0) return "a negative offset";
+  if (x->length < rows) return "fewer values than the batch has rows";
+  if (x->n_buffers < need || (need && !x->buffers)) return "too few buffers for its type";
+  if (need && !x->buffers[1]) return "no values buffer";
+  return NULL;
+}
+
+/* The columns of a new batch, checked before any of it is read: a broken
+ * export is refused, naming the column, rather than read out of bounds. */
+static dlrec_status check_batch(dlrec_arrow_csv *a) {
+  const struct ArrowArray *b = &a->batch;
+  if (b->n_children != a->schema.n_children)
+    return dlrec_error(DLREC_ERR_INVALID, "%s: a record batch of %lld columns, the schema has %lld", a->name,
+                       (long long)b->n_children, (long long)a->schema.n_children);
+  for (int c = 0; b->length > 0 && c < a->n_cols; c++) {
+    const column *col = &a->cols[c];
+    const struct ArrowArray *x = b->children ? b->children[col->child] : NULL;
+    const char *why = b->offset < 0 ? "a negative batch offset" : array_problem(x, col->k, b->offset + b->length);
+    if (!why && col->dict) {
+      const struct ArrowArray *d = x->dictionary;
+      why = !d ? "a dictionary column without its dictionary" : d->length ? array_problem(d, col->vk, d->length) : NULL;
+    }
+    if (why)
+      return dlrec_error(DLREC_ERR_INVALID, "%s: record batch from row %llu: column '%s': %s", a->name,
+                         (unsigned long long)a->rows_before, col->name, why);
+  }
+  return DLREC_OK;
 }
 
 /* More text into the buffer: the header, or the next rows (the next batch
@@ -319,9 +363,8 @@ static dlrec_status fill(dlrec_arrow_csv *a) {
       a->eof = 1;
       return DLREC_OK;
     }
-    if (a->batch.n_children != a->schema.n_children)
-      return dlrec_error(DLREC_ERR_INVALID, "%s: a record batch of %lld columns, the schema has %lld", a->name,
-                         (long long)a->batch.n_children, (long long)a->schema.n_children);
+    dlrec_status st = check_batch(a);
+    if (st != DLREC_OK) return st;
     a->row = 0;
   }
   for (int k = 0; k < ROWS_PER_FILL && a->row < a->batch.length; k++, a->row++) {
