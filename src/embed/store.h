@@ -178,6 +178,12 @@ typedef struct dlrec_hash_arrays {
 dlrec_status dlrec_store_hash_arrays(dlrec_store *s, dlrec_hash_arrays *a);
 dlrec_status dlrec_store_hash_rebuild(dlrec_store *s);
 
+/* hash: the most entries of its key index a lookup of a resident key reads
+ * now (at most SLOT_INDEX_MAX_PROBES, 256, however the keys were chosen: the
+ * index is keyed by a random secret; embed/slot_index.h); 0 on the other
+ * stores. A statistic for tests: it reads the whole index. */
+uint64_t dlrec_store_index_max_probes(const dlrec_store *s);
+
 /* hash: the key that resident row `row` holds into *key, returning 1; 0 for
  * a free row and on the other stores. */
 int dlrec_store_key_of(const dlrec_store *s, uint32_t row, uint64_t *key);

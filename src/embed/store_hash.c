@@ -2,8 +2,10 @@
  *
  * The resident table has cache_rows rows, each free or holding one key. An
  * index (open addressing, linear probing, deletion by backward shift, twice
- * the rows or more, so it never fills) maps a key to its row. Per row: its
- * key, the resolve that last looked it up, how often it was looked up.
+ * the rows or more, so it never fills; keyed by a random secret and bounded
+ * probes, so that chosen keys cannot lengthen them: slot_index.h) maps a key
+ * to its row. Per row: its key, the resolve that last looked it up, how
+ * often it was looked up.
  *
  * A key without a row is first put to admission: at its n-th sighting,
  * counted in a count-min sketch (4 rows of 16-bit saturating counters; a
@@ -29,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/hash.h"
 #include "core/rng.h"
 #include "embed/slot_index.h"
 #include "embed/store_impl.h"
@@ -70,7 +73,10 @@ struct hashed {
   const uint32_t *col_offsets[DLREC_BAG_MAX_COLS], *col_ids[DLREC_BAG_MAX_COLS];
 };
 
-static uint64_t mix(uint64_t x) { return slot_index_hash(x); }
+/* The admission draws' and the sketch's hash: unkeyed, its values are part
+ * of a run's results (a key's admission), unlike the index's keyed one,
+ * whose values change none. */
+static uint64_t mix(uint64_t x) { return dlrec_mix64(x); }
 
 /* ---- lifetime ------------------------------------------------------------------ */
 
@@ -271,15 +277,22 @@ static void find_rows(hashed *h, uint32_t rows, uint32_t cols, const uint32_t *c
     size_t at = 0; /* where column c's ids start in found */
     for (uint32_t d = 0; d < c; d++) at += offsets[d][rows] - offsets[d][0];
     const uint32_t k0 = offsets[c][0], n = offsets[c][rows] - k0;
+#define KEY(k) (keys ? keys[c][k0 + (k)] : ids[c][k0 + (k)])
+    /* Index probes are cache misses over a table of gigabytes: the one
+     * PREFETCH ids ahead is fetched while this one waits. Its home (a
+     * keyed hash, not free) is kept for its turn. */
+    uint64_t homes[PREFETCH];
+    for (uint32_t k = 0; k < n && k < PREFETCH; k++) {
+      homes[k] = slot_index_home(&h->index, KEY(k));
+      slot_index_prefetch_home(&h->index, homes[k]);
+    }
     for (uint32_t k = 0; k < n; k++) {
-      /* Index probes are cache misses over a table of gigabytes: the one
-       * PREFETCH ids ahead is fetched while this one waits. */
+      const uint64_t key = KEY(k), home = homes[k % PREFETCH];
       if (k + PREFETCH < n) {
-        const uint64_t ahead = keys ? keys[c][k0 + k + PREFETCH] : ids[c][k0 + k + PREFETCH];
-        slot_index_prefetch(&h->index, ahead);
+        homes[k % PREFETCH] = slot_index_home(&h->index, KEY(k + PREFETCH));
+        slot_index_prefetch_home(&h->index, homes[k % PREFETCH]);
       }
-      const uint64_t key = keys ? keys[c][k0 + k] : ids[c][k0 + k];
-      const uint32_t slot = slot_index_find(&h->index, key);
+      const uint32_t slot = slot_index_find_from(&h->index, key, home);
       found[at + k] = slot;
       if (slot == NO_SLOT) continue;
       row_meta *m = &h->meta[slot];
@@ -288,6 +301,7 @@ static void find_rows(hashed *h, uint32_t rows, uint32_t cols, const uint32_t *c
 #pragma omp atomic update
       m->count++;
     }
+#undef KEY
   }
 }
 
@@ -365,6 +379,10 @@ dlrec_status hashed_resolve_ids(dlrec_store *s, const dlrec_bag_batch *in, dlrec
   return resolve(s, in->rows, in->cols, in->offsets, NULL, in->ids, in->mean_cols, out, write);
 }
 
+uint64_t dlrec_store_index_max_probes(const dlrec_store *s) {
+  return s && s->hashed ? slot_index_max_probes(&s->hashed->index) : 0;
+}
+
 int hashed_key_of(const dlrec_store *s, uint32_t row, uint64_t *key) {
   const hashed *h = s->hashed;
   if (row >= h->capacity || !h->meta[row].seen) return 0;
@@ -427,14 +445,29 @@ dlrec_status hashed_lookup_keys(const dlrec_store *s, const dlrec_key_batch *in,
   uint64_t miss = 0;
   for (uint32_t c = 0; c < in->cols; c++) {
     const uint32_t *off = in->offsets[c];
-    uint32_t k_out = 0;
-    offsets[c][0] = 0;
-    for (uint32_t b = 0; b < in->rows; b++) {
+    const uint64_t *keys = in->keys[c];
+    for (uint32_t b = 0; b < in->rows; b++)
       if (off[b + 1] < off[b])
         return dlrec_error(DLREC_ERR_INVALID, "column %u: offsets decrease at sample %u (%u, then %u)", c, b, off[b],
                            off[b + 1]);
+    /* The probe PREFETCH keys ahead is fetched while this one waits (as in
+     * find_rows), its home kept for its turn. */
+    const uint32_t k0 = off[0], end = off[in->rows];
+    uint64_t homes[PREFETCH];
+    for (uint32_t k = k0; k < end && k < k0 + PREFETCH; k++) {
+      homes[(k - k0) % PREFETCH] = slot_index_home(&h->index, keys[k]);
+      slot_index_prefetch_home(&h->index, homes[(k - k0) % PREFETCH]);
+    }
+    uint32_t k_out = 0;
+    offsets[c][0] = 0;
+    for (uint32_t b = 0; b < in->rows; b++) {
       for (uint32_t k = off[b]; k < off[b + 1]; k++) {
-        const uint32_t slot = slot_index_find(&h->index, in->keys[c][k]);
+        const uint64_t home = homes[(k - k0) % PREFETCH];
+        if (k + PREFETCH < end) {
+          homes[(k - k0) % PREFETCH] = slot_index_home(&h->index, keys[k + PREFETCH]);
+          slot_index_prefetch_home(&h->index, homes[(k - k0) % PREFETCH]);
+        }
+        const uint32_t slot = slot_index_find_from(&h->index, keys[k], home);
         if (slot == NO_SLOT) miss++;
         else ids[c][k_out++] = slot;
       }
