@@ -34,6 +34,7 @@ dlrec_status dlrec__comm_new(dlrec_comm **out, const dlrec_comm_ops *ops, void *
   c->rank = rank;
   c->size = size;
   c->max_message_bytes = max_message_bytes;
+  c->timeout_s = DLREC_COMM_TIMEOUT_DEFAULT_S;
   c->send_bytes = counts;
   c->recv_bytes = counts + size;
   *out = c;
@@ -52,6 +53,8 @@ int dlrec_comm_rank(const dlrec_comm *c) { return c->rank; }
 int dlrec_comm_size(const dlrec_comm *c) { return c->size; }
 const char *dlrec_comm_name(const dlrec_comm *c) { return c->ops->name; }
 uint64_t dlrec_comm_bytes_sent(const dlrec_comm *c) { return c->bytes_sent; }
+void dlrec_comm_set_timeout(dlrec_comm *c, double seconds) { c->timeout_s = seconds > 0 ? seconds : 0; }
+double dlrec_comm_timeout(const dlrec_comm *c) { return c->timeout_s; }
 
 int dlrec_comm_mpi_built(void) {
 #ifdef DLREC_HAVE_MPI

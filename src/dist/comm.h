@@ -6,7 +6,9 @@
  * Every collective is called by every rank, in the same order, with sizes
  * that agree (as MPI's). Errors come back as a dlrec_status naming the
  * operation and, for MPI, its error string; a peer that died does not make a
- * collective hang: mpirun stops the whole job (docs/distributed.md).
+ * collective hang: mpirun stops the whole job (docs/distributed.md). Nor
+ * does a peer that stalls (stopped, hung, or busy alone): a collective that
+ * waits longer than the communicator's timeout ends the job (below).
  *
  * The float reductions are deterministic: the result is the left fold in
  * rank order, ((x_0 + x_1) + x_2) + ..., bitwise the same on every rank and
@@ -76,6 +78,17 @@ dlrec_status dlrec_comm_barrier(dlrec_comm *c);
 /* Ends every rank of the job at once (MPI_Abort), for an error after which
  * the peers could wait forever; returns only in a single process. */
 void dlrec_comm_abort(dlrec_comm *c, int code);
+
+/* How long one collective may wait for the other ranks, in seconds (0:
+ * forever). A rank that waits longer logs an error naming the collective
+ * and the ranks that never reached it (a rank stopped, hung, or working
+ * alone for longer than this), and ends the whole job (MPI_Abort): the
+ * ranks cannot leave a collective that a peer never joins. A new
+ * communicator has DLREC_COMM_TIMEOUT_DEFAULT_S; the single-process one
+ * never waits. */
+#define DLREC_COMM_TIMEOUT_DEFAULT_S 300.0
+void dlrec_comm_set_timeout(dlrec_comm *c, double seconds);
+double dlrec_comm_timeout(const dlrec_comm *c);
 
 /* Bytes this rank has sent through c so far (to other ranks; its own share
  * of a collective is not counted): the payload each collective delivers from

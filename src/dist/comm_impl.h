@@ -37,6 +37,7 @@ struct dlrec_comm {
    * it, and a rank knows only its own counts). Tests lower it to exercise
    * the rounds and the chunked broadcasts. */
   uint64_t max_message_bytes;
+  double timeout_s; /* dlrec_comm_set_timeout's; 0: wait forever */
   /* Scratch of the generic layer, grown on demand, kept between calls so
    * that a training step allocates nothing. */
   uint64_t *send_bytes, *recv_bytes; /* (size) */

@@ -134,6 +134,9 @@ typedef struct dlrec_train_config {
   /* Across ranks (docs/distributed.md): a column with more than this share
    * of a rank's fair part of the table's bytes is split row-wise; default 0.5 */
   double dist_rowwise_share;
+  /* Seconds one collective may wait for the other ranks before the job is
+   * ended, naming the ranks that stalled; 0: forever. Default 300. */
+  double dist_timeout_s;
   /* loader */
   int shuffle;
   uint32_t window_groups, slice_rows, prefetch;

@@ -1,10 +1,16 @@
 /* A job of ranks (docs/distributed.md): the start (the shard plan, rank 0's
  * resume or every rank's init), the agreements that keep every rank at the
  * same step, collective checkpoints and validations. */
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/fsutil.h"
+#include "core/hash.h"
+#include "core/json.h"
 #include "core/log.h"
+#include "data/dlr.h"
 #include "train/trainer_run.h"
 
 /* Across ranks: the checkpoint's rows, from and to the shards. Data without
@@ -31,7 +37,174 @@ dlrec_status run_dist_agree(run *r, dlrec_status s) {
   return DLREC_OK;
 }
 
-/* After setup, across ranks: the shard plan and this rank's shard; then
+/* ---- the ranks started alike ---- */
+
+/* What a rank must have as every other does, as lines "NAME=VALUE" or
+ * "NAME=VALUE\tSHOWN" (SHOWN, not compared, says what VALUE stands for). */
+typedef struct lines {
+  char *p;
+  size_t n, cap;
+  int nomem;
+} lines;
+
+static void lines_add(lines *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void lines_add(lines *t, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  const int len = vsnprintf(NULL, 0, fmt, ap);
+  va_end(ap);
+  if (len < 0 || t->nomem) return;
+  if (t->n + (size_t)len + 1 > t->cap) {
+    const size_t cap = 2 * (t->n + (size_t)len + 1);
+    char *p = realloc(t->p, cap);
+    if (!p) {
+      t->nomem = 1;
+      return;
+    }
+    t->p = p, t->cap = cap;
+  }
+  va_start(ap, fmt);
+  vsnprintf(t->p + t->n, (size_t)len + 1, fmt, ap);
+  va_end(ap);
+  t->n += (size_t)len;
+}
+
+/* The shortest text of d that reads back as d, as a float where d is one
+ * (the config's float fields): 0.002, not 0.0020000000949949026. */
+static void shown_number(char *buf, size_t size, double d) {
+  const int is_float = (double)(float)d == d;
+  for (int digits = 1; digits <= 17; digits++) {
+    snprintf(buf, size, "%.*g", digits, d);
+    if (is_float ? strtof(buf, NULL) == (float)d : strtod(buf, NULL) == d) return;
+  }
+}
+
+/* Every field under o as "section.key=JSON value", but the rank's own:
+ * its threads (its share of its machine's cores) and its device. */
+static void config_lines(lines *t, const cJSON *o, const char *prefix) {
+  for (const cJSON *it = o->child; it; it = it->next) {
+    char name[256];
+    snprintf(name, sizeof name, "%s%s%s", prefix, prefix[0] ? "." : "", it->string ? it->string : "?");
+    if (cJSON_IsObject(it)) {
+      config_lines(t, it, name);
+      continue;
+    }
+    if (!strcmp(name, "training.threads") || !strcmp(name, "training.device")) continue;
+    char *v = cJSON_PrintUnformatted(it);
+    if (!v) t->nomem = 1;
+    else if (cJSON_IsNumber(it)) { /* compared exactly, shown short */
+      char shown[32];
+      shown_number(shown, sizeof shown, it->valuedouble);
+      lines_add(t, "%s=%s\t%s\n", name, v, shown);
+    }
+    else lines_add(t, "%s=%s\n", name, v);
+    cJSON_free(v);
+  }
+}
+
+/* A .dlr file's content (dlrec_dlr_fingerprint) as the line NAME. */
+static dlrec_status dlr_line(lines *t, const char *name, const char *path) {
+  dlrec_dlr *f;
+  dlrec_status s = dlrec_dlr_open(&f, path);
+  if (s != DLREC_OK) return s;
+  lines_add(t, "%s=%016llx\t%s (content %016llx)\n", name, (unsigned long long)dlrec_dlr_fingerprint(f), path,
+            (unsigned long long)dlrec_dlr_fingerprint(f));
+  dlrec_dlr_close(f);
+  return DLREC_OK;
+}
+
+/* This rank's lines: the config after the command line's overrides, the
+ * --train files' content in order, the --valid file's, the ETL state's
+ * (etl.json, which carries vocab.bin's checksum), and --resume. */
+static dlrec_status alike_lines(const run *r, lines *t) {
+  const dlrec_train_args *a = r->a;
+  cJSON *j = dlrec_train_config_to_json(&r->cfg);
+  if (!j) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
+  config_lines(t, j, "");
+  cJSON_Delete(j);
+  dlrec_status s = DLREC_OK;
+  lines_add(t, "--train (files)=%d\n", a->n_train);
+  for (int i = 0; i < a->n_train && s == DLREC_OK; i++) {
+    char name[64];
+    snprintf(name, sizeof name, "--train (file %d)", i + 1);
+    s = dlr_line(t, name, a->train[i]);
+  }
+  if (s == DLREC_OK && a->valid) s = dlr_line(t, "--valid", a->valid);
+  else if (s == DLREC_OK) lines_add(t, "--valid=none\n");
+  char path[4096];
+  char *etl = NULL;
+  size_t n = 0;
+  if (s == DLREC_OK) s = dlrec_path_join(path, sizeof path, a->etl_dir, "etl.json");
+  if (s == DLREC_OK) s = dlrec_read_file(path, 1u << 26, &etl, &n);
+  if (s == DLREC_OK)
+    lines_add(t, "--etl=%016llx\t%s (etl.json %016llx)\n", (unsigned long long)dlrec_hash_bytes(etl, n, 0),
+              a->etl_dir, (unsigned long long)dlrec_hash_bytes(etl, n, 0));
+  free(etl);
+  lines_add(t, "--resume=%s\n", a->resume ? "yes" : "no");
+  if (s == DLREC_OK && t->nomem) s = dlrec_error(DLREC_ERR_NOMEM, "out of memory");
+  return s;
+}
+
+/* The line of `text` (NUL-terminated lines) named name[0, len), or NULL. */
+static const char *find_line(const char *text, const char *name, size_t len) {
+  for (const char *l = text; *l; l = strchr(l, '\n') + 1)
+    if (!strncmp(l, name, len) && l[len] == '=') return l;
+  return NULL;
+}
+
+/* The first line whose value differs between text a (rank 0's) and b
+ * (rank q's), or that one of them lacks, as an error. */
+static dlrec_status lines_diff(const char *a, const char *b, int q) {
+  for (int pass = 0; pass < 2; pass++) {
+    const char *x = pass ? b : a, *y = pass ? a : b;
+    for (const char *l = x; *l; l = strchr(l, '\n') + 1) {
+      const size_t len = strcspn(l, "="), vlen = strcspn(l + len, "\t\n");
+      const char *m = find_line(y, l, len);
+      if (m && strcspn(m + len, "\t\n") == vlen && !strncmp(m + len, l + len, vlen)) continue;
+      /* What each rank has: the shown part where there is one. */
+      const char *xa = pass ? m : l, *xb = pass ? l : m;
+      const char *va = xa ? xa + len + 1 : "nothing", *vb = xb ? xb + len + 1 : "nothing";
+      if (xa && xa[len + strcspn(xa + len, "\t\n")] == '\t') va = xa + len + strcspn(xa + len, "\t") + 1;
+      if (xb && xb[len + strcspn(xb + len, "\t\n")] == '\t') vb = xb + len + strcspn(xb + len, "\t") + 1;
+      return dlrec_error(DLREC_ERR_INVALID, "the ranks were started differently: %.*s is %.*s on rank %d but %.*s on "
+                         "rank 0 (every rank needs the same config, --train, --valid and --etl files and --resume; "
+                         "only training.threads and training.device are a rank's own)",
+                         (int)len, l, (int)strcspn(vb, "\n"), vb, q, (int)strcspn(va, "\n"), va);
+    }
+  }
+  return DLREC_OK;
+}
+
+/* Before anything is exchanged: every rank's config and data are rank 0's,
+ * or every rank stops with the first field that differs, named (a rank
+ * with another batch size, table or file would otherwise wait in an
+ * exchange that never matches, or train another model silently). */
+static dlrec_status dist_check_alike(run *r) {
+  dlrec_comm *c = r->a->comm;
+  lines t = {0};
+  dlrec_status s = run_dist_agree(r, alike_lines(r, &t));
+  uint64_t mine = t.n + 1, each[DLREC_DIST_MAX_RANKS], most = 0;
+  if (s == DLREC_OK) s = dlrec_comm_allgather(c, &mine, sizeof mine, each);
+  for (int q = 0; s == DLREC_OK && q < r->ranks; q++) most = each[q] > most ? each[q] : most;
+  char *all = s == DLREC_OK ? calloc((size_t)r->ranks, (size_t)most) : NULL;
+  /* Every rank is in the next exchange or none: a rank without memory for
+   * it ends the job. */
+  if (s == DLREC_OK && !all) {
+    DLREC_ERROR("rank %d: out of memory for the ranks' configs", r->rank);
+    dlrec_comm_abort(c, 1);
+  }
+  if (s == DLREC_OK) {
+    memcpy(all + (size_t)r->rank * most, t.p, t.n);
+    s = dlrec_comm_allgather(c, all + (size_t)r->rank * most, (size_t)most, all);
+  }
+  for (int q = 1; s == DLREC_OK && q < r->ranks; q++) s = lines_diff(all, all + (size_t)q * most, q);
+  free(all);
+  free(t.p);
+  return s;
+}
+
+/* After setup, across ranks: every rank started alike, the shard plan and
+ * this rank's shard; then
  * rank 0 resumes RUN's checkpoint (its rows going to the shards) or every
  * rank draws its shard's rows as one process draws the table, and every
  * rank takes rank 0's progress, dense parameters and their optimizer state
@@ -42,7 +215,9 @@ dlrec_status run_dist_start(run *r) {
   float *params = dlrec_net_dense_params(r->model, &n_params);
   const size_t state = dlrec_optim_state_floats(&r->opt.dense, n_params);
   uint64_t dense = 0;
-  dlrec_status s = run_make_plan(&r->cfg, r->model, r->ranks, &r->plan, &dense);
+  dlrec_status s = dist_check_alike(r);
+  if (s != DLREC_OK) return s;
+  s = run_make_plan(&r->cfg, r->model, r->ranks, &r->plan, &dense);
   const uint32_t rows = run_part_rows(&r->cfg, r->ranks);
   if (s == DLREC_OK) s = dlrec_sharded_create(&r->sh, c, &r->plan, r->model, &r->cfg.sparse, rows);
   if (s == DLREC_OK) r->step.stage = dlrec_sharded_stage(r->sh);

@@ -114,10 +114,11 @@ dlrec_status run_checkpoint_now(run *r) {
 
 /* What a job of ranks changes or refuses: its threads (ranks on one
  * machine share its cores: without a thread count, each takes its share,
- * mpirun saying how many ranks run here), and what trains in one process
- * only. */
+ * mpirun saying how many ranks run here), how long an exchange may wait
+ * for a stalled rank, and what trains in one process only. */
 static dlrec_status ranks_setup(run *r, const char *what) {
   if (r->ranks < 2) return DLREC_OK;
+  dlrec_comm_set_timeout(r->a->comm, r->cfg.dist_timeout_s);
   const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
   if (!r->cfg.threads) r->cfg.threads = run_cores_share(local && atol(local) > 0 ? atol(local) : r->ranks);
   if (r->a->follow_dir)
