@@ -1779,6 +1779,147 @@ SERVE_TEST(serve_05e_slowloris) {
   CHECK(stop_extra(pid, "slowloris.log"));
 }
 
+/* ---- request memory: the body limit, the pre-scan, the in-flight budget, idle connections ---- */
+
+/* The request memory gauges of the server at fx.talk_port. */
+static int memory_gauges(double *buffer, double *inflight) {
+  char *m = NULL;
+  if (!get_metrics(&m)) return 0;
+  int ok = has_series(m, "dlrec_serve_request_buffer_bytes") && has_series(m, "dlrec_serve_inflight_bytes");
+  if (!ok) test_fail(__FILE__, __LINE__, "/metrics has no dlrec_serve_request_buffer_bytes or dlrec_serve_inflight_bytes");
+  *buffer = metric(m, "dlrec_serve_request_buffer_bytes");
+  *inflight = metric(m, "dlrec_serve_inflight_bytes");
+  free(m);
+  return ok;
+}
+
+/* POST .../infer with this body (Content-Length: declared, the body may be
+ * shorter: then the server is to answer from the headers alone). */
+static int infer_raw(const char *body, size_t len, size_t declared, http_resp *r) {
+  sb req = {0};
+  test_buf_printf(&req, "POST /v2/models/dlrm/infer HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+                  "Content-Length: %zu\r\n\r\n", declared);
+  test_buf_put(&req, body, len);
+  int ok = http_raw(req.p, req.n, r);
+  test_buf_free(&req);
+  if (!ok) test_fail(__FILE__, __LINE__, "POST infer (%zu bytes): no response: %s", declared, r->err);
+  return ok;
+}
+
+/* body padded with blanks (inside its outer object) to exactly n bytes. */
+static void pad_to(sb *body, size_t n) {
+  if (body->n >= n) return;
+  body->n--; /* the closing brace */
+  while (body->n + 1 < n) sb_str(body, " ");
+  sb_str(body, "}");
+}
+
+SERVE_TEST(serve_05f_request_memory) {
+  /* The default body limit follows --max-batch: 64 KiB + 64 bytes x 8 rows
+   * x the model's values per row (its dense and categorical columns, each
+   * multi-hot one at its max hotness, and a ROWINDEX offset per column). */
+  char ckpt[1024], etl_dir[1100];
+  CHECK_OK(dlrec_checkpoint_resolve(fx.run, ckpt, sizeof ckpt));
+  snprintf(etl_dir, sizeof etl_dir, "%s/etl", ckpt);
+  dlrec_etl *etl = NULL;
+  CHECK_OK(dlrec_etl_load(&etl, etl_dir));
+  const dlrec_schema *es = dlrec_etl_schema(etl);
+  uint64_t values = es->n_dense + es->n_sparse;
+  for (uint32_t c = 0; c < es->n_sparse; c++) values += es->sparse[c].max_hotness ? es->sparse[c].max_hotness : 1;
+  dlrec_etl_free(etl);
+  const size_t limit = 65536 + 64 * 8 * values;
+  /* The budget lets one body of the limit be parsed when it holds few
+   * values (the body, its JSON twice, 80 bytes a value), not when it holds
+   * many. */
+  const uint64_t budget = 3 * (uint64_t)limit + 4096;
+  char budget_arg[32];
+  snprintf(budget_arg, sizeof budget_arg, "%llu", (unsigned long long)budget);
+  const char *const args[] = {"--threads", "1", "--max-batch", "8", "--max-inflight-bytes", budget_arg, "-q", NULL};
+  pid_t pid;
+  int port;
+  CHECK(start_extra("memory.log", args, &pid, &port));
+  fx.talk_port = port;
+  http_resp r;
+  char want[160];
+  /* One byte over the limit: 413 from the headers alone, naming the limit. */
+  snprintf(want, sizeof want, "over the limit of %zu bytes (65536 + 64 x --max-batch 8", limit);
+  int ok = infer_raw("", 0, limit + 1, &r) && expect_error(&r, 413, want, "a body one byte over the default limit");
+  http_free(&r);
+  /* Exactly the limit, few values: read and parsed ("inputs" is empty: 400). */
+  sb body = {0};
+  sb_str(&body, "{\"inputs\":[]}");
+  pad_to(&body, limit);
+  ok = ok && infer_raw(body.p, body.n, body.n, &r) && expect_error(&r, 400, "inputs: empty", "a body of the limit");
+  http_free(&r);
+  /* The limit again with 1400 values (fewer than the pre-scan's 8 x (65 +
+   * 8) + 1024; the shape, which the parse would find wrong, is within its
+   * limits): parsing it would pass the budget: 503. */
+  test_buf_free(&body);
+  sb_str(&body, "{\"inputs\":[{\"name\":\"dense\",\"datatype\":\"FP32\",\"shape\":[1],\"data\":[0");
+  for (int i = 1; i < 1400; i++) sb_str(&body, ",0");
+  sb_str(&body, "]}]}");
+  pad_to(&body, limit);
+  ok = ok && infer_raw(body.p, body.n, body.n, &r) &&
+       expect_error(&r, 503, "--max-inflight-bytes", "a body whose parse passes the in-flight budget");
+  http_free(&r);
+  test_buf_free(&body);
+  /* 9 rows for --max-batch 8: refused from the shape, before the JSON is
+   * parsed: what follows the shape is not JSON at all, and cJSON would have
+   * said so. */
+  sb_str(&body, "{\"inputs\":[{\"name\":\"dense\",\"datatype\":\"FP32\",\"shape\":[9,13],\"data\":[###");
+  ok = ok && infer_raw(body.p, body.n, body.n, &r) &&
+       expect_error(&r, 400, "inputs[0]: shape [9, ...]: 9 rows, more than the limit of 8 per request (--max-batch; "
+                    "refused before parsing)", "9 rows, then bytes that are not JSON");
+  http_free(&r);
+  test_buf_free(&body);
+  CHECK(ok);
+  /* Refused requests hold nothing once answered. */
+  double buffer = -1, inflight = -1;
+  CHECK(memory_gauges(&buffer, &inflight));
+  if (buffer != 0 || inflight != 0)
+    test_fail(__FILE__, __LINE__, "after refused requests: %.0f request buffer bytes, %.0f in flight, expected 0",
+              buffer, inflight);
+  /* Requests of 8 rows on 6 keep-alive connections, one after another, the
+   * connections left open: they share one pooled rows object, and hold
+   * nothing more while idle (each connection used to keep its own). */
+  enum { CONNS = 6 };
+  static const int idx[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+  sb good = {0}, req = {0}, buf[CONNS] = {{0}};
+  build_raw_json(&good, idx, 8, 0, 0, NULL);
+  test_buf_printf(&req, "POST /v2/models/dlrm/infer HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: %zu\r\n\r\n",
+                  good.n);
+  test_buf_put(&req, good.p, good.n);
+  int fds[CONNS];
+  double one = -1;
+  char err[512];
+  for (int i = 0; i < CONNS; i++) {
+    size_t at = 0;
+    fds[i] = http_connect(err, sizeof err);
+    if (fds[i] < 0) test_fail(__FILE__, __LINE__, "%s", err);
+    for (int k = 0; k < 2 && fds[i] >= 0 && !test_failed_now(); k++) {
+      if (exchange(fds[i], req.p, req.n, &buf[i], &at, &r, "8 rows on a keep-alive connection"))
+        scores_match(&r, idx, 8, "8 rows on a keep-alive connection");
+      http_free(&r);
+    }
+    if (i == 0 && !test_failed_now() && memory_gauges(&one, &inflight) && (one <= 0 || inflight != 0))
+      test_fail(__FILE__, __LINE__, "after one request: %.0f request buffer bytes (expected a rows object's), "
+                "%.0f in flight (expected 0)", one, inflight);
+  }
+  if (!test_failed_now() && memory_gauges(&buffer, &inflight) && (buffer != one || inflight != 0))
+    test_fail(__FILE__, __LINE__, "%d idle keep-alive connections after %d requests: %.0f request buffer bytes "
+              "(expected %.0f, one pooled rows object), %.0f in flight (expected 0)", CONNS, 2 * CONNS, buffer, one,
+              inflight);
+  for (int i = 0; i < CONNS; i++) {
+    if (fds[i] >= 0) close(fds[i]);
+    test_buf_free(&buf[i]);
+  }
+  test_buf_free(&good);
+  test_buf_free(&req);
+  fx.talk_port = 0;
+  CHECK(!test_failed_now());
+  CHECK(stop_extra(pid, "memory.log"));
+}
+
 /* POST /v2/repository/index: the one model's state and version ("" when
  * absent). 0 and err when the answer is not a one-model index of dlrm. */
 static int repo_index(char *state, char *version, size_t cap, char *err, size_t errcap) {

@@ -12,7 +12,8 @@ static void usage(FILE *out) {
   fprintf(out,
           "usage: dlrec serve --model RUN [--host 127.0.0.1] [--port 8000] [--threads N] [--device D]\n"
           "                   [--max-batch 1024] [--max-delay-us 500] [--max-queue-rows R]\n"
-          "                   [--max-body-bytes 67108864] [--max-connections 256] [--timeout-s 30]\n"
+          "                   [--max-body-bytes N] [--max-inflight-bytes 1073741824]\n"
+          "                   [--max-connections 256] [--timeout-s 30]\n"
           "                   [--request-timeout-s 30] [--drain-timeout-s 10]\n"
           "                   [--model-control none|explicit] [--model-control-token-file FILE]\n"
           "                   [--watch] [--watch-interval-ms 1000] [--port-file FILE]\n"
@@ -33,7 +34,11 @@ static void usage(FILE *out) {
           "  --max-batch N         rows per merged batch and per request (default 1024)\n"
           "  --max-delay-us N      how long a batch waits for requests being received (default 500)\n"
           "  --max-queue-rows N    rows queued before requests get 503 (default 16 x max-batch)\n"
-          "  --max-body-bytes N    larger request bodies get 413 (default 64 MiB)\n"
+          "  --max-body-bytes N    larger request bodies get 413 (default 64 KiB + 64 x max-batch x\n"
+          "                        the model's values per row: 4.3 MB for Criteo at 1024 rows)\n"
+          "  --max-inflight-bytes N the requests in flight together: their bodies and JSON parses\n"
+          "                        (each about its JSON twice and 80 bytes a value); a request\n"
+          "                        past it gets 503 (default 1 GiB; 0: no limit)\n"
           "  --max-connections N   concurrent connections (default 256); past it a new connection\n"
           "                        closes the oldest one still sending its request, or idle\n"
           "  --timeout-s N         idle connections are closed after N seconds (default 30)\n"
@@ -75,14 +80,15 @@ int cmd_serve(int argc, char **argv) {
   dlrec_serve_opts_default(&o);
   enum { O_HOST = 256, O_PORT, O_PORT_FILE, O_THREADS, O_MAX_BATCH, O_DELAY, O_QUEUE, O_BODY, O_CONN, O_TIMEOUT,
          O_WATCH, O_WATCH_MS, O_REQ_TIMEOUT, O_DRAIN, O_CONTROL, O_TOKEN, O_CHECKPOINT, O_REDIS, O_REDIS_PREFIX,
-         O_REDIS_TIMEOUT, O_REDIS_AGE, O_REDIS_CACHE, O_DEVICE };
+         O_REDIS_TIMEOUT, O_REDIS_AGE, O_REDIS_CACHE, O_DEVICE, O_INFLIGHT };
   static const struct option opts[] = {
       {"model", required_argument, 0, 'm'},         {"host", required_argument, 0, O_HOST},
       {"port", required_argument, 0, O_PORT},       {"port-file", required_argument, 0, O_PORT_FILE},
       {"threads", required_argument, 0, O_THREADS}, {"max-batch", required_argument, 0, O_MAX_BATCH},
       {"device", required_argument, 0, O_DEVICE},
       {"max-delay-us", required_argument, 0, O_DELAY}, {"max-queue-rows", required_argument, 0, O_QUEUE},
-      {"max-body-bytes", required_argument, 0, O_BODY}, {"max-connections", required_argument, 0, O_CONN},
+      {"max-body-bytes", required_argument, 0, O_BODY},
+      {"max-inflight-bytes", required_argument, 0, O_INFLIGHT}, {"max-connections", required_argument, 0, O_CONN},
       {"timeout-s", required_argument, 0, O_TIMEOUT}, {"watch", no_argument, 0, O_WATCH},
       {"watch-interval-ms", required_argument, 0, O_WATCH_MS}, {"help", no_argument, 0, 'h'},
       {"request-timeout-s", required_argument, 0, O_REQ_TIMEOUT}, {"drain-timeout-s", required_argument, 0, O_DRAIN},
@@ -112,6 +118,7 @@ int cmd_serve(int argc, char **argv) {
     case O_MAX_BATCH: if (!parse_u64("--max-batch", optarg, 1u << 20, &v) || !v) return 2; o.max_batch = (uint32_t)v; break;
     case O_DELAY: if (!parse_u64("--max-delay-us", optarg, 10000000, &v)) return 2; o.max_delay_us = (uint32_t)v; break;
     case O_QUEUE: if (!parse_u64("--max-queue-rows", optarg, UINT32_MAX, &v)) return 2; o.max_queue_rows = (uint32_t)v; break;
+    case O_INFLIGHT: if (!parse_u64("--max-inflight-bytes", optarg, 1ull << 40, &v)) return 2; o.max_inflight_bytes = v; break;
     case O_BODY: if (!parse_u64("--max-body-bytes", optarg, 1ull << 34, &v) || !v) return 2; o.max_body_bytes = v; break;
     case O_CONN: if (!parse_u64("--max-connections", optarg, 65536, &v) || !v) return 2; o.max_connections = (uint32_t)v; break;
     case O_TIMEOUT: if (!parse_u64("--timeout-s", optarg, 86400, &v)) return 2; o.timeout_s = (uint32_t)v; break;

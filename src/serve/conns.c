@@ -10,6 +10,9 @@
  * under one lock, and a descriptor is only touched while its connection is
  * in the list, so a shut-down never hits a descriptor that was reused. */
 #include <errno.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,26 +54,57 @@ static const char *phase_name(serve_conn_phase p) {
   }
 }
 
+/* serve_conns_sweep with g->mu held. */
+static double sweep_locked(serve_conns *g, double now) {
+  double next = now + 1.0;
+  for (serve_conn *c = g->head; c; c = c->next) {
+    if (c->closing || c->deadline <= 0) continue;
+    if (now >= c->deadline) {
+      DLREC_DEBUG("http: cutting off a connection after %.1f s in phase %s", now - c->started, phase_name(c->phase));
+      if (c->phase == SERVE_CONN_IDLE) {
+        cut(g, c, 0, NULL);
+      } else {
+        g->timed_out++;
+        cut(g, c, 408, "request not received within --request-timeout-s");
+      }
+    } else if (c->deadline < next) {
+      next = c->deadline;
+    }
+  }
+  return next;
+}
+
+double serve_conns_sweep(serve_conns *g, double now) {
+  pthread_mutex_lock(&g->mu);
+  double next = sweep_locked(g, now);
+  pthread_mutex_unlock(&g->mu);
+  return next;
+}
+
+/* Once connections have closed and no request is in flight, the heap's
+ * free pages go back to the system (what the threads of a burst of
+ * connections freed stays in glibc's per-thread arenas otherwise: RSS did
+ * not come down after they closed). At most once per wake of the
+ * watchdog, about a second; called with g->mu held. */
+static void give_back(serve_conns *g) {
+#ifdef __GLIBC__
+  if (!g->closed) return;
+  for (serve_conn *c = g->head; c; c = c->next)
+    if (!c->closing && (c->phase == SERVE_CONN_BODY || c->phase == SERVE_CONN_HANDLING)) return;
+  g->closed = 0;
+  pthread_mutex_unlock(&g->mu);
+  malloc_trim(0);
+  pthread_mutex_lock(&g->mu);
+#else
+  (void)g;
+#endif
+}
+
 static void *watchdog_main(void *arg) {
   serve_conns *g = arg;
   pthread_mutex_lock(&g->mu);
   while (!g->stop) {
-    double now = dlrec_now(), next = now + 1.0;
-    for (serve_conn *c = g->head; c; c = c->next) {
-      if (c->closing || c->deadline <= 0) continue;
-      if (now >= c->deadline) {
-        DLREC_DEBUG("http: cutting off a connection after %.1f s in phase %s", now - c->started,
-                    phase_name(c->phase));
-        if (c->phase == SERVE_CONN_IDLE) {
-          cut(g, c, 0, NULL);
-        } else {
-          g->timed_out++;
-          cut(g, c, 408, "request not received within --request-timeout-s");
-        }
-      } else if (c->deadline < next) {
-        next = c->deadline;
-      }
-    }
+    double next = sweep_locked(g, dlrec_now());
     /* Deadlines are at least a second away when set, and the watchdog
      * wakes at least once a second, so a new one is never missed. */
     double wait = next - dlrec_now();
@@ -81,6 +115,7 @@ static void *watchdog_main(void *arg) {
     until.tv_sec += (time_t)(ns / 1000000000LL);
     until.tv_nsec = (long)(ns % 1000000000LL);
     pthread_cond_timedwait(&g->cv, &g->mu, &until);
+    give_back(g);
   }
   pthread_mutex_unlock(&g->mu);
   return NULL;
@@ -177,6 +212,7 @@ void serve_conn_closed(serve_conns *g, serve_conn *c) {
   if (c->next) c->next->prev = c->prev;
   g->open--;
   if (c->closing) g->closing--;
+  g->closed++;
   pthread_mutex_unlock(&g->mu);
   free(c);
 }

@@ -1,7 +1,8 @@
 /* The HTTP side of `dlrec serve`: libmicrohttpd with a thread per
  * connection, routing of the KServe v2 / Triton endpoints, bodies bounded by
- * max_body_bytes, and the glue between the protocol (kserve.h), the rows
- * (serve_batch.h), the batcher and the registry.
+ * the body limit and the in-flight budget (reqmem.c), and the glue between
+ * the protocol (kserve.h), the rows (serve_batch.h), the batcher and the
+ * registry.
  *
  *   GET  /v2                                     server metadata
  *   GET  /v2/health/live, /v2/health/ready       200, or 503 when no model is loaded
@@ -16,11 +17,14 @@
  * path, or ambiguous framing headers), 401 a missing or wrong model control
  * token, 403 model control off, 404 unknown model, version or path, 405 wrong
  * method, 408 a request not received within --request-timeout-s, 413 body
- * over the limit, 501 an unknown Transfer-Encoding, 503 overloaded, no model,
- * or shutting down.
+ * over the limit, 501 an unknown Transfer-Encoding, 503 overloaded (the queue,
+ * or --max-inflight-bytes), no model, or shutting down.
  */
 #include <cjson/cJSON.h>
 #include <errno.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <microhttpd.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -34,7 +38,6 @@
 #include <arpa/inet.h>
 #include <unistd.h>
 
-#include "core/fsutil.h"
 #include "core/log.h"
 #include "core/clock.h"
 #include "core/redis_rows.h"
@@ -51,6 +54,7 @@ typedef struct server {
   serve_metrics metrics;
   dlrec_kserve_limits limits;
   serve_conns conns;
+  serve_reqmem mem; /* the in-flight budget, the rows pool */
   char *token; /* the model control token, or NULL */
   size_t token_len;
   serve_redis_opts redis; /* used when o.redis is set */
@@ -64,7 +68,9 @@ typedef struct request {
   int headers_done; /* the handler has seen the headers */
   char *body;
   size_t len, cap;
-  int too_large; /* the body is over max_body_bytes: 413 */
+  uint64_t limit;   /* the body limit: --max-body-bytes, or what follows --max-batch */
+  uint64_t charged; /* bytes charged to the in-flight budget (the body's buffer) */
+  int refuse;       /* 413 (body over the limit) or 503 (over the budget): answered once the body is read */
 } request;
 
 void dlrec_serve_opts_default(dlrec_serve_opts *o) {
@@ -73,7 +79,8 @@ void dlrec_serve_opts_default(dlrec_serve_opts *o) {
   o->port = 8000;
   o->max_batch = 1024;
   o->max_delay_us = 500;
-  o->max_body_bytes = 64ull << 20;
+  o->max_body_bytes = 0;
+  o->max_inflight_bytes = 1ull << 30;
   o->max_connections = 256;
   o->timeout_s = 30;
   o->request_timeout_s = 30;
@@ -138,43 +145,6 @@ static enum MHD_Result send_error(server *sv, struct MHD_Connection *c, serve_en
 
 /* ---- handlers ---- */
 
-/* Each connection thread keeps one rows object for the model it last
- * served, so that a request does not allocate the ~50 column buffers anew
- * (MHD keeps a thread per connection; a keep-alive client reuses it). */
-typedef struct rows_cache {
-  uint64_t serial;
-  dlrec_serve_rows *rows;
-} rows_cache;
-
-static pthread_key_t rows_key;
-
-static void rows_cache_free(void *p) {
-  rows_cache *c = p;
-  dlrec_serve_rows_free(c->rows);
-  free(c);
-}
-
-/* This thread's empty rows object for model m, or NULL (error set). */
-static dlrec_serve_rows *thread_rows(const serve_model *m) {
-  rows_cache *c = pthread_getspecific(rows_key);
-  if (!c) {
-    if (!(c = calloc(1, sizeof *c)) || pthread_setspecific(rows_key, c) != 0) {
-      free(c);
-      dlrec_error(DLREC_ERR_NOMEM, "out of memory");
-      return NULL;
-    }
-  }
-  if (c->rows && c->serial == m->serial) {
-    dlrec_serve_rows_clear(c->rows);
-    return c->rows;
-  }
-  dlrec_serve_rows_free(c->rows);
-  c->rows = NULL;
-  if (dlrec_serve_rows_new(&c->rows, dlrec_net_schema(m->model->net), m->model->etl) != DLREC_OK) return NULL;
-  c->serial = m->serial;
-  return c->rows;
-}
-
 /* The model a URL names, with a reference; sends 404/503 and returns NULL
  * when it is unknown, of another version, or unloaded. */
 static serve_model *model_for(server *sv, struct MHD_Connection *c, const target *t, request *rq,
@@ -198,6 +168,29 @@ static serve_model *model_for(server *sv, struct MHD_Connection *c, const target
   return m;
 }
 
+/* The pre-scan of the request's JSON against what model m can score (400
+ * before the tree is built), then the charge of its parse to the in-flight
+ * budget (DLREC_ERR_NOMEM, a 503, when over); *cost is what was charged.
+ * lim's max_elements becomes the pre-scan's, for the parse to hold to. */
+static dlrec_status prescan_and_charge(server *sv, const serve_model *m, const request *rq, long long header_len,
+                                       dlrec_kserve_limits *lim, uint64_t *cost) {
+  const uint64_t v = serve_values_per_row(dlrec_net_schema(m->model->net)), b = sv->o.max_batch;
+  serve_prescan_limits pl = {.max_rows = b, .max_elements = b * v + 1, .max_values = b * (v + 8) + 1024};
+  if (pl.max_elements < lim->max_elements) lim->max_elements = pl.max_elements;
+  size_t json_len = header_len >= 0 && (unsigned long long)header_len < rq->len ? (size_t)header_len : rq->len;
+  uint64_t values = 0;
+  char msg[512];
+  if (rq->body && serve_prescan_json(rq->body, json_len, &pl, &values, msg, sizeof msg))
+    return dlrec_error(DLREC_ERR_PARSE, "%s", msg);
+  uint64_t want = serve_parse_cost(json_len, values);
+  if (!serve_reqmem_charge(&sv->mem, want))
+    return dlrec_error(DLREC_ERR_NOMEM, "server busy: parsing this request takes about %llu bytes, more than "
+                       "--max-inflight-bytes (%llu) leaves beside the requests in flight; retry",
+                       (unsigned long long)want, (unsigned long long)sv->mem.budget_bytes);
+  *cost = want;
+  return DLREC_OK;
+}
+
 static enum MHD_Result handle_infer(server *sv, struct MHD_Connection *c, const target *t, request *rq) {
   enum MHD_Result ret = MHD_NO;
   serve_batcher_receive_begin(&sv->batcher);
@@ -218,11 +211,15 @@ static enum MHD_Result handle_infer(server *sv, struct MHD_Connection *c, const 
   }
   dlrec_kserve_request *req = NULL;
   dlrec_serve_rows *rows = NULL;
+  serve_pooled_rows lease = {0};
   float *scores = NULL;
   int binary = 0;
-  if (s == DLREC_OK) s = dlrec_kserve_parse_request(rq->body ? rq->body : "", rq->len, header_len, &sv->limits, &req);
+  uint64_t parse_cost = 0;
+  dlrec_kserve_limits lim = sv->limits;
+  if (s == DLREC_OK) s = prescan_and_charge(sv, m, rq, header_len, &lim, &parse_cost);
+  if (s == DLREC_OK) s = dlrec_kserve_parse_request(rq->body ? rq->body : "", rq->len, header_len, &lim, &req);
   if (s == DLREC_OK) s = dlrec_kserve_request_output_binary(req, DLREC_KSERVE_OUTPUT, &binary);
-  if (s == DLREC_OK && !(rows = thread_rows(m))) s = dlrec_last_status();
+  if (s == DLREC_OK && !(rows = serve_reqmem_rows_take(&sv->mem, m, &lease))) s = dlrec_last_status();
   uint32_t n = 0;
   if (s == DLREC_OK) s = dlrec_serve_rows_add_request(rows, req, sv->o.max_batch, &n);
   if (s == DLREC_OK && !(scores = malloc((n ? n : 1) * sizeof *scores)))
@@ -233,11 +230,19 @@ static enum MHD_Result handle_infer(server *sv, struct MHD_Connection *c, const 
   } else {
     serve_batcher_receive_abort(&sv->batcher);
   }
+  /* The rows and the parse's charge go back before the answer: a client
+   * that reads it finds the memory its request took released. */
+  serve_reqmem_rows_give(&sv->mem, &lease);
+  char id[300];
+  const char *req_id = req ? dlrec_kserve_request_id(req) : NULL;
+  if (req_id) snprintf(id, sizeof id, "%s", req_id); /* at most max_name_bytes */
+  dlrec_kserve_request_free(req);
+  serve_reqmem_uncharge(&sv->mem, parse_cost);
   if (s == DLREC_OK) {
     dlrec_kserve_buf b;
     dlrec_kserve_buf_init(&b);
     dlrec_kserve_response resp = {.model_name = sv->reg.name, .model_version = m->version,
-                                  .id = dlrec_kserve_request_id(req), .scores = scores, .rows = n,
+                                  .id = req_id ? id : NULL, .scores = scores, .rows = n,
                                   .binary = binary};
     size_t hl = 0;
     s = dlrec_kserve_write_response(&b, &resp, &hl);
@@ -253,7 +258,6 @@ static enum MHD_Result handle_infer(server *sv, struct MHD_Connection *c, const 
     ret = send_error(sv, c, EP_INFER, rq, status, "%s", dlrec_last_error());
   }
   free(scores);
-  dlrec_kserve_request_free(req);
   serve_model_release(m);
   return ret;
 }
@@ -374,7 +378,8 @@ static enum MHD_Result dispatch(server *sv, struct MHD_Connection *c, const targ
   case R_REPO_LOAD:
   case R_REPO_UNLOAD: ret = handle_repo_control(sv, c, t, rq); break;
   case R_METRICS:
-    if (serve_metrics_write(&sv->metrics, &b, serve_batcher_queued_rows(&sv->batcher), &sv->reg, &sv->conns) == DLREC_OK) {
+    if (serve_metrics_write(&sv->metrics, &b, serve_batcher_queued_rows(&sv->batcher), &sv->reg, &sv->conns,
+                            &sv->mem) == DLREC_OK) {
       ret = send_body(c, 200, "text/plain; version=0.0.4", b.data, b.len, -1);
       serve_metrics_request(&sv->metrics, ep, 200, 0);
     } else {
@@ -433,14 +438,93 @@ static int bad_path(const request *rq, const char *url, const char *version, cha
   return 0;
 }
 
+/* The body limit of a request starting now: --max-body-bytes, or by
+ * default what follows --max-batch for the model being served. */
+static uint64_t body_limit(server *sv) {
+  if (sv->o.max_body_bytes) return sv->o.max_body_bytes;
+  serve_model *m = serve_registry_acquire(&sv->reg);
+  uint64_t v = m ? serve_values_per_row(dlrec_net_schema(m->model->net)) : 0;
+  serve_model_release(m);
+  return serve_default_body_limit(sv->o.max_batch, v);
+}
+
 /* The checks of the framing headers and the declared body size once the
- * headers are in: an error status (with msg), or 0. */
-static int check_head(server *sv, struct MHD_Connection *c, char *msg, size_t cap) {
+ * headers are in: an error status (with msg), or 0. A declared body is
+ * charged to the in-flight budget now (503 when over), before it is read. */
+static int check_head(server *sv, struct MHD_Connection *c, request *rq, char *msg, size_t cap) {
   int st = serve_check_framing(c, msg, cap);
   if (st) return st;
+  rq->limit = body_limit(sv);
   const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-  if (cl && strtoull(cl, NULL, 10) > sv->o.max_body_bytes) return 413;
+  uint64_t declared = cl ? strtoull(cl, NULL, 10) : 0;
+  if (declared > rq->limit) return 413;
+  if (declared && !serve_reqmem_charge(&sv->mem, declared)) return 503;
+  rq->charged = declared;
   return 0;
+}
+
+/* Appends a piece of the body: 0, or the status to answer once the body is
+ * read (413 over the limit, 503 over the in-flight budget), or -1 out of
+ * memory. The buffer grows by doubling up to the limit; what it takes
+ * beyond the declared length is charged as it grows. */
+static int body_append(server *sv, request *rq, const char *data, size_t n) {
+  if (rq->len + n > rq->limit) return 413;
+  if (rq->len + n > rq->cap) {
+    size_t cap = rq->cap ? rq->cap : rq->charged ? (size_t)rq->charged : 4096;
+    while (cap < rq->len + n) cap *= 2;
+    if (cap > rq->limit) cap = (size_t)rq->limit;
+    if (cap > rq->charged) {
+      if (!serve_reqmem_charge(&sv->mem, cap - rq->charged)) return 503;
+      rq->charged = cap;
+    }
+    char *p = realloc(rq->body, cap);
+    if (!p) return -1;
+    serve_reqmem_buffer(&sv->mem, (int64_t)(cap - rq->cap));
+    rq->body = p;
+    rq->cap = cap;
+  }
+  memcpy(rq->body + rq->len, data, n);
+  rq->len += n;
+  return 0;
+}
+
+/* The answer to a request refused for its body (rq->refuse). */
+static enum MHD_Result send_refusal(server *sv, struct MHD_Connection *c, const char *url, request *rq) {
+  target t;
+  serve_parse_target(url, &t);
+  if (rq->refuse == 503)
+    return send_error(sv, c, serve_endpoint_of(t.r), rq, 503, "server busy: the requests in flight hold "
+                      "--max-inflight-bytes (%llu); retry", (unsigned long long)sv->mem.budget_bytes);
+  if (sv->o.max_body_bytes)
+    return send_error(sv, c, serve_endpoint_of(t.r), rq, 413, "request body over the limit of %llu bytes "
+                      "(--max-body-bytes)", (unsigned long long)rq->limit);
+  return send_error(sv, c, serve_endpoint_of(t.r), rq, 413, "request body over the limit of %llu bytes (%u + %u x "
+                    "--max-batch %u x the model's values per row; --max-body-bytes sets another)",
+                    (unsigned long long)rq->limit, SERVE_BODY_BASE_BYTES, SERVE_BODY_VALUE_BYTES, sv->o.max_batch);
+}
+
+/* Frees the request's body and returns what it was charged. Called once the
+ * answer is queued: libmicrohttpd sends it after the handler returns, so a
+ * client that has its answer finds the memory released. */
+static void release_body(server *sv, request *rq) {
+  serve_reqmem_buffer(&sv->mem, -(int64_t)rq->cap);
+  serve_reqmem_uncharge(&sv->mem, rq->charged);
+  free(rq->body);
+  rq->body = NULL;
+  rq->cap = rq->len = 0;
+  rq->charged = 0;
+}
+
+/* A whole request: routed and answered. */
+static enum MHD_Result answer(server *sv, struct MHD_Connection *c, const char *url, const char *method, request *rq) {
+  target t;
+  serve_parse_target(url, &t);
+  serve_endpoint ep = serve_endpoint_of(t.r);
+  if (t.r == R_NONE) return send_error(sv, c, EP_OTHER, rq, 404, "not found: %s %s", method, url);
+  int post = !strcmp(method, "POST"), get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
+  if (serve_is_post(t.r) ? !post : !get)
+    return send_error(sv, c, ep, rq, 405, "%s %s: use %s", method, url, serve_is_post(t.r) ? "POST" : "GET");
+  return dispatch(sv, c, &t, rq);
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
@@ -460,64 +544,46 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
      * would start. */
     char msg[512];
     if (bad_path(rq, url, version, msg, sizeof msg)) return send_error(sv, c, EP_OTHER, rq, 400, "%s", msg);
-    int st = check_head(sv, c, msg, sizeof msg);
-    if (st == 413) {
-      rq->too_large = 1;
+    int st = check_head(sv, c, rq, msg, sizeof msg);
+    if (st == 413 || st == 503) {
+      rq->refuse = st;
     } else if (st) {
       target t;
       serve_parse_target(url, &t);
       return send_error(sv, c, serve_endpoint_of(t.r), rq, st, "%s", msg);
     }
-    if (!rq->too_large) return MHD_YES;
+    if (!rq->refuse) return MHD_YES;
   }
-  if (rq->too_large) {
-    /* A Content-Length over the limit is answered at once, before the body
-     * is read (MHD then closes the connection). A chunked body found too
-     * large on the way is read and dropped, then answered; one that goes
-     * on past 16 times the limit is cut off. */
+  if (rq->refuse) {
+    /* A Content-Length over the limit or the budget is answered at once,
+     * before the body is read (MHD then closes the connection). A chunked
+     * body found too large on the way is read and dropped, then answered;
+     * one that goes on past 16 times the limit is cut off. */
     if (*upload_size) {
       rq->len += *upload_size;
       *upload_size = 0;
-      return rq->len / 16 > sv->o.max_body_bytes ? MHD_NO : MHD_YES;
+      return rq->len / 16 > rq->limit ? MHD_NO : MHD_YES;
     }
-    target t;
-    serve_parse_target(url, &t);
-    return send_error(sv, c, serve_endpoint_of(t.r), rq, 413, "request body over the limit of %llu bytes (--max-body-bytes)",
-                      (unsigned long long)sv->o.max_body_bytes);
+    enum MHD_Result ret = send_refusal(sv, c, url, rq);
+    release_body(sv, rq);
+    return ret;
   }
   if (*upload_size) { /* a piece of the body */
-    if (rq->len + *upload_size > sv->o.max_body_bytes) {
-      rq->too_large = 1;
-      rq->len += *upload_size;
-      *upload_size = 0;
-      return MHD_YES;
-    }
-    {
-      if (rq->len + *upload_size > rq->cap) {
-        size_t cap = rq->cap ? rq->cap : 4096;
-        while (cap < rq->len + *upload_size) cap *= 2;
-        if (cap > sv->o.max_body_bytes) cap = sv->o.max_body_bytes;
-        char *p = realloc(rq->body, cap);
-        if (!p) return MHD_NO;
-        rq->body = p;
-        rq->cap = cap;
-      }
-      memcpy(rq->body + rq->len, upload, *upload_size);
-      rq->len += *upload_size;
+    int st = body_append(sv, rq, upload, *upload_size);
+    if (st < 0) return MHD_NO;
+    if (st) { /* the rest is read and dropped: the buffer goes now */
+      size_t seen = rq->len + *upload_size;
+      release_body(sv, rq);
+      rq->refuse = st;
+      rq->len = seen;
     }
     *upload_size = 0;
     return MHD_YES;
   }
   serve_conn_phase_set(&sv->conns, conn_of(c), SERVE_CONN_HANDLING); /* the whole request is in */
-  target t;
-  serve_parse_target(url, &t);
-  serve_endpoint ep = serve_endpoint_of(t.r);
-  if (t.r == R_NONE) return send_error(sv, c, EP_OTHER, rq, 404, "not found: %s %s", method, url);
-  int post = !strcmp(method, "POST"), get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
-  if (serve_is_post(t.r) ? !post : !get)
-    return send_error(sv, c, ep, rq, 405, "%s %s: use %s", method, url, serve_is_post(t.r) ? "POST" : "GET");
-  (void)version;
-  return dispatch(sv, c, &t, rq);
+  enum MHD_Result ret = answer(sv, c, url, method, rq);
+  release_body(sv, rq);
+  return ret;
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
@@ -525,7 +591,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
   server *sv = cls;
   request *rq = *con_cls;
   if (rq) {
-    free(rq->body);
+    release_body(sv, rq);
     free(rq);
     *con_cls = NULL;
   }
@@ -543,29 +609,6 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
     serve_conn_closed(&sv->conns, *socket_context);
     *socket_context = NULL;
   }
-}
-
-/* Reads the model control token from path: one line of printable ASCII
- * without blanks (it travels in an HTTP header), a trailing newline allowed. */
-static dlrec_status read_token(const char *path, char **out, size_t *out_len) {
-  char *text = NULL;
-  size_t n = 0;
-  dlrec_status s = dlrec_read_file(path, 4096, &text, &n);
-  if (s != DLREC_OK) return s;
-  while (n && (text[n - 1] == '\n' || text[n - 1] == '\r')) text[--n] = 0;
-  for (size_t i = 0; i < n && s == DLREC_OK; i++)
-    if ((unsigned char)text[i] <= 0x20 || (unsigned char)text[i] >= 0x7f)
-      s = dlrec_error(DLREC_ERR_INVALID, "%s: byte %zu of the model control token is not printable ASCII (or is "
-                      "a blank)", path, i);
-  if (s == DLREC_OK && n < 16)
-    s = dlrec_error(DLREC_ERR_INVALID, "%s: the model control token has %zu characters; use at least 16", path, n);
-  if (s != DLREC_OK) {
-    free(text);
-    return s;
-  }
-  *out = text;
-  *out_len = n;
-  return DLREC_OK;
 }
 
 /* After SIGINT or SIGTERM: stops accepting, closes idle connections, and
@@ -602,8 +645,6 @@ static void log_mhd(void *cls, const char *fmt, va_list ap) {
   DLREC_DEBUG("http: %s", msg);
 }
 
-static void make_rows_key(void) { pthread_key_create(&rows_key, rows_cache_free); }
-
 /* The options' defaults and checks, the token read. */
 static dlrec_status check_opts(server *sv, struct sockaddr_in *addr) {
   dlrec_serve_opts *o = &sv->o;
@@ -618,7 +659,7 @@ static dlrec_status check_opts(server *sv, struct sockaddr_in *addr) {
     return dlrec_error(DLREC_ERR_INVALID, "--max-batch %u out of range [1, %u]", o->max_batch, 1u << 20);
   if (o->model_control_token_file && !o->model_control)
     return dlrec_error(DLREC_ERR_INVALID, "--model-control-token-file needs --model-control explicit");
-  return o->model_control_token_file ? read_token(o->model_control_token_file, &sv->token, &sv->token_len) : DLREC_OK;
+  return o->model_control_token_file ? serve_read_token(o->model_control_token_file, &sv->token, &sv->token_len) : DLREC_OK;
 }
 
 /* The Redis tier's options (a malformed address or option is an error now,
@@ -658,7 +699,9 @@ static dlrec_status listen_on(server *sv, struct sockaddr_in *addr, struct MHD_D
    * close (their threads must run). Past this hard limit libmicrohttpd
    * closes new connections unanswered, so the room is generous: on a
    * loaded machine, a quarter of the slots (16 of 16) was too little for a
-   * health probe to get in under a slowloris. */
+   * health probe to get in under a slowloris. A connection's own memory is
+   * its thread's stack (reserved, resident as far as touched) and its 32 KiB
+   * buffer for the request line and headers; request memory is reqmem.c's. */
   unsigned hard_limit = o->max_connections + (o->max_connections > 64 ? o->max_connections : 64);
   struct MHD_Daemon *d =
       MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC |
@@ -668,7 +711,8 @@ static dlrec_status listen_on(server *sv, struct sockaddr_in *addr, struct MHD_D
                        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)o->timeout_s, MHD_OPTION_NOTIFY_COMPLETED,
                        on_completed, sv, MHD_OPTION_NOTIFY_CONNECTION, on_connection, sv,
                        MHD_OPTION_URI_LOG_CALLBACK, on_request_line, sv, MHD_OPTION_UNESCAPE_CALLBACK,
-                       serve_unescape, NULL, MHD_OPTION_THREAD_STACK_SIZE, (size_t)(1u << 20), MHD_OPTION_END);
+                       serve_unescape, NULL, MHD_OPTION_THREAD_STACK_SIZE, (size_t)(1u << 20),
+                       MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(32u << 10), MHD_OPTION_END);
   *out = d;
   if (!d)
     return dlrec_error(DLREC_ERR_IO, "cannot listen on %s:%u (in use, or not an address of this machine)", o->host,
@@ -707,12 +751,20 @@ dlrec_status dlrec_serve_run(const dlrec_serve_opts *opts) {
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, &old_mask);
   signal(SIGPIPE, SIG_IGN);
+#ifdef __GLIBC__
+  /* glibc raises its mmap threshold to the largest block freed (up to 32
+   * MiB), after which request bodies and JSON trees come from the heaps and
+   * stay in the process when freed: RSS kept what a burst of requests
+   * took. A fixed threshold keeps every large block mmapped, returned to
+   * the system when the request ends. */
+  mallopt(M_MMAP_THRESHOLD, 256 * 1024);
+#endif
   serve_metrics_init(&sv->metrics);
-  static pthread_once_t key_once = PTHREAD_ONCE_INIT;
-  pthread_once(&key_once, make_rows_key);
+  serve_reqmem_init(&sv->mem, sv->o.max_inflight_bytes, sv->o.threads * 2 > 16 ? sv->o.threads * 2 : 16);
   if ((s = serve_registry_open(&sv->reg, sv->o.run_dir, sv->o.device)) != DLREC_OK) {
     pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
     dlrec_error_context("%s: ", sv->o.run_dir);
+    serve_reqmem_destroy(&sv->mem);
     serve_metrics_destroy(&sv->metrics);
     free(sv->token);
     free(sv);
@@ -731,6 +783,7 @@ dlrec_status dlrec_serve_run(const dlrec_serve_opts *opts) {
   serve_conns_stop(&sv->conns);
   if (sv->batcher.workers) serve_batcher_stop(&sv->batcher);
   serve_registry_close(&sv->reg);
+  serve_reqmem_destroy(&sv->mem);
   serve_metrics_destroy(&sv->metrics);
   pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
   free(sv->token);

@@ -88,8 +88,33 @@ static dlrec_status put(dlrec_kserve_buf *b, const char *fmt, ...) {
   }
 }
 
+/* The request memory's gauges (reqmem.c). */
+static dlrec_status put_request_memory(dlrec_kserve_buf *b, serve_reqmem *mem) {
+  pthread_mutex_lock(&mem->mu);
+  uint64_t buf = mem->buffer_bytes, charged = mem->charged, refused = mem->refused;
+  pthread_mutex_unlock(&mem->mu);
+  return put(b,
+             "# HELP dlrec_serve_request_buffer_bytes Bytes of request buffers held: bodies being received, and "
+             "rows buffers in use or pooled (with no request in flight, the pool alone).\n"
+             "# TYPE dlrec_serve_request_buffer_bytes gauge\ndlrec_serve_request_buffer_bytes %llu\n"
+             "# HELP dlrec_serve_inflight_bytes Bytes the requests in flight are charged (--max-inflight-bytes).\n"
+             "# TYPE dlrec_serve_inflight_bytes gauge\ndlrec_serve_inflight_bytes %llu\n"
+             "# HELP dlrec_serve_inflight_refused_total Requests answered 503 for --max-inflight-bytes.\n"
+             "# TYPE dlrec_serve_inflight_refused_total counter\ndlrec_serve_inflight_refused_total %llu\n",
+             (unsigned long long)buf, (unsigned long long)charged, (unsigned long long)refused);
+}
+
+/* The connections the guard cut off (conns may be NULL: none). */
+static void conns_counts(serve_conns *conns, uint64_t *timed_out, uint64_t *shed) {
+  if (!conns) return;
+  pthread_mutex_lock(&conns->mu);
+  *timed_out = conns->timed_out;
+  *shed = conns->shed;
+  pthread_mutex_unlock(&conns->mu);
+}
+
 dlrec_status serve_metrics_write(serve_metrics *m, dlrec_kserve_buf *b, uint64_t queue_rows, serve_registry *reg,
-                                 serve_conns *conns) {
+                                 serve_conns *conns, serve_reqmem *mem) {
   b->len = 0;
   serve_metrics c;
   pthread_mutex_lock(&m->mu);
@@ -103,12 +128,7 @@ dlrec_status serve_metrics_write(serve_metrics *m, dlrec_kserve_buf *b, uint64_t
   snprintf(name, sizeof name, "%s", reg->name);
   pthread_mutex_unlock(&reg->mu);
   uint64_t timed_out = 0, shed = 0;
-  if (conns) {
-    pthread_mutex_lock(&conns->mu);
-    timed_out = conns->timed_out;
-    shed = conns->shed;
-    pthread_mutex_unlock(&conns->mu);
-  }
+  conns_counts(conns, &timed_out, &shed);
 
   dlrec_status s = put(b, "# HELP dlrec_requests_total HTTP requests by endpoint and status.\n"
                           "# TYPE dlrec_requests_total counter\n");

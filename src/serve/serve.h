@@ -12,7 +12,11 @@
  * max_delay_us for more while other requests are being received, score them
  * with the batch-invariant scorer (model.h) and hand each request its rows'
  * scores. The queue holds at most max_queue_rows rows; beyond that a request
- * gets 503 at once instead of waiting.
+ * gets 503 at once instead of waiting. A body is bounded by max_body_bytes
+ * (by default a function of max_batch), its JSON is pre-scanned for its
+ * shapes before it is parsed, and the requests in flight together by
+ * max_inflight_bytes (503 beyond); a connection holds no request memory
+ * between its requests (rows buffers are pooled across connections).
  *
  * Models: RUN's latest checkpoint is loaded at start. With watch, RUN/latest
  * is polled and a new checkpoint is loaded in the background and swapped in
@@ -46,7 +50,8 @@ typedef struct dlrec_serve_opts {
   uint32_t max_batch;         /* 1024: rows per merged batch, and per request */
   uint32_t max_delay_us;      /* 500 */
   uint32_t max_queue_rows;    /* 0: 16 x max_batch */
-  uint64_t max_body_bytes;    /* 64 MiB */
+  uint64_t max_body_bytes;    /* 0: 64 KiB + max_batch x 64 x the model's values per row (docs/serving.md) */
+  uint64_t max_inflight_bytes; /* 1 GiB: the requests in flight together (bodies and parses); 0: no limit */
   uint32_t max_connections;   /* 256 */
   uint32_t timeout_s;         /* 30: idle connections are closed after this */
   uint32_t request_timeout_s; /* 30: a request's headers and body must arrive within this; 0: no limit */

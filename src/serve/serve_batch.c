@@ -114,6 +114,14 @@ void dlrec_serve_rows_clear(dlrec_serve_rows *r) {
 
 uint32_t dlrec_serve_rows_count(const dlrec_serve_rows *r) { return r->rows; }
 
+size_t dlrec_serve_rows_bytes(const dlrec_serve_rows *r) {
+  const dlrec_schema *s = &r->schema;
+  size_t n = sizeof *r + (size_t)r->cap_rows * (s->n_dense ? s->n_dense : 1) * sizeof *r->dense;
+  for (uint32_t c = 0; c < s->n_sparse; c++)
+    n += ((size_t)r->cap_rows + 1) * sizeof *r->offsets[c] + (size_t)r->cap_ids[c] * sizeof *r->ids[c];
+  return n;
+}
+
 dlrec_status dlrec_serve_rows_reserve(dlrec_serve_rows *r, uint32_t rows) {
   dlrec_status st = grow_rows(r, rows);
   for (uint32_t c = 0; st == DLREC_OK && c < r->schema.n_sparse; c++) {

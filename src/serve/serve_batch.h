@@ -91,6 +91,8 @@ void dlrec_serve_rows_clear(dlrec_serve_rows *r);
 
 /* Rows held. */
 uint32_t dlrec_serve_rows_count(const dlrec_serve_rows *r);
+/* The bytes r's buffers hold (what it allocated, not what its rows use). */
+size_t dlrec_serve_rows_bytes(const dlrec_serve_rows *r);
 
 /* Grows the buffers to hold `rows` rows in all (with each column's
  * max_hotness ids per row), so that adding them later does not allocate. */

@@ -120,6 +120,7 @@ typedef struct serve_conns {
   double request_timeout_s, idle_timeout_s; /* 0: no limit */
   int draining, stop, started;
   uint64_t timed_out, shed; /* counts, for the log and /metrics */
+  uint32_t closed;           /* connections closed since the watchdog last gave memory back */
   pthread_t watchdog;
 } serve_conns;
 
@@ -142,6 +143,11 @@ void serve_conn_phase_set(serve_conns *g, serve_conn *c, serve_conn_phase phase)
 /* Begins a drain: shuts down idle connections and those still sending
  * headers (503), and every one that turns idle from now on. */
 void serve_conns_drain_begin(serve_conns *g);
+/* One pass of the watchdog at time now (monotonic seconds): cuts off each
+ * connection past its deadline (408 for one sending its request, silently
+ * for an idle one); one being answered has none. Returns the earliest
+ * deadline still ahead, at most now + 1. */
+double serve_conns_sweep(serve_conns *g, double now);
 /* Connections with a request in flight (BODY or HANDLING, not closing). */
 uint32_t serve_conns_in_flight(serve_conns *g);
 
@@ -164,6 +170,95 @@ int serve_check_framing(struct MHD_Connection *c, char *msg, size_t cap);
 /* Compares a client's token with the expected one in time that does not
  * depend on where they differ; 1 when equal. */
 int serve_token_equal(const char *given, size_t given_len, const char *want, size_t want_len);
+/* Reads the model control token from path into *out (malloc'd, *out_len
+ * bytes): one line of printable ASCII without blanks (it travels in an HTTP
+ * header), a trailing newline allowed, at least 16 characters. */
+dlrec_status serve_read_token(const char *path, char **out, size_t *out_len);
+
+/* Bounds of a request body that follow --max-batch: the values (JSON
+ * scalars) one row of a model of this schema can take in either input
+ * convention (its dense and categorical columns, each multi-hot one at its
+ * max hotness, and a ROWINDEX offset per categorical column), and the body
+ * limit when --max-body-bytes is not given: SERVE_BODY_BASE_BYTES +
+ * max_batch x values_per_row x SERVE_BODY_VALUE_BYTES (a value of JSON
+ * rarely takes 20 bytes; 64 leaves room for long strings). */
+#define SERVE_BODY_BASE_BYTES 65536u
+#define SERVE_BODY_VALUE_BYTES 64u
+uint64_t serve_values_per_row(const dlrec_schema *s); /* 0 for NULL */
+uint64_t serve_default_body_limit(uint32_t max_batch, uint64_t values_per_row);
+
+/* What the pre-scan of a request's JSON allows (serve_prescan_json). */
+typedef struct serve_prescan_limits {
+  uint64_t max_rows;     /* the first dimension of an input of rank 2 or more */
+  uint64_t max_elements; /* the product of every input's shape, summed */
+  uint64_t max_values;   /* JSON values (scalars and containers) in the whole text */
+} serve_prescan_limits;
+
+/* Reads a request's JSON text json[0..n) (not NUL-terminated) without
+ * building anything, and refuses it (400, with a message naming the input or
+ * the limit in msg) as soon as it has seen too many values, or an input's
+ * "shape" with more rows or elements than lim allows: the JSON tree, which
+ * costs ten times the text, is built only for a request that could be
+ * served. JSON that is not well formed is left to the parser (0). *values
+ * (may be NULL) gets the values counted, what the tree will hold. */
+int serve_prescan_json(const char *json, size_t n, const serve_prescan_limits *lim, uint64_t *values, char *msg,
+                       size_t cap);
+
+/* ---- request memory (reqmem.c) ---- */
+
+/* The memory of the requests in flight, bounded as a whole, and the rows
+ * objects (serve_batch.h) they encode into, pooled across connections with
+ * a cap, so that memory follows the requests being served, not the
+ * connections open (a keep-alive connection holds nothing between its
+ * requests).
+ *
+ * The budget: each request is charged its body as it arrives and, before its
+ * JSON is parsed, what parsing takes (serve_parse_cost); a charge that would
+ * take the total over budget_bytes is refused, and the request answered 503.
+ * The pool keeps at most pool_max rows objects between requests (the most
+ * recently returned), each of at most --max-batch rows; a request takes one of
+ * its model's or makes one, and returns it once scored. buffer_bytes (the
+ * gauge dlrec_serve_request_buffer_bytes) counts the request bodies held and
+ * the rows objects in use or pooled: with no request in flight it is the
+ * pool's bytes alone. */
+typedef struct serve_pooled_rows {
+  dlrec_serve_rows *rows;
+  uint64_t serial; /* the model's (serve_model.serial) */
+  uint64_t bytes;  /* what rows held when counted */
+  struct serve_pooled_rows *next;
+} serve_pooled_rows;
+
+typedef struct serve_reqmem {
+  pthread_mutex_t mu;
+  uint64_t budget_bytes;  /* 0: no limit */
+  uint64_t charged;       /* bytes charged to the requests in flight */
+  uint64_t refused;       /* charges refused (requests answered 503) */
+  uint64_t buffer_bytes;
+  uint32_t pool_max, pooled;
+  serve_pooled_rows *pool; /* most recently returned first */
+} serve_reqmem;
+
+/* The parse cost charged for a JSON text of json_len bytes holding values
+ * values: its copy, its strings, and SERVE_VALUE_COST_BYTES per value (a
+ * tree node and the value converted). */
+#define SERVE_VALUE_COST_BYTES 80u
+uint64_t serve_parse_cost(uint64_t json_len, uint64_t values);
+
+void serve_reqmem_init(serve_reqmem *m, uint64_t budget_bytes, uint32_t pool_max);
+void serve_reqmem_destroy(serve_reqmem *m); /* frees the pool */
+/* Charges bytes to the budget: 1 when taken, 0 (and nothing charged) when
+ * the total would pass budget_bytes. */
+int serve_reqmem_charge(serve_reqmem *m, uint64_t bytes);
+void serve_reqmem_uncharge(serve_reqmem *m, uint64_t bytes);
+/* Counts a request body's buffer growing (delta > 0) or freed (< 0). */
+void serve_reqmem_buffer(serve_reqmem *m, int64_t delta);
+/* An empty rows object for model m into *lease (the pool's, or a new one);
+ * NULL with the error set when out of memory. */
+dlrec_serve_rows *serve_reqmem_rows_take(serve_reqmem *m, const serve_model *model, serve_pooled_rows *lease);
+/* Returns a taken rows object: pooled, or freed when the pool is full (the
+ * least recently returned one goes). Accepts a lease whose rows is NULL. */
+void serve_reqmem_rows_give(serve_reqmem *m, serve_pooled_rows *lease);
+uint64_t serve_reqmem_buffer_bytes(serve_reqmem *m);
 
 /* ---- metrics (prom.c) ---- */
 
@@ -240,10 +335,11 @@ int serve_is_post(route r);
 void serve_metrics_batch(serve_metrics *m, uint32_t rows, uint64_t keys_missing);
 void serve_metrics_redis(serve_metrics *m, const serve_redis_counts *c);
 /* The Prometheus text exposition of everything, with the queue depth, the
- * registry's model version and load counts, and the connections the guard
- * cut off (conns may be NULL: none). */
+ * registry's model version and load counts, the connections the guard
+ * cut off (conns may be NULL: none) and the request memory (mem may be
+ * NULL: none). */
 dlrec_status serve_metrics_write(serve_metrics *m, dlrec_kserve_buf *b, uint64_t queue_rows, serve_registry *reg,
-                                 serve_conns *conns);
+                                 serve_conns *conns, serve_reqmem *mem);
 
 /* ---- dynamic batching (batcher.c) ---- */
 
