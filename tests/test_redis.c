@@ -17,6 +17,8 @@
 
 #include "train/checkpoint.h"
 #include "train/loaded_model.h"
+#include "train/publish.h"
+#include "core/fsutil.h"
 #include "core/redis_rows.h"
 #include "serve_check.h"
 #include "test.h"
@@ -86,6 +88,8 @@ TEST(rows_round_trip_and_survive_an_outage) {
   snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
   dlrec_redis_rows *r = NULL, *other = NULL;
   CHECK_OK(dlrec_redis_rows_open(&r, addr, "t:rows", 3, 500, 200));
+  const dlrec_redis_run run = {0x0123456789abcdefull, 0xfeedbeef};
+  dlrec_redis_rows_set_run(r, &run);
   const uint64_t keys[3] = {1, 1ull << 40, 7};
   const float rows[9] = {1, 2, 3, -4, 5.5f, 6, 7, 8, 9e-9f};
   CHECK_OK(dlrec_redis_rows_put(r, keys, rows, 2, 42));
@@ -96,6 +100,7 @@ TEST(rows_round_trip_and_survive_an_outage) {
   CHECK(memcmp(got, rows, 6 * sizeof(float)) == 0);
   /* A value of another size under a row's key is not a row. */
   CHECK_OK(dlrec_redis_rows_open(&other, addr, "t:rows", 2, 500, 200));
+  dlrec_redis_rows_set_run(other, &run);
   CHECK_OK(dlrec_redis_rows_put(other, &keys[2], rows, 1, UINT64_MAX));
   CHECK_OK(dlrec_redis_rows_get(r, keys, 3, got, found));
   CHECK(found[0] && found[1] && !found[2]);
@@ -111,15 +116,45 @@ TEST(rows_round_trip_and_survive_an_outage) {
   char cmd[256];
   snprintf(cmd, sizeof cmd, "redis-cli -p %d --raw GET t:rows:1 > '%s'", port, test_path("row1"));
   CHECK(system(cmd) == 0);
-  snprintf(cmd, sizeof cmd, "head -c 16 '%s' | redis-cli -p %d -x SET t:rows:7 > /dev/null", test_path("row1"), port);
+  snprintf(cmd, sizeof cmd, "head -c 24 '%s' | redis-cli -p %d -x SET t:rows:7 > /dev/null", test_path("row1"), port);
   CHECK(system(cmd) == 0);
   CHECK_OK(dlrec_redis_rows_get(r, &keys[2], 1, got, found));
   CHECK(!found[0]);
   dlrec_redis_rows_stats(r, &st);
   CHECK_EQ_U64(st.rejected, 2);
+  /* Rows and publishes are a run's (issue 36, finding 2): the last publish
+   * is PREFIX:run; a client of another run reads r's rows as foreign, not
+   * as its own, and writes nothing under a run id of 0. */
+  dlrec_redis_publish pub;
+  int has = -1;
+  CHECK_OK(dlrec_redis_rows_last_publish(r, &pub, &has));
+  CHECK(has == 1 && pub.run.id == run.id && pub.run.etl_crc == run.etl_crc && pub.step == 42);
+  dlrec_redis_rows *stranger = NULL;
+  CHECK_OK(dlrec_redis_rows_open(&stranger, addr, "t:rows", 3, 500, 200));
+  CHECK_ERR(dlrec_redis_rows_put(stranger, keys, rows, 1, 5), DLREC_ERR_INVALID, "run id");
+  const dlrec_redis_run run2 = {run.id ^ 1, run.etl_crc};
+  dlrec_redis_rows_set_run(stranger, &run2);
+  CHECK_OK(dlrec_redis_rows_get(stranger, keys, 2, got, found));
+  CHECK(!found[0] && !found[1]);
+  dlrec_redis_rows_stats(stranger, &st);
+  CHECK_EQ_U64(st.foreign, 2);
+  CHECK_EQ_U64(st.rejected, 0);
+  CHECK_OK(dlrec_redis_rows_put(stranger, keys, rows + 3, 1, 9)); /* key 1: now run2's, and the last publish */
+  CHECK_OK(dlrec_redis_rows_get(r, keys, 2, got, found));
+  CHECK(!found[0] && found[1]);
+  dlrec_redis_rows_stats(r, &st);
+  CHECK_EQ_U64(st.foreign, 1);
+  CHECK_OK(dlrec_redis_rows_last_publish(r, &pub, &has));
+  CHECK(has == 1 && pub.run.id == run2.id && pub.step == 9);
+  snprintf(cmd, sizeof cmd, "redis-cli -p %d SET t:rows:run 'not a record' > /dev/null", port);
+  CHECK(system(cmd) == 0);
+  CHECK_ERR(dlrec_redis_rows_last_publish(r, &pub, &has), DLREC_ERR_CORRUPT, "t:rows:run holds 'not a record'");
+  CHECK(has == 0);
+  dlrec_redis_rows_close(stranger);
   /* The largest rows round-trip; a dim out of range is refused, saying the range. */
   dlrec_redis_rows *wide = NULL;
   CHECK_OK(dlrec_redis_rows_open(&wide, addr, "t:wide", DLREC_REDIS_MAX_DIM, 500, 200));
+  dlrec_redis_rows_set_run(wide, &run);
   float *big = malloc(2 * DLREC_REDIS_MAX_DIM * sizeof *big);
   for (int i = 0; big && i < DLREC_REDIS_MAX_DIM; i++) big[i] = (float)i - 0.5f;
   uint8_t big_found = 0;
@@ -284,6 +319,10 @@ TEST(trainer_publishes_and_server_reads_within_the_freshness_bound) {
   const uint64_t rows = dlrec_table_rows(dlrec_net_table_const(m->net));
   dlrec_redis_rows *r = NULL;
   CHECK_OK(dlrec_redis_rows_open(&r, addr, "dlrec:dlrm", dim, 500, 0));
+  /* The run's rows: its id (drawn as it first published) and ETL state. */
+  const dlrec_redis_run ident = {m->progress.run_id, dlrec_etl_state_crc(m->etl)};
+  CHECK(ident.id != 0);
+  dlrec_redis_rows_set_run(r, &ident);
   uint64_t *keys = malloc(rows * sizeof *keys);
   float *got = malloc(rows * dim * sizeof *got), want[64];
   uint8_t *found = malloc(rows);
@@ -299,6 +338,12 @@ TEST(trainer_publishes_and_server_reads_within_the_freshness_bound) {
   CHECK(published > rows / 4);
   CHECK_EQ_U64(same, published);
   const uint64_t final_step = m->progress.step;
+  /* The last publish: this run's, on the ETL state its checkpoint holds, at its last step. */
+  dlrec_redis_publish last;
+  int has = 0;
+  CHECK_OK(dlrec_redis_rows_last_publish(r, &last, &has));
+  CHECK(has && last.run.id == ident.id && last.run.etl_crc == ident.etl_crc && ident.etl_crc != 0);
+  CHECK_EQ_U64(last.step, final_step);
   dlrec_model_free(m);
   /* The server: predict's scores with the tier, and without it. */
   check_served_equals_predict(d, "dlrm");
@@ -347,18 +392,19 @@ TEST(trainer_publishes_and_server_reads_within_the_freshness_bound) {
   CHECK_OK(dlrec_redis_rows_put(r, pk, bad, third, final_step));
   dlrec_redis_rows *narrow = NULL;
   CHECK_OK(dlrec_redis_rows_open(&narrow, addr, "dlrec:dlrm", dim - 1, 500, 0));
+  dlrec_redis_rows_set_run(narrow, &ident);
   CHECK_OK(dlrec_redis_rows_put(narrow, pk + third, orig + third * dim, third, final_step));
   dlrec_redis_rows_close(narrow);
-  int raw_ok = 1;
-  for (uint64_t i = 2 * third; i < np; i++) {
-    char cmd[512], junk[4 * 64 + 5];
-    memset(junk, 'x', dim * 4 + 4);
-    junk[dim * 4 + 4] = '\0';
-    snprintf(cmd, sizeof cmd, "redis-cli -p %d SET dlrec:dlrm:%llu %s > /dev/null", port, (unsigned long long)pk[i],
-             junk);
-    raw_ok &= system(cmd) == 0;
-  }
-  CHECK(raw_ok);
+  /* One redis-cli for them all (a process per key takes seconds). */
+  char junk[4 * 64 + 13], cmd[2300];
+  memset(junk, 'x', dim * 4 + 12);
+  junk[dim * 4 + 12] = '\0';
+  FILE *sets = fopen(test_path("junk.redis"), "w");
+  for (uint64_t i = 2 * third; sets && i < np; i++)
+    fprintf(sets, "SET dlrec:dlrm:%llu %s\n", (unsigned long long)pk[i], junk);
+  CHECK(sets && fclose(sets) == 0);
+  snprintf(cmd, sizeof cmd, "redis-cli -p %d < '%s' > /dev/null", port, test_path("junk.redis"));
+  CHECK(system(cmd) == 0);
   usleep(300000);
   CHECK(scores(body, ROWS, s));
   CHECK(memcmp(s, ref, sizeof ref) == 0);
@@ -421,6 +467,7 @@ TEST(hash_table_publishes_its_rows_by_raw_key) {
   const dlrec_store *st = dlrec_net_store(m->net);
   dlrec_redis_rows *r = NULL;
   CHECK_OK(dlrec_redis_rows_open(&r, addr, "dlrec:hashed", 4, 500, 0));
+  dlrec_redis_rows_set_run(r, &(dlrec_redis_run){m->progress.run_id, dlrec_etl_state_crc(m->etl)});
   uint64_t held = 0, same = 0;
   for (uint32_t row = 0; row < 3000; row++) {
     uint64_t key;
@@ -435,6 +482,292 @@ TEST(hash_table_publishes_its_rows_by_raw_key) {
   CHECK(held > 100);
   CHECK_EQ_U64(same, held);
   dlrec_redis_rows_close(r);
+  dlrec_model_free(m);
+  redis_stop(pid);
+}
+
+/* ---- runs, and what a server takes of theirs ---- */
+
+/* Trains TEST/NAME on the test's train.dlr and etl with config cfg (JSON,
+ * written to NAME.json) and extra arguments. 0 on success. */
+static int train_run(const char *name, const char *cfg, const char *extra) {
+  const char *d = test_tmpdir();
+  char cfg_path[1100], *out = NULL;
+  snprintf(cfg_path, sizeof cfg_path, "%s/%s.json", d, name);
+  if (test_write_file(cfg_path, cfg, (size_t)-1) != 0) return -1;
+  int rc = test_run_cli(&out, "train -q --config '%s' --train '%s/train.dlr' --etl '%s/etl' --out '%s/%s' %s", cfg_path,
+                        d, d, d, name, extra);
+  if (rc != 0) fprintf(stderr, "train_run %s: %s\n", name, out ? out : "");
+  free(out);
+  return rc;
+}
+
+/* The run of TEST/NAME's latest checkpoint (its id, its ETL state's) and its step. */
+static dlrec_redis_run run_of(const char *name, uint64_t *step) {
+  dlrec_model *m = NULL;
+  dlrec_redis_run id = {0, 0};
+  if (dlrec_model_load(test_path(name), &m) != DLREC_OK) return id;
+  id = (dlrec_redis_run){m->progress.run_id, dlrec_etl_state_crc(m->etl)};
+  if (step) *step = m->progress.step;
+  dlrec_model_free(m);
+  return id;
+}
+
+/* Writes every row of TEST/run's table, times scale, to Redis as run id's
+ * (the publish's step `step`); the rows written. */
+static uint64_t put_all_rows(const char *addr, const char *prefix, const dlrec_redis_run *id, float scale,
+                             uint64_t step) {
+  dlrec_model *m = NULL;
+  if (dlrec_model_load(test_path("run"), &m) != DLREC_OK) return 0;
+  const dlrec_table *t = dlrec_net_table_const(m->net);
+  const uint32_t dim = dlrec_table_dim(t);
+  const uint64_t rows = dlrec_table_rows(t);
+  uint64_t *keys = malloc(rows * sizeof *keys), put = 0;
+  float *v = malloc(rows * dim * sizeof *v);
+  dlrec_redis_rows *r = NULL;
+  if (keys && v && dlrec_redis_rows_open(&r, addr, prefix, dim, 500, 0) == DLREC_OK) {
+    dlrec_redis_rows_set_run(r, id);
+    for (uint64_t i = 0; i < rows; i++) {
+      keys[i] = i;
+      dlrec_table_get_row(t, i, v + i * dim);
+      for (uint32_t j = 0; j < dim; j++) v[i * dim + j] *= scale;
+    }
+    if (dlrec_redis_rows_put(r, keys, v, rows, step) == DLREC_OK) put = rows;
+  }
+  dlrec_redis_rows_close(r);
+  free(keys), free(v);
+  dlrec_model_free(m);
+  return put;
+}
+
+/* predict's scores of TEST/run on the first ROWS rows of clicks.tsv. */
+static int predict_ref(float *ref) {
+  const char *d = test_tmpdir();
+  char *out = NULL, path[1100];
+  int rc = test_run_cli(&out, "predict -q --model '%s/run' --input '%s/clicks.tsv' --out '%s/ref.txt'", d, d, d);
+  free(out);
+  snprintf(path, sizeof path, "%s/ref.txt", d);
+  FILE *f = rc == 0 ? fopen(path, "r") : NULL;
+  int n = 0;
+  while (f && n < ROWS && fscanf(f, "%f", &ref[n]) == 1) n++;
+  if (f) fclose(f);
+  return n == ROWS;
+}
+
+/* Whether TEST/serve.log holds text. */
+static int served_log_has(const char *text) {
+  char *log = NULL;
+  size_t n;
+  int has = dlrec_read_file(test_path("serve.log"), 1u << 24, &log, &n) == DLREC_OK && strstr(log, text) != NULL;
+  if (!has) fprintf(stderr, "serve.log lacks '%s':\n%s\n", text, log ? log : "");
+  free(log);
+  return has;
+}
+
+#define SMALL_CFG                                                                                                      \
+  "{\"model\": {\"embedding_dim\": 8, \"bottom_mlp\": [16, 8], \"top_mlp\": [16, 1]}, \"training\": {\"batch_size\": " \
+  "128, \"threads\": 1%s}, \"log\": {\"interval_steps\": 10}, \"publish\": {\"redis\": \"%s\", \"interval_steps\": 10}}"
+
+/* Issue 36, finding 2: two runs of one name publish under one prefix. A
+ * server of run A refuses run B's rows, counts and logs them, and scores
+ * exactly as without Redis; A's own rows, published at a step behind its
+ * checkpoint, are used and the lag is reported. */
+TEST(another_runs_rows_are_refused_and_a_lag_reported) {
+  if (!have_redis()) return;
+  const int port = free_port();
+  pid_t pid = redis_start(port);
+  CHECK(pid > 0);
+  char addr[64], cfg[1024];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+  const char *d = test_tmpdir();
+  snprintf(cfg, sizeof cfg, SMALL_CFG, "", addr);
+  CHECK_EQ(make_run(3000, 3, 300, "", cfg), 0);
+  /* Run B: another seed, stopped and resumed (it keeps its id); it publishes last. */
+  snprintf(cfg, sizeof cfg, SMALL_CFG, ", \"seed\": 7", addr);
+  CHECK_EQ(train_run("run-b", cfg, "--max-steps 5"), 0);
+  const dlrec_redis_run b5 = run_of("run-b", NULL);
+  CHECK_EQ(train_run("run-b", cfg, "--max-steps 10 --resume"), 0);
+  uint64_t step_a = 0, step_b = 0;
+  const dlrec_redis_run a = run_of("run", &step_a), b = run_of("run-b", &step_b);
+  CHECK(b.id == b5.id);
+  CHECK(a.id != 0 && b.id != 0 && a.id != b.id);
+  CHECK(a.etl_crc == b.etl_crc && a.etl_crc != 0);
+  CHECK(step_a > 10 && step_b == 10);
+  float ref[ROWS], s[ROWS];
+  CHECK(predict_ref(ref));
+  char *body = serve_raw_request(d, ROWS);
+  const char *extra[] = {"--redis", addr, "--redis-max-age-ms", "200", NULL};
+  CHECK(serve_start(d, extra));
+  CHECK(scores(body, ROWS, s));
+  CHECK(memcmp(s, ref, sizeof ref) == 0); /* B's rows refused: the table's scores */
+  const double foreign = metric("dlrec_redis_foreign_total");
+  CHECK(foreign > 0);
+  CHECK_EQ(metric("dlrec_redis_rows_total{source=\"redis\"}"), 0);
+  CHECK_EQ(metric("dlrec_redis_rejected_total"), 0);
+  CHECK_EQ(metric("dlrec_redis_lag_steps"), -1);
+  char said[128];
+  snprintf(said, sizeof said, "the last publish is run %016llx's", (unsigned long long)b.id);
+  CHECK(served_log_has(said));
+  CHECK(served_log_has("rows were another run's"));
+  /* A's rows, as its checkpoint has them, published 4 steps behind it. */
+  CHECK(put_all_rows(addr, "dlrec:dlrm", &a, 1.0f, step_a - 4) > 0);
+  usleep(1100000); /* past the cache's bound and the next read of PREFIX:run */
+  CHECK(scores(body, ROWS, s));
+  CHECK(memcmp(s, ref, sizeof ref) == 0);
+  CHECK(metric("dlrec_redis_rows_total{source=\"redis\"}") > 0);
+  CHECK_EQ(metric("dlrec_redis_foreign_total"), foreign);
+  CHECK_EQ(metric("dlrec_redis_lag_steps"), 4);
+  CHECK(served_log_has("4 steps behind the served checkpoint"));
+  serve_stop();
+  redis_stop(pid);
+  free(body);
+}
+
+/* The publish counts of the last line of TEST/NAME/metrics.jsonl. */
+static int publish_counts(const char *name, double *publishes, double *errors, double *pending) {
+  char path[1100], *text = NULL;
+  size_t n;
+  snprintf(path, sizeof path, "%s/metrics.jsonl", test_path(name));
+  if (dlrec_read_file(path, 1u << 24, &text, &n) != DLREC_OK) return 0;
+  while (n && text[n - 1] == '\n') text[--n] = '\0';
+  const char *last = strrchr(text, '\n');
+  cJSON *j = cJSON_Parse(last ? last + 1 : text);
+  const cJSON *p = cJSON_GetObjectItemCaseSensitive(j, "publish");
+  int ok = cJSON_IsObject(p);
+  if (ok) {
+    *publishes = cJSON_GetObjectItemCaseSensitive(p, "publishes")->valuedouble;
+    *errors = cJSON_GetObjectItemCaseSensitive(p, "errors")->valuedouble;
+    *pending = cJSON_GetObjectItemCaseSensitive(p, "pending")->valuedouble;
+  }
+  cJSON_Delete(j);
+  free(text);
+  return ok;
+}
+
+/* The serving cache smaller than the rows a request touches: every batch
+ * evicts, and the scores stay those of the rows Redis holds, exactly; the
+ * cache answers exactly its size of a repeated request's rows. And the
+ * publisher's failures: a trainer whose Redis is unreachable trains as one
+ * without it, bit for bit, counting each failed publish; a publish Redis
+ * answers with errors keeps its rows for the next one, which writes them. */
+TEST(small_cache_evicts_exactly_and_failed_publishes_lose_nothing) {
+  if (!have_redis()) return;
+  const int port = free_port(), dead = free_port();
+  pid_t pid = redis_start(port);
+  CHECK(pid > 0);
+  char addr[64], nowhere[64], cfg[1024];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+  snprintf(nowhere, sizeof nowhere, "127.0.0.1:%d", dead);
+  const char *d = test_tmpdir();
+  /* Publishing into nowhere: every publish fails, and is counted. */
+  snprintf(cfg, sizeof cfg, SMALL_CFG, "", nowhere);
+  CHECK_EQ(make_run(3000, 3, 300, "", cfg), 0);
+  double publishes = -1, errors = -1, pending = -1;
+  CHECK(publish_counts("run", &publishes, &errors, &pending));
+  CHECK_EQ(publishes, 0);
+  CHECK_EQ(errors, 2); /* steps 10 and 20, the last line's */
+  CHECK(pending > 0);
+  CHECK(train_run("plain", "{\"model\": {\"embedding_dim\": 8, \"bottom_mlp\": [16, 8], \"top_mlp\": [16, 1]}, "
+                           "\"training\": {\"batch_size\": 128, \"threads\": 1}}", "") == 0);
+  uint64_t step = 0;
+  const dlrec_redis_run a = run_of("run", &step), plain = run_of("plain", NULL);
+  CHECK(a.id != 0 && plain.id == 0); /* a run that never publishes has no id */
+  const char *files[] = {"dense.bin", "table.bin"};
+  for (int i = 0; i < 2; i++) {
+    char x[1100], y[1100], *bx = NULL, *by = NULL;
+    size_t nx = 0, ny = 1;
+    snprintf(x, sizeof x, "%s/run/ckpt-%012llu/%s", d, (unsigned long long)step, files[i]);
+    snprintf(y, sizeof y, "%s/plain/ckpt-%012llu/%s", d, (unsigned long long)step, files[i]);
+    CHECK_OK(dlrec_read_file(x, 1u << 26, &bx, &nx));
+    CHECK_OK(dlrec_read_file(y, 1u << 26, &by, &ny));
+    CHECK(nx == ny && bx && by && memcmp(bx, by, nx) == 0);
+    free(bx), free(by);
+  }
+  /* A cache of 16 rows, none expiring, in front of Redis holding every row
+   * at half its value: the first request's rows all come from Redis (U of
+   * them), a repeat's 16 from the cache and the other U - 16 from Redis. */
+  const uint64_t all = put_all_rows(addr, "dlrec:dlrm", &a, 0.5f, step);
+  CHECK(all > 100);
+  float ref[ROWS], s1[ROWS], s[ROWS];
+  CHECK(predict_ref(ref));
+  char *body = serve_raw_request(d, ROWS), *other = serve_raw_request(d, 2 * ROWS);
+  const char *extra[] = {"--redis", addr, "--redis-max-age-ms", "600000", "--redis-cache-rows", "16", NULL};
+  CHECK(serve_start(d, extra));
+  CHECK(scores(body, ROWS, s1));
+  CHECK(memcmp(s1, ref, sizeof ref) != 0); /* Redis's rows, not the table's */
+  const double u = metric("dlrec_redis_rows_total{source=\"redis\"}");
+  CHECK(u > 16);
+  CHECK_EQ(metric("dlrec_redis_rows_total{source=\"cache\"}"), 0);
+  CHECK(scores(body, ROWS, s));
+  CHECK(memcmp(s, s1, sizeof s) == 0);
+  CHECK_EQ(metric("dlrec_redis_rows_total{source=\"cache\"}"), 16);
+  CHECK_EQ(metric("dlrec_redis_rows_total{source=\"redis\"}"), 2 * u - 16);
+  float s2[2 * ROWS];
+  CHECK(scores(other, 2 * ROWS, s2)); /* more rows through the cache, then the first again */
+  CHECK(memcmp(s2, s1, sizeof s1) == 0);
+  CHECK(scores(body, ROWS, s));
+  CHECK(memcmp(s, s1, sizeof s) == 0);
+  CHECK_EQ(metric("dlrec_redis_rows_total{source=\"table\"}"), 0);
+  serve_stop();
+  free(body), free(other);
+  /* A publish Redis answers with errors (out of memory): counted, its rows
+   * kept; the next one, Redis well again, writes them all. */
+  dlrec_model *m = NULL;
+  CHECK_OK(dlrec_model_load(test_path("run"), &m));
+  if (!m) return;
+  dlrec_train_config c = m->config;
+  snprintf(c.publish_redis, sizeof c.publish_redis, "%s", addr);
+  snprintf(c.publish_prefix, sizeof c.publish_prefix, "t:pub");
+  publisher *p = NULL;
+  CHECK_OK(publisher_create(&p, &c, m->net, &a));
+  enum { N = 50 };
+  uint32_t offsets[N + 1], ids[N];
+  for (uint32_t i = 0; i <= N; i++) offsets[i] = i;
+  for (uint32_t i = 0; i < N; i++) ids[i] = 3 * i;
+  dlrec_batch b = {.rows = N};
+  b.offsets[0] = offsets;
+  b.ids[0] = ids;
+  CHECK_OK(publisher_note(p, &b, 1));
+  char cmd[256];
+  snprintf(cmd, sizeof cmd, "redis-cli -p %d CONFIG SET maxmemory 1 > /dev/null", port);
+  CHECK(system(cmd) == 0);
+  publisher_publish(p, m->net, 1);
+  publish_stats ps;
+  publisher_stats(p, &ps);
+  CHECK_EQ_U64(ps.errors, 1);
+  CHECK_EQ_U64(ps.publishes, 0);
+  CHECK_EQ_U64(ps.pending, N);
+  snprintf(cmd, sizeof cmd, "redis-cli -p %d CONFIG SET maxmemory 0 > /dev/null", port);
+  CHECK(system(cmd) == 0);
+  CHECK_OK(publisher_note(p, &b, 1)); /* the same rows trained again */
+  usleep(1050000);                    /* past the client's retry interval */
+  publisher_publish(p, m->net, 2);
+  publisher_stats(p, &ps);
+  CHECK_EQ_U64(ps.errors, 1);
+  CHECK_EQ_U64(ps.publishes, 1);
+  CHECK_EQ_U64(ps.rows, N);
+  CHECK_EQ_U64(ps.pending, 0);
+  const uint32_t dim = dlrec_table_dim(dlrec_net_table_const(m->net));
+  dlrec_redis_rows *r = NULL;
+  CHECK_OK(dlrec_redis_rows_open(&r, addr, "t:pub", dim, 500, 0));
+  dlrec_redis_rows_set_run(r, &a);
+  uint64_t keys[N], same = 0;
+  uint8_t found[N];
+  float *got = malloc(N * dim * sizeof *got), *want = malloc(dim * sizeof *want);
+  for (uint32_t i = 0; i < N; i++) keys[i] = ids[i];
+  CHECK_OK(dlrec_redis_rows_get(r, keys, N, got, found));
+  for (uint32_t i = 0; got && want && i < N; i++) {
+    dlrec_table_get_row(dlrec_net_table_const(m->net), ids[i], want);
+    same += found[i] && memcmp(want, got + (size_t)i * dim, dim * sizeof *want) == 0;
+  }
+  CHECK_EQ_U64(same, N);
+  dlrec_redis_publish last;
+  int has = 0;
+  CHECK_OK(dlrec_redis_rows_last_publish(r, &last, &has));
+  CHECK(has && last.run.id == a.id && last.step == 2);
+  free(got), free(want);
+  dlrec_redis_rows_close(r);
+  publisher_free(p);
   dlrec_model_free(m);
   redis_stop(pid);
 }

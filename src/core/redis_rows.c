@@ -1,6 +1,6 @@
 /* Embedding rows in Redis over hiredis (core/redis_rows.h): pipelined SETs,
  * one MGET per read, every call bounded by a timeout, reconnection at most
- * once per retry interval. */
+ * once per retry interval; each row tagged with its run. */
 #include "core/redis_rows.h"
 
 #include <errno.h>
@@ -18,12 +18,14 @@
 #include "core/clock.h"
 
 #define KEY_MAX 240
+#define TAIL_BYTES 12 /* after a row's floats: the run id (8), the CRC (4) */
 
 struct dlrec_redis_rows {
   char host[256];
   int port;
   char prefix[208];
   uint32_t dim;
+  dlrec_redis_run run;
   struct timeval timeout;
   double retry_s, last_try;
   redisContext *c;
@@ -73,6 +75,8 @@ void dlrec_redis_rows_close(dlrec_redis_rows *r) {
 }
 
 void dlrec_redis_rows_stats(const dlrec_redis_rows *r, dlrec_redis_stats *out) { *out = r->st; }
+
+void dlrec_redis_rows_set_run(dlrec_redis_rows *r, const dlrec_redis_run *run) { r->run = *run; }
 
 /* The connection is lost: drop it, so that a later call reconnects. why
  * may point into the connection: it is copied first. */
@@ -135,52 +139,67 @@ static size_t key_text(const dlrec_redis_rows *r, char *buf, uint64_t key) {
   return (size_t)snprintf(buf, KEY_MAX, "%s:%" PRIu64, r->prefix, key);
 }
 
-/* The checksum a row's value ends with: CRC-32C of the key's 8 bytes and
- * the row's, little-endian (the host's order on the machines dlrec builds
- * for, as the floats are). */
-static uint32_t row_crc(uint64_t key, const void *row, size_t bytes) {
-  uint8_t k[8];
-  for (int i = 0; i < 8; i++) k[i] = (uint8_t)(key >> (8 * i));
-  return dlrec_crc32c(dlrec_crc32c(0, k, sizeof k), row, bytes);
+static void put_le(char *dst, uint64_t v, int bytes) {
+  for (int i = 0; i < bytes; i++) dst[i] = (char)(uint8_t)(v >> (8 * i));
 }
 
-/* Whether a value read under key is a row of dim floats (the format above). */
-static int is_row(uint64_t key, const char *v, size_t len, uint32_t dim) {
+static uint64_t get_le(const char *src, int bytes) {
+  uint64_t v = 0;
+  for (int i = 0; i < bytes; i++) v |= (uint64_t)(uint8_t)src[i] << (8 * i);
+  return v;
+}
+
+/* The checksum a row's value ends with: CRC-32C of the key's 8 bytes and
+ * the value's bytes before it (the floats, little-endian as the host's are
+ * on the machines dlrec builds for, and the run id). */
+static uint32_t row_crc(uint64_t key, const void *value, size_t bytes) {
+  char k[8];
+  put_le(k, key, 8);
+  return dlrec_crc32c(dlrec_crc32c(0, k, sizeof k), value, bytes);
+}
+
+/* What a value read under key is (the format above): a row of dim floats
+ * of run `run` (ROW_OK), another run's row (ROW_FOREIGN), or not a row. */
+enum { ROW_OK, ROW_FOREIGN, ROW_BAD };
+static int classify(uint64_t key, const char *v, size_t len, uint32_t dim, uint64_t run) {
   const size_t bytes = (size_t)dim * sizeof(float);
-  if (len != bytes + 4) return 0;
-  const uint8_t *c = (const uint8_t *)v + bytes;
-  const uint32_t crc = (uint32_t)c[0] | (uint32_t)c[1] << 8 | (uint32_t)c[2] << 16 | (uint32_t)c[3] << 24;
-  if (crc != row_crc(key, v, bytes)) return 0;
+  if (len != bytes + TAIL_BYTES) return ROW_BAD;
+  if ((uint32_t)get_le(v + bytes + 8, 4) != row_crc(key, v, bytes + 8)) return ROW_BAD;
   for (uint32_t j = 0; j < dim; j++) {
     float x;
     memcpy(&x, v + (size_t)j * sizeof x, sizeof x);
-    if (!isfinite(x)) return 0;
+    if (!isfinite(x)) return ROW_BAD;
   }
-  return 1;
+  return get_le(v + bytes, 8) == run ? ROW_OK : ROW_FOREIGN;
 }
 
 dlrec_status dlrec_redis_rows_put(dlrec_redis_rows *r, const uint64_t *keys, const float *rows, size_t n,
                                   uint64_t step) {
+  if (!r->run.id)
+    return dlrec_error(DLREC_ERR_INVALID, "redis %s: rows are published with a run id (none given)", r->prefix);
   dlrec_status s = reserve(r, 1);
   if (s == DLREC_OK) s = connected(r);
   if (s != DLREC_OK) return s;
   const size_t bytes = (size_t)r->dim * sizeof(float);
   size_t sent = 0;
   for (size_t i = 0; i < n; i++, sent++) {
-    char key[KEY_MAX], val[DLREC_REDIS_MAX_DIM * sizeof(float) + 4];
+    char key[KEY_MAX], val[DLREC_REDIS_MAX_DIM * sizeof(float) + TAIL_BYTES];
     memcpy(val, rows + i * r->dim, bytes);
-    const uint32_t crc = row_crc(keys[i], val, bytes);
-    for (int b = 0; b < 4; b++) val[bytes + (size_t)b] = (char)(uint8_t)(crc >> (8 * b));
+    put_le(val + bytes, r->run.id, 8);
+    put_le(val + bytes + 8, row_crc(keys[i], val, bytes + 8), 4);
     const char *argv[3] = {"SET", key, val};
-    size_t len[3] = {3, key_text(r, key, keys[i]), bytes + 4};
+    size_t len[3] = {3, key_text(r, key, keys[i]), bytes + TAIL_BYTES};
     if (redisAppendCommandArgv(r->c, 3, argv, len) != REDIS_OK) return down(r, "cannot queue a SET");
   }
-  if (step != UINT64_MAX) {
-    char key[KEY_MAX], val[32];
-    const char *argv[3] = {"SET", key, val};
-    size_t len[3] = {3, (size_t)snprintf(key, sizeof key, "%s:step", r->prefix),
-                     (size_t)snprintf(val, sizeof val, "%" PRIu64, step)};
-    if (redisAppendCommandArgv(r->c, 3, argv, len) != REDIS_OK) return down(r, "cannot queue a SET");
+  if (step != UINT64_MAX) { /* the step and the run, together (MSET is atomic) */
+    char skey[KEY_MAX], sval[32], rkey[KEY_MAX], rval[64];
+    const char *argv[5] = {"MSET", skey, sval, rkey, rval};
+    size_t len[5] = {4, (size_t)snprintf(skey, sizeof skey, "%s:step", r->prefix),
+                     (size_t)snprintf(sval, sizeof sval, "%" PRIu64, step),
+                     (size_t)snprintf(rkey, sizeof rkey, "%s:run", r->prefix),
+                     (size_t)snprintf(rval, sizeof rval, "%016" PRIx64 " %08" PRIx32 " %" PRIu64, r->run.id,
+                                      r->run.etl_crc, step)};
+    if (redisAppendCommandArgv(r->c, 5, argv, len) != REDIS_OK) return down(r, "cannot queue an MSET");
     sent++;
   }
   for (size_t i = 0; i < sent; i++) {
@@ -188,7 +207,8 @@ dlrec_status dlrec_redis_rows_put(dlrec_redis_rows *r, const uint64_t *keys, con
     if (redisGetReply(r->c, (void **)&rep) != REDIS_OK || !rep) return down(r, r->c->errstr[0] ? r->c->errstr : "no reply");
     const int ok = rep->type == REDIS_REPLY_STATUS;
     char why[200];
-    if (!ok) snprintf(why, sizeof why, "SET answered %s", rep->type == REDIS_REPLY_ERROR ? rep->str : "something else");
+    if (!ok)
+      snprintf(why, sizeof why, "a write answered %s", rep->type == REDIS_REPLY_ERROR ? rep->str : "something else");
     freeReplyObject(rep);
     if (!ok) return down(r, why);
   }
@@ -219,14 +239,49 @@ dlrec_status dlrec_redis_rows_get(dlrec_redis_rows *r, const uint64_t *keys, siz
   const size_t bytes = (size_t)r->dim * sizeof(float);
   for (size_t i = 0; i < n; i++) {
     const redisReply *e = rep->element[i];
-    if (e->type == REDIS_REPLY_STRING && is_row(keys[i], e->str, e->len, r->dim)) {
+    if (e->type == REDIS_REPLY_NIL) continue;
+    const int kind = e->type == REDIS_REPLY_STRING ? classify(keys[i], e->str, e->len, r->dim, r->run.id) : ROW_BAD;
+    if (kind == ROW_OK) {
       memcpy(rows + i * r->dim, e->str, bytes);
       found[i] = 1;
       r->st.hits++;
-    } else if (e->type != REDIS_REPLY_NIL) {
+    } else if (kind == ROW_FOREIGN) {
+      r->st.foreign++; /* another run's: the caller's table answers */
+    } else {
       r->st.rejected++; /* not a row of this table: the caller's table answers */
     }
   }
   freeReplyObject(rep);
+  return DLREC_OK;
+}
+
+dlrec_status dlrec_redis_rows_last_publish(dlrec_redis_rows *r, dlrec_redis_publish *out, int *found) {
+  *found = 0;
+  memset(out, 0, sizeof *out);
+  dlrec_status s = connected(r);
+  if (s != DLREC_OK) return s;
+  char key[KEY_MAX];
+  const char *argv[2] = {"GET", key};
+  size_t len[2] = {3, (size_t)snprintf(key, sizeof key, "%s:run", r->prefix)};
+  redisReply *rep = redisCommandArgv(r->c, 2, argv, len);
+  if (!rep) return down(r, r->c->errstr[0] ? r->c->errstr : "no reply");
+  if (rep->type == REDIS_REPLY_NIL) {
+    freeReplyObject(rep);
+    return DLREC_OK;
+  }
+  /* "RUN ETL STEP": 16 and 8 hex digits, a decimal step; anything else
+   * (another type of key, an error answered) is not a record. */
+  char text[64] = "", tail;
+  if (rep->type == REDIS_REPLY_STRING && rep->len < sizeof text) memcpy(text, rep->str, rep->len);
+  freeReplyObject(rep);
+  uint64_t id, step;
+  uint32_t etl;
+  int n1 = 0, n2 = 0;
+  if (sscanf(text, "%16" SCNx64 "%n %8" SCNx32 "%n %" SCNu64 " %c", &id, &n1, &etl, &n2, &step, &tail) != 3 ||
+      n1 != 16 || n2 != 25)
+    return dlrec_error(DLREC_ERR_CORRUPT, "redis %s:%d: %s holds '%.40s', not \"RUN ETL STEP\"", r->host, r->port, key,
+                       text);
+  *out = (dlrec_redis_publish){{id, etl}, step};
+  *found = 1;
   return DLREC_OK;
 }

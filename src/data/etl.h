@@ -131,6 +131,9 @@ const char *const *dlrec_etl_header(const dlrec_etl *e, uint32_t *n);
 /* Rows, positive labels and skipped bad rows of the fit. */
 uint64_t dlrec_etl_rows(const dlrec_etl *e);
 uint64_t dlrec_etl_positives(const dlrec_etl *e);
+/* etl.json's state_crc32c (docs/etl.md) of a loaded state: what ties rows a
+ * trainer publishes to Redis to the ETL state they were trained on. */
+uint32_t dlrec_etl_state_crc(const dlrec_etl *e);
 
 typedef struct dlrec_etl_dense_info {
   uint64_t count, missing; /* non-missing and missing values in fit */

@@ -119,6 +119,7 @@ struct dlrec_etl {
   dlrec_dense_transform transform;
   int standardize;
   uint64_t rows, positives, bad_rows;
+  uint32_t state_crc;      /* etl.json's state_crc32c, as loaded (dlrec_etl_state_crc) */
   etl_dense dense[DLREC_MAX_DENSE];
   etl_cat cat[DLREC_MAX_SPARSE];
   dlrec_layout *layout[2]; /* encode_line's layouts without / with the label */

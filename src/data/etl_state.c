@@ -381,6 +381,8 @@ static dlrec_status load_derived(dlrec_etl *e, const cJSON *dense, const cJSON *
   return DLREC_OK;
 }
 
+uint32_t dlrec_etl_state_crc(const dlrec_etl *e) { return e->state_crc; }
+
 /* Checks etl.json's checksum of itself (dlrec_json_check_sealed); a state
  * without the field is refused naming it. */
 static dlrec_status check_state_crc(const cJSON *root, const char *text, size_t n, const char *jpath) {
@@ -412,6 +414,9 @@ static dlrec_status load_settings(dlrec_etl *e, const cJSON *root, const char *t
                                                  : "");
   /* Before any field is believed. */
   if (st == DLREC_OK) st = check_state_crc(root, text, text_bytes, jpath);
+  /* 8 lowercase hex digits, as the check found them. */
+  if (st == DLREC_OK)
+    e->state_crc = (uint32_t)strtoul(cJSON_GetObjectItemCaseSensitive(root, ETL_CRC_KEY)->valuestring, NULL, 16);
   if (st == DLREC_OK) st = dlrec_json_check_keys(root, jpath, keys);
   if (st == DLREC_OK) st = dlrec_json_get_string(root, "input_format", jpath, &input);
   if (st == DLREC_OK && dlrec_format_parse(input, &e->format) != DLREC_OK)

@@ -83,16 +83,7 @@ static dlrec_status score(worker_state *w, serve_job *jobs) {
     serve_redis_free(w->redis);
     w->redis = NULL;
     s = dlrec_net_ws_create(&w->ws, m->model->net, w->b->max_batch);
-    if (s == DLREC_OK && w->b->redis) {
-      /* The rows' prefix: the option's, else dlrec:NAME (the trainer's default). */
-      serve_redis_opts o = *w->b->redis;
-      char prefix[128];
-      if (!o.prefix || !*o.prefix) {
-        snprintf(prefix, sizeof prefix, "dlrec:%s", m->model->config.name);
-        o.prefix = prefix;
-      }
-      s = serve_redis_create(&w->redis, &o, dlrec_table_dim(dlrec_net_table_const(m->model->net)));
-    }
+    if (s == DLREC_OK && w->b->redis) s = serve_redis_create(&w->redis, w->b->redis, m->model);
     if (s == DLREC_OK)
       s = dlrec_serve_rows_new(&w->merged, dlrec_net_schema(m->model->net), m->model->etl);
     if (s == DLREC_OK) s = dlrec_serve_rows_reserve(w->merged, w->b->max_batch);

@@ -18,6 +18,7 @@ static const double latency_le[SERVE_LATENCY_BUCKETS] = {0.00005, 0.0001, 0.0002
 
 void serve_metrics_init(serve_metrics *m) {
   memset(m, 0, sizeof *m);
+  m->redis_lag_steps = -1;
   pthread_mutex_init(&m->mu, NULL);
 }
 
@@ -66,6 +67,8 @@ void serve_metrics_redis(serve_metrics *m, const serve_redis_counts *c) {
   m->redis_rows[2] += c->table;
   m->redis_errors += c->errors;
   m->redis_rejected += c->rejected;
+  m->redis_foreign += c->foreign;
+  if (c->lag_read) m->redis_lag_steps = c->lag_steps;
   pthread_mutex_unlock(&m->mu);
 }
 
@@ -199,5 +202,15 @@ dlrec_status serve_metrics_write(serve_metrics *m, dlrec_kserve_buf *b, uint64_t
             name, version,
             (unsigned long long)loads_ok, (unsigned long long)loads_failed, (unsigned long long)timed_out,
             (unsigned long long)shed);
+  if (s == DLREC_OK)
+    s = put(b,
+            "# HELP dlrec_redis_foreign_total Rows in Redis of another training run than the served checkpoint's "
+            "(another seed, config or ETL state publishing under the same prefix); their rows came from the table.\n"
+            "# TYPE dlrec_redis_foreign_total counter\ndlrec_redis_foreign_total %llu\n"
+            "# HELP dlrec_redis_lag_steps The served checkpoint's step minus the step of its run's last publish "
+            "in Redis (0: Redis at or past the checkpoint; -1: Redis holds no publish of its run).\n"
+            "# TYPE dlrec_redis_lag_steps gauge\ndlrec_redis_lag_steps %lld\n",
+            (unsigned long long)c.redis_foreign, (long long)c.redis_lag_steps);
+  if (s == DLREC_OK && mem) s = put_request_memory(b, mem);
   return s;
 }

@@ -11,7 +11,17 @@
  * entry (FIFO) gives way. Redis down or slow: the MGET fails within its
  * timeout, the batch is scored from the cache and the table, nothing is
  * cached as absent, and the client retries at most once per second.
+ *
+ * Rows are the checkpoint's run's only: a row another run published under
+ * the prefix is refused (counted as foreign; the table answers). PREFIX:run,
+ * the last publish, is read when the tier is made (the first batch after a
+ * load or a reload) and then at most once a second: the checkpoint's step
+ * past its run's last publish is the lag (dlrec_redis_lag_steps), and a
+ * publish of another run, or a lag, is logged (at most once a minute).
  */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,8 +31,14 @@
 #include "embed/slot_index.h"
 #include "serve/serve_internal.h"
 
+#define PUBLISH_CHECK_S 1.0 /* PREFIX:run read at most this often */
+#define LOG_EVERY_S 60.0     /* a warning repeated at most this often */
+
 struct serve_redis {
   dlrec_redis_rows *client;
+  char prefix[208];
+  dlrec_redis_run run; /* the checkpoint's */
+  uint64_t step;       /* the checkpoint's */
   uint32_t dim;
   double max_age_s;
   uint64_t cap, used, hand; /* FIFO: the next slot to reuse once full */
@@ -38,18 +54,85 @@ struct serve_redis {
   uint8_t *miss_found;
   size_t miss_cap;
   serve_redis_counts counts;
-  uint64_t rejected_seen; /* the client's rejected count, as last read */
-  double rejected_logged; /* when a rejection was last logged */
+  uint64_t rejected_seen, foreign_seen; /* the client's counts, as last read */
+  double rejected_logged, foreign_logged; /* when they were last logged (0: never) */
+  double publish_checked, publish_logged; /* when PREFIX:run was last read, and a finding about it logged */
+  int publish_said;                       /* that finding (a PUB_ value) */
 };
 
-dlrec_status serve_redis_create(serve_redis **out, const serve_redis_opts *o, uint32_t dim) {
+/* What PREFIX:run says, when it is worth a warning. */
+enum { PUB_BAD = 1, PUB_NO_ID, PUB_NONE, PUB_FOREIGN, PUB_LAG, PUB_ETL };
+
+/* A finding about PREFIX:run: logged when it changes, and at most once a
+ * minute while it holds. */
+static void publish_warn(serve_redis *t, double now, int kind, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void publish_warn(serve_redis *t, double now, int kind, const char *fmt, ...) {
+  if (kind == t->publish_said && now - t->publish_logged < LOG_EVERY_S) return;
+  t->publish_said = kind;
+  t->publish_logged = now;
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  DLREC_WARN("redis %s: %s", t->prefix, msg);
+}
+
+/* Reads PREFIX:run: the lag, and whose publish Redis holds. Redis down: the
+ * lag stays as it was (the MGETs count the outage). */
+static void check_publish(serve_redis *t, double now) {
+  t->publish_checked = now;
+  dlrec_redis_publish p;
+  int found;
+  const dlrec_status s = dlrec_redis_rows_last_publish(t->client, &p, &found);
+  if (s == DLREC_ERR_IO) return;
+  t->counts.lag_read = 1;
+  t->counts.lag_steps = -1;
+  if (s != DLREC_OK) {
+    publish_warn(t, now, PUB_BAD, "%s", dlrec_last_error());
+  } else if (!t->run.id) {
+    publish_warn(t, now, PUB_NO_ID,
+                 "the checkpoint (step %llu) has no run id: its run never published to Redis, so every row under the "
+                 "prefix is another run's and the table answers for it", (unsigned long long)t->step);
+  } else if (!found) {
+    publish_warn(t, now, PUB_NONE, "no publish yet (%s:run is absent): the table answers for the rows Redis lacks",
+                 t->prefix);
+  } else if (p.run.id != t->run.id) {
+    publish_warn(t, now, PUB_FOREIGN,
+                 "the last publish is run %016" PRIx64 "'s (ETL state %08" PRIx32 ", step %llu), not run %016" PRIx64
+                 "'s, the checkpoint's: another run's rows are refused and the table answers for them "
+                 "(dlrec_redis_foreign_total)", p.run.id, p.run.etl_crc, (unsigned long long)p.step, t->run.id);
+  } else {
+    t->counts.lag_steps = p.step >= t->step ? 0 : (int64_t)(t->step - p.step);
+    if (t->counts.lag_steps > 0)
+      publish_warn(t, now, PUB_LAG,
+                   "the run's last publish is step %llu, %lld steps behind the served checkpoint (step %llu): rows "
+                   "Redis holds may be older than the checkpoint's (dlrec_redis_lag_steps)",
+                   (unsigned long long)p.step, (long long)t->counts.lag_steps, (unsigned long long)t->step);
+    else if (p.run.etl_crc != t->run.etl_crc)
+      publish_warn(t, now, PUB_ETL, "the run published with ETL state %08" PRIx32 ", the checkpoint holds %08" PRIx32
+                   " (a resume with another --etl of the same encoding)", p.run.etl_crc, t->run.etl_crc);
+    else
+      t->publish_said = 0; /* all well: the next finding is logged at once */
+  }
+}
+
+dlrec_status serve_redis_create(serve_redis **out, const serve_redis_opts *o, const dlrec_model *m) {
   *out = NULL;
   serve_redis *t = calloc(1, sizeof *t);
   if (!t) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
+  const uint32_t dim = dlrec_table_dim(dlrec_net_table_const(m->net));
   t->dim = dim;
   t->max_age_s = o->max_age_ms / 1000.0;
   t->cap = o->cache_rows;
-  dlrec_status s = dlrec_redis_rows_open(&t->client, o->addr, o->prefix, dim, o->timeout_ms, 1000);
+  /* The rows' prefix: the option's, else dlrec:NAME (the trainer's default). */
+  if (o->prefix && *o->prefix) snprintf(t->prefix, sizeof t->prefix, "%s", o->prefix);
+  else snprintf(t->prefix, sizeof t->prefix, "dlrec:%s", m->config.name);
+  t->run = (dlrec_redis_run){m->progress.run_id, dlrec_etl_state_crc(m->etl)};
+  t->step = m->progress.step;
+  dlrec_status s = dlrec_redis_rows_open(&t->client, o->addr, t->prefix, dim, o->timeout_ms, 1000);
+  if (s == DLREC_OK) dlrec_redis_rows_set_run(t->client, &t->run);
   if (s == DLREC_OK && t->cap) {
     s = slot_index_init(&t->index, t->cap, "redis cache");
     t->keys = malloc(t->cap * sizeof *t->keys);
@@ -63,6 +146,7 @@ dlrec_status serve_redis_create(serve_redis **out, const serve_redis_opts *o, ui
     serve_redis_free(t);
     return s;
   }
+  check_publish(t, dlrec_now());
   *out = t;
   return DLREC_OK;
 }
@@ -116,25 +200,34 @@ static dlrec_status reserve_misses(serve_redis *t, size_t n) {
 }
 
 /* Values Redis held under a row's key that were not a row (another table's,
- * another tool's, not finite): counted, and logged at most once a minute. */
-static void note_rejected(serve_redis *t, double now) {
+ * another tool's, not finite) or were another run's row: counted, and each
+ * logged at most once a minute. */
+static void note_refused(serve_redis *t, double now) {
   dlrec_redis_stats st;
   dlrec_redis_rows_stats(t->client, &st);
-  const uint64_t fresh = st.rejected - t->rejected_seen;
+  const uint64_t rejected = st.rejected - t->rejected_seen, foreign = st.foreign - t->foreign_seen;
   t->rejected_seen = st.rejected;
-  if (!fresh) return;
-  t->counts.rejected += fresh;
-  if (t->rejected_logged == 0 || now - t->rejected_logged >= 60) {
+  t->foreign_seen = st.foreign;
+  t->counts.rejected += rejected;
+  t->counts.foreign += foreign;
+  if (rejected && (t->rejected_logged == 0 || now - t->rejected_logged >= LOG_EVERY_S)) {
     t->rejected_logged = now;
-    DLREC_WARN("redis: %llu values under rows' keys were not rows of this table (size, checksum or a value not "
-               "finite); the table answered for them (dlrec_redis_rejected_total counts them all)",
-               (unsigned long long)fresh);
+    DLREC_WARN("redis %s: %llu values under rows' keys were not rows of this table (size, checksum or a value not "
+               "finite); the table answered for them (dlrec_redis_rejected_total counts them all)", t->prefix,
+               (unsigned long long)rejected);
+  }
+  if (foreign && (t->foreign_logged == 0 || now - t->foreign_logged >= LOG_EVERY_S)) {
+    t->foreign_logged = now;
+    DLREC_WARN("redis %s: %llu rows were another run's, not run %016" PRIx64 "'s (the served checkpoint's); the "
+               "table answered for them (dlrec_redis_foreign_total counts them all)", t->prefix,
+               (unsigned long long)foreign, t->run.id);
   }
 }
 
 dlrec_status serve_redis_fetch(void *ctx, const uint64_t *keys, size_t n, float *rows, uint8_t *found) {
   serve_redis *t = ctx;
   const double now = dlrec_now();
+  if (now - t->publish_checked >= PUBLISH_CHECK_S) check_publish(t, now);
   dlrec_status s = reserve_misses(t, n);
   if (s != DLREC_OK) return s;
   size_t m = 0;
@@ -162,7 +255,7 @@ dlrec_status serve_redis_fetch(void *ctx, const uint64_t *keys, size_t n, float 
     t->counts.errors++;
     return DLREC_OK;
   }
-  note_rejected(t, now);
+  note_refused(t, now);
   for (size_t j = 0; j < m; j++) {
     const size_t i = t->miss_at[j];
     const float *row = t->miss_found[j] ? t->miss_rows + j * t->dim : NULL;

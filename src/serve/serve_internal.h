@@ -283,6 +283,8 @@ typedef struct serve_metrics {
   uint64_t redis_rows[3]; /* the Redis tier: rows from the cache, from Redis, from the table */
   uint64_t redis_errors;  /* MGETs that could not reach Redis */
   uint64_t redis_rejected; /* values under a row's key that were not a row (dlrec_redis_rows_get) */
+  uint64_t redis_foreign;  /* rows of another run than the served checkpoint's */
+  int64_t redis_lag_steps; /* the checkpoint's step past its run's last publish in Redis; -1: none known */
 } serve_metrics;
 
 /* ---- the Redis tier (redis_tier.c): one per scoring worker ---- */
@@ -299,10 +301,16 @@ typedef struct serve_redis_opts {
 typedef struct serve_redis_counts {
   uint64_t cache, redis, table, errors;
   uint64_t rejected; /* values Redis held under a row's key that were not a row (the table answered) */
+  uint64_t foreign;  /* rows Redis held of another run than the checkpoint's (the table answered) */
+  int lag_read;      /* PREFIX:run was read since the last take: lag_steps is new */
+  int64_t lag_steps; /* the checkpoint's step minus its run's last publish's (0: Redis at or past it); -1: no
+                        publish of its run in Redis */
 } serve_redis_counts;
 
 typedef struct serve_redis serve_redis;
-dlrec_status serve_redis_create(serve_redis **t, const serve_redis_opts *o, uint32_t dim);
+/* The tier for model m (its run, ETL state and step; its table's dim),
+ * under o's prefix, else dlrec:NAME (the trainer's default). */
+dlrec_status serve_redis_create(serve_redis **t, const serve_redis_opts *o, const dlrec_model *m);
 void serve_redis_free(serve_redis *t); /* accepts NULL */
 /* dlrec_row_fetch (model/model.h) over the tier; ctx is the serve_redis. */
 dlrec_status serve_redis_fetch(void *ctx, const uint64_t *keys, size_t n, float *rows, uint8_t *found);

@@ -63,6 +63,11 @@ typedef struct dlrec_train_progress {
   /* dlrec train --follow: the file (its name in the followed directory)
    * that `position` is a position of; "" for a run on --train files. */
   char follow_file[256];
+  /* The run's id: 64 random bits drawn when the run first publishes to
+   * Redis (publish.redis), kept by a resumed run; its published rows carry
+   * it (core/redis_rows.h). 0: the run never published (its checkpoints,
+   * free of anything random, stay the same bytes for the same config). */
+  uint64_t run_id;
 } dlrec_train_progress;
 
 /* Journaled checkpoints of a tiered or hash table (docs/formats.md): what a trainer

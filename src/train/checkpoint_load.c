@@ -355,6 +355,11 @@ dlrec_status ckpt_read_manifest(const char *dir, manifest *m) {
   if (s == DLREC_OK && (strlen(follow) >= sizeof p->follow_file || strchr(follow, '/')))
     s = dlrec_error(DLREC_ERR_CORRUPT, "%s: position: 'follow_file' is not a file name: '%s'", path, follow);
   if (s == DLREC_OK) snprintf(p->follow_file, sizeof p->follow_file, "%s", follow);
+  const char *run_id = NULL; /* absent: a run that never published */
+  if (s == DLREC_OK) s = dlrec_json_get_string_or(j, "run_id", path, NULL, &run_id);
+  char run_what[4200];
+  snprintf(run_what, sizeof run_what, "%s: field 'run_id'", path);
+  if (s == DLREC_OK && run_id) s = parse_hex(run_id, 16, run_what, &p->run_id);
   if (s == DLREC_OK) s = dlrec_json_get_double_or(j, "valid_auc", path, NAN, &p->valid_auc);
   if (s == DLREC_OK) s = dlrec_json_get_object(j, "loss", path, &loss);
   if (s == DLREC_OK) s = dlrec_json_get_double(loss, "sum", path, &p->loss_sum);

@@ -32,6 +32,10 @@ static dlrec_status write_manifest(const char *dir, const manifest *m) {
   snprintf(hex, sizeof hex, "%016" PRIx64, p->position.fingerprint);
   cJSON_AddStringToObject(pos, "fingerprint", hex);
   if (p->follow_file[0]) cJSON_AddStringToObject(pos, "follow_file", p->follow_file);
+  if (p->run_id) {
+    snprintf(hex, sizeof hex, "%016" PRIx64, p->run_id);
+    cJSON_AddStringToObject(j, "run_id", hex);
+  }
   if (!isnan(p->valid_auc)) cJSON_AddNumberToObject(j, "valid_auc", p->valid_auc);
   /* cJSON prints a double with enough digits to read back the same bits. */
   cJSON *loss = cJSON_AddObjectToObject(j, "loss");

@@ -1,12 +1,17 @@
 /* Publishing trained rows to the Redis tier (publish.h). */
 #include "train/publish.h"
 
+#include <fcntl.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
 
+#include "core/hash.h"
 #include "core/log.h"
-#include "core/redis_rows.h"
 #include "embed/store.h"
 
 struct publisher {
@@ -19,9 +24,11 @@ struct publisher {
   uint32_t *offsets, *ids;
   size_t rows_cap;
   publish_stats st;
+  int failing; /* the last publish failed (warned once, until one succeeds) */
 };
 
-dlrec_status publisher_create(publisher **out, const dlrec_train_config *c, const dlrec_net *net) {
+dlrec_status publisher_create(publisher **out, const dlrec_train_config *c, const dlrec_net *net,
+                              const dlrec_redis_run *run) {
   *out = NULL;
   const dlrec_store_kind kind = dlrec_store_get_kind(dlrec_net_store(net));
   if (kind == DLREC_STORE_TIERED)
@@ -39,6 +46,9 @@ dlrec_status publisher_create(publisher **out, const dlrec_train_config *c, cons
     publisher_free(p);
     return dlrec_error_context("publish.redis: ");
   }
+  dlrec_redis_rows_set_run(p->client, run);
+  DLREC_INFO("publishing rows to redis %s under %s as run %016" PRIx64 " (ETL state %08" PRIx32 ")", c->publish_redis,
+             prefix, run->id, run->etl_crc);
   *out = p;
   return DLREC_OK;
 }
@@ -132,8 +142,14 @@ void publisher_publish(publisher *p, const dlrec_net *net, uint64_t step) {
   if (dlrec_redis_rows_put(p->client, p->pending, p->rows, m, step) != DLREC_OK) {
     p->n = p->unique = m; /* kept for the next publish */
     p->st.errors++;
+    if (!p->failing)
+      DLREC_WARN("publish at step %llu: %s; its %zu rows wait for the next publish (metrics.jsonl: publish.errors)",
+                 (unsigned long long)step, dlrec_last_error(), m);
+    p->failing = 1;
     return;
   }
+  if (p->failing) DLREC_INFO("publish at step %llu: %zu rows published again", (unsigned long long)step, m);
+  p->failing = 0;
   p->st.rows += m;
   p->st.publishes++;
   p->n = p->unique = 0;
@@ -142,4 +158,20 @@ void publisher_publish(publisher *p, const dlrec_net *net, uint64_t step) {
 void publisher_stats(const publisher *p, publish_stats *out) {
   *out = p->st;
   out->pending = p->n;
+}
+
+/* getrandom, else /dev/urandom, else the clock and the pid mixed: two runs
+ * started apart get different ids either way. */
+uint64_t publisher_new_run_id(void) {
+  uint64_t id = 0;
+  if (getrandom(&id, sizeof id, 0) != (ssize_t)sizeof id) {
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || read(fd, &id, sizeof id) != (ssize_t)sizeof id) {
+      struct timespec t;
+      clock_gettime(CLOCK_REALTIME, &t);
+      id = dlrec_mix64((uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec) ^ dlrec_mix64((uint64_t)getpid());
+    }
+    if (fd >= 0) close(fd);
+  }
+  return id ? id : 1;
 }

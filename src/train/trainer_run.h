@@ -38,8 +38,10 @@ typedef struct run {
   dlrec_loader_opts lo;
   dlrec_schema schema;
   uint64_t follow_rows;
-  double follow_idle; /* seconds spent waiting for a new file */
+  double follow_idle; /* seconds spent waiting for a new file, or for one's writer to finish it */
+  uint64_t files_rejected; /* files this run moved into DIR/.rejected/ */
   publisher *pub;     /* publish.redis: trained rows to the Redis tier; NULL: off */
+  uint32_t etl_crc;   /* the ETL state's checksum (dlrec_etl_state_crc), which published rows carry */
   /* Across ranks (a->comm of more than one rank): this rank's part of each
    * batch, its shard of the table and the exchanges (dist/dist.h). No
    * rank holds the whole table; rank 0 alone writes into RUN. */

@@ -157,6 +157,7 @@ static dlrec_status data_setup(run *r) {
   dlrec_status s = dlrec_etl_load(&etl, a->etl_dir);
   if (s != DLREC_OK) return s;
   const dlrec_schema schema = *dlrec_etl_schema(etl);
+  r->etl_crc = dlrec_etl_state_crc(etl);
   dlrec_etl_free(etl);
   dlrec_loader_opts lo;
   dlrec_loader_opts_default(&lo);
@@ -229,7 +230,8 @@ static dlrec_status network_setup(run *r, const char *what, dlrec_store_config *
 }
 
 /* The optimizers (across ranks, the sparse one is the shard's) and the
- * step over them; the Redis publisher; the journal of a tiered or hash
+ * step over them; whether rows can be published (the publisher is made
+ * with the run's id, in run_start); the journal of a tiered or hash
  * table, which records the rows each step changes so that checkpoints can
  * journal them instead of copying the whole table. */
 static dlrec_status optim_setup(run *r, const dlrec_store_config *sc) {
@@ -251,7 +253,6 @@ static dlrec_status optim_setup(run *r, const dlrec_store_config *sc) {
   if (r->cfg.publish_redis[0] && !dlrec_backend_host_memory(r->be))
     return dlrec_error(DLREC_ERR_UNSUPPORTED, "%s: publish.redis publishes from a table in host memory: train on "
                        "the CPU to publish rows", dlrec_backend_describe(r->be));
-  if (r->cfg.publish_redis[0] && (s = publisher_create(&r->pub, &r->cfg, r->model)) != DLREC_OK) return s;
   r->journal.max_fraction = r->cfg.checkpoint_journal_max_fraction;
   if ((sc->kind == DLREC_STORE_TIERED || sc->kind == DLREC_STORE_HASH) && r->journal.max_fraction > 0)
     return dlrec_store_track_changes(dlrec_net_store(r->model));
@@ -283,7 +284,8 @@ dlrec_status run_setup(run *r) {
 
 /* Resumes RUN's latest checkpoint, its rows into `rows` when not NULL
  * (across ranks: the shards), or initializes the parameters (across ranks:
- * the dense ones); then opens metrics.jsonl. */
+ * the dense ones); then opens metrics.jsonl and, with publish.redis, the
+ * publisher, under the run's id (the checkpoint's, else a new one). */
 dlrec_status run_start(run *r, const dlrec_row_source *rows) {
   const dlrec_train_args *a = r->a;
   dlrec_status s;
@@ -318,5 +320,7 @@ dlrec_status run_start(run *r, const dlrec_row_source *rows) {
   }
   r->metrics = fopen(r->metrics_path, "a");
   if (!r->metrics) return dlrec_error(DLREC_ERR_IO, "%s: %s", r->metrics_path, strerror(errno));
-  return DLREC_OK;
+  if (!r->cfg.publish_redis[0]) return DLREC_OK;
+  if (!r->prog.run_id) r->prog.run_id = publisher_new_run_id();
+  return publisher_create(&r->pub, &r->cfg, r->model, &(dlrec_redis_run){r->prog.run_id, r->etl_crc});
 }
