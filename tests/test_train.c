@@ -606,16 +606,33 @@ TEST(corrupt_or_mismatched_checkpoint_is_refused) {
   CHECK(test_write_file(test_path("cfg.json"), CONFIG, (size_t)-1) == 0);
   CHECK(train("run", "--max-steps 20") == 0);
   char path[2048], *out = NULL;
-  /* A flipped byte in the table. */
+  /* A flipped byte in the table: eval refuses it. --resume says so and
+   * resumes from the newest checkpoint that loads (step 10): its ckpt-20
+   * is the first one's again, bit for bit. With no older checkpoint left,
+   * the resume is refused. */
+  char dense[2048];
+  snprintf(path, sizeof path, "%s/ckpt-000000000020/dense.bin", test_path("run"));
+  snprintf(dense, sizeof dense, "%s", test_path("dense20.bin"));
+  CHECK_OK(dlrec_copy_file(path, dense));
   snprintf(path, sizeof path, "%s/ckpt-000000000020/table.bin", test_path("run"));
   flip_byte(path, 4096);
-  int rc = test_run_cli(&out, "train -q --config '%s' --train '%s' --etl '%s' --out '%s' --resume --max-steps 30",
-                        test_path("cfg.json"), test_path("train.dlr"), test_path("etl"), test_path("run"));
-  CHECK(rc == 1);
-  CHECK(out && strstr(out, "table.bin") && strstr(out, "checksum mismatch"));
-  free(out);
-  rc = test_run_cli(&out, "eval --model '%s' --data '%s'", test_path("run"), test_path("valid.dlr"));
+  int rc = test_run_cli(&out, "eval --model '%s' --data '%s'", test_path("run"), test_path("valid.dlr"));
   CHECK(rc == 1 && out && strstr(out, "checksum mismatch"));
+  free(out);
+  char resume[8192];
+  snprintf(resume, sizeof resume, "train -q --config '%s' --train '%s' --etl '%s' --out '%s' --resume --max-steps 20",
+           test_path("cfg.json"), test_path("train.dlr"), test_path("etl"), test_path("run"));
+  rc = test_run_cli(&out, "%s", resume);
+  CHECK(rc == 0 && out && strstr(out, "ckpt-000000000020/table.bin") && strstr(out, "checksum mismatch") &&
+        strstr(out, "resuming from ") && strstr(out, "ckpt-000000000010, the newest checkpoint that loads"));
+  free(out);
+  snprintf(path, sizeof path, "%s/ckpt-000000000020/dense.bin", test_path("run"));
+  CHECK(files_equal(path, dense));
+  snprintf(path, sizeof path, "%s/ckpt-000000000020/table.bin", test_path("run"));
+  flip_byte(path, 4096);
+  CHECK_OK(dlrec_remove_tree(test_path("run/ckpt-000000000010")));
+  rc = test_run_cli(&out, "%s", resume);
+  CHECK(rc == 1 && out && strstr(out, "no checkpoint of") && strstr(out, "checksum mismatch"));
   free(out);
   flip_byte(path, 4096); /* repaired */
   /* A torn file: shorter than the manifest says. */
@@ -748,6 +765,9 @@ TEST(edited_checkpoint_is_refused) {
   CHECK(make_data(8000) == 0);
   CHECK(test_write_file(test_path("cfg.json"), CONFIG, (size_t)-1) == 0);
   CHECK(train("run", "--max-steps 20") == 0);
+  /* One checkpoint: --resume would fall back to an older one (as
+   * corrupt_or_mismatched_checkpoint_is_refused checks). */
+  CHECK_OK(dlrec_remove_tree(test_path("run/ckpt-000000000010")));
   char ckpt[2048], manifest[2200], saved[2200], resume[8192], eval[8192], path[2200];
   snprintf(ckpt, sizeof ckpt, "%s/ckpt-000000000020", test_path("run"));
   snprintf(manifest, sizeof manifest, "%s/manifest.json", ckpt);
@@ -2018,6 +2038,65 @@ TEST(tiered_checkpoints_journal_the_changed_rows) {
                     test_path("valid.dlr"), test_path("p_bad.tsv"));
   CHECK(rc != 0 && out && strstr(out, "journal.bin"));
   free(out);
+}
+
+/* Journaled checkpoints with checkpoint.keep 3 keep two bases: a full one
+ * every keep - 1 = 2 intervals (5 full, 10 on it, 15 full, ...). A run
+ * stopped at 28 and resumed to 30 leaves 25, 28 and 30 on one base, so
+ * pruning keeps 20 (on 15's) too. A flipped byte in the newest base takes
+ * down 25, 28 and 30; --resume says so, resumes from 20 and trains on: its
+ * ckpt-25 is the first run's again, bit for bit, and the damaged 28 and 30,
+ * newer than it, are neither counted nor removed. Without an interval (a
+ * checkpoint where each run ends), a new base once two checkpoints hold the
+ * last one. */
+TEST(journaled_checkpoints_keep_two_bases_and_resume_past_a_damaged_one) {
+  CHECK(make_data(4000) == 0);
+  CHECK(write_config_with("\"storage\": {\"kind\": \"tiered\", \"cache_rows\": 4000}, \"checkpoint\": "
+                          "{\"interval_steps\": 5, \"keep\": 3, \"journal_max_fraction\": 1}") == 0);
+  CHECK(train("run", "--max-steps 28") == 0);
+  CHECK(train("run", "--max-steps 30 --resume") == 0);
+  int journaled, full;
+  count_journaled("run", &journaled, &full);
+  CHECK_EQ(journaled, 3); /* 20, 28, 30 */
+  CHECK_EQ(full, 1);      /* 25 */
+  struct stat t20, t25, t28, t30;
+  CHECK(stat(test_path("run/ckpt-000000000020/table.bin"), &t20) == 0);
+  CHECK(stat(test_path("run/ckpt-000000000025/table.bin"), &t25) == 0);
+  CHECK(stat(test_path("run/ckpt-000000000028/table.bin"), &t28) == 0);
+  CHECK(stat(test_path("run/ckpt-000000000030/table.bin"), &t30) == 0);
+  CHECK(t30.st_ino == t25.st_ino && t28.st_ino == t25.st_ino && t20.st_ino != t25.st_ino);
+  CHECK(access(test_path("run/ckpt-000000000015"), F_OK) != 0); /* pruned: its files live on in 20's links */
+  char dense[2048];
+  snprintf(dense, sizeof dense, "%s", test_path("dense25.bin"));
+  CHECK_OK(dlrec_copy_file(test_path("run/ckpt-000000000025/dense.bin"), dense));
+  flip_byte(test_path("run/ckpt-000000000030/table.bin"), 4096);
+  char *out = NULL;
+  CHECK(test_run_cli(&out, "train -q --config '%s' --train '%s' --etl '%s' --out '%s' --resume --max-steps 25",
+                     test_path("cfg.json"), test_path("train.dlr"), test_path("etl"), test_path("run")) == 0);
+  CHECK(out && strstr(out, "ckpt-000000000030/table.bin") && strstr(out, "ckpt-000000000025/table.bin") &&
+        strstr(out, "ckpt-000000000020, the newest checkpoint that loads: 3 newer one(s) skipped"));
+  free(out);
+  CHECK(files_equal(test_path("run/ckpt-000000000025/dense.bin"), dense));
+  CHECK(access(test_path("run/ckpt-000000000020"), F_OK) == 0);
+  CHECK(access(test_path("run/ckpt-000000000030"), F_OK) == 0);
+  dlrec_model *m = NULL;
+  CHECK_OK(dlrec_model_load(test_path("run"), &m));
+  dlrec_model_free(m);
+  /* checkpoint.interval_steps 0: 5 full, 10 on it, 15 full, 20 on it. */
+  CHECK(write_config_with("\"storage\": {\"kind\": \"tiered\", \"cache_rows\": 4000}, \"checkpoint\": "
+                          "{\"keep\": 3, \"journal_max_fraction\": 1}") == 0);
+  for (int steps = 5; steps <= 20; steps += 5) {
+    char extra[64];
+    snprintf(extra, sizeof extra, "--max-steps %d%s", steps, steps > 5 ? " --resume" : "");
+    CHECK(train("ends", extra) == 0);
+  }
+  count_journaled("ends", &journaled, &full);
+  CHECK(journaled == 2 && full == 1);
+  struct stat t10, t15;
+  CHECK(stat(test_path("ends/ckpt-000000000010/table.bin"), &t10) == 0);
+  CHECK(stat(test_path("ends/ckpt-000000000015/table.bin"), &t15) == 0);
+  CHECK(stat(test_path("ends/ckpt-000000000020/table.bin"), &t20) == 0);
+  CHECK(t20.st_ino == t15.st_ino && t10.st_ino != t15.st_ino);
 }
 
 /* Encodes 2560 synthetic rows (seed `seed`, 20 batches of 128) with the

@@ -84,12 +84,14 @@ typedef struct dlrec_checkpoint_journal {
 
 /* Saves model, optimizer state (opt may be NULL: a model-only checkpoint)
  * and progress as RUN/ckpt-STEP, points RUN/latest at it, and removes the
- * oldest checkpoints beyond `keep` (never the one RUN/best names). etl_dir's
- * files are copied in. With j (and opt) and a store that tracks changes,
- * the checkpoint is journaled when it can be (a base, at most
- * j->max_fraction of the rows changed, the base's files linkable), else
- * full; j is updated to the new base, and a full save resets the store's
- * changes. j may be NULL: a full checkpoint. */
+ * oldest checkpoints beyond `keep` (never the one RUN/best names; with keep
+ * >= 2, never the newest one on a second base while the newest `keep` share
+ * one). etl_dir's files are copied in. With j (and opt) and a store that
+ * tracks changes, the checkpoint is journaled when it can be (a base, at
+ * most j->max_fraction of the rows changed, with keep >= 2 a base less than
+ * keep - 1 of cfg's checkpoint intervals old, the base's files linkable),
+ * else full; j is updated to the new base, and a full save resets the
+ * store's changes. j may be NULL: a full checkpoint. */
 dlrec_status dlrec_checkpoint_save(const char *run_dir, const dlrec_train_config *cfg, const char *etl_dir,
                                    const dlrec_net *m, const dlrec_net_optim *opt,
                                    const dlrec_train_progress *p, uint32_t keep, dlrec_checkpoint_journal *j);
@@ -120,7 +122,12 @@ dlrec_status dlrec_checkpoint_select(const char *path, const char *which, char *
  * rows as the checkpoint's own etl/ does (else DLREC_ERR_INVALID names the
  * first column that differs). */
 /* With j (may be NULL), j becomes the loaded checkpoint's base and, for a
- * store that tracks changes, the store's changes the rows of its journal. */
+ * store that tracks changes, the store's changes the rows of its journal.
+ * When `path` is a run directory whose latest checkpoint is damaged
+ * (DLREC_ERR_CORRUPT, _IO or _PARSE), the newest older checkpoint that
+ * loads is resumed instead, with a warning for each one skipped; when none
+ * loads, the latest's error. A checkpoint directory given itself, or a load
+ * through src (across ranks), does not fall back. */
 dlrec_status dlrec_checkpoint_load_training(const char *path, const dlrec_train_config *cfg, const char *etl_dir,
                                             dlrec_net *m, dlrec_net_optim *opt, dlrec_train_progress *p,
                                             dlrec_checkpoint_journal *j);

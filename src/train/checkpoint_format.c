@@ -1,8 +1,11 @@
 /* A checkpoint's format (train/checkpoint_impl.h): its files' names, the
  * arrays of each tensor file (dense.bin, table.bin, optim.bin, hash.bin,
  * the journals) over a network, its optimizer and a store's view, or
- * streamed through a row source; paths and whole files' checksums. */
+ * streamed through a row source; paths and whole files' checksums; a run
+ * directory's checkpoints by step, and the file a journal's table.bin links. */
+#include <dirent.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -176,6 +179,47 @@ int ckpt_journal_optim_arrays(const dlrec_net_optim *opt, const dlrec_store_view
 
 dlrec_status ckpt_join(char *out, size_t n, const char *dir, const char *name) {
   return dlrec_path_join(out, n, dir, name);
+}
+
+/* Checkpoint names sort by step: ckpt-%012llu. */
+int ckpt_step(const char *name, uint64_t *step) {
+  unsigned long long v;
+  int len = 0;
+  if (sscanf(name, "ckpt-%12llu%n", &v, &len) != 1 || len != 17 || name[len]) return 0;
+  *step = v;
+  return 1;
+}
+
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+size_t ckpt_list_steps(const char *run_dir, uint64_t *steps, size_t max) {
+  DIR *d = opendir(run_dir);
+  if (!d) return 0;
+  size_t n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) && n < max)
+    if (ckpt_step(e->d_name, &steps[n])) n++;
+  closedir(d);
+  qsort(steps, n, sizeof *steps, cmp_u64);
+  return n;
+}
+
+dlrec_status ckpt_step_dir(const char *run_dir, uint64_t step, char *out, size_t out_size) {
+  char name[64];
+  snprintf(name, sizeof name, "ckpt-%012" PRIu64, step);
+  return ckpt_join(out, out_size, run_dir, name);
+}
+
+int ckpt_table_id(const char *dir, uint64_t id[2]) {
+  char path[4096];
+  struct stat st;
+  if (ckpt_join(path, sizeof path, dir, ckpt_file_names[F_TABLE]) != DLREC_OK || stat(path, &st) != 0) return 0;
+  id[0] = (uint64_t)st.st_dev;
+  id[1] = (uint64_t)st.st_ino;
+  return 1;
 }
 
 int ckpt_file_size(const char *path, uint64_t *bytes) {

@@ -73,6 +73,17 @@ dlrec_status ckpt_join(char *out, size_t n, const char *dir, const char *name);
 int ckpt_file_size(const char *path, uint64_t *bytes);
 dlrec_status ckpt_file_crc(const char *path, uint64_t *bytes, uint32_t *crc);
 
+/* checkpoint_format.c: a run directory's checkpoints. ckpt_step: 1 when
+ * name is a checkpoint's (ckpt-STEP), its step to *step. ckpt_list_steps:
+ * the steps of RUN's checkpoints, ascending, at most max; their count.
+ * ckpt_step_dir: RUN/ckpt-STEP. ckpt_table_id: the device and inode of
+ * DIR/table.bin (a journaled checkpoint's is its base's: a hard link), 0 when
+ * it cannot be stat'd. */
+int ckpt_step(const char *name, uint64_t *step);
+size_t ckpt_list_steps(const char *run_dir, uint64_t *steps, size_t max);
+dlrec_status ckpt_step_dir(const char *run_dir, uint64_t step, char *out, size_t out_size);
+int ckpt_table_id(const char *dir, uint64_t id[2]);
+
 /* checkpoint_load.c */
 dlrec_status ckpt_read_params(const char *dir, const manifest *man, dlrec_net *n, dlrec_net_optim *opt,
                               uint32_t **journal_rows, const dlrec_train_config *cfg, const dlrec_row_source *src);

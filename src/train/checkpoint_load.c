@@ -1,6 +1,7 @@
 /* Loading a checkpoint: its manifest read and checked, its tensor files
  * read (a table mapped, a journal applied), and a resume's checks that the
- * config and the ETL state train as the checkpoint's did. */
+ * config and the ETL state train as the checkpoint's did; a resume of a run
+ * falls back past damaged checkpoints to the newest one that loads. */
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -469,13 +470,12 @@ dlrec_status dlrec_checkpoint_load_training(const char *path, const dlrec_train_
   return dlrec_checkpoint_load_training_rows(path, cfg, etl_dir, m, opt, prog, j, NULL);
 }
 
-dlrec_status dlrec_checkpoint_load_training_rows(const char *path, const dlrec_train_config *cfg, const char *etl_dir,
-                                                 dlrec_net *m, dlrec_net_optim *opt, dlrec_train_progress *prog,
-                                                 dlrec_checkpoint_journal *j, const dlrec_row_source *src) {
-  char dir[1024];
+/* A resume from the checkpoint directory `dir`, without falling back. */
+static dlrec_status resume_from(const char *dir, const dlrec_train_config *cfg, const char *etl_dir, dlrec_net *m,
+                                dlrec_net_optim *opt, dlrec_train_progress *prog, dlrec_checkpoint_journal *j,
+                                const dlrec_row_source *src) {
   manifest man;
   dlrec_train_config saved;
-  TRY(dlrec_checkpoint_resolve(path, dir, sizeof dir));
   dlrec_status s = ckpt_read_manifest(dir, &man);
   if (s == DLREC_OK && !man.has[F_OPTIM])
     s = dlrec_error(DLREC_ERR_INVALID, "%s: a model-only checkpoint (no optimizer state) cannot be resumed", dir);
@@ -499,4 +499,54 @@ dlrec_status dlrec_checkpoint_load_training_rows(const char *path, const dlrec_t
   if (s != DLREC_OK) return dlrec_error_context("resuming from %s: ", dir);
   *prog = man.p;
   return DLREC_OK;
+}
+
+/* A checkpoint that fails to load as damaged (a checksum, a size, a read,
+ * a torn manifest), not as one of another config or ETL state. */
+static int damaged(dlrec_status s) {
+  return s == DLREC_ERR_CORRUPT || s == DLREC_ERR_IO || s == DLREC_ERR_PARSE;
+}
+
+/* RUN's latest checkpoint, of step `step`, is damaged: resumes from the
+ * newest older checkpoint that loads, saying which were skipped and why;
+ * when none does, the latest's error. The damaged ones stay on disk. */
+static dlrec_status fall_back(const char *run_dir, uint64_t step, const dlrec_train_config *cfg, const char *etl_dir,
+                              dlrec_net *m, dlrec_net_optim *opt, dlrec_train_progress *prog,
+                              dlrec_checkpoint_journal *j) {
+  dlrec_error_copy latest;
+  dlrec_error_save(&latest);
+  DLREC_WARN("skipping a damaged checkpoint: %s", latest.message);
+  uint64_t steps[4096];
+  unsigned skipped = 1;
+  for (size_t i = ckpt_list_steps(run_dir, steps, 4096); i-- > 0;) {
+    char dir[1024];
+    if (steps[i] >= step || ckpt_step_dir(run_dir, steps[i], dir, sizeof dir) != DLREC_OK) continue;
+    dlrec_status s = resume_from(dir, cfg, etl_dir, m, opt, prog, j, NULL);
+    if (s == DLREC_OK) {
+      DLREC_WARN("resuming from %s, the newest checkpoint that loads: %u newer one(s) skipped as damaged (left in "
+                 "place); the steps after %llu are trained again",
+                 dir, skipped, (unsigned long long)steps[i]);
+      return DLREC_OK;
+    }
+    if (!damaged(s)) return s;
+    DLREC_WARN("skipping a damaged checkpoint: %s", dlrec_last_error());
+    skipped++;
+  }
+  dlrec_error_restore(&latest);
+  return dlrec_error_context("no checkpoint of %s loads: ", run_dir);
+}
+
+dlrec_status dlrec_checkpoint_load_training_rows(const char *path, const dlrec_train_config *cfg, const char *etl_dir,
+                                                 dlrec_net *m, dlrec_net_optim *opt, dlrec_train_progress *prog,
+                                                 dlrec_checkpoint_journal *j, const dlrec_row_source *src) {
+  char dir[1024];
+  uint64_t step;
+  TRY(dlrec_checkpoint_resolve(path, dir, sizeof dir));
+  dlrec_status s = resume_from(dir, cfg, etl_dir, m, opt, prog, j, src);
+  /* A run directory's resume falls back past damaged checkpoints; one of a
+   * checkpoint named itself does not, nor one through src (across ranks),
+   * whose rows went to the shards as they were read. */
+  const char *name = strrchr(dir, '/');
+  if (s == DLREC_OK || !damaged(s) || src || !strcmp(dir, path) || !name || !ckpt_step(name + 1, &step)) return s;
+  return fall_back(path, step, cfg, etl_dir, m, opt, prog, j);
 }

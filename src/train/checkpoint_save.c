@@ -1,7 +1,7 @@
 /* Saving a checkpoint: an atomic directory per save (full, or a journal of
- * the rows changed since a full one), its manifest, pruning, and the
+ * the rows changed since a full one, with a new full one often enough that
+ * the kept checkpoints stand on two), its manifest, pruning, and the
  * `latest` and `best` pointers a run directory keeps. */
-#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -107,44 +107,75 @@ static dlrec_status note_file(manifest *m, const char *tmp, int i, const uint32_
   return DLREC_OK;
 }
 
-/* Checkpoint names sort by step: ckpt-%012llu. */
-static int ckpt_step(const char *name, uint64_t *step) {
-  unsigned long long v;
-  int len = 0;
-  if (sscanf(name, "ckpt-%12llu%n", &v, &len) != 1 || len != 17 || name[len]) return 0;
-  *step = v;
-  return 1;
-}
-
-static int cmp_u64(const void *a, const void *b) {
-  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-  return x < y ? -1 : x > y;
-}
-
 static dlrec_status read_pointer(const char *run_dir, const char *name, char *probe, size_t probe_size,
                                  uint64_t *step);
 
-/* Removes all but the newest `keep` checkpoints (by step), and never the one
- * RUN/best names. */
-static void prune(const char *run_dir, uint32_t keep) {
+/* When the checkpoints steps[from..to) of RUN all hold one table.bin (the
+ * journals of one base): the index of the newest checkpoint before `from`
+ * that holds another, else SIZE_MAX. */
+static size_t other_base(const char *run_dir, const uint64_t *steps, size_t from, size_t to) {
+  char dir[4096];
+  uint64_t id[2], first[2] = {0, 0};
+  int have = 0;
+  for (size_t i = from; i < to; i++) {
+    if (ckpt_step_dir(run_dir, steps[i], dir, sizeof dir) != DLREC_OK || !ckpt_table_id(dir, id)) continue;
+    if (have && (id[0] != first[0] || id[1] != first[1])) return SIZE_MAX;
+    first[0] = id[0], first[1] = id[1], have = 1;
+  }
+  for (size_t i = from; i-- > 0;)
+    if (ckpt_step_dir(run_dir, steps[i], dir, sizeof dir) == DLREC_OK && ckpt_table_id(dir, id) &&
+        (!have || id[0] != first[0] || id[1] != first[1]))
+      return i;
+  return SIZE_MAX;
+}
+
+/* Removes all but the newest `keep` checkpoints up to step `saved` (the one
+ * just written), never the one RUN/best names, and, with keep >= 2, never
+ * the newest older checkpoint on another base while the newest `keep` all
+ * hold one table.bin: the run keeps two restore points that no one damaged
+ * file takes down (docs/formats.md, "Journaled checkpoints"). Checkpoints
+ * after `saved` (left by a run that was resumed from an older one) are
+ * neither counted nor removed: the run writes them again when it gets
+ * there. Removing a base's directory never removes its files while a kept
+ * journal links them. */
+static void prune(const char *run_dir, uint32_t keep, uint64_t saved) {
   char probe[4096];
   uint64_t best = 0;
   int has_best = read_pointer(run_dir, "best", probe, sizeof probe, &best) == DLREC_OK;
-  DIR *d = opendir(run_dir);
-  if (!d) return;
   uint64_t steps[4096];
-  size_t n = 0;
-  struct dirent *e;
-  while ((e = readdir(d)) && n < 4096)
-    if (ckpt_step(e->d_name, &steps[n])) n++;
-  closedir(d);
-  qsort(steps, n, sizeof *steps, cmp_u64);
+  size_t n = ckpt_list_steps(run_dir, steps, 4096);
+  while (n && steps[n - 1] > saved) n--;
+  const size_t other = keep >= 2 && n > keep ? other_base(run_dir, steps, n - keep, n) : SIZE_MAX;
   for (size_t i = 0; i + keep < n; i++) {
     char path[4096];
-    if (has_best && steps[i] == best) continue;
-    if (snprintf(path, sizeof path, "%s/ckpt-%012" PRIu64, run_dir, steps[i]) >= (int)sizeof path) continue;
+    if ((has_best && steps[i] == best) || i == other) continue;
+    if (ckpt_step_dir(run_dir, steps[i], path, sizeof path) != DLREC_OK) continue;
     if (dlrec_remove_tree(path) != DLREC_OK) DLREC_WARN("could not remove old checkpoint: %s", dlrec_last_error());
   }
+}
+
+/* Whether a checkpoint at `step` may journal against j's base and still
+ * leave the newest `keep` checkpoints on two bases when keep >= 2. With
+ * checkpoint.interval_steps I: while step is less than (keep - 1) * I after
+ * the base's, so that a run writes a new base every keep - 1 checkpoints of
+ * its cadence, and a resumed run the same ones as an uninterrupted run (the
+ * extra checkpoint where it stopped changes nothing: prune keeps a second
+ * base then). Without I: while fewer than keep - 1 of the run's checkpoints
+ * hold the base's table.bin. */
+static int base_has_room(const char *run_dir, const dlrec_train_config *cfg, uint32_t keep,
+                         const dlrec_checkpoint_journal *j, uint64_t step) {
+  if (keep < 2) return 1;
+  const uint64_t every = cfg->checkpoint_interval_steps;
+  if (every) return step < j->base_step || (step - j->base_step) / every < keep - 1;
+  uint64_t steps[4096], base[2], id[2];
+  char dir[4096];
+  if (!ckpt_table_id(j->base, base)) return 0;
+  const size_t n = ckpt_list_steps(run_dir, steps, 4096);
+  uint32_t on_base = 0;
+  for (size_t i = 0; i < n && steps[i] < step; i++)
+    on_base += ckpt_step_dir(run_dir, steps[i], dir, sizeof dir) == DLREC_OK && ckpt_table_id(dir, id) &&
+               id[0] == base[0] && id[1] == base[1];
+  return on_base < keep - 1;
 }
 
 /* A journaled checkpoint's table.bin and optim.bin: hard links to the
@@ -314,11 +345,13 @@ dlrec_status dlrec_checkpoint_save_rows(const char *run_dir, const dlrec_train_c
   TRY(dlrec_mkdirs(tmp));
   manifest man = {.p = *p};
   /* Journaled, when the store tracks its changed rows, there is a base,
-   * few enough rows changed since, and the base's files can be linked. */
+   * few enough rows changed since, the base may take one more checkpoint
+   * (base_has_room), and the base's files can be linked. */
   dlrec_store *store = dlrec_net_store(m);
   const uint64_t n_changed = j && opt && !src ? dlrec_store_changes(store, NULL) : UINT64_MAX;
   int journaled = n_changed != UINT64_MAX && j->max_fraction > 0 && j->base[0] &&
-                  (double)n_changed <= j->max_fraction * (double)dlrec_store_changes_space(store);
+                  (double)n_changed <= j->max_fraction * (double)dlrec_store_changes_space(store) &&
+                  base_has_room(run_dir, cfg, keep, j, p->step);
   dlrec_status s = write_config(tmp, cfg, etl_dir, &man);
   if (s == DLREC_OK) s = write_dense(tmp, m, &man);
   if (s == DLREC_OK) s = write_rows(tmp, cfg, m, opt, src, j, n_changed, &journaled, &man);
@@ -338,7 +371,7 @@ dlrec_status dlrec_checkpoint_save_rows(const char *run_dir, const dlrec_train_c
       dlrec_store_changes_reset(store);
     }
   }
-  prune(run_dir, keep ? keep : 1);
+  prune(run_dir, keep ? keep : 1, p->step);
   return DLREC_OK;
 }
 
@@ -357,16 +390,10 @@ static dlrec_status read_pointer(const char *run_dir, const char *name, char *pr
   return s;
 }
 
-static dlrec_status pointed_dir(const char *run_dir, uint64_t step, char *out, size_t out_size) {
-  char name[64];
-  snprintf(name, sizeof name, "ckpt-%012" PRIu64, step);
-  return ckpt_join(out, out_size, run_dir, name);
-}
-
 dlrec_status dlrec_checkpoint_mark_best(const char *run_dir, uint64_t step) {
   char dir[4096], path[4096], text[64];
   struct stat st;
-  TRY(pointed_dir(run_dir, step, dir, sizeof dir));
+  TRY(ckpt_step_dir(run_dir, step, dir, sizeof dir));
   if (stat(dir, &st) != 0) return dlrec_error(DLREC_ERR_IO, "%s: %s (cannot mark it best)", dir, strerror(errno));
   int n = snprintf(text, sizeof text, "ckpt-%012" PRIu64 "\n", step);
   TRY(ckpt_join(path, sizeof path, run_dir, "best"));
@@ -385,7 +412,7 @@ dlrec_status dlrec_checkpoint_select(const char *path, const char *which, char *
   if (which && !best && strcmp(which, "latest"))
     return dlrec_error(DLREC_ERR_INVALID, "checkpoint '%s': expected latest or best", which);
   if (best) {
-    if (read_pointer(path, "best", probe, sizeof probe, &step) == DLREC_OK) return pointed_dir(path, step, out, out_size);
+    if (read_pointer(path, "best", probe, sizeof probe, &step) == DLREC_OK) return ckpt_step_dir(path, step, out, out_size);
     if (dlrec_last_status() == DLREC_ERR_CORRUPT) return dlrec_last_status();
     return dlrec_error(DLREC_ERR_IO,
                        "%s: no best checkpoint (no 'best'): pass a run directory trained with checkpoint.keep_best "
@@ -397,7 +424,7 @@ dlrec_status dlrec_checkpoint_select(const char *path, const char *which, char *
     if (snprintf(out, out_size, "%s", path) >= (int)out_size) return dlrec_error(DLREC_ERR_INVALID, "path too long");
     return DLREC_OK;
   }
-  if (read_pointer(path, "latest", probe, sizeof probe, &step) == DLREC_OK) return pointed_dir(path, step, out, out_size);
+  if (read_pointer(path, "latest", probe, sizeof probe, &step) == DLREC_OK) return ckpt_step_dir(path, step, out, out_size);
   if (dlrec_last_status() == DLREC_ERR_CORRUPT) return dlrec_last_status();
   return dlrec_error(DLREC_ERR_IO, "%s: neither a checkpoint (no manifest.json) nor a run directory (no 'latest')", path);
 }

@@ -319,7 +319,8 @@ const dlrec_option dlrec_train_config_options[] = {
            "the metric early stopping, the plateau and `RUN/best` watch: `auc` (higher is better) or `logloss` "
            "(lower is better)"),
     U64("checkpoint", "interval_steps", checkpoint_interval_steps, 0, "0", "checkpoint every N steps (0: at the end only)"),
-    U32("checkpoint", "keep", checkpoint_keep, 1, 1000, "2", "checkpoints kept, newest first (`RUN/best` besides)"),
+    U32("checkpoint", "keep", checkpoint_keep, 1, 1000, "2", "checkpoints kept, newest first (`RUN/best` besides); journaled ones stand on at least two full ones when "
+        "2 or more: `keep` K makes every (K - 1)th checkpoint full"),
     BOOL("checkpoint", "keep_best", keep_best, "false", "keep `RUN/best`, the checkpoint of the best validation; below"),
     DBL("checkpoint", "journal_max_fraction", checkpoint_journal_max_fraction, 0, 1, "0.25",
         "(`tiered` and `hash` tables) a checkpoint writes only the rows changed since the last full one while they "
