@@ -1,6 +1,7 @@
 /* Training runs through the CLI: resume gives bitwise the same parameters as
  * an uninterrupted run, a run killed with SIGKILL resumes and completes, a
  * corrupt or mismatched checkpoint is refused, predict and eval agree. */
+#include <dirent.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -8,8 +9,10 @@
 
 #include "train/checkpoint.h"
 #include "train/loaded_model.h"
+#include "core/crc32c.h"
 #include "core/fsutil.h"
 #include "core/json.h"
+#include "data/dlr_format.h"
 #include "train/trainer.h"
 #include "embed/store.h"
 #include "net_check.h"
@@ -2112,20 +2115,28 @@ static int make_part(int seed, const char *path) {
 }
 
 /* `dlrec train --follow DIR` for RUN in the background (--max-steps
- * max_steps unless NULL): its pid. */
-static pid_t follow_start(const char *run, const char *dir, const char *idle, int resume, const char *max_steps) {
+ * max_steps unless NULL), with up to 4 more arguments `extra` (NULL-ended)
+ * and its stderr into the file `log` (unless NULL): its pid. */
+static pid_t follow_start_with(const char *run, const char *dir, const char *idle, int resume, const char *max_steps,
+                               const char *const *extra, const char *log) {
   pid_t pid = fork();
   if (pid == 0) {
-    const char *argv[20] = {"dlrec", "train", "-q", "--config", test_path("cfg.json"), "--follow", dir,
+    const char *argv[24] = {"dlrec", "train", "-q", "--config", test_path("cfg.json"), "--follow", dir,
                             "--follow-idle", idle, "--etl", test_path("etl"), "--out", test_path(run)};
     int n = 13;
     if (resume) argv[n++] = "--resume";
     if (max_steps) argv[n++] = "--max-steps", argv[n++] = max_steps;
+    for (int i = 0; extra && extra[i] && i < 4; i++) argv[n++] = extra[i];
     if (!freopen("/dev/null", "w", stdout)) _exit(126); /* the run's summary */
+    if (log && !freopen(log, "w", stderr)) _exit(126);
     execv(getenv("DLREC_BIN"), (char *const *)argv);
     _exit(127);
   }
   return pid;
+}
+
+static pid_t follow_start(const char *run, const char *dir, const char *idle, int resume, const char *max_steps) {
+  return follow_start_with(run, dir, idle, resume, max_steps, NULL, NULL);
 }
 
 static int exit_code(pid_t pid) {
@@ -2150,15 +2161,19 @@ static int add_parts(char parts[][2048], int from, int to, const char *dir) {
  * stopped inside a file resumes there, and one killed while waiting for the
  * next file resumes after the last; a follow run is not resumed with
  * --train. */
-TEST(follow_trains_files_as_they_appear_and_resumes_inside_one) {
-  CHECK(make_data(8000) == 0);
-  /* CONFIG without shuffling. */
+/* cfg.json: CONFIG without shuffling, so that a followed file's batches are
+ * its rows in order. */
+static int write_follow_config(void) {
   const char *loader = "\"loader\": {\"window_groups\": 2, \"slice_rows\": 8}", *at = strstr(CONFIG, loader);
-  CHECK(at != NULL);
-  if (!at) return;
+  if (!at) return -1;
   char cfg[2048];
   snprintf(cfg, sizeof cfg, "%.*s\"loader\": {\"shuffle\": false}%s", (int)(at - CONFIG), CONFIG, at + strlen(loader));
-  CHECK(test_write_file(test_path("cfg.json"), cfg, (size_t)-1) == 0);
+  return test_write_file(test_path("cfg.json"), cfg, (size_t)-1);
+}
+
+TEST(follow_trains_files_as_they_appear_and_resumes_inside_one) {
+  CHECK(make_data(8000) == 0);
+  CHECK(write_follow_config() == 0);
   char parts[3][2048], dir[2048], staged[2100];
   CHECK(mkdir(test_path("staged"), 0755) == 0);
   for (int i = 0; i < 3; i++) {
@@ -2215,6 +2230,150 @@ TEST(follow_trains_files_as_they_appear_and_resumes_inside_one) {
                     parts[0], test_path("etl"), test_path("paused"));
   CHECK(rc != 0 && out && strstr(out, "resume it with --follow"));
   free(out);
+}
+
+/* Sets (or clears) the complete flag of the .dlr file at path, in place and
+ * with its header's checksum: the file as its writer leaves it when finished
+ * (or while it still writes). */
+static int set_complete(const char *path, int complete) {
+  static unsigned char h[1 << 16];
+  FILE *f = fopen(path, "r+b");
+  if (!f) return -1;
+  int ok = fread(h, 1, DLR_HDR_FIXED, f) == DLR_HDR_FIXED;
+  const uint32_t hb = ok ? dlr_get32(h + DLR_HDR_BYTES) : 0;
+  ok = ok && hb >= DLR_HDR_FIXED && hb <= sizeof h && fseek(f, 0, SEEK_SET) == 0 && fread(h, 1, hb, f) == hb;
+  if (ok) {
+    const uint32_t flags = dlr_get32(h + DLR_HDR_FLAGS);
+    dlr_put32(h + DLR_HDR_FLAGS, complete ? flags | DLR_FLAG_COMPLETE : flags & ~DLR_FLAG_COMPLETE);
+    dlr_put32(h + hb - 4, dlrec_crc32c(0, h, hb - 4));
+    ok = fseek(f, 0, SEEK_SET) == 0 && fwrite(h, 1, hb, f) == hb;
+  }
+  return fclose(f) == 0 && ok ? 0 : -1;
+}
+
+/* Writes bytes [from, to) of the file src to dst (appended when from > 0):
+ * a copy arriving in two parts. */
+static int copy_part(const char *src, const char *dst, size_t from, size_t to) {
+  char *data;
+  size_t n;
+  if (dlrec_read_file(src, 1u << 30, &data, &n) != DLREC_OK) return -1;
+  FILE *f = to <= n && from <= to ? fopen(dst, from ? "ab" : "wb") : NULL;
+  const int ok = f && fwrite(data + from, 1, to - from, f) == to - from;
+  free(data);
+  return f && fclose(f) == 0 && ok ? 0 : -1;
+}
+
+/* Whether the text file at path (a whole metrics.jsonl, a .reason, a log)
+ * contains `what`; `last_line`: only its last line does. */
+static int file_says(const char *path, const char *what, int last_line) {
+  char *text;
+  size_t n;
+  if (dlrec_read_file(path, 1u << 24, &text, &n) != DLREC_OK) return 0;
+  while (last_line && n && text[n - 1] == '\n') text[--n] = '\0';
+  const char *nl = last_line ? strrchr(text, '\n') : NULL;
+  const int yes = strstr(nl ? nl : text, what) != NULL;
+  free(text);
+  return yes;
+}
+
+/* --follow goes on past bad files: a file its writer has not finished (its
+ * header's complete flag unset) and one still being copied in (shorter
+ * than its header says) are waited for and trained once whole; a flipped
+ * byte in a row group, a text file and a symlink to junk are moved into
+ * DIR/.rejected/ (the link, not its target) with a reason naming the error,
+ * before any of their rows is trained, and so is a file still unfinished
+ * after --follow-wait. The run trains exactly the four good files (80
+ * steps, 10240 rows), counts 4 rejected files in metrics.jsonl and its
+ * summary, and moves no good file. --follow-strict keeps the fail-stop:
+ * exit 1 naming the file, which stays where it is. */
+TEST(follow_waits_for_unfinished_files_and_moves_bad_ones_aside) {
+  CHECK(make_data(8000) == 0);
+  CHECK(write_follow_config() == 0);
+  char good[2048], dir[2048], p[8][2200], junk[2048], log[2048], run[2048];
+  snprintf(good, sizeof good, "%s", test_path("part.dlr"));
+  snprintf(junk, sizeof junk, "%s", test_path("junk.txt"));
+  snprintf(log, sizeof log, "%s", test_path("follow.log"));
+  snprintf(dir, sizeof dir, "%s", test_path("in"));
+  snprintf(run, sizeof run, "%s", test_path("run"));
+  CHECK(make_part(11, good) == 0);
+  CHECK(mkdir(dir, 0755) == 0);
+  const char *names[] = {"a-0.dlr", "b-1.dlr", "c-2.dlr", "d-3.dlr", "e-4.dlr", "f-5.dlr", "g-6.dlr", "h-7.dlr"};
+  for (int i = 0; i < 8; i++) snprintf(p[i], sizeof p[i], "%s/%s", dir, names[i]);
+  struct stat st;
+  CHECK(stat(good, &st) == 0);
+  const size_t size = (size_t)st.st_size;
+  CHECK(link(good, p[0]) == 0 && link(good, p[7]) == 0);                      /* good */
+  CHECK_OK(dlrec_copy_file(good, p[1]));                                        /* finished while followed */
+  CHECK(set_complete(p[1], 0) == 0);
+  CHECK(copy_part(good, p[2], 0, size / 2) == 0);                               /* copied in while followed */
+  CHECK_OK(dlrec_copy_file(good, p[3]));                                        /* a flipped byte in its rows */
+  flip_byte(p[3], (long)size / 2);
+  CHECK(test_write_file(p[4], "label,clicks\n1,2\n", (size_t)-1) == 0);         /* text */
+  CHECK(test_write_file(junk, "junk\n", (size_t)-1) == 0 && symlink(junk, p[5]) == 0); /* a symlink to junk */
+  CHECK_OK(dlrec_copy_file(good, p[6]));                                        /* never finished */
+  CHECK(set_complete(p[6], 0) == 0);
+  const char *extra[] = {"--follow-wait", "1", NULL};
+  pid_t pid = follow_start_with("run", dir, "0.3", 0, NULL, extra, log);
+  /* b-1 is finished, and c-2's copy completed, once the follower says it
+   * waits for each. */
+  for (int i = 0; i < 1500 && !file_says(log, "writer of b-1.dlr", 0); i++) usleep(10000);
+  CHECK(set_complete(p[1], 1) == 0);
+  for (int i = 0; i < 1500 && !file_says(log, "writer of c-2.dlr", 0); i++) usleep(10000);
+  CHECK(copy_part(good, p[2], size / 2, size) == 0);
+  CHECK_EQ(exit_code(pid), 0);
+  CHECK(file_says(log, "writer of b-1.dlr", 0) && file_says(log, "writer of c-2.dlr", 0));
+  /* Exactly the three good files' rows trained; nothing deleted, no good file moved. */
+  char path[2300], *text = NULL;
+  cJSON *sum = NULL;
+  snprintf(path, sizeof path, "%s/summary.json", run);
+  CHECK_OK(dlrec_json_read(path, &sum));
+  uint64_t steps = 0, samples = 0, rejected = 0;
+  CHECK_OK(dlrec_json_get_u64(sum, "steps", "summary", &steps));
+  CHECK_OK(dlrec_json_get_u64(sum, "samples", "summary", &samples));
+  CHECK_OK(dlrec_json_get_u64(sum, "files_rejected", "summary", &rejected));
+  CHECK_EQ_U64(steps, 80);
+  CHECK_EQ_U64(samples, 4 * 2560);
+  CHECK_EQ_U64(rejected, 4);
+  cJSON_Delete(sum);
+  snprintf(path, sizeof path, "%s/metrics.jsonl", run);
+  CHECK(file_says(path, "\"step\":80,", 1) && file_says(path, "\"files_rejected\":4,", 1));
+  for (int i = 0; i < 8; i++) {
+    const int rejected = i >= 3 && i <= 6;
+    snprintf(path, sizeof path, "%s/.rejected/%s", dir, names[i]);
+    CHECK_EQ(lstat(p[i], &st) == 0, !rejected);
+    CHECK_EQ(lstat(path, &st) == 0, rejected);
+  }
+  const char *why[] = {"d-3.dlr: row group ", "e-4.dlr: not a .dlr file", "f-5.dlr: not a .dlr file",
+                       "g-6.dlr: incomplete after 1 s"};
+  for (int i = 0; i < 4; i++) {
+    snprintf(path, sizeof path, "%s/.rejected/%s.reason", dir, names[i + 3]);
+    CHECK(file_says(path, why[i], 0));
+  }
+  snprintf(path, sizeof path, "%s/.rejected/d-3.dlr.reason", dir);
+  CHECK(file_says(path, "checksum mismatch", 0));
+  snprintf(path, sizeof path, "%s/.rejected/f-5.dlr", dir);
+  char target[2048] = "";
+  CHECK(readlink(path, target, sizeof target - 1) > 0 && strcmp(target, junk) == 0);
+  CHECK(file_says(junk, "junk", 0));
+  int entries = 0;
+  snprintf(path, sizeof path, "%s/.rejected", dir);
+  DIR *d = opendir(path);
+  for (struct dirent *e; d && (e = readdir(d));) entries += e->d_name[0] != '.';
+  if (d) closedir(d);
+  CHECK_EQ(entries, 8); /* 4 files, 4 reasons */
+  /* --follow-strict: a corrupt file stops the run, named, and stays. */
+  snprintf(dir, sizeof dir, "%s", test_path("strict-in"));
+  CHECK(mkdir(dir, 0755) == 0);
+  snprintf(path, sizeof path, "%s/c.dlr", dir);
+  CHECK_OK(dlrec_copy_file(good, path));
+  flip_byte(path, (long)size / 2);
+  int rc = test_run_cli(&text, "train -q --config '%s' --follow '%s' --follow-idle 0.3 --follow-strict --etl '%s' "
+                        "--out '%s'", test_path("cfg.json"), dir, test_path("etl"), test_path("strict"));
+  CHECK(rc == 1 && text && strstr(text, "c.dlr: row group") && strstr(text, "checksum mismatch"));
+  free(text);
+  CHECK(stat(path, &st) == 0);
+  snprintf(path, sizeof path, "%s/.rejected", dir);
+  CHECK(stat(path, &st) != 0);
 }
 
 /* The final validation AUC of a run's summary in `out` (NAN if absent). */

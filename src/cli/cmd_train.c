@@ -16,7 +16,8 @@ static void usage(FILE *out) {
   fprintf(out,
           "usage: dlrec train --config CFG.json --train T.dlr [--train T2.dlr ...] [--valid V.dlr]\n"
           "                   --etl ETLDIR --out RUN [--resume] [options]\n"
-          "       dlrec train --config CFG.json --follow DIR [--follow-idle S] --etl ETLDIR --out RUN ...\n\n"
+          "       dlrec train --config CFG.json --follow DIR [--follow-idle S] [--follow-wait S]\n"
+          "                   [--follow-strict] --etl ETLDIR --out RUN ...\n\n"
           "Trains the config's model.type (default dlrm) on encoded rows (see 'dlrec etl apply')\n"
           "and writes RUN/: checkpoints (RUN/ckpt-STEP, RUN/latest, RUN/best), RUN/metrics.jsonl, and a\n"
           "summary on stdout (JSON).\n\n"
@@ -29,6 +30,16 @@ static void usage(FILE *out) {
           "                      pass per file; eval.every_epoch validates after each file\n"
           "  --follow-idle S     with --follow: stop after S seconds without a new file\n"
           "                      (default: wait until SIGINT/SIGTERM or --max-steps)\n"
+          "  --follow-wait S     with --follow: wait up to S seconds (default 300) for a file\n"
+          "                      whose header's complete flag is not yet set, or that is shorter\n"
+          "                      than its header says (its writer or copy is still at it). Each\n"
+          "                      file is checked whole before it is trained, and a bad one\n"
+          "                      (corrupt, not .dlr, another encoding, a symlink to junk, still\n"
+          "                      incomplete after S) is moved into DIR/.rejected/ with\n"
+          "                      NAME.reason saying why; training goes on, and metrics.jsonl's\n"
+          "                      files_rejected counts them\n"
+          "  --follow-strict     with --follow: a bad file stops the run (exit 1) and stays where\n"
+          "                      it is\n"
           "  --valid FILE        validation data (.dlr): AUC, logloss, NE, calibration at the\n"
           "                      config's eval interval, after each epoch with eval.every_epoch,\n"
           "                      and at the end; early stopping, the lr plateau and RUN/best\n"
@@ -83,6 +94,7 @@ static int parse_args(int argc, char **argv, dlrec_train_args *a, const char **t
       {"follow", required_argument, 0, 'F'}, {"follow-idle", required_argument, 0, 'I'},
       {"plan", no_argument, 0, 'P'},         {"ranks", required_argument, 0, 'R'},
       {"device", required_argument, 0, 'D'}, {"dry-run", no_argument, 0, 'P'},
+      {"follow-wait", required_argument, 0, 'W'}, {"follow-strict", no_argument, 0, 'X'},
       {0, 0, 0, 0}};
   int c;
   optind = 1;
@@ -96,15 +108,18 @@ static int parse_args(int argc, char **argv, dlrec_train_args *a, const char **t
       break;
     case 'V': a->valid = optarg; break;
     case 'F': a->follow_dir = optarg; break;
-    case 'I': {
+    case 'I':
+    case 'W': {
       char *end;
       errno = 0;
-      const double idle = strtod(optarg, &end);
-      if (end == optarg || *end || errno || !(idle > 0 && idle <= 1e9))
-        return cli_usage_error("train", "--follow-idle: '%s' is not a number of seconds in (0, 1e9]", optarg);
-      a->follow_idle = idle;
+      const double sec = strtod(optarg, &end);
+      if (end == optarg || *end || errno || !(sec > 0 && sec <= 1e9))
+        return cli_usage_error("train", "--follow-%s: '%s' is not a number of seconds in (0, 1e9]",
+                               c == 'I' ? "idle" : "wait", optarg);
+      *(c == 'I' ? &a->follow_idle : &a->follow_wait) = sec;
       break;
     }
+    case 'X': a->follow_strict = 1; break;
     case 'e': a->etl_dir = optarg; break;
     case 'o': a->run_dir = optarg; break;
     case 'r': a->resume = 1; break;
@@ -139,6 +154,8 @@ static int parse_args(int argc, char **argv, dlrec_train_args *a, const char **t
   if (!a->n_train && !a->follow_dir) return cli_usage_error("train", "--train or --follow is required");
   if (a->n_train && a->follow_dir) return cli_usage_error("train", "--train and --follow do not go together");
   if (a->follow_idle > 0 && !a->follow_dir) return cli_usage_error("train", "--follow-idle needs --follow");
+  if ((a->follow_wait > 0 || a->follow_strict) && !a->follow_dir)
+    return cli_usage_error("train", "--follow-wait and --follow-strict need --follow");
   if (!a->etl_dir) return cli_usage_error("train", "--etl is required");
   if (!a->run_dir) return cli_usage_error("train", "--out is required");
   return -1;

@@ -77,6 +77,15 @@ dlrec_status dlrec_dlr_open_buffer(dlrec_dlr **f, const void *data, size_t n, co
 
 void dlrec_dlr_close(dlrec_dlr *f); /* accepts NULL */
 
+/* Whether PATH is a .dlr file that its writer has not finished (yet): empty,
+ * the first bytes of a header, or a whole header whose checksum holds but
+ * whose complete flag is unset (dlrec_dlr_writer_finish sets it last) or
+ * that promises more bytes than the file has so far (a finished file still
+ * being copied in). 1: unfinished; 0: anything else (whole, not a .dlr
+ * file, not a regular file, unreadable), which dlrec_dlr_open then judges.
+ * Reads the header only. */
+int dlrec_dlr_unfinished(const char *path);
+
 const char *dlrec_dlr_path(const dlrec_dlr *f);
 const dlrec_schema *dlrec_dlr_schema(const dlrec_dlr *f);
 uint64_t dlrec_dlr_rows(const dlrec_dlr *f);

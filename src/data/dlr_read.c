@@ -315,6 +315,44 @@ void dlrec_dlr_close(dlrec_dlr *f) {
   free(f);
 }
 
+/* The writer puts out an incomplete header first and sets the flag last
+ * (dlr_write.c), so a file caught mid-write is the start of a header, or a
+ * whole header that checks but lacks DLR_FLAG_COMPLETE; a finished file
+ * caught while it is copied in place has its whole header but not yet the
+ * bytes up to the index's end that the header promises. O_NONBLOCK: a FIFO
+ * under a .dlr name must not hang the caller (it is not regular: 0). */
+int dlrec_dlr_unfinished(const char *path) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return 0;
+  struct stat sb;
+  unsigned char fixed[DLR_HDR_FIXED], *h = NULL;
+  int res = 0;
+  ssize_t n = fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) ? pread(fd, fixed, sizeof fixed, 0) : -1;
+  if (n >= 0 && n < 8) {
+    res = memcmp(fixed, DLR_MAGIC, (size_t)n) == 0; /* empty, or the magic's first bytes */
+  } else if (n > 0 && memcmp(fixed, DLR_MAGIC, 8) == 0) {
+    const uint32_t nd = n == DLR_HDR_FIXED ? dlr_get32(fixed + DLR_HDR_N_DENSE) : 0;
+    const uint32_t ns = n == DLR_HDR_FIXED ? dlr_get32(fixed + DLR_HDR_N_SPARSE) : 0;
+    const uint64_t hb = dlr_header_bytes(nd, ns);
+    if (n < DLR_HDR_FIXED || (uint64_t)sb.st_size < hb) {
+      /* The header's fixed fields or its names are still to come: its size
+       * field must fit its columns once it is there. */
+      res = n < DLR_HDR_FIXED ||
+            (nd <= DLREC_MAX_DENSE && ns <= DLREC_MAX_SPARSE && dlr_get32(fixed + DLR_HDR_BYTES) == hb);
+    } else if (nd <= DLREC_MAX_DENSE && ns <= DLREC_MAX_SPARSE && dlr_get32(fixed + DLR_HDR_BYTES) == hb &&
+               (h = malloc(hb)) && pread(fd, h, hb, 0) == (ssize_t)hb) {
+      const uint64_t groups = dlr_get64(h + DLR_HDR_GROUPS), index = dlr_get64(h + DLR_HDR_INDEX_OFFSET);
+      const int arriving = groups < UINT32_MAX && index <= UINT64_MAX - dlr_index_bytes(groups) &&
+                           (uint64_t)sb.st_size < index + dlr_index_bytes(groups);
+      res = dlr_get32(h + hb - 4) == dlrec_crc32c(0, h, hb - 4) &&
+            (!(dlr_get32(h + DLR_HDR_FLAGS) & DLR_FLAG_COMPLETE) || arriving);
+    }
+  }
+  free(h);
+  close(fd);
+  return res;
+}
+
 const char *dlrec_dlr_path(const dlrec_dlr *f) { return f->path; }
 const dlrec_schema *dlrec_dlr_schema(const dlrec_dlr *f) { return &f->schema; }
 uint64_t dlrec_dlr_rows(const dlrec_dlr *f) { return f->rows; }

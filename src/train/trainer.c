@@ -211,6 +211,7 @@ static dlrec_status loop_end(run *r, loop *L, dlrec_train_result *res, dlrec_sta
   *loop_seconds = dlrec_now() - L->t0 - L->eval_seconds - r->follow_idle;
   res->loader_wait -= r->follow_idle;
   res->idle_seconds = r->follow_idle;
+  res->files_rejected = r->files_rejected;
   dlrec_progress_finish(L->bar);
   if (s == DLREC_OK && r->prog.loss_rows) res->last_loss = r->prog.loss_sum / (double)r->prog.loss_rows;
   res->interrupted = r->stop && s == DLREC_OK;

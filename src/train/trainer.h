@@ -28,11 +28,16 @@
  * the directory once, in name order, then waits for the next name after the
  * last one trained (polling five times a second), until a signal, max_steps
  * or follow_idle seconds without a new file. A file counts once it has its
- * .dlr name: dlrec etl apply writes NAME.dlr.tmp and renames it when done,
- * and other producers must do the same. Each file is one pass
- * (training.epochs does not apply); eval.every_epoch validates after each
- * file. The checkpoints' position names its file, so --resume continues
- * inside it.
+ * .dlr name: dlrec etl apply writes NAME.dlr.tmp and renames it when done;
+ * a file under its .dlr name whose writer has not finished it
+ * (dlrec_dlr_unfinished) is waited for, up to follow_wait seconds. Each file
+ * is checked whole (every row group's checksum, the run's schema) before its
+ * first step; a bad one, or one still unfinished after follow_wait, is moved
+ * into DIR/.rejected/ (a symlink itself, not its target) with NAME.reason
+ * holding the error, and the run goes on (follow_strict: the run stops with
+ * that error and the file stays). Each file is one pass (training.epochs
+ * does not apply); eval.every_epoch validates after each file. The
+ * checkpoints' position names its file, so --resume continues inside it.
  */
 #ifndef DLREC_TRAINER_H
 #define DLREC_TRAINER_H
@@ -57,6 +62,9 @@ typedef struct dlrec_train_progress_info {
   int done;                 /* the last call: the loop has ended */
 } dlrec_train_progress_info;
 
+/* --follow: how long a file whose writer has not finished it is waited for. */
+#define DLREC_FOLLOW_WAIT_DEFAULT 300.0
+
 typedef struct dlrec_train_args {
   const char *config_path;        /* NULL: config_json, else the defaults of dlrec_train_config_default */
   const char *config_json;        /* the config as JSON text, when config_path is NULL (a host's) */
@@ -66,6 +74,8 @@ typedef struct dlrec_train_args {
    * the other, in name order, each once, as they appear (see dlrec_train). */
   const char *follow_dir;
   double follow_idle;             /* --follow: stop after this many seconds without a new file; 0: never */
+  double follow_wait;             /* --follow: seconds to wait for an unfinished file; 0: DLREC_FOLLOW_WAIT_DEFAULT */
+  int follow_strict;              /* --follow: a bad file stops the run (left in place) instead of being moved aside */
   const char *valid;              /* a .dlr file, or NULL */
   const char *etl_dir;            /* the ETL state the files were encoded with */
   const char *run_dir;
@@ -115,6 +125,7 @@ typedef struct dlrec_train_result {
   dlrec_sharded_stats dist;       /* ranks > 1: this rank's exchanges */
   double loader_wait;             /* seconds the loop waited for the loader's next batch */
   double idle_seconds;            /* --follow: seconds waiting for new files (in neither of the above) */
+  uint64_t files_rejected;        /* --follow: files this run moved into DIR/.rejected/ */
   float loss_scale;               /* loss scaling's scale at the end (0: none; training.loss_scale) */
   uint64_t skipped_steps;         /* steps whose scaled gradients overflowed, resumed part included */
 } dlrec_train_result;

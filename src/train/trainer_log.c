@@ -52,7 +52,10 @@ cJSON *run_step_json(const run *r, double loss, double lr_scale, double rate) {
   cJSON_AddNumberToObject(j, "step", (double)r->prog.step);
   cJSON_AddNumberToObject(j, "samples", (double)r->prog.samples);
   cJSON_AddNumberToObject(j, "epoch", (double)r->prog.position.epoch);
-  if (r->a->follow_dir) cJSON_AddStringToObject(j, "file", r->prog.follow_file);
+  if (r->a->follow_dir) {
+    cJSON_AddStringToObject(j, "file", r->prog.follow_file);
+    cJSON_AddNumberToObject(j, "files_rejected", (double)r->files_rejected);
+  }
   if (isfinite(loss)) cJSON_AddNumberToObject(j, "loss", loss);
   cJSON_AddNumberToObject(j, "lr_scale", lr_scale);
   cJSON_AddNumberToObject(j, "samples_per_s", rate);
@@ -147,7 +150,10 @@ cJSON *dlrec_train_result_to_json(const dlrec_train_args *a, const dlrec_train_r
     cJSON_AddNumberToObject(x, "compute_seconds", d->compute_seconds);
     cJSON_AddNumberToObject(x, "update_seconds", d->update_seconds);
   }
-  if (a->follow_dir) cJSON_AddNumberToObject(j, "idle_seconds", r->idle_seconds);
+  if (a->follow_dir) {
+    cJSON_AddNumberToObject(j, "idle_seconds", r->idle_seconds);
+    cJSON_AddNumberToObject(j, "files_rejected", (double)r->files_rejected);
+  }
   if (r->interrupted) cJSON_AddBoolToObject(j, "interrupted", 1);
   if (r->reached_target) cJSON_AddBoolToObject(j, "reached_target_auc", 1);
   if (r->early_stopped) cJSON_AddBoolToObject(j, "early_stopped", 1);
