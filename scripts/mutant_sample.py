@@ -50,7 +50,11 @@ TESTS = {
 EXTRA = {"src/train/step.c": " dist_mpi", "src/train/trainer_ranks.c": " dist_mpi",
          "src/core/redis_rows.c": " test_redis", "src/serve/redis_tier.c": " test_redis",
          "src/train/publish.c": " test_redis", "src/train/predict.c": " python",
-         "src/data/etl_encode.c": " test_train python test_serve", "src/data/arrow_csv.c": " test_arrow"}
+         "src/data/etl_encode.c": " test_train python test_serve", "src/data/arrow_csv.c": " test_arrow",
+         "src/core/hash.c": " test_store", "src/core/onnx.c": " onnx_export",
+         "src/model/export_onnx.c": " onnx_export", "src/data/dlr_read.c": " test_train",
+         "src/serve/prom.c": " test_redis", "src/cli/cmd_train.c": "test_train",
+         "src/cli/cmd_serve.c": "test_serve"}
 
 
 def added_lines(base):

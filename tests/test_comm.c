@@ -30,8 +30,8 @@ TEST(single_is_rank_0_of_1) {
   CHECK_OK(dlrec_comm_barrier(c));
   dlrec_comm_abort(c, 3); /* returns: there is no job to end */
   CHECK_EQ_U64(dlrec_comm_bytes_sent(c), 0);
-  /* The timeout: 300 s until set, 0 (forever) for anything not positive. */
-  CHECK(dlrec_comm_timeout(c) == DLREC_COMM_TIMEOUT_DEFAULT_S && DLREC_COMM_TIMEOUT_DEFAULT_S == 300.0);
+  /* The timeout: 1800 s until set, 0 (forever) for anything not positive. */
+  CHECK(dlrec_comm_timeout(c) == DLREC_COMM_TIMEOUT_DEFAULT_S && DLREC_COMM_TIMEOUT_DEFAULT_S == 1800.0);
   dlrec_comm_set_timeout(c, 2.5);
   CHECK(dlrec_comm_timeout(c) == 2.5);
   dlrec_comm_set_timeout(c, -1);

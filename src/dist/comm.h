@@ -86,7 +86,7 @@ void dlrec_comm_abort(dlrec_comm *c, int code);
  * ranks cannot leave a collective that a peer never joins. A new
  * communicator has DLREC_COMM_TIMEOUT_DEFAULT_S; the single-process one
  * never waits. */
-#define DLREC_COMM_TIMEOUT_DEFAULT_S 300.0
+#define DLREC_COMM_TIMEOUT_DEFAULT_S 1800.0
 void dlrec_comm_set_timeout(dlrec_comm *c, double seconds);
 double dlrec_comm_timeout(const dlrec_comm *c);
 

@@ -356,7 +356,7 @@ const dlrec_option dlrec_train_config_options[] = {
         "across ranks (`mpirun`; docs/distributed.md): a column holding more than this share of a rank's fair part "
         "of the table's bytes is split row-wise over all ranks, the others go whole to one rank; 0: every column "
         "row-wise; the trained model is the same whatever the plan"),
-    DBL("distributed", "timeout_s", dist_timeout_s, 0, 1e9, "300",
+    DBL("distributed", "timeout_s", dist_timeout_s, 0, 1e9, "1800",
         "across ranks: the seconds a rank may wait in one exchange for the others (a rank stopped, hung, or busy "
         "alone, as rank 0 writing a checkpoint or scoring `RUN/best`) before the job ends with an error naming the "
         "ranks that never came; 0: wait forever"),

@@ -316,7 +316,7 @@ victim=$(rank_pid "$job" 1)
 [ -n "$victim" ] || fail "no rank 1 to signal: $(ranks_of "$job")"
 kill -TERM "$victim"
 # A rank that stopped alone would leave the other waiting until the
-# ranks' timeout (distributed.timeout_s, 300 s): 120 s is a hang.
+# ranks' timeout (distributed.timeout_s, 1800 s): 120 s is a hang.
 for _ in $(seq 2400); do kill -0 "$job" 2>/dev/null || break; sleep 0.05; done
 if kill -0 "$job" 2>/dev/null; then
   pkill -9 -P "$job" # mpirun, the background shell's child, and with it the ranks
