@@ -534,6 +534,69 @@ TEST(truncation_at_every_length) {
   free_groups(g, 4);
 }
 
+/* dlrec_dlr_unfinished (what `train --follow` waits for): every prefix of
+ * a finished file is a file still being written or copied in (its first
+ * bytes of magic, its fixed fields, its names, its row groups, its index),
+ * the whole file is not, and neither is anything whose bytes no writer
+ * would leave: text, another magic, a header size that does not fit its
+ * columns, a header whose checksum fails. A header that says "not
+ * complete" with a good checksum is a writer still at it. */
+TEST(unfinished_tells_a_file_being_written_from_a_bad_one) {
+  tgroup g[4];
+  const char *p = make_small_file(g);
+  CHECK(p != NULL);
+  size_t n;
+  unsigned char *b = slurp(p, &n);
+  CHECK(b != NULL);
+  const uint32_t hb = get32(b + 12);
+  CHECK(hb > 112 + 8 && hb < n);
+  const char *q = test_path("growing.dlr");
+  CHECK(dlrec_dlr_unfinished(p) == 0);
+  for (size_t len = 0; len < n; len = len < hb + 16 || len + 1 == n ? len + 1 : len + 13 < n ? len + 13 : n - 1) {
+    CHECK(test_write_file(q, (const char *)b, len) == 0);
+    if (dlrec_dlr_unfinished(q) != 1) {
+      test_fail(__FILE__, __LINE__, "a prefix of %zu of %zu bytes is not taken as unfinished", len, n);
+      break;
+    }
+  }
+  CHECK(test_write_file(q, (const char *)b, n) == 0);
+  CHECK(dlrec_dlr_unfinished(q) == 0);
+  /* The fixed fields alone, their header size one that no columns have. */
+  unsigned char *c = malloc(n);
+  CHECK(c != NULL);
+  memcpy(c, b, n);
+  put32(c + 12, hb + 64);
+  CHECK(test_write_file(q, (const char *)c, 112) == 0);
+  CHECK(dlrec_dlr_unfinished(q) == 0);
+  CHECK(test_write_file(q, (const char *)c, hb - 8) == 0);
+  CHECK(dlrec_dlr_unfinished(q) == 0);
+  /* Not complete: with its checksum a writer's file (whole or cut), with a
+   * stale one a damaged file. */
+  memcpy(c, b, n);
+  put32(c + 16, get32(c + 16) & ~1u);
+  CHECK(test_write_file(q, (const char *)c, n) == 0);
+  CHECK(dlrec_dlr_unfinished(q) == 0);
+  put32(c + hb - 4, dlrec_crc32c(0, c, hb - 4));
+  CHECK(test_write_file(q, (const char *)c, n) == 0);
+  CHECK(dlrec_dlr_unfinished(q) == 1);
+  CHECK(test_write_file(q, (const char *)c, hb) == 0);
+  CHECK(dlrec_dlr_unfinished(q) == 1);
+  /* Another magic, text, a directory, no file. */
+  memcpy(c, b, n);
+  c[3] ^= 0x01;
+  CHECK(test_write_file(q, (const char *)c, 6) == 0);
+  CHECK(dlrec_dlr_unfinished(q) == 0);
+  CHECK(test_write_file(q, (const char *)c, n) == 0);
+  CHECK(dlrec_dlr_unfinished(q) == 0);
+  CHECK(test_write_file(q, "label\tI1\n1\t2\n", (size_t)-1) == 0);
+  CHECK(dlrec_dlr_unfinished(q) == 0);
+  CHECK(dlrec_dlr_unfinished(test_path("")) == 0);
+  CHECK(dlrec_dlr_unfinished(test_path("no-such.dlr")) == 0);
+  free(c);
+  free(b);
+  free_groups(g, 4);
+}
+
 TEST(wrong_magic_and_future_version) {
   const char *q = test_path("text.dlr");
   dlrec_dlr *f;
