@@ -15,9 +15,11 @@
  * communicator's timeout it names the ranks that never reached the
  * collective and ends the job. To know them, a rank that has waited a
  * while (HEARTBEAT_AFTER_S) tells every peer the number of the collective
- * it waits in, a point-to-point message of its own tag; a peer that was
- * not heard waiting in it (or a later one) never reached it. Fast
- * collectives send nothing.
+ * it waits in, a point-to-point message of its own tag, and again each
+ * HEARTBEAT_AFTER_S while it waits; a peer neither heard waiting in it (or
+ * a later one) nor heard waiting lately (in an earlier collective that the
+ * stalled rank holds up too: a broadcast's root runs ahead) never reached
+ * it. Fast collectives send nothing.
  *
  * Built only when CMake found MPI (DLREC_HAVE_MPI).
  */
@@ -48,6 +50,7 @@ typedef struct mpi_ctx {
    * seq), the latest each peer said it waited in, and the heartbeats out,
    * one buffer and request per peer. */
   uint64_t seq, *peer_seq, *hb_out;
+  double *peer_heard; /* when each peer's latest heartbeat came (monotonic seconds; 0: never) */
   MPI_Request *hb_req;
 } mpi_ctx;
 
@@ -76,6 +79,7 @@ static void heartbeats_drain(mpi_ctx *m) {
     if (MPI_Recv(&seq, 1, MPI_UINT64_T, st.MPI_SOURCE, HEARTBEAT_TAG, m->comm, MPI_STATUS_IGNORE) != MPI_SUCCESS)
       return;
     if (seq > m->peer_seq[st.MPI_SOURCE]) m->peer_seq[st.MPI_SOURCE] = seq;
+    m->peer_heard[st.MPI_SOURCE] = now_s();
   }
 }
 
@@ -94,17 +98,21 @@ static void heartbeats_send(dlrec_comm *c) {
   }
 }
 
-/* The timeout passed in collective `op`: names the peers not heard waiting
- * in it (or a later one), and ends the job; they cannot be waited for
- * (returns only if MPI_Abort does). */
-static dlrec_status stalled(dlrec_comm *c, const char *op, double waited) {
+/* The timeout passed in collective `op`: names the peers neither heard
+ * waiting in it (or a later one) nor heard waiting at all lately (a rank
+ * that waits, in this collective or an earlier one that the stalled rank
+ * also holds up, says so every hb_every seconds: 3 of them of slack), and
+ * ends the job; they cannot be waited for (returns only if MPI_Abort
+ * does). */
+static dlrec_status stalled(dlrec_comm *c, const char *op, double waited, double hb_every) {
   mpi_ctx *m = c->ctx;
   heartbeats_drain(m);
+  const double now = now_s();
   char ranks[256] = "";
   size_t len = 0;
   int n = 0;
   for (int q = 0; q < c->size && len + 16 < sizeof ranks; q++)
-    if (q != c->rank && m->peer_seq[q] < m->seq)
+    if (q != c->rank && m->peer_seq[q] < m->seq && !(m->peer_heard[q] > 0 && now - m->peer_heard[q] <= 3 * hb_every))
       len += (size_t)snprintf(ranks + len, sizeof ranks - len, "%s%d", n++ ? ", " : "", q);
   if (n)
     DLREC_ERROR("rank %d: %s (collective %llu) waited %.1f s, past the ranks' timeout of %g s "
@@ -128,8 +136,8 @@ static dlrec_status mpi_wait(dlrec_comm *c, MPI_Request *req, const char *op) {
   mpi_ctx *m = c->ctx;
   const double hb_after = c->timeout_s > 0 && c->timeout_s < 4 * HEARTBEAT_AFTER_S ? c->timeout_s / 4
                                                                                   : HEARTBEAT_AFTER_S;
-  double last = now_s(), waited = 0;
-  int done = 0, told = 0;
+  double last = now_s(), waited = 0, next_hb = hb_after;
+  int done = 0;
   for (unsigned i = 1;; i++) {
     int err = MPI_Test(req, &done, MPI_STATUS_IGNORE);
     if (err != MPI_SUCCESS) return mpi_error(op, err);
@@ -143,12 +151,12 @@ static dlrec_status mpi_wait(dlrec_comm *c, MPI_Request *req, const char *op) {
     waited += now - last < MAX_GAP_S ? now - last : MAX_GAP_S;
     last = now;
     if (waited < hb_after) continue;
-    if (!told) {
+    if (waited >= next_hb) { /* every hb_after while it waits */
       heartbeats_send(c);
-      told = 1;
+      next_hb = waited + hb_after;
     }
     heartbeats_drain(m);
-    if (c->timeout_s > 0 && waited >= c->timeout_s) return stalled(c, op, waited);
+    if (c->timeout_s > 0 && waited >= c->timeout_s) return stalled(c, op, waited, hb_after);
   }
 }
 
@@ -232,6 +240,7 @@ static void mpi_free_ctx(mpi_ctx *m, int size) {
   if (m->owns_init) MPI_Finalize();
   free(m->send_counts);
   free(m->peer_seq);
+  free(m->peer_heard);
   free(m->hb_req);
   free(m);
 }
@@ -290,8 +299,9 @@ dlrec_status dlrec__comm_open_mpi(dlrec_comm **out) {
     goto err;
   }
   m->peer_seq = calloc(2 * (size_t)size, sizeof *m->peer_seq);
+  m->peer_heard = calloc((size_t)size, sizeof *m->peer_heard);
   m->hb_req = malloc((size_t)size * sizeof *m->hb_req);
-  if (!m->peer_seq || !m->hb_req) {
+  if (!m->peer_seq || !m->peer_heard || !m->hb_req) {
     st = dlrec_error(DLREC_ERR_NOMEM, "MPI communicator of %d ranks: out of memory", size);
     goto err;
   }

@@ -16,8 +16,8 @@
 #      rank with a clear error, not a hang;
 #   6. ranks started differently (a config field, a --train file, --resume)
 #      are refused at the start on every rank, naming what differs;
-#   7. SIGSTOP to one rank: the other ends the job after
-#      distributed.timeout_s, naming the stopped rank.
+#   7. SIGSTOP to one rank of three: the others end the job after
+#      distributed.timeout_s, naming the stopped rank alone.
 #   Also: batch normalization across ranks, fp16 with dynamic loss scaling
 #   (the ranks agree on each step's overflow), dense features only,
 #   validations across ranks, each bit for bit one process's.
@@ -373,9 +373,10 @@ unlike deepfm.json deepfm-lr.json 'optimizer.dense.lr is 0.002 on rank 1 but 0.0
 unlike train.dlr valid.dlr '--train (file 1) is valid.dlr (content [0-9a-f]*) on rank 1 but train.dlr'
 unlike -q --resume '--resume is yes on rank 1 but no on rank 0'
 
-# 7. SIGSTOP to rank 1 mid-training: rank 0 waits in an exchange for
-# distributed.timeout_s (3 s here), names rank 1 and ends the job, which
-# mpirun would otherwise leave hanging until its --timeout (60 s here).
+# 7. SIGSTOP to rank 2 of 3 mid-training: ranks 0 and 1 wait in an
+# exchange for distributed.timeout_s (3 s here), and rank 0 names rank 2
+# alone (rank 1, waiting too, told it so) and ends the job, which mpirun
+# would otherwise leave hanging until its --timeout (60 s here).
 python3 - deepfm.json > stall.json <<'PY'
 import json, sys
 c = json.load(open(sys.argv[1]))
@@ -384,13 +385,13 @@ c["log"]["interval_steps"] = 5
 c["distributed"]["timeout_s"] = 3
 print(json.dumps(c))
 PY
-MPI_TIMEOUT=60 mpi 2 "$bin" train --config stall.json --train train.dlr --etl etl --out stall --threads 1 -q \
+MPI_TIMEOUT=60 mpi 3 "$bin" train --config stall.json --train train.dlr --etl etl --out stall --threads 1 -q \
   > /dev/null 2> stall.err &
 job=$!
 for _ in $(seq 1200); do [ -s stall/metrics.jsonl ] && break; sleep 0.05; done
 [ -s stall/metrics.jsonl ] || fail "no step before the stop"
-victim=$(rank_pid "$job" 1)
-[ -n "$victim" ] || fail "no rank 1 to stop: $(ranks_of "$job")"
+victim=$(rank_pid "$job" 2)
+[ -n "$victim" ] || fail "no rank 2 to stop: $(ranks_of "$job")"
 start=$(start_of "$victim")
 kill -STOP "$victim"
 set +e
@@ -402,6 +403,6 @@ left=$(left_running "$victim $start")
 [ "$rc" -ne 0 ] || fail "mpirun exited 0 with a rank stopped"
 grep -q 'time limit for job execution has been reached' stall.err &&
   fail "the stalled job hung until mpirun's --timeout"
-grep -q "rank 0: .* past the ranks' timeout of 3 s (distributed.timeout_s): rank 1 never reached it" stall.err ||
-  { cat stall.err >&2; fail "rank 0 did not name the stopped rank 1"; }
-echo "dist: SIGSTOP to rank 1: $(grep -m1 -o 'rank 0: .*never reached it' stall.err)"
+grep -q "rank 0: .* past the ranks' timeout of 3 s (distributed.timeout_s): rank 2 never reached it" stall.err ||
+  { cat stall.err >&2; fail "rank 0 did not name the stopped rank 2 alone"; }
+echo "dist: SIGSTOP to rank 2 of 3: $(grep -m1 -o 'rank 0: .*never reached it' stall.err)"
