@@ -502,3 +502,37 @@ TEST(guard_cuts_past_the_deadline_by_phase_never_a_request_being_answered) {
   peer_close(&g, &idle);
   serve_conns_stop(&g);
 }
+
+/* The model control token file: one line of printable ASCII without blanks,
+ * a trailing newline (or CRLF) allowed, at least 16 characters; a bad byte
+ * anywhere in it is named by its position. */
+TEST(token_file_is_one_printable_line_of_16_or_more) {
+  static const struct {
+    const char *text, *want; /* want: the token, or NULL with err */
+    const char *err;
+  } cases[] = {
+      {"k3y-0f-the-m0del-c0ntrol\n", "k3y-0f-the-m0del-c0ntrol", NULL},
+      {"0123456789abcdef\r\n", "0123456789abcdef", NULL},
+      {"0123456789abcdef", "0123456789abcdef", NULL},
+      {"0123456789abcde\n", NULL, "has 15 characters; use at least 16"},
+      {" 123456789abcdefgh", NULL, "byte 0 of the model control token"},
+      {"01234 6789abcdefgh", NULL, "byte 5 of the model control token"},
+      {"0123456789abcdefg\x7f", NULL, "byte 17 of the model control token"},
+      {"0123456789abcdef\nsecond-line-here", NULL, "byte 16 of the model control token"},
+  };
+  const char *path = test_path("token");
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    CHECK(test_write_file(path, cases[i].text, strlen(cases[i].text)) == 0);
+    char *tok = NULL;
+    size_t len = 0;
+    dlrec_status s = serve_read_token(path, &tok, &len);
+    if (cases[i].want) {
+      CHECK_OK(s);
+      CHECK(tok && len == strlen(cases[i].want) && memcmp(tok, cases[i].want, len) == 0);
+    } else {
+      CHECK_ERR(s, DLREC_ERR_INVALID, cases[i].err);
+      CHECK(strstr(dlrec_last_error(), path) != NULL);
+    }
+    free(tok);
+  }
+}

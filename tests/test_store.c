@@ -801,6 +801,33 @@ TEST(slot_index_insert_past_the_probe_bound_draws_a_new_secret) {
   slot_index_free(&x);
 }
 
+/* An index filled past what any secret can keep within the bound (all but
+ * one of its entries taken: one run of them all): a rehash that finds the
+ * bound broken tries exactly SLOT_INDEX_MAX_REKEYS new secrets, then lifts
+ * the bound, and every key is still found. */
+TEST(slot_index_overfilled_tries_every_secret_then_lifts_the_bound) {
+  slot_index x;
+  CHECK_OK(slot_index_init(&x, 300, "overfilled"));
+  const uint64_t n = x.mask; /* every entry but one */
+  CHECK(n > SLOT_INDEX_MAX_PROBES && n < 4096);
+  x.probe_limit = x.mask + 1; /* filled without the bound */
+  uint64_t keys[4096], absent[8];
+  for (uint64_t i = 0; i < n; i++) {
+    keys[i] = 0x9e3779b97f4a7c15ull * (i + 1);
+    slot_index_insert(&x, keys[i], (uint32_t)i);
+  }
+  for (uint32_t i = 0; i < 8; i++) absent[i] = 0x9e3779b97f4a7c15ull * (n + 1 + i);
+  CHECK_EQ_U64(x.rekeys, 0);
+  x.probe_limit = SLOT_INDEX_MAX_PROBES;
+  const uint64_t secret[2] = {1, 2};
+  slot_index_set_secret(&x, secret);
+  CHECK_EQ_U64(x.rekeys, SLOT_INDEX_MAX_REKEYS);
+  CHECK_EQ_U64(x.probe_limit, x.mask + 1);
+  CHECK(slot_index_max_probes(&x) > SLOT_INDEX_MAX_PROBES);
+  index_holds(&x, keys, (uint32_t)n, absent, 8);
+  slot_index_free(&x);
+}
+
 /* Each index draws its own secret; the keyed hash is SipHash: the reference
  * implementation's vector for SipHash-2-4 (key 00..0f, message 00..07), and
  * CPython's SipHash-1-3 under its zero key (PYTHONHASHSEED=0 python3 -c
