@@ -1,14 +1,10 @@
 /* Publishing trained rows to the Redis tier (publish.h). */
 #include "train/publish.h"
 
-#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "core/hash.h"
 #include "core/log.h"
@@ -160,18 +156,11 @@ void publisher_stats(const publisher *p, publish_stats *out) {
   out->pending = p->n;
 }
 
-/* getrandom, else /dev/urandom, else the clock and the pid mixed: two runs
- * started apart get different ids either way. */
+/* 64 bits of a fresh random secret (dlrec_random_secret: getrandom, else
+ * /dev/urandom, else the clock, the pid and a counter mixed), never 0 (0
+ * stands for "no run id"): two runs started apart get different ids. */
 uint64_t publisher_new_run_id(void) {
-  uint64_t id = 0;
-  if (getrandom(&id, sizeof id, 0) != (ssize_t)sizeof id) {
-    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
-    if (fd < 0 || read(fd, &id, sizeof id) != (ssize_t)sizeof id) {
-      struct timespec t;
-      clock_gettime(CLOCK_REALTIME, &t);
-      id = dlrec_mix64((uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec) ^ dlrec_mix64((uint64_t)getpid());
-    }
-    if (fd >= 0) close(fd);
-  }
-  return id ? id : 1;
+  uint64_t secret[2];
+  dlrec_random_secret(secret);
+  return secret[0] ? secret[0] : 1;
 }
