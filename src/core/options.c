@@ -4,12 +4,12 @@
 
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/json.h"
+#include "core/strbuf.h"
 
 /* The field of o in obj (k 0) or obj2 (k 1); NULL when o has none there. */
 static void *field(const dlrec_option *o, void *obj, void *obj2, int k) {
@@ -398,58 +398,29 @@ const dlrec_option *dlrec_options_find_flag(const dlrec_option *table, unsigned 
 
 /* ---- the reference ---- */
 
-/* A growing string for the reference. */
-typedef struct buf {
-  char *p;
-  size_t n, cap;
-} buf;
-
-__attribute__((format(printf, 2, 3))) static void put(buf *b, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  int k = vsnprintf(NULL, 0, fmt, ap);
-  va_end(ap);
-  if (k < 0 || !b->p) return;
-  if (b->n + (size_t)k + 1 > b->cap) {
-    size_t cap = 2 * (b->n + (size_t)k + 1);
-    char *p = realloc(b->p, cap);
-    if (!p) {
-      free(b->p);
-      b->p = NULL;
-      return;
-    }
-    b->p = p;
-    b->cap = cap;
-  }
-  va_start(ap, fmt);
-  vsnprintf(b->p + b->n, b->cap - b->n, fmt, ap);
-  va_end(ap);
-  b->n += (size_t)k;
-}
-
 /* An integer as the docs write it: 2^20, 2^32 - 3, or in decimal. */
-static void put_int(buf *b, uint64_t v) {
+static void put_int(dlrec_strbuf *b, uint64_t v) {
   for (int k = 10; k < 64; k++)
     for (uint64_t d = 0; d < 4; d++)
       if (v + d == (uint64_t)1 << k) {
-        if (d) put(b, "2^%d - %llu", k, (unsigned long long)d);
-        else put(b, "2^%d", k);
+        if (d) dlrec_strbuf_printf(b, "2^%d - %llu", k, (unsigned long long)d);
+        else dlrec_strbuf_printf(b, "2^%d", k);
         return;
       }
-  if (v == UINT64_MAX) put(b, "2^64 - 1");
-  else put(b, "%llu", (unsigned long long)v);
+  if (v == UINT64_MAX) dlrec_strbuf_printf(b, "2^64 - 1");
+  else dlrec_strbuf_printf(b, "%llu", (unsigned long long)v);
 }
 
 /* A number as the docs write it: 1000, 0.9999999, 1e6, 1e-9. */
-static void put_num(buf *b, double x) {
+static void put_num(dlrec_strbuf *b, double x) {
   char t[64];
   for (int k = 5; k < 16; k++)
     if (x == pow(10, k)) {
-      put(b, "1e%d", k);
+      dlrec_strbuf_printf(b, "1e%d", k);
       return;
     }
   if (x == floor(x) && fabs(x) < 1e15) {
-    put(b, "%.0f", x);
+    dlrec_strbuf_printf(b, "%.0f", x);
     return;
   }
   snprintf(t, sizeof t, "%.10g", x);
@@ -461,84 +432,90 @@ static void put_num(buf *b, double x) {
     while (*p == '0' && p[1]) p++;
     memmove(q, p, strlen(p) + 1);
   }
-  put(b, "%s", t);
+  dlrec_strbuf_printf(b, "%s", t);
 }
 
 /* Text in a table's cell: '|' escaped. */
-static void put_cell(buf *b, const char *text) {
+static void put_cell(dlrec_strbuf *b, const char *text) {
   for (const char *p = text; *p; p++) {
-    if (*p == '|') put(b, "\\|");
-    else put(b, "%c", *p);
+    if (*p == '|') dlrec_strbuf_printf(b, "\\|");
+    else dlrec_strbuf_printf(b, "%c", *p);
   }
 }
 
-static void put_type(buf *b, const dlrec_option *o) {
+static void put_type(dlrec_strbuf *b, const dlrec_option *o) {
   switch (o->type) {
-  case DLREC_OPT_BOOL: put(b, "bool"); break;
+  case DLREC_OPT_BOOL: dlrec_strbuf_printf(b, "bool"); break;
   case DLREC_OPT_UINT:
-    put(b, "integer");
-    if (o->max == uint_max(o->size) && o->min) put(b, " ≥ %llu", (unsigned long long)o->min);
+    dlrec_strbuf_printf(b, "integer");
+    if (o->max == uint_max(o->size) && o->min) dlrec_strbuf_printf(b, " ≥ %llu", (unsigned long long)o->min);
     if (o->max != uint_max(o->size)) {
-      put(b, " in [");
+      dlrec_strbuf_printf(b, " in [");
       put_int(b, o->min);
-      put(b, ", ");
+      dlrec_strbuf_printf(b, ", ");
       put_int(b, o->max);
-      put(b, "]");
+      dlrec_strbuf_printf(b, "]");
     }
     break;
   case DLREC_OPT_FLOAT:
   case DLREC_OPT_DOUBLE:
-    put(b, "number in [");
+    dlrec_strbuf_printf(b, "number in [");
     put_num(b, o->lo);
-    put(b, ", ");
+    dlrec_strbuf_printf(b, ", ");
     put_num(b, o->hi);
-    put(b, "]");
+    dlrec_strbuf_printf(b, "]");
     break;
   case DLREC_OPT_CHOICE: {
     int total = 0, n = 0;
     for (const dlrec_opt_choice *c = o->choices; c->name; c++) total += !c->alias;
     for (const dlrec_opt_choice *c = o->choices; c->name; c++)
-      if (!c->alias) put(b, "%s`\"%s\"`", n++ == 0 ? "" : n == total ? " or " : ", ", c->name);
+      if (!c->alias) dlrec_strbuf_printf(b, "%s`\"%s\"`", n++ == 0 ? "" : n == total ? " or " : ", ", c->name);
     break;
   }
-  case DLREC_OPT_JSON: put(b, "object"); break;
-  case DLREC_OPT_CUSTOM: put(b, "%s", o->custom->type_doc); break;
-  default: put(b, "string"); break; /* STRING, TEXT */
+  case DLREC_OPT_JSON: dlrec_strbuf_printf(b, "object"); break;
+  case DLREC_OPT_CUSTOM: dlrec_strbuf_printf(b, "%s", o->custom->type_doc); break;
+  default: dlrec_strbuf_printf(b, "string"); break; /* STRING, TEXT */
   }
 }
 
-static void put_default(buf *b, const dlrec_option *o) {
+static void put_default(dlrec_strbuf *b, const dlrec_option *o) {
   char *end = NULL;
   if (o->dflt) strtod(o->dflt, &end);
   const int text = o->type == DLREC_OPT_CHOICE || o->type == DLREC_OPT_STRING || o->type == DLREC_OPT_TEXT ||
                    (o->type == DLREC_OPT_CUSTOM && o->dflt && (end == o->dflt || *end));
   if (o->dflt_doc) put_cell(b, o->dflt_doc);
-  else if (!o->dflt) put(b, "none");
-  else if (text) put(b, "`\"%s\"`", o->dflt);
-  else put(b, "`%s`", o->dflt);
+  else if (!o->dflt) dlrec_strbuf_printf(b, "none");
+  else if (text) dlrec_strbuf_printf(b, "`\"%s\"`", o->dflt);
+  else dlrec_strbuf_printf(b, "`%s`", o->dflt);
 }
 
 char *dlrec_options_markdown(const dlrec_option *table, const dlrec_opt_reference *r) {
-  buf b = {malloc(4096), 0, 4096};
-  if (r->flags) put(&b, "| flag | API key | command | type | default | meaning |\n| --- | --- | --- | --- | --- | --- |\n");
-  else put(&b, "| key | type | default | meaning |\n| --- | --- | --- | --- |\n");
+  dlrec_strbuf b = {0};
+  if (r->flags)
+    dlrec_strbuf_printf(&b, "| flag | API key | command | type | default | meaning |\n"
+                            "| --- | --- | --- | --- | --- | --- |\n");
+  else dlrec_strbuf_printf(&b, "| key | type | default | meaning |\n| --- | --- | --- | --- |\n");
   for (const dlrec_option *o = table; o->key; o++) {
     if (r->flags) {
-      if (o->flag) put(&b, "| `%s` ", o->flag);
-      else put(&b, "| ");
-      put(&b, "| `%s` | ", o->key);
+      if (o->flag) dlrec_strbuf_printf(&b, "| `%s` ", o->flag);
+      else dlrec_strbuf_printf(&b, "| ");
+      dlrec_strbuf_printf(&b, "| `%s` | ", o->key);
       for (unsigned bit = 0, n = 0; r->commands && r->commands[bit]; bit++)
-        if (o->where & (1u << bit)) put(&b, "%s%s", n++ ? ", " : "", r->commands[bit]);
-      put(&b, " | ");
+        if (o->where & (1u << bit)) dlrec_strbuf_printf(&b, "%s%s", n++ ? ", " : "", r->commands[bit]);
+      dlrec_strbuf_printf(&b, " | ");
     } else {
-      put(&b, "| `%s%s%s` | ", o->section, o->section[0] ? "." : "", o->key);
+      dlrec_strbuf_printf(&b, "| `%s%s%s` | ", o->section, o->section[0] ? "." : "", o->key);
     }
     put_type(&b, o);
-    put(&b, " | ");
+    dlrec_strbuf_printf(&b, " | ");
     put_default(&b, o);
-    put(&b, " | ");
+    dlrec_strbuf_printf(&b, " | ");
     put_cell(&b, o->doc);
-    put(&b, " |\n");
+    dlrec_strbuf_printf(&b, " |\n");
+  }
+  if (b.nomem) {
+    free(b.p);
+    return NULL;
   }
   return b.p;
 }

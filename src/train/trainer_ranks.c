@@ -1,7 +1,6 @@
 /* A job of ranks (docs/distributed.md): the start (the shard plan, rank 0's
  * resume or every rank's init), the agreements that keep every rank at the
  * same step, collective checkpoints and validations. */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +9,7 @@
 #include "core/hash.h"
 #include "core/json.h"
 #include "core/log.h"
+#include "core/strbuf.h"
 #include "data/dlr.h"
 #include "train/trainer_run.h"
 
@@ -37,37 +37,10 @@ dlrec_status run_dist_agree(run *r, dlrec_status s) {
   return DLREC_OK;
 }
 
-/* ---- the ranks started alike ---- */
-
-/* What a rank must have as every other does, as lines "NAME=VALUE" or
- * "NAME=VALUE\tSHOWN" (SHOWN, not compared, says what VALUE stands for). */
-typedef struct lines {
-  char *p;
-  size_t n, cap;
-  int nomem;
-} lines;
-
-static void lines_add(lines *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void lines_add(lines *t, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  const int len = vsnprintf(NULL, 0, fmt, ap);
-  va_end(ap);
-  if (len < 0 || t->nomem) return;
-  if (t->n + (size_t)len + 1 > t->cap) {
-    const size_t cap = 2 * (t->n + (size_t)len + 1);
-    char *p = realloc(t->p, cap);
-    if (!p) {
-      t->nomem = 1;
-      return;
-    }
-    t->p = p, t->cap = cap;
-  }
-  va_start(ap, fmt);
-  vsnprintf(t->p + t->n, (size_t)len + 1, fmt, ap);
-  va_end(ap);
-  t->n += (size_t)len;
-}
+/* ---- the ranks started alike ----
+ * What a rank must have as every other does, as a text of lines
+ * "NAME=VALUE" or "NAME=VALUE\tSHOWN" (SHOWN, not compared, says what VALUE
+ * stands for). */
 
 /* The shortest text of d that reads back as d, as a float where d is one
  * (the config's float fields): 0.002, not 0.0020000000949949026. */
@@ -81,7 +54,7 @@ static void shown_number(char *buf, size_t size, double d) {
 
 /* Every field under o as "section.key=JSON value", but the rank's own:
  * its threads (its share of its machine's cores) and its device. */
-static void config_lines(lines *t, const cJSON *o, const char *prefix) {
+static void config_lines(dlrec_strbuf *t, const cJSON *o, const char *prefix) {
   for (const cJSON *it = o->child; it; it = it->next) {
     char name[256];
     snprintf(name, sizeof name, "%s%s%s", prefix, prefix[0] ? "." : "", it->string ? it->string : "?");
@@ -95,20 +68,20 @@ static void config_lines(lines *t, const cJSON *o, const char *prefix) {
     else if (cJSON_IsNumber(it)) { /* compared exactly, shown short */
       char shown[32];
       shown_number(shown, sizeof shown, it->valuedouble);
-      lines_add(t, "%s=%s\t%s\n", name, v, shown);
+      dlrec_strbuf_printf(t, "%s=%s\t%s\n", name, v, shown);
     }
-    else lines_add(t, "%s=%s\n", name, v);
+    else dlrec_strbuf_printf(t, "%s=%s\n", name, v);
     cJSON_free(v);
   }
 }
 
 /* A .dlr file's content (dlrec_dlr_fingerprint) as the line NAME. */
-static dlrec_status dlr_line(lines *t, const char *name, const char *path) {
+static dlrec_status dlr_line(dlrec_strbuf *t, const char *name, const char *path) {
   dlrec_dlr *f;
   dlrec_status s = dlrec_dlr_open(&f, path);
   if (s != DLREC_OK) return s;
-  lines_add(t, "%s=%016llx\t%s (content %016llx)\n", name, (unsigned long long)dlrec_dlr_fingerprint(f), path,
-            (unsigned long long)dlrec_dlr_fingerprint(f));
+  const unsigned long long content = (unsigned long long)dlrec_dlr_fingerprint(f);
+  dlrec_strbuf_printf(t, "%s=%016llx\t%s (content %016llx)\n", name, content, path, content);
   dlrec_dlr_close(f);
   return DLREC_OK;
 }
@@ -116,31 +89,32 @@ static dlrec_status dlr_line(lines *t, const char *name, const char *path) {
 /* This rank's lines: the config after the command line's overrides, the
  * --train files' content in order, the --valid file's, the ETL state's
  * (etl.json, which carries vocab.bin's checksum), and --resume. */
-static dlrec_status alike_lines(const run *r, lines *t) {
+static dlrec_status alike_lines(const run *r, dlrec_strbuf *t) {
   const dlrec_train_args *a = r->a;
   cJSON *j = dlrec_train_config_to_json(&r->cfg);
   if (!j) return dlrec_error(DLREC_ERR_NOMEM, "out of memory");
   config_lines(t, j, "");
   cJSON_Delete(j);
   dlrec_status s = DLREC_OK;
-  lines_add(t, "--train (files)=%d\n", a->n_train);
+  dlrec_strbuf_printf(t, "--train (files)=%d\n", a->n_train);
   for (int i = 0; i < a->n_train && s == DLREC_OK; i++) {
     char name[64];
     snprintf(name, sizeof name, "--train (file %d)", i + 1);
     s = dlr_line(t, name, a->train[i]);
   }
   if (s == DLREC_OK && a->valid) s = dlr_line(t, "--valid", a->valid);
-  else if (s == DLREC_OK) lines_add(t, "--valid=none\n");
+  else if (s == DLREC_OK) dlrec_strbuf_printf(t, "--valid=none\n");
   char path[4096];
   char *etl = NULL;
   size_t n = 0;
   if (s == DLREC_OK) s = dlrec_path_join(path, sizeof path, a->etl_dir, "etl.json");
   if (s == DLREC_OK) s = dlrec_read_file(path, 1u << 26, &etl, &n);
-  if (s == DLREC_OK)
-    lines_add(t, "--etl=%016llx\t%s (etl.json %016llx)\n", (unsigned long long)dlrec_hash_bytes(etl, n, 0),
-              a->etl_dir, (unsigned long long)dlrec_hash_bytes(etl, n, 0));
+  if (s == DLREC_OK) {
+    const unsigned long long h = (unsigned long long)dlrec_hash_bytes(etl, n, 0);
+    dlrec_strbuf_printf(t, "--etl=%016llx\t%s (etl.json %016llx)\n", h, a->etl_dir, h);
+  }
   free(etl);
-  lines_add(t, "--resume=%s\n", a->resume ? "yes" : "no");
+  dlrec_strbuf_printf(t, "--resume=%s\n", a->resume ? "yes" : "no");
   if (s == DLREC_OK && t->nomem) s = dlrec_error(DLREC_ERR_NOMEM, "out of memory");
   return s;
 }
@@ -181,7 +155,7 @@ static dlrec_status lines_diff(const char *a, const char *b, int q) {
  * exchange that never matches, or train another model silently). */
 static dlrec_status dist_check_alike(run *r) {
   dlrec_comm *c = r->a->comm;
-  lines t = {0};
+  dlrec_strbuf t = {0};
   dlrec_status s = run_dist_agree(r, alike_lines(r, &t));
   uint64_t mine = t.n + 1, each[DLREC_DIST_MAX_RANKS], most = 0;
   if (s == DLREC_OK) s = dlrec_comm_allgather(c, &mine, sizeof mine, each);
