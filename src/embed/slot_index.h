@@ -84,14 +84,23 @@ static inline uint32_t slot_index_find(const slot_index *x, uint64_t key) {
   return slot_index_find_from(x, key, slot_index_home(x, key));
 }
 
-/* Starts loading the line where a probe from `home` begins (a probe ahead). */
-static inline void slot_index_prefetch_home(const slot_index *x, uint64_t home) {
+/* Probes over a sequence of keys, each a cache miss over a large index,
+ * with the one SLOT_INDEX_AHEAD keys on already loading: key number k's home
+ * is hashed once, when its line is prefetched (slot_index_ahead_put), and
+ * kept for its turn (slot_index_ahead_home). */
+#define SLOT_INDEX_AHEAD 8u
+typedef struct slot_index_ahead {
+  uint64_t home[SLOT_INDEX_AHEAD];
+} slot_index_ahead;
+
+static inline void slot_index_ahead_put(const slot_index *x, slot_index_ahead *a, uint64_t k, uint64_t key) {
+  const uint64_t home = slot_index_home(x, key);
+  a->home[k % SLOT_INDEX_AHEAD] = home;
   __builtin_prefetch(&x->entries[home]);
 }
 
-/* The same for key's probe (its home hashed again when it is found). */
-static inline void slot_index_prefetch(const slot_index *x, uint64_t key) {
-  slot_index_prefetch_home(x, slot_index_home(x, key));
+static inline uint64_t slot_index_ahead_home(const slot_index_ahead *a, uint64_t k) {
+  return a->home[k % SLOT_INDEX_AHEAD];
 }
 
 /* Adds key (absent) with its slot. */

@@ -37,8 +37,6 @@
 #include "embed/store_impl.h"
 
 #define SAMPLES 8
-/* Index probes issued ahead of the one being made. */
-#define PREFETCH 8
 /* Batches of fewer ids are looked up on one thread. */
 #define PARALLEL_FIND_MIN 4096
 #define SKETCH_DEPTH 4
@@ -279,19 +277,13 @@ static void find_rows(hashed *h, uint32_t rows, uint32_t cols, const uint32_t *c
     const uint32_t k0 = offsets[c][0], n = offsets[c][rows] - k0;
 #define KEY(k) (keys ? keys[c][k0 + (k)] : ids[c][k0 + (k)])
     /* Index probes are cache misses over a table of gigabytes: the one
-     * PREFETCH ids ahead is fetched while this one waits. Its home (a
-     * keyed hash, not free) is kept for its turn. */
-    uint64_t homes[PREFETCH];
-    for (uint32_t k = 0; k < n && k < PREFETCH; k++) {
-      homes[k] = slot_index_home(&h->index, KEY(k));
-      slot_index_prefetch_home(&h->index, homes[k]);
-    }
+     * SLOT_INDEX_AHEAD ids on is fetched while this one waits. */
+    slot_index_ahead ahead;
+    for (uint32_t k = 0; k < n && k < SLOT_INDEX_AHEAD; k++) slot_index_ahead_put(&h->index, &ahead, k, KEY(k));
     for (uint32_t k = 0; k < n; k++) {
-      const uint64_t key = KEY(k), home = homes[k % PREFETCH];
-      if (k + PREFETCH < n) {
-        homes[k % PREFETCH] = slot_index_home(&h->index, KEY(k + PREFETCH));
-        slot_index_prefetch_home(&h->index, homes[k % PREFETCH]);
-      }
+      const uint64_t key = KEY(k), home = slot_index_ahead_home(&ahead, k);
+      if (k + SLOT_INDEX_AHEAD < n)
+        slot_index_ahead_put(&h->index, &ahead, k + SLOT_INDEX_AHEAD, KEY(k + SLOT_INDEX_AHEAD));
       const uint32_t slot = slot_index_find_from(&h->index, key, home);
       found[at + k] = slot;
       if (slot == NO_SLOT) continue;
@@ -450,23 +442,19 @@ dlrec_status hashed_lookup_keys(const dlrec_store *s, const dlrec_key_batch *in,
       if (off[b + 1] < off[b])
         return dlrec_error(DLREC_ERR_INVALID, "column %u: offsets decrease at sample %u (%u, then %u)", c, b, off[b],
                            off[b + 1]);
-    /* The probe PREFETCH keys ahead is fetched while this one waits (as in
-     * find_rows), its home kept for its turn. */
+    /* The probe SLOT_INDEX_AHEAD keys on is fetched while this one waits
+     * (as in find_rows). */
     const uint32_t k0 = off[0], end = off[in->rows];
-    uint64_t homes[PREFETCH];
-    for (uint32_t k = k0; k < end && k < k0 + PREFETCH; k++) {
-      homes[(k - k0) % PREFETCH] = slot_index_home(&h->index, keys[k]);
-      slot_index_prefetch_home(&h->index, homes[(k - k0) % PREFETCH]);
-    }
+    slot_index_ahead ahead;
+    for (uint32_t k = k0; k < end && k < k0 + SLOT_INDEX_AHEAD; k++)
+      slot_index_ahead_put(&h->index, &ahead, k - k0, keys[k]);
     uint32_t k_out = 0;
     offsets[c][0] = 0;
     for (uint32_t b = 0; b < in->rows; b++) {
       for (uint32_t k = off[b]; k < off[b + 1]; k++) {
-        const uint64_t home = homes[(k - k0) % PREFETCH];
-        if (k + PREFETCH < end) {
-          homes[(k - k0) % PREFETCH] = slot_index_home(&h->index, keys[k + PREFETCH]);
-          slot_index_prefetch_home(&h->index, homes[(k - k0) % PREFETCH]);
-        }
+        const uint64_t home = slot_index_ahead_home(&ahead, k - k0);
+        if (k + SLOT_INDEX_AHEAD < end)
+          slot_index_ahead_put(&h->index, &ahead, k - k0 + SLOT_INDEX_AHEAD, keys[k + SLOT_INDEX_AHEAD]);
         const uint32_t slot = slot_index_find_from(&h->index, keys[k], home);
         if (slot == NO_SLOT) miss++;
         else ids[c][k_out++] = slot;
