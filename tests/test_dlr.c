@@ -418,12 +418,18 @@ static const char *make_small_file(tgroup *g) {
   return p;
 }
 
+/* make_small_file's bytes (*n of them; free() them), its path in *path
+ * unless path is NULL; NULL when it cannot be written or read. */
+static unsigned char *small_file_bytes(tgroup *g, const char **path, size_t *n) {
+  const char *p = make_small_file(g);
+  if (path) *path = p;
+  return p ? slurp(p, n) : NULL;
+}
+
 TEST(every_flipped_byte_is_detected) {
   tgroup g[4];
-  const char *p = make_small_file(g);
-  CHECK(p != NULL);
   size_t n;
-  unsigned char *b = slurp(p, &n);
+  unsigned char *b = small_file_bytes(g, NULL, &n);
   CHECK(b != NULL);
   CHECK_OK(open_verify_buffer(b, n));
   unsigned char *c = aligned_alloc(64, (n + 63) & ~(size_t)63);
@@ -443,10 +449,8 @@ TEST(every_flipped_byte_is_detected) {
 
 TEST(flipped_bytes_name_the_region) {
   tgroup g[4];
-  const char *p = make_small_file(g);
-  CHECK(p != NULL);
   size_t n;
-  unsigned char *b = slurp(p, &n);
+  unsigned char *b = small_file_bytes(g, NULL, &n);
   CHECK(b != NULL);
   uint32_t hb = get32(b + 12);
   uint64_t io = get64(b + 48);
@@ -497,10 +501,8 @@ TEST(flipped_bytes_name_the_region) {
 
 TEST(truncation_at_every_length) {
   tgroup g[4];
-  const char *p = make_small_file(g);
-  CHECK(p != NULL);
   size_t n;
-  unsigned char *b = slurp(p, &n);
+  unsigned char *b = small_file_bytes(g, NULL, &n);
   CHECK(b != NULL);
   for (size_t len = 1; len < n; len++) {
     dlrec_dlr *f = NULL;
@@ -543,10 +545,9 @@ TEST(truncation_at_every_length) {
  * complete" with a good checksum is a writer still at it. */
 TEST(unfinished_tells_a_file_being_written_from_a_bad_one) {
   tgroup g[4];
-  const char *p = make_small_file(g);
-  CHECK(p != NULL);
+  const char *p;
   size_t n;
-  unsigned char *b = slurp(p, &n);
+  unsigned char *b = small_file_bytes(g, &p, &n);
   CHECK(b != NULL);
   const uint32_t hb = get32(b + 12);
   CHECK(hb > 112 + 8 && hb < n);
@@ -606,10 +607,8 @@ TEST(wrong_magic_and_future_version) {
   CHECK_ERR(dlrec_dlr_open(&f, test_tmpdir()), DLREC_ERR_IO, "not a regular file");
 
   tgroup g[4];
-  const char *p = make_small_file(g);
-  CHECK(p != NULL);
   size_t n;
-  unsigned char *b = slurp(p, &n);
+  unsigned char *b = small_file_bytes(g, NULL, &n);
   CHECK(b != NULL);
   uint32_t hb = get32(b + 12);
   /* A newer version with a valid checksum, and one whose header changed
@@ -677,10 +676,8 @@ TEST(tmp_of_unfinished_writer_is_not_a_file) {
  * verify's id and offset checks. */
 TEST(verify_checks_ids_and_offsets_behind_a_good_crc) {
   tgroup g[4];
-  const char *p = make_small_file(g);
-  CHECK(p != NULL);
   size_t n;
-  unsigned char *b = slurp(p, &n);
+  unsigned char *b = small_file_bytes(g, NULL, &n);
   CHECK(b != NULL);
   uint64_t io = get64(b + 48);
   unsigned char *c = aligned_alloc(64, (n + 63) & ~(size_t)63);
@@ -738,10 +735,8 @@ static void forge32(unsigned char *c, size_t n, uint32_t group, unsigned char *a
  * count is within max hotness. */
 TEST(verify_refuses_id_end_and_offsets_not_ending_at_nnz) {
   tgroup g[4];
-  const char *p = make_small_file(g);
-  CHECK(p != NULL);
   size_t n;
-  unsigned char *b = slurp(p, &n);
+  unsigned char *b = small_file_bytes(g, NULL, &n);
   CHECK(b != NULL);
   unsigned char *c = aligned_alloc(64, (n + 63) & ~(size_t)63);
   dlrec_dlr *f;
@@ -797,10 +792,8 @@ TEST(verify_refuses_id_end_and_offsets_not_ending_at_nnz) {
  * 128; 192 bytes in all). */
 TEST(zero_row_group_is_refused) {
   tgroup g[4];
-  const char *p = make_small_file(g);
-  CHECK(p != NULL);
   size_t n;
-  unsigned char *b = slurp(p, &n);
+  unsigned char *b = small_file_bytes(g, NULL, &n);
   CHECK(b != NULL);
   uint32_t hb = get32(b + 12);
   uint64_t io = get64(b + 48), groups = get64(b + 40);
