@@ -373,7 +373,7 @@ int main(int argc, char **argv) {
 
   dlrec_table *t;
   if (dlrec_table_create(&t, table_rows, (uint32_t)dim) != DLREC_OK) die("table");
-  dlrec_row_range all = {0, table_rows};
+  dlrec_row_range all = {.begin = 0, .end = table_rows};
   if (dlrec_table_init_uniform(t, &all, 1, 1) != DLREC_OK) die("table init");
   g.table = dlrec_table_data_const(t);
   g.stride = dlrec_table_stride(t);

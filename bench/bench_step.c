@@ -165,7 +165,7 @@ static void step(layer *bot, layer *tp, float *params, float *grads, size_t n_pa
 static void emb_open(emb_stage *es, const uint64_t *card, int B, dlrec_rng *rng) {
   uint64_t total = 0;
   for (int c = 0; c < F; c++) total += card[c];
-  dlrec_row_range all = {0, total};
+  dlrec_row_range all = {.begin = 0, .end = total};
   dlrec_sparse_optim_config sc;
   dlrec_sparse_optim_config_default(&sc, DLREC_SPARSE_SGD);
   RUN(dlrec_table_create(&es->host, total, D));

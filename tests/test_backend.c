@@ -1847,7 +1847,7 @@ static void case_bag_forward(void) {
         const uint64_t rows = shapes[s][0];
         const uint32_t D = shapes[s][1], B = shapes[s][2], F = shapes[s][3];
         dlrec_table *t = NULL;
-        dlrec_row_range all = {0, rows};
+        dlrec_row_range all = {.begin = 0, .end = rows};
         if (dlrec_table_create_dtype(&t, rows, D, (dlrec_table_dtype)dtype) != DLREC_OK ||
             dlrec_table_init_uniform(t, &all, 1, 5 + s) != DLREC_OK) {
           FAIL("table: %s", dlrec_last_error());
@@ -1887,7 +1887,7 @@ static void sparse_case(dlrec_sparse_optim_kind kind, int mode, uint32_t B) {
   dlrec_table *t = NULL;
   dlrec_sparse_optim *o = NULL;
   tbl x = {0};
-  dlrec_row_range all = {0, rows};
+  dlrec_row_range all = {.begin = 0, .end = rows};
   if (dlrec_table_create(&t, rows, D) != DLREC_OK || dlrec_table_init_uniform(t, &all, 1, 11) != DLREC_OK ||
       dlrec_sparse_optim_create(&o, t, &c) != DLREC_OK) {
     FAIL("table: %s", dlrec_last_error());
@@ -1968,7 +1968,7 @@ static void bag_gradient_case(int mode) {
   dlrec_sparse_optim_config_default(&c, DLREC_SPARSE_SGD);
   c.lr = 1.0f;
   tbl x = {0};
-  dlrec_row_range all = {0, rows};
+  dlrec_row_range all = {.begin = 0, .end = rows};
   if (dlrec_table_create(&t, rows, D) != DLREC_OK || dlrec_table_init_uniform(t, &all, 1, 9) != DLREC_OK ||
       dlrec_sparse_optim_create(&o, t, &c) != DLREC_OK) {
     FAIL("table: %s", dlrec_last_error());
@@ -2041,7 +2041,7 @@ static void case_mirror(void) {
   c.lr = 0.05f;
   dlrec_table *t = NULL, *ref = NULL, *mt = NULL;
   dlrec_sparse_optim *o = NULL, *ro = NULL, *mo = NULL;
-  dlrec_row_range all = {0, rows};
+  dlrec_row_range all = {.begin = 0, .end = rows};
   if (dlrec_table_create_dtype(&t, rows, D, DLREC_TABLE_BF16) != DLREC_OK ||
       dlrec_table_create_dtype(&ref, rows, D, DLREC_TABLE_BF16) != DLREC_OK ||
       dlrec_table_init_uniform(t, &all, 1, 3) != DLREC_OK || dlrec_table_init_uniform(ref, &all, 1, 3) != DLREC_OK ||

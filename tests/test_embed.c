@@ -68,7 +68,7 @@ static dlrec_pooling bag_mode(int mean) { return mean ? DLREC_POOLING_MEAN : DLR
 static dlrec_table *table_random(uint64_t rows, uint32_t dim, uint64_t seed) {
   dlrec_table *t = NULL;
   if (dlrec_table_create(&t, rows, dim) != DLREC_OK) return NULL;
-  dlrec_row_range all = {0, rows};
+  dlrec_row_range all = {.begin = 0, .end = rows};
   if (dlrec_table_init_uniform(t, &all, 1, seed) != DLREC_OK) {
     dlrec_table_free(t);
     return NULL;
@@ -106,7 +106,10 @@ TEST(table_init_bounds_per_column_and_thread_independent) {
    * rows past the last column. */
   const uint64_t rows = 30000;
   const uint32_t dim = 5;
-  const dlrec_row_range ranges[] = {{0, 3}, {3, 10003}, {10003, 20000}, {20100, 29000}};
+  const dlrec_row_range ranges[] = {{.begin = 0, .end = 3},
+                                    {.begin = 3, .end = 10003},
+                                    {.begin = 10003, .end = 20000},
+                                    {.begin = 20100, .end = 29000}};
   const int n_ranges = 4;
   const int threads = omp_get_max_threads();
   dlrec_table *t1, *t3, *t4;
@@ -154,13 +157,92 @@ TEST(table_init_bounds_per_column_and_thread_independent) {
     for (uint32_t d = 0; d < stride; d++)
       if (!in_col || d >= dim) CHECK(data[r * stride + d] == 0.0f);
   }
-  const dlrec_row_range overlap[] = {{0, 10}, {5, 20}};
+  const dlrec_row_range overlap[] = {{.begin = 0, .end = 10}, {.begin = 5, .end = 20}};
   CHECK_ERR(dlrec_table_init_uniform(t1, overlap, 2, 1), DLREC_ERR_INVALID, "range 1");
-  const dlrec_row_range outside[] = {{0, rows + 1}};
+  const dlrec_row_range outside[] = {{.begin = 0, .end = rows + 1}};
   CHECK_ERR(dlrec_table_init_uniform(t1, outside, 1, 1), DLREC_ERR_INVALID, "range 0");
   dlrec_table_free(t1);
   dlrec_table_free(t3);
   dlrec_table_free(t4);
+}
+
+/* model.embedding_init's kinds, one per column of a table whose columns
+ * cross the init chunks: each column's values have its distribution's
+ * bound, mean, variance and share within one standard deviation (which
+ * tells a normal, 0.683, from a uniform of the same variance, 0.577); the
+ * table is the same for 1 and 3 threads and for the same seed, and another
+ * seed draws another. */
+TEST(table_init_draws_each_columns_initializer) {
+  enum { DIM = 7 };
+  const dlrec_row_range ranges[] = {
+      {.begin = 0, .end = 5000, .init = {DLREC_INIT_NORMAL, 1e-4f}},
+      {.begin = 5000, .end = 9000, .init = {DLREC_INIT_UNIFORM, 0.05f}},
+      {.begin = 9000, .end = 9002, .init = {DLREC_INIT_ZEROS, 0}}, /* a 2-row column */
+      {.begin = 9002, .end = 9202, .init = {DLREC_INIT_XAVIER_UNIFORM, 0}}, /* small: dim counts in its bound */
+      {.begin = 15000, .end = 21000, .init = {DLREC_INIT_UNIFORM_SQRT_ROWS, 0}},
+      {.begin = 21000, .end = 30000, .init = {DLREC_INIT_NORMAL, 0.3f}},
+  };
+  enum { N_RANGES = sizeof ranges / sizeof *ranges, ROWS = 30001 };
+  const int threads = omp_get_max_threads();
+  dlrec_table *t[4];
+  for (int i = 0; i < 4; i++) {
+    CHECK_OK(dlrec_table_create(&t[i], ROWS, DIM));
+    memset(dlrec_table_data(t[i]), 0x7f, table_bytes(t[i]));
+  }
+  omp_set_num_threads(1);
+  CHECK_OK(dlrec_table_init_uniform(t[0], ranges, N_RANGES, 9));
+  omp_set_num_threads(3);
+  CHECK_OK(dlrec_table_init_uniform(t[1], ranges, N_RANGES, 9));
+  omp_set_num_threads(threads);
+  CHECK_OK(dlrec_table_init_uniform(t[2], ranges, N_RANGES, 9));
+  CHECK_OK(dlrec_table_init_uniform(t[3], ranges, N_RANGES, 10));
+  CHECK(memcmp(dlrec_table_data(t[0]), dlrec_table_data(t[1]), table_bytes(t[0])) == 0);
+  CHECK(memcmp(dlrec_table_data(t[0]), dlrec_table_data(t[2]), table_bytes(t[0])) == 0);
+  CHECK(memcmp(dlrec_table_data(t[0]), dlrec_table_data(t[3]), table_bytes(t[0])) != 0);
+  const float *data = dlrec_table_data(t[0]);
+  const uint32_t stride = dlrec_table_stride(t[0]);
+  for (int g = 0; g < N_RANGES; g++) {
+    const dlrec_row_range *c = &ranges[g];
+    const double rows = (double)(c->end - c->begin), n = rows * DIM;
+    /* The stated distribution: its bound (0: unbounded) and standard deviation. */
+    double bound = 0, sd = 0;
+    switch ((dlrec_embed_init_kind)c->init.kind) {
+    case DLREC_INIT_NORMAL: sd = c->init.scale; break;
+    case DLREC_INIT_UNIFORM: bound = c->init.scale; break;
+    case DLREC_INIT_XAVIER_UNIFORM: bound = sqrt(6.0 / (rows + DIM)); break;
+    case DLREC_INIT_UNIFORM_SQRT_ROWS: bound = sqrt(1.0 / rows); break;
+    case DLREC_INIT_ZEROS: break;
+    }
+    if (bound > 0) sd = bound / sqrt(3.0);
+    double sum = 0, sq = 0, within = 0, maxabs = 0;
+    for (uint64_t r = c->begin; r < c->end; r++)
+      for (uint32_t d = 0; d < DIM; d++) {
+        const double v = data[r * stride + d];
+        sum += v;
+        sq += v * v;
+        within += fabs(v) <= sd;
+        if (fabs(v) > maxabs) maxabs = fabs(v);
+      }
+    if (c->init.kind == DLREC_INIT_ZEROS) {
+      CHECK(maxabs == 0.0);
+      continue;
+    }
+    const double mean = sum / n, var = sq / n - mean * mean;
+    CHECK(fabs(mean) < 5 * sd / sqrt(n));
+    /* Within 6 standard errors (a normal's variance has the larger one). */
+    CHECK(fabs(var / (sd * sd) - 1) < 6 * sqrt(2 / n));
+    const double share = c->init.kind == DLREC_INIT_NORMAL ? 0.682689 : 1 / sqrt(3.0);
+    CHECK(fabs(within / n - share) < 6 * sqrt(0.25 / n));
+    if (bound > 0) {
+      CHECK(maxabs <= (double)(float)bound);
+      CHECK(maxabs > 0.99 * bound);
+    } else {
+      CHECK(maxabs > 3 * sd); /* a normal's tails: P(|z| > 3) = 0.0027 of 35000 values or more */
+    }
+  }
+  const dlrec_row_range bad[] = {{.begin = 0, .end = 10, .init = {DLREC_INIT_KINDS, 0}}};
+  CHECK_ERR(dlrec_table_init_uniform(t[0], bad, 1, 1), DLREC_ERR_INVALID, "initializer");
+  for (int i = 0; i < 4; i++) dlrec_table_free(t[i]);
 }
 
 /* Tables of 4095, 4096, 4097 and 8193 rows (a chunk of TABLE_INIT_CHUNK_ROWS
@@ -173,7 +255,8 @@ TEST(table_init_draws_each_chunk_from_its_stream_and_windows_agree) {
   const uint64_t sizes[] = {C - 1, C, C + 1, 2 * C + 1};
   for (int z = 0; z < 4; z++) {
     const uint64_t rows = sizes[z];
-    const dlrec_row_range ranges[] = {{1, C - 2}, {C - 1, rows}}; /* row 0 and row C - 2 in no column */
+    /* row 0 and row C - 2 in no column */
+    const dlrec_row_range ranges[] = {{.begin = 1, .end = C - 2}, {.begin = C - 1, .end = rows}};
     const uint32_t n_ranges = rows > C - 1 ? 2 : 1;
     dlrec_table *t, *w;
     CHECK_OK(dlrec_table_create(&t, rows, DIM));
@@ -948,7 +1031,7 @@ static dlrec_table *table_widened(dlrec_table *t16) {
 static dlrec_table *table_random16(uint64_t rows, uint32_t dim, dlrec_table_dtype dtype, uint64_t seed) {
   dlrec_table *t = NULL;
   if (dlrec_table_create_dtype(&t, rows, dim, dtype) != DLREC_OK) return NULL;
-  dlrec_row_range all = {0, rows};
+  dlrec_row_range all = {.begin = 0, .end = rows};
   if (dlrec_table_init_uniform(t, &all, 1, seed) != DLREC_OK) {
     dlrec_table_free(t);
     return NULL;

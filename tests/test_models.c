@@ -1624,3 +1624,55 @@ TEST(one_row_batch_norm_gradients_match_finite_differences) {
   dlrec_net_ws_free(ws);
   dlrec_net_free(m);
 }
+
+/* model.embedding_init reaches the table: a network's init draws each
+ * column as the config says (here C2 zeros and C3 uniform in ±0.5 beside
+ * every other column's xavier_uniform), as the table's own init with those
+ * ranges does bit for bit, and one of ranges alone, without the config,
+ * draws the DLRM rule instead. A column the data lacks and per-column
+ * initializers on a hash table are refused when the network is built. */
+TEST(net_init_draws_the_configs_embedding_init) {
+  dlrec_schema s;
+  net_check_schema(&s, 0);
+  dlrec_net *m = NULL;
+  CHECK_OK(model_create(&m, &s, "fm", "sum",
+                        ", \"embedding_init\": {\"type\": \"xavier_uniform\", \"columns\": {\"C2\": \"zeros\", \"C3\": "
+                        "{\"type\": \"uniform\", \"range\": 0.5}}}"));
+  CHECK_OK(dlrec_net_init(m, 4));
+  const dlrec_table *t = dlrec_net_table(m);
+  const uint32_t dim = dlrec_table_dim(t);
+  dlrec_row_range ranges[3];
+  for (int c = 0; c < 3; c++) ranges[c] = (dlrec_row_range){.begin = s.sparse[c].id_begin, .end = s.sparse[c].id_end};
+  dlrec_table *want = NULL, *dlrm = NULL;
+  CHECK_OK(dlrec_table_create(&dlrm, s.table_rows, dim));
+  CHECK_OK(dlrec_table_init_uniform(dlrm, ranges, 3, 4));
+  ranges[0].init = (dlrec_embed_init){DLREC_INIT_XAVIER_UNIFORM, 0};
+  ranges[1].init = (dlrec_embed_init){DLREC_INIT_ZEROS, 0};
+  ranges[2].init = (dlrec_embed_init){DLREC_INIT_UNIFORM, 0.5f};
+  CHECK_OK(dlrec_table_create(&want, s.table_rows, dim));
+  CHECK_OK(dlrec_table_init_uniform(want, ranges, 3, 4));
+  const size_t bytes = (size_t)s.table_rows * dlrec_table_stride(t) * sizeof(float);
+  CHECK(memcmp(dlrec_table_data_const(t), dlrec_table_data(want), bytes) == 0);
+  CHECK(memcmp(dlrec_table_data_const(t), dlrec_table_data(dlrm), bytes) != 0);
+  float row[DLREC_EMBED_MAX_DIM];
+  for (uint64_t r = s.sparse[1].id_begin; r < s.sparse[1].id_end; r++) {
+    dlrec_table_get_row(t, r, row);
+    for (uint32_t d = 0; d < dim; d++) CHECK(row[d] == 0.0f);
+  }
+  dlrec_table_free(want);
+  dlrec_table_free(dlrm);
+  dlrec_net_free(m);
+  m = NULL;
+  CHECK_ERR(model_create(&m, &s, "fm", "sum", ", \"embedding_init\": {\"type\": \"zeros\", \"columns\": {\"C9\": \"zeros\"}}"),
+            DLREC_ERR_INVALID, "model.embedding_init.columns: 'C9' is not a categorical column");
+  CHECK(!m);
+  dlrec_net_config c;
+  CHECK_OK(dlrec_net_config_default(&c, "fm"));
+  cJSON *o = cJSON_Parse("{\"embedding_init\": {\"type\": \"zeros\", \"columns\": {\"C1\": \"zeros\"}}}");
+  CHECK_OK(dlrec_net_config_parse(&c, o, "model"));
+  cJSON_Delete(o);
+  s.keys = 1;
+  const dlrec_store_config hash = {.kind = DLREC_STORE_HASH, .cache_rows = 64, .seed = 1};
+  CHECK_ERR(dlrec_net_create_stored(&m, &c, &s, &hash), DLREC_ERR_INVALID, "a hash table (storage.kind \"hash\") draws");
+  CHECK(!m);
+}

@@ -45,8 +45,9 @@ static void make_batch(batch_buf *bb, dlrec_rng *rng) {
   bb->bags = (dlrec_bag_batch){B, COLS, bb->off_p, bb->ids_p, NULL};
 }
 
-static const dlrec_row_range ranges[COLS] = {{0, ROWS_PER_COL}, {ROWS_PER_COL, 2 * ROWS_PER_COL},
-                                             {2 * ROWS_PER_COL, 3 * ROWS_PER_COL}};
+static const dlrec_row_range ranges[COLS] = {{.begin = 0, .end = ROWS_PER_COL},
+                                             {.begin = ROWS_PER_COL, .end = 2 * ROWS_PER_COL},
+                                             {.begin = 2 * ROWS_PER_COL, .end = 3 * ROWS_PER_COL}};
 
 static dlrec_status make_store_dtype(dlrec_store **s, dlrec_store_kind kind, uint64_t cache_rows, const char *name,
                                      dlrec_table_dtype dtype) {
@@ -180,7 +181,8 @@ TEST(tiered_initial_rows_are_rams_past_each_init_window) {
   dlrec_table_free(one);
   for (int z = 0; z < 4; z++) {
     const uint64_t rows = sizes[z];
-    const dlrec_row_range cols[] = {{0, 1000}, {1000, rows - 5}}; /* the last 5 rows in no column */
+    /* the last 5 rows in no column */
+    const dlrec_row_range cols[] = {{.begin = 0, .end = 1000}, {.begin = 1000, .end = rows - 5}};
     dlrec_store *st[2] = {NULL, NULL};
     dlrec_store_view v[2];
     for (int k = 0; k < 2; k++) {
@@ -924,7 +926,7 @@ TEST(tiered_rss_stays_within_the_cache_and_its_stated_overhead) {
   dlrec_store *s = NULL;
   dlrec_store_config c = {.kind = DLREC_STORE_TIERED, .path = test_path("big.table"), .cache_rows = cache};
   CHECK_OK(dlrec_store_create(&s, &c, BIG_ROWS, BIG_DIM, DLREC_TABLE_FP32));
-  const dlrec_row_range all = {0, BIG_ROWS};
+  const dlrec_row_range all = {.begin = 0, .end = BIG_ROWS};
   CHECK_OK(dlrec_store_init_uniform(s, &all, 1, 5));
   dlrec_sparse_optim_config oc;
   dlrec_sparse_optim_config_default(&oc, DLREC_SPARSE_ROWWISE_ADAGRAD);
@@ -1017,4 +1019,41 @@ TEST(unique_keys_are_first_seen_and_each_lookup_finds_its_own) {
   dlrec_unique_free(&u);
   CHECK(!u.set_key && !u.cap);
   free(keys), free(uniq), free(pos);
+}
+
+/* A hash table draws each admitted key's row as its init says (here
+ * N(0, 0.01)): the rows' variance and their share within one standard
+ * deviation are the normal's, and the draw depends on the key alone. */
+TEST(hash_draws_new_rows_with_its_initializer) {
+  enum { N = 2000 };
+  dlrec_store_config c = {.kind = DLREC_STORE_HASH, .cache_rows = N, .init = {DLREC_INIT_NORMAL, 0.01f}, .seed = 9};
+  dlrec_store *s = NULL, *again = NULL;
+  CHECK_OK(dlrec_store_create(&s, &c, 1ull << 32, DIM, DLREC_TABLE_FP32));
+  CHECK_OK(dlrec_store_create(&again, &c, 1ull << 32, DIM, DLREC_TABLE_FP32));
+  static uint64_t keys[N];
+  for (int i = 0; i < N; i++) keys[i] = 1000003ull * (uint64_t)i + 17;
+  dlrec_bag_batch out;
+  CHECK_EQ(resolve_keys(s, keys, N, &out), N);
+  double sq = 0, within = 0;
+  float row[DIM], other[DIM];
+  for (uint32_t r = 0; r < N; r++) {
+    dlrec_table_get_row(dlrec_store_table(s), r, row);
+    for (int d = 0; d < DIM; d++) {
+      sq += (double)row[d] * row[d];
+      within += fabsf(row[d]) <= 0.01f;
+    }
+  }
+  const double n = (double)N * DIM;
+  CHECK(fabs(sq / n / 1e-4 - 1) < 6 * sqrt(2 / n));
+  CHECK(fabs(within / n - 0.682689) < 6 * sqrt(0.25 / n));
+  /* Key 42's row is the same whenever it is admitted. */
+  const uint64_t k42 = keys[42];
+  CHECK_EQ(resolve_keys(again, &k42, 1, &out), 1);
+  dlrec_table_get_row(dlrec_store_table(again), out.ids[0][0], other);
+  uint64_t key = 0;
+  for (uint32_t r = 0; r < N; r++)
+    if (dlrec_store_key_of(s, r, &key) && key == k42) dlrec_table_get_row(dlrec_store_table(s), r, row);
+  CHECK(memcmp(row, other, sizeof row) == 0);
+  dlrec_store_free(s);
+  dlrec_store_free(again);
 }

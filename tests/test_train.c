@@ -2568,3 +2568,44 @@ TEST(model_load_maps_the_table_and_scores_as_training_did) {
   CHECK_ERR(dlrec_model_load(test_path("mapped"), &m), DLREC_ERR_CORRUPT, "the manifest says");
   CHECK_EQ(mapped_here(ckpt), 0);
 }
+
+/* model.embedding_init drew the rows a checkpoint holds, so a resume with
+ * another one is accepted; a hash table draws each new key's row with it,
+ * so there the change is refused, naming the field. A column the data
+ * lacks is refused before training. */
+TEST(resume_refuses_another_initializer_only_on_a_hash_table) {
+  CHECK(make_data(4000) == 0);
+  char cfg[2048], cmd[8192];
+  CHECK(replace_first(cfg, sizeof cfg, CONFIG, "\"top_mlp\": [32, 1]",
+                      "\"top_mlp\": [32, 1], \"embedding_init\": {\"type\": \"normal\", \"std\": 0.0001}") == 0);
+  CHECK(test_write_file(test_path("cfg.json"), cfg, (size_t)-1) == 0);
+  CHECK(train("run", "--max-steps 5") == 0);
+  CHECK(replace_first(cfg, sizeof cfg, CONFIG, "\"top_mlp\": [32, 1]", "\"top_mlp\": [32, 1], \"embedding_init\": \"zeros\"") == 0);
+  CHECK(test_write_file(test_path("cfg.json"), cfg, (size_t)-1) == 0);
+  CHECK(train("run", "--resume --max-steps 10") == 0);
+  CHECK(replace_first(cfg, sizeof cfg, CONFIG, "\"top_mlp\": [32, 1]",
+                      "\"top_mlp\": [32, 1], \"embedding_init\": {\"type\": \"zeros\", \"columns\": {\"nope\": \"zeros\"}}") == 0);
+  CHECK(test_write_file(test_path("cfg2.json"), cfg, (size_t)-1) == 0);
+  snprintf(cmd, sizeof cmd, "train -q --config '%s' --train '%s' --etl '%s' --out '%s' --max-steps 10",
+           test_path("cfg2.json"), test_path("train.dlr"), test_path("etl"), test_path("run2"));
+  CHECK(refused_with(cmd, "model.embedding_init.columns: 'nope' is not a categorical column", "dlrec inspect"));
+
+  char *out = NULL;
+  int rc = test_run_cli(&out, "etl fit -q --input '%s' --out '%s' --raw-keys && '%s' etl apply -q --etl '%s' --input '%s' "
+                        "--out '%s'",
+                        test_path("clicks.tsv"), test_path("ketl"), getenv("DLREC_BIN"), test_path("ketl"),
+                        test_path("clicks.tsv"), test_path("ktrain.dlr"));
+  CHECK_EQ(rc, 0);
+  free(out);
+  const char *hash = "\"storage\": {\"kind\": \"hash\", \"cache_rows\": 4000}";
+  CHECK(write_config_with(hash) == 0);
+  CHECK(train_files("hash", "ktrain.dlr", "ketl", "--max-steps 5") == 0);
+  CHECK(replace_first(cfg, sizeof cfg, CONFIG, "\"top_mlp\": [32, 1]", "\"top_mlp\": [32, 1], \"embedding_init\": \"zeros\"") == 0);
+  cfg[strlen(cfg) - 1] = '\0';
+  char full[4096];
+  snprintf(full, sizeof full, "%s, %s}", cfg, hash);
+  CHECK(test_write_file(test_path("cfg2.json"), full, (size_t)-1) == 0);
+  snprintf(cmd, sizeof cmd, "train -q --config '%s' --train '%s' --etl '%s' --out '%s' --resume --max-steps 10",
+           test_path("cfg2.json"), test_path("ktrain.dlr"), test_path("ketl"), test_path("hash"));
+  CHECK(refused_with(cmd, "'model.embedding_init' differs", "cannot resume"));
+}

@@ -616,3 +616,67 @@ TEST(config_reference_in_the_docs_is_current) {
   free(doc);
   free(want);
 }
+
+/* model.embedding_init: its forms read, round-trip through the JSON a
+ * checkpoint stores, are absent from it by default, and refuse what they
+ * cannot mean, naming the field. */
+TEST(config_embedding_init) {
+  dlrec_train_config a, b;
+  CHECK_OK(parse("{}", &a));
+  CHECK_EQ(a.model.embedding_init.all.kind, DLREC_INIT_UNIFORM_SQRT_ROWS);
+  cJSON *j = dlrec_train_config_to_json(&a);
+  CHECK(!cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "model"), "embedding_init"));
+  cJSON_Delete(j);
+  const char *forms[] = {
+      "{\"model\": {\"embedding_init\": \"xavier_uniform\"}}",
+      "{\"model\": {\"embedding_init\": {\"type\": \"normal\", \"std\": 1e-4}, \"embedding_dim\": 8, \"bottom_mlp\": [8]}}",
+      "{\"model\": {\"type\": \"fm\", \"embedding_init\": {\"type\": \"zeros\", \"columns\": {\"C1\": {\"type\": "
+      "\"uniform\", \"range\": 0.25}, \"C7\": \"uniform_sqrt_rows\"}}}}",
+      "{\"model\": {\"type\": \"dnn\", \"embedding_init\": {\"type\": \"uniform\", \"range\": 0.01}}}",
+  };
+  const uint32_t kinds[] = {DLREC_INIT_XAVIER_UNIFORM, DLREC_INIT_NORMAL, DLREC_INIT_ZEROS, DLREC_INIT_UNIFORM};
+  const float scales[] = {0, 1e-4f, 0, 0.01f};
+  for (int i = 0; i < 4; i++) {
+    CHECK_OK(parse(forms[i], &a));
+    CHECK_EQ(a.model.embedding_init.all.kind, kinds[i]);
+    CHECK(a.model.embedding_init.all.scale == scales[i]);
+    j = dlrec_train_config_to_json(&a);
+    CHECK_OK(dlrec_train_config_from_json(j, "round trip", &b));
+    cJSON_Delete(j);
+    CHECK(memcmp(&a.model, &b.model, sizeof a.model) == 0);
+  }
+  CHECK_EQ(a.model.embedding_init.n_columns, 0);
+  CHECK_OK(parse(forms[2], &a));
+  CHECK_EQ(a.model.embedding_init.n_columns, 2);
+  CHECK(!strcmp(a.model.embedding_init.column[1], "C7"));
+  CHECK_EQ(a.model.embedding_init.column_init[0].kind, DLREC_INIT_UNIFORM);
+  CHECK(a.model.embedding_init.column_init[0].scale == 0.25f);
+  CHECK_EQ(a.model.embedding_init.column_init[1].kind, DLREC_INIT_UNIFORM_SQRT_ROWS);
+
+  CHECK_ERR(parse("{\"model\": {\"embedding_init\": \"gaussian\"}}", &a), DLREC_ERR_INVALID,
+            "cfg.json: model.embedding_init: field 'type': 'gaussian' is not one of uniform_sqrt_rows, normal");
+  CHECK_ERR(parse("{\"model\": {\"embedding_init\": \"normal\"}}", &a), DLREC_ERR_INVALID, "'normal' needs its 'std'");
+  CHECK_ERR(parse("{\"model\": {\"embedding_init\": {\"type\": \"normal\"}}}", &a), DLREC_ERR_INVALID, "std");
+  CHECK_ERR(parse("{\"model\": {\"embedding_init\": {\"type\": \"normal\", \"std\": 0}}}", &a), DLREC_ERR_INVALID,
+            "field 'std': 0 is not in (0, 1000]");
+  CHECK_ERR(parse("{\"model\": {\"embedding_init\": {\"type\": \"uniform\", \"std\": 0.1}}}", &a), DLREC_ERR_INVALID,
+            "field 'std' means nothing to 'uniform'");
+  CHECK_ERR(parse("{\"model\": {\"embedding_init\": {\"type\": \"zeros\", \"scale\": 1}}}", &a), DLREC_ERR_INVALID,
+            "model.embedding_init: unknown field 'scale'");
+  CHECK_ERR(parse("{\"model\": {\"embedding_init\": 3}}", &a), DLREC_ERR_INVALID, "model.embedding_init: expected one of");
+  CHECK_ERR(parse("{\"model\": {\"embedding_init\": \"zeros\", \"embedding_init\": \"zeros\"}}", &a), DLREC_ERR_INVALID,
+            "field 'embedding_init' given twice");
+  CHECK_ERR(parse("{\"model\": {\"embedding_init\": {\"type\": \"zeros\", \"columns\": {\"C1\": {\"type\": \"zeros\", "
+                  "\"columns\": {}}}}}}",
+                  &a),
+            DLREC_ERR_INVALID, "model.embedding_init.columns.C1: unknown field 'columns'");
+  CHECK_ERR(parse("{\"model\": {\"embedding_init\": {\"type\": \"zeros\", \"columns\": {\"C1\": \"zeros\", \"C1\": "
+                  "\"zeros\"}}}}",
+                  &a),
+            DLREC_ERR_INVALID, "field 'C1' given twice");
+  CHECK_ERR(parse("{\"model\": {\"embedding_init\": \"zeros\"}, \"storage\": {\"init_range\": 0.1}}", &a),
+            DLREC_ERR_INVALID, "field 'storage.init_range'");
+  /* The type's own keys are still checked beside it. */
+  CHECK_ERR(parse("{\"model\": {\"embedding_init\": \"zeros\", \"cross_layers\": 3}}", &a), DLREC_ERR_INVALID,
+            "unknown field 'cross_layers'");
+}

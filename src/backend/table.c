@@ -180,6 +180,9 @@ dlrec_status table_check_ranges(const dlrec_row_range *ranges, uint32_t n_ranges
   if (!ranges && n_ranges) return dlrec_error(DLREC_ERR_INVALID, "table_init_uniform: NULL ranges");
   for (uint32_t i = 0; i < n_ranges; i++) {
     const dlrec_row_range *g = &ranges[i];
+    if (g->init.kind >= DLREC_INIT_KINDS || !(g->init.scale >= 0.0f) || !isfinite(g->init.scale))
+      return dlrec_error(DLREC_ERR_INVALID, "table_init_uniform: range %u has an unknown initializer (%u, scale %g)", i,
+                         g->init.kind, (double)g->init.scale);
     if (g->begin >= g->end || g->end > rows || (i > 0 && g->begin < ranges[i - 1].end))
       return dlrec_error(DLREC_ERR_INVALID,
                          "table_init_uniform: range %u [%llu, %llu) is empty, overlaps the previous one, or "
@@ -195,6 +198,22 @@ dlrec_status dlrec_table_init_uniform(dlrec_table *t, const dlrec_row_range *ran
   dlrec_status s = table_check_ranges(ranges, n_ranges, t->rows);
   if (s == DLREC_OK) table_init_window(t, 0, ranges, n_ranges, seed);
   return s;
+}
+
+void dlrec_embed_init_row(const dlrec_embed_init *in, uint64_t rows, uint32_t dim, struct dlrec_rng *rng, float *w) {
+  double a = 0.0;
+  switch ((dlrec_embed_init_kind)in->kind) {
+  case DLREC_INIT_UNIFORM_SQRT_ROWS: a = sqrt(1.0 / (double)rows); break; /* DLRM: np.random.uniform(-sqrt(1/n), sqrt(1/n)) */
+  case DLREC_INIT_UNIFORM: a = in->scale; break;
+  case DLREC_INIT_XAVIER_UNIFORM: a = sqrt(6.0 / ((double)rows + dim)); break;
+  case DLREC_INIT_NORMAL:
+    for (uint32_t d = 0; d < dim; d++) w[d] = (float)(dlrec_rng_normal(rng) * in->scale);
+    return;
+  case DLREC_INIT_ZEROS: break;
+  }
+  if (a == 0.0) memset(w, 0, dim * sizeof *w);
+  else
+    for (uint32_t d = 0; d < dim; d++) w[d] = (float)((2.0 * dlrec_rng_uniform(rng) - 1.0) * a);
 }
 
 void table_init_window(dlrec_table *t, uint64_t first, const dlrec_row_range *ranges, uint32_t n_ranges,
@@ -221,9 +240,7 @@ void table_init_window(dlrec_table *t, uint64_t first, const dlrec_row_range *ra
       float *w = f32 ? (float *)t->data + r * t->stride : row;
       while (ri < n_ranges && ranges[ri].end <= g) ri++;
       if (ri < n_ranges && g >= ranges[ri].begin) {
-        /* DLRM: np.random.uniform(-sqrt(1/n), sqrt(1/n)) with n the column's rows. */
-        const double a = sqrt(1.0 / (double)(ranges[ri].end - ranges[ri].begin));
-        for (uint32_t d = 0; d < dim; d++) w[d] = (float)((2.0 * dlrec_rng_uniform(&rng) - 1.0) * a);
+        dlrec_embed_init_row(&ranges[ri].init, ranges[ri].end - ranges[ri].begin, dim, &rng, w);
       } else {
         for (uint32_t d = 0; d < dim; d++) w[d] = 0.0f;
       }

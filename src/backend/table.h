@@ -27,9 +27,34 @@ extern "C" {
 
 typedef struct dlrec_table dlrec_table;
 
-/* A column's rows in the fused table: [begin, end). */
+/* How a column's rows are drawn (model.embedding_init, docs/config.md):
+ *   UNIFORM_SQRT_ROWS  uniform in [-a, a], a = sqrt(1 / n) with n the
+ *                      column's rows (the DLRM reference's; the default, 0)
+ *   NORMAL             normal with mean 0 and standard deviation `scale`
+ *                      (FuxiCTR's default: N(0, 1e-4))
+ *   UNIFORM            uniform in [-scale, scale]
+ *   XAVIER_UNIFORM     uniform in [-a, a], a = sqrt(6 / (n + dim)) (PyTorch's
+ *                      xavier_uniform_ on the column's (n, dim) weight)
+ *   ZEROS              every element 0 */
+typedef enum dlrec_embed_init_kind {
+  DLREC_INIT_UNIFORM_SQRT_ROWS = 0,
+  DLREC_INIT_NORMAL = 1,
+  DLREC_INIT_UNIFORM = 2,
+  DLREC_INIT_XAVIER_UNIFORM = 3,
+  DLREC_INIT_ZEROS = 4,
+} dlrec_embed_init_kind;
+#define DLREC_INIT_KINDS 5
+
+typedef struct dlrec_embed_init {
+  uint32_t kind; /* a dlrec_embed_init_kind */
+  float scale;   /* NORMAL's standard deviation, UNIFORM's bound; 0 for the others */
+} dlrec_embed_init;
+
+/* A column's rows in the fused table, [begin, end), and how they are drawn
+ * (zeroed: the DLRM rule). */
 typedef struct dlrec_row_range {
   uint64_t begin, end;
+  dlrec_embed_init init;
 } dlrec_row_range;
 
 /* How a table stores its rows. 16-bit rows halve the table's memory and the
@@ -60,15 +85,19 @@ dlrec_status dlrec_table_create(dlrec_table **t, uint64_t rows, uint32_t dim);
  * DLREC_TABLE_FP32. */
 dlrec_status dlrec_table_create_dtype(dlrec_table **t, uint64_t rows, uint32_t dim, dlrec_table_dtype dtype);
 
-/* Initializes the rows of each column uniformly in [-a_c, a_c] with
- * a_c = sqrt(1 / n_c) and n_c the column's row count (the DLRM reference's
- * initialization, one table per column there). Rows outside every range are
- * set to zero. The values depend only on the seed and the ranges: rows are
+/* Initializes the rows of each column as its range's init says (by default
+ * uniformly in [-a_c, a_c] with a_c = sqrt(1 / n_c) and n_c the column's row
+ * count: the DLRM reference's initialization, one table per column there).
+ * Rows outside every range are set to zero. The values depend only on the seed and the ranges: rows are
  * drawn in fixed chunks, chunk k from dlrec_rng_seed(seed, k), in parallel,
  * so the table is the same for any thread count. Ranges must be non-empty,
  * ascending, non-overlapping and inside the table. */
 dlrec_status dlrec_table_init_uniform(dlrec_table *t, const dlrec_row_range *ranges, uint32_t n_ranges,
                                       uint64_t seed);
+/* Draws one row of `dim` floats into w as `in` says, for a column of `rows`
+ * rows, from rng (the hash store's rows, drawn by key, share it). */
+struct dlrec_rng;
+void dlrec_embed_init_row(const dlrec_embed_init *in, uint64_t rows, uint32_t dim, struct dlrec_rng *rng, float *w);
 
 /* A table over rows the caller owns: (rows, stride) elements of dtype at
  * data, stride as dlrec_table_create pads it. The rows are not touched: a

@@ -106,10 +106,11 @@ dlrec_status dlrec_sharded_create(dlrec_sharded **s, dlrec_comm *c, const dlrec_
                                   const dlrec_sparse_optim_config *oc, uint32_t max_rows);
 void dlrec_sharded_free(dlrec_sharded *s);
 
-/* The shard's rows as dlrec_table_init_uniform(seed) draws the whole
- * table's (each rank draws the table a window at a time and keeps its rows:
- * the same start as one process, bit for bit). */
-dlrec_status dlrec_sharded_init(dlrec_sharded *s, const dlrec_schema *schema, uint64_t seed);
+/* The shard's rows as dlrec_net_init(seed) draws the whole table's, with
+ * the model's embedding_init (each rank draws the table a window at a time
+ * and keeps its rows: the same start as one process, bit for bit). */
+dlrec_status dlrec_sharded_init(dlrec_sharded *s, const dlrec_net_config *model, const dlrec_schema *schema,
+                                uint64_t seed);
 
 /* Rows between rank 0 and the shards, for checkpoints (dlrec_row_source):
  * rank 0 drives, calling get and put (with s as ctx) chunk by chunk and then

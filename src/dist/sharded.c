@@ -368,11 +368,11 @@ static void init_row(void *ctx, uint64_t row, int owner, uint64_t local) {
          w->window + (row - w->first) * w->s->row_bytes, w->s->row_bytes);
 }
 
-dlrec_status dlrec_sharded_init(dlrec_sharded *s, const dlrec_schema *schema, uint64_t seed) {
+dlrec_status dlrec_sharded_init(dlrec_sharded *s, const dlrec_net_config *model, const dlrec_schema *schema,
+                                uint64_t seed) {
   dlrec_row_range ranges[DLREC_MAX_SPARSE];
-  for (uint32_t c = 0; c < schema->n_sparse; c++)
-    ranges[c] = (dlrec_row_range){schema->sparse[c].id_begin, schema->sparse[c].id_end};
-  dlrec_status st = table_check_ranges(ranges, schema->n_sparse, schema->table_rows);
+  dlrec_status st = dlrec_net_config_ranges(model, schema, ranges);
+  if (st == DLREC_OK) st = table_check_ranges(ranges, schema->n_sparse, schema->table_rows);
   if (st != DLREC_OK) return st;
   const uint64_t W = (uint64_t)TABLE_INIT_CHUNK_ROWS * 4; /* 16k rows a window */
   dlrec_table *win = NULL;

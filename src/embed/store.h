@@ -98,7 +98,8 @@ typedef struct dlrec_store_config {
   float admit_probability;
   dlrec_hash_evict evict; /* hash: which row a new key takes when the table is full */
   uint64_t ttl_steps;     /* hash: rows unseen for this many resolves are freed (0: never) */
-  float init_range;       /* hash: a new key's row is uniform in [-init_range, init_range] */
+  float init_range;       /* hash: a new key's row is uniform in [-init_range, init_range] ... */
+  dlrec_embed_init init;  /* ... unless this says otherwise (its kind not UNIFORM_SQRT_ROWS; rows: cache_rows) */
   uint64_t seed;          /* hash: admission draws and new rows */
 } dlrec_store_config;
 

@@ -16,8 +16,9 @@
  * or fewest times (LFU, then longest ago) given up; rows of the current batch
  * are never victims. Tables of at most SAMPLES rows are scanned whole, so
  * small tables evict exactly. A new row is drawn uniform in
- * [-init_range, init_range] from (seed, key), and its optimizer state reset,
- * so a key re-admitted after eviction starts as it first did.
+ * [-init_range, init_range] (or as cfg.init says) from (seed, key), and its
+ * optimizer state reset, so a key re-admitted after eviction starts as it
+ * first did.
  *
  * Expiry: each resolve checks the next few rows (a hand going round, fast
  * enough to pass every row twice per ttl_steps) and frees those not looked
@@ -84,7 +85,8 @@ dlrec_status hashed_create(dlrec_store *s, const dlrec_store_config *c) {
                        (unsigned long long)c->cache_rows);
   if (!(c->admit_probability >= 0.0f && c->admit_probability <= 1.0f))
     return dlrec_error(DLREC_ERR_INVALID, "hash table: admit_probability %g is not in [0, 1]", c->admit_probability);
-  if (!(c->init_range >= 0.0f) || !isfinite(c->init_range))
+  if (!(c->init_range >= 0.0f) || !isfinite(c->init_range) || c->init.kind >= DLREC_INIT_KINDS ||
+      !(c->init.scale >= 0.0f) || !isfinite(c->init.scale))
     return dlrec_error(DLREC_ERR_INVALID, "hash table: bad init_range %g", c->init_range);
   if (c->evict != DLREC_HASH_EVICT_LRU && c->evict != DLREC_HASH_EVICT_LFU)
     return dlrec_error(DLREC_ERR_INVALID, "hash table: unknown eviction %d", (int)c->evict);
@@ -203,7 +205,9 @@ static void init_row(dlrec_store *s, uint32_t slot, uint64_t key) {
   float row[DLREC_EMBED_MAX_DIM];
   dlrec_rng r;
   dlrec_rng_seed(&r, h->cfg.seed, key);
-  for (uint32_t d = 0; d < s->dim; d++) row[d] = (float)((2.0 * dlrec_rng_uniform(&r) - 1.0) * h->cfg.init_range);
+  if (h->cfg.init.kind != DLREC_INIT_UNIFORM_SQRT_ROWS) dlrec_embed_init_row(&h->cfg.init, h->capacity, s->dim, &r, row);
+  else
+    for (uint32_t d = 0; d < s->dim; d++) row[d] = (float)((2.0 * dlrec_rng_uniform(&r) - 1.0) * h->cfg.init_range);
   dlrec_table_set_row(s->table, slot, row);
   if (!s->optim) return;
   dlrec_sparse_optim_state o;

@@ -47,6 +47,19 @@ static dlrec_status create(dlrec_net **out, const dlrec_net_config *c, const dlr
     s = dlrec_error(DLREC_ERR_INVALID,
                     schema->keys ? "the data holds raw keys (etl fit --raw-keys): they need storage.kind \"hash\""
                                  : "a hash table (storage.kind \"hash\") takes raw keys: fit the ETL with --raw-keys");
+  /* Every named column must be the data's; a hash table draws each row by
+   * its key, which does not say its column. */
+  dlrec_row_range ranges[DLREC_MAX_SPARSE];
+  dlrec_store_config hashed;
+  if (s == DLREC_OK && schema->n_sparse) s = dlrec_net_config_ranges(c, schema, ranges);
+  if (s == DLREC_OK && kind == DLREC_STORE_HASH && c->embedding_init.n_columns)
+    s = dlrec_error(DLREC_ERR_INVALID, "model.embedding_init.columns: a hash table (storage.kind \"hash\") draws a row "
+                                       "by its key, not its column: give one initializer for every column");
+  if (s == DLREC_OK && kind == DLREC_STORE_HASH) {
+    hashed = *storage;
+    hashed.init = c->embedding_init.all;
+    storage = &hashed;
+  }
   /* Data with no categorical column has no embedding rows; the network
    * keeps a one-row table that no pass reads, so that checkpoints, the
    * sparse optimizer and the scorer need no special case. */
@@ -93,9 +106,8 @@ dlrec_status dlrec_net_init(dlrec_net *n, uint64_t seed) {
   if (dlrec_store_get_kind(n->store) == DLREC_STORE_HASH) return dlrec_net_sync_device(n, NULL);
   if (n->tableless) return dlrec_net_sync_device(n, NULL); /* its rows live elsewhere */
   dlrec_row_range ranges[DLREC_MAX_SPARSE];
-  for (uint32_t c = 0; c < n->schema.n_sparse; c++)
-    ranges[c] = (dlrec_row_range){n->schema.sparse[c].id_begin, n->schema.sparse[c].id_end};
-  dlrec_status s = dlrec_store_init_uniform(n->store, ranges, n->schema.n_sparse, seed);
+  dlrec_status s = dlrec_net_config_ranges(&n->config, &n->schema, ranges);
+  if (s == DLREC_OK) s = dlrec_store_init_uniform(n->store, ranges, n->schema.n_sparse, seed);
   return s == DLREC_OK ? dlrec_net_sync_device(n, NULL) : s;
 }
 

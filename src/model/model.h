@@ -42,6 +42,17 @@
 #define DLREC_NET_CONFIG_BYTES 512 /* room for a type's parsed config section */
 #define DLREC_DEFAULT_MODEL_TYPE "dlrm" /* what a config without model.type trains */
 
+/* model.embedding_init: how the embedding rows are drawn, for every column
+ * (`all`) but those named in its "columns" (docs/config.md). Zeroed: the
+ * DLRM rule for every column. */
+#define DLREC_INIT_MAX_COLUMNS 32
+typedef struct dlrec_embedding_init_config {
+  dlrec_embed_init all;
+  uint32_t n_columns;
+  char column[DLREC_INIT_MAX_COLUMNS][DLREC_NAME_MAX];
+  dlrec_embed_init column_init[DLREC_INIT_MAX_COLUMNS];
+} dlrec_embedding_init_config;
+
 /* A model's config section: its type's name and that type's own parsed
  * settings (opaque here; the type reads and writes them). Zeroed in full
  * before it is filled, so that two configs compare with memcmp. */
@@ -53,6 +64,9 @@ typedef struct dlrec_net_config {
    * that every program that builds the network from a checkpoint's config
    * builds the table the checkpoint holds. */
   uint32_t table_dtype;
+  /* model.embedding_init, which every type takes (parsed and written beside
+   * the type's own keys). */
+  dlrec_embedding_init_config embedding_init;
 } dlrec_net_config;
 
 /* Sets c to the defaults of model type `type`; DLREC_ERR_INVALID naming the
@@ -64,6 +78,13 @@ dlrec_status dlrec_net_config_default(dlrec_net_config *c, const char *type);
 dlrec_status dlrec_net_config_parse(dlrec_net_config *c, const cJSON *o, const char *what);
 /* Adds c's type and every setting of the type to the JSON object o. */
 void dlrec_net_config_to_json(const dlrec_net_config *c, cJSON *o);
+/* The table's column ranges for data of `schema`, each with its
+ * initializer from c's embedding_init; DLREC_ERR_INVALID naming a column of
+ * embedding_init.columns the schema does not have. ranges holds
+ * schema->n_sparse entries. */
+dlrec_status dlrec_net_config_ranges(const dlrec_net_config *c, const dlrec_schema *schema, dlrec_row_range *ranges);
+/* 1 when a and b draw the same rows. */
+int dlrec_embedding_init_same(const dlrec_embedding_init_config *a, const dlrec_embedding_init_config *b);
 /* The name of the i-th registered model type (from 0), or NULL past the
  * last; valid for the program's life. dlrec_net_type_doc: its one-line
  * description. */

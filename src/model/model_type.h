@@ -26,6 +26,11 @@ struct onnx_graph; /* core/onnx.h */
 /* A model section's optional "pooling" ("sum" or "mean"; absent: *pooling
  * stays); config_to_json writes it back with dlrec_pooling_name. */
 dlrec_status net_config_pooling(const cJSON *o, const char *what, dlrec_pooling *pooling);
+/* model.embedding_init (embedding_init.c): reads the key's value v (the
+ * model section named model_what) into c, or adds it to the section m when
+ * it is not the default. */
+dlrec_status net_embedding_init_parse(dlrec_embedding_init_config *c, const cJSON *v, const char *model_what);
+void net_embedding_init_to_json(const dlrec_embedding_init_config *c, cJSON *m);
 
 /* A model section the generic tests build the type from (tests/test_models.c
  * and tests/onnx/run.sh read them through dlrec_net_type_test_config): the

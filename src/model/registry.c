@@ -139,13 +139,28 @@ dlrec_status dlrec_net_config_parse(dlrec_net_config *c, const cJSON *o, const c
   if (!t) return net_type_unknown(what, type);
   /* Another type's settings mean nothing to this one: start from its defaults. */
   if (strcmp(type, c->type) && (s = dlrec_net_config_default(c, type)) != DLREC_OK) return s;
-  return t->config_parse(c->params, o, what);
+  /* embedding_init is every type's: read here, and the type reads the rest. */
+  const cJSON *init = NULL;
+  for (const cJSON *k = cJSON_IsObject(o) ? o->child : NULL; k; k = k->next)
+    if (k->string && !strcmp(k->string, "embedding_init")) {
+      if (init) return dlrec_error(DLREC_ERR_INVALID, "%s: field 'embedding_init' given twice", what);
+      init = k;
+    }
+  if (!init) return t->config_parse(c->params, o, what);
+  if ((s = net_embedding_init_parse(&c->embedding_init, init, what)) != DLREC_OK) return s;
+  cJSON *rest = cJSON_Duplicate(o, 1);
+  if (!rest) return dlrec_error(DLREC_ERR_NOMEM, "%s: out of memory", what);
+  cJSON_DeleteItemFromObjectCaseSensitive(rest, "embedding_init");
+  s = t->config_parse(c->params, rest, what);
+  cJSON_Delete(rest);
+  return s;
 }
 
 void dlrec_net_config_to_json(const dlrec_net_config *c, cJSON *o) {
   cJSON_AddStringToObject(o, "type", c->type);
   const net_type *t = net_type_find(c->type);
   if (t) t->config_to_json(c->params, o);
+  net_embedding_init_to_json(&c->embedding_init, o);
 }
 
 /* ---- config readers the types share ----------------------------------------------- */

@@ -434,8 +434,15 @@ static dlrec_status same_training(const dlrec_train_config *a, const dlrec_train
                        "cannot resume from %s: its embedding table is %s, the config's 'training.table_dtype' is %s",
                        dir, dlrec_table_dtype_name((dlrec_table_dtype)b->model.table_dtype),
                        dlrec_table_dtype_name((dlrec_table_dtype)a->model.table_dtype));
+  /* The initializer drew the rows the checkpoint holds: only a hash table,
+   * which draws a row when a new key comes, draws with it again. */
+  dlrec_net_config ma = a->model, mb = b->model;
+  const int same_init = dlrec_embedding_init_same(&ma.embedding_init, &mb.embedding_init);
+  memset(&ma.embedding_init, 0, sizeof ma.embedding_init);
+  memset(&mb.embedding_init, 0, sizeof mb.embedding_init);
   if (strcmp(a->model.type, b->model.type)) field = "model.type";
-  else if (memcmp(&a->model, &b->model, sizeof a->model)) field = "model";
+  else if (memcmp(&ma, &mb, sizeof ma)) field = "model";
+  else if (!same_init && a->storage == DLREC_STORE_HASH) field = "model.embedding_init";
   else if (memcmp(&a->dense, &b->dense, sizeof a->dense)) field = "optimizer.dense";
   else if (memcmp(&a->sparse, &b->sparse, sizeof a->sparse)) field = "optimizer.sparse";
   else if (a->clip_grad_norm != b->clip_grad_norm) field = "optimizer.clip_grad_norm";

@@ -49,6 +49,9 @@ dlrec_status dlrec_train_config_from_json(const cJSON *j, const char *what, dlre
   if (c->storage == DLREC_STORE_TIERED && c->storage_cache_rows < 1)
     return dlrec_error(DLREC_ERR_INVALID, "%s: field 'storage.cache_rows': a tiered table needs its cache's size "
                        "in rows (at least one batch's distinct rows)", what);
+  if (c->storage_init_range != 0 && c->model.embedding_init.all.kind != DLREC_INIT_UNIFORM_SQRT_ROWS)
+    return dlrec_error(DLREC_ERR_INVALID, "%s: field 'storage.init_range' bounds the default initializer's draws; "
+                       "model.embedding_init names another, whose own parameter applies", what);
   return check_validation(c, what);
 }
 

@@ -344,7 +344,7 @@ const dlrec_option dlrec_train_config_options[] = {
     U64("storage", "ttl_steps", storage_ttl_steps, 0, "0", "(`hash`) rows not looked up for this many steps are freed (0: never)"),
     DBL("storage", "init_range", storage_init_range, 0, 1e6, "0",
         "(`hash`) a new key's row is uniform in ±this; 0: sqrt(columns / `cache_rows`), DLRM's scale for a column "
-        "holding an equal share"),
+        "holding an equal share (with the default `model.embedding_init` only)"),
     STR("publish", "redis", publish_redis, "",
         "`HOST:PORT` of a Redis the trained rows are published to, for servers reading them (`dlrec serve --redis`; "
         "docs/serving.md, \"The Redis tier\"); `\"\"`: off"),

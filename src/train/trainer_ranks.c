@@ -211,7 +211,7 @@ dlrec_status run_dist_start(run *r) {
   } else if (r->a->resume) {
     s = dlrec_sharded_rows_serve(r->sh);
   } else {
-    s = dlrec_sharded_init(r->sh, &r->schema, r->cfg.seed);
+    s = dlrec_sharded_init(r->sh, &r->cfg.model, &r->schema, r->cfg.seed);
     if (s == DLREC_OK && r->rank == 0) s = run_start(r, NULL);
   }
   if ((s = run_dist_agree(r, s)) != DLREC_OK) return s;

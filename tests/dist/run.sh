@@ -100,7 +100,8 @@ cat > dlrm.json <<'EOF'
 EOF
 cat > deepfm.json <<'EOF'
 {
-  "model": { "type": "deepfm", "embedding_dim": 8, "mlp": [64, 32], "dropout": 0.2, "batch_norm": false },
+  "model": { "type": "deepfm", "embedding_dim": 8, "mlp": [64, 32], "dropout": 0.2, "batch_norm": false,
+             "embedding_init": { "type": "normal", "std": 0.01, "columns": { "C3": "xavier_uniform" } } },
   "optimizer": { "dense": { "type": "adam", "lr": 0.001 }, "sparse": { "type": "rowwise_adagrad", "lr": 0.05 } },
   "training": { "batch_size": 250, "epochs": 1, "seed": 2, "table_dtype": "bf16" },
   "log": { "interval_steps": 50 },
