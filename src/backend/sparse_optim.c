@@ -21,16 +21,28 @@ void dlrec_sparse_optim_config_default(dlrec_sparse_optim_config *c, dlrec_spars
   c->beta2 = 0.999f;
   c->eps = kind == DLREC_SPARSE_ROWWISE_ADAGRAD ? 1e-10f : 1e-8f;
   c->initial_accumulator = 0.0f;
+  c->l2_scope = DLREC_SPARSE_L2_TOUCHED;
+}
+
+int dlrec_sparse_optim_sweeps(const dlrec_sparse_optim_config *c) {
+  return c->kind == DLREC_SPARSE_ADAM || (c->l2_scope == DLREC_SPARSE_L2_TABLE && c->weight_decay > 0.0f);
+}
+
+/* Whether kind keeps Adam's moments and step counts. */
+static int has_moments(dlrec_sparse_optim_kind kind) {
+  return kind == DLREC_SPARSE_LAZY_ADAM || kind == DLREC_SPARSE_ADAM;
 }
 
 static dlrec_status check_config(const dlrec_sparse_optim_config *c) {
-  if (c->kind != DLREC_SPARSE_SGD && c->kind != DLREC_SPARSE_ROWWISE_ADAGRAD && c->kind != DLREC_SPARSE_LAZY_ADAM)
+  if (c->kind != DLREC_SPARSE_SGD && c->kind != DLREC_SPARSE_ROWWISE_ADAGRAD && !has_moments(c->kind))
     return dlrec_error(DLREC_ERR_INVALID, "sparse optimizer: unknown kind %d", (int)c->kind);
+  if (c->l2_scope != DLREC_SPARSE_L2_TOUCHED && c->l2_scope != DLREC_SPARSE_L2_TABLE)
+    return dlrec_error(DLREC_ERR_INVALID, "sparse optimizer: unknown l2_scope %d", (int)c->l2_scope);
   if (!(c->lr >= 0.0f) || !isfinite(c->lr))
     return dlrec_error(DLREC_ERR_INVALID, "sparse optimizer: bad lr %g", c->lr);
   if (!(c->weight_decay >= 0.0f) || !isfinite(c->weight_decay))
     return dlrec_error(DLREC_ERR_INVALID, "sparse optimizer: bad weight_decay %g", c->weight_decay);
-  if (c->kind == DLREC_SPARSE_LAZY_ADAM && !(c->beta1 >= 0.0f && c->beta1 < 1.0f && c->beta2 >= 0.0f && c->beta2 < 1.0f))
+  if (has_moments(c->kind) && !(c->beta1 >= 0.0f && c->beta1 < 1.0f && c->beta2 >= 0.0f && c->beta2 < 1.0f))
     return dlrec_error(DLREC_ERR_INVALID, "sparse optimizer: Adam betas must be in [0, 1): %g, %g", c->beta1,
                        c->beta2);
   if (c->kind != DLREC_SPARSE_SGD && !(c->eps > 0.0f))
@@ -73,7 +85,7 @@ dlrec_status dlrec_sparse_optim_create(dlrec_sparse_optim **out, const dlrec_tab
   if (c->kind == DLREC_SPARSE_ROWWISE_ADAGRAD) {
     accum_at = 0;
     bytes = align64((size_t)o->rows * sizeof(float));
-  } else if (c->kind == DLREC_SPARSE_LAZY_ADAM) {
+  } else if (has_moments(c->kind)) {
     m_at = 0;
     v_at = align64(elems * sizeof(float));
     steps_at = v_at + align64(elems * sizeof(float));
@@ -125,7 +137,7 @@ dlrec_status dlrec_sparse_optim_wrap(dlrec_sparse_optim **out, const dlrec_table
   dlrec_status st = check_config(c);
   if (st != DLREC_OK) return st;
   if ((c->kind == DLREC_SPARSE_ROWWISE_ADAGRAD && !s->accum) ||
-      (c->kind == DLREC_SPARSE_LAZY_ADAM && (!s->m || !s->v || !s->steps)))
+      (has_moments(c->kind) && (!s->m || !s->v || !s->steps)))
     return dlrec_error(DLREC_ERR_INVALID, "sparse_optim_wrap: the state arrays of kind %d are missing", (int)c->kind);
   dlrec_sparse_optim *o = optim_new(t, c);
   if (!o) return dlrec_error(DLREC_ERR_NOMEM, "sparse_optim_wrap: out of memory");

@@ -1,8 +1,9 @@
 /* The sparse optimizer of a table: its hyperparameters and its state (one
  * accumulator per row, or Adam's moments and step counts), which the fused
  * sparse backward (the bag_backward_update op, ops.def) updates together
- * with the rows a batch touches. Dense gradients of a whole table are never
- * materialized. */
+ * with the rows a batch touches (dense Adam and a table-wide L2 then sweep
+ * the other rows, whose gradient is zero or the L2's alone). Dense gradients
+ * of a whole table are never materialized. */
 #ifndef DLREC_BACKEND_SPARSE_OPTIM_H
 #define DLREC_BACKEND_SPARSE_OPTIM_H
 
@@ -20,22 +21,43 @@ typedef enum dlrec_sparse_optim_kind {
   DLREC_SPARSE_SGD = 0,
   DLREC_SPARSE_ROWWISE_ADAGRAD = 1, /* one accumulator per row (FBGEMM's row-wise Adagrad) */
   DLREC_SPARSE_LAZY_ADAM = 2,       /* Adam on touched rows only, per-row step counts */
+  /* torch.optim.Adam over the whole table (an nn.Embedding with dense
+   * gradients): every row every step, untouched rows with a zero gradient,
+   * so they keep moving on their moments. Lazy Adam's state; every row's
+   * step count stays the global step. */
+  DLREC_SPARSE_ADAM = 3,
 } dlrec_sparse_optim_kind;
 
-/* Hyperparameters. weight_decay is the L2 kind (g += weight_decay * w) and,
- * like every update here, applies only to the rows a batch touches. */
+/* Which rows weight_decay's L2 gradient (g += weight_decay * w) reaches. */
+typedef enum dlrec_sparse_l2_scope {
+  DLREC_SPARSE_L2_TOUCHED = 0, /* the rows a batch touches only */
+  DLREC_SPARSE_L2_TABLE = 1,   /* every row every step: (weight_decay / 2) ||W||^2 in the loss (FuxiCTR's
+                                  embedding_regularizer) */
+} dlrec_sparse_l2_scope;
+
+/* Hyperparameters. weight_decay is the L2 kind (g += weight_decay * w), on
+ * the rows l2_scope says. */
 typedef struct dlrec_sparse_optim_config {
   dlrec_sparse_optim_kind kind;
   float lr;
   float weight_decay;
-  float beta1, beta2;        /* lazy Adam */
+  float beta1, beta2;        /* Adam and lazy Adam */
   float eps;                 /* Adagrad and Adam */
   float initial_accumulator; /* row-wise Adagrad */
+  dlrec_sparse_l2_scope l2_scope;
 } dlrec_sparse_optim_config;
 
 /* Defaults for kind: lr 0.01, weight_decay 0, beta1 0.9, beta2 0.999,
- * eps 1e-8 (Adam) or 1e-10 (Adagrad), initial_accumulator 0. */
+ * eps 1e-8 (Adam) or 1e-10 (Adagrad), initial_accumulator 0, l2_scope
+ * touched. */
 void dlrec_sparse_optim_config_default(dlrec_sparse_optim_config *c, dlrec_sparse_optim_kind kind);
+
+/* 1 when an update with config c changes rows its batch does not touch
+ * (kind adam; l2_scope table with weight_decay > 0): each update then sweeps
+ * the whole table after the touched rows, reading and writing every row and
+ * its state. Such a table must be the whole logical table in one place: not
+ * a cache (a tiered store's), a shard, or a device's hot rows. */
+int dlrec_sparse_optim_sweeps(const dlrec_sparse_optim_config *c);
 
 /* The optimizer of one table, holding its state (mmap'd like the table):
  *   SGD:               none
@@ -69,8 +91,8 @@ typedef struct dlrec_sparse_optim_state {
   uint64_t rows;
   uint32_t stride;
   float *accum;    /* (rows) row-wise Adagrad */
-  float *m, *v;    /* (rows, stride) lazy Adam; padding zero */
-  uint32_t *steps; /* (rows) lazy Adam */
+  float *m, *v;    /* (rows, stride) (lazy) Adam; padding zero */
+  uint32_t *steps; /* (rows) (lazy) Adam */
   /* The number of updates so far, which keys the stochastic rounding of a
    * 16-bit table's rows (so a resumed run rounds as the original would);
    * NULL for an fp32 table, which needs no rounding. */

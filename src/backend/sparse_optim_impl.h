@@ -12,8 +12,8 @@ struct dlrec_sparse_optim {
   uint64_t rows;
   uint32_t dim, stride;
   float *accum;    /* (rows) row-wise Adagrad */
-  float *m, *v;    /* (rows, stride) lazy Adam */
-  uint32_t *steps; /* (rows) lazy Adam */
+  float *m, *v;    /* (rows, stride) (lazy) Adam */
+  uint32_t *steps; /* (rows) (lazy) Adam */
   void *map;       /* one mapping holds all of the state */
   size_t map_bytes;
   double log_beta1, log_beta2; /* for the per-row bias corrections */

@@ -118,7 +118,7 @@ int ckpt_source_optim_arrays(const dlrec_train_config *cfg, const dlrec_net *n, 
   if (dense_floats) out[k++] = tensor_array("dense_state", TENSOR_F32, dense_floats, opt->dense_state, 0);
   if (cfg->sparse.kind == DLREC_SPARSE_ROWWISE_ADAGRAD)
     out[k++] = streamed("sparse_accum", TENSOR_F32, 1, 4, src, DLREC_ROWS_ACCUM, write, &x[0]);
-  if (cfg->sparse.kind == DLREC_SPARSE_LAZY_ADAM) {
+  if (cfg->sparse.kind == DLREC_SPARSE_LAZY_ADAM || cfg->sparse.kind == DLREC_SPARSE_ADAM) {
     out[k++] = streamed("sparse_m", TENSOR_F32, stride, 4 * stride, src, DLREC_ROWS_M, write, &x[1]);
     out[k++] = streamed("sparse_v", TENSOR_F32, stride, 4 * stride, src, DLREC_ROWS_V, write, &x[2]);
     out[k++] = streamed("sparse_steps", TENSOR_U32, 1, 4, src, DLREC_ROWS_STEPS, write, &x[3]);

@@ -77,7 +77,7 @@ static const dlrec_opt_custom model_opt = {"object", model_json, from_text, mode
 /* An optimizer's type: a new one brings its own defaults (keeping the lr),
  * which the section's other keys then override. */
 static const char *const dense_types[] = {"sgd", "adam", "adagrad", NULL};
-static const char *const sparse_types[] = {"sgd", "rowwise_adagrad", "lazy_adam", NULL};
+static const char *const sparse_types[] = {"sgd", "rowwise_adagrad", "lazy_adam", "adam", NULL};
 
 static dlrec_status type_json(const dlrec_option *o, const cJSON *v, const char *what, void *obj) {
   dlrec_train_config *c = obj;
@@ -87,9 +87,12 @@ static dlrec_status type_json(const dlrec_option *o, const cJSON *v, const char 
   int kind = -1;
   for (int i = 0; st == DLREC_OK && types[i]; i++)
     if (!strcmp(v->valuestring, types[i])) kind = i;
-  if (st == DLREC_OK && kind < 0)
-    st = dlrec_error(DLREC_ERR_INVALID, "%s: field 'type': '%s' is not one of %s, %s, %s", what, v->valuestring,
-                     types[0], types[1], types[2]);
+  if (st == DLREC_OK && kind < 0) {
+    char list[96] = "";
+    for (int i = 0; types[i]; i++)
+      snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", types[i]);
+    st = dlrec_error(DLREC_ERR_INVALID, "%s: field 'type': '%s' is not one of %s", what, v->valuestring, list);
+  }
   if (st != DLREC_OK || kind == (dense ? (int)c->dense.kind : (int)c->sparse.kind)) return st;
   if (dense) {
     const float lr = c->dense.lr;
@@ -97,8 +100,10 @@ static dlrec_status type_json(const dlrec_option *o, const cJSON *v, const char 
     c->dense.lr = lr;
   } else {
     const float lr = c->sparse.lr;
+    const dlrec_sparse_l2_scope scope = c->sparse.l2_scope; /* not the type's: read before or after it */
     dlrec_sparse_optim_config_default(&c->sparse, (dlrec_sparse_optim_kind)kind);
     c->sparse.lr = lr;
+    c->sparse.l2_scope = scope;
   }
   return DLREC_OK;
 }
@@ -111,8 +116,33 @@ static cJSON *type_out(const dlrec_option *o, const void *obj) {
 
 static const dlrec_opt_custom dense_type_opt = {"`\"sgd\"`, `\"adam\"` or `\"adagrad\"`", type_json, from_text,
                                                 type_out};
-static const dlrec_opt_custom sparse_type_opt = {"`\"sgd\"`, `\"rowwise_adagrad\"` or `\"lazy_adam\"`", type_json,
-                                                 from_text, type_out};
+static const dlrec_opt_custom sparse_type_opt = {"`\"sgd\"`, `\"rowwise_adagrad\"`, `\"lazy_adam\"` or `\"adam\"`",
+                                                 type_json, from_text, type_out};
+
+/* optimizer.sparse.l2_scope, in dlrec_sparse_l2_scope's order. Written only
+ * when not the default, so that the config.json of a run that never set it
+ * stays as it was before the option existed. */
+static const char *const l2_scopes[] = {"touched", "table", NULL};
+
+static dlrec_status l2_scope_json(const dlrec_option *o, const cJSON *v, const char *what, void *obj) {
+  dlrec_status st = need_string(o, v, what);
+  for (int i = 0; st == DLREC_OK && l2_scopes[i]; i++)
+    if (!strcmp(v->valuestring, l2_scopes[i])) {
+      ((dlrec_train_config *)obj)->sparse.l2_scope = (dlrec_sparse_l2_scope)i;
+      return DLREC_OK;
+    }
+  if (st != DLREC_OK) return st;
+  return dlrec_error(DLREC_ERR_INVALID, "%s: field 'l2_scope': '%s' is not one of touched, table", what,
+                     v->valuestring);
+}
+
+static cJSON *l2_scope_out(const dlrec_option *o, const void *obj) {
+  (void)o;
+  const dlrec_sparse_l2_scope scope = ((const dlrec_train_config *)obj)->sparse.l2_scope;
+  return scope == DLREC_SPARSE_L2_TOUCHED ? NULL : cJSON_CreateString(l2_scopes[scope]);
+}
+
+static const dlrec_opt_custom l2_scope_opt = {"`\"touched\"` or `\"table\"`", l2_scope_json, from_text, l2_scope_out};
 
 static dlrec_status precision_json(const dlrec_option *o, const cJSON *v, const char *what, void *obj) {
   dlrec_status st = need_string(o, v, what);
@@ -254,12 +284,15 @@ const dlrec_option dlrec_train_config_options[] = {
     FLT("optimizer.dense", "lr", dense.lr, 0, 1e3, "0.1", "base learning rate"),
     HYPER("optimizer.dense", dense, "L2 regularization of the dense parameters, every step: `g += weight_decay · w`"),
     CUSTOM("optimizer.sparse", "type", sparse.kind, sparse_type_opt, "sgd",
-           "the embeddings' optimizer, applied only to the rows a batch touches: `rowwise_adagrad` keeps one "
-           "accumulator per row, `lazy_adam` updates the touched rows only"),
+           "the embeddings' optimizer: `sgd`, `rowwise_adagrad` (one accumulator per row) and `lazy_adam` update "
+           "the rows a batch touches only; `adam` is torch.optim.Adam over the whole table, every row every step "
+           "(RAM tables on the CPU); below"),
     FLT("optimizer.sparse", "lr", sparse.lr, 0, 1e3, "0.1", "base learning rate"),
     HYPER("optimizer.sparse", sparse,
-          "L2 regularization of the embeddings (FuxiCTR's `embedding_regularizer`): `g += weight_decay · w`, on the "
-          "rows a batch touches only; below"),
+          "L2 regularization of the embeddings: `g += weight_decay · w` on the rows `l2_scope` says"),
+    CUSTOM("optimizer.sparse", "l2_scope", sparse.l2_scope, l2_scope_opt, "touched",
+           "the rows `weight_decay` reaches: `touched` (the batch's rows) or `table` (every row every step: "
+           "FuxiCTR's `embedding_regularizer`; RAM tables on the CPU); below"),
     FLT("optimizer", "clip_grad_norm", clip_grad_norm, 0, 1e9, "0",
         "clip the global gradient norm to this (0: off); below"),
     U64("schedule", "warmup_steps", warmup_steps, 0, "0", "learning rates rise linearly over these steps"),

@@ -56,9 +56,10 @@ static void row_and_dense_bytes(const dlrec_train_config *cfg, const dlrec_net *
   const dlrec_table *t = dlrec_net_table_const(net); /* its dim, stride and dtype are the whole table's */
   const uint32_t stride = dlrec_table_stride(t);
   *row_bytes = stride * dlrec_table_dtype_bytes(dlrec_table_get_dtype(t));
-  *optim_bytes = cfg->sparse.kind == DLREC_SPARSE_ROWWISE_ADAGRAD ? 4
-                 : cfg->sparse.kind == DLREC_SPARSE_LAZY_ADAM  ? 8 * stride + 4
-                                                                : 0;
+  const dlrec_sparse_optim_kind kind = cfg->sparse.kind;
+  *optim_bytes = kind == DLREC_SPARSE_ROWWISE_ADAGRAD                          ? 4
+                 : kind == DLREC_SPARSE_LAZY_ADAM || kind == DLREC_SPARSE_ADAM ? 8 * stride + 4 /* m, v, steps */
+                                                                               : 0;
   *dense_bytes = (uint64_t)(n_params + dlrec_optim_state_floats(&cfg->dense, n_params)) * sizeof(float);
 }
 

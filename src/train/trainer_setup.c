@@ -132,6 +132,27 @@ static dlrec_status ranks_setup(run *r, const char *what) {
   return DLREC_OK;
 }
 
+/* Dense Adam and a table-wide L2 (dlrec_sparse_optim_sweeps) read and write
+ * every row of the table every step: written for a table in one process's
+ * RAM on the CPU, and refused elsewhere before anything is made. */
+static dlrec_status sweep_setup(const run *r, const char *what) {
+  const dlrec_sparse_optim_config *c = &r->cfg.sparse;
+  if (!dlrec_sparse_optim_sweeps(c)) return DLREC_OK;
+  const int adam = c->kind == DLREC_SPARSE_ADAM;
+  const char *field = adam ? "type': \"adam\"" : "l2_scope': \"table\"";
+  if (r->cfg.storage != DLREC_STORE_RAM)
+    return dlrec_error(DLREC_ERR_UNSUPPORTED, "%s: optimizer.sparse: field '%s with storage.kind \"%s\": dense Adam "
+                       "and a table-scope L2 read every row every step; use lazy_adam and l2_scope \"touched\" for "
+                       "tiered and hash tables", what, field, dlrec_store_kind_name(r->cfg.storage));
+  if (strcmp(r->cfg.device, "cpu"))
+    return dlrec_error(DLREC_ERR_UNSUPPORTED, "%s: optimizer.sparse: field '%s trains on the CPU only for now "
+                       "(training.device \"%s\")", what, field, r->cfg.device);
+  if (r->ranks > 1)
+    return dlrec_error(DLREC_ERR_UNSUPPORTED, "%s: optimizer.sparse: field '%s trains in one process only for now "
+                       "(this job has %d ranks, whose shards are updated apart)", what, field, r->ranks);
+  return DLREC_OK;
+}
+
 /* The run's device, threads and precision are its backend's, not the process's. */
 static dlrec_status backend_setup(run *r, const char *what) {
   dlrec_backend_config bc = {r->cfg.threads, r->cfg.precision, r->cfg.device_index};
@@ -264,6 +285,7 @@ dlrec_status run_setup(run *r) {
   dlrec_status s = run_read_config(a, &r->cfg);
   const char *what = a->config_path ? a->config_path : "the config";
   if (s == DLREC_OK) s = ranks_setup(r, what);
+  if (s == DLREC_OK) s = sweep_setup(r, what);
   if (s == DLREC_OK) s = backend_setup(r, what);
   if (s == DLREC_OK) s = data_setup(r);
   const dlrec_train_config *c = &r->cfg;

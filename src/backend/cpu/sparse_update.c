@@ -14,6 +14,12 @@
  * Threads split the sorted list into fixed chunks, each handling the runs
  * that start in its chunk, so no two threads ever update the same row and no
  * atomics are needed.
+ *
+ * Dense Adam and a table-wide L2 (dlrec_sparse_optim_sweeps) then sweep the
+ * table: every row the sorted list does not hold gets the same update with
+ * the gradient it has in a dense backward, zero (plus weight_decay * w for
+ * the table-wide L2). Threads take fixed ranges of rows; each range finds
+ * its first touched row in the sorted list by a binary search.
  */
 #include <math.h>
 #include <string.h>
@@ -39,6 +45,8 @@
 #define PREFETCH_ITEMS 16
 /* Lists shorter than this are sorted and applied on one thread. */
 #define PARALLEL_MIN 8192
+/* Rows per unit of work of the sweep over the table. */
+#define SWEEP_ROWS 4096
 static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
 
 /* ---- scratch -------------------------------------------------------------- */
@@ -160,14 +168,31 @@ typedef struct row_update {
   size_t row_bytes;  /* the table's, stride elements of dtype */
   uint64_t sr_key;   /* this update's number, hashed: keys the stochastic rounding */
   const uint64_t *row_keys; /* dlrec_sparse_optim_set_row_keys's, or NULL */
+  struct adam_scale *scale; /* the sweep's: the last step count's bias corrections, or NULL */
 } row_update;
+
+/* Adam's scalars for step count t. The sweep over a dense Adam's table,
+ * whose rows all share one step count, computes them once per range
+ * instead of once per row. */
+typedef struct adam_scale {
+  uint32_t t; /* 0: none yet */
+  float step_size, inv_sqrt_bc2;
+} adam_scale;
 
 static ALWAYS_INLINE row_update row_update_of(const dlrec_sparse_optim *o) {
   const row_update u = {o->cfg.kind, o->cfg.lr,  o->cfg.weight_decay, o->cfg.beta1, o->cfg.beta2, o->cfg.eps,
                         o->log_beta1, o->log_beta2, o->stride,         o->accum,      o->m,         o->v,
                         o->steps,     o->dtype,     (size_t)o->stride * dlrec_table_dtype_bytes(o->dtype),
-                        dtype_sr_key(o->updates), o->row_keys};
+                        dtype_sr_key(o->updates), o->row_keys, NULL};
   return u;
+}
+
+/* 1 - beta^t = -expm1(t log beta) keeps the corrections accurate when t is
+ * small. */
+static adam_scale adam_scale_of(const row_update *u, uint32_t t) {
+  const double bc1 = -expm1((double)t * u->log_beta1), bc2 = -expm1((double)t * u->log_beta2);
+  const adam_scale s = {t, (float)(u->lr / bc1), (float)(1.0 / sqrt(bc2))};
+  return s;
 }
 
 /* Applies the optimizer to row r (w, D floats), given its reduced gradient g. */
@@ -193,13 +218,22 @@ static ALWAYS_INLINE void update_row(const row_update *u, float *restrict w, con
     for (int d = 0; d < D; d++) w[d] -= step * gw[d];
     break;
   }
-  case DLREC_SPARSE_LAZY_ADAM: {
+  case DLREC_SPARSE_LAZY_ADAM:
+  case DLREC_SPARSE_ADAM: {
     /* The row's own step count sets its bias correction: its moments have
-     * averaged exactly that many gradients. 1 - beta^t = -expm1(t log beta)
-     * keeps the correction accurate when t is small. */
+     * averaged exactly that many gradients (Adam: every row's is the global
+     * step, torch.optim.Adam's). The arithmetic is torch's up to float
+     * rounding: it updates m by lerp (m + (1-b1)(g - m)) and divides m by the
+     * denominator before scaling by the step size. */
     const uint32_t t = ++u->steps[r];
-    const double bc1 = -expm1((double)t * u->log_beta1), bc2 = -expm1((double)t * u->log_beta2);
-    const float step_size = (float)(lr / bc1), inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2));
+    adam_scale sc;
+    if (u->scale && u->scale->t == t) {
+      sc = *u->scale;
+    } else {
+      sc = adam_scale_of(u, t);
+      if (u->scale) *u->scale = sc;
+    }
+    const float step_size = sc.step_size, inv_sqrt_bc2 = sc.inv_sqrt_bc2;
     const float b1 = u->beta1, b2 = u->beta2, eps = u->eps;
     float *restrict m = u->m + (size_t)r * u->stride, *restrict v = u->v + (size_t)r * u->stride;
     for (int d = 0; d < D; d++) {
@@ -253,6 +287,14 @@ static ALWAYS_INLINE void update_row16(const row_update *u, uint16_t *restrict w
   }
 }
 
+/* Updates table row r, as the table stores it, given its gradient g. */
+static ALWAYS_INLINE void update_stored(const row_update *u, char *restrict data, const float *restrict g, uint32_t r,
+                                        int D) {
+  if (u->dtype == DLREC_TABLE_FP32) update_row(u, (float *)(data + (size_t)r * u->row_bytes), g, r, D);
+  else if (u->dtype == DLREC_TABLE_BF16) update_row16(u, (uint16_t *)(data + (size_t)r * u->row_bytes), g, r, 1, D);
+  else update_row16(u, (uint16_t *)(data + (size_t)r * u->row_bytes), g, r, 0, D);
+}
+
 static ALWAYS_INLINE void reduce_chunk(const row_update *u, char *restrict data, const uint64_t *items, size_t n,
                                        size_t q, const float *restrict d_out, const dlrec_bag_batch *bags, int mean,
                                        int D) {
@@ -279,9 +321,7 @@ static ALWAYS_INLINE void reduce_chunk(const row_update *u, char *restrict data,
         for (int d = 0; d < D; d++) g[d] += go[d];
       }
     }
-    if (u->dtype == DLREC_TABLE_FP32) update_row(u, (float *)(data + (size_t)r * u->row_bytes), g, r, D);
-    else if (u->dtype == DLREC_TABLE_BF16) update_row16(u, (uint16_t *)(data + (size_t)r * u->row_bytes), g, r, 1, D);
-    else update_row16(u, (uint16_t *)(data + (size_t)r * u->row_bytes), g, r, 0, D);
+    update_stored(u, data, g, r, D);
     s = e;
   }
 }
@@ -299,6 +339,59 @@ static void reduce_one(const dlrec_sparse_optim *o, char *data, const uint64_t *
   case 128: reduce_chunk(&u, data, items, n, q, d_out, bags, mean, 128); break;
   default: reduce_chunk(&u, data, items, n, q, d_out, bags, mean, (int)o->dim); break;
   }
+}
+
+/* ---- the sweep over the untouched rows ---------------------------------------- */
+
+/* The first of the n sorted items whose row is at least r. */
+static size_t first_item_from(const uint64_t *items, size_t n, uint64_t r) {
+  size_t lo = 0, hi = n;
+  while (lo < hi) {
+    const size_t mid = lo + (hi - lo) / 2;
+    if (item_row(items[mid]) < r) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+/* Updates the rows of range q (SWEEP_ROWS rows) that the sorted items do
+ * not hold, with a zero gradient (u's weight decay adds its own term). */
+static ALWAYS_INLINE void sweep_chunk(const row_update *u, char *restrict data, const uint64_t *items, size_t n,
+                                      uint64_t rows, size_t q, int D) {
+  const uint64_t r0 = (uint64_t)q * SWEEP_ROWS, r1 = r0 + SWEEP_ROWS < rows ? r0 + SWEEP_ROWS : rows;
+  float zero[DLREC_EMBED_MAX_DIM];
+  for (int d = 0; d < D; d++) zero[d] = 0.0f;
+  size_t k = first_item_from(items, n, r0);
+  for (uint64_t r = r0; r < r1; r++) {
+    if (k < n && item_row(items[k]) == r) {
+      while (k < n && item_row(items[k]) == r) k++;
+      continue;
+    }
+    update_stored(u, data, zero, (uint32_t)r, D);
+  }
+}
+
+/* One range of the sweep, D a constant for common widths (as reduce_one). */
+static void sweep_one(const dlrec_sparse_optim *o, char *data, const uint64_t *items, size_t n, size_t q) {
+  row_update u = row_update_of(o);
+  /* A touched-rows L2 leaves the untouched rows' gradient zero. */
+  if (o->cfg.l2_scope != DLREC_SPARSE_L2_TABLE) u.wd = 0.0f;
+  adam_scale scale = {0, 0.0f, 0.0f};
+  u.scale = &scale;
+  switch (o->dim) {
+  case 16: sweep_chunk(&u, data, items, n, o->rows, q, 16); break;
+  case 32: sweep_chunk(&u, data, items, n, o->rows, q, 32); break;
+  case 64: sweep_chunk(&u, data, items, n, o->rows, q, 64); break;
+  default: sweep_chunk(&u, data, items, n, o->rows, q, (int)o->dim); break;
+  }
+}
+
+/* Every row that the n sorted items do not hold, as a dense backward would
+ * update it (dlrec_sparse_optim_sweeps). */
+static void sweep_untouched(const dlrec_sparse_optim *o, char *data, const uint64_t *sorted, size_t n) {
+  const size_t ranges = (size_t)((o->rows + SWEEP_ROWS - 1) / SWEEP_ROWS);
+#pragma omp parallel for schedule(static) if (ranges > 1)
+  for (size_t q = 0; q < ranges; q++) sweep_one(o, data, sorted, n, q);
 }
 
 dlrec_status cpu_bag_backward_update(dlrec_table *t, dlrec_sparse_optim *o, const dlrec_bag_batch *bags,
@@ -326,7 +419,16 @@ dlrec_status cpu_bag_backward_update(dlrec_table *t, dlrec_sparse_optim *o, cons
     base[c + 1] = base[c] + (off[B] - off[0]);
   }
   const uint64_t n = base[F];
-  if (n == 0) return DLREC_OK;
+  const int sweep = dlrec_sparse_optim_sweeps(&o->cfg);
+  if (sweep && o->row_keys)
+    return dlrec_error(DLREC_ERR_UNSUPPORTED, "bag_backward_update: dense Adam and a table-wide L2 update every row of "
+                       "the logical table, which this table (a cache, shard or hot part of it) does not hold");
+  if (n == 0) {
+    if (!sweep) return DLREC_OK;
+    sweep_untouched(o, dlrec_table_raw(t), NULL, 0); /* every row untouched, as a dense step has them */
+    o->updates++;
+    return DLREC_OK;
+  }
   if (n > UINT32_MAX) /* the sort counts in 32 bits */
     return dlrec_error(DLREC_ERR_INVALID, "bag_backward_update: %llu ids in one batch, at most 2^32 - 1",
                        (unsigned long long)n);
@@ -356,6 +458,7 @@ dlrec_status cpu_bag_backward_update(dlrec_table *t, dlrec_sparse_optim *o, cons
   const size_t chunks = (n + APPLY_CHUNK - 1) / APPLY_CHUNK;
 #pragma omp parallel for schedule(dynamic, 1) if (n >= PARALLEL_MIN)
   for (size_t q = 0; q < chunks; q++) reduce_one(o, data, sorted, n, q, d_out, bags, mean);
+  if (sweep) sweep_untouched(o, data, sorted, n);
   o->updates++;
   return DLREC_OK;
 }

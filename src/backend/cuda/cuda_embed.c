@@ -159,6 +159,9 @@ dlrec_status cuda_bag_backward_update(dlrec_backend *be, dlrec_table *t, dlrec_s
   cuk_bags bg;
   TRY(bags_on_device(be, what, d_out, t, bags, mode, &ids, &bg)); /* the forward's batch: neither checked nor sent */
   if (!o) return dlrec_error(DLREC_ERR_INVALID, "%s: NULL argument", what);
+  if (dlrec_sparse_optim_sweeps(dlrec_sparse_optim_get_config(o))) /* the CPU's sweep has no kernel here yet */
+    return dlrec_error(DLREC_ERR_UNSUPPORTED, "%s: dense Adam and a table-wide L2 (optimizer.sparse) train on the "
+                       "CPU only", what);
   dlrec_sparse_optim_state s;
   dlrec_sparse_optim_state_view(o, &s);
   if (s.rows != dlrec_table_rows(t) || s.stride != dlrec_table_stride(t))
