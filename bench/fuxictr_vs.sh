@@ -26,9 +26,10 @@
 # and batch norm, gradient norm clipped to 10, batch BATCH (1024: BARS's 4096 would give 20
 # steps an epoch on 80k rows), validation AUC every epoch, lr x0.1 on each validation that
 # does not improve, early stop after 2, the best weights restored, EPOCHS (20) at most.
-# --protocol fuxictr (default) gives dlrec FuxiCTR's initializer N(0, 1e-4), dense Adam over
-# every embedding row and the L2 over the whole table; --protocol lazy leaves dlrec's own
-# (uniform init, lazy Adam and L2 on the rows a batch touches).
+# --protocol fuxictr (default) gives dlrec FuxiCTR's initializers (embeddings N(0, 1e-4),
+# biases zero), dense Adam over every embedding row and the L2 over the whole table;
+# --protocol lazy leaves dlrec's own (uniform init, normal biases, lazy Adam and L2 on
+# the rows a batch touches).
 #   dlrec:   dlrec train --threads THREADS, then dlrec eval --checkpoint best on test.dlr
 #   FuxiCTR: bench/fuxictr/run_fuxictr.py, torch.set_num_threads(THREADS), its BaseModel.fit
 # samples/s: the training loop's rows per second (data loading in, validations out), both.

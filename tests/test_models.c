@@ -1676,3 +1676,63 @@ TEST(net_init_draws_the_configs_embedding_init) {
   CHECK_ERR(dlrec_net_create_stored(&m, &c, &s, &hash), DLREC_ERR_INVALID, "a hash table (storage.kind \"hash\") draws");
   CHECK(!m);
 }
+
+/* model.bias_init "zeros" (FuxiCTR's start): in every registered type's
+ * test configs, every tensor named "bias" or "*.bias" starts at zero and
+ * every other tensor and the table keep the draws of the default, whose
+ * biases are not all zero; the key reads back from JSON. */
+TEST(bias_init_zeros_zeroes_every_bias_alone) {
+  static test_config cfg[MAX_CONFIGS];
+  const size_t n = test_configs(0, cfg, MAX_CONFIGS);
+  dlrec_schema s;
+  net_check_schema(&s, 3);
+  int nonzero = 0; /* the default's nonzero biases, over the configs (lr starts its one bias at 0) */
+  for (size_t k = 0; k < n && !test_failed_now(); k++) {
+    dlrec_net *m[2] = {NULL, NULL};
+    for (int z = 0; z < 2; z++) {
+      dlrec_net_config c;
+      CHECK_OK(dlrec_net_config_default(&c, cfg[k].type));
+      cJSON *o = cJSON_Parse(cfg[k].model);
+      if (z) cJSON_AddStringToObject(o, "bias_init", "zeros");
+      CHECK_OK(dlrec_net_config_parse(&c, o, "model"));
+      cJSON_Delete(o);
+      CHECK_EQ(c.bias_init, (uint32_t)z);
+      CHECK_OK(dlrec_net_create(&m[z], &c, &s));
+      if (m[z]) CHECK_OK(dlrec_net_init(m[z], 3));
+    }
+    if (!m[0] || !m[1]) break;
+    size_t np;
+    const float *p0 = dlrec_net_dense_params_const(m[0], &np), *p1 = dlrec_net_dense_params_const(m[1], &np);
+    int biases = 0;
+    for (uint32_t i = 0; i < dlrec_net_n_tensors(m[0]); i++) {
+      const dlrec_net_tensor *t = &dlrec_net_tensors(m[0])[i];
+      const size_t len = strlen(t->name);
+      const int bias = !strcmp(t->name, "bias") || (len > 5 && !strcmp(t->name + len - 5, ".bias"));
+      for (size_t j = 0; j < t->count; j++) {
+        const float a = p0[t->offset + j], b = p1[t->offset + j];
+        if (bias && b != 0.0f) CHECK_EQ(i, (uint32_t)-1); /* names the tensor's number */
+        if (!bias && memcmp(&a, &b, sizeof a)) CHECK_EQ(i, (uint32_t)-2);
+        nonzero += bias && a != 0.0f && !strstr(t->name, ".bn.");
+      }
+      biases += bias;
+    }
+    CHECK(biases > 0);
+    const dlrec_table *t0 = dlrec_net_table(m[0]), *t1 = dlrec_net_table(m[1]);
+    CHECK(memcmp(dlrec_table_data_const(t0), dlrec_table_data_const(t1),
+                 (size_t)s.table_rows * dlrec_table_stride(t0) * sizeof(float)) == 0);
+    dlrec_net_free(m[0]);
+    dlrec_net_free(m[1]);
+  }
+  CHECK(nonzero > 0);
+  dlrec_train_config tc;
+  cJSON *j = cJSON_Parse("{\"model\": {\"type\": \"dnn\", \"bias_init\": \"zeros\"}}");
+  CHECK_OK(dlrec_train_config_from_json(j, "cfg.json", &tc));
+  cJSON_Delete(j);
+  j = dlrec_train_config_to_json(&tc);
+  CHECK_STR(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "model"), "bias_init")->valuestring, "zeros");
+  cJSON_Delete(j);
+  j = cJSON_Parse("{\"model\": {\"bias_init\": \"xavier\"}}");
+  CHECK_ERR(dlrec_train_config_from_json(j, "cfg.json", &tc), DLREC_ERR_INVALID,
+            "cfg.json: model: field 'bias_init': expected \"normal\" or \"zeros\"");
+  cJSON_Delete(j);
+}

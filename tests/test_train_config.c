@@ -70,9 +70,13 @@ TEST(fuxictr_example_is_the_recipe) {
   cJSON_Delete(m);
   CHECK_EQ(c.dense.kind, DLREC_OPTIM_ADAM);
   CHECK_NEAR(c.dense.lr, 1e-3, 1e-9, 0);
-  CHECK_EQ(c.sparse.kind, DLREC_SPARSE_LAZY_ADAM);
+  CHECK_EQ(c.sparse.kind, DLREC_SPARSE_ADAM);
+  CHECK_EQ(c.sparse.l2_scope, DLREC_SPARSE_L2_TABLE);
   CHECK_NEAR(c.sparse.lr, 1e-3, 1e-9, 0);
   CHECK(c.sparse.weight_decay > 0);
+  CHECK_EQ(c.model.embedding_init.all.kind, DLREC_INIT_NORMAL);
+  CHECK(c.model.embedding_init.all.scale == 1e-4f);
+  CHECK_EQ(c.model.bias_init, DLREC_BIAS_INIT_ZEROS);
   CHECK_EQ(c.batch_size, 4096);
   CHECK(c.eval_every_epoch && c.eval_metric == DLREC_VALID_AUC);
   CHECK_NEAR(c.plateau_factor, 0.1, 1e-9, 0);

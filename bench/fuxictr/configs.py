@@ -17,7 +17,8 @@ config), the same numbers in both:
                 MLP [400, 400, 400] with dropout 0.2 and batch norm.
   lr, fm        their only parameters are embeddings and a bias.
 The protocol options of dlrec (--protocol fuxictr, the default): model.embedding_init
-N(0, 1e-4) (FuxiCTR's FeatureEmbedding initializer), optimizer.sparse.type "adam" (dense
+N(0, 1e-4) (FuxiCTR's FeatureEmbedding initializer), model.bias_init "zeros" (its
+init_weights), optimizer.sparse.type "adam" (dense
 Adam over every row, torch.optim.Adam) and l2_scope "table" (the regularizer over the
 whole table every step). --protocol lazy: dlrec's own defaults instead (its uniform
 initializer, lazy Adam and L2 on the touched rows only), for comparison.
@@ -58,6 +59,7 @@ def main():
     sparse = {"type": "lazy_adam", "lr": 1e-3, "weight_decay": a.emb_reg}
     if a.protocol == "fuxictr":
         model["embedding_init"] = {"type": "normal", "std": 1e-4}
+        model["bias_init"] = "zeros"
         sparse.update(type="adam", l2_scope="table")
     cfg = {
         "name": m, "model": model,

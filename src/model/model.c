@@ -100,14 +100,28 @@ void dlrec_net_free(dlrec_net *n) {
   free(n);
 }
 
+/* model.bias_init "zeros": every tensor named "bias" or "*.bias" zeroed
+ * (the weights keep their draws, the same as with "normal"). */
+static void zero_biases(dlrec_net *n) {
+  for (uint32_t i = 0; i < n->plan.n_tensors; i++) {
+    const dlrec_net_tensor *t = &n->plan.tensors[i];
+    const size_t len = strlen(t->name);
+    if (!strcmp(t->name, "bias") || (len > 5 && !strcmp(t->name + len - 5, ".bias")))
+      memset(n->params + t->offset, 0, t->count * sizeof(float));
+  }
+}
+
 dlrec_status dlrec_net_init(dlrec_net *n, uint64_t seed) {
   n->type->init(n->ctx, &n->plan, n->params, seed);
-  /* A hash table draws each row when its key is admitted. */
-  if (dlrec_store_get_kind(n->store) == DLREC_STORE_HASH) return dlrec_net_sync_device(n, NULL);
-  if (n->tableless) return dlrec_net_sync_device(n, NULL); /* its rows live elsewhere */
-  dlrec_row_range ranges[DLREC_MAX_SPARSE];
-  dlrec_status s = dlrec_net_config_ranges(&n->config, &n->schema, ranges);
-  if (s == DLREC_OK) s = dlrec_store_init_uniform(n->store, ranges, n->schema.n_sparse, seed);
+  if (n->config.bias_init == DLREC_BIAS_INIT_ZEROS) zero_biases(n);
+  /* A hash table draws each row when its key is admitted; a tableless
+   * network's rows live elsewhere. */
+  dlrec_status s = DLREC_OK;
+  if (dlrec_store_get_kind(n->store) != DLREC_STORE_HASH && !n->tableless) {
+    dlrec_row_range ranges[DLREC_MAX_SPARSE];
+    s = dlrec_net_config_ranges(&n->config, &n->schema, ranges);
+    if (s == DLREC_OK) s = dlrec_store_init_uniform(n->store, ranges, n->schema.n_sparse, seed);
+  }
   return s == DLREC_OK ? dlrec_net_sync_device(n, NULL) : s;
 }
 

@@ -67,7 +67,12 @@ typedef struct dlrec_net_config {
   /* model.embedding_init, which every type takes (parsed and written beside
    * the type's own keys). */
   dlrec_embedding_init_config embedding_init;
+  /* model.bias_init, every type's too: the dense layers' biases drawn
+   * N(0, 1 / out) as the DLRM reference does (DLREC_BIAS_INIT_NORMAL, 0)
+   * or zero as FuxiCTR's (and Keras') layers start them. */
+  uint32_t bias_init;
 } dlrec_net_config;
+enum { DLREC_BIAS_INIT_NORMAL = 0, DLREC_BIAS_INIT_ZEROS = 1 };
 
 /* Sets c to the defaults of model type `type`; DLREC_ERR_INVALID naming the
  * registered types if there is no such type. */

@@ -139,18 +139,27 @@ dlrec_status dlrec_net_config_parse(dlrec_net_config *c, const cJSON *o, const c
   if (!t) return net_type_unknown(what, type);
   /* Another type's settings mean nothing to this one: start from its defaults. */
   if (strcmp(type, c->type) && (s = dlrec_net_config_default(c, type)) != DLREC_OK) return s;
-  /* embedding_init is every type's: read here, and the type reads the rest. */
-  const cJSON *init = NULL;
+  /* embedding_init and bias_init are every type's: read here, and the type
+   * reads the rest. */
+  static const char *const generic[] = {"embedding_init", "bias_init"};
+  const cJSON *found[2] = {NULL, NULL};
   for (const cJSON *k = cJSON_IsObject(o) ? o->child : NULL; k; k = k->next)
-    if (k->string && !strcmp(k->string, "embedding_init")) {
-      if (init) return dlrec_error(DLREC_ERR_INVALID, "%s: field 'embedding_init' given twice", what);
-      init = k;
-    }
-  if (!init) return t->config_parse(c->params, o, what);
-  if ((s = net_embedding_init_parse(&c->embedding_init, init, what)) != DLREC_OK) return s;
+    for (int g = 0; g < 2; g++)
+      if (k->string && !strcmp(k->string, generic[g])) {
+        if (found[g]) return dlrec_error(DLREC_ERR_INVALID, "%s: field '%s' given twice", what, generic[g]);
+        found[g] = k;
+      }
+  if (!found[0] && !found[1]) return t->config_parse(c->params, o, what);
+  if (found[0] && (s = net_embedding_init_parse(&c->embedding_init, found[0], what)) != DLREC_OK) return s;
+  if (found[1]) {
+    const char *b = cJSON_IsString(found[1]) ? found[1]->valuestring : NULL;
+    if (b && !strcmp(b, "normal")) c->bias_init = DLREC_BIAS_INIT_NORMAL;
+    else if (b && !strcmp(b, "zeros")) c->bias_init = DLREC_BIAS_INIT_ZEROS;
+    else return dlrec_error(DLREC_ERR_INVALID, "%s: field 'bias_init': expected \"normal\" or \"zeros\"", what);
+  }
   cJSON *rest = cJSON_Duplicate(o, 1);
   if (!rest) return dlrec_error(DLREC_ERR_NOMEM, "%s: out of memory", what);
-  cJSON_DeleteItemFromObjectCaseSensitive(rest, "embedding_init");
+  for (int g = 0; g < 2; g++) cJSON_DeleteItemFromObjectCaseSensitive(rest, generic[g]);
   s = t->config_parse(c->params, rest, what);
   cJSON_Delete(rest);
   return s;
@@ -161,6 +170,7 @@ void dlrec_net_config_to_json(const dlrec_net_config *c, cJSON *o) {
   const net_type *t = net_type_find(c->type);
   if (t) t->config_to_json(c->params, o);
   net_embedding_init_to_json(&c->embedding_init, o);
+  if (c->bias_init == DLREC_BIAS_INIT_ZEROS) cJSON_AddStringToObject(o, "bias_init", "zeros");
 }
 
 /* ---- config readers the types share ----------------------------------------------- */

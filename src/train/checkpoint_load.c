@@ -440,6 +440,7 @@ static dlrec_status same_training(const dlrec_train_config *a, const dlrec_train
   const int same_init = dlrec_embedding_init_same(&ma.embedding_init, &mb.embedding_init);
   memset(&ma.embedding_init, 0, sizeof ma.embedding_init);
   memset(&mb.embedding_init, 0, sizeof mb.embedding_init);
+  ma.bias_init = mb.bias_init = 0; /* it drew the dense parameters the checkpoint holds */
   if (strcmp(a->model.type, b->model.type)) field = "model.type";
   else if (memcmp(&ma, &mb, sizeof ma)) field = "model";
   else if (!same_init && a->storage == DLREC_STORE_HASH) field = "model.embedding_init";
