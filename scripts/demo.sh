@@ -50,7 +50,7 @@ say "eval: the trained model on the validation rows"
 $BIN eval --model "$DIR/run" --data "$DIR/valid.dlr" | tee "$DIR/eval.json"
 auc=$(grep '"auc"' "$DIR/eval.json" | tr -dc '0-9.')
 best=$(grep -o 'true p: AUC [0-9.]*' "$DIR/synth.log" | awk '{ print $4 }')
-printf '\n   AUC %s; best possible (true click probabilities) %s\n' "$auc" "$best"
+awk -v a="$auc" -v b="$best" 'BEGIN { printf "\n   AUC %.4f; best possible (true click probabilities) %.4f; gap %.4f\n", a, b, b - a }'
 
 say "serve: the model over HTTP (KServe v2 / Triton protocol); three rows through the server and predict"
 rm -f "$DIR/serve.port"

@@ -989,23 +989,30 @@ static void check_checkpoint_round_trip(const char *dir) {
   dlrec_model_free(a);
 }
 
-/* wide_deep, deepfm and dcn_v2 learn on synth data through the CLI with
- * their examples' settings (on 2 threads; all with batch normalization;
- * dcn_v2 as examples/dcn_v2_stacked_moe.json, a stacked mixture of
- * low-rank experts with dropout): their validation AUC beats lr's
- * (examples/lr.json) on the same rows by a stated margin; `dlrec serve`
- * scores each run as predict does, and the checkpoint round trip keeps the
- * running statistics. One data set and one lr run for all three. Measured
- * at this size (160k training rows): lr 0.689, wide_deep 0.705, deepfm
- * 0.709, dcn_v2 (stacked MoE) 0.710. At 60k rows the models' lead over lr
- * is within noise. */
+/* Every model type but lr and fm (their own tests above: fm is about lr at
+ * this size) learns on synth data through the CLI with its
+ * example's settings (on 2 threads; dcn_v2 as
+ * examples/dcn_v2_stacked_moe.json, a stacked mixture of low-rank experts
+ * with dropout; dlrm as examples/dlrm_synth.json, the demo's): its
+ * validation AUC beats lr's (examples/lr.json) on the same rows by a stated
+ * margin and stays within a stated distance of the best possible AUC (the
+ * true probabilities'); `dlrec serve` scores each run as predict does, and
+ * the checkpoint round trip keeps the running statistics (of those with
+ * batch normalization: all but dlrm). One data set and
+ * one lr run for all. Measured at this size (160k training rows; best
+ * possible 0.811): lr 0.689, wide_deep 0.705, deepfm 0.709, dcn_v2
+ * (stacked MoE) 0.710, dnn 0.699 (batch 4096: 39 steps), dlrm 0.728. At 60k rows
+ * the models' lead over lr is within noise. bench/examples_vs_best.sh
+ * measures the same distances on the demo's 1.8M rows. */
 #define WD_ROWS 200000
 #define WIDE_DEEP_MIN_MARGIN 0.008
 #define DEEPFM_MIN_MARGIN 0.010
 #define DCN_MIN_MARGIN 0.010
+#define DNN_MIN_MARGIN 0.005
+#define DLRM_MIN_MARGIN 0.025
 #define DEEP_MAX_GAP_TO_BEST 0.12 /* measured: 0.705 to 0.710 against a best possible 0.811 (the true probabilities) */
 TEST(deep_models_learn_on_synth_data_beating_lr) {
-  /* 200k rows through four models take most of four minutes under the
+  /* 200k rows through six models take most of six minutes under the
    * sanitizers; `make test` runs this in its release pass and sets
    * DLREC_TEST_RELEASE_ONLY for the sanitizer pass, whose memory checks the
    * other tests of these models cover. */
@@ -1018,18 +1025,21 @@ TEST(deep_models_learn_on_synth_data_beating_lr) {
   double lr_auc = train_example(d, "examples/lr.json", "lr_run"), best = best_auc(d, WD_ROWS);
   fprintf(stderr, "lr: validation AUC %.4f\n", lr_auc);
   CHECK(isfinite(best));
-  const char *types[3] = {"wide_deep", "deepfm", "dcn_v2"};
-  const char *examples[3] = {"examples/wide_deep.json", "examples/deepfm.json", "examples/dcn_v2_stacked_moe.json"};
-  const char *served[3] = {"wide_deep", "deepfm", "dcn_v2_moe"}; /* the examples' names */
-  const double margin[3] = {WIDE_DEEP_MIN_MARGIN, DEEPFM_MIN_MARGIN, DCN_MIN_MARGIN};
-  for (int i = 0; i < 3; i++) {
+  enum { N = 5 };
+  const char *types[N] = {"wide_deep", "deepfm", "dcn_v2", "dnn", "dlrm"};
+  const char *examples[N] = {"examples/wide_deep.json", "examples/deepfm.json", "examples/dcn_v2_stacked_moe.json",
+                             "examples/dnn.json", "examples/dlrm_synth.json"};
+  const char *served[N] = {"wide_deep", "deepfm", "dcn_v2_moe", "dnn", "dlrm"}; /* the examples' names */
+  const double margin[N] = {WIDE_DEEP_MIN_MARGIN, DEEPFM_MIN_MARGIN, DCN_MIN_MARGIN, DNN_MIN_MARGIN,
+                            DLRM_MIN_MARGIN};
+  for (int i = 0; i < N; i++) {
     double auc = train_example(d, examples[i], "run");
     fprintf(stderr, "%s: validation AUC %.4f (lr %.4f, margin %.4f; best possible %.4f)\n", types[i], auc, lr_auc,
             auc - lr_auc, best);
     CHECK(auc > lr_auc + margin[i]);
     CHECK(auc > best - DEEP_MAX_GAP_TO_BEST);
     check_served_equals_predict(d, served[i]);
-    check_checkpoint_round_trip(d);
+    if (strcmp(types[i], "dlrm")) check_checkpoint_round_trip(d);
   }
 }
 
