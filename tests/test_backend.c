@@ -1894,7 +1894,7 @@ static void sparse_case(dlrec_sparse_optim_kind kind, int mode, uint32_t B) {
     goto out;
   }
   const uint32_t stride = dlrec_table_stride(t);
-  ref_sparse_state s = {hd(rows * D), hd(rows), hd(rows * D), hd(rows * D), hkeep(calloc(rows, sizeof(uint32_t)))};
+  ref_sparse_state s = {hd(rows * D), hd(rows), hd(rows * D), hd(rows * D), hkeep(calloc(rows, sizeof(uint32_t))), 0};
   for (uint64_t r = 0; r < rows; r++) {
     s.accum[r] = c.initial_accumulator;
     for (uint32_t d = 0; d < D; d++) s.w[r * D + d] = dlrec_table_data(t)[r * stride + d];

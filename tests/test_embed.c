@@ -531,7 +531,7 @@ static void check_sparse_optimizer_eps(dlrec_sparse_optim_kind kind, float wd, i
   dlrec_table *t = table_random(rows, D, 11);
   const uint32_t stride = dlrec_table_stride(t);
   ref_sparse_state s = {calloc(rows * D, sizeof(double)), calloc(rows, sizeof(double)), calloc(rows * D, sizeof(double)),
-                 calloc(rows * D, sizeof(double)), calloc(rows, sizeof(uint32_t))};
+                 calloc(rows * D, sizeof(double)), calloc(rows, sizeof(uint32_t)), 0};
   for (uint64_t r = 0; r < rows; r++) {
     s.accum[r] = c.initial_accumulator;
     for (uint32_t d = 0; d < D; d++) s.w[r * D + d] = dlrec_table_data(t)[r * stride + d];
@@ -736,7 +736,7 @@ TEST(sparse_update_sorts_by_every_bit_of_the_row) {
     CHECK(t != NULL);
     const uint32_t stride = dlrec_table_stride(t);
     ref_sparse_state s = {calloc(rows * D, sizeof(double)), calloc(rows, sizeof(double)), calloc(rows * D, sizeof(double)),
-                   calloc(rows * D, sizeof(double)), calloc(rows, sizeof(uint32_t))};
+                   calloc(rows * D, sizeof(double)), calloc(rows, sizeof(uint32_t)), 0};
     for (uint64_t r = 0; r < rows; r++) {
       s.accum[r] = c.initial_accumulator;
       for (uint32_t d = 0; d < D; d++) s.w[r * D + d] = dlrec_table_data(t)[r * stride + d];
@@ -1187,7 +1187,7 @@ static void check_sparse_16bit(dlrec_sparse_optim_kind kind, dlrec_table_dtype d
   uint16_t *before = malloc(rows * dlrec_table_stride(t16) * sizeof(uint16_t));
   const uint32_t stride = dlrec_table_stride(t16);
   ref_sparse_state s = {calloc(rows * D, sizeof(double)), calloc(rows, sizeof(double)), calloc(rows * D, sizeof(double)),
-                 calloc(rows * D, sizeof(double)), calloc(rows, sizeof(uint32_t))};
+                 calloc(rows * D, sizeof(double)), calloc(rows, sizeof(uint32_t)), 0};
   CHECK_OK(ctx_open(&x16, t16, &c, (uint64_t)B * F * 4));
   dlrec_rng r;
   dlrec_rng_seed(&r, 32, 0);

@@ -1,5 +1,5 @@
-/* The sparse optimizer's table-wide updates (docs/config.md, "Embedding
- * optimizers"): optimizer.sparse.type "adam" (torch.optim.Adam over an
+/* The sparse optimizer's table-wide updates (docs/config.md, "Table-wide
+ * updates"): optimizer.sparse.type "adam" (torch.optim.Adam over an
  * nn.Embedding: every row every step, one global step count) and l2_scope
  * "table" (g += weight_decay * w on every row every step, for every type),
  * each through the fused update and its sweep over the untouched rows, over
@@ -16,6 +16,7 @@
 #include "core/fsutil.h"
 #include "core/json.h"
 #include "core/rng.h"
+#include "ref/ref.h"
 #include "train/train_config.h"
 #include "test.h"
 
@@ -58,86 +59,31 @@ static void batch_free(batch *x) {
 
 /* ---- the reference ------------------------------------------------------------ */
 
-/* The table and its optimizer's state in double; t is the global step. */
+/* The reference (tests/ref/ref.c: torch.optim over the table's dense
+ * gradient) holding the table's initial rows; rows and D beside it. */
 typedef struct ref {
+  ref_sparse_state st;
   uint64_t rows;
   uint32_t D;
-  double *w, *m, *v, *accum;
-  uint32_t *steps;
-  uint32_t t;
 } ref;
 
 static void ref_open(ref *s, const dlrec_table *t, const dlrec_sparse_optim_config *c) {
-  s->rows = dlrec_table_rows(t), s->D = dlrec_table_dim(t), s->t = 0;
+  s->rows = dlrec_table_rows(t), s->D = dlrec_table_dim(t);
   const size_t n = s->rows * s->D;
-  s->w = malloc(n * sizeof(double)), s->m = calloc(n, sizeof(double)), s->v = calloc(n, sizeof(double));
-  s->accum = malloc(s->rows * sizeof(double)), s->steps = calloc(s->rows, sizeof(uint32_t));
+  s->st = (ref_sparse_state){malloc(n * sizeof(double)), malloc(s->rows * sizeof(double)), calloc(n, sizeof(double)),
+                             calloc(n, sizeof(double)), calloc(s->rows, sizeof(uint32_t)), 0};
   const uint32_t stride = dlrec_table_stride(t);
   for (uint64_t r = 0; r < s->rows; r++) {
-    s->accum[r] = c->initial_accumulator;
-    for (uint32_t d = 0; d < s->D; d++) s->w[r * s->D + d] = dlrec_table_data_const(t)[r * stride + d];
+    s->st.accum[r] = c->initial_accumulator;
+    for (uint32_t d = 0; d < s->D; d++) s->st.w[r * s->D + d] = dlrec_table_data_const(t)[r * stride + d];
   }
 }
 
-static void ref_close(ref *s) { free(s->w), free(s->m), free(s->v), free(s->accum), free(s->steps); }
+static void ref_close(ref *s) { free(s->st.w), free(s->st.m), free(s->st.v), free(s->st.accum), free(s->st.steps); }
 
-/* One step: the batch's dense gradient of the table (the bags' output
- * gradients summed in float in (column, sample, position) order, as the
- * fused update promises), then each row's update as PyTorch writes it:
- *   SGD          w -= lr g
- *   Adagrad      (row-wise) a += mean(g^2); w -= lr g / (sqrt(a) + eps)
- *   Adam         m = lerp(m, g, 1 - b1); v = b2 v + (1 - b2) g^2;
- *                w -= (lr / (1 - b1^t)) m / (sqrt(v) / sqrt(1 - b2^t) + eps)
- * with g += wd w on the touched rows, and on every row for l2_scope table.
- * A row whose gradient is zero is still updated (torch.optim over a dense
- * gradient), except by lazy Adam, which skips the rows with no gradient
- * (untouched, and no table-wide L2) and counts steps per row. */
 static void ref_step(ref *s, const dlrec_sparse_optim_config *c, const dlrec_bag_batch *bags, int mean,
                      const float *dout) {
-  const uint32_t D = s->D, B = bags->rows, F = bags->cols;
-  float *g = calloc(s->rows * D, sizeof(float));
-  char *touched = calloc(s->rows, 1);
-  for (uint32_t cc = 0; cc < F; cc++)
-    for (uint32_t b = 0; b < B; b++) {
-      const uint32_t lo = bags->offsets[cc][b], hi = bags->offsets[cc][b + 1];
-      const float inv = mean ? 1.0f / (float)(hi - lo) : 1.0f;
-      for (uint32_t k = lo; k < hi; k++) {
-        const uint32_t r = bags->ids[cc][k];
-        touched[r] = 1;
-        for (uint32_t d = 0; d < D; d++) {
-          const float go = dout[((size_t)b * F + cc) * D + d];
-          g[(size_t)r * D + d] += mean ? inv * go : go;
-        }
-      }
-    }
-  s->t++;
-  const double b1 = c->beta1, b2 = c->beta2, lr = c->lr, eps = c->eps;
-  for (uint64_t r = 0; r < s->rows; r++) {
-    const int l2 = touched[r] || c->l2_scope == DLREC_SPARSE_L2_TABLE;
-    if (c->kind == DLREC_SPARSE_LAZY_ADAM && !touched[r] && !(l2 && c->weight_decay > 0)) continue;
-    double *w = s->w + r * D, gr[DLREC_EMBED_MAX_DIM], sq = 0;
-    for (uint32_t d = 0; d < D; d++) {
-      gr[d] = g[r * D + d] + (l2 ? (double)c->weight_decay * w[d] : 0.0);
-      sq += gr[d] * gr[d];
-    }
-    if (c->kind == DLREC_SPARSE_SGD) {
-      for (uint32_t d = 0; d < D; d++) w[d] -= lr * gr[d];
-    } else if (c->kind == DLREC_SPARSE_ROWWISE_ADAGRAD) {
-      s->accum[r] += sq / D;
-      for (uint32_t d = 0; d < D; d++) w[d] -= lr * gr[d] / (sqrt(s->accum[r]) + eps);
-    } else {
-      const uint32_t t = c->kind == DLREC_SPARSE_ADAM ? s->t : s->steps[r] + 1;
-      s->steps[r] = t;
-      const double step_size = lr / (1 - pow(b1, t)), bc2_sqrt = sqrt(1 - pow(b2, t));
-      double *m = s->m + r * D, *v = s->v + r * D;
-      for (uint32_t d = 0; d < D; d++) {
-        m[d] += (1 - b1) * (gr[d] - m[d]);
-        v[d] = b2 * v[d] + (1 - b2) * gr[d] * gr[d];
-        w[d] -= step_size * (m[d] / (sqrt(v[d]) / bc2_sqrt + eps));
-      }
-    }
-  }
-  free(g), free(touched);
+  ref_bag_backward_update(&s->st, c, bags, mean ? DLREC_POOLING_MEAN : DLREC_POOLING_SUM, dout, s->rows, s->D);
 }
 
 /* ---- the fused update against it ------------------------------------------------ */
@@ -185,20 +131,20 @@ static void compare(const run *x, const ref *s, const dlrec_sparse_optim_config 
     for (uint32_t d = 0; d < D && !test_failed_now(); d++) {
       const size_t i = r * stride + d, j = r * D + d;
       moved |= w[i] != before[i];
-      if (!(fabs(w[i] - s->w[j]) <= 1e-6 + 2e-5 * fabs(s->w[j])))
+      if (!(fabs(w[i] - s->st.w[j]) <= 1e-6 + 2e-5 * fabs(s->st.w[j])))
         test_fail(__FILE__, __LINE__, "kind %d scope %d wd %g step %d: w[%llu][%u] = %.9g, reference %.9g", c->kind,
-                  c->l2_scope, c->weight_decay, step, (unsigned long long)r, d, w[i], s->w[j]);
-      else if (st.m && !(fabs(st.m[i] - s->m[j]) <= 1e-7 + 1e-5 * fabs(s->m[j]) &&
-                         fabs(st.v[i] - s->v[j]) <= 1e-9 + 1e-5 * s->v[j]))
+                  c->l2_scope, c->weight_decay, step, (unsigned long long)r, d, w[i], s->st.w[j]);
+      else if (st.m && !(fabs(st.m[i] - s->st.m[j]) <= 1e-7 + 1e-5 * fabs(s->st.m[j]) &&
+                         fabs(st.v[i] - s->st.v[j]) <= 1e-9 + 1e-5 * s->st.v[j]))
         test_fail(__FILE__, __LINE__, "kind %d step %d: Adam state [%llu][%u]: m %.9g vs %.9g, v %.9g vs %.9g",
-                  c->kind, step, (unsigned long long)r, d, st.m[i], s->m[j], st.v[i], s->v[j]);
+                  c->kind, step, (unsigned long long)r, d, st.m[i], s->st.m[j], st.v[i], s->st.v[j]);
     }
-    if (st.steps && st.steps[r] != s->steps[r])
+    if (st.steps && st.steps[r] != s->st.steps[r])
       test_fail(__FILE__, __LINE__, "kind %d row %llu: %u steps, reference %u", c->kind, (unsigned long long)r,
-                st.steps[r], s->steps[r]);
-    if (st.accum && !(fabs(st.accum[r] - s->accum[r]) <= 1e-9 + 1e-5 * s->accum[r]))
+                st.steps[r], s->st.steps[r]);
+    if (st.accum && !(fabs(st.accum[r] - s->st.accum[r]) <= 1e-9 + 1e-5 * s->st.accum[r]))
       test_fail(__FILE__, __LINE__, "row %llu: accumulator %.9g, reference %.9g", (unsigned long long)r, st.accum[r],
-                s->accum[r]);
+                s->st.accum[r]);
     /* A row never touched has no gradient but the table-wide L2's, and no
      * momentum without it. */
     const int must_move = c->l2_scope == DLREC_SPARSE_L2_TABLE && c->weight_decay > 0;

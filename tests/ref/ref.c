@@ -658,8 +658,8 @@ void ref_bag_backward_update(ref_sparse_state *s, const dlrec_sparse_optim_confi
   const uint32_t B = bags->rows, F = bags->cols;
   float *g = calloc(rows * D, sizeof *g);
   char *touched = calloc(rows, 1);
-  double *gr = dz(D);
-  if (!g || !touched) abort();
+  double *gr = calloc(D, sizeof *gr);
+  if (!g || !touched || !gr) abort();
   for (uint32_t cc = 0; cc < F; cc++)
     for (uint32_t b = 0; b < B; b++) {
       const uint32_t lo = bags->offsets[cc][b], hi = bags->offsets[cc][b + 1];
@@ -674,10 +674,14 @@ void ref_bag_backward_update(ref_sparse_state *s, const dlrec_sparse_optim_confi
         }
       }
     }
+  s->t++;
+  const int table_l2 = c->l2_scope == DLREC_SPARSE_L2_TABLE && c->weight_decay > 0;
   for (uint64_t r = 0; r < rows; r++) {
-    if (!touched[r]) continue;
+    /* An untouched row: updated only by dense Adam and a table-wide L2. */
+    if (!touched[r] && c->kind != DLREC_SPARSE_ADAM && !table_l2) continue;
+    const int l2 = touched[r] || table_l2;
     double *w = s->w + r * D;
-    for (uint32_t d = 0; d < D; d++) gr[d] = g[r * D + d] + (double)c->weight_decay * w[d];
+    for (uint32_t d = 0; d < D; d++) gr[d] = g[r * D + d] + (l2 ? (double)c->weight_decay * w[d] : 0.0);
     if (c->kind == DLREC_SPARSE_SGD) {
       for (uint32_t d = 0; d < D; d++) w[d] -= c->lr * gr[d];
     } else if (c->kind == DLREC_SPARSE_ROWWISE_ADAGRAD) {
@@ -686,7 +690,8 @@ void ref_bag_backward_update(ref_sparse_state *s, const dlrec_sparse_optim_confi
       s->accum[r] += sq / D;
       for (uint32_t d = 0; d < D; d++) w[d] -= c->lr * gr[d] / (sqrt(s->accum[r]) + c->eps);
     } else {
-      const uint32_t t = ++s->steps[r];
+      const uint32_t t = c->kind == DLREC_SPARSE_ADAM ? s->t : s->steps[r] + 1;
+      s->steps[r] = t;
       double *m = s->m + r * D, *v = s->v + r * D;
       for (uint32_t d = 0; d < D; d++) {
         m[d] = c->beta1 * m[d] + (1 - (double)c->beta1) * gr[d];

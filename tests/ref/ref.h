@@ -208,21 +208,26 @@ void ref_bag_forward(double *out, const float *rows, uint32_t stride, uint32_t D
                      dlrec_pooling mode);
 
 /* The table and the sparse optimizers' state in double, dense: w and m, v
- * (rows, D), accum (rows, starting at initial_accumulator), steps (rows). */
+ * (rows, D), accum (rows, starting at initial_accumulator), steps (rows),
+ * and t, the steps so far (start it at 0). */
 typedef struct ref_sparse_state {
   double *w, *accum, *m, *v;
   uint32_t *steps;
+  uint32_t t;
 } ref_sparse_state;
 
 /* One fused backward + update: the gradient of every row the batch touches,
  * summed in FLOAT in (column, sample, position) order as the API promises
  * (so a hot row's sum matches to the bit, not to a tolerance that would hide
  * errors; a mean bag's terms are scaled by the float 1/|bag| first), then
- * the optimizer in double on those rows only:
+ * the optimizer in double, as torch.optim writes it over a dense gradient:
  *   SGD:               w −= lr g
  *   row-wise Adagrad:  a += mean_d g²;  w −= lr g / (sqrt(a) + eps)
  *   lazy Adam:         t = ++steps; Adam with bias correction by t
- * with g = grad + weight_decay w. */
+ *   Adam:              the same with t the global step, every row
+ * with g = grad + weight_decay w on the touched rows (on every row for
+ * l2_scope "table"). An untouched row (gradient zero) is updated by Adam
+ * and, with a table-wide L2, by every kind; otherwise left alone. */
 void ref_bag_backward_update(ref_sparse_state *s, const dlrec_sparse_optim_config *c, const dlrec_bag_batch *bags,
                              dlrec_pooling mode, const float *d_out, uint64_t rows, uint32_t D);
 
