@@ -1673,7 +1673,8 @@ TEST(net_init_draws_the_configs_embedding_init) {
   dlrec_table_free(dlrm);
   dlrec_net_free(m);
   m = NULL;
-  CHECK_ERR(model_create(&m, &s, "fm", "sum", ", \"embedding_init\": {\"type\": \"zeros\", \"columns\": {\"C9\": \"zeros\"}}"),
+  CHECK_ERR(model_create(&m, &s, "fm", "sum",
+                         ", \"embedding_init\": {\"type\": \"zeros\", \"columns\": {\"C9\": \"zeros\"}}"),
             DLREC_ERR_INVALID, "model.embedding_init.columns: 'C9' is not a categorical column");
   CHECK(!m);
   dlrec_net_config c;

@@ -203,7 +203,8 @@ dlrec_status dlrec_table_init_uniform(dlrec_table *t, const dlrec_row_range *ran
 void dlrec_embed_init_row(const dlrec_embed_init *in, uint64_t rows, uint32_t dim, struct dlrec_rng *rng, float *w) {
   double a = 0.0;
   switch ((dlrec_embed_init_kind)in->kind) {
-  case DLREC_INIT_UNIFORM_SQRT_ROWS: a = sqrt(1.0 / (double)rows); break; /* DLRM: np.random.uniform(-sqrt(1/n), sqrt(1/n)) */
+  /* DLRM: np.random.uniform(-sqrt(1/n), sqrt(1/n)) */
+  case DLREC_INIT_UNIFORM_SQRT_ROWS: a = sqrt(1.0 / (double)rows); break;
   case DLREC_INIT_UNIFORM: a = in->scale; break;
   case DLREC_INIT_XAVIER_UNIFORM: a = sqrt(6.0 / ((double)rows + dim)); break;
   case DLREC_INIT_NORMAL:

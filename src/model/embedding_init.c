@@ -50,10 +50,11 @@ static dlrec_status parse_one(dlrec_embed_init *out, const cJSON *v, const char 
       return dlrec_error(DLREC_ERR_INVALID, "%s: field '%s' means nothing to '%s'", what, other, name);
   }
   if (!param) return DLREC_OK;
+  if (!cJSON_IsObject(v))
+    return dlrec_error(DLREC_ERR_INVALID, "%s: '%s' needs its '%s': {\"type\": \"%s\", \"%s\": ...}", what, name,
+                       param, name, param);
   double x = 0;
-  dlrec_status s = cJSON_IsObject(v) ? dlrec_json_get_double(v, param, what, &x)
-                                     : dlrec_error(DLREC_ERR_INVALID, "%s: '%s' needs its '%s': {\"type\": \"%s\", \"%s\": ...}",
-                                                   what, name, param, name, param);
+  dlrec_status s = dlrec_json_get_double(v, param, what, &x);
   if (s != DLREC_OK) return s;
   if (!(x > 0.0 && x <= 1000.0))
     return dlrec_error(DLREC_ERR_INVALID, "%s: field '%s': %g is not in (0, 1000]", what, param, x);
@@ -73,7 +74,8 @@ dlrec_status net_embedding_init_parse(dlrec_embedding_init_config *c, const cJSO
     if (e.n_columns == DLREC_INIT_MAX_COLUMNS)
       return dlrec_error(DLREC_ERR_INVALID, "%s: more than %d columns", what, DLREC_INIT_MAX_COLUMNS);
     if (strlen(col->string) >= DLREC_NAME_MAX)
-      return dlrec_error(DLREC_ERR_INVALID, "%s.columns: '%.60s...' is longer than a column name can be", what, col->string);
+      return dlrec_error(DLREC_ERR_INVALID, "%s.columns: '%.60s...' is longer than a column name can be", what,
+                         col->string);
     for (uint32_t i = 0; i < e.n_columns; i++)
       if (!strcmp(e.column[i], col->string))
         return dlrec_error(DLREC_ERR_INVALID, "%s.columns: field '%s' given twice", what, col->string);
