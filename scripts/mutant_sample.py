@@ -47,7 +47,11 @@ TESTS = {
     "serve": "test_serve_units test_kserve test_serve",
     "api": "test_api python",
 }
-EXTRA = {"src/train/step.c": " dist_mpi", "src/train/trainer_ranks.c": " dist_mpi",
+EXTRA = {"src/backend/cpu/sparse_update.c": " test_sparse_dense optim_ref",
+         "src/backend/sparse_optim.c": " test_sparse_dense", "src/train/trainer_setup.c": " test_sparse_dense",
+         "src/train/config_options.c": " test_sparse_dense", "src/model/embedding_init.c": " test_train_config",
+         "src/model/registry.c": " test_train_config",
+         "src/train/step.c": " dist_mpi", "src/train/trainer_ranks.c": " dist_mpi",
          "src/core/redis_rows.c": " test_redis", "src/serve/redis_tier.c": " test_redis",
          "src/train/publish.c": " test_redis", "src/train/predict.c": " python",
          "src/data/etl_encode.c": " test_train python test_serve", "src/data/arrow_csv.c": " test_arrow",

@@ -50,7 +50,7 @@ to the file as the previous ones left it. The header may hold
                            the test executables (tests/test_*.c names), or the
                            script tests (dist_mpi: tests/dist/run.sh under mpirun;
                            onnx_export, report_chromium, python, etl_ops,
-                           etl_spill),
+                           etl_spill, optim_ref),
                            that cover the mutated code; without it every unit test runs.
 Tests run one executable at a time and stop at the first failure.
 
@@ -169,6 +169,7 @@ script_test() { # NAME -> the command line, or nothing when NAME is none
   report_chromium) echo "$copy/tests/report/chromium.sh $bdir/dlrec $bdir/testtmp/report_chromium" ;;
   python) echo "$copy/tests/python/run.sh $bdir/dlrec $bdir/libdlrec.so $bdir/script-tests/python" ;;
   etl_ops) echo "$copy/tests/etl_ops/run.sh $bdir/dlrec $bdir/script-tests/etl_ops" ;;
+  optim_ref) echo "$copy/tests/optim_ref/run.sh $bdir/dlrec $bdir/script-tests/optim_ref" ;;
   etl_spill) echo "$copy/tests/etl_spill/run.sh $bdir/dlrec $bdir/testtmp/etl_spill" ;;
   esac
 }

@@ -1056,4 +1056,21 @@ TEST(hash_draws_new_rows_with_its_initializer) {
   CHECK(memcmp(row, other, sizeof row) == 0);
   dlrec_store_free(s);
   dlrec_store_free(again);
+  /* The default kind: uniform in +-init_range (variance init_range^2 / 3). */
+  c.init = (dlrec_embed_init){DLREC_INIT_UNIFORM_SQRT_ROWS, 0};
+  c.init_range = 0.5f;
+  CHECK_OK(dlrec_store_create(&s, &c, 1ull << 32, DIM, DLREC_TABLE_FP32));
+  CHECK_EQ(resolve_keys(s, keys, N, &out), N);
+  double maxabs = 0;
+  sq = 0;
+  for (uint32_t r = 0; r < N; r++) {
+    dlrec_table_get_row(dlrec_store_table(s), r, row);
+    for (int d = 0; d < DIM; d++) {
+      sq += (double)row[d] * row[d];
+      if (fabsf(row[d]) > maxabs) maxabs = fabsf(row[d]);
+    }
+  }
+  CHECK(maxabs <= 0.5 && maxabs > 0.49);
+  CHECK(fabs(sq / n / (0.25 / 3) - 1) < 6 * sqrt(0.8 / n));
+  dlrec_store_free(s);
 }

@@ -680,6 +680,21 @@ TEST(config_embedding_init) {
             DLREC_ERR_INVALID, "field 'C1' given twice");
   CHECK_ERR(parse("{\"model\": {\"embedding_init\": \"zeros\"}, \"storage\": {\"init_range\": 0.1}}", &a),
             DLREC_ERR_INVALID, "field 'storage.init_range'");
+  CHECK_ERR(parse("{\"model\": {\"embedding_init\": {\"type\": \"zeros\", \"columns\": 3}}}", &a), DLREC_ERR_INVALID,
+            "model.embedding_init: field 'columns': expected an object of column names");
+  /* A column name takes at most DLREC_NAME_MAX - 1 bytes, as the schema's. */
+  char name[DLREC_NAME_MAX + 1], text[256];
+  memset(name, 'c', sizeof name);
+  name[DLREC_NAME_MAX - 1] = '\0';
+  snprintf(text, sizeof text, "{\"model\": {\"embedding_init\": {\"type\": \"zeros\", \"columns\": {\"%s\": \"zeros\"}}}}",
+           name);
+  CHECK_OK(parse(text, &a));
+  CHECK_STR(a.model.embedding_init.column[0], name);
+  name[DLREC_NAME_MAX - 1] = 'c';
+  name[DLREC_NAME_MAX] = '\0';
+  snprintf(text, sizeof text, "{\"model\": {\"embedding_init\": {\"type\": \"zeros\", \"columns\": {\"%s\": \"zeros\"}}}}",
+           name);
+  CHECK_ERR(parse(text, &a), DLREC_ERR_INVALID, "is longer than a column name can be");
   /* The type's own keys are still checked beside it. */
   CHECK_ERR(parse("{\"model\": {\"embedding_init\": \"zeros\", \"cross_layers\": 3}}", &a), DLREC_ERR_INVALID,
             "unknown field 'cross_layers'");
