@@ -634,8 +634,8 @@ TEST(config_embedding_init) {
   const char *forms[] = {
       "{\"model\": {\"embedding_init\": \"xavier_uniform\"}}",
       "{\"model\": {\"embedding_init\": {\"type\": \"normal\", \"std\": 1e-4}, \"embedding_dim\": 8, \"bottom_mlp\": [8]}}",
-      "{\"model\": {\"type\": \"fm\", \"embedding_init\": {\"type\": \"zeros\", \"columns\": {\"C1\": {\"type\": "
-      "\"uniform\", \"range\": 0.25}, \"C7\": \"uniform_sqrt_rows\"}}}}",
+      ("{\"model\": {\"type\": \"fm\", \"embedding_init\": {\"type\": \"zeros\", \"columns\": {\"C1\": {\"type\": "
+       "\"uniform\", \"range\": 0.25}, \"C7\": \"uniform_sqrt_rows\"}}}}"),
       "{\"model\": {\"type\": \"dnn\", \"embedding_init\": {\"type\": \"uniform\", \"range\": 0.01}}}",
   };
   const uint32_t kinds[] = {DLREC_INIT_XAVIER_UNIFORM, DLREC_INIT_NORMAL, DLREC_INIT_ZEROS, DLREC_INIT_UNIFORM};
