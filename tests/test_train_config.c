@@ -699,3 +699,44 @@ TEST(config_embedding_init) {
   CHECK_ERR(parse("{\"model\": {\"embedding_init\": \"zeros\", \"cross_layers\": 3}}", &a), DLREC_ERR_INVALID,
             "unknown field 'cross_layers'");
 }
+
+/* optimizer.sparse "adam" and l2_scope (docs/config.md, "Table-wide
+ * updates"; their arithmetic is test_sparse_dense's). */
+/* The sparse section of c as config.json writes it, malloc'd. */
+static char *sparse_json(const dlrec_train_config *c) {
+  cJSON *j = dlrec_train_config_to_json(c);
+  char *text = cJSON_PrintUnformatted(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "optimizer"), "sparse"));
+  cJSON_Delete(j);
+  return text;
+}
+
+TEST(config_adam_and_l2_scope_parse_round_trip_and_name_errors) {
+  dlrec_train_config c, back;
+  /* l2_scope before type: a type's defaults do not reset it. */
+  CHECK_OK(parse("{\"optimizer\": {\"sparse\": {\"l2_scope\": \"table\", \"type\": \"adam\", \"lr\": 0.001, "
+                 "\"weight_decay\": 1e-5}}}", &c));
+  CHECK_EQ(c.sparse.kind, DLREC_SPARSE_ADAM);
+  CHECK_EQ(c.sparse.l2_scope, DLREC_SPARSE_L2_TABLE);
+  CHECK(c.sparse.beta1 == 0.9f && c.sparse.eps == 1e-8f && c.sparse.lr == 0.001f);
+  char *text = sparse_json(&c);
+  CHECK(text && strstr(text, "\"type\":\"adam\"") && strstr(text, "\"l2_scope\":\"table\""));
+  free(text);
+  cJSON *j = dlrec_train_config_to_json(&c);
+  dlrec_status st = dlrec_train_config_from_json(j, "round trip", &back);
+  cJSON_Delete(j);
+  CHECK_OK(st);
+  CHECK(!memcmp(&back.sparse, &c.sparse, sizeof c.sparse));
+  /* The default scope is not written: config.json stays as it was. */
+  CHECK_OK(parse("{\"optimizer\": {\"sparse\": {\"type\": \"lazy_adam\", \"l2_scope\": \"touched\"}}}", &c));
+  CHECK_EQ(c.sparse.l2_scope, DLREC_SPARSE_L2_TOUCHED);
+  text = sparse_json(&c);
+  CHECK(text && !strstr(text, "l2_scope"));
+  free(text);
+  CHECK_ERR(parse("{\"optimizer\": {\"sparse\": {\"l2_scope\": \"all\"}}}", &c), DLREC_ERR_INVALID,
+            "cfg.json: optimizer.sparse: field 'l2_scope': 'all' is not one of touched, table");
+  CHECK_ERR(parse("{\"optimizer\": {\"sparse\": {\"l2_scope\": 1}}}", &c), DLREC_ERR_INVALID,
+            "field 'l2_scope': expected a string");
+  CHECK_ERR(parse("{\"optimizer\": {\"sparse\": {\"type\": \"adamw\"}}}", &c), DLREC_ERR_INVALID,
+            "field 'type': 'adamw' is not one of sgd, rowwise_adagrad, lazy_adam, adam");
+  CHECK_ERR(parse("{\"optimizer\": {\"dense\": {\"l2_scope\": \"table\"}}}", &c), DLREC_ERR_INVALID, "l2_scope");
+}
