@@ -49,7 +49,7 @@ TESTS = {
 }
 EXTRA = {"src/backend/cpu/sparse_update.c": " test_sparse_dense optim_ref",
          "src/backend/sparse_optim.c": " test_sparse_dense", "src/train/trainer_setup.c": " test_sparse_dense",
-         "src/train/config_options.c": " test_sparse_dense", "src/model/embedding_init.c": " test_train_config test_train",
+         "src/core/options.c": " test_train_config", "src/model/embedding_init.c": " test_train_config test_train",
          "src/model/registry.c": " test_train_config",
          "src/train/step.c": " dist_mpi", "src/train/trainer_ranks.c": " dist_mpi",
          "src/core/redis_rows.c": " test_redis", "src/serve/redis_tier.c": " test_redis",

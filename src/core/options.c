@@ -360,6 +360,10 @@ cJSON *dlrec_options_write(const dlrec_option *table, const void *obj) {
       node = next ? next : cJSON_AddObjectToObject(node, p);
     }
     cJSON *v = dlrec_option_to_json(o, obj);
+    if (v && o->omit_default && o->dflt && cJSON_IsString(v) && !strcmp(v->valuestring, o->dflt)) {
+      cJSON_Delete(v);
+      v = NULL;
+    }
     if (v) cJSON_AddItemToObject(node, o->key, v);
   }
   return root;

@@ -68,6 +68,8 @@ typedef struct dlrec_option {
   const char *dflt;       /* the default as the command line writes it ("128", "sgd", "true"); NULL:
                              set otherwise, as dflt_doc says */
   const char *dflt_doc;   /* the reference's default when dflt is NULL or says too little */
+  int omit_default;       /* dlrec_options_write leaves it out while it is dflt (a key added after configs
+                             were written: theirs keep their bytes); CHOICE, STRING */
   const char *doc;        /* one line for the reference */
 } dlrec_option;
 

@@ -119,31 +119,6 @@ static const dlrec_opt_custom dense_type_opt = {"`\"sgd\"`, `\"adam\"` or `\"ada
 static const dlrec_opt_custom sparse_type_opt = {"`\"sgd\"`, `\"rowwise_adagrad\"`, `\"lazy_adam\"` or `\"adam\"`",
                                                  type_json, from_text, type_out};
 
-/* optimizer.sparse.l2_scope, in dlrec_sparse_l2_scope's order. Written only
- * when not the default, so that the config.json of a run that never set it
- * stays as it was before the option existed. */
-static const char *const l2_scopes[] = {"touched", "table", NULL};
-
-static dlrec_status l2_scope_json(const dlrec_option *o, const cJSON *v, const char *what, void *obj) {
-  dlrec_status st = need_string(o, v, what);
-  for (int i = 0; st == DLREC_OK && l2_scopes[i]; i++)
-    if (!strcmp(v->valuestring, l2_scopes[i])) {
-      ((dlrec_train_config *)obj)->sparse.l2_scope = (dlrec_sparse_l2_scope)i;
-      return DLREC_OK;
-    }
-  if (st != DLREC_OK) return st;
-  return dlrec_error(DLREC_ERR_INVALID, "%s: field 'l2_scope': '%s' is not one of touched, table", what,
-                     v->valuestring);
-}
-
-static cJSON *l2_scope_out(const dlrec_option *o, const void *obj) {
-  (void)o;
-  const dlrec_sparse_l2_scope scope = ((const dlrec_train_config *)obj)->sparse.l2_scope;
-  return scope == DLREC_SPARSE_L2_TOUCHED ? NULL : cJSON_CreateString(l2_scopes[scope]);
-}
-
-static const dlrec_opt_custom l2_scope_opt = {"`\"touched\"` or `\"table\"`", l2_scope_json, from_text, l2_scope_out};
-
 static dlrec_status precision_json(const dlrec_option *o, const cJSON *v, const char *what, void *obj) {
   dlrec_status st = need_string(o, v, what);
   if (st == DLREC_OK && dlrec_precision_parse(v->valuestring, &((dlrec_train_config *)obj)->precision) != DLREC_OK)
@@ -259,6 +234,9 @@ static const dlrec_opt_choice placements[] = {{"auto", DLREC_TABLE_PLACEMENT_AUT
                                               {"host", DLREC_TABLE_PLACEMENT_HOST, 0},
                                               {NULL, 0, 0}};
 static const dlrec_opt_choice metrics[] = {{"auc", DLREC_VALID_AUC, 0}, {"logloss", DLREC_VALID_LOGLOSS, 0}, {NULL, 0, 0}};
+static const dlrec_opt_choice l2_scopes[] = {{"touched", DLREC_SPARSE_L2_TOUCHED, 0},
+                                              {"table", DLREC_SPARSE_L2_TABLE, 0},
+                                              {NULL, 0, 0}};
 static const dlrec_opt_choice evicts[] = {{"lru", DLREC_HASH_EVICT_LRU, 0}, {"lfu", DLREC_HASH_EVICT_LFU, 0}, {NULL, 0, 0}};
 
 /* ---- the table ---- */
@@ -290,9 +268,12 @@ const dlrec_option dlrec_train_config_options[] = {
     FLT("optimizer.sparse", "lr", sparse.lr, 0, 1e3, "0.1", "base learning rate"),
     HYPER("optimizer.sparse", sparse,
           "L2 regularization of the embeddings: `g += weight_decay · w` on the rows `l2_scope` says"),
-    CUSTOM("optimizer.sparse", "l2_scope", sparse.l2_scope, l2_scope_opt, "touched",
-           "the rows `weight_decay` reaches: `touched` (the batch's rows) or `table` (every row every step: "
-           "FuxiCTR's `embedding_regularizer`; RAM tables on the CPU); below"),
+    /* Written only when not the default, so that the config.json of a run
+     * that never set it stays as it was before the option existed. */
+    {ROW("optimizer.sparse", "l2_scope", DLREC_OPT_CHOICE, sparse.l2_scope), .choices = l2_scopes, .dflt = "touched",
+     .omit_default = 1,
+     .doc = "the rows `weight_decay` reaches: `touched` (the batch's rows) or `table` (every row every step: "
+            "FuxiCTR's `embedding_regularizer`; RAM tables on the CPU); below"},
     FLT("optimizer", "clip_grad_norm", clip_grad_norm, 0, 1e9, "0",
         "clip the global gradient norm to this (0: off); below"),
     U64("schedule", "warmup_steps", warmup_steps, 0, "0", "learning rates rise linearly over these steps"),
