@@ -85,9 +85,11 @@ dlrec_status hashed_create(dlrec_store *s, const dlrec_store_config *c) {
                        (unsigned long long)c->cache_rows);
   if (!(c->admit_probability >= 0.0f && c->admit_probability <= 1.0f))
     return dlrec_error(DLREC_ERR_INVALID, "hash table: admit_probability %g is not in [0, 1]", c->admit_probability);
-  if (!(c->init_range >= 0.0f) || !isfinite(c->init_range) || c->init.kind >= DLREC_INIT_KINDS ||
-      !(c->init.scale >= 0.0f) || !isfinite(c->init.scale))
+  if (!(c->init_range >= 0.0f) || !isfinite(c->init_range))
     return dlrec_error(DLREC_ERR_INVALID, "hash table: bad init_range %g", c->init_range);
+  if (c->init.kind >= DLREC_INIT_KINDS || !(c->init.scale >= 0.0f) || !isfinite(c->init.scale))
+    return dlrec_error(DLREC_ERR_INVALID, "hash table: unknown initializer (%u, scale %g)", c->init.kind,
+                       (double)c->init.scale);
   if (c->evict != DLREC_HASH_EVICT_LRU && c->evict != DLREC_HASH_EVICT_LFU)
     return dlrec_error(DLREC_ERR_INVALID, "hash table: unknown eviction %d", (int)c->evict);
   hashed *h = calloc(1, sizeof *h);
